@@ -1,0 +1,195 @@
+"""torch.fx aten graphs (as aot_autograd produces them) -> IR.
+
+Shapes, dtypes, strides and devices come from each FX node's ``meta['val']`` (fake
+tensors), or from the example inputs for placeholders. Tensor args become node inputs;
+other args become attributes named after the schema's arguments. ``getitem`` on a
+multi-output node selects one of its outputs; ``get_attr`` constants become extra graph
+inputs listed in :attr:`ImportedGraph.constants`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+
+from torchloom.errors import UnsupportedError
+from torchloom.ir.graph import Graph, InputRef, Value
+from torchloom.ir.types import ScalarType, TensorType, Type, type_of
+from torchloom.runtime.executor import CONSTANT
+
+
+@attrs.define
+class ImportedGraph:
+    graph: Graph
+    #: values for the graph inputs after the user's arguments (FX get_attr constants)
+    constants: list[Any] = attrs.field(factory=list)
+    #: True when some input or value has a symbolic (dynamic) size
+    symbolic: bool = False
+
+
+def callable_name(target) -> str:
+    """The IR op name of an FX call target."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)  # e.g. aten.add.Tensor
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return f"{target}.default"
+    module = getattr(target, "__module__", None) or "builtins"
+    name = getattr(target, "__name__", None)
+    if name is None:
+        raise UnsupportedError(f"call target {target!r} has no importable name")
+    if module == "_operator":
+        module = "operator"
+    return f"python.{module}.{name}"
+
+
+def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = None,
+              name: str = "main") -> ImportedGraph:
+    """Convert an FX graph of aten ops into an IR graph."""
+    graph = Graph(name)
+    env: dict[torch.fx.Node, Any] = {}  # fx node -> Value, or tuple of Values (multi-output)
+    constants: list[Any] = []
+    symbolic = False
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, n in enumerate(placeholders):
+        val = n.meta.get("val", n.meta.get("example_value"))
+        if val is None and example_inputs is not None and i < len(example_inputs):
+            val = example_inputs[i]
+        t = type_of(val)
+        symbolic |= _is_symbolic(t, val)
+        env[n] = graph.add_input(t, n.name)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "get_attr":  # placeholders come first in FX, so this input follows them
+            value = _fetch_attr(gm, n.target)
+            env[n] = graph.add_input(type_of(value), n.name)
+            constants.append(value)
+            continue
+        if n.op == "output":
+            continue
+        if n.op != "call_function":
+            raise UnsupportedError(f"FX node {n.name} is a {n.op}; only aten call_function "
+                                   f"graphs are imported")
+        if n.target is operator.getitem and isinstance(env.get(n.args[0]), tuple):
+            env[n] = env[n.args[0]][n.args[1]]
+            continue
+        val = n.meta.get("val")
+        symbolic |= _is_symbolic(None, val)
+        env[n] = _import_call(graph, n, env, val)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    graph.set_outputs([_output_value(graph, a, env) for a in _flatten_outputs(out_node.args[0])])
+    return ImportedGraph(graph, constants, symbolic)
+
+
+def _fetch_attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _flatten_outputs(arg) -> list:
+    if isinstance(arg, (list, tuple)):
+        return list(arg)
+    return [arg]
+
+
+def _output_value(graph: Graph, a, env) -> Value:
+    if isinstance(a, torch.fx.Node):
+        v = env[a]
+        if isinstance(v, tuple):
+            raise UnsupportedError(f"graph output {a.name} is a tuple of values")
+        return v
+    node = graph.create(CONSTANT, [], [type_of(a)], {"value": a}, names=["const"])
+    return node.output
+
+
+def _is_symbolic(t: Type | None, val) -> bool:
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(val, torch.Tensor):
+        t = TensorType.of(val) if t is None else t
+    if isinstance(val, (list, tuple)):
+        return any(_is_symbolic(None, x) for x in val)
+    return isinstance(t, TensorType) and not t.is_static
+
+
+def _import_call(graph: Graph, n: torch.fx.Node, env, val):
+    op_name = callable_name(n.target)
+    inputs: list[Value] = []
+
+    def convert(a):
+        if isinstance(a, torch.fx.Node):
+            v = env[a]
+            if isinstance(v, tuple):
+                raise UnsupportedError(f"{n.name} uses the whole tuple {a.name}")
+            inputs.append(v)
+            return InputRef(len(inputs) - 1)
+        if isinstance(a, (list, tuple)):
+            return tuple(convert(x) for x in a)
+        return a
+
+    schema = getattr(n.target, "_schema", None)
+    attrs_: dict[str, Any] = {}
+    if schema is None:
+        args = tuple(convert(a) for a in n.args)
+        kwargs = tuple((k, convert(v)) for k, v in n.kwargs.items())
+        if kwargs or any(not isinstance(a, InputRef) for a in args) or \
+                [int(a) for a in args] != list(range(len(args))):
+            attrs_["args"] = args
+            if kwargs:
+                attrs_["kwargs"] = kwargs
+    else:
+        attrs_ = _schema_attrs(schema, n, convert)
+    if isinstance(val, (list, tuple)):
+        out_types = [type_of(x) for x in val]
+        hints = [f"{n.name}_{i}" for i in range(len(val))]
+    elif val is None and schema is not None and len(schema.returns) == 0:
+        out_types, hints = [], []
+    else:
+        out_types = [type_of(val) if val is not None else ScalarType("any")]
+        hints = [n.name]
+    node = graph.create(op_name, inputs, out_types, attrs_, names=hints)
+    if isinstance(val, (list, tuple)):
+        return tuple(node.outputs)
+    return node.outputs[0] if node.outputs else None
+
+
+def _schema_attrs(schema, n: torch.fx.Node, convert) -> dict[str, Any]:
+    """Attributes for schema arguments given as constants or lists; plain tensor
+    arguments become inputs. Absent arguments before the last input get their defaults
+    written out, so that inputs fill absent arguments unambiguously."""
+    given: dict[str, Any] = {}
+    args = schema.arguments
+    for i, a in enumerate(n.args):
+        given[args[i].name] = a
+    given.update(n.kwargs)
+    attrs_: dict[str, Any] = {}
+    input_positions = []
+    for pos, arg in enumerate(args):
+        if arg.name not in given:
+            continue
+        a = given[arg.name]
+        if isinstance(a, torch.fx.Node):
+            convert(a)
+            input_positions.append(pos)
+        else:
+            attrs_[arg.name] = convert(a)
+    last_input = input_positions[-1] if input_positions else -1
+    for pos, arg in enumerate(args[:last_input]):
+        if arg.name not in given:
+            if not arg.has_default_value():
+                raise UnsupportedError(f"{n.name}: argument {arg.name} missing")
+            attrs_[arg.name] = _plain(arg.default_value)
+    return attrs_
+
+
+def _plain(v):
+    if isinstance(v, list):
+        return tuple(v)
+    return v

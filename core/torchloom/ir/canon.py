@@ -1,0 +1,45 @@
+"""Canonical form and structural hash.
+
+Two graphs that differ only in value and graph names (alpha-equivalent) have the same
+canonical text and hash; any change of op, attribute, shape, dtype, device, stride,
+wiring or region content changes them. Used for kernel caches, dedup and compile caches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from torchloom.ir.graph import Graph
+from torchloom.ir.text import format_attrs, format_type
+
+
+def canonical_text(graph: Graph) -> str:
+    """The graph printed with values numbered in definition order and names dropped."""
+    lines: list[str] = []
+    _emit(graph, lines, "")
+    return "\n".join(lines)
+
+
+def _emit(graph: Graph, lines: list[str], indent: str) -> None:
+    ids = {}
+    for i, v in enumerate(graph.inputs):
+        ids[v] = i
+    lines.append(indent + "(" + ", ".join(format_type(v.type) for v in graph.inputs) + ")")
+    for n in graph.nodes:
+        ins = ",".join(str(ids[v]) for v in n.inputs)
+        for v in n.outputs:
+            ids[v] = len(ids)
+        types = ",".join(format_type(v.type) for v in n.outputs)
+        lines.append(f"{indent}{n.op}({ins}){format_attrs(n.attrs)}:{types}")
+        if n.region is not None:
+            _emit(n.region, lines, indent + " ")
+    lines.append(indent + "return " + ",".join(str(ids[v]) for v in graph.outputs))
+
+
+def structural_hash(graph: Graph) -> str:
+    """A hex digest of :func:`canonical_text`."""
+    return hashlib.sha256(canonical_text(graph).encode()).hexdigest()
+
+
+def alpha_equivalent(a: Graph, b: Graph) -> bool:
+    return canonical_text(a) == canonical_text(b)

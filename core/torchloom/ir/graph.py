@@ -1,0 +1,319 @@
+"""The graph IR: SSA values, nodes (optionally owning a region graph) and graphs.
+
+A graph keeps its nodes in a doubly linked list in topological order, so inserting,
+erasing and moving a node is O(1); ``position`` numbers are recomputed lazily when an
+ordering question is asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from torchloom.errors import VerifyError
+from torchloom.ir.types import Type
+
+
+class InputRef(int):
+    """An attribute element that refers to the node's ``inputs[i]`` (printed ``$i``).
+
+    Used for list arguments that hold tensors, e.g. ``aten.cat(%a, %b) {tensors = [$0, $1]}``.
+    """
+
+    def __repr__(self) -> str:
+        return f"${int(self)}"
+
+
+class Value:
+    """An SSA value: a graph input (``producer is None``) or one output of a node."""
+
+    __slots__ = ("name", "type", "producer", "index", "uses", "graph")
+
+    def __init__(self, name: str, type: Type, producer: "Node | None" = None, index: int = 0,
+                 graph: "Graph | None" = None):
+        self.name, self.type, self.producer, self.index = name, type, producer, index
+        self.graph = graph
+        #: one entry per input slot that reads this value (a node may appear twice)
+        self.uses: list[Node] = []
+
+    def users(self) -> list["Node"]:
+        """Distinct nodes reading this value, in use order."""
+        return list(dict.fromkeys(self.uses))
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+class Node:
+    """An operation. ``op`` is a qualified name such as ``aten.add.Tensor``."""
+
+    __slots__ = ("op", "inputs", "attrs", "outputs", "region", "graph", "prev", "next",
+                 "position", "meta")
+
+    def __init__(self, op: str, inputs: Sequence[Value], attrs: Mapping[str, Any] | None = None,
+                 region: "Graph | None" = None):
+        self.op = op
+        self.inputs: list[Value] = list(inputs)
+        self.attrs: Mapping[str, Any] = MappingProxyType(dict(attrs or {}))
+        self.outputs: list[Value] = []
+        self.region = region
+        self.graph: Graph | None = None
+        self.prev: Node | None = None
+        self.next: Node | None = None
+        self.position = 0
+        #: pass-private annotations; never printed, never hashed
+        self.meta: dict[str, Any] = {}
+
+    @property
+    def output(self) -> Value:
+        if len(self.outputs) != 1:
+            raise ValueError(f"{self.op} has {len(self.outputs)} outputs, not 1")
+        return self.outputs[0]
+
+    def with_attrs(self, **changes) -> None:
+        """Replace attributes (they are immutable mappings; this swaps the mapping)."""
+        self.attrs = MappingProxyType({**self.attrs, **changes})
+
+    def set_input(self, i: int, value: Value) -> None:
+        old = self.inputs[i]
+        old.uses.remove(self)
+        self.inputs[i] = value
+        value.uses.append(self)
+
+    def users(self) -> list["Node"]:
+        return list(dict.fromkeys(u for v in self.outputs for u in v.uses))
+
+    def __repr__(self) -> str:
+        outs = ", ".join(repr(v) for v in self.outputs)
+        return f"<Node {outs} = {self.op}({', '.join(map(repr, self.inputs))})>"
+
+
+class Graph:
+    """A function: inputs, nodes in topological order, outputs."""
+
+    def __init__(self, name: str = "main"):
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.first: Node | None = None
+        self.last: Node | None = None
+        self.owner: Node | None = None  # the region node, when this graph is a region
+        self._names: set[str] = set()
+        self._counter = 0
+        self._len = 0
+        self._positions_valid = True
+
+    # ---- iteration -------------------------------------------------------------------
+    @property
+    def nodes(self) -> Iterator[Node]:
+        n = self.first
+        while n is not None:
+            nxt = n.next
+            yield n
+            n = nxt
+
+    def __len__(self) -> int:
+        return self._len
+
+    def walk(self) -> Iterator[Node]:
+        """All nodes, including those inside regions (pre-order)."""
+        for n in self.nodes:
+            yield n
+            if n.region is not None:
+                yield from n.region.walk()
+
+    def num_nodes(self) -> int:
+        return sum(1 for _ in self.walk())
+
+    # ---- names -----------------------------------------------------------------------
+    def fresh_name(self, hint: str = "v") -> str:
+        hint = _sanitize(hint)
+        if hint not in self._names:
+            self._names.add(hint)
+            return hint
+        while True:
+            self._counter += 1
+            name = f"{hint}_{self._counter}"
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    # ---- construction ----------------------------------------------------------------
+    def add_input(self, type: Type, name: str = "arg") -> Value:
+        v = Value(self.fresh_name(name), type, graph=self)
+        self.inputs.append(v)
+        return v
+
+    def set_outputs(self, values: Sequence[Value]) -> None:
+        self.outputs = list(values)
+
+    def create(self, op: str, inputs: Sequence[Value], out_types: Sequence[Type],
+               attrs: Mapping[str, Any] | None = None, *, names: Sequence[str] | None = None,
+               region: "Graph | None" = None, before: Node | None = None,
+               after: Node | None = None) -> Node:
+        """Create a node and insert it at the end, or before/after an anchor node."""
+        node = Node(op, inputs, attrs, region)
+        hints = names or [op.split(".")[1] if op.count(".") >= 1 else op] * len(out_types)
+        node.outputs = [Value(self.fresh_name(h), t, node, i, self)
+                        for i, (h, t) in enumerate(zip(hints, out_types))]
+        if region is not None:
+            region.owner = node
+        self.insert(node, before=before, after=after)
+        return node
+
+    def insert(self, node: Node, *, before: Node | None = None, after: Node | None = None) -> Node:
+        """Link a detached node into this graph and register its uses."""
+        if node.graph is not None:
+            raise ValueError(f"{node!r} is already in a graph")
+        if before is not None and after is not None:
+            raise ValueError("give before or after, not both")
+        node.graph = self
+        for v in node.outputs:
+            v.graph = self
+            self._names.add(v.name)
+        for v in node.inputs:
+            v.uses.append(node)
+        if before is not None:
+            prev = before.prev
+        elif after is not None:
+            prev = after
+        else:
+            prev = self.last
+        self._link(node, prev)
+        self._len += 1
+        return node
+
+    def _link(self, node: Node, prev: Node | None) -> None:
+        nxt = self.first if prev is None else prev.next
+        node.prev, node.next = prev, nxt
+        if prev is None:
+            self.first = node
+        else:
+            prev.next = node
+        if nxt is None:
+            self.last = node
+        else:
+            nxt.prev = node
+        self._positions_valid = False
+
+    def _unlink(self, node: Node) -> None:
+        if node.prev is None:
+            self.first = node.next
+        else:
+            node.prev.next = node.next
+        if node.next is None:
+            self.last = node.prev
+        else:
+            node.next.prev = node.prev
+        node.prev = node.next = None
+
+    # ---- editing ---------------------------------------------------------------------
+    def erase(self, node: Node) -> None:
+        """Remove a node whose outputs have no uses."""
+        for v in node.outputs:
+            if v.uses or v in self.outputs:
+                raise ValueError(f"cannot erase {node!r}: {v!r} is still used")
+        for v in node.inputs:
+            v.uses.remove(node)
+        self._unlink(node)
+        node.graph = None
+        self._len -= 1
+
+    def replace_all_uses(self, old: Value, new: Value) -> int:
+        """Point every use of ``old`` (and graph outputs) at ``new``; returns the count."""
+        count = 0
+        for user in list(old.uses):
+            for i, v in enumerate(user.inputs):
+                if v is old:
+                    user.inputs[i] = new
+                    count += 1
+        new.uses.extend(old.uses)
+        old.uses.clear()
+        for i, v in enumerate(self.outputs):
+            if v is old:
+                self.outputs[i] = new
+                count += 1
+        return count
+
+    def renumber(self) -> None:
+        """Recompute ``Node.position`` (topological order index)."""
+        if self._positions_valid:
+            return
+        for i, n in enumerate(self.nodes):
+            n.position = i
+        self._positions_valid = True
+
+    def can_move_before(self, node: Node, anchor: Node) -> str | None:
+        """Why ``node`` cannot move directly before ``anchor`` (None when it can)."""
+        self.renumber()
+        dest = anchor.position - 0.5  # the slot just before the anchor
+        for v in node.inputs:
+            p = v.producer
+            if p is not None and p.graph is self and p.position >= dest:
+                return f"input {v!r} is defined at or after the destination"
+        for u in node.users():
+            if u.graph is self and u.position <= dest and u is not node:
+                return f"user {u.op} of {node!r} would come before it"
+        return None
+
+    def move_before(self, node: Node, anchor: Node) -> None:
+        """Move ``node`` directly before ``anchor``; raises if that breaks topological order."""
+        if node is anchor:
+            return
+        reason = self.can_move_before(node, anchor)
+        if reason is not None:
+            raise VerifyError(f"cannot move {node!r} before {anchor!r}: {reason}")
+        self._unlink(node)
+        self._link(node, anchor.prev)
+
+    def move_after(self, node: Node, anchor: Node) -> None:
+        if anchor.next is None:
+            self._unlink(node)
+            self._link(node, self.last)
+            return
+        if anchor.next is not node:
+            self.move_before(node, anchor.next)
+
+    def clone(self) -> "Graph":
+        """A deep copy (regions included). Names are kept."""
+        return clone_graph(self)[0]
+
+    def __str__(self) -> str:
+        from torchloom.ir.text import print_graph
+        return print_graph(self)
+
+
+def clone_graph(graph: Graph, name: str | None = None) -> tuple[Graph, dict[Value, Value]]:
+    """Deep-copy a graph; returns the copy and the value mapping old -> new."""
+    g = Graph(name or graph.name)
+    mapping: dict[Value, Value] = {}
+    for v in graph.inputs:
+        nv = Value(v.name, v.type, graph=g)
+        g._names.add(v.name)
+        g.inputs.append(nv)
+        mapping[v] = nv
+    for n in graph.nodes:
+        region = clone_graph(n.region)[0] if n.region is not None else None
+        nn = Node(n.op, [mapping[v] for v in n.inputs], n.attrs, region)
+        if region is not None:
+            region.owner = nn
+        nn.outputs = [Value(v.name, v.type, nn, i, g) for i, v in enumerate(n.outputs)]
+        nn.meta = dict(n.meta)
+        g.insert(nn)
+        mapping.update(zip(n.outputs, nn.outputs))
+    g.outputs = [mapping[v] for v in graph.outputs]
+    g._counter = graph._counter
+    return g, mapping
+
+
+def _sanitize(hint: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in hint)
+    return out or "v"
+
+
+def node_error(node: Node, message: str) -> VerifyError:
+    """A VerifyError that shows the offending node as printed IR."""
+    from torchloom.ir.text import print_node
+    where = node.graph.name if node.graph is not None else "?"
+    return VerifyError(f"in graph @{where}: {message}\n  {print_node(node)}")

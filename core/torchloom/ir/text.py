@@ -1,0 +1,364 @@
+"""The IR's text form: an MLIR-like printer and a parser that reads it back exactly.
+
+```
+graph @gelu(%x: f32[8192, 3072]) {
+  %v = aten.view.default(%x) {size = [8192, 3072]} : f32[8192, 3072]
+  %g = aten.gelu.default(%v) : f32[8192, 3072]
+  return %g
+}
+```
+
+Types: ``f32[8, 4]``, optionally followed by ``strided[1, 8]`` (non-contiguous) and
+``@cuda:0`` (non-CPU device); dims are ints, symbols or ``?``; scalars are ``int``,
+``float``, ``bool``, ``str``, ``none``, ``any``. Attribute values: ints, floats, strings,
+``true``/``false``/``none``, lists ``[...]``, input references ``$i``, and torch enums
+``#f32``, ``#contiguous_format``, ``#strided``, ``#cuda:0``. A region node ends with
+``region @name(%p: type, ...) { ... }``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import torch
+
+from torchloom.errors import ParseError
+from torchloom.ir.graph import Graph, InputRef, Node, Value
+from torchloom.ir.types import DTYPE_NAMES, DTYPES, SCALAR_KINDS, ScalarType, TensorType, Type
+
+_ENUMS: dict[str, Any] = {
+    **{k: v for k, v in DTYPES.items()},
+    "contiguous_format": torch.contiguous_format, "channels_last": torch.channels_last,
+    "channels_last_3d": torch.channels_last_3d, "preserve_format": torch.preserve_format,
+    "strided": torch.strided, "sparse_coo": torch.sparse_coo,
+}
+_ENUM_NAMES = {v: k for k, v in _ENUMS.items()}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# ---------------------------------------------------------------------------- printing
+
+
+def format_dim(d) -> str:
+    if d is None:
+        return "?"
+    if isinstance(d, int):
+        return str(d)
+    return d if _IDENT.match(d) else json.dumps(d)
+
+
+def format_type(t: Type) -> str:
+    if isinstance(t, ScalarType):
+        return t.kind
+    s = f"{t.dtype}[{', '.join(map(format_dim, t.shape))}]"
+    if t.strides is not None:
+        s += f" strided[{', '.join(map(format_dim, t.strides))}]"
+    if t.device != "cpu":
+        s += f" @{t.device}"
+    return s
+
+
+def format_attr(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, InputRef):
+        return f"${int(v)}"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    if isinstance(v, torch.device):
+        return f"#{v}"
+    if v in _ENUM_NAMES:
+        return f"#{_ENUM_NAMES[v]}"
+    raise TypeError(f"attribute value {v!r} of type {type(v).__name__} has no text form")
+
+
+def format_attrs(attrs) -> str:
+    if not attrs:
+        return ""
+    return " {" + ", ".join(f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
+
+
+def print_node(node: Node, indent: str = "") -> str:
+    lhs = ", ".join(f"%{v.name}" for v in node.outputs)
+    lhs = f"{lhs} = " if lhs else ""
+    types = ", ".join(format_type(v.type) for v in node.outputs) or "()"
+    ins = ", ".join(f"%{v.name}" for v in node.inputs)
+    text = f"{indent}{lhs}{node.op}({ins}){format_attrs(node.attrs)} : {types}"
+    if node.region is not None:
+        text += " region " + _print_body(node.region, indent)
+    return text
+
+
+def _print_body(g: Graph, indent: str) -> str:
+    params = ", ".join(f"%{v.name}: {format_type(v.type)}" for v in g.inputs)
+    lines = [f"@{g.name}({params}) {{"]
+    for n in g.nodes:
+        lines.append(print_node(n, indent + "  "))
+    lines.append(f"{indent}  return {', '.join(f'%{v.name}' for v in g.outputs)}".rstrip())
+    lines.append(f"{indent}}}")
+    return "\n".join(lines)
+
+
+def print_graph(g: Graph) -> str:
+    return "graph " + _print_body(g, "") + "\n"
+
+
+# ---------------------------------------------------------------------------- parsing
+
+_TOKEN = re.compile(r"""
+    (?P<ws>[ \t\r]+|//[^\n]*)
+  | (?P<nl>\n)
+  | (?P<value>%[A-Za-z0-9_]+)
+  | (?P<ref>\$[0-9]+)
+  | (?P<at>@[A-Za-z0-9_:.\-]+)
+  | (?P<enum>\#[A-Za-z0-9_:.]+)
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<number>-?(?:inf\b|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?))
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
+  | (?P<punct>[()\[\]{},:=?])
+""", re.VERBOSE)
+
+
+class _Parser:
+    def __init__(self, text: str, source: str | None):
+        self.source = source
+        self.tokens: list[tuple[str, str, int, int]] = []
+        line, col_base, pos = 1, 0, 0
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None:
+                raise ParseError(f"unexpected character {text[pos]!r}", line, pos - col_base + 1,
+                                 source)
+            kind = m.lastgroup
+            if kind == "nl":
+                line, col_base = line + 1, m.end()
+            elif kind != "ws":
+                self.tokens.append((kind, m.group(), line, m.start() - col_base + 1))
+            pos = m.end()
+        self.tokens.append(("eof", "", line, pos - col_base + 1))
+        self.i = 0
+
+    # -- token helpers
+    def peek(self, offset: int = 0):
+        return self.tokens[min(self.i + offset, len(self.tokens) - 1)]
+
+    def error(self, message: str, tok=None) -> ParseError:
+        kind, text, line, col = tok or self.peek()
+        found = "end of input" if kind == "eof" else repr(text)
+        return ParseError(f"{message}, found {found}", line, col, self.source)
+
+    def accept(self, text: str) -> bool:
+        if self.peek()[1] == text and self.peek()[0] in ("punct", "ident"):
+            self.i += 1
+            return True
+        return False
+
+    def expect(self, text: str) -> None:
+        if not self.accept(text):
+            raise self.error(f"expected {text!r}")
+
+    def take(self, kind: str, what: str) -> str:
+        tok = self.peek()
+        if tok[0] != kind:
+            raise self.error(f"expected {what}")
+        self.i += 1
+        return tok[1]
+
+    # -- grammar
+    def parse_graph(self) -> Graph:
+        self.expect("graph")
+        g = self.parse_body(self.take("at", "a graph name like @main")[1:])
+        if self.peek()[0] != "eof":
+            raise self.error("expected end of input after the graph")
+        return g
+
+    def parse_body(self, name: str) -> Graph:
+        g = Graph(name)
+        scope: dict[str, Value] = {}
+        self.expect("(")
+        if not self.accept(")"):
+            while True:
+                tok = self.peek()
+                vname = self.take("value", "a parameter like %x")[1:]
+                self.expect(":")
+                v = Value(vname, self.parse_type(), graph=g)
+                self.define(g, scope, v, tok)
+                g.inputs.append(v)
+                if self.accept(")"):
+                    break
+                self.expect(",")
+        self.expect("{")
+        while not self.accept("return"):
+            self.parse_node(g, scope)
+        outs = []
+        if self.peek()[0] == "value":
+            outs.append(self.use(scope))
+            while self.accept(","):
+                outs.append(self.use(scope))
+        g.outputs = outs
+        self.expect("}")
+        return g
+
+    def define(self, g: Graph, scope: dict, v: Value, tok) -> None:
+        if v.name in scope:
+            raise self.error(f"%{v.name} is defined twice", tok)
+        scope[v.name] = v
+        g._names.add(v.name)
+
+    def use(self, scope: dict) -> Value:
+        tok = self.peek()
+        name = self.take("value", "a value like %x")[1:]
+        if name not in scope:
+            raise ParseError(f"use of undefined value %{name}", tok[2], tok[3], self.source)
+        return scope[name]
+
+    def parse_node(self, g: Graph, scope: dict) -> None:
+        result_toks = []
+        if self.peek()[0] == "value":
+            result_toks.append(self.peek())
+            self.i += 1
+            while self.accept(","):
+                result_toks.append(self.peek())
+                self.take("value", "a result name")
+            self.expect("=")
+        op = self.take("ident", "an op name like aten.add.Tensor")
+        self.expect("(")
+        inputs = []
+        if not self.accept(")"):
+            while True:
+                inputs.append(self.use(scope))
+                if self.accept(")"):
+                    break
+                self.expect(",")
+        attrs = self.parse_attrs() if self.peek()[1] == "{" else {}
+        self.expect(":")
+        types: list[Type] = []
+        if self.accept("("):
+            self.expect(")")
+        else:
+            types.append(self.parse_type())
+            while self.accept(","):
+                types.append(self.parse_type())
+        if len(types) != len(result_toks):
+            raise self.error(f"{op} names {len(result_toks)} results but gives "
+                             f"{len(types)} types", result_toks[0] if result_toks else None)
+        region = None
+        if self.accept("region"):
+            region = self.parse_body(self.take("at", "a region name like @g0")[1:])
+        node = Node(op, inputs, attrs, region)
+        if region is not None:
+            region.owner = node
+        node.outputs = [Value(tok[1][1:], t, node, i, g) for i, (tok, t) in
+                        enumerate(zip(result_toks, types))]
+        for tok, v in zip(result_toks, node.outputs):
+            self.define(g, scope, v, tok)
+        g.insert(node)
+
+    def parse_attrs(self) -> dict[str, Any]:
+        self.expect("{")
+        attrs: dict[str, Any] = {}
+        if self.accept("}"):
+            return attrs
+        while True:
+            tok = self.peek()
+            key = self.take("ident", "an attribute name")
+            if key in attrs:
+                raise self.error(f"attribute {key!r} given twice", tok)
+            self.expect("=")
+            attrs[key] = self.parse_attr_value()
+            if self.accept("}"):
+                return attrs
+            self.expect(",")
+
+    def parse_attr_value(self) -> Any:
+        kind, text, _, _ = tok = self.peek()
+        self.i += 1
+        if kind == "number":
+            if text in ("inf", "-inf"):
+                return float(text)
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        if kind == "string":
+            return json.loads(text)
+        if kind == "ref":
+            return InputRef(int(text[1:]))
+        if kind == "enum":
+            name = text[1:]
+            if name in _ENUMS:
+                return _ENUMS[name]
+            try:
+                return torch.device(name)
+            except RuntimeError:
+                raise self.error("unknown enum value", tok) from None
+        if kind == "ident" and text in ("true", "false", "none", "nan"):
+            return {"true": True, "false": False, "none": None, "nan": math.nan}[text]
+        if text == "[":
+            items = []
+            if self.accept("]"):
+                return tuple(items)
+            while True:
+                items.append(self.parse_attr_value())
+                if self.accept("]"):
+                    return tuple(items)
+                self.expect(",")
+        self.i -= 1
+        raise self.error("expected an attribute value")
+
+    def parse_type(self) -> Type:
+        tok = self.peek()
+        word = self.take("ident", "a type like f32[4, 4] or int")
+        if word in SCALAR_KINDS:
+            return ScalarType(word)
+        if word not in DTYPES:
+            raise self.error(f"unknown dtype {word!r} (known: {', '.join(DTYPES)})", tok)
+        shape = self.parse_dims()
+        strides = None
+        if self.accept("strided"):
+            strides = self.parse_dims()
+        device = "cpu"
+        if self.peek()[0] == "at":
+            device = self.take("at", "a device")[1:]
+        return TensorType(shape, word, device, strides)
+
+    def parse_dims(self) -> tuple:
+        self.expect("[")
+        dims: list = []
+        if self.accept("]"):
+            return ()
+        while True:
+            kind, text, _, _ = self.peek()
+            self.i += 1
+            if kind == "number" and text.lstrip("-").isdigit():
+                dims.append(int(text))
+            elif text == "?":
+                dims.append(None)
+            elif kind == "ident":
+                dims.append(text)
+            elif kind == "string":
+                dims.append(json.loads(text))
+            else:
+                self.i -= 1
+                raise self.error("expected a dim (int, symbol or ?)")
+            if self.accept("]"):
+                return tuple(dims)
+            self.expect(",")
+
+
+def parse_graph(text: str, source: str | None = None) -> Graph:
+    """Parse IR text; raises :class:`torchloom.errors.ParseError` with line:column."""
+    return _Parser(text, source).parse_graph()
+
+
+__all__ = ["print_graph", "print_node", "parse_graph", "format_type", "format_attr",
+           "DTYPE_NAMES"]

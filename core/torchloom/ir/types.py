@@ -1,0 +1,146 @@
+"""Value types of the IR: tensors (shape, dtype, device, strides) and scalars.
+
+Dims are ints, symbols (``str`` such as ``"s0"``) or ``None`` for unknown. ``strides``
+is ``None`` when the tensor is contiguous (the common case prints shortest).
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import attrs
+import torch
+
+Dim = Union[int, str, None]
+
+#: short IR dtype name <-> torch dtype
+DTYPES: dict[str, torch.dtype] = {
+    "f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
+    "u8": torch.uint8, "b8": torch.bool, "c64": torch.complex64, "c128": torch.complex128,
+    "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
+}
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+
+SCALAR_KINDS = ("int", "float", "bool", "str", "none", "any")
+
+
+def contiguous_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+    """Row-major strides of ``shape``, or None when a dim is not a known int."""
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _dims(value) -> tuple[Dim, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class TensorType:
+    """A tensor's metadata. Construct through :meth:`make` to normalise strides."""
+
+    shape: tuple[Dim, ...] = attrs.field(converter=_dims)
+    dtype: str = "f32"
+    device: str = "cpu"
+    strides: tuple[Dim, ...] | None = attrs.field(default=None,
+                                                  converter=attrs.converters.optional(_dims))
+
+    @classmethod
+    def make(cls, shape, dtype="f32", device="cpu", strides=None) -> "TensorType":
+        shape = tuple(shape)
+        if isinstance(dtype, torch.dtype):
+            dtype = DTYPE_NAMES[dtype]
+        if strides is not None:
+            strides = tuple(strides)
+            if strides == contiguous_strides(shape) or _size1_equivalent(shape, strides):
+                strides = None
+        return cls(shape, dtype, str(device), strides)
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "TensorType":
+        """The type of a real or fake tensor; symbolic sizes become symbol names."""
+        return cls.make([_dim_of(d) for d in t.shape], t.dtype, t.device,
+                        [_dim_of(s) for s in t.stride()])
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape) and (
+            self.strides is None or all(isinstance(s, int) for s in self.strides))
+
+    def actual_strides(self) -> tuple[Dim, ...] | None:
+        return self.strides if self.strides is not None else contiguous_strides(self.shape)
+
+    def numel(self) -> int | None:
+        n = 1
+        for d in self.shape:
+            if not isinstance(d, int):
+                return None
+            n *= d
+        return n
+
+    def nbytes(self) -> int | None:
+        n = self.numel()
+        return None if n is None else n * self.torch_dtype.itemsize
+
+    def with_(self, **changes) -> "TensorType":
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen
+class ScalarType:
+    """A non-tensor value: ``int``, ``float``, ``bool``, ``str``, ``none`` or ``any``."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(SCALAR_KINDS))
+
+
+Type = Union[TensorType, ScalarType]
+
+
+def _size1_equivalent(shape, strides) -> bool:
+    """Strides only differ from contiguous ones in dims of size <= 1 (which never matter)."""
+    ref = contiguous_strides(shape)
+    if ref is None or len(ref) != len(strides):
+        return False
+    return all(d <= 1 or s == r for d, s, r in zip(shape, strides, ref))
+
+
+def _dim_of(d) -> Dim:
+    if isinstance(d, int):
+        return d
+    try:  # a SymInt: a plain int when it is backed by a constant
+        expr = d.node.expr
+    except AttributeError:
+        return None
+    return int(expr) if expr.is_number else str(expr).replace(" ", "")
+
+
+def type_of(value) -> Type:
+    """The IR type of an example value (tensor, SymInt or Python scalar)."""
+    if isinstance(value, torch.Tensor):
+        return TensorType.of(value)
+    if isinstance(value, bool):
+        return ScalarType("bool")
+    if isinstance(value, (int, torch.SymInt)):
+        return ScalarType("int")
+    if isinstance(value, (float, torch.SymFloat)):
+        return ScalarType("float")
+    if isinstance(value, torch.SymBool):
+        return ScalarType("bool")
+    if isinstance(value, str):
+        return ScalarType("str")
+    if value is None:
+        return ScalarType("none")
+    return ScalarType("any")

@@ -1,0 +1,130 @@
+"""``verify(graph)``: the IR invariants every pass must keep.
+
+- SSA and dominance: each input of a node is a graph input or an output of an earlier
+  node of the same graph; regions are isolated (they read only their own inputs).
+- Use lists: ``value.uses`` lists exactly the input slots that read the value.
+- Types: output types agree with the op's shape/dtype inference (when it can infer).
+- Regions: a region's inputs and outputs match its node's inputs and outputs in number
+  and type.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from torchloom.errors import VerifyError
+from torchloom.ir.graph import Graph, Node, node_error
+from torchloom.ir.text import format_type
+from torchloom.ir.types import TensorType
+
+
+def verify(graph: Graph, registry=None) -> None:
+    """Raise :class:`VerifyError` (showing the node in printed IR) on the first violation.
+
+    ``registry`` (an :class:`~torchloom.ops.registry.OpRegistry`) enables type checks.
+    """
+    _verify_graph(graph, registry)
+
+
+def _verify_graph(graph: Graph, registry) -> None:
+    defined = set(graph.inputs)
+    names = set()
+    for v in graph.inputs:
+        _check_name(graph, v.name, names, None)
+    count = 0
+    prev = None
+    for node in graph.nodes:
+        count += 1
+        if node.graph is not graph or node.prev is not prev:
+            raise node_error(node, "node list is corrupt (wrong graph or broken links)")
+        prev = node
+        for i, v in enumerate(node.inputs):
+            if v not in defined:
+                if v.graph is not graph:
+                    raise node_error(node, f"input {i} (%{v.name}) is not defined in this "
+                                           f"graph (regions may only read their own inputs)")
+                raise node_error(node, f"input {i} (%{v.name}) is used before it is defined")
+        need = Counter(node.inputs)
+        for v, k in need.items():
+            have = sum(1 for u in v.uses if u is node)
+            if have != k:
+                raise node_error(node, f"use list of %{v.name} records this node {have} "
+                                       f"time(s), but it is read {k} time(s)")
+        for i, v in enumerate(node.outputs):
+            if v.producer is not node or v.index != i:
+                raise node_error(node, f"output %{v.name} does not point back at its node")
+            _check_name(graph, v.name, names, node)
+            for u in v.uses:
+                if u.graph is None or v not in u.inputs:
+                    raise node_error(node, f"%{v.name} lists a use by {u.op} that does not "
+                                           f"read it (dangling use)")
+            defined.add(v)
+        if node.region is not None:
+            _verify_region(node, registry)
+        elif registry is not None:
+            _verify_types(node, registry)
+    if count != len(graph):
+        raise VerifyError(f"in graph @{graph.name}: node count {len(graph)} disagrees with "
+                          f"the node list ({count})")
+    for v in graph.inputs:
+        for u in v.uses:
+            if u.graph is None or v not in u.inputs:
+                raise VerifyError(f"in graph @{graph.name}: input %{v.name} lists a use by "
+                                  f"{u.op} that does not read it (dangling use)")
+    for i, v in enumerate(graph.outputs):
+        if v not in defined:
+            raise VerifyError(f"in graph @{graph.name}: output {i} (%{v.name}) is not "
+                              f"defined in this graph")
+
+
+def _check_name(graph: Graph, name: str, names: set, node: Node | None) -> None:
+    if name in names:
+        msg = f"value name %{name} is defined twice"
+        if node is None:
+            raise VerifyError(f"in graph @{graph.name}: {msg}")
+        raise node_error(node, msg)
+    names.add(name)
+
+
+def _verify_region(node: Node, registry) -> None:
+    region = node.region
+    if region.owner is not node:
+        raise node_error(node, "region does not point back at its node")
+    if len(region.inputs) != len(node.inputs):
+        raise node_error(node, f"region has {len(region.inputs)} inputs, node has "
+                               f"{len(node.inputs)}")
+    if len(region.outputs) != len(node.outputs):
+        raise node_error(node, f"region returns {len(region.outputs)} values, node has "
+                               f"{len(node.outputs)} outputs")
+    for i, (outer, inner) in enumerate(zip(node.inputs, region.inputs)):
+        if outer.type != inner.type:
+            raise node_error(node, f"region input {i} is {format_type(inner.type)} but the "
+                                   f"node passes {format_type(outer.type)}")
+    for i, (outer, inner) in enumerate(zip(node.outputs, region.outputs)):
+        if not _same_type(outer.type, inner.type):
+            raise node_error(node, f"region output {i} is {format_type(inner.type)} but the "
+                                   f"node declares {format_type(outer.type)}")
+    _verify_graph(region, registry)
+
+
+def _same_type(a, b) -> bool:
+    """Equal shape, dtype and device; strides are layout facts that codegens may choose."""
+    if isinstance(a, TensorType) and isinstance(b, TensorType):
+        return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+    return a == b
+
+
+def _verify_types(node: Node, registry) -> None:
+    opdef = registry.get(node.op)
+    if opdef.category == "opaque" and opdef.fn is None:
+        return
+    inferred = opdef.infer_types(node)
+    if inferred is None:
+        return
+    if len(inferred) != len(node.outputs):
+        raise node_error(node, f"{node.op} produces {len(inferred)} values, the node has "
+                               f"{len(node.outputs)} outputs")
+    for i, (v, t) in enumerate(zip(node.outputs, inferred)):
+        if not _same_type(v.type, t):
+            raise node_error(node, f"output {i} (%{v.name}) is declared "
+                                   f"{format_type(v.type)} but {node.op} gives {format_type(t)}")

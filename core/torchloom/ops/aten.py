@@ -1,0 +1,111 @@
+"""The aten table: categories for torch ops, derived from schemas and tags, with a small
+override table where tags say too little.
+
+Name forms: ``aten.add.Tensor`` (an overload), ``aten.gelu`` (means ``.default``),
+``prims.convert_element_type.default``, any ``namespace.op.overload`` of ``torch.ops``,
+and ``python.<module>.<attr>`` for plain Python callables such as ``python.operator.getitem``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from torchloom.ops.registry import OpDef, OpRegistry
+
+#: categories the tags get wrong or leave out
+CATEGORY_OVERRIDES: dict[str, str] = {
+    "aten._to_copy.default": "pointwise",       # a cast; fusion checks that the device stays
+    "aten._unsafe_view.default": "view",         # a view without alias annotations
+    "aten.clone.default": "pointwise",
+    "aten.copy.default": "layout",
+    "aten.lift_fresh_copy.default": "layout",
+    "aten.contiguous.default": "layout",
+    "aten.native_dropout.default": "random",
+    "aten.sum.default": "reduction",
+    "aten.var_mean.correction": "reduction",
+    "aten.std.correction": "reduction",
+    "aten.max.dim": "reduction",
+    "aten.min.dim": "reduction",
+    "aten.logsumexp.default": "reduction",
+    "prims.convert_element_type.default": "pointwise",
+}
+
+#: views that return a list of tensors
+_SEQUENCE_VIEWS = ("split", "unbind", "chunk", "split_with_sizes", "tensor_split")
+
+
+def resolve(name: str) -> OpDef | None:
+    """Build the OpDef for a torch or Python callable named ``name`` (None if no such op)."""
+    target = find_callable(name)
+    if target is None:
+        return None
+    if isinstance(target, torch._ops.OpOverload):
+        return opdef_for_overload(name, target)
+    return OpDef(name, "opaque", fn=target)
+
+
+def find_callable(name: str):
+    parts = name.split(".")
+    if parts[0] == "python" and len(parts) >= 3:
+        try:
+            module = importlib.import_module(".".join(parts[1:-1]))
+        except ImportError:
+            return None
+        return getattr(module, parts[-1], None)
+    if len(parts) not in (2, 3):
+        return None
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return getattr(packet, parts[2] if len(parts) == 3 else "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def category_of(name: str, op: torch._ops.OpOverload) -> str:
+    if name in CATEGORY_OVERRIDES:
+        return CATEGORY_OVERRIDES[name]
+    schema = op._schema
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        return "mutating"
+    tags = set(op.tags)
+    if torch.Tag.nondeterministic_seeded in tags:
+        return "random"
+    if any(r.alias_info is not None for r in schema.returns):
+        return "view"
+    if torch.Tag.pointwise in tags:
+        return "pointwise"
+    if torch.Tag.reduction in tags:
+        return "reduction"
+    return "opaque"
+
+
+def opdef_for_overload(name: str, op: torch._ops.OpOverload) -> OpDef:
+    schema = op._schema
+    category = category_of(name, op)
+    written = frozenset(a.name for a in schema.arguments
+                        if a.alias_info is not None and a.alias_info.is_write)
+    aliases: dict[int, str] = {}
+    for i, ret in enumerate(schema.returns):
+        if ret.alias_info is None:
+            continue
+        for arg in schema.arguments:
+            if arg.alias_info is not None and arg.alias_info.before_set == ret.alias_info.before_set:
+                # a list return (split, unbind) aliases the argument with every element
+                aliases[-1 if _returns_list(schema) else i] = arg.name
+                break
+    if category == "view" and not aliases:  # _unsafe_view; list views (split) alias the lot
+        aliases = {-1 if _returns_list(schema) else 0: schema.arguments[0].name}
+    fn = getattr(op, "_op", op)  # the C++ entry point: no Python frame per call
+    return OpDef(name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
+                 returns_sequence=len(schema.returns) != 1 or _returns_list(schema))
+
+
+def _returns_list(schema) -> bool:
+    return len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.ListType)
+
+
+def default_registry() -> OpRegistry:
+    """A registry that resolves torch ops by name. Plugins add their ops to it."""
+    return OpRegistry(resolver=resolve)

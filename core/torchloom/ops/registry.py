@@ -1,0 +1,234 @@
+"""The op registry: what each op is (category), how to call it, what it returns and
+what it aliases or mutates.
+
+Aten ops are described from their torch schema and tags (see :mod:`torchloom.ops.aten`);
+plugins register their own ops through the ``torchloom_ops`` hook. An op that no table
+knows still gets an ``opaque`` definition, so it imports and runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchloom.ir.graph import InputRef, Node
+from torchloom.ir.types import ScalarType, TensorType, Type, type_of
+
+CATEGORIES = ("pointwise", "reduction", "view", "layout", "opaque", "random", "mutating")
+
+#: infer(node) -> output types, or None when they cannot be inferred (symbolic shapes)
+InferFn = Callable[[Node], "list[Type] | None"]
+
+
+@attrs.frozen
+class OpDef:
+    """Everything torchloom knows about one op."""
+
+    name: str
+    category: str = attrs.field(validator=attrs.validators.in_(CATEGORIES))
+    #: the callable that executes the op with torch (None for region ops run by codegens)
+    fn: Callable | None = attrs.field(default=None, eq=False)
+    schema: Any = attrs.field(default=None, eq=False, repr=False)
+    #: output i aliases the schema argument named here (views)
+    aliases: Mapping[int, str] = attrs.field(factory=dict)
+    #: schema arguments written in place
+    mutates: frozenset[str] = frozenset()
+    infer: InferFn | None = attrs.field(default=None, eq=False, repr=False)
+    #: the callable returns a tuple/list that the node's outputs unpack
+    returns_sequence: bool = False
+    #: extra facts for passes and codegens (e.g. {"composite": True})
+    traits: frozenset[str] = frozenset()
+    #: cache of meta-tensor inference, owned by this definition (not module-global)
+    _memo: dict = attrs.field(factory=dict, eq=False, repr=False)
+
+    @property
+    def is_view(self) -> bool:
+        return self.category == "view"
+
+    def bind(self, node_inputs: Sequence[Any], attrs_: Mapping[str, Any]):
+        """Positional args and kwargs for calling ``fn`` with these input values."""
+        return bind_args(self.schema, node_inputs, attrs_)
+
+    def call_template(self, node: Node):
+        """``(args, kwargs)`` where ``InputRef(i)`` marks the node's i-th input."""
+        refs = [InputRef(i) for i in range(len(node.inputs))]
+        return bind_args(self.schema, refs, node.attrs)
+
+    def mutated_inputs(self, node: Node) -> list[int]:
+        """Indices into ``node.inputs`` that the op writes."""
+        return _input_indices(self, node, self.mutates)
+
+    def aliased_input(self, node: Node, output: int) -> int | None:
+        """Index into ``node.inputs`` that output ``output`` is a view of, if any."""
+        name = self.aliases.get(output, self.aliases.get(-1))
+        if name is None:
+            return None
+        found = _input_indices(self, node, {name})
+        return found[0] if found else None
+
+    def infer_types(self, node: Node) -> list[Type] | None:
+        if self.infer is not None:
+            return self.infer(node)
+        return meta_infer(self, node)
+
+
+def bind_args(schema, inputs: Sequence[Any], attrs_: Mapping[str, Any]):
+    """Rebuild a call from a node: inputs fill, in order, the schema arguments absent from
+    ``attrs``; ``InputRef`` elements inside attribute lists are replaced by inputs.
+    Schema-less ops take ``attrs['args']``/``attrs['kwargs']`` templates or plain inputs."""
+
+    def resolve(v):
+        if isinstance(v, InputRef):
+            return inputs[v]
+        if isinstance(v, tuple):
+            return [resolve(x) for x in v]
+        return v
+
+    if schema is None:
+        if "args" in attrs_:
+            args = [resolve(a) for a in attrs_["args"]]
+            kwargs = {k: resolve(v) for k, v in dict(attrs_.get("kwargs", ())).items()}
+            return args, kwargs
+        return list(inputs), {}
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    it = iter(range(len(inputs)))
+    positional = True
+    for arg in schema.arguments:
+        if arg.name in attrs_:
+            value = resolve(attrs_[arg.name])
+        else:
+            i = next(it, None)
+            if i is None:
+                positional = False
+                continue
+            value = inputs[i]
+        if positional and not arg.kwarg_only:
+            args.append(value)
+        else:
+            kwargs[arg.name] = value
+    return args, kwargs
+
+
+def _input_indices(op: OpDef, node: Node, names) -> list[int]:
+    if not names or op.schema is None:
+        return []
+    out, next_input = [], 0
+    for arg in op.schema.arguments:
+        if arg.name in node.attrs:
+            v = node.attrs[arg.name]
+            if arg.name in names and isinstance(v, tuple):
+                out.extend(int(x) for x in v if isinstance(x, InputRef))
+            continue
+        if next_input >= len(node.inputs):
+            break
+        if arg.name in names:
+            out.append(next_input)
+        next_input += 1
+    return out
+
+
+def _meta(t: Type):
+    if isinstance(t, TensorType):
+        if not t.is_static:
+            raise _Symbolic
+        return torch.empty_strided(t.shape, t.actual_strides(), dtype=t.torch_dtype,
+                                   device="meta")
+    raise _Symbolic
+
+
+class _Symbolic(Exception):
+    pass
+
+
+def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
+    """Infer output types by running ``op.fn`` on meta tensors (memoised per op)."""
+    if op.fn is None:
+        return None
+    key = (tuple(v.type for v in node.inputs), _hashable(node.attrs))
+    try:
+        return op._memo[key]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable attribute
+        key = None
+    try:
+        metas = [_meta(v.type) if isinstance(v.type, TensorType) else _scalar_example(v.type)
+                 for v in node.inputs]
+        args, kwargs = op.bind(metas, _meta_attrs(node.attrs))
+        with torch.no_grad():
+            result = op.fn(*args, **kwargs)
+    except _Symbolic:
+        return None
+    except Exception:  # an op that has no meta kernel: its types cannot be checked
+        return None
+    results = list(result) if op.returns_sequence else [result]
+    device = _device_of(node)
+    types = [_retarget(type_of(r), device) for r in results]
+    if key is not None:
+        op._memo[key] = types
+    return types
+
+
+def _scalar_example(t: Type):
+    if isinstance(t, ScalarType) and t.kind in ("int", "float", "bool"):
+        return {"int": 1, "float": 1.0, "bool": True}[t.kind]
+    raise _Symbolic
+
+
+def _meta_attrs(attrs_: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (torch.device("meta") if isinstance(v, torch.device) else v)
+            for k, v in attrs_.items()}
+
+
+def _device_of(node: Node) -> str:
+    dev = node.attrs.get("device")
+    if isinstance(dev, torch.device):
+        return str(dev)
+    for v in node.inputs:
+        if isinstance(v.type, TensorType):
+            return v.type.device
+    return "cpu"
+
+
+def _retarget(t: Type, device: str) -> Type:
+    if isinstance(t, TensorType):
+        return attrs.evolve(t, device=device)
+    return t
+
+
+def _hashable(attrs_: Mapping[str, Any]):
+    return tuple(sorted(attrs_.items()))
+
+
+class OpRegistry:
+    """Maps op names to :class:`OpDef`. Lookups of unknown names create opaque defs."""
+
+    def __init__(self, resolver: Callable[[str], OpDef | None] | None = None):
+        self._defs: dict[str, OpDef] = {}
+        self._resolver = resolver
+
+    def register(self, opdef: OpDef, *, replace: bool = False) -> None:
+        if opdef.name in self._defs and not replace:
+            raise ValueError(f"op {opdef.name!r} is already registered")
+        self._defs[opdef.name] = opdef
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._defs
+
+    def get(self, name: str) -> OpDef:
+        """The definition of ``name``; unknown ops resolve through torch or become opaque."""
+        found = self._defs.get(name)
+        if found is None:
+            found = (self._resolver(name) if self._resolver else None) or OpDef(name, "opaque")
+            self._defs[name] = found
+        return found
+
+    def category(self, name: str) -> str:
+        return self.get(name).category
+
+    def names(self) -> list[str]:
+        return sorted(self._defs)

@@ -1,0 +1,224 @@
+"""IR -> one Python callable.
+
+The graph is turned into Python source once (like torch.fx's codegen): one statement per
+node calling a pre-bound callable, constants inlined, values dropped after their last use,
+guards on the inputs at the top. A call therefore does no op-name lookups and no
+interpretation. Region nodes call kernels compiled by a codegen.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchloom.codegen.base import Reason
+from torchloom.ir.graph import Graph, InputRef, Node, Value
+from torchloom.ir.types import TensorType
+from torchloom.ops.registry import OpRegistry
+from torchloom.runtime.guards import describe_mismatch, guard_expressions
+
+log = logging.getLogger("torchloom.runtime")
+
+FUSION_GROUP = "torchloom.fusion_group"
+CONSTANT = "torchloom.constant"
+
+_LITERAL_TYPES = (int, bool, str, type(None))
+
+
+@attrs.frozen
+class Plan:
+    """A generated Python function and the source it was made from."""
+
+    fn: Callable[..., tuple]
+    source: str
+
+
+def build_function(graph: Graph, registry: OpRegistry,
+                   kernel_for: Callable[[Node], Callable] | None = None, *,
+                   guards: bool = False, fallback: Callable | None = None,
+                   tuple_result: bool = True) -> Plan:
+    """Generate ``run(*inputs) -> tuple`` for ``graph``.
+
+    ``kernel_for(node)`` supplies the callable of each region node (default: the region
+    run op by op). With ``guards``, inputs whose metadata differs from the graph's input
+    types are handed to ``fallback(args, index)``.
+    """
+    del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
+    names: dict[Value, str] = {}
+    env: dict[str, Any] = {}
+    lines: list[str] = []
+    params = []
+    for i, v in enumerate(graph.inputs):
+        names[v] = f"a{i}"
+        params.append(f"a{i}")
+    header = f"def run({', '.join(params)}):"
+    if guards and fallback is not None:
+        env["_fallback"] = fallback
+        for i, expr in guard_expressions(graph.inputs, env):
+            lines.append(f"    if {expr}:")
+            lines.append(f"        return _fallback(({', '.join(params)}{',' if params else ''}), {i})")
+    last_use = _last_uses(graph)
+    for idx, node in enumerate(graph.nodes):
+        for v in node.outputs:
+            names[v] = f"v_{v.name}"
+        lines.append("    " + _statement(node, idx, names, env, registry, kernel_for))
+        dead = [names[v] for v in last_use.get(idx, ())]
+        if dead:
+            lines.append("    " + " = ".join(dead) + " = None")
+    outs = ", ".join(names[v] for v in graph.outputs)
+    lines.append(f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})")
+    source = "\n".join([header, *lines]) + "\n"
+    namespace = dict(env)
+    exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
+    return Plan(namespace["run"], source)
+
+
+def _last_uses(graph: Graph) -> dict[int, list[Value]]:
+    """Node index -> values (node outputs) whose last use is that node."""
+    outputs = set(graph.outputs)
+    last: dict[Value, int] = {}
+    position = {}
+    for idx, node in enumerate(graph.nodes):
+        position[node] = idx
+        for v in node.inputs:
+            if v.producer is not None:
+                last[v] = idx
+        for v in node.outputs:  # unused results die right away
+            last.setdefault(v, idx)
+    result: dict[int, list[Value]] = {}
+    for v, idx in last.items():
+        if v not in outputs:
+            result.setdefault(idx, []).append(v)
+    return result
+
+
+def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
+               registry: OpRegistry, kernel_for) -> str:
+    outs = [names[v] for v in node.outputs]
+    if node.op == CONSTANT:
+        return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
+    fname = f"f{idx}"
+    if node.region is not None:
+        env[fname] = kernel_for(node) if kernel_for else build_function(node.region, registry).fn
+        call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
+        unpack = True
+    else:
+        opdef = registry.get(node.op)
+        if opdef.fn is None:
+            raise TypeError(f"op {node.op} has no callable; it must be lowered by a pass")
+        env[fname] = opdef.fn
+        args, kwargs = opdef.call_template(node)
+        parts = [_literal(a, names, node, env, idx) for a in args]
+        parts += [f"{k}={_literal(v, names, node, env, idx)}" for k, v in kwargs.items()]
+        call = f"{fname}({', '.join(parts)})"
+        unpack = opdef.returns_sequence or len(outs) != 1
+    if not outs:
+        return call
+    if unpack:
+        return f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {call}"
+    return f"{outs[0]} = {call}"
+
+
+def _literal(value: Any, names, node: Node, env: dict[str, Any], idx: int) -> str:
+    if isinstance(value, InputRef):
+        return names[node.inputs[value]]
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(v, names, node, env, idx) for v in value) + "]"
+    if isinstance(value, _LITERAL_TYPES) or (isinstance(value, float) and math.isfinite(value)):
+        return repr(value)
+    key = f"c{idx}_{len(env)}"
+    env[key] = value
+    return key
+
+
+@attrs.define
+class GroupChoice:
+    """Which codegen runs a group, and why others did not."""
+
+    node: Node
+    codegen: str
+    fallback_reasons: list[Reason] = attrs.field(factory=list)
+
+
+class KernelCache:
+    """Compiled kernels in memory, keyed by (codegen name, structural hash of the group)."""
+
+    def __init__(self):
+        self._kernels: dict[tuple[str, str], Callable] = {}
+        self.compiles = 0
+        self.hits = 0
+
+    def get_or_compile(self, key: tuple[str, str], compile_fn: Callable[[], Callable]):
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = compile_fn()
+            self._kernels[key] = kernel
+            self.compiles += 1
+        else:
+            self.hits += 1
+        return kernel
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+
+class CompiledGraph:
+    """The runnable result of compiling a graph: guards, kernels, fallback."""
+
+    def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
+                 cache: KernelCache | None = None, fallback: Callable | None = None):
+        from torchloom.ir.canon import structural_hash
+        self.graph = graph
+        self.choices: list[GroupChoice] = []
+        self.cache = cache if cache is not None else KernelCache()
+        self._fallback_fn = fallback
+        self._logged: set[str] = set()
+        self.fallback_calls = 0
+
+        def kernel_for(node: Node) -> Callable:
+            if node.op != FUSION_GROUP:  # other regions (shared subgraphs) run their body
+                return build_function(node.region, registry, kernel_for).fn
+            choice = GroupChoice(node, "eager")
+            for cg in codegens:
+                reason = cg.supports(node, registry)
+                if reason is None:
+                    choice.codegen = cg.name
+                    break
+                choice.fallback_reasons.append(reason)
+            self.choices.append(choice)
+            cg = next(c for c in codegens if c.name == choice.codegen)
+            key = (f"{cg.name}-{cg.version}", structural_hash(node.region))
+            return self.cache.get_or_compile(key, lambda: cg.compile(node, registry))
+
+        self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
+                                   fallback=self._guard_failed)
+
+    def __call__(self, *args):
+        return self.plan.fn(*args)
+
+    def _guard_failed(self, args: tuple, index: int):
+        reason = describe_mismatch(self.graph.inputs[index], args[index])
+        if reason not in self._logged:
+            self._logged.add(reason)
+            log.warning("torchloom: guard failed on @%s (%s); running the original graph",
+                        self.graph.name, reason)
+        self.fallback_calls += 1
+        result = self._fallback_fn(*args)
+        return tuple(result) if isinstance(result, (list, tuple)) else (result,)
+
+    @property
+    def source(self) -> str:
+        return self.plan.source
+
+
+def is_tensor_input(v: Value) -> bool:
+    return isinstance(v.type, TensorType)
+
+
+__all__ = ["build_function", "CompiledGraph", "KernelCache", "Plan", "FUSION_GROUP",
+           "CONSTANT", "torch"]

@@ -1,0 +1,39 @@
+"""Guards on input metadata: shape, dtype, device and strides of every tensor input."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from torchloom.ir.text import format_type
+from torchloom.ir.types import DTYPES, TensorType, type_of
+from torchloom.ir.graph import Value
+
+
+def guard_expressions(inputs: Sequence[Value], env: dict[str, Any]):
+    """Yield ``(input index, python expression true when the guard FAILS)``."""
+    for i, v in enumerate(inputs):
+        t = v.type
+        if not isinstance(t, TensorType) or not t.is_static:
+            continue
+        env[f"g_dtype{i}"] = DTYPES[t.dtype]
+        env[f"g_dev{i}"] = torch.device(t.device)
+        checks = [f"a{i}.shape != {tuple(t.shape)!r}", f"a{i}.dtype is not g_dtype{i}",
+                  f"a{i}.device != g_dev{i}"]
+        if t.strides is None:
+            checks.append(f"not a{i}.is_contiguous()")
+        else:
+            checks.append(f"a{i}.stride() != {tuple(t.strides)!r}")
+        yield i, " or ".join(checks)
+
+
+def describe_mismatch(expected: Value, actual: Any) -> str:
+    """One line saying how an input differs from what the graph was compiled for."""
+    if not isinstance(actual, torch.Tensor):
+        return f"input %{expected.name} is a {type(actual).__name__}, expected a tensor"
+    got = type_of(actual)
+    want = expected.type
+    return (f"input %{expected.name}: compiled for {format_type(want)}, "
+            f"called with {format_type(got)}")
