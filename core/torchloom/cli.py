@@ -1,0 +1,114 @@
+"""The ``torchloom`` command line.
+
+    torchloom plugins [--json]
+    torchloom check PIPELINE
+    torchloom explain WORKLOAD [--pipeline P] [--device D] [--json] [--dump DIR] [--show-ir]
+    torchloom reproduce DIR
+
+User errors exit with code 2 and a one-paragraph message (``--traceback`` shows more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+from torchloom.errors import TorchloomError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchloom", description=__doc__.split("\n")[0])
+    parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plugins", help="list installed plugins, passes, codegens, load errors")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("check", help="validate a pipeline file (or built-in name)")
+    p.add_argument("pipeline")
+    p = sub.add_parser("explain", help="compile a workload, run it once, compare with eager")
+    p.add_argument("workload", help="a Python file defining workload()")
+    p.add_argument("--pipeline", default="default")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--dump", metavar="DIR", help="write IR after each pass and kernel sources")
+    p.add_argument("--show-ir", action="store_true", help="print the IR before and after")
+    p = sub.add_parser("reproduce", help="replay a pass-failure reproducer directory")
+    p.add_argument("directory")
+    args = parser.parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except TorchloomError as exc:
+        if args.traceback:
+            traceback.print_exc()
+        print(f"torchloom {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _plugins(args) -> int:
+    from torchloom.plugins.loader import load_plugins
+    ps = load_plugins()
+    data = {
+        "plugins": [{"name": n, "distribution": d, "version": v}
+                    for n, (d, v) in sorted(ps.plugins.items())],
+        "passes": {n: {"distribution": r.distribution, "plugin": r.plugin,
+                       "doc": (r.obj.__doc__ or "").strip().split("\n")[0]}
+                   for n, r in sorted(ps.passes.items())},
+        "codegens": {n: r.distribution for n, r in sorted(ps.codegens.items())},
+        "runtime_wrappers": {n: r.distribution for n, r in sorted(ps.wrappers.items())},
+        "errors": [{"entry_point": e.entry_point, "distribution": e.distribution,
+                    "error": e.error} for e in ps.errors],
+        "disabled": ps.disabled,
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print("plugins:")
+    for p in data["plugins"]:
+        print(f"  {p['name']:<16} {p['distribution']} {p['version']}")
+    print("passes:")
+    for n, info in data["passes"].items():
+        print(f"  {n:<24} ({info['distribution']}) {info['doc']}")
+    print("codegens: " + ", ".join(f"{n} ({d})" for n, d in data["codegens"].items()))
+    print("runtime wrappers: " + (", ".join(data["runtime_wrappers"]) or "none"))
+    for e in ps.errors:
+        print(f"load error: {e}")
+    if ps.disabled:
+        print("disabled: " + ", ".join(ps.disabled))
+    return 0
+
+
+def _check(args) -> int:
+    from torchloom.passes.pipeline import build_pipeline, read_pipeline
+    from torchloom.plugins.loader import load_plugins
+    raw = read_pipeline(args.pipeline)
+    pipeline = build_pipeline(raw, load_plugins(disable=raw.disable))
+    steps = len(pipeline.flat_steps())
+    print(f"{raw.source}: ok ({steps} passes, codegen {pipeline.codegen}, verify "
+          f"{pipeline.verify}, fingerprint {pipeline.fingerprint()})")
+    for name in pipeline.missing_optional:
+        print(f"  note: optional pass {name!r} is not installed")
+    return 0
+
+
+def _explain(args) -> int:
+    from torchloom.explain import explain, format_explain
+    result = explain(args.workload, pipeline=args.pipeline, device=args.device,
+                     dump_dir=args.dump, keep_ir=args.show_ir)
+    if args.json:
+        print(json.dumps(result.data, indent=2))
+    else:
+        print(format_explain(result, show_ir=args.show_ir))
+    return 0
+
+
+def _reproduce(args) -> int:
+    from torchloom.passes.manager import reproduce
+    print(reproduce(args.directory))
+    return 0
+
+
+_COMMANDS = {"plugins": _plugins, "check": _check, "explain": _explain, "reproduce": _reproduce}
+
+if __name__ == "__main__":
+    sys.exit(main())

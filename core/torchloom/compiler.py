@@ -1,0 +1,148 @@
+"""The compiler: pipeline + plugins + pass manager + codegens + runtime, in one object.
+
+``Compiler(pipeline).compile_fx(gm, example_inputs)`` is what the torch.compile backend
+and ``torchloom explain`` call for every aten graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import attrs
+
+from torchloom.errors import PassError, PipelineError, UnsupportedError
+from torchloom.frontend.fx import ImportedGraph, import_fx
+from torchloom.ir.graph import Graph
+from torchloom.passes.base import PassContext
+from torchloom.passes.manager import PassManager, RunReport
+from torchloom.passes.pipeline import build_pipeline, read_pipeline
+from torchloom.plugins.loader import load_plugins
+from torchloom.runtime.executor import CompiledGraph, KernelCache
+
+log = logging.getLogger("torchloom")
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("TORCHLOOM_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "torchloom"
+
+
+@attrs.define
+class Compilation:
+    """One compiled graph and everything ``explain`` reports about it."""
+
+    name: str
+    nodes_before: int
+    graph: Graph | None = None  # after the pipeline (None when it fell back to eager)
+    compiled: CompiledGraph | None = None
+    fn: Callable | None = None
+    report: RunReport | None = None
+    fallback_reason: str | None = None
+    compile_seconds: float = 0.0
+    before_ir: str | None = None  # IR text before the pipeline, when the compiler keeps it
+    notes: list[str] = attrs.field(factory=list)
+
+
+class Compiler:
+    """Compiles aten FX graphs (or IR graphs) with one pipeline and one plugin set."""
+
+    def __init__(self, pipeline: str | Path = "default", *, plugins=None,
+                 dump_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+                 device: str = "cpu", keep_ir: bool = False):
+        raw = read_pipeline(pipeline)
+        self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
+        for err in self.plugins.errors:
+            log.warning("torchloom: %s", err)
+        self.pipeline = build_pipeline(raw, self.plugins)
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.device = device
+        self.keep_ir = keep_ir
+        self.kernel_cache = KernelCache()
+        self.compilations: list[Compilation] = []
+        self.notes: list[str] = []
+        if self.pipeline.codegen not in self.plugins.codegens:
+            self.notes.append(f"codegen {self.pipeline.codegen!r} is not installed; all groups "
+                              f"run on 'eager'")
+
+    @property
+    def registry(self):
+        return self.plugins.registry
+
+    def context(self) -> PassContext:
+        return PassContext(registry=self.registry, device=self.device, cache_dir=self.cache_dir)
+
+    def compile_graph(self, graph: Graph, fallback: Callable | None = None,
+                      constants: list[Any] | tuple = ()) -> Compilation:
+        """Run the pipeline on ``graph`` (edited in place) and build its callable."""
+        t0 = time.perf_counter()
+        index = len(self.compilations)
+        comp = Compilation(graph.name, graph.num_nodes(), graph,
+                           before_ir=str(graph) if self.keep_ir else None)
+        ctx = self.context()
+        dump = self.dump_dir / f"graph{index}" if self.dump_dir else None
+        manager = PassManager(self.pipeline, self.plugins, dump_dir=dump,
+                              repro_dir=self.cache_dir / "reproducers")
+        comp.report = manager.run(graph, ctx)
+        comp.compiled = CompiledGraph(graph, self.registry,
+                                      self.plugins.codegen_chain(self.pipeline.codegen),
+                                      self.kernel_cache, fallback)
+        fn = comp.compiled.plan.fn
+        if constants:
+            fn = _bind_constants(fn, tuple(constants))
+        for name, options in self.pipeline.runtime.items():
+            fn = self.plugins.wrappers[name].obj.wrap(fn, options, ctx, comp.compiled)
+        comp.fn = fn
+        comp.notes = list(self.notes) + comp.report.notes + [n for n in ctx.notes
+                                                             if n not in comp.report.notes]
+        if dump is not None:
+            _dump_sources(comp, dump, self)
+        comp.compile_seconds = time.perf_counter() - t0
+        self.compilations.append(comp)
+        return comp
+
+    def compile_fx(self, gm, example_inputs) -> Callable:
+        """Compile one aten FX graph; on anything the frontend or a pass cannot handle,
+        log a one-line reason and return the graph to run eagerly."""
+        name = f"graph{len(self.compilations)}"
+        try:
+            imported: ImportedGraph = import_fx(gm, example_inputs, name)
+        except UnsupportedError as exc:
+            return self._eager(gm, name, f"frontend: {exc}")
+        if imported.symbolic:
+            return self._eager(gm, name, "symbolic (dynamic) shapes are not compiled yet")
+        try:
+            comp = self.compile_graph(imported.graph, fallback=gm, constants=imported.constants)
+        except PassError as exc:
+            return self._eager(gm, name, str(exc))
+        return comp.fn
+
+    def _eager(self, gm, name: str, reason: str) -> Callable:
+        log.warning("torchloom: running %s eagerly: %s", name, reason.splitlines()[0])
+        nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        self.compilations.append(Compilation(name, nodes, fallback_reason=reason, fn=gm))
+        return gm
+
+
+def _bind_constants(fn: Callable, constants: tuple) -> Callable:
+    def run(*args):
+        return fn(*args, *constants)
+    return run
+
+
+def _dump_sources(comp: Compilation, dump: Path, compiler: Compiler) -> None:
+    dump.mkdir(parents=True, exist_ok=True)
+    (dump / "runtime.py").write_text(comp.compiled.source)
+    for i, choice in enumerate(comp.compiled.choices):
+        cg = compiler.plugins.codegen(choice.codegen)
+        source = cg.source(choice.node, compiler.registry)
+        if source:
+            suffix = "py"
+            (dump / f"group{i}-{choice.codegen}.{suffix}").write_text(source)
+
+
+__all__ = ["Compiler", "Compilation", "PipelineError"]

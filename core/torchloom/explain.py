@@ -1,0 +1,154 @@
+"""``torchloom explain``: compile a workload, run it once, compare with eager, report.
+
+A workload file defines ``workload()`` (optionally taking ``device``) returning
+``(callable, example_inputs)``. When an input requires grad, the backward pass runs too
+(the sum of the outputs is differentiated) and gradients are compared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import math
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from torchloom.errors import WorkloadError
+
+
+@attrs.define
+class ExplainResult:
+    data: dict[str, Any]
+    compiler: Any
+
+
+def load_workload(path: str | Path, device: str = "cpu"):
+    """Import a workload file and call its ``workload()``."""
+    path = Path(path)
+    if not path.exists():
+        raise WorkloadError(f"workload file {path} does not exist")
+    spec = importlib.util.spec_from_file_location(f"torchloom_workload_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise WorkloadError(f"{path}: importing the workload failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, "workload", None)
+    if fn is None:
+        raise WorkloadError(f"{path} defines no workload() function; it must return "
+                            f"(callable, example_inputs)")
+    try:
+        params = inspect.signature(fn).parameters
+        result = fn(device=device) if "device" in params else fn()
+        model, inputs = result
+    except Exception as exc:
+        raise WorkloadError(f"{path}: workload() failed: {type(exc).__name__}: {exc}") from exc
+    return model, list(inputs)
+
+
+def _flatten(x) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in _flatten(item)]
+    if isinstance(x, dict):
+        return [t for item in x.values() for t in _flatten(item)]
+    return []
+
+
+def _run(fn, inputs, backward: bool):
+    args = [t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor)
+            else t for t in inputs]
+    out = fn(*args)
+    results = [t.detach() for t in _flatten(out)]
+    if backward:
+        total = sum(t.float().sum() for t in _flatten(out) if t.requires_grad)
+        if isinstance(total, torch.Tensor):
+            total.backward()
+        results += [a.grad for a in args if isinstance(a, torch.Tensor) and a.grad is not None]
+        if isinstance(fn, torch.nn.Module):
+            results += [p.grad.clone() for p in fn.parameters() if p.grad is not None]
+            fn.zero_grad(set_to_none=True)
+    return results
+
+
+def max_abs_error(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> float:
+    if len(expected) != len(actual):
+        return math.inf
+    err = 0.0
+    for e, a in zip(expected, actual):
+        if e.shape != a.shape:
+            return math.inf
+        if e.numel() == 0:
+            continue
+        diff = (e.double() - a.double()).abs()
+        both_nan = torch.isnan(e.double()) & torch.isnan(a.double())
+        same_inf = (e.double() == a.double())
+        diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
+        err = max(err, float(diff.max()))
+    return err
+
+
+def explain(workload: str | Path, *, pipeline: str = "default", device: str = "cpu",
+            dump_dir: str | Path | None = None, keep_ir: bool = False) -> ExplainResult:
+    from torchloom.compiler import Compiler
+    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.report import summarize
+    compiler = Compiler(pipeline, dump_dir=dump_dir, device=device, keep_ir=keep_ir)
+    model, inputs = load_workload(workload, device)
+    backward = any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or (
+        isinstance(model, torch.nn.Module) and any(p.requires_grad for p in model.parameters()))
+    torch.manual_seed(0)
+    expected = _run(model, inputs, backward)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    torch.manual_seed(0)
+    actual = _run(compiled, inputs, backward)
+    torch._dynamo.reset()
+    data = summarize(compiler.compilations, compiler.registry, compiler.kernel_cache)
+    data["max_abs_error"] = max_abs_error(expected, actual)
+    data["backward"] = backward
+    data["workload"] = str(workload)
+    data["pipeline"] = compiler.pipeline.name
+    data["compile_seconds"] = round(sum(c.compile_seconds for c in compiler.compilations), 4)
+    return ExplainResult(data, compiler)
+
+
+def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
+    d = result.data
+    lines = [f"workload {d['workload']} with pipeline {d['pipeline']!r}"
+             f"{' (forward and backward)' if d['backward'] else ''}"]
+    for comp in result.compiler.compilations:
+        if comp.fallback_reason:
+            lines.append(f"  {comp.name}: ran eagerly: {comp.fallback_reason}")
+            continue
+        from torchloom.report import count_kernels, fusion_groups
+        lines.append(f"  {comp.name}: {comp.nodes_before} nodes -> {comp.graph.num_nodes()}, "
+                     f"{len(fusion_groups(comp.graph))} fusion groups, "
+                     f"{count_kernels(comp.graph, result.compiler.registry)} kernels per call, "
+                     f"compiled in {comp.compile_seconds * 1e3:.1f} ms")
+        for rec in comp.report.records:
+            stats = ", ".join(f"{k}={v}" for k, v in rec.stats.items() if v)
+            flag = "changed" if rec.changed else "no change"
+            lines.append(f"      {rec.name:<24} {rec.ms:8.2f} ms  {flag}"
+                         f"{'  ' + stats if stats else ''}")
+        for choice in comp.compiled.choices:
+            for reason in choice.fallback_reasons:
+                lines.append(f"      group runs on eager: {reason}")
+        if show_ir:
+            lines.append("    before:")
+            lines.extend("      " + ln for ln in (comp.before_ir or "").splitlines())
+            lines.append("    after:")
+            lines.extend("      " + ln for ln in str(comp.graph).splitlines())
+    for note in d["notes"]:
+        lines.append(f"  note: {note}")
+    status = "matches eager" if d["max_abs_error"] <= 1e-4 else "DIFFERS from eager"
+    lines.append(f"total: {d['fusion_groups']} fusion groups, {d['kernels']} kernels per call, "
+                 f"{d['unique_kernels']} unique kernels; max abs error {d['max_abs_error']:.3g} "
+                 f"({status})")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""The pass API.
+
+A pass is a frozen attrs class whose fields are its options (typed, with defaults and
+validators, so a pipeline file can be checked against them)::
+
+    @attrs.frozen
+    class PowToMul(Pass):
+        '''x ** 2 -> x * x.
+
+        before:  %y = aten.pow.Tensor_Scalar(%x) {exponent = 2} : f32[4]
+        after:   %y = aten.mul.Tensor(%x, %x) : f32[4]
+        '''
+        name: ClassVar[str] = "example.pow-to-mul"
+        def run(self, graph: Graph, ctx: PassContext) -> PassResult: ...
+
+``run`` edits the graph in place and returns :class:`PassResult` saying honestly whether
+anything changed. Passes keep no state between runs; configuration arrives through the
+fields and the :class:`PassContext`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from torchloom.ir.graph import Graph
+
+
+@attrs.frozen
+class PassResult:
+    """What a pass did: ``changed`` is True iff the graph differs; ``stats`` are counters."""
+
+    changed: bool
+    stats: dict[str, int] = attrs.field(factory=dict)
+
+
+@attrs.define
+class PassContext:
+    """What a pass may consult while running. Owned by one compilation."""
+
+    registry: Any  # torchloom.ops.registry.OpRegistry
+    device: str = "cpu"
+    log: logging.Logger = attrs.field(factory=lambda: logging.getLogger("torchloom.passes"))
+    #: counters summed over the pipeline run, "pass.counter" -> value
+    stats: dict[str, int] = attrs.field(factory=dict)
+    cache_dir: Path | None = None
+    #: human-readable decisions passes want ``explain`` to show
+    notes: list[str] = attrs.field(factory=list)
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def count(self, key: str, amount: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + amount
+
+
+class Pass:
+    """Base class of passes. Subclasses are ``@attrs.frozen`` and set ``name``."""
+
+    name: ClassVar[str] = ""
+    #: passes that must appear earlier in the pipeline whenever this one is used
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: passes that, when present in the pipeline, must appear earlier than this one
+    after: ClassVar[tuple[str, ...]] = ()
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def options(self) -> dict[str, Any]:
+        """This instance's option values, by field name."""
+        return attrs.asdict(self, recurse=False)
+
+    @classmethod
+    def source_hash(cls) -> str:
+        """Hash of the source file of the module defining this pass."""
+        module = sys.modules.get(cls.__module__)
+        path = getattr(module, "__file__", None)
+        data = Path(path).read_bytes() if path and Path(path).exists() else cls.__qualname__.encode()
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    def identity(self, distribution: str = "?", version: str = "?") -> dict[str, Any]:
+        """What makes this pass's output reproducible: name, options, code and version."""
+        return {"name": self.name, "options": {k: repr(v) for k, v in self.options().items()},
+                "distribution": distribution, "version": version,
+                "source": self.source_hash()}

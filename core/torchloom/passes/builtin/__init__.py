@@ -1,0 +1,1 @@
+"""Passes shipped with the core: dce, cse, canonicalize."""

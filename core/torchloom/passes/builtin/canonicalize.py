@@ -1,0 +1,57 @@
+"""``canonicalize``: remove views and casts that do nothing."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from torchloom.ir.graph import Graph
+from torchloom.ir.types import TensorType
+from torchloom.passes.base import Pass, PassContext, PassResult
+from torchloom.passes.builtin.purity import mutated_values
+
+#: ops that are the identity when their result's type equals their input's type
+_IDENTITY_WHEN_SAME_TYPE = frozenset({
+    "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
+    "aten.expand.default", "aten._to_copy.default", "aten.clone.default",
+})
+
+
+@attrs.frozen
+class Canonicalize(Pass):
+    """Fold identity views and casts into their input.
+
+    before::
+
+        %v = aten.view.default(%x) {size = [4, 8]} : f32[4, 8]
+        %e = aten.exp.default(%v) : f32[4, 8]
+
+    after::
+
+        %e = aten.exp.default(%x) : f32[4, 8]
+
+    A result that is a graph output, or a value written in place, is kept: replacing it
+    would change which tensors alias.
+    """
+
+    name: ClassVar[str] = "canonicalize"
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        written = mutated_values(graph, ctx.registry)
+        outputs = set(graph.outputs)
+        folded = 0
+        for node in list(graph.nodes):
+            if node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1:
+                continue
+            src, dst = node.inputs[0], node.output
+            if not isinstance(src.type, TensorType) or src.type != dst.type:
+                continue
+            if dst in outputs or src in written or dst in written:
+                continue
+            if node.op == "aten._to_copy.default" and set(node.attrs) - {"dtype"}:
+                continue
+            graph.replace_all_uses(dst, src)
+            graph.erase(node)
+            folded += 1
+        return PassResult(folded > 0, {"folded": folded})

@@ -1,0 +1,66 @@
+"""``cse``: merge pure nodes that compute the same thing from the same inputs."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from torchloom.ir.graph import Graph
+from torchloom.passes.base import Pass, PassContext, PassResult
+from torchloom.passes.builtin.purity import is_pure, mutated_values
+from torchloom.runtime.executor import FUSION_GROUP
+
+
+@attrs.frozen
+class CommonSubexpressionElimination(Pass):
+    """Replace a node by an earlier identical one (same op, inputs and attributes).
+
+    before::
+
+        %a = aten.exp.default(%x) : f32[4]
+        %b = aten.exp.default(%x) : f32[4]
+        %c = aten.add.Tensor(%a, %b) : f32[4]
+
+    after::
+
+        %a = aten.exp.default(%x) : f32[4]
+        %c = aten.add.Tensor(%a, %a) : f32[4]
+
+    Random, mutating and side-effecting ops are never merged, nor are readers of a value
+    that is written in place somewhere in the graph.
+    """
+
+    name: ClassVar[str] = "cse"
+    regions: bool = True
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        merged = self._run(graph, ctx)
+        return PassResult(merged > 0, {"merged": merged})
+
+    def _run(self, graph: Graph, ctx: PassContext) -> int:
+        written = mutated_values(graph, ctx.registry)
+        seen: dict = {}
+        merged = 0
+        for node in list(graph.nodes):
+            if node.region is not None:
+                if self.regions and node.op == FUSION_GROUP:
+                    merged += self._run(node.region, ctx)
+                continue
+            if not is_pure(node, ctx.registry) or any(v in written for v in node.inputs):
+                continue
+            try:
+                key = (node.op, tuple(map(id, node.inputs)), tuple(sorted(node.attrs.items())),
+                       tuple(v.type for v in node.outputs))
+                hash(key)
+            except TypeError:
+                continue
+            first = seen.get(key)
+            if first is None:
+                seen[key] = node
+                continue
+            for old, new in zip(node.outputs, first.outputs):
+                graph.replace_all_uses(old, new)
+            graph.erase(node)
+            merged += 1
+        return merged

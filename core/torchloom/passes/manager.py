@@ -1,0 +1,219 @@
+"""The pass manager: runs a pipeline, verifies, times, instruments, dumps, rolls back.
+
+When a pass raises, or leaves a graph the verifier rejects, the graph from before that
+pass is restored, the error names the pass and its distribution, and a reproducer
+directory is written (IR before the pass, the pipeline file, the pass and its options,
+versions) that ``torchloom reproduce DIR`` replays to the same error.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from torchloom.errors import PassError, PipelineError, TorchloomError
+from torchloom.ir.graph import Graph, clone_graph
+from torchloom.ir.verify import verify
+from torchloom.passes.base import PassContext, PassResult
+from torchloom.passes.pipeline import FixpointStep, PassStep, Pipeline
+
+
+@attrs.define
+class PassRecord:
+    name: str
+    ms: float
+    changed: bool
+    stats: dict[str, int]
+    distribution: str
+    skipped: str | None = None  # why, when on_error = "skip" dropped it
+
+
+@attrs.define
+class RunReport:
+    records: list[PassRecord] = attrs.field(factory=list)
+    notes: list[str] = attrs.field(factory=list)
+
+    def total_ms(self) -> float:
+        return sum(r.ms for r in self.records)
+
+
+def restore(graph: Graph, snapshot: Graph) -> None:
+    """Make ``graph`` (the object callers hold) take the content of ``snapshot``."""
+    graph.inputs, graph.outputs = snapshot.inputs, snapshot.outputs
+    graph.first, graph.last, graph._len = snapshot.first, snapshot.last, snapshot._len
+    graph._names, graph._counter = snapshot._names, snapshot._counter
+    graph._positions_valid = False
+    for v in graph.inputs:
+        v.graph = graph
+    for n in graph.nodes:
+        n.graph = graph
+        for v in n.outputs:
+            v.graph = graph
+
+
+class PassManager:
+    def __init__(self, pipeline: Pipeline, plugins, *, dump_dir: str | Path | None = None,
+                 repro_dir: str | Path | None = None, instruments: list[Any] | None = None):
+        self.pipeline = pipeline
+        self.plugins = plugins
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self.repro_dir = Path(repro_dir) if repro_dir else None
+        self.instruments = [r.obj for r in plugins.instruments] + list(instruments or [])
+        self._dumped = 0
+
+    def run(self, graph: Graph, ctx: PassContext) -> RunReport:
+        report = RunReport()
+        for name in self.pipeline.missing_optional:
+            report.notes.append(f"optional pass {name!r} is not installed; skipped")
+        self._dump(graph, "input")
+        for step in self.pipeline.steps:
+            if isinstance(step, PassStep):
+                self._run_step(step, graph, ctx, report)
+            else:
+                self._run_fixpoint(step, graph, ctx, report)
+        if self.pipeline.verify == "end":
+            verify(graph, ctx.registry)
+        report.notes.extend(ctx.notes)
+        return report
+
+    def _run_fixpoint(self, step: FixpointStep, graph: Graph, ctx: PassContext,
+                      report: RunReport) -> None:
+        for _ in range(step.max_iterations):
+            changed = [s.name for s in step.passes if self._run_step(s, graph, ctx, report)]
+            if not changed:
+                return
+        message = (f"{self.pipeline.source}:{step.line}: fixpoint group "
+                   f"[{', '.join(s.name for s in step.passes)}] did not converge in "
+                   f"{step.max_iterations} iterations (still changing: {', '.join(changed)}); "
+                   f"raise max_iterations or fix the pass that keeps changing the graph")
+        if self.pipeline.on_error == "raise":
+            raise PipelineError(message)
+        report.notes.append(message)
+        ctx.log.warning("torchloom: %s", message)
+
+    def _run_step(self, step: PassStep, graph: Graph, ctx: PassContext,
+                  report: RunReport) -> bool:
+        pass_ = step.pass_
+        snapshot, _ = clone_graph(graph)
+        for ins in self.instruments:
+            if hasattr(ins, "before_pass"):
+                ins.before_pass(pass_, graph, ctx)
+        t0 = time.perf_counter()
+        try:
+            result = pass_.run(graph, ctx)
+            if not isinstance(result, PassResult):
+                raise TypeError(f"run() returned {type(result).__name__}, not PassResult")
+            if self.pipeline.verify == "each":
+                verify(graph, ctx.registry)
+        except Exception as exc:  # the pass's fault: roll back and name it
+            seconds = time.perf_counter() - t0
+            restore(graph, snapshot)
+            return self._failed(step, snapshot, exc, seconds, ctx, report)
+        seconds = time.perf_counter() - t0
+        for key, value in result.stats.items():
+            ctx.count(f"{step.name}.{key}", value)
+        report.records.append(PassRecord(step.name, seconds * 1e3, result.changed,
+                                         dict(result.stats), step.distribution))
+        for ins in self.instruments:
+            if hasattr(ins, "after_pass"):
+                ins.after_pass(pass_, graph, ctx, result, seconds)
+        self._dump(graph, step.name)
+        return result.changed
+
+    def _failed(self, step: PassStep, before: Graph, exc: Exception, seconds: float,
+                ctx: PassContext, report: RunReport) -> bool:
+        kind = "left a graph the verifier rejects" if _is_verify(exc) else "raised"
+        detail = f"{type(exc).__name__}: {exc}"
+        repro = self._write_reproducer(step, before, exc)
+        message = (f"pass {step.name!r} (distribution {step.distribution} {step.version}) "
+                   f"{kind}: {detail}\nThe graph from before the pass was restored.")
+        if repro:
+            message += f"\nReproducer: {repro} (replay with: torchloom reproduce {repro})"
+        if self.pipeline.on_error == "skip":
+            note = f"pass {step.name!r} skipped after it failed: {detail.splitlines()[0]}"
+            if note not in report.notes:
+                report.notes.append(note)
+                ctx.log.warning("torchloom: %s", note)
+            report.records.append(PassRecord(step.name, seconds * 1e3, False, {},
+                                             step.distribution, skipped=detail))
+            return False
+        raise PassError(message, step.name, step.distribution, repro) from exc
+
+    def _write_reproducer(self, step: PassStep, before: Graph, exc: Exception) -> str | None:
+        if self.repro_dir is None:
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        d = self.repro_dir / f"{step.name}-{stamp}-{id(exc) % 10000:04d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "before.ir").write_text(str(before))
+        (d / "pipeline.toml").write_text(self.pipeline.text)
+        (d / "pass.json").write_text(json.dumps({
+            "pass": step.name, "options": _jsonable(step.pass_.options()),
+            "distribution": step.distribution, "version": step.version,
+            "verify": self.pipeline.verify, "error": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(exc)),
+        }, indent=2))
+        (d / "versions.json").write_text(json.dumps(versions(self.plugins), indent=2))
+        return str(d)
+
+    def _dump(self, graph: Graph, label: str) -> None:
+        if self.dump_dir is None:
+            return
+        self.dump_dir.mkdir(parents=True, exist_ok=True)
+        (self.dump_dir / f"{self._dumped:02d}-{label}.ir").write_text(str(graph))
+        self._dumped += 1
+
+
+def _is_verify(exc: Exception) -> bool:
+    from torchloom.errors import VerifyError
+    return isinstance(exc, VerifyError)
+
+
+def _jsonable(options: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in options.items():
+        try:
+            json.dumps(v)
+            out[k] = v
+        except TypeError:
+            out[k] = repr(v)
+    return out
+
+
+def versions(plugins) -> dict[str, Any]:
+    import torch
+    from torchloom import __version__
+    return {"torchloom": __version__, "torch": torch.__version__,
+            "python": platform.python_version(),
+            "plugins": {name: {"distribution": d, "version": v}
+                        for name, (d, v) in sorted(plugins.plugins.items())}}
+
+
+def reproduce(directory: str | Path, plugins=None) -> str:
+    """Replay a reproducer. Raises the pass's error again (as :class:`PassError`);
+    returns a message when the pass now succeeds."""
+    from torchloom.ir.text import parse_graph
+    from torchloom.passes.pipeline import PassStep, Pipeline
+    from torchloom.plugins.loader import load_plugins
+    d = Path(directory)
+    if not (d / "pass.json").exists() or not (d / "before.ir").exists():
+        raise TorchloomError(f"{d} is not a reproducer directory (needs before.ir and pass.json)")
+    meta = json.loads((d / "pass.json").read_text())
+    graph = parse_graph((d / "before.ir").read_text(), str(d / "before.ir"))
+    plugins = plugins or load_plugins()
+    if meta["pass"] not in plugins.passes:
+        raise TorchloomError(f"pass {meta['pass']!r} of the reproducer is not installed")
+    reg = plugins.passes[meta["pass"]]
+    pass_ = reg.obj(**meta["options"])
+    pipeline = Pipeline(name="reproduce", source=str(d / "pipeline.toml"), text="",
+                        steps=(PassStep(pass_, 1, reg.distribution, reg.version),),
+                        verify=meta.get("verify", "each"))
+    ctx = PassContext(registry=plugins.registry)
+    PassManager(pipeline, plugins).run(graph, ctx)
+    return f"pass {meta['pass']!r} ran without error on {d / 'before.ir'}"

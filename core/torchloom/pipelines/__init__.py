@@ -1,0 +1,1 @@
+"""Pipelines shipped with torchloom, selectable by name (the file stem)."""

@@ -1,0 +1,1 @@
+"""Plugin hook specifications and loading."""

@@ -1,0 +1,169 @@
+"""Plugin discovery and loading.
+
+Every entry point of the ``torchloom`` group is loaded on its own: one that fails to
+import is recorded (entry point, distribution, error) and skipped while the others load.
+``TORCHLOOM_DISABLE_PLUGINS=a,b`` (or ``disable=`` here, from a pipeline's
+``[plugins] disable``) skips entry points or distributions by name before importing them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import pluggy
+
+from torchloom.errors import PluginError
+from torchloom.ops.aten import default_registry
+from torchloom.ops.registry import OpRegistry
+from torchloom.plugins.hookspecs import TorchloomSpec
+
+GROUP = "torchloom"
+BUILTIN = "torchloom"  # distribution name of the core's built-in plugin
+
+
+@attrs.frozen
+class LoadError:
+    entry_point: str
+    distribution: str
+    error: str
+
+    def __str__(self) -> str:
+        return (f"plugin {self.entry_point!r} from distribution {self.distribution!r} failed "
+                f"to load and was skipped: {self.error}")
+
+
+@attrs.frozen
+class Registered:
+    """Something a plugin registered, with where it came from."""
+
+    obj: Any
+    plugin: str
+    distribution: str
+    version: str
+
+
+@attrs.define
+class PluginSet:
+    """The result of loading: what every plugin registered, and what failed."""
+
+    pm: pluggy.PluginManager
+    passes: dict[str, Registered] = attrs.field(factory=dict)
+    codegens: dict[str, Registered] = attrs.field(factory=dict)
+    wrappers: dict[str, Registered] = attrs.field(factory=dict)
+    instruments: list[Registered] = attrs.field(factory=list)
+    registry: OpRegistry = attrs.field(factory=default_registry)
+    errors: list[LoadError] = attrs.field(factory=list)
+    #: plugin name -> (distribution, version)
+    plugins: dict[str, tuple[str, str]] = attrs.field(factory=dict)
+    disabled: list[str] = attrs.field(factory=list)
+
+    def pass_class(self, name: str):
+        return self.passes[name].obj
+
+    def codegen(self, name: str):
+        return self.codegens[name].obj
+
+    def codegen_chain(self, preferred: str) -> list[Any]:
+        """Codegens to try for a group: the preferred one, then ``eager``."""
+        chain = [self.codegens[preferred].obj] if preferred in self.codegens else []
+        if preferred != "eager":
+            chain.append(self.codegens["eager"].obj)
+        return chain
+
+
+def _dist_of(ep: md.EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return ("<unknown>", "?")
+    return (dist.metadata["Name"] or "<unknown>", dist.version or "?")
+
+
+def disabled_from_env() -> list[str]:
+    raw = os.environ.get("TORCHLOOM_DISABLE_PLUGINS", "")
+    return [x.strip() for x in raw.split(",") if x.strip()]
+
+
+def load_plugins(disable: Iterable[str] = (), *, entry_points: Iterable[md.EntryPoint] | None = None,
+                 extra: Iterable[tuple[str, Any, str, str]] = ()) -> PluginSet:
+    """Load the built-ins and every installed plugin.
+
+    ``entry_points`` replaces discovery (tests); ``extra`` adds already-imported plugin
+    objects as ``(name, module, distribution, version)``.
+    """
+    pm = pluggy.PluginManager(GROUP)
+    pm.add_hookspecs(TorchloomSpec)
+    disabled = set(disable) | set(disabled_from_env())
+    result = PluginSet(pm, disabled=sorted(disabled))
+    from torchloom.plugins import builtin
+    from torchloom import __version__
+    candidates: list[tuple[str, Any, str, str]] = [("builtin", builtin, BUILTIN, __version__)]
+    eps = md.entry_points(group=GROUP) if entry_points is None else entry_points
+    for ep in sorted(eps, key=lambda e: e.name):
+        dist, version = _dist_of(ep)
+        if ep.name in disabled or dist in disabled:
+            continue
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not take the others down
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            result.errors.append(LoadError(ep.name, dist, detail))
+            continue
+        candidates.append((ep.name, module, dist, version))
+    candidates.extend(extra)
+    for name, module, dist, version in candidates:
+        try:
+            pm.register(module, name=name)
+        except Exception as exc:
+            result.errors.append(LoadError(name, dist, f"registration failed: {exc}"))
+            continue
+        result.plugins[name] = (dist, version)
+    _collect(result)
+    return result
+
+
+def _collect(result: PluginSet) -> None:
+    pm = result.pm
+    for impl in pm.hook.torchloom_passes.get_hookimpls():
+        plugin = impl.plugin_name
+        dist, version = result.plugins[plugin]
+        for cls in _call(result, impl, "torchloom_passes"):
+            name = getattr(cls, "name", "")
+            if not name:
+                raise PluginError(f"plugin {plugin!r} ({dist}) registered pass class "
+                                  f"{cls.__qualname__} without a name")
+            if name in result.passes:
+                other = result.passes[name]
+                raise PluginError(
+                    f"pass {name!r} is registered twice: by distribution {other.distribution!r} "
+                    f"(plugin {other.plugin!r}) and by {dist!r} (plugin {plugin!r}); uninstall "
+                    f"or disable one (TORCHLOOM_DISABLE_PLUGINS={plugin})")
+            result.passes[name] = Registered(cls, plugin, dist, version)
+    for impl in pm.hook.torchloom_codegens.get_hookimpls():
+        dist, version = result.plugins[impl.plugin_name]
+        for cg in _call(result, impl, "torchloom_codegens"):
+            result.codegens[cg.name] = Registered(cg, impl.plugin_name, dist, version)
+    for impl in pm.hook.torchloom_runtime_wrappers.get_hookimpls():
+        dist, version = result.plugins[impl.plugin_name]
+        for w in _call(result, impl, "torchloom_runtime_wrappers"):
+            result.wrappers[w.name] = Registered(w, impl.plugin_name, dist, version)
+    for impl in pm.hook.torchloom_instruments.get_hookimpls():
+        dist, version = result.plugins[impl.plugin_name]
+        for ins in _call(result, impl, "torchloom_instruments"):
+            result.instruments.append(Registered(ins, impl.plugin_name, dist, version))
+    for impl in pm.hook.torchloom_ops.get_hookimpls():
+        _call(result, impl, "torchloom_ops", registry=result.registry)
+
+
+def _call(result: PluginSet, impl, hook: str, **kwargs) -> list:
+    """Call one plugin's hook implementation; failures name the plugin."""
+    try:
+        return list(impl.function(**{k: kwargs[k] for k in impl.argnames}) or [])
+    except Exception as exc:
+        dist = result.plugins.get(impl.plugin_name, ("?", "?"))[0]
+        raise PluginError(f"plugin {impl.plugin_name!r} ({dist}) failed in {hook}: "
+                          f"{type(exc).__name__}: {exc}") from exc

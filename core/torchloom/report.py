@@ -1,0 +1,72 @@
+"""Counting what a compiled graph launches, and the summary ``explain`` prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchloom.ir.graph import Graph
+from torchloom.runtime.executor import CONSTANT, FUSION_GROUP
+
+#: ops that launch nothing on a device: metadata, tuple plumbing, Python scalar math
+_FREE_PREFIXES = ("python.",)
+
+
+def count_kernels(graph: Graph, registry) -> int:
+    """Device kernels one call launches: fusion groups + every op outside a group that is
+    not a free view, a constant or Python plumbing. Shared subgraphs count their body."""
+    total = 0
+    for node in graph.nodes:
+        if node.op == FUSION_GROUP:
+            total += 1
+        elif node.region is not None:
+            total += count_kernels(node.region, registry)
+        elif node.op == CONSTANT or node.op.startswith(_FREE_PREFIXES):
+            continue
+        elif registry.get(node.op).category == "view":
+            continue
+        else:
+            total += 1
+    return total
+
+
+def fusion_groups(graph: Graph) -> list:
+    out = []
+    for node in graph.nodes:
+        if node.op == FUSION_GROUP:
+            out.append(node)
+        elif node.region is not None:
+            out.extend(fusion_groups(node.region))
+    return out
+
+
+def summarize(compilations: list, registry, kernel_cache) -> dict[str, Any]:
+    """The stable ``explain --json`` fields computed from a compiler's compilations;
+    ``unique_kernels`` is the number of distinct kernels in the compiler's cache."""
+    nodes_before = nodes_after = groups = kernels = 0
+    fallbacks: list[dict[str, str]] = []
+    passes: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for comp in compilations:
+        nodes_before += comp.nodes_before
+        if comp.fallback_reason is not None:
+            fallbacks.append({"graph": comp.name, "reason": comp.fallback_reason})
+            nodes_after += comp.nodes_before
+            kernels += comp.nodes_before
+            continue
+        nodes_after += comp.graph.num_nodes()
+        groups += len(fusion_groups(comp.graph))
+        kernels += count_kernels(comp.graph, registry)
+        for choice in comp.compiled.choices:
+            for reason in choice.fallback_reasons:
+                fallbacks.append({"graph": comp.name, "reason": f"group on eager: {reason}"})
+        for rec in comp.report.records:
+            entry = {"graph": comp.name, "name": rec.name, "ms": round(rec.ms, 3),
+                     "changed": rec.changed, "stats": rec.stats}
+            if rec.skipped:
+                entry["skipped"] = rec.skipped
+            passes.append(entry)
+        notes.extend(n for n in comp.notes if n not in notes)
+    return {"graphs": len(compilations), "nodes_before": nodes_before,
+            "nodes_after": nodes_after, "fusion_groups": groups, "kernels": kernels,
+            "unique_kernels": len(kernel_cache), "fallbacks": fallbacks, "passes": passes,
+            "notes": notes}
