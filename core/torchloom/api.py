@@ -1,7 +1,7 @@
 """The public API. Plugins import from here (and ``torchloom``), never from private modules."""
 
 from torchloom import errors
-from torchloom.codegen.base import Codegen, Kernel, Reason
+from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason, compile_group
 from torchloom.codegen.eager import EagerCodegen
 from torchloom.compiler import Compilation, Compiler
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Type, Value,
@@ -14,12 +14,13 @@ from torchloom.passes.builtin.purity import is_pure, mutated_values
 from torchloom.plugins.hookspecs import hookimpl
 from torchloom.plugins.loader import load_plugins
 from torchloom.report import count_kernels, fusion_groups
-from torchloom.runtime.executor import CONSTANT, FUSION_GROUP, KernelCache, build_function
+from torchloom.runtime.cache import KernelCache
+from torchloom.runtime.executor import CONSTANT, FUSION_GROUP, build_function
 
 CALL_SUBGRAPH = "torchloom.call_subgraph"
 
 __all__ = [
-    "errors", "Codegen", "Kernel", "Reason", "EagerCodegen", "Compilation", "Compiler",
+    "errors", "Codegen", "Kernel", "KernelSource", "Reason", "compile_group", "EagerCodegen", "Compilation", "Compiler",
     "DTYPES", "Graph", "InputRef", "Node", "ScalarType", "TensorType", "Type", "Value",
     "alpha_equivalent", "canonical_text", "clone_graph", "contiguous_strides", "format_type",
     "parse_graph", "print_graph", "print_node", "structural_hash", "type_of", "verify",

@@ -21,7 +21,8 @@ from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager, RunReport
 from torchloom.passes.pipeline import build_pipeline, read_pipeline
 from torchloom.plugins.loader import load_plugins
-from torchloom.runtime.executor import CompiledGraph, KernelCache
+from torchloom.runtime.cache import KernelCache
+from torchloom.runtime.executor import CompiledGraph
 
 log = logging.getLogger("torchloom")
 
@@ -139,10 +140,8 @@ def _dump_sources(comp: Compilation, dump: Path, compiler: Compiler) -> None:
     (dump / "runtime.py").write_text(comp.compiled.source)
     for i, choice in enumerate(comp.compiled.choices):
         cg = compiler.plugins.codegen(choice.codegen)
-        source = cg.source(choice.node, compiler.registry)
-        if source:
-            suffix = "py"
-            (dump / f"group{i}-{choice.codegen}.{suffix}").write_text(source)
+        generated = cg.generate(choice.node, compiler.registry)
+        (dump / f"group{i}-{choice.codegen}.txt").write_text(generated.source)
 
 
 __all__ = ["Compiler", "Compilation", "PipelineError"]

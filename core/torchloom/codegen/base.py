@@ -1,4 +1,10 @@
-"""The codegen protocol: how a region node (fusion group) becomes a callable kernel."""
+"""The codegen protocol: how a region node (fusion group) becomes a callable kernel.
+
+Compiling is split in two so kernels can be cached on disk as text (never pickle):
+``generate`` turns a group into :class:`KernelSource` (source text + JSON metadata), and
+``load`` turns a KernelSource into a callable. ``compile_group`` does both; the runtime's
+kernel cache stores what ``generate`` returned and calls only ``load`` on a hit.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,15 @@ class Reason:
         return f"{self.codegen}: {self.message}"
 
 
+@attrs.frozen
+class KernelSource:
+    """What a codegen generated for one group: readable source and JSON-able metadata."""
+
+    codegen: str
+    source: str
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+
+
 @runtime_checkable
 class Codegen(Protocol):
     """A code generator for region nodes. Registered through ``torchloom_codegens``."""
@@ -34,8 +49,12 @@ class Codegen(Protocol):
     def supports(self, group: Node, registry: Any) -> Reason | None:
         """None if this codegen can compile ``group``; otherwise the reason it cannot."""
 
-    def compile(self, group: Node, registry: Any) -> Kernel:
-        """A callable running the group's region: ``kernel(*inputs) -> tuple(outputs)``."""
+    def generate(self, group: Node, registry: Any) -> KernelSource:
+        """Source text and metadata for the group's kernel (no compilation needed to read)."""
 
-    def source(self, group: Node, registry: Any) -> str | None:
-        """Readable source of the kernel for dumps (None when there is none)."""
+    def load(self, kernel: KernelSource, registry: Any) -> Kernel:
+        """A callable running the kernel: ``kernel(*inputs) -> tuple(outputs)``."""
+
+
+def compile_group(codegen: Codegen, group: Node, registry: Any) -> Kernel:
+    return codegen.load(codegen.generate(group, registry), registry)

@@ -1,11 +1,16 @@
-"""The reference codegen: runs a group's region with torch, op by op."""
+"""The reference codegen: runs a group's region with torch, op by op.
+
+Its "source" is the region's IR text; loading parses it and builds the runtime's Python
+plan for it, so a cached entry needs nothing but text.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from torchloom.codegen.base import Kernel, Reason
+from torchloom.codegen.base import Kernel, KernelSource, Reason
 from torchloom.ir.graph import Node
+from torchloom.ir.text import parse_graph, print_graph
 
 
 class EagerCodegen:
@@ -17,10 +22,9 @@ class EagerCodegen:
     def supports(self, group: Node, registry: Any) -> Reason | None:
         return None
 
-    def compile(self, group: Node, registry: Any) -> Kernel:
-        from torchloom.runtime.executor import build_function
-        return build_function(group.region, registry, tuple_result=True).fn
+    def generate(self, group: Node, registry: Any) -> KernelSource:
+        return KernelSource(self.name, print_graph(group.region))
 
-    def source(self, group: Node, registry: Any) -> str | None:
+    def load(self, kernel: KernelSource, registry: Any) -> Kernel:
         from torchloom.runtime.executor import build_function
-        return build_function(group.region, registry, tuple_result=True).source
+        return build_function(parse_graph(kernel.source), registry).fn

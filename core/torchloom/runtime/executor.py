@@ -14,11 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import torch
-
 from torchloom.codegen.base import Reason
 from torchloom.ir.graph import Graph, InputRef, Node, Value
-from torchloom.ir.types import TensorType
 from torchloom.ops.registry import OpRegistry
 from torchloom.runtime.guards import describe_mismatch, guard_expressions
 
@@ -145,34 +142,12 @@ class GroupChoice:
     fallback_reasons: list[Reason] = attrs.field(factory=list)
 
 
-class KernelCache:
-    """Compiled kernels in memory, keyed by (codegen name, structural hash of the group)."""
-
-    def __init__(self):
-        self._kernels: dict[tuple[str, str], Callable] = {}
-        self.compiles = 0
-        self.hits = 0
-
-    def get_or_compile(self, key: tuple[str, str], compile_fn: Callable[[], Callable]):
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel = compile_fn()
-            self._kernels[key] = kernel
-            self.compiles += 1
-        else:
-            self.hits += 1
-        return kernel
-
-    def __len__(self) -> int:
-        return len(self._kernels)
-
-
 class CompiledGraph:
     """The runnable result of compiling a graph: guards, kernels, fallback."""
 
     def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
-                 cache: KernelCache | None = None, fallback: Callable | None = None):
-        from torchloom.ir.canon import structural_hash
+                 cache=None, fallback: Callable | None = None):
+        from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
         self.cache = cache if cache is not None else KernelCache()
@@ -192,8 +167,7 @@ class CompiledGraph:
                 choice.fallback_reasons.append(reason)
             self.choices.append(choice)
             cg = next(c for c in codegens if c.name == choice.codegen)
-            key = (f"{cg.name}-{cg.version}", structural_hash(node.region))
-            return self.cache.get_or_compile(key, lambda: cg.compile(node, registry))
+            return self.cache.get_or_compile(cg, node, registry)
 
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed)
@@ -216,9 +190,4 @@ class CompiledGraph:
         return self.plan.source
 
 
-def is_tensor_input(v: Value) -> bool:
-    return isinstance(v.type, TensorType)
-
-
-__all__ = ["build_function", "CompiledGraph", "KernelCache", "Plan", "FUSION_GROUP",
-           "CONSTANT", "torch"]
+__all__ = ["build_function", "CompiledGraph", "Plan", "FUSION_GROUP", "CONSTANT"]

@@ -1,0 +1,29 @@
+"""Suite-wide options and markers.
+
+- ``cuda``: the test needs a CUDA GPU; it is skipped (with the reason) without one.
+- ``--fuzz``: run the property tests with their large example counts (opt-in).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz", action="store_true", default=False,
+                     help="run property tests with 10,000 examples each")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def fuzz(request) -> bool:
+    return request.config.getoption("--fuzz")
