@@ -1,0 +1,133 @@
+"""views.strip-bookends: hoisting input views, sinking output views, keeping copies."""
+
+from __future__ import annotations
+
+from views_helpers import assert_same_results, run_pass
+
+from torchloom.api import FUSION_GROUP, count_kernels
+
+GELU_BOOKENDS = """graph @gelu(%x: f32[8, 12]) {
+  %y = torchloom.fusion_group(%x) : f32[8, 12] region @group0(%a: f32[8, 12]) {
+    %v = aten.view.default(%a) {size = [2, 4, 12]} : f32[2, 4, 12]
+    %g = aten.gelu.default(%v) : f32[2, 4, 12]
+    %w = aten.view.default(%g) {size = [8, 12]} : f32[8, 12]
+    return %w
+  }
+  return %y
+}
+"""
+
+
+def _group(graph):
+    groups = [n for n in graph.nodes if n.op == FUSION_GROUP]
+    assert len(groups) == 1
+    return groups[0]
+
+
+def test_gelu_bookend_views_move_out_of_the_group():
+    before, after, _, result, plugins = run_pass("views.strip-bookends", GELU_BOOKENDS)
+    assert result.changed and result.stats["hoisted"] == 1 and result.stats["sunk"] == 1
+    region_ops = [n.op for n in _group(after).region.nodes]
+    assert region_ops == ["aten.gelu.default"]
+    outside = [n.op for n in after.nodes]
+    assert outside == ["aten.view.default", FUSION_GROUP, "aten.view.default"]
+    assert count_kernels(after, plugins.registry) == 1
+    assert_same_results(before, after, plugins)
+
+
+def test_transpose_bookends_are_hoisted_as_strided_inputs():
+    text = """graph @t(%x: f32[6, 10]) {
+  %y = torchloom.fusion_group(%x) : f32[10, 6] region @group0(%a: f32[6, 10]) {
+    %t = aten.t.default(%a) : f32[10, 6] strided[1, 10]
+    %e = aten.exp.default(%t) : f32[10, 6]
+    return %e
+  }
+  return %y
+}
+"""
+    before, after, _, result, plugins = run_pass("views.strip-bookends", text)
+    group = _group(after)
+    assert [n.op for n in group.region.nodes] == ["aten.exp.default"]
+    assert group.inputs[0].producer.op == "aten.t.default"
+    assert group.region.inputs[0].type.strides == (1, 10)
+    assert_same_results(before, after, plugins)
+
+
+def test_input_used_by_view_and_compute_keeps_both():
+    text = """graph @g(%x: f32[4, 6]) {
+  %y = torchloom.fusion_group(%x) : f32[6, 4] region @group0(%a: f32[4, 6]) {
+    %e = aten.exp.default(%a) : f32[4, 6]
+    %t = aten.t.default(%a) : f32[6, 4] strided[1, 6]
+    %s = aten.add.Tensor(%t, %t) : f32[6, 4]
+    %u = aten.t.default(%e) : f32[6, 4] strided[1, 6]
+    %z = aten.mul.Tensor(%s, %u) : f32[6, 4]
+    return %z
+  }
+  return %y
+}
+"""
+    before, after, _, result, plugins = run_pass("views.strip-bookends", text)
+    group = _group(after)
+    assert len(group.inputs) == 2  # the base for exp, the hoisted transpose for add
+    assert_same_results(before, after, plugins)
+
+
+def test_reshape_that_needs_a_copy_stays_in_the_kernel_with_a_note():
+    text = """graph @r(%x: f32[4, 6] strided[1, 4]) {
+  %y = torchloom.fusion_group(%x) : f32[24] region @group0(%a: f32[4, 6] strided[1, 4]) {
+    %v = aten.reshape.default(%a) {shape = [24]} : f32[24]
+    %e = aten.exp.default(%v) : f32[24]
+    return %e
+  }
+  return %y
+}
+"""
+    before, after, ctx, result, plugins = run_pass("views.strip-bookends", text)
+    assert result.stats["kept_copies"] == 1 and result.stats["hoisted"] == 0
+    assert [n.op for n in _group(after).region.nodes] == ["aten.reshape.default",
+                                                         "aten.exp.default"]
+    assert any("kept in the kernel" in note and "192 bytes" in note for note in ctx.notes)
+    assert_same_results(before, after, plugins)
+
+
+def test_group_of_only_views_disappears():
+    text = """graph @v(%x: f32[4, 6]) {
+  %y = torchloom.fusion_group(%x) : f32[6, 4] region @group0(%a: f32[4, 6]) {
+    %t = aten.t.default(%a) : f32[6, 4] strided[1, 6]
+    return %t
+  }
+  return %y
+}
+"""
+    before, after, _, result, plugins = run_pass("views.strip-bookends", text)
+    assert result.stats["groups_removed"] == 1
+    assert [n.op for n in after.nodes] == ["aten.t.default"]
+    assert count_kernels(after, plugins.registry) == 0
+    assert_same_results(before, after, plugins)
+
+
+def test_output_view_also_read_inside_the_group_is_kept_for_that_reader():
+    text = """graph @o(%x: f32[4, 6]) {
+  %y, %z = torchloom.fusion_group(%x) : f32[24], f32[24] region @group0(%a: f32[4, 6]) {
+    %e = aten.exp.default(%a) : f32[4, 6]
+    %v = aten.view.default(%e) {size = [24]} : f32[24]
+    %n = aten.neg.default(%v) : f32[24]
+    return %v, %n
+  }
+  return %y, %z
+}
+"""
+    before, after, _, result, plugins = run_pass("views.strip-bookends", text)
+    assert result.stats["sunk"] == 1
+    assert after.outputs[0].producer.op == "aten.view.default"
+    assert_same_results(before, after, plugins)
+
+
+def test_no_groups_no_change():
+    text = """graph @n(%x: f32[4]) {
+  %e = aten.exp.default(%x) : f32[4]
+  return %e
+}
+"""
+    _, after, _, result, _ = run_pass("views.strip-bookends", text)
+    assert not result.changed
