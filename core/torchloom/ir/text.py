@@ -36,6 +36,8 @@ _ENUMS: dict[str, Any] = {
     "strided": torch.strided, "sparse_coo": torch.sparse_coo,
 }
 _ENUM_NAMES = {v: k for k, v in _ENUMS.items()}
+# words that are attribute values (a bare ``inf`` is an ident, so it can also be a name)
+_KEYWORD_VALUES = {"true": True, "false": False, "none": None, "nan": math.nan, "inf": math.inf}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # ---------------------------------------------------------------------------- printing
@@ -125,7 +127,7 @@ _TOKEN = re.compile(r"""
   | (?P<at>@[A-Za-z0-9_:.\-]+)
   | (?P<enum>\#[A-Za-z0-9_:.]+)
   | (?P<string>"(?:[^"\\]|\\.)*")
-  | (?P<number>-?(?:inf\b|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?))
+  | (?P<number>-inf\b|-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<punct>[()\[\]{},:=?])
 """, re.VERBOSE)
@@ -286,8 +288,8 @@ class _Parser:
         kind, text, _, _ = tok = self.peek()
         self.i += 1
         if kind == "number":
-            if text in ("inf", "-inf"):
-                return float(text)
+            if text == "-inf":
+                return -math.inf
             return float(text) if any(c in text for c in ".eE") else int(text)
         if kind == "string":
             return json.loads(text)
@@ -301,8 +303,8 @@ class _Parser:
                 return torch.device(name)
             except RuntimeError:
                 raise self.error("unknown enum value", tok) from None
-        if kind == "ident" and text in ("true", "false", "none", "nan"):
-            return {"true": True, "false": False, "none": None, "nan": math.nan}[text]
+        if kind == "ident" and text in _KEYWORD_VALUES:
+            return _KEYWORD_VALUES[text]
         if text == "[":
             items = []
             if self.accept("]"):
