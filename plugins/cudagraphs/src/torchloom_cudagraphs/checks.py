@@ -1,0 +1,221 @@
+"""Static checks: can a compiled graph be recorded into a CUDA graph and replayed safely?
+
+Each check looks at the IR after the pipeline (``CompiledGraph.graph``) and returns a
+plain-English reason to skip, or None. They are the seed's checks
+(``torch/_dynamo/backends/cudagraphs.py``: ``find_input_mutations``, ``check_for_skip``)
+restated on torchloom's IR, plus the ones it lacks (outputs aliasing inputs, scalar
+inputs, dynamic shapes). A skipped graph runs the normal compiled path.
+
+Example: this graph writes its input in place, so replaying it against a static copy of
+``%x`` would leave the caller's tensor unchanged::
+
+    graph @g(%x: f32[4] @cuda:0) {
+      %y = aten.add_.Tensor(%x, %x) : f32[4] @cuda:0
+      return %y
+    }
+
+``check_input_mutations`` says ``graph input %x is written in place by
+aten.add_.Tensor (%y)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torchloom.api import Graph, Node, ScalarType, TensorType, Value
+
+#: ops that synchronise with the host or read a device value on the CPU, beyond those
+#: torch tags ``data_dependent_output``, ``dynamic_output_shape`` or ``cudagraph_unsafe``
+HOST_SYNC_OPS = frozenset({
+    "aten._local_scalar_dense.default", "aten.item.default", "aten.is_nonzero.default",
+    "aten.equal.default", "aten.allclose.default", "aten.nonzero.default",
+    "aten.nonzero_static.default", "aten.masked_select.default", "aten.tolist.default",
+})
+
+_UNSAFE_TAGS = ("data_dependent_output", "dynamic_output_shape", "cudagraph_unsafe")
+
+
+def _values(graph: Graph) -> Iterator[Value]:
+    """Every value of ``graph`` and its regions: inputs first, then node outputs."""
+    yield from graph.inputs
+    for node in graph.walk():
+        if node.region is not None:
+            yield from node.region.inputs
+        yield from node.outputs
+
+
+def _where(v: Value) -> str:
+    if v.producer is None:
+        return f"graph input %{v.name}"
+    return f"%{v.name} (from {v.producer.op})"
+
+
+def check_empty(graph: Graph, registry) -> str | None:
+    """A graph with no nodes has no GPU work to record."""
+    if len(graph) == 0:
+        return "the graph has no operations to record"
+    return None
+
+
+def check_scalar_inputs(graph: Graph, registry) -> str | None:
+    """Python scalars are baked into the recording; a later call with another value
+    would replay the old one."""
+    for v in graph.inputs:
+        if isinstance(v.type, ScalarType):
+            return (f"graph input %{v.name} is a Python {v.type.kind}; a recording would "
+                    f"freeze its value")
+    return None
+
+
+def check_dynamic_shapes(graph: Graph, registry) -> str | None:
+    """A recording has fixed sizes; symbolic ones would need one recording per value."""
+    for v in _values(graph):
+        if isinstance(v.type, TensorType) and not v.type.is_static:
+            return f"{_where(v)} has a dynamic shape {list(v.type.shape)}"
+    return None
+
+
+def _normal_device(device: str) -> str:
+    return "cuda:0" if device == "cuda" else device
+
+
+def check_devices(graph: Graph, registry) -> str | None:
+    """Every tensor must live on one CUDA device: CPU work is not recorded (and a CPU
+    tensor read by a kernel is copied at record time only)."""
+    seen: dict[str, Value] = {}
+    for v in _values(graph):
+        if not isinstance(v.type, TensorType):
+            continue
+        device = _normal_device(v.type.device)
+        if not device.startswith("cuda"):
+            return f"{_where(v)} is on {device}; CUDA graphs record only CUDA work"
+        seen.setdefault(device, v)
+    if len(seen) > 1:
+        where = ", ".join(f"{d} ({_where(v)})" for d, v in sorted(seen.items()))
+        return f"the graph uses several devices: {where}"
+    return None
+
+
+def _op_tags(name: str) -> tuple[str, ...]:
+    """Tag names of the torch overload called ``name`` (``aten.nonzero.default``)."""
+    parts = name.split(".")
+    if len(parts) != 3:
+        return ()
+    try:
+        op = getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+    except (AttributeError, RuntimeError):
+        return ()
+    return tuple(t.name for t in getattr(op, "tags", ()))
+
+
+def host_sync_reason(node: Node) -> str | None:
+    """Why ``node`` cannot be recorded (it syncs or reads the device on the host), if so."""
+    if node.op in HOST_SYNC_OPS:
+        return "synchronises with the host"
+    for tag in _op_tags(node.op):
+        if tag in _UNSAFE_TAGS:
+            return f"synchronises with the host (torch tag {tag})"
+    return None
+
+
+def check_host_sync(graph: Graph, registry) -> str | None:
+    """Ops that read a device value on the CPU (``item``) or size their output from data
+    (``nonzero``) synchronise, which a capture forbids."""
+    for node in graph.walk():
+        reason = host_sync_reason(node)
+        if reason is not None:
+            names = ", ".join(f"%{v.name}" for v in node.outputs) or "no result"
+            return f"{node.op} ({names}) {reason}"
+    return None
+
+
+def _input_origin(v: Value, registry, through: list[str]) -> Value | None:
+    """The graph input whose memory ``v`` shares (following views and regions), if any.
+    ``through`` collects the ops passed on the way."""
+    while v.producer is not None:
+        node = v.producer
+        if node.region is not None:
+            inner = _input_origin(node.region.outputs[v.index], registry, through)
+            if inner is None or inner not in node.region.inputs:
+                return None
+            v = node.inputs[node.region.inputs.index(inner)]
+            continue
+        opdef = registry.get(node.op)
+        i = opdef.aliased_input(node, v.index)
+        if i is None:
+            return None
+        through.append(node.op)
+        v = node.inputs[i]
+    return v
+
+
+def _writes(graph: Graph, registry) -> Iterator[tuple[Node, Value]]:
+    """(node, value written) for every in-place write, regions mapped to their inputs."""
+    for node in graph.nodes:
+        if node.region is not None:
+            for inner, written in _writes(node.region, registry):
+                origin = _input_origin(written, registry, [])
+                if origin is not None and origin in node.region.inputs:
+                    yield inner, node.inputs[node.region.inputs.index(origin)]
+            continue
+        opdef = registry.get(node.op)
+        for i in opdef.mutated_inputs(node):
+            yield node, node.inputs[i]
+
+
+def check_input_mutations(graph: Graph, registry) -> str | None:
+    """The seed's ``find_input_mutations``: a replay reads a static copy of each input,
+    so an in-place write to an input would not reach the caller's tensor."""
+    for node, written in _writes(graph, registry):
+        origin = _input_origin(written, registry, [])
+        if origin is not None and origin in graph.inputs:
+            names = ", ".join(f"%{v.name}" for v in node.outputs) or "no result"
+            return f"graph input %{origin.name} is written in place by {node.op} ({names})"
+    return None
+
+
+def check_output_aliasing(graph: Graph, registry) -> str | None:
+    """An output that is an input, or a view of one, would come back as a view of the
+    recording's static copy instead of the caller's tensor; two outputs sharing memory
+    would stop sharing it once copied out."""
+    owners: dict[Value, int] = {}
+    for k, out in enumerate(graph.outputs):
+        through: list[str] = []
+        base = _input_origin(out, registry, through)
+        if base is not None and base in graph.inputs:
+            how = f" through {' -> '.join(reversed(through))}" if through else ""
+            return f"output {k} (%{out.name}) aliases graph input %{base.name}{how}"
+        root = _alias_root(out, registry)
+        if root in owners and isinstance(out.type, TensorType):
+            return (f"outputs {owners[root]} and {k} (%{out.name}) share the memory of "
+                    f"%{root.name}")
+        owners.setdefault(root, k)
+    return None
+
+
+def _alias_root(v: Value, registry) -> Value:
+    """The value owning ``v``'s memory, following views within the top-level graph."""
+    while v.producer is not None and v.producer.region is None:
+        node = v.producer
+        i = registry.get(node.op).aliased_input(node, v.index)
+        if i is None:
+            break
+        v = node.inputs[i]
+    return v
+
+
+#: every check, in the order their reasons are reported
+CHECKS: tuple[Callable[[Graph, object], str | None], ...] = (
+    check_empty, check_scalar_inputs, check_dynamic_shapes, check_devices,
+    check_input_mutations, check_host_sync, check_output_aliasing,
+)
+
+
+def skip_reasons(graph: Graph, registry) -> list[str]:
+    """Every reason (one per failing check) not to record ``graph``; empty when it is safe."""
+    return [r for r in (check(graph, registry) for check in CHECKS) if r is not None]
+
+
+__all__ = ["CHECKS", "HOST_SYNC_OPS", "skip_reasons", "host_sync_reason",
+           *(c.__name__ for c in CHECKS)]

@@ -1,0 +1,213 @@
+"""Record a compiled callable into CUDA graphs and replay it, one recording per input layout.
+
+Per input layout (shape, strides, dtype and device of every argument):
+
+1. the first ``warmup`` calls run the callable normally; the arguments' addresses are
+   noted (the arguments are held meanwhile, so an equal address means the same memory);
+2. the next call records: arguments whose address never changed (parameters, buffers,
+   state the caller updates in place) are read by the recording where they live; every
+   other argument gets a static buffer that each call copies into. The callable runs
+   once more on the capture stream (so lazy initialisation such as cuBLAS workspaces
+   happens outside the capture), then is captured into a ``torch.cuda.CUDAGraph``;
+3. later calls copy the changing arguments in and replay. Outputs are copied out by
+   default, so a result the caller still holds is never overwritten by a later replay
+   (the seed hands out its static outputs; see pytorch #170604). With
+   ``reuse_outputs`` the recording's own buffers are returned: no copy, but every
+   replay overwrites what the previous call returned.
+
+A "static" argument that later arrives at another address is demoted to a copied one and
+the layout is recorded again. After ``max_records`` recordings no new layout is recorded:
+new layouts run the callable normally, with the reason logged once. Every reason for not
+replaying is logged once per runner and kept in :attr:`CudaGraphRunner.reasons`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+
+log = logging.getLogger("torchloom.cudagraphs")
+
+Signature = tuple
+
+
+def signature(args: tuple) -> Signature | None:
+    """The layout key of ``args``, or None when one is not a CUDA tensor."""
+    key = []
+    for a in args:
+        if not isinstance(a, torch.Tensor) or not a.is_cuda:
+            return None
+        key.append((a.shape, a.stride(), a.dtype, a.get_device()))
+    return tuple(key)
+
+
+def has_internal_overlap(t: torch.Tensor) -> bool:
+    """True when two elements share memory (an expanded tensor): it cannot be copied into."""
+    return any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
+
+
+class _Recording:
+    """One layout: its warm-up observations, then its CUDA graph and static buffers."""
+
+    __slots__ = ("warm_calls", "held", "stable", "graph", "inputs", "copied", "static",
+                 "static_ptrs", "outputs", "demoted")
+
+    def __init__(self, n_args: int):
+        self.warm_calls = 0
+        self.held: tuple = ()           # the previous warm-up's arguments, kept alive
+        self.stable = [True] * n_args    # same address in every call so far
+        self.demoted: set[int] = set()  # found to move after being recorded as static
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.inputs: list[torch.Tensor] = []    # what the recording reads, per argument
+        self.copied: list[int] = []             # arguments copied into static buffers
+        self.static: list[int] = []             # arguments read in place
+        self.static_ptrs: list[int] = []
+        self.outputs: tuple = ()
+
+    def observe(self, args: tuple) -> None:
+        for i, (old, new) in enumerate(zip(self.held, args)):
+            if old.data_ptr() != new.data_ptr():
+                self.stable[i] = False
+        self.held = args
+        self.warm_calls += 1
+
+
+class CudaGraphRunner:
+    """Callable replacing a compiled graph's function; see the module docstring."""
+
+    def __init__(self, fn: Callable[..., tuple], *, reuse_outputs: bool = False,
+                 max_records: int = 8, warmup: int = 1, name: str = "graph",
+                 note: Callable[[str], None] | None = None):
+        self.fn = fn
+        self.reuse_outputs = reuse_outputs
+        self.max_records = max_records
+        self.warmup = warmup
+        self.name = name
+        self._note = note
+        self._recordings: dict[Signature, _Recording] = {}
+        self._stream: torch.cuda.Stream | None = None
+        #: why recording stopped for good (max_records reached, a capture failed)
+        self.stopped: str | None = None
+        #: every reason logged so far, in order, each once
+        self.reasons: list[str] = []
+        self.records = 0
+        self.replays = 0
+        self.plain_calls = 0
+
+    def __call__(self, *args):
+        rec = self._recordings.get(signature(args))
+        if rec is not None and rec.graph is not None:
+            for i, ptr in zip(rec.static, rec.static_ptrs):
+                if args[i].data_ptr() != ptr:
+                    break
+            else:
+                return self._replay(rec, args)
+        return self._slow_call(args)
+
+    def _replay(self, rec: _Recording, args: tuple) -> tuple:
+        inputs = rec.inputs
+        for i in rec.copied:
+            inputs[i].copy_(args[i])
+        rec.graph.replay()
+        self.replays += 1
+        if self.reuse_outputs:
+            return rec.outputs
+        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in rec.outputs)
+
+    # ---- everything but a replay --------------------------------------------------------
+    def _slow_call(self, args: tuple):
+        key = signature(args)
+        if key is None:
+            return self._plain(args, f"@{self.name} was called with an argument that is not "
+                                     f"a CUDA tensor")
+        if torch.cuda.is_current_stream_capturing():  # inside the caller's own capture
+            return self._plain(args, None)
+        rec = self._recordings.get(key)
+        if rec is None:
+            if self.stopped is not None:
+                return self._plain(args, self.stopped)
+            rec = self._recordings[key] = _Recording(len(args))
+        if rec.graph is not None:  # a static argument moved: demote it and record again
+            moved = [i for i, p in zip(rec.static, rec.static_ptrs) if args[i].data_ptr() != p]
+            rec.demoted.update(moved)
+            rec.graph, rec.inputs, rec.outputs = None, [], ()
+            rec.held, rec.warm_calls = (), 0
+            rec.stable = [i not in rec.demoted for i in range(len(args))]
+        if rec.warm_calls < self.warmup:
+            rec.observe(args)
+            return self._plain(args, None)
+        if self.stopped is not None:
+            return self._plain(args, self.stopped)
+        if self.records >= self.max_records:
+            self.stopped = (f"@{self.name}: recorded {self.records} time(s), the limit "
+                            f"(max_records = {self.max_records}); new input layouts and "
+                            f"moved static inputs now run without CUDA graphs")
+            return self._plain(args, self.stopped)
+        rec.observe(args)
+        overlapping = [i for i, a in enumerate(args)
+                       if not rec.stable[i] and has_internal_overlap(a)]
+        if overlapping:
+            rec.warm_calls = 0  # not recordable; stay on the plain path for this layout
+            return self._plain(args, f"@{self.name}: argument {overlapping[0]} is an expanded "
+                                     f"tensor (shared elements), which cannot be copied into a "
+                                     f"static buffer")
+        try:
+            self._record(rec, args)
+        except Exception as exc:  # a capture the static checks did not foresee
+            torch.cuda.synchronize()
+            self.stopped = (f"@{self.name}: recording failed ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); running "
+                            f"without CUDA graphs")
+            rec.graph = None
+            return self._plain(args, self.stopped)
+        rec.graph.replay()
+        self.replays += 1
+        if self.reuse_outputs:
+            return rec.outputs
+        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in rec.outputs)
+
+    def _record(self, rec: _Recording, args: tuple) -> None:
+        rec.static = [i for i in range(len(args)) if rec.stable[i]]
+        rec.copied = [i for i in range(len(args)) if not rec.stable[i]]
+        inputs = list(args)
+        for i in rec.copied:
+            a = args[i]
+            inputs[i] = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+            inputs[i].copy_(a)
+        rec.inputs = inputs
+        rec.static_ptrs = [args[i].data_ptr() for i in rec.static]
+        rec.held = ()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        stream = self._stream
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad():
+            with torch.cuda.stream(stream):  # initialise lazily-created state off-capture
+                self.fn(*inputs)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                outputs = self.fn(*inputs)
+        rec.outputs = tuple(outputs)
+        rec.graph = graph
+        self.records += 1
+        log.debug("torchloom: cudagraphs recorded @%s (%d copied, %d static inputs)",
+                  self.name, len(rec.copied), len(rec.static))
+
+    def _plain(self, args: tuple, reason: str | None):
+        if reason is not None and reason not in self.reasons:
+            self.reasons.append(reason)
+            log.warning("torchloom: cudagraphs: %s", reason)
+            if self._note is not None:
+                self._note(f"cudagraphs: {reason}")
+        self.plain_calls += 1
+        return self.fn(*args)
+
+    def __repr__(self) -> str:
+        return (f"CudaGraphRunner(@{self.name}, records={self.records}, "
+                f"replays={self.replays}, plain_calls={self.plain_calls})")
+
+
+__all__ = ["CudaGraphRunner", "signature", "has_internal_overlap"]

@@ -1,0 +1,76 @@
+"""The ``cudagraphs`` runtime wrapper: the object the ``torchloom_runtime_wrappers`` hook
+returns. ``[runtime] cudagraphs = true`` in a pipeline enables it with default options;
+``[runtime.cudagraphs]`` sets them.
+
+``wrap`` runs the static checks of :mod:`torchloom_cudagraphs.checks` on the graph the
+pipeline produced. When one fails the compiled function is returned unchanged, and the
+reason is noted for ``torchloom explain`` and logged once::
+
+    cudagraphs: @graph0 runs without CUDA graphs: graph input %x is on cpu; CUDA graphs
+    record only CUDA work
+
+Otherwise it returns a :class:`~torchloom_cudagraphs.recorder.CudaGraphRunner`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import ClassVar
+
+import attrs
+import torch
+
+from torchloom_cudagraphs.checks import skip_reasons
+from torchloom_cudagraphs.recorder import CudaGraphRunner
+
+log = logging.getLogger("torchloom.cudagraphs")
+
+
+@attrs.frozen
+class CudaGraphsOptions:
+    """Options of ``[runtime.cudagraphs]``.
+
+    - ``reuse_outputs``: return the recording's own output tensors instead of copies.
+      Saves one copy per output per call, but the next replay overwrites what the
+      previous call returned: only for callers that consume each result before calling
+      again (and do not keep it, e.g. for a later backward).
+    - ``max_records``: recordings per compiled graph (one per input layout, plus one per
+      static input that moved); beyond it new layouts run without CUDA graphs.
+    - ``warmup``: normal calls per layout before recording it (at least 1: lazy
+      initialisation such as cuBLAS handles or Triton autotuning cannot be captured, and
+      two calls are needed to see which inputs keep their address).
+    """
+
+    reuse_outputs: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    max_records: int = attrs.field(default=8, validator=[attrs.validators.instance_of(int),
+                                                         attrs.validators.ge(1)])
+    warmup: int = attrs.field(default=1, validator=[attrs.validators.instance_of(int),
+                                                    attrs.validators.ge(1)])
+
+
+class CudaGraphs:
+    """Replays a compiled graph through CUDA graphs when that is safe."""
+
+    name: ClassVar[str] = "cudagraphs"
+    Options: ClassVar[type] = CudaGraphsOptions
+
+    def wrap(self, fn: Callable[..., tuple], options: CudaGraphsOptions, ctx,
+             compiled) -> Callable[..., tuple]:
+        graph = compiled.graph
+        reasons = skip_reasons(graph, ctx.registry)
+        if not reasons and not torch.cuda.is_available():
+            reasons = ["CUDA is not available on this machine"]
+        if reasons:
+            message = f"cudagraphs: @{graph.name} runs without CUDA graphs: {'; '.join(reasons)}"
+            ctx.note(message)
+            log.warning("torchloom: %s", message)
+            return fn
+        ctx.note(f"cudagraphs: @{graph.name} is replayed through CUDA graphs "
+                 f"(reuse_outputs={options.reuse_outputs}, max_records={options.max_records})")
+        return CudaGraphRunner(fn, reuse_outputs=options.reuse_outputs,
+                               max_records=options.max_records, warmup=options.warmup,
+                               name=graph.name, note=ctx.note)
+
+
+__all__ = ["CudaGraphs", "CudaGraphsOptions"]
