@@ -153,6 +153,8 @@ class Graph:
                region: "Graph | None" = None, before: Node | None = None,
                after: Node | None = None) -> Node:
         """Create a node and insert it at the end, or before/after an anchor node."""
+        if names is not None and len(names) != len(out_types):
+            raise ValueError(f"{op}: {len(names)} names for {len(out_types)} output(s)")
         node = Node(op, inputs, attrs, region)
         hints = names or [op.split(".")[1] if op.count(".") >= 1 else op] * len(out_types)
         node.outputs = [Value(self.fresh_name(h), t, node, i, self)
@@ -168,6 +170,9 @@ class Graph:
             raise ValueError(f"{node!r} is already in a graph")
         if before is not None and after is not None:
             raise ValueError("give before or after, not both")
+        anchor = before if before is not None else after
+        if anchor is not None and anchor.graph is not self:
+            raise ValueError(f"anchor {anchor!r} is not in graph @{self.name}")
         node.graph = self
         for v in node.outputs:
             v.graph = self
@@ -211,6 +216,8 @@ class Graph:
     # ---- editing ---------------------------------------------------------------------
     def erase(self, node: Node) -> None:
         """Remove a node whose outputs have no uses."""
+        if node.graph is not self:
+            raise ValueError(f"{node!r} is not in graph @{self.name}")
         for v in node.outputs:
             if v.uses or v in self.outputs:
                 raise ValueError(f"cannot erase {node!r}: {v!r} is still used")
@@ -222,6 +229,8 @@ class Graph:
 
     def replace_all_uses(self, old: Value, new: Value) -> int:
         """Point every use of ``old`` (and graph outputs) at ``new``; returns the count."""
+        if old is new:
+            return 0
         count = 0
         for user in list(old.uses):
             for i, v in enumerate(user.inputs):
@@ -246,6 +255,9 @@ class Graph:
 
     def can_move_before(self, node: Node, anchor: Node) -> str | None:
         """Why ``node`` cannot move directly before ``anchor`` (None when it can)."""
+        for n in (node, anchor):
+            if n.graph is not self:
+                return f"{n!r} is not in graph @{self.name}"
         self.renumber()
         dest = anchor.position - 0.5  # the slot just before the anchor
         for v in node.inputs:
@@ -267,8 +279,24 @@ class Graph:
         self._unlink(node)
         self._link(node, anchor.prev)
 
+    def can_move_to_end(self, node: Node) -> str | None:
+        """Why ``node`` cannot become the last node (None when it can)."""
+        if node.graph is not self:
+            return f"{node!r} is not in graph @{self.name}"
+        for u in node.users():
+            if u.graph is self:
+                return f"user {u.op} of {node!r} would come before it"
+        return None
+
     def move_after(self, node: Node, anchor: Node) -> None:
+        """Move ``node`` directly after ``anchor``; raises if that breaks topological order."""
+        if node is anchor:
+            return
         if anchor.next is None:
+            reason = self.can_move_to_end(node) or (
+                None if anchor.graph is self else f"{anchor!r} is not in graph @{self.name}")
+            if reason is not None:
+                raise VerifyError(f"cannot move {node!r} after {anchor!r}: {reason}")
             self._unlink(node)
             self._link(node, self.last)
             return
