@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from torchloom.api import Node, TensorType
+from torchloom.api import Graph, Node, TensorType
 
 #: ops that only change metadata (shape/strides/offset) of their first input
 VIEW_OPS = frozenset({
@@ -47,3 +47,34 @@ def copy_bytes(t: TensorType) -> int:
     """Bytes a materialised copy of ``t`` reads and writes."""
     n = t.nbytes()
     return 2 * n if n is not None else 0
+
+#: the non-aliasing twin of each view op (same arguments, returns a fresh tensor)
+COPY_OF = {
+    "aten.view.default": "aten.view_copy.default",
+    "aten._unsafe_view.default": "aten.view_copy.default",
+    "aten.permute.default": "aten.permute_copy.default",
+    "aten.transpose.int": "aten.transpose_copy.int",
+    "aten.t.default": "aten.t_copy.default",
+    "aten.expand.default": "aten.expand_copy.default",
+    "aten.squeeze.dim": "aten.squeeze_copy.dim",
+    "aten.squeeze.dims": "aten.squeeze_copy.dims",
+    "aten.unsqueeze.default": "aten.unsqueeze_copy.default",
+    "aten.slice.Tensor": "aten.slice_copy.Tensor",
+    "aten.select.int": "aten.select_copy.int",
+    "aten.alias.default": "aten.alias_copy.default",
+}
+
+#: node.meta key marking a copy that views.alias-to-copy made from a view
+FROM_VIEW = "views.from_view"
+
+
+def swap_op(graph: Graph, node: Node, op: str, meta: dict) -> Node:
+    """Replace ``node`` by an identical node with another op name (attrs and types kept)."""
+    twin = graph.create(op, list(node.inputs), [v.type for v in node.outputs], dict(node.attrs),
+                        names=[v.name + "_c" for v in node.outputs], before=node)
+    twin.meta.update(node.meta)
+    twin.meta.update(meta)
+    for old, new in zip(node.outputs, twin.outputs):
+        graph.replace_all_uses(old, new)
+    graph.erase(node)
+    return twin
