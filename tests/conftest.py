@@ -24,6 +24,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _private_kernel_cache(tmp_path_factory, monkeypatch):
+    """Each test gets its own on-disk kernel cache, so no test sees kernels that another
+    test (or an earlier run) generated."""
+    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path_factory.mktemp("torchloom-cache")))
+
+
 @pytest.fixture
 def fuzz(request) -> bool:
     return request.config.getoption("--fuzz")

@@ -63,7 +63,7 @@ class Compiler:
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device = device
         self.keep_ir = keep_ir
-        self.kernel_cache = KernelCache()
+        self.kernel_cache = KernelCache(self.cache_dir / "kernels", self.pipeline.fingerprint())
         self.compilations: list[Compilation] = []
         self.notes: list[str] = []
         if self.pipeline.codegen not in self.plugins.codegens:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchloom.ir.graph import Graph
-from torchloom.runtime.executor import CONSTANT, FUSION_GROUP
+from torchloom.runtime.executor import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
 
 #: ops that launch nothing on a device: metadata, tuple plumbing, Python scalar math
 _FREE_PREFIXES = ("python.",)
@@ -18,6 +18,8 @@ def count_kernels(graph: Graph, registry) -> int:
     for node in graph.nodes:
         if node.op == FUSION_GROUP:
             total += 1
+        elif node.op == CALL_SUBGRAPH:  # each call launches its shared subgraph's kernels
+            total += count_kernels(_callee(node), registry)
         elif node.region is not None:
             total += count_kernels(node.region, registry)
         elif node.op == CONSTANT or node.op.startswith(_FREE_PREFIXES):
@@ -30,13 +32,20 @@ def count_kernels(graph: Graph, registry) -> int:
 
 
 def fusion_groups(graph: Graph) -> list:
+    """Fusion group nodes one call runs; a shared subgraph's appear once per call."""
     out = []
     for node in graph.nodes:
         if node.op == FUSION_GROUP:
             out.append(node)
+        elif node.op == CALL_SUBGRAPH:
+            out.extend(fusion_groups(_callee(node)))
         elif node.region is not None:
             out.extend(fusion_groups(node.region))
     return out
+
+
+def _callee(node) -> Graph:
+    return node.graph.root.subgraphs[node.attrs["callee"]]
 
 
 def summarize(compilations: list, registry, kernel_cache) -> dict[str, Any]:
@@ -69,4 +78,9 @@ def summarize(compilations: list, registry, kernel_cache) -> dict[str, Any]:
     return {"graphs": len(compilations), "nodes_before": nodes_before,
             "nodes_after": nodes_after, "fusion_groups": groups, "kernels": kernels,
             "unique_kernels": len(kernel_cache), "fallbacks": fallbacks, "passes": passes,
-            "notes": notes}
+            "notes": notes, "kernel_cache": _cache_stats(kernel_cache)}
+
+
+def _cache_stats(kernel_cache) -> dict[str, Any]:
+    stats = getattr(kernel_cache, "stats", None)
+    return stats() if callable(stats) else {}

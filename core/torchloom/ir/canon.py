@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import hashlib
 
-from torchloom.ir.graph import Graph
+from torchloom.ir.graph import CALL_SUBGRAPH, Graph
 from torchloom.ir.text import format_attrs, format_type
 
 
 def canonical_text(graph: Graph) -> str:
-    """The graph printed with values numbered in definition order and names dropped."""
+    """The graph printed with values numbered in definition order and names dropped.
+
+    Shared subgraphs that the graph calls follow it, numbered in order of first call, and
+    calls name them by that number, so subgraph names do not matter either."""
     lines: list[str] = []
-    _emit(graph, lines, "")
+    callees: dict[str, int] = {}
+    _emit(graph, lines, "", callees)
+    subgraphs = graph.root.subgraphs
+    done = 0
+    while done < len(callees):  # emitting a subgraph may discover further callees
+        name = list(callees)[done]
+        done += 1
+        if name in subgraphs:
+            lines.append(f"subgraph {callees[name]}")
+            _emit(subgraphs[name], lines, "", callees)
     return "\n".join(lines)
 
 
-def _emit(graph: Graph, lines: list[str], indent: str) -> None:
+def _emit(graph: Graph, lines: list[str], indent: str, callees: dict[str, int]) -> None:
     ids = {}
     for i, v in enumerate(graph.inputs):
         ids[v] = i
@@ -30,9 +42,12 @@ def _emit(graph: Graph, lines: list[str], indent: str) -> None:
         for v in n.outputs:
             ids[v] = len(ids)
         types = ",".join(format_type(v.type) for v in n.outputs)
-        lines.append(f"{indent}{n.op}({ins}){format_attrs(n.attrs)}:{types}")
+        attrs = n.attrs
+        if n.op == CALL_SUBGRAPH and isinstance(attrs.get("callee"), str):
+            attrs = {**attrs, "callee": callees.setdefault(attrs["callee"], len(callees))}
+        lines.append(f"{indent}{n.op}({ins}){format_attrs(attrs)}:{types}")
         if n.region is not None:
-            _emit(n.region, lines, indent + " ")
+            _emit(n.region, lines, indent + " ", callees)
     lines.append(indent + "return " + ",".join(str(ids[v]) for v in graph.outputs))
 
 

@@ -15,6 +15,10 @@ from torchloom.errors import VerifyError
 from torchloom.ir.types import Type
 
 
+#: op of a node that calls a shared subgraph of the top-level graph: ``{callee = "name"}``
+CALL_SUBGRAPH = "torchloom.call_subgraph"
+
+
 class InputRef(int):
     """An attribute element that refers to the node's ``inputs[i]`` (printed ``$i``).
 
@@ -99,6 +103,9 @@ class Graph:
         self.first: Node | None = None
         self.last: Node | None = None
         self.owner: Node | None = None  # the region node, when this graph is a region
+        #: shared subgraphs called by ``torchloom.call_subgraph`` nodes (top-level graph only)
+        self.subgraphs: dict[str, Graph] = {}
+        self.parent: Graph | None = None  # the top-level graph, when this graph is a subgraph
         self._names: set[str] = set()
         self._counter = 0
         self._len = 0
@@ -125,6 +132,34 @@ class Graph:
 
     def num_nodes(self) -> int:
         return sum(1 for _ in self.walk())
+
+    # ---- shared subgraphs ------------------------------------------------------------
+    @property
+    def root(self) -> "Graph":
+        """The top-level graph that owns the shared subgraphs (self, or a subgraph's parent)."""
+        g = self
+        while g.owner is not None and g.owner.graph is not None:
+            g = g.owner.graph
+        return g.parent if g.parent is not None else g
+
+    def add_subgraph(self, sub: "Graph") -> "Graph":
+        """Register ``sub`` as a shared subgraph of this (top-level) graph."""
+        root = self.root
+        if sub.name in root.subgraphs or sub.name == root.name:
+            raise ValueError(f"a subgraph named @{sub.name} already exists")
+        sub.parent = root
+        root.subgraphs[sub.name] = sub
+        return sub
+
+    def fresh_subgraph_name(self, hint: str = "region") -> str:
+        root = self.root
+        taken = set(root.subgraphs) | {root.name}
+        hint = _sanitize(hint)
+        name, i = hint, 0
+        while name in taken:
+            i += 1
+            name = f"{hint}{i}"
+        return name
 
     # ---- names -----------------------------------------------------------------------
     def fresh_name(self, hint: str = "v") -> str:
@@ -332,6 +367,8 @@ def clone_graph(graph: Graph, name: str | None = None) -> tuple[Graph, dict[Valu
         mapping.update(zip(n.outputs, nn.outputs))
     g.outputs = [mapping[v] for v in graph.outputs]
     g._counter = graph._counter
+    for sub in graph.subgraphs.values():
+        g.add_subgraph(clone_graph(sub)[0])
     return g, mapping
 
 

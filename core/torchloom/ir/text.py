@@ -114,7 +114,11 @@ def _print_body(g: Graph, indent: str) -> str:
 
 
 def print_graph(g: Graph) -> str:
-    return "graph " + _print_body(g, "") + "\n"
+    """The graph, then each shared subgraph as a further ``graph @name(...) {...}`` block."""
+    text = "graph " + _print_body(g, "") + "\n"
+    for sub in g.subgraphs.values():
+        text += "graph " + _print_body(sub, "") + "\n"
+    return text
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -182,8 +186,15 @@ class _Parser:
     def parse_graph(self) -> Graph:
         self.expect("graph")
         g = self.parse_body(self.take("at", "a graph name like @main")[1:])
-        if self.peek()[0] != "eof":
-            raise self.error("expected end of input after the graph")
+        while self.peek()[0] != "eof":  # shared subgraphs follow the main graph
+            if self.peek()[1] != "graph":
+                raise self.error("expected end of input or another graph after the graph")
+            self.expect("graph")
+            tok = self.peek()
+            name = self.take("at", "a subgraph name like @layer")[1:]
+            if name in g.subgraphs or name == g.name:
+                raise self.error(f"graph @{name} is defined twice", tok)
+            g.add_subgraph(self.parse_body(name))
         return g
 
     def parse_body(self, name: str) -> Graph:

@@ -6,6 +6,8 @@
 - Types: output types agree with the op's shape/dtype inference (when it can infer).
 - Regions: a region's inputs and outputs match its node's inputs and outputs in number
   and type.
+- Shared subgraphs: every ``torchloom.call_subgraph`` names (``callee``) a subgraph of the
+  top-level graph whose inputs and outputs match the call's; subgraphs do not recurse.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from torchloom.errors import VerifyError
-from torchloom.ir.graph import Graph, Node, node_error
+from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, node_error
 from torchloom.ir.text import format_type
 from torchloom.ir.types import TensorType
 
@@ -24,6 +26,58 @@ def verify(graph: Graph, registry=None) -> None:
     ``registry`` (an :class:`~torchloom.ops.registry.OpRegistry`) enables type checks.
     """
     _verify_graph(graph, registry)
+    for name, sub in graph.subgraphs.items():
+        if sub.name != name or sub.parent is not graph:
+            raise VerifyError(f"in graph @{graph.name}: subgraph entry {name!r} does not point "
+                              f"back at its graph (name @{sub.name})")
+        _verify_graph(sub, registry)
+    _check_no_recursion(graph)
+
+
+def _callees(graph: Graph) -> set[str]:
+    return {n.attrs.get("callee") for n in graph.walk() if n.op == CALL_SUBGRAPH}
+
+
+def _check_no_recursion(root: Graph) -> None:
+    state: dict[str, int] = {}  # 1: on the DFS stack, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise VerifyError(f"shared subgraphs call each other recursively: "
+                              f"{' -> '.join('@' + p for p in path + [name])}")
+        state[name] = 1
+        for callee in sorted(_callees(root.subgraphs[name])):
+            visit(callee, path + [name])
+        state[name] = 2
+
+    for name in root.subgraphs:
+        visit(name, [])
+
+
+def _verify_call(node: Node) -> None:
+    callee = node.attrs.get("callee")
+    root = node.graph.root
+    if node.region is not None:
+        raise node_error(node, "a call_subgraph node has no region (it names a callee)")
+    if not isinstance(callee, str) or callee not in root.subgraphs:
+        known = ", ".join("@" + k for k in root.subgraphs) or "none"
+        raise node_error(node, f"callee {callee!r} is not a subgraph of @{root.name} "
+                               f"(known: {known})")
+    sub = root.subgraphs[callee]
+    if len(sub.inputs) != len(node.inputs) or len(sub.outputs) != len(node.outputs):
+        raise node_error(node, f"@{callee} takes {len(sub.inputs)} inputs and returns "
+                               f"{len(sub.outputs)} values; the call passes {len(node.inputs)} "
+                               f"and declares {len(node.outputs)}")
+    for i, (outer, inner) in enumerate(zip(node.inputs, sub.inputs)):
+        if outer.type != inner.type:
+            raise node_error(node, f"@{callee} input {i} is {format_type(inner.type)} but the "
+                                   f"call passes {format_type(outer.type)}")
+    for i, (outer, inner) in enumerate(zip(node.outputs, sub.outputs)):
+        if not _same_type(outer.type, inner.type):
+            raise node_error(node, f"@{callee} output {i} is {format_type(inner.type)} but the "
+                                   f"call declares {format_type(outer.type)}")
 
 
 def _verify_graph(graph: Graph, registry) -> None:
@@ -59,7 +113,9 @@ def _verify_graph(graph: Graph, registry) -> None:
                     raise node_error(node, f"%{v.name} lists a use by {u.op} that does not "
                                            f"read it (dangling use)")
             defined.add(v)
-        if node.region is not None:
+        if node.op == CALL_SUBGRAPH:
+            _verify_call(node)
+        elif node.region is not None:
             _verify_region(node, registry)
         elif registry is not None:
             _verify_types(node, registry)

@@ -1,27 +1,79 @@
-"""The kernel cache: compiled kernels in memory, keyed by codegen and the group's
-structural hash, so groups equal up to renaming compile once per process.
+"""The kernel cache: compiled kernels in memory, and their sources on disk.
 
-(The on-disk layer — source + JSON metadata, atomic writes — belongs here too; see the
-dedup issue.)
+In memory, kernels are keyed by codegen and the group's structural hash, so groups equal
+up to renaming compile once per process. With a directory, what a codegen generated is
+also kept on disk as text — never pickle — so a second process generates nothing:
+
+```
+<dir>/<entry>.json                  {"format", "key", "codegen", "metadata",
+                                     "source_file", "source_sha256", "checksum"}
+<dir>/<entry>-<sha256[:16]>.src     the kernel source, exactly as generate() returned it
+```
+
+``<entry>`` hashes the group key, the codegen's name, version and source, and the
+pipeline fingerprint. Files are written to a temporary file in the same directory and
+``os.replace``-d into place (JSON last), and a source file is named after its content,
+so concurrent writers never leave a broken entry. An entry whose JSON does not parse, or
+whose checksums disagree, is reported once (a warning naming the file), regenerated and
+rewritten.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from torchloom.codegen.base import Codegen, Kernel, compile_group
+from torchloom.codegen.base import Codegen, Kernel, KernelSource
 from torchloom.ir.canon import structural_hash
 from torchloom.ir.graph import Node
 
+log = logging.getLogger("torchloom.cache")
+
+FORMAT = 1
+
+
+class CorruptEntry(Exception):
+    """A cache entry on disk that cannot be trusted."""
+
+
+def codegen_identity(codegen: Codegen) -> str:
+    """Name, version and a hash of the source of the module defining the codegen, so an
+    edited codegen never loads kernels its old version generated."""
+    module = sys.modules.get(type(codegen).__module__)
+    path = getattr(module, "__file__", None)
+    try:
+        code = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if path else "?"
+    except OSError:
+        code = "?"
+    return f"{codegen.name}:{codegen.version}:{code}"
+
 
 class KernelCache:
-    """Kernels by ``(codegen name, codegen version, structural hash of the region)``."""
+    """Kernels by ``(codegen name, codegen version, structural hash of the region)``.
 
-    def __init__(self):
+    ``directory`` (optional) adds the on-disk layer; ``fingerprint`` (the pipeline's)
+    enters every disk key. Counters: ``compiles`` (``generate`` calls), ``disk_hits``,
+    ``hits`` (in memory), ``corrupt`` (entries found broken).
+    """
+
+    def __init__(self, directory: str | Path | None = None, fingerprint: str = ""):
+        self.directory = Path(directory) if directory is not None else None
+        self.fingerprint = fingerprint
         self._kernels: dict[tuple[str, str, str], Kernel] = {}
+        self._reported: set[str] = set()
         self.compiles = 0
         self.hits = 0
+        self.disk_hits = 0
+        self.corrupt = 0
+        self.compile_seconds = 0.0  # spent in generate() + load() for kernels compiled here
 
     @staticmethod
     def key(codegen: Codegen, group: Node) -> tuple[str, str, str]:
@@ -30,16 +82,112 @@ class KernelCache:
     def get_or_compile(self, codegen: Codegen, group: Node, registry: Any) -> Kernel:
         key = self.key(codegen, group)
         kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel = compile_group(codegen, group, registry)
-            self._kernels[key] = kernel
-            self.compiles += 1
-        else:
+        if kernel is not None:
             self.hits += 1
+            return kernel
+        entry = self._entry(codegen, key)
+        kernel = self._load_from_disk(entry, codegen, registry) if entry else None
+        if kernel is None:
+            t0 = time.perf_counter()
+            generated = codegen.generate(group, registry)
+            kernel = codegen.load(generated, registry)
+            self.compile_seconds += time.perf_counter() - t0
+            self.compiles += 1
+            if entry is not None:
+                self._store(entry, key, generated)
+        self._kernels[key] = kernel
         return kernel
 
     def __len__(self) -> int:
         return len(self._kernels)
 
+    def stats(self) -> dict[str, Any]:
+        """Counters for ``explain``; the saved-time estimate prices every reuse (in memory
+        or from disk) at the average measured compile time."""
+        average = self.compile_seconds / self.compiles if self.compiles else 0.0
+        return {"unique": len(self), "compiles": self.compiles, "hits": self.hits,
+                "disk_hits": self.disk_hits, "corrupt": self.corrupt,
+                "compile_ms": round(self.compile_seconds * 1e3, 3),
+                "saved_ms_estimate": round((self.hits + self.disk_hits) * average * 1e3, 3)}
 
-__all__ = ["KernelCache", "Callable"]
+    # ---- disk layer ------------------------------------------------------------------
+    def _entry(self, codegen: Codegen, key: tuple[str, str, str]) -> Path | None:
+        if self.directory is None:
+            return None
+        blob = json.dumps([key[2], codegen_identity(codegen), self.fingerprint])
+        return self.directory / hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    def _load_from_disk(self, entry: Path, codegen: Codegen, registry: Any) -> Kernel | None:
+        meta_path = entry.with_suffix(".json")
+        if not meta_path.exists():
+            return None
+        try:
+            source = _read_entry(meta_path, codegen)
+            kernel = codegen.load(source, registry)
+        except Exception as exc:  # a broken entry is regenerated, never trusted
+            self._report(meta_path, exc)
+            return None
+        self.disk_hits += 1
+        return kernel
+
+    def _report(self, path: Path, exc: Exception) -> None:
+        self.corrupt += 1
+        if str(path) not in self._reported:
+            self._reported.add(str(path))
+            log.warning("torchloom: kernel cache entry %s is corrupt (%s); regenerating it",
+                        path, exc)
+
+    def _store(self, entry: Path, key: tuple[str, str, str], generated: KernelSource) -> None:
+        source_sha = hashlib.sha256(generated.source.encode()).hexdigest()
+        source_path = entry.parent / f"{entry.name}-{source_sha[:16]}.src"
+        body = {"format": FORMAT, "key": list(key), "fingerprint": self.fingerprint,
+                "codegen": generated.codegen, "metadata": generated.metadata,
+                "source_file": source_path.name, "source_sha256": source_sha}
+        try:
+            text = json.dumps({**body, "checksum": _checksum(body)}, indent=1, sort_keys=True)
+        except (TypeError, ValueError) as exc:  # metadata that is not JSON stays in memory
+            log.debug("torchloom: not caching %s on disk: metadata is not JSON (%s)", key, exc)
+            return
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(source_path, generated.source)
+            _atomic_write(entry.with_suffix(".json"), text)  # last: it vouches for the source
+        except OSError as exc:  # a read-only or full disk costs speed, not correctness
+            log.warning("torchloom: could not write kernel cache entry %s: %s", entry, exc)
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _read_entry(meta_path: Path, codegen: Codegen) -> KernelSource:
+    data = json.loads(meta_path.read_text())
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CorruptEntry("unknown format")
+    checksum = data.pop("checksum", None)
+    if checksum != _checksum(data):
+        raise CorruptEntry("metadata checksum mismatch")
+    if data.get("codegen") != codegen.name:
+        raise CorruptEntry(f"written by codegen {data.get('codegen')!r}")
+    source_path = meta_path.parent / data["source_file"]
+    source = source_path.read_bytes().decode()
+    if hashlib.sha256(source.encode()).hexdigest() != data["source_sha256"]:
+        raise CorruptEntry(f"{source_path.name} does not match its checksum")
+    return KernelSource(data["codegen"], source, data["metadata"])
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)  # no fsync: a torn file after a crash fails its checksum
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+__all__ = ["KernelCache", "CorruptEntry", "codegen_identity", "Callable"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 from torchloom.codegen.base import Reason
-from torchloom.ir.graph import Graph, InputRef, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, Graph, InputRef, Node, Value
 from torchloom.ops.registry import OpRegistry
 from torchloom.runtime.guards import describe_mismatch, guard_expressions
 
@@ -100,7 +100,12 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
     fname = f"f{idx}"
-    if node.region is not None:
+    if node.op == CALL_SUBGRAPH:  # a shared subgraph of the top-level graph
+        env[fname] = kernel_for(node) if kernel_for else build_function(
+            node.graph.root.subgraphs[node.attrs["callee"]], registry).fn
+        call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
+        unpack = True
+    elif node.region is not None:
         env[fname] = kernel_for(node) if kernel_for else build_function(node.region, registry).fn
         call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
         unpack = True
@@ -154,8 +159,16 @@ class CompiledGraph:
         self._fallback_fn = fallback
         self._logged: set[str] = set()
         self.fallback_calls = 0
+        #: shared subgraph name -> its callable, built once however often it is called
+        self.subgraph_fns: dict[str, Callable] = {}
 
         def kernel_for(node: Node) -> Callable:
+            if node.op == CALL_SUBGRAPH:
+                callee = node.attrs["callee"]
+                if callee not in self.subgraph_fns:
+                    self.subgraph_fns[callee] = build_function(
+                        graph.root.subgraphs[callee], registry, kernel_for).fn
+                return self.subgraph_fns[callee]
             if node.op != FUSION_GROUP:  # other regions (shared subgraphs) run their body
                 return build_function(node.region, registry, kernel_for).fn
             choice = GroupChoice(node, "eager")
@@ -190,4 +203,5 @@ class CompiledGraph:
         return self.plan.source
 
 
-__all__ = ["build_function", "CompiledGraph", "Plan", "FUSION_GROUP", "CONSTANT"]
+__all__ = ["build_function", "CompiledGraph", "Plan", "FUSION_GROUP", "CONSTANT",
+           "CALL_SUBGRAPH"]
