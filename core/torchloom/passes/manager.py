@@ -18,10 +18,11 @@ from typing import Any
 import attrs
 
 from torchloom.errors import PassError, PipelineError, TorchloomError
-from torchloom.ir.graph import Graph, clone_graph
+from torchloom.ir.graph import Graph
 from torchloom.ir.verify import verify
 from torchloom.passes.base import PassContext, PassResult
 from torchloom.passes.pipeline import FixpointStep, PassStep, Pipeline
+from torchloom.passes.snapshot import GraphSnapshot
 
 
 @attrs.define
@@ -41,20 +42,6 @@ class RunReport:
 
     def total_ms(self) -> float:
         return sum(r.ms for r in self.records)
-
-
-def restore(graph: Graph, snapshot: Graph) -> None:
-    """Make ``graph`` (the object callers hold) take the content of ``snapshot``."""
-    graph.inputs, graph.outputs = snapshot.inputs, snapshot.outputs
-    graph.first, graph.last, graph._len = snapshot.first, snapshot.last, snapshot._len
-    graph._names, graph._counter = snapshot._names, snapshot._counter
-    graph._positions_valid = False
-    for v in graph.inputs:
-        v.graph = graph
-    for n in graph.nodes:
-        n.graph = graph
-        for v in n.outputs:
-            v.graph = graph
 
 
 class PassManager:
@@ -100,21 +87,22 @@ class PassManager:
     def _run_step(self, step: PassStep, graph: Graph, ctx: PassContext,
                   report: RunReport) -> bool:
         pass_ = step.pass_
-        snapshot, _ = clone_graph(graph)
+        snapshot = GraphSnapshot(graph)
         for ins in self.instruments:
             if hasattr(ins, "before_pass"):
                 ins.before_pass(pass_, graph, ctx)
         t0 = time.perf_counter()
         try:
-            result = pass_.run(graph, ctx)
-            if not isinstance(result, PassResult):
-                raise TypeError(f"run() returned {type(result).__name__}, not PassResult")
+            subgraphs = list(graph.subgraphs.values())  # those a pass creates are new, not input
+            result = _checked(pass_.run(graph, ctx))
+            for sub in subgraphs:  # a shared subgraph is transformed once, for all its calls
+                result = _merge(result, _run_on_subgraph(step, sub, ctx))
             if self.pipeline.verify == "each":
                 verify(graph, ctx.registry)
         except Exception as exc:  # the pass's fault: roll back and name it
             seconds = time.perf_counter() - t0
-            restore(graph, snapshot)
-            return self._failed(step, snapshot, exc, seconds, ctx, report)
+            snapshot.restore()
+            return self._failed(step, graph, exc, seconds, ctx, report)
         seconds = time.perf_counter() - t0
         for key, value in result.stats.items():
             ctx.count(f"{step.name}.{key}", value)
@@ -168,6 +156,41 @@ class PassManager:
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         (self.dump_dir / f"{self._dumped:02d}-{label}.ir").write_text(str(graph))
         self._dumped += 1
+
+
+def _run_on_subgraph(step: PassStep, sub: Graph, ctx: PassContext) -> PassResult:
+    """Run a pass on one shared subgraph; a change of its signature (which its calls
+    would no longer match) is undone and noted."""
+    before, snapshot = _signature(sub), GraphSnapshot(sub)
+    result = _checked(step.pass_.run(sub, ctx))
+    if _signature(sub) != before:
+        snapshot.restore()
+        note = (f"pass {step.name!r} changed the signature of shared subgraph @{sub.name}; "
+                f"that change was undone")
+        if note not in ctx.notes:
+            ctx.note(note)
+        return PassResult(False, result.stats)
+    return result
+
+
+def _checked(result: Any) -> PassResult:
+    if not isinstance(result, PassResult):
+        raise TypeError(f"run() returned {type(result).__name__}, not PassResult")
+    return result
+
+
+def _merge(a: PassResult, b: PassResult) -> PassResult:
+    stats = dict(a.stats)
+    for k, v in b.stats.items():
+        stats[k] = stats.get(k, 0) + v
+    return PassResult(a.changed or b.changed, stats)
+
+
+def _signature(graph: Graph) -> tuple:
+    """Input and output types (shape, dtype, device) of a subgraph, as its calls see them."""
+    def key(t):
+        return (getattr(t, "shape", None), getattr(t, "dtype", None), getattr(t, "device", t))
+    return (tuple(key(v.type) for v in graph.inputs), tuple(key(v.type) for v in graph.outputs))
 
 
 def _is_verify(exc: Exception) -> bool:
