@@ -147,9 +147,21 @@ def test_host_sync_ops(registry, op, out_type, tag):
     assert check_host_sync(graph, registry) == f"{op} (%s) synchronises with the host{tag}"
 
 
-def test_host_sync_inside_a_region(registry):
+SHARED = """graph @g(%x: f32[4] @cuda:0, %y: f32[4] @cuda:0) {
+  %r = torchloom.call_subgraph(%y, %x) {callee = "layer"} : f32[4] @cuda:0
+  return %r
+}
+graph @layer(%a: f32[4] @cuda:0, %b: f32[4] @cuda:0) {
+  %s = BODY
+  %e = aten.exp.default(%s) : f32[4] @cuda:0
+  return %e
+}
+"""
+
+
+def test_host_sync_inside_a_region_and_a_shared_subgraph(registry):
     graph = parse_graph("""graph @g(%x: f32[4] @cuda:0) {
-  %r = torchloom.call_subgraph(%x) : f32[4] @cuda:0 region @sub(%a: f32[4] @cuda:0) {
+  %r = torchloom.fusion_group(%x) : f32[4] @cuda:0 region @group0(%a: f32[4] @cuda:0) {
     %n = aten.masked_select.default(%a, %a) : f32[2] @cuda:0
     %e = aten.exp.default(%a) : f32[4] @cuda:0
     return %e
@@ -158,6 +170,18 @@ def test_host_sync_inside_a_region(registry):
 }""")
     assert check_host_sync(graph, registry) == (
         "aten.masked_select.default (%n) synchronises with the host")
+    shared = parse_graph(SHARED.replace("BODY", "aten.item.default(%a) : float\n  %f = "
+                                                 "aten.add.Tensor(%a, %b) : f32[4] @cuda:0")
+                         .replace("exp.default(%s)", "exp.default(%f)"))
+    assert check_host_sync(shared, registry) == "aten.item.default (%s) synchronises with the host"
+
+
+def test_input_mutation_inside_a_shared_subgraph(registry):
+    writes = parse_graph(SHARED.replace("BODY", "aten.mul_.Tensor(%b, %a) : f32[4] @cuda:0"))
+    assert check_input_mutations(writes, registry) == (
+        "graph input %x is written in place by aten.mul_.Tensor (%s)")
+    pure = parse_graph(SHARED.replace("BODY", "aten.mul.Tensor(%b, %a) : f32[4] @cuda:0"))
+    assert skip_reasons(pure, registry) == []
 
 
 def test_output_aliasing_an_input(registry):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
-from torchloom.api import Graph, Node, ScalarType, TensorType, Value
+from torchloom.api import CALL_SUBGRAPH, Graph, Node, ScalarType, TensorType, Value
 
 #: ops that synchronise with the host or read a device value on the CPU, beyond those
 #: torch tags ``data_dependent_output``, ``dynamic_output_shape`` or ``cudagraph_unsafe``
@@ -36,12 +36,38 @@ HOST_SYNC_OPS = frozenset({
 _UNSAFE_TAGS = ("data_dependent_output", "dynamic_output_shape", "cudagraph_unsafe")
 
 
+def body(node: Node) -> Graph | None:
+    """The graph a node runs: its region, or the shared subgraph a call names."""
+    if node.op == CALL_SUBGRAPH:
+        return node.graph.root.subgraphs.get(node.attrs.get("callee"))
+    return node.region
+
+
+def walk(graph: Graph) -> Iterator[Node]:
+    """Every node ``graph`` runs, inside regions and called shared subgraphs too (each
+    subgraph once)."""
+    seen: set[str] = set()
+
+    def visit(g: Graph) -> Iterator[Node]:
+        for node in g.nodes:
+            yield node
+            inner = body(node)
+            if inner is None or inner.name in seen:
+                continue
+            if node.op == CALL_SUBGRAPH:  # a shared body is looked at once
+                seen.add(inner.name)
+            yield from visit(inner)
+
+    return visit(graph)
+
+
 def _values(graph: Graph) -> Iterator[Value]:
-    """Every value of ``graph`` and its regions: inputs first, then node outputs."""
+    """Every value ``graph`` runs: inputs first, then node outputs, regions included."""
     yield from graph.inputs
-    for node in graph.walk():
-        if node.region is not None:
-            yield from node.region.inputs
+    for node in walk(graph):
+        inner = body(node)
+        if inner is not None:
+            yield from inner.inputs
         yield from node.outputs
 
 
@@ -122,7 +148,7 @@ def host_sync_reason(node: Node) -> str | None:
 def check_host_sync(graph: Graph, registry) -> str | None:
     """Ops that read a device value on the CPU (``item``) or size their output from data
     (``nonzero``) synchronise, which a capture forbids."""
-    for node in graph.walk():
+    for node in walk(graph):
         reason = host_sync_reason(node)
         if reason is not None:
             names = ", ".join(f"%{v.name}" for v in node.outputs) or "no result"
@@ -135,11 +161,12 @@ def _input_origin(v: Value, registry, through: list[str]) -> Value | None:
     ``through`` collects the ops passed on the way."""
     while v.producer is not None:
         node = v.producer
-        if node.region is not None:
-            inner = _input_origin(node.region.outputs[v.index], registry, through)
-            if inner is None or inner not in node.region.inputs:
+        region = body(node)
+        if region is not None:
+            inner = _input_origin(region.outputs[v.index], registry, through)
+            if inner is None or inner not in region.inputs:
                 return None
-            v = node.inputs[node.region.inputs.index(inner)]
+            v = node.inputs[region.inputs.index(inner)]
             continue
         opdef = registry.get(node.op)
         i = opdef.aliased_input(node, v.index)
@@ -153,11 +180,12 @@ def _input_origin(v: Value, registry, through: list[str]) -> Value | None:
 def _writes(graph: Graph, registry) -> Iterator[tuple[Node, Value]]:
     """(node, value written) for every in-place write, regions mapped to their inputs."""
     for node in graph.nodes:
-        if node.region is not None:
-            for inner, written in _writes(node.region, registry):
+        region = body(node)
+        if region is not None:
+            for inner, written in _writes(region, registry):
                 origin = _input_origin(written, registry, [])
-                if origin is not None and origin in node.region.inputs:
-                    yield inner, node.inputs[node.region.inputs.index(origin)]
+                if origin is not None and origin in region.inputs:
+                    yield inner, node.inputs[region.inputs.index(origin)]
             continue
         opdef = registry.get(node.op)
         for i in opdef.mutated_inputs(node):
@@ -196,7 +224,7 @@ def check_output_aliasing(graph: Graph, registry) -> str | None:
 
 def _alias_root(v: Value, registry) -> Value:
     """The value owning ``v``'s memory, following views within the top-level graph."""
-    while v.producer is not None and v.producer.region is None:
+    while v.producer is not None and body(v.producer) is None:
         node = v.producer
         i = registry.get(node.op).aliased_input(node, v.index)
         if i is None:
