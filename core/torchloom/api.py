@@ -4,6 +4,7 @@ from torchloom import errors
 from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason, compile_group
 from torchloom.codegen.eager import EagerCodegen
 from torchloom.compiler import Compilation, Compiler
+from torchloom.frontend.fx import import_fx
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Type, Value,
                           alpha_equivalent, canonical_text, clone_graph, contiguous_strides,
                           format_type, parse_graph, print_graph, print_node, structural_hash,
@@ -15,16 +16,15 @@ from torchloom.plugins.hookspecs import hookimpl
 from torchloom.plugins.loader import load_plugins
 from torchloom.report import count_kernels, fusion_groups
 from torchloom.runtime.cache import KernelCache
-from torchloom.runtime.executor import CONSTANT, FUSION_GROUP, build_function
-
-CALL_SUBGRAPH = "torchloom.call_subgraph"
+from torchloom.ir.text import format_attrs
+from torchloom.runtime.executor import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, build_function
 
 __all__ = [
-    "errors", "Codegen", "Kernel", "KernelSource", "Reason", "compile_group", "EagerCodegen", "Compilation", "Compiler",
+    "errors", "Codegen", "Kernel", "KernelSource", "Reason", "compile_group", "EagerCodegen", "Compilation", "Compiler", "import_fx",
     "DTYPES", "Graph", "InputRef", "Node", "ScalarType", "TensorType", "Type", "Value",
     "alpha_equivalent", "canonical_text", "clone_graph", "contiguous_strides", "format_type",
     "parse_graph", "print_graph", "print_node", "structural_hash", "type_of", "verify",
     "CATEGORIES", "OpDef", "OpRegistry", "Pass", "PassContext", "PassResult", "is_pure",
     "mutated_values", "hookimpl", "load_plugins", "count_kernels", "fusion_groups",
-    "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "KernelCache", "build_function",
+    "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "format_attrs", "KernelCache", "build_function",
 ]

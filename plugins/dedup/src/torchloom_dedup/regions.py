@@ -1,0 +1,295 @@
+"""``dedup.regions``: repeated regions become calls of one shared subgraph."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from torchloom.api import (CALL_SUBGRAPH, Graph, Node, Pass, PassContext, PassResult, Value,
+                           canonical_text, format_attrs, format_type, mutated_values)
+
+_positive = attrs.validators.ge(1)
+
+
+@attrs.frozen
+class Candidate:
+    """``count`` windows of ``length`` consecutive nodes that have equal tokens."""
+
+    starts: tuple[int, ...]
+    length: int
+
+    @property
+    def saved(self) -> int:
+        return self.length * (len(self.starts) - 1)
+
+
+@attrs.frozen
+class DedupRegions(Pass):
+    """Find maximal repeated regions by structure and replace each occurrence with a call
+    of one shared subgraph, so later passes and the codegen see the region once.
+
+    before::
+
+        graph @main(%x: f32[4, 8], %w: f32[8]) {
+          %s = aten.mul.Tensor(%x, %w) : f32[4, 8]
+          %t = aten.tanh.default(%s) : f32[4, 8]
+          %s_1 = aten.mul.Tensor(%t, %w) : f32[4, 8]
+          %t_1 = aten.tanh.default(%s_1) : f32[4, 8]
+          return %t_1
+        }
+
+    after::
+
+        graph @main(%x: f32[4, 8], %w: f32[8]) {
+          %t_2 = torchloom.call_subgraph(%x, %w) {callee = "region"} : f32[4, 8]
+          %t_3 = torchloom.call_subgraph(%t_2, %w) {callee = "region"} : f32[4, 8]
+          return %t_3
+        }
+        graph @region(%x: f32[4, 8], %w: f32[8]) {
+          %s = aten.mul.Tensor(%x, %w) : f32[4, 8]
+          %t = aten.tanh.default(%s) : f32[4, 8]
+          return %t
+        }
+
+    How: every node gets a token (op, attributes, input and output types). From anchor
+    tokens, windows of consecutive nodes are grown while their tokens agree, keeping the
+    largest agreeing set of non-overlapping occurrences and the window that saves most
+    nodes (length x (occurrences - 1)); occurrences need not be adjacent. A window is a
+    contiguous stretch of the topological order, so replacing it by one node keeps the
+    graph valid. Occurrences are then grouped by exact wiring (which input or earlier
+    node each operand comes from), and the largest group becomes the subgraph. Its
+    outputs are the values any occurrence uses outside the window.
+
+    Skipped: windows containing a node that writes its inputs, occurrences whose inputs
+    some node mutates, and regions whose outputs alias (are views of) their inputs.
+
+    Stats: ``regions``, ``occurrences``, ``nodes_deduplicated`` (nodes later passes no
+    longer see), ``subgraph_nodes``.
+    """
+
+    name: ClassVar[str] = "dedup.regions"
+    #: a region smaller than this is not worth a call
+    min_nodes: int = attrs.field(default=4, validator=_positive)
+    min_occurrences: int = attrs.field(default=2, validator=attrs.validators.ge(2))
+    #: how many regions to extract (each one re-scans the graph)
+    max_regions: int = attrs.field(default=4, validator=_positive)
+    #: anchor tokens tried per scan (one per distinct occurrence count)
+    max_anchors: int = attrs.field(default=16, validator=_positive)
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        stats = {"regions": 0, "occurrences": 0, "nodes_deduplicated": 0, "subgraph_nodes": 0}
+        if graph.parent is not None or graph.owner is not None:
+            return PassResult(False, stats)  # shared subgraphs are made from the top level
+        for _ in range(self.max_regions):
+            nodes = list(graph.nodes)
+            found = self._extract_best(graph, nodes, ctx)
+            if found is None:
+                break
+            sub, occurrences = found
+            stats["regions"] += 1
+            stats["occurrences"] += occurrences
+            stats["nodes_deduplicated"] += len(sub) * (occurrences - 1)
+            stats["subgraph_nodes"] += len(sub)
+            ctx.note(f"dedup.regions: @{sub.name} ({len(sub)} nodes) replaces {occurrences} "
+                     f"occurrences in @{graph.name}")
+        return PassResult(stats["regions"] > 0, stats)
+
+    # ---- search ----------------------------------------------------------------------
+    def _extract_best(self, graph: Graph, nodes: list[Node], ctx: PassContext):
+        tokens = _tokens(nodes, ctx.registry)
+        candidates = sorted(self._candidates(tokens), key=lambda c: (-c.saved, c.starts[0]))
+        mutated = mutated_values(graph, ctx.registry)
+        for cand in candidates[: self.max_anchors]:
+            windows = self._validate(nodes, cand, mutated, ctx)
+            if windows is not None:
+                return _replace(graph, windows), len(windows.occurrences)
+        return None
+
+    def _candidates(self, tokens: list[int]) -> list[Candidate]:
+        positions: dict[int, list[int]] = {}
+        for i, t in enumerate(tokens):
+            if t >= 0:
+                positions.setdefault(t, []).append(i)
+        by_count: dict[int, list[int]] = {}
+        for t, ps in positions.items():
+            if len(ps) >= self.min_occurrences:
+                by_count.setdefault(len(ps), []).append(ps)
+        anchors = [group[0] for _, group in sorted(by_count.items())][: self.max_anchors]
+        found = []
+        for ps in anchors:
+            cand = self._grow(tokens, ps)
+            if cand is not None and cand.length >= self.min_nodes:
+                found.append(cand)
+        return found
+
+    def _grow(self, tokens: list[int], anchor: list[int]) -> Candidate | None:
+        """Grow windows around the anchor positions: left while all agree, then right,
+        splitting the occurrences by the next token and keeping the largest part."""
+        occ = _non_overlapping(anchor, 1)
+        left = 0
+        while True:
+            ps = [p - left - 1 for p in occ]
+            if ps[0] < 0 or tokens[ps[0]] < 0 or any(tokens[p] != tokens[ps[0]] for p in ps):
+                break
+            if _min_gap(occ) < left + 2:
+                break
+            left += 1
+        starts = [p - left for p in occ]
+        length = left + 1
+        best = Candidate(tuple(starts), length) if len(starts) >= self.min_occurrences else None
+        while len(starts) >= self.min_occurrences:
+            parts: dict[int, list[int]] = {}
+            for s in starts:
+                i = s + length
+                if i < len(tokens) and tokens[i] >= 0:
+                    parts.setdefault(tokens[i], []).append(s)
+            if not parts:
+                break
+            starts = _non_overlapping(max(parts.values(), key=len), length + 1)
+            length += 1
+            if len(starts) >= self.min_occurrences:
+                cand = Candidate(tuple(starts), length)
+                if best is None or cand.saved > best.saved:
+                    best = cand
+        return best
+
+    def _validate(self, nodes: list[Node], cand: Candidate, mutated: set,
+                  ctx: PassContext) -> "_Windows | None":
+        groups: dict[tuple, list[_Occurrence]] = {}
+        for s in cand.starts:
+            occ = _Occurrence.of(nodes[s:s + cand.length])
+            if any(v in mutated for v in occ.inputs):
+                continue
+            groups.setdefault(occ.wiring, []).append(occ)
+        if not groups:
+            return None
+        best = max(groups.values(), key=len)
+        if len(best) < self.min_occurrences:
+            return None
+        outputs = sorted({o for occ in best for o in occ.escaping})
+        if not outputs:
+            return None
+        if any(_aliases_input(best[0], o, ctx.registry) for o in outputs):
+            return None
+        return _Windows(best, outputs)
+
+
+@attrs.define
+class _Occurrence:
+    nodes: list[Node]
+    inputs: list[Value]
+    #: per node, per operand: ("in", k) for the k-th input, ("n", offset, index) inside
+    wiring: tuple
+    #: (offset, output index) of values used after the window
+    escaping: set
+
+    @classmethod
+    def of(cls, nodes: list[Node]) -> "_Occurrence":
+        offset = {n: i for i, n in enumerate(nodes)}
+        inputs: list[Value] = []
+        index: dict[Value, int] = {}
+        wiring = []
+        for n in nodes:
+            ops = []
+            for v in n.inputs:
+                if v.producer in offset:
+                    ops.append(("n", offset[v.producer], v.index))
+                else:
+                    if v not in index:
+                        index[v] = len(inputs)
+                        inputs.append(v)
+                    ops.append(("in", index[v]))
+            wiring.append(tuple(ops))
+        escaping = set()
+        graph_outputs = set(nodes[0].graph.outputs)
+        for i, n in enumerate(nodes):
+            for v in n.outputs:
+                if v in graph_outputs or any(u not in offset for u in v.uses):
+                    escaping.add((i, v.index))
+        return cls(nodes, inputs, tuple(wiring), escaping)
+
+    def value(self, ref: tuple[int, int]) -> Value:
+        return self.nodes[ref[0]].outputs[ref[1]]
+
+
+@attrs.define
+class _Windows:
+    occurrences: list[_Occurrence]
+    outputs: list[tuple[int, int]]
+
+
+def _tokens(nodes: list[Node], registry) -> list[int]:
+    """Equal ints for nodes that are equal but for their operands; -1-i for barriers."""
+    ids: dict[tuple, int] = {}
+    out = []
+    for i, n in enumerate(nodes):
+        if n.region is None and n.op != CALL_SUBGRAPH and registry.get(n.op).mutates:
+            out.append(-1 - i)  # a node that writes its inputs never joins a region
+            continue
+        key = (n.op, format_attrs(n.attrs), tuple(format_type(v.type) for v in n.inputs),
+               tuple(format_type(v.type) for v in n.outputs),
+               _region_text(n) if n.region is not None else "")
+        out.append(ids.setdefault(key, len(ids)))
+    return out
+
+
+def _region_text(node: Node) -> str:
+    return canonical_text(node.region)
+
+
+def _non_overlapping(starts: list[int], length: int) -> list[int]:
+    out: list[int] = []
+    for s in starts:
+        if not out or s >= out[-1] + length:
+            out.append(s)
+    return out
+
+
+def _min_gap(ps: list[int]) -> int:
+    return min((b - a for a, b in zip(ps, ps[1:])), default=1 << 30)
+
+
+def _aliases_input(occ: _Occurrence, ref: tuple[int, int], registry) -> bool:
+    """Whether the region output at ``ref`` is a view of one of the region's inputs."""
+    inside = {n: i for i, n in enumerate(occ.nodes)}
+    node, index = occ.nodes[ref[0]], ref[1]
+    while True:
+        if node.region is not None or node.op == CALL_SUBGRAPH:
+            return False
+        source = registry.get(node.op).aliased_input(node, index)
+        if source is None:
+            return False
+        v = node.inputs[source]
+        if v.producer not in inside:
+            return True
+        node, index = v.producer, v.index
+
+
+def _replace(graph: Graph, windows: _Windows) -> Graph:
+    """Build the shared subgraph from the first occurrence; replace every occurrence."""
+    first = windows.occurrences[0]
+    sub = Graph(graph.fresh_subgraph_name("region"))
+    mapping: dict[Value, Value] = {}
+    for v in first.inputs:
+        mapping[v] = sub.add_input(v.type, v.name)
+    for n in first.nodes:
+        region = n.region.clone() if n.region is not None else None
+        new = sub.create(n.op, [mapping[v] for v in n.inputs], [v.type for v in n.outputs],
+                         n.attrs, names=[v.name for v in n.outputs], region=region)
+        new.meta = dict(n.meta)
+        mapping.update(zip(n.outputs, new.outputs))
+    sub.set_outputs([mapping[first.value(ref)] for ref in windows.outputs])
+    graph.add_subgraph(sub)
+    replaced: dict[Value, Value] = {}  # an occurrence may read an earlier one's results
+    for occ in windows.occurrences:
+        olds = [occ.value(ref) for ref in windows.outputs]
+        call = graph.create(CALL_SUBGRAPH, [replaced.get(v, v) for v in occ.inputs],
+                            [v.type for v in olds], {"callee": sub.name},
+                            names=[v.name for v in olds], before=occ.nodes[0])
+        for old, new in zip(olds, call.outputs):
+            graph.replace_all_uses(old, new)
+            replaced[old] = new
+        for n in reversed(occ.nodes):
+            graph.erase(n)
+    return sub
