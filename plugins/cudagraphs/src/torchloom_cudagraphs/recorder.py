@@ -205,6 +205,13 @@ class CudaGraphRunner:
         self.plain_calls += 1
         return self.fn(*args)
 
+    @property
+    def recorded(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Per live recording: (arguments copied into static buffers, arguments read in
+        place)."""
+        return [(tuple(r.copied), tuple(r.static)) for r in self._recordings.values()
+                if r.graph is not None]
+
     def __repr__(self) -> str:
         return (f"CudaGraphRunner(@{self.name}, records={self.records}, "
                 f"replays={self.replays}, plain_calls={self.plain_calls})")
