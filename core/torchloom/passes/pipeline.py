@@ -144,7 +144,11 @@ def parse_raw(text: str, source: str) -> RawPipeline:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise PipelineError(f"{source}: malformed TOML: {exc}") from None
+        # tomllib reports "... (at line L, column C)"; lead with source:line like every error
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"{source}:{m.group(1)}:{m.group(2)}" if m else source
+        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise PipelineError(f"{where}: malformed TOML: {reason}") from None
     return RawPipeline(source, text, data)
 
 
@@ -325,7 +329,10 @@ def _instantiate(cls, options: dict, what: str, tline: int, lines: _Lines, err,
     try:
         return cls(**options)
     except (TypeError, ValueError) as exc:
-        raise err(tline, f"{what}: invalid option value: {exc}") from None
+        # attrs validators name the field ("'limit' must be >= 1: 0"): point at its line
+        named = [k for k in options if f"'{k}'" in str(exc)]
+        line = tline if inline or not named else lines.key(tline, named[0])
+        raise err(line, f"{what}: invalid option value: {exc}") from None
 
 
 def _type_problem(value: Any, hint: Any) -> str | None:
