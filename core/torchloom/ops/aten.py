@@ -8,11 +8,13 @@ and ``python.<module>.<attr>`` for plain Python callables such as ``python.opera
 
 from __future__ import annotations
 
+import functools
 import importlib
 
+import attrs
 import torch
 
-from torchloom.ops.registry import OpDef, OpRegistry
+from torchloom.ops.registry import OpDef, OpRegistry, _device_of, meta_infer
 
 #: categories the tags get wrong or leave out
 CATEGORY_OVERRIDES: dict[str, str] = {
@@ -98,8 +100,29 @@ def opdef_for_overload(name: str, op: torch._ops.OpOverload) -> OpDef:
     if category == "view" and not aliases:  # _unsafe_view; list views (split) alias the lot
         aliases = {-1 if _returns_list(schema) else 0: schema.arguments[0].name}
     fn = getattr(op, "_op", op)  # the C++ entry point: no Python frame per call
-    return OpDef(name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
-                 returns_sequence=len(schema.returns) != 1 or _returns_list(schema))
+    opdef = OpDef(name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
+                  returns_sequence=len(schema.returns) != 1 or _returns_list(schema))
+    if name in _EMPTY_STATS_ON_CPU:
+        opdef = attrs.evolve(opdef, infer=functools.partial(_batch_norm_eval_infer, opdef,
+                                                            _EMPTY_STATS_ON_CPU[name]))
+    return opdef
+
+
+#: eval-mode batch norms whose CPU kernel returns empty saved statistics (outputs 1 and 2)
+#: where the meta kernel gives [C]; the attribute says when the op is in eval mode
+_EMPTY_STATS_ON_CPU = {
+    "aten._native_batch_norm_legit_no_training.default": None,
+    "aten.native_batch_norm.default": "training",
+}
+
+
+def _batch_norm_eval_infer(opdef: OpDef, training_attr: str | None, node):
+    types = meta_infer(opdef, node)
+    if types is None or _device_of(node) != "cpu":
+        return types
+    if training_attr is not None and node.attrs.get(training_attr) is not False:
+        return types
+    return [types[0]] + [t.with_(shape=(0,), strides=None) for t in types[1:]]
 
 
 def _returns_list(schema) -> bool:

@@ -95,7 +95,8 @@ def bind_args(schema, inputs: Sequence[Any], attrs_: Mapping[str, Any]):
         return list(inputs), {}
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    it = iter(range(len(inputs)))
+    # inputs that attribute lists refer to (``$i``) do not fill plain tensor arguments
+    it = iter(_plain_input_slots(len(inputs), attrs_))
     positional = True
     for arg in schema.arguments:
         if arg.name in attrs_:
@@ -113,21 +114,41 @@ def bind_args(schema, inputs: Sequence[Any], attrs_: Mapping[str, Any]):
     return args, kwargs
 
 
+def _input_refs(value, found: set[int]) -> None:
+    if isinstance(value, InputRef):
+        found.add(int(value))
+    elif isinstance(value, tuple):
+        for x in value:
+            _input_refs(x, found)
+
+
+def _plain_input_slots(count: int, attrs_: Mapping[str, Any]) -> list[int]:
+    """Input indices not referenced by any ``$i`` in the attributes, in order."""
+    referenced: set[int] = set()
+    for v in attrs_.values():
+        _input_refs(v, referenced)
+    if not referenced:
+        return list(range(count))
+    return [i for i in range(count) if i not in referenced]
+
+
 def _input_indices(op: OpDef, node: Node, names) -> list[int]:
     if not names or op.schema is None:
         return []
-    out, next_input = [], 0
+    out: list[int] = []
+    slots = iter(_plain_input_slots(len(node.inputs), node.attrs))
     for arg in op.schema.arguments:
         if arg.name in node.attrs:
-            v = node.attrs[arg.name]
-            if arg.name in names and isinstance(v, tuple):
-                out.extend(int(x) for x in v if isinstance(x, InputRef))
+            if arg.name in names:
+                found: set[int] = set()
+                _input_refs(node.attrs[arg.name], found)
+                out.extend(sorted(found))
             continue
-        if next_input >= len(node.inputs):
+        i = next(slots, None)
+        if i is None:
             break
         if arg.name in names:
-            out.append(next_input)
-        next_input += 1
+            out.append(i)
     return out
 
 
@@ -201,7 +222,14 @@ def _retarget(t: Type, device: str) -> Type:
 
 
 def _hashable(attrs_: Mapping[str, Any]):
-    return tuple(sorted(attrs_.items()))
+    """A memo key in which 1, 1.0 and True differ (they infer different dtypes)."""
+    return tuple(sorted((k, _typed(v)) for k, v in attrs_.items()))
+
+
+def _typed(v):
+    if isinstance(v, tuple):
+        return ("tuple", tuple(_typed(x) for x in v))
+    return (type(v).__name__, v)
 
 
 class OpRegistry:
