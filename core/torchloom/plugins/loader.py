@@ -128,14 +128,18 @@ def load_plugins(disable: Iterable[str] = (), *, entry_points: Iterable[md.Entry
 
 def _collect(result: PluginSet) -> None:
     pm = result.pm
+    from torchloom.passes.base import Pass
     for impl in pm.hook.torchloom_passes.get_hookimpls():
         plugin = impl.plugin_name
         dist, version = result.plugins[plugin]
         for cls in _call(result, impl, "torchloom_passes"):
             name = getattr(cls, "name", "")
-            if not name:
-                raise PluginError(f"plugin {plugin!r} ({dist}) registered pass class "
-                                  f"{cls.__qualname__} without a name")
+            if not (isinstance(cls, type) and issubclass(cls, Pass)) or not name:
+                what = getattr(cls, "__qualname__", repr(cls))
+                result.errors.append(LoadError(plugin, dist, f"torchloom_passes returned "
+                                               f"{what}, which is not a Pass subclass with a "
+                                               f"name; it was skipped"))
+                continue
             if name in result.passes:
                 other = result.passes[name]
                 raise PluginError(
@@ -160,10 +164,13 @@ def _collect(result: PluginSet) -> None:
 
 
 def _call(result: PluginSet, impl, hook: str, **kwargs) -> list:
-    """Call one plugin's hook implementation; failures name the plugin."""
+    """Call one plugin's hook implementation. One that raises is recorded as a load error
+    naming the plugin, hook and distribution, and contributes nothing: a broken plugin
+    must not take the others down."""
     try:
         return list(impl.function(**{k: kwargs[k] for k in impl.argnames}) or [])
     except Exception as exc:
         dist = result.plugins.get(impl.plugin_name, ("?", "?"))[0]
-        raise PluginError(f"plugin {impl.plugin_name!r} ({dist}) failed in {hook}: "
-                          f"{type(exc).__name__}: {exc}") from exc
+        result.errors.append(LoadError(impl.plugin_name, dist, f"{hook} raised "
+                                       f"{type(exc).__name__}: {exc}"))
+        return []
