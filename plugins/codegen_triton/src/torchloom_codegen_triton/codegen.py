@@ -1,0 +1,165 @@
+"""The ``triton`` codegen: one Triton kernel per fusion group.
+
+``supports`` tries to write the kernel and returns the reason when it cannot (an op with
+no template, a random or opaque op, an unsupported dtype, a symbolic shape, no CUDA for a
+GPU group...); such groups run on ``eager``. CPU groups run through the Triton interpreter
+(chosen per group, no environment variable needed), which is how CI covers this codegen.
+
+``generate`` returns the kernel source (a header comment shows the group's IR) and JSON
+metadata (shapes, strides, candidate block configs). ``load`` imports the source from a
+file under the cache directory and returns ``kernel(*inputs) -> tuple(outputs)``. On a GPU
+the first call autotunes over the candidate configs and stores the winner next to the
+source (``<hash>.tune.json``), unless autotuning is off (``TritonCodegen(autotune=False)``
+or ``TORCHLOOM_AUTOTUNE=0``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchloom.api import Kernel, KernelSource, Node, Reason
+
+from torchloom_codegen_triton.indexing import Unsupported
+from torchloom_codegen_triton.interp import import_source
+from torchloom_codegen_triton.kernel import KernelWriter
+
+_TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
+                 "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
+                 "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8, "b8": torch.bool}
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+class TritonCodegen:
+    """Compiles fusion groups to Triton kernels (GPU, or the interpreter for CPU groups)."""
+
+    name = "triton"
+    version = "1"
+
+    def __init__(self, *, autotune: bool | None = None, cache_dir: str | Path | None = None,
+                 max_persistent: int = 4096, verbose: bool = True):
+        self.autotune = _env_flag("TORCHLOOM_AUTOTUNE", True) if autotune is None else autotune
+        if cache_dir is None:
+            base = os.environ.get("TORCHLOOM_CACHE_DIR")
+            cache_dir = Path(base) if base else Path(tempfile.gettempdir()) / "torchloom"
+        self.cache_dir = Path(cache_dir) / "triton"
+        self.max_persistent = max_persistent
+        self.verbose = verbose
+
+    # ---- protocol --------------------------------------------------------------------------
+    def supports(self, group: Node, registry: Any) -> Reason | None:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return Reason(self.name, "triton is not installed (pip install triton)")
+        try:
+            writer = KernelWriter(group, registry, self.max_persistent)
+            writer.generate()
+        except Unsupported as exc:
+            return Reason(self.name, str(exc))
+        device = writer.device
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            return Reason(self.name, f"group on {device} but CUDA is not available")
+        if device != "cpu" and not device.startswith("cuda"):
+            return Reason(self.name, f"device {device} is not supported (cpu runs in the "
+                                     f"Triton interpreter, cuda compiles)")
+        return None
+
+    def generate(self, group: Node, registry: Any) -> KernelSource:
+        source, metadata = KernelWriter(group, registry, self.max_persistent).generate()
+        metadata["autotune"] = self.autotune
+        return KernelSource(self.name, source, metadata)
+
+    def load(self, kernel: KernelSource, registry: Any) -> Kernel:
+        meta = kernel.metadata
+        digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:20]
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        path = self.cache_dir / f"k{digest}.py"
+        if not path.exists() or path.read_text() != kernel.source:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(kernel.source)
+            os.replace(tmp, path)
+        interpret = meta["device"] == "cpu" or _env_flag("TRITON_INTERPRET", False)
+        module = import_source(path, f"torchloom_triton_k{digest}", interpret)
+        fn = getattr(module, meta["kernel"])
+        tune_path = path.with_suffix(".tune.json")
+        config = dict(meta["config"])
+        if tune_path.exists():
+            config = json.loads(tune_path.read_text())["config"]
+        tune = self.autotune and not interpret and not tune_path.exists() and len(
+            meta["configs"]) > 1
+        return Launcher(fn, meta, config, tune_path if tune else None, self.verbose)
+
+
+class Launcher:
+    """``kernel(*inputs) -> outputs``: allocates outputs, fixes unexpected input strides,
+    launches; the first call autotunes when asked to."""
+
+    def __init__(self, fn, meta: dict[str, Any], config: dict[str, int], tune_path: Path | None,
+                 verbose: bool):
+        self.fn, self.meta, self.config = fn, meta, config
+        self.tune_path, self.verbose = tune_path, verbose
+        self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]])
+                        for o in meta["outputs"]]
+        self.checks = []
+        for i, d in enumerate(meta["inputs"]):
+            dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
+            self.checks.append((i, dims, tuple(d["strides"][k] for k in dims),
+                                tuple(d["shape"]), tuple(d["strides"])))
+        self.grid_size = meta["grid_size"]
+
+    def __call__(self, *args):
+        args = list(args)
+        for i, dims, expected, shape, strides in self.checks:
+            stride = args[i].stride()
+            if tuple(stride[k] for k in dims) != expected:
+                fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype,
+                                            device=args[i].device)
+                args[i] = fixed.copy_(args[i])
+        device = args[0].device if args else self.meta["device"]
+        outs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                for shape, strides, dtype in self.outputs]
+        if self.grid_size > 0:
+            if self.tune_path is not None:
+                self._autotune(args, outs)
+            self._launch(self.config, args, outs)
+        return tuple(outs)
+
+    def _launch(self, config: dict[str, int], args, outs) -> None:
+        blocks = {k: v for k, v in config.items() if k != "num_warps"}
+        grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
+        self.fn[grid](*args, *outs, **blocks, num_warps=config.get("num_warps", 4))
+
+    def _autotune(self, args, outs) -> None:
+        from triton.testing import do_bench
+        start = time.perf_counter()
+        timings = []
+        configs = self.meta["configs"]
+        for k, config in enumerate(configs):
+            ms = do_bench(lambda c=config: self._launch(c, args, outs), warmup=5, rep=20)
+            timings.append((ms, k))
+            elapsed = time.perf_counter() - start
+            if self.verbose and elapsed > 1.0:
+                print(f"torchloom-triton: autotuning {self.meta['kernel']} "
+                      f"({k + 1}/{len(configs)} configs, {elapsed:.1f} s)", file=sys.stderr)
+        best = configs[min(timings)[1]]
+        self.config = dict(best)
+        record = {"config": self.config, "timings_ms": {json.dumps(configs[k]): ms
+                                                        for ms, k in timings}}
+        tmp = self.tune_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, self.tune_path)
+        self.tune_path = None

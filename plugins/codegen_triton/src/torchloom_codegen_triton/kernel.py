@@ -1,0 +1,361 @@
+"""Fusion group -> Triton kernel source.
+
+Two kernel kinds share one writer:
+
+- *pointwise*: a 1-D grid over the elements of the outputs (all of one shape); every value
+  is computed at coordinates delinearised from ``xindex``.
+- *reduction*: all reductions of the group reduce the same dims of the same shape P; a
+  program handles ``XBLOCK`` rows (the kept dims) x the reduced dims (``rindex``). Rows up
+  to ``max_persistent`` elements are held whole in registers (persistent form); longer
+  rows loop over ``RBLOCK`` chunks, one loop per reduction plus one for the epilogue.
+
+Values are computed lazily at coordinates (``value_at``): a view maps coordinates to its
+input's coordinates, a pointwise op computes its inputs at broadcast coordinates, a region
+input is a load at ``sum(coord * stride)``. Statements are value-numbered by their text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchloom.api import DTYPES, InputRef, Node, TensorType, Value, print_graph, structural_hash
+
+from torchloom_codegen_triton.emitter import Emitter, Expr, par
+from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, broadcast,
+                                               delinear, view_coords)
+from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
+                                          literal)
+from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
+
+
+def tensor_type(v: Value) -> TensorType:
+    t = v.type
+    if not isinstance(t, TensorType):
+        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); scalar group inputs are not "
+                          f"supported")
+    if not t.is_static:
+        raise Unsupported(f"%{v.name} has a symbolic shape {list(t.shape)}")
+    if t.dtype not in STORAGE:
+        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
+    return t
+
+
+def next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+class KernelWriter:
+    """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
+
+    def __init__(self, group: Node, registry: Any, max_persistent: int = 4096):
+        self.group = group
+        self.region = group.region
+        self.registry = registry
+        self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
+        self.reduced: dict[Value, tuple[Coords, Expr]] = {}
+        self._check_region()
+        reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
+        self.kind = "reduction" if reductions else "pointwise"
+        self.reductions = reductions
+        if reductions:
+            self._plan_reduction(reductions, max_persistent)
+        else:
+            self._plan_pointwise()
+        self.em = Emitter(looped=self.looped)
+
+    # ---- analysis --------------------------------------------------------------------------
+    def _check_region(self) -> None:
+        devices = set()
+        for v in self.region.inputs:
+            devices.add(tensor_type(v).device)
+        for n in self.region.nodes:
+            known = n.op in POINTWISE or n.op in VIEWS or n.op in REDUCTIONS
+            if not known:
+                category = self.registry.category(n.op)
+                raise Unsupported(f"op {n.op} ({category}) has no Triton template")
+            for v in n.outputs:
+                devices.add(tensor_type(v).device)
+        if len(devices) > 1:
+            raise Unsupported(f"values on several devices {sorted(devices)}")
+        self.device = devices.pop() if devices else "cpu"
+        if not self.region.outputs:
+            raise Unsupported("the group has no outputs")
+        for v in self.region.outputs:
+            tensor_type(v)
+
+    def _plan_pointwise(self) -> None:
+        shape = tensor_type(self.region.outputs[0]).shape
+        for v in self.region.outputs:
+            if tensor_type(v).shape != shape:
+                raise Unsupported(f"pointwise outputs of different shapes {list(shape)} and "
+                                  f"{list(v.type.shape)}")
+        self.shape = tuple(shape)
+        self.numel = _prod(shape)
+        self.looped = False
+
+    def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
+        first = reductions[0]
+        self.shape = tuple(tensor_type(first.inputs[0]).shape)
+        self.rdims = reduced_dims(first, len(self.shape))
+        for n in reductions[1:]:
+            shape = tuple(tensor_type(n.inputs[0]).shape)
+            if shape != self.shape or reduced_dims(n, len(shape)) != self.rdims:
+                raise Unsupported(f"reductions over different shapes or dims "
+                                  f"({first.op} and {n.op})")
+        kept = [d for d in range(len(self.shape)) if d not in self.rdims]
+        self.kept_shape = [self.shape[d] for d in kept]
+        self.red_shape = [self.shape[d] for d in self.rdims]
+        self.rows, self.rnumel = _prod(self.kept_shape), _prod(self.red_shape)
+        self.numel = self.rows * self.rnumel
+        self.looped = next_pow2(self.rnumel) > max_persistent
+        self.kept = kept
+
+    # ---- values ----------------------------------------------------------------------------
+    def value_at(self, v: Value, coords: Coords) -> Expr:
+        key = (v, coords)
+        hit = self.values.get(key)
+        if hit is not None and (not hit[0].rdep or not self.looped or hit[1] == self.em.phase_id):
+            return hit[0]
+        e = self._compute(v, coords)
+        self.values[key] = (e, self.em.phase_id)
+        return e
+
+    def _compute(self, v: Value, coords: Coords) -> Expr:
+        t = tensor_type(v)
+        node = v.producer
+        if node is None:
+            return self._load(v, t, coords)
+        if node.op in VIEWS:
+            src = node.inputs[0]
+            in_coords = view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
+                                    tensor_type(src).shape)
+            return self.value_at(src, in_coords)
+        if node.op in REDUCTIONS:
+            expected, e = self.reduced[v]
+            if coords != expected:
+                raise Unsupported(f"reduction result %{v.name} is read at other rows than it "
+                                  f"reduces ({', '.join(coords)})")
+            return e
+        return self._pointwise(node, v, t, coords)
+
+    def _pointwise(self, node: Node, v: Value, t: TensorType, coords: Coords) -> Expr:
+        spec = POINTWISE[node.op]
+        opdef = self.registry.get(node.op)
+        if len(node.outputs) != 1:
+            raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
+        out = COMPUTE[t.dtype]
+        tensors = [self.value_at(i, broadcast(coords, t.shape, tensor_type(i).shape))
+                   for i in node.inputs]
+        if spec.args == "cast":
+            return self.em.cast(tensors[0], t.dtype)
+        if spec.args == "promote":
+            target = _promote([i.type.dtype for i in node.inputs], node.attrs)
+            tensors = [self.em.convert(e, target) for e in tensors]
+        elif spec.args == "out":
+            tensors = [self.em.convert(e, out) for e in tensors]
+        elif spec.args == "where":
+            tensors = [self.em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
+        named = {}
+        for name, value in _named_args(opdef, node).items():
+            if isinstance(value, InputRef):
+                named[name] = par(tensors[int(value)].text)
+            elif isinstance(value, (bool, int, float)):
+                named[name] = par(literal(value))
+        text = spec.render(named, node.attrs)
+        return self.em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
+
+    def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
+        offset = address(coords, t.actual_strides(), t.shape)
+        rdep = self.em.depends_on_r(offset)
+        mask = "xmask & rmask" if rdep else "xmask"
+        ptr = f"in_{v.name}" if offset == "0" else f"in_{v.name} + ({offset})"
+        loaded = self.em.emit(f"tl.load({ptr}, {mask}, other=0)", t.dtype, v.name, rdep)
+        return self.em.convert(loaded, COMPUTE[t.dtype])
+
+    def _store(self, i: int, v: Value, coords: Coords) -> None:
+        t = tensor_type(v)
+        e = self.value_at(v, coords)
+        offset = address(coords, t.actual_strides(), t.shape)
+        rdep = self.em.depends_on_r(offset) or e.rdep
+        mask = "xmask & rmask" if rdep and self.kind == "reduction" else "xmask"
+        value = e.text if e.dtype == t.dtype else f"{par(e.text)}.to({STORAGE[t.dtype]})"
+        ptr = self.out_names[i] + ("" if offset == "0" else f" + ({offset})")
+        self.em.statement(f"tl.store({ptr}, {value}, {mask})", rdep and self.looped)
+
+    # ---- writing ---------------------------------------------------------------------------
+    def coords(self, prefix: str, index: str, shape, rdep: bool) -> list[str]:
+        """Emit ``x0 = xindex // 8 % 4``-style coordinates; returns their names."""
+        names = []
+        for k, c in enumerate(delinear(index, shape)):
+            if c == "0" or c == index:
+                names.append(c)
+                continue
+            name = f"{prefix}{k}"
+            self.em.statement(f"{name} = {c}", rdep and self.looped)
+            if rdep:
+                self.em.rnames.add(name)
+            names.append(name)
+        return names
+
+    def body(self) -> list[str]:
+        em = self.em
+        wide = self.numel >= 2 ** 31 or any(
+            _max_offset(tensor_type(v)) >= 2 ** 31 for v in [*self.region.inputs,
+                                                              *self.region.outputs])
+        pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        if self.kind == "pointwise":
+            em.statement(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", False)
+            em.statement(f"xmask = xindex < {self.numel}", False)
+            full = tuple(self.coords("x", "xindex", self.shape, False))
+            for i, v in enumerate(self.region.outputs):
+                self._store(i, v, full)
+            return em.lines
+        em.statement(f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", False)
+        em.statement(f"xmask = xindex < {self.rows}", False)
+        xs = self.coords("x", "xindex", self.kept_shape, False)
+        rheader = ["rindex = roff + tl.arange(0, RBLOCK)[None, :]" if self.looped
+                   else "rindex = tl.arange(0, RBLOCK)[None, :]",
+                   f"rmask = rindex < {self.rnumel}"]
+        em.rnames.update({"rindex", "rmask", "roff"})
+        if self.looped:
+            saved = em.lines
+            em.lines = []
+            rs = self.coords("r", "rindex", self.red_shape, True)
+            self.r_header = rheader + em.lines
+            em.lines = saved
+        else:
+            for line in rheader:
+                em.statement(line, False)
+            rs = self.coords("r", "rindex", self.red_shape, True)
+            self.r_header = []
+        self.full = [""] * len(self.shape)
+        for d, c in zip(self.kept, xs):
+            self.full[d] = c
+        for d, c in zip(self.rdims, rs):
+            self.full[d] = c
+        self.full = tuple(self.full)
+        self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
+                                 for d in range(len(self.shape)))
+        self.row = tuple(xs)
+        for node in self.reductions:
+            lower_reduction(self, node)
+        full_outputs = []
+        for i, v in enumerate(self.region.outputs):
+            shape = tuple(v.type.shape)
+            if shape == self.shape:
+                full_outputs.append((i, v))
+            elif shape == tuple(1 if d in self.rdims else s for d, s in enumerate(self.shape)):
+                self._store(i, v, self.row_keepdim)
+            elif shape == tuple(self.kept_shape):
+                self._store(i, v, self.row)
+            else:
+                raise Unsupported(f"output %{v.name} of shape {list(shape)} is neither the "
+                                  f"reduced shape {list(self.shape)} nor a row shape")
+        if full_outputs:
+            em.begin_phase(self.rnumel, self.r_header)
+            for i, v in full_outputs:
+                self._store(i, v, self.full)
+            em.end_phase()
+        return em.lines
+
+    def generate(self) -> tuple[str, dict[str, Any]]:
+        names = []
+        for i, v in enumerate(self.region.outputs):
+            name = f"out_{v.name}"
+            names.append(name if name not in names else f"{name}_{i}")
+        self.out_names = names
+        lines = self.body()
+        ops = [n.op.split(".")[1] for n in self.region.nodes
+               if n.op not in VIEWS]
+        kernel = "_".join(["fused", *dict.fromkeys(ops)])[:60].rstrip("_") or "fused_copy"
+        params = [f"in_{v.name}" for v in self.region.inputs] + names
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"]
+                                              if self.kind == "reduction" else [])
+        header = ["# torchloom triton kernel for this group:"]
+        header += ["#   " + line for line in print_graph(self.region).splitlines()]
+        form = "pointwise" if self.kind == "pointwise" else (
+            "looped reduction" if self.looped else "persistent reduction")
+        header.append(f"# kind: {form}")
+        source = "\n".join([*header, "import triton", "import triton.language as tl",
+                            "from triton.language.extra import libdevice", "", "",
+                            PRELUDE, "", "@triton.jit", f"def {kernel}({', '.join(params)}):",
+                            *("    " + line for line in lines)]) + "\n"
+        return source, self.metadata(kernel, form)
+
+    def metadata(self, kernel: str, form: str) -> dict[str, Any]:
+        def desc(v: Value) -> dict[str, Any]:
+            t = tensor_type(v)
+            return {"shape": list(t.shape), "strides": list(t.actual_strides()),
+                    "dtype": t.dtype}
+        meta: dict[str, Any] = {
+            "kernel": kernel, "kind": self.kind, "form": form, "device": self.device,
+            "inputs": [desc(v) for v in self.region.inputs],
+            "outputs": [desc(v) for v in self.region.outputs],
+            "numel": self.numel, "group_hash": structural_hash(self.region),
+        }
+        if self.kind == "pointwise":
+            meta["grid_size"] = self.numel
+            meta["configs"] = [{"XBLOCK": b, "num_warps": w}
+                               for b, w in ((1024, 4), (512, 4), (2048, 8), (256, 4))
+                               if b <= max(next_pow2(self.numel), 256)] or [
+                                   {"XBLOCK": 256, "num_warps": 4}]
+        else:
+            meta.update(rows=self.rows, rnumel=self.rnumel, grid_size=self.rows)
+            meta["configs"] = _reduction_configs(self.rows, self.rnumel, self.looped)
+        meta["config"] = meta["configs"][0]
+        return meta
+
+
+def _reduction_configs(rows: int, rnumel: int, looped: bool) -> list[dict[str, int]]:
+    if looped:
+        return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w}
+                for r, w in ((2048, 8), (1024, 4), (4096, 16))]
+    rblock = next_pow2(max(rnumel, 1))
+    configs = []
+    for xblock in (1, 2, 4, 8, 16, 32, 64):
+        if xblock * rblock > 8192 or xblock > next_pow2(max(rows, 1)):
+            continue
+        warps = 8 if xblock * rblock >= 2048 else 4
+        configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
+    # the default: a few rows per program for short rows, one row per program for long ones
+    configs.sort(key=lambda c: abs(c["XBLOCK"] * rblock - 2048))
+    return configs or [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8}]
+
+
+def _named_args(opdef, node: Node) -> dict[str, Any]:
+    if opdef.schema is None:
+        return {"self": InputRef(0)} if node.inputs else {}
+    named, next_input = {}, 0
+    for arg in opdef.schema.arguments:
+        if arg.name in node.attrs:
+            named[arg.name] = node.attrs[arg.name]
+        elif next_input < len(node.inputs):
+            named[arg.name] = InputRef(next_input)
+            next_input += 1
+    return named
+
+
+def _promote(dtypes: list[str], attrs_) -> str:
+    result = DTYPES[dtypes[0]]
+    for d in dtypes[1:]:
+        result = torch.promote_types(result, DTYPES[d])
+    other = attrs_.get("other")
+    if isinstance(other, float) and not result.is_floating_point:
+        result = torch.float32
+    name = next(k for k, v in DTYPES.items() if v == result)
+    return COMPUTE[name]
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _max_offset(t: TensorType) -> int:
+    return sum((d - 1) * abs(s) for d, s in zip(t.shape, t.actual_strides()) if d > 0) + 1

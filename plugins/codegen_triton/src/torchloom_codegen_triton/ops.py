@@ -1,0 +1,236 @@
+"""Op tables: aten op -> Triton expression template (pointwise), index rule (views) and
+reduction kind. Tables, not if-chains: adding an op is adding a row.
+
+A pointwise template is a format string over the op's tensor inputs ``{0}``, ``{1}``... and
+its attributes ``{alpha}``, ``{other}``...; ``args`` says which dtype the inputs are
+converted to before the template applies: ``"out"`` (the compute dtype of the result),
+``"promote"`` (the promoted input dtype, for comparisons), ``"keep"`` (as they are) or
+``"where"`` (condition as bool, the rest as the result).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+#: IR dtype -> Triton dtype of the values in memory
+STORAGE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
+           "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
+           "i8": "tl.int8", "u8": "tl.uint8", "b8": "tl.int1"}
+#: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
+COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64",
+           "i32": "i32", "i16": "i16", "i8": "i8", "u8": "u8", "b8": "b8"}
+FLOATS = ("f64", "f32", "f16", "bf16")
+
+
+def literal(value: Any) -> str:
+    """A Python scalar as Triton source (non-finite floats included)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value)
+    raise TypeError(f"attribute value {value!r} is not a scalar")
+
+
+@attrs.frozen
+class Pointwise:
+    template: str | Callable[[Mapping[str, Any]], str]
+    args: str = "out"
+
+    def render(self, named: Mapping[str, str], attrs_: Mapping[str, Any]) -> str:
+        """``named``: schema argument name -> source text (tensor expressions, literals)."""
+        tpl = self.template(attrs_) if callable(self.template) else self.template
+        return tpl.format(**named)
+
+
+def _alpha(sign: str) -> Callable[[Mapping[str, Any]], str]:
+    def tpl(a: Mapping[str, Any]) -> str:
+        rhs = "({other})" if a.get("alpha", 1) == 1 else "({other}) * {alpha}"
+        return f"{{self}} {sign} {rhs}"
+    return tpl
+
+
+def _rsub(a: Mapping[str, Any]) -> str:
+    return "{other} - {self}" if a.get("alpha", 1) == 1 else "{other} - {self} * {alpha}"
+
+
+def _pow(a: Mapping[str, Any]) -> str:
+    exponent = a["exponent"]
+    known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
+             0.5: "tl.sqrt_rn({self})", -1: "1.0 / {self}"}
+    return known.get(exponent, "libdevice.pow({self}, {exponent})")
+
+
+def _clamp(a: Mapping[str, Any]) -> str:
+    out = "{self}"  # a NaN compares false both ways, so it passes through as in eager
+    if a.get("min") is not None:
+        out = f"tl.where({out} < {{min}}, {{min}}, {out})"
+    if a.get("max") is not None:
+        out = f"tl.where({out} > {{max}}, {{max}}, {out})"
+    return out
+
+
+def _div_mode(a: Mapping[str, Any]) -> str:
+    return {None: "{self} / ({other})", "trunc": "libdevice.trunc({self} / ({other}))",
+            "floor": "tl.floor({self} / ({other}))"}[a.get("rounding_mode")]
+
+
+def _gelu(a: Mapping[str, Any]) -> str:
+    if a.get("approximate", "none") == "tanh":
+        return ("0.5 * {self} * (1.0 + libdevice.tanh(0.7978845608028654 * "
+                "({self} + 0.044715 * {self} * {self} * {self})))")
+    return "0.5 * {self} * (1.0 + tl.erf({self} * 0.7071067811865476))"
+
+
+def _unary(expr: str) -> Pointwise:
+    return Pointwise(expr.replace("X", "{self}"))
+
+
+POINTWISE: dict[str, Pointwise] = {
+    "aten.add.Tensor": Pointwise(_alpha("+")),
+    "aten.add.Scalar": Pointwise(_alpha("+")),
+    "aten.sub.Tensor": Pointwise(_alpha("-")),
+    "aten.sub.Scalar": Pointwise(_alpha("-")),
+    "aten.rsub.Scalar": Pointwise(_rsub),
+    "aten.rsub.Tensor": Pointwise(_rsub),
+    "aten.mul.Tensor": Pointwise("{self} * ({other})"),
+    "aten.mul.Scalar": Pointwise("{self} * ({other})"),
+    "aten.div.Tensor": Pointwise("{self} / ({other})"),
+    "aten.div.Scalar": Pointwise("{self} / ({other})"),
+    "aten.div.Tensor_mode": Pointwise(_div_mode),
+    "aten.neg.default": _unary("-X"),
+    "aten.abs.default": _unary("tl.abs(X)"),
+    "aten.exp.default": _unary("tl.exp(X)"),
+    "aten.exp2.default": _unary("tl.exp2(X)"),
+    "aten.expm1.default": _unary("libdevice.expm1(X)"),
+    "aten.log.default": _unary("tl.log(X)"),
+    "aten.log2.default": _unary("tl.log2(X)"),
+    "aten.log1p.default": _unary("libdevice.log1p(X)"),
+    "aten.sqrt.default": _unary("tl.sqrt_rn(X)"),
+    "aten.rsqrt.default": _unary("libdevice.rsqrt(X)"),
+    "aten.reciprocal.default": _unary("1.0 / X"),
+    "aten.sin.default": _unary("tl.sin(X)"),
+    "aten.cos.default": _unary("tl.cos(X)"),
+    "aten.tanh.default": _unary("libdevice.tanh(X)"),
+    "aten.erf.default": _unary("tl.erf(X)"),
+    "aten.sigmoid.default": _unary("1.0 / (1.0 + tl.exp(-X))"),
+    "aten.silu.default": _unary("X / (1.0 + tl.exp(-X))"),
+    "aten.relu.default": _unary("tl.where(X < 0, 0, X)"),  # keeps NaN and -0.0 as eager
+    "aten.gelu.default": Pointwise(_gelu),
+    "aten.floor.default": _unary("tl.floor(X)"),
+    "aten.ceil.default": _unary("tl.ceil(X)"),
+    "aten.trunc.default": _unary("libdevice.trunc(X)"),
+    "aten.round.default": _unary("libdevice.nearbyint(X)"),
+    "aten.pow.Tensor_Scalar": Pointwise(_pow),
+    "aten.pow.Tensor_Tensor": Pointwise("libdevice.pow({self}, {exponent})"),
+    "aten.maximum.default": Pointwise("_maximum({self}, {other})"),
+    "aten.minimum.default": Pointwise("_minimum({self}, {other})"),
+    "aten.clamp.default": Pointwise(_clamp),
+    "aten.clamp_min.default": Pointwise("tl.where({self} < {min}, {min}, {self})"),
+    "aten.clamp_max.default": Pointwise("tl.where({self} > {max}, {max}, {self})"),
+    "aten.where.self": Pointwise("tl.where({condition}, {self}, {other})", args="where"),
+    **{f"aten.{name}.{kind}": Pointwise(f"{{self}} {sym} ({{other}})", args="promote")
+       for name, sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
+                         ("ge", ">="))
+       for kind in ("Tensor", "Scalar")},
+    "aten.isnan.default": Pointwise("{self} != {self}", args="keep"),
+    "aten.logical_not.default": Pointwise("{self} == 0", args="keep"),
+    "aten.logical_and.default": Pointwise("({self} != 0) & ({other} != 0)", args="keep"),
+    "aten.logical_or.default": Pointwise("({self} != 0) | ({other} != 0)", args="keep"),
+    "aten.bitwise_and.Tensor": Pointwise("{self} & {other}", args="keep"),
+    "aten.bitwise_or.Tensor": Pointwise("{self} | {other}", args="keep"),
+    "aten.clone.default": Pointwise("{self}", args="keep"),
+    "aten.alias.default": Pointwise("{self}", args="keep"),
+    "aten.detach.default": Pointwise("{self}", args="keep"),
+    # a cast: the emitter converts (and rounds) to the result's dtype
+    "aten._to_copy.default": Pointwise("{self}", args="cast"),
+    "prims.convert_element_type.default": Pointwise("{a}", args="cast"),
+}
+
+@attrs.frozen
+class Reduction:
+    """How a reduction op combines: ``kind`` in sum|max|min|var|argmax|argmin; ``post``
+    turns the combined value(s) into the op's outputs (names ``{sum}``, ``{n}``...)."""
+
+    kind: str
+    #: the op's outputs, in order, as expressions over ``{acc}`` (and ``{mean}`` for var)
+    outputs: tuple[str, ...] = ("{acc}",)
+    #: where the reduced dims come from: ``"dim"`` attr (list or int) or all dims
+    all_dims_without_dim_attr: bool = True
+
+
+REDUCTIONS: dict[str, Reduction] = {
+    "aten.sum.dim_IntList": Reduction("sum"),
+    "aten.sum.default": Reduction("sum"),
+    "aten.mean.dim": Reduction("sum", ("{acc} / {n}",)),
+    "aten.mean.default": Reduction("sum", ("{acc} / {n}",)),
+    "aten.amax.default": Reduction("max"),
+    "aten.amin.default": Reduction("min"),
+    "aten.max.default": Reduction("max"),
+    "aten.min.default": Reduction("min"),
+    "aten.var.correction": Reduction("var", ("{acc} / {dof}",)),
+    "aten.var.dim": Reduction("var", ("{acc} / {dof}",)),
+    "aten.std.correction": Reduction("var", ("tl.sqrt_rn({acc} / {dof})",)),
+    "aten.var_mean.correction": Reduction("var", ("{acc} / {dof}", "{mean}")),
+    "aten.argmax.default": Reduction("argmax"),
+    "aten.argmin.default": Reduction("argmin"),
+}
+
+#: per reduction kind: identity element (masked lanes), combine for the looped accumulator
+IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
+INT_IDENTITY = {"sum": "0", "max": "-9223372036854775807 - 1", "min": "9223372036854775807"}
+COMBINE = {"sum": "{a} + {b}", "max": "_maximum({a}, {b})", "min": "_minimum({a}, {b})"}
+# tl.reduce with combine functions of the generated module (not tl.sum, a library @jit
+# function that the interpreter cannot call unless triton was imported in interpreter mode)
+BLOCK_REDUCE = {"sum": "tl.reduce({x}, 1, _add, keep_dims=True)",
+                "max": "tl.reduce({x}, 1, _maximum, keep_dims=True)",
+                "min": "tl.reduce({x}, 1, _minimum, keep_dims=True)"}
+
+#: helpers every generated module defines (NaN-propagating max/min, arg-reductions)
+PRELUDE = '''\
+@triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def _minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _argmax_combine(va, ia, vb, ib):
+    take_a = (va > vb) | ((va == vb) & (ia < ib)) | ((va != va) & ((vb == vb) | (ia < ib)))
+    return tl.where(take_a, va, vb), tl.where(take_a, ia, ib)
+
+
+@triton.jit
+def _argmin_combine(va, ia, vb, ib):
+    take_a = (va < vb) | ((va == vb) & (ia < ib)) | ((va != va) & ((vb == vb) | (ia < ib)))
+    return tl.where(take_a, va, vb), tl.where(take_a, ia, ib)
+'''
+
+#: view ops: how output coordinates map to input coordinates (see indexing.py)
+VIEWS = {
+    "aten.view.default": "reshape", "aten._unsafe_view.default": "reshape",
+    "aten.reshape.default": "reshape", "aten.squeeze.dim": "reshape",
+    "aten.squeeze.dims": "reshape", "aten.squeeze.default": "reshape",
+    "aten.unsqueeze.default": "reshape", "aten.flatten.using_ints": "reshape",
+    "aten.permute.default": "permute", "aten.transpose.int": "transpose",
+    "aten.t.default": "transpose", "aten.expand.default": "expand",
+    "aten.slice.Tensor": "slice", "aten.select.int": "select",
+}

@@ -1,0 +1,119 @@
+"""Lowering of reduction ops (see ``ops.REDUCTIONS``) onto the kernel writer.
+
+Persistent form: the row is in registers; masked lanes take the reduction's identity and
+``tl.sum`` / ``tl.reduce`` combine the block. Looped form: an accumulator of
+``[XBLOCK, RBLOCK]`` lanes is combined across chunks inside a phase loop, then reduced
+across lanes after it. ``var`` is two passes (mean, then the sum of squared deviations),
+never the cancellation-prone sum of squares; argmax/argmin carry (value, index) pairs and
+break ties towards the lowest index, NaN counting as the largest value (as eager does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from torchloom.api import Node
+
+from torchloom_codegen_triton.emitter import Expr, par
+from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
+                                          INT_IDENTITY, REDUCTIONS, STORAGE, literal)
+
+if TYPE_CHECKING:
+    from torchloom_codegen_triton.kernel import KernelWriter
+
+
+def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
+    """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them)."""
+    dim = node.attrs.get("dim")
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(rank))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return tuple(sorted({d + rank if d < 0 else d for d in dims}))
+
+
+def _identity(kind: str, dtype: str) -> str:
+    return IDENTITY[kind] if dtype in FLOATS else INT_IDENTITY[kind]
+
+
+def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
+    """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``."""
+    em = w.em
+    identity = _identity(kind, dtype)
+    if not w.looped:
+        v = em.convert(value(), dtype)
+        masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
+        return em.emit(BLOCK_REDUCE[kind].format(x=masked.text), dtype, kind, rdep=False)
+    acc = em.fresh(f"acc_{kind}")
+    em.begin_phase(w.rnumel, w.r_header)
+    em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
+    v = em.convert(value(), dtype)
+    masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
+    em.statement(f"{acc} = {COMBINE[kind].format(a=acc, b=masked.text)}", True)
+    em.end_phase()
+    return em.emit(BLOCK_REDUCE[kind].format(x=acc), dtype, kind, rdep=False)
+
+
+def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
+    """Index (int32) of the max (``argmax``) or min (``argmin``) along the row."""
+    em = w.em
+    identity = _identity("max" if kind == "argmax" else "min", dtype)
+    combine = f"_{kind}_combine"
+    val, ind = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
+    if w.looped:
+        acc_v, acc_i = em.fresh("acc_v"), em.fresh("acc_i")
+        em.begin_phase(w.rnumel, w.r_header)
+        em.statement(f"{acc_v} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
+        em.statement(f"{acc_i} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)", False)
+    v = em.convert(value(), dtype)
+    masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
+    index = em.emit("rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)", "i32", "idx", rdep=True)
+    if w.looped:
+        em.statement(f"{acc_v}, {acc_i} = {combine}({acc_v}, {acc_i}, {masked.text}, "
+                     f"{index.text})", True)
+        em.end_phase()
+        pair = f"({acc_v}, {acc_i})"
+    else:
+        pair = f"({masked.text}, {index.text})"
+    em.statement(f"{val}, {ind} = tl.reduce({pair}, 1, {combine}, keep_dims=True)", False)
+    return Expr(ind, "i32")
+
+
+def lower_reduction(w: "KernelWriter", node: Node) -> None:
+    """Compute ``node``'s outputs once per row and record them in ``w.reduced``."""
+    from torchloom_codegen_triton.kernel import tensor_type
+    spec = REDUCTIONS[node.op]
+    em = w.em
+    src = node.inputs[0]
+    out_dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
+
+    def full() -> Expr:
+        return w.value_at(src, w.full)
+
+    fields: dict[str, str] = {"n": literal(float(w.rnumel))}
+    if spec.kind in ("sum", "max", "min"):
+        fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).text
+    elif spec.kind == "var":
+        total = block_reduce(w, "sum", full, out_dtype)
+        mean = em.emit(f"{total.text} / {fields['n']}", out_dtype, "mean", rdep=False)
+
+        def squared_deviation() -> Expr:
+            d = em.emit(f"{par(em.convert(full(), out_dtype).text)} - {mean.text}", out_dtype,
+                        "dev")
+            return em.emit(f"{d.text} * {d.text}", out_dtype, "sq")
+
+        fields["acc"] = block_reduce(w, "sum", squared_deviation, out_dtype).text
+        fields["mean"] = mean.text
+        correction = node.attrs.get("correction")
+        if correction is None:
+            correction = 1 if node.attrs.get("unbiased", True) else 0
+        fields["dof"] = literal(float(max(0, w.rnumel - correction)))
+    else:
+        src_dtype = COMPUTE[tensor_type(src).dtype]
+        index = arg_reduce(w, spec.kind, full, src_dtype)
+        fields["acc"] = em.convert(index, "i64").text
+    keepdim = bool(node.attrs.get("keepdim", False))
+    for value, template in zip(node.outputs, spec.outputs):
+        dtype = COMPUTE[tensor_type(value).dtype]
+        e = em.emit(template.format(**fields), dtype, node.op.split(".")[1], rdep=False)
+        w.reduced[value] = (w.row_keepdim if keepdim else w.row, e)
