@@ -156,23 +156,30 @@ class DedupRegions(Pass):
 
     def _validate(self, nodes: list[Node], cand: Candidate, mutated: set,
                   ctx: PassContext) -> "_Windows | None":
-        groups: dict[tuple, list[_Occurrence]] = {}
-        for s in cand.starts:
-            occ = _Occurrence.of(nodes[s:s + cand.length])
-            if any(v in mutated for v in occ.inputs):
-                continue
-            groups.setdefault(occ.wiring, []).append(occ)
-        if not groups:
-            return None
-        best = max(groups.values(), key=len)
-        if len(best) < self.min_occurrences:
-            return None
-        outputs = sorted({o for occ in best for o in occ.escaping})
-        if not outputs:
-            return None
-        if any(_aliases_input(best[0], o, ctx.registry) for o in outputs):
-            return None
-        return _Windows(best, outputs)
+        occurrences = [_Occurrence.of(nodes[s:s + cand.length]) for s in cand.starts]
+        for _ in range(2):  # the second round runs once aliasing views were hoisted out
+            groups: dict[tuple, list[_Occurrence]] = {}
+            for occ in occurrences:
+                if not any(v in mutated for v in occ.inputs):
+                    groups.setdefault(occ.wiring, []).append(occ)
+            if not groups:
+                return None
+            best = max(groups.values(), key=len)
+            if len(best) < self.min_occurrences or len(best[0].nodes) < self.min_nodes:
+                return None
+            outputs = sorted({o for occ in best for o in occ.escaping})
+            if not outputs:
+                return None
+            aliasing = [o for o in outputs if _aliases_input(best[0], o, ctx.registry)]
+            if not aliasing:
+                return _Windows(best, outputs)
+            # Views of inputs that escape (e.g. a transposed weight saved for backward)
+            # leave the region: they run before each call, and their results become inputs.
+            hoist = _alias_chains(best[0], aliasing, ctx.registry)
+            if hoist is None:
+                return None
+            occurrences = [occ.without(hoist) for occ in best]
+        return None
 
 
 @attrs.define
@@ -183,6 +190,14 @@ class _Occurrence:
     wiring: tuple
     #: (offset, output index) of values used after the window
     escaping: set
+    #: nodes of the window that move before the call instead of joining the region
+    hoisted: list[Node] = attrs.field(factory=list)
+
+    def without(self, offsets: set[int]) -> "_Occurrence":
+        kept = [n for i, n in enumerate(self.nodes) if i not in offsets]
+        out = _Occurrence.of(kept)
+        out.hoisted = self.hoisted + [self.nodes[i] for i in sorted(offsets)]
+        return out
 
     @classmethod
     def of(cls, nodes: list[Node]) -> "_Occurrence":
@@ -227,15 +242,20 @@ def _tokens(nodes: list[Node], registry) -> list[int]:
         if n.region is None and n.op != CALL_SUBGRAPH and registry.get(n.op).mutates:
             out.append(-1 - i)  # a node that writes its inputs never joins a region
             continue
-        key = (n.op, format_attrs(n.attrs), tuple(format_type(v.type) for v in n.inputs),
-               tuple(format_type(v.type) for v in n.outputs),
-               _region_text(n) if n.region is not None else "")
+        key = (n.op, _attrs_key(n.attrs), tuple(v.type for v in n.inputs),
+               tuple(v.type for v in n.outputs),
+               canonical_text(n.region) if n.region is not None else "")
         out.append(ids.setdefault(key, len(ids)))
     return out
 
 
-def _region_text(node: Node) -> str:
-    return canonical_text(node.region)
+def _attrs_key(attrs) -> object:
+    key = tuple(sorted(attrs.items()))
+    try:
+        hash(key)
+    except TypeError:  # lists and other unhashable values: their text form
+        return format_attrs(attrs)
+    return key
 
 
 def _non_overlapping(starts: list[int], length: int) -> list[int]:
@@ -266,6 +286,24 @@ def _aliases_input(occ: _Occurrence, ref: tuple[int, int], registry) -> bool:
         node, index = v.producer, v.index
 
 
+def _alias_chains(occ: _Occurrence, refs: list[tuple[int, int]], registry) -> set[int] | None:
+    """Offsets of the view chains that make the outputs at ``refs`` alias an input;
+    None when such a chain also reads a value computed in the window."""
+    inside = {n: i for i, n in enumerate(occ.nodes)}
+    chain: set[int] = set()
+    for offset, index in refs:
+        node = occ.nodes[offset]
+        while node in inside:
+            chain.add(inside[node])
+            v = node.inputs[registry.get(node.op).aliased_input(node, index)]
+            node, index = v.producer, v.index
+    for i in chain:
+        if any(v.producer in inside and inside[v.producer] not in chain
+               for v in occ.nodes[i].inputs):
+            return None
+    return chain
+
+
 def _replace(graph: Graph, windows: _Windows) -> Graph:
     """Build the shared subgraph from the first occurrence; replace every occurrence."""
     first = windows.occurrences[0]
@@ -283,6 +321,8 @@ def _replace(graph: Graph, windows: _Windows) -> Graph:
     graph.add_subgraph(sub)
     replaced: dict[Value, Value] = {}  # an occurrence may read an earlier one's results
     for occ in windows.occurrences:
+        for n in occ.hoisted:
+            graph.move_before(n, occ.nodes[0])
         olds = [occ.value(ref) for ref in windows.outputs]
         call = graph.create(CALL_SUBGRAPH, [replaced.get(v, v) for v in occ.inputs],
                             [v.type for v in olds], {"callee": sub.name},

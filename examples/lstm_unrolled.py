@@ -1,0 +1,34 @@
+"""An LSTM cell unrolled over 8 time steps (the seed of kernel dedup, PyTorch PR #14541):
+every step's pointwise gate math is the same fusion group, so it compiles once. Forward
+and backward."""
+import torch
+
+STEPS = 8
+
+
+def lstm_cell(x, hx, cx, w_ih, w_hh, b_ih, b_hh):
+    gates = x @ w_ih.t() + hx @ w_hh.t() + b_ih + b_hh
+    ingate, forgetgate, cellgate, outgate = gates.chunk(4, 1)
+    cy = torch.sigmoid(forgetgate) * cx + torch.sigmoid(ingate) * torch.tanh(cellgate)
+    hy = torch.sigmoid(outgate) * torch.tanh(cy)
+    return hy, cy
+
+
+def lstm_unrolled(xs, hx, cx, w_ih, w_hh, b_ih, b_hh):
+    outputs = []
+    for t in range(xs.shape[0]):
+        hx, cx = lstm_cell(xs[t], hx, cx, w_ih, w_hh, b_ih, b_hh)
+        outputs.append(hx)
+    return torch.stack(outputs), cx
+
+
+def workload(device="cpu"):
+    torch.manual_seed(0)
+    batch, inp, hidden = 4, 16, 32
+
+    def t(*shape):
+        return (torch.randn(*shape, device=device) * 0.3).requires_grad_()
+
+    return lstm_unrolled, [t(STEPS, batch, inp), t(batch, hidden), t(batch, hidden),
+                           t(4 * hidden, inp), t(4 * hidden, hidden), t(4 * hidden),
+                           t(4 * hidden)]
