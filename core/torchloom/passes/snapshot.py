@@ -32,7 +32,7 @@ class GraphSnapshot:
     def _record(self, graph: Graph) -> None:
         self._graphs.append((graph, list(graph.inputs), list(graph.outputs), graph.first,
                              graph.last, graph._len, set(graph._names), graph._counter,
-                             graph.owner, graph.name))
+                             graph.owner, graph.name, dict(graph.subgraphs), graph.parent))
         nodes, values = self._nodes, self._values
         for v in graph.inputs:
             values += (v, v.name, v.type, v.producer, v.index, v.graph, len(v.uses))
@@ -49,14 +49,17 @@ class GraphSnapshot:
                 values += v.uses
             if n.region is not None:
                 self._record(n.region)
+        for sub in graph.subgraphs.values():  # shared subgraphs of a top-level graph
+            self._record(sub)
 
     def restore(self) -> None:
         """Write every recorded slot back (copies, so the snapshot can be restored again)."""
         for (g, inputs, outputs, first, last, length, names, counter, owner,
-             name) in self._graphs:
+             name, subgraphs, parent) in self._graphs:
             g.inputs, g.outputs, g.first, g.last = list(inputs), list(outputs), first, last
             g._len, g._names, g._counter = length, set(names), counter
             g.owner, g.name, g._positions_valid = owner, name, False
+            g.subgraphs, g.parent = dict(subgraphs), parent
         nodes, i = self._nodes, 0
         while i < len(nodes):
             n, n.op, n.attrs, n.region, n.graph, n.prev, n.next, meta, k = nodes[i:i + 9]
