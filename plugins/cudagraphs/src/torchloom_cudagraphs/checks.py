@@ -3,8 +3,10 @@
 Each check looks at the IR after the pipeline (``CompiledGraph.graph``) and returns a
 plain-English reason to skip, or None. They are the seed's checks
 (``torch/_dynamo/backends/cudagraphs.py``: ``find_input_mutations``, ``check_for_skip``)
-restated on torchloom's IR, plus the ones it lacks (outputs aliasing inputs, scalar
-inputs, dynamic shapes). A skipped graph runs the normal compiled path.
+restated on torchloom's IR, plus the ones it lacks (scalar inputs, dynamic shapes,
+outputs sharing memory). A skipped graph runs the normal compiled path. Outputs that are
+inputs or views of inputs are not a reason to skip: :func:`input_aliases` finds them and
+the runner hands them back as views of the caller's tensors.
 
 Example: this graph writes its input in place, so replaying it against a static copy of
 ``%x`` would leave the caller's tensor unchanged::
@@ -156,23 +158,23 @@ def check_host_sync(graph: Graph, registry) -> str | None:
     return None
 
 
-def _input_origin(v: Value, registry, through: list[str]) -> Value | None:
-    """The graph input whose memory ``v`` shares (following views and regions), if any.
-    ``through`` collects the ops passed on the way."""
+def alias_base(v: Value, registry, through: list[str] | None = None) -> Value:
+    """The value whose memory ``v`` shares: ``v`` itself unless it is a view, followed
+    through views, regions and shared subgraphs. ``through`` collects the view ops."""
     while v.producer is not None:
         node = v.producer
         region = body(node)
         if region is not None:
-            inner = _input_origin(region.outputs[v.index], registry, through)
-            if inner is None or inner not in region.inputs:
-                return None
+            inner = alias_base(region.outputs[v.index], registry, through)
+            if inner.producer is not None or inner not in region.inputs:
+                return v  # made inside the region
             v = node.inputs[region.inputs.index(inner)]
             continue
-        opdef = registry.get(node.op)
-        i = opdef.aliased_input(node, v.index)
+        i = registry.get(node.op).aliased_input(node, v.index)
         if i is None:
-            return None
-        through.append(node.op)
+            return v
+        if through is not None:
+            through.append(node.op)
         v = node.inputs[i]
     return v
 
@@ -183,8 +185,8 @@ def _writes(graph: Graph, registry) -> Iterator[tuple[Node, Value]]:
         region = body(node)
         if region is not None:
             for inner, written in _writes(region, registry):
-                origin = _input_origin(written, registry, [])
-                if origin is not None and origin in region.inputs:
+                origin = alias_base(written, registry)
+                if origin in region.inputs:
                     yield inner, node.inputs[region.inputs.index(origin)]
             continue
         opdef = registry.get(node.op)
@@ -196,41 +198,43 @@ def check_input_mutations(graph: Graph, registry) -> str | None:
     """The seed's ``find_input_mutations``: a replay reads a static copy of each input,
     so an in-place write to an input would not reach the caller's tensor."""
     for node, written in _writes(graph, registry):
-        origin = _input_origin(written, registry, [])
-        if origin is not None and origin in graph.inputs:
+        origin = alias_base(written, registry)
+        if origin in graph.inputs:
             names = ", ".join(f"%{v.name}" for v in node.outputs) or "no result"
             return f"graph input %{origin.name} is written in place by {node.op} ({names})"
     return None
 
 
-def check_output_aliasing(graph: Graph, registry) -> str | None:
-    """An output that is an input, or a view of one, would come back as a view of the
-    recording's static copy instead of the caller's tensor; two outputs sharing memory
-    would stop sharing it once copied out."""
-    owners: dict[Value, int] = {}
+def input_aliases(graph: Graph, registry) -> dict[int, tuple[int, str]]:
+    """Outputs that are graph inputs or views of one: ``{output index: (input index, how)}``
+    (``how`` names the view ops, empty for the input itself). Not a reason to skip: the
+    runner hands these back as views of the caller's tensors, not of its static copies
+    (training forwards return the inputs saved for backward this way)."""
+    found: dict[int, tuple[int, str]] = {}
     for k, out in enumerate(graph.outputs):
         through: list[str] = []
-        base = _input_origin(out, registry, through)
-        if base is not None and base in graph.inputs:
-            how = f" through {' -> '.join(reversed(through))}" if through else ""
-            return f"output {k} (%{out.name}) aliases graph input %{base.name}{how}"
-        root = _alias_root(out, registry)
-        if root in owners and isinstance(out.type, TensorType):
-            return (f"outputs {owners[root]} and {k} (%{out.name}) share the memory of "
-                    f"%{root.name}")
-        owners.setdefault(root, k)
+        base = alias_base(out, registry, through)
+        if base in graph.inputs:
+            found[k] = (graph.inputs.index(base), " -> ".join(reversed(through)))
+    return found
+
+
+def check_output_aliasing(graph: Graph, registry) -> str | None:
+    """Two outputs sharing memory that is not an input's would stop sharing it once
+    copied out of the recording (outputs aliasing inputs are handled, see
+    :func:`input_aliases`)."""
+    owners: dict[Value, int] = {}
+    for k, out in enumerate(graph.outputs):
+        if not isinstance(out.type, TensorType):
+            continue
+        base = alias_base(out, registry)
+        if base in graph.inputs:
+            continue
+        if base in owners:
+            return (f"outputs {owners[base]} and {k} (%{out.name}) share the memory of "
+                    f"%{base.name}")
+        owners[base] = k
     return None
-
-
-def _alias_root(v: Value, registry) -> Value:
-    """The value owning ``v``'s memory, following views within the top-level graph."""
-    while v.producer is not None and body(v.producer) is None:
-        node = v.producer
-        i = registry.get(node.op).aliased_input(node, v.index)
-        if i is None:
-            break
-        v = node.inputs[i]
-    return v
 
 
 #: every check, in the order their reasons are reported
@@ -245,5 +249,6 @@ def skip_reasons(graph: Graph, registry) -> list[str]:
     return [r for r in (check(graph, registry) for check in CHECKS) if r is not None]
 
 
-__all__ = ["CHECKS", "HOST_SYNC_OPS", "skip_reasons", "host_sync_reason",
+__all__ = ["CHECKS", "HOST_SYNC_OPS", "skip_reasons", "host_sync_reason", "input_aliases",
+           "alias_base",
            *(c.__name__ for c in CHECKS)]

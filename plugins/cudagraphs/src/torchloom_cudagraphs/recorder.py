@@ -13,7 +13,9 @@ Per input layout (shape, strides, dtype and device of every argument):
    default, so a result the caller still holds is never overwritten by a later replay
    (the seed hands out its static outputs; see pytorch #170604). With
    ``reuse_outputs`` the recording's own buffers are returned: no copy, but every
-   replay overwrites what the previous call returned.
+   replay overwrites what the previous call returned. Outputs the IR says are
+   arguments, or views of arguments, are handed back as the caller's argument or the
+   same view of it, never as a view of a static buffer.
 
 A "static" argument that later arrives at another address is demoted to a copied one and
 the layout is recorded again. After ``max_records`` recordings no new layout is recorded:
@@ -48,11 +50,18 @@ def has_internal_overlap(t: torch.Tensor) -> bool:
     return any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
 
 
+_CLONE, _KEEP, _ARG, _VIEW = "clone", "keep", "arg", "view"
+
+
+class Unrecordable(Exception):
+    """The recording does not behave as the IR says; recording stops with this reason."""
+
+
 class _Recording:
     """One layout: its warm-up observations, then its CUDA graph and static buffers."""
 
     __slots__ = ("warm_calls", "held", "stable", "graph", "inputs", "copied", "static",
-                 "static_ptrs", "outputs", "demoted")
+                 "static_ptrs", "outputs", "demoted", "plan", "mode")
 
     def __init__(self, n_args: int):
         self.warm_calls = 0
@@ -65,6 +74,10 @@ class _Recording:
         self.static: list[int] = []             # arguments read in place
         self.static_ptrs: list[int] = []
         self.outputs: tuple = ()
+        #: per output: (how it is handed out, argument index, (size, stride, offset))
+        self.plan: list[tuple[str, int, tuple]] = []
+        #: "clone" or "keep" when every output is handled alike, else None (use ``plan``)
+        self.mode: str | None = None
 
     def observe(self, args: tuple) -> None:
         for i, (old, new) in enumerate(zip(self.held, args)):
@@ -79,8 +92,11 @@ class CudaGraphRunner:
 
     def __init__(self, fn: Callable[..., tuple], *, reuse_outputs: bool = False,
                  max_records: int = 8, warmup: int = 1, name: str = "graph",
+                 aliases: dict[int, int] | None = None,
                  note: Callable[[str], None] | None = None):
         self.fn = fn
+        #: output index -> index of the argument it is (a view of), from the IR
+        self.aliases = dict(aliases or {})
         self.reuse_outputs = reuse_outputs
         self.max_records = max_records
         self.warmup = warmup
@@ -112,9 +128,11 @@ class CudaGraphRunner:
             inputs[i].copy_(args[i])
         rec.graph.replay()
         self.replays += 1
-        if self.reuse_outputs:
+        if rec.mode == _CLONE:
+            return tuple(o.clone() for o in rec.outputs)
+        if rec.mode == _KEEP:
             return rec.outputs
-        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in rec.outputs)
+        return _results(rec, args)
 
     # ---- everything but a replay --------------------------------------------------------
     def _slow_call(self, args: tuple):
@@ -129,22 +147,23 @@ class CudaGraphRunner:
             if self.stopped is not None:
                 return self._plain(args, self.stopped)
             rec = self._recordings[key] = _Recording(len(args))
-        if rec.graph is not None:  # a static argument moved: demote it and record again
-            moved = [i for i, p in zip(rec.static, rec.static_ptrs) if args[i].data_ptr() != p]
-            rec.demoted.update(moved)
-            rec.graph, rec.inputs, rec.outputs = None, [], ()
-            rec.held, rec.warm_calls = (), 0
-            rec.stable = [i not in rec.demoted for i in range(len(args))]
-        if rec.warm_calls < self.warmup:
+        if rec.graph is None and rec.warm_calls < self.warmup:
             rec.observe(args)
             return self._plain(args, None)
-        if self.stopped is not None:
-            return self._plain(args, self.stopped)
-        if self.records >= self.max_records:
+        if self.stopped is None and self.records >= self.max_records:
             self.stopped = (f"@{self.name}: recorded {self.records} time(s), the limit "
                             f"(max_records = {self.max_records}); new input layouts and "
                             f"moved static inputs now run without CUDA graphs")
+        if self.stopped is not None:  # a recording that exists keeps replaying
             return self._plain(args, self.stopped)
+        if rec.graph is not None:  # a static argument moved: demote it, warm up, record again
+            rec.demoted.update(i for i, p in zip(rec.static, rec.static_ptrs)
+                               if args[i].data_ptr() != p)
+            rec.graph, rec.inputs, rec.outputs, rec.static, rec.static_ptrs = None, [], (), [], []
+            rec.held, rec.warm_calls = (), 0
+            rec.stable = [i not in rec.demoted for i in range(len(args))]
+            rec.observe(args)
+            return self._plain(args, None)
         rec.observe(args)
         overlapping = [i for i, a in enumerate(args)
                        if not rec.stable[i] and has_internal_overlap(a)]
@@ -156,17 +175,12 @@ class CudaGraphRunner:
         try:
             self._record(rec, args)
         except Exception as exc:  # a capture the static checks did not foresee
-            torch.cuda.synchronize()
+            rec.graph = None
             self.stopped = (f"@{self.name}: recording failed ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}); running "
                             f"without CUDA graphs")
-            rec.graph = None
             return self._plain(args, self.stopped)
-        rec.graph.replay()
-        self.replays += 1
-        if self.reuse_outputs:
-            return rec.outputs
-        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in rec.outputs)
+        return self._replay(rec, args)
 
     def _record(self, rec: _Recording, args: tuple) -> None:
         rec.static = [i for i in range(len(args)) if rec.stable[i]]
@@ -191,10 +205,36 @@ class CudaGraphRunner:
             with torch.cuda.graph(graph, stream=stream):
                 outputs = self.fn(*inputs)
         rec.outputs = tuple(outputs)
+        rec.plan = self._output_plan(rec, len(args))
+        kinds = {kind for kind, _, _ in rec.plan}
+        rec.mode = kinds.pop() if len(kinds) == 1 and kinds <= {_CLONE, _KEEP} else None
         rec.graph = graph
         self.records += 1
         log.debug("torchloom: cudagraphs recorded @%s (%d copied, %d static inputs)",
                   self.name, len(rec.copied), len(rec.static))
+
+    def _output_plan(self, rec: _Recording, n_args: int) -> list[tuple[str, int, tuple]]:
+        """How each recorded output is handed out: a copy (default), the recording's own
+        tensor (``reuse_outputs``, non-tensors, views of bound constants), the caller's
+        argument itself, or the same view of the caller's argument."""
+        plan = []
+        for k, out in enumerate(rec.outputs):
+            j = self.aliases.get(k)
+            if j is None or j >= n_args:
+                copy = isinstance(out, torch.Tensor) and not self.reuse_outputs and j is None
+                plan.append((_CLONE if copy else _KEEP, -1, ()))
+                continue
+            src = rec.inputs[j]
+            if out is src:
+                plan.append((_ARG, j, ()))
+                continue
+            if (not isinstance(out, torch.Tensor) or out.dtype != src.dtype
+                    or out.untyped_storage().data_ptr() != src.untyped_storage().data_ptr()):
+                raise Unrecordable(f"output {k} should be a view of argument {j} but does not "
+                                   f"share its memory with the same dtype")
+            plan.append((_VIEW, j, (tuple(out.shape), out.stride(),
+                                    out.storage_offset() - src.storage_offset())))
+        return plan
 
     def _plain(self, args: tuple, reason: str | None):
         if reason is not None and reason not in self.reasons:
@@ -217,4 +257,19 @@ class CudaGraphRunner:
                 f"replays={self.replays}, plain_calls={self.plain_calls})")
 
 
-__all__ = ["CudaGraphRunner", "signature", "has_internal_overlap"]
+def _results(rec: _Recording, args: tuple) -> tuple:
+    out = []
+    for o, (kind, j, view) in zip(rec.outputs, rec.plan):
+        if kind is _CLONE:
+            out.append(o.clone())
+        elif kind is _KEEP:
+            out.append(o)
+        elif kind is _ARG:
+            out.append(args[j])
+        else:
+            a = args[j]
+            out.append(a.as_strided(view[0], view[1], a.storage_offset() + view[2]))
+    return tuple(out)
+
+
+__all__ = ["CudaGraphRunner", "Unrecordable", "signature", "has_internal_overlap"]

@@ -21,7 +21,7 @@ from typing import ClassVar
 import attrs
 import torch
 
-from torchloom_cudagraphs.checks import skip_reasons
+from torchloom_cudagraphs.checks import input_aliases, skip_reasons
 from torchloom_cudagraphs.recorder import CudaGraphRunner
 
 log = logging.getLogger("torchloom.cudagraphs")
@@ -68,9 +68,10 @@ class CudaGraphs:
             return fn
         ctx.note(f"cudagraphs: @{graph.name} is replayed through CUDA graphs "
                  f"(reuse_outputs={options.reuse_outputs}, max_records={options.max_records})")
+        aliases = {k: j for k, (j, _) in input_aliases(graph, ctx.registry).items()}
         return CudaGraphRunner(fn, reuse_outputs=options.reuse_outputs,
                                max_records=options.max_records, warmup=options.warmup,
-                               name=graph.name, note=ctx.note)
+                               name=graph.name, aliases=aliases, note=ctx.note)
 
 
 __all__ = ["CudaGraphs", "CudaGraphsOptions"]

@@ -1,0 +1,232 @@
+"""CudaGraphRunner: recording, replay, output safety, re-recording.
+
+The tests marked ``cuda`` need a GPU (tests/conftest.py skips them without one); the
+others check the runner's helpers on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchloom.api import Compiler, parse_graph
+from torchloom_cudagraphs import CudaGraphRunner
+from torchloom_cudagraphs.recorder import has_internal_overlap, signature
+
+PIPELINE = """[pipeline]
+name = "cudagraphs-gpu-test"
+codegen = "eager"
+
+[runtime.cudagraphs]
+OPTIONS
+
+[[pass]]
+name = "dce"
+"""
+
+
+def _compiler(tmp_path, options: str = "") -> Compiler:
+    path = tmp_path / "pipeline.toml"
+    path.write_text(PIPELINE.replace("OPTIONS", options))
+    return Compiler(str(path), cache_dir=tmp_path / "cache")
+
+
+def _runners(compiler: Compiler) -> list[CudaGraphRunner]:
+    return [c.fn for c in compiler.compilations if isinstance(c.fn, CudaGraphRunner)]
+
+
+def _layer(x, w, b):
+    return (torch.nn.functional.gelu(x @ w + b), x.sum(dim=1))
+
+
+def test_signature_is_the_layout_and_none_off_cuda():
+    x = torch.randn(2, 3)
+    assert signature((x,)) is None
+    assert signature((x.cuda(),) if torch.cuda.is_available() else ()) == (
+        ((torch.Size([2, 3]), (3, 1), torch.float32, 0),) if torch.cuda.is_available() else ())
+
+
+def test_internal_overlap_means_an_expanded_tensor():
+    base = torch.randn(4, 1)
+    assert has_internal_overlap(base.expand(4, 5))
+    assert not has_internal_overlap(base)
+    assert not has_internal_overlap(torch.randn(4, 5).t())
+    assert not has_internal_overlap(torch.randn(1, 5).expand(1, 5))
+
+
+@pytest.fixture
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.cuda
+def test_replay_equals_eager_over_100_calls(tmp_path, _fresh_dynamo):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 16)).cuda()
+    compiler = _compiler(tmp_path)
+    compiled = torch.compile(model, backend="torchloom", options={"compiler": compiler})
+    with torch.no_grad():
+        for _ in range(100):
+            x = torch.randn(4, 32, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x))
+    (runner,) = _runners(compiler)
+    assert (runner.records, runner.replays, runner.plain_calls) == (1, 99, 1)
+    ((copied, static),) = runner.recorded
+    assert (len(copied), len(static)) == (1, 4)  # x is copied in; weights and biases are not
+
+
+@pytest.mark.cuda
+def test_training_steps_match_eager_gradients(tmp_path, _fresh_dynamo):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 1)).cuda()
+    reference = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                    torch.nn.Linear(32, 1)).cuda()
+    reference.load_state_dict(model.state_dict())
+    compiler = _compiler(tmp_path)
+    compiled = torch.compile(model, backend="torchloom", options={"compiler": compiler})
+    for _ in range(6):
+        x = torch.randn(8, 16, device="cuda")
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+            p.grad = q.grad = None
+    runners = _runners(compiler)
+    assert len(runners) == 2 and all(r.replays >= 4 for r in runners)  # forward and backward
+
+
+@pytest.mark.cuda
+def test_a_held_output_is_unchanged_by_the_next_call(tmp_path, _fresh_dynamo):
+    w = torch.randn(8, 8, device="cuda")
+    b = torch.randn(8, device="cuda")
+    runner = CudaGraphRunner(_layer)
+    for _ in range(3):  # warm-up, record, replay
+        runner(torch.randn(4, 8, device="cuda"), w, b)
+    x1, x2 = torch.randn(4, 8, device="cuda"), torch.randn(4, 8, device="cuda")
+    first = runner(x1, w, b)
+    snapshot = [t.clone() for t in first]
+    second = runner(x2, w, b)
+    assert runner.replays == 4
+    torch.testing.assert_close(list(first), snapshot)
+    torch.testing.assert_close(list(first), list(_layer(x1, w, b)))
+    torch.testing.assert_close(list(second), list(_layer(x2, w, b)))
+    assert first[0].data_ptr() != second[0].data_ptr()
+
+
+@pytest.mark.cuda
+def test_reuse_outputs_trades_safety_for_a_copy():
+    w = torch.randn(8, 8, device="cuda")
+    b = torch.randn(8, device="cuda")
+    runner = CudaGraphRunner(_layer, reuse_outputs=True)
+    runner(torch.randn(4, 8, device="cuda"), w, b)
+    x1, x2 = torch.randn(4, 8, device="cuda"), torch.randn(4, 8, device="cuda")
+    first = runner(x1, w, b)
+    second = runner(x2, w, b)
+    assert runner.replays == 2
+    # the documented trade: the second replay overwrote what the first call returned
+    assert first[0] is second[0]
+    torch.testing.assert_close(first[0], _layer(x2, w, b)[0])
+
+
+@pytest.mark.cuda
+def test_input_mutation_skips_and_still_writes_the_input(tmp_path):
+    compiler = _compiler(tmp_path)
+    graph = parse_graph("""graph @mutates(%x: f32[4] @cuda:0, %y: f32[4] @cuda:0) {
+  %w = aten.add_.Tensor(%x, %y) : f32[4] @cuda:0
+  %e = aten.exp.default(%w) : f32[4] @cuda:0
+  return %e
+}""")
+    comp = compiler.compile_graph(graph)
+    assert not isinstance(comp.fn, CudaGraphRunner)
+    assert ("cudagraphs: @mutates runs without CUDA graphs: graph input %x is written in "
+            "place by aten.add_.Tensor (%w)") in comp.notes
+    for _ in range(3):
+        x, y = torch.randn(4, device="cuda"), torch.randn(4, device="cuda")
+        want_x = x + y
+        (e,) = comp.fn(x, y)
+        torch.testing.assert_close(x, want_x)
+        torch.testing.assert_close(e, want_x.exp())
+
+
+@pytest.mark.cuda
+def test_input_mutation_through_torch_compile_matches_eager(tmp_path, _fresh_dynamo):
+    def step(state, delta):
+        state.add_(delta)
+        return state * 2
+
+    compiled = torch.compile(step, backend="torchloom",
+                             options={"compiler": _compiler(tmp_path)})
+    state, ref = torch.zeros(5, device="cuda"), torch.zeros(5, device="cuda")
+    for _ in range(5):
+        delta = torch.randn(5, device="cuda")
+        torch.testing.assert_close(compiled(state, delta), step(ref, delta))
+        torch.testing.assert_close(state, ref)
+
+
+@pytest.mark.cuda
+def test_a_new_shape_records_again_up_to_max_records(caplog):
+    w = torch.randn(8, 8, device="cuda")
+    b = torch.randn(8, device="cuda")
+    runner = CudaGraphRunner(_layer, max_records=2, name="layer")
+    for rows in (4, 4, 4, 2, 2, 2, 4, 2, 7, 7, 7):
+        x = torch.randn(rows, 8, device="cuda")
+        torch.testing.assert_close(list(runner(x, w, b)), list(_layer(x, w, b)))
+    assert runner.records == 2
+    assert sorted(copied for copied, _ in runner.recorded) == [(0,), (0,)]
+    assert runner.stopped is not None and "max_records = 2" in runner.stopped
+    assert runner.reasons == [runner.stopped]  # logged once for the three 7-row calls
+    # 4 rows: record + 2 replays; 2 rows: record + 2 replays; 7 rows: plain
+    assert (runner.replays, runner.plain_calls) == (6, 5)
+
+
+@pytest.mark.cuda
+def test_a_static_input_that_moves_is_demoted_and_recorded_again():
+    w1 = torch.randn(8, 8, device="cuda")
+    w2 = torch.randn(8, 8, device="cuda")
+    b = torch.randn(8, device="cuda")
+    runner = CudaGraphRunner(_layer)
+    for w in (w1, w1, w1, w2, w2, w2, w1):
+        x = torch.randn(4, 8, device="cuda")
+        torch.testing.assert_close(list(runner(x, w, b)), list(_layer(x, w, b)))
+    assert runner.records == 2
+    assert runner.recorded == [((0, 1), (2,))]  # w is now copied in; b stays in place
+
+
+@pytest.mark.cuda
+def test_a_static_input_updated_in_place_is_read_by_the_replay():
+    w = torch.randn(8, 8, device="cuda")
+    b = torch.zeros(8, device="cuda")
+    runner = CudaGraphRunner(_layer)
+    for step in range(5):
+        b.fill_(float(step))  # like an optimizer step on a parameter
+        x = torch.randn(4, 8, device="cuda")
+        torch.testing.assert_close(list(runner(x, w, b)), list(_layer(x, w, b)))
+    assert runner.records == 1 and runner.recorded == [((0,), (1, 2))]
+
+
+@pytest.mark.cuda
+def test_an_expanded_input_runs_the_plain_path_with_a_reason():
+    w = torch.randn(8, 8, device="cuda")
+    b = torch.randn(8, device="cuda")
+    runner = CudaGraphRunner(_layer, name="layer")
+    for _ in range(4):
+        x = torch.randn(1, 8, device="cuda").expand(4, 8)
+        torch.testing.assert_close(list(runner(x, w, b)), list(_layer(x, w, b)))
+    assert runner.records == 0
+    assert runner.reasons == ["@layer: argument 0 is an expanded tensor (shared elements), "
+                              "which cannot be copied into a static buffer"]
+
+
+@pytest.mark.cuda
+def test_a_failed_capture_stops_recording_and_keeps_results_right():
+    def syncs(x):
+        return (x * float(x.sum().item()),)  # .item() cannot be captured
+
+    runner = CudaGraphRunner(syncs, name="syncs")
+    for _ in range(4):
+        x = torch.randn(4, device="cuda")
+        torch.testing.assert_close(runner(x)[0], syncs(x)[0])
+    assert runner.records == 0
+    assert runner.stopped.startswith("@syncs: recording failed (")
