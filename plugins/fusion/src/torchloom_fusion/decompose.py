@@ -1,0 +1,163 @@
+"""``fusion.decompose``: rewrite composite ops into primitives a codegen can fuse."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+import torch
+
+from torchloom.api import Graph, Node, PassContext, PassResult, Pass, TensorType, import_fx
+
+#: composites traced through torch's own decomposition table
+DECOMPOSED_OPS: tuple[str, ...] = (
+    "aten.native_layer_norm.default", "aten.native_layer_norm_backward.default",
+    "aten._softmax.default", "aten._log_softmax.default",
+    "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default",
+    "aten.native_batch_norm.default", "aten._native_batch_norm_legit_no_training.default",
+    "aten.native_batch_norm_backward.default", "aten.gelu_backward.default",
+    "aten.silu_backward.default", "aten.layer_norm.default", "aten.softmax.int",
+    "aten.log_softmax.int", "aten.linear.default",
+)
+
+_ADDMM = "aten.addmm.default"
+
+
+@attrs.frozen
+class Decompose(Pass):
+    """Replace composites (layer_norm, softmax, log_softmax, eval batch_norm and their
+    backward ops) by the primitives of torch's decomposition table, traced with
+    ``make_fx`` on fake tensors; split ``addmm`` into ``mm`` + ``add`` so the bias add
+    joins the following pointwise group (nvFuser's decomposeLinear).
+
+    before::
+
+        %y = aten._softmax.default(%x) {dim = -1, half_to_float = false} : f32[4, 8]
+
+    after::
+
+        %amax = aten.amax.default(%x) {dim = [-1], keepdim = true} : f32[4, 1]
+        %sub = aten.sub.Tensor(%x, %amax) : f32[4, 8]
+        %exp = aten.exp.default(%sub) : f32[4, 8]
+        %sum = aten.sum.dim_IntList(%exp) {dim = [-1], keepdim = true} : f32[4, 1]
+        %y = aten.div.Tensor(%exp, %sum) : f32[4, 8]
+
+    ``ops`` lists what to decompose (default: :data:`DECOMPOSED_OPS`); ``linear`` turns
+    the addmm split on or off. An op whose decomposition cannot be traced is left as is.
+    """
+
+    name: ClassVar[str] = "fusion.decompose"
+    ops: tuple[str, ...] = attrs.field(default=DECOMPOSED_OPS, converter=tuple)
+    linear: bool = True
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        wanted = set(self.ops)
+        traced: dict[Any, Graph | None] = {}  # per run: (op, types, attrs) -> primitives
+        done = addmm = 0
+        for node in list(graph.nodes):
+            if node.op in wanted:
+                sub = self._trace(node, ctx, traced)
+                if sub is not None:
+                    _splice(graph, node, sub)
+                    done += 1
+            elif node.op == _ADDMM and self.linear and _plain_addmm(node):
+                _split_addmm(graph, node)
+                addmm += 1
+        return PassResult(done + addmm > 0, {"decomposed": done, "addmm_split": addmm})
+
+    def _trace(self, node: Node, ctx: PassContext, traced: dict) -> Graph | None:
+        try:
+            key = (node.op, tuple(v.type for v in node.inputs), tuple(sorted(node.attrs.items())))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and key in traced:
+            return traced[key]
+        sub = _trace_decomposition(node, ctx.registry)
+        if sub is None:
+            ctx.note(f"fusion.decompose: could not trace {node.op}; left as is")
+        if key is not None:
+            traced[key] = sub
+        return sub
+
+
+def _trace_decomposition(node: Node, registry) -> Graph | None:
+    from torch._decomp import get_decompositions
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    opdef = registry.get(node.op)
+    if opdef.fn is None or opdef.schema is None:
+        return None
+    if not all(isinstance(v.type, TensorType) and v.type.is_static for v in node.inputs):
+        return None
+    target = _overload(node.op)
+    table = get_decompositions([target]) if target is not None else {}
+    if not table:
+        return None
+    # a fresh fake mode: static shapes even when called while torch traces a backward
+    fake_mode = FakeTensorMode()
+    with fake_mode:
+        examples = [torch.empty_strided(v.type.shape, v.type.actual_strides(),
+                                        dtype=v.type.torch_dtype, device="meta")
+                    for v in node.inputs]
+
+    def call(*tensors):
+        args, kwargs = opdef.bind(list(tensors), node.attrs)
+        return target(*args, **kwargs)
+
+    try:
+        with fake_mode:
+            gm = make_fx(call, decomposition_table=table, tracing_mode="real")(*examples)
+        imported = import_fx(gm, examples, name="decomposed")
+    except Exception as exc:  # an op torch cannot decompose here: keep the composite
+        return None
+    if imported.constants or imported.symbolic:
+        return None
+    sub = imported.graph
+    if any(n.op == node.op for n in sub.nodes) or len(sub.outputs) != len(node.outputs):
+        return None
+    for inner, outer in zip(sub.outputs, node.outputs):
+        if not isinstance(inner.type, TensorType) or \
+                inner.type.with_(device=outer.type.device) != outer.type:
+            return None  # other shape, dtype or strides than the composite declares
+    return sub
+
+
+def _overload(name: str):
+    parts = name.split(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+    except (AttributeError, IndexError):
+        return None
+
+
+def _splice(graph: Graph, node: Node, sub: Graph) -> None:
+    """Copy ``sub``'s nodes before ``node`` (its inputs bound to node's inputs), then
+    replace node's outputs by sub's outputs and erase ``node``."""
+    device = next((v.type.device for v in node.outputs if isinstance(v.type, TensorType)), "cpu")
+    env = dict(zip(sub.inputs, node.inputs))
+    for n in sub.nodes:
+        types = [t.with_(device=device) if isinstance(t, TensorType) else t
+                 for t in (v.type for v in n.outputs)]
+        copy = graph.create(n.op, [env[v] for v in n.inputs], types, n.attrs,
+                            names=[v.name for v in n.outputs], before=node)
+        env.update(zip(n.outputs, copy.outputs))
+    for old, inner in zip(node.outputs, sub.outputs):
+        graph.replace_all_uses(old, env[inner])
+    graph.erase(node)
+
+
+def _plain_addmm(node: Node) -> bool:
+    """addmm(bias, x, w) with beta = alpha = 1 and a static output."""
+    return node.attrs.get("beta", 1) == 1 and node.attrs.get("alpha", 1) == 1 and \
+        len(node.inputs) == 3 and isinstance(node.outputs[0].type, TensorType)
+
+
+def _split_addmm(graph: Graph, node: Node) -> None:
+    bias, x, w = node.inputs
+    out = node.output
+    mm = graph.create("aten.mm.default", [x, w], [out.type], names=["mm"], before=node)
+    add = graph.create("aten.add.Tensor", [mm.output, bias], [out.type], names=[out.name],
+                       before=node)
+    graph.replace_all_uses(out, add.output)
+    graph.erase(node)

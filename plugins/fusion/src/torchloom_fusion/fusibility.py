@@ -1,0 +1,111 @@
+"""What may join a fusion group, as tables rather than branches on op names.
+
+A plain node is *fusible* when its registry category is ``pointwise`` (``_to_copy`` only
+when device and layout stay), ``reduction`` (with dims we can read), or it is one of the
+views whose index mapping a codegen can express. Random, mutating, layout and opaque ops
+never join a group. Two reductions may share a group only when they reduce the same
+input shape over the same dims ("the same rows").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from torchloom.api import FUSION_GROUP, Node, TensorType
+
+POINTWISE, REDUCTION, VIEW = "pointwise", "reduction", "view"
+
+#: views whose index mapping is expressible inside a kernel; the flag says whether the
+#: input must be contiguous (a reshape of strided data is not an index remap)
+FUSIBLE_VIEWS: dict[str, bool] = {
+    "aten.view.default": True, "aten.reshape.default": True, "aten._unsafe_view.default": True,
+    "aten.permute.default": False, "aten.transpose.int": False, "aten.t.default": False,
+    "aten.expand.default": False, "aten.squeeze.default": False, "aten.squeeze.dim": False,
+    "aten.squeeze.dims": False, "aten.unsqueeze.default": False, "aten.slice.Tensor": False,
+    "aten.select.int": False, "aten.alias.default": False, "aten.detach.default": False,
+    # cheap splits of a group value (nvFuser moves chunk into the group)
+    "aten.split.Tensor": False, "aten.split_with_sizes.default": False,
+    "aten.chunk.default": False, "aten.unbind.int": False,
+}
+
+#: the attribute holding a reduction's dims (absent or None: all dims)
+_DIM_ATTRS = ("dim", "dims")
+
+
+def node_kind(node: Node, registry) -> str | None:
+    """``pointwise``, ``reduction`` or ``view`` when ``node`` may join a group, else None."""
+    if node.region is not None or not node.outputs:
+        return None
+    if not all(isinstance(v.type, TensorType) for v in node.outputs):
+        return None
+    tensors = [v.type for v in node.inputs if isinstance(v.type, TensorType)]
+    if not tensors:
+        return None  # factories (full, arange): nothing to fuse them with
+    devices = {t.device for t in tensors} | {v.type.device for v in node.outputs}
+    if len(devices) != 1:
+        return None
+    category = registry.get(node.op).category
+    if category == POINTWISE:
+        if node.op == "aten._to_copy.default" and not _same_place_copy(node):
+            return None
+        return POINTWISE
+    if category == REDUCTION:
+        return REDUCTION if reduction_signature(node) is not None else None
+    if category == VIEW and node.op in FUSIBLE_VIEWS:
+        src = node.inputs[0].type if node.inputs else None
+        if not isinstance(src, TensorType):
+            return None
+        if FUSIBLE_VIEWS[node.op] and src.strides is not None:
+            return None
+        return VIEW
+    return None
+
+
+def _same_place_copy(node: Node) -> bool:
+    """A ``_to_copy`` that only changes dtype (no device, layout or pinning change)."""
+    src, dst = node.inputs[0].type, node.outputs[0].type
+    if src.device != dst.device:
+        return False
+    layout = node.attrs.get("layout")
+    return layout is None or str(layout) == "torch.strided"
+
+
+def reduction_signature(node: Node) -> tuple | None:
+    """``(input shape, reduced dims)`` of a reduction node, or None when unreadable."""
+    if not node.inputs or not isinstance(node.inputs[0].type, TensorType):
+        return None
+    shape = node.inputs[0].type.shape
+    rank = len(shape)
+    dims = None
+    for key in _DIM_ATTRS:
+        if key in node.attrs:
+            dims = node.attrs[key]
+            break
+    if dims is None or dims == ():
+        reduced = tuple(range(rank))
+    else:
+        if isinstance(dims, int):
+            dims = (dims,)
+        try:
+            reduced = tuple(sorted({(int(d) % rank) if rank else 0 for d in dims}))
+        except (TypeError, ValueError):
+            return None
+    return (tuple(shape), reduced)
+
+
+def compatible(signatures: Iterable[tuple]) -> bool:
+    """Reductions can share one kernel when they all reduce the same rows."""
+    return len(set(signatures)) <= 1
+
+
+def is_group(node: Node) -> bool:
+    return node.op == FUSION_GROUP and node.region is not None
+
+
+def numel(t) -> int:
+    if not isinstance(t, TensorType):
+        return 1
+    n = 1
+    for d in t.shape:
+        n *= d if isinstance(d, int) else 1
+    return n

@@ -1,0 +1,321 @@
+"""Building and merging fusion groups, in time proportional to what moves.
+
+A *cluster* is a fusible plain node or a ``torchloom.fusion_group`` node. The
+:class:`GroupEditor` of one pass run keeps, for every node of the graph, an ordinal that
+agrees with the list order (a merged group inherits the ordinal of the slot it occupies),
+so topological questions are answered without renumbering the graph:
+
+- merging A (earlier) and B (later) at B's slot is valid when every other user of A's
+  outputs comes after B;
+- merging at A's slot is valid when every input of B not produced by A is defined
+  before A.
+
+Either slot keeps the list topologically ordered, so no merge creates a cycle. A merge
+moves the nodes of the smaller region into the larger one; inputs and outputs are
+reconnected in O(inputs + outputs), never by rebuilding the group.
+
+Mutation hazards: values are split into alias classes (views and in-place results join
+their source). A cluster that touches a class some node writes is *pinned*: it may join a
+group only when no mutating node lies between its old and new place.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from torchloom.api import FUSION_GROUP, Graph, Node, TensorType, Value
+
+from torchloom_fusion.fusibility import REDUCTION, VIEW, compatible, is_group, node_kind, \
+    numel, reduction_signature
+
+
+class GroupEditor:
+    """Per-run state of a fusion pass over one graph (never stored between runs)."""
+
+    def __init__(self, graph: Graph, registry, max_inputs: int, max_outputs: int):
+        self.graph, self.registry = graph, registry
+        self.max_inputs, self.max_outputs = max_inputs, max_outputs
+        self.order: dict[Node, int] = {}
+        self.mutation_points: list[int] = []
+        for i, node in enumerate(graph.nodes):
+            self.order[node] = i
+            if not is_group(node) and registry.get(node.op).mutates:
+                self.mutation_points.append(i)
+        self.graph_outputs = set(graph.outputs)
+        self._kind: dict[Node, str | None] = {}
+        self._sigs: dict[Node, frozenset] = {}
+        self._domain: dict[Node, int] = {}
+        self.hazard_values = self._mutated_alias_values() if self.mutation_points else set()
+        self.merges = 0
+        self.created = 0
+
+    # ---- classification --------------------------------------------------------------
+    def kind(self, node: Node) -> str | None:
+        """``group``, ``pointwise``, ``reduction``, ``view`` or None (not a cluster)."""
+        if node not in self._kind:
+            if is_group(node):
+                self._kind[node] = "group"
+            elif node.region is not None:
+                self._kind[node] = None
+            else:
+                self._kind[node] = node_kind(node, self.registry)
+        return self._kind[node]
+
+    def signatures(self, node: Node) -> frozenset:
+        found = self._sigs.get(node)
+        if found is None:
+            if is_group(node):
+                found = frozenset(reduction_signature(n) for n in node.region.nodes
+                                  if self.registry.get(n.op).category == REDUCTION)
+            elif self.kind(node) == REDUCTION:
+                found = frozenset([reduction_signature(node)])
+            else:
+                found = frozenset()
+            self._sigs[node] = found
+        return found
+
+    def domain(self, node: Node) -> int:
+        """The largest iteration space of a cluster (numel of its biggest tensor)."""
+        found = self._domain.get(node)
+        if found is None:
+            values = []
+            if is_group(node):
+                for n in node.region.nodes:
+                    values.extend(n.outputs)
+                    if self.registry.get(n.op).category == REDUCTION:
+                        values.append(n.inputs[0])
+            else:
+                values.extend(node.outputs)
+                if self.kind(node) == REDUCTION:
+                    values.append(node.inputs[0])
+            found = max((numel(v.type) for v in values), default=1)
+            self._domain[node] = found
+        return found
+
+    def device(self, node: Node) -> str | None:
+        for v in node.outputs:
+            if isinstance(v.type, TensorType):
+                return v.type.device
+        return None
+
+    def pinned(self, node: Node) -> bool:
+        hv = self.hazard_values
+        return bool(hv) and (any(v in hv for v in node.inputs) or
+                             any(v in hv for v in node.outputs))
+
+    def _mutated_alias_values(self) -> set[Value]:
+        """Values in an alias class that some node writes in place."""
+        parent: dict[Value, Value] = {}
+
+        def find(v: Value) -> Value:
+            root = v
+            while parent.get(root, root) is not root:
+                root = parent[root]
+            while parent.get(v, v) is not root:
+                parent[v], v = root, parent[v]
+            return root
+
+        def union(a: Value, b: Value) -> None:
+            ra, rb = find(a), find(b)
+            if ra is not rb:
+                parent[ra] = rb
+
+        written: list[Value] = []
+        values: list[Value] = list(self.graph.inputs)
+        for node in self.graph.nodes:
+            values.extend(node.outputs)
+            if is_group(node):
+                for out, src in _group_aliases(node, self.registry):
+                    union(out, src)
+                continue
+            opdef = self.registry.get(node.op)
+            for i in range(len(node.outputs)):
+                src = opdef.aliased_input(node, i)
+                if src is not None:
+                    union(node.outputs[i], node.inputs[src])
+            written.extend(node.inputs[i] for i in opdef.mutated_inputs(node))
+        roots = {find(v) for v in written}
+        return {v for v in values if find(v) in roots}
+
+    # ---- checks ----------------------------------------------------------------------
+    def can_merge(self, a: Node, b: Node) -> str | None:
+        """Which slot (``"a"`` or ``"b"``) merging clusters a (earlier) and b can use,
+        or None when no valid merge exists."""
+        if self.device(a) != self.device(b):
+            return None
+        if not compatible(self.signatures(a) | self.signatures(b)):
+            return None
+        inputs = set(a.inputs)
+        inputs.update(v for v in b.inputs if v.producer is not a)
+        if len(inputs) > self.max_inputs:
+            return None
+        kept = [v for v in a.outputs if v in self.graph_outputs or any(u is not b for u in v.uses)]
+        if len(kept) + len(b.outputs) > self.max_outputs:
+            return None
+        oa, ob = self.order[a], self.order[b]
+        blocked = self._mutation_between(oa, ob)
+        order = self.order
+        if not (blocked and self.pinned(a)) and all(
+                order[u] > ob for v in kept for u in v.uses if u is not b):
+            return "b"
+        if not (blocked and self.pinned(b)) and all(
+                v.producer is None or v.producer is a or order[v.producer] < oa
+                for v in b.inputs):
+            return "a"
+        return None
+
+    def _mutation_between(self, lo: int, hi: int) -> bool:
+        pts = self.mutation_points
+        if not pts:
+            return False
+        i = bisect.bisect_right(pts, lo)
+        return i < len(pts) and pts[i] < hi
+
+    # ---- edits -----------------------------------------------------------------------
+    def try_merge(self, x: Node, y: Node) -> Node | None:
+        """Merge two clusters into one group when valid; returns the group or None."""
+        a, b = (x, y) if self.order[x] < self.order[y] else (y, x)
+        slot = self.can_merge(a, b)
+        if slot is None:
+            return None
+        return self.merge(self.wrap(a), self.wrap(b), slot)
+
+    def wrap(self, node: Node) -> Node:
+        """The node itself if it is a group, else a new one-node group in its place."""
+        if is_group(node):
+            return node
+        g = self.graph
+        region = Graph(f"fused_{node.outputs[0].name}")
+        inner_inputs: dict[Value, Value] = {}
+        for v in node.inputs:
+            if v not in inner_inputs:
+                inner_inputs[v] = region.add_input(v.type, v.name)
+        group = Node(FUSION_GROUP, list(inner_inputs), region=region)
+        region.owner = group
+        group.outputs = [Value(v.name, v.type, group, i, g) for i, v in enumerate(node.outputs)]
+        g.insert(group, before=node)
+        for old, new in zip(node.outputs, group.outputs):
+            if old in self.graph_outputs:
+                self.graph_outputs.discard(old)
+                self.graph_outputs.add(new)
+            g.replace_all_uses(old, new)
+        for v in node.inputs:
+            v.uses.remove(node)
+        g._unlink(node)
+        g._len -= 1
+        node.inputs = [inner_inputs[v] for v in node.inputs]
+        node.graph = None
+        region.insert(node)  # registers the uses of the region inputs
+        for v in node.outputs:
+            v.graph = region
+        region.set_outputs(list(node.outputs))
+        self.order[group] = self.order.pop(node)
+        self._sigs[group] = self.signatures(node)
+        self._domain[group] = self.domain(node)
+        self._kind[group] = "group"
+        self.created += 1
+        return group
+
+    def merge(self, a: Node, b: Node, slot: str) -> Node:
+        """Merge group ``b`` into group ``a`` (a earlier); the result sits at ``slot``."""
+        g = self.graph
+        ra, rb = a.region, b.region
+        a_index = {v: i for i, v in enumerate(a.inputs)}
+        outer_in, inner_in = list(a.inputs), list(ra.inputs)
+        substitute: list[tuple[Value, Value]] = []
+        for u, bi in zip(b.inputs, rb.inputs):
+            if u.producer is a:
+                substitute.append((bi, ra.outputs[u.index]))
+            elif u in a_index:
+                substitute.append((bi, inner_in[a_index[u]]))
+            else:
+                a_index[u] = len(outer_in)
+                outer_in.append(u)
+                inner_in.append(bi)
+        for bi, target in substitute:
+            rb.replace_all_uses(bi, target)
+        kept = [i for i, v in enumerate(a.outputs)
+                if v in self.graph_outputs or any(u is not b for u in v.uses)]
+        outer_out = [a.outputs[i] for i in kept] + list(b.outputs)
+        inner_out = [ra.outputs[i] for i in kept] + list(rb.outputs)
+        for u in a.inputs:
+            u.uses.remove(a)
+        for u in b.inputs:
+            u.uses.remove(b)
+        host, guest = (a, b) if len(ra) >= len(rb) else (b, a)
+        region = host.region
+        _move_nodes(guest.region, region, append=host is a)
+        region.inputs = inner_in
+        for v in inner_in:
+            if v.graph is not region:
+                v.graph = region
+                _claim_name(region, v)
+        region.outputs = inner_out
+        host.inputs = outer_in
+        for u in outer_in:
+            u.uses.append(host)
+        host.outputs = outer_out
+        for i, v in enumerate(outer_out):
+            v.producer, v.index = host, i
+        place = a if slot == "a" else b
+        if place is not host:
+            g._unlink(host)
+            g._link(host, place.prev)
+        g._unlink(guest)
+        g._len -= 1
+        guest.graph = guest.region = None
+        self.order[host] = self.order[place]
+        del self.order[guest]
+        self._sigs[host] = self.signatures(a) | self.signatures(b)
+        self._domain[host] = max(self.domain(a), self.domain(b))
+        for cache in (self._sigs, self._domain, self._kind):
+            cache.pop(guest, None)
+        self.merges += 1
+        return host
+
+
+def _move_nodes(src: Graph, dst: Graph, append: bool) -> None:
+    """Move every node of ``src`` to the end (or the start) of ``dst``, in order."""
+    nodes = list(src.nodes)
+    anchor = dst.last if append else None
+    for n in nodes:
+        src._unlink(n)
+        n.graph = dst
+        dst._link(n, anchor)
+        anchor = n
+        for v in n.outputs:
+            v.graph = dst
+            _claim_name(dst, v)
+    src._len = 0
+    src.first = src.last = None
+    dst._len += len(nodes)
+
+
+def _claim_name(graph: Graph, v: Value) -> None:
+    if v.name in graph._names:
+        v.name = graph.fresh_name(v.name)
+    else:
+        graph._names.add(v.name)
+
+
+def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:
+    """(group output, group input) pairs where the output is a view of the input."""
+    region = group.region
+    source: dict[Value, int] = {v: i for i, v in enumerate(region.inputs)}
+    for n in region.nodes:
+        opdef = registry.get(n.op)
+        for i, v in enumerate(n.outputs):
+            src = opdef.aliased_input(n, i)
+            if src is not None and n.inputs[src] in source:
+                source[v] = source[n.inputs[src]]
+    return [(group.outputs[i], group.inputs[source[v]])
+            for i, v in enumerate(region.outputs) if v in source]
+
+
+def is_cluster_kind(kind: str | None) -> bool:
+    return kind is not None
+
+
+def starts_group(kind: str | None) -> bool:
+    """Views never form a group alone: outside a group they cost nothing."""
+    return kind is not None and kind != VIEW

@@ -1,0 +1,179 @@
+"""``fusion.merge-groups``: merge adjacent groups and tidy every group's region."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from torchloom.api import CONSTANT, Graph, Node, Pass, PassContext, PassResult, TensorType
+
+from torchloom_fusion.fusibility import is_group
+from torchloom_fusion.groups import GroupEditor
+
+_positive = [attrs.validators.instance_of(int), attrs.validators.ge(1)]
+
+#: splits of a group output that are cheaper inside the group (nvFuser moves chunk in)
+_SPLITS = frozenset({"aten.split.Tensor", "aten.split_with_sizes.default",
+                     "aten.chunk.default", "aten.unbind.int"})
+
+#: queries that read only a tensor's metadata: op -> f(type, attrs) -> value
+_METADATA: dict = {
+    "aten.sym_size.int": lambda t, a: t.shape[a.get("dim", 0)],
+    "aten.sym_numel.default": lambda t, a: t.numel(),
+    "aten.sym_stride.int": lambda t, a: t.actual_strides()[a.get("dim", 0)],
+    "aten.sym_storage_offset.default": lambda t, a: 0,
+    "aten.dim.default": lambda t, a: t.rank,
+}
+
+
+@attrs.frozen
+class MergeGroups(Pass):
+    """Clean-ups after vertical and horizontal fusion:
+
+    - a group directly followed by another group it feeds, or that iterates over the
+      same space, merges with it (within the limits);
+    - a split/chunk/unbind of a group output moves into the group;
+    - group outputs nobody reads are dropped, and outputs read only for their size,
+      stride or rank are replaced by constants (nvFuser's removeOutputsUsedOnlyInSize);
+    - dead code and common subexpressions inside each region are removed.
+
+    before::
+
+        %a = torchloom.fusion_group(%x) : f32[4] region @g0(%p: f32[4]) {
+          %e = aten.exp.default(%p) : f32[4]
+          %u = aten.neg.default(%p) : f32[4]
+          return %e
+        }
+        %b = torchloom.fusion_group(%a) : f32[4] region @g1(%q: f32[4]) {
+          %t = aten.tanh.default(%q) : f32[4]
+          return %t
+        }
+
+    after::
+
+        %b = torchloom.fusion_group(%x) : f32[4] region @g0(%p: f32[4]) {
+          %e = aten.exp.default(%p) : f32[4]
+          %t = aten.tanh.default(%e) : f32[4]
+          return %t
+        }
+    """
+
+    name: ClassVar[str] = "fusion.merge-groups"
+    after: ClassVar[tuple[str, ...]] = ("fusion.vertical", "fusion.horizontal")
+    max_group_inputs: int = attrs.field(default=128, validator=_positive)
+    max_group_outputs: int = attrs.field(default=64, validator=_positive)
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        ed = GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
+        stats = {"merged": 0, "splits_moved": 0, "outputs_pruned": 0, "size_outputs": 0,
+                 "dead": 0, "cse": 0, "inputs_pruned": 0}
+        node = graph.first
+        while node is not None:
+            nxt = node.next
+            if is_group(node):
+                if nxt is not None and is_group(nxt) and self._related(ed, node, nxt):
+                    merged = ed.try_merge(node, nxt)
+                    if merged is not None:
+                        stats["merged"] += 1
+                        node = merged
+                        continue
+                for v in list(node.outputs):
+                    for user in v.users():
+                        if user.op in _SPLITS and user.graph is graph and \
+                                ed.try_merge(node, user) is not None:
+                            stats["splits_moved"] += 1
+            node = nxt
+        for group in [n for n in graph.nodes if is_group(n)]:
+            stats["size_outputs"] += _fold_metadata_uses(graph, group)
+            stats["dead"] += _dce(group.region)
+            stats["cse"] += _cse(group.region)
+            stats["outputs_pruned"] += _prune_outputs(graph, group)
+            stats["dead"] += _dce(group.region)
+            stats["inputs_pruned"] += _prune_inputs(group)
+        return PassResult(any(stats.values()), stats)
+
+    @staticmethod
+    def _related(ed: GroupEditor, a: Node, b: Node) -> bool:
+        feeds = any(v.producer is a for v in b.inputs)
+        return feeds or ed.domain(a) == ed.domain(b)
+
+
+def _fold_metadata_uses(graph: Graph, group: Node) -> int:
+    folded = 0
+    for v in group.outputs:
+        if not isinstance(v.type, TensorType) or not v.type.is_static:
+            continue
+        for user in v.users():
+            rule = _METADATA.get(user.op)
+            if rule is None or len(user.outputs) != 1:
+                continue
+            value = rule(v.type, user.attrs)
+            const = graph.create(CONSTANT, [], [user.output.type], {"value": value},
+                                 names=[user.output.name], before=user)
+            graph.replace_all_uses(user.output, const.output)
+            graph.erase(user)
+            folded += 1
+    return folded
+
+
+def _prune_outputs(graph: Graph, group: Node) -> int:
+    """Drop outputs with no reader outside (the region's return shrinks with them)."""
+    outputs = set(graph.outputs)
+    keep = [i for i, v in enumerate(group.outputs) if v.uses or v in outputs]
+    if len(keep) == len(group.outputs) or not keep:
+        return 0
+    dropped = len(group.outputs) - len(keep)
+    region = group.region
+    region.outputs = [region.outputs[i] for i in keep]
+    group.outputs = [group.outputs[i] for i in keep]
+    for i, v in enumerate(group.outputs):
+        v.index = i
+    return dropped
+
+
+def _dce(region: Graph) -> int:
+    live = set(region.outputs)
+    removed = 0
+    node = region.last
+    while node is not None:
+        prev = node.prev
+        if not any(v.uses or v in live for v in node.outputs):
+            region.erase(node)
+            removed += 1
+        node = prev
+    return removed
+
+
+def _cse(region: Graph) -> int:
+    seen: dict = {}
+    merged = 0
+    for node in list(region.nodes):
+        try:
+            key = (node.op, tuple(map(id, node.inputs)), tuple(sorted(node.attrs.items())),
+                   tuple(v.type for v in node.outputs))
+            hash(key)
+        except TypeError:
+            continue
+        first = seen.setdefault(key, node)
+        if first is node:
+            continue
+        for old, new in zip(node.outputs, first.outputs):
+            region.replace_all_uses(old, new)
+        region.erase(node)
+        merged += 1
+    return merged
+
+
+def _prune_inputs(group: Node) -> int:
+    """Drop region inputs that nothing inside reads."""
+    region = group.region
+    keep = [i for i, v in enumerate(region.inputs) if v.uses or v in region.outputs]
+    if len(keep) == len(region.inputs):
+        return 0
+    for i, v in enumerate(group.inputs):
+        if i not in keep:
+            v.uses.remove(group)
+    region.inputs = [region.inputs[i] for i in keep]
+    group.inputs = [group.inputs[i] for i in keep]
+    return len(group.inputs) - len(keep)
