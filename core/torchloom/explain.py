@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import torch
 
-from torchloom.errors import WorkloadError
+from torchloom.errors import TorchloomError, WorkloadError
 
 
 @attrs.define
@@ -89,6 +89,8 @@ def max_abs_error(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> f
         both_nan = torch.isnan(e.double()) & torch.isnan(a.double())
         same_inf = (e.double() == a.double())
         diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
+        if torch.isnan(diff).any():  # NaN on one side only: not comparable
+            return math.inf
         err = max(err, float(diff.max()))
     return err
 
@@ -98,7 +100,10 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     from torchloom.compiler import Compiler
     from torchloom.frontend.backend import torchloom_backend
     from torchloom.report import summarize
-    compiler = Compiler(pipeline, dump_dir=dump_dir, device=device, keep_ir=keep_ir)
+    # strict: a failing pass is an error of explain (exit code 1, with its reproducer),
+    # not a silent fallback to eager
+    compiler = Compiler(pipeline, dump_dir=dump_dir, device=device, keep_ir=keep_ir,
+                        strict=True)
     model, inputs = load_workload(workload, device)
     backward = any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or (
         isinstance(model, torch.nn.Module) and any(p.requires_grad for p in model.parameters()))
@@ -108,15 +113,35 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     compiled = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
         gm, ex, options={"compiler": compiler}))
     torch.manual_seed(0)
-    actual = _run(compiled, inputs, backward)
-    torch._dynamo.reset()
+    try:
+        actual = _run(compiled, inputs, backward)
+    except Exception as exc:
+        cause = torchloom_cause(exc)
+        if cause is None:
+            raise
+        raise cause from None
+    finally:
+        torch._dynamo.reset()
     data = summarize(compiler.compilations, compiler.registry, compiler.kernel_cache)
-    data["max_abs_error"] = max_abs_error(expected, actual)
+    error = max_abs_error(expected, actual)
+    data["max_abs_error"] = error if math.isfinite(error) else None
     data["backward"] = backward
     data["workload"] = str(workload)
     data["pipeline"] = compiler.pipeline.name
     data["compile_seconds"] = round(sum(c.compile_seconds for c in compiler.compilations), 4)
     return ExplainResult(data, compiler)
+
+
+def torchloom_cause(exc: BaseException):
+    """The torchloom error behind an exception torch.compile wrapped (dynamo re-raises
+    backend errors as BackendCompilerFailed), or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, TorchloomError):
+            return exc
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+    return None
 
 
 def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
@@ -147,8 +172,12 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
             lines.extend("      " + ln for ln in str(comp.graph).splitlines())
     for note in d["notes"]:
         lines.append(f"  note: {note}")
-    status = "matches eager" if d["max_abs_error"] <= 1e-4 else "DIFFERS from eager"
+    error = d["max_abs_error"]
+    if error is None:
+        status = "outputs DIFFER from eager in count, shape or NaN positions"
+    else:
+        status = (f"max abs error {error:.3g} ("
+                  f"{'matches eager' if error <= 1e-4 else 'DIFFERS from eager'})")
     lines.append(f"total: {d['fusion_groups']} fusion groups, {d['kernels']} kernels per call, "
-                 f"{d['unique_kernels']} unique kernels; max abs error {d['max_abs_error']:.3g} "
-                 f"({status})")
+                 f"{d['unique_kernels']} unique kernels; {status}")
     return "\n".join(lines)

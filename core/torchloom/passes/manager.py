@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.errors import PassError, PipelineError, TorchloomError
+from torchloom.errors import PassError, PipelineError, TorchloomError, VerifyError
 from torchloom.ir.graph import Graph
 from torchloom.ir.verify import verify
 from torchloom.passes.base import PassContext, PassResult
@@ -45,13 +45,23 @@ class RunReport:
 
 
 class PassManager:
+    """Runs one pipeline over graphs.
+
+    ``dump_dir`` receives ``NN-<pass>.ir`` after each pass; ``repro_dir`` receives a
+    reproducer directory per failing pass; ``instruments`` are added to the plugins'.
+    ``warned`` is the set of "skipped" messages already logged: a compiler shares one
+    across its graphs so that ``on_error = "skip"`` says so once, not once per graph.
+    """
+
     def __init__(self, pipeline: Pipeline, plugins, *, dump_dir: str | Path | None = None,
-                 repro_dir: str | Path | None = None, instruments: list[Any] | None = None):
+                 repro_dir: str | Path | None = None, instruments: list[Any] | None = None,
+                 warned: set[str] | None = None):
         self.pipeline = pipeline
         self.plugins = plugins
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.repro_dir = Path(repro_dir) if repro_dir else None
         self.instruments = [r.obj for r in plugins.instruments] + list(instruments or [])
+        self.warned = warned if warned is not None else set()
         self._dumped = 0
 
     def run(self, graph: Graph, ctx: PassContext) -> RunReport:
@@ -59,15 +69,33 @@ class PassManager:
         for name in self.pipeline.missing_optional:
             report.notes.append(f"optional pass {name!r} is not installed; skipped")
         self._dump(graph, "input")
+        start = GraphSnapshot(graph) if self.pipeline.verify == "end" else None
         for step in self.pipeline.steps:
             if isinstance(step, PassStep):
                 self._run_step(step, graph, ctx, report)
             else:
                 self._run_fixpoint(step, graph, ctx, report)
-        if self.pipeline.verify == "end":
-            verify(graph, ctx.registry)
+        if start is not None:
+            self._verify_end(graph, ctx, start)
         report.notes.extend(ctx.notes)
         return report
+
+    def _verify_end(self, graph: Graph, ctx: PassContext, start: GraphSnapshot) -> None:
+        """``verify = "end"``: one check after the last pass. It cannot tell which pass
+        broke the graph, so the whole pipeline is rolled back and the reproducer replays
+        the whole pipeline."""
+        try:
+            verify(graph, ctx.registry)
+        except VerifyError as exc:
+            start.restore()
+            repro = self._write_reproducer(None, graph, exc)
+            message = (f"{self.pipeline.source}: the graph after pipeline "
+                       f"{self.pipeline.name!r} fails verification: {exc}\nverify = \"end\" "
+                       f"checks only after the last pass; set verify = \"each\" to name the "
+                       f"pass. The graph from before the pipeline was restored.")
+            if repro:
+                message += f"\nReproducer: {repro} (replay with: torchloom reproduce {repro})"
+            raise PassError(message, "<pipeline>", None, repro) from exc
 
     def _run_fixpoint(self, step: FixpointStep, graph: Graph, ctx: PassContext,
                       report: RunReport) -> None:
@@ -127,23 +155,37 @@ class PassManager:
             note = f"pass {step.name!r} skipped after it failed: {detail.splitlines()[0]}"
             if note not in report.notes:
                 report.notes.append(note)
+            if note not in self.warned:
+                self.warned.add(note)
                 ctx.log.warning("torchloom: %s", note)
             report.records.append(PassRecord(step.name, seconds * 1e3, False, {},
                                              step.distribution, skipped=detail))
             return False
         raise PassError(message, step.name, step.distribution, repro) from exc
 
-    def _write_reproducer(self, step: PassStep, before: Graph, exc: Exception) -> str | None:
+    def _write_reproducer(self, step: PassStep | None, before: Graph,
+                          exc: Exception) -> str | None:
+        """IR before the pass (or the pipeline, when ``step`` is None), the pipeline
+        file, the pass with its options, and versions."""
         if self.repro_dir is None:
             return None
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        d = self.repro_dir / f"{step.name}-{stamp}-{id(exc) % 10000:04d}"
-        d.mkdir(parents=True, exist_ok=True)
+        label = step.name if step is not None else "pipeline"
+        for n in range(1000):
+            d = self.repro_dir / f"{label}-{stamp}-{n:03d}"
+            try:
+                d.mkdir(parents=True)
+                break
+            except FileExistsError:
+                continue
         (d / "before.ir").write_text(str(before))
         (d / "pipeline.toml").write_text(self.pipeline.text)
         (d / "pass.json").write_text(json.dumps({
-            "pass": step.name, "options": _jsonable(step.pass_.options()),
-            "distribution": step.distribution, "version": step.version,
+            "pass": step.name if step is not None else None,
+            "options": _jsonable(step.pass_.options()) if step is not None else {},
+            "distribution": step.distribution if step is not None else None,
+            "version": step.version if step is not None else None,
+            "pipeline": self.pipeline.source,
             "verify": self.pipeline.verify, "error": f"{type(exc).__name__}: {exc}",
             "traceback": "".join(traceback.format_exception(exc)),
         }, indent=2))
@@ -194,7 +236,6 @@ def _signature(graph: Graph) -> tuple:
 
 
 def _is_verify(exc: Exception) -> bool:
-    from torchloom.errors import VerifyError
     return isinstance(exc, VerifyError)
 
 
@@ -220,23 +261,40 @@ def versions(plugins) -> dict[str, Any]:
 
 def reproduce(directory: str | Path, plugins=None) -> str:
     """Replay a reproducer. Raises the pass's error again (as :class:`PassError`);
-    returns a message when the pass now succeeds."""
+    returns a message when the pass now succeeds.
+
+    Plugins are loaded with the reproducer pipeline's ``[plugins] disable``, so the same
+    set of plugins is in play as when it was written.
+    """
     from torchloom.ir.text import parse_graph
-    from torchloom.passes.pipeline import PassStep, Pipeline
+    from torchloom.passes.pipeline import build_pipeline, parse_raw
     from torchloom.plugins.loader import load_plugins
     d = Path(directory)
     if not (d / "pass.json").exists() or not (d / "before.ir").exists():
-        raise TorchloomError(f"{d} is not a reproducer directory (needs before.ir and pass.json)")
+        raise TorchloomError(f"{d} is not a reproducer directory (needs before.ir and "
+                             f"pass.json, as written next to a pass failure)")
     meta = json.loads((d / "pass.json").read_text())
     graph = parse_graph((d / "before.ir").read_text(), str(d / "before.ir"))
-    plugins = plugins or load_plugins()
-    if meta["pass"] not in plugins.passes:
-        raise TorchloomError(f"pass {meta['pass']!r} of the reproducer is not installed")
-    reg = plugins.passes[meta["pass"]]
-    pass_ = reg.obj(**meta["options"])
-    pipeline = Pipeline(name="reproduce", source=str(d / "pipeline.toml"), text="",
-                        steps=(PassStep(pass_, 1, reg.distribution, reg.version),),
-                        verify=meta.get("verify", "each"))
+    raw = parse_raw((d / "pipeline.toml").read_text() if (d / "pipeline.toml").exists()
+                    else "", str(d / "pipeline.toml"))
+    plugins = plugins or load_plugins(disable=raw.disable)
+    if meta["pass"] is None:  # a whole-pipeline failure (verify = "end")
+        pipeline = build_pipeline(raw, plugins)
+        what = f"pipeline {pipeline.name!r}"
+    else:
+        if meta["pass"] not in plugins.passes:
+            raise TorchloomError(f"pass {meta['pass']!r} of the reproducer (distribution "
+                                 f"{meta.get('distribution')}) is not installed")
+        reg = plugins.passes[meta["pass"]]
+        try:
+            pass_ = reg.obj(**meta["options"])
+        except (TypeError, ValueError) as exc:
+            raise TorchloomError(f"{d / 'pass.json'}: options of pass {meta['pass']!r} no "
+                                 f"longer fit the installed pass: {exc}") from None
+        pipeline = Pipeline(name="reproduce", source=str(d / "pipeline.toml"), text=raw.text,
+                            steps=(PassStep(pass_, 1, reg.distribution, reg.version),),
+                            verify=meta.get("verify", "each"))
+        what = f"pass {meta['pass']!r}"
     ctx = PassContext(registry=plugins.registry)
     PassManager(pipeline, plugins).run(graph, ctx)
-    return f"pass {meta['pass']!r} ran without error on {d / 'before.ir'}"
+    return f"{what} ran without error on {d / 'before.ir'}"

@@ -1,0 +1,326 @@
+"""The pass manager: verify policies, timing and change counts, instruments, dumps,
+exact rollback, reproducers, ``on_error = "skip"`` and fixpoint groups."""
+
+from __future__ import annotations
+
+import json
+import logging
+import textwrap
+from pathlib import Path
+
+import attrs
+import pytest
+
+from torchloom.cli import main
+from torchloom.errors import PassError, PipelineError, VerifyError
+from torchloom.ir.text import parse_graph
+from torchloom.ir.verify import verify
+from torchloom.passes.base import PassContext
+from torchloom.passes.manager import PassManager, reproduce
+from torchloom.passes.pipeline import build_pipeline, parse_raw
+from torchloom.passes.snapshot import GraphSnapshot
+
+from test_plugins_support import SMALL_IR, fake_plugins, fake_site, small_graph  # noqa: F401
+
+CSE_IR = """\
+graph @g(%x: f32[4], %y: f32[4]) {
+  %a = aten.exp.default(%x) : f32[4]
+  %b = aten.exp.default(%x) : f32[4]
+  %dead = aten.neg.default(%y) : f32[4]
+  %c = aten.add.Tensor(%a, %b) : f32[4]
+  return %c
+}
+"""
+
+
+def pipeline_of(plugins, body: str, source: str = "test.toml", **head):
+    settings = "".join(f'{k} = "{v}"\n' for k, v in head.items())
+    text = f"[pipeline]\nname = \"t\"\n{settings}\n{textwrap.dedent(body)}"
+    return build_pipeline(parse_raw(text, source), plugins)
+
+
+def run(plugins, pipeline, graph, **kwargs):
+    ctx = PassContext(registry=plugins.registry)
+    report = PassManager(pipeline, plugins, **kwargs).run(graph, ctx)
+    return report, ctx
+
+
+def test_records_time_change_flags_and_summed_stats(fake_plugins):
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        name = "cse"
+        [[pass]]
+        name = "dce"
+        [[pass]]
+        name = "fake.tunable"
+        limit = 9
+    """)
+    graph = parse_graph(CSE_IR)
+    report, ctx = run(fake_plugins, pipeline, graph)
+    assert [(r.name, r.changed, r.stats, r.distribution) for r in report.records] == [
+        ("cse", True, {"merged": 1}, "torchloom"),
+        ("dce", True, {"removed": 1}, "torchloom"),
+        ("fake.tunable", False, {"limit": 9}, "fake-passes")]
+    assert all(r.ms >= 0 for r in report.records)
+    assert report.total_ms() == pytest.approx(sum(r.ms for r in report.records))
+    assert ctx.stats == {"cse.merged": 1, "dce.removed": 1, "fake.tunable.limit": 9}
+    assert graph.num_nodes() == 2
+
+
+def test_instruments_are_called_around_every_pass_in_order(fake_plugins):
+    calls = []
+
+    class Recorder:
+        def before_pass(self, pass_, graph, ctx):
+            calls.append(("before", pass_.name, graph.num_nodes()))
+
+        def after_pass(self, pass_, graph, ctx, result, seconds):
+            assert seconds >= 0
+            calls.append(("after", pass_.name, graph.num_nodes(), result.changed))
+
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        name = "cse"
+        [[pass]]
+        name = "dce"
+    """)
+    run(fake_plugins, pipeline, parse_graph(CSE_IR), instruments=[Recorder()])
+    assert calls == [("before", "cse", 4), ("after", "cse", 3, True),
+                     ("before", "dce", 3), ("after", "dce", 2, True)]
+
+
+def test_instruments_from_the_plugin_hook_are_used(fake_site):
+    from torchloom.plugins.loader import load_plugins
+    fake_site.add("timing-dist", modules={"tl_timing": """
+        from torchloom.api import hookimpl
+
+        class Seen:
+            names = []
+            def after_pass(self, pass_, graph, ctx, result, seconds):
+                Seen.names.append(pass_.name)
+
+        @hookimpl
+        def torchloom_instruments():
+            return [Seen()]
+    """}, entry_points={"timing": "tl_timing"})
+    plugins = load_plugins(entry_points=fake_site.entry_points())
+    pipeline = pipeline_of(plugins, '[[pass]]\nname = "dce"\n[[pass]]\nname = "cse"\n')
+    run(plugins, pipeline, parse_graph(CSE_IR))
+    import tl_timing
+    assert tl_timing.Seen.names == ["dce", "cse"]
+    assert plugins.instruments[0].distribution == "timing-dist"
+
+
+def test_dump_dir_holds_the_ir_after_each_pass_numbered(fake_plugins, tmp_path):
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        name = "cse"
+        [[pass]]
+        name = "dce"
+    """)
+    graph = parse_graph(CSE_IR)
+    run(fake_plugins, pipeline, graph, dump_dir=tmp_path / "dump")
+    files = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    assert files == ["00-input.ir", "01-cse.ir", "02-dce.ir"]
+    texts = [(tmp_path / "dump" / f).read_text() for f in files]
+    assert texts[0] == CSE_IR
+    assert str(parse_graph(texts[2])) == str(graph)  # the last dump is the result
+    assert "%b = " not in texts[1] and "%dead = " in texts[1]  # after cse, before dce
+
+
+@pytest.mark.parametrize("policy, caught", [("each", True), ("off", False)])
+def test_verify_each_catches_a_corrupting_pass_and_off_does_not(fake_plugins, policy, caught):
+    pipeline = pipeline_of(fake_plugins, '[[pass]]\nname = "fake.corrupt"\n', verify=policy)
+    graph = small_graph()
+    if caught:
+        with pytest.raises(PassError) as info:
+            run(fake_plugins, pipeline, graph)
+        message = str(info.value)
+        assert message.startswith("pass 'fake.corrupt' (distribution fake-passes 1.2.3) left "
+                                  "a graph the verifier rejects: VerifyError:")
+        assert "is used before it is defined" in message
+        assert "The graph from before the pass was restored." in message
+        assert (info.value.pass_name, info.value.distribution) == ("fake.corrupt",
+                                                                   "fake-passes")
+        assert str(graph) == SMALL_IR
+    else:
+        report, _ = run(fake_plugins, pipeline, graph)
+        assert report.records[0].changed
+        with pytest.raises(VerifyError, match="used before it is defined"):
+            verify(graph, fake_plugins.registry)
+
+
+def test_verify_end_rolls_back_the_whole_pipeline_and_says_how_to_find_the_pass(
+        fake_plugins, tmp_path, capsys):
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        name = "fake.flipper"
+        [[pass]]
+        name = "fake.corrupt"
+    """, verify="end")
+    graph = small_graph()
+    with pytest.raises(PassError) as info:
+        run(fake_plugins, pipeline, graph, repro_dir=tmp_path / "repro")
+    message = str(info.value)
+    assert message.startswith("test.toml: the graph after pipeline 't' fails verification")
+    assert 'set verify = "each" to name the pass' in message
+    assert str(graph) == SMALL_IR  # the flipper's change is rolled back too
+    assert main(["reproduce", info.value.reproducer]) == 1
+    assert "fails verification" in capsys.readouterr().err
+
+
+def test_a_raising_pass_is_rolled_back_exactly_and_reproduced(fake_plugins, tmp_path,
+                                                              capsys):
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        name = "fake.flipper"
+        [[pass]]
+        name = "fake.boom"
+    """)
+    graph = small_graph()
+    nodes_before = list(graph.nodes)
+    with pytest.raises(PassError) as info:
+        run(fake_plugins, pipeline, graph, repro_dir=tmp_path / "repro")
+    err = info.value
+    assert str(err).startswith("pass 'fake.boom' (distribution fake-passes 1.2.3) raised: "
+                               "RuntimeError: boom: the pass gave up half way")
+    flipped = SMALL_IR.replace("(%x, %y)", "(%y, %x)")
+    assert str(graph) == flipped  # the state after fake.flipper, before fake.boom
+    assert list(graph.nodes) == nodes_before  # the same objects, relinked
+    verify(graph, fake_plugins.registry)
+    repro = Path(err.reproducer)
+    assert f"Reproducer: {repro} (replay with: torchloom reproduce {repro})" in str(err)
+    assert (repro / "before.ir").read_text() == flipped
+    assert (repro / "pipeline.toml").read_text() == pipeline.text
+    meta = json.loads((repro / "pass.json").read_text())
+    assert (meta["pass"], meta["distribution"], meta["version"]) == ("fake.boom",
+                                                                     "fake-passes", "1.2.3")
+    assert "Traceback" in meta["traceback"]
+    versions = json.loads((repro / "versions.json").read_text())
+    assert versions["plugins"]["fake"] == {"distribution": "fake-passes", "version": "1.2.3"}
+    # the replay raises the same error (without writing another reproducer)
+    with pytest.raises(PassError) as again:
+        reproduce(repro, fake_plugins)
+    assert str(again.value).splitlines()[0] == str(err).splitlines()[0]
+    # and through the CLI: exit code 1, the same first line, no traceback by default
+    assert main(["reproduce", str(repro)]) == 1
+    out, stderr = capsys.readouterr()
+    assert stderr.startswith("torchloom reproduce: error: " + str(err).splitlines()[0])
+    assert "Traceback" not in stderr
+    assert main(["--traceback", "reproduce", str(repro)]) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_reproduce_of_a_fixed_pass_says_it_now_runs(fake_plugins, tmp_path, capsys):
+    pipeline = pipeline_of(fake_plugins, '[[pass]]\nname = "fake.boom"\n')
+    with pytest.raises(PassError) as info:
+        run(fake_plugins, pipeline, small_graph(), repro_dir=tmp_path / "repro")
+    repro = Path(info.value.reproducer)
+    meta = json.loads((repro / "pass.json").read_text())
+    (repro / "pass.json").write_text(json.dumps({**meta, "pass": "fake.tunable"}))
+    assert main(["reproduce", str(repro)]) == 0
+    assert "pass 'fake.tunable' ran without error" in capsys.readouterr().out
+    assert main(["reproduce", str(tmp_path)]) == 2
+    assert "is not a reproducer directory" in capsys.readouterr().err
+
+
+def test_on_error_skip_continues_and_says_so_once(fake_plugins, caplog):
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        fixpoint = ["fake.boom", "cse"]
+        max_iterations = 3
+        [[pass]]
+        name = "dce"
+    """, on_error="skip")
+    warned: set[str] = set()
+    with caplog.at_level(logging.WARNING, logger="torchloom.passes"):
+        for _ in range(2):  # two graphs of one compilation
+            graph = parse_graph(CSE_IR)
+            report, _ = run(fake_plugins, pipeline, graph, warned=warned)
+            assert graph.num_nodes() == 2  # cse and dce still ran
+            skipped = [r for r in report.records if r.skipped]
+            assert [r.name for r in skipped] == ["fake.boom", "fake.boom"]
+            assert "RuntimeError: boom" in skipped[0].skipped
+            notes = [n for n in report.notes if "fake.boom" in n]
+            assert notes == ["pass 'fake.boom' skipped after it failed: RuntimeError: boom: "
+                             "the pass gave up half way"]
+    logged = [r.getMessage() for r in caplog.records if "fake.boom" in r.getMessage()]
+    assert len(logged) == 1
+
+
+def test_fixpoint_runs_until_nothing_changes(fake_plugins):
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        fixpoint = ["cse", "dce"]
+        max_iterations = 5
+    """)
+    graph = parse_graph(CSE_IR)
+    report, _ = run(fake_plugins, pipeline, graph)
+    assert [(r.name, r.changed) for r in report.records] == [
+        ("cse", True), ("dce", True), ("cse", False), ("dce", False)]
+
+
+def test_fixpoint_that_does_not_converge_is_reported(fake_plugins, tmp_path, capsys):
+    body = """
+        [[pass]]
+        name = "cse"
+
+        [[pass]]
+        fixpoint = ["fake.flipper", "dce"]
+        max_iterations = 3
+    """
+    pipeline = pipeline_of(fake_plugins, body, source="loop.toml")
+    with pytest.raises(PipelineError) as info:
+        run(fake_plugins, pipeline, small_graph())
+    assert str(info.value) == (
+        "loop.toml:8: fixpoint group [fake.flipper, dce] did not converge in 3 iterations "
+        "(still changing: fake.flipper); raise max_iterations or fix the pass that keeps "
+        "changing the graph")
+    skip = pipeline_of(fake_plugins, body, source="loop.toml", on_error="skip")
+    report, _ = run(fake_plugins, skip, small_graph())
+    assert [r.name for r in report.records].count("fake.flipper") == 3
+    assert any("did not converge in 3 iterations" in n for n in report.notes)
+    # through the CLI: explain with this pipeline exits 2 with the same message
+    path = tmp_path / "loop.toml"
+    path.write_text(f"[pipeline]\nname = \"loop\"\n{textwrap.dedent(body)}")
+    workload = tmp_path / "add.py"
+    workload.write_text("import torch\n\ndef workload():\n"
+                        "    return (lambda x, y: (x + y).exp()), [torch.ones(4), torch.ones(4)]\n")
+    assert main(["explain", str(workload), "--pipeline", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"torchloom explain: error: {path}:7: fixpoint group "
+                          f"[fake.flipper, dce] did not converge in 3 iterations")
+    assert "Traceback" not in err
+
+
+def test_snapshot_restores_every_kind_of_edit():
+    text = """\
+graph @g(%x: f32[4, 8]) {
+  %a = aten.exp.default(%x) : f32[4, 8]
+  %e, %r = torchloom.fusion_group(%a, %x) : f32[4, 8], f32[4] region @group0(%p: f32[4, 8], %q: f32[4, 8]) {
+    %s = aten.add.Tensor(%p, %q) : f32[4, 8]
+    %r = aten.sum.dim_IntList(%s) {dim = [-1]} : f32[4]
+    return %s, %r
+  }
+  %n = aten.neg.default(%e) : f32[4, 8]
+  return %n, %r
+}
+"""
+    graph = parse_graph(text)
+    snapshot = GraphSnapshot(graph)
+    group = graph.first.next
+    region = group.region
+    region.first.op = "aten.mul.Tensor"            # op changed inside a region
+    region.first.inputs.reverse()
+    graph.last.with_attrs(alpha=2)                   # attrs swapped
+    graph.replace_all_uses(graph.first.output, graph.inputs[0])
+    graph.erase(graph.first)                         # node erased
+    graph.create("aten.cos.default", [graph.inputs[0]], [graph.inputs[0].type])
+    graph.outputs.pop()
+    graph.last.meta["note"] = 1
+    snapshot.restore()
+    assert str(graph) == text
+    verify(graph)
+    assert graph.last.meta == {} and group.region is region
+    snapshot.restore()  # a snapshot restores as often as needed
+    assert str(graph) == text
