@@ -19,6 +19,7 @@ import torch.fx
 
 from torchloom.errors import UnsupportedError
 from torchloom.ir.graph import Graph, InputRef, Value
+from torchloom.ir.text import format_attr
 from torchloom.ir.types import ScalarType, TensorType, Type, type_of
 from torchloom.runtime.executor import CONSTANT
 
@@ -80,7 +81,13 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = N
             continue
         val = n.meta.get("val")
         symbolic |= _is_symbolic(None, val)
-        env[n] = _import_call(graph, n, env, val)
+        try:
+            env[n] = _import_call(graph, n, env, val)
+        except UnsupportedError:
+            raise
+        except Exception as exc:  # never a crash of the user's program: the caller falls back
+            raise UnsupportedError(f"cannot import FX node {n.name} ({n.target}): "
+                                   f"{type(exc).__name__}: {exc}") from exc
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     graph.set_outputs([_output_value(graph, a, env) for a in _flatten_outputs(out_node.args[0])])
     return ImportedGraph(graph, constants, symbolic)
@@ -154,6 +161,12 @@ def _import_call(graph: Graph, n: torch.fx.Node, env, val):
     else:
         out_types = [type_of(val) if val is not None else ScalarType("any")]
         hints = [n.name]
+    for key, value in attrs_.items():
+        try:
+            format_attr(value)
+        except TypeError:
+            raise UnsupportedError(f"{n.name} ({op_name}): argument {key} = {value!r} has no "
+                                   f"IR text form") from None
     node = graph.create(op_name, inputs, out_types, attrs_, names=hints)
     if isinstance(val, (list, tuple)):
         return tuple(node.outputs)

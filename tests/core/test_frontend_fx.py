@@ -1,0 +1,184 @@
+"""FX (aot aten graphs) -> IR: types, constants, multi-output ops, bad input."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+import torch.fx
+from functorch.compile import aot_function, make_boxed_func
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torchloom.errors import UnsupportedError
+from torchloom.frontend.fx import callable_name, import_fx
+from torchloom.ir import TensorType, parse_graph, print_graph, verify
+from torchloom.ops.aten import default_registry
+from torchloom.runtime.executor import CONSTANT, build_function
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return default_registry()
+
+
+def aot_graphs(fn, *args):
+    """aot_autograd's forward graph, and its backward graph when an output needs grad."""
+    graphs = []
+
+    def compiler(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return make_boxed_func(gm.forward)
+
+    out = aot_function(fn, fw_compiler=compiler, bw_compiler=compiler)(*args)
+    if out.requires_grad:
+        out.sum().backward()
+    return graphs
+
+
+def real_like(t):
+    """A real tensor with a fake example's shape, strides and dtype."""
+    size = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()) if d > 0)
+    return torch.randn(size, dtype=t.dtype).as_strided(t.shape, t.stride())
+
+
+def test_types_keep_shape_dtype_strides_and_device(registry):
+    def f(x, y):
+        return (x.t() * 2).to(torch.float32) + y, x[:, ::2]
+
+    x = torch.empty(8, 4, dtype=torch.bfloat16, device="meta").t()  # strided input
+    y = torch.empty(8, 4, device="meta")
+    gm = make_fx(f)(x, y)
+    g = import_fx(gm, [x, y]).graph
+    assert g.inputs[0].type == TensorType.make([4, 8], "bf16", "meta", [1, 4])
+    assert g.inputs[1].type == TensorType.make([8, 4], "f32", "meta")
+    for fx_node, node in zip([n for n in gm.graph.nodes if n.op == "call_function"], g.nodes):
+        val = fx_node.meta["val"]
+        assert node.outputs[0].type == TensorType.of(val), fx_node.name
+        assert node.outputs[0].type.device == "meta"
+    sliced = g.outputs[1].type
+    assert sliced.shape == (4, 4) and sliced.strides == (1, 8) and sliced.dtype == "bf16"
+    verify(g, registry)
+    assert print_graph(parse_graph(print_graph(g))) == print_graph(g)
+
+
+def test_forward_and_backward_graphs_import_and_run(registry):
+    w = torch.randn(8, 8, requires_grad=True)
+    x = torch.randn(4, 8, requires_grad=True)
+    graphs = aot_graphs(lambda x, w: torch.tanh(x @ w).softmax(-1).sum(0), x, w)
+    assert len(graphs) == 2
+    for gm, ex in graphs:
+        imported = import_fx(gm, ex)
+        verify(imported.graph, registry)
+        assert not imported.symbolic
+        assert [v.type for v in imported.graph.inputs] == [TensorType.of(t) for t in ex]
+        real = [real_like(t) for t in ex]
+        got = build_function(imported.graph, registry).fn(*real)
+        want = gm(*real)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            if isinstance(b, torch.Tensor):
+                torch.testing.assert_close(a, b)
+            else:
+                assert a is b
+
+
+def test_get_attr_constants_become_trailing_inputs(registry):
+    graphs = aot_graphs(lambda x: x * torch.tensor([1.0, 2.0, 3.0]) + 1, torch.randn(2, 3))
+    gm, ex = graphs[0]
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    imported = import_fx(gm, ex)
+    g = imported.graph
+    assert len(g.inputs) == 2 and len(imported.constants) == 1
+    torch.testing.assert_close(imported.constants[0], torch.tensor([1.0, 2.0, 3.0]))
+    assert g.inputs[1].type == TensorType.make([3], "f32")
+    x = torch.randn(2, 3)
+    (got,) = build_function(g, registry).fn(x, *imported.constants)
+    torch.testing.assert_close(got, x * torch.tensor([1.0, 2.0, 3.0]) + 1)
+
+
+def test_multi_output_ops_getitem_and_list_returns(registry):
+    def f(x, w, b):
+        y, mean, rstd = torch.ops.aten.native_layer_norm.default(x, [8], w, b, 1e-5)
+        a, c = torch.split(y, 2)
+        return a + c, rstd
+
+    args = [torch.randn(4, 8), torch.randn(8), torch.randn(8)]
+    gm = make_fx(f)(*args)
+    assert any(n.target is operator.getitem for n in gm.graph.nodes)
+    g = import_fx(gm, args).graph
+    ops = [n.op for n in g.nodes]
+    assert "python.operator.getitem" not in ops  # getitem selects an output, no node
+    ln = next(n for n in g.nodes if n.op == "aten.native_layer_norm.default")
+    split = next(n for n in g.nodes if n.op == "aten.split.Tensor")
+    assert len(ln.outputs) == 3 and len(split.outputs) == 2
+    assert g.outputs[1] is ln.outputs[2]
+    verify(g, registry)
+    got = build_function(g, registry).fn(*args)
+    for a, b in zip(got, f(*args)):
+        torch.testing.assert_close(a, b)
+
+
+def test_none_and_scalar_outputs_become_constants(registry):
+    gm = torch.fx.symbolic_trace(lambda x: (torch.neg(x), None, 3))
+    # make it an aten graph by hand: neg is a torch function, imported as python.*
+    x = torch.randn(3)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            n.meta["val"] = x
+        if n.op == "call_function":
+            n.meta["val"] = torch.neg(x)
+    imported = import_fx(gm, [x])
+    consts = [n for n in imported.graph.nodes if n.op == CONSTANT]
+    assert [n.attrs["value"] for n in consts] == [None, 3]
+    got = build_function(imported.graph, registry).fn(x)
+    torch.testing.assert_close(got[0], -x)
+    assert got[1] is None and got[2] == 3
+    assert print_graph(parse_graph(print_graph(imported.graph))) == print_graph(imported.graph)
+
+
+def test_symbolic_shapes_are_named_and_flagged():
+    x = torch.randn(4, 8)
+    gm = make_fx(lambda x: (x * 2).sum(0), tracing_mode="symbolic")(x)
+    imported = import_fx(gm, [x])
+    assert imported.symbolic
+    t = imported.graph.inputs[0].type
+    assert all(isinstance(d, str) for d in t.shape), t
+    text = print_graph(imported.graph)
+    assert print_graph(parse_graph(text)) == text
+
+
+def test_callable_names():
+    assert callable_name(torch.ops.aten.add.Tensor) == "aten.add.Tensor"
+    assert callable_name(torch.ops.aten.gelu) == "aten.gelu.default"
+    assert callable_name(operator.getitem) == "python.operator.getitem"
+
+
+def test_non_aten_graphs_raise_unsupported():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    gm = torch.fx.symbolic_trace(M())  # has a call_module node
+    with pytest.raises(UnsupportedError, match="call_module"):
+        import_fx(gm, [torch.randn(2, 2)])
+
+
+def test_attribute_without_text_form_is_unsupported_not_a_crash():
+    x = torch.randn(3, 2)
+    gm = make_fx(lambda x: torch.view_as_real(torch.view_as_complex(x) * (1 + 2j)))(x)
+    with pytest.raises(UnsupportedError, match="has no IR text form"):
+        import_fx(gm, [x])
+
+
+def test_unexpected_import_failure_is_wrapped_as_unsupported():
+    x = torch.randn(3)
+    gm = make_fx(lambda x: torch.ops.aten.add.Tensor(x, x))(x)
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    node.args = (node.args[0], node.args[1], 1, 2, 3)  # more args than the schema has
+    with pytest.raises(UnsupportedError, match="cannot import FX node add"):
+        import_fx(gm, [x])
