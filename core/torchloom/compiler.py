@@ -53,7 +53,7 @@ class Compiler:
 
     def __init__(self, pipeline: str | Path = "default", *, plugins=None,
                  dump_dir: str | Path | None = None, cache_dir: str | Path | None = None,
-                 device: str = "cpu", keep_ir: bool = False):
+                 device: str = "cpu", keep_ir: bool = False, strict: bool = False):
         raw = read_pipeline(pipeline)
         self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
         for err in self.plugins.errors:
@@ -63,6 +63,10 @@ class Compiler:
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device = device
         self.keep_ir = keep_ir
+        #: strict: a failing pass or pipeline raises instead of running the graph eagerly
+        self.strict = strict
+        #: "pass skipped" messages already logged, so on_error = "skip" says so once
+        self.warned: set[str] = set()
         self.kernel_cache = KernelCache(self.cache_dir / "kernels", self.pipeline.fingerprint())
         self.compilations: list[Compilation] = []
         self.notes: list[str] = []
@@ -87,7 +91,7 @@ class Compiler:
         ctx = self.context()
         dump = self.dump_dir / f"graph{index}" if self.dump_dir else None
         manager = PassManager(self.pipeline, self.plugins, dump_dir=dump,
-                              repro_dir=self.cache_dir / "reproducers")
+                              repro_dir=self.cache_dir / "reproducers", warned=self.warned)
         comp.report = manager.run(graph, ctx)
         comp.compiled = CompiledGraph(graph, self.registry,
                                       self.plugins.codegen_chain(self.pipeline.codegen),
@@ -118,7 +122,9 @@ class Compiler:
             return self._eager(gm, name, "symbolic (dynamic) shapes are not compiled yet")
         try:
             comp = self.compile_graph(imported.graph, fallback=gm, constants=imported.constants)
-        except PassError as exc:
+        except (PassError, PipelineError) as exc:
+            if self.strict:
+                raise
             return self._eager(gm, name, str(exc))
         return comp.fn
 
