@@ -95,7 +95,8 @@ class Compiler:
         comp.report = manager.run(graph, ctx)
         comp.compiled = CompiledGraph(graph, self.registry,
                                       self.plugins.codegen_chain(self.pipeline.codegen),
-                                      self.kernel_cache, fallback)
+                                      self.kernel_cache, fallback,
+                                      user_inputs=len(graph.inputs) - len(constants))
         fn = comp.compiled.plan.fn
         if constants:
             fn = _bind_constants(fn, tuple(constants))

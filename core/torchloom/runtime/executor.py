@@ -38,12 +38,13 @@ class Plan:
 def build_function(graph: Graph, registry: OpRegistry,
                    kernel_for: Callable[[Node], Callable] | None = None, *,
                    guards: bool = False, fallback: Callable | None = None,
-                   tuple_result: bool = True) -> Plan:
+                   tuple_result: bool = True, guarded_inputs: int | None = None) -> Plan:
     """Generate ``run(*inputs) -> tuple`` for ``graph``.
 
     ``kernel_for(node)`` supplies the callable of each region node (default: the region
     run op by op). With ``guards``, inputs whose metadata differs from the graph's input
-    types are handed to ``fallback(args, index)``.
+    types are handed to ``fallback(args, index)``; only the first ``guarded_inputs``
+    inputs are checked (the rest are constants bound by the compiler).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
     names: dict[Value, str] = {}
@@ -56,7 +57,7 @@ def build_function(graph: Graph, registry: OpRegistry,
     header = f"def run({', '.join(params)}):"
     if guards and fallback is not None:
         env["_fallback"] = fallback
-        for i, expr in guard_expressions(graph.inputs, env):
+        for i, expr in guard_expressions(graph.inputs[:guarded_inputs], env):
             lines.append(f"    if {expr}:")
             lines.append(f"        return _fallback(({', '.join(params)}{',' if params else ''}), {i})")
     last_use = _last_uses(graph)
@@ -151,13 +152,16 @@ class CompiledGraph:
     """The runnable result of compiling a graph: guards, kernels, fallback."""
 
     def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
-                 cache=None, fallback: Callable | None = None):
+                 cache=None, fallback: Callable | None = None, user_inputs: int | None = None):
+        """``fallback(*user_args)`` runs the original graph when a guard fails; the graph's
+        inputs after the first ``user_inputs`` are constants it does not take."""
         from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
         self.cache = cache if cache is not None else KernelCache()
         self._fallback_fn = fallback
-        self._logged: set[str] = set()
+        self._user_inputs = len(graph.inputs) if user_inputs is None else user_inputs
+        self.fallback_reason: str | None = None  # the first guard failure, logged once
         self.fallback_calls = 0
         #: shared subgraph name -> its callable, built once however often it is called
         self.subgraph_fns: dict[str, Callable] = {}
@@ -183,19 +187,22 @@ class CompiledGraph:
             return self.cache.get_or_compile(cg, node, registry)
 
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
-                                   fallback=self._guard_failed)
+                                   fallback=self._guard_failed,
+                                   guarded_inputs=self._user_inputs)
 
     def __call__(self, *args):
         return self.plan.fn(*args)
 
     def _guard_failed(self, args: tuple, index: int):
         reason = describe_mismatch(self.graph.inputs[index], args[index])
-        if reason not in self._logged:
-            self._logged.add(reason)
-            log.warning("torchloom: guard failed on @%s (%s); running the original graph",
-                        self.graph.name, reason)
+        if self.fallback_reason is None:
+            self.fallback_reason = reason
+            log.warning("torchloom: guard failed on @%s (%s); running the original graph "
+                        "(logged once)", self.graph.name, reason)
+        else:
+            log.debug("torchloom: guard failed on @%s (%s)", self.graph.name, reason)
         self.fallback_calls += 1
-        result = self._fallback_fn(*args)
+        result = self._fallback_fn(*args[:self._user_inputs])
         return tuple(result) if isinstance(result, (list, tuple)) else (result,)
 
     @property
