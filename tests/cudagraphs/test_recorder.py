@@ -94,6 +94,7 @@ def device(request, monkeypatch) -> str:
     monkeypatch.setattr(torch.cuda, "graph", _sim_capture)
     monkeypatch.setattr(torch.cuda, "Stream", _SimStream)
     monkeypatch.setattr(torch.cuda, "current_stream", _SimStream)
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: None)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     return "cpu"
@@ -285,14 +286,39 @@ def test_an_expanded_input_runs_the_plain_path_with_a_reason(device):
                               "which cannot be copied into a static buffer"]
 
 
-@pytest.mark.cuda
-def test_a_failed_capture_stops_recording_and_keeps_results_right():
+def test_outputs_aliasing_arguments_come_back_as_the_callers_tensors(device):
+    @Traced
+    def saves_inputs(x, w):
+        return (x @ w, x[1:].t(), w)
+
+    w = torch.randn(3, 3, device=device)
+    runner = CudaGraphRunner(saves_inputs, aliases={1: 0, 2: 1})
+    for _ in range(4):
+        x = torch.randn(4, 3, device=device)
+        prod, view, same = runner(x, w)
+        torch.testing.assert_close(prod, x @ w)
+        assert same is w
+        assert view.data_ptr() == x[1:].data_ptr() and view.stride() == x[1:].t().stride()
+        torch.testing.assert_close(view, x[1:].t())
+        x.add_(1.0)  # the view follows the caller's tensor, as in eager
+        torch.testing.assert_close(view, x[1:].t())
+    assert runner.records == 1 and runner.replays == 3
+
+
+def test_a_failed_capture_stops_recording_and_keeps_results_right(device):
+    @Traced
     def syncs(x):
+        if _SimGraph.capturing is not None:  # what a real capture says about .item()
+            raise RuntimeError("operation not permitted when stream is capturing")
         return (x * float(x.sum().item()),)  # .item() cannot be captured
 
     runner = CudaGraphRunner(syncs, name="syncs")
+    stream = torch.cuda.current_stream() if device == "cuda" else None
     for _ in range(4):
-        x = torch.randn(4, device="cuda")
+        x = torch.randn(4, device=device)
         torch.testing.assert_close(runner(x)[0], syncs(x)[0])
     assert runner.records == 0
     assert runner.stopped.startswith("@syncs: recording failed (")
+    assert runner.reasons == [runner.stopped]
+    if device == "cuda":
+        assert torch.cuda.current_stream() == stream

@@ -172,9 +172,12 @@ class CudaGraphRunner:
             return self._plain(args, f"@{self.name}: argument {overlapping[0]} is an expanded "
                                      f"tensor (shared elements), which cannot be copied into a "
                                      f"static buffer")
+        caller_stream = torch.cuda.current_stream()
         try:
             self._record(rec, args)
         except Exception as exc:  # a capture the static checks did not foresee
+            # torch.cuda.graph leaves its capture stream current when capture_end raises
+            torch.cuda.set_stream(caller_stream)
             rec.graph = None
             self.stopped = (f"@{self.name}: recording failed ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}); running "
