@@ -195,6 +195,8 @@ class GroupEditor:
         group.outputs = [Value(v.name, v.type, group, i, g) for i, v in enumerate(node.outputs)]
         g.insert(group, before=node)
         for old, new in zip(node.outputs, group.outputs):
+            if old in self.hazard_values:
+                self.hazard_values.add(new)
             if old in self.graph_outputs:
                 self.graph_outputs.discard(old)
                 self.graph_outputs.add(new)

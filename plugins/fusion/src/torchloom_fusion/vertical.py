@@ -61,20 +61,21 @@ class VerticalFusion(Pass):
                           {"merged": ed.merges, "groups_started": ed.created})
 
     def _absorb_producers(self, ed: GroupEditor, consumer):
+        """Absorb producers, latest first (so the nodes between an early producer and the
+        group join before it); a failed producer is retried after each success."""
         group = ed.wrap(consumer)
         failed: set = set()
-        progress = True
-        while progress:
-            progress = False
-            for v in group.inputs:
-                producer = v.producer
-                if producer is None or producer in failed or ed.kind(producer) is None:
-                    continue
+        while True:
+            candidates = sorted({v.producer for v in group.inputs
+                                 if v.producer is not None and v.producer not in failed
+                                 and ed.kind(v.producer) is not None},
+                                key=ed.order.__getitem__, reverse=True)
+            for producer in candidates:
                 merged = ed.try_merge(producer, group)
-                if merged is None:
-                    failed.add(producer)
-                    continue
-                group = merged
-                progress = True
-                break
-        return group
+                if merged is not None:
+                    group = merged
+                    failed.clear()
+                    break
+                failed.add(producer)
+            else:
+                return group
