@@ -43,6 +43,7 @@ class Emitter:
         self.looped = looped
         self.lines: list[str] = []
         self.rnames: set[str] = set()
+        self.xnames: set[str] = {"xindex"}
         self._memo: dict[str, str] = {}
         self._phase_memo: dict[str, str] = {}
         self._phase: tuple[list[str], list[str]] | None = None
@@ -52,6 +53,9 @@ class Emitter:
     # ---- statements --------------------------------------------------------------------
     def depends_on_r(self, text: str) -> bool:
         return any(tok in self.rnames for tok in _IDENT.findall(text))
+
+    def depends_on_x(self, text: str) -> bool:
+        return any(tok in self.xnames for tok in _IDENT.findall(text))
 
     def fresh(self, hint: str) -> str:
         self._count += 1
@@ -117,7 +121,9 @@ class Emitter:
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit cast in the program: rounds to ``ir_dtype`` exactly as eager does."""
         target = COMPUTE[ir_dtype]
-        if ir_dtype != target and e.dtype != ir_dtype:  # f16/bf16: round, keep computing in f32
+        if ir_dtype == "bf16":
+            return self.emit(f"_round_to_bf16({self.convert(e, 'f32').text})", "f32", "rnd")
+        if ir_dtype != target:  # f16: round, keep computing in f32
             rounded = self.emit(f"{par(e.text)}.to({STORAGE[ir_dtype]})", ir_dtype, "rnd")
             return self.emit(f"{rounded.text}.to({STORAGE[target]})", target, "cvt")
         return self.convert(e, target)

@@ -57,6 +57,7 @@ class KernelWriter:
         self.registry = registry
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
+        self._coord_count: dict[str, int] = {}
         self._check_region()
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
@@ -88,13 +89,12 @@ class KernelWriter:
             tensor_type(v)
 
     def _plan_pointwise(self) -> None:
-        shape = tensor_type(self.region.outputs[0]).shape
+        self.shape = tuple(tensor_type(self.region.outputs[0]).shape)
+        self.numel = _prod(self.shape)
         for v in self.region.outputs:
-            if tensor_type(v).shape != shape:
-                raise Unsupported(f"pointwise outputs of different shapes {list(shape)} and "
-                                  f"{list(v.type.shape)}")
-        self.shape = tuple(shape)
-        self.numel = _prod(shape)
+            if _prod(tensor_type(v).shape) != self.numel:
+                raise Unsupported(f"pointwise outputs with different element counts "
+                                  f"{list(self.shape)} and {list(v.type.shape)}")
         self.looped = False
 
     def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
@@ -166,36 +166,52 @@ class KernelWriter:
             elif isinstance(value, (bool, int, float)):
                 named[name] = par(literal(value))
         text = spec.render(named, node.attrs)
-        return self.em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
+        e = self.em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
+        if t.dtype in ("f16", "bf16") and spec.args != "keep":
+            e = self.em.cast(e, t.dtype)  # eager rounds every low-precision result
+        return e
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         offset = address(coords, t.actual_strides(), t.shape)
         rdep = self.em.depends_on_r(offset)
-        mask = "xmask & rmask" if rdep else "xmask"
-        ptr = f"in_{v.name}" if offset == "0" else f"in_{v.name} + ({offset})"
-        loaded = self.em.emit(f"tl.load({ptr}, {mask}, other=0)", t.dtype, v.name, rdep)
+        if not rdep and not self.em.depends_on_x(offset):  # one element for every lane
+            text = f"tl.load(in_{v.name} + {offset})"
+        else:
+            mask = "xmask & rmask" if rdep else "xmask"
+            text = f"tl.load(in_{v.name} + ({offset}), {mask}, other=0)"
+        loaded = self.em.emit(text, t.dtype, v.name, rdep)
         return self.em.convert(loaded, COMPUTE[t.dtype])
 
     def _store(self, i: int, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
         e = self.value_at(v, coords)
         offset = address(coords, t.actual_strides(), t.shape)
-        rdep = self.em.depends_on_r(offset) or e.rdep
-        mask = "xmask & rmask" if rdep and self.kind == "reduction" else "xmask"
+        if not self.em.depends_on_x(offset):  # a block of pointers, even for one element
+            offset = f"{offset} + 0 * xindex"
+        if e.rdep and not self.em.depends_on_r(offset):
+            offset = f"{offset} + 0 * rindex"
+        rdep = self.em.depends_on_r(offset)
+        mask = "xmask & rmask" if rdep else "xmask"
+        if t.dtype == "bf16":  # round exactly (the interpreter's own cast truncates)
+            e = self.em.cast(e, "bf16")
         value = e.text if e.dtype == t.dtype else f"{par(e.text)}.to({STORAGE[t.dtype]})"
-        ptr = self.out_names[i] + ("" if offset == "0" else f" + ({offset})")
+        ptr = f"{self.out_names[i]} + ({offset})"
         self.em.statement(f"tl.store({ptr}, {value}, {mask})", rdep and self.looped)
 
     # ---- writing ---------------------------------------------------------------------------
     def coords(self, prefix: str, index: str, shape, rdep: bool) -> list[str]:
         """Emit ``x0 = xindex // 8 % 4``-style coordinates; returns their names."""
         names = []
-        for k, c in enumerate(delinear(index, shape)):
+        for c in delinear(index, shape):
             if c == "0" or c == index:
                 names.append(c)
                 continue
-            name = f"{prefix}{k}"
+            count = self._coord_count.get(prefix, 0)
+            self._coord_count[prefix] = count + 1
+            name = f"{prefix}{count}"
             self.em.statement(f"{name} = {c}", rdep and self.looped)
+            if not rdep:
+                self.em.xnames.add(name)
             if rdep:
                 self.em.rnames.add(name)
             names.append(name)
@@ -210,9 +226,12 @@ class KernelWriter:
         if self.kind == "pointwise":
             em.statement(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", False)
             em.statement(f"xmask = xindex < {self.numel}", False)
-            full = tuple(self.coords("x", "xindex", self.shape, False))
-            for i, v in enumerate(self.region.outputs):
-                self._store(i, v, full)
+            by_shape: dict[tuple, tuple[str, ...]] = {}
+            for i, v in enumerate(self.region.outputs):  # each output walks its own shape
+                shape = tuple(v.type.shape)
+                if shape not in by_shape:
+                    by_shape[shape] = tuple(self.coords("x", "xindex", shape, False))
+                self._store(i, v, by_shape[shape])
             return em.lines
         em.statement(f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", False)
         em.statement(f"xmask = xindex < {self.rows}", False)

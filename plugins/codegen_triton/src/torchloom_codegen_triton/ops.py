@@ -203,6 +203,14 @@ def _add(a, b):
 
 
 @triton.jit
+def _round_to_bf16(x):
+    # round to nearest even bfloat16, kept in float32 (bit-exact on GPU and interpreter)
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
 def _maximum(a, b):
     return tl.where((a > b) | (a != a), a, b)
 

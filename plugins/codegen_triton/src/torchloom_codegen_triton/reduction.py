@@ -116,4 +116,6 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
     for value, template in zip(node.outputs, spec.outputs):
         dtype = COMPUTE[tensor_type(value).dtype]
         e = em.emit(template.format(**fields), dtype, node.op.split(".")[1], rdep=False)
+        if tensor_type(value).dtype in ("f16", "bf16"):
+            e = em.cast(e, tensor_type(value).dtype)
         w.reduced[value] = (w.row_keepdim if keepdim else w.row, e)

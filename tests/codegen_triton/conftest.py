@@ -1,0 +1,96 @@
+"""Shared helpers for the triton codegen tests.
+
+CPU groups run under the Triton interpreter, chosen per group by the codegen itself (no
+TRITON_INTERPRET needed). ``check`` compiles a hand-written fusion-group graph with the
+triton codegen, runs it, and compares every output with the eager codegen's.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+import pytest
+import torch
+from torchloom.api import EagerCodegen, Graph, TensorType, load_plugins, parse_graph, verify
+from torchloom.runtime.executor import CompiledGraph
+
+pytest.importorskip("triton")
+
+from torchloom_codegen_triton import TritonCodegen  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def registry():
+    return load_plugins().registry
+
+
+@pytest.fixture
+def codegen(tmp_path):
+    return TritonCodegen(cache_dir=tmp_path, autotune=False)
+
+
+def on_device(graph: Graph, device: str) -> Graph:
+    """Move every tensor type of ``graph`` (regions included) to ``device``."""
+    def retype(v):
+        if isinstance(v.type, TensorType):
+            v.type = attrs.evolve(v.type, device=device)
+
+    def walk(g: Graph):
+        for v in g.inputs:
+            retype(v)
+        for n in g.nodes:
+            for v in n.outputs:
+                retype(v)
+            if n.region is not None:
+                walk(n.region)
+    walk(graph)
+    return graph
+
+
+def group_text(params: str, body: str, results: str) -> str:
+    """A graph with one fusion group. ``params``/``results``: ``"%a: f32[4, 8], %b: f32[8]"``;
+    ``body``: the region's statements, one per line."""
+    split = lambda spec: [p.strip() for p in re.split(r",\s*(?=%)", spec) if p.strip()]
+    ps, rs = split(params), split(results)
+    outer_in = ", ".join(f"%i{k}: {p.split(':', 1)[1].strip()}" for k, p in enumerate(ps))
+    args = ", ".join(f"%i{k}" for k in range(len(ps)))
+    outs = ", ".join(f"%o{k}" for k in range(len(rs)))
+    types = ", ".join(r.split(":", 1)[1].strip() for r in rs)
+    names = ", ".join(r.split(":", 1)[0].strip() for r in rs)
+    lines = "\n".join("    " + line.strip() for line in body.strip().splitlines())
+    return (f"graph @g({outer_in}) {{\n"
+            f"  {outs} = torchloom.fusion_group({args}) : {types} region @group0({params}) {{\n"
+            f"{lines}\n    return {names}\n  }}\n  return {outs}\n}}\n")
+
+
+class Checker:
+    def __init__(self, registry, codegen, device="cpu"):
+        self.registry, self.codegen, self.device = registry, codegen, device
+
+    def __call__(self, text: str, *inputs, exact: bool = False, **tolerances):
+        """Run ``text`` on triton and on eager; assert the outputs agree; return
+        (triton outputs, compiled graph)."""
+        inputs = tuple(x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs)
+        graph = on_device(parse_graph(text), self.device)
+        verify(graph, self.registry)  # the hand-written types must be what torch infers
+        compiled = CompiledGraph(graph, self.registry, [self.codegen, EagerCodegen()])
+        assert [c.codegen for c in compiled.choices] == ["triton"] * len(compiled.choices), [
+            str(r) for c in compiled.choices for r in c.fallback_reasons]
+        got = compiled(*inputs)
+        reference = CompiledGraph(on_device(parse_graph(text), self.device), self.registry,
+                                  [EagerCodegen()])
+        want = reference(*inputs)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            if exact:
+                torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+            else:
+                torch.testing.assert_close(g, w, equal_nan=True, **tolerances)
+        return got, compiled
+
+
+@pytest.fixture
+def check(registry, codegen):
+    return Checker(registry, codegen)

@@ -1,0 +1,152 @@
+"""Pointwise kernels (kernel.py): broadcasting, promotion, casts, scalars, strides, views,
+edge values. Each case runs on the Triton interpreter and is compared with eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import Checker, group_text
+
+g = torch.Generator().manual_seed(0)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+CASES = {
+    "broadcast_multi_output": (
+        group_text("%a: f32[4, 8], %b: f32[8]", """
+            %s = aten.add.Tensor(%a, %b) : f32[4, 8]
+            %e = aten.exp.default(%s) : f32[4, 8]
+            %t = aten.tanh.default(%s) : f32[4, 8]""", "%e: f32[4, 8], %t: f32[4, 8]"),
+        lambda: (randn(4, 8), randn(8))),
+    "promotion_int_float": (
+        group_text("%a: i64[6, 5], %b: f32[5]", """
+            %m = aten.mul.Tensor(%a, %b) : f32[6, 5]
+            %d = aten.div.Tensor(%a, %a) : f32[6, 5]
+            %c = aten.gt.Tensor(%a, %b) : b8[6, 5]
+            %w = aten.where.self(%c, %m, %d) : f32[6, 5]""", "%w: f32[6, 5], %c: b8[6, 5]"),
+        lambda: (torch.randint(-5, 5, (6, 5), generator=g) + 10, randn(5) * 10)),
+    "half_inputs_computed_in_fp32": (
+        group_text("%a: f16[16, 8], %b: bf16[8]", """
+            %x = aten.gelu.default(%a) {approximate = "tanh"} : f16[16, 8]
+            %y = aten.mul.Tensor(%x, %b) : f32[16, 8]""", "%x: f16[16, 8], %y: f32[16, 8]"),
+        lambda: (randn(16, 8, dtype=torch.float16), randn(8, dtype=torch.bfloat16))),
+    "scalars_and_alpha": (
+        group_text("%a: f32[5, 7], %b: f32[5, 7]", """
+            %s = aten.add.Tensor(%a, %b) {alpha = 3} : f32[5, 7]
+            %m = aten.mul.Tensor(%s) {other = -2.5} : f32[5, 7]
+            %c = aten.clamp.default(%m) {min = -4.0, max = 6.0} : f32[5, 7]
+            %p = aten.pow.Tensor_Scalar(%c) {exponent = 2} : f32[5, 7]
+            %q = aten.pow.Tensor_Scalar(%a) {exponent = 1.5} : f32[5, 7]
+            %r = aten.rsub.Scalar(%p) {other = 1.0} : f32[5, 7]""", "%r: f32[5, 7], %q: f32[5, 7]"),
+        lambda: (randn(5, 7).abs(), randn(5, 7))),
+    "unary_table": (
+        group_text("%a: f32[33]", """
+            %s = aten.sigmoid.default(%a) : f32[33]
+            %l = aten.log1p.default(%s) : f32[33]
+            %r = aten.rsqrt.default(%s) : f32[33]
+            %e = aten.expm1.default(%r) : f32[33]
+            %n = aten.neg.default(%e) : f32[33]
+            %u = aten.relu.default(%n) : f32[33]
+            %q = aten.sqrt.default(%s) : f32[33]
+            %v = aten.silu.default(%a) : f32[33]
+            %h = aten.gelu.default(%a) : f32[33]""", "%u: f32[33], %l: f32[33], %q: f32[33], "
+                                                      "%v: f32[33], %h: f32[33]"),
+        lambda: (randn(33) * 3,)),
+    "strided_input_and_output": (
+        group_text("%a: f32[8, 6] strided[1, 8], %b: f32[8, 6]", """
+            %s = aten.sub.Tensor(%a, %b) : f32[8, 6]
+            %t = aten.permute.default(%s) {dims = [1, 0]} : f32[6, 8]
+            %c = aten.clone.default(%t) {memory_format = #contiguous_format} : f32[6, 8]""",
+                   "%s: f32[8, 6], %c: f32[6, 8]"),
+        lambda: (randn(6, 8).t(), randn(8, 6))),
+    "views_as_index_math": (
+        group_text("%a: f32[4, 6], %b: f32[24], %c: f32[6]", """
+            %v = aten.view.default(%b) {size = [4, 6]} : f32[4, 6]
+            %t = aten.t.default(%v) : f32[6, 4]
+            %u = aten.transpose.int(%t) {dim0 = 0, dim1 = 1} : f32[4, 6]
+            %q = aten.unsqueeze.default(%c) {dim = 0} : f32[1, 6]
+            %e = aten.expand.default(%q) {size = [4, 6]} : f32[4, 6]
+            %s = aten.add.Tensor(%a, %u) : f32[4, 6]
+            %m = aten.mul.Tensor(%s, %e) : f32[4, 6]
+            %r = aten.reshape.default(%m) {shape = [2, 12]} : f32[2, 12]""", "%r: f32[2, 12]"),
+        lambda: (randn(4, 6), randn(24), randn(6))),
+    "slice_select_squeeze": (
+        group_text("%a: f32[3, 10, 4]", """
+            %s = aten.slice.Tensor(%a) {dim = 1, start = 1, end = 9, step = 2} : f32[3, 4, 4]
+            %t = aten.select.int(%s) {dim = 2, index = -1} : f32[3, 4]
+            %u = aten.unsqueeze.default(%t) {dim = 1} : f32[3, 1, 4]
+            %q = aten.squeeze.dim(%u) {dim = 1} : f32[3, 4]
+            %e = aten.exp.default(%q) : f32[3, 4]""", "%e: f32[3, 4]"),
+        lambda: (randn(3, 10, 4),)),
+    "explicit_cast_rounds_as_eager": (
+        group_text("%a: f32[64]", """
+            %h = aten._to_copy.default(%a) {dtype = #bf16} : bf16[64]
+            %f = prims.convert_element_type.default(%h) {dtype = #f32} : f32[64]
+            %m = aten.mul.Tensor(%f) {other = 3.0} : f32[64]
+            %i = aten._to_copy.default(%m) {dtype = #i32} : i32[64]""", "%m: f32[64], %i: i32[64]"),
+        lambda: (randn(64) * 100,)),
+    "nan_inf_propagation": (
+        group_text("%a: f32[6], %b: f32[6]", """
+            %x = aten.maximum.default(%a, %b) : f32[6]
+            %n = aten.minimum.default(%a, %b) : f32[6]
+            %r = aten.relu.default(%a) : f32[6]
+            %e = aten.exp.default(%b) : f32[6]
+            %i = aten.isnan.default(%x) : b8[6]""", "%x: f32[6], %n: f32[6], %r: f32[6], "
+                                                    "%e: f32[6], %i: b8[6]"),
+        lambda: (torch.tensor([float("nan"), 1.0, -0.0, float("inf"), -1.0, 2.0]),
+                 torch.tensor([0.0, float("nan"), 0.0, 1.0, float("-inf"), 100.0]))),
+    "size_one_dims": (
+        group_text("%a: f32[1, 5, 1], %b: f32[1]", """
+            %s = aten.add.Tensor(%a, %b) : f32[1, 5, 1]""", "%s: f32[1, 5, 1]"),
+        lambda: (randn(1, 5, 1), randn(1))),
+    "empty": (
+        group_text("%a: f32[0, 4]", """
+            %s = aten.exp.default(%a) : f32[0, 4]""", "%s: f32[0, 4]"),
+        lambda: (randn(0, 4),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_pointwise_matches_eager(check, name):
+    text, inputs = CASES[name]
+    got, compiled = check(text, *inputs())
+    assert len(compiled.choices) == 1
+
+
+def test_explicit_cast_is_bit_exact(check):
+    text, inputs = CASES["explicit_cast_rounds_as_eager"]
+    check(text, *inputs(), exact=True)
+
+
+def test_negative_zero_and_nan_positions_match_eager(check):
+    text, inputs = CASES["nan_inf_propagation"]
+    args = inputs()
+    got, _ = check(text, *args)
+    relu = got[2]
+    assert torch.equal(torch.signbit(relu), torch.signbit(torch.relu(args[0])))
+    assert torch.equal(torch.isnan(got[0]), torch.isnan(torch.maximum(*args)))
+
+
+def test_unexpected_input_strides_are_fixed_up(check):
+    """A tensor whose strides differ from the declared ones is copied, not misread."""
+    text, inputs = CASES["strided_input_and_output"]
+    a, b = inputs()
+    check(text, a.contiguous(), b)  # declared strided[1, 8], given contiguous
+
+
+def test_output_has_declared_strides(check):
+    text = group_text("%a: f32[4, 6]", """
+        %e = aten.exp.default(%a) : f32[4, 6] strided[1, 4]""", "%e: f32[4, 6] strided[1, 4]")
+    (out,), _ = check(text, randn(4, 6))
+    assert out.stride() == (1, 4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_pointwise_matches_eager_on_cuda(registry, codegen, name):
+    text, inputs = CASES[name]
+    Checker(registry, codegen, "cuda")(text, *inputs())
