@@ -21,8 +21,17 @@ def _par(e: str) -> str:
     return e if e.isidentifier() or e.isdigit() else f"({e})"
 
 
-def linear(coords: Sequence[str], shape: Sequence[int]) -> str:
+#: (coords, shape) with size-1 dims dropped -> the index they were delinearised from
+Known = dict[tuple[tuple[str, ...], tuple[int, ...]], str]
+
+
+def linear(coords: Sequence[str], shape: Sequence[int], known: Known | None = None) -> str:
     """Row-major linear index of ``coords`` within ``shape`` (size-1 dims skipped)."""
+    if known:
+        key = (tuple(c for c, d in zip(coords, shape) if d != 1),
+               tuple(d for d in shape if d != 1))
+        if key in known:
+            return known[key]
     terms, stride = [], 1
     for c, d in reversed(list(zip(coords, shape))):
         if d != 1 and c != "0":
@@ -52,8 +61,17 @@ def delinear(index: str, shape: Sequence[int]) -> Coords:
     return tuple(out)
 
 
-def address(coords: Sequence[str], strides: Sequence[int], shape: Sequence[int]) -> str:
+def address(coords: Sequence[str], strides: Sequence[int], shape: Sequence[int],
+            known: Known | None = None) -> str:
     """Element offset of ``coords`` in a tensor with ``strides``."""
+    real = [(c, s, d) for c, s, d in zip(coords, strides, shape) if d != 1]
+    expected = 1
+    for _, s, d in reversed(real):
+        if s != expected:
+            break
+        expected *= d
+    else:  # row-major: the linear index (often the very index the coords came from)
+        return linear([c for c, _, _ in real], [d for _, _, d in real], known)
     terms = [c if s == 1 else f"{_par(c)} * {s}" for c, s, d in zip(coords, strides, shape)
              if d != 1 and s != 0 and c != "0"]
     return " + ".join(terms) if terms else "0"
@@ -67,7 +85,8 @@ def broadcast(coords: Sequence[str], out_shape: Sequence[int], in_shape: Sequenc
     return tuple("0" if d == 1 else coords[offset + i] for i, d in enumerate(in_shape))
 
 
-def reshape(coords: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int]) -> Coords:
+def reshape(coords: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int],
+            known: Known | None = None) -> Coords:
     """Coordinates in the input of a view/reshape/squeeze/unsqueeze (logical order)."""
     if 0 in out_shape or 0 in in_shape:
         return tuple("0" for _ in in_shape)
@@ -91,8 +110,13 @@ def reshape(coords: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[
         if len(group_o) == 1 and len(group_i) == 1:
             result[group_i[0]] = coords[group_o[0]]
             continue
-        lin = linear([coords[k] for k in group_o], [out_shape[k] for k in group_o])
-        for k, c in zip(group_i, delinear(lin, [in_shape[k] for k in group_i])):
+        lin = linear([coords[k] for k in group_o], [out_shape[k] for k in group_o], known)
+        pieces = delinear(lin, [in_shape[k] for k in group_i])
+        if known is not None:
+            sizes = tuple(in_shape[k] for k in group_i)
+            known[(tuple(c for c, d in zip(pieces, sizes) if d != 1),
+                   tuple(d for d in sizes if d != 1))] = lin
+        for k, c in zip(group_i, pieces):
             result[k] = c
     return tuple(result)
 
@@ -102,11 +126,11 @@ def _norm(dim: int, rank: int) -> int:
 
 
 def view_coords(rule: str, coords: Coords, attrs: Mapping[str, Any], out_shape: Sequence[int],
-                in_shape: Sequence[int]) -> Coords:
+                in_shape: Sequence[int], known: Known | None = None) -> Coords:
     """Input coordinates of a view op's element at ``coords`` (see ops.VIEWS)."""
     rank = len(in_shape)
     if rule == "reshape":
-        return reshape(coords, out_shape, in_shape)
+        return reshape(coords, out_shape, in_shape, known)
     if rule == "expand":
         return broadcast(coords, out_shape, in_shape)
     if rule == "permute":

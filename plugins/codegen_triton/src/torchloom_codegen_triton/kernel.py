@@ -58,6 +58,7 @@ class KernelWriter:
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self._coord_count: dict[str, int] = {}
+        self.known: dict = {}  # coordinates -> the linear index they came from
         self._check_region()
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
@@ -132,7 +133,7 @@ class KernelWriter:
         if node.op in VIEWS:
             src = node.inputs[0]
             in_coords = view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
-                                    tensor_type(src).shape)
+                                    tensor_type(src).shape, self.known)
             return self.value_at(src, in_coords)
         if node.op in REDUCTIONS:
             expected, e = self.reduced[v]
@@ -172,7 +173,7 @@ class KernelWriter:
         return e
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
-        offset = address(coords, t.actual_strides(), t.shape)
+        offset = address(coords, t.actual_strides(), t.shape, self.known)
         rdep = self.em.depends_on_r(offset)
         if not rdep and not self.em.depends_on_x(offset):  # one element for every lane
             text = f"tl.load(in_{v.name} + {offset})"
@@ -185,7 +186,7 @@ class KernelWriter:
     def _store(self, i: int, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
         e = self.value_at(v, coords)
-        offset = address(coords, t.actual_strides(), t.shape)
+        offset = address(coords, t.actual_strides(), t.shape, self.known)
         if not self.em.depends_on_x(offset):  # a block of pointers, even for one element
             offset = f"{offset} + 0 * xindex"
         if e.rdep and not self.em.depends_on_r(offset):
@@ -215,6 +216,8 @@ class KernelWriter:
             if rdep:
                 self.em.rnames.add(name)
             names.append(name)
+        real = tuple(d for d in shape if d != 1)
+        self.known[(tuple(c for c, d in zip(names, shape) if d != 1), real)] = index
         return names
 
     def body(self) -> list[str]:
