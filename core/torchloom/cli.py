@@ -3,6 +3,7 @@
     torchloom plugins [--json]
     torchloom check PIPELINE
     torchloom explain WORKLOAD [--pipeline P] [--device D] [--json] [--dump DIR] [--show-ir]
+    torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
     torchloom reproduce DIR
 
 User errors exit with code 2 and a one-paragraph message (``--traceback`` shows more).
@@ -33,6 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--dump", metavar="DIR", help="write IR after each pass and kernel sources")
     p.add_argument("--show-ir", action="store_true", help="print the IR before and after")
+    p = sub.add_parser("bench", help="time eager, Inductor and torchloom side by side")
+    p.add_argument("workload", help="a Python file defining workload()")
+    p.add_argument("--pipeline", default="default")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--iters", type=int, default=20, help="calls per timed round")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling")
+    p.add_argument("--no-inductor", action="store_true", help="do not time Inductor")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("reproduce", help="replay a pass-failure reproducer directory")
     p.add_argument("directory")
     args = parser.parse_args(argv)
@@ -102,13 +112,26 @@ def _explain(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from torchloom.bench import bench, format_bench
+    from torchloom.errors import TorchloomError
+    if args.iters < 1 or args.rounds < 1 or args.warmup < 0:
+        raise TorchloomError("bench: --iters and --rounds must be >= 1, --warmup >= 0")
+    result = bench(args.workload, pipeline=args.pipeline, device=args.device,
+                   iters=args.iters, rounds=args.rounds, warmup=args.warmup,
+                   inductor=not args.no_inductor)
+    print(json.dumps(result.data, indent=2) if args.json else format_bench(result))
+    return 0
+
+
 def _reproduce(args) -> int:
     from torchloom.passes.manager import reproduce
     print(reproduce(args.directory))
     return 0
 
 
-_COMMANDS = {"plugins": _plugins, "check": _check, "explain": _explain, "reproduce": _reproduce}
+_COMMANDS = {"plugins": _plugins, "check": _check, "explain": _explain, "bench": _bench,
+             "reproduce": _reproduce}
 
 if __name__ == "__main__":
     sys.exit(main())

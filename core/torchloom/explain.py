@@ -29,7 +29,7 @@ def load_workload(path: str | Path, device: str = "cpu"):
     """Import a workload file and call its ``workload()``."""
     path = Path(path)
     if not path.exists():
-        raise WorkloadError(f"workload file {path} does not exist")
+        raise WorkloadError(f"{path}: workload file does not exist")
     spec = importlib.util.spec_from_file_location(f"torchloom_workload_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     try:

@@ -1,0 +1,191 @@
+"""The ``torchloom`` command line: explain (text and the stable --json schema), bench,
+reproduce, workload errors, --traceback, and one real run of the console script."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchloom.cli import main
+from torchloom.explain import max_abs_error
+
+from test_plugins_support import fake_plugins, fake_site  # noqa: F401 (fixtures)
+
+#: the keys docs/explain-json.md promises
+EXPLAIN_KEYS = {"graphs", "nodes_before", "nodes_after", "fusion_groups", "kernels",
+                "unique_kernels", "fallbacks", "passes", "max_abs_error", "notes", "backward",
+                "workload", "pipeline", "compile_seconds", "kernel_cache"}
+
+WORKLOAD = """
+import torch
+
+def workload():
+    def f(x, y):
+        a = (x + y).exp()
+        b = (x + y).exp()   # the same expression again: cse merges it
+        return (a * b).sum(-1)
+    return f, [torch.randn(4, 8), torch.randn(4, 8)]
+"""
+
+PIPELINE = """
+[pipeline]
+name = "cse-dce"
+codegen = "eager"
+
+[[pass]]
+name = "cse"
+
+[[pass]]
+name = "dce"
+"""
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "work.py").write_text(WORKLOAD)
+    (tmp_path / "p.toml").write_text(PIPELINE)
+    return tmp_path
+
+
+def explain_json(capsys, *argv) -> dict:
+    assert main(["explain", *argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    return json.loads(out)
+
+
+def test_explain_json_has_the_documented_schema_and_real_counts(files, capsys):
+    data = explain_json(capsys, str(files / "work.py"), "--pipeline", str(files / "p.toml"))
+    assert set(data) == EXPLAIN_KEYS
+    # aten graph: add, exp, add, exp, mul, sum -> cse merges add+exp, dce has nothing left
+    assert (data["graphs"], data["nodes_before"], data["nodes_after"]) == (1, 6, 4)
+    assert data["fusion_groups"] == 0 and data["kernels"] == 4 and data["unique_kernels"] == 0
+    assert data["fallbacks"] == []
+    assert data["kernel_cache"]["unique"] == data["unique_kernels"]
+    assert [(p["name"], p["changed"], p["stats"]) for p in data["passes"]] == [
+        ("cse", True, {"merged": 2}), ("dce", False, {"removed": 0})]
+    assert all(isinstance(p["ms"], float) and p["ms"] >= 0 for p in data["passes"])
+    assert data["max_abs_error"] == 0.0
+    assert (data["pipeline"], data["backward"]) == ("cse-dce", False)
+
+
+def test_explain_none_pipeline_and_backward_graphs(files, capsys):
+    (files / "grad.py").write_text(textwrap.dedent("""
+        import torch
+
+        def workload(device="cpu"):
+            x = torch.randn(4, 8, device=device, requires_grad=True)
+            return (lambda x, w: torch.tanh(x @ w).sum()), [x, torch.randn(8, 8, device=device)]
+    """))
+    data = explain_json(capsys, str(files / "grad.py"), "--pipeline", "none")
+    assert data["backward"] is True and data["graphs"] == 2  # forward and backward
+    assert data["passes"] == [] and data["nodes_after"] == data["nodes_before"]
+    assert data["max_abs_error"] < 1e-5
+
+
+def test_explain_text_dump_and_show_ir(files, capsys):
+    dump = files / "dump"
+    assert main(["explain", str(files / "work.py"), "--pipeline", str(files / "p.toml"),
+                 "--dump", str(dump), "--show-ir"]) == 0
+    out = capsys.readouterr().out
+    assert "graph0: 6 nodes -> 4, 0 fusion groups, 4 kernels per call" in out
+    assert "cse" in out and "changed  merged=2" in out
+    assert "matches eager" in out and "before:" in out and "after:" in out
+    assert sorted(p.name for p in (dump / "graph0").glob("*.ir")) == [
+        "00-input.ir", "01-cse.ir", "02-dce.ir"]
+    assert (dump / "graph0" / "runtime.py").exists()
+
+
+@pytest.mark.parametrize("source, message", [
+    (None, "does not exist"),
+    ("x = 1\n", "defines no workload() function"),
+    ("def workload():\n    raise ValueError('no data')\n", "workload() failed: ValueError: no data"),
+    ("import not_a_module_xyz\n", "importing the workload failed: ModuleNotFoundError"),
+])
+def test_workload_errors_exit_2_with_one_message(files, capsys, source, message):
+    path = files / "bad.py"
+    if source is not None:
+        path.write_text(source)
+    assert main(["explain", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"torchloom explain: error: {path}") and message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_traceback_flag_shows_the_traceback(files, capsys):
+    path = files / "bad.py"
+    path.write_text("def workload():\n    raise ValueError('no data')\n")
+    assert main(["--traceback", "explain", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ValueError: no data" in err
+
+
+def test_explain_with_a_failing_plugin_pass_exits_1_with_a_replayable_reproducer(
+        fake_plugins, files, capsys):
+    (files / "boom.toml").write_text(PIPELINE + '\n[[pass]]\nname = "fake.boom"\n')
+    assert main(["explain", str(files / "work.py"), "--pipeline", str(files / "boom.toml")]) == 1
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first == ("torchloom explain: error: pass 'fake.boom' (distribution fake-passes "
+                     "1.2.3) raised: RuntimeError: boom: the pass gave up half way")
+    repro = err.split("replay with: torchloom reproduce ")[1].split(")")[0]
+    assert Path(repro).parent == files / "cache" / "reproducers"
+    assert main(["reproduce", repro]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == first.replace("explain", "reproduce")
+
+
+def test_bench_reports_times_and_ratios_from_one_run(files, capsys, monkeypatch):
+    import torchloom.bench
+    monkeypatch.setattr(torchloom.bench, "inductor_unavailable",
+                        lambda device: "no C++ compiler found (Inductor needs one for CPU)")
+    assert main(["bench", str(files / "work.py"), "--pipeline", str(files / "p.toml"),
+                 "--iters", "3", "--rounds", "2", "--warmup", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    results = data["results"]
+    assert list(results) == ["eager", "inductor", "torchloom"]
+    assert results["inductor"] == {"skipped": "no C++ compiler found (Inductor needs one "
+                                              "for CPU)"}
+    assert results["eager"]["speedup"] == 1.0
+    eager, loom = results["eager"]["ms"], results["torchloom"]["ms"]
+    assert eager > 0 and loom > 0
+    assert results["torchloom"]["speedup"] == pytest.approx(eager / loom, rel=0.01)
+    assert results["torchloom"]["max_abs_error"] == 0.0
+    assert main(["bench", str(files / "work.py"), "--pipeline", str(files / "p.toml"),
+                 "--iters", "2", "--rounds", "1", "--no-inductor"]) == 0
+    out = capsys.readouterr().out
+    assert "inductor   skipped: disabled with --no-inductor" in out
+    assert "x eager" in out
+    assert main(["bench", str(files / "work.py"), "--iters", "0"]) == 2
+
+
+def test_max_abs_error_treats_nan_and_shape_mismatches_as_not_comparable():
+    a = torch.tensor([1.0, float("nan"), float("inf")])
+    assert max_abs_error([a], [a.clone()]) == 0.0
+    assert max_abs_error([a], [torch.tensor([1.5, float("nan"), float("inf")])]) == 0.5
+    assert math.isinf(max_abs_error([a], [torch.tensor([1.0, 2.0, float("inf")])]))
+    assert math.isinf(max_abs_error([a], [a[:2]]))
+    assert math.isinf(max_abs_error([a], []))
+
+
+def test_the_console_script_runs_as_a_subprocess(tmp_path):
+    script = Path(sys.executable).parent / "torchloom"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[pass]]\nname = "csee"\n')
+    env = {**os.environ, "TORCHLOOM_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([str(script), "check", str(bad)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"torchloom check: error: {bad}:2: unknown pass 'csee'; "
+                                  f"did you mean 'cse'?")
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    proc = subprocess.run([str(script), "check", "none"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0 and "<pipeline none>: ok (0 passes" in proc.stdout
