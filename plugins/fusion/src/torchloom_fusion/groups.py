@@ -138,6 +138,11 @@ class GroupEditor:
         return {v for v in values if find(v) in roots}
 
     # ---- checks ----------------------------------------------------------------------
+    def fits(self, node: Node) -> bool:
+        """A cluster alone respects the input and output limits."""
+        return len(set(node.inputs)) <= self.max_inputs and \
+            len(node.outputs) <= self.max_outputs
+
     def can_merge(self, a: Node, b: Node) -> str | None:
         """Which slot (``"a"`` or ``"b"``) merging clusters a (earlier) and b can use,
         or None when no valid merge exists."""

@@ -56,7 +56,8 @@ class HorizontalFusion(Pass):
         for node in graph.nodes:
             values.extend(node.outputs)
         for v in values:
-            users = [u for u in v.users() if u.graph is graph and starts_group(ed.kind(u))]
+            users = [u for u in v.users()
+                     if u.graph is graph and starts_group(ed.kind(u)) and ed.fits(u)]
             if len(users) > 1:
                 self._merge_siblings(ed, sorted(users, key=ed.order.__getitem__))
         return PassResult(ed.merges > 0, {"merged": ed.merges, "groups_started": ed.created})

@@ -53,7 +53,7 @@ class VerticalFusion(Pass):
         node = graph.last
         while node is not None:
             prev = node.prev
-            if starts_group(ed.kind(node)):
+            if starts_group(ed.kind(node)) and ed.fits(node):
                 node = self._absorb_producers(ed, node)
                 prev = node.prev
             node = prev
