@@ -113,6 +113,7 @@ class KernelWriter:
         self.rows, self.rnumel = _prod(self.kept_shape), _prod(self.red_shape)
         self.numel = self.rows * self.rnumel
         self.looped = next_pow2(self.rnumel) > max_persistent
+        self.max_persistent = max_persistent
         self.kept = kept
 
     # ---- values ----------------------------------------------------------------------------
@@ -327,15 +328,18 @@ class KernelWriter:
                                    {"XBLOCK": 256, "num_warps": 4}]
         else:
             meta.update(rows=self.rows, rnumel=self.rnumel, grid_size=self.rows)
-            meta["configs"] = _reduction_configs(self.rows, self.rnumel, self.looped)
+            meta["configs"] = _reduction_configs(self.rows, self.rnumel, self.looped,
+                                                 self.max_persistent)
         meta["config"] = meta["configs"][0]
         return meta
 
 
-def _reduction_configs(rows: int, rnumel: int, looped: bool) -> list[dict[str, int]]:
-    if looped:
+def _reduction_configs(rows: int, rnumel: int, looped: bool,
+                       max_persistent: int) -> list[dict[str, int]]:
+    if looped:  # chunks no longer than a persistent row
         return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w}
-                for r, w in ((2048, 8), (1024, 4), (4096, 16))]
+                for r, w in ((2048, 8), (1024, 4), (4096, 16)) if r <= max_persistent] or [
+                    {"XBLOCK": 1, "RBLOCK": next_pow2(max_persistent), "num_warps": 4}]
     rblock = next_pow2(max(rnumel, 1))
     configs = []
     for xblock in (1, 2, 4, 8, 16, 32, 64):

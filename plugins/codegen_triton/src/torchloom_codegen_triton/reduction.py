@@ -67,7 +67,7 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: s
         em.statement(f"{acc_i} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)", False)
     v = em.convert(value(), dtype)
     masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
-    index = em.emit("rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)", "i32", "idx", rdep=True)
+    index = em.emit("rindex + tl.full([XBLOCK, RBLOCK], 0, tl.int32)", "i32", "idx", rdep=True)
     if w.looped:
         em.statement(f"{acc_v}, {acc_i} = {combine}({acc_v}, {acc_i}, {masked.text}, "
                      f"{index.text})", True)
