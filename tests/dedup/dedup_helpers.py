@@ -88,11 +88,22 @@ def _group(graph: Graph, run: list[Node]) -> None:
         graph.erase(n)
 
 
+@attrs.frozen
+class CountNodes(Pass):
+    """Test pass: reports how many nodes it was shown; the pass manager sums the stats
+    over the main graph and each shared subgraph."""
+
+    name: ClassVar[str] = "test.count-nodes"
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        return PassResult(False, {"nodes": len(graph), "graphs": 1})
+
+
 def plugin_set(codegen: CountingCodegen):
-    """Installed plugins plus the counting codegen and the stand-in grouping pass."""
+    """Installed plugins plus the counting codegen and the test passes."""
     module = types.SimpleNamespace(
         torchloom_codegens=hookimpl(lambda: [codegen]),
-        torchloom_passes=hookimpl(lambda: [GroupPointwiseRuns]))
+        torchloom_passes=hookimpl(lambda: [GroupPointwiseRuns, CountNodes]))
     return load_plugins(extra=[("dedup-tests", module, "dedup-tests", "0")])
 
 
@@ -122,7 +133,8 @@ def grouping_passes(plugins) -> list[str]:
 
 
 def compiler(tmp: Path, passes: list[str], codegen: CountingCodegen, cache_dir: Path | None = None,
-             **kwargs) -> Compiler:
-    plugins = plugin_set(codegen)
+             plugins=None, **kwargs) -> Compiler:
+    plugins = plugins or plugin_set(codegen)
+    tmp.mkdir(parents=True, exist_ok=True)
     pipeline = write_pipeline(tmp / "pipeline.toml", passes, **kwargs)
     return Compiler(pipeline, plugins=plugins, cache_dir=cache_dir or tmp / "cache")
