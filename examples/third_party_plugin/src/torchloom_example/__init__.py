@@ -1,0 +1,1 @@
+"""An example third-party torchloom plugin (see docs/writing-a-plugin.md)."""

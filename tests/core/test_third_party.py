@@ -1,0 +1,155 @@
+"""Third-party plugins: the example in examples/third_party_plugin/ and the one-file plugin
+of docs/writing-a-plugin.md are found through their entry points (a .dist-info written
+from their own pyproject.toml, as pip would), listed by ``torchloom plugins``, and run
+from a TOML pipeline with results checked against eager."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchloom.cli import main
+from torchloom.compiler import Compiler
+
+from test_plugins_support import golden
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "third_party_plugin"
+DOC = ROOT / "docs" / "writing-a-plugin.md"
+
+WORKLOAD = """
+import torch
+
+def workload():
+    return (lambda x, y: (x ** 2 + y).exp() * y ** 2), [torch.randn(4, 8), torch.randn(4, 8)]
+"""
+
+
+def install(site: Path, pyproject: dict) -> None:
+    """Write the .dist-info pip would write for ``pyproject`` (METADATA + entry points)."""
+    project = pyproject["project"]
+    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
+                                   f"Version: {project['version']}\n")
+    eps = project["entry-points"]["torchloom"]
+    (info / "entry_points.txt").write_text(
+        "[torchloom]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.delenv("TORCHLOOM_DISABLE_PLUGINS", raising=False)
+    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path / "cache"))
+    before = set(sys.modules)
+    yield root
+    for name in set(sys.modules) - before:
+        if name.startswith(("torchloom_example", "torchloom_square")):
+            del sys.modules[name]
+
+
+@pytest.fixture
+def example(site, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
+    install(site, tomllib.loads((EXAMPLE / "pyproject.toml").read_text()))
+    return site
+
+
+def test_the_example_is_listed_by_torchloom_plugins(example, capsys):
+    assert main(["plugins", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"name": "example", "distribution": "torchloom-example-pow",
+            "version": "0.1.0"} in data["plugins"]
+    assert data["passes"]["example.pow-to-mul"]["distribution"] == "torchloom-example-pow"
+    assert not [e for e in data["errors"] if e["entry_point"] == "example"]
+
+
+def test_the_example_pass_golden_including_regions(example):
+    from torchloom_example.pow_to_mul import PowToMul
+    x = torch.randn(4, 8)
+    result = golden(PowToMul(), """
+        graph @g(%x: f32[4, 8]) {
+          %p = aten.pow.Tensor_Scalar(%x) {exponent = 2} : f32[4, 8]
+          %c = aten.pow.Tensor_Scalar(%x) {exponent = 3} : f32[4, 8]
+          %e = torchloom.fusion_group(%p) : f32[4, 8] region @group0(%a: f32[4, 8]) {
+            %q = aten.pow.Tensor_Scalar(%a) {exponent = 2.0} : f32[4, 8]
+            %e = aten.exp.default(%q) : f32[4, 8]
+            return %e
+          }
+          return %e, %c
+        }
+    """, """
+        graph @g(%x: f32[4, 8]) {
+          %mul = aten.mul.Tensor(%x, %x) : f32[4, 8]
+          %c = aten.pow.Tensor_Scalar(%x) {exponent = 3} : f32[4, 8]
+          %e = torchloom.fusion_group(%mul) : f32[4, 8] region @group0(%a: f32[4, 8]) {
+            %mul = aten.mul.Tensor(%a, %a) : f32[4, 8]
+            %e = aten.exp.default(%mul) : f32[4, 8]
+            return %e
+          }
+          return %e, %c
+        }
+    """, [x])
+    assert result.stats == {"rewritten": 2}
+
+
+def test_the_example_runs_from_a_toml_pipeline_and_matches_eager(example, tmp_path, capsys):
+    pipeline = tmp_path / "pow.toml"
+    pipeline.write_text('[pipeline]\nname = "pow"\ncodegen = "eager"\n\n'
+                        '[[pass]]\nname = "example.pow-to-mul"\n\n[[pass]]\nname = "dce"\n')
+    workload = tmp_path / "pow_workload.py"
+    workload.write_text(WORKLOAD)
+    assert main(["explain", str(workload), "--pipeline", str(pipeline), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [record] = [p for p in data["passes"] if p["name"] == "example.pow-to-mul"]
+    assert record["changed"] and record["stats"] == {"rewritten": 2}
+    assert data["max_abs_error"] < 1e-6
+    # and under torch.compile with the pipeline file, compared with eager
+    compiler = Compiler(str(pipeline))
+    from torchloom.frontend.backend import torchloom_backend
+    fn = lambda x, y: (x ** 2 + y).exp() * y ** 2  # noqa: E731
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+    torch._dynamo.reset()
+    ops = [n.op for c in compiler.compilations for n in c.graph.walk()]
+    assert "aten.pow.Tensor_Scalar" not in ops and ops.count("aten.mul.Tensor") >= 3
+
+
+def doc_blocks(lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```$", DOC.read_text(), re.S | re.M)
+
+
+def test_the_documented_one_file_plugin_works_as_written(site, tmp_path, capsys):
+    code, *_ = doc_blocks("python")
+    assert len(code.splitlines()) < 40
+    pyproject, pipeline_text = doc_blocks("toml")[:2]
+    meta = tomllib.loads(pyproject)
+    [(ep_name, module)] = meta["project"]["entry-points"]["torchloom"].items()
+    (site / module).mkdir()
+    (site / module / "__init__.py").write_text(code)
+    install(site, meta)
+    assert main(["plugins"]) == 0
+    assert "square.pow-to-mul" in capsys.readouterr().out
+    pipeline = tmp_path / "squares.toml"
+    pipeline.write_text(pipeline_text)
+    assert main(["check", str(pipeline)]) == 0
+    capsys.readouterr()
+    workload = tmp_path / "square_workload.py"
+    workload.write_text(WORKLOAD)
+    assert main(["explain", str(workload), "--pipeline", str(pipeline), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [record] = [p for p in data["passes"] if p["name"] == "square.pow-to-mul"]
+    assert record["stats"] == {"rewritten": 2}
+    assert data["max_abs_error"] < 1e-6
