@@ -189,3 +189,10 @@ def test_the_console_script_runs_as_a_subprocess(tmp_path):
     proc = subprocess.run([str(script), "check", "none"], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode == 0 and "<pipeline none>: ok (0 passes" in proc.stdout
+
+
+def test_the_schema_document_lists_exactly_the_fields_explain_prints():
+    import re
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "explain-json.md").read_text()
+    table = doc.split("| field |")[1].split("\n\n")[0]
+    assert set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == EXPLAIN_KEYS
