@@ -20,6 +20,12 @@ DECOMPOSED_OPS: tuple[str, ...] = (
     "aten.log_softmax.int", "aten.linear.default",
 )
 
+#: composites that the decompositions above call in turn; traced through as well
+_NESTED: tuple[str, ...] = (
+    "aten._native_batch_norm_legit.default", "aten._native_batch_norm_legit_functional.default",
+    "aten._native_batch_norm_legit.no_stats",
+)
+
 _ADDMM = "aten.addmm.default"
 
 
@@ -54,10 +60,11 @@ class Decompose(Pass):
         wanted = set(self.ops)
         traced: dict[Any, Graph | None] = {}  # per run: (op, types, attrs) -> primitives
         done = addmm = 0
+        graph_outputs = set(graph.outputs)
         for node in list(graph.nodes):
             if node.op in wanted:
                 sub = self._trace(node, ctx, traced)
-                if sub is not None:
+                if sub is not None and _fits(sub, node, graph_outputs):
                     _splice(graph, node, sub)
                     done += 1
             elif node.op == _ADDMM and self.linear and _plain_addmm(node):
@@ -91,8 +98,10 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     if not all(isinstance(v.type, TensorType) and v.type.is_static for v in node.inputs):
         return None
     target = _overload(node.op)
-    table = get_decompositions([target]) if target is not None else {}
-    if not table:
+    if target is None:
+        return None
+    table = get_decompositions([o for o in map(_overload, (node.op, *_NESTED)) if o is not None])
+    if target not in table:
         return None
     # a fresh fake mode: static shapes even when called while torch traces a backward
     fake_mode = FakeTensorMode()
@@ -116,11 +125,19 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     sub = imported.graph
     if any(n.op == node.op for n in sub.nodes) or len(sub.outputs) != len(node.outputs):
         return None
+    return sub
+
+
+def _fits(sub: Graph, node: Node, graph_outputs: set) -> bool:
+    """The decomposition yields the declared types for every output someone reads
+    (eval batch norm's unused saved statistics may differ)."""
     for inner, outer in zip(sub.outputs, node.outputs):
+        if not outer.uses and outer not in graph_outputs:
+            continue
         if not isinstance(inner.type, TensorType) or \
                 inner.type.with_(device=outer.type.device) != outer.type:
-            return None  # other shape, dtype or strides than the composite declares
-    return sub
+            return False
+    return True
 
 
 def _overload(name: str):
@@ -136,15 +153,20 @@ def _splice(graph: Graph, node: Node, sub: Graph) -> None:
     replace node's outputs by sub's outputs and erase ``node``."""
     device = next((v.type.device for v in node.outputs if isinstance(v.type, TensorType)), "cpu")
     env = dict(zip(sub.inputs, node.inputs))
+    created: list[Node] = []
     for n in sub.nodes:
         types = [t.with_(device=device) if isinstance(t, TensorType) else t
                  for t in (v.type for v in n.outputs)]
         copy = graph.create(n.op, [env[v] for v in n.inputs], types, n.attrs,
                             names=[v.name for v in n.outputs], before=node)
+        created.append(copy)
         env.update(zip(n.outputs, copy.outputs))
     for old, inner in zip(node.outputs, sub.outputs):
         graph.replace_all_uses(old, env[inner])
     graph.erase(node)
+    for n in reversed(created):  # unused results of the decomposition
+        if not any(v.uses or v in graph.outputs for v in n.outputs):
+            graph.erase(n)
 
 
 def _plain_addmm(node: Node) -> bool:
