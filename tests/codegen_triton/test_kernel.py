@@ -82,6 +82,16 @@ CASES = {
             %q = aten.squeeze.dim(%u) {dim = 1} : f32[3, 4]
             %e = aten.exp.default(%q) : f32[3, 4]""", "%e: f32[3, 4]"),
         lambda: (randn(3, 10, 4),)),
+    "split_unbind_pieces": (
+        group_text("%a: f32[4, 12], %b: f32[2, 4]", """
+            %p, %q, %r = aten.split.Tensor(%a) {split_size = 4, dim = 1} : f32[4, 4], f32[4, 4], f32[4, 4]
+            %u, %w = aten.unbind.int(%b) : f32[4], f32[4]
+            %s = aten.sigmoid.default(%q) : f32[4, 4]
+            %t = aten.tanh.default(%r) : f32[4, 4]
+            %m = aten.mul.Tensor(%s, %t) : f32[4, 4]
+            %y = aten.add.Tensor(%m, %w) : f32[4, 4]
+            %z = aten.mul.Tensor(%p, %u) : f32[4, 4]""", "%y: f32[4, 4], %z: f32[4, 4]"),  # noqa: E501
+        lambda: (randn(4, 12), randn(2, 4))),
     "explicit_cast_rounds_as_eager": (
         group_text("%a: f32[64]", """
             %h = aten._to_copy.default(%a) {dtype = #bf16} : bf16[64]

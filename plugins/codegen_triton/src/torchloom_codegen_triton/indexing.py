@@ -126,7 +126,8 @@ def _norm(dim: int, rank: int) -> int:
 
 
 def view_coords(rule: str, coords: Coords, attrs: Mapping[str, Any], out_shape: Sequence[int],
-                in_shape: Sequence[int], known: Known | None = None) -> Coords:
+                in_shape: Sequence[int], known: Known | None = None,
+                output: int = 0) -> Coords:
     """Input coordinates of a view op's element at ``coords`` (see ops.VIEWS)."""
     rank = len(in_shape)
     if rule == "reshape":
@@ -155,6 +156,18 @@ def view_coords(rule: str, coords: Coords, attrs: Mapping[str, Any], out_shape: 
         if start:
             c = str(start) if c == "0" else f"{c} + {start}"
         return tuple(coords[:dim]) + (c,) + tuple(coords[dim + 1:])
+    if rule in ("split", "split_with_sizes"):  # output ``output`` is one piece along dim
+        dim = _norm(attrs.get("dim", 0), rank)
+        if rule == "split":
+            start = output * attrs["split_size"]
+        else:
+            start = sum(attrs["split_sizes"][:output])
+        c = coords[dim] if not start else (str(start) if coords[dim] == "0"
+                                           else f"{coords[dim]} + {start}")
+        return tuple(coords[:dim]) + (c,) + tuple(coords[dim + 1:])
+    if rule == "unbind":
+        dim = _norm(attrs.get("dim", 0), rank)
+        return tuple(coords[:dim]) + (str(output),) + tuple(coords[dim:])
     if rule == "select":
         dim = _norm(attrs["dim"], rank)
         index = attrs["index"]

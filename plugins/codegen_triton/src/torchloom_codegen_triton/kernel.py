@@ -134,7 +134,7 @@ class KernelWriter:
         if node.op in VIEWS:
             src = node.inputs[0]
             in_coords = view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
-                                    tensor_type(src).shape, self.known)
+                                    tensor_type(src).shape, self.known, v.index)
             return self.value_at(src, in_coords)
         if node.op in REDUCTIONS:
             expected, e = self.reduced[v]

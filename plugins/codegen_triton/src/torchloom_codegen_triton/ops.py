@@ -241,4 +241,6 @@ VIEWS = {
     "aten.permute.default": "permute", "aten.transpose.int": "transpose",
     "aten.t.default": "transpose", "aten.expand.default": "expand",
     "aten.slice.Tensor": "slice", "aten.select.int": "select",
+    "aten.split.Tensor": "split", "aten.split_with_sizes.default": "split_with_sizes",
+    "aten.unbind.int": "unbind",
 }
