@@ -93,4 +93,6 @@ def _rewrite(graph: Graph, node: Node, target: str, x) -> None:
             if v is x:
                 user.set_input(i, new.output)
     graph.outputs = [new.output if v is x else v for v in graph.outputs]
+    name = node.output.name
     graph.erase(node)
+    new.output.name = name  # the in-place result's name is free again

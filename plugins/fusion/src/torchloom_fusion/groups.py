@@ -241,6 +241,7 @@ class GroupEditor:
                 inner_in.append(bi)
         for bi, target in substitute:
             rb.replace_all_uses(bi, target)
+            rb._names.discard(bi.name)  # the name is free again for moved values
         kept = [i for i, v in enumerate(a.outputs)
                 if v in self.graph_outputs or any(u is not b for u in v.uses)]
         outer_out = [a.outputs[i] for i in kept] + list(b.outputs)
