@@ -92,6 +92,17 @@ CASES = {
             %y = aten.add.Tensor(%m, %w) : f32[4, 4]
             %z = aten.mul.Tensor(%p, %u) : f32[4, 4]""", "%y: f32[4, 4], %z: f32[4, 4]"),  # noqa: E501
         lambda: (randn(4, 12), randn(2, 4))),
+    "backward_templates": (
+        group_text("%g: f32[40], %x: f32[40]", """
+            %a = aten.gelu_backward.default(%g, %x) : f32[40]
+            %b = aten.gelu_backward.default(%g, %x) {approximate = "tanh"} : f32[40]
+            %t = aten.tanh.default(%x) : f32[40]
+            %c = aten.tanh_backward.default(%g, %t) : f32[40]
+            %s = aten.sigmoid.default(%x) : f32[40]
+            %d = aten.sigmoid_backward.default(%g, %s) : f32[40]
+            %e = aten.threshold_backward.default(%g, %x) {threshold = 0} : f32[40]""",
+                   "%a: f32[40], %b: f32[40], %c: f32[40], %d: f32[40], %e: f32[40]"),
+        lambda: (randn(40), randn(40) * 3)),
     "explicit_cast_rounds_as_eager": (
         group_text("%a: f32[64]", """
             %h = aten._to_copy.default(%a) {dtype = #bf16} : bf16[64]

@@ -91,6 +91,15 @@ def _gelu(a: Mapping[str, Any]) -> str:
     return "0.5 * {self} * (1.0 + tl.erf({self} * 0.7071067811865476))"
 
 
+def _gelu_backward(a: Mapping[str, Any]) -> str:
+    if a.get("approximate", "none") == "tanh":
+        inner = "libdevice.tanh(0.7978845608028654 * ({self} + 0.044715 * {self} * {self} * {self}))"
+        return ("{grad_output} * (0.5 * (1.0 + T) + 0.5 * {self} * (1.0 - T * T) * "
+                "0.7978845608028654 * (1.0 + 0.134145 * {self} * {self}))").replace("T", inner)
+    return ("{grad_output} * (0.5 * (1.0 + tl.erf({self} * 0.7071067811865476)) + "
+            "{self} * tl.exp(-0.5 * {self} * {self}) * 0.3989422804014327)")
+
+
 def _unary(expr: str) -> Pointwise:
     return Pointwise(expr.replace("X", "{self}"))
 
@@ -132,6 +141,12 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.round.default": _unary("libdevice.nearbyint(X)"),
     "aten.pow.Tensor_Scalar": Pointwise(_pow),
     "aten.pow.Tensor_Tensor": Pointwise("libdevice.pow({self}, {exponent})"),
+    "aten.tanh_backward.default": Pointwise("{grad_output} * (1.0 - {output} * {output})"),
+    "aten.sigmoid_backward.default": Pointwise(
+        "{grad_output} * {output} * (1.0 - {output})"),
+    "aten.threshold_backward.default": Pointwise(
+        "tl.where({self} <= {threshold}, 0.0, {grad_output})"),
+    "aten.gelu_backward.default": Pointwise(_gelu_backward),
     "aten.maximum.default": Pointwise("_maximum({self}, {other})"),
     "aten.minimum.default": Pointwise("_minimum({self}, {other})"),
     "aten.clamp.default": Pointwise(_clamp),

@@ -1,0 +1,157 @@
+"""The codegen object (codegen.py): registration, supports() reasons and the eager fallback,
+metadata, autotuning switches, and end-to-end runs through torch.compile."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torchloom.api import Compiler, EagerCodegen, load_plugins, parse_graph
+from torchloom.runtime.executor import CompiledGraph
+
+from conftest import group_text
+from torchloom_codegen_triton import TritonCodegen
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_registered_through_the_plugin_hook():
+    plugins = load_plugins()
+    entry = plugins.codegens["triton"]
+    assert isinstance(entry.obj, TritonCodegen)
+    assert entry.distribution == "torchloom-codegen-triton"
+    assert [c.name for c in plugins.codegen_chain("triton")] == ["triton", "eager"]
+
+
+REFUSED = {
+    "random op": (group_text("%a: f32[4, 8]", """
+        %r = aten.rand_like.default(%a) : f32[4, 8]
+        %s = aten.add.Tensor(%a, %r) : f32[4, 8]""", "%s: f32[4, 8]"),
+        "aten.rand_like.default (random)"),
+    "opaque op": (group_text("%a: f32[4, 8], %b: f32[8, 3]", """
+        %m = aten.mm.default(%a, %b) : f32[4, 3]
+        %s = aten.relu.default(%m) : f32[4, 3]""", "%s: f32[4, 3]"),
+        "aten.mm.default (opaque)"),
+    "complex dtype": (group_text("%a: c64[4]", """
+        %s = aten.add.Tensor(%a, %a) : c64[4]""", "%s: c64[4]"), "dtype c64"),
+    "symbolic shape": (group_text("%a: f32[s0, 4]", """
+        %s = aten.exp.default(%a) : f32[s0, 4]""", "%s: f32[s0, 4]"), "symbolic shape"),
+    "mismatched reductions": (group_text("%a: f32[4, 8]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[8]
+        %t = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4]""", "%s: f32[8], %t: f32[4]"),
+        "reductions over different shapes or dims"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_supports_gives_the_reason(registry, codegen, name):
+    text, expected = REFUSED[name]
+    node = next(parse_graph(text).nodes)
+    reason = codegen.supports(node, registry)
+    assert reason is not None and reason.codegen == "triton"
+    assert expected in reason.message, reason.message
+
+
+def test_refused_group_runs_on_eager_with_eager_results(registry, codegen):
+    text, _ = REFUSED["opaque op"]
+    compiled = CompiledGraph(parse_graph(text), registry, [codegen, EagerCodegen()])
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    (got,) = compiled(a, b)
+    torch.testing.assert_close(got, torch.relu(a @ b))
+    (choice,) = compiled.choices
+    assert choice.codegen == "eager"
+    assert "aten.mm.default" in str(choice.fallback_reasons[0])
+
+
+def test_metadata_is_json_and_names_the_kernel(registry, codegen):
+    text = group_text("%a: f32[64, 300]", """
+        %s = aten.softmax_like_placeholder_never_used_here(%a) : f32[64, 300]""",
+                      "%s: f32[64, 300]").replace(
+        "aten.softmax_like_placeholder_never_used_here(%a)", "aten.exp.default(%a)")
+    kernel = codegen.generate(next(parse_graph(text).nodes), registry)
+    meta = json.loads(json.dumps(kernel.metadata))
+    assert meta["kind"] == "pointwise" and meta["numel"] == 64 * 300
+    assert meta["config"] in meta["configs"]
+    assert f"def {meta['kernel']}(" in kernel.source
+    assert kernel.source.startswith("# torchloom triton kernel for this group:")
+    assert "#     %s = aten.exp.default(%a) : f32[64, 300]" in kernel.source
+
+
+def test_autotune_switches(monkeypatch, tmp_path, registry):
+    monkeypatch.setenv("TORCHLOOM_AUTOTUNE", "0")
+    assert TritonCodegen(cache_dir=tmp_path).autotune is False
+    assert TritonCodegen(cache_dir=tmp_path, autotune=True).autotune is True
+    monkeypatch.setenv("TORCHLOOM_AUTOTUNE", "1")
+    cg = TritonCodegen(cache_dir=tmp_path)
+    assert cg.autotune is True
+    # on the CPU interpreter there is nothing to tune: no tuning record is written
+    text = group_text("%a: f32[8, 4]", "%e = aten.exp.default(%a) : f32[8, 4]", "%e: f32[8, 4]")
+    compiled = CompiledGraph(parse_graph(text), registry, [cg])
+    x = torch.randn(8, 4)
+    torch.testing.assert_close(compiled(x)[0], x.exp())
+    assert not list(cg.cache_dir.glob("*.tune.json"))
+    assert len(list(cg.cache_dir.glob("*.py"))) == 1
+
+
+@pytest.mark.cuda
+def test_autotune_result_is_cached_on_disk(registry, tmp_path):
+    from conftest import on_device
+    cg = TritonCodegen(cache_dir=tmp_path, autotune=True)
+    text = group_text("%a: f32[512, 1024]", "%e = aten.exp.default(%a) : f32[512, 1024]",
+                      "%e: f32[512, 1024]")
+    x = torch.randn(512, 1024, device="cuda")
+    compiled = CompiledGraph(on_device(parse_graph(text), "cuda"), registry, [cg])
+    torch.testing.assert_close(compiled(x)[0], x.exp())
+    (record,) = cg.cache_dir.glob("*.tune.json")
+    best = json.loads(record.read_text())["config"]
+    kernel = cg.generate(compiled.choices[0].node, registry)
+    assert best in kernel.metadata["configs"]
+    assert cg.load(kernel, registry).config == best  # a second load reuses the record
+
+
+def _workload(name: str, device: str):
+    spec = importlib.util.spec_from_file_location(f"workload_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.workload(device=device)
+
+
+def _run_end_to_end(name: str, device: str):
+    torch._dynamo.reset()
+    fn, inputs = _workload(name, device)
+    compiler = Compiler("default")
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler},
+                             dynamic=False)
+    ref_inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+    got, want = compiled(*inputs), fn(*ref_inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    sum(o.sum() for o in got).backward()
+    sum(o.sum() for o in want).backward()
+    for a, b in zip(inputs, ref_inputs):
+        if a.requires_grad:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    choices = [c for comp in compiler.compilations if comp.compiled
+               for c in comp.compiled.choices]
+    assert choices and {c.codegen for c in choices} == {"triton"}, [
+        str(r) for c in choices for r in c.fallback_reasons]
+    torch._dynamo.reset()
+    return choices
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "lstm_cell"])
+def test_torch_compile_end_to_end_on_the_interpreter(name):
+    """Forward and backward through torch.compile(backend="torchloom"), every group on
+    the triton codegen (CPU: Triton interpreter), results equal to eager."""
+    _run_end_to_end(name, "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "lstm_cell", "gelu_bookend",
+                                  "transpose_bookend", "bias_gelu", "mlp"])
+def test_torch_compile_end_to_end_on_cuda(name):
+    _run_end_to_end(name, "cuda")
