@@ -1,0 +1,1 @@
+"""Testing helpers torchloom ships for its users (the perf-gate pytest plugin)."""

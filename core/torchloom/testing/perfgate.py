@@ -1,0 +1,97 @@
+"""Perf gates: a pytest plugin (entry point ``pytest11``) with a ``perf_gate`` fixture.
+
+A gate times a *candidate* and a *baseline* in the same run, on the same inputs, in
+interleaved rounds (so machine noise hits both alike), records the candidate through
+pytest-benchmark (it appears in the benchmark table, with the baseline and the speed-up in
+``extra_info``), and fails the test when ``median(baseline) / median(candidate)`` is below
+the threshold the test states. A gate is a ratio, never an absolute time::
+
+    def test_fused_softmax_beats_inductor(perf_gate):
+        x = torch.randn(8192, 3072, device="cuda")
+        perf_gate(torchloom_fn, inductor_fn, args=(x,), min_speedup=1.0,
+                  sync=torch.cuda.synchronize)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+
+@attrs.frozen
+class GateResult:
+    candidate_s: float
+    baseline_s: float
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_s / self.candidate_s if self.candidate_s > 0 else float("inf")
+
+
+class PerfGate:
+    """Callable returned by the ``perf_gate`` fixture."""
+
+    def __init__(self, benchmark):
+        self.benchmark = benchmark
+
+    def measure(self, candidate: Callable, baseline: Callable, *, args: Sequence[Any] = (),
+                rounds: int = 15, iterations: int = 1, warmup: int = 2,
+                sync: Callable[[], Any] | None = None) -> GateResult:
+        """Median seconds per call of both functions, measured in alternating rounds."""
+        timer = getattr(self.benchmark, "_timer", time.perf_counter)
+
+        def timed(fn: Callable) -> float:
+            if sync is not None:
+                sync()
+            start = timer()
+            for _ in range(iterations):
+                fn(*args)
+            if sync is not None:
+                sync()
+            return (timer() - start) / iterations
+
+        for _ in range(warmup):
+            timed(candidate)
+            timed(baseline)
+        cand, base = [], []
+        for r in range(rounds):  # alternate which goes first, so drift favours neither
+            pair = ((cand, candidate), (base, baseline))
+            for samples, fn in (pair if r % 2 == 0 else pair[::-1]):
+                samples.append(timed(fn))
+        return GateResult(statistics.median(cand), statistics.median(base))
+
+    def __call__(self, candidate: Callable, baseline: Callable, *, min_speedup: float,
+                 args: Sequence[Any] = (), rounds: int = 15, iterations: int = 1,
+                 warmup: int = 2, sync: Callable[[], Any] | None = None,
+                 names: tuple[str, str] = ("candidate", "baseline")) -> GateResult:
+        """Time both, record them, and fail when the speed-up is below ``min_speedup``."""
+        result = self.measure(candidate, baseline, args=args, rounds=rounds,
+                              iterations=iterations, warmup=warmup, sync=sync)
+        info = self.benchmark.extra_info
+        info.update({f"{names[0]}_median_s": result.candidate_s,
+                     f"{names[1]}_median_s": result.baseline_s,
+                     "speedup": result.speedup, "min_speedup": min_speedup})
+
+        def run_candidate():
+            candidate(*args)
+            if sync is not None:
+                sync()
+        self.benchmark.pedantic(run_candidate, rounds=rounds, iterations=iterations,
+                                warmup_rounds=0)
+        if result.speedup < min_speedup:
+            pytest.fail(f"perf gate: {names[0]} is {result.speedup:.3f}x {names[1]} "
+                        f"({result.candidate_s * 1e6:.1f} us vs {result.baseline_s * 1e6:.1f} "
+                        f"us median over {rounds} rounds); the test requires >= "
+                        f"{min_speedup}x", pytrace=False)
+        return result
+
+
+@pytest.fixture
+def perf_gate(benchmark) -> PerfGate:
+    """Gate a candidate against a baseline: ``perf_gate(cand, base, min_speedup=1.2)``."""
+    return PerfGate(benchmark)
