@@ -4,6 +4,7 @@ functions of clearly different cost."""
 from __future__ import annotations
 
 import pytest
+from torchloom.testing.perfgate import PerfGate
 
 DATA = list(range(20_000))
 
@@ -32,9 +33,9 @@ def test_gate_fails_when_the_speedup_is_below_the_threshold(perf_gate):
         perf_gate(costly, cheap, min_speedup=1.0, rounds=5, iterations=3)
 
 
-def test_measure_passes_arguments_and_calls_sync(perf_gate):
+def test_measure_passes_arguments_and_calls_sync():
     calls = []
-    result = perf_gate.measure(lambda n: calls.append(n), lambda n: calls.append(-n),
+    result = PerfGate(benchmark=None).measure(lambda n: calls.append(n), lambda n: calls.append(-n),
                                args=(3,), rounds=3, warmup=1, sync=lambda: calls.append(0))
     assert calls.count(3) == 4 and calls.count(-3) == 4 and 0 in calls
     assert result.candidate_s > 0 and result.baseline_s > 0
