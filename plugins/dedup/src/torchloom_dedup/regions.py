@@ -117,10 +117,15 @@ class DedupRegions(Pass):
                 by_count.setdefault(len(ps), []).append(ps)
         anchors = [group[0] for _, group in sorted(by_count.items())][: self.max_anchors]
         found = []
+        covered: set[int] = set()  # an anchor inside found windows would find them again
         for ps in anchors:
+            if all(p in covered for p in ps):
+                continue
             cand = self._grow(tokens, ps)
             if cand is not None and cand.length >= self.min_nodes:
                 found.append(cand)
+                for start in cand.starts:
+                    covered.update(range(start, start + cand.length))
         return found
 
     def _grow(self, tokens: list[int], anchor: list[int]) -> Candidate | None:
@@ -190,12 +195,14 @@ class _Occurrence:
     wiring: tuple
     #: (offset, output index) of values used after the window
     escaping: set
-    #: nodes of the window that move before the call instead of joining the region
+    #: the window's last node: the call goes right after it
+    last: Node
+    #: nodes of the window that stay outside the region (they run before the call)
     hoisted: list[Node] = attrs.field(factory=list)
 
     def without(self, offsets: set[int]) -> "_Occurrence":
-        kept = [n for i, n in enumerate(self.nodes) if i not in offsets]
-        out = _Occurrence.of(kept)
+        out = _Occurrence.of([n for i, n in enumerate(self.nodes) if i not in offsets])
+        out.last = self.last
         out.hoisted = self.hoisted + [self.nodes[i] for i in sorted(offsets)]
         return out
 
@@ -222,7 +229,7 @@ class _Occurrence:
             for v in n.outputs:
                 if v in graph_outputs or any(u not in offset for u in v.uses):
                     escaping.add((i, v.index))
-        return cls(nodes, inputs, tuple(wiring), escaping)
+        return cls(nodes, inputs, tuple(wiring), escaping, nodes[-1])
 
     def value(self, ref: tuple[int, int]) -> Value:
         return self.nodes[ref[0]].outputs[ref[1]]
@@ -237,13 +244,26 @@ class _Windows:
 def _tokens(nodes: list[Node], registry) -> list[int]:
     """Equal ints for nodes that are equal but for their operands; -1-i for barriers."""
     ids: dict[tuple, int] = {}
+    type_ids: dict = {}
+    by_object: dict[int, int] = {}  # id(type) -> type id: hash each type object once
+
+    def type_id(t) -> int:
+        tid = by_object.get(id(t))
+        if tid is None:
+            tid = by_object[id(t)] = type_ids.setdefault(t, len(type_ids))
+        return tid
+
+    mutates = {}
     out = []
     for i, n in enumerate(nodes):
-        if n.region is None and n.op != CALL_SUBGRAPH and registry.get(n.op).mutates:
+        if n.op not in mutates:
+            mutates[n.op] = (n.region is None and n.op != CALL_SUBGRAPH
+                             and bool(registry.get(n.op).mutates))
+        if mutates[n.op]:
             out.append(-1 - i)  # a node that writes its inputs never joins a region
             continue
-        key = (n.op, _attrs_key(n.attrs), tuple(v.type for v in n.inputs),
-               tuple(v.type for v in n.outputs),
+        key = (n.op, _attrs_key(n.attrs), tuple(type_id(v.type) for v in n.inputs),
+               tuple(type_id(v.type) for v in n.outputs),
                canonical_text(n.region) if n.region is not None else "")
         out.append(ids.setdefault(key, len(ids)))
     return out
@@ -320,16 +340,29 @@ def _replace(graph: Graph, windows: _Windows) -> Graph:
     sub.set_outputs([mapping[first.value(ref)] for ref in windows.outputs])
     graph.add_subgraph(sub)
     replaced: dict[Value, Value] = {}  # an occurrence may read an earlier one's results
+    output_slots: dict[Value, list[int]] = {}
+    for i, v in enumerate(graph.outputs):
+        output_slots.setdefault(v, []).append(i)
     for occ in windows.occurrences:
-        for n in occ.hoisted:
-            graph.move_before(n, occ.nodes[0])
+        # After the window's last node: every input (hoisted views included) is defined
+        # by then, and every use of an escaping value comes later.
         olds = [occ.value(ref) for ref in windows.outputs]
         call = graph.create(CALL_SUBGRAPH, [replaced.get(v, v) for v in occ.inputs],
                             [v.type for v in olds], {"callee": sub.name},
-                            names=[v.name for v in olds], before=occ.nodes[0])
+                            names=[v.name for v in olds], after=occ.last)
         for old, new in zip(olds, call.outputs):
-            graph.replace_all_uses(old, new)
+            _redirect(graph, old, new, output_slots)
             replaced[old] = new
         for n in reversed(occ.nodes):
             graph.erase(n)
     return sub
+
+
+def _redirect(graph: Graph, old: Value, new: Value, output_slots: dict) -> None:
+    """``graph.replace_all_uses`` without rescanning the graph's outputs for each value."""
+    for user in old.uses:
+        user.inputs = [new if v is old else v for v in user.inputs]
+    new.uses.extend(old.uses)
+    old.uses.clear()
+    for i in output_slots.pop(old, ()):
+        graph.outputs[i] = new
