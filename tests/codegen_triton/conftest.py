@@ -78,6 +78,8 @@ class Checker:
         assert [c.codegen for c in compiled.choices] == ["triton"] * len(compiled.choices), [
             str(r) for c in compiled.choices for r in c.fallback_reasons]
         got = compiled(*inputs)
+        if self.device != "cpu":  # a second call takes the compiled kernel's fast launcher
+            got = compiled(*inputs)
         reference = CompiledGraph(on_device(parse_graph(text), self.device), self.registry,
                                   [EagerCodegen()])
         want = reference(*inputs)

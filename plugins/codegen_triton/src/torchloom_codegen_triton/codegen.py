@@ -102,7 +102,7 @@ class TritonCodegen:
             config = json.loads(tune_path.read_text())["config"]
         tune = self.autotune and not interpret and not tune_path.exists() and len(
             meta["configs"]) > 1
-        return Launcher(fn, meta, config, tune_path if tune else None, self.verbose)
+        return Launcher(fn, meta, config, tune_path if tune else None, self.verbose, interpret)
 
 
 class Launcher:
@@ -110,8 +110,10 @@ class Launcher:
     launches; the first call autotunes when asked to."""
 
     def __init__(self, fn, meta: dict[str, Any], config: dict[str, int], tune_path: Path | None,
-                 verbose: bool):
+                 verbose: bool, interpret: bool = False):
         self.fn, self.meta, self.config = fn, meta, config
+        self.interpret = interpret
+        self._fast = None
         self.tune_path, self.verbose = tune_path, verbose
         self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]])
                         for o in meta["outputs"]]
@@ -142,8 +144,21 @@ class Launcher:
     def _launch(self, config: dict[str, int], args, outs) -> None:
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
         grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
-        with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
-            self.fn[grid](*args, *outs, **blocks, num_warps=config.get("num_warps", 4))
+        tensors = (*args, *outs)
+        fast = self._fast if config is self.config else None
+        if fast is not None and all(t.data_ptr() % 16 == 0 for t in tensors):
+            try:  # the compiled kernel's own launcher: no re-binding, no cache-key hashing
+                fast[grid](*tensors, *blocks.values())
+                return
+            except Exception:  # an API this triton version lacks: use the JIT path
+                self._fast = None
+        if self.interpret:
+            with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
+                self.fn[grid](*tensors, **blocks, num_warps=config.get("num_warps", 4))
+            return
+        compiled = self.fn[grid](*tensors, **blocks, num_warps=config.get("num_warps", 4))
+        if config is self.config and all(t.data_ptr() % 16 == 0 for t in tensors):
+            self._fast = compiled  # specialised for 16-byte aligned pointers, as these are
 
     def _autotune(self, args, outs) -> None:
         from triton.testing import do_bench
