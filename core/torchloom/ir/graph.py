@@ -262,6 +262,24 @@ class Graph:
         node.graph = None
         self._len -= 1
 
+    def erase_many(self, nodes: Sequence[Node]) -> None:
+        """Remove nodes whose outputs are read only by each other (a replaced region);
+        one pass over the graph's outputs instead of one per node."""
+        doomed = set(nodes)
+        outputs = set(self.outputs)
+        for node in doomed:
+            if node.graph is not self:
+                raise ValueError(f"{node!r} is not in graph @{self.name}")
+            for v in node.outputs:
+                if v in outputs or any(u not in doomed for u in v.uses):
+                    raise ValueError(f"cannot erase {node!r}: {v!r} is still used")
+        for node in doomed:
+            for v in node.inputs:
+                v.uses.remove(node)
+            self._unlink(node)
+            node.graph = None
+        self._len -= len(doomed)
+
     def replace_all_uses(self, old: Value, new: Value) -> int:
         """Point every use of ``old`` (and graph outputs) at ``new``; returns the count."""
         if old is new:
