@@ -353,8 +353,7 @@ def _replace(graph: Graph, windows: _Windows) -> Graph:
         for old, new in zip(olds, call.outputs):
             _redirect(graph, old, new, output_slots)
             replaced[old] = new
-        for n in reversed(occ.nodes):
-            graph.erase(n)
+        graph.erase_many(occ.nodes)
     return sub
 
 
