@@ -211,25 +211,35 @@ def test_outputs_aliasing_inputs_are_mapped_not_skipped(registry):
     assert input_aliases(region, registry) == {1: (0, "aten.view.default")}
 
 
-def test_outputs_sharing_memory(registry):
-    graph = parse_graph("""graph @g(%x: f32[4, 2] @cuda:0) {
+def test_outputs_sharing_memory_need_an_owner_among_them(registry):
+    # a training forward returns %t and detach(%t): fine, the copy of %t is shared
+    owned = parse_graph("""graph @g(%x: f32[4, 2] @cuda:0) {
+  %e = aten.tanh.default(%x) : f32[4, 2] @cuda:0
+  %d = aten.detach.default(%e) : f32[4, 2] @cuda:0
+  %v = aten.view.default(%e) {size = [8]} : f32[8] @cuda:0
+  return %e, %d, %v
+}""")
+    assert check_output_aliasing(owned, registry) is None
+    unowned = parse_graph("""graph @g(%x: f32[4, 2] @cuda:0) {
   %e = aten.exp.default(%x) : f32[4, 2] @cuda:0
   %v = aten.view.default(%e) {size = [8]} : f32[8] @cuda:0
-  return %e, %v
-}""")
-    assert check_output_aliasing(graph, registry) == (
-        "outputs 0 and 1 (%v) share the memory of %e")
-    in_region = parse_graph("""graph @g(%x: f32[4, 2] @cuda:0) {
-  %e, %v = torchloom.fusion_group(%x) : f32[4, 2] @cuda:0, f32[8] @cuda:0 region @group0(%a: f32[4, 2] @cuda:0) {
-    %b = aten.exp.default(%a) : f32[4, 2] @cuda:0
-    %c = aten.view.default(%b) {size = [8]} : f32[8] @cuda:0
-    return %b, %c
-  }
   %t = aten.t.default(%e) : f32[2, 4] strided[1, 2] @cuda:0
-  return %t, %e
+  return %v, %t
 }""")
-    assert check_output_aliasing(in_region, registry) == (
-        "outputs 0 and 1 (%e) share the memory of %e")
+    assert check_output_aliasing(unowned, registry) == (
+        "outputs 0, 1 share the memory of %e, which is not itself an output")
+    strided_owner = parse_graph("""graph @g(%x: f32[4, 2] @cuda:0) {
+  %e, %r = torchloom.fusion_group(%x) : f32[2, 4] strided[1, 2] @cuda:0, f32[4] @cuda:0 region @group0(%a: f32[4, 2] @cuda:0) {
+    %b = aten.exp.default(%a) : f32[4, 2] @cuda:0
+    %c = aten.t.default(%b) : f32[2, 4] strided[1, 2] @cuda:0
+    %s = aten.sum.dim_IntList(%b) {dim = [-1]} : f32[4] @cuda:0
+    return %c, %s
+  }
+  %t = aten.t.default(%e) : f32[4, 2] @cuda:0
+  return %t, %e, %r
+}""")
+    assert check_output_aliasing(strided_owner, registry) == (
+        "outputs 0, 1 share the memory of output 1 (%e), which is not contiguous")
 
 
 def test_skip_reasons_lists_every_failing_check_in_order(registry):

@@ -15,7 +15,8 @@ import pytest
 import torch
 from torchloom.api import Compiler, parse_graph
 from torchloom_cudagraphs import CudaGraphRunner
-from torchloom_cudagraphs import recorder
+from torchloom_cudagraphs import recorder, wrapper
+from torchloom_cudagraphs.checks import skip_reasons as recorder_skip_reasons
 from torchloom_cudagraphs.recorder import has_internal_overlap, signature
 
 PIPELINE = """[pipeline]
@@ -51,7 +52,8 @@ class _SimGraph:
     def replay(self):
         for fn, args, outputs in self.calls:
             for old, new in zip(outputs, fn.fn(*args)):
-                old.copy_(new)
+                if isinstance(old, torch.Tensor):
+                    old.copy_(new)
 
 
 class Traced:
@@ -97,6 +99,12 @@ def device(request, monkeypatch) -> str:
     monkeypatch.setattr(torch.cuda, "set_stream", lambda s: None)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    # through torch.compile: CPU graphs pass the device check, the compiled function is traced
+    monkeypatch.setattr(wrapper, "cuda_available", lambda: True)
+    monkeypatch.setattr(wrapper, "skip_reasons", lambda graph, registry: [
+        r for r in recorder_skip_reasons(graph, registry) if "record only CUDA work" not in r])
+    monkeypatch.setattr(wrapper, "CudaGraphRunner",
+                        lambda fn, **options: CudaGraphRunner(Traced(fn), **options))
     return "cpu"
 
 
@@ -132,16 +140,15 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.cuda
-def test_replay_equals_eager_over_100_calls(tmp_path, _fresh_dynamo):
+def test_replay_equals_eager_over_100_calls(device, tmp_path, _fresh_dynamo):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
-                                torch.nn.Linear(64, 16)).cuda()
+                                torch.nn.Linear(64, 16)).to(device)
     compiler = _compiler(tmp_path)
     compiled = torch.compile(model, backend="torchloom", options={"compiler": compiler})
     with torch.no_grad():
         for _ in range(100):
-            x = torch.randn(4, 32, device="cuda")
+            x = torch.randn(4, 32, device=device)
             torch.testing.assert_close(compiled(x), model(x))
     (runner,) = _runners(compiler)
     assert (runner.records, runner.replays, runner.plain_calls) == (1, 99, 1)
@@ -149,18 +156,17 @@ def test_replay_equals_eager_over_100_calls(tmp_path, _fresh_dynamo):
     assert (len(copied), len(static)) == (1, 4)  # x is copied in; weights and biases are not
 
 
-@pytest.mark.cuda
-def test_training_steps_match_eager_gradients(tmp_path, _fresh_dynamo):
+def test_training_steps_match_eager_gradients(device, tmp_path, _fresh_dynamo):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
-                                torch.nn.Linear(32, 1)).cuda()
+                                torch.nn.Linear(32, 1)).to(device)
     reference = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
-                                    torch.nn.Linear(32, 1)).cuda()
+                                    torch.nn.Linear(32, 1)).to(device)
     reference.load_state_dict(model.state_dict())
     compiler = _compiler(tmp_path)
     compiled = torch.compile(model, backend="torchloom", options={"compiler": compiler})
     for _ in range(6):
-        x = torch.randn(8, 16, device="cuda")
+        x = torch.randn(8, 16, device=device)
         compiled(x).square().mean().backward()
         reference(x).square().mean().backward()
         for p, q in zip(model.parameters(), reference.parameters()):
@@ -203,8 +209,7 @@ def test_reuse_outputs_trades_safety_for_a_copy(device):
     torch.testing.assert_close(first[0], _layer(x2, w, b)[0])
 
 
-@pytest.mark.cuda
-def test_input_mutation_skips_and_still_writes_the_input(tmp_path):
+def test_input_mutation_skips_and_still_writes_the_input(device, tmp_path):
     compiler = _compiler(tmp_path)
     graph = parse_graph("""graph @mutates(%x: f32[4] @cuda:0, %y: f32[4] @cuda:0) {
   %w = aten.add_.Tensor(%x, %y) : f32[4] @cuda:0
@@ -216,24 +221,23 @@ def test_input_mutation_skips_and_still_writes_the_input(tmp_path):
     assert ("cudagraphs: @mutates runs without CUDA graphs: graph input %x is written in "
             "place by aten.add_.Tensor (%w)") in comp.notes
     for _ in range(3):
-        x, y = torch.randn(4, device="cuda"), torch.randn(4, device="cuda")
+        x, y = torch.randn(4, device=device), torch.randn(4, device=device)
         want_x = x + y
         (e,) = comp.fn(x, y)
         torch.testing.assert_close(x, want_x)
         torch.testing.assert_close(e, want_x.exp())
 
 
-@pytest.mark.cuda
-def test_input_mutation_through_torch_compile_matches_eager(tmp_path, _fresh_dynamo):
+def test_input_mutation_through_torch_compile_matches_eager(device, tmp_path, _fresh_dynamo):
     def step(state, delta):
         state.add_(delta)
         return state * 2
 
     compiled = torch.compile(step, backend="torchloom",
                              options={"compiler": _compiler(tmp_path)})
-    state, ref = torch.zeros(5, device="cuda"), torch.zeros(5, device="cuda")
+    state, ref = torch.zeros(5, device=device), torch.zeros(5, device=device)
     for _ in range(5):
-        delta = torch.randn(5, device="cuda")
+        delta = torch.randn(5, device=device)
         torch.testing.assert_close(compiled(state, delta), step(ref, delta))
         torch.testing.assert_close(state, ref)
 

@@ -220,20 +220,27 @@ def input_aliases(graph: Graph, registry) -> dict[int, tuple[int, str]]:
 
 
 def check_output_aliasing(graph: Graph, registry) -> str | None:
-    """Two outputs sharing memory that is not an input's would stop sharing it once
-    copied out of the recording (outputs aliasing inputs are handled, see
-    :func:`input_aliases`)."""
-    owners: dict[Value, int] = {}
+    """Outputs that share memory (training forwards return ``%t`` and ``detach(%t)``) must
+    share it after being copied out of the recording. The runner copies the output that
+    owns the memory and rebuilds the others as views of the copy, so the owner must itself
+    be an output, and a contiguous one (then its copy has the same layout). Outputs
+    aliasing inputs are handled apart, see :func:`input_aliases`."""
+    groups: dict[Value, list[int]] = {}
     for k, out in enumerate(graph.outputs):
-        if not isinstance(out.type, TensorType):
+        if isinstance(out.type, TensorType):
+            base = alias_base(out, registry)
+            if base not in graph.inputs:
+                groups.setdefault(base, []).append(k)
+    for base, ks in groups.items():
+        if len(ks) < 2:
             continue
-        base = alias_base(out, registry)
-        if base in graph.inputs:
-            continue
-        if base in owners:
-            return (f"outputs {owners[base]} and {k} (%{out.name}) share the memory of "
-                    f"%{base.name}")
-        owners[base] = k
+        owner = [k for k in ks if graph.outputs[k] is base]
+        if not owner:
+            return (f"outputs {', '.join(map(str, ks))} share the memory of %{base.name}, "
+                    f"which is not itself an output")
+        if base.type.strides is not None:
+            return (f"outputs {', '.join(map(str, ks))} share the memory of output "
+                    f"{owner[0]} (%{base.name}), which is not contiguous")
     return None
 
 

@@ -50,7 +50,7 @@ def has_internal_overlap(t: torch.Tensor) -> bool:
     return any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
 
 
-_CLONE, _KEEP, _ARG, _VIEW = "clone", "keep", "arg", "view"
+_CLONE, _KEEP, _ARG, _VIEW, _DERIVED = "clone", "keep", "arg", "view", "derived"
 
 
 class Unrecordable(Exception):
@@ -219,7 +219,8 @@ class CudaGraphRunner:
     def _output_plan(self, rec: _Recording, n_args: int) -> list[tuple[str, int, tuple]]:
         """How each recorded output is handed out: a copy (default), the recording's own
         tensor (``reuse_outputs``, non-tensors, views of bound constants), the caller's
-        argument itself, or the same view of the caller's argument."""
+        argument itself, the same view of the caller's argument, or the same view of
+        another output's copy (outputs sharing memory keep sharing it)."""
         plan = []
         for k, out in enumerate(rec.outputs):
             j = self.aliases.get(k)
@@ -235,8 +236,8 @@ class CudaGraphRunner:
                     or out.untyped_storage().data_ptr() != src.untyped_storage().data_ptr()):
                 raise Unrecordable(f"output {k} should be a view of argument {j} but does not "
                                    f"share its memory with the same dtype")
-            plan.append((_VIEW, j, (tuple(out.shape), out.stride(),
-                                    out.storage_offset() - src.storage_offset())))
+            plan.append((_VIEW, j, _view_of(out, src)))
+        _derive_shared_outputs(rec.outputs, plan)
         return plan
 
     def _plain(self, args: tuple, reason: str | None):
@@ -260,18 +261,61 @@ class CudaGraphRunner:
                 f"replays={self.replays}, plain_calls={self.plain_calls})")
 
 
+def _view_of(view: torch.Tensor, base: torch.Tensor) -> tuple:
+    """(size, stride, storage offset relative to ``base``) rebuilding ``view`` from base."""
+    return (tuple(view.shape), view.stride(), view.storage_offset() - base.storage_offset())
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """First and last storage element ``t`` reads (strides are non-negative here)."""
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return t.storage_offset(), last
+
+
+def _derive_shared_outputs(outputs: tuple, plan: list) -> None:
+    """Among copied outputs sharing storage, copy only the one holding all the others
+    (contiguous, same dtype) and hand the rest out as views of its copy."""
+    by_storage: dict[int, list[int]] = {}
+    for k, (kind, _, _) in enumerate(plan):
+        if kind == _CLONE and outputs[k].numel() > 0:
+            by_storage.setdefault(outputs[k].untyped_storage().data_ptr(), []).append(k)
+    for ks in by_storage.values():
+        if len(ks) < 2:
+            continue
+
+        def holds_all(r: int) -> bool:
+            root = outputs[r]
+            lo, hi = root.storage_offset(), root.storage_offset() + root.numel() - 1
+            return root.is_contiguous() and all(
+                outputs[k].dtype == root.dtype and lo <= _extent(outputs[k])[0]
+                and _extent(outputs[k])[1] <= hi for k in ks)
+
+        root = next((r for r in ks if holds_all(r)), None)
+        if root is None:
+            raise Unrecordable(f"outputs {ks} share memory that no one of them holds whole")
+        for k in ks:
+            if k != root:
+                plan[k] = (_DERIVED, root, _view_of(outputs[k], outputs[root]))
+
+
 def _results(rec: _Recording, args: tuple) -> tuple:
     out = []
     for o, (kind, j, view) in zip(rec.outputs, rec.plan):
-        if kind is _CLONE:
+        if kind == _CLONE:
             out.append(o.clone())
-        elif kind is _KEEP:
+        elif kind == _KEEP:
             out.append(o)
-        elif kind is _ARG:
+        elif kind == _ARG:
             out.append(args[j])
-        else:
+        elif kind == _VIEW:
             a = args[j]
             out.append(a.as_strided(view[0], view[1], a.storage_offset() + view[2]))
+        else:
+            out.append(None)  # rebuilt below from its root's copy
+    for k, (kind, j, view) in enumerate(rec.plan):
+        if kind == _DERIVED:
+            root = out[j]
+            out[k] = root.as_strided(view[0], view[1], root.storage_offset() + view[2])
     return tuple(out)
 
 

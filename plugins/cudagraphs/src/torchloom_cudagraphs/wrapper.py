@@ -27,6 +27,10 @@ from torchloom_cudagraphs.recorder import CudaGraphRunner
 log = logging.getLogger("torchloom.cudagraphs")
 
 
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
 @attrs.frozen
 class CudaGraphsOptions:
     """Options of ``[runtime.cudagraphs]``.
@@ -59,7 +63,7 @@ class CudaGraphs:
              compiled) -> Callable[..., tuple]:
         graph = compiled.graph
         reasons = skip_reasons(graph, ctx.registry)
-        if not reasons and not torch.cuda.is_available():
+        if not reasons and not cuda_available():
             reasons = ["CUDA is not available on this machine"]
         if reasons:
             message = f"cudagraphs: @{graph.name} runs without CUDA graphs: {'; '.join(reasons)}"
