@@ -311,6 +311,45 @@ def test_outputs_aliasing_arguments_come_back_as_the_callers_tensors(device):
     assert runner.records == 1 and runner.replays == 3
 
 
+def test_outputs_sharing_memory_still_share_it_after_the_copy(device):
+    @Traced
+    def forward(x):
+        t = torch.tanh(x)
+        return (t, t.detach(), t.view(-1)[2:], x.sum())
+
+    runner = CudaGraphRunner(forward)
+    held = None
+    for _ in range(4):
+        x = torch.randn(3, 4, device=device)
+        t, d, v, s = runner(x)
+        torch.testing.assert_close(t, torch.tanh(x))
+        torch.testing.assert_close(s, x.sum())
+        assert d.data_ptr() == t.data_ptr() and v.data_ptr() == t.view(-1)[2:].data_ptr()
+        torch.testing.assert_close(v, t.view(-1)[2:])
+        if held is not None:  # the previous call's results were not overwritten
+            torch.testing.assert_close(held[0], held[1])
+        held = (t, torch.tanh(x).clone())
+    assert runner.records == 1 and runner.replays == 3
+
+
+def test_outputs_sharing_memory_no_output_holds_stop_recording(device):
+    @Traced
+    def views(x):
+        e = torch.exp(x)
+        return (e.view(-1)[1:], e.t())
+
+    runner = CudaGraphRunner(views, name="views")
+    for _ in range(3):
+        x = torch.randn(2, 3, device=device)
+        a, b = runner(x)
+        torch.testing.assert_close(a, torch.exp(x).view(-1)[1:])
+        torch.testing.assert_close(b, torch.exp(x).t())
+    assert runner.records == 0
+    assert runner.stopped == ("@views: recording failed (Unrecordable: outputs [0, 1] share "
+                              "memory that no one of them holds whole); running without CUDA "
+                              "graphs")
+
+
 def test_a_failed_capture_stops_recording_and_keeps_results_right(device):
     @Traced
     def syncs(x):
