@@ -15,63 +15,79 @@ from torchloom.ir.graph import Graph
 class GraphSnapshot:
     """The recorded state of a graph (and of its regions). ``restore()`` puts it back.
 
-    Records go into three flat lists (a count followed by the items for every list
-    slot) so that taking a snapshot allocates no per-node container: that keeps it linear
-    in the graph's size instead of waking Python's cyclic garbage collector every few
-    hundred nodes.
+    Per graph, one tuple; per node and per value, records appended to one flat list (a
+    count followed by the items for every list slot), so that taking a snapshot allocates
+    no per-node container. That keeps it linear in the graph's size instead of waking
+    Python's cyclic garbage collector every few hundred nodes.
     """
 
-    __slots__ = ("_graphs", "_nodes", "_values")
+    __slots__ = ("_graphs", "_records")
 
     def __init__(self, graph: Graph):
-        self._graphs: list = []
-        self._nodes: list = []
-        self._values: list = []
+        self._graphs: list[tuple] = []
+        self._records: list = []
         self._record(graph)
 
     def _record(self, graph: Graph) -> None:
-        self._graphs.append((graph, list(graph.inputs), list(graph.outputs), graph.first,
-                             graph.last, graph._len, set(graph._names), graph._counter,
-                             graph.owner, graph.name, dict(graph.subgraphs), graph.parent))
-        nodes, values = self._nodes, self._values
+        # Only what a pass could change and the order cannot tell: a node's ``prev``,
+        # ``next`` and ``graph`` follow from the order of the records, a value's
+        # ``producer``, ``index`` and ``graph`` from its place in its node's record.
+        rec = self._records
+        start, count, regions = len(rec), 0, []
         for v in graph.inputs:
-            values += (v, v.name, v.type, v.producer, v.index, v.graph, len(v.uses))
-            values += v.uses
+            rec += (v, v.name, v.type, len(v.uses))
+            rec += v.uses
         for n in graph.nodes:
             meta = n.meta
-            nodes += (n, n.op, n.attrs, n.region, n.graph, n.prev, n.next,
-                      dict(meta) if meta else None, len(n.inputs))
-            nodes += n.inputs
-            nodes.append(len(n.outputs))
-            nodes += n.outputs
-            for v in n.outputs:
-                values += (v, v.name, v.type, v.producer, v.index, v.graph, len(v.uses))
-                values += v.uses
+            rec += (n, n.op, n.attrs, n.region, dict(meta) if meta else None, len(n.inputs))
+            rec += n.inputs
+            outputs = n.outputs
+            rec.append(len(outputs))
+            for v in outputs:
+                rec += (v, v.name, v.type, len(v.uses))
+                rec += v.uses
             if n.region is not None:
-                self._record(n.region)
-        for sub in graph.subgraphs.values():  # shared subgraphs of a top-level graph
-            self._record(sub)
+                regions.append(n.region)
+            count += 1
+        self._graphs.append((graph, list(graph.inputs), list(graph.outputs), count,
+                             set(graph._names), graph._counter, graph.owner, graph.name,
+                             start))
+        for region in regions:
+            self._record(region)
 
     def restore(self) -> None:
         """Write every recorded slot back (copies, so the snapshot can be restored again)."""
-        for (g, inputs, outputs, first, last, length, names, counter, owner,
-             name, subgraphs, parent) in self._graphs:
-            g.inputs, g.outputs, g.first, g.last = list(inputs), list(outputs), first, last
-            g._len, g._names, g._counter = length, set(names), counter
-            g.owner, g.name, g._positions_valid = owner, name, False
-            g.subgraphs, g.parent = dict(subgraphs), parent
-        nodes, i = self._nodes, 0
-        while i < len(nodes):
-            n, n.op, n.attrs, n.region, n.graph, n.prev, n.next, meta, k = nodes[i:i + 9]
-            n.meta = dict(meta) if meta else {}
-            i += 9
-            n.inputs = nodes[i:i + k]
-            i += k
-            k = nodes[i]
-            n.outputs = nodes[i + 1:i + 1 + k]
-            i += 1 + k
-        values, i = self._values, 0
-        while i < len(values):
-            v, v.name, v.type, v.producer, v.index, v.graph, k = values[i:i + 7]
-            v.uses = values[i + 7:i + 7 + k]
-            i += 7 + k
+        rec = self._records
+        for g, inputs, outputs, count, names, counter, owner, name, i in self._graphs:
+            g.inputs, g.outputs, g._len, g._names = list(inputs), list(outputs), count, set(names)
+            g._counter, g.owner, g.name, g._positions_valid = counter, owner, name, False
+            for _ in inputs:
+                i = self._restore_value(i, None, 0, g)
+            prev = None
+            for _ in range(count):
+                n, n.op, n.attrs, n.region, meta, k = rec[i:i + 6]
+                n.meta = dict(meta) if meta else {}
+                n.inputs = rec[i + 6:i + 6 + k]
+                i += 6 + k
+                k, i = rec[i], i + 1
+                n.outputs = []
+                for index in range(k):
+                    n.outputs.append(rec[i])
+                    i = self._restore_value(i, n, index, g)
+                n.graph, n.prev = g, prev
+                if prev is None:
+                    g.first = n
+                else:
+                    prev.next = n
+                prev = n
+            if prev is None:
+                g.first = None
+            else:
+                prev.next = None
+            g.last = prev
+
+    def _restore_value(self, i: int, producer, index: int, graph: Graph) -> int:
+        v, v.name, v.type, k = self._records[i:i + 4]
+        v.producer, v.index, v.graph = producer, index, graph
+        v.uses = self._records[i + 4:i + 4 + k]
+        return i + 4 + k

@@ -1,0 +1,115 @@
+"""Pass-manager overhead per no-op pass, and verify(), on 10k- and 50k-node graphs.
+
+Gate: both are linear in graph size, i.e. time(50k) / time(10k) <= 6 (5 is exact
+linearity). Sizes are timed in interleaved rounds and the minimum of each is kept, so
+that a busy machine slows both alike. The 10k time is the mean over five different 10k
+graphs visited in turn: 50k nodes of live objects, like the 50k graph, so that both sizes
+run in the same CPU-cache regime and the ratio measures the algorithm (a quadratic
+step shows up as 25x), not the point where one graph stops fitting in the cache.
+The pass manager takes a rollback snapshot before every pass; that snapshot is what the
+no-op pass measures.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import attrs
+import pytest
+import torch
+
+from torchloom.ir.graph import Graph
+from torchloom.ir.types import TensorType
+from torchloom.ir.verify import verify
+from torchloom.passes.base import Pass, PassContext, PassResult
+from torchloom.passes.manager import PassManager
+from torchloom.passes.pipeline import PassStep, Pipeline
+from torchloom.plugins.loader import load_plugins
+
+SMALL, LARGE = 10_000, 50_000
+NOOP_PASSES = 5
+MAX_RATIO = 6.0
+
+
+@attrs.frozen
+class NoOp(Pass):
+    """Looks at nothing, changes nothing: what remains is the manager's own cost."""
+
+    name: ClassVar[str] = "bench.noop"
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        return PassResult(False)
+
+
+def make_graph(n: int) -> Graph:
+    """``n`` pointwise nodes in a chain; every third also reads a value a few nodes back,
+    every seventh reads its input twice (bounded fan-out, like real aten graphs)."""
+    t = TensorType.make((16, 16), torch.float32, "cpu")
+    g = Graph(f"chain{n}")
+    v = older = g.add_input(t, "x")
+    for i in range(n):
+        if i % 3 == 0:
+            node = g.create("aten.add.Tensor", [v, older], [t])
+            older = v
+        elif i % 7 == 0:
+            node = g.create("aten.mul.Tensor", [v, v], [t])
+        else:
+            node = g.create("aten.exp.default", [v], [t])
+        v = node.output
+    g.set_outputs([v])
+    return g
+
+
+@pytest.fixture(scope="module")
+def setup():
+    plugins = load_plugins(entry_points=[])
+    graphs = {LARGE: [make_graph(LARGE)],
+              SMALL: [make_graph(SMALL) for _ in range(LARGE // SMALL)]}
+    pipeline = Pipeline("noop", "<bench>", "", steps=tuple(
+        PassStep(NoOp(), i + 1, "bench", "0") for i in range(NOOP_PASSES)), verify="off")
+    return plugins, graphs, pipeline
+
+
+def interleaved_min(fn, graphs: dict[int, list[Graph]], rounds: int = 5) -> dict[int, float]:
+    """Per size, the minimum over rounds of the mean time of ``fn(graph)`` over its graphs."""
+    best = {n: float("inf") for n in graphs}
+    for _ in range(rounds):
+        for n, gs in graphs.items():
+            t0 = time.perf_counter()
+            for g in gs:
+                fn(g)
+            best[n] = min(best[n], (time.perf_counter() - t0) / len(gs))
+    return best
+
+
+def test_pass_manager_overhead_per_noop_pass_is_linear(benchmark, setup):
+    plugins, graphs, pipeline = setup
+
+    def run(graph):
+        ctx = PassContext(registry=plugins.registry)
+        report = PassManager(pipeline, plugins).run(graph, ctx)
+        assert len(report.records) == NOOP_PASSES and not any(r.changed for r in report.records)
+
+    benchmark.pedantic(run, args=(graphs[SMALL][0],), rounds=3, iterations=1)
+    best = interleaved_min(run, graphs)
+    per_pass = {n: best[n] / NOOP_PASSES for n in best}
+    ratio = per_pass[LARGE] / per_pass[SMALL]
+    benchmark.extra_info.update(per_pass_ms_10k=per_pass[SMALL] * 1e3,
+                                per_pass_ms_50k=per_pass[LARGE] * 1e3, ratio_50k_10k=ratio)
+    assert ratio <= MAX_RATIO, (f"pass-manager overhead is not linear: {per_pass[SMALL]*1e3:.2f}"
+                                f" ms per pass on 10k nodes, {per_pass[LARGE]*1e3:.2f} on 50k")
+
+
+def test_verify_is_linear(benchmark, setup):
+    plugins, graphs, _ = setup
+    for g in graphs[LARGE]:  # warm the type-inference memo: measure the steady state
+        verify(g, plugins.registry)
+    benchmark.pedantic(verify, args=(graphs[SMALL][0], plugins.registry), rounds=3,
+                       iterations=1)
+    best = interleaved_min(lambda g: verify(g, plugins.registry), graphs)
+    ratio = best[LARGE] / best[SMALL]
+    benchmark.extra_info.update(verify_ms_10k=best[SMALL] * 1e3,
+                                verify_ms_50k=best[LARGE] * 1e3, ratio_50k_10k=ratio)
+    assert ratio <= MAX_RATIO, (f"verify() is not linear: {best[SMALL]*1e3:.1f} ms on 10k "
+                                f"nodes, {best[LARGE]*1e3:.1f} ms on 50k")
