@@ -345,11 +345,12 @@ def _reduction_configs(rows: int, rnumel: int, looped: bool,
     for xblock in (1, 2, 4, 8, 16, 32, 64):
         if xblock * rblock > 8192 or xblock > next_pow2(max(rows, 1)):
             continue
-        warps = 8 if xblock * rblock >= 2048 else 4
-        configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
-    # the default: a few rows per program for short rows, one row per program for long ones
-    configs.sort(key=lambda c: abs(c["XBLOCK"] * rblock - 2048))
-    return configs or [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8}]
+        size = xblock * rblock
+        for warps in ((8, 16) if size >= 4096 else (4, 8) if size >= 1024 else (4,)):
+            configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
+    # the default first: about 2048 elements per program (a few short rows, or one long one)
+    configs.sort(key=lambda c: (abs(c["XBLOCK"] * rblock - 2048), c["num_warps"]))
+    return configs[:4] or [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8}]
 
 
 def _named_args(opdef, node: Node) -> dict[str, Any]:
