@@ -5,6 +5,7 @@ checked by the pipeline reader."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -156,3 +157,14 @@ def test_runner_called_with_cpu_tensors_runs_the_plain_path_and_logs_once(caplog
     assert runner.reasons == ["@g was called with an argument that is not a CUDA tensor"]
     assert notes == ["cudagraphs: @g was called with an argument that is not a CUDA tensor"]
     assert len([r for r in caplog.records if r.name == "torchloom.cudagraphs"]) == 1
+
+
+def test_explain_shows_the_skip_reason(tmp_path):
+    from torchloom.explain import explain, format_explain
+    workload = Path(__file__).resolve().parents[2] / "examples" / "mlp.py"
+    result = explain(workload, pipeline=_pipeline(tmp_path))
+    assert result.data["max_abs_error"] <= 1e-5
+    skips = [n for n in result.data["notes"] if n.startswith("cudagraphs:")]
+    assert len(skips) == 2  # the forward and the backward graph, each once
+    assert all("runs without CUDA graphs: graph input" in n and "is on cpu" in n for n in skips)
+    assert f"note: {skips[0]}" in format_explain(result)
