@@ -175,10 +175,24 @@ def test_attribute_without_text_form_is_unsupported_not_a_crash():
         import_fx(gm, [x])
 
 
-def test_unexpected_import_failure_is_wrapped_as_unsupported():
+def test_arguments_the_schema_does_not_have_are_unsupported():
     x = torch.randn(3)
     gm = make_fx(lambda x: torch.ops.aten.add.Tensor(x, x))(x)
     node = next(n for n in gm.graph.nodes if n.op == "call_function")
-    node.args = (node.args[0], node.args[1], 1, 2, 3)  # more args than the schema has
-    with pytest.raises(UnsupportedError, match="cannot import FX node add"):
+    node.args = (node.args[0], node.args[1], 1, 2, 3)
+    with pytest.raises(UnsupportedError, match="add: 5 arguments, the schema has 3"):
+        import_fx(gm, [x])
+    node.args, node.kwargs = node.args[:2], {"bogus": 1}  # was silently dropped
+    with pytest.raises(UnsupportedError, match="add: unknown argument.s. bogus"):
+        import_fx(gm, [x])
+
+
+def test_unexpected_import_failure_is_wrapped_as_unsupported():
+    x = torch.randn(3)
+    gm = make_fx(lambda x: torch.ops.aten.add.Tensor(x, x))(x)
+    stranger = make_fx(lambda x: x * 2)(x)
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    foreign = next(n for n in stranger.graph.nodes if n.op == "placeholder")
+    node.args = (node.args[0], foreign)  # a node of another graph: a KeyError inside import
+    with pytest.raises(UnsupportedError, match="cannot import FX node add .*KeyError"):
         import_fx(gm, [x])

@@ -172,3 +172,12 @@ graph @g(%x: f32[4]) {
     # fresh names in the clone do not collide with the copied ones
     new = c.create("aten.neg.default", [c.inputs[0]], [T], names=["y"])
     assert new.output.name != "y"
+
+
+def test_name_hints_become_names_the_parser_reads_back():
+    g = Graph("g")
+    x = g.add_input(T, "größe")  # non-ASCII letters are not in the text form's names
+    y = g.create("aten.neg.default", [x], [T], names=["a.b-c"]).output
+    g.set_outputs([y])
+    assert x.name == "gr__e" and y.name == "a_b_c"
+    assert print_graph(parse_graph(print_graph(g))) == print_graph(g)

@@ -286,3 +286,25 @@ def test_register_rejects_duplicates_and_replace_allows():
     assert registry.category("my.op") == R
     with pytest.raises(ValueError):
         OpDef("my.other", "elementwise")
+
+
+def test_public_binding_is_used_only_where_it_reaches_the_same_overload(registry):
+    g = parse_graph("""\
+graph @g(%x: f32[2, 2], %w: f32[2, 2]) {
+  %m = aten.mm.default(%x, %w) : f32[2, 2]
+  %v = aten.view.default(%m) {size = [4]} : f32[4]
+  %s = aten.add.Scalar(%v) {other = 2} : f32[4]
+  %t = aten.add.Tensor(%v, %s) {alpha = 3} : f32[4]
+  return %t
+}
+""")
+    mm, view, add_scalar, add_tensor = list(g.nodes)
+    assert registry.get(mm.op).callable_for(mm) is torch._C._VariableFunctions.mm
+    assert registry.get(view.op).callable_for(view) is torch._C.TensorBase.view
+    # torch.add(x, 2) would dispatch to add.Tensor: the boxed overload is kept
+    assert registry.get(add_scalar.op).callable_for(add_scalar) is registry.get(add_scalar.op).fn
+    assert registry.get(add_tensor.op).callable_for(add_tensor) is torch._C._VariableFunctions.add
+    x, w = torch.randn(2, 2), torch.randn(2, 2)
+    (got,) = build_function(g, registry).fn(x, w)
+    v = (x @ w).view(4)
+    torch.testing.assert_close(got, v + 3 * (v + 2))

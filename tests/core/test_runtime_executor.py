@@ -36,16 +36,36 @@ def eager_chain(x, y):
     return a.exp().sum(-1), a, x, a
 
 
-def test_plan_calls_prebound_callables_and_frees_dead_values(registry):
+def test_plan_calls_prebound_callables_and_reuses_dead_locals(registry):
     g = parse_graph(CHAIN)
     plan = build_function(g, registry)
     assert "aten" not in plan.source and "registry" not in plan.source  # no lookups per call
-    assert "v_b = None" in plan.source  # %b dies after the sum
+    # %b dies at the sum, whose result takes its local: no extra statement frees it
+    assert "    t1 = f1(t0)\n    t1 = f2(t1, [-1], False)\n" in plan.source
+    assert "= None" not in plan.source
     x, y = torch.randn(4, 8), torch.randn(8)
     got = plan.fn(x, y)
     for a, b in zip(got, eager_chain(x, y)):
         torch.testing.assert_close(a, b)
     assert got[2] is x and got[1] is got[3]
+
+
+def test_values_dying_without_a_successor_are_dropped(registry):
+    g = parse_graph("""\
+graph @g(%x: f32[3]) {
+  %a = aten.exp.default(%x) : f32[3]
+  %b, %c = aten.split.Tensor(%a) {split_size = 2} : f32[2], f32[1]
+  %d = aten.sum.default(%x) : f32[]
+  aten._assert_async.msg(%d) {assert_msg = "nonzero"} : ()
+  %e = aten.sin.default(%b) : f32[2]
+  return %e
+}
+""")
+    plan = build_function(g, registry)
+    assert "    t0, t1 = f1(t0, 2)\n    t1 = None\n" in plan.source  # unused %c dropped at once
+    assert "    f3(t1, 'nonzero')\n    t1 = None\n" in plan.source  # %d's last reader has no output
+    x = torch.rand(3) + 0.5
+    torch.testing.assert_close(plan.fn(x)[0], x.exp()[:2].sin())
 
 
 def test_zero_outputs_nonfinite_constants_and_dtype_attributes(registry):

@@ -54,6 +54,7 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = N
     graph = Graph(name)
     env: dict[torch.fx.Node, Any] = {}  # fx node -> Value, or tuple of Values (multi-output)
     constants: list[Any] = []
+    infos: dict[Any, _OpInfo] = {}  # call target -> what importing needs of it
     symbolic = False
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, n in enumerate(placeholders):
@@ -82,7 +83,7 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = N
         val = n.meta.get("val")
         symbolic |= _is_symbolic(None, val)
         try:
-            env[n] = _import_call(graph, n, env, val)
+            env[n] = _import_call(graph, n, env, val, infos)
         except UnsupportedError:
             raise
         except Exception as exc:  # never a crash of the user's program: the caller falls back
@@ -119,15 +120,45 @@ def _output_value(graph: Graph, a, env) -> Value:
 def _is_symbolic(t: Type | None, val) -> bool:
     if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return True
-    if isinstance(val, torch.Tensor):
-        t = TensorType.of(val) if t is None else t
+    if isinstance(val, torch.Tensor) and t is None:  # cheaper than building the type
+        return not (all(type(d) is int for d in val.shape)
+                    and all(type(s) is int for s in val.stride()))
     if isinstance(val, (list, tuple)):
         return any(_is_symbolic(None, x) for x in val)
     return isinstance(t, TensorType) and not t.is_static
 
 
-def _import_call(graph: Graph, n: torch.fx.Node, env, val):
-    op_name = callable_name(n.target)
+@attrs.frozen
+class _Arg:
+    name: str
+    has_default: bool
+    default: Any
+
+
+@attrs.frozen
+class _OpInfo:
+    """What importing needs of one call target, computed once per target and import."""
+
+    name: str
+    args: tuple[_Arg, ...] | None  # None: no schema (a plain Python callable)
+    returns: int = 1
+
+    @classmethod
+    def of(cls, target) -> "_OpInfo":
+        schema = getattr(target, "_schema", None)
+        if schema is None:
+            return cls(callable_name(target), None)
+        args = tuple(_Arg(a.name, a.has_default_value(),
+                          _plain(a.default_value) if a.has_default_value() else None)
+                     for a in schema.arguments)
+        return cls(callable_name(target), args, len(schema.returns))
+
+
+def _import_call(graph: Graph, n: torch.fx.Node, env, val, infos: dict):
+    info = infos.get(n.target)
+    if info is None:
+        info = infos[n.target] = _OpInfo.of(n.target)
+    op_name = info.name
     inputs: list[Value] = []
 
     def convert(a):
@@ -141,9 +172,8 @@ def _import_call(graph: Graph, n: torch.fx.Node, env, val):
             return tuple(convert(x) for x in a)
         return a
 
-    schema = getattr(n.target, "_schema", None)
     attrs_: dict[str, Any] = {}
-    if schema is None:
+    if info.args is None:
         args = tuple(convert(a) for a in n.args)
         kwargs = tuple((k, convert(v)) for k, v in n.kwargs.items())
         if kwargs or any(not isinstance(a, InputRef) for a in args) or \
@@ -152,16 +182,18 @@ def _import_call(graph: Graph, n: torch.fx.Node, env, val):
             if kwargs:
                 attrs_["kwargs"] = kwargs
     else:
-        attrs_ = _schema_attrs(schema, n, convert)
+        attrs_ = _schema_attrs(info.args, n, convert)
     if isinstance(val, (list, tuple)):
         out_types = [type_of(x) for x in val]
         hints = [f"{n.name}_{i}" for i in range(len(val))]
-    elif val is None and schema is not None and len(schema.returns) == 0:
+    elif val is None and info.args is not None and info.returns == 0:
         out_types, hints = [], []
     else:
         out_types = [type_of(val) if val is not None else ScalarType("any")]
         hints = [n.name]
     for key, value in attrs_.items():
+        if value is None or type(value) in _PLAIN_ATTR_TYPES:
+            continue
         try:
             format_attr(value)
         except TypeError:
@@ -173,33 +205,38 @@ def _import_call(graph: Graph, n: torch.fx.Node, env, val):
     return node.outputs[0] if node.outputs else None
 
 
-def _schema_attrs(schema, n: torch.fx.Node, convert) -> dict[str, Any]:
+def _schema_attrs(args: tuple[_Arg, ...], n: torch.fx.Node, convert) -> dict[str, Any]:
     """Attributes for schema arguments given as constants or lists; plain tensor
     arguments become inputs. Absent arguments before the last input get their defaults
     written out, so that inputs fill absent arguments unambiguously."""
-    given: dict[str, Any] = {}
-    args = schema.arguments
-    for i, a in enumerate(n.args):
-        given[args[i].name] = a
-    given.update(n.kwargs)
+    if len(n.args) > len(args):
+        raise UnsupportedError(f"{n.name}: {len(n.args)} arguments, the schema has {len(args)}")
+    given: dict[str, Any] = {args[i].name: a for i, a in enumerate(n.args)}
+    if n.kwargs:
+        unknown = set(n.kwargs) - {a.name for a in args}
+        if unknown:
+            raise UnsupportedError(f"{n.name}: unknown argument(s) {', '.join(sorted(unknown))}")
+        given.update(n.kwargs)
     attrs_: dict[str, Any] = {}
-    input_positions = []
+    last_input = -1
     for pos, arg in enumerate(args):
         if arg.name not in given:
             continue
         a = given[arg.name]
         if isinstance(a, torch.fx.Node):
             convert(a)
-            input_positions.append(pos)
+            last_input = pos
         else:
             attrs_[arg.name] = convert(a)
-    last_input = input_positions[-1] if input_positions else -1
-    for pos, arg in enumerate(args[:last_input]):
+    for arg in args[:last_input]:
         if arg.name not in given:
-            if not arg.has_default_value():
+            if not arg.has_default:
                 raise UnsupportedError(f"{n.name}: argument {arg.name} missing")
-            attrs_[arg.name] = _plain(arg.default_value)
+            attrs_[arg.name] = arg.default
     return attrs_
+
+
+_PLAIN_ATTR_TYPES = (int, float, bool, str, InputRef)
 
 
 def _plain(v):

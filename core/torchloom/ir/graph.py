@@ -7,6 +7,7 @@ ordering question is asked.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -390,9 +391,15 @@ def clone_graph(graph: Graph, name: str | None = None) -> tuple[Graph, dict[Valu
     return g, mapping
 
 
+_NAME = re.compile(r"[A-Za-z0-9_]+\Z")
+_NOT_NAME_CHAR = re.compile(r"[^A-Za-z0-9_]")
+
+
 def _sanitize(hint: str) -> str:
-    out = "".join(c if c.isalnum() or c == "_" else "_" for c in hint)
-    return out or "v"
+    """An ASCII name the text form can read back (``%[A-Za-z0-9_]+``)."""
+    if _NAME.match(hint):
+        return hint
+    return _NOT_NAME_CHAR.sub("_", hint) or "v"
 
 
 def node_error(node: Node, message: str) -> VerifyError:

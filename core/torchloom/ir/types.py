@@ -27,13 +27,14 @@ SCALAR_KINDS = ("int", "float", "bool", "str", "none", "any")
 
 def contiguous_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
     """Row-major strides of ``shape``, or None when a dim is not a known int."""
-    if not all(isinstance(d, int) for d in shape):
-        return None
     strides, acc = [], 1
     for d in reversed(shape):
+        if not isinstance(d, int):
+            return None
         strides.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(strides))
+        acc *= d if d > 1 else 1
+    strides.reverse()
+    return tuple(strides)
 
 
 def _dims(value) -> tuple[Dim, ...]:
@@ -64,8 +65,16 @@ class TensorType:
     @classmethod
     def of(cls, t: torch.Tensor) -> "TensorType":
         """The type of a real or fake tensor; symbolic sizes become symbol names."""
-        return cls.make([_dim_of(d) for d in t.shape], t.dtype, t.device,
-                        [_dim_of(s) for s in t.stride()])
+        shape, strides = tuple(t.shape), t.stride()
+        if all(type(d) is int for d in shape) and all(type(s) is int for s in strides):
+            # fast path (FX import calls this for every node): static sizes
+            if strides == contiguous_strides(shape) or _size1_equivalent(shape, strides):
+                strides = None
+            device = t.device
+            return cls(shape, DTYPE_NAMES[t.dtype],
+                       "cpu" if device.type == "cpu" else str(device), strides)
+        return cls.make([_dim_of(d) for d in shape], t.dtype, t.device,
+                        [_dim_of(s) for s in strides])
 
     @property
     def rank(self) -> int:

@@ -101,7 +101,8 @@ def opdef_for_overload(name: str, op: torch._ops.OpOverload) -> OpDef:
         aliases = {-1 if _returns_list(schema) else 0: schema.arguments[0].name}
     fn = getattr(op, "_op", op)  # the C++ entry point: no Python frame per call
     opdef = OpDef(name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
-                  returns_sequence=len(schema.returns) != 1 or _returns_list(schema))
+                  returns_sequence=len(schema.returns) != 1 or _returns_list(schema),
+                  public_fn=_public_binding(op))
     if name in _EMPTY_STATS_ON_CPU:
         opdef = attrs.evolve(opdef, infer=functools.partial(_batch_norm_eval_infer, opdef,
                                                             _EMPTY_STATS_ON_CPU[name]))
@@ -123,6 +124,21 @@ def _batch_norm_eval_infer(opdef: OpDef, training_attr: str | None, node):
     if training_attr is not None and node.attrs.get(training_attr) is not False:
         return types
     return [types[0]] + [t.with_(shape=(0,), strides=None) for t in types[1:]]
+
+
+def _public_binding(op: torch._ops.OpOverload):
+    """torch's generated Python binding of an aten op (``torch.mm``, ``Tensor.view``), if any.
+
+    It is faster to call than the boxed ``OpOverload``; ``OpDef.callable_for`` checks per
+    node that it resolves to the same overload."""
+    if op.namespace != "aten":
+        return None
+    packet = op._schema.name.split("::")[-1]
+    for holder in (torch._C._VariableFunctions, torch._C.TensorBase):
+        fn = getattr(holder, packet, None)
+        if fn is not None:
+            return fn
+    return None
 
 
 def _returns_list(schema) -> bool:

@@ -43,6 +43,9 @@ class OpDef:
     traits: frozenset[str] = frozenset()
     #: cache of meta-tensor inference, owned by this definition (not module-global)
     _memo: dict = attrs.field(factory=dict, eq=False, repr=False)
+    #: torch's Python binding of the same op (``torch.mm`` for ``aten.mm.default``): it
+    #: skips the boxed call of ``fn``; used where :meth:`callable_for` proves it equivalent
+    public_fn: Callable | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def is_view(self) -> bool:
@@ -68,6 +71,24 @@ class OpDef:
             return None
         found = _input_indices(self, node, {name})
         return found[0] if found else None
+
+    def callable_for(self, node: Node) -> Callable | None:
+        """The fastest callable that runs exactly this op for ``node``'s call.
+
+        ``public_fn`` parses its arguments and picks an overload by their types; it is used
+        only when, called on meta tensors with the node's arguments, it reaches exactly
+        this overload (checked once per input types and attributes)."""
+        if self.public_fn is None:
+            return self.fn
+        try:
+            key = ("callable", tuple(v.type for v in node.inputs), _hashable(node.attrs))
+            hash(key)
+        except TypeError:
+            return self.fn
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = (self.public_fn if _reaches(self, node) else self.fn,)
+        return found[0]
 
     def infer_types(self, node: Node) -> list[Type] | None:
         if self.infer is not None:
@@ -192,6 +213,28 @@ def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
     if key is not None:
         op._memo[key] = types
     return types
+
+
+def _reaches(op: OpDef, node: Node) -> bool:
+    """Whether ``op.public_fn`` with this node's arguments dispatches to ``op`` itself first."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    try:
+        metas = [_meta(v.type) if isinstance(v.type, TensorType) else _scalar_example(v.type)
+                 for v in node.inputs]
+        args, kwargs = op.bind(metas, _meta_attrs(node.attrs))
+        with torch.no_grad(), Record():
+            op.public_fn(*args, **kwargs)
+    except Exception:  # symbolic types, no meta kernel, a binding that rejects the call
+        return False
+    return bool(seen) and seen[0] in (op.name, op.name + ".default")
 
 
 def _scalar_example(t: Type):

@@ -61,13 +61,26 @@ def build_function(graph: Graph, registry: OpRegistry,
             lines.append(f"    if {expr}:")
             lines.append(f"        return _fallback(({', '.join(params)}{',' if params else ''}), {i})")
     last_use = _last_uses(graph)
+    # Locals are reused like registers: an output takes the name of an input that dies at
+    # its node (as ``x = torch.mm(x, w)`` does), so dead values cost no extra statement.
+    free: list[str] = []
+    count = 0
     for idx, node in enumerate(graph.nodes):
+        dying = last_use.get(idx, ())
+        reusable = [names[v] for v in dying if v.producer is not node]
         for v in node.outputs:
-            names[v] = f"v_{v.name}"
+            if reusable:
+                names[v] = reusable.pop()
+            elif free:
+                names[v] = free.pop()
+            else:
+                names[v] = f"t{count}"
+                count += 1
         lines.append("    " + _statement(node, idx, names, env, registry, kernel_for))
-        dead = [names[v] for v in last_use.get(idx, ())]
-        if dead:
+        dead = reusable + [names[v] for v in dying if v.producer is node]
+        if dead:  # not taken over by an output: drop the reference now
             lines.append("    " + " = ".join(dead) + " = None")
+            free.extend(dead)
     outs = ", ".join(names[v] for v in graph.outputs)
     lines.append(f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})")
     source = "\n".join([header, *lines]) + "\n"
@@ -114,7 +127,7 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
         opdef = registry.get(node.op)
         if opdef.fn is None:
             raise TypeError(f"op {node.op} has no callable; it must be lowered by a pass")
-        env[fname] = opdef.fn
+        env[fname] = opdef.callable_for(node)
         args, kwargs = opdef.call_template(node)
         parts = [_literal(a, names, node, env, idx) for a in args]
         parts += [f"{k}={_literal(v, names, node, env, idx)}" for k, v in kwargs.items()]

@@ -20,8 +20,8 @@ def guard_expressions(inputs: Sequence[Value], env: dict[str, Any]):
             continue
         env[f"g_dtype{i}"] = DTYPES[t.dtype]
         env[f"g_dev{i}"] = torch.device(t.device)
-        checks = [f"a{i}.shape != {tuple(t.shape)!r}", f"a{i}.dtype is not g_dtype{i}",
-                  f"a{i}.device != g_dev{i}"]
+        device = (f"not a{i}.is_cpu" if t.device == "cpu" else f"a{i}.device != g_dev{i}")
+        checks = [f"a{i}.shape != {tuple(t.shape)!r}", f"a{i}.dtype is not g_dtype{i}", device]
         if t.strides is None:
             checks.append(f"not a{i}.is_contiguous()")
         else:
