@@ -35,14 +35,20 @@ log = logging.getLogger("torchloom.cudagraphs")
 Signature = tuple
 
 
+def layout_key(args: tuple) -> Signature:
+    """Shape, strides, dtype and device index of every argument (AttributeError when one
+    is not a tensor). CPU tensors have device index -1, so their layouts never match a
+    recording's."""
+    return tuple([(a.shape, a.stride(), a.dtype, a.get_device()) for a in args])
+
+
+def all_cuda(args: tuple) -> bool:
+    return all(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+
+
 def signature(args: tuple) -> Signature | None:
     """The layout key of ``args``, or None when one is not a CUDA tensor."""
-    key = []
-    for a in args:
-        if not isinstance(a, torch.Tensor) or not a.is_cuda:
-            return None
-        key.append((a.shape, a.stride(), a.dtype, a.get_device()))
-    return tuple(key)
+    return layout_key(args) if all_cuda(args) else None
 
 
 def has_internal_overlap(t: torch.Tensor) -> bool:
@@ -113,7 +119,10 @@ class CudaGraphRunner:
         self.plain_calls = 0
 
     def __call__(self, *args):
-        rec = self._recordings.get(signature(args))
+        try:
+            rec = self._recordings.get(layout_key(args))
+        except AttributeError:  # not a tensor
+            rec = None
         if rec is not None and rec.graph is not None:
             for i, ptr in zip(rec.static, rec.static_ptrs):
                 if args[i].data_ptr() != ptr:
@@ -129,7 +138,7 @@ class CudaGraphRunner:
         rec.graph.replay()
         self.replays += 1
         if rec.mode == _CLONE:
-            return tuple(o.clone() for o in rec.outputs)
+            return tuple([o.clone() for o in rec.outputs])
         if rec.mode == _KEEP:
             return rec.outputs
         return _results(rec, args)
