@@ -48,16 +48,18 @@ def body(node: Node) -> Graph | None:
 def walk(graph: Graph) -> Iterator[Node]:
     """Every node ``graph`` runs, inside regions and called shared subgraphs too (each
     subgraph once)."""
-    seen: set[str] = set()
+    seen: set[int] = set()
 
     def visit(g: Graph) -> Iterator[Node]:
         for node in g.nodes:
             yield node
             inner = body(node)
-            if inner is None or inner.name in seen:
+            if inner is None:
                 continue
             if node.op == CALL_SUBGRAPH:  # a shared body is looked at once
-                seen.add(inner.name)
+                if id(inner) in seen:
+                    continue
+                seen.add(id(inner))
             yield from visit(inner)
 
     return visit(graph)
