@@ -59,7 +59,7 @@ class Emitter:
 
     def fresh(self, hint: str) -> str:
         self._count += 1
-        return f"{hint}{self._count}"
+        return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
 
     def emit(self, text: str, dtype: str, hint: str = "t", rdep: bool | None = None) -> Expr:
         """Bind ``text`` to a name (reusing an earlier identical statement in scope)."""

@@ -177,7 +177,7 @@ class KernelWriter:
         offset = address(coords, t.actual_strides(), t.shape, self.known)
         rdep = self.em.depends_on_r(offset)
         if not rdep and not self.em.depends_on_x(offset):  # one element for every lane
-            text = f"tl.load(in_{v.name} + {offset})"
+            text = f"tl.load(in_{v.name} + {offset} + 0 * xindex)"
         else:
             mask = "xmask & rmask" if rdep else "xmask"
             text = f"tl.load(in_{v.name} + ({offset}), {mask}, other=0)"
