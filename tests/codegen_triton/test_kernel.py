@@ -103,6 +103,11 @@ CASES = {
             %e = aten.threshold_backward.default(%g, %x) {threshold = 0} : f32[40]""",
                    "%a: f32[40], %b: f32[40], %c: f32[40], %d: f32[40], %e: f32[40]"),
         lambda: (randn(40), randn(40) * 3)),
+    "scalar_arguments": (
+        group_text("%a: f32[4, 6], %s: float, %n: int", """
+            %m = aten.mul.Tensor(%a, %s) : f32[4, 6]
+            %y = aten.add.Tensor(%m, %n) : f32[4, 6]""", "%y: f32[4, 6]"),
+        lambda: (randn(4, 6), 2.5, 3)),
     "explicit_cast_rounds_as_eager": (
         group_text("%a: f32[64]", """
             %h = aten._to_copy.default(%a) {dtype = #bf16} : bf16[64]
@@ -136,6 +141,16 @@ def test_pointwise_matches_eager(check, name):
     text, inputs = CASES[name]
     got, compiled = check(text, *inputs())
     assert len(compiled.choices) == 1
+
+
+def test_scalar_arguments_are_not_baked_into_the_kernel(check):
+    """One compiled kernel serves other scalar values (they are kernel arguments)."""
+    text, inputs = CASES["scalar_arguments"]
+    a, _, _ = inputs()
+    _, compiled = check(text, a, 2.5, 3)
+    (got,) = compiled(a, -1.25, 7)
+    torch.testing.assert_close(got, a * -1.25 + 7)
+    assert "in_s" in check.codegen.generate(compiled.choices[0].node, check.registry).source
 
 
 def test_explicit_cast_is_bit_exact(check):

@@ -20,6 +20,8 @@ POINTER_TYPES = {"f64": "*fp64", "f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"
                  "i64": "*i64", "i32": "*i32", "i16": "*i16", "i8": "*i8", "u8": "*u8",
                  "b8": "*i1"}
 
+SCALAR_TYPES = {"float": "fp32", "int": "i64", "bool": "i1"}
+
 
 def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = None) -> dict:
     """Compile ``kernel`` (from ``TritonCodegen.generate``) for ``cuda:<arch>``; returns
@@ -35,11 +37,12 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
         module = import_source(path, f"torchloom_aot_{abs(hash(kernel.source))}", False)
         fn = getattr(module, meta["kernel"])
         params = list(inspect.signature(fn.fn).parameters)
-        dtypes = [d["dtype"] for d in (*meta["inputs"], *meta["outputs"])]
-        signature = {p: POINTER_TYPES[d] for p, d in zip(params, dtypes)}
+        dtypes = [d.get("dtype") or d["scalar"] for d in (*meta["inputs"], *meta["outputs"])]
+        signature = {p: POINTER_TYPES.get(d) or SCALAR_TYPES[d] for p, d in zip(params, dtypes)}
         constexprs = {k: v for k, v in config.items() if k != "num_warps"}
         signature.update({k: "constexpr" for k in constexprs})
-        attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(dtypes))}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, d in enumerate(dtypes)
+                 if d in POINTER_TYPES}
         source = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
         compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": config.get("num_warps", 4)})

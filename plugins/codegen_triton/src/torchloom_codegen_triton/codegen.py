@@ -119,10 +119,14 @@ class Launcher:
                         for o in meta["outputs"]]
         self.checks = []
         for i, d in enumerate(meta["inputs"]):
+            if "scalar" in d:
+                continue
             dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
             self.checks.append((i, dims, tuple(d["strides"][k] for k in dims),
                                 tuple(d["shape"]), tuple(d["strides"])))
         self.grid_size = meta["grid_size"]
+        # triton specialises scalar arguments (== 1, divisibility): always bind them anew
+        self.has_scalars = any("scalar" in d for d in meta["inputs"])
 
     def __call__(self, *args):
         args = list(args)
@@ -132,7 +136,8 @@ class Launcher:
                 fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype,
                                             device=args[i].device)
                 args[i] = fixed.copy_(args[i])
-        device = args[0].device if args else self.meta["device"]
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)),
+                      self.meta["device"])
         outs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
                 for shape, strides, dtype in self.outputs]
         if self.grid_size > 0:
@@ -146,7 +151,7 @@ class Launcher:
         grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
         tensors = (*args, *outs)
         fast = self._fast if config is self.config else None
-        if fast is not None and all(t.data_ptr() % 16 == 0 for t in tensors):
+        if fast is not None and _aligned(tensors):
             try:  # the compiled kernel's own launcher: no re-binding, no cache-key hashing
                 fast[grid](*tensors, *blocks.values())
                 return
@@ -157,7 +162,7 @@ class Launcher:
                 self.fn[grid](*tensors, **blocks, num_warps=config.get("num_warps", 4))
             return
         compiled = self.fn[grid](*tensors, **blocks, num_warps=config.get("num_warps", 4))
-        if config is self.config and all(t.data_ptr() % 16 == 0 for t in tensors):
+        if config is self.config and _aligned(tensors) and not self.has_scalars:
             self._fast = compiled  # specialised for 16-byte aligned pointers, as these are
 
     def _autotune(self, args, outs) -> None:
@@ -180,3 +185,7 @@ class Launcher:
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, self.tune_path)
         self.tune_path = None
+
+
+def _aligned(tensors) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torchloom.api import DTYPES, InputRef, Node, TensorType, Value, print_graph, structural_hash
+from torchloom.api import (DTYPES, InputRef, Node, ScalarType, TensorType, Value, print_graph,
+                           structural_hash)
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, broadcast,
@@ -73,6 +74,8 @@ class KernelWriter:
     def _check_region(self) -> None:
         devices = set()
         for v in self.region.inputs:
+            if isinstance(v.type, ScalarType) and v.type.kind in SCALAR_DTYPES:
+                continue  # a kernel argument
             devices.add(tensor_type(v).device)
         for n in self.region.nodes:
             known = n.op in POINTWISE or n.op in VIEWS or n.op in REDUCTIONS
@@ -127,8 +130,10 @@ class KernelWriter:
         return e
 
     def _compute(self, v: Value, coords: Coords) -> Expr:
-        t = tensor_type(v)
         node = v.producer
+        if node is None and isinstance(v.type, ScalarType):
+            return Expr(f"in_{v.name}", SCALAR_DTYPES[v.type.kind])
+        t = tensor_type(v)
         if node is None:
             return self._load(v, t, coords)
         if node.op in VIEWS:
@@ -150,8 +155,7 @@ class KernelWriter:
         if len(node.outputs) != 1:
             raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
         out = COMPUTE[t.dtype]
-        tensors = [self.value_at(i, broadcast(coords, t.shape, tensor_type(i).shape))
-                   for i in node.inputs]
+        tensors = [self.value_at(i, broadcast(coords, t.shape, _shape(i))) for i in node.inputs]
         if spec.args == "cast":
             return self.em.cast(tensors[0], t.dtype)
         if spec.args == "promote":
@@ -225,7 +229,8 @@ class KernelWriter:
         em = self.em
         wide = self.numel >= 2 ** 31 or any(
             _max_offset(tensor_type(v)) >= 2 ** 31 for v in [*self.region.inputs,
-                                                              *self.region.outputs])
+                                                              *self.region.outputs]
+            if isinstance(v.type, TensorType))
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         if self.kind == "pointwise":
             em.statement(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", False)
@@ -311,6 +316,8 @@ class KernelWriter:
 
     def metadata(self, kernel: str, form: str) -> dict[str, Any]:
         def desc(v: Value) -> dict[str, Any]:
+            if isinstance(v.type, ScalarType):
+                return {"scalar": v.type.kind}
             t = tensor_type(v)
             return {"shape": list(t.shape), "strides": list(t.actual_strides()),
                     "dtype": t.dtype}
@@ -375,6 +382,14 @@ def _promote(dtypes: list[str], attrs_) -> str:
         result = torch.float32
     name = next(k for k, v in DTYPES.items() if v == result)
     return COMPUTE[name]
+
+
+#: scalar group inputs the kernel takes as arguments -> their compute dtype
+SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
+
+
+def _shape(v: Value) -> tuple:
+    return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
 
 
 def _prod(shape) -> int:
