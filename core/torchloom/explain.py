@@ -178,6 +178,12 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
     else:
         status = (f"max abs error {error:.3g} ("
                   f"{'matches eager' if error <= 1e-4 else 'DIFFERS from eager'})")
+    dedup = d.get("dedup", {})
+    if dedup.get("regions") or dedup.get("fusion_groups", 0) > dedup.get("unique_kernels", 0):
+        lines.append(f"dedup: {dedup['fusion_groups']} fusion groups share "
+                     f"{dedup['unique_kernels']} kernels; {dedup['regions']} shared regions "
+                     f"replace {dedup['occurrences_replaced']} occurrences; about "
+                     f"{dedup['compile_ms_saved_estimate']:.0f} ms of compile time saved")
     lines.append(f"total: {d['fusion_groups']} fusion groups, {d['kernels']} kernels per call, "
                  f"{d['unique_kernels']} unique kernels; {status}")
     return "\n".join(lines)

@@ -195,3 +195,23 @@ def test_passes_after_dedup_regions_see_about_one_layer(tmp_path, stack12):
     nodes_twelve = sum(c.nodes_before for c in twelve.compilations)
     assert seen_twelve <= 2 * seen_one, (seen_one, seen_twelve)
     assert seen_twelve * 4 < nodes_twelve
+
+
+def test_explain_summary_reports_dedup(stack12):
+    from torchloom.report import summarize
+    comp, codegen = stack12
+    summary = summarize(comp.compilations, comp.registry, comp.kernel_cache)
+    dedup = summary["dedup"]
+    assert (dedup["regions"], dedup["occurrences_replaced"]) == (2, 24)  # forward, backward
+    assert dedup["fusion_groups"] == summary["fusion_groups"] > dedup["unique_kernels"]
+    assert dedup["unique_kernels"] == codegen.generated
+    assert dedup["nodes_deduplicated"] == sum(s["nodes_deduplicated"]
+                                              for s in _stats(comp, "dedup.regions"))
+    assert dedup["compile_ms_saved_estimate"] > 0
+    assert summary["kernel_cache"]["hits"] > 0
+    from torchloom.explain import ExplainResult, format_explain
+    data = {**summary, "workload": "transformer_stack.py", "pipeline": "test",
+            "backward": True, "max_abs_error": 0.0}
+    text = format_explain(ExplainResult(data, comp))
+    assert (f"dedup: {dedup['fusion_groups']} fusion groups share {dedup['unique_kernels']} "
+            f"kernels; 2 shared regions replace 24 occurrences") in text
