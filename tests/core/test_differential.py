@@ -183,3 +183,18 @@ def test_backend_string_works_without_options():
     model = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
     x = torch.randn(2, 4)
     torch.testing.assert_close(torch.compile(model, backend="torchloom")(x), model(x))
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_dropout_in_training_draws_the_same_mask_as_eager(pipeline):
+    model = lambda x: F.dropout(x.sin(), 0.3, True) * 2  # noqa: E731
+    x = torch.randn(64, 64)
+    compiled, compiler = compile_with(model, pipeline)
+    compiled(x)  # compile outside the seeded region: building a plan draws no random numbers
+    torch.manual_seed(5)
+    got = compiled(x)
+    torch.manual_seed(5)
+    want = model(x)
+    assert torch.equal(got == 0, want == 0)
+    torch.testing.assert_close(got, want)
+    assert_all_compiled(compiler, 1)
