@@ -267,3 +267,20 @@ def test_shipped_pipelines_are_selectable_by_name():
     names = [s.name for s in default.flat_steps()]
     assert names == ["canonicalize", "cse", "dce"]  # plugin passes are optional there
     assert "fusion.vertical" in default.missing_optional
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ('[[pipeline]]\nname = "x"\n', 1, "pipeline must be a table: write [pipeline]"),
+    ('pass = "cse"\n', 1, "pass must be an array of tables: write [[pass]] before each pass"),
+    ("pass = [1]\n", 1, "pass must be an array of tables"),
+    ('[pipeline]\ncodegen = "eager"\nname = 3\n', 3, "[pipeline] name must be a string, got 3"),
+    ('[plugins]\ndisable = "fake"\n', 2, "[plugins] disable must be a list of plugin or "
+                                         "distribution names, got 'fake'"),
+    ('[[pass]]\nname = "cse"\n\n[[pass]]\nname = "dce"\noptional = "yes"\n', 6,
+     "optional must be true or false, got 'yes'"),
+])
+def test_wrongly_shaped_entries_are_errors_not_crashes(tmp_path, fake_plugins, capsys, text,
+                                                       line, message):
+    path = tmp_path / "shape.toml"
+    path.write_text(text)
+    assert_user_error(str(path), fake_plugins, capsys, f"{path}:{line}: {message}")

@@ -149,7 +149,39 @@ def parse_raw(text: str, source: str) -> RawPipeline:
         where = f"{source}:{m.group(1)}:{m.group(2)}" if m else source
         reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise PipelineError(f"{where}: malformed TOML: {reason}") from None
+    _check_shape(data, text, source)
     return RawPipeline(source, text, data)
+
+
+def _check_shape(data: dict, text: str, source: str) -> None:
+    """The kinds of the top-level entries, before anything reads them: ``[pipeline]``,
+    ``[plugins]`` and ``[runtime]`` are tables, ``[[pass]]`` an array of tables."""
+    lines = _Lines(text)
+
+    def fail(key: str, message: str, line: int | None = None) -> PipelineError:
+        if line is None:
+            line = lines.table(key) if lines.table(key) > 1 else lines.key(1, key)
+        return PipelineError(f"{source}:{line}: {message}")
+
+    for key in ("pipeline", "plugins", "runtime"):
+        if key in data and not isinstance(data[key], dict):
+            raise fail(key, f"{key} must be a table: write [{key}]")
+    if "pass" in data and not (isinstance(data["pass"], list)
+                               and all(isinstance(p, dict) for p in data["pass"])):
+        raise fail("pass", "pass must be an array of tables: write [[pass]] before each pass")
+    for key in ("name", "codegen", "description"):
+        value = data.get("pipeline", {}).get(key)
+        if value is not None and not isinstance(value, str):
+            raise fail("pipeline", f"[pipeline] {key} must be a string, got {value!r}",
+                       lines.key(lines.table("pipeline"), key))
+    disable = data.get("plugins", {}).get("disable", [])
+    if not isinstance(disable, list) or not all(isinstance(x, str) for x in disable):
+        raise fail("plugins", f"[plugins] disable must be a list of plugin or distribution "
+                              f"names, got {disable!r}", lines.key(lines.table("plugins"), "disable"))
+    for index, entry in enumerate(data.get("pass", [])):
+        if not isinstance(entry.get("optional", False), bool):
+            raise fail("pass", f"optional must be true or false, got {entry['optional']!r}",
+                       lines.key(lines.table("pass", index), "optional"))
 
 
 class _Lines:
