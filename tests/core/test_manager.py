@@ -271,7 +271,8 @@ def test_fixpoint_that_does_not_converge_is_reported(fake_plugins, tmp_path, cap
     """
     pipeline = pipeline_of(fake_plugins, body, source="loop.toml")
     with pytest.raises(PipelineError) as info:
-        run(fake_plugins, pipeline, small_graph())
+        run(fake_plugins, pipeline, graph := small_graph())
+    assert str(graph) == SMALL_IR
     assert str(info.value) == (
         "loop.toml:8: fixpoint group [fake.flipper, dce] did not converge in 3 iterations "
         "(still changing: fake.flipper); raise max_iterations or fix the pass that keeps "
@@ -324,3 +325,43 @@ graph @g(%x: f32[4, 8]) {
     assert graph.last.meta == {} and group.region is region
     snapshot.restore()  # a snapshot restores as often as needed
     assert str(graph) == text
+
+
+def test_an_instrument_that_raises_is_named(fake_site):
+    from torchloom.errors import PluginError
+    from torchloom.plugins.loader import load_plugins
+    fake_site.add("bad-timing", modules={"tl_bad_timing": """
+        from torchloom.api import hookimpl
+
+        class Clock:
+            def before_pass(self, pass_, graph, ctx):
+                raise OSError("clock unavailable")
+
+        @hookimpl
+        def torchloom_instruments():
+            return [Clock()]
+    """}, entry_points={"badclock": "tl_bad_timing"})
+    plugins = load_plugins(entry_points=fake_site.entry_points())
+    pipeline = pipeline_of(plugins, '[[pass]]\nname = "cse"\n')
+    with pytest.raises(PluginError) as info:
+        run(plugins, pipeline, parse_graph(CSE_IR))
+    assert str(info.value) == ("instrument Clock from plugin 'badclock' (bad-timing) raised in "
+                               "before_pass of pass 'cse': OSError: clock unavailable")
+
+
+def test_a_pass_not_returning_a_pass_result_is_a_pass_error(fake_plugins):
+    from torchloom.passes.base import Pass
+
+    @attrs.frozen
+    class Forgetful(Pass):
+        name = "fake.forgetful"
+
+        def run(self, graph, ctx):
+            graph.last.op = "aten.cos.default"  # edits, then forgets to return a result
+
+    from torchloom.passes.pipeline import PassStep, Pipeline
+    pipeline = Pipeline("t", "t.toml", "", steps=(PassStep(Forgetful(), 1, "here", "0"),))
+    with pytest.raises(PassError, match=r"pass 'fake.forgetful' \(distribution here 0\) raised: "
+                                        r"TypeError: run\(\) returned NoneType, not PassResult"):
+        run(fake_plugins, pipeline, graph := small_graph())
+    assert str(graph) == SMALL_IR

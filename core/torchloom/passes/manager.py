@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.errors import PassError, PipelineError, TorchloomError, VerifyError
+from torchloom.errors import PassError, PipelineError, PluginError, TorchloomError, VerifyError
 from torchloom.ir.graph import Graph
 from torchloom.ir.verify import verify
 from torchloom.passes.base import PassContext, PassResult
@@ -60,7 +60,10 @@ class PassManager:
         self.plugins = plugins
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.repro_dir = Path(repro_dir) if repro_dir else None
-        self.instruments = [r.obj for r in plugins.instruments] + list(instruments or [])
+        #: (instrument, who registered it) for error messages
+        self.instruments = ([(r.obj, f"plugin {r.plugin!r} ({r.distribution})")
+                             for r in plugins.instruments]
+                            + [(ins, "the caller") for ins in instruments or []])
         self.warned = warned if warned is not None else set()
         self._dumped = 0
 
@@ -116,9 +119,7 @@ class PassManager:
                   report: RunReport) -> bool:
         pass_ = step.pass_
         snapshot = GraphSnapshot(graph)
-        for ins in self.instruments:
-            if hasattr(ins, "before_pass"):
-                ins.before_pass(pass_, graph, ctx)
+        self._notify("before_pass", step, pass_, graph, ctx)
         t0 = time.perf_counter()
         try:
             subgraphs = list(graph.subgraphs.values())  # those a pass creates are new, not input
@@ -136,11 +137,22 @@ class PassManager:
             ctx.count(f"{step.name}.{key}", value)
         report.records.append(PassRecord(step.name, seconds * 1e3, result.changed,
                                          dict(result.stats), step.distribution))
-        for ins in self.instruments:
-            if hasattr(ins, "after_pass"):
-                ins.after_pass(pass_, graph, ctx, result, seconds)
+        self._notify("after_pass", step, pass_, graph, ctx, result, seconds)
         self._dump(graph, step.name)
         return result.changed
+
+    def _notify(self, method: str, step: PassStep, *args) -> None:
+        """Call one method of every instrument; an instrument that raises is named."""
+        for ins, origin in self.instruments:
+            hook = getattr(ins, method, None)
+            if hook is None:
+                continue
+            try:
+                hook(*args)
+            except Exception as exc:
+                raise PluginError(f"instrument {type(ins).__name__} from {origin} raised in "
+                                  f"{method} of pass {step.name!r}: {type(exc).__name__}: "
+                                  f"{exc}") from exc
 
     def _failed(self, step: PassStep, before: Graph, exc: Exception, seconds: float,
                 ctx: PassContext, report: RunReport) -> bool:
