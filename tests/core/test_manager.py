@@ -271,8 +271,7 @@ def test_fixpoint_that_does_not_converge_is_reported(fake_plugins, tmp_path, cap
     """
     pipeline = pipeline_of(fake_plugins, body, source="loop.toml")
     with pytest.raises(PipelineError) as info:
-        run(fake_plugins, pipeline, graph := small_graph())
-    assert str(graph) == SMALL_IR
+        run(fake_plugins, pipeline, small_graph())
     assert str(info.value) == (
         "loop.toml:8: fixpoint group [fake.flipper, dce] did not converge in 3 iterations "
         "(still changing: fake.flipper); raise max_iterations or fix the pass that keeps "
