@@ -64,7 +64,8 @@ def delinear(index: str, shape: Sequence[int]) -> Coords:
 def address(coords: Sequence[str], strides: Sequence[int], shape: Sequence[int],
             known: Known | None = None) -> str:
     """Element offset of ``coords`` in a tensor with ``strides``."""
-    real = [(c, s, d) for c, s, d in zip(coords, strides, shape) if d != 1]
+    real = sorted(((c, s, d) for c, s, d in zip(coords, strides, shape) if d != 1),
+                  key=lambda t: -abs(t[1]))  # memory order (stable: logical among equals)
     expected = 1
     for _, s, d in reversed(real):
         if s != expected:

@@ -16,6 +16,7 @@ input is a load at ``sum(coord * stride)``. Statements are value-numbered by the
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -235,12 +236,20 @@ class KernelWriter:
         if self.kind == "pointwise":
             em.statement(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", False)
             em.statement(f"xmask = xindex < {self.numel}", False)
-            by_shape: dict[tuple, tuple[str, ...]] = {}
-            for i, v in enumerate(self.region.outputs):  # each output walks its own shape
-                shape = tuple(v.type.shape)
-                if shape not in by_shape:
-                    by_shape[shape] = tuple(self.coords("x", "xindex", shape, False))
-                self._store(i, v, by_shape[shape])
+            walks: dict[tuple, tuple[str, ...]] = {}
+            for i, v in enumerate(self.region.outputs):
+                # each output is walked in its own memory order, so that its stores (and
+                # the loads of inputs laid out alike) are coalesced
+                t = tensor_type(v)
+                order = memory_order(t)
+                key = (tuple(t.shape), order)
+                if key not in walks:
+                    physical = self.coords("x", "xindex", [t.shape[d] for d in order], False)
+                    logical = [""] * len(order)
+                    for d, c in zip(order, physical):
+                        logical[d] = c
+                    walks[key] = tuple(logical)
+                self._store(i, v, walks[key])
             return em.lines
         em.statement(f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", False)
         em.statement(f"xmask = xindex < {self.rows}", False)
@@ -296,7 +305,7 @@ class KernelWriter:
             name = f"out_{v.name}"
             names.append(name if name not in names else f"{name}_{i}")
         self.out_names = names
-        lines = self.body()
+        lines = _drop_unused(self.body())
         ops = [n.op.split(".")[1] for n in self.region.nodes
                if n.op not in VIEWS]
         kernel = "_".join(["fused", *dict.fromkeys(ops)])[:60].rstrip("_") or "fused_copy"
@@ -390,6 +399,29 @@ SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
 
 def _shape(v: Value) -> tuple:
     return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
+
+
+_ASSIGN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*) = ")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _drop_unused(lines: list[str]) -> list[str]:
+    """Remove single assignments nothing reads (coordinates a walk did not need)."""
+    used: set[str] = set()
+    kept: list[str] = []
+    for line in reversed(lines):
+        m = _ASSIGN.match(line)
+        if m and m.group(1) not in used:
+            continue
+        used.update(_NAME.findall(line))
+        kept.append(line)
+    return kept[::-1]
+
+
+def memory_order(t: TensorType) -> tuple[int, ...]:
+    """Dims from outermost to innermost in memory (logical order among equal strides)."""
+    strides = t.actual_strides()
+    return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(strides[d]), d)))
 
 
 def _prod(shape) -> int:
