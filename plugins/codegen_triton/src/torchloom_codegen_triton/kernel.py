@@ -116,7 +116,11 @@ class KernelWriter:
         self.red_shape = [self.shape[d] for d in self.rdims]
         self.rows, self.rnumel = _prod(self.kept_shape), _prod(self.red_shape)
         self.numel = self.rows * self.rnumel
-        self.looped = next_pow2(self.rnumel) > max_persistent
+        # rows that are strided in memory (the kept dims are innermost: a column sum) are
+        # read as [many rows x a short chunk] tiles, which needs the looped form
+        self.columns = bool(kept) and kept[-1] == len(self.shape) - 1
+        limit = min(max_persistent, 64) if self.columns else max_persistent
+        self.looped = next_pow2(self.rnumel) > limit
         self.max_persistent = max_persistent
         self.kept = kept
 
@@ -345,13 +349,17 @@ class KernelWriter:
         else:
             meta.update(rows=self.rows, rnumel=self.rnumel, grid_size=self.rows)
             meta["configs"] = _reduction_configs(self.rows, self.rnumel, self.looped,
-                                                 self.max_persistent)
+                                                 self.max_persistent, self.columns)
         meta["config"] = meta["configs"][0]
         return meta
 
 
-def _reduction_configs(rows: int, rnumel: int, looped: bool,
-                       max_persistent: int) -> list[dict[str, int]]:
+def _reduction_configs(rows: int, rnumel: int, looped: bool, max_persistent: int,
+                       columns: bool = False) -> list[dict[str, int]]:
+    if columns and looped:  # tiles of many rows (contiguous in memory) x a short chunk
+        xmax = next_pow2(max(rows, 1))
+        return [{"XBLOCK": min(x, xmax), "RBLOCK": min(r, next_pow2(max_persistent)),
+                 "num_warps": w} for x, r, w in ((64, 32, 4), (128, 16, 8), (32, 64, 4))]
     if looped:  # chunks no longer than a persistent row
         return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w}
                 for r, w in ((2048, 8), (1024, 4), (4096, 16)) if r <= max_persistent] or [
