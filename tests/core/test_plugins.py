@@ -91,6 +91,18 @@ def test_a_hook_that_raises_is_reported_and_skipped(fake_site):
         @hookimpl
         def torchloom_passes():
             raise KeyError("registry not ready")
+    """, "tl_plain": """
+        from torchloom.api import Pass, PassResult, hookimpl
+
+        class Plain(Pass):
+            name = "hook.plain"
+
+            def run(self, graph, ctx):
+                return PassResult(False)
+
+        @hookimpl
+        def torchloom_passes():
+            return [Plain]
     """, "tl_notpass": """
         from torchloom.api import hookimpl
 
@@ -100,12 +112,13 @@ def test_a_hook_that_raises_is_reported_and_skipped(fake_site):
         @hookimpl
         def torchloom_passes():
             return [NotAPass]
-    """}, entry_points={"hooky": "tl_hook", "notpass": "tl_notpass"})
+    """}, entry_points={"hooky": "tl_hook", "notpass": "tl_notpass", "plain": "tl_plain"})
     add_fake(fake_site)
     ps = load_plugins(entry_points=fake_site.entry_points())
     assert "fake.tunable" in ps.passes and "hook.not-a-pass" not in ps.passes
     by_ep = {e.entry_point: e for e in ps.errors}
-    assert set(by_ep) == {"hooky", "notpass"}
+    assert set(by_ep) == {"hooky", "notpass", "plain"}
+    assert "pass 'hook.plain' (Plain) is not an @attrs.frozen class" in by_ep["plain"].error
     assert by_ep["hooky"].distribution == "hook-dist"
     assert "torchloom_passes raised KeyError: 'registry not ready'" in by_ep["hooky"].error
     assert "NotAPass, which is not a Pass subclass" in by_ep["notpass"].error

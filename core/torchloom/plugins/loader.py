@@ -140,6 +140,12 @@ def _collect(result: PluginSet) -> None:
                                                f"{what}, which is not a Pass subclass with a "
                                                f"name; it was skipped"))
                 continue
+            if not attrs.has(cls):
+                result.errors.append(LoadError(plugin, dist, f"pass {name!r} "
+                                               f"({cls.__qualname__}) is not an @attrs.frozen "
+                                               f"class, so its options cannot be checked; it "
+                                               f"was skipped"))
+                continue
             if name in result.passes:
                 other = result.passes[name]
                 raise PluginError(
