@@ -284,3 +284,20 @@ def test_wrongly_shaped_entries_are_errors_not_crashes(tmp_path, fake_plugins, c
     path = tmp_path / "shape.toml"
     path.write_text(text)
     assert_user_error(str(path), fake_plugins, capsys, f"{path}:{line}: {message}")
+
+
+def test_the_pipeline_document_example_checks(tmp_path, fake_plugins, capsys):
+    """docs/pipelines.md's complete example is a valid pipeline (its plugin passes are
+    optional, so it checks with or without the fusion plugin installed)."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "pipelines.md").read_text()
+    example = re.findall(r"^```toml\n(.*?)^```$", doc, re.S | re.M)[0]
+    path = tmp_path / "my.toml"
+    path.write_text(example)
+    pipeline = build(str(path), fake_plugins)
+    assert pipeline.disable == ("some-plugin",) and pipeline.verify == "each"
+    assert [s.name for s in pipeline.flat_steps()][:2] == ["canonicalize", "cse"]
+    assert pipeline.flat_steps()[1].pass_.regions is False
+    assert main(["check", str(path)]) == 0
+    assert f"{path}: ok" in capsys.readouterr().out
