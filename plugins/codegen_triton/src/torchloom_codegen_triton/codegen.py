@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ class TritonCodegen:
         self.autotune = _env_flag("TORCHLOOM_AUTOTUNE", True) if autotune is None else autotune
         if cache_dir is None:
             base = os.environ.get("TORCHLOOM_CACHE_DIR")
-            cache_dir = Path(base) if base else Path(tempfile.gettempdir()) / "torchloom"
+            cache_dir = Path(base) if base else Path.home() / ".cache" / "torchloom"
         self.cache_dir = Path(cache_dir) / "triton"
         self.max_persistent = max_persistent
         self.verbose = verbose

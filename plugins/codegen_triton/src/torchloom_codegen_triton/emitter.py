@@ -106,9 +106,6 @@ class Emitter:
         self.lines.extend("    " + line for line in body)
         self._phase_memo = {}
 
-    def in_phase(self) -> bool:
-        return self._phase is not None
-
     # ---- conversions ---------------------------------------------------------------------
     def convert(self, e: Expr, dtype: str) -> Expr:
         """``e`` as compute dtype ``dtype`` (no rounding beyond the target type)."""

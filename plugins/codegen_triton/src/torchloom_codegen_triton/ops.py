@@ -173,14 +173,13 @@ POINTWISE: dict[str, Pointwise] = {
 
 @attrs.frozen
 class Reduction:
-    """How a reduction op combines: ``kind`` in sum|max|min|var|argmax|argmin; ``post``
-    turns the combined value(s) into the op's outputs (names ``{sum}``, ``{n}``...)."""
+    """How a reduction op combines (``kind``: sum, max, min, var, argmax, argmin) and how
+    the combined value becomes the op's outputs."""
 
     kind: str
-    #: the op's outputs, in order, as expressions over ``{acc}`` (and ``{mean}`` for var)
+    #: the op's outputs, in order, as expressions over ``{acc}`` (the combined value),
+    #: ``{n}`` (elements per row), ``{mean}`` and ``{dof}`` (var: n - correction)
     outputs: tuple[str, ...] = ("{acc}",)
-    #: where the reduced dims come from: ``"dim"`` attr (list or int) or all dims
-    all_dims_without_dim_attr: bool = True
 
 
 REDUCTIONS: dict[str, Reduction] = {
