@@ -159,7 +159,8 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
                      f"compiled in {comp.compile_seconds * 1e3:.1f} ms")
         for rec in comp.report.records:
             stats = ", ".join(f"{k}={v}" for k, v in rec.stats.items() if v)
-            flag = "changed" if rec.changed else "no change"
+            flag = ("SKIPPED after an error" if rec.skipped
+                    else "changed" if rec.changed else "no change")
             lines.append(f"      {rec.name:<24} {rec.ms:8.2f} ms  {flag}"
                          f"{'  ' + stats if stats else ''}")
         for choice in comp.compiled.choices:

@@ -364,3 +364,28 @@ def test_a_pass_not_returning_a_pass_result_is_a_pass_error(fake_plugins):
                                         r"TypeError: run\(\) returned NoneType, not PassResult"):
         run(fake_plugins, pipeline, graph := small_graph())
     assert str(graph) == SMALL_IR
+
+
+def test_snapshot_restores_shared_subgraphs():
+    text = """\
+graph @main(%x: f32[4, 8]) {
+  %a = torchloom.call_subgraph(%x) {callee = "layer"} : f32[4, 8]
+  %b = torchloom.call_subgraph(%a) {callee = "layer"} : f32[4, 8]
+  return %b
+}
+graph @layer(%p: f32[4, 8]) {
+  %s = aten.tanh.default(%p) : f32[4, 8]
+  return %s
+}
+"""
+    graph = parse_graph(text)
+    layer = graph.subgraphs["layer"]
+    snapshot = GraphSnapshot(graph)
+    layer.first.op = "aten.exp.default"                 # edited inside the subgraph
+    graph.subgraphs.pop("layer")                          # and unregistered
+    layer.parent = None
+    graph.add_subgraph(parse_graph("graph @other(%q: f32[4, 8]) {\n  return %q\n}\n"))
+    snapshot.restore()
+    assert str(graph) == text
+    assert graph.subgraphs == {"layer": layer} and layer.parent is graph
+    verify(graph)

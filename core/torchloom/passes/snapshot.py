@@ -51,16 +51,20 @@ class GraphSnapshot:
             count += 1
         self._graphs.append((graph, list(graph.inputs), list(graph.outputs), count,
                              set(graph._names), graph._counter, graph.owner, graph.name,
-                             start))
+                             dict(graph.subgraphs), graph.parent, start))
         for region in regions:
             self._record(region)
+        for sub in graph.subgraphs.values():  # shared subgraphs of a top-level graph
+            self._record(sub)
 
     def restore(self) -> None:
         """Write every recorded slot back (copies, so the snapshot can be restored again)."""
         rec = self._records
-        for g, inputs, outputs, count, names, counter, owner, name, i in self._graphs:
+        for (g, inputs, outputs, count, names, counter, owner, name, subgraphs, parent,
+             i) in self._graphs:
             g.inputs, g.outputs, g._len, g._names = list(inputs), list(outputs), count, set(names)
             g._counter, g.owner, g.name, g._positions_valid = counter, owner, name, False
+            g.subgraphs, g.parent = dict(subgraphs), parent
             for _ in inputs:
                 i = self._restore_value(i, None, 0, g)
             prev = None
