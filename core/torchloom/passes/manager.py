@@ -213,17 +213,13 @@ class PassManager:
 
 
 def _run_on_subgraph(step: PassStep, sub: Graph, ctx: PassContext) -> PassResult:
-    """Run a pass on one shared subgraph; a change of its signature (which its calls
-    would no longer match) is undone and noted."""
-    before, snapshot = _signature(sub), GraphSnapshot(sub)
+    """Run a pass on one shared subgraph. Its calls must still match it afterwards, so a
+    pass that changes its signature fails (and the manager rolls the pass back)."""
+    before = _signature(sub)
     result = _checked(step.pass_.run(sub, ctx))
     if _signature(sub) != before:
-        snapshot.restore()
-        note = (f"pass {step.name!r} changed the signature of shared subgraph @{sub.name}; "
-                f"that change was undone")
-        if note not in ctx.notes:
-            ctx.note(note)
-        return PassResult(False, result.stats)
+        raise VerifyError(f"pass {step.name!r} changed the signature (input or output types) "
+                          f"of shared subgraph @{sub.name}; its calls no longer match it")
     return result
 
 
