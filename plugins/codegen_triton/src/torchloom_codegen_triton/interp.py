@@ -60,11 +60,12 @@ def import_source(path: Path, name: str, interpret: bool) -> ModuleType:
 
 @contextlib.contextmanager
 def _interpreting(on: bool):
-    """``@triton.jit`` builds interpreter functions while this is active (scoped knob)."""
+    """``@triton.jit`` builds interpreter functions (``on``) or compiled ones (not ``on``)
+    while this is active, whatever TRITON_INTERPRET says (a scoped knob)."""
     from triton import knobs
-    if not on or knobs.runtime.interpret:
+    if knobs.runtime.interpret == on:
         yield
         return
     with knobs.runtime.scope():
-        knobs.runtime.interpret = True
+        knobs.runtime.interpret = on
         yield
