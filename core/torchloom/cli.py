@@ -92,12 +92,19 @@ def _check(args) -> int:
     from torchloom.passes.pipeline import build_pipeline, read_pipeline
     from torchloom.plugins.loader import load_plugins
     raw = read_pipeline(args.pipeline)
-    pipeline = build_pipeline(raw, load_plugins(disable=raw.disable))
+    plugins = load_plugins(disable=raw.disable)
+    pipeline = build_pipeline(raw, plugins)
     steps = len(pipeline.flat_steps())
     print(f"{raw.source}: ok ({steps} passes, codegen {pipeline.codegen}, verify "
           f"{pipeline.verify}, fingerprint {pipeline.fingerprint()})")
     for name in pipeline.missing_optional:
         print(f"  note: optional pass {name!r} is not installed")
+    if pipeline.codegen not in plugins.codegens:
+        import difflib
+        close = difflib.get_close_matches(pipeline.codegen, list(plugins.codegens), n=1)
+        print(f"  note: codegen {pipeline.codegen!r} is not installed, every group will run on "
+              f"'eager' (installed: {', '.join(sorted(plugins.codegens))})"
+              + (f"; did you mean {close[0]!r}?" if close else ""))
     return 0
 
 

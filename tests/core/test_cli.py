@@ -193,3 +193,12 @@ def test_the_schema_document_lists_exactly_the_fields_explain_prints():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "explain-json.md").read_text()
     table = doc.split("| field |")[1].split("\n\n")[0]
     assert set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == EXPLAIN_KEYS
+
+
+def test_check_notes_a_codegen_that_is_not_installed(tmp_path, capsys):
+    path = tmp_path / "p.toml"
+    path.write_text('[pipeline]\ncodegen = "eagr"\n')
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: codegen 'eagr' is not installed, every group will run on 'eager'" in out
+    assert "did you mean 'eager'?" in out
