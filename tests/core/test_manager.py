@@ -389,3 +389,22 @@ graph @layer(%p: f32[4, 8]) {
     assert str(graph) == text
     assert graph.subgraphs == {"layer": layer} and layer.parent is graph
     verify(graph)
+
+
+def test_an_interrupt_during_a_pass_leaves_the_graph_from_before_it(fake_plugins):
+    from torchloom.passes.base import Pass, PassResult
+    from torchloom.passes.pipeline import PassStep, Pipeline
+
+    @attrs.frozen
+    class Interrupted(Pass):
+        name = "fake.interrupted"
+
+        def run(self, graph, ctx):
+            graph.last.op = "aten.cos.default"
+            raise KeyboardInterrupt
+
+    pipeline = Pipeline("t", "t.toml", "", steps=(PassStep(Interrupted(), 1),))
+    graph = small_graph()
+    with pytest.raises(KeyboardInterrupt):
+        run(fake_plugins, pipeline, graph)
+    assert str(graph) == SMALL_IR

@@ -132,6 +132,9 @@ class PassManager:
             seconds = time.perf_counter() - t0
             snapshot.restore()
             return self._failed(step, graph, exc, seconds, ctx, report)
+        except BaseException:  # Ctrl-C mid-pass: leave a whole graph, not half an edit
+            snapshot.restore()
+            raise
         seconds = time.perf_counter() - t0
         for key, value in result.stats.items():
             ctx.count(f"{step.name}.{key}", value)
