@@ -392,7 +392,7 @@ graph @layer(%p: f32[4, 8]) {
 
 
 def test_an_interrupt_during_a_pass_leaves_the_graph_from_before_it(fake_plugins):
-    from torchloom.passes.base import Pass, PassResult
+    from torchloom.passes.base import Pass
     from torchloom.passes.pipeline import PassStep, Pipeline
 
     @attrs.frozen
