@@ -188,3 +188,17 @@ def test_guard_fallback_with_bound_constants_calls_original_graph(caplog):
     wide = torch.randn(5, 3)  # guard fails: the original graph takes only the user's input
     torch.testing.assert_close(compiled(wide)[0], fn(wide))
     assert "guard failed" in caplog.text and "f32[5, 3]" in caplog.text
+
+
+def test_device_guard_on_a_non_cpu_type(registry, caplog):
+    g = parse_graph("graph @g(%x: f32[2] @meta) {\n  %y = aten.neg.default(%x) : f32[2] @meta\n"
+                    "  return %y\n}\n")
+    compiled = CompiledGraph(g, registry, [EagerCodegen()], KernelCache(),
+                             fallback=lambda x: (x * -1,))
+    meta = torch.empty(2, device="meta")
+    assert compiled(meta)[0].device.type == "meta" and compiled.fallback_calls == 0
+    caplog.set_level(logging.WARNING, logger="torchloom")
+    x = torch.randn(2)
+    torch.testing.assert_close(compiled(x)[0], -x)
+    assert compiled.fallback_calls == 1
+    assert "compiled for f32[2] @meta, called with f32[2])" in caplog.text
