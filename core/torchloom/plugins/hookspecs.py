@@ -26,8 +26,11 @@ class TorchloomSpec:
     def torchloom_passes(self):
         """Return a list of :class:`torchloom.passes.base.Pass` subclasses.
 
-        Each class's ``name`` (dotted, e.g. ``fusion.vertical``) is how pipelines refer to
-        it. Two distributions returning the same name is an error naming both.
+        Each class is ``@attrs.frozen`` (its fields are its options) and its ``name``
+        (dotted, e.g. ``fusion.vertical``) is how pipelines refer to it. Two distributions
+        returning the same name is an error naming both; a class that is not an attrs
+        ``Pass`` subclass with a name is reported as a load error and skipped, as is a
+        plugin whose hook raises.
         """
 
     @hookspec
@@ -52,4 +55,7 @@ class TorchloomSpec:
     def torchloom_instruments(self):
         """Return a list of instruments: objects with optional methods
         ``before_pass(pass_, graph, ctx)`` and
-        ``after_pass(pass_, graph, ctx, result, seconds)``, called around every pass."""
+        ``after_pass(pass_, graph, ctx, result, seconds)``, called around every pass
+        (``after_pass`` only when the pass succeeded). They observe; they must not edit the
+        graph. An instrument that raises stops the compilation with a
+        :class:`~torchloom.errors.PluginError` naming it, its plugin and the pass."""
