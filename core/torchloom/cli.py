@@ -20,7 +20,10 @@ from torchloom.errors import TorchloomError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="torchloom", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="torchloom", description="torchloom, a fusion compiler for PyTorch: list plugins, "
+        "check pipelines, explain and benchmark a workload, replay a reproducer.",
+        epilog="User errors exit with code 2, a failing pass with 1.")
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="list installed plugins, passes, codegens, load errors")
