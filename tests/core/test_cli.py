@@ -128,14 +128,20 @@ def test_traceback_flag_shows_the_traceback(files, capsys):
     assert "Traceback (most recent call last)" in err and "ValueError: no data" in err
 
 
+@pytest.mark.parametrize("name, failure", [
+    ("fake.boom", "raised: RuntimeError: boom: the pass gave up half way"),
+    ("fake.corrupt", "left a graph the verifier rejects: VerifyError: in graph @graph0: "
+                     "input 0 (%"),
+])
 def test_explain_with_a_failing_plugin_pass_exits_1_with_a_replayable_reproducer(
-        fake_plugins, files, capsys):
-    (files / "boom.toml").write_text(PIPELINE + '\n[[pass]]\nname = "fake.boom"\n')
+        fake_plugins, files, capsys, name, failure):
+    (files / "boom.toml").write_text(PIPELINE + f'\n[[pass]]\nname = "{name}"\n')
     assert main(["explain", str(files / "work.py"), "--pipeline", str(files / "boom.toml")]) == 1
     err = capsys.readouterr().err
     first = err.splitlines()[0]
-    assert first == ("torchloom explain: error: pass 'fake.boom' (distribution fake-passes "
-                     "1.2.3) raised: RuntimeError: boom: the pass gave up half way")
+    assert first.startswith(f"torchloom explain: error: pass '{name}' (distribution "
+                            f"fake-passes 1.2.3) {failure}")
+    assert "The graph from before the pass was restored." in err
     repro = err.split("replay with: torchloom reproduce ")[1].split(")")[0]
     assert Path(repro).parent == files / "cache" / "reproducers"
     assert main(["reproduce", repro]) == 1
