@@ -195,7 +195,7 @@ def test_a_raising_pass_is_rolled_back_exactly_and_reproduced(fake_plugins, tmp_
     meta = json.loads((repro / "pass.json").read_text())
     assert (meta["pass"], meta["distribution"], meta["version"]) == ("fake.boom",
                                                                      "fake-passes", "1.2.3")
-    assert "Traceback" in meta["traceback"]
+    assert "Traceback" in meta["traceback"] and meta["device"] == "cpu"
     versions = json.loads((repro / "versions.json").read_text())
     assert versions["plugins"]["fake"] == {"distribution": "fake-passes", "version": "1.2.3"}
     # the replay raises the same error (without writing another reproducer)

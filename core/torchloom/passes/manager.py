@@ -91,7 +91,7 @@ class PassManager:
             verify(graph, ctx.registry)
         except VerifyError as exc:
             start.restore()
-            repro = self._write_reproducer(None, graph, exc)
+            repro = self._write_reproducer(None, graph, exc, ctx)
             message = (f"{self.pipeline.source}: the graph after pipeline "
                        f"{self.pipeline.name!r} fails verification: {exc}\nverify = \"end\" "
                        f"checks only after the last pass; set verify = \"each\" to name the "
@@ -161,7 +161,7 @@ class PassManager:
                 ctx: PassContext, report: RunReport) -> bool:
         kind = "left a graph the verifier rejects" if _is_verify(exc) else "raised"
         detail = f"{type(exc).__name__}: {exc}"
-        repro = self._write_reproducer(step, before, exc)
+        repro = self._write_reproducer(step, before, exc, ctx)
         message = (f"pass {step.name!r} (distribution {step.distribution} {step.version}) "
                    f"{kind}: {detail}\nThe graph from before the pass was restored.")
         if repro:
@@ -178,8 +178,8 @@ class PassManager:
             return False
         raise PassError(message, step.name, step.distribution, repro) from exc
 
-    def _write_reproducer(self, step: PassStep | None, before: Graph,
-                          exc: Exception) -> str | None:
+    def _write_reproducer(self, step: PassStep | None, before: Graph, exc: Exception,
+                          ctx: PassContext) -> str | None:
         """IR before the pass (or the pipeline, when ``step`` is None), the pipeline
         file, the pass with its options, and versions."""
         if self.repro_dir is None:
@@ -201,7 +201,8 @@ class PassManager:
             "distribution": step.distribution if step is not None else None,
             "version": step.version if step is not None else None,
             "pipeline": self.pipeline.source,
-            "verify": self.pipeline.verify, "error": f"{type(exc).__name__}: {exc}",
+            "verify": self.pipeline.verify, "device": ctx.device,
+            "error": f"{type(exc).__name__}: {exc}",
             "traceback": "".join(traceback.format_exception(exc)),
         }, indent=2))
         (d / "versions.json").write_text(json.dumps(versions(self.plugins), indent=2))
@@ -306,6 +307,6 @@ def reproduce(directory: str | Path, plugins=None) -> str:
                             steps=(PassStep(pass_, 1, reg.distribution, reg.version),),
                             verify=meta.get("verify", "each"))
         what = f"pass {meta['pass']!r}"
-    ctx = PassContext(registry=plugins.registry)
+    ctx = PassContext(registry=plugins.registry, device=meta.get("device", "cpu"))
     PassManager(pipeline, plugins).run(graph, ctx)
     return f"{what} ran without error on {d / 'before.ir'}"
