@@ -19,7 +19,8 @@ from typing import Any, Callable
 import attrs
 import torch
 
-from torchloom.explain import _flatten, load_workload, max_abs_error, torchloom_cause
+from torchloom.explain import (_flatten, load_workload, max_abs_error, run_eagerly,
+                               torchloom_cause)
 
 VARIANTS = ("eager", "inductor", "torchloom")
 
@@ -74,7 +75,7 @@ def bench(workload: str | Path, *, pipeline: str = "default", device: str = "cpu
     reason = inductor_unavailable(device) if inductor else "disabled with --no-inductor"
     torch._dynamo.reset()
     with torch.no_grad():
-        expected = [t.detach() for t in _flatten(model(*inputs))]
+        expected = [t.detach() for t in _flatten(run_eagerly(workload, lambda: model(*inputs)))]
         candidates = {"torchloom": lambda: torch.compile(model, backend=lambda gm, ex:
                                                          torchloom_backend(gm, ex, options={
                                                              "compiler": compiler}))}

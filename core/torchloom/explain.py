@@ -50,6 +50,15 @@ def load_workload(path: str | Path, device: str = "cpu"):
     return model, list(inputs)
 
 
+def run_eagerly(workload, thunk):
+    """Run the workload's callable eagerly; its failure is the workload's (a user error)."""
+    try:
+        return thunk()
+    except Exception as exc:
+        raise WorkloadError(f"{workload}: running the workload eagerly failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
+
 def _flatten(x) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
@@ -108,7 +117,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     backward = any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or (
         isinstance(model, torch.nn.Module) and any(p.requires_grad for p in model.parameters()))
     torch.manual_seed(0)
-    expected = _run(model, inputs, backward)
+    expected = run_eagerly(workload, lambda: _run(model, inputs, backward))
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
         gm, ex, options={"compiler": compiler}))
