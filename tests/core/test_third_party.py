@@ -125,6 +125,10 @@ def test_the_example_runs_from_a_toml_pipeline_and_matches_eager(example, tmp_pa
     torch._dynamo.reset()
     ops = [n.op for c in compiler.compilations for n in c.graph.walk()]
     assert "aten.pow.Tensor_Scalar" not in ops and ops.count("aten.mul.Tensor") >= 3
+    # the user's spelling: the backend by name, the pipeline by path
+    public = torch.compile(fn, backend="torchloom", options={"pipeline": str(pipeline)})
+    torch.testing.assert_close(public(x, y), fn(x, y))
+    torch._dynamo.reset()
 
 
 def doc_blocks(lang: str) -> list[str]:
