@@ -79,3 +79,21 @@ def test_op_unknown_to_torchloom_is_opaque_and_runs(pipeline):
     ops = [n.op for n in comp.graph.walk()]
     assert "torchloom_tests.scaled_shift.default" in ops
     assert compiler.registry.category("torchloom_tests.scaled_shift.default") == "opaque"
+
+
+@pytest.mark.parametrize("pipeline", ["none", "default"])
+def test_higher_order_cond_runs_with_its_branches_as_constants(pipeline):
+    compiler = Compiler(pipeline)
+
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda y: y.sin(), lambda y: y.cos(), (x,)) * 2
+
+    compiled = torch.compile(f, backend="torchloom", options={"compiler": compiler})
+    for x in (torch.rand(4), -torch.rand(4)):  # both branches
+        got = compiled(x)
+        assert isinstance(got, torch.Tensor)  # a 1-element result sequence is not leaked
+        torch.testing.assert_close(got, f(x))
+    (comp,) = compiler.compilations
+    assert comp.fallback_reason is None
+    ops = [n.op for n in comp.graph.walk()]
+    assert "higher_order.cond" in ops and "python.operator.getitem" in ops

@@ -196,3 +196,14 @@ def test_unexpected_import_failure_is_wrapped_as_unsupported():
     node.args = (node.args[0], foreign)  # a node of another graph: a KeyError inside import
     with pytest.raises(UnsupportedError, match="cannot import FX node add .*KeyError"):
         import_fx(gm, [x])
+
+
+def test_call_targets_the_runtime_cannot_find_by_name_are_unsupported():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.randn(2)
+    y = g.call_function(lambda t: t + 1, (x,))
+    y.meta["val"] = torch.randn(2)
+    g.output((y,))
+    with pytest.raises(UnsupportedError, match="cannot be found by its name python.*<lambda>"):
+        import_fx(torch.fx.GraphModule(torch.nn.Module(), g), None)

@@ -20,6 +20,7 @@ import torch.fx
 from torchloom.errors import UnsupportedError
 from torchloom.ir.graph import Graph, InputRef, Value
 from torchloom.ir.text import format_attr
+from torchloom.ops.aten import find_callable
 from torchloom.ir.types import ScalarType, TensorType, Type, type_of
 from torchloom.runtime.executor import CONSTANT
 
@@ -39,6 +40,8 @@ def callable_name(target) -> str:
         return str(target)  # e.g. aten.add.Tensor
     if isinstance(target, torch._ops.OpOverloadPacket):
         return f"{target}.default"
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher_order.{target.name()}"  # torch.cond, checkpoint tags, ...
     module = getattr(target, "__module__", None) or "builtins"
     name = getattr(target, "__name__", None)
     if name is None:
@@ -145,13 +148,16 @@ class _OpInfo:
 
     @classmethod
     def of(cls, target) -> "_OpInfo":
+        name = callable_name(target)
+        if find_callable(name) is None:  # the runtime could not call it: run the graph eagerly
+            raise UnsupportedError(f"call target {target!r} cannot be found by its name {name}")
         schema = getattr(target, "_schema", None)
         if schema is None:
-            return cls(callable_name(target), None)
+            return cls(name, None)
         args = tuple(_Arg(a.name, a.has_default_value(),
                           _plain(a.default_value) if a.has_default_value() else None)
                      for a in schema.arguments)
-        return cls(callable_name(target), args, len(schema.returns))
+        return cls(name, args, len(schema.returns))
 
 
 def _import_call(graph: Graph, n: torch.fx.Node, env, val, infos: dict):
@@ -183,7 +189,11 @@ def _import_call(graph: Graph, n: torch.fx.Node, env, val, infos: dict):
                 attrs_["kwargs"] = kwargs
     else:
         attrs_ = _schema_attrs(info.args, n, convert)
-    if isinstance(val, (list, tuple)):
+    if isinstance(val, (list, tuple)) and info.args is None:
+        # without a schema the runtime cannot know that a 1-element result is a sequence:
+        # keep the sequence as one value, and FX's getitem nodes as python.operator.getitem
+        out_types, hints, val = [ScalarType("any")], [n.name], None
+    elif isinstance(val, (list, tuple)):
         out_types = [type_of(x) for x in val]
         hints = [f"{n.name}_{i}" for i in range(len(val))]
     elif val is None and info.args is not None and info.returns == 0:

@@ -3,7 +3,8 @@ override table where tags say too little.
 
 Name forms: ``aten.add.Tensor`` (an overload), ``aten.gelu`` (means ``.default``),
 ``prims.convert_element_type.default``, any ``namespace.op.overload`` of ``torch.ops``,
-and ``python.<module>.<attr>`` for plain Python callables such as ``python.operator.getitem``.
+``python.<module>.<attr>`` for plain Python callables such as ``python.operator.getitem``,
+and ``higher_order.<name>`` for torch's higher-order operators (``higher_order.cond``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def find_callable(name: str):
         except ImportError:
             return None
         return getattr(module, parts[-1], None)
+    if parts[0] == "higher_order" and len(parts) == 2:
+        return getattr(torch.ops.higher_order, parts[1], None)
     if len(parts) not in (2, 3):
         return None
     try:
