@@ -202,3 +202,39 @@ def test_device_guard_on_a_non_cpu_type(registry, caplog):
     torch.testing.assert_close(compiled(x)[0], -x)
     assert compiled.fallback_calls == 1
     assert "compiled for f32[2] @meta, called with f32[2])" in caplog.text
+
+
+class BrokenCodegen:
+    """Claims every group, then fails to compile it."""
+
+    name, version = "broken", "0"
+
+    def supports(self, group, registry):
+        return None
+
+    def generate(self, group, registry):
+        raise RuntimeError("kaboom")
+
+    def load(self, kernel, registry):
+        raise AssertionError("never reached")
+
+
+def test_a_codegen_that_fails_to_compile_falls_back_to_the_next(registry, caplog):
+    g = parse_graph("""\
+graph @g(%x: f32[4]) {
+  %p = torchloom.fusion_group(%x) : f32[4] region @g0(%a: f32[4]) {
+    %b = aten.exp.default(%a) : f32[4]
+    return %b
+  }
+  return %p
+}
+""")
+    caplog.set_level(logging.WARNING, logger="torchloom")
+    compiled = CompiledGraph(g, registry, [BrokenCodegen(), EagerCodegen()], KernelCache())
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), (x.exp(),))
+    (choice,) = compiled.choices
+    assert choice.codegen == "eager"
+    assert [str(r) for r in choice.fallback_reasons] == [
+        "broken: failed to compile the group: RuntimeError: kaboom"]
+    assert "kaboom" in caplog.text

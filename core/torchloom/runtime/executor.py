@@ -189,15 +189,22 @@ class CompiledGraph:
             if node.op != FUSION_GROUP:  # other regions (shared subgraphs) run their body
                 return build_function(node.region, registry, kernel_for).fn
             choice = GroupChoice(node, "eager")
+            self.choices.append(choice)
             for cg in codegens:
                 reason = cg.supports(node, registry)
                 if reason is None:
-                    choice.codegen = cg.name
-                    break
+                    try:
+                        kernel = self.cache.get_or_compile(cg, node, registry)
+                    except Exception as exc:  # a codegen bug must not crash the user's program
+                        reason = Reason(cg.name, f"failed to compile the group: "
+                                                 f"{type(exc).__name__}: {exc}")
+                        log.warning("torchloom: %s; trying the next codegen", reason)
+                    else:
+                        choice.codegen = cg.name
+                        return kernel
                 choice.fallback_reasons.append(reason)
-            self.choices.append(choice)
-            cg = next(c for c in codegens if c.name == choice.codegen)
-            return self.cache.get_or_compile(cg, node, registry)
+            raise TypeError(f"no codegen compiled the group: "
+                            f"{'; '.join(map(str, choice.fallback_reasons))}")
 
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
