@@ -198,16 +198,18 @@ class GroupEditor:
         group = Node(FUSION_GROUP, list(inner_inputs), region=region)
         region.owner = group
         group.outputs = [Value(v.name, v.type, group, i, g) for i, v in enumerate(node.outputs)]
-        g.insert(group, before=node)
+        group.graph = g
+        g._link(group, node.prev)
+        g._len += 1
         for old, new in zip(node.outputs, group.outputs):
             if old in self.hazard_values:
                 self.hazard_values.add(new)
-            if old in self.graph_outputs:
-                self.graph_outputs.discard(old)
-                self.graph_outputs.add(new)
-            g.replace_all_uses(old, new)
-        for v in node.inputs:
-            v.uses.remove(node)
+            self._redirect(old, new)
+        for v in inner_inputs:  # the group takes the node's place in each use list
+            uses = v.uses
+            uses[uses.index(node)] = group
+            for _ in range(node.inputs.count(v) - 1):
+                uses.remove(node)
         g._unlink(node)
         g._len -= 1
         node.inputs = [inner_inputs[v] for v in node.inputs]
@@ -222,6 +224,17 @@ class GroupEditor:
         self._kind[group] = "group"
         self.created += 1
         return group
+
+    def _redirect(self, old: Value, new: Value) -> None:
+        """Point every reader of ``old`` (graph outputs included) at ``new``."""
+        for user in dict.fromkeys(old.uses):
+            user.inputs = [new if x is old else x for x in user.inputs]
+        new.uses.extend(old.uses)
+        old.uses.clear()
+        if old in self.graph_outputs:
+            self.graph_outputs.discard(old)
+            self.graph_outputs.add(new)
+            self.graph.outputs = [new if x is old else x for x in self.graph.outputs]
 
     def merge(self, a: Node, b: Node, slot: str) -> Node:
         """Merge group ``b`` into group ``a`` (a earlier); the result sits at ``slot``."""
@@ -246,11 +259,25 @@ class GroupEditor:
                 if v in self.graph_outputs or any(u is not b for u in v.uses)]
         outer_out = [a.outputs[i] for i in kept] + list(b.outputs)
         inner_out = [ra.outputs[i] for i in kept] + list(rb.outputs)
-        for u in a.inputs:
-            u.uses.remove(a)
-        for u in b.inputs:
-            u.uses.remove(b)
         host, guest = (a, b) if len(ra) >= len(rb) else (b, a)
+        # use lists: only the guest's entries change (the host's stay where they are)
+        a_inputs = set(a.inputs)
+        if host is a:
+            for u in b.inputs:
+                if u.producer is a or u in a_inputs:
+                    u.uses.remove(b)
+                else:
+                    u.uses[u.uses.index(b)] = a
+        else:
+            b_inputs = set(b.inputs)
+            for u in b.inputs:
+                if u.producer is a:
+                    u.uses.remove(b)
+            for u in a.inputs:
+                if u in b_inputs:
+                    u.uses.remove(a)
+                else:
+                    u.uses[u.uses.index(a)] = b
         region = host.region
         _move_nodes(guest.region, region, append=host is a)
         region.inputs = inner_in
@@ -260,8 +287,6 @@ class GroupEditor:
                 _claim_name(region, v)
         region.outputs = inner_out
         host.inputs = outer_in
-        for u in outer_in:
-            u.uses.append(host)
         host.outputs = outer_out
         for i, v in enumerate(outer_out):
             v.producer, v.index = host, i
