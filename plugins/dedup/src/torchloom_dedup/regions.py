@@ -142,7 +142,9 @@ class DedupRegions(Pass):
             left += 1
         starts = [p - left for p in occ]
         length = left + 1
-        best = Candidate(tuple(starts), length) if len(starts) >= self.min_occurrences else None
+        best = None
+        if len(starts) >= self.min_occurrences and length >= self.min_nodes:
+            best = Candidate(tuple(starts), length)
         while len(starts) >= self.min_occurrences:
             parts: dict[int, list[int]] = {}
             for s in starts:
@@ -153,7 +155,7 @@ class DedupRegions(Pass):
                 break
             starts = _non_overlapping(max(parts.values(), key=len), length + 1)
             length += 1
-            if len(starts) >= self.min_occurrences:
+            if len(starts) >= self.min_occurrences and length >= self.min_nodes:
                 cand = Candidate(tuple(starts), length)
                 if best is None or cand.saved > best.saved:
                     best = cand
