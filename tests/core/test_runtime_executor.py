@@ -238,3 +238,25 @@ graph @g(%x: f32[4]) {
     assert [str(r) for r in choice.fallback_reasons] == [
         "broken: failed to compile the group: RuntimeError: kaboom"]
     assert "kaboom" in caplog.text
+
+
+@pytest.mark.parametrize("typed, actual, fails", [
+    ("cuda", torch.device("cuda", 1), False),  # no index in the type: any cuda device
+    ("cuda:1", torch.device("cuda", 1), False),
+    ("cuda:0", torch.device("cuda", 1), True),
+    ("cuda", torch.device("cpu"), True),
+    ("cpu", torch.device("cuda", 0), True),
+])
+def test_device_guard_expressions(typed, actual, fails):
+    from types import SimpleNamespace
+
+    from torchloom.ir import Graph, TensorType
+    from torchloom.runtime.guards import guard_expressions
+
+    g = Graph("g")
+    g.add_input(TensorType.make([2], "f32", typed), "x")
+    env: dict = {}
+    ((index, expr),) = list(guard_expressions(g.inputs, env))
+    fake = SimpleNamespace(shape=torch.Size([2]), dtype=torch.float32, device=actual,
+                           is_cpu=actual.type == "cpu", is_contiguous=lambda: True)
+    assert index == 0 and eval(expr, {**env, "a0": fake}) is fails  # noqa: S307

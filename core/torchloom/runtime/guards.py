@@ -20,7 +20,12 @@ def guard_expressions(inputs: Sequence[Value], env: dict[str, Any]):
             continue
         env[f"g_dtype{i}"] = DTYPES[t.dtype]
         env[f"g_dev{i}"] = torch.device(t.device)
-        device = (f"not a{i}.is_cpu" if t.device == "cpu" else f"a{i}.device != g_dev{i}")
+        if t.device == "cpu":
+            device = f"not a{i}.is_cpu"
+        elif env[f"g_dev{i}"].index is None:  # "cuda" means any cuda device: type only
+            device = f"a{i}.device.type != {env[f'g_dev{i}'].type!r}"
+        else:
+            device = f"a{i}.device != g_dev{i}"
         checks = [f"a{i}.shape != {tuple(t.shape)!r}", f"a{i}.dtype is not g_dtype{i}", device]
         if t.strides is None:
             checks.append(f"not a{i}.is_contiguous()")
