@@ -29,7 +29,7 @@ class DedupRegions(Pass):
     """Find maximal repeated regions by structure and replace each occurrence with a call
     of one shared subgraph, so later passes and the codegen see the region once.
 
-    before::
+    before (with ``min_nodes = 2``; the default, 8, keeps calls for regions worth one)::
 
         graph @main(%x: f32[4, 8], %w: f32[8]) {
           %s = aten.mul.Tensor(%x, %w) : f32[4, 8]
@@ -70,7 +70,7 @@ class DedupRegions(Pass):
 
     name: ClassVar[str] = "dedup.regions"
     #: a region smaller than this is not worth a call
-    min_nodes: int = attrs.field(default=4, validator=_positive)
+    min_nodes: int = attrs.field(default=8, validator=_positive)
     min_occurrences: int = attrs.field(default=2, validator=attrs.validators.ge(2))
     #: how many regions to extract (each one re-scans the graph)
     max_regions: int = attrs.field(default=4, validator=_positive)
