@@ -45,15 +45,17 @@ class CorruptEntry(Exception):
 
 
 def codegen_identity(codegen: Codegen) -> str:
-    """Name, version and a hash of the source of the module defining the codegen, so an
-    edited codegen never loads kernels its old version generated."""
+    """Name, version and a hash of the sources next to the module defining the codegen
+    (its package's files), so an edited codegen never loads kernels its old code made."""
     module = sys.modules.get(type(codegen).__module__)
     path = getattr(module, "__file__", None)
+    digest = hashlib.sha256()
     try:
-        code = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if path else "?"
+        for source in sorted(Path(path).parent.glob("*.py")) if path else ():
+            digest.update(source.name.encode() + b"\0" + source.read_bytes())
     except OSError:
-        code = "?"
-    return f"{codegen.name}:{codegen.version}:{code}"
+        pass
+    return f"{codegen.name}:{codegen.version}:{digest.hexdigest()[:16]}"
 
 
 class KernelCache:
@@ -69,6 +71,8 @@ class KernelCache:
         self.fingerprint = fingerprint
         self._kernels: dict[tuple[str, str, str], Kernel] = {}
         self._reported: set[str] = set()
+        #: id(codegen) -> (codegen, its identity); holding the codegen keeps the id unique
+        self._identities: dict[int, tuple[Codegen, str]] = {}
         self.compiles = 0
         self.hits = 0
         self.disk_hits = 0
@@ -114,7 +118,10 @@ class KernelCache:
     def _entry(self, codegen: Codegen, key: tuple[str, str, str]) -> Path | None:
         if self.directory is None:
             return None
-        blob = json.dumps([key[2], codegen_identity(codegen), self.fingerprint])
+        known = self._identities.get(id(codegen))
+        if known is None:
+            known = self._identities[id(codegen)] = (codegen, codegen_identity(codegen))
+        blob = json.dumps([key[2], known[1], self.fingerprint])
         return self.directory / hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def _load_from_disk(self, entry: Path, codegen: Codegen, registry: Any) -> Kernel | None:
