@@ -137,7 +137,7 @@ def _public_binding(op: torch._ops.OpOverload):
     if op.namespace != "aten":
         return None
     packet = op._schema.name.split("::")[-1]
-    for holder in (torch._C._VariableFunctions, torch._C.TensorBase):
+    for holder in (torch._C._VariableFunctions, torch._C._nn, torch._C.TensorBase):
         fn = getattr(holder, packet, None)
         if fn is not None:
             return fn
