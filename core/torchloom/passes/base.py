@@ -51,6 +51,9 @@ class PassContext:
     cache_dir: Path | None = None
     #: human-readable decisions passes want ``explain`` to show
     notes: list[str] = attrs.field(factory=list)
+    #: work a pass may reuse within this compilation, by a key that starts with the pass's
+    #: name: a pass runs on the main graph and on every shared subgraph, with this context
+    memo: dict[Any, Any] = attrs.field(factory=dict)
 
     def note(self, message: str) -> None:
         self.notes.append(message)
