@@ -11,6 +11,12 @@ The partitioner grows faster than quadratically on these graphs (about 2.5 s at 
 nodes and 22 s at 2k on a 2-core CI machine), so it runs in a child process with a
 budget of ``FX_BUDGET_S`` seconds; when it does not finish, the budget is a lower bound
 of its time and the speedup reported and gated is a lower bound too.
+
+The scaling gate times sizes in interleaved rounds and keeps the minimum of each; the
+10k time is the mean over five different 10k graphs alive together (50k nodes of live
+objects, like the 50k graph), so that both sizes run in the same CPU-cache regime and
+the ratio measures the algorithm (a quadratic step shows up as 25x), not the point
+where one graph stops fitting in the cache (the method of test_pass_manager.py).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ POINTWISE = [aten.add.Tensor, aten.mul.Tensor, aten.sub.Tensor]
 UNARY = [aten.exp.default, aten.neg.default, aten.tanh.default, aten.sigmoid.default,
          aten.relu.default]
 SIZES = {"1k": 1_000, "10k": 10_000, "50k": 50_000}
-FX_BUDGET_S = 60.0
+FX_BUDGET_S = 30.0
 _measured: dict[str, dict[str, float]] = {}
 
 
@@ -145,6 +151,9 @@ def test_fusion_vs_capability_partitioner(benchmark, plugins, size):
                        "partitioner_finished": finished, "speedup": fx_seconds / ours,
                        "groups": groups}
     benchmark.extra_info.update(_measured[size])
+    print(f"\n{size}: torchloom {ours:.3f} s, partitioner "
+          f"{'' if finished else '> '}{fx_seconds:.2f} s, speedup "
+          f"{'' if finished else '>= '}{fx_seconds / ours:.1f}x, {groups} groups")
 
 
 def test_gate_five_times_faster_at_10k():
@@ -153,8 +162,23 @@ def test_gate_five_times_faster_at_10k():
     assert _measured["10k"]["speedup"] >= 5, _measured["10k"]
 
 
-def test_gate_scaling_50k_over_10k():
-    if not {"10k", "50k"} <= set(_measured):
-        pytest.fail("the 10k and 50k benchmarks did not run in this session")
-    ratio = _measured["50k"]["torchloom_s"] / _measured["10k"]["torchloom_s"]
-    assert ratio <= 6, (ratio, _measured)
+def test_gate_scaling_50k_over_10k(plugins):
+    small = [_program(10_000, seed) for seed in range(5)]
+    large = _program(50_000)
+    best_small = best_large = float("inf")
+    for _ in range(3):
+        graphs = [_ir_graph(p) for p in small]
+        t0 = time.perf_counter()
+        for g in graphs:
+            _run_torchloom(g, plugins)
+        best_small = min(best_small, (time.perf_counter() - t0) / len(graphs))
+        del graphs
+        graph = _ir_graph(large)
+        t0 = time.perf_counter()
+        _run_torchloom(graph, plugins)
+        best_large = min(best_large, time.perf_counter() - t0)
+        del graph
+    ratio = best_large / best_small
+    _measured["scaling"] = {"10k_s": best_small, "50k_s": best_large, "ratio": ratio}
+    print(f"\nfusion scaling: 10k {best_small:.3f} s, 50k {best_large:.3f} s, ratio {ratio:.2f}")
+    assert ratio <= 6, _measured["scaling"]

@@ -70,3 +70,13 @@ def test_scaled_addmm_and_disabled_ops_are_left_alone(registry):
     }"""
     fused = fuse_and_compare(text, registry, [Decompose(ops=())])
     assert [n.op for n in fused.nodes] == ["aten.addmm.default", "aten._softmax.default"]
+
+
+def test_addmm_read_only_by_a_matmul_stays_whole(registry):
+    text = """graph @g(%b: f32[8], %x: f32[4, 8], %w: f32[8, 8]) {
+      %a = aten.addmm.default(%b, %x, %w) : f32[4, 8]
+      %m = aten.mm.default(%a, %w) : f32[4, 8]
+      return %m
+    }"""
+    fused = fuse_and_compare(text, registry, fusion_pipeline())
+    assert [n.op for n in fused.nodes] == ["aten.addmm.default", "aten.mm.default"]

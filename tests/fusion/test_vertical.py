@@ -165,3 +165,17 @@ def test_graph_output_values_stay_available(registry):
     inputs = example_inputs(graph)
     torch.testing.assert_close(run_graph(fused, registry, inputs)[0], inputs[0].exp())
     assert clone_graph(fused)[0] is not None
+
+
+def test_no_merge_around_an_opaque_node_on_a_path_between(registry):
+    """exp -> mm -> add and exp -> add: merging exp into add's group would need the mm
+    both before and after the group (a cycle); the verifier would reject it."""
+    text = """graph @g(%x: f32[4, 4]) {
+      %e = aten.exp.default(%x) : f32[4, 4]
+      %m = aten.mm.default(%e, %e) : f32[4, 4]
+      %a = aten.add.Tensor(%e, %m) : f32[4, 4]
+      return %a
+    }"""
+    fused = fuse_and_compare(text, registry, [VerticalFusion()])
+    assert [n.op for n in fused.nodes] == ["torchloom.fusion_group", "aten.mm.default",
+                                           "torchloom.fusion_group"]

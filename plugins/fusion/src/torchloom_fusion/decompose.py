@@ -34,7 +34,8 @@ class Decompose(Pass):
     """Replace composites (layer_norm, softmax, log_softmax, eval batch_norm and their
     backward ops) by the primitives of torch's decomposition table, traced with
     ``make_fx`` on fake tensors; split ``addmm`` into ``mm`` + ``add`` so the bias add
-    joins the following pointwise group (nvFuser's decomposeLinear).
+    joins the following pointwise group (nvFuser's decomposeLinear) -- only when a
+    pointwise op or a reduction reads the result, directly or through views.
 
     before::
 
@@ -67,7 +68,8 @@ class Decompose(Pass):
                 if sub is not None and _fits(sub, node, graph_outputs):
                     _splice(graph, node, sub)
                     done += 1
-            elif node.op == _ADDMM and self.linear and _plain_addmm(node):
+            elif node.op == _ADDMM and self.linear and _plain_addmm(node) and \
+                    _feeds_fusible(node.output, ctx.registry):
                 _split_addmm(graph, node)
                 addmm += 1
         return PassResult(done + addmm > 0, {"decomposed": done, "addmm_split": addmm})
@@ -173,6 +175,23 @@ def _plain_addmm(node: Node) -> bool:
     """addmm(bias, x, w) with beta = alpha = 1 and a static output."""
     return node.attrs.get("beta", 1) == 1 and node.attrs.get("alpha", 1) == 1 and \
         len(node.inputs) == 3 and isinstance(node.outputs[0].type, TensorType)
+
+
+def _feeds_fusible(value, registry, depth: int = 6) -> bool:
+    """Some reader of ``value``, directly or through views, is pointwise or a reduction:
+    only then does splitting off the bias add save a kernel."""
+    frontier = [value]
+    for _ in range(depth):
+        nxt = []
+        for v in frontier:
+            for user in v.users():
+                category = registry.get(user.op).category
+                if category in ("pointwise", "reduction") or user.region is not None:
+                    return True
+                if category == "view":
+                    nxt.extend(user.outputs)
+        frontier = nxt
+    return False
 
 
 def _split_addmm(graph: Graph, node: Node) -> None:

@@ -48,6 +48,15 @@ class GroupEditor:
         self.hazard_values = self._mutated_alias_values() if self.mutation_points else set()
         self.merges = 0
         self.created = 0
+        #: values whose use lists may hold nodes that left the graph (swept by finish())
+        self._dirty: set[Value] = set()
+
+    def finish(self) -> None:
+        """Sweep stale entries from use lists; call before anyone else reads them."""
+        for v in self._dirty:  # (a wrapped node's outputs now live in its region)
+            home = v.graph
+            v.uses[:] = [u for u in v.uses if u.graph is home]
+        self._dirty.clear()
 
     # ---- classification --------------------------------------------------------------
     def kind(self, node: Node) -> str | None:
@@ -154,14 +163,16 @@ class GroupEditor:
         inputs.update(v for v in b.inputs if v.producer is not a)
         if len(inputs) > self.max_inputs:
             return None
-        kept = [v for v in a.outputs if v in self.graph_outputs or any(u is not b for u in v.uses)]
+        g = self.graph
+        kept = [v for v in a.outputs if v in self.graph_outputs or
+                any(u is not b and u.graph is g for u in v.uses)]
         if len(kept) + len(b.outputs) > self.max_outputs:
             return None
         oa, ob = self.order[a], self.order[b]
         blocked = self._mutation_between(oa, ob)
         order = self.order
         if not (blocked and self.pinned(a)) and all(
-                order[u] > ob for v in kept for u in v.uses if u is not b):
+                order[u] > ob for v in kept for u in v.uses if u is not b and u.graph is g):
             return "b"
         if not (blocked and self.pinned(b)) and all(
                 v.producer is None or v.producer is a or order[v.producer] < oa
@@ -206,10 +217,8 @@ class GroupEditor:
                 self.hazard_values.add(new)
             self._redirect(old, new)
         for v in inner_inputs:  # the group takes the node's place in each use list
-            uses = v.uses
-            uses[uses.index(node)] = group
-            for _ in range(node.inputs.count(v) - 1):
-                uses.remove(node)
+            v.uses.append(group)  # the node's entries go stale: it now lives in the region
+            self._dirty.add(v)
         g._unlink(node)
         g._len -= 1
         node.inputs = [inner_inputs[v] for v in node.inputs]
@@ -227,9 +236,11 @@ class GroupEditor:
 
     def _redirect(self, old: Value, new: Value) -> None:
         """Point every reader of ``old`` (graph outputs included) at ``new``."""
-        for user in dict.fromkeys(old.uses):
+        g = self.graph
+        live = [u for u in old.uses if u.graph is g]
+        for user in dict.fromkeys(live):
             user.inputs = [new if x is old else x for x in user.inputs]
-        new.uses.extend(old.uses)
+        new.uses.extend(live)
         old.uses.clear()
         if old in self.graph_outputs:
             self.graph_outputs.discard(old)
@@ -256,28 +267,28 @@ class GroupEditor:
             rb.replace_all_uses(bi, target)
             rb._names.discard(bi.name)  # the name is free again for moved values
         kept = [i for i, v in enumerate(a.outputs)
-                if v in self.graph_outputs or any(u is not b for u in v.uses)]
+                if v in self.graph_outputs or any(u is not b and u.graph is g for u in v.uses)]
         outer_out = [a.outputs[i] for i in kept] + list(b.outputs)
         inner_out = [ra.outputs[i] for i in kept] + list(rb.outputs)
         host, guest = (a, b) if len(ra) >= len(rb) else (b, a)
         # use lists: only the guest's entries change (the host's stay where they are)
         a_inputs = set(a.inputs)
+        # the guest's entries go stale (it leaves the graph) and are swept by finish()
+        dirty = self._dirty
         if host is a:
             for u in b.inputs:
-                if u.producer is a or u in a_inputs:
-                    u.uses.remove(b)
-                else:
-                    u.uses[u.uses.index(b)] = a
+                dirty.add(u)
+                if u.producer is not a and u not in a_inputs:
+                    u.uses.append(a)
         else:
             b_inputs = set(b.inputs)
             for u in b.inputs:
-                if u.producer is a:
+                if u.producer is a:  # b stays but no longer reads it
                     u.uses.remove(b)
             for u in a.inputs:
-                if u in b_inputs:
-                    u.uses.remove(a)
-                else:
-                    u.uses[u.uses.index(a)] = b
+                dirty.add(u)
+                if u not in b_inputs:
+                    u.uses.append(b)
         region = host.region
         _move_nodes(guest.region, region, append=host is a)
         region.inputs = inner_in

@@ -60,6 +60,7 @@ class HorizontalFusion(Pass):
                      if u.graph is graph and starts_group(ed.kind(u)) and ed.fits(u)]
             if len(users) > 1:
                 self._merge_siblings(ed, sorted(users, key=ed.order.__getitem__))
+        ed.finish()
         return PassResult(ed.merges > 0, {"merged": ed.merges, "groups_started": ed.created})
 
     def _merge_siblings(self, ed: GroupEditor, siblings: list) -> None:

@@ -84,6 +84,7 @@ class MergeGroups(Pass):
                                 ed.try_merge(node, user) is not None:
                             stats["splits_moved"] += 1
             node = nxt
+        ed.finish()
         for group in [n for n in graph.nodes if is_group(n)]:
             stats["size_outputs"] += _fold_metadata_uses(graph, group)
             stats["dead"] += _dce(group.region)

@@ -57,6 +57,7 @@ class VerticalFusion(Pass):
                 node = self._absorb_producers(ed, node)
                 prev = node.prev
             node = prev
+        ed.finish()
         return PassResult(ed.merges + ed.created > 0,
                           {"merged": ed.merges, "groups_started": ed.created})
 
