@@ -179,3 +179,18 @@ def test_malformed_text_raises_parse_error_with_line_and_column(text, line, toke
     assert message.startswith(f"bad.tlir:{line}:{column}: "), message
     assert words in message
     assert (info.value.line, info.value.column) == (line, column)
+
+
+def test_graph_names_with_any_characters_round_trip():
+    g = Graph("my graph/é")
+    x = g.add_input(TensorType.make([2]), "x")
+    region = Graph('k "0"')
+    a = region.add_input(x.type, "a")
+    region.set_outputs([region.create("aten.neg.default", [a], [a.type]).output])
+    node = g.create("torchloom.fusion_group", [x], [x.type], region=region)
+    g.set_outputs(node.outputs)
+    text = print_graph(g)
+    assert text.startswith('graph @"my graph/\\u00e9"(') and '@"k \\"0\\""(' in text
+    back = parse_graph(text)
+    assert back.name == "my graph/é" and next(back.nodes).region.name == 'k "0"'
+    assert print_graph(back) == text

@@ -46,7 +46,7 @@ OPS = st.sampled_from(["aten.add.Tensor", "aten.native_layer_norm.default", "my.
 
 @st.composite
 def graphs(draw, depth: int = 0, input_types=None):
-    g = Graph(draw(NAMES))
+    g = Graph(draw(NAMES | st.text(min_size=1, max_size=6)))
     types = input_types if input_types is not None else draw(st.lists(TYPES, max_size=3))
     values = [g.add_input(t, draw(NAMES)) for t in types]
     for _ in range(draw(st.integers(0, 4))):

@@ -51,6 +51,13 @@ def format_dim(d) -> str:
     return d if _IDENT.match(d) else json.dumps(d)
 
 
+_GRAPH_NAME = re.compile(r"[A-Za-z0-9_:.\-]+\Z")
+
+
+def format_graph_name(name: str) -> str:
+    return name if _GRAPH_NAME.match(name) else json.dumps(name)
+
+
 def format_type(t: Type) -> str:
     if isinstance(t, ScalarType):
         return t.kind
@@ -105,7 +112,7 @@ def print_node(node: Node, indent: str = "") -> str:
 
 def _print_body(g: Graph, indent: str) -> str:
     params = ", ".join(f"%{v.name}: {format_type(v.type)}" for v in g.inputs)
-    lines = [f"@{g.name}({params}) {{"]
+    lines = [f"@{format_graph_name(g.name)}({params}) {{"]
     for n in g.nodes:
         lines.append(print_node(n, indent + "  "))
     lines.append(f"{indent}  return {', '.join(f'%{v.name}' for v in g.outputs)}".rstrip())
@@ -128,7 +135,7 @@ _TOKEN = re.compile(r"""
   | (?P<nl>\n)
   | (?P<value>%[A-Za-z0-9_]+)
   | (?P<ref>\$[0-9]+)
-  | (?P<at>@[A-Za-z0-9_:.\-]+)
+  | (?P<at>@(?:[A-Za-z0-9_:.\-]+|"(?:[^"\\]|\\.)*"))
   | (?P<enum>\#[A-Za-z0-9_:.]+)
   | (?P<string>"(?:[^"\\]|\\.)*")
   | (?P<number>-inf\b|-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)
@@ -182,16 +189,21 @@ class _Parser:
         self.i += 1
         return tok[1]
 
+    def take_name(self, what: str) -> str:
+        """A graph name: ``@name``, or ``@"any text"`` for names with other characters."""
+        text = self.take("at", what)[1:]
+        return json.loads(text) if text.startswith('"') else text
+
     # -- grammar
     def parse_graph(self) -> Graph:
         self.expect("graph")
-        g = self.parse_body(self.take("at", "a graph name like @main")[1:])
+        g = self.parse_body(self.take_name("a graph name like @main"))
         while self.peek()[0] != "eof":  # shared subgraphs follow the main graph
             if self.peek()[1] != "graph":
                 raise self.error("expected end of input or another graph after the graph")
             self.expect("graph")
             tok = self.peek()
-            name = self.take("at", "a subgraph name like @layer")[1:]
+            name = self.take_name("a subgraph name like @layer")
             if name in g.subgraphs or name == g.name:
                 raise self.error(f"graph @{name} is defined twice", tok)
             g.add_subgraph(self.parse_body(name))
@@ -269,7 +281,7 @@ class _Parser:
                              f"{len(types)} types", result_toks[0] if result_toks else None)
         region = None
         if self.accept("region"):
-            region = self.parse_body(self.take("at", "a region name like @g0")[1:])
+            region = self.parse_body(self.take_name("a region name like @g0"))
         node = Node(op, inputs, attrs, region)
         if region is not None:
             region.owner = node
