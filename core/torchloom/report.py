@@ -92,7 +92,8 @@ def dedup_summary(compilations: list, kernel_cache, groups: int) -> dict[str, An
     """What deduplication saved: fusion groups against unique kernels, shared regions and
     the occurrences they replaced, and an estimate of the compile time saved: each kernel
     reused at the average measured compile time, plus, per graph, the time of the passes
-    after ``dedup.regions`` scaled by the nodes they no longer saw."""
+    after ``dedup.regions`` scaled by the nodes they no longer saw (a linear model: passes
+    with a fixed cost per graph make it an overestimate)."""
     regions = occurrences = removed = 0
     saved_ms = _cache_stats(kernel_cache).get("saved_ms_estimate", 0.0)
     for comp in compilations:
