@@ -207,3 +207,22 @@ def test_call_targets_the_runtime_cannot_find_by_name_are_unsupported():
     g.output((y,))
     with pytest.raises(UnsupportedError, match="cannot be found by its name python.*<lambda>"):
         import_fx(torch.fx.GraphModule(torch.nn.Module(), g), None)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_inputs_of_every_torch_dtype_import():
+    from torchloom.ir import DTYPES
+
+    for dtype in (torch.uint16, torch.uint32, torch.complex32, torch.float8_e4m3fn):
+        x = torch.empty(2, dtype=dtype, device="meta")
+        gm = torch.fx.symbolic_trace(lambda t: t)
+        imported = import_fx(gm, [x])
+        assert DTYPES[imported.graph.inputs[0].type.dtype] is dtype
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+def test_any_failure_while_importing_is_unsupported():
+    gm = torch.fx.symbolic_trace(lambda t: t)
+    next(iter(gm.graph.nodes)).meta["val"] = torch.empty(2, dtype=torch.quint8)  # no IR dtype
+    with pytest.raises(UnsupportedError, match="cannot import the FX graph: KeyError"):
+        import_fx(gm, None)

@@ -53,7 +53,21 @@ def callable_name(target) -> str:
 
 def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = None,
               name: str = "main") -> ImportedGraph:
-    """Convert an FX graph of aten ops into an IR graph."""
+    """Convert an FX graph of aten ops into an IR graph.
+
+    Raises :class:`UnsupportedError` (never anything else) for what it cannot import, so
+    that callers can run the graph eagerly instead."""
+    try:
+        return _import_fx(gm, example_inputs, name)
+    except UnsupportedError:
+        raise
+    except Exception as exc:
+        raise UnsupportedError(f"cannot import the FX graph: {type(exc).__name__}: "
+                               f"{exc}") from exc
+
+
+def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,
+               name: str) -> ImportedGraph:
     graph = Graph(name)
     env: dict[torch.fx.Node, Any] = {}  # fx node -> Value, or tuple of Values (multi-output)
     constants: list[Any] = []

@@ -20,6 +20,13 @@ DTYPES: dict[str, torch.dtype] = {
     "u8": torch.uint8, "b8": torch.bool, "c64": torch.complex64, "c128": torch.complex128,
     "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
 }
+# newer or rarer dtypes, where this torch has them
+for _name, _attr in (("u16", "uint16"), ("u32", "uint32"), ("u64", "uint64"),
+                     ("c32", "complex32"), ("f8e4m3fnuz", "float8_e4m3fnuz"),
+                     ("f8e5m2fnuz", "float8_e5m2fnuz"), ("f8e8m0", "float8_e8m0fnu"),
+                     ("f4e2m1x2", "float4_e2m1fn_x2")):
+    if hasattr(torch, _attr):
+        DTYPES[_name] = getattr(torch, _attr)
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 
 SCALAR_KINDS = ("int", "float", "bool", "str", "none", "any")
