@@ -2,12 +2,18 @@
 
 Two kernel kinds share one writer:
 
-- *pointwise*: a 1-D grid over the elements of the outputs (all of one shape); every value
-  is computed at coordinates delinearised from ``xindex``.
+- *pointwise*: a 1-D grid over the elements of the outputs (all of one element count);
+  each output is walked in its own memory order (coalesced stores, and loads of inputs
+  laid out alike), every value computed at coordinates delinearised from ``xindex``.
 - *reduction*: all reductions of the group reduce the same dims of the same shape P; a
   program handles ``XBLOCK`` rows (the kept dims) x the reduced dims (``rindex``). Rows up
   to ``max_persistent`` elements are held whole in registers (persistent form); longer
   rows loop over ``RBLOCK`` chunks, one loop per reduction plus one for the epilogue.
+  Column reductions (kept dims innermost) loop over tiles of many rows x a short chunk.
+  Every output has the shape P (stored per element) or a row shape (stored per row).
+
+Low-precision (f16/bf16) values are computed in f32 and rounded wherever eager rounds (an
+op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
 
 Values are computed lazily at coordinates (``value_at``): a view maps coordinates to its
 input's coordinates, a pointwise op computes its inputs at broadcast coordinates, a region
