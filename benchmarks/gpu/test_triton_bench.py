@@ -18,6 +18,7 @@ import json
 import os
 import statistics
 import time
+import types
 from collections.abc import Callable
 
 import pytest
@@ -136,11 +137,21 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 4 / (us * 1e-6)
 
 
+def _own_code(fn, tag: str):
+    """``fn`` with a code object of its own: dynamo caches per code object, so each
+    variant keeps its compiled graph however calls alternate."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{tag}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__,
+                              fn.__closure__)
+
+
 def compile_variant(fn, args, backend: str, cold: bool = False):
-    """Compile and run once; dynamo keeps one cache entry per backend, so variants of one
-    function coexist. ``cold`` resets dynamo first (compile-time measurements)."""
+    """Compile and run once. ``cold`` resets dynamo first (compile-time measurements)."""
     if cold:
         torch._dynamo.reset()
+    fn = _own_code(fn, backend)
     kernels = None
     t0 = time.perf_counter()
     if backend == "inductor":
