@@ -194,7 +194,72 @@ class GroupEditor:
         slot = self.can_merge(a, b)
         if slot is None:
             return None
+        if is_group(b) and not is_group(a):
+            return self.absorb_producer(a, b, slot)
         return self.merge(self.wrap(a), self.wrap(b), slot)
+
+    def absorb_producer(self, p: Node, group: Node, slot: str) -> Node:
+        """Move plain node ``p`` (earlier) to the start of ``group``'s region: the fast
+        path of vertical fusion (no one-node group is built for ``p``)."""
+        g, region = self.graph, group.region
+        index = {v: i for i, v in enumerate(group.inputs)}
+        inner_of = {u: region.inputs[index[u]] for u in p.inputs if u in index}
+        drop: set[int] = set()
+        for out in p.outputs:
+            outer_users = [u for u in out.uses if u is not group and u.graph is g]
+            out.uses = []
+            if outer_users or out in self.graph_outputs:  # still read outside: export it
+                new = Value(out.name, out.type, group, len(group.outputs), g)
+                group.outputs.append(new)
+                region.outputs.append(out)
+                for user in dict.fromkeys(outer_users):
+                    user.inputs = [new if x is out else x for x in user.inputs]
+                new.uses.extend(outer_users)
+                if out in self.graph_outputs:
+                    self.graph_outputs.discard(out)
+                    self.graph_outputs.add(new)
+                    g.outputs = [new if x is out else x for x in g.outputs]
+                if out in self.hazard_values:
+                    self.hazard_values.add(new)
+            i = index.get(out)
+            if i is not None:
+                region.replace_all_uses(region.inputs[i], out)
+                region._names.discard(region.inputs[i].name)
+                drop.add(i)
+            out.graph = region
+            _claim_name(region, out)
+        if drop:
+            group.inputs = [v for i, v in enumerate(group.inputs) if i not in drop]
+            region.inputs = [v for i, v in enumerate(region.inputs) if i not in drop]
+        new_outer: list[Value] = []
+        for u in p.inputs:
+            if u not in inner_of:  # p's new inputs come first, in p's order
+                inner_of[u] = Value(region.fresh_name(u.name), u.type, graph=region)
+                new_outer.append(u)
+                u.uses.append(group)
+            self._dirty.add(u)  # p's entry goes stale
+        if new_outer:
+            group.inputs = new_outer + group.inputs
+            region.inputs = [inner_of[u] for u in new_outer] + region.inputs
+        p.inputs = [inner_of[u] for u in p.inputs]
+        for v in p.inputs:
+            v.uses.append(p)
+        if slot == "a":
+            g._unlink(group)
+            g._link(group, p.prev)
+            self.order[group] = self.order[p]
+        g._unlink(p)
+        g._len -= 1
+        p.graph = region
+        region._link(p, None)
+        region._len += 1
+        self._sigs[group] = self.signatures(group) | self.signatures(p)
+        self._domain[group] = max(self.domain(group), self.domain(p))
+        for cache in (self._sigs, self._domain, self._kind):
+            cache.pop(p, None)
+        del self.order[p]
+        self.merges += 1
+        return group
 
     def wrap(self, node: Node) -> Node:
         """The node itself if it is a group, else a new one-node group in its place."""

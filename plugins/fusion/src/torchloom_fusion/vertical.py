@@ -33,11 +33,11 @@ class VerticalFusion(Pass):
 
     after::
 
-        %e, %r = torchloom.fusion_group(%a, %b) : f32[4, 8], f32[4] region @fused_s(...) {
+        %r, %e = torchloom.fusion_group(%a, %b) : f32[4], f32[4, 8] region @fused_r(...) {
           %s = aten.add.Tensor(%a, %b) : f32[4, 8]
           %e = aten.exp.default(%s) : f32[4, 8]
           %r = aten.sum.dim_IntList(%e) {dim = [-1]} : f32[4]
-          return %e, %r
+          return %r, %e
         }
         %m = aten.mm.default(%e, %w) : f32[4, 4]
         return %m, %r
