@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from torchloom.api import KernelSource, parse_graph
-from torchloom.runtime.cache import KernelCache, _read_entry
+from torchloom.runtime.cache import KernelCache, _checksum, _read_entry
 
 from dedup_helpers import CountingCodegen, compiler
 
@@ -77,6 +77,7 @@ def test_second_process_with_warm_disk_cache_compiles_nothing(tmp_path):
     second = _run_process(tmp_path / "second", cache)
     assert (second["generated"], second["disk_hits"], second["hits"]) == (0, 2, 1)
     assert second["error"] < 1e-5
+    assert second["saved_ms_estimate"] > 0  # the entries remember their compile time
     assert len(list((cache / "kernels").glob("*.json"))) == 2
     assert len(list((cache / "kernels").glob("*.src"))) == 2
 
@@ -163,7 +164,7 @@ def test_concurrent_writers_never_leave_a_broken_entry(tmp_path):
     stop.set()
     reader.join()
     assert errors == [] and reads[0] > 0
-    assert _read_entry(meta, codegen).source.startswith("source ")
+    assert _read_entry(meta, codegen)[0].source.startswith("source ")
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
 
 
@@ -182,3 +183,21 @@ def test_metadata_that_is_not_json_stays_in_memory(tmp_path):
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     torch.testing.assert_close(kernel(x, y)[0], torch.tanh(x * y))
     assert list(tmp_path.iterdir()) == [] and codegen.generated == 1
+
+
+def test_entries_of_another_format_version_are_a_silent_miss(tmp_path, caplog):
+    cache = tmp_path / "cache"
+    compiler(tmp_path, ["dedup.kernels"], CountingCodegen(), cache).compile_graph(
+        parse_graph(TWO_KINDS))
+    for meta in _entries(cache):  # what an older torchloom wrote (checksum and all)
+        data = json.loads(meta.read_text())
+        data.pop("checksum")
+        data["format"] = 1
+        meta.write_text(json.dumps({**data, "checksum": _checksum(data)}))
+    codegen = CountingCodegen()
+    with caplog.at_level(logging.WARNING, logger="torchloom.cache"):
+        comp = compiler(tmp_path, ["dedup.kernels"], codegen, cache)
+        comp.compile_graph(parse_graph(TWO_KINDS))
+    assert codegen.generated == 2 and comp.kernel_cache.corrupt == 0
+    assert not [r for r in caplog.records if "corrupt" in r.getMessage()]
+    assert all(json.loads(m.read_text())["format"] != 1 for m in _entries(cache))

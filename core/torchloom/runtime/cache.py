@@ -5,7 +5,7 @@ up to renaming compile once per process. With a directory, what a codegen genera
 also kept on disk as text — never pickle — so a second process generates nothing:
 
 ```
-<dir>/<entry>.json                  {"format", "key", "codegen", "metadata",
+<dir>/<entry>.json                  {"format", "key", "codegen", "metadata", "compile_ms",
                                      "source_file", "source_sha256", "checksum"}
 <dir>/<entry>-<sha256[:16]>.src     the kernel source, exactly as generate() returned it
 ```
@@ -37,11 +37,15 @@ from torchloom.ir.graph import Node
 
 log = logging.getLogger("torchloom.cache")
 
-FORMAT = 1
+FORMAT = 2
 
 
 class CorruptEntry(Exception):
     """A cache entry on disk that cannot be trusted."""
+
+
+class StaleEntry(Exception):
+    """A well-formed entry in another format version: a miss, not an error."""
 
 
 def codegen_identity(codegen: Codegen) -> str:
@@ -78,6 +82,7 @@ class KernelCache:
         self.disk_hits = 0
         self.corrupt = 0
         self.compile_seconds = 0.0  # spent in generate() + load() for kernels compiled here
+        self.disk_saved_seconds = 0.0  # what the entries loaded from disk took to compile
 
     @staticmethod
     def key(codegen: Codegen, group: Node) -> tuple[str, str, str]:
@@ -95,10 +100,11 @@ class KernelCache:
             t0 = time.perf_counter()
             generated = codegen.generate(group, registry)
             kernel = codegen.load(generated, registry)
-            self.compile_seconds += time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
+            self.compile_seconds += seconds
             self.compiles += 1
             if entry is not None:
-                self._store(entry, key, generated)
+                self._store(entry, key, generated, seconds)
         self._kernels[key] = kernel
         return kernel
 
@@ -109,10 +115,11 @@ class KernelCache:
         """Counters for ``explain``; the saved-time estimate prices every reuse (in memory
         or from disk) at the average measured compile time."""
         average = self.compile_seconds / self.compiles if self.compiles else 0.0
+        saved = self.hits * average + self.disk_saved_seconds
         return {"unique": len(self), "compiles": self.compiles, "hits": self.hits,
                 "disk_hits": self.disk_hits, "corrupt": self.corrupt,
                 "compile_ms": round(self.compile_seconds * 1e3, 3),
-                "saved_ms_estimate": round((self.hits + self.disk_hits) * average * 1e3, 3)}
+                "saved_ms_estimate": round(saved * 1e3, 3)}
 
     # ---- disk layer ------------------------------------------------------------------
     def _entry(self, codegen: Codegen, key: tuple[str, str, str]) -> Path | None:
@@ -129,12 +136,15 @@ class KernelCache:
         if not meta_path.exists():
             return None
         try:
-            source = _read_entry(meta_path, codegen)
+            source, compile_ms = _read_entry(meta_path, codegen)
             kernel = codegen.load(source, registry)
+        except StaleEntry:
+            return None  # regenerated and rewritten in this format
         except Exception as exc:  # a broken entry is regenerated, never trusted
             self._report(meta_path, exc)
             return None
         self.disk_hits += 1
+        self.disk_saved_seconds += compile_ms / 1e3
         return kernel
 
     def _report(self, path: Path, exc: Exception) -> None:
@@ -144,12 +154,14 @@ class KernelCache:
             log.warning("torchloom: kernel cache entry %s is corrupt (%s); regenerating it",
                         path, exc)
 
-    def _store(self, entry: Path, key: tuple[str, str, str], generated: KernelSource) -> None:
+    def _store(self, entry: Path, key: tuple[str, str, str], generated: KernelSource,
+               seconds: float = 0.0) -> None:
         source_sha = hashlib.sha256(generated.source.encode()).hexdigest()
         source_path = entry.parent / f"{entry.name}-{source_sha[:16]}.src"
         body = {"format": FORMAT, "key": list(key), "fingerprint": self.fingerprint,
                 "codegen": generated.codegen, "metadata": generated.metadata,
-                "source_file": source_path.name, "source_sha256": source_sha}
+                "source_file": source_path.name, "source_sha256": source_sha,
+                "compile_ms": round(seconds * 1e3, 3)}
         try:
             text = json.dumps({**body, "checksum": _checksum(body)}, indent=1, sort_keys=True)
         except (TypeError, ValueError) as exc:  # metadata that is not JSON stays in memory
@@ -167,10 +179,13 @@ def _checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _read_entry(meta_path: Path, codegen: Codegen) -> KernelSource:
+def _read_entry(meta_path: Path, codegen: Codegen) -> tuple[KernelSource, float]:
+    """The entry's kernel source and the milliseconds it took to compile."""
     data = json.loads(meta_path.read_text())
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CorruptEntry("unknown format")
+    if not isinstance(data, dict) or not isinstance(data.get("format"), int):
+        raise CorruptEntry("no format version")
+    if data["format"] != FORMAT:
+        raise StaleEntry(data["format"])
     checksum = data.pop("checksum", None)
     if checksum != _checksum(data):
         raise CorruptEntry("metadata checksum mismatch")
@@ -180,7 +195,7 @@ def _read_entry(meta_path: Path, codegen: Codegen) -> KernelSource:
     source = source_path.read_bytes().decode()
     if hashlib.sha256(source.encode()).hexdigest() != data["source_sha256"]:
         raise CorruptEntry(f"{source_path.name} does not match its checksum")
-    return KernelSource(data["codegen"], source, data["metadata"])
+    return KernelSource(data["codegen"], source, data["metadata"]), float(data["compile_ms"])
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -197,4 +212,4 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["KernelCache", "CorruptEntry", "codegen_identity", "Callable"]
+__all__ = ["KernelCache", "CorruptEntry", "StaleEntry", "codegen_identity", "Callable"]
