@@ -112,13 +112,16 @@ def _load_example(name: str):
     return module
 
 
-def test_lstm_unrolled_compiles_one_kernel_per_unique_group(tmp_path):
-    """8 time steps of an LSTM cell: every step's gate math is the same group. Uses the
-    fusion plugin when installed, the stand-in grouping pass otherwise."""
+@pytest.mark.parametrize("grouping", ["installed", "stand-in"])
+def test_lstm_unrolled_compiles_one_kernel_per_unique_group(tmp_path, grouping):
+    """8 time steps of an LSTM cell: every step's gate math is the same group. Groups come
+    from the fusion plugin when installed (the stand-in pass otherwise), and from the
+    stand-in grouping pass."""
     from torchloom.frontend.backend import torchloom_backend
     codegen = CountingCodegen()
     plugins = plugin_set(codegen)
-    comp = compiler(tmp_path, grouping_passes(plugins) + ["dedup.kernels", "dce"], codegen)
+    passes = grouping_passes(plugins) if grouping == "installed" else ["test.group-pointwise"]
+    comp = compiler(tmp_path, passes + ["dedup.kernels", "dce"], codegen, plugins=plugins)
     fn, inputs = _load_example("lstm_unrolled").workload()
     compiled = torch.compile(fn, backend=lambda gm, ex: torchloom_backend(
         gm, ex, options={"compiler": comp}))
@@ -145,5 +148,5 @@ def test_lstm_unrolled_compiles_one_kernel_per_unique_group(tmp_path):
     stats = [r.stats for c in comp.compilations for r in c.report.records
              if r.name == "dedup.kernels"]
     assert sum(s["groups"] for s in stats) == len(groups)
-    print(f"lstm: fusion plugin={has_fusion(plugins)}, groups={len(groups)}, "
+    print(f"lstm: grouping={grouping}, fusion plugin={has_fusion(plugins)}, groups={len(groups)}, "
           f"unique={len(unique)}")
