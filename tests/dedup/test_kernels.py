@@ -148,5 +148,5 @@ def test_lstm_unrolled_compiles_one_kernel_per_unique_group(tmp_path, grouping):
     stats = [r.stats for c in comp.compilations for r in c.report.records
              if r.name == "dedup.kernels"]
     assert sum(s["groups"] for s in stats) == len(groups)
-    print(f"lstm: grouping={grouping}, fusion plugin={has_fusion(plugins)}, groups={len(groups)}, "
-          f"unique={len(unique)}")
+    print(f"lstm: grouping={grouping}, fusion plugin={has_fusion(plugins)}, "
+          f"groups={len(groups)}, unique={len(unique)}")
