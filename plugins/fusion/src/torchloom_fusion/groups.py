@@ -11,8 +11,11 @@ so topological questions are answered without renumbering the graph:
   before A.
 
 Either slot keeps the list topologically ordered, so no merge creates a cycle. A merge
-moves the nodes of the smaller region into the larger one; inputs and outputs are
-reconnected in O(inputs + outputs), never by rebuilding the group.
+moves the nodes of the smaller region into the larger one (a plain producer moves
+straight into its consumer's region); inputs and outputs are reconnected in
+O(inputs + outputs), never by rebuilding the group. Use lists are edited lazily: a node
+that leaves the graph stays in its inputs' use lists until :meth:`GroupEditor.finish`
+sweeps them once, so a value read by thousands of nodes costs nothing per merge.
 
 Mutation hazards: values are split into alias classes (views and in-place results join
 their source). A cluster that touches a class some node writes is *pinned*: it may join a
@@ -419,10 +422,6 @@ def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:
                 source[v] = source[n.inputs[src]]
     return [(group.outputs[i], group.inputs[source[v]])
             for i, v in enumerate(region.outputs) if v in source]
-
-
-def is_cluster_kind(kind: str | None) -> bool:
-    return kind is not None
 
 
 def starts_group(kind: str | None) -> bool:
