@@ -64,6 +64,17 @@ CASES = {
         %n = aten.argmin.default(%a) {dim = 1, keepdim = true} : i64[4, 1]""",
         "%x: i64[4], %n: i64[4, 1]"),
         lambda: (with_nans(torch.randint(0, 3, (4, 9), generator=g).float()),)),
+    "max_min_dim_values_and_indices": (group_text("%a: f32[4, 9]", """
+        %v, %i = aten.max.dim(%a) {dim = 1} : f32[4], i64[4]
+        %w, %j = aten.min.dim(%a) {dim = 1, keepdim = true} : f32[4, 1], i64[4, 1]""",
+        "%v: f32[4], %i: i64[4], %w: f32[4, 1], %j: i64[4, 1]"),
+        lambda: (with_nans(torch.randn(4, 9, generator=g)),)),
+    "outputs_viewed_to_other_shapes": (group_text("%a: f32[6, 8]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [-1], keepdim = true} : f32[6, 1]
+        %y = aten.div.Tensor(%a, %s) : f32[6, 8]
+        %r = aten.view.default(%y) {size = [2, 3, 8]} : f32[2, 3, 8]
+        %q = aten.view.default(%s) {size = [3, 2]} : f32[3, 2]""",
+        "%r: f32[2, 3, 8], %q: f32[3, 2]"), lambda: (randn(6, 8).abs() + 0.5,)),
     "prologue_epilogue": (group_text("%a: f32[6, 10], %b: f32[10]", """
         %e = aten.exp.default(%a) : f32[6, 10]
         %m = aten.mul.Tensor(%e, %b) : f32[6, 10]

@@ -31,7 +31,7 @@ from torchloom.api import (DTYPES, InputRef, Node, ScalarType, TensorType, Value
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, broadcast,
-                                               delinear, view_coords)
+                                               delinear, reshape, view_coords)
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
                                           literal)
 from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
@@ -294,18 +294,23 @@ class KernelWriter:
         for i, v in enumerate(self.region.outputs):
             shape = tuple(v.type.shape)
             if shape == self.shape:
-                full_outputs.append((i, v))
+                full_outputs.append((i, v, self.full))
             elif shape == tuple(1 if d in self.rdims else s for d, s in enumerate(self.shape)):
                 self._store(i, v, self.row_keepdim)
             elif shape == tuple(self.kept_shape):
                 self._store(i, v, self.row)
+            elif _prod(shape) == self.rows:  # another view of the rows: same element order
+                self._store(i, v, reshape(self.row, self.kept_shape, shape, self.known))
+            elif _prod(shape) == self.numel:  # another view of P: element i goes to i
+                full_outputs.append((i, v, reshape(self.full, self.shape, shape, self.known)))
             else:
-                raise Unsupported(f"output %{v.name} of shape {list(shape)} is neither the "
-                                  f"reduced shape {list(self.shape)} nor a row shape")
+                raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the "
+                                  f"elements of the reduced shape {list(self.shape)} nor "
+                                  f"those of a row")
         if full_outputs:
             em.begin_phase(self.rnumel, self.r_header)
-            for i, v in full_outputs:
-                self._store(i, v, self.full)
+            for i, v, coords in full_outputs:
+                self._store(i, v, coords)
             em.end_phase()
         return em.lines
 

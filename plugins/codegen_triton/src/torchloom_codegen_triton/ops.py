@@ -197,6 +197,8 @@ REDUCTIONS: dict[str, Reduction] = {
     "aten.var_mean.correction": Reduction("var", ("{acc} / {dof}", "{mean}")),
     "aten.argmax.default": Reduction("argmax"),
     "aten.argmin.default": Reduction("argmin"),
+    "aten.max.dim": Reduction("argmax", ("{value}", "{acc}")),
+    "aten.min.dim": Reduction("argmin", ("{value}", "{acc}")),
 }
 
 #: per reduction kind: identity element (masked lanes), combine for the looped accumulator

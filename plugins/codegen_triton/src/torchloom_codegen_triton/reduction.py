@@ -54,8 +54,9 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     return em.emit(BLOCK_REDUCE[kind].format(x=acc), dtype, kind, rdep=False)
 
 
-def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
-    """Index (int32) of the max (``argmax``) or min (``argmin``) along the row."""
+def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
+               dtype: str) -> tuple[Expr, Expr]:
+    """The max (``argmax``) or min (``argmin``) along the row and its index (int32)."""
     em = w.em
     identity = _identity("max" if kind == "argmax" else "min", dtype)
     combine = f"_{kind}_combine"
@@ -76,7 +77,7 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: s
     else:
         pair = f"({masked.text}, {index.text})"
     em.statement(f"{val}, {ind} = tl.reduce({pair}, 1, {combine}, keep_dims=True)", False)
-    return Expr(ind, "i32")
+    return Expr(val, dtype), Expr(ind, "i32")
 
 
 def lower_reduction(w: "KernelWriter", node: Node) -> None:
@@ -110,8 +111,9 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
         fields["dof"] = literal(float(max(0, w.rnumel - correction)))
     else:
         src_dtype = COMPUTE[tensor_type(src).dtype]
-        index = arg_reduce(w, spec.kind, full, src_dtype)
+        value, index = arg_reduce(w, spec.kind, full, src_dtype)
         fields["acc"] = em.convert(index, "i64").text
+        fields["value"] = value.text
     keepdim = bool(node.attrs.get("keepdim", False))
     for value, template in zip(node.outputs, spec.outputs):
         dtype = COMPUTE[tensor_type(value).dtype]
