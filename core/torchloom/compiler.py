@@ -127,6 +127,11 @@ class Compiler:
             if self.strict:
                 raise
             return self._eager(gm, name, str(exc))
+        except Exception as exc:  # a bug past the passes (codegen, runtime build): never crash
+            if self.strict:
+                raise
+            return self._eager(gm, name, f"internal error while compiling: "
+                                         f"{type(exc).__name__}: {exc}")
         return comp.fn
 
     def _eager(self, gm, name: str, reason: str) -> Callable:

@@ -82,6 +82,7 @@ def _verify_call(node: Node) -> None:
 
 def _verify_graph(graph: Graph, registry) -> None:
     defined = set(graph.inputs)
+    use_counts: dict = {}
     names = set()
     for v in graph.inputs:
         _check_name(graph, v.name, names, None)
@@ -100,7 +101,10 @@ def _verify_graph(graph: Graph, registry) -> None:
                 raise node_error(node, f"input {i} (%{v.name}) is used before it is defined")
         need = Counter(node.inputs)
         for v, k in need.items():
-            have = sum(1 for u in v.uses if u is node)
+            recorded = use_counts.get(v)
+            if recorded is None:  # counted once per value: linear in the number of uses
+                recorded = use_counts[v] = Counter(v.uses)
+            have = recorded.get(node, 0)
             if have != k:
                 raise node_error(node, f"use list of %{v.name} records this node {have} "
                                        f"time(s), but it is read {k} time(s)")
