@@ -2,7 +2,8 @@
 default) and torchloom (default pipeline, ``triton`` codegen), same inputs, same run.
 
 Per workload: median time per call of each variant, kernels per call (torchloom from its
-graph, Inductor from ``torch._inductor.metrics``), compile seconds, and % of the copy
+graph, matmuls included; Inductor's generated kernels from ``torch._inductor.metrics``,
+which leaves out its extern matmul calls), compile seconds, and % of the copy
 roofline: the minimal bytes the workload must move divided by the copy bandwidth measured
 on this device in this run. Each row prints as a table line and, when
 ``TORCHLOOM_BENCH_JSON`` names a file, is appended there under ``"codegen_triton"``.
