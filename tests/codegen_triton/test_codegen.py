@@ -155,3 +155,48 @@ def test_torch_compile_end_to_end_on_the_interpreter(name):
                                   "transpose_bookend", "bias_gelu", "mlp"])
 def test_torch_compile_end_to_end_on_cuda(name):
     _run_end_to_end(name, "cuda")
+
+
+class _RecordingKernel:
+    """Stands in for a compiled triton kernel: records launches (grid, block sizes)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps, **blocks):
+            self.launches.append((grid, blocks, num_warps))
+        return launch
+
+
+def test_autotune_picks_the_fastest_config_records_it_and_reports_progress(
+        tmp_path, monkeypatch, capsys):
+    import time
+
+    import triton.testing
+
+    from torchloom_codegen_triton.codegen import Launcher
+    configs = [{"XBLOCK": 256, "num_warps": 4}, {"XBLOCK": 1024, "num_warps": 4},
+               {"XBLOCK": 512, "num_warps": 8}]
+    timings = {256: 3.0, 1024: 1.0, 512: 2.0}
+
+    def fake_bench(fn, warmup, rep):
+        fn()
+        time.sleep(0.4)  # three configs: over a second, so a progress line is due
+        return timings[kernel.launches[-1][1]["XBLOCK"]]
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    kernel = _RecordingKernel()
+    meta = {"kernel": "fused_exp", "device": "cpu", "grid_size": 4096, "configs": configs,
+            "inputs": [{"shape": [4096], "strides": [1], "dtype": "f32"}],
+            "outputs": [{"shape": [4096], "strides": [1], "dtype": "f32"}]}
+    tune = tmp_path / "k.tune.json"
+    launcher = Launcher(kernel, meta, dict(configs[0]), tune, verbose=True)
+    (out,) = launcher(torch.randn(4096))
+    assert out.shape == (4096,)
+    assert launcher.config == {"XBLOCK": 1024, "num_warps": 4}
+    assert kernel.launches[-1] == ((4,), {"XBLOCK": 1024}, 4)  # the real call, best config
+    assert json.loads(tune.read_text())["config"] == launcher.config
+    assert "torchloom-triton: autotuning fused_exp" in capsys.readouterr().err
+    launcher(torch.randn(4096))  # tuned once: no second round of benchmarks
+    assert len(kernel.launches) == 5
