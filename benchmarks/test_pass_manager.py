@@ -18,6 +18,7 @@ from typing import ClassVar
 import attrs
 import pytest
 import torch
+from timing import gc_paused
 
 from torchloom.ir.graph import Graph
 from torchloom.ir.types import TensorType
@@ -77,10 +78,11 @@ def interleaved_min(fn, graphs: dict[int, list[Graph]], rounds: int = 5) -> dict
     best = {n: float("inf") for n in graphs}
     for _ in range(rounds):
         for n, gs in graphs.items():
-            t0 = time.process_time()
-            for g in gs:
-                fn(g)
-            best[n] = min(best[n], (time.process_time() - t0) / len(gs))
+            with gc_paused():
+                t0 = time.process_time()
+                for g in gs:
+                    fn(g)
+                best[n] = min(best[n], (time.process_time() - t0) / len(gs))
     return best
 
 
