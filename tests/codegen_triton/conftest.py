@@ -1,7 +1,7 @@
 """Shared helpers for the triton codegen tests.
 
-CPU groups run under the Triton interpreter, chosen per group by the codegen itself (no
-TRITON_INTERPRET needed). ``check`` compiles a hand-written fusion-group graph with the
+CPU groups run under the Triton interpreter, which the codegen uses for CPU groups only when
+asked: an autouse fixture sets TORCHLOOM_TRITON_CPU=1 for every test here. ``check`` compiles a hand-written fusion-group graph with the
 triton codegen, runs it, and compares every output with the eager codegen's.
 """
 
@@ -18,6 +18,12 @@ from torchloom.runtime.executor import CompiledGraph
 pytest.importorskip("triton")
 
 from torchloom_codegen_triton import TritonCodegen  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _triton_on_cpu(monkeypatch):
+    """These tests run CPU groups in the Triton interpreter (an explicit opt-in)."""
+    monkeypatch.setenv("TORCHLOOM_TRITON_CPU", "1")
 
 
 @pytest.fixture(scope="session")

@@ -200,3 +200,23 @@ def test_autotune_picks_the_fastest_config_records_it_and_reports_progress(
     assert "torchloom-triton: autotuning fused_exp" in capsys.readouterr().err
     launcher(torch.randn(4096))  # tuned once: no second round of benchmarks
     assert len(kernel.launches) == 5
+
+
+def test_cpu_groups_go_to_eager_unless_the_interpreter_is_asked_for(monkeypatch, tmp_path,
+                                                                    registry):
+    from torchloom.api import parse_graph
+    group = next(parse_graph("""graph @g(%x: f32[4]) {
+  %y = torchloom.fusion_group(%x) : f32[4] region @group0(%a: f32[4]) {
+    %e = aten.exp.default(%a) : f32[4]
+    return %e
+  }
+  return %y
+}
+""").nodes)
+    monkeypatch.delenv("TORCHLOOM_TRITON_CPU", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    reason = TritonCodegen(cache_dir=tmp_path).supports(group, registry)
+    assert reason is not None and "TORCHLOOM_TRITON_CPU=1" in reason.message
+    assert TritonCodegen(cache_dir=tmp_path, cpu_interpreter=True).supports(group, registry) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert TritonCodegen(cache_dir=tmp_path).supports(group, registry) is None

@@ -3,7 +3,9 @@
 ``supports`` tries to write the kernel and returns the reason when it cannot (an op with
 no template, a random or opaque op, an unsupported dtype, a symbolic shape, no CUDA for a
 GPU group...); such groups run on ``eager``. CPU groups run through the Triton interpreter
-(chosen per group, no environment variable needed), which is how CI covers this codegen.
+only when asked (``TORCHLOOM_TRITON_CPU=1`` or ``TRITON_INTERPRET=1``, or
+``cpu_interpreter=True``): it is far slower than eager, so by default CPU groups go to
+``eager`` with that reason. CI covers this codegen on the CPU that way.
 
 ``generate`` returns the kernel source (a header comment shows the group's IR) and JSON
 metadata (shapes, strides, candidate block configs). ``load`` imports the source from a
@@ -50,7 +52,11 @@ class TritonCodegen:
     version = "1"
 
     def __init__(self, *, autotune: bool | None = None, cache_dir: str | Path | None = None,
-                 max_persistent: int = 4096, verbose: bool = True):
+                 max_persistent: int = 4096, verbose: bool = True,
+                 cpu_interpreter: bool | None = None):
+        #: run CPU groups in the Triton interpreter (slow: for tests and demos). None reads
+        #: TORCHLOOM_TRITON_CPU or TRITON_INTERPRET at each supports() call.
+        self.cpu_interpreter = cpu_interpreter
         self.autotune = _env_flag("TORCHLOOM_AUTOTUNE", True) if autotune is None else autotune
         if cache_dir is None:
             base = os.environ.get("TORCHLOOM_CACHE_DIR")
@@ -73,10 +79,20 @@ class TritonCodegen:
         device = writer.device
         if device.startswith("cuda") and not torch.cuda.is_available():
             return Reason(self.name, f"group on {device} but CUDA is not available")
+        if device == "cpu" and not self._cpu_allowed():
+            return Reason(self.name, "CPU group: Triton kernels run on CUDA; set "
+                                     "TORCHLOOM_TRITON_CPU=1 (or TRITON_INTERPRET=1) to run them "
+                                     "in the Triton interpreter, which is slow and meant for "
+                                     "tests")
         if device != "cpu" and not device.startswith("cuda"):
             return Reason(self.name, f"device {device} is not supported (cpu runs in the "
                                      f"Triton interpreter, cuda compiles)")
         return None
+
+    def _cpu_allowed(self) -> bool:
+        if self.cpu_interpreter is not None:
+            return self.cpu_interpreter
+        return _env_flag("TORCHLOOM_TRITON_CPU", False) or _env_flag("TRITON_INTERPRET", False)
 
     def generate(self, group: Node, registry: Any) -> KernelSource:
         source, metadata = KernelWriter(group, registry, self.max_persistent).generate()
