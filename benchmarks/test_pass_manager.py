@@ -12,7 +12,11 @@ no-op pass measures.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import attrs
@@ -86,17 +90,38 @@ def interleaved_min(fn, graphs: dict[int, list[Graph]], rounds: int = 5) -> dict
     return best
 
 
-def test_pass_manager_overhead_per_noop_pass_is_linear(benchmark, setup):
-    plugins, graphs, pipeline = setup
+def manager_per_pass_seconds() -> dict[int, float]:
+    """CPU seconds per no-op pass at both sizes (interleaved rounds, minimum kept)."""
+    plugins = load_plugins(entry_points=[])
+    graphs = {LARGE: [make_graph(LARGE)],
+              SMALL: [make_graph(SMALL) for _ in range(LARGE // SMALL)]}
+    pipeline = Pipeline("noop", "<bench>", "", steps=tuple(
+        PassStep(NoOp(), i + 1, "bench", "0") for i in range(NOOP_PASSES)), verify="off")
 
     def run(graph):
         ctx = PassContext(registry=plugins.registry)
         report = PassManager(pipeline, plugins).run(graph, ctx)
         assert len(report.records) == NOOP_PASSES and not any(r.changed for r in report.records)
 
-    benchmark.pedantic(run, args=(graphs[SMALL][0],), rounds=3, iterations=1)
     best = interleaved_min(run, graphs)
-    per_pass = {n: best[n] / NOOP_PASSES for n in best}
+    return {n: best[n] / NOOP_PASSES for n in best}
+
+
+def test_pass_manager_overhead_per_noop_pass_is_linear(benchmark, setup):
+    plugins, graphs, pipeline = setup
+
+    def run(graph):
+        ctx = PassContext(registry=plugins.registry)
+        PassManager(pipeline, plugins).run(graph, ctx)
+
+    benchmark.pedantic(run, args=(graphs[SMALL][0],), rounds=3, iterations=1)
+    # The ratio is measured in a fresh interpreter: after hundreds of other tests this
+    # process's heap is large and fragmented, and a 50k-node snapshot then pays for the
+    # cache misses of that history rather than for its own algorithm.
+    child = subprocess.run([sys.executable, __file__], capture_output=True, text=True,
+                           timeout=600, cwd=Path(__file__).parent)
+    assert child.returncode == 0, child.stderr[-2000:]
+    per_pass = {int(k): v for k, v in json.loads(child.stdout.strip().splitlines()[-1]).items()}
     ratio = per_pass[LARGE] / per_pass[SMALL]
     benchmark.extra_info.update(per_pass_ms_10k=per_pass[SMALL] * 1e3,
                                 per_pass_ms_50k=per_pass[LARGE] * 1e3, ratio_50k_10k=ratio)
@@ -116,3 +141,7 @@ def test_verify_is_linear(benchmark, setup):
                                 verify_ms_50k=best[LARGE] * 1e3, ratio_50k_10k=ratio)
     assert ratio <= MAX_RATIO, (f"verify() is not linear: {best[SMALL]*1e3:.1f} ms on 10k "
                                 f"nodes, {best[LARGE]*1e3:.1f} ms on 50k")
+
+
+if __name__ == "__main__":  # the measurement of the manager's gate, in a fresh process
+    print(json.dumps(manager_per_pass_seconds()))
