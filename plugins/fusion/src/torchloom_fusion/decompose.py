@@ -59,7 +59,9 @@ class Decompose(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         wanted = set(self.ops)
-        traced: dict[Any, Graph | None] = {}  # per run: (op, types, attrs) -> primitives
+        # per compilation: (op, types, attrs) -> primitives; shared by the main graph and
+        # each shared subgraph, so repeated layers trace each composite once
+        traced: dict[Any, Graph | None] = ctx.memo.setdefault("fusion.decompose.traced", {})
         done = addmm = 0
         graph_outputs = set(graph.outputs)
         for node in list(graph.nodes):
