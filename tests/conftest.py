@@ -34,3 +34,16 @@ def _private_kernel_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def fuzz(request) -> bool:
     return request.config.getoption("--fuzz")
+
+
+@pytest.fixture(scope="session")
+def eager_default(tmp_path_factory) -> str:
+    """The shipped default pipeline with ``codegen = "eager"`` (the CPU reference codegen),
+    as a file path: structure tests count groups without depending on the Triton plugin."""
+    from pathlib import Path
+    default = Path(__file__).resolve().parents[1] / "core" / "torchloom" / "pipelines" / "default.toml"
+    lines = ['codegen = "eager"' if ln.startswith("codegen") else ln
+             for ln in default.read_text().splitlines()]
+    path = tmp_path_factory.mktemp("pipelines") / "default_eager.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)

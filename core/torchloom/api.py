@@ -11,6 +11,8 @@ from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType,
                           type_of, verify)
 from torchloom.ops.registry import CATEGORIES, OpDef, OpRegistry
 from torchloom.passes.base import Pass, PassContext, PassResult
+from torchloom.passes.builtin.cse import merge_common_nodes
+from torchloom.passes.builtin.dce import remove_dead_nodes
 from torchloom.passes.builtin.purity import is_pure, mutated_values
 from torchloom.plugins.hookspecs import hookimpl
 from torchloom.plugins.loader import load_plugins
@@ -25,6 +27,7 @@ __all__ = [
     "alpha_equivalent", "canonical_text", "clone_graph", "contiguous_strides", "format_type",
     "parse_graph", "print_graph", "print_node", "structural_hash", "type_of", "verify",
     "CATEGORIES", "OpDef", "OpRegistry", "Pass", "PassContext", "PassResult", "is_pure",
-    "mutated_values", "hookimpl", "load_plugins", "count_kernels", "fusion_groups",
+    "mutated_values", "merge_common_nodes", "remove_dead_nodes", "hookimpl", "load_plugins",
+    "count_kernels", "fusion_groups",
     "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "format_attrs", "KernelCache", "build_function",
 ]

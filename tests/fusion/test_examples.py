@@ -15,19 +15,8 @@ from torchloom.explain import explain
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-DEFAULT = ROOT / "core" / "torchloom" / "pipelines" / "default.toml"
 #: explain's max_abs_error bound: assert_close's float32 atol
 TOLERANCE = 1e-5
-
-
-@pytest.fixture(scope="module")
-def eager_default(tmp_path_factory) -> str:
-    """The default pipeline with codegen = "eager" (the CPU reference codegen)."""
-    text = DEFAULT.read_text()
-    lines = ['codegen = "eager"' if ln.startswith("codegen") else ln for ln in text.splitlines()]
-    path = tmp_path_factory.mktemp("pipelines") / "default_eager.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 def _explain(name: str, pipeline: str):

@@ -13,16 +13,6 @@ from torchloom.api import FUSION_GROUP, count_kernels
 from torchloom.explain import explain
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = ROOT / "core" / "torchloom" / "pipelines" / "default.toml"
-
-
-@pytest.fixture(scope="module")
-def eager_default(tmp_path_factory) -> str:
-    text = DEFAULT.read_text()
-    lines = ['codegen = "eager"' if ln.startswith("codegen") else ln for ln in text.splitlines()]
-    path = tmp_path_factory.mktemp("pipelines") / "default_eager.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 @pytest.mark.parametrize("name", ["gelu_bookend", "transpose_bookend", "three_view_a",

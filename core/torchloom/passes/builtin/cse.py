@@ -35,32 +35,34 @@ class CommonSubexpressionElimination(Pass):
     regions: bool = True
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        merged = self._run(graph, ctx)
+        merged = merge_common_nodes(graph, ctx.registry, regions=self.regions)
         return PassResult(merged > 0, {"merged": merged})
 
-    def _run(self, graph: Graph, ctx: PassContext) -> int:
-        written = mutated_values(graph, ctx.registry)
-        seen: dict = {}
-        merged = 0
-        for node in list(graph.nodes):
-            if node.region is not None:
-                if self.regions and node.op == FUSION_GROUP:
-                    merged += self._run(node.region, ctx)
-                continue
-            if not is_pure(node, ctx.registry) or any(v in written for v in node.inputs):
-                continue
-            try:
-                key = (node.op, tuple(map(id, node.inputs)), tuple(sorted(node.attrs.items())),
-                       tuple(v.type for v in node.outputs))
-                hash(key)
-            except TypeError:
-                continue
-            first = seen.get(key)
-            if first is None:
-                seen[key] = node
-                continue
-            for old, new in zip(node.outputs, first.outputs):
-                graph.replace_all_uses(old, new)
-            graph.erase(node)
-            merged += 1
-        return merged
+
+def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
+    """Replace each pure node by an earlier identical one (same op, inputs, attributes and
+    types), inside fusion groups too with ``regions``; returns how many were merged."""
+    written = mutated_values(graph, registry)
+    seen: dict = {}
+    merged = 0
+    for node in list(graph.nodes):
+        if node.region is not None:
+            if regions and node.op == FUSION_GROUP:
+                merged += merge_common_nodes(node.region, registry)
+            continue
+        if not is_pure(node, registry) or any(v in written for v in node.inputs):
+            continue
+        try:
+            key = (node.op, tuple(map(id, node.inputs)), tuple(sorted(node.attrs.items())),
+                   tuple(v.type for v in node.outputs))
+            hash(key)
+        except TypeError:
+            continue
+        first = seen.setdefault(key, node)
+        if first is node:
+            continue
+        for old, new in zip(node.outputs, first.outputs):
+            graph.replace_all_uses(old, new)
+        graph.erase(node)
+        merged += 1
+    return merged

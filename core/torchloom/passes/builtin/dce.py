@@ -31,20 +31,22 @@ class DeadCodeElimination(Pass):
     regions: bool = True
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        removed = self._sweep(graph, ctx)
+        removed = remove_dead_nodes(graph, ctx.registry, regions=self.regions)
         return PassResult(removed > 0, {"removed": removed})
 
-    def _sweep(self, graph: Graph, ctx: PassContext) -> int:
-        removed = 0
-        outputs = set(graph.outputs)
-        node = graph.last
-        while node is not None:
-            prev = node.prev
-            if (not any(v.uses or v in outputs for v in node.outputs)
-                    and is_pure(node, ctx.registry)):
-                graph.erase(node)
-                removed += 1
-            elif self.regions and node.region is not None:
-                removed += self._sweep(node.region, ctx)
-            node = prev
-        return removed
+
+def remove_dead_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
+    """Erase pure nodes whose results nobody reads (inside regions too, with ``regions``);
+    returns how many were erased."""
+    removed = 0
+    outputs = set(graph.outputs)
+    node = graph.last
+    while node is not None:
+        prev = node.prev
+        if not any(v.uses or v in outputs for v in node.outputs) and is_pure(node, registry):
+            graph.erase(node)
+            removed += 1
+        elif regions and node.region is not None:
+            removed += remove_dead_nodes(node.region, registry)
+        node = prev
+    return removed

@@ -6,7 +6,8 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import CONSTANT, Graph, Node, Pass, PassContext, PassResult, TensorType
+from torchloom.api import (CONSTANT, Graph, Node, Pass, PassContext, PassResult, TensorType,
+                           merge_common_nodes, remove_dead_nodes)
 
 from torchloom_fusion.fusibility import is_group
 from torchloom_fusion.groups import GroupEditor
@@ -87,10 +88,10 @@ class MergeGroups(Pass):
         ed.finish()
         for group in [n for n in graph.nodes if is_group(n)]:
             stats["size_outputs"] += _fold_metadata_uses(graph, group)
-            stats["dead"] += _dce(group.region)
-            stats["cse"] += _cse(group.region)
+            stats["dead"] += remove_dead_nodes(group.region, ctx.registry, regions=False)
+            stats["cse"] += merge_common_nodes(group.region, ctx.registry, regions=False)
             stats["outputs_pruned"] += _prune_outputs(graph, group)
-            stats["dead"] += _dce(group.region)
+            stats["dead"] += remove_dead_nodes(group.region, ctx.registry, regions=False)
             stats["inputs_pruned"] += _prune_inputs(group)
         return PassResult(any(stats.values()), stats)
 
@@ -131,39 +132,6 @@ def _prune_outputs(graph: Graph, group: Node) -> int:
     for i, v in enumerate(group.outputs):
         v.index = i
     return dropped
-
-
-def _dce(region: Graph) -> int:
-    live = set(region.outputs)
-    removed = 0
-    node = region.last
-    while node is not None:
-        prev = node.prev
-        if not any(v.uses or v in live for v in node.outputs):
-            region.erase(node)
-            removed += 1
-        node = prev
-    return removed
-
-
-def _cse(region: Graph) -> int:
-    seen: dict = {}
-    merged = 0
-    for node in list(region.nodes):
-        try:
-            key = (node.op, tuple(map(id, node.inputs)), tuple(sorted(node.attrs.items())),
-                   tuple(v.type for v in node.outputs))
-            hash(key)
-        except TypeError:
-            continue
-        first = seen.setdefault(key, node)
-        if first is node:
-            continue
-        for old, new in zip(node.outputs, first.outputs):
-            region.replace_all_uses(old, new)
-        region.erase(node)
-        merged += 1
-    return merged
 
 
 def _prune_inputs(group: Node) -> int:
