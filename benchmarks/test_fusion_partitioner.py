@@ -22,6 +22,7 @@ where one graph stops fitting in the cache (the method of test_pass_manager.py).
 from __future__ import annotations
 
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -116,16 +117,29 @@ def _run_fx(gm: torch.fx.GraphModule) -> int:
     return sum(1 for n in fused.graph.nodes if n.op == "call_module")
 
 
+FX_MEMORY_BYTES = 8 << 30
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (FX_MEMORY_BYTES, FX_MEMORY_BYTES))
+
+
 def _fx_seconds(n: int) -> tuple[float, bool]:
     """Time ``partition_and_fuse`` on the n-node graph in a child process; returns
-    (seconds, finished). An unfinished run reports the budget as a lower bound."""
+    (seconds, finished). A run that does not finish within the time budget, or within
+    FX_MEMORY_BYTES of address space (the machine has 24 GiB and other work), reports the
+    time budget as a lower bound."""
     code = ("import sys, time; sys.path.insert(0, %r); import test_fusion_partitioner as b; "
             "gm = b._fx_graph(b._program(%d)); t0 = time.perf_counter(); b._run_fx(gm); "
             "print(time.perf_counter() - t0)") % (str(Path(__file__).parent), n)
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=FX_BUDGET_S + 30, check=True)
+                             timeout=FX_BUDGET_S + 30, check=True, preexec_fn=_limit_memory)
     except subprocess.TimeoutExpired:
+        return FX_BUDGET_S, False
+    except subprocess.CalledProcessError as exc:  # out of its memory budget (or killed)
+        print(f"\nCapabilityBasedPartitioner on {n} nodes did not finish: exit "
+              f"{exc.returncode}, {exc.stderr.strip().splitlines()[-1:] or ''}")
         return FX_BUDGET_S, False
     seconds = float(out.stdout.strip().splitlines()[-1])
     return (seconds, True) if seconds <= FX_BUDGET_S else (FX_BUDGET_S, False)
