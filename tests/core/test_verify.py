@@ -102,10 +102,10 @@ def test_type_checks_need_a_registry():
 
 @pytest.mark.parametrize("old, new, words", [
     ("region @group0(%a: f32[4, 8], %b: f32[8])", "region @group0(%a: f32[4, 8])",
-     "region has 1 inputs, node has 2"),
+     "region has 1 inputs, the node passes 2"),
     ("region @group0(%a: f32[4, 8], %b: f32[8])", "region @group0(%a: f32[4, 8], %b: f16[8])",
      "region input 1 is f16[8] but the node passes f32[8]"),
-    ("    return %e, %r\n", "    return %e\n", "region returns 1 values, node has 2 outputs"),
+    ("    return %e, %r\n", "    return %e\n", "region returns 1 values, the node declares 2 outputs"),
     ("    return %e, %r\n", "    return %r, %e\n",
      "region output 0 is f32[4] but the node declares f32[4, 8]"),
 ])

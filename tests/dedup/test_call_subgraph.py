@@ -68,6 +68,8 @@ def test_parser_rejects_a_subgraph_defined_twice():
     (("%a, %b = torchloom.call_subgraph(%x, %w) {callee = \"layer\"} : f32[4, 8], f32[4]",
       "%a, %b = torchloom.call_subgraph(%x, %w) {callee = \"layer\"} : f32[4, 8], f64[4]"),
      "output 1 is f32"),
+    (("%a, %b = torchloom.call_subgraph(%x, %w)", "%a, %b = torchloom.call_subgraph(%x)"),
+     "@layer has 2 inputs, the call passes 1"),
     (("%s = aten.mul.Tensor(%p, %q) : f32[4, 8]",
       "%s = aten.mul.Tensor(%p, %q) : f32[4, 8]\n  %z, %y = torchloom.call_subgraph(%p, %q) "
       "{callee = \"layer\"} : f32[4, 8], f32[4]"), "recursively"),

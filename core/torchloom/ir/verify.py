@@ -65,19 +65,7 @@ def _verify_call(node: Node) -> None:
         known = ", ".join("@" + k for k in root.subgraphs) or "none"
         raise node_error(node, f"callee {callee!r} is not a subgraph of @{root.name} "
                                f"(known: {known})")
-    sub = root.subgraphs[callee]
-    if len(sub.inputs) != len(node.inputs) or len(sub.outputs) != len(node.outputs):
-        raise node_error(node, f"@{callee} takes {len(sub.inputs)} inputs and returns "
-                               f"{len(sub.outputs)} values; the call passes {len(node.inputs)} "
-                               f"and declares {len(node.outputs)}")
-    for i, (outer, inner) in enumerate(zip(node.inputs, sub.inputs)):
-        if outer.type != inner.type:
-            raise node_error(node, f"@{callee} input {i} is {format_type(inner.type)} but the "
-                                   f"call passes {format_type(outer.type)}")
-    for i, (outer, inner) in enumerate(zip(node.outputs, sub.outputs)):
-        if not _same_type(outer.type, inner.type):
-            raise node_error(node, f"@{callee} output {i} is {format_type(inner.type)} but the "
-                                   f"call declares {format_type(outer.type)}")
+    _check_signature(node, root.subgraphs[callee], f"@{callee}", "call")
 
 
 def _verify_graph(graph: Graph, registry) -> None:
@@ -146,24 +134,29 @@ def _check_name(graph: Graph, name: str, names: set, node: Node | None) -> None:
     names.add(name)
 
 
+def _check_signature(node: Node, body: Graph, what: str, caller: str) -> None:
+    """``body``'s inputs and outputs match ``node``'s in number and type."""
+    if len(body.inputs) != len(node.inputs):
+        raise node_error(node, f"{what} has {len(body.inputs)} inputs, the {caller} passes "
+                               f"{len(node.inputs)}")
+    if len(body.outputs) != len(node.outputs):
+        raise node_error(node, f"{what} returns {len(body.outputs)} values, the {caller} "
+                               f"declares {len(node.outputs)} outputs")
+    for i, (outer, inner) in enumerate(zip(node.inputs, body.inputs)):
+        if outer.type != inner.type:
+            raise node_error(node, f"{what} input {i} is {format_type(inner.type)} but the "
+                                   f"{caller} passes {format_type(outer.type)}")
+    for i, (outer, inner) in enumerate(zip(node.outputs, body.outputs)):
+        if not _same_type(outer.type, inner.type):
+            raise node_error(node, f"{what} output {i} is {format_type(inner.type)} but the "
+                                   f"{caller} declares {format_type(outer.type)}")
+
+
 def _verify_region(node: Node, registry) -> None:
     region = node.region
     if region.owner is not node:
         raise node_error(node, "region does not point back at its node")
-    if len(region.inputs) != len(node.inputs):
-        raise node_error(node, f"region has {len(region.inputs)} inputs, node has "
-                               f"{len(node.inputs)}")
-    if len(region.outputs) != len(node.outputs):
-        raise node_error(node, f"region returns {len(region.outputs)} values, node has "
-                               f"{len(node.outputs)} outputs")
-    for i, (outer, inner) in enumerate(zip(node.inputs, region.inputs)):
-        if outer.type != inner.type:
-            raise node_error(node, f"region input {i} is {format_type(inner.type)} but the "
-                                   f"node passes {format_type(outer.type)}")
-    for i, (outer, inner) in enumerate(zip(node.outputs, region.outputs)):
-        if not _same_type(outer.type, inner.type):
-            raise node_error(node, f"region output {i} is {format_type(inner.type)} but the "
-                                   f"node declares {format_type(outer.type)}")
+    _check_signature(node, region, "region", "node")
     _verify_graph(region, registry)
 
 
