@@ -1,7 +1,7 @@
-"""Golden IR tests of the dedup passes: each ``dedup/*.ir`` file holds IR text, a
-``// PIPELINE:`` line naming the passes to run (``name`` or ``name key=value ...`` for
-integer options; passes separated by ``,``; the verifier runs after each) and FileCheck
-``// CHECK`` lines matched against the printed result by the ``filecheck`` tool."""
+"""Golden IR tests: each ``tests/golden/<area>/*.ir`` file holds IR text, a ``// PIPELINE:``
+line naming the passes to run (``name`` or ``name key=value ...`` for integer options;
+passes separated by ``,``; the verifier runs after each) and FileCheck ``// CHECK`` lines
+matched against the printed result by the ``filecheck`` tool."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 from torchloom.api import PassContext, load_plugins, parse_graph, print_graph, verify
 
-CASES = sorted((Path(__file__).parent / "dedup").glob("*.ir"))
+HERE = Path(__file__).parent
+CASES = sorted(HERE.glob("*/*.ir"))
 
 
 def run_golden(path: Path, plugins) -> str:
@@ -36,7 +37,7 @@ def plugins():
     return load_plugins()
 
 
-@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+@pytest.mark.parametrize("path", CASES, ids=[f"{p.parent.name}/{p.stem}" for p in CASES])
 def test_golden(path, plugins):
     printed = run_golden(path, plugins)
     exe = shutil.which("filecheck") or str(Path(sys.executable).parent / "filecheck")
@@ -45,5 +46,6 @@ def test_golden(path, plugins):
     assert out.returncode == 0, f"{path.name}:\n{printed}\n{out.stdout}{out.stderr}"
 
 
-def test_golden_cases_exist():
-    assert len(CASES) >= 2
+@pytest.mark.parametrize("area, at_least", [("fusion", 6), ("dedup", 2)])
+def test_golden_cases_exist(area, at_least):
+    assert len(list((HERE / area).glob("*.ir"))) >= at_least
