@@ -17,7 +17,7 @@ import torch
 from torchloom.cli import main
 from torchloom.compiler import Compiler
 
-from test_plugins_support import golden
+from test_plugins_support import FakeSite, fake_site, golden  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "third_party_plugin"
@@ -31,27 +31,18 @@ def workload():
 """
 
 
-def install(site: Path, pyproject: dict) -> None:
+def install(site: FakeSite, pyproject: dict) -> None:
     """Write the .dist-info pip would write for ``pyproject`` (METADATA + entry points)."""
     project = pyproject["project"]
-    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
-                                   f"Version: {project['version']}\n")
-    eps = project["entry-points"]["torchloom"]
-    (info / "entry_points.txt").write_text(
-        "[torchloom]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
+    site.add(project["name"], version=project["version"],
+             entry_points=project["entry-points"]["torchloom"])
 
 
 @pytest.fixture
-def site(tmp_path, monkeypatch):
-    root = tmp_path / "site"
-    root.mkdir()
-    monkeypatch.syspath_prepend(str(root))
-    monkeypatch.delenv("TORCHLOOM_DISABLE_PLUGINS", raising=False)
-    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path / "cache"))
+def site(fake_site):
+    """A fake site dir on sys.path; the plugin packages imported from it are forgotten."""
     before = set(sys.modules)
-    yield root
+    yield fake_site
     for name in set(sys.modules) - before:
         if name.startswith(("torchloom_example", "torchloom_square")):
             del sys.modules[name]
@@ -141,8 +132,8 @@ def test_the_documented_one_file_plugin_works_as_written(site, tmp_path, capsys)
     pyproject, pipeline_text = doc_blocks("toml")[:2]
     meta = tomllib.loads(pyproject)
     [(ep_name, module)] = meta["project"]["entry-points"]["torchloom"].items()
-    (site / module).mkdir()
-    (site / module / "__init__.py").write_text(code)
+    (site.root / module).mkdir()
+    (site.root / module / "__init__.py").write_text(code)
     install(site, meta)
     assert main(["plugins"]) == 0
     assert "square.pow-to-mul" in capsys.readouterr().out
