@@ -18,7 +18,6 @@ from torchloom.ir.verify import verify
 from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager, reproduce
 from torchloom.passes.pipeline import build_pipeline, parse_raw
-from torchloom.passes.snapshot import GraphSnapshot
 
 from test_plugins_support import SMALL_IR, fake_plugins, fake_site, small_graph  # noqa: F401
 
@@ -293,39 +292,6 @@ def test_fixpoint_that_does_not_converge_is_reported(fake_plugins, tmp_path, cap
     assert "Traceback" not in err
 
 
-def test_snapshot_restores_every_kind_of_edit():
-    text = """\
-graph @g(%x: f32[4, 8]) {
-  %a = aten.exp.default(%x) : f32[4, 8]
-  %e, %r = torchloom.fusion_group(%a, %x) : f32[4, 8], f32[4] region @group0(%p: f32[4, 8], %q: f32[4, 8]) {
-    %s = aten.add.Tensor(%p, %q) : f32[4, 8]
-    %r = aten.sum.dim_IntList(%s) {dim = [-1]} : f32[4]
-    return %s, %r
-  }
-  %n = aten.neg.default(%e) : f32[4, 8]
-  return %n, %r
-}
-"""
-    graph = parse_graph(text)
-    snapshot = GraphSnapshot(graph)
-    group = graph.first.next
-    region = group.region
-    region.first.op = "aten.mul.Tensor"            # op changed inside a region
-    region.first.inputs.reverse()
-    graph.last.with_attrs(alpha=2)                   # attrs swapped
-    graph.replace_all_uses(graph.first.output, graph.inputs[0])
-    graph.erase(graph.first)                         # node erased
-    graph.create("aten.cos.default", [graph.inputs[0]], [graph.inputs[0].type])
-    graph.outputs.pop()
-    graph.last.meta["note"] = 1
-    snapshot.restore()
-    assert str(graph) == text
-    verify(graph)
-    assert graph.last.meta == {} and group.region is region
-    snapshot.restore()  # a snapshot restores as often as needed
-    assert str(graph) == text
-
-
 def test_an_instrument_that_raises_is_named(fake_site):
     from torchloom.errors import PluginError
     from torchloom.plugins.loader import load_plugins
@@ -366,31 +332,6 @@ def test_a_pass_not_returning_a_pass_result_is_a_pass_error(fake_plugins):
     assert str(graph) == SMALL_IR
 
 
-def test_snapshot_restores_shared_subgraphs():
-    text = """\
-graph @main(%x: f32[4, 8]) {
-  %a = torchloom.call_subgraph(%x) {callee = "layer"} : f32[4, 8]
-  %b = torchloom.call_subgraph(%a) {callee = "layer"} : f32[4, 8]
-  return %b
-}
-graph @layer(%p: f32[4, 8]) {
-  %s = aten.tanh.default(%p) : f32[4, 8]
-  return %s
-}
-"""
-    graph = parse_graph(text)
-    layer = graph.subgraphs["layer"]
-    snapshot = GraphSnapshot(graph)
-    layer.first.op = "aten.exp.default"                 # edited inside the subgraph
-    graph.subgraphs.pop("layer")                          # and unregistered
-    layer.parent = None
-    graph.add_subgraph(parse_graph("graph @other(%q: f32[4, 8]) {\n  return %q\n}\n"))
-    snapshot.restore()
-    assert str(graph) == text
-    assert graph.subgraphs == {"layer": layer} and layer.parent is graph
-    verify(graph)
-
-
 def test_an_interrupt_during_a_pass_leaves_the_graph_from_before_it(fake_plugins):
     from torchloom.passes.base import Pass
     from torchloom.passes.pipeline import PassStep, Pipeline
@@ -408,3 +349,72 @@ def test_an_interrupt_during_a_pass_leaves_the_graph_from_before_it(fake_plugins
     with pytest.raises(KeyboardInterrupt):
         run(fake_plugins, pipeline, graph)
     assert str(graph) == SMALL_IR
+
+
+def test_verify_each_blames_an_invalid_input_graph_not_the_first_pass(fake_plugins):
+    graph = small_graph()
+    graph.last.inputs.append(graph.inputs[1])  # read, but not in %y's use list
+    pipeline = pipeline_of(fake_plugins, '[[pass]]\nname = "fake.flipper"\n', verify="each")
+    with pytest.raises(VerifyError) as info:
+        run(fake_plugins, pipeline, graph)
+    assert str(info.value).startswith("the graph given to pipeline 't' (test.toml) fails "
+                                      "verification before any pass ran:")
+    assert "use list of %y records this node 0 time(s)" in str(info.value)
+
+
+def test_verify_each_rechecks_only_the_units_a_pass_changed(fake_plugins, monkeypatch):
+    import torchloom.passes.manager as manager
+    checked = []
+
+    def spy(graph, registry=None, *, only=None):
+        checked.append(None if only is None else sorted(g.name for g in only))
+        return verify(graph, registry, only=only)
+
+    monkeypatch.setattr(manager, "verify", spy)
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        name = "fake.flipper"
+        [[pass]]
+        name = "fake.tunable"
+        [[pass]]
+        name = "fake.flipper"
+    """, verify="each")
+    run(fake_plugins, pipeline, small_graph())
+    # the whole graph after the first pass; nothing after a pass that changed nothing
+    assert checked == [None, [], ["g"]]
+
+
+def test_a_subgraph_edited_from_the_top_level_is_checked_against_its_calls(fake_plugins):
+    from torchloom.passes.base import Pass, PassResult
+    from torchloom.passes.pipeline import PassStep, Pipeline
+    from torchloom.ir.types import TensorType
+
+    @attrs.frozen
+    class Retype(Pass):
+        name = "fake.retype"
+
+        def run(self, graph, ctx):  # on the top level only: the calls go stale
+            if graph.parent is None and "layer" in graph.subgraphs:
+                layer = graph.subgraphs["layer"]
+                layer.inputs[0].type = layer.first.output.type = TensorType.make([2, 8])
+                return PassResult(True)
+            return PassResult(False)
+
+    text = """\
+graph @main(%x: f32[4, 8]) {
+  %a = torchloom.call_subgraph(%x) {callee = "layer"} : f32[4, 8]
+  return %a
+}
+graph @layer(%p: f32[4, 8]) {
+  %s = aten.tanh.default(%p) : f32[4, 8]
+  return %s
+}
+"""
+    steps = (PassStep(pipeline_of(fake_plugins, '[[pass]]\nname = "fake.flipper"\n')
+                      .steps[0].pass_, 1, "fake-passes", "1"),
+             PassStep(Retype(), 2, "here", "0"))
+    graph = parse_graph(text)
+    with pytest.raises(PassError, match=r"pass 'fake.retype' .* @layer input 0 is "
+                                        r"f32\[2, 8\] but the call passes f32\[4, 8\]"):
+        run(fake_plugins, Pipeline("t", "t.toml", "", steps=steps), graph)
+    assert str(graph) == text

@@ -260,3 +260,21 @@ def test_device_guard_expressions(typed, actual, fails):
     fake = SimpleNamespace(shape=torch.Size([2]), dtype=torch.float32, device=actual,
                            is_cpu=actual.type == "cpu", is_contiguous=lambda: True)
     assert index == 0 and eval(expr, {**env, "a0": fake}) is fails  # noqa: S307
+
+
+def test_guards_of_many_inputs_stay_linear_and_name_the_failing_input(registry, caplog):
+    n = 300  # a model with hundreds of parameters: one guard each
+    params = ", ".join(f"%p{i}: f32[{i % 7 + 1}]" for i in range(n))
+    text = (f"graph @wide({params}) {{\n  %s = aten.add.Tensor(%p0, %p{n - 7}) : f32[1]\n"
+            f"  return %s\n}}\n")
+    calls = []
+    compiled = CompiledGraph(parse_graph(text), registry, [EagerCodegen()], KernelCache(),
+                             lambda *args: calls.append(len(args)) or (args[0],))
+    assert len(compiled.source) < 200 * n  # one condition, one fallback call
+    args = [torch.randn(i % 7 + 1) for i in range(n)]
+    torch.testing.assert_close(compiled(*args)[0], args[0] + args[n - 7])
+    args[250] = torch.randn(3, 3)
+    caplog.set_level(logging.WARNING, logger="torchloom")
+    compiled(*args)
+    assert calls == [n]
+    assert "input %p250: compiled for f32[6], called with f32[3, 3]" in compiled.fallback_reason

@@ -48,7 +48,7 @@ def _dims(value) -> tuple[Dim, ...]:
     return tuple(value)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class TensorType:
     """A tensor's metadata. Construct through :meth:`make` to normalise strides."""
 
@@ -115,7 +115,7 @@ class TensorType:
         return attrs.evolve(self, **changes)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ScalarType:
     """A non-tensor value: ``int``, ``float``, ``bool``, ``str``, ``none`` or ``any``."""
 

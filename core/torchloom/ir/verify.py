@@ -12,25 +12,34 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from torchloom.errors import VerifyError
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, node_error
 from torchloom.ir.text import format_type
 from torchloom.ir.types import TensorType
 
 
-def verify(graph: Graph, registry=None) -> None:
+def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None) -> None:
     """Raise :class:`VerifyError` (showing the node in printed IR) on the first violation.
 
     ``registry`` (an :class:`~torchloom.ops.registry.OpRegistry`) enables type checks.
+    ``only``: check just these units (the top-level graph, shared subgraphs), for a caller
+    that knows the others are unchanged since they were last verified (the pass manager
+    compares snapshots); calls into a checked subgraph are checked wherever they are.
     """
-    _verify_graph(graph, registry)
+    if only is not None and not only:
+        return
+    units = [graph, *graph.subgraphs.values()]
     for name, sub in graph.subgraphs.items():
         if sub.name != name or sub.parent is not graph:
             raise VerifyError(f"in graph @{graph.name}: subgraph entry {name!r} does not point "
                               f"back at its graph (name @{sub.name})")
-        _verify_graph(sub, registry)
+    for unit in units:
+        if only is None or unit in only:
+            _verify_graph(unit, registry)
+        elif any(sub in only for sub in graph.subgraphs.values()):
+            for node in unit.walk():  # unchanged, but a callee may have changed
+                if node.op == CALL_SUBGRAPH:
+                    _verify_call(node)
     _check_no_recursion(graph)
 
 
@@ -87,11 +96,10 @@ def _verify_graph(graph: Graph, registry) -> None:
                     raise node_error(node, f"input {i} (%{v.name}) is not defined in this "
                                            f"graph (regions may only read their own inputs)")
                 raise node_error(node, f"input {i} (%{v.name}) is used before it is defined")
-        need = Counter(node.inputs)
-        for v, k in need.items():
+        for v, k in _counts(node.inputs).items():
             recorded = use_counts.get(v)
             if recorded is None:  # counted once per value: linear in the number of uses
-                recorded = use_counts[v] = Counter(v.uses)
+                recorded = use_counts[v] = _counts(v.uses)
             have = recorded.get(node, 0)
             if have != k:
                 raise node_error(node, f"use list of %{v.name} records this node {have} "
@@ -125,6 +133,14 @@ def _verify_graph(graph: Graph, registry) -> None:
                               f"defined in this graph")
 
 
+def _counts(items) -> dict:
+    """How often each item occurs (``Counter`` without its per-call overhead)."""
+    out: dict = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
 def _check_name(graph: Graph, name: str, names: set, node: Node | None) -> None:
     if name in names:
         msg = f"value name %{name} is defined twice"
@@ -143,7 +159,7 @@ def _check_signature(node: Node, body: Graph, what: str, caller: str) -> None:
         raise node_error(node, f"{what} returns {len(body.outputs)} values, the {caller} "
                                f"declares {len(node.outputs)} outputs")
     for i, (outer, inner) in enumerate(zip(node.inputs, body.inputs)):
-        if outer.type != inner.type:
+        if outer.type is not inner.type and outer.type != inner.type:
             raise node_error(node, f"{what} input {i} is {format_type(inner.type)} but the "
                                    f"{caller} passes {format_type(outer.type)}")
     for i, (outer, inner) in enumerate(zip(node.outputs, body.outputs)):
@@ -162,6 +178,8 @@ def _verify_region(node: Node, registry) -> None:
 
 def _same_type(a, b) -> bool:
     """Equal shape, dtype and device; strides are layout facts that codegens may choose."""
+    if a is b:
+        return True
     if isinstance(a, TensorType) and isinstance(b, TensorType):
         return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
     return a == b

@@ -72,13 +72,14 @@ class PassManager:
         for name in self.pipeline.missing_optional:
             report.notes.append(f"optional pass {name!r} is not installed; skipped")
         self._dump(graph, "input")
-        start = GraphSnapshot(graph) if self.pipeline.verify == "end" else None
+        start = GraphSnapshot(graph)
+        state = _State(start)
         for step in self.pipeline.steps:
             if isinstance(step, PassStep):
-                self._run_step(step, graph, ctx, report)
+                self._run_step(step, graph, ctx, report, state)
             else:
-                self._run_fixpoint(step, graph, ctx, report)
-        if start is not None:
+                self._run_fixpoint(step, graph, ctx, report, state)
+        if self.pipeline.verify == "end":
             self._verify_end(graph, ctx, start)
         report.notes.extend(ctx.notes)
         return report
@@ -101,9 +102,10 @@ class PassManager:
             raise PassError(message, "<pipeline>", None, repro) from exc
 
     def _run_fixpoint(self, step: FixpointStep, graph: Graph, ctx: PassContext,
-                      report: RunReport) -> None:
+                      report: RunReport, state: "_State") -> None:
         for _ in range(step.max_iterations):
-            changed = [s.name for s in step.passes if self._run_step(s, graph, ctx, report)]
+            changed = [s.name for s in step.passes
+                       if self._run_step(s, graph, ctx, report, state)]
             if not changed:
                 return
         message = (f"{self.pipeline.source}:{step.line}: fixpoint group "
@@ -116,9 +118,9 @@ class PassManager:
         ctx.log.warning("torchloom: %s", message)
 
     def _run_step(self, step: PassStep, graph: Graph, ctx: PassContext,
-                  report: RunReport) -> bool:
+                  report: RunReport, state: "_State") -> bool:
         pass_ = step.pass_
-        snapshot = GraphSnapshot(graph)
+        snapshot = state.snapshot  # the graph as the previous pass left it
         self._notify("before_pass", step, pass_, graph, ctx)
         t0 = time.perf_counter()
         try:
@@ -126,11 +128,18 @@ class PassManager:
             result = _checked(pass_.run(graph, ctx))
             for sub in subgraphs:  # a shared subgraph is transformed once, for all its calls
                 result = _merge(result, _run_on_subgraph(step, sub, ctx))
-            if self.pipeline.verify == "each":
-                verify(graph, ctx.registry)
+            after = GraphSnapshot(graph)
+            if self.pipeline.verify == "each":  # the whole graph after the first pass,
+                # then only what each pass changed: the rest passed before
+                verify(graph, ctx.registry,
+                       only=after.changed_since(snapshot) if state.verified else None)
+                state.verified = True
+            state.snapshot = after
         except Exception as exc:  # the pass's fault: roll back and name it
             seconds = time.perf_counter() - t0
             snapshot.restore()
+            if _is_verify(exc) and not state.verified:
+                _check_input(graph, ctx, self.pipeline)
             return self._failed(step, graph, exc, seconds, ctx, report)
         except BaseException:  # Ctrl-C mid-pass: leave a whole graph, not half an edit
             snapshot.restore()
@@ -214,6 +223,26 @@ class PassManager:
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         (self.dump_dir / f"{self._dumped:02d}-{label}.ir").write_text(str(graph))
         self._dumped += 1
+
+
+@attrs.define
+class _State:
+    """The pass manager's rolling snapshot: the graph after the last pass that kept its
+    changes, taken once per pass (it is also how the next pass is rolled back)."""
+
+    snapshot: GraphSnapshot
+    #: whether the whole graph has been verified (once, after the first pass)
+    verified: bool = False
+
+
+def _check_input(graph: Graph, ctx: PassContext, pipeline: Pipeline) -> None:
+    """After the first check failed and the pass was rolled back: blame the input, not
+    the pass, when the graph was already invalid before it."""
+    try:
+        verify(graph, ctx.registry)
+    except VerifyError as exc:
+        raise VerifyError(f"the graph given to pipeline {pipeline.name!r} ({pipeline.source}) "
+                          f"fails verification before any pass ran: {exc}") from exc
 
 
 def _run_on_subgraph(step: PassStep, sub: Graph, ctx: PassContext) -> PassResult:

@@ -6,6 +6,11 @@ deep-copying the graph: no Node or Value is allocated, and the objects callers h
 the same objects after a rollback. Restoring writes every recorded slot back, so whatever
 a pass did — edited input lists or use lists, swapped attrs, moved, erased or inserted
 nodes, changed types — is undone; nodes the pass created are simply no longer linked.
+
+The same record tells what a pass changed: ``changed_since(earlier)`` compares two
+snapshots unit by unit (a unit is a top-level graph or a shared subgraph, each with its
+regions), so that ``verify = "each"`` re-checks only the units a pass touched, and the
+snapshot taken after one pass is the rollback point of the next.
 """
 
 from __future__ import annotations
@@ -21,12 +26,45 @@ class GraphSnapshot:
     Python's cyclic garbage collector every few hundred nodes.
     """
 
-    __slots__ = ("_graphs", "_records")
+    __slots__ = ("_graphs", "_records", "_units")
 
     def __init__(self, graph: Graph):
         self._graphs: list[tuple] = []
         self._records: list = []
+        #: unit graph -> (first record, end record, first graph tuple, end graph tuple)
+        self._units: dict[Graph, tuple[int, int, int, int]] = {}
+        self._record_unit(graph)
+
+    def _record_unit(self, graph: Graph) -> None:
+        """Record ``graph`` and its regions as one unit, then each of its shared
+        subgraphs as a unit of its own."""
+        rec_start, graphs_start = len(self._records), len(self._graphs)
         self._record(graph)
+        self._units[graph] = (rec_start, len(self._records), graphs_start, len(self._graphs))
+        for sub in graph.subgraphs.values():  # shared subgraphs of a top-level graph
+            self._record_unit(sub)
+
+    def changed_since(self, earlier: "GraphSnapshot") -> set[Graph]:
+        """The units (top-level graph, shared subgraphs) whose recorded state differs
+        from ``earlier``'s, or that ``earlier`` did not have."""
+        changed = set()
+        for unit, (r0, r1, g0, g1) in self._units.items():
+            old = earlier._units.get(unit)
+            if old is None or not self._same(earlier, (r0, r1, g0, g1), old):
+                changed.add(unit)
+        return changed
+
+    def _same(self, earlier: "GraphSnapshot", mine: tuple, theirs: tuple) -> bool:
+        r0, r1, g0, g1 = mine
+        s0, s1, h0, h1 = theirs
+        if r1 - r0 != s1 - s0 or g1 - g0 != h1 - h0:
+            return False
+        try:  # identity first, then ``==`` (types, names, attrs, copies of meta)
+            return (self._records[r0:r1] == earlier._records[s0:s1]
+                    and all(a[:-1] == b[:-1] for a, b in
+                            zip(self._graphs[g0:g1], earlier._graphs[h0:h1])))
+        except Exception:  # a value whose ``==`` does not give a bool: call it changed
+            return False
 
     def _record(self, graph: Graph) -> None:
         # Only what a pass could change and the order cannot tell: a node's ``prev``,
@@ -54,8 +92,6 @@ class GraphSnapshot:
                              dict(graph.subgraphs), graph.parent, start))
         for region in regions:
             self._record(region)
-        for sub in graph.subgraphs.values():  # shared subgraphs of a top-level graph
-            self._record(sub)
 
     def restore(self) -> None:
         """Write every recorded slot back (copies, so the snapshot can be restored again)."""

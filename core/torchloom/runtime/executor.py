@@ -56,10 +56,14 @@ def build_function(graph: Graph, registry: OpRegistry,
         params.append(f"a{i}")
     header = f"def run({', '.join(params)}):"
     if guards and fallback is not None:
-        env["_fallback"] = fallback
-        for i, expr in guard_expressions(graph.inputs[:guarded_inputs], env):
-            lines.append(f"    if {expr}:")
-            lines.append(f"        return _fallback(({', '.join(params)}{',' if params else ''}), {i})")
+        checks = list(guard_expressions(graph.inputs[:guarded_inputs], env))
+        if checks:
+            # One condition and one call: the source stays linear in the number of inputs
+            # (a branch per input, each passing every input, would be quadratic). The slow
+            # path finds which input failed.
+            env["_fallback"] = _first_failing(checks, env, fallback)
+            lines.append(f"    if {' or '.join(f'({expr})' for _, expr in checks)}:")
+            lines.append(f"        return _fallback(({', '.join(params)},))")
     last_use = _last_uses(graph)
     # Locals are reused like registers: an output takes the name of an input that dies at
     # its node (as ``x = torch.mm(x, w)`` does), so dead values cost no extra statement.
@@ -87,6 +91,17 @@ def build_function(graph: Graph, registry: OpRegistry,
     namespace = dict(env)
     exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
     return Plan(namespace["run"], source)
+
+
+def _first_failing(checks: list[tuple[int, str]], env: dict[str, Any],
+                   fallback: Callable) -> Callable:
+    """``fallback(args, index)`` with the index of the first input whose guard fails."""
+    def run(args: tuple):
+        for i, expr in checks:
+            if eval(expr, env, {f"a{i}": args[i]}):
+                return fallback(args, i)
+        raise AssertionError("a guard failed, but none fails when re-checked")
+    return run
 
 
 def _last_uses(graph: Graph) -> dict[int, list[Value]]:
