@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import (CALL_SUBGRAPH, Graph, Node, Pass, PassContext, PassResult, Value,
-                           canonical_text, format_attrs, format_type, mutated_values)
+from torchloom.api import (CALL_SUBGRAPH, Graph, Node, Pass, PassContext, PassResult,
+                           TensorType, Value, canonical_text, format_attrs, mutated_values)
 
 _positive = attrs.validators.ge(1)
 
@@ -246,32 +246,43 @@ class _Windows:
 def _tokens(nodes: list[Node], registry) -> list[int]:
     """Equal ints for nodes that are equal but for their operands; -1-i for barriers."""
     ids: dict[tuple, int] = {}
-    type_ids: dict = {}
-    by_object: dict[int, int] = {}  # id(type) -> type id: hash each type object once
-
-    def type_id(t) -> int:
-        tid = by_object.get(id(t))
-        if tid is None:
-            tid = by_object[id(t)] = type_ids.setdefault(t, len(type_ids))
-        return tid
-
-    mutates = {}
+    mutates: dict[str, bool] = {}
     out = []
     for i, n in enumerate(nodes):
-        if n.op not in mutates:
-            mutates[n.op] = (n.region is None and n.op != CALL_SUBGRAPH
-                             and bool(registry.get(n.op).mutates))
-        if mutates[n.op]:
+        op = n.op
+        barrier = mutates.get(op)
+        if barrier is None:
+            barrier = mutates[op] = (n.region is None and op != CALL_SUBGRAPH
+                                     and bool(registry.get(op).mutates))
+        if barrier:
             out.append(-1 - i)  # a node that writes its inputs never joins a region
             continue
-        key = (n.op, _attrs_key(n.attrs), tuple(type_id(v.type) for v in n.inputs),
-               tuple(type_id(v.type) for v in n.outputs),
-               canonical_text(n.region) if n.region is not None else "")
-        out.append(ids.setdefault(key, len(ids)))
+        sig = [op, _attrs_key(n.attrs)]
+        for v in n.inputs:
+            sig.append(_type_key(v.type))
+        sig.append(None)  # inputs | outputs
+        for v in n.outputs:
+            sig.append(_type_key(v.type))
+        if n.region is not None:
+            sig.append(canonical_text(n.region))
+        key = tuple(sig)
+        token = ids.get(key)
+        if token is None:
+            token = ids[key] = len(ids)
+        out.append(token)
     return out
 
 
+def _type_key(t) -> object:
+    """A type as a plain tuple: hashed and compared in C, not through attrs methods."""
+    if type(t) is TensorType:
+        return (t.shape, t.dtype, t.device, t.strides)
+    return t
+
+
 def _attrs_key(attrs) -> object:
+    if not attrs:
+        return ()
     key = tuple(sorted(attrs.items()))
     try:
         hash(key)
