@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,7 +47,6 @@ import pytest
 import torch
 
 from torchloom.api import Compiler, clone_graph, hookimpl, load_plugins
-from torchloom.frontend.backend import torchloom_backend
 from torchloom.frontend.fx import import_fx
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transformer_stack.py"
@@ -259,41 +261,70 @@ def test_compile_time_with_sm90_kernels_12_layers_over_1_layer(setup, benchmark)
     assert ratio <= MAX_RATIO, f"12 layers take {ratio:.2f}x the compile time of 1 layer"
 
 
-GPU_PIPELINE = PIPELINE  # codegen "triton": real Triton compiles on a GPU
+#: One first training step (torch.compile, the forward with every kernel build and
+#: autotuning, the backward) in a fresh interpreter with empty caches, so that nothing one
+#: size compiled is reused by the other. Prints JSON.
+FIRST_STEP = """
+import importlib.util, json, sys, time, torch
+backend, layers, example, pipeline, work = sys.argv[1:6]
+spec = importlib.util.spec_from_file_location("stack", example)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+model, (x,) = module.workload(device="cuda", layers=int(layers))
+compiler = None
+if backend == "torchloom":
+    from torchloom.api import Compiler
+    from torchloom.frontend.backend import torchloom_backend
+    compiler = Compiler(pipeline, cache_dir=work, device="cuda")
+    fn = lambda gm, ex: torchloom_backend(gm, ex, options={"compiler": compiler})
+elif backend == "aot_eager":  # Dynamo and aot_autograd alone: what any backend pays
+    fn = "aot_eager"
+else:
+    fn = "inductor"
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+out = torch.compile(model, backend=fn)(x)
+out.sum().backward()
+torch.cuda.synchronize()
+seconds = time.perf_counter() - t0
+torch.testing.assert_close(out, model(x))
+own = sum(c.compile_seconds for c in compiler.compilations) if compiler else None
+print(json.dumps({"seconds": seconds, "compile_seconds": own}))
+"""
+
+
+def first_step(backend: str, layers: int, tmp: Path) -> dict:
+    work = tmp / f"{backend}-{layers}"
+    work.mkdir()
+    (work / "pipeline.toml").write_text(PIPELINE)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(work / "triton"),
+               TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), TORCHLOOM_CACHE_DIR=str(work))
+    done = subprocess.run([sys.executable, "-c", FIRST_STEP, backend, str(layers), str(EXAMPLE),
+                           str(work / "pipeline.toml"), str(work)],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_compile_time_12_layers_over_1_layer(tmp_path):
-    """End to end on a GPU: torch.compile with torchloom (dedup.regions first) for 1 and
-    12 layers; torchloom's own compile time (``Compilation.compile_seconds``, wall time:
-    the GPU compiles are what it measures) and Inductor's whole torch.compile time."""
-    spec = importlib.util.spec_from_file_location("transformer_stack", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    (tmp_path / "pipeline.toml").write_text(GPU_PIPELINE)
-    seconds, inductor = {}, {}
-    for layers in (1, 12):
-        model, (x,) = module.workload(device="cuda", layers=layers)
-        compiler = Compiler(tmp_path / "pipeline.toml", cache_dir=tmp_path / f"c{layers}",
-                            device="cuda")
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
-            gm, ex, options={"compiler": compiler}))
-        out = compiled(x)
-        out.sum().backward()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(out, model(x))
-        seconds[layers] = sum(c.compile_seconds for c in compiler.compilations)
-        torch._dynamo.reset()
-        t0 = time.perf_counter()
-        torch.compile(model)(x).sum().backward()
-        torch.cuda.synchronize()
-        inductor[layers] = time.perf_counter() - t0
-        torch._dynamo.reset()
-    ratio = seconds[12] / seconds[1]
-    print(f"\ntorchloom compile: 1 layer {seconds[1]:.2f} s, 12 layers {seconds[12]:.2f} s, "
-          f"ratio {ratio:.2f} (gate <= {MAX_RATIO}); Inductor torch.compile: "
-          f"{inductor[1]:.2f} s, {inductor[12]:.2f} s; torchloom / Inductor at 12 layers "
-          f"{seconds[12] / inductor[12]:.2f} (goal <= 0.5)")
+    """End to end on a GPU, each in a fresh process with empty caches: the first training
+    step with torchloom (dedup.regions first), with Inductor, and with aot_eager (Dynamo
+    and aot_autograd tracing alone, which grow with the model whatever the backend).
+    torchloom's own time is its step minus aot_eager's; gate: that, 12 layers / 1 layer
+    <= 1.2. Reported: whole-step times against Inductor's (goal <= 0.5x)."""
+    runs = {(b, n): first_step(b, n, tmp_path) for n in (1, 12)
+            for b in ("torchloom", "inductor", "aot_eager")}
+    own = {n: runs["torchloom", n]["seconds"] - runs["aot_eager", n]["seconds"] for n in (1, 12)}
+    ratio = own[12] / own[1]
+    print("\nfirst training step (s): " + "; ".join(
+        f"{b} {runs[b, 1]['seconds']:.2f} / {runs[b, 12]['seconds']:.2f}"
+        for b in ("torchloom", "inductor", "aot_eager")) + " (1 / 12 layers)")
+    print(f"torchloom's own time (step - aot_eager): {own[1]:.2f} s, {own[12]:.2f} s, ratio "
+          f"{ratio:.2f} (gate <= {MAX_RATIO}); compile_graph alone "
+          f"{runs['torchloom', 1]['compile_seconds']:.2f} s, "
+          f"{runs['torchloom', 12]['compile_seconds']:.2f} s; torchloom / Inductor whole step "
+          f"at 12 layers {runs['torchloom', 12]['seconds'] / runs['inductor', 12]['seconds']:.2f}"
+          f" (goal <= 0.5)")
     assert ratio <= MAX_RATIO
