@@ -35,7 +35,6 @@ Run: ``python -m pytest benchmarks/test_dedup_compile.py -s``; results are recor
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import os
 import subprocess
@@ -46,7 +45,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchloom.api import Compiler, clone_graph, hookimpl, load_plugins
+from torchloom.api import Compiler, clone_graph, hookimpl, import_workload, load_plugins
 from torchloom.frontend.fx import import_fx
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transformer_stack.py"
@@ -106,10 +105,7 @@ name = "dce"
 
 def aten_graphs(layers: int) -> list:
     """The forward and backward IR graphs of the stack, as aot_autograd hands them over."""
-    spec = importlib.util.spec_from_file_location("transformer_stack", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model, (x,) = module.workload(layers=layers)
+    model, (x,) = import_workload(EXAMPLE).workload(layers=layers)
     graphs = []
 
     def backend(gm, example_inputs):
@@ -265,12 +261,10 @@ def test_compile_time_with_sm90_kernels_12_layers_over_1_layer(setup, benchmark)
 #: autotuning, the backward) in a fresh interpreter with empty caches, so that nothing one
 #: size compiled is reused by the other. Prints JSON.
 FIRST_STEP = """
-import importlib.util, json, sys, time, torch
+import json, sys, time, torch
+from torchloom.api import import_workload
 backend, layers, example, pipeline, work = sys.argv[1:6]
-spec = importlib.util.spec_from_file_location("stack", example)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-model, (x,) = module.workload(device="cuda", layers=int(layers))
+model, (x,) = import_workload(example).workload(device="cuda", layers=int(layers))
 compiler = None
 if backend == "torchloom":
     from torchloom.api import Compiler

@@ -3,15 +3,9 @@ every step's pointwise gate math is the same fusion group, so it compiles once. 
 and backward."""
 import torch
 
+from lstm_cell import lstm_cell  # the file beside this one
+
 STEPS = 8
-
-
-def lstm_cell(x, hx, cx, w_ih, w_hh, b_ih, b_hh):
-    gates = x @ w_ih.t() + hx @ w_hh.t() + b_ih + b_hh
-    ingate, forgetgate, cellgate, outgate = gates.chunk(4, 1)
-    cy = torch.sigmoid(forgetgate) * cx + torch.sigmoid(ingate) * torch.tanh(cellgate)
-    hy = torch.sigmoid(outgate) * torch.tanh(cy)
-    return hy, cy
 
 
 def lstm_unrolled(xs, hx, cx, w_ih, w_hh, b_ih, b_hh):

@@ -16,14 +16,21 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 from importlib import resources
 
 import pytest
 import torch
 
+from torchloom.api import import_workload
+
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(),
                                  reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
+
+#: the LSTM cell step of examples/lstm_cell.py
+lstm_cell = import_workload(Path(__file__).resolve().parents[2] / "examples"
+                            / "lstm_cell.py").lstm_cell
 
 CALLS_PER_REPEAT = 200
 REPEATS = 7
@@ -42,14 +49,6 @@ def mlp_batch1():
                                 torch.nn.Linear(256, 256), torch.nn.GELU(),
                                 torch.nn.Linear(256, 16)).cuda().eval()
     return model, _two_input_sets((1, 256))
-
-
-def lstm_cell(x, hx, cx, w_ih, w_hh, b_ih, b_hh):
-    gates = x @ w_ih.t() + hx @ w_hh.t() + b_ih + b_hh
-    ingate, forgetgate, cellgate, outgate = gates.chunk(4, 1)
-    cy = torch.sigmoid(forgetgate) * cx + torch.sigmoid(ingate) * torch.tanh(cellgate)
-    hy = torch.sigmoid(outgate) * torch.tanh(cy)
-    return hy, cy
 
 
 class LSTMStep(torch.nn.Module):

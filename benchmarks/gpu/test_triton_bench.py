@@ -19,15 +19,22 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 import types
 from collections.abc import Callable
 
 import pytest
 import torch
 
+from torchloom.api import import_workload
+
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(),
                                  reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
+
+#: the LSTM cell step of examples/lstm_cell.py
+lstm_cell = import_workload(Path(__file__).resolve().parents[2] / "examples"
+                            / "lstm_cell.py").lstm_cell
 
 #: minimum speed-up of torchloom over Inductor per workload (the ratio reached so far)
 GATES = {"gelu_bookend": 0.9, "transpose_bookend": 0.9, "three_view_a": 0.9,
@@ -72,14 +79,6 @@ def _bias_gelu(y, b):  # y: the bf16 output of a matmul
     return torch.nn.functional.gelu(y + b)
 
 
-def _lstm_cell(x, hx, cx, w_ih, w_hh, b_ih, b_hh):
-    gates = x @ w_ih.t() + hx @ w_hh.t() + b_ih + b_hh
-    ingate, forgetgate, cellgate, outgate = gates.chunk(4, 1)
-    cy = torch.sigmoid(forgetgate) * cx + torch.sigmoid(ingate) * torch.tanh(cellgate)
-    hy = torch.sigmoid(outgate) * torch.tanh(cy)
-    return hy, cy
-
-
 def _inputs(name: str) -> tuple[Callable, list[torch.Tensor], int]:
     """(function, inputs, minimal bytes moved per call)."""
     torch.manual_seed(0)
@@ -110,7 +109,7 @@ def _inputs(name: str) -> tuple[Callable, list[torch.Tensor], int]:
                 torch.randn(b, h, device=dev), torch.randn(4 * h, h, device=dev) * 0.03,
                 torch.randn(4 * h, h, device=dev) * 0.03, torch.randn(4 * h, device=dev),
                 torch.randn(4 * h, device=dev)]
-        return _lstm_cell, args, sum(t.numel() * 4 for t in args) + 2 * b * h * 4
+        return lstm_cell, args, sum(t.numel() * 4 for t in args) + 2 * b * h * 4
     raise KeyError(name)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +26,31 @@ class ExplainResult:
     compiler: Any
 
 
-def load_workload(path: str | Path, device: str = "cpu"):
-    """Import a workload file and call its ``workload()``."""
+def import_workload(path: str | Path):
+    """Import a workload file as a module. As for a script run with ``python file.py``,
+    its own folder is searched first while it is imported, so it can import the modules
+    beside it (``from lstm_cell import lstm_cell``)."""
     path = Path(path)
     if not path.exists():
         raise WorkloadError(f"{path}: workload file does not exist")
     spec = importlib.util.spec_from_file_location(f"torchloom_workload_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
         raise WorkloadError(f"{path}: importing the workload failed: "
                             f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+def load_workload(path: str | Path, device: str = "cpu"):
+    """Import a workload file and call its ``workload()``."""
+    path = Path(path)
+    module = import_workload(path)
     fn = getattr(module, "workload", None)
     if fn is None:
         raise WorkloadError(f"{path} defines no workload() function; it must return "

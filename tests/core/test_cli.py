@@ -210,3 +210,18 @@ def test_check_notes_a_codegen_that_is_not_installed(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "note: codegen 'eagr' is not installed, every group will run on 'eager'" in out
     assert "did you mean 'eager'?" in out
+
+
+def test_a_workload_imports_the_module_beside_it_like_a_script(tmp_path, capsys):
+    import sys
+    from torchloom.api import load_workload
+    (tmp_path / "shared_layers.py").write_text("import torch\n\ndef double(x):\n"
+                                               "    return x * 2\n")
+    (tmp_path / "uses_sibling.py").write_text(
+        "import torch\nfrom shared_layers import double\n\n"
+        "def workload():\n    return double, [torch.ones(3)]\n")
+    before = list(sys.path)
+    fn, inputs = load_workload(tmp_path / "uses_sibling.py")
+    assert fn(*inputs).tolist() == [2.0, 2.0, 2.0]
+    assert sys.path == before  # the folder is searched only while the file is imported
+    sys.modules.pop("shared_layers", None)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from torchloom.api import (FUSION_GROUP, PassContext, build_function, fusion_groups,
-                           parse_graph, print_graph, structural_hash, verify)
+                           import_workload, parse_graph, print_graph, structural_hash, verify)
 from torchloom_dedup.kernels import KEY, DedupKernels
 
 from dedup_helpers import CountingCodegen, compiler, grouping_passes, has_fusion, plugin_set
@@ -104,12 +103,7 @@ def test_without_dedup_kernels_permuted_groups_compile_twice(tmp_path):
 
 
 def _load_example(name: str):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        module = __import__(name)
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    return module
+    return import_workload(EXAMPLES / f"{name}.py")
 
 
 @pytest.mark.parametrize("grouping", ["installed", "stand-in"])

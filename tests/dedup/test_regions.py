@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+
 import pytest
 import torch
 
 from torchloom.api import (CALL_SUBGRAPH, Graph, PassContext, build_function, fusion_groups,
-                           load_plugins, parse_graph, print_graph, verify)
+                           import_workload, load_plugins, parse_graph, print_graph, verify)
 from torchloom_dedup.regions import DedupRegions
 
 from dedup_helpers import CountingCodegen, compiler, grouping_passes, plugin_set
@@ -121,12 +121,7 @@ def test_views_of_inputs_that_escape_are_hoisted_out_of_the_region():
 
 
 def _stack(layers: int):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import transformer_stack
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    return transformer_stack.workload(layers=layers)
+    return import_workload(EXAMPLES / "transformer_stack.py").workload(layers=layers)
 
 
 def compile_stack(tmp_path: Path, layers: int):
