@@ -121,45 +121,49 @@ class DedupRegions(Pass):
         for ps in anchors:
             if all(p in covered for p in ps):
                 continue
-            cand = self._grow(tokens, ps)
-            if cand is not None and cand.length >= self.min_nodes:
-                found.append(cand)
-                for start in cand.starts:
-                    covered.update(range(start, start + cand.length))
+            grown = self._grow(tokens, ps)
+            if grown:
+                found.extend(grown)
+                best = max(grown, key=lambda c: c.saved)
+                for start in best.starts:
+                    covered.update(range(start, start + best.length))
         return found
 
-    def _grow(self, tokens: list[int], anchor: list[int]) -> Candidate | None:
+    def _grow(self, tokens: list[int], anchor: list[int]) -> list[Candidate]:
         """Grow windows around the anchor positions: left while all agree, then right,
-        splitting the occurrences by the next token and keeping the largest part."""
-        occ = _non_overlapping(anchor, 1)
+        splitting the positions by the next token and keeping the part with the most
+        non-overlapping windows. Each number of windows gives a candidate (its longest
+        windows): the one saving most may not validate (equal tokens, other wiring),
+        and a longer one with fewer windows then may."""
         left = 0
         while True:
-            ps = [p - left - 1 for p in occ]
+            ps = [p - left - 1 for p in anchor]
             if ps[0] < 0 or tokens[ps[0]] < 0 or any(tokens[p] != tokens[ps[0]] for p in ps):
                 break
-            if _min_gap(occ) < left + 2:
+            if _min_gap(anchor) < left + 2:
                 break
             left += 1
-        starts = [p - left for p in occ]
+        alive = [p - left for p in anchor]  # windows so far equal, overlapping or not
         length = left + 1
-        best = None
-        if len(starts) >= self.min_occurrences and length >= self.min_nodes:
-            best = Candidate(tuple(starts), length)
-        while len(starts) >= self.min_occurrences:
+        found = []
+        while True:
+            starts = _non_overlapping(alive, length)
+            if len(starts) < self.min_occurrences:
+                break
+            if length >= self.min_nodes:
+                if found and len(found[-1].starts) == len(starts):
+                    found.pop()  # as many windows, but shorter: this one saves more
+                found.append(Candidate(tuple(starts), length))
             parts: dict[int, list[int]] = {}
-            for s in starts:
+            for s in alive:
                 i = s + length
                 if i < len(tokens) and tokens[i] >= 0:
                     parts.setdefault(tokens[i], []).append(s)
             if not parts:
                 break
-            starts = _non_overlapping(max(parts.values(), key=len), length + 1)
+            alive = max(parts.values(), key=lambda ps: len(_non_overlapping(ps, length + 1)))
             length += 1
-            if len(starts) >= self.min_occurrences and length >= self.min_nodes:
-                cand = Candidate(tuple(starts), length)
-                if best is None or cand.saved > best.saved:
-                    best = cand
-        return best
+        return found
 
     def _validate(self, nodes: list[Node], cand: Candidate, mutated: set,
                   ctx: PassContext) -> "_Windows | None":
@@ -244,7 +248,9 @@ class _Windows:
 
 
 def _tokens(nodes: list[Node], registry) -> list[int]:
-    """Equal ints for nodes that are equal but for their operands; -1-i for barriers."""
+    """Equal ints for nodes that are equal but for their operands; -1-i for barriers. An
+    operand read twice by a node (``mul(x, x)``) is part of the token: occurrences of a
+    region always agree on it, and it tells apart nodes that differ only in wiring."""
     ids: dict[tuple, int] = {}
     mutates: dict[str, bool] = {}
     out = []
@@ -258,8 +264,10 @@ def _tokens(nodes: list[Node], registry) -> list[int]:
             out.append(-1 - i)  # a node that writes its inputs never joins a region
             continue
         sig = [op, _attrs_key(n.attrs)]
-        for v in n.inputs:
+        inputs = n.inputs
+        for k, v in enumerate(inputs):  # the type, and which operand repeats which
             sig.append(_type_key(v.type))
+            sig.append(inputs.index(v) if inputs.count(v) > 1 else k)
         sig.append(None)  # inputs | outputs
         for v in n.outputs:
             sig.append(_type_key(v.type))
