@@ -18,11 +18,12 @@ from torchloom.errors import PassError, PipelineError, UnsupportedError
 from torchloom.frontend.fx import ImportedGraph, import_fx
 from torchloom.ir.graph import Graph
 from torchloom.passes.base import PassContext
-from torchloom.passes.manager import PassManager, RunReport
+from torchloom.passes.manager import PassManager, RunReport, versions
 from torchloom.passes.pipeline import build_pipeline, read_pipeline
 from torchloom.plugins.loader import load_plugins
 from torchloom.runtime.cache import KernelCache
 from torchloom.runtime.executor import CompiledGraph
+from torchloom.runtime.graph_cache import GraphCache
 
 log = logging.getLogger("torchloom")
 
@@ -46,6 +47,8 @@ class Compilation:
     compile_seconds: float = 0.0
     before_ir: str | None = None  # IR text before the pipeline, when the compiler keeps it
     notes: list[str] = attrs.field(factory=list)
+    #: the graph after the pipeline came from the compile cache: no pass ran
+    cached: bool = False
 
 
 class Compiler:
@@ -53,7 +56,12 @@ class Compiler:
 
     def __init__(self, pipeline: str | Path = "default", *, plugins=None,
                  dump_dir: str | Path | None = None, cache_dir: str | Path | None = None,
-                 device: str = "cpu", keep_ir: bool = False, strict: bool = False):
+                 device: str = "cpu", keep_ir: bool = False, strict: bool = False,
+                 compile_cache: bool | None = None):
+        """``compile_cache``: keep graphs after the pipeline on disk under ``cache_dir``
+        and reuse them (see :mod:`torchloom.runtime.graph_cache`). Default: on, unless
+        ``TORCHLOOM_COMPILE_CACHE=0`` or the compiler dumps or keeps IR (``explain``
+        shows the passes running)."""
         raw = read_pipeline(pipeline)
         self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
         for err in self.plugins.errors:
@@ -68,6 +76,13 @@ class Compiler:
         #: "pass skipped" messages already logged, so on_error = "skip" says so once
         self.warned: set[str] = set()
         self.kernel_cache = KernelCache(self.cache_dir / "kernels", self.pipeline.fingerprint())
+        if compile_cache is None:
+            compile_cache = (os.environ.get("TORCHLOOM_COMPILE_CACHE", "1").strip().lower()
+                             not in ("0", "false", "no", "off", "")
+                             and dump_dir is None and not keep_ir)
+        self.graph_cache = GraphCache(self.cache_dir / "graphs", {
+            "pipeline": self.pipeline.fingerprint(), "device": device,
+            "versions": versions(self.plugins)}) if compile_cache else None
         self.compilations: list[Compilation] = []
         self.notes: list[str] = []
         if self.pipeline.codegen not in self.plugins.codegens:
@@ -90,9 +105,20 @@ class Compiler:
                            before_ir=str(graph) if self.keep_ir else None)
         ctx = self.context()
         dump = self.dump_dir / f"graph{index}" if self.dump_dir else None
-        manager = PassManager(self.pipeline, self.plugins, dump_dir=dump,
-                              repro_dir=self.cache_dir / "reproducers", warned=self.warned)
-        comp.report = manager.run(graph, ctx)
+        key = self.graph_cache.key(graph) if self.graph_cache is not None else None
+        cached = self.graph_cache.load(key, self.registry) if key is not None else None
+        if cached is not None:
+            graph = comp.graph = cached.graph
+            comp.cached = True
+            comp.report = RunReport(cached.report.records, [
+                f"loaded from the compile cache ({cached.path}): no pass ran; the pass "
+                f"records are those of the compilation that wrote it", *cached.report.notes])
+        else:
+            manager = PassManager(self.pipeline, self.plugins, dump_dir=dump,
+                                  repro_dir=self.cache_dir / "reproducers", warned=self.warned)
+            comp.report = manager.run(graph, ctx)
+            if key is not None:
+                self.graph_cache.store(key, graph, comp.report)
         comp.compiled = CompiledGraph(graph, self.registry,
                                       self.plugins.codegen_chain(self.pipeline.codegen),
                                       self.kernel_cache, fallback,

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from torchloom.api import KernelSource, parse_graph
-from torchloom.runtime.cache import KernelCache, _checksum, _read_entry
+from torchloom.runtime.cache import KernelCache, checksum, _read_entry
 
 from dedup_helpers import CountingCodegen, compiler
 
@@ -193,7 +193,7 @@ def test_entries_of_another_format_version_are_a_silent_miss(tmp_path, caplog):
         data = json.loads(meta.read_text())
         data.pop("checksum")
         data["format"] = 1
-        meta.write_text(json.dumps({**data, "checksum": _checksum(data)}))
+        meta.write_text(json.dumps({**data, "checksum": checksum(data)}))
     codegen = CountingCodegen()
     with caplog.at_level(logging.WARNING, logger="torchloom.cache"):
         comp = compiler(tmp_path, ["dedup.kernels"], codegen, cache)

@@ -12,7 +12,7 @@ from typing import Any
 
 from torchloom.errors import PipelineError
 
-OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compiler")
+OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "compiler")
 
 
 def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None, mode=None):
@@ -27,7 +27,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
                             f"{', '.join(unknown)}; known: {', '.join(OPTION_KEYS)}")
     compiler = options.get("compiler") or Compiler(options.get("pipeline", "default"),
                                                   dump_dir=options.get("dump_dir"),
-                                                  cache_dir=options.get("cache_dir"))
+                                                  cache_dir=options.get("cache_dir"),
+                                                  compile_cache=options.get("compile_cache"))
 
     def compile_one(fx_gm, inputs):
         return make_boxed_func(compiler.compile_fx(fx_gm, inputs))

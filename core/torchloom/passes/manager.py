@@ -72,8 +72,9 @@ class PassManager:
         for name in self.pipeline.missing_optional:
             report.notes.append(f"optional pass {name!r} is not installed; skipped")
         self._dump(graph, "input")
-        start = GraphSnapshot(graph)
-        state = _State(start)
+        state = _State(GraphSnapshot(graph))
+        # verify = "end" rolls the whole pipeline back: only then is the first one kept
+        start = state.snapshot if self.pipeline.verify == "end" else None
         for step in self.pipeline.steps:
             if isinstance(step, PassStep):
                 self._run_step(step, graph, ctx, report, state)
@@ -128,21 +129,26 @@ class PassManager:
             result = _checked(pass_.run(graph, ctx))
             for sub in subgraphs:  # a shared subgraph is transformed once, for all its calls
                 result = _merge(result, _run_on_subgraph(step, sub, ctx))
-            after = GraphSnapshot(graph)
             if self.pipeline.verify == "each":  # the whole graph after the first pass,
-                # then only what each pass changed: the rest passed before
+                after = GraphSnapshot(graph)  # then only what each pass changed
                 verify(graph, ctx.registry,
                        only=after.changed_since(snapshot) if state.verified else None)
                 state.verified = True
+            else:  # nothing to compare: one snapshot alive at a time (memory, collector)
+                state.snapshot = snapshot = None
+                after = GraphSnapshot(graph)
             state.snapshot = after
         except Exception as exc:  # the pass's fault: roll back and name it
             seconds = time.perf_counter() - t0
+            if snapshot is None:  # the pass had finished: only taking its snapshot failed
+                raise
             snapshot.restore()
             if _is_verify(exc) and not state.verified:
                 _check_input(graph, ctx, self.pipeline)
             return self._failed(step, graph, exc, seconds, ctx, report)
         except BaseException:  # Ctrl-C mid-pass: leave a whole graph, not half an edit
-            snapshot.restore()
+            if snapshot is not None:  # None: the pass had finished; its graph is whole
+                snapshot.restore()
             raise
         seconds = time.perf_counter() - t0
         for key, value in result.stats.items():

@@ -163,19 +163,19 @@ class KernelCache:
                 "source_file": source_path.name, "source_sha256": source_sha,
                 "compile_ms": round(seconds * 1e3, 3)}
         try:
-            text = json.dumps({**body, "checksum": _checksum(body)}, indent=1, sort_keys=True)
+            text = json.dumps({**body, "checksum": checksum(body)}, indent=1, sort_keys=True)
         except (TypeError, ValueError) as exc:  # metadata that is not JSON stays in memory
             log.debug("torchloom: not caching %s on disk: metadata is not JSON (%s)", key, exc)
             return
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(source_path, generated.source)
-            _atomic_write(entry.with_suffix(".json"), text)  # last: it vouches for the source
+            atomic_write(source_path, generated.source)
+            atomic_write(entry.with_suffix(".json"), text)  # last: it vouches for the source
         except OSError as exc:  # a read-only or full disk costs speed, not correctness
             log.warning("torchloom: could not write kernel cache entry %s: %s", entry, exc)
 
 
-def _checksum(body: dict[str, Any]) -> str:
+def checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -186,8 +186,8 @@ def _read_entry(meta_path: Path, codegen: Codegen) -> tuple[KernelSource, float]
         raise CorruptEntry("no format version")
     if data["format"] != FORMAT:
         raise StaleEntry(data["format"])
-    checksum = data.pop("checksum", None)
-    if checksum != _checksum(data):
+    recorded = data.pop("checksum", None)
+    if recorded != checksum(data):
         raise CorruptEntry("metadata checksum mismatch")
     if data.get("codegen") != codegen.name:
         raise CorruptEntry(f"written by codegen {data.get('codegen')!r}")
@@ -198,7 +198,7 @@ def _read_entry(meta_path: Path, codegen: Codegen) -> tuple[KernelSource, float]
     return KernelSource(data["codegen"], source, data["metadata"]), float(data["compile_ms"])
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -212,4 +212,5 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["KernelCache", "CorruptEntry", "StaleEntry", "codegen_identity", "Callable"]
+__all__ = ["KernelCache", "CorruptEntry", "StaleEntry", "atomic_write", "checksum", "codegen_identity",
+           "Callable"]

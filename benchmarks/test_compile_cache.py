@@ -1,0 +1,69 @@
+"""The compile cache: compiling the 12-layer transformer stack (forward and backward
+graph) again with a fresh ``Compiler`` over the same cache directory, as a second process
+does, against compiling it cold. Same run, interleaved rounds, CPU seconds, measured in a
+fresh interpreter (see ``test_dedup_compile.measure``).
+
+Gate: warm / cold <= ``MAX_RATIO``. A warm compile parses and verifies the cached graph
+and builds the runtime (kernels come from the kernel cache); no pass runs.
+
+Run: ``python -m pytest benchmarks/test_compile_cache.py -s``; results are recorded in
+``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from torchloom.api import load_plugins
+
+from test_dedup_compile import PIPELINE, aten_graphs, compile_seconds
+
+MAX_RATIO = 0.5
+ROUNDS = 4
+
+
+def measure() -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="torchloom-cache-bench-"))
+    try:
+        plugins = load_plugins()
+        graphs = aten_graphs(12)
+        pipeline = tmp / "pipeline.toml"
+        pipeline.write_text(PIPELINE)
+        compile_seconds(pipeline, plugins, graphs, tmp / "warmup")  # first-use costs
+        cold, warm = [], []
+        for r in range(ROUNDS):
+            seconds, first = compile_seconds(pipeline, plugins, graphs, tmp / f"r{r}")
+            cold.append(seconds)
+            seconds, again = compile_seconds(pipeline, plugins, graphs, tmp / f"r{r}")
+            warm.append(seconds)
+        return {"cold": min(cold), "warm": min(warm),
+                "cached": [c.cached for c in again.compilations],
+                "first_cached": [c.cached for c in first.compilations]}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_warm_compile_over_cold(benchmark):
+    def child() -> dict:
+        done = subprocess.run([sys.executable, __file__], capture_output=True, text=True,
+                              timeout=900, cwd=Path(__file__).parent)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    data = benchmark.pedantic(child, rounds=1, iterations=1)
+    assert data["first_cached"] == [False, False] and data["cached"] == [True, True]
+    ratio = data["warm"] / data["cold"]
+    benchmark.extra_info.update(data, ratio=ratio)
+    print(f"\n12-layer stack, forward + backward: cold compile {data['cold'] * 1e3:.1f} ms, "
+          f"warm (compile cache) {data['warm'] * 1e3:.1f} ms, ratio {ratio:.2f} "
+          f"(gate <= {MAX_RATIO})")
+    assert ratio <= MAX_RATIO
+
+
+if __name__ == "__main__":  # the measurement, in a fresh process
+    print(json.dumps(measure()))

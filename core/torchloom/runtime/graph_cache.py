@@ -1,0 +1,127 @@
+"""The compile cache: graphs after the pipeline, on disk, so that compiling a graph a
+second time (a new process, a new ``Compiler``) runs no pass.
+
+An entry is keyed by the input graph's canonical text (ops, attributes, types and
+wiring; not value names), the pipeline's fingerprint (every pass's name, options,
+distribution, version and source, the codegen, the runtime settings), the device, and the
+versions of Python, torch, torchloom and every plugin. It holds, as JSON (never pickle),
+the IR after the pipeline in its text form, the pass records and notes of the
+compilation that wrote it, and a checksum:
+
+```
+<dir>/<key[:2]>/<key>.json   {"format", "key", "ir", "records", "notes", "checksum"}
+```
+
+Entries are written atomically (a temporary file, then ``os.replace``), and only after
+the IR printed back from its own parse is the same text. A hit is parsed and verified
+against the op registry before it is used; an entry that fails any of that is reported
+once (a warning naming the file), recompiled and rewritten. The kernels of a hit come
+from the kernel cache as usual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from torchloom.errors import TorchloomError
+from torchloom.ir.canon import canonical_text
+from torchloom.ir.graph import Graph
+from torchloom.ir.text import parse_graph, print_graph
+from torchloom.ir.verify import verify
+from torchloom.passes.manager import PassRecord, RunReport
+from torchloom.runtime.cache import atomic_write, checksum
+
+log = logging.getLogger("torchloom.cache")
+
+FORMAT = 1
+
+
+@attrs.frozen
+class CachedGraph:
+    """A compile-cache hit: the graph after the pipeline and the report that made it."""
+
+    graph: Graph
+    report: RunReport
+    path: Path
+
+
+class GraphCache:
+    """Graphs after the pipeline, by input graph and compile identity (see the module).
+    Counters: ``hits``, ``misses``, ``stores``, ``corrupt``."""
+
+    def __init__(self, directory: str | Path, identity: dict[str, Any]):
+        self.directory = Path(directory)
+        self._identity = json.dumps(identity, sort_keys=True, default=str)
+        self._reported: set[str] = set()
+        self.hits = self.misses = self.stores = self.corrupt = 0
+
+    def key(self, graph: Graph) -> str:
+        blob = f"{FORMAT}\0{self._identity}\0{canonical_text(graph)}"
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def load(self, key: str, registry) -> CachedGraph | None:
+        path = self.path(key)
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError(f"format {data.get('format') if isinstance(data, dict) else data!r}"
+                                 f", expected {FORMAT}")
+            recorded = data.pop("checksum", None)
+            if recorded != checksum(data) or data.get("key") != key:
+                raise ValueError("checksum mismatch")
+            graph = parse_graph(data["ir"], source=str(path))
+            verify(graph, registry)
+            report = RunReport([PassRecord(**r) for r in data["records"]], list(data["notes"]))
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except (OSError, ValueError, KeyError, TypeError, TorchloomError) as exc:
+            self._report(path, exc)
+            return None
+        self.hits += 1
+        return CachedGraph(graph, report, path)
+
+    def store(self, key: str, graph: Graph, report: RunReport) -> None:
+        """Write the entry; a graph whose text form does not round-trip is not cached."""
+        try:
+            ir = print_graph(graph)
+            if print_graph(parse_graph(ir)) != ir:
+                raise ValueError("its text form does not round-trip")
+            body = {"format": FORMAT, "key": key, "ir": ir,
+                    "records": [attrs.asdict(r) for r in report.records],
+                    "notes": list(report.notes)}
+            text = json.dumps({**body, "checksum": checksum(body)}, sort_keys=True)
+        except (ValueError, TypeError, TorchloomError) as exc:
+            log.debug("torchloom: not caching compiled graph @%s: %s", graph.name, exc)
+            return
+        path = self.path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text)
+        except OSError as exc:  # a read-only or full disk costs speed, not correctness
+            log.warning("torchloom: could not write compile cache entry %s: %s", path, exc)
+            return
+        self.stores += 1
+
+    def _report(self, path: Path, exc: Exception) -> None:
+        self.corrupt += 1
+        if str(path) not in self._reported:
+            self._reported.add(str(path))
+            log.warning("torchloom: compile cache entry %s is unusable (%s: %s); compiling "
+                        "the graph again", path, type(exc).__name__, str(exc).splitlines()[0])
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "stores": self.stores,
+                "corrupt": self.corrupt}
+
+
+__all__ = ["GraphCache", "CachedGraph", "FORMAT"]
