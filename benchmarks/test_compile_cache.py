@@ -23,8 +23,8 @@ from torchloom.api import load_plugins
 
 from test_dedup_compile import PIPELINE, aten_graphs, compile_seconds
 
-MAX_RATIO = 0.5
-ROUNDS = 4
+MAX_RATIO = 0.6
+ROUNDS = 6
 
 
 def measure() -> dict:

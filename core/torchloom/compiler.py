@@ -109,6 +109,7 @@ class Compiler:
         cached = self.graph_cache.load(key, self.registry) if key is not None else None
         if cached is not None:
             graph = comp.graph = cached.graph
+            graph.name = comp.name  # messages name this compilation's graph
             comp.cached = True
             comp.report = RunReport(cached.report.records, [
                 f"loaded from the compile cache ({cached.path}): no pass ran; the pass "

@@ -32,22 +32,32 @@ def canonical_text(graph: Graph) -> str:
     return "\n".join(lines)
 
 
-def _emit(graph: Graph, lines: list[str], indent: str, callees: dict[str, int]) -> None:
+def _emit(graph: Graph, lines: list[str], indent: str, callees: dict[str, int],
+          types: dict | None = None) -> None:
+    if types is None:
+        types = {}  # type -> its text: a graph repeats few types many times
+
+    def fmt(t) -> str:
+        text = types.get(t)
+        if text is None:
+            text = types[t] = format_type(t)
+        return text
+
     ids = {}
     for i, v in enumerate(graph.inputs):
         ids[v] = i
-    lines.append(indent + "(" + ", ".join(format_type(v.type) for v in graph.inputs) + ")")
+    lines.append(indent + "(" + ", ".join(fmt(v.type) for v in graph.inputs) + ")")
     for n in graph.nodes:
         ins = ",".join(str(ids[v]) for v in n.inputs)
         for v in n.outputs:
             ids[v] = len(ids)
-        types = ",".join(format_type(v.type) for v in n.outputs)
+        out_types = ",".join(fmt(v.type) for v in n.outputs)
         attrs = n.attrs
         if n.op == CALL_SUBGRAPH and isinstance(attrs.get("callee"), str):
             attrs = {**attrs, "callee": callees.setdefault(attrs["callee"], len(callees))}
-        lines.append(f"{indent}{n.op}({ins}){format_attrs(attrs)}:{types}")
+        lines.append(f"{indent}{n.op}({ins}){format_attrs(attrs)}:{out_types}")
         if n.region is not None:
-            _emit(n.region, lines, indent + " ", callees)
+            _emit(n.region, lines, indent + " ", callees, types)
     lines.append(indent + "return " + ",".join(str(ids[v]) for v in graph.outputs))
 
 

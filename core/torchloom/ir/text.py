@@ -141,31 +141,38 @@ _TOKEN = re.compile(r"""
   | (?P<number>-inf\b|-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<punct>[()\[\]{},:=?])
-""", re.VERBOSE)
+  | (?P<bad>.)
+""", re.VERBOSE | re.DOTALL)
+
+_EOF_PADDING = 4  # peek(offset) past the end reads "eof" without a bounds check
 
 
 class _Parser:
     def __init__(self, text: str, source: str | None):
         self.source = source
-        self.tokens: list[tuple[str, str, int, int]] = []
-        line, col_base, pos = 1, 0, 0
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if m is None:
-                raise ParseError(f"unexpected character {text[pos]!r}", line, pos - col_base + 1,
-                                 source)
+        tokens: list[tuple[str, str, int, int]] = []
+        append = tokens.append
+        line, col_base = 1, 0
+        for m in _TOKEN.finditer(text):
             kind = m.lastgroup
+            if kind == "ws":
+                continue
             if kind == "nl":
                 line, col_base = line + 1, m.end()
-            elif kind != "ws":
-                self.tokens.append((kind, m.group(), line, m.start() - col_base + 1))
-            pos = m.end()
-        self.tokens.append(("eof", "", line, pos - col_base + 1))
+            elif kind == "bad":
+                raise ParseError(f"unexpected character {m.group()!r}", line,
+                                 m.start() - col_base + 1, source)
+            else:
+                append((kind, m.group(), line, m.start() - col_base + 1))
+        tokens.extend([("eof", "", line, len(text) - col_base + 1)] * _EOF_PADDING)
+        self.tokens = tokens
         self.i = 0
 
     # -- token helpers
     def peek(self, offset: int = 0):
-        return self.tokens[min(self.i + offset, len(self.tokens) - 1)]
+        tokens = self.tokens
+        i = self.i + offset
+        return tokens[i] if i < len(tokens) else tokens[-1]
 
     def error(self, message: str, tok=None) -> ParseError:
         kind, text, line, col = tok or self.peek()
@@ -173,7 +180,8 @@ class _Parser:
         return ParseError(f"{message}, found {found}", line, col, self.source)
 
     def accept(self, text: str) -> bool:
-        if self.peek()[1] == text and self.peek()[0] in ("punct", "ident"):
+        tok = self.tokens[self.i]  # self.i never passes the first "eof"
+        if tok[1] == text and (tok[0] == "punct" or tok[0] == "ident"):
             self.i += 1
             return True
         return False
