@@ -56,7 +56,7 @@ from torchloom.frontend.fx import import_fx
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transformer_stack.py"
 MAX_RATIO = 1.2  # the gate
 PASSES_MAX_RATIO = 1.5  # passes and runtime alone, no kernel builds (measured 1.27-1.35)
-ROUNDS = 5
+ROUNDS = 8
 SM90_ROUNDS = 2  # each round builds ~20 kernels per size: seconds, not milliseconds
 
 #: the default pipeline with dedup.regions first, so that every later pass sees one layer
