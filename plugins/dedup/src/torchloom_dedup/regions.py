@@ -52,11 +52,11 @@ class DedupRegions(Pass):
           return %t
         }
 
-    How: every node gets a token (op, attributes, input and output types). From anchor
-    tokens, windows of consecutive nodes are grown while their tokens agree, keeping the
-    largest agreeing set of non-overlapping occurrences; each number of occurrences gives
-    a candidate (its longest window), and candidates are tried in order of nodes saved
-    (length x (occurrences - 1)); occurrences need not be adjacent. A window is a
+    How: every node gets a token (op, attributes, input and output types, operands read
+    twice). From anchor tokens, windows of consecutive nodes are grown while their tokens
+    agree, keeping the largest agreeing set of non-overlapping occurrences; each number
+    of occurrences gives a candidate (its longest window), and candidates are tried in
+    order of nodes saved (length x (occurrences - 1)); occurrences need not be adjacent. A window is a
     contiguous stretch of the topological order, so replacing it by one node keeps the
     graph valid. Occurrences are then grouped by exact wiring (which input or earlier
     node each operand comes from), and the largest group becomes the subgraph; a
