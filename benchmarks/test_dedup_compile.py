@@ -21,9 +21,9 @@ Gates, ratios from one run:
 - ``test_compile_time_12_layers_over_1_layer``: the passes and the runtime alone (kernels
   run on eager or the interpreter, nearly free to "compile"; the compile cache is off: its
   key is a scan of the whole input graph, ~10 ms more at 12 layers, measured with the
-  cache in ``test_compile_cache.py``): 12 layers / 1 layer <= ``PASSES_MAX_RATIO``, and dedup.regions removes at least two thirds of the extra time
-  that 11 more layers cost without it: (ratio - 1) <= (ratio without dedup.regions - 1)
-  / 3. What is left is the per-layer glue outside the shared subgraph (a call per layer,
+  cache in ``test_compile_cache.py``): 12 layers / 1 layer <= ``PASSES_MAX_RATIO``, and
+  dedup.regions removes at least two thirds of the extra time that 11 more layers cost
+  without it: (ratio - 1) <= (ratio without dedup.regions - 1) / 3. What is left is the per-layer glue outside the shared subgraph (a call per layer,
   the views of weights that the forward saves for backward, which may not alias a region
   input and stay outside) and dedup.regions' own scan of the full graph.
 - GPU (``test_gpu_compile_time_12_layers_over_1_layer``, ``cuda``): the first forward and

@@ -1,13 +1,14 @@
 """Pass-manager overhead per no-op pass, and verify(), on 10k- and 50k-node graphs.
 
-Gate: both are linear in graph size, i.e. time(50k) / time(10k) <= 8 (5 is exact
-linearity; a quadratic step shows as 25). The no-op pass is memory-bound (a snapshot of
-every node), and on the shared 2-core machine the same code measured 4.9 to 6.3 alone
-and up to 7.3 beside a running test session. Sizes are timed in interleaved rounds, in CPU time of this process (other
-processes on a busy machine do not count), and the minimum of each is kept. The 10k time is the mean over five different 10k
-graphs visited in turn: 50k nodes of live objects, like the 50k graph, so that both sizes
-run in the same CPU-cache regime and the ratio measures the algorithm (a quadratic
-step shows up as 25x), not the point where one graph stops fitting in the cache.
+Gate: both are linear in graph size, i.e. time(50k) / time(10k) <= 8 (5 is exact linearity;
+a quadratic step shows as 25). The no-op pass is memory-bound (a snapshot of every node),
+and on the shared 2-core machine the same code measured 4.9 to 6.3 alone and up to 7.3
+beside a running test session. Sizes are timed in interleaved rounds, in CPU time of this
+process (other processes on a busy machine do not count), and the minimum of each is kept.
+The 10k time is the mean over five different 10k graphs visited in turn: 50k nodes of live
+objects, like the 50k graph, so that both sizes run in the same CPU-cache regime and the
+ratio measures the algorithm (a quadratic step shows up as 25x), not the point where one
+graph stops fitting in the cache.
 The pass manager takes a snapshot after every pass (the next pass's rollback point); that
 snapshot is what the no-op pass measures.
 """

@@ -72,8 +72,8 @@ class GraphCache:
         try:
             data = json.loads(path.read_text())
             if not isinstance(data, dict) or data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format') if isinstance(data, dict) else data!r}"
-                                 f", expected {FORMAT}")
+                found = data.get("format") if isinstance(data, dict) else type(data).__name__
+                raise ValueError(f"format {found!r}, expected {FORMAT}")
             recorded = data.pop("checksum", None)
             if recorded != checksum(data) or data.get("key") != key:
                 raise ValueError("checksum mismatch")

@@ -54,14 +54,14 @@ class DedupRegions(Pass):
 
     How: every node gets a token (op, attributes, input and output types, operands read
     twice). From anchor tokens, windows of consecutive nodes are grown while their tokens
-    agree, keeping the largest agreeing set of non-overlapping occurrences; each number
-    of occurrences gives a candidate (its longest window), and candidates are tried in
-    order of nodes saved (length x (occurrences - 1)); occurrences need not be adjacent. A window is a
-    contiguous stretch of the topological order, so replacing it by one node keeps the
-    graph valid. Occurrences are then grouped by exact wiring (which input or earlier
-    node each operand comes from), and the largest group becomes the subgraph; a
-    candidate whose occurrences disagree on wiring gives way to the next. The subgraph's
-    outputs are the values any occurrence uses outside the window.
+    agree, keeping the largest agreeing set of non-overlapping occurrences; each number of
+    occurrences gives a candidate (its longest window), and candidates are tried in order of
+    nodes saved (length x (occurrences - 1)); occurrences need not be adjacent. A window is
+    a contiguous stretch of the topological order, so replacing it by one node keeps the
+    graph valid. Occurrences are then grouped by exact wiring (which input or earlier node
+    each operand comes from), and the largest group becomes the subgraph; a candidate whose
+    occurrences disagree on wiring gives way to the next. The subgraph's outputs are the
+    values any occurrence uses outside the window.
 
     Skipped: windows containing a node that writes its inputs, occurrences whose inputs
     some node mutates, and regions whose outputs alias (are views of) their inputs.
