@@ -23,9 +23,10 @@ Gates, ratios from one run:
   key is a scan of the whole input graph, ~10 ms more at 12 layers, measured with the
   cache in ``test_compile_cache.py``): 12 layers / 1 layer <= ``PASSES_MAX_RATIO``, and
   dedup.regions removes at least two thirds of the extra time that 11 more layers cost
-  without it: (ratio - 1) <= (ratio without dedup.regions - 1) / 3. What is left is the per-layer glue outside the shared subgraph (a call per layer,
-  the views of weights that the forward saves for backward, which may not alias a region
-  input and stay outside) and dedup.regions' own scan of the full graph.
+  without it: (ratio - 1) <= (ratio without dedup.regions - 1) / 3. What is left is the
+  per-layer glue outside the shared subgraph (a call per layer, the views of weights
+  that the forward saves for backward, which may not alias a region input and stay
+  outside) and dedup.regions' own scan of the full graph.
 - GPU (``test_gpu_compile_time_12_layers_over_1_layer``, ``cuda``): the first forward and
   backward end to end (compile, kernel builds, autotuning, first run) with torchloom and
   with Inductor, for 1 and 12 layers: torchloom's ratio <= 1.2, and its absolute time
