@@ -283,29 +283,32 @@ def test_compile_time_with_sm90_kernels_12_layers_over_1_layer(benchmark):
     assert ratio <= MAX_RATIO, f"12 layers take {ratio:.2f}x the compile time of 1 layer"
 
 
-#: One first training step (torch.compile, the forward with every kernel build and
-#: autotuning, the backward) in a fresh interpreter with empty caches, so that nothing one
-#: size compiled is reused by the other. Prints JSON.
+#: One first training step (torch.compile, the forward, the backward) in a fresh
+#: interpreter with empty caches, so that nothing one size compiled is reused by the other.
+#: torchloom builds every kernel while it compiles (``Sm90Triton``: Triton's sm_90 build,
+#: which the first launch then finds in Triton's cache), so ``compile_seconds`` holds its
+#: whole compile: passes, runtime and kernel builds. Prints JSON.
 FIRST_STEP = """
 import json, sys, time, torch
-from torchloom.api import import_workload
-backend, layers, example, pipeline, work = sys.argv[1:6]
-model, (x,) = import_workload(example).workload(device="cuda", layers=int(layers))
+from torchloom.api import Compiler, import_workload, load_plugins
+from torchloom.frontend.backend import torchloom_backend
+backend, layers, example, pipeline, work, device, bench = sys.argv[1:8]
+sys.path.insert(0, bench)
+from test_dedup_compile import Sm90Plugin
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+model, (x,) = import_workload(example).workload(device=device, layers=int(layers))
 compiler = None
 if backend == "torchloom":
-    from torchloom.api import Compiler
-    from torchloom.frontend.backend import torchloom_backend
-    compiler = Compiler(pipeline, cache_dir=work, device="cuda")
+    plugins = load_plugins(extra=[("bench-sm90", Sm90Plugin(), "benchmarks", "1")])
+    compiler = Compiler(pipeline, plugins=plugins, cache_dir=work, device=device)
     fn = lambda gm, ex: torchloom_backend(gm, ex, options={"compiler": compiler})
-elif backend == "aot_eager":  # Dynamo and aot_autograd alone: what any backend pays
-    fn = "aot_eager"
-else:
-    fn = "inductor"
-torch.cuda.synchronize()
+else:  # "inductor", or "aot_eager": Dynamo and aot_autograd alone
+    fn = backend
+sync()
 t0 = time.perf_counter()
 out = torch.compile(model, backend=fn)(x)
 out.sum().backward()
-torch.cuda.synchronize()
+sync()
 seconds = time.perf_counter() - t0
 torch.testing.assert_close(out, model(x))
 own = sum(c.compile_seconds for c in compiler.compilations) if compiler else None
@@ -313,14 +316,16 @@ print(json.dumps({"seconds": seconds, "compile_seconds": own}))
 """
 
 
-def first_step(backend: str, layers: int, tmp: Path) -> dict:
+def first_step(backend: str, layers: int, tmp: Path, device: str = "cuda") -> dict:
     work = tmp / f"{backend}-{layers}"
     work.mkdir()
-    (work / "pipeline.toml").write_text(PIPELINE)
+    (work / "pipeline.toml").write_text(PIPELINE.replace('codegen = "triton"',
+                                                         'codegen = "triton-sm90"'))
     env = dict(os.environ, TRITON_CACHE_DIR=str(work / "triton"),
                TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), TORCHLOOM_CACHE_DIR=str(work))
     done = subprocess.run([sys.executable, "-c", FIRST_STEP, backend, str(layers), str(EXAMPLE),
-                           str(work / "pipeline.toml"), str(work)],
+                           str(work / "pipeline.toml"), str(work), device,
+                           str(Path(__file__).parent)],
                           capture_output=True, text=True, env=env, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -330,23 +335,23 @@ def first_step(backend: str, layers: int, tmp: Path) -> dict:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_compile_time_12_layers_over_1_layer(tmp_path):
     """End to end on a GPU, each in a fresh process with empty caches: the first training
-    step with torchloom (dedup.regions first), with Inductor, and with aot_eager (Dynamo
-    and aot_autograd tracing alone, which grow with the model whatever the backend).
-    torchloom's own time is its step minus aot_eager's; gate: that, 12 layers / 1 layer
-    <= 1.2. Reported: whole-step times against Inductor's (goal <= 0.5x)."""
+    step with torchloom (dedup.regions first, every kernel built while compiling), with
+    Inductor, and with aot_eager (Dynamo and aot_autograd alone, which grow with the
+    model whatever the backend). Gate: torchloom's own compile time (passes, runtime,
+    kernel builds), 12 layers / 1 layer <= 1.2. Reported: whole-step times against
+    Inductor's (goal <= 0.5x)."""
     runs = {(b, n): first_step(b, n, tmp_path) for n in (1, 12)
             for b in ("torchloom", "inductor", "aot_eager")}
-    own = {n: runs["torchloom", n]["seconds"] - runs["aot_eager", n]["seconds"] for n in (1, 12)}
+    own = {n: runs["torchloom", n]["compile_seconds"] for n in (1, 12)}
     ratio = own[12] / own[1]
-    print("\nfirst training step (s): " + "; ".join(
+    print("\nfirst training step (s, 1 / 12 layers): " + "; ".join(
         f"{b} {runs[b, 1]['seconds']:.2f} / {runs[b, 12]['seconds']:.2f}"
-        for b in ("torchloom", "inductor", "aot_eager")) + " (1 / 12 layers)")
-    print(f"torchloom's own time (step - aot_eager): {own[1]:.2f} s, {own[12]:.2f} s, ratio "
-          f"{ratio:.2f} (gate <= {MAX_RATIO}); compile_graph alone "
-          f"{runs['torchloom', 1]['compile_seconds']:.2f} s, "
-          f"{runs['torchloom', 12]['compile_seconds']:.2f} s; torchloom / Inductor whole step "
-          f"at 12 layers {runs['torchloom', 12]['seconds'] / runs['inductor', 12]['seconds']:.2f}"
-          f" (goal <= 0.5)")
+        for b in ("torchloom", "inductor", "aot_eager")))
+    print(f"torchloom's own compile (passes, runtime, kernel builds): {own[1]:.2f} s, "
+          f"{own[12]:.2f} s, ratio {ratio:.2f} (gate <= {MAX_RATIO}); torchloom / Inductor "
+          f"whole step at 12 layers "
+          f"{runs['torchloom', 12]['seconds'] / runs['inductor', 12]['seconds']:.2f} "
+          f"(goal <= 0.5)")
     assert ratio <= MAX_RATIO
 
 
