@@ -180,7 +180,7 @@ class _Parser:
         return ParseError(f"{message}, found {found}", line, col, self.source)
 
     def accept(self, text: str) -> bool:
-        tok = self.tokens[self.i]  # self.i never passes the first "eof"
+        tok = self.tokens[self.i]  # self.i stays within the "eof" padding
         if tok[1] == text and (tok[0] == "punct" or tok[0] == "ident"):
             self.i += 1
             return True
