@@ -3,7 +3,7 @@
 from torchloom import errors
 from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason, compile_group
 from torchloom.codegen.eager import EagerCodegen
-from torchloom.compiler import Compilation, Compiler
+from torchloom.compiler import Compilation, Compiler, default_cache_dir, env_flag
 from torchloom.explain import import_workload, load_workload
 from torchloom.frontend.fx import import_fx
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Type, Value,
@@ -31,5 +31,5 @@ __all__ = [
     "mutated_values", "merge_common_nodes", "remove_dead_nodes", "hookimpl", "load_plugins",
     "count_kernels", "fusion_groups",
     "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "format_attrs", "KernelCache", "build_function",
-    "import_workload", "load_workload",
+    "import_workload", "load_workload", "default_cache_dir", "env_flag",
 ]

@@ -33,6 +33,15 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "torchloom"
 
 
+def env_flag(name: str, default: bool) -> bool:
+    """An on/off environment variable: unset gives ``default``; ``0``, ``false``, ``no``,
+    ``off`` and the empty string are off; anything else is on."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
 @attrs.define
 class Compilation:
     """One compiled graph and everything ``explain`` reports about it."""
@@ -75,13 +84,13 @@ class Compiler:
         self.strict = strict
         #: "pass skipped" messages already logged, so on_error = "skip" says so once
         self.warned: set[str] = set()
-        self.kernel_cache = KernelCache(self.cache_dir / "kernels", self.pipeline.fingerprint())
+        fingerprint = self.pipeline.fingerprint()  # hashes every pass's source: once
+        self.kernel_cache = KernelCache(self.cache_dir / "kernels", fingerprint)
         if compile_cache is None:
-            compile_cache = (os.environ.get("TORCHLOOM_COMPILE_CACHE", "1").strip().lower()
-                             not in ("0", "false", "no", "off", "")
+            compile_cache = (env_flag("TORCHLOOM_COMPILE_CACHE", True)
                              and dump_dir is None and not keep_ir)
         self.graph_cache = GraphCache(self.cache_dir / "graphs", {
-            "pipeline": self.pipeline.fingerprint(), "device": device,
+            "pipeline": fingerprint, "device": device,
             "versions": versions(self.plugins)}) if compile_cache else None
         self.compilations: list[Compilation] = []
         self.notes: list[str] = []

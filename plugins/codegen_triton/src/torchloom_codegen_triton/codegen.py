@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchloom.api import Kernel, KernelSource, Node, Reason
+from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir, env_flag
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
@@ -36,13 +36,6 @@ from torchloom_codegen_triton.kernel import KernelWriter
 _TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
                  "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
                  "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8, "b8": torch.bool}
-
-
-def _env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off", "")
 
 
 class TritonCodegen:
@@ -57,11 +50,9 @@ class TritonCodegen:
         #: run CPU groups in the Triton interpreter (slow: for tests and demos). None reads
         #: TORCHLOOM_TRITON_CPU or TRITON_INTERPRET at each supports() call.
         self.cpu_interpreter = cpu_interpreter
-        self.autotune = _env_flag("TORCHLOOM_AUTOTUNE", True) if autotune is None else autotune
-        if cache_dir is None:
-            base = os.environ.get("TORCHLOOM_CACHE_DIR")
-            cache_dir = Path(base) if base else Path.home() / ".cache" / "torchloom"
-        self.cache_dir = Path(cache_dir) / "triton"
+        self.autotune = env_flag("TORCHLOOM_AUTOTUNE", True) if autotune is None else autotune
+        base = cache_dir if cache_dir is not None else default_cache_dir()
+        self.cache_dir = Path(base) / "triton"
         self.max_persistent = max_persistent
         self.verbose = verbose
 
@@ -92,7 +83,7 @@ class TritonCodegen:
     def _cpu_allowed(self) -> bool:
         if self.cpu_interpreter is not None:
             return self.cpu_interpreter
-        return _env_flag("TORCHLOOM_TRITON_CPU", False) or _env_flag("TRITON_INTERPRET", False)
+        return env_flag("TORCHLOOM_TRITON_CPU", False) or env_flag("TRITON_INTERPRET", False)
 
     def generate(self, group: Node, registry: Any) -> KernelSource:
         source, metadata = KernelWriter(group, registry, self.max_persistent).generate()
@@ -108,7 +99,7 @@ class TritonCodegen:
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(kernel.source)
             os.replace(tmp, path)
-        interpret = meta["device"] == "cpu" or _env_flag("TRITON_INTERPRET", False)
+        interpret = meta["device"] == "cpu" or env_flag("TRITON_INTERPRET", False)
         module = import_source(path, f"torchloom_triton_k{digest}", interpret)
         fn = getattr(module, meta["kernel"])
         tune_path = path.with_suffix(".tune.json")
