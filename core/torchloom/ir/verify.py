@@ -28,15 +28,15 @@ def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None) -> No
     """
     if only is not None and not only:
         return
-    units = [graph, *graph.subgraphs.values()]
     for name, sub in graph.subgraphs.items():
         if sub.name != name or sub.parent is not graph:
             raise VerifyError(f"in graph @{graph.name}: subgraph entry {name!r} does not point "
                               f"back at its graph (name @{sub.name})")
-    for unit in units:
+    callee_changed = only is not None and any(sub in only for sub in graph.subgraphs.values())
+    for unit in (graph, *graph.subgraphs.values()):
         if only is None or unit in only:
             _verify_graph(unit, registry)
-        elif any(sub in only for sub in graph.subgraphs.values()):
+        elif callee_changed:
             for node in unit.walk():  # unchanged, but a callee may have changed
                 if node.op == CALL_SUBGRAPH:
                     _verify_call(node)
