@@ -12,25 +12,16 @@ Run on a GPU: ``python -m pytest benchmarks/gpu/test_cudagraphs_bench.py -s``.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
-from pathlib import Path
 from importlib import resources
 
 import pytest
 import torch
 
-from torchloom.api import import_workload
+from gpu_common import CUDA_ONLY, append_json, lstm_cell
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(),
-                                 reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
-
-#: the LSTM cell step of examples/lstm_cell.py
-lstm_cell = import_workload(Path(__file__).resolve().parents[2] / "examples"
-                            / "lstm_cell.py").lstm_cell
+pytestmark = CUDA_ONLY
 
 CALLS_PER_REPEAT = 200
 REPEATS = 7
@@ -138,18 +129,5 @@ def test_cudagraphs_against_eager_and_inductor_reduce_overhead(workload, tmp_pat
     benchmark.extra_info.update(result)
     print(f"\n{workload} on {result['device']}: " + ", ".join(
         f"{k} {v}x" for k, v in ratios.items()))
-    _append_json(result)
+    append_json("cudagraphs", result)
     assert times["torchloom_cudagraphs"] < times["torchloom"], result
-
-
-def _append_json(result: dict) -> None:
-    path = os.environ.get("TORCHLOOM_BENCH_JSON")
-    if not path:
-        return
-    data = {"cudagraphs": []}
-    if os.path.exists(path):
-        with open(path) as f:
-            data = json.load(f)
-    data.setdefault("cudagraphs", []).append(result)
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2)

@@ -15,26 +15,17 @@ Run on a GPU: ``python -m pytest benchmarks/gpu/test_triton_bench.py -s``.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
-from pathlib import Path
 import types
 from collections.abc import Callable
 
 import pytest
 import torch
 
-from torchloom.api import import_workload
+from gpu_common import CUDA_ONLY, append_json, lstm_cell
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(),
-                                 reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
-
-#: the LSTM cell step of examples/lstm_cell.py
-lstm_cell = import_workload(Path(__file__).resolve().parents[2] / "examples"
-                            / "lstm_cell.py").lstm_cell
+pytestmark = CUDA_ONLY
 
 #: minimum speed-up of torchloom over Inductor per workload (the ratio reached so far)
 GATES = {"gelu_bookend": 0.9, "transpose_bookend": 0.9, "three_view_a": 0.9,
@@ -177,16 +168,7 @@ def compile_variant(fn, args, backend: str, cold: bool = False):
 def record(row: dict) -> None:
     print("\n" + " | ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                             for k, v in row.items()))
-    path = os.environ.get("TORCHLOOM_BENCH_JSON")
-    if not path:
-        return
-    data = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            data = json.load(f)
-    data.setdefault("codegen_triton", []).append(row)
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2)
+    append_json("codegen_triton", row)
 
 
 @pytest.mark.parametrize("name", sorted(GATES))

@@ -7,18 +7,14 @@ Run on a GPU: ``python -m pytest benchmarks/gpu/test_views_bench.py -s``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from torchloom.explain import load_workload
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(),
-                                 reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
+from gpu_common import CUDA_ONLY, EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+pytestmark = CUDA_ONLY
 
 
 def _compiled(name: str, backend: str):
