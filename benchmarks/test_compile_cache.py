@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from timing import in_fresh_interpreter
 from torchloom.api import load_plugins
 
 from test_dedup_compile import PIPELINE, aten_graphs, compile_seconds
@@ -49,13 +48,8 @@ def measure() -> dict:
 
 
 def test_warm_compile_over_cold(benchmark):
-    def child() -> dict:
-        done = subprocess.run([sys.executable, __file__], capture_output=True, text=True,
-                              timeout=900, cwd=Path(__file__).parent)
-        assert done.returncode == 0, done.stderr[-4000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    data = benchmark.pedantic(child, rounds=1, iterations=1)
+    data = benchmark.pedantic(in_fresh_interpreter, args=(__file__,), kwargs={"timeout": 900},
+                              rounds=1, iterations=1)
     assert data["first_cached"] == [False, False] and data["cached"] == [True, True]
     ratio = data["warm"] / data["cold"]
     benchmark.extra_info.update(data, ratio=ratio)

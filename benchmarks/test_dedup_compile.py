@@ -50,6 +50,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from timing import in_fresh_interpreter
 
 from torchloom.api import Compiler, clone_graph, hookimpl, import_workload, load_plugins
 from torchloom.frontend.fx import import_fx
@@ -242,10 +243,7 @@ def measure(kind: str) -> dict:
 
 
 def measured(kind: str) -> dict:
-    child = subprocess.run([sys.executable, __file__, kind], capture_output=True, text=True,
-                           timeout=1200, cwd=Path(__file__).parent)
-    assert child.returncode == 0, child.stderr[-4000:]
-    data = json.loads(child.stdout.strip().splitlines()[-1])
+    data = in_fresh_interpreter(__file__, kind)
     for key in ("best", "plain", "kernels"):  # JSON object keys are strings
         if key in data:
             data[key] = {int(k): v for k, v in data[key].items()}

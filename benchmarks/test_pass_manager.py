@@ -16,16 +16,13 @@ snapshot is what the no-op pass measures.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import ClassVar
 
 import attrs
 import pytest
 import torch
-from timing import gc_paused
+from timing import gc_paused, in_fresh_interpreter
 
 from torchloom.ir.graph import Graph
 from torchloom.ir.types import TensorType
@@ -121,10 +118,7 @@ def test_pass_manager_overhead_per_noop_pass_is_linear(benchmark, setup):
     # The ratio is measured in a fresh interpreter: after hundreds of other tests this
     # process's heap is large and fragmented, and a 50k-node snapshot then pays for the
     # cache misses of that history rather than for its own algorithm.
-    child = subprocess.run([sys.executable, __file__], capture_output=True, text=True,
-                           timeout=600, cwd=Path(__file__).parent)
-    assert child.returncode == 0, child.stderr[-2000:]
-    per_pass = {int(k): v for k, v in json.loads(child.stdout.strip().splitlines()[-1]).items()}
+    per_pass = {int(k): v for k, v in in_fresh_interpreter(__file__, timeout=600).items()}
     ratio = per_pass[LARGE] / per_pass[SMALL]
     benchmark.extra_info.update(per_pass_ms_10k=per_pass[SMALL] * 1e3,
                                 per_pass_ms_50k=per_pass[LARGE] * 1e3, ratio_50k_10k=ratio)
