@@ -102,6 +102,10 @@ def _check(args) -> int:
           f"{pipeline.verify}, fingerprint {pipeline.fingerprint()})")
     for name in pipeline.missing_optional:
         print(f"  note: optional pass {name!r} is not installed")
+    if not pipeline.steps and not pipeline.missing_optional:
+        what = f"{raw.source} is empty" if not raw.data else "the pipeline has no [[pass]]"
+        print(f"  note: {what}: no pass runs, so graphs are compiled as they are imported "
+              f"(every op its own kernel); add [[pass]] tables to fuse")
     if pipeline.codegen not in plugins.codegens:
         import difflib
         close = difflib.get_close_matches(pipeline.codegen, list(plugins.codegens), n=1)

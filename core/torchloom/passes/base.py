@@ -20,15 +20,14 @@ fields and the :class:`PassContext`.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
 
 from torchloom.ir.graph import Graph
+from torchloom.passes.sources import SourceHashes
 
 
 @attrs.frozen
@@ -79,15 +78,14 @@ class Pass:
         return attrs.asdict(self, recurse=False)
 
     @classmethod
-    def source_hash(cls) -> str:
-        """Hash of the source file of the module defining this pass."""
-        module = sys.modules.get(cls.__module__)
-        path = getattr(module, "__file__", None)
-        data = Path(path).read_bytes() if path and Path(path).exists() else cls.__qualname__.encode()
-        return hashlib.sha256(data).hexdigest()[:16]
+    def source_hash(cls, sources: SourceHashes | None = None) -> str:
+        """Hash of every source file of the top-level package defining this pass (see
+        :mod:`torchloom.passes.sources`); ``sources`` memoizes it across passes."""
+        return (sources or SourceHashes()).of_class(cls)
 
-    def identity(self, distribution: str = "?", version: str = "?") -> dict[str, Any]:
+    def identity(self, distribution: str = "?", version: str = "?",
+                 sources: SourceHashes | None = None) -> dict[str, Any]:
         """What makes this pass's output reproducible: name, options, code and version."""
         return {"name": self.name, "options": {k: repr(v) for k, v in self.options().items()},
                 "distribution": distribution, "version": version,
-                "source": self.source_hash()}
+                "source": self.source_hash(sources)}

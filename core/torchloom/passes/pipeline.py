@@ -43,6 +43,7 @@ from typing import Any
 import attrs
 
 from torchloom.errors import PipelineError
+from torchloom.passes.sources import CORE_PACKAGE, SourceHashes
 
 VERIFY_POLICIES = ("each", "end", "off")
 ON_ERROR = ("raise", "skip")
@@ -85,6 +86,8 @@ class Pipeline:
     runtime: dict[str, Any] = attrs.field(factory=dict)
     #: passes named optional that no plugin provides
     missing_optional: tuple[str, ...] = ()
+    #: memo of source hashes (the plugin set's), so a fingerprint reads each file once
+    sources: SourceHashes = attrs.field(factory=SourceHashes, eq=False, repr=False)
 
     def flat_steps(self) -> list[PassStep]:
         out: list[PassStep] = []
@@ -93,10 +96,12 @@ class Pipeline:
         return out
 
     def fingerprint(self) -> str:
-        """Hash of every pass identity (name, options, distribution, version, source) and
-        the pipeline settings. Part of every compile-cache key."""
-        ids = [s.pass_.identity(s.distribution, s.version) for s in self.flat_steps()]
+        """Hash of every pass identity (name, options, distribution, version, source), the
+        core's source and the pipeline settings. Part of every compile-cache key."""
+        ids = [s.pass_.identity(s.distribution, s.version, self.sources)
+               for s in self.flat_steps()]
         blob = json.dumps({"passes": ids, "codegen": self.codegen,
+                           "core": self.sources.of_package(CORE_PACKAGE),
                            "runtime": {k: repr(v) for k, v in sorted(self.runtime.items())},
                            "fixpoints": [s.max_iterations for s in self.steps
                                          if isinstance(s, FixpointStep)]}, sort_keys=True)
@@ -264,7 +269,8 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
             steps.append(step)
     pipeline = Pipeline(name=head.get("name", Path(src).stem), source=src, text=raw.text,
                         steps=tuple(steps), codegen=codegen, verify=verify, on_error=on_error,
-                        disable=raw.disable, runtime=runtime, missing_optional=tuple(missing))
+                        disable=raw.disable, runtime=runtime, missing_optional=tuple(missing),
+                        sources=getattr(plugins, "sources", None) or SourceHashes())
     _check_constraints(pipeline, err)
     return pipeline
 

@@ -20,6 +20,7 @@ import pluggy
 from torchloom.errors import PluginError
 from torchloom.ops.aten import default_registry
 from torchloom.ops.registry import OpRegistry
+from torchloom.passes.sources import SourceHashes
 from torchloom.plugins.hookspecs import TorchloomSpec
 
 GROUP = "torchloom"
@@ -61,6 +62,8 @@ class PluginSet:
     #: plugin name -> (distribution, version)
     plugins: dict[str, tuple[str, str]] = attrs.field(factory=dict)
     disabled: list[str] = attrs.field(factory=list)
+    #: source hashes of the packages passes come from, computed once for this set
+    sources: SourceHashes = attrs.field(factory=SourceHashes)
 
     def pass_class(self, name: str):
         return self.passes[name].obj
