@@ -44,6 +44,7 @@ import attrs
 
 from torchloom.errors import PipelineError
 from torchloom.passes.sources import CORE_PACKAGE, SourceHashes
+from torchloom.passes.textfile import BOM, read_text_file
 
 VERIFY_POLICIES = ("each", "end", "off")
 ON_ERROR = ("raise", "skip")
@@ -142,12 +143,17 @@ def read_pipeline(spec: str | Path) -> RawPipeline:
         hint = _did_you_mean(spec_s, shipped)
         raise PipelineError(f"pipeline {spec_s!r} is neither a built-in pipeline "
                             f"({', '.join(sorted(shipped))}) nor an existing file{hint}")
-    return parse_raw(path.read_text(), str(path))
+    return parse_raw(read_text_file(path, "a pipeline file", PipelineError), str(path))
 
 
 def parse_raw(text: str, source: str) -> RawPipeline:
+    text = text.removeprefix(BOM)  # a UTF-8 byte-order mark, as some editors write
     try:
         data = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses once per nesting level
+        raise PipelineError(f"{source}:{_deep_line(text)}: malformed TOML: arrays or inline "
+                            f"tables are nested too deeply to read; a pipeline needs a few "
+                            f"levels at most") from None
     except tomllib.TOMLDecodeError as exc:
         # tomllib reports "... (at line L, column C)"; lead with source:line like every error
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
@@ -156,6 +162,28 @@ def parse_raw(text: str, source: str) -> RawPipeline:
         raise PipelineError(f"{where}: malformed TOML: {reason}") from None
     _check_shape(data, text, source)
     return RawPipeline(source, text, data)
+
+
+def _deep_line(text: str, limit: int = 64) -> int:
+    """The line where brackets and braces first nest ``limit`` deep (strings and comments
+    skipped roughly): where to point a reader at a too-deeply nested value."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        quote = None
+        for ch in line:
+            if quote:
+                quote = None if ch == quote else quote
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "#":
+                break
+            elif ch in "[{":
+                depth += 1
+                if depth >= limit:
+                    return number
+            elif ch in "]}":
+                depth -= 1
+    return 1
 
 
 def _check_shape(data: dict, text: str, source: str) -> None:
