@@ -152,7 +152,8 @@ class Compiler:
         log a one-line reason and return the graph to run eagerly."""
         name = f"graph{len(self.compilations)}"
         try:
-            imported: ImportedGraph = import_fx(gm, example_inputs, name)
+            imported: ImportedGraph = import_fx(gm, example_inputs, name,
+                                                 registry=self.registry)
         except UnsupportedError as exc:
             return self._eager(gm, name, f"frontend: {exc}")
         if imported.symbolic:

@@ -128,7 +128,7 @@ def test_none_and_scalar_outputs_become_constants(registry):
             n.meta["val"] = x
         if n.op == "call_function":
             n.meta["val"] = torch.neg(x)
-    imported = import_fx(gm, [x])
+    imported = import_fx(gm, [x], registry=registry)  # registers python.torch.neg there
     consts = [n for n in imported.graph.nodes if n.op == CONSTANT]
     assert [n.attrs["value"] for n in consts] == [None, 3]
     got = build_function(imported.graph, registry).fn(x)

@@ -5,11 +5,18 @@ tensors), or from the example inputs for placeholders. Tensor args become node i
 other args become attributes named after the schema's arguments. ``getitem`` on a
 multi-output node selects one of its outputs; ``get_attr`` constants become extra graph
 inputs listed in :attr:`ImportedGraph.constants`.
+
+Call targets that are plain Python callables (``torch.neg``, ``operator.getitem`` on a
+list) become ``python.<module>.<name>`` ops. The callable is the FX graph's own object,
+registered as that op in the registry the caller compiles with (``registry=``); nothing
+is ever imported by name, so IR text naming ``python.*`` ops runs only what a frontend
+or a plugin registered.
 """
 
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +28,7 @@ from torchloom.errors import UnsupportedError
 from torchloom.ir.graph import Graph, InputRef, Value
 from torchloom.ir.text import format_attr
 from torchloom.ops.aten import find_callable
+from torchloom.ops.registry import OpDef, OpRegistry
 from torchloom.ir.types import ScalarType, TensorType, Type, type_of
 from torchloom.runtime.executor import CONSTANT
 
@@ -32,6 +40,8 @@ class ImportedGraph:
     constants: list[Any] = attrs.field(factory=list)
     #: True when some input or value has a symbolic (dynamic) size
     symbolic: bool = False
+    #: ``python.*`` op name -> the FX graph's callable (registered in ``registry=``)
+    callables: dict[str, Any] = attrs.field(factory=dict)
 
 
 def callable_name(target) -> str:
@@ -52,18 +62,35 @@ def callable_name(target) -> str:
 
 
 def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = None,
-              name: str = "main") -> ImportedGraph:
+              name: str = "main", *, registry: OpRegistry | None = None) -> ImportedGraph:
     """Convert an FX graph of aten ops into an IR graph.
 
-    Raises :class:`UnsupportedError` (never anything else) for what it cannot import, so
-    that callers can run the graph eagerly instead."""
+    The graph's plain Python call targets are registered in ``registry`` (the one the
+    graph is compiled and run with) as opaque ``python.*`` ops, and listed in
+    :attr:`ImportedGraph.callables`. Raises :class:`UnsupportedError` (never anything
+    else) for what it cannot import, so that callers can run the graph eagerly instead."""
     try:
-        return _import_fx(gm, example_inputs, name)
+        imported = _import_fx(gm, example_inputs, name)
+        if registry is not None:
+            register_callables(registry, imported.callables)
+        return imported
     except UnsupportedError:
         raise
     except Exception as exc:
         raise UnsupportedError(f"cannot import the FX graph: {type(exc).__name__}: "
                                f"{exc}") from exc
+
+
+def register_callables(registry: OpRegistry, callables: dict[str, Any]) -> None:
+    """Register each ``python.*`` op of an imported graph as its own callable; a name the
+    registry already gives another callable is unsupported (it would run the wrong one)."""
+    for op_name, fn in callables.items():
+        known = registry.lookup(op_name)
+        if known is None:
+            registry.register(OpDef(op_name, "opaque", fn=fn))
+        elif known.fn is not fn:
+            raise UnsupportedError(f"call target {fn!r} is named {op_name}, which the op "
+                                   f"registry already defines as {known.fn!r}")
 
 
 def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,
@@ -108,7 +135,9 @@ def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,
                                    f"{type(exc).__name__}: {exc}") from exc
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     graph.set_outputs([_output_value(graph, a, env) for a in _flatten_outputs(out_node.args[0])])
-    return ImportedGraph(graph, constants, symbolic)
+    callables = {info.name: target for target, info in infos.items() if info.args is None
+                 and info.name.startswith("python.")}
+    return ImportedGraph(graph, constants, symbolic, callables)
 
 
 def _fetch_attr(gm, target: str):
@@ -163,7 +192,7 @@ class _OpInfo:
     @classmethod
     def of(cls, target) -> "_OpInfo":
         name = callable_name(target)
-        if find_callable(name) is None:  # the runtime could not call it: run the graph eagerly
+        if not _named_by(target, name):  # two callables could share the name: run eagerly
             raise UnsupportedError(f"call target {target!r} cannot be found by its name {name}")
         schema = getattr(target, "_schema", None)
         if schema is None:
@@ -172,6 +201,16 @@ class _OpInfo:
                           _plain(a.default_value) if a.has_default_value() else None)
                      for a in schema.arguments)
         return cls(name, args, len(schema.returns))
+
+
+def _named_by(target, name: str) -> bool:
+    """Whether ``name`` identifies ``target``: a torch operator of that name, or a Python
+    callable that is that attribute of its (already imported) module. Imports nothing."""
+    if not name.startswith("python."):
+        return find_callable(name) is not None  # an overload packet names its .default
+    module_name, _, attr = name[len("python."):].rpartition(".")
+    module = sys.modules.get(module_name)
+    return module is not None and getattr(module, attr, None) is target
 
 
 def _import_call(graph: Graph, n: torch.fx.Node, env, val, infos: dict):

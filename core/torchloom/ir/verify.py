@@ -4,6 +4,7 @@
   node of the same graph; regions are isolated (they read only their own inputs).
 - Use lists: ``value.uses`` lists exactly the input slots that read the value.
 - Types: output types agree with the op's shape/dtype inference (when it can infer).
+- Python ops: a ``python.*`` op must be registered (text never names Python to call).
 - Regions: a region's inputs and outputs match its node's inputs and outputs in number
   and type.
 - Shared subgraphs: every ``torchloom.call_subgraph`` names (``callee``) a subgraph of the
@@ -186,6 +187,11 @@ def _same_type(a, b) -> bool:
 
 
 def _verify_types(node: Node, registry) -> None:
+    if node.op.startswith("python.") and registry.lookup(node.op) is None:
+        raise node_error(node, f"op {node.op} is not in the op registry: IR text never "
+                               f"names Python to import or call; a Python callable is an op "
+                               f"only when the frontend (for the FX graph it imports) or a "
+                               f"plugin (torchloom_ops) registers it")
     opdef = registry.get(node.op)
     if opdef.category == "opaque" and opdef.fn is None:
         return

@@ -3,14 +3,20 @@ override table where tags say too little.
 
 Name forms: ``aten.add.Tensor`` (an overload), ``aten.gelu`` (means ``.default``),
 ``prims.convert_element_type.default``, any ``namespace.op.overload`` of ``torch.ops``,
-``python.<module>.<attr>`` for plain Python callables such as ``python.operator.getitem``,
 and ``higher_order.<name>`` for torch's higher-order operators (``higher_order.cond``).
+A name resolves only to an operator of torch's tables (an ``OpOverload`` or a
+``HigherOrderOperator``), never to another attribute reached through ``torch.ops``.
+
+``python.<module>.<attr>`` names plain Python callables (``python.operator.getitem``).
+They are never imported by name: the frontend registers the call targets of the FX graph
+it imports, plugins register theirs, and :data:`SAFE_PYTHON_OPS` (pure functions that
+IR text may name, as reproducers and golden tests do) is registered up front.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
+import operator
 
 import attrs
 import torch
@@ -39,8 +45,14 @@ CATEGORY_OVERRIDES: dict[str, str] = {
 _SEQUENCE_VIEWS = ("split", "unbind", "chunk", "split_with_sizes", "tensor_split")
 
 
+#: Python callables every registry knows: pure, and harmless whatever text passes them
+SAFE_PYTHON_OPS: dict[str, object] = {
+    "python.operator.getitem": operator.getitem,  # FX's tuple plumbing
+}
+
+
 def resolve(name: str) -> OpDef | None:
-    """Build the OpDef for a torch or Python callable named ``name`` (None if no such op)."""
+    """Build the OpDef for the torch operator named ``name`` (None if torch has none)."""
     target = find_callable(name)
     if target is None:
         return None
@@ -50,22 +62,30 @@ def resolve(name: str) -> OpDef | None:
 
 
 def find_callable(name: str):
+    """The torch operator called ``name``: an ``OpOverload`` or a ``HigherOrderOperator``.
+
+    Each step is checked before the next attribute is read, so a name such as
+    ``load_library.__self__.import_module`` reaches nothing but torch's op tables;
+    ``python.*`` names are not resolved here (see the module docstring)."""
     parts = name.split(".")
-    if parts[0] == "python" and len(parts) >= 3:
-        try:
-            module = importlib.import_module(".".join(parts[1:-1]))
-        except ImportError:
-            return None
-        return getattr(module, parts[-1], None)
+    if any(not p or p.startswith("__") for p in parts):
+        return None
     if parts[0] == "higher_order" and len(parts) == 2:
-        return getattr(torch.ops.higher_order, parts[1], None)
-    if len(parts) not in (2, 3):
+        op = getattr(torch.ops.higher_order, parts[1], None)
+        return op if isinstance(op, torch._ops.HigherOrderOperator) else None
+    if len(parts) not in (2, 3) or parts[0] in ("python", "higher_order"):
         return None
     try:
-        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
-        return getattr(packet, parts[2] if len(parts) == 3 else "default")
+        namespace = getattr(torch.ops, parts[0])
+        if not isinstance(namespace, torch._ops._OpNamespace):
+            return None
+        packet = getattr(namespace, parts[1])
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            return None
+        op = getattr(packet, parts[2] if len(parts) == 3 else "default")
     except (AttributeError, RuntimeError):
         return None
+    return op if isinstance(op, torch._ops.OpOverload) else None
 
 
 def category_of(name: str, op: torch._ops.OpOverload) -> str:
@@ -149,5 +169,9 @@ def _returns_list(schema) -> bool:
 
 
 def default_registry() -> OpRegistry:
-    """A registry that resolves torch ops by name. Plugins add their ops to it."""
-    return OpRegistry(resolver=resolve)
+    """A registry that resolves torch ops by name and knows :data:`SAFE_PYTHON_OPS`.
+    Plugins and the frontend add their ops to it."""
+    registry = OpRegistry(resolver=resolve)
+    for name, fn in SAFE_PYTHON_OPS.items():
+        registry.register(OpDef(name, "opaque", fn=fn))
+    return registry

@@ -276,30 +276,48 @@ def _typed(v):
 
 
 class OpRegistry:
-    """Maps op names to :class:`OpDef`. Lookups of unknown names create opaque defs."""
+    """Maps op names to :class:`OpDef`. Lookups of unknown names create opaque defs.
+
+    Names resolve only through what was registered (plugins' ``torchloom_ops``, the
+    frontend for the Python callables of the FX graph it imports) and the ``resolver``
+    (torch's op tables): a name read from IR text never makes the registry import or call
+    anything it names."""
 
     def __init__(self, resolver: Callable[[str], OpDef | None] | None = None):
         self._defs: dict[str, OpDef] = {}
+        #: opaque stand-ins handed out for names nothing defines (not registrations)
+        self._unknown: dict[str, OpDef] = {}
         self._resolver = resolver
 
     def register(self, opdef: OpDef, *, replace: bool = False) -> None:
         if opdef.name in self._defs and not replace:
             raise ValueError(f"op {opdef.name!r} is already registered")
+        self._unknown.pop(opdef.name, None)
         self._defs[opdef.name] = opdef
 
     def __contains__(self, name: str) -> bool:
         return name in self._defs
 
-    def get(self, name: str) -> OpDef:
-        """The definition of ``name``; unknown ops resolve through torch or become opaque."""
+    def lookup(self, name: str) -> OpDef | None:
+        """The definition of ``name`` if it is registered or torch defines it, else None."""
         found = self._defs.get(name)
+        if found is None and name not in self._unknown and self._resolver is not None:
+            found = self._resolver(name)
+            if found is not None:
+                self._defs[name] = found
+        return found
+
+    def get(self, name: str) -> OpDef:
+        """The definition of ``name``; unknown ops become opaque (without a callable)."""
+        found = self.lookup(name)
         if found is None:
-            found = (self._resolver(name) if self._resolver else None) or OpDef(name, "opaque")
-            self._defs[name] = found
+            found = self._unknown.get(name)
+            if found is None:
+                found = self._unknown[name] = OpDef(name, "opaque")
         return found
 
     def category(self, name: str) -> str:
         return self.get(name).category
 
     def names(self) -> list[str]:
-        return sorted(self._defs)
+        return sorted({*self._defs, *self._unknown})

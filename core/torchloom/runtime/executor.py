@@ -8,6 +8,7 @@ interpretation. Region nodes call kernels compiled by a codegen.
 
 from __future__ import annotations
 
+import keyword
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -141,9 +142,16 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
     else:
         opdef = registry.get(node.op)
         if opdef.fn is None:
+            if node.op.startswith("python."):
+                raise TypeError(f"op {node.op} is not registered: IR text never names "
+                                f"Python to call")
             raise TypeError(f"op {node.op} has no callable; it must be lowered by a pass")
         env[fname] = opdef.callable_for(node)
         args, kwargs = opdef.call_template(node)
+        for k in kwargs:  # keywords become source text: never let an attribute write code
+            if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)):
+                raise TypeError(f"op {node.op}: keyword argument name {k!r} is not an "
+                                f"identifier")
         parts = [_literal(a, names, node, env, idx) for a in args]
         parts += [f"{k}={_literal(v, names, node, env, idx)}" for k, v in kwargs.items()]
         call = f"{fname}({', '.join(parts)})"
