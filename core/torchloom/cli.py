@@ -3,7 +3,7 @@
     torchloom plugins [--json]
     torchloom check PIPELINE
     torchloom explain WORKLOAD [--pipeline P] [--device D] [--json] [--dump DIR] [--show-ir]
-                      [--target sm_NN]
+                      [--target sm_NN] [--cached]
     torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
     torchloom reproduce DIR
 
@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--dump", metavar="DIR", help="write IR after each pass and kernel sources")
     p.add_argument("--show-ir", action="store_true", help="print the IR before and after")
+    p.add_argument("--cached", action="store_true",
+                   help="use the compile cache, as a warm start does (graphs compiled "
+                        "before run no pass); by default every pass runs")
     p.add_argument("--target", metavar="sm_NN",
                    help="generate every kernel for this CUDA GPU and compile it ahead of "
                         "time, without one: trace on the meta device, run nothing")
@@ -122,7 +125,8 @@ def _check(args) -> int:
 def _explain(args) -> int:
     from torchloom.explain import explain, format_explain
     result = explain(args.workload, pipeline=args.pipeline, device=args.device,
-                     dump_dir=args.dump, keep_ir=args.show_ir, target=args.target)
+                     dump_dir=args.dump, keep_ir=args.show_ir, target=args.target,
+                     cached=args.cached)
     if args.json:
         print(json.dumps(result.data, indent=2))
     else:

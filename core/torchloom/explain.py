@@ -119,14 +119,17 @@ def max_abs_error(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> f
 
 
 def explain(workload: str | Path, *, pipeline: str = "default", device: str = "cpu",
-            dump_dir: str | Path | None = None, keep_ir: bool = False) -> ExplainResult:
+            dump_dir: str | Path | None = None, keep_ir: bool = False,
+            cached: bool = False) -> ExplainResult:
+    """Every pass runs: the compile cache is neither read nor written, unless ``cached``
+    (what a warm start does: graphs compiled before are loaded and run no pass)."""
     from torchloom.compiler import Compiler
     from torchloom.frontend.backend import torchloom_backend
     from torchloom.report import summarize
     # strict: a failing pass is an error of explain (exit code 1, with its reproducer),
     # not a silent fallback to eager
     compiler = Compiler(pipeline, dump_dir=dump_dir, device=device, keep_ir=keep_ir,
-                        strict=True)
+                        strict=True, compile_cache=cached)
     model, inputs = load_workload(workload, device)
     backward = any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or (
         isinstance(model, torch.nn.Module) and any(p.requires_grad for p in model.parameters()))
