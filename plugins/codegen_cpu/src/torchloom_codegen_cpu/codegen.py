@@ -1,0 +1,125 @@
+"""The ``cpu`` codegen: one C function per fusion group, built by the system compiler.
+
+``supports`` declines (with the reason ``explain`` shows) groups whose tensors are not on
+the CPU, groups with an op or dtype it has no template for, and every group when no C
+compiler is found (``CC``, default ``cc``). ``generate`` returns the whole translation
+unit (prelude + function) as the kernel source, which the kernel cache keeps as text, and
+JSON metadata. ``load`` builds (or finds in ``<cache>/cpu``) the shared library for that
+source (see toolchain.py), loads it with ctypes and returns ``kernel(*inputs) ->
+tuple(outputs)``: outputs are allocated with ``torch.empty_strided``, the C function gets
+data pointers and the thread count (``torch.get_num_threads()`` at call time).
+
+One library per group: the codegen protocol compiles groups one by one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir
+
+from torchloom_codegen_cpu.indexing import Unsupported
+from torchloom_codegen_cpu.kernel import KernelWriter
+from torchloom_codegen_cpu.prelude import prelude
+from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, compiler_name,
+                                             find_compiler, probe)
+
+_TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
+                 "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
+                 "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8, "b8": torch.bool}
+_SCALAR_CTYPES = {"float": ctypes.c_double, "int": ctypes.c_int64, "bool": ctypes.c_bool}
+
+
+class CpuCodegen:
+    """Compiles CPU fusion groups to C (OpenMP threads, SIMD loops) with ``$CC``."""
+
+    name = "cpu"
+    version = "1"
+
+    def __init__(self, *, cache_dir: str | Path | None = None, timeout: float | None = None):
+        base = cache_dir if cache_dir is not None else default_cache_dir()
+        self.cache_dir = Path(base) / "cpu"
+        self.timeout = timeout if timeout is not None else float(
+            os.environ.get("TORCHLOOM_CC_TIMEOUT", "120"))
+        self._toolchain: Toolchain | None = None
+
+    # ---- protocol --------------------------------------------------------------------------
+    def supports(self, group: Node, registry: Any) -> Reason | None:
+        try:
+            KernelWriter(group, registry).generate()
+        except Unsupported as exc:
+            return Reason(self.name, str(exc))
+        if find_compiler() is None:
+            return Reason(self.name, f"no C compiler: {compiler_name()!r} is not on PATH (set "
+                                     f"CC to gcc or clang)")
+        return None
+
+    def generate(self, group: Node, registry: Any) -> KernelSource:
+        function, metadata = KernelWriter(group, registry).generate()
+        source = prelude() + "\n" + function
+        return KernelSource(self.name, source, metadata)
+
+    def load(self, kernel: KernelSource, registry: Any) -> Kernel:
+        try:
+            path = build(kernel.source, self.toolchain(), self.cache_dir, self.timeout)
+        except BuildError as exc:
+            raise RuntimeError(str(exc)) from None
+        lib = ctypes.CDLL(str(path))
+        return Launcher(lib, kernel.metadata)
+
+    # ---- toolchain -------------------------------------------------------------------------
+    def toolchain(self) -> Toolchain:
+        """The compiler and flags, probed once per codegen object."""
+        if self._toolchain is None:
+            cc = find_compiler()
+            if cc is None:
+                raise RuntimeError(f"no C compiler: {compiler_name()!r} is not on PATH")
+            try:
+                self._toolchain = probe(cc, self.cache_dir, self.timeout)
+            except BuildError as exc:
+                raise RuntimeError(str(exc)) from None
+        return self._toolchain
+
+
+class Launcher:
+    """``kernel(*inputs) -> outputs``: fixes unexpected input strides, allocates outputs,
+    calls the C function with data pointers and the thread count."""
+
+    def __init__(self, lib: ctypes.CDLL, meta: dict[str, Any]):
+        self.lib = lib  # keeps the library loaded
+        self.meta = meta
+        fn = getattr(lib, meta["kernel"])
+        argtypes = [_SCALAR_CTYPES[d["scalar"]] if "scalar" in d else ctypes.c_void_p
+                    for d in meta["inputs"]]
+        fn.argtypes = [*argtypes, *[ctypes.c_void_p] * len(meta["outputs"]), ctypes.c_int]
+        fn.restype = None
+        self.fn = fn
+        self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]])
+                        for o in meta["outputs"]]
+        self.checks = []
+        self.scalars = {i for i, d in enumerate(meta["inputs"]) if "scalar" in d}
+        for i, d in enumerate(meta["inputs"]):
+            if "scalar" in d:
+                continue
+            dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
+            self.checks.append((i, dims, tuple(d["strides"][k] for k in dims),
+                                tuple(d["shape"]), tuple(d["strides"])))
+        self.empty = meta["numel"] == 0
+
+    def __call__(self, *args):
+        args = list(args)
+        for i, dims, expected, shape, strides in self.checks:
+            stride = args[i].stride()
+            if tuple(stride[k] for k in dims) != expected:
+                fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype)
+                args[i] = fixed.copy_(args[i])
+        outs = [torch.empty_strided(shape, strides, dtype=dtype)
+                for shape, strides, dtype in self.outputs]
+        if not self.empty:
+            pointers = [a if i in self.scalars else a.data_ptr() for i, a in enumerate(args)]
+            self.fn(*pointers, *[o.data_ptr() for o in outs], torch.get_num_threads())
+        return tuple(outs)

@@ -1,0 +1,151 @@
+"""The statement emitter: SSA-style C declarations with value numbering by source text.
+
+A kernel is a parallel loop over rows; a row's body holds *row* statements (independent of
+the inner index, computed once per row) and *phases*: SIMD loops over the inner index
+(``j`` over the innermost dim of a pointwise walk, ``r`` over a reduced row). A statement
+that reads an inner-index name is an inner statement of the current phase; a row
+statement met while writing a phase goes before that phase's loop (loop-invariant
+hoisting by construction).
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, STORAGE
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z|\(\((float|double|int64_t)\)[^()]*\)\Z"
+                      r"|\(-\((float|double)\)INFINITY\)\Z")
+
+
+@attrs.frozen
+class Expr:
+    """A value in the kernel: its C text (a name or literal) and compute dtype."""
+
+    text: str
+    dtype: str
+    inner: bool = False
+
+    @property
+    def is_literal(self) -> bool:
+        return bool(_LITERAL.match(self.text))
+
+
+def par(text: str) -> str:
+    return text if _IDENT.fullmatch(text) or _LITERAL.match(text) else f"({text})"
+
+
+class Emitter:
+    """Collects a row body; knows which names depend on the inner index."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.inner_names: set[str] = set()
+        self.row_names: set[str] = set()
+        self._memo: dict[str, str] = {}
+        self._phase_memo: dict[str, str] = {}
+        self._phase: tuple[list[str], list[str]] | None = None
+        self._count = 0
+        self.phase_id = 0
+
+    # ---- statements --------------------------------------------------------------------
+    def is_inner(self, text: str) -> bool:
+        return any(tok in self.inner_names for tok in _IDENT.findall(text))
+
+    def fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
+
+    def emit(self, text: str, dtype: str, hint: str = "t", inner: bool | None = None) -> Expr:
+        """Bind ``text`` to a const name (reusing an identical statement in scope)."""
+        inner = self.is_inner(text) if inner is None else inner
+        if _IDENT.fullmatch(text) or _LITERAL.match(text):
+            return Expr(text, dtype, inner)
+        inner = inner and self._phase is not None
+        memo = self._phase_memo if inner else self._memo
+        name = memo.get(text)
+        if name is None:
+            name = self.fresh(hint)
+            memo[text] = name
+            self.statement(f"const {CTYPE[dtype]} {name} = {text};", inner)
+            if inner:
+                self.inner_names.add(name)
+        return Expr(name, dtype, inner)
+
+    def statement(self, line: str, inner: bool) -> None:
+        if self._phase is None:
+            self.lines.append(line)
+        elif inner:
+            self._phase[1].append(line)
+        else:
+            self._phase[0].append(line)
+
+    # ---- phases --------------------------------------------------------------------------
+    def begin_phase(self) -> None:
+        """Start an inner loop; statements that read inner names go into it."""
+        self._phase = ([], [])
+        self._phase_memo = {}
+        self.phase_id += 1
+
+    def end_phase(self, pragma: str, loop: str, header: list[str]) -> None:
+        """Close the loop: ``pragma`` (``#pragma omp simd ...``), ``loop`` (the ``for``
+        line) and ``header`` (inner coordinates) wrap the inner statements."""
+        assert self._phase is not None
+        pre, body = self._phase
+        self._phase = None
+        self._phase_memo = {}
+        self.lines.extend(pre)
+        if pragma:
+            self.lines.append(pragma)
+        self.lines.append(loop + " {")
+        self.lines.extend("  " + line for line in [*header, *body])
+        self.lines.append("}")
+
+    # ---- conversions ---------------------------------------------------------------------
+    def convert(self, e: Expr, dtype: str) -> Expr:
+        """``e`` as compute dtype ``dtype`` (C conversion, no rounding beyond the target)."""
+        if e.dtype == dtype:
+            return e
+        if dtype == "b8":
+            return self.emit(f"{par(e.text)} != 0", "b8", "b")
+        return self.emit(f"({CTYPE[dtype]}){par(e.text)}", dtype, "cvt")
+
+    def cast(self, e: Expr, ir_dtype: str) -> Expr:
+        """An explicit cast in the program: rounds to ``ir_dtype`` exactly as eager does
+        (f64 -> bf16 goes through f32, as c10::BFloat16 does)."""
+        target = COMPUTE[ir_dtype]
+        if ir_dtype == "bf16":
+            return self.emit(f"tl_round_bf16({self.convert(e, 'f32').text})", "f32", "rnd")
+        if ir_dtype == "f16":  # c10::Half also converts a double through float
+            return self.emit(f"(float)(_Float16){self.convert(e, 'f32').text}", "f32", "rnd")
+        if e.dtype in ("f32", "f64") and target not in ("f32", "f64", "b8"):
+            # float -> int truncates; out-of-range values are undefined in C and in eager
+            return self.emit(f"({CTYPE[target]}){par(e.text)}", target, "cvt")
+        return self.convert(e, target)
+
+
+def load_text(pointer: str, offset: str, ir_dtype: str) -> str:
+    """C reading one element of storage dtype ``ir_dtype`` as its compute dtype."""
+    element = f"{pointer}[{offset}]"
+    if ir_dtype == "bf16":
+        return f"tl_bf16_to_f32({element})"
+    if ir_dtype == "f16":
+        return f"(float){element}"
+    if ir_dtype == "b8":
+        return f"({element} != 0)"
+    return element
+
+
+def store_text(pointer: str, offset: str, e: Expr, ir_dtype: str) -> str:
+    """C writing ``e`` to one element of storage dtype ``ir_dtype`` (rounding as eager)."""
+    if ir_dtype == "bf16":
+        value = f"tl_f32_to_bf16({e.text if e.dtype == 'f32' else f'(float){par(e.text)}'})"
+    elif ir_dtype == "b8":
+        value = f"(uint8_t)({e.text} != 0)" if e.dtype != "b8" else f"(uint8_t){par(e.text)}"
+    else:
+        value = e.text if STORAGE[ir_dtype] == CTYPE.get(e.dtype) else \
+            f"({STORAGE[ir_dtype]}){par(e.text)}"
+    return f"{pointer}[{offset}] = {value};"

@@ -1,0 +1,377 @@
+"""Fusion group -> one C function.
+
+Two kernel kinds share one writer, both a parallel loop over *rows* whose body holds SIMD
+loops (*phases*, see emitter.py):
+
+- *pointwise*: the first output is walked in its memory order; a row is every dim but the
+  innermost, and the innermost dim (split into chunks when long, so a single long row
+  still spreads over threads) is the SIMD loop ``j``. Every value is computed at the
+  coordinates of the walk: inputs broadcast, views are index math, nothing is copied.
+- *reduction*: all reductions of the group reduce the same dims of the same shape P. A row
+  is one combination of the kept dims; each reduction is a SIMD loop ``r`` over the reduced
+  dims with an OpenMP reduction clause, values computed per row (mean, rstd) are row
+  statements, and outputs of shape P are stored by a last loop (the epilogue).
+
+Low-precision (f16/bf16) values are computed in f32 and rounded wherever eager rounds (an
+op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchloom.api import (DTYPES, InputRef, Node, ScalarType, TensorType, Value, print_graph,
+                           structural_hash)
+
+from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
+from torchloom_codegen_cpu.indexing import (Coords, Unsupported, address, broadcast, delinear,
+                                            reshape, view_coords)
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, POINTWISE, REDUCTIONS, STORAGE, VIEWS, literal
+from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
+
+#: scalar group inputs the kernel takes as arguments -> their compute dtype
+SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
+#: below this many elements a kernel runs on one thread (a parallel region costs ~µs)
+PARALLEL_MIN = 32768
+#: the innermost dim of a pointwise walk is split into chunks of this many elements
+CHUNK = 4096
+
+
+def tensor_type(v: Value) -> TensorType:
+    t = v.type
+    if not isinstance(t, TensorType):
+        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); only float, int and bool "
+                          f"scalar inputs are supported")
+    if not t.is_static:
+        raise Unsupported(f"%{v.name} has a symbolic shape {list(t.shape)}")
+    if t.dtype not in STORAGE:
+        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
+    return t
+
+
+class KernelWriter:
+    """Writes one group's C function. ``generate()`` -> (source, metadata)."""
+
+    def __init__(self, group: Node, registry: Any):
+        self.group = group
+        self.region = group.region
+        self.registry = registry
+        self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
+        self.reduced: dict[Value, tuple[Coords, Expr]] = {}
+        self.known: dict = {}  # coordinates -> the linear index they came from
+        self.em = Emitter()
+        self._check_region()
+        self.reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
+        self.kind = "reduction" if self.reductions else "pointwise"
+
+    # ---- analysis --------------------------------------------------------------------------
+    def _check_region(self) -> None:
+        devices = set()
+        for v in self.region.inputs:
+            if isinstance(v.type, ScalarType) and v.type.kind in SCALAR_DTYPES:
+                continue  # a kernel argument
+            devices.add(tensor_type(v).device)
+        for n in self.region.nodes:
+            if n.op not in POINTWISE and n.op not in VIEWS and n.op not in REDUCTIONS:
+                category = self.registry.category(n.op)
+                raise Unsupported(f"op {n.op} ({category}) has no C template")
+            for v in n.outputs:
+                devices.add(tensor_type(v).device)
+        if not self.region.outputs:
+            raise Unsupported("the group has no outputs")
+        for v in self.region.outputs:
+            devices.add(tensor_type(v).device)
+        if devices != {"cpu"}:
+            raise Unsupported(f"values on {', '.join(sorted(devices))}: the cpu codegen "
+                              f"compiles CPU groups only")
+
+    # ---- values ----------------------------------------------------------------------------
+    def value_at(self, v: Value, coords: Coords) -> Expr:
+        key = (v, coords)
+        hit = self.values.get(key)
+        if hit is not None and (not hit[0].inner or hit[1] == self.em.phase_id):
+            return hit[0]
+        e = self._compute(v, coords)
+        self.values[key] = (e, self.em.phase_id)
+        return e
+
+    def _compute(self, v: Value, coords: Coords) -> Expr:
+        node = v.producer
+        if node is None and isinstance(v.type, ScalarType):
+            return Expr(f"in_{v.name}", SCALAR_DTYPES[v.type.kind])
+        t = tensor_type(v)
+        if node is None:
+            offset = address(coords, t.actual_strides(), t.shape, self.known)
+            return self.em.emit(load_text(f"in_{v.name}", offset, t.dtype), COMPUTE[t.dtype],
+                                v.name)
+        if node.op in VIEWS:
+            src = node.inputs[0]
+            in_coords = view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
+                                    tensor_type(src).shape, self.known, v.index)
+            return self.value_at(src, in_coords)
+        if node.op in REDUCTIONS:
+            expected, e = self.reduced[v]
+            if coords != expected:
+                raise Unsupported(f"reduction result %{v.name} is read at other elements than "
+                                  f"its row ({', '.join(coords)})")
+            return e
+        return self._pointwise(node, v, t, coords)
+
+    def _pointwise(self, node: Node, v: Value, t: TensorType, coords: Coords) -> Expr:
+        spec = POINTWISE[node.op]
+        if len(node.outputs) != 1:
+            raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
+        out = COMPUTE[t.dtype]
+        tensors = [self.value_at(i, broadcast(coords, t.shape, _shape(i))) for i in node.inputs]
+        if spec.args == "cast":
+            return self.em.cast(tensors[0], t.dtype)
+        compute = out
+        if spec.args == "promote":
+            compute = _promote([_dtype(i) for i in node.inputs], node.attrs)
+            tensors = [self.em.convert(e, compute) for e in tensors]
+        elif spec.args == "out":
+            tensors = [self.em.convert(e, out) for e in tensors]
+        elif spec.args == "where":
+            tensors = [self.em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
+        elif tensors:  # keep: the template sees the inputs as they are
+            compute = tensors[0].dtype
+        template = spec.template(node.attrs, compute)
+        if template is None:
+            raise Unsupported(f"{node.op} on {compute} has no C template")
+        named = {}
+        for name, value in _named_args(self.registry.get(node.op), node).items():
+            if isinstance(value, InputRef):
+                named[name] = par(tensors[int(value)].text)
+            elif isinstance(value, (bool, int, float)):
+                try:
+                    named[name] = literal(value, compute)
+                except TypeError as exc:
+                    raise Unsupported(f"{node.op}: {exc}") from None
+        text = template.format(**named)
+        e = self.em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
+        if t.dtype in ("f16", "bf16") and spec.args != "keep":
+            e = self.em.cast(e, t.dtype)  # eager rounds every low-precision result
+        return e
+
+    def _store(self, name: str, v: Value, coords: Coords) -> None:
+        t = tensor_type(v)
+        e = self.value_at(v, coords)
+        offset = address(coords, t.actual_strides(), t.shape, self.known)
+        line = store_text(name, offset, e, t.dtype)
+        self.em.statement(line, self.em.is_inner(line))
+
+    def row_coords(self, index: str, shape) -> list[str]:
+        """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; their names."""
+        names = []
+        for k, c in enumerate(delinear(index, shape)):
+            if c == "0" or c == index:
+                names.append(c)
+                continue
+            name = f"x{k}"
+            self.em.statement(f"const int64_t {name} = {c};", False)
+            names.append(name)
+        self.known[(tuple(c for c, d in zip(names, shape) if d != 1),
+                    tuple(d for d in shape if d != 1))] = index
+        return names
+
+    # ---- writing ---------------------------------------------------------------------------
+    def body(self) -> list[str]:
+        """The statements of one row (``x``), and the loop header around it."""
+        return self._pointwise_body() if self.kind == "pointwise" else self._reduction_body()
+
+    def _pointwise_body(self) -> list[str]:
+        outs = [tensor_type(v) for v in self.region.outputs]
+        first = outs[0]
+        self.numel = _prod(first.shape)
+        for v, t in zip(self.region.outputs, outs):
+            if _prod(t.shape) != self.numel:
+                raise Unsupported(f"pointwise outputs with different element counts "
+                                  f"{list(first.shape)} and {list(t.shape)}")
+        order = memory_order(first) if first.shape else ()
+        walk = [first.shape[d] for d in order] or [1]
+        inner = walk[-1]
+        self.chunk = inner if inner <= 2 * CHUNK else CHUNK
+        self.chunks = -(-inner // self.chunk) if inner else 0
+        self.rows = _prod(walk[:-1]) * self.chunks
+        em = self.em
+        if self.chunks > 1:
+            em.statement(f"const int64_t row = x / {self.chunks};", False)
+            em.statement(f"const int64_t j0 = x % {self.chunks} * {self.chunk};", False)
+            em.statement(f"const int64_t j1 = j0 + {self.chunk} < {inner} ? j0 + {self.chunk} "
+                         f": {inner};", False)
+            row, loop = "row", "for (int64_t j = j0; j < j1; j++)"
+        else:
+            row, loop = "x", f"for (int64_t j = 0; j < {inner}; j++)"
+        em.inner_names.add("j")
+        walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
+        self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
+                    tuple(d for d in walk if d != 1))] = (
+            "j" if _prod(walk[:-1]) == 1 else f"{par(row)} * {inner} + j")
+        logical = [""] * len(order)
+        for d, c in zip(order, walk_coords):
+            logical[d] = c
+        em.begin_phase()
+        for name, v, t in zip(self.out_names, self.region.outputs, outs):
+            coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else reshape(
+                tuple(logical), first.shape, t.shape, self.known)
+            self._store(name, v, coords)
+        em.end_phase("#pragma omp simd", loop, [])
+        return em.lines
+
+    def _reduction_body(self) -> list[str]:
+        first = self.reductions[0]
+        self.shape = tuple(tensor_type(first.inputs[0]).shape)
+        self.rdims = reduced_dims(first, len(self.shape))
+        for n in self.reductions[1:]:
+            shape = tuple(tensor_type(n.inputs[0]).shape)
+            if shape != self.shape or reduced_dims(n, len(shape)) != self.rdims:
+                raise Unsupported(f"reductions over different shapes or dims "
+                                  f"({first.op} and {n.op})")
+        kept = [d for d in range(len(self.shape)) if d not in self.rdims]
+        self.kept_shape = [self.shape[d] for d in kept]
+        self.red_shape = [self.shape[d] for d in self.rdims]
+        self.rows, self.rnumel = _prod(self.kept_shape), _prod(self.red_shape)
+        self.numel = self.rows * self.rnumel
+        em = self.em
+        xs = self.row_coords("x", self.kept_shape)
+        em.inner_names.add("r")
+        self.r_header, rs = [], []
+        for k, c in enumerate(delinear("r", self.red_shape)):
+            if c == "0" or c == "r":
+                rs.append(c)
+                continue
+            em.inner_names.add(f"r{k}")
+            self.r_header.append(f"const int64_t r{k} = {c};")
+            rs.append(f"r{k}")
+        self.known[(tuple(c for c, d in zip(rs, self.red_shape) if d != 1),
+                    tuple(d for d in self.red_shape if d != 1))] = "r"
+        self.rloop = f"for (int64_t r = 0; r < {self.rnumel}; r++)"
+        full = [""] * len(self.shape)
+        for d, c in zip(kept, xs):
+            full[d] = c
+        for d, c in zip(self.rdims, rs):
+            full[d] = c
+        self.full = tuple(full)
+        self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
+                                 for d in range(len(self.shape)))
+        self.row = tuple(xs)
+        for node in self.reductions:
+            lower_reduction(self, node)
+        full_outputs = []
+        for name, v in zip(self.out_names, self.region.outputs):
+            shape = tuple(tensor_type(v).shape)
+            if shape == self.shape:
+                full_outputs.append((name, v, self.full))
+            elif shape == tuple(1 if d in self.rdims else s for d, s in enumerate(self.shape)):
+                self._store(name, v, self.row_keepdim)
+            elif shape == tuple(self.kept_shape):
+                self._store(name, v, self.row)
+            elif _prod(shape) == self.rows:  # another view of the rows: same element order
+                self._store(name, v, reshape(self.row, self.kept_shape, shape, self.known))
+            elif _prod(shape) == self.numel:  # another view of P: element i goes to i
+                full_outputs.append((name, v, reshape(self.full, self.shape, shape,
+                                                      self.known)))
+            else:
+                raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the "
+                                  f"elements of the reduced shape {list(self.shape)} nor "
+                                  f"those of a row")
+        if full_outputs:
+            em.begin_phase()
+            for name, v, coords in full_outputs:
+                self._store(name, v, coords)
+            em.end_phase("#pragma omp simd", self.rloop, self.r_header)
+        return em.lines
+
+    def generate(self) -> tuple[str, dict[str, Any]]:
+        """The C function (without the prelude) and its metadata."""
+        names = []
+        for i, v in enumerate(self.region.outputs):
+            name = f"out_{v.name}"
+            names.append(name if name not in names else f"{name}_{i}")
+        self.out_names = names
+        lines = self.body()
+        digest = structural_hash(self.region)
+        ops = [n.op.split(".")[1] for n in self.region.nodes if n.op not in VIEWS]
+        kernel = "_".join(["fused", *dict.fromkeys(ops)])[:48].rstrip("_") + f"_{digest[:10]}"
+        params = []
+        for v in self.region.inputs:
+            if isinstance(v.type, ScalarType):
+                params.append(f"{CTYPE[SCALAR_DTYPES[v.type.kind]]} in_{v.name}")
+            else:
+                params.append(f"const {STORAGE[v.type.dtype]}* restrict in_{v.name}")
+        params += [f"{STORAGE[v.type.dtype]}* restrict {name}"
+                   for name, v in zip(names, self.region.outputs)]
+        params.append("int nthreads")
+        parallel = self.rows > 1 and self.numel >= PARALLEL_MIN
+        header = ["/* torchloom cpu kernel for this group:"]
+        header += [" *   " + line for line in print_graph(self.region).splitlines()]
+        header += [f" * kind: {self.kind}, {self.rows} rows */"]
+        source = [*header, f"void {kernel}({', '.join(params)}) {{"]
+        if parallel:
+            source.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)")
+        else:
+            source.append("  (void)nthreads;")
+        source.append(f"  for (int64_t x = 0; x < {self.rows}; x++) {{")
+        source += ["    " + line for line in lines]
+        source += ["  }", "}"]
+        return "\n".join(source) + "\n", self.metadata(kernel, parallel)
+
+    def metadata(self, kernel: str, parallel: bool) -> dict[str, Any]:
+        def desc(v: Value) -> dict[str, Any]:
+            if isinstance(v.type, ScalarType):
+                return {"scalar": v.type.kind}
+            t = tensor_type(v)
+            return {"shape": list(t.shape), "strides": list(t.actual_strides()),
+                    "dtype": t.dtype}
+        return {"kernel": kernel, "kind": self.kind, "rows": self.rows, "numel": self.numel,
+                "parallel": parallel,
+                "inputs": [desc(v) for v in self.region.inputs],
+                "outputs": [desc(v) for v in self.region.outputs]}
+
+
+def _named_args(opdef, node: Node) -> dict[str, Any]:
+    if opdef.schema is None:
+        return {"self": InputRef(0)} if node.inputs else {}
+    named, next_input = {}, 0
+    for arg in opdef.schema.arguments:
+        if arg.name in node.attrs:
+            named[arg.name] = node.attrs[arg.name]
+        elif next_input < len(node.inputs):
+            named[arg.name] = InputRef(next_input)
+            next_input += 1
+    return named
+
+
+def _dtype(v: Value) -> str:
+    if isinstance(v.type, ScalarType):
+        return {"float": "f64", "int": "i64", "bool": "b8"}[v.type.kind]
+    return v.type.dtype
+
+
+def _promote(dtypes: list[str], attrs_) -> str:
+    result = DTYPES[dtypes[0]]
+    for d in dtypes[1:]:
+        result = torch.promote_types(result, DTYPES[d])
+    other = attrs_.get("other")
+    if isinstance(other, float) and not result.is_floating_point:
+        result = torch.float32
+    name = next(k for k, v in DTYPES.items() if v == result)
+    return COMPUTE[name]
+
+
+def _shape(v: Value) -> tuple:
+    return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
+
+
+def memory_order(t: TensorType) -> tuple[int, ...]:
+    """Dims from outermost to innermost in memory (logical order among equal strides)."""
+    strides = t.actual_strides()
+    return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(strides[d]), d)))
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

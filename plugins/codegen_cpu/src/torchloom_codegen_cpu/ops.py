@@ -1,0 +1,268 @@
+"""Op tables: aten op -> C expression template (pointwise), index rule (views) and
+reduction kind. Tables, not if-chains: adding an op is adding a row.
+
+A pointwise template is a format string over the op's tensor inputs and attributes by
+schema name (``{self}``, ``{other}``, ``{alpha}``...). ``$T`` is the C type the op computes
+in (``float`` or ``double`` for floats) and ``$f`` the libm suffix (``expf`` vs ``exp``), so
+one row serves f32 and f64; constants are written ``(($T)0.797...)`` so f32 code never
+computes in double. ``args`` says which dtype the inputs are converted to first: ``"out"``
+(the compute dtype of the result), ``"promote"`` (the promoted input dtype, comparisons),
+``"keep"`` (as they are), ``"where"`` (condition as bool, the rest as the result) or
+``"cast"`` (an explicit conversion the emitter rounds). ``ints`` is the template for
+integer and bool results (None: floats only; the group is declined for ints).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+#: IR dtype -> C type of the values in memory (bf16 as its bits; bool as one byte)
+STORAGE = {"f64": "double", "f32": "float", "f16": "_Float16", "bf16": "uint16_t",
+           "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
+           "u8": "uint8_t", "b8": "uint8_t"}
+#: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
+COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64",
+           "i32": "i32", "i16": "i16", "i8": "i8", "u8": "u8", "b8": "b8"}
+#: compute dtype -> C type
+CTYPE = {"f64": "double", "f32": "float", "i64": "int64_t", "i32": "int32_t",
+         "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "b8": "_Bool"}
+FLOATS = ("f64", "f32", "f16", "bf16")
+
+
+def literal(value: Any, dtype: str) -> str:
+    """A Python scalar as a C constant of compute dtype ``dtype`` (non-finite included)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if dtype in ("f32", "f64"):
+        ctype = CTYPE[dtype]
+        if isinstance(value, float) and math.isnan(value):
+            return f"(({ctype})NAN)"
+        if isinstance(value, float) and math.isinf(value):
+            return f"(({ctype})INFINITY)" if value > 0 else f"(-({ctype})INFINITY)"
+        if isinstance(value, int):
+            return f"(({ctype}){value}.0)" if abs(value) < 2 ** 53 else f"(({ctype}){value}LL)"
+        return f"(({ctype}){value!r})"
+    if isinstance(value, float):
+        raise TypeError(f"float attribute {value!r} in an integer computation")
+    if isinstance(value, int):
+        return f"((int64_t){value}LL)" if abs(value) >= 2 ** 31 else str(value)
+    raise TypeError(f"attribute value {value!r} is not a scalar")
+
+
+Template = str | Callable[[Mapping[str, Any]], str]
+
+
+@attrs.frozen
+class Pointwise:
+    floats: Template | None
+    args: str = "out"
+    ints: Template | None = None
+
+    def template(self, attrs_: Mapping[str, Any], dtype: str) -> str | None:
+        """The template for compute dtype ``dtype`` (None: unsupported for it)."""
+        tpl = self.floats if dtype in ("f32", "f64") else self.ints
+        if tpl is None:
+            return None
+        tpl = tpl(attrs_) if callable(tpl) else tpl
+        if dtype in ("f32", "f64"):
+            tpl = tpl.replace("$T", CTYPE[dtype]).replace("$f", "f" if dtype == "f32" else "")
+        return tpl
+
+
+def _both(template: Template, args: str = "out") -> Pointwise:
+    return Pointwise(template, args, template)
+
+
+def _alpha(sign: str) -> Callable[[Mapping[str, Any]], str]:
+    def tpl(a: Mapping[str, Any]) -> str:
+        rhs = "{other}" if a.get("alpha", 1) == 1 else "{other} * {alpha}"
+        return f"{{self}} {sign} {rhs}"
+    return tpl
+
+
+def _rsub(a: Mapping[str, Any]) -> str:
+    return "{other} - {self}" if a.get("alpha", 1) == 1 else "{other} - {self} * {alpha}"
+
+
+def _pow(a: Mapping[str, Any]) -> str:
+    known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
+             0.5: "sqrt$f({self})", -1: "($T)1 / {self}", -2: "($T)1 / ({self} * {self})",
+             0: "($T)1"}
+    return known.get(a["exponent"], "pow$f({self}, {exponent})")
+
+
+def _clamp(a: Mapping[str, Any]) -> str:
+    out = "{self}"  # a NaN compares false both ways, so it passes through as in eager
+    if a.get("min") is not None:
+        out = f"({out} < {{min}} ? {{min}} : {out})"
+    if a.get("max") is not None:
+        out = f"({out} > {{max}} ? {{max}} : {out})"
+    return out
+
+
+def _div_mode(a: Mapping[str, Any]) -> str:
+    return {None: "{self} / {other}", "trunc": "trunc$f({self} / {other})",
+            "floor": "floor$f({self} / {other})"}[a.get("rounding_mode")]
+
+
+SQRT1_2 = "(($T)0.70710678118654752440)"
+SQRT_2_PI = "(($T)0.79788456080286535588)"   # sqrt(2 / pi)
+INV_SQRT_2PI = "(($T)0.39894228040143267794)"  # 1 / sqrt(2 pi)
+
+
+def _gelu(a: Mapping[str, Any]) -> str:
+    if a.get("approximate", "none") == "tanh":
+        return (f"($T)0.5 * {{self}} * (($T)1 + tanh$f({SQRT_2_PI} * ({{self}} + "
+                f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
+    return f"($T)0.5 * {{self}} * (($T)1 + erf$f({{self}} * {SQRT1_2}))"
+
+
+def _gelu_backward(a: Mapping[str, Any]) -> str:
+    if a.get("approximate", "none") == "tanh":
+        inner = (f"tanh$f({SQRT_2_PI} * ({{self}} + (($T)0.044715) * {{self}} * {{self}} * "
+                 f"{{self}}))")
+        return (f"{{grad_output}} * (($T)0.5 * (($T)1 + T_) + ($T)0.5 * {{self}} * "
+                f"(($T)1 - T_ * T_) * {SQRT_2_PI} * (($T)1 + (($T)0.134145) * {{self}} * "
+                f"{{self}}))").replace("T_", inner)
+    return (f"{{grad_output}} * (($T)0.5 * (($T)1 + erf$f({{self}} * {SQRT1_2})) + "
+            f"{{self}} * exp$f(($T)-0.5 * {{self}} * {{self}}) * {INV_SQRT_2PI})")
+
+
+def _unary(floats: str, ints: str | None = None) -> Pointwise:
+    return Pointwise(floats.replace("X", "{self}"), "out",
+                     ints.replace("X", "{self}") if ints is not None else None)
+
+
+_MAXIMUM = "({self} > {other} || {self} != {self}) ? {self} : {other}"
+_MINIMUM = "({self} < {other} || {self} != {self}) ? {self} : {other}"
+
+POINTWISE: dict[str, Pointwise] = {
+    "aten.add.Tensor": _both(_alpha("+")),
+    "aten.add.Scalar": _both(_alpha("+")),
+    "aten.sub.Tensor": _both(_alpha("-")),
+    "aten.sub.Scalar": _both(_alpha("-")),
+    "aten.rsub.Scalar": _both(_rsub),
+    "aten.rsub.Tensor": _both(_rsub),
+    "aten.mul.Tensor": _both("{self} * {other}"),
+    "aten.mul.Scalar": _both("{self} * {other}"),
+    "aten.div.Tensor": Pointwise("{self} / {other}"),  # int inputs divide as floats
+    "aten.div.Scalar": Pointwise("{self} / {other}"),
+    "aten.div.Tensor_mode": Pointwise(_div_mode),  # integer division by 0 raises in eager
+    "aten.neg.default": _unary("-X", "-X"),
+    "aten.abs.default": _unary("fabs$f(X)", "(X < 0 ? -X : X)"),
+    "aten.exp.default": _unary("exp$f(X)"),
+    "aten.exp2.default": _unary("exp2$f(X)"),
+    "aten.expm1.default": _unary("expm1$f(X)"),
+    "aten.log.default": _unary("log$f(X)"),
+    "aten.log2.default": _unary("log2$f(X)"),
+    "aten.log10.default": _unary("log10$f(X)"),
+    "aten.log1p.default": _unary("log1p$f(X)"),
+    "aten.sqrt.default": _unary("sqrt$f(X)"),
+    "aten.rsqrt.default": _unary("($T)1 / sqrt$f(X)"),
+    "aten.reciprocal.default": _unary("($T)1 / X"),
+    "aten.sin.default": _unary("sin$f(X)"),
+    "aten.cos.default": _unary("cos$f(X)"),
+    "aten.tan.default": _unary("tan$f(X)"),
+    "aten.tanh.default": _unary("tanh$f(X)"),
+    "aten.erf.default": _unary("erf$f(X)"),
+    "aten.sigmoid.default": _unary("($T)1 / (($T)1 + exp$f(-X))"),
+    "aten.silu.default": _unary("X / (($T)1 + exp$f(-X))"),
+    "aten.relu.default": _unary("(X < 0 ? 0 : X)", "(X < 0 ? 0 : X)"),  # keeps NaN and -0.0
+    "aten.gelu.default": Pointwise(_gelu),
+    "aten.floor.default": _unary("floor$f(X)", "X"),
+    "aten.ceil.default": _unary("ceil$f(X)", "X"),
+    "aten.trunc.default": _unary("trunc$f(X)", "X"),
+    "aten.round.default": _unary("nearbyint$f(X)", "X"),  # halves to even, as eager
+    "aten.pow.Tensor_Scalar": Pointwise(_pow),
+    "aten.pow.Tensor_Tensor": Pointwise("pow$f({self}, {exponent})"),
+    "aten.tanh_backward.default": Pointwise("{grad_output} * (($T)1 - {output} * {output})"),
+    "aten.sigmoid_backward.default": Pointwise(
+        "{grad_output} * (($T)1 - {output}) * {output}"),
+    "aten.threshold_backward.default": _both("({self} <= {threshold} ? 0 : {grad_output})"),
+    "aten.gelu_backward.default": Pointwise(_gelu_backward),
+    "aten.maximum.default": _both(_MAXIMUM),
+    "aten.minimum.default": _both(_MINIMUM),
+    "aten.clamp.default": _both(_clamp),
+    "aten.clamp_min.default": _both("({self} < {min} ? {min} : {self})"),
+    "aten.clamp_max.default": _both("({self} > {max} ? {max} : {self})"),
+    "aten.where.self": _both("({condition} ? {self} : {other})", args="where"),
+    **{f"aten.{name}.{kind}": _both(f"{{self}} {sym} {{other}}", args="promote")
+       for name, sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
+                         ("ge", ">="))
+       for kind in ("Tensor", "Scalar")},
+    "aten.isnan.default": _both("{self} != {self}", args="keep"),
+    "aten.logical_not.default": _both("!{self}", args="keep"),
+    "aten.logical_and.default": _both("({self} != 0) & ({other} != 0)", args="keep"),
+    "aten.logical_or.default": _both("({self} != 0) | ({other} != 0)", args="keep"),
+    "aten.bitwise_and.Tensor": Pointwise(None, "out", "{self} & {other}"),
+    "aten.bitwise_or.Tensor": Pointwise(None, "out", "{self} | {other}"),
+    "aten.clone.default": _both("{self}", args="keep"),
+    "aten.alias.default": _both("{self}", args="keep"),
+    "aten.detach.default": _both("{self}", args="keep"),
+    # a cast: the emitter converts (and rounds) to the result's dtype
+    "aten._to_copy.default": _both("{self}", args="cast"),
+    "prims.convert_element_type.default": _both("{a}", args="cast"),
+}
+
+#: transcendental libm functions whose vector variants (glibc libmvec) the prelude
+#: declares, so ``#pragma omp simd`` loops call e.g. ``_ZGVdN8v_expf`` on 8 lanes
+VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+               "tanh", "erf")
+
+
+@attrs.frozen
+class Reduction:
+    """How a reduction op combines (``kind``: sum, prod, max, min, var, argmax, argmin) and
+    how the combined value becomes the op's outputs."""
+
+    kind: str
+    #: the op's outputs, in order, as expressions over ``{acc}`` (the combined value),
+    #: ``{n}`` (elements per row), ``{mean}``, ``{dof}`` (var: n - correction), ``{value}``
+    outputs: tuple[str, ...] = ("{acc}",)
+
+
+REDUCTIONS: dict[str, Reduction] = {
+    "aten.sum.dim_IntList": Reduction("sum"),
+    "aten.sum.default": Reduction("sum"),
+    "aten.prod.dim_int": Reduction("prod"),
+    "aten.prod.default": Reduction("prod"),
+    "aten.mean.dim": Reduction("sum", ("{acc} / {n}",)),
+    "aten.mean.default": Reduction("sum", ("{acc} / {n}",)),
+    "aten.amax.default": Reduction("max"),
+    "aten.amin.default": Reduction("min"),
+    "aten.max.default": Reduction("max"),
+    "aten.min.default": Reduction("min"),
+    "aten.var.correction": Reduction("var", ("{acc} / {dof}",)),
+    "aten.var.dim": Reduction("var", ("{acc} / {dof}",)),
+    "aten.std.correction": Reduction("var", ("sqrt$f({acc} / {dof})",)),
+    "aten.var_mean.correction": Reduction("var", ("{acc} / {dof}", "{mean}")),
+    "aten.argmax.default": Reduction("argmax"),
+    "aten.argmin.default": Reduction("argmin"),
+    "aten.max.dim": Reduction("argmax", ("{value}", "{acc}")),
+    "aten.min.dim": Reduction("argmin", ("{value}", "{acc}")),
+}
+
+#: per reduction kind: identity (float, int) and the OpenMP reduction operator
+IDENTITY = {"sum": ("0", "0"), "prod": ("1", "1"), "max": ("-INFINITY", "{min}"),
+            "min": ("INFINITY", "{max}")}
+OMP_OP = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
+INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX"),
+              "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
+              "u8": ("0", "UINT8_MAX"), "b8": ("0", "1")}
+
+#: view ops: how output coordinates map to input coordinates (see indexing.py)
+VIEWS = {
+    "aten.view.default": "reshape", "aten._unsafe_view.default": "reshape",
+    "aten.reshape.default": "reshape", "aten.squeeze.dim": "reshape",
+    "aten.squeeze.dims": "reshape", "aten.squeeze.default": "reshape",
+    "aten.unsqueeze.default": "reshape", "aten.flatten.using_ints": "reshape",
+    "aten.permute.default": "permute", "aten.transpose.int": "transpose",
+    "aten.t.default": "transpose", "aten.expand.default": "expand",
+    "aten.slice.Tensor": "slice", "aten.select.int": "select",
+    "aten.split.Tensor": "split", "aten.split_with_sizes.default": "split_with_sizes",
+    "aten.unbind.int": "unbind",
+}

@@ -1,0 +1,50 @@
+"""The C prelude every generated translation unit starts with.
+
+- bf16 is stored as its 16 bits: widening is a shift; narrowing rounds to nearest even
+  exactly as c10::BFloat16 does (NaN becomes the quiet NaN 0x7FC0).
+- f16 is the compiler's ``_Float16`` (gcc >= 12, clang >= 15 on x86-64); its conversions
+  round to nearest even.
+- Transcendentals: glibc's libmvec has vector variants of ``expf``, ``tanhf``, ``erff``...
+  but ``math.h`` declares them only under ``-ffast-math``, which would break NaN and inf
+  propagation. The prelude declares them itself (``#pragma omp declare simd``), so the
+  ``#pragma omp simd`` loops call e.g. ``_ZGVdN8v_expf`` (AVX2, 8 lanes) without any
+  fast-math flag. glibc documents libmvec's maximum error as 4 ulp, with special inputs
+  (NaN, inf, overflow) handled by the scalar function; tests/codegen_cpu measure the error
+  against eager on every op (see ``test_vector_math_error_bound``).
+"""
+
+from __future__ import annotations
+
+from torchloom_codegen_cpu.ops import VECTOR_MATH
+
+_HEADER = """\
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float tl_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t tl_f32_to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return x != x ? (uint16_t)0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float tl_round_bf16(float x) { return tl_bf16_to_f32(tl_f32_to_bf16(x)); }
+"""
+
+
+def prelude() -> str:
+    """The prelude. libmvec's SIMD variants are declared when the toolchain defines
+    ``TL_LIBMVEC`` (it links ``-lmvec``), so the source does not depend on the machine."""
+    decls = ["", "#if defined(TL_LIBMVEC) && defined(__x86_64__) && defined(_OPENMP)"]
+    for fn in VECTOR_MATH:
+        decls += ["#pragma omp declare simd notinbranch", f"extern float {fn}f(float);",
+                  "#pragma omp declare simd notinbranch", f"extern double {fn}(double);"]
+    decls.append("#endif")
+    return _HEADER + "\n".join(decls) + "\n"

@@ -1,0 +1,130 @@
+"""Lowering of reduction ops (see ``ops.REDUCTIONS``) onto the kernel writer.
+
+Each reduction is one SIMD loop over the row with an OpenMP reduction clause
+(``#pragma omp simd reduction(+:acc)``): lanes accumulate separately and are combined after
+the loop, as eager's vectorized reductions do. max/min carry a NaN flag beside the value
+(a NaN anywhere in the row is the result, as in eager). ``var`` is two passes (mean, then
+the sum of squared deviations), never the cancellation-prone sum of squares; argmax/argmin
+walk the row in order (ties to the lowest index, NaN counting as the largest value, as
+eager does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from torchloom.api import Node
+
+from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, OMP_OP,
+                                       REDUCTIONS, literal)
+
+if TYPE_CHECKING:
+    from torchloom_codegen_cpu.kernel import KernelWriter
+
+
+def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
+    """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them)."""
+    dim = node.attrs.get("dim")
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(rank))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return tuple(sorted({d + rank if d < 0 else d for d in dims}))
+
+
+def _identity(kind: str, dtype: str) -> str:
+    as_float, as_int = IDENTITY[kind]
+    if dtype in FLOATS:
+        return as_float
+    low, high = INT_LIMITS[dtype]
+    return as_int.format(min=low, max=high)
+
+
+def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
+    """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``."""
+    em = w.em
+    acc = em.fresh(f"acc_{kind}")
+    em.statement(f"{CTYPE[dtype]} {acc} = {_identity(kind, dtype)};", False)
+    clauses = [f"reduction({OMP_OP[kind]}:{acc})"]
+    nan = None
+    if kind in ("max", "min") and dtype in FLOATS:
+        nan = em.fresh("nan")
+        em.statement(f"int {nan} = 0;", False)
+        clauses.append(f"reduction(|:{nan})")
+    em.begin_phase()
+    v = em.convert(value(), dtype).text
+    update = {"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};",
+              "max": f"{acc} = {v} > {acc} ? {v} : {acc};",
+              "min": f"{acc} = {v} < {acc} ? {v} : {acc};"}[kind]
+    em.statement(update, True)
+    if nan is not None:
+        em.statement(f"{nan} |= {v} != {v};", True)
+    em.end_phase(f"#pragma omp simd {' '.join(clauses)}", w.rloop, w.r_header)
+    if nan is not None:
+        return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
+    return Expr(acc, dtype)
+
+
+def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
+               dtype: str) -> tuple[Expr, Expr]:
+    """The max (``argmax``) or min (``argmin``) along the row and its index (int64)."""
+    em = w.em
+    best, index = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
+    em.statement(f"{CTYPE[dtype]} {best} = {_identity('max' if kind == 'argmax' else 'min', dtype)};",
+                 False)
+    em.statement(f"int64_t {index} = 0;", False)
+    em.begin_phase()
+    v = em.convert(value(), dtype).text
+    better = f"{v} > {best}" if kind == "argmax" else f"{v} < {best}"
+    if dtype in FLOATS:  # the first NaN wins and stays
+        better = f"{best} == {best} && ({better} || {v} != {v})"
+    em.statement(f"if ({better}) {{ {best} = {v}; {index} = r; }}", True)
+    em.end_phase("", w.rloop, w.r_header)  # in order: ties go to the lowest index
+    return Expr(best, dtype), Expr(index, "i64")
+
+
+def lower_reduction(w: "KernelWriter", node: Node) -> None:
+    """Compute ``node``'s outputs once per row and record them in ``w.reduced``."""
+    from torchloom_codegen_cpu.kernel import tensor_type
+    spec = REDUCTIONS[node.op]
+    em = w.em
+    src = node.inputs[0]
+    out_dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
+    acc_dtype = out_dtype if out_dtype in ("f32", "f64") else "f64"
+
+    def full() -> Expr:
+        return w.value_at(src, w.full)
+
+    fields: dict[str, str] = {"n": literal(float(w.rnumel), acc_dtype)}
+    if spec.kind in ("sum", "prod", "max", "min"):
+        fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).text
+    elif spec.kind == "var":
+        total = block_reduce(w, "sum", full, out_dtype)
+        mean = em.emit(f"{total.text} / {fields['n']}", out_dtype, "mean", inner=False)
+
+        def squared_deviation() -> Expr:
+            d = em.emit(f"{par(em.convert(full(), out_dtype).text)} - {mean.text}", out_dtype,
+                        "dev")
+            return em.emit(f"{d.text} * {d.text}", out_dtype, "sq")
+
+        fields["acc"] = block_reduce(w, "sum", squared_deviation, out_dtype).text
+        fields["mean"] = mean.text
+        correction = node.attrs.get("correction")
+        if correction is None:
+            correction = 1 if node.attrs.get("unbiased", True) else 0
+        fields["dof"] = literal(float(max(0, w.rnumel - correction)), out_dtype)
+    else:
+        src_dtype = COMPUTE[tensor_type(src).dtype]
+        value, index = arg_reduce(w, spec.kind, full, src_dtype)
+        fields["acc"] = index.text
+        fields["value"] = value.text
+    keepdim = bool(node.attrs.get("keepdim", False))
+    for value, template in zip(node.outputs, spec.outputs):
+        ir_dtype = tensor_type(value).dtype
+        dtype = COMPUTE[ir_dtype]
+        text = template.format(**fields).replace("$f", "f" if dtype == "f32" else "")
+        e = em.emit(text, dtype, node.op.split(".")[1], inner=False)
+        if ir_dtype in ("f16", "bf16"):
+            e = em.cast(e, ir_dtype)
+        w.reduced[value] = (w.row_keepdim if keepdim else w.row, e)

@@ -1,0 +1,168 @@
+"""The system C compiler: finding it, choosing flags, building and caching shared libraries.
+
+``CC`` names the compiler (default ``cc``; gcc and clang both work). Flags: ``-O3
+-march=native`` (the ISA it picks is recorded by the CPU's feature list in the cache key, so
+a cache directory shared between machines never hands one a library built for another),
+``-fopenmp`` (threads and ``#pragma omp simd``), and no fast-math: ``-fno-math-errno`` and
+``-fno-trapping-math`` only let libm calls vectorize and never change a value; NaN, inf and
+-0.0 behave as IEEE says. ``-fwrapv``: integer overflow wraps, as in eager.
+
+A library is cached as ``<dir>/<key>.so`` where ``key`` hashes the source, the compiler's
+path and version, the flags and the CPU features; ``<key>.so.sha256`` beside it vouches for
+its bytes. A hit is loaded without running the compiler; a library whose digest does not
+match is rebuilt. Builds write a temporary file and ``os.replace`` it into place, so
+processes compiling at once never see a half-written library. The generated source is
+kept as ``<key>.c`` for bug reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import attrs
+
+log = logging.getLogger("torchloom.codegen_cpu")
+
+FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fopenmp", "-fno-math-errno",
+         "-fno-trapping-math", "-fwrapv", "-fPIC", "-shared")
+#: CPU features that decide what -march=native generates
+_ISA = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+        "avx512dq", "avx512_bf16", "avx512_fp16", "amx_bf16", "asimd", "sve")
+
+
+class BuildError(Exception):
+    """The compiler failed or timed out; the message names the kept source file."""
+
+
+@attrs.frozen
+class Toolchain:
+    """A compiler and how it is invoked."""
+
+    cc: str  # resolved path
+    version: str
+    flags: tuple[str, ...]
+    libs: tuple[str, ...]
+    vector_math: bool  # libmvec's SIMD variants are declared and linked
+    cpu: str  # the ISA features -march=native sees
+
+    def identity(self) -> str:
+        return "\0".join([self.cc, self.version, *self.flags, *self.libs, self.cpu])
+
+
+def compiler_name() -> str:
+    return os.environ.get("CC", "").strip() or "cc"
+
+
+def find_compiler() -> str | None:
+    """The resolved path of ``$CC`` (default ``cc``), or None."""
+    name = compiler_name().split()[0]
+    return shutil.which(name)
+
+
+def cpu_features() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.uname().machine
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            have = set(line.split(":", 1)[1].split())
+            return os.uname().machine + ":" + ",".join(f for f in _ISA if f in have)
+    return os.uname().machine
+
+
+def probe(cc: str, directory: Path, timeout: float) -> Toolchain:
+    """The compiler's version, and whether libmvec links (one tiny build)."""
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                             timeout=timeout)
+        version = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) \
+            else "?"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"{cc} --version failed: {exc}") from None
+    features = cpu_features()
+    libs = ("-lmvec", "-lm")
+    test = ("#include <math.h>\n#pragma omp declare simd notinbranch\nextern float expf(float);\n"
+            "void f(float* x, int n) {\n#pragma omp simd\n"
+            "  for (int i = 0; i < n; i++) x[i] = expf(x[i]);\n}\n")
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(test)
+        try:
+            ok = subprocess.run([cc, *FLAGS, "-o", str(Path(tmp) / "probe.so"), str(src),
+                                 *libs], capture_output=True, timeout=timeout).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+    return Toolchain(cc, version, (*FLAGS, "-DTL_LIBMVEC") if ok else FLAGS,
+                     libs if ok else ("-lm",), ok, features)
+
+
+def library_path(directory: Path, source: str, tc: Toolchain) -> Path:
+    key = hashlib.sha256((source + "\0" + tc.identity()).encode()).hexdigest()[:32]
+    return directory / f"{key}.so"
+
+
+def cached_library(path: Path) -> bool:
+    """True when ``path`` exists and its bytes match the digest beside it."""
+    sidecar = path.with_name(path.name + ".sha256")
+    try:
+        recorded = sidecar.read_text().strip()
+        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return False
+    if recorded != actual:
+        log.warning("torchloom: cached library %s does not match its checksum; rebuilding it",
+                    path)
+        return False
+    return True
+
+
+def build(source: str, tc: Toolchain, directory: Path, timeout: float) -> Path:
+    """The library for ``source``: from the cache, or built (atomically) and cached."""
+    path = library_path(directory, source, tc)
+    if cached_library(path):
+        return path
+    directory.mkdir(parents=True, exist_ok=True)
+    src = path.with_suffix(".c")
+    _atomic_write(src, source.encode())
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.stem}.", suffix=".so")
+    os.close(fd)
+    try:
+        try:
+            done = subprocess.run([tc.cc, *tc.flags, "-o", tmp, str(src), *tc.libs],
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{tc.cc} did not finish within {timeout:g} s (set "
+                             f"TORCHLOOM_CC_TIMEOUT); source kept at {src}") from None
+        if done.returncode != 0:
+            tail = "\n".join(done.stderr.strip().splitlines()[-12:])
+            log.error("torchloom: %s failed on %s:\n%s", tc.cc, src, done.stderr)
+            raise BuildError(f"internal error: {tc.cc} failed (exit {done.returncode}) on the "
+                             f"generated source kept at {src}: {tail}")
+        data = Path(tmp).read_bytes()
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _atomic_write(path.with_name(path.name + ".sha256"),
+                  hashlib.sha256(data).hexdigest().encode())
+    return path
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

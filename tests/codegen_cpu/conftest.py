@@ -1,0 +1,82 @@
+"""Shared helpers for the cpu codegen tests.
+
+``check`` compiles a hand-written fusion-group graph with the cpu codegen, runs it, and
+compares every output with the eager codegen's. ``group_text`` writes such a graph. The
+codegen's cache directory is one per test session, so identical kernels build once.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torchloom.api import EagerCodegen, load_plugins, parse_graph, verify
+from torchloom.runtime.executor import CompiledGraph
+
+from torchloom_codegen_cpu import CpuCodegen
+
+
+@pytest.fixture(scope="session")
+def registry():
+    return load_plugins().registry
+
+
+@pytest.fixture(scope="session")
+def codegen(tmp_path_factory):
+    return CpuCodegen(cache_dir=tmp_path_factory.mktemp("cpu-cache"))
+
+
+def group_text(params: str, body: str, results: str) -> str:
+    """A graph with one fusion group. ``params``/``results``: ``"%a: f32[4, 8], %b: f32[8]"``;
+    ``body``: the region's statements, one per line."""
+    split = lambda spec: [p.strip() for p in re.split(r",\s*(?=%)", spec) if p.strip()]
+    ps, rs = split(params), split(results)
+    outer_in = ", ".join(f"%i{k}: {p.split(':', 1)[1].strip()}" for k, p in enumerate(ps))
+    args = ", ".join(f"%i{k}" for k in range(len(ps)))
+    outs = ", ".join(f"%o{k}" for k in range(len(rs)))
+    types = ", ".join(r.split(":", 1)[1].strip() for r in rs)
+    names = ", ".join(r.split(":", 1)[0].strip() for r in rs)
+    lines = "\n".join("    " + line.strip() for line in body.strip().splitlines())
+    return (f"graph @g({outer_in}) {{\n"
+            f"  {outs} = torchloom.fusion_group({args}) : {types} region @group0({params}) {{\n"
+            f"{lines}\n    return {names}\n  }}\n  return {outs}\n}}\n")
+
+
+def compare(got, want, exact: bool = False, **tolerances) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        if exact:
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+        else:
+            torch.testing.assert_close(g, w, equal_nan=True, **tolerances)
+
+
+class Checker:
+    def __init__(self, registry, codegen):
+        self.registry, self.codegen = registry, codegen
+
+    def compile(self, text: str) -> CompiledGraph:
+        graph = parse_graph(text)
+        verify(graph, self.registry)  # the hand-written types must be what torch infers
+        compiled = CompiledGraph(graph, self.registry, [self.codegen, EagerCodegen()])
+        assert [c.codegen for c in compiled.choices] == ["cpu"] * len(compiled.choices), [
+            str(r) for c in compiled.choices for r in c.fallback_reasons]
+        return compiled
+
+    def reference(self, text: str, *inputs):
+        return CompiledGraph(parse_graph(text), self.registry, [EagerCodegen()])(*inputs)
+
+    def __call__(self, text: str, *inputs, exact: bool = False, **tolerances):
+        """Run ``text`` on the cpu codegen and on eager; assert the outputs agree; return
+        (cpu outputs, compiled graph)."""
+        compiled = self.compile(text)
+        got = compiled(*inputs)
+        compare(got, self.reference(text, *inputs), exact, **tolerances)
+        return got, compiled
+
+
+@pytest.fixture
+def check(registry, codegen):
+    return Checker(registry, codegen)
