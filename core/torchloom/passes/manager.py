@@ -122,7 +122,7 @@ class PassManager:
                   report: RunReport, state: "_State") -> bool:
         pass_ = step.pass_
         snapshot = state.snapshot  # the graph as the previous pass left it
-        self._notify("before_pass", step, pass_, graph, ctx)
+        self._notify("before_pass", step, state, pass_, graph, ctx)
         t0 = time.perf_counter()
         try:
             subgraphs = list(graph.subgraphs.values())  # those a pass creates are new, not input
@@ -155,12 +155,16 @@ class PassManager:
             ctx.count(f"{step.name}.{key}", value)
         report.records.append(PassRecord(step.name, seconds * 1e3, result.changed,
                                          dict(result.stats), step.distribution))
-        self._notify("after_pass", step, pass_, graph, ctx, result, seconds)
+        self._notify("after_pass", step, state, pass_, graph, ctx, result, seconds)
         self._dump(graph, step.name)
         return result.changed
 
-    def _notify(self, method: str, step: PassStep, *args) -> None:
-        """Call one method of every instrument; an instrument that raises is named."""
+    def _notify(self, method: str, step: PassStep, state: "_State", *args) -> None:
+        """Call one method of every instrument; an instrument that raises is named, and
+        so is one that changes the graph: instruments observe. The graph is compared with
+        the manager's snapshot (taken anyway, it is the graph as the last pass left it)
+        after each call, so the check costs nothing without instruments."""
+        graph = args[1]
         for ins, origin in self.instruments:
             hook = getattr(ins, method, None)
             if hook is None:
@@ -171,6 +175,14 @@ class PassManager:
                 raise PluginError(f"instrument {type(ins).__name__} from {origin} raised in "
                                   f"{method} of pass {step.name!r}: {type(exc).__name__}: "
                                   f"{exc}") from exc
+            changed = GraphSnapshot(graph).changed_since(state.snapshot)
+            if changed:
+                state.snapshot.restore()
+                units = ", ".join(sorted(f"@{g.name}" for g in changed))
+                raise PluginError(f"instrument {type(ins).__name__} from {origin} changed the "
+                                  f"graph ({units}) in {method} of pass {step.name!r}; "
+                                  f"instruments observe and must not edit the graph. The "
+                                  f"graph from before the call was restored.")
 
     def _failed(self, step: PassStep, before: Graph, exc: Exception, seconds: float,
                 ctx: PassContext, report: RunReport) -> bool:

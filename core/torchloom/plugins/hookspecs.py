@@ -57,5 +57,7 @@ class TorchloomSpec:
         ``before_pass(pass_, graph, ctx)`` and
         ``after_pass(pass_, graph, ctx, result, seconds)``, called around every pass
         (``after_pass`` only when the pass succeeded). They observe; they must not edit the
-        graph. An instrument that raises stops the compilation with a
-        :class:`~torchloom.errors.PluginError` naming it, its plugin and the pass."""
+        graph. An instrument that raises, or that changes the graph (the pass manager
+        compares it with its snapshot after every call), stops the compilation with a
+        :class:`~torchloom.errors.PluginError` naming it, its plugin and distribution and
+        the pass; a changed graph is restored first."""
