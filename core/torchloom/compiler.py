@@ -24,6 +24,7 @@ from torchloom.plugins.loader import load_plugins
 from torchloom.runtime.cache import KernelCache
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.runtime.graph_cache import GraphCache
+from torchloom.runtime.static import StaticPlan, retarget, target_codegens
 
 log = logging.getLogger("torchloom")
 
@@ -58,6 +59,8 @@ class Compilation:
     notes: list[str] = attrs.field(factory=list)
     #: the graph after the pipeline came from the compile cache: no pass ran
     cached: bool = False
+    #: with a ``target``: the kernels generated (and compiled ahead) for it; nothing runs
+    static: StaticPlan | None = None
 
 
 class Compiler:
@@ -66,11 +69,14 @@ class Compiler:
     def __init__(self, pipeline: str | Path = "default", *, plugins=None,
                  dump_dir: str | Path | None = None, cache_dir: str | Path | None = None,
                  device: str = "cpu", keep_ir: bool = False, strict: bool = False,
-                 compile_cache: bool | None = None):
+                 compile_cache: bool | None = None, target: str | None = None):
         """``compile_cache``: keep graphs after the pipeline on disk under ``cache_dir``
         and reuse them (see :mod:`torchloom.runtime.graph_cache`). Default: on, unless
         ``TORCHLOOM_COMPILE_CACHE=0`` or the compiler dumps or keeps IR (``explain``
-        shows the passes running)."""
+        shows the passes running). ``target`` (such as ``"sm_90"``): compile for a device
+        that is not on this machine: graphs are moved to ``device``, every group's kernel
+        is generated and compiled ahead of time for the target, and the callable handed
+        back runs the original graph (no kernel runs)."""
         raw = read_pipeline(pipeline)
         self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
         for err in self.plugins.errors:
@@ -80,6 +86,9 @@ class Compiler:
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device = device
         self.keep_ir = keep_ir
+        self.target = target
+        #: target mode: kernel source -> registers and spills (equal kernels compile once)
+        self.target_memo: dict[str, dict] = {}
         #: strict: a failing pass or pipeline raises instead of running the graph eagerly
         self.strict = strict
         #: "pass skipped" messages already logged, so on_error = "skip" says so once
@@ -88,7 +97,7 @@ class Compiler:
         self.kernel_cache = KernelCache(self.cache_dir / "kernels", fingerprint)
         if compile_cache is None:
             compile_cache = (env_flag("TORCHLOOM_COMPILE_CACHE", True)
-                             and dump_dir is None and not keep_ir)
+                             and dump_dir is None and not keep_ir and target is None)
         self.graph_cache = GraphCache(self.cache_dir / "graphs", {
             "pipeline": fingerprint, "device": device,
             "versions": versions(self.plugins)}) if compile_cache else None
@@ -129,9 +138,19 @@ class Compiler:
             comp.report = manager.run(graph, ctx)
             if key is not None:
                 self.graph_cache.store(key, graph, comp.report)
-        comp.compiled = CompiledGraph(graph, self.registry,
-                                      self.plugins.codegen_chain(self.pipeline.codegen),
-                                      self.kernel_cache, fallback,
+        chain = self.plugins.codegen_chain(self.pipeline.codegen)
+        if self.target is not None:
+            chain, declined = target_codegens(chain, self.target)
+            comp.static = StaticPlan(graph, self.registry, chain, self.target,
+                                     self.target_memo)
+            comp.fn = fallback
+            comp.notes = [f"{r}: its groups are described op by op" for r in declined] + list(
+                self.notes) + comp.report.notes + [n for n in ctx.notes
+                                                   if n not in comp.report.notes]
+            comp.compile_seconds = time.perf_counter() - t0
+            self.compilations.append(comp)
+            return comp
+        comp.compiled = CompiledGraph(graph, self.registry, chain, self.kernel_cache, fallback,
                                       user_inputs=len(graph.inputs) - len(constants))
         fn = comp.compiled.plan.fn
         if constants:
@@ -158,6 +177,8 @@ class Compiler:
             return self._eager(gm, name, f"frontend: {exc}")
         if imported.symbolic:
             return self._eager(gm, name, "symbolic (dynamic) shapes are not compiled yet")
+        if self.target is not None:  # traced here, compiled for the target's device
+            retarget(imported.graph, self.device)
         try:
             comp = self.compile_graph(imported.graph, fallback=gm, constants=imported.constants)
         except (PassError, PipelineError) as exc:

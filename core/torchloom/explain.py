@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,21 +121,31 @@ def max_abs_error(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> f
 
 def explain(workload: str | Path, *, pipeline: str = "default", device: str = "cpu",
             dump_dir: str | Path | None = None, keep_ir: bool = False,
-            cached: bool = False) -> ExplainResult:
+            target: str | None = None, cached: bool = False) -> ExplainResult:
     """Every pass runs: the compile cache is neither read nor written, unless ``cached``
-    (what a warm start does: graphs compiled before are loaded and run no pass)."""
+    (what a warm start does: graphs compiled before are loaded and run no pass).
+
+    With ``target`` (``sm_<arch>``, a CUDA GPU that need not be here), the workload is
+    built on the ``meta`` device (shapes, no data), traced, and every group's kernel is
+    generated for CUDA and compiled ahead of time for the target; nothing runs, so
+    ``max_abs_error`` is null."""
     from torchloom.compiler import Compiler
     from torchloom.frontend.backend import torchloom_backend
-    from torchloom.report import summarize
+    from torchloom.report import kernel_summary, summarize
+    if target is not None:
+        if not re.fullmatch(r"sm_\d+", target):
+            raise WorkloadError(f"--target {target!r}: expected a CUDA architecture such as "
+                                f"sm_90")
+        device = "meta"
     # strict: a failing pass is an error of explain (exit code 1, with its reproducer),
     # not a silent fallback to eager
-    compiler = Compiler(pipeline, dump_dir=dump_dir, device=device, keep_ir=keep_ir,
-                        strict=True, compile_cache=cached)
+    compiler = Compiler(pipeline, dump_dir=dump_dir, device="cuda" if target else device,
+                        keep_ir=keep_ir, strict=True, target=target, compile_cache=cached)
     model, inputs = load_workload(workload, device)
     backward = any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or (
         isinstance(model, torch.nn.Module) and any(p.requires_grad for p in model.parameters()))
     torch.manual_seed(0)
-    expected = run_eagerly(workload, lambda: _run(model, inputs, backward))
+    expected = None if target else run_eagerly(workload, lambda: _run(model, inputs, backward))
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
         gm, ex, options={"compiler": compiler}))
@@ -149,8 +160,10 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     finally:
         torch._dynamo.reset()
     data = summarize(compiler.compilations, compiler.registry, compiler.kernel_cache)
-    error = max_abs_error(expected, actual)
+    error = math.inf if expected is None else max_abs_error(expected, actual)
     data["max_abs_error"] = error if math.isfinite(error) else None
+    data["target"] = target
+    data.update(kernel_summary(compiler))
     data["backward"] = backward
     data["workload"] = str(workload)
     data["pipeline"] = compiler.pipeline.name
@@ -189,7 +202,7 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
                     else "changed" if rec.changed else "no change")
             lines.append(f"      {rec.name:<24} {rec.ms:8.2f} ms  {flag}"
                          f"{'  ' + stats if stats else ''}")
-        for choice in comp.compiled.choices:
+        for choice in (comp.compiled or comp.static).choices:
             for reason in choice.fallback_reasons:
                 lines.append(f"      group runs on eager: {reason}")
         if show_ir:
@@ -199,8 +212,20 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
             lines.extend("      " + ln for ln in str(comp.graph).splitlines())
     for note in d["notes"]:
         lines.append(f"  note: {note}")
+    for k in d.get("kernel_details", []):
+        regs = "" if k["registers"] is None else (f", {k['registers']} registers, "
+                                                 f"{k['spills']} B spilled")
+        lines.append(f"  kernel {k['graph']}/{k['name']} ({k['codegen']}): grid {k['grid']}, "
+                     f"moves {(k['bytes_read'] + k['bytes_written']) / 1e6:.1f} MB of "
+                     f"{k['bytes_compulsory'] / 1e6:.1f} MB compulsory{regs}")
+    if d.get("bytes_compulsory"):
+        lines.append(f"traffic: {d['bytes_moved'] / 1e6:.1f} MB moved, "
+                     f"{d['bytes_compulsory'] / 1e6:.1f} MB compulsory "
+                     f"({d['bytes_moved'] / d['bytes_compulsory']:.2f}x)")
     error = d["max_abs_error"]
-    if error is None:
+    if d.get("target"):
+        status = f"compiled for {d['target']}, nothing ran"
+    elif error is None:
         status = "outputs DIFFER from eager in count, shape or NaN positions"
     else:
         status = (f"max abs error {error:.3g} ("

@@ -66,7 +66,7 @@ def summarize(compilations: list, registry, kernel_cache) -> dict[str, Any]:
                                                     for sub in comp.graph.subgraphs.values())
         groups += len(fusion_groups(comp.graph))
         kernels += count_kernels(comp.graph, registry)
-        for choice in comp.compiled.choices:
+        for choice in (comp.compiled or comp.static).choices:
             for reason in choice.fallback_reasons:
                 fallbacks.append({"graph": comp.name, "reason": f"group on eager: {reason}"})
         for rec in comp.report.records:
@@ -78,9 +78,42 @@ def summarize(compilations: list, registry, kernel_cache) -> dict[str, Any]:
         notes.extend(n for n in comp.notes if n not in notes)
     return {"graphs": len(compilations), "nodes_before": nodes_before,
             "nodes_after": nodes_after, "fusion_groups": groups, "kernels": kernels,
-            "unique_kernels": len(kernel_cache), "fallbacks": fallbacks, "passes": passes,
+            "unique_kernels": unique_kernels(compilations, kernel_cache), "fallbacks": fallbacks,
+            "passes": passes,
             "notes": notes, "kernel_cache": _cache_stats(kernel_cache),
             "dedup": dedup_summary(compilations, kernel_cache, groups)}
+
+
+def unique_kernels(compilations: list, kernel_cache) -> int:
+    """Distinct kernels: the kernel cache's size, or, compiled for a target (nothing
+    loaded), the distinct sources generated."""
+    static = [c.static for c in compilations if getattr(c, "static", None) is not None]
+    if static:
+        return len({k.source for plan in static for k in plan.sources.values()})
+    return len(kernel_cache)
+
+
+def kernel_summary(compiler) -> dict[str, Any]:
+    """``kernel_details`` (every kernel one call of each graph launches: grid, bytes read,
+    written and compulsory; registers and spills when compiled for a target),
+    ``bytes_moved`` (their sum) and ``bytes_compulsory`` (each graph's tensor inputs and
+    outputs once, summed over graphs). Graphs that fell back to eager are left out."""
+    from torchloom.runtime.static import describe_kernels, graph_compulsory
+    registry = compiler.registry
+    details, compulsory = [], 0
+    for comp in compiler.compilations:
+        if comp.fallback_reason is not None:
+            continue
+        if comp.static is not None:
+            kernels = comp.static.kernels(registry, comp.name)
+        else:
+            sources = {c.node: compiler.plugins.codegen(c.codegen).generate(c.node, registry)
+                       for c in comp.compiled.choices}
+            kernels = describe_kernels(comp.graph, registry, sources, name=comp.name)
+        details.extend(k.as_json() for k in kernels)
+        compulsory += graph_compulsory(comp.graph, registry)
+    moved = sum(k["bytes_read"] + k["bytes_written"] for k in details)
+    return {"kernel_details": details, "bytes_moved": moved, "bytes_compulsory": compulsory}
 
 
 def _cache_stats(kernel_cache) -> dict[str, Any]:
@@ -110,6 +143,7 @@ def dedup_summary(compilations: list, kernel_cache, groups: int) -> dict[str, An
         seen = comp.graph.num_nodes() + sum(s.num_nodes() for s in comp.graph.subgraphs.values())
         after_ms = sum(r.ms for r in records[at + 1:])
         saved_ms += after_ms * stats.get("nodes_deduplicated", 0) / max(seen, 1)
-    return {"fusion_groups": groups, "unique_kernels": len(kernel_cache), "regions": regions,
+    return {"fusion_groups": groups, "unique_kernels": unique_kernels(compilations, kernel_cache),
+            "regions": regions,
             "occurrences_replaced": occurrences, "nodes_deduplicated": removed,
             "compile_ms_saved_estimate": round(saved_ms, 3)}

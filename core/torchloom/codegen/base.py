@@ -4,6 +4,19 @@ Compiling is split in two so kernels can be cached on disk as text (never pickle
 ``generate`` turns a group into :class:`KernelSource` (source text + JSON metadata), and
 ``load`` turns a KernelSource into a callable. ``compile_group`` does both; the runtime's
 kernel cache stores what ``generate`` returned and calls only ``load`` on a hit.
+
+The kernel's plan, for ``explain``: ``generate`` may put these keys in the metadata
+(:data:`PLAN_KEYS`): ``grid`` (list of ints: programs launched per dim), ``bytes_read`` and
+``bytes_written`` (what the kernel's own plan moves: a tensor read in two passes counts
+twice, a small broadcast operand re-read by every program counts once). A codegen that
+leaves them out is described op by op (each op outside views reads its inputs and writes
+its outputs).
+
+Targets that are not on this machine (``explain --target sm_90``): a codegen may have
+``for_target(target) -> Codegen | None``, a copy of itself that generates for ``target``
+(its ``supports`` judges a group as on that device; it is never loaded), whose
+``compile_for_target(kernel) -> dict`` compiles a generated kernel ahead of time and
+returns ``{"registers": int, "spills": int}``.
 """
 
 from __future__ import annotations
@@ -17,6 +30,9 @@ from torchloom.ir.graph import Node
 
 #: a compiled group: called with the group's inputs, returns a tuple of its outputs
 Kernel = Callable[..., tuple]
+
+#: metadata keys describing a kernel's plan (see the module docstring)
+PLAN_KEYS = ("grid", "bytes_read", "bytes_written")
 
 
 @attrs.frozen

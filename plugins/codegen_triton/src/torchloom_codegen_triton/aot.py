@@ -9,6 +9,8 @@ launcher meets them at run time.
 from __future__ import annotations
 
 import inspect
+import re
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -47,3 +49,20 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
         compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": config.get("num_warps", 4)})
         return dict(compiled.asm)
+
+
+def resource_usage(cubin: bytes, kernel: str) -> dict[str, int]:
+    """Registers per thread and spilled bytes per thread (the local memory ptxas gives a
+    kernel for what does not fit in registers) of ``kernel`` in ``cubin``, as
+    ``cuobjdump -res-usage`` reads them from the binary."""
+    from triton import knobs
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        done = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", str(path)],
+                              capture_output=True, text=True, check=True)
+    text = done.stdout.split(f"Function {kernel}:", 1)[-1]
+    regs, local = re.search(r"REG:(\d+)", text), re.search(r"LOCAL:(\d+)", text)
+    if regs is None or local is None:
+        raise RuntimeError(f"cuobjdump gave no resource usage for {kernel}: {done.stdout!r}")
+    return {"registers": int(regs.group(1)), "spills": int(local.group(1))}

@@ -13,6 +13,11 @@ file under the cache directory and returns ``kernel(*inputs) -> tuple(outputs)``
 the first call autotunes over the candidate configs and stores the winner next to the
 source (``<hash>.tune.json``), unless autotuning is off (``TritonCodegen(autotune=False)``
 or ``TORCHLOOM_AUTOTUNE=0``).
+
+``for_target("sm_90")`` is a copy that generates for that GPU without one (``explain
+--target``): its ``supports`` takes CUDA groups whether or not CUDA is here, and
+``compile_for_target`` builds a kernel ahead of time (Triton's LLVM and ptxas on this CPU)
+and reads its registers and spills from the binary.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -46,7 +52,7 @@ class TritonCodegen:
 
     def __init__(self, *, autotune: bool | None = None, cache_dir: str | Path | None = None,
                  max_persistent: int = 4096, verbose: bool = True,
-                 cpu_interpreter: bool | None = None):
+                 cpu_interpreter: bool | None = None, target: str | None = None):
         #: run CPU groups in the Triton interpreter (slow: for tests and demos). None reads
         #: TORCHLOOM_TRITON_CPU or TRITON_INTERPRET at each supports() call.
         self.cpu_interpreter = cpu_interpreter
@@ -55,6 +61,22 @@ class TritonCodegen:
         self.cache_dir = Path(base) / "triton"
         self.max_persistent = max_persistent
         self.verbose = verbose
+        #: a CUDA architecture (``"sm_90"``) generated for without a GPU; never loaded
+        self.target = target
+
+    def for_target(self, target: str) -> TritonCodegen | None:
+        """A copy generating for ``target`` (``sm_<arch>``), or None for other targets."""
+        if not re.fullmatch(r"sm_\d+", target):
+            return None
+        return TritonCodegen(autotune=False, cache_dir=self.cache_dir.parent,
+                             max_persistent=self.max_persistent, verbose=False,
+                             cpu_interpreter=False, target=target)
+
+    def compile_for_target(self, kernel: KernelSource) -> dict[str, int]:
+        """Build ``kernel`` for the target ahead of time: its registers and spills."""
+        from torchloom_codegen_triton.aot import compile_ahead, resource_usage
+        asm = compile_ahead(kernel, arch=int(self.target[len("sm_"):]))
+        return resource_usage(asm["cubin"], kernel.metadata["kernel"])
 
     # ---- protocol --------------------------------------------------------------------------
     def supports(self, group: Node, registry: Any) -> Reason | None:
@@ -68,6 +90,9 @@ class TritonCodegen:
         except Unsupported as exc:
             return Reason(self.name, str(exc))
         device = writer.device
+        if self.target is not None:
+            return None if device.startswith("cuda") else Reason(
+                self.name, f"group on {device}, not on the target {self.target}'s device")
         if device.startswith("cuda") and not torch.cuda.is_available():
             return Reason(self.name, f"group on {device} but CUDA is not available")
         if device == "cpu" and not self._cpu_allowed():

@@ -67,6 +67,8 @@ class KernelWriter:
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self._coord_count: dict[str, int] = {}
         self.known: dict = {}  # coordinates -> the linear index they came from
+        #: region input -> the passes that load it (0: once per program, outside loops)
+        self.loads: dict[Value, set[int]] = {}
         self._check_region()
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
@@ -197,6 +199,7 @@ class KernelWriter:
             mask = "xmask & rmask" if rdep else "xmask"
             text = f"tl.load(in_{v.name} + ({offset}), {mask}, other=0)"
         loaded = self.em.emit(text, t.dtype, v.name, rdep)
+        self.loads.setdefault(v, set()).add(self.em.phase_id if rdep and self.looped else 0)
         return self.em.convert(loaded, COMPUTE[t.dtype])
 
     def _store(self, i: int, v: Value, coords: Coords) -> None:
@@ -362,7 +365,24 @@ class KernelWriter:
             meta["configs"] = _reduction_configs(self.rows, self.rnumel, self.looped,
                                                  self.max_persistent, self.columns)
         meta["config"] = meta["configs"][0]
+        meta.update(self.traffic(meta["config"]))
         return meta
+
+    def traffic(self, config: dict[str, int]) -> dict[str, Any]:
+        """The plan's ``grid`` and bytes: an input as large as the kernel's iteration space
+        counts once per pass that loads it; a smaller (broadcast) one once, however many
+        programs re-read it."""
+        read = 0
+        for v, passes in self.loads.items():
+            size = _distinct_elements(tensor_type(v))
+            read += size * _itemsize(v) * (len(passes) if size >= self.numel else 1)
+        written = sum(_distinct_elements(tensor_type(v)) * _itemsize(v)
+                      for v in dict.fromkeys(self.region.outputs))
+        programs = -(-self.grid_size() // config["XBLOCK"]) if self.grid_size() else 0
+        return {"grid": [programs], "bytes_read": read, "bytes_written": written}
+
+    def grid_size(self) -> int:
+        return self.numel if self.kind == "pointwise" else self.rows
 
 
 def _reduction_configs(rows: int, rnumel: int, looped: bool, max_persistent: int,
@@ -448,6 +468,14 @@ def _prod(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def _distinct_elements(t: TensorType) -> int:
+    return _prod(d for d, s in zip(t.shape, t.actual_strides()) if s != 0 or d == 0)
+
+
+def _itemsize(v: Value) -> int:
+    return DTYPES[tensor_type(v).dtype].itemsize
 
 
 def _max_offset(t: TensorType) -> int:
