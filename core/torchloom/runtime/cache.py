@@ -13,9 +13,12 @@ also kept on disk as text — never pickle — so a second process generates not
 ``<entry>`` hashes the group key, the codegen's name, version and source, and the
 pipeline fingerprint. Files are written to a temporary file in the same directory and
 ``os.replace``-d into place (JSON last), and a source file is named after its content,
-so concurrent writers never leave a broken entry. An entry whose JSON does not parse, or
-whose checksums disagree, is reported once (a warning naming the file), regenerated and
-rewritten.
+so concurrent writers never leave a broken entry. An entry whose JSON does not parse,
+whose checksums disagree, whose ``source_file`` is not the name its entry and checksum
+give, or whose files lead outside the directory (a symlink out of it), is reported once
+(a warning naming the file), regenerated and rewritten. The checksums catch accidents
+(torn writes, disk errors), not someone who can write the directory: see the README's
+trust model.
 """
 
 from __future__ import annotations
@@ -179,8 +182,18 @@ def checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+def within(directory: Path, path: Path) -> bool:
+    """Whether ``path``, symlinks followed, lies inside ``directory`` (itself resolved)."""
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
 def _read_entry(meta_path: Path, codegen: Codegen) -> tuple[KernelSource, float]:
     """The entry's kernel source and the milliseconds it took to compile."""
+    if not within(meta_path.parent, meta_path):
+        raise CorruptEntry(f"{meta_path.name} leads outside the cache directory")
     data = json.loads(meta_path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("format"), int):
         raise CorruptEntry("no format version")
@@ -191,7 +204,14 @@ def _read_entry(meta_path: Path, codegen: Codegen) -> tuple[KernelSource, float]
         raise CorruptEntry("metadata checksum mismatch")
     if data.get("codegen") != codegen.name:
         raise CorruptEntry(f"written by codegen {data.get('codegen')!r}")
-    source_path = meta_path.parent / data["source_file"]
+    # the source file's name is a function of the entry and its checksum: a name read
+    # from the entry never chooses which file is read
+    expected = f"{meta_path.stem}-{str(data['source_sha256'])[:16]}.src"
+    if data["source_file"] != expected:
+        raise CorruptEntry(f"source_file {data['source_file']!r} is not {expected!r}")
+    source_path = meta_path.parent / expected
+    if not within(meta_path.parent, source_path):
+        raise CorruptEntry(f"{expected} leads outside the cache directory")
     source = source_path.read_bytes().decode()
     if hashlib.sha256(source.encode()).hexdigest() != data["source_sha256"]:
         raise CorruptEntry(f"{source_path.name} does not match its checksum")
@@ -213,4 +233,5 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 __all__ = ["KernelCache", "CorruptEntry", "StaleEntry", "atomic_write", "checksum", "codegen_identity",
+           "within",
            "Callable"]

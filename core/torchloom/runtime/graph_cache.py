@@ -13,9 +13,10 @@ compilation that wrote it, and a checksum:
 ```
 
 Entries are written atomically (a temporary file, then ``os.replace``). A hit is parsed and verified
-against the op registry before it is used; an entry that fails any of that is reported
-once (a warning naming the file), recompiled and rewritten. The kernels of a hit come
-from the kernel cache as usual.
+against the op registry before it is used; an entry that fails any of that, or whose path
+leads outside the directory (a symlink out of it), is reported once (a warning naming the
+file), recompiled and rewritten. The kernels of a hit come from the kernel cache as usual.
+The IR of an entry is data: it can name only ops the registry knows.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from torchloom.ir.graph import Graph
 from torchloom.ir.text import parse_graph, print_graph
 from torchloom.ir.verify import verify
 from torchloom.passes.manager import PassRecord, RunReport
-from torchloom.runtime.cache import atomic_write, checksum
+from torchloom.runtime.cache import atomic_write, checksum, within
 
 log = logging.getLogger("torchloom.cache")
 
@@ -70,6 +71,8 @@ class GraphCache:
     def load(self, key: str, registry) -> CachedGraph | None:
         path = self.path(key)
         try:
+            if path.exists() and not within(self.directory, path):
+                raise ValueError("the entry leads outside the cache directory")
             data = json.loads(path.read_text())
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 found = data.get("format") if isinstance(data, dict) else type(data).__name__
@@ -103,6 +106,8 @@ class GraphCache:
             return
         path = self.path(key)
         try:
+            if path.parent.is_symlink() and not within(self.directory, path.parent):
+                path.parent.unlink()  # never write through a link out of the cache
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, text)
         except OSError as exc:  # a read-only or full disk costs speed, not correctness
