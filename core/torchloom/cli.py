@@ -74,6 +74,10 @@ def _plugins(args) -> int:
         "passes": {n: {"distribution": r.distribution, "plugin": r.plugin,
                        "doc": (r.obj.__doc__ or "").strip().split("\n")[0]}
                    for n, r in sorted(ps.passes.items())},
+        # a name several plugins register: every owner (pipelines using it fail)
+        "clashes": {n: [{"distribution": r.distribution, "plugin": r.plugin,
+                         "version": r.version} for r in owners]
+                    for n, owners in sorted(ps.clashes.items())},
         "codegens": {n: r.distribution for n, r in sorted(ps.codegens.items())},
         "runtime_wrappers": {n: r.distribution for n, r in sorted(ps.wrappers.items())},
         "errors": [{"entry_point": e.entry_point, "distribution": e.distribution,
@@ -89,6 +93,8 @@ def _plugins(args) -> int:
     print("passes:")
     for n, info in data["passes"].items():
         print(f"  {n:<24} ({info['distribution']}) {info['doc']}")
+    for n in data["clashes"]:
+        print(f"  {n:<24} CLASH: {ps.clash_message(n)}; a pipeline that uses it fails")
     print("codegens: " + ", ".join(f"{n} ({d})" for n, d in data["codegens"].items()))
     print("runtime wrappers: " + (", ".join(data["runtime_wrappers"]) or "none"))
     for e in ps.errors:

@@ -12,7 +12,7 @@ import pytest
 
 from torchloom.cli import main
 from torchloom.compiler import Compiler
-from torchloom.errors import PluginError
+from torchloom.errors import PipelineError
 from torchloom.plugins.loader import load_plugins
 
 from test_plugins_support import FAKE_PASSES, fake_plugins, fake_site  # noqa: F401
@@ -124,30 +124,89 @@ def test_a_hook_that_raises_is_reported_and_skipped(fake_site):
     assert "NotAPass, which is not a Pass subclass" in by_ep["notpass"].error
 
 
-def test_two_distributions_registering_one_pass_name_is_an_error_naming_both(fake_site,
-                                                                            capsys):
-    fake_site.add("first-dist", modules={"tl_first": ONE_PASS.format(name="shared.pass")},
-                  entry_points={"first": "tl_first"})
-    fake_site.add("second-dist", modules={"tl_second": ONE_PASS.format(name="shared.pass")},
-                  entry_points={"second": "tl_second"})
-    with pytest.raises(PluginError) as info:
-        load_plugins(entry_points=fake_site.entry_points())
+def add_clash(site) -> None:
+    site.add("first-dist", modules={"tl_first": ONE_PASS.format(name="shared.pass")},
+             entry_points={"first": "tl_first"})
+    site.add("second-dist", version="2.0",
+             modules={"tl_second": ONE_PASS.format(name="shared.pass")},
+             entry_points={"second": "tl_second"})
+
+
+def test_a_pass_name_two_distributions_register_loads_and_lists_both_owners(fake_site,
+                                                                           capsys):
+    add_clash(fake_site)
+    add_fake(fake_site)
+    ps = load_plugins(entry_points=fake_site.entry_points())
+    assert "shared.pass" not in ps.passes and "fake.tunable" in ps.passes
+    assert [(r.distribution, r.plugin) for r in ps.clashes["shared.pass"]] == [
+        ("first-dist", "first"), ("second-dist", "second")]
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    [line] = [ln for ln in out.splitlines() if "shared.pass" in ln]
+    assert "CLASH" in line and "'first-dist' (plugin 'first')" in line
+    assert "'second-dist' (plugin 'second')" in line
+    assert "fake.tunable" in out  # the others are listed as usual
+    assert main(["plugins", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["clashes"]["shared.pass"] == [
+        {"distribution": "first-dist", "plugin": "first", "version": "1.0"},
+        {"distribution": "second-dist", "plugin": "second", "version": "2.0"}]
+    assert "shared.pass" not in data["passes"] and "fake.tunable" in data["passes"]
+
+
+def test_a_clash_fails_only_the_pipelines_that_use_the_name(fake_site, tmp_path, capsys):
+    import torch
+
+    add_clash(fake_site)
+    # torch.compile discovers the clashing plugins itself, and "none" does not use the name
+    x = torch.randn(4, 8)
+    compiled = torch.compile(lambda t: torch.tanh(t) * 2, backend="torchloom",
+                             options={"pipeline": "none", "cache_dir": str(tmp_path / "c")})
+    torch.testing.assert_close(compiled(x), torch.tanh(x) * 2)
+    assert Compiler("none").pipeline.steps == ()
+    path = tmp_path / "uses.toml"
+    path.write_text('[pipeline]\nname = "uses"\n\n[[pass]]\nname = "cse"\n\n'
+                    '[[pass]]\nname = "shared.pass"\n')
+    with pytest.raises(PipelineError) as info:
+        Compiler(str(path))
     message = str(info.value)
-    assert "pass 'shared.pass' is registered twice" in message
-    assert "'first-dist' (plugin 'first')" in message and "'second-dist' (plugin 'second')" in message
-    assert "TORCHLOOM_DISABLE_PLUGINS=" in message
-    assert main(["plugins"]) == 2
+    assert message.startswith(f"{path}:8: pass 'shared.pass' is registered twice: by "
+                              f"distribution 'first-dist' (plugin 'first') and by "
+                              f"'second-dist' (plugin 'second')")
+    assert "TORCHLOOM_DISABLE_PLUGINS=second" in message
+    assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("torchloom plugins: error: pass 'shared.pass' is registered twice")
     assert "first-dist" in err and "second-dist" in err and "Traceback" not in err
+    # disabling one owner settles it
+    path.write_text(path.read_text() + '\n[plugins]\ndisable = ["second"]\n')
+    assert main(["check", str(path)]) == 0
 
 
-def test_a_pass_clashing_with_a_builtin_names_the_core(fake_site):
+def test_a_reproducer_of_a_clashing_pass_names_both_owners(fake_site, tmp_path):
+    from test_plugins_support import SMALL_IR
+
+    from torchloom.errors import TorchloomError
+    from torchloom.passes.manager import reproduce
+    add_clash(fake_site)
+    (tmp_path / "before.ir").write_text(SMALL_IR)
+    (tmp_path / "pass.json").write_text(json.dumps({"pass": "shared.pass", "options": {}}))
+    with pytest.raises(TorchloomError) as info:
+        reproduce(tmp_path, plugins=load_plugins(entry_points=fake_site.entry_points()))
+    assert "'shared.pass' is registered twice" in str(info.value)
+    assert "'first-dist'" in str(info.value) and "'second-dist'" in str(info.value)
+
+
+def test_a_pass_clashing_with_a_builtin_names_the_core(fake_site, tmp_path):
     fake_site.add("clash-dist", modules={"tl_clash": ONE_PASS.format(name="cse")},
                   entry_points={"clash": "tl_clash"})
-    with pytest.raises(PluginError, match=r"'cse' is registered twice: by distribution "
-                                          r"'torchloom' \(plugin 'builtin'\) and by 'clash-dist'"):
-        load_plugins(entry_points=fake_site.entry_points())
+    ps = load_plugins(entry_points=fake_site.entry_points())
+    assert "dce" in ps.passes and "cse" in ps.clashes
+    path = tmp_path / "cse.toml"
+    path.write_text('[[pass]]\nname = "dce"\n[[pass]]\nname = "cse"\n')
+    with pytest.raises(PipelineError, match=r"'cse' is registered twice: by distribution "
+                                            r"'torchloom' \(plugin 'builtin'\) and by "
+                                            r"'clash-dist'"):
+        Compiler(str(path))
 
 
 @pytest.mark.parametrize("name", ["broken", "broken-dist"])

@@ -341,6 +341,8 @@ def reproduce(directory: str | Path, plugins=None) -> str:
         pipeline = build_pipeline(raw, plugins)
         what = f"pipeline {pipeline.name!r}"
     else:
+        if meta["pass"] in plugins.clashes:
+            raise TorchloomError(f"{d / 'pass.json'}: {plugins.clash_message(meta['pass'])}")
         if meta["pass"] not in plugins.passes:
             raise TorchloomError(f"pass {meta['pass']!r} of the reproducer (distribution "
                                  f"{meta.get('distribution')}) is not installed")

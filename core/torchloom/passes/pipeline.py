@@ -365,6 +365,8 @@ def _build_step(entry: dict, tline: int, plugins, lines: _Lines, err, missing: l
     name = entry.get("name")
     if not isinstance(name, str):
         raise err(tline, "a [[pass]] needs name = \"...\" (or fixpoint = [...])")
+    if name in getattr(plugins, "clashes", {}):  # two plugins register it: which one?
+        raise err(lines.key(tline, "name") if not inline else tline, plugins.clash_message(name))
     if name not in plugins.passes:
         if entry.get("optional"):
             missing.append(name)

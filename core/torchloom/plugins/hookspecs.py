@@ -28,7 +28,8 @@ class TorchloomSpec:
 
         Each class is ``@attrs.frozen`` (its fields are its options) and its ``name``
         (dotted, e.g. ``fusion.vertical``) is how pipelines refer to it. Two distributions
-        returning the same name is an error naming both; a class that is not an attrs
+        returning the same name is an error naming both, for the pipelines that use the
+        name (the others, and ``torchloom plugins``, still work); a class that is not an attrs
         ``Pass`` subclass with a name is reported as a load error and skipped, as is a
         plugin whose hook raises.
         """

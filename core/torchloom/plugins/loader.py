@@ -17,7 +17,6 @@ from typing import Any
 import attrs
 import pluggy
 
-from torchloom.errors import PluginError
 from torchloom.ops.aten import default_registry
 from torchloom.ops.registry import OpRegistry
 from torchloom.passes.sources import SourceHashes
@@ -64,9 +63,21 @@ class PluginSet:
     disabled: list[str] = attrs.field(factory=list)
     #: source hashes of the packages passes come from, computed once for this set
     sources: SourceHashes = attrs.field(factory=SourceHashes)
+    #: pass name -> every plugin registering a different class under it; such a name is
+    #: left out of ``passes``: only a pipeline that uses it fails (see ``clash_message``)
+    clashes: dict[str, list[Registered]] = attrs.field(factory=dict)
 
     def pass_class(self, name: str):
         return self.passes[name].obj
+
+    def clash_message(self, name: str) -> str:
+        """Why pass ``name`` cannot be used: who registers it, and what to do."""
+        owners = self.clashes[name]
+        times = "twice" if len(owners) == 2 else f"{len(owners)} times"
+        who = " and by ".join(f"{r.distribution!r} (plugin {r.plugin!r})" for r in owners)
+        return (f"pass {name!r} is registered {times}: by distribution {who}; uninstall or "
+                f"disable all but one (TORCHLOOM_DISABLE_PLUGINS={owners[-1].plugin}, or "
+                f"[plugins] disable = [\"{owners[-1].plugin}\"] in the pipeline)")
 
     def codegen(self, name: str):
         return self.codegens[name].obj
@@ -149,13 +160,14 @@ def _collect(result: PluginSet) -> None:
                                                f"class, so its options cannot be checked; it "
                                                f"was skipped"))
                 continue
-            if name in result.passes:
-                other = result.passes[name]
-                raise PluginError(
-                    f"pass {name!r} is registered twice: by distribution {other.distribution!r} "
-                    f"(plugin {other.plugin!r}) and by {dist!r} (plugin {plugin!r}); uninstall "
-                    f"or disable one (TORCHLOOM_DISABLE_PLUGINS={plugin})")
-            result.passes[name] = Registered(cls, plugin, dist, version)
+            registered = Registered(cls, plugin, dist, version)
+            if name in result.clashes:
+                result.clashes[name].append(registered)
+            elif name in result.passes and result.passes[name].obj is not cls:
+                # not an error here: only the pipelines that use the name fail
+                result.clashes[name] = [result.passes.pop(name), registered]
+            else:
+                result.passes[name] = registered
     for impl in pm.hook.torchloom_codegens.get_hookimpls():
         dist, version = result.plugins[impl.plugin_name]
         for cg in _call(result, impl, "torchloom_codegens"):
