@@ -64,12 +64,24 @@ class CpuCodegen:
         return KernelSource(self.name, source, metadata)
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
+        return self.load_many([kernel], registry)[0]
+
+    def load_many(self, kernels: list[KernelSource], registry: Any) -> list[Kernel]:
+        """Build the kernels into one library (one translation unit, one compiler call)."""
+        head = prelude()
+        functions: dict[str, str] = {}
+        for k in kernels:
+            if not k.source.startswith(head):
+                raise RuntimeError(f"kernel {k.metadata.get('kernel')} was generated with "
+                                   f"another prelude")
+            functions.setdefault(k.metadata["kernel"], k.source[len(head):])
+        source = head + "".join(functions[name] for name in sorted(functions))
         try:
-            path = build(kernel.source, self.toolchain(), self.cache_dir, self.timeout)
+            path = build(source, self.toolchain(), self.cache_dir, self.timeout)
         except BuildError as exc:
             raise RuntimeError(str(exc)) from None
         lib = ctypes.CDLL(str(path))
-        return Launcher(lib, kernel.metadata)
+        return [Launcher(lib, k.metadata) for k in kernels]
 
     # ---- toolchain -------------------------------------------------------------------------
     def toolchain(self) -> Toolchain:

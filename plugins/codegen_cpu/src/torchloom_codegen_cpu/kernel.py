@@ -136,7 +136,7 @@ class KernelWriter:
             tensors = [self.em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
         elif tensors:  # keep: the template sees the inputs as they are
             compute = tensors[0].dtype
-        template = spec.template(node.attrs, compute)
+        template = spec.template(node.attrs, compute, t.dtype)
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no C template")
         named = {}

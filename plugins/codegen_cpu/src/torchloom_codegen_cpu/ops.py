@@ -48,12 +48,13 @@ def literal(value: Any, dtype: str) -> str:
         return f"(({ctype}){value!r})"
     if isinstance(value, float):
         raise TypeError(f"float attribute {value!r} in an integer computation")
-    if isinstance(value, int):
-        return f"((int64_t){value}LL)" if abs(value) >= 2 ** 31 else str(value)
+    if isinstance(value, int):  # converted to the tensor's type (wrapping), as eager does
+        return f"(({CTYPE[dtype]}){value}LL)"
     raise TypeError(f"attribute value {value!r} is not a scalar")
 
 
-Template = str | Callable[[Mapping[str, Any]], str]
+#: a template, or a function of the op's attributes and its result's IR dtype giving one
+Template = str | Callable[[Mapping[str, Any], str], str]
 
 
 @attrs.frozen
@@ -62,12 +63,13 @@ class Pointwise:
     args: str = "out"
     ints: Template | None = None
 
-    def template(self, attrs_: Mapping[str, Any], dtype: str) -> str | None:
-        """The template for compute dtype ``dtype`` (None: unsupported for it)."""
+    def template(self, attrs_: Mapping[str, Any], dtype: str, ir_dtype: str) -> str | None:
+        """The template for compute dtype ``dtype`` and result ``ir_dtype`` (None:
+        unsupported for it)."""
         tpl = self.floats if dtype in ("f32", "f64") else self.ints
         if tpl is None:
             return None
-        tpl = tpl(attrs_) if callable(tpl) else tpl
+        tpl = tpl(attrs_, ir_dtype) if callable(tpl) else tpl
         if dtype in ("f32", "f64"):
             tpl = tpl.replace("$T", CTYPE[dtype]).replace("$f", "f" if dtype == "f32" else "")
         return tpl
@@ -78,24 +80,26 @@ def _both(template: Template, args: str = "out") -> Pointwise:
 
 
 def _alpha(sign: str) -> Callable[[Mapping[str, Any]], str]:
-    def tpl(a: Mapping[str, Any]) -> str:
+    def tpl(a: Mapping[str, Any], dtype: str = "f32") -> str:
         rhs = "{other}" if a.get("alpha", 1) == 1 else "{other} * {alpha}"
         return f"{{self}} {sign} {rhs}"
     return tpl
 
 
-def _rsub(a: Mapping[str, Any]) -> str:
+def _rsub(a: Mapping[str, Any], dtype: str = "f32") -> str:
     return "{other} - {self}" if a.get("alpha", 1) == 1 else "{other} - {self} * {alpha}"
 
 
-def _pow(a: Mapping[str, Any]) -> str:
+def _pow(a: Mapping[str, Any], dtype: str = "f32") -> str:
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
              0.5: "sqrt$f({self})", -1: "($T)1 / {self}", -2: "($T)1 / ({self} * {self})",
              0: "($T)1"}
+    if dtype == "f16":  # eager's f16 kernel calls pow itself: pow(-inf, 0.5) is inf
+        known.pop(0.5)
     return known.get(a["exponent"], "pow$f({self}, {exponent})")
 
 
-def _clamp(a: Mapping[str, Any]) -> str:
+def _clamp(a: Mapping[str, Any], dtype: str = "f32") -> str:
     out = "{self}"  # a NaN compares false both ways, so it passes through as in eager
     if a.get("min") is not None:
         out = f"({out} < {{min}} ? {{min}} : {out})"
@@ -104,9 +108,9 @@ def _clamp(a: Mapping[str, Any]) -> str:
     return out
 
 
-def _div_mode(a: Mapping[str, Any]) -> str:
+def _div_mode(a: Mapping[str, Any], dtype: str = "f32") -> str:
     return {None: "{self} / {other}", "trunc": "trunc$f({self} / {other})",
-            "floor": "floor$f({self} / {other})"}[a.get("rounding_mode")]
+            "floor": "tl_div_floor$f({self}, {other})"}[a.get("rounding_mode")]
 
 
 SQRT1_2 = "(($T)0.70710678118654752440)"
@@ -114,14 +118,17 @@ SQRT_2_PI = "(($T)0.79788456080286535588)"   # sqrt(2 / pi)
 INV_SQRT_2PI = "(($T)0.39894228040143267794)"  # 1 / sqrt(2 pi)
 
 
-def _gelu(a: Mapping[str, Any]) -> str:
+def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
     if a.get("approximate", "none") == "tanh":
         return (f"($T)0.5 * {{self}} * (($T)1 + tanh$f({SQRT_2_PI} * ({{self}} + "
                 f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
-    return f"($T)0.5 * {{self}} * (($T)1 + erf$f({{self}} * {SQRT1_2}))"
+    exact = f"($T)0.5 * {{self}} * (($T)1 + erf$f({{self}} * {SQRT1_2}))"
+    if dtype in ("f32", "bf16"):  # eager's vectorized f32 GELU gives NaN at +inf
+        return f"({{self}} == ($T)INFINITY ? ($T)NAN : {exact})"
+    return exact
 
 
-def _gelu_backward(a: Mapping[str, Any]) -> str:
+def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:
     if a.get("approximate", "none") == "tanh":
         inner = (f"tanh$f({SQRT_2_PI} * ({{self}} + (($T)0.044715) * {{self}} * {{self}} * "
                  f"{{self}}))")

@@ -36,6 +36,20 @@ static inline uint16_t tl_f32_to_bf16(float x) {
 }
 
 static inline float tl_round_bf16(float x) { return tl_bf16_to_f32(tl_f32_to_bf16(x)); }
+
+/* floor division of floats exactly as eager's div_floor_floating (Python semantics) */
+#define TL_DIV_FLOOR(T, SUFFIX)                                                    \
+  static inline T tl_div_floor##SUFFIX(T a, T b) {                                \
+    if (b == 0) return a / b;                                                     \
+    T mod = fmod##SUFFIX(a, b);                                                   \
+    T div = (a - mod) / b;                                                        \
+    if (mod != 0 && (b < 0) != (mod < 0)) div -= (T)1;                            \
+    if (div == 0) return copysign##SUFFIX((T)0, a / b);                           \
+    T floordiv = floor##SUFFIX(div);                                              \
+    return div - floordiv > (T)0.5 ? floordiv + (T)1 : floordiv;                  \
+  }
+TL_DIV_FLOOR(float, f)
+TL_DIV_FLOOR(double, )
 """
 
 
