@@ -19,8 +19,8 @@ from typing import Any, Callable
 import attrs
 import torch
 
-from torchloom.explain import (_flatten, load_workload, max_abs_error, run_eagerly,
-                               torchloom_cause)
+from torchloom.diagnose import compiled_failure
+from torchloom.explain import _flatten, load_workload, max_abs_error, run_eagerly
 
 VARIANTS = ("eager", "inductor", "torchloom")
 
@@ -88,11 +88,9 @@ def bench(workload: str | Path, *, pipeline: str = "default", device: str = "cpu
                 fn = make()
                 out = fn(*inputs)  # compiles
             except Exception as exc:
-                cause = torchloom_cause(exc)
-                if name == "torchloom" and cause is not None:
-                    raise cause from None
                 if name == "torchloom":
-                    raise
+                    error = compiled_failure(workload, compiler, exc)
+                    raise error from (exc if error.__cause__ is exc else None)
                 results[name] = {"skipped": f"compilation failed: "
                                             f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
                 continue

@@ -46,5 +46,12 @@ class WorkloadError(TorchloomError):
     """A workload file given to the CLI is missing ``workload()`` or failed to run."""
 
 
+class CompiledRunError(TorchloomError):
+    """A workload that runs eagerly failed when compiled with torchloom (not the user's
+    input: exit code 1, like a failing pass)."""
+
+    exit_code = 1
+
+
 class UnsupportedError(TorchloomError):
     """The frontend or a codegen cannot handle something; callers fall back to eager."""

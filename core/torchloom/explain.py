@@ -18,7 +18,8 @@ from typing import Any
 import attrs
 import torch
 
-from torchloom.errors import TorchloomError, WorkloadError
+from torchloom.diagnose import check_output_dir, compiled_failure, torchloom_cause
+from torchloom.errors import WorkloadError
 
 
 @attrs.define
@@ -34,7 +35,12 @@ def import_workload(path: str | Path):
     path = Path(path)
     if not path.exists():
         raise WorkloadError(f"{path}: workload file does not exist")
+    if path.is_dir():
+        raise WorkloadError(f"{path} is a directory; give a Python file defining workload() "
+                            f"(such as examples/gelu_bookend.py)")
     spec = importlib.util.spec_from_file_location(f"torchloom_workload_{path.stem}", path)
+    if spec is None:
+        raise WorkloadError(f"{path}: a workload must be a Python file ending in .py")
     module = importlib.util.module_from_spec(spec)
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
@@ -137,6 +143,8 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
             raise WorkloadError(f"--target {target!r}: expected a CUDA architecture such as "
                                 f"sm_90")
         device = "meta"
+    if dump_dir is not None:
+        check_output_dir(dump_dir, "--dump")
     # strict: a failing pass is an error of explain (exit code 1, with its reproducer),
     # not a silent fallback to eager
     compiler = Compiler(pipeline, dump_dir=dump_dir, device="cuda" if target else device,
@@ -153,10 +161,8 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     try:
         actual = _run(compiled, inputs, backward)
     except Exception as exc:
-        cause = torchloom_cause(exc)
-        if cause is None:
-            raise
-        raise cause from None
+        error = compiled_failure(workload, compiler, exc)
+        raise error from (exc if error.__cause__ is exc else None)
     finally:
         torch._dynamo.reset()
     data = summarize(compiler.compilations, compiler.registry, compiler.kernel_cache)
@@ -169,18 +175,6 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     data["pipeline"] = compiler.pipeline.name
     data["compile_seconds"] = round(sum(c.compile_seconds for c in compiler.compilations), 4)
     return ExplainResult(data, compiler)
-
-
-def torchloom_cause(exc: BaseException):
-    """The torchloom error behind an exception torch.compile wrapped (dynamo re-raises
-    backend errors as BackendCompilerFailed), or None."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, TorchloomError):
-            return exc
-        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
-    return None
 
 
 def format_explain(result: ExplainResult, show_ir: bool = False) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import textwrap
 from pathlib import Path
 
@@ -127,25 +128,30 @@ def test_dump_dir_holds_the_ir_after_each_pass_numbered(fake_plugins, tmp_path):
     assert "%b = " not in texts[1] and "%dead = " in texts[1]  # after cse, before dce
 
 
-@pytest.mark.parametrize("policy, caught", [("each", True), ("off", False)])
-def test_verify_each_catches_a_corrupting_pass_and_off_does_not(fake_plugins, policy, caught):
-    pipeline = pipeline_of(fake_plugins, '[[pass]]\nname = "fake.corrupt"\n', verify=policy)
+@pytest.mark.parametrize("policy, name, caught, problem", [
+    ("each", "fake.corrupt", True, "is used before it is defined"),
+    ("off", "fake.corrupt", True, "is used before it is defined"),  # off still checks order
+    ("each", "fake.retype", True, "is declared f64[4, 8] but aten.exp.default gives"),
+    ("off", "fake.retype", False, "is declared f64[4, 8] but aten.exp.default gives"),
+])
+def test_verify_each_catches_a_corrupting_pass_and_off_only_a_broken_order(
+        fake_plugins, policy, name, caught, problem):
+    pipeline = pipeline_of(fake_plugins, f'[[pass]]\nname = "{name}"\n', verify=policy)
     graph = small_graph()
     if caught:
         with pytest.raises(PassError) as info:
             run(fake_plugins, pipeline, graph)
         message = str(info.value)
-        assert message.startswith("pass 'fake.corrupt' (distribution fake-passes 1.2.3) left "
+        assert message.startswith(f"pass '{name}' (distribution fake-passes 1.2.3) left "
                                   "a graph the verifier rejects: VerifyError:")
-        assert "is used before it is defined" in message
+        assert problem in message
         assert "The graph from before the pass was restored." in message
-        assert (info.value.pass_name, info.value.distribution) == ("fake.corrupt",
-                                                                   "fake-passes")
+        assert (info.value.pass_name, info.value.distribution) == (name, "fake-passes")
         assert str(graph) == SMALL_IR
     else:
         report, _ = run(fake_plugins, pipeline, graph)
         assert report.records[0].changed
-        with pytest.raises(VerifyError, match="used before it is defined"):
+        with pytest.raises(VerifyError, match=re.escape(problem)):
             verify(graph, fake_plugins.registry)
 
 
@@ -155,7 +161,7 @@ def test_verify_end_rolls_back_the_whole_pipeline_and_says_how_to_find_the_pass(
         [[pass]]
         name = "fake.flipper"
         [[pass]]
-        name = "fake.corrupt"
+        name = "fake.retype"
     """, verify="end")
     graph = small_graph()
     with pytest.raises(PassError) as info:

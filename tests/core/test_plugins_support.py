@@ -24,7 +24,7 @@ from typing import ClassVar, Literal
 
 import attrs
 
-from torchloom.api import Pass, PassResult, hookimpl
+from torchloom.api import Pass, PassResult, TensorType, hookimpl
 
 
 @attrs.frozen
@@ -100,9 +100,21 @@ class Corrupt(Pass):
         return PassResult(True)
 
 
+@attrs.frozen
+class Retype(Pass):
+    """Declares the last result f64 where it computes f32: wiring intact, types wrong (only
+    the full verifier, not the ordering check of verify = "off", rejects it)."""
+    name: ClassVar[str] = "fake.retype"
+
+    def run(self, graph, ctx):
+        out = graph.last.output
+        out.type = TensorType.make(list(out.type.shape), "f64")
+        return PassResult(True)
+
+
 @hookimpl
 def torchloom_passes():
-    return [Tunable, NeedsTunable, AfterCse, Flipper, Boom, Corrupt]
+    return [Tunable, NeedsTunable, AfterCse, Flipper, Boom, Corrupt, Retype]
 '''
 
 #: a small graph every fake pass can run on

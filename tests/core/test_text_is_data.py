@@ -97,7 +97,8 @@ graph @g(%x: f32[4]) {{
   return %x
 }}
 """
-    verify(parse_graph(text), registry)  # an opaque op without a callable: nothing runs
+    with pytest.raises(VerifyError, match="op load_library.__self__.import_module is unknown"):
+        verify(parse_graph(text), registry)  # rejected, and nothing ran
     for name in ("load_library.__self__.import_module", "import_module.__self__.load_library",
                  "aten.add.__call__", "higher_order.__class__"):
         assert registry.lookup(name) is None, name

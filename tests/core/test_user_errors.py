@@ -113,3 +113,188 @@ def test_check_does_not_note_a_pipeline_with_passes(tmp_path, capsys):
     path.write_text('[[pass]]\nname = "dce"\n')
     code, out, _ = run_cli(capsys, "check", str(path))
     assert code == 0 and "no pass runs" not in out
+
+
+# ---- passes that break things the verifier or the runtime must catch --------------------
+
+BREAKERS = '''
+from typing import ClassVar
+
+import attrs
+
+from torchloom.api import OpDef, Pass, PassResult, hookimpl
+
+
+def _explode(x):
+    raise RuntimeError("breakers.explode refuses to run")
+
+
+def _rename_exp(graph, op):
+    for node in graph.nodes:
+        if node.op == "aten.exp.default":
+            node.op = op
+    return PassResult(True)
+
+
+@attrs.frozen
+class Explode(Pass):
+    """Turns exp into an op that the verifier accepts and that raises when it runs."""
+    name: ClassVar[str] = "breakers.explode"
+
+    def run(self, graph, ctx):
+        return _rename_exp(graph, "breakers.explode")
+
+
+@attrs.frozen
+class UnknownOp(Pass):
+    """Turns exp into an op that nothing registers."""
+    name: ClassVar[str] = "breakers.unknown-op"
+
+    def run(self, graph, ctx):
+        return _rename_exp(graph, "breakers.no_such_op")
+
+
+@attrs.frozen
+class Cycle(Pass):
+    """Makes the first node read the last node's result: a cycle."""
+    name: ClassVar[str] = "breakers.cycle"
+
+    def run(self, graph, ctx):
+        graph.first.set_input(0, graph.last.output)
+        return PassResult(True)
+
+
+@hookimpl
+def torchloom_passes():
+    return [Explode, UnknownOp, Cycle]
+
+
+@hookimpl
+def torchloom_ops(registry):
+    registry.register(OpDef("breakers.explode", "opaque", fn=_explode,
+                            infer=lambda node: [node.inputs[0].type]))
+'''
+
+
+@pytest.fixture
+def breakers(fake_site, tmp_path):
+    """The ``breakers`` plugin installed; ``work.py`` beside a pipeline per pass."""
+    fake_site.add("torchloom-breakers", version="0.3", modules={"tl_breakers": BREAKERS},
+                  entry_points={"breakers": "tl_breakers"})
+    (tmp_path / "work.py").write_text(WORKLOAD)
+
+    def pipeline(pass_name: str, verify: str = "each") -> Path:
+        path = tmp_path / f"{pass_name.split('.')[1]}-{verify}.toml"
+        path.write_text(f'[pipeline]\nverify = "{verify}"\n\n[[pass]]\nname = "{pass_name}"\n')
+        return path
+    return pipeline
+
+
+def test_a_pass_creating_an_unknown_op_is_rejected_by_verify_naming_the_pass(
+        breakers, tmp_path, capsys, cache):
+    code, out, err = run_cli(capsys, "explain", str(tmp_path / "work.py"), "--pipeline",
+                             str(breakers("breakers.unknown-op")))
+    assert code == 1 and out == ""
+    assert err.startswith("torchloom explain: error: pass 'breakers.unknown-op' (distribution "
+                          "torchloom-breakers 0.3) left a graph the verifier rejects: "
+                          "VerifyError: in graph @graph0: op breakers.no_such_op is unknown")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("verify", ["off", "end"])
+def test_a_pass_creating_a_cycle_is_named_even_with_verify_off(breakers, tmp_path, capsys,
+                                                               cache, verify):
+    code, out, err = run_cli(capsys, "explain", str(tmp_path / "work.py"), "--pipeline",
+                             str(breakers("breakers.cycle", verify)))
+    assert code == 1 and out == ""
+    assert err.startswith("torchloom explain: error: pass 'breakers.cycle' (distribution "
+                          "torchloom-breakers 0.3) left a graph the verifier rejects: "
+                          "VerifyError: in graph @graph0: input 0 (%mul) is used before it "
+                          "is defined (a cycle, or nodes out of order)"), err
+    assert "Traceback" not in err
+
+
+def test_under_torch_compile_a_cycle_with_verify_off_runs_the_graph_eagerly(breakers, cache):
+    import torch
+
+    from torchloom.compiler import Compiler
+    from torchloom.frontend.backend import torchloom_backend
+    compiler = Compiler(breakers("breakers.cycle", "off"))
+
+    def f(x, y):
+        return (x + y).exp() * 2
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    try:
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+    finally:
+        torch._dynamo.reset()
+    [comp] = compiler.compilations
+    assert comp.fallback_reason.startswith("pass 'breakers.cycle' (distribution "
+                                           "torchloom-breakers 0.3) left a graph the verifier")
+
+
+def test_a_workload_failing_only_when_compiled_says_so_and_names_the_node(
+        breakers, tmp_path, capsys, cache):
+    code, out, err = run_cli(capsys, "explain", str(tmp_path / "work.py"), "--pipeline",
+                             str(breakers("breakers.explode")))
+    assert code == 1 and out == ""
+    assert_one_paragraph(err, "explain", tmp_path / "work.py")
+    assert ": the workload runs eagerly without error, but fails when compiled with " \
+           "torchloom (pipeline 'explode-each'): the compiled graph @graph0 at node " \
+           "`%exp = breakers.explode(%add) : f32[4, 8]` raised: RuntimeError: " \
+           "breakers.explode refuses to run. Rerun with --traceback" in err
+    assert main(["--traceback", "explain", str(tmp_path / "work.py"), "--pipeline",
+                 str(breakers("breakers.explode"))]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "tl_breakers.py" in err
+
+
+def test_a_failure_while_compiling_names_the_graph(tmp_path, capsys, cache, monkeypatch):
+    from torchloom.runtime import executor
+    (tmp_path / "work.py").write_text(WORKLOAD)
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no room for the plan")
+    monkeypatch.setattr(executor, "build_function", broken)
+    code, out, err = run_cli(capsys, "explain", str(tmp_path / "work.py"), "--pipeline", "none")
+    assert code == 1 and out == ""
+    assert_one_paragraph(err, "explain", tmp_path / "work.py")
+    assert "fails when compiled with torchloom (pipeline 'none'): compiling graph0 failed " \
+           "(torchloom or a plugin): MemoryError: no room for the plan." in err
+
+
+# ---- torchloom explain: the workload and --dump ---------------------------------------
+
+@pytest.mark.parametrize("kind, message", [
+    ("directory", " is a directory; give a Python file defining workload()"),
+    ("text", ": a workload must be a Python file ending in .py"),
+])
+def test_explain_on_something_that_is_no_workload_file(tmp_path, capsys, cache, kind,
+                                                       message):
+    path = tmp_path / ("models" if kind == "directory" else "notes.txt")
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text(WORKLOAD)
+    code, out, err = run_cli(capsys, "explain", str(path))
+    assert code == 2 and out == ""
+    assert_one_paragraph(err, "explain", path)
+    assert err.startswith(f"torchloom explain: error: {path}{message}")
+
+
+@pytest.mark.parametrize("where", ["file", "inside a file"])
+def test_explain_dump_into_a_file_is_an_error_before_anything_runs(tmp_path, capsys, cache,
+                                                                   where):
+    (tmp_path / "work.py").write_text(WORKLOAD)
+    (tmp_path / "taken").write_text("not a directory")
+    dump = tmp_path / "taken" if where == "file" else tmp_path / "taken" / "dump"
+    code, out, err = run_cli(capsys, "explain", str(tmp_path / "work.py"), "--dump", str(dump))
+    assert code == 2 and out == ""
+    assert err.startswith(f"torchloom explain: error: --dump {dump}: ")
+    assert ("the path exists and is not a directory" if where == "file"
+            else "cannot create the directory: Not a directory") in err
+    assert "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "not a directory"

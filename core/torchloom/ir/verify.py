@@ -5,6 +5,7 @@
 - Use lists: ``value.uses`` lists exactly the input slots that read the value.
 - Types: output types agree with the op's shape/dtype inference (when it can infer).
 - Python ops: a ``python.*`` op must be registered (text never names Python to call).
+- Known ops: every other op is registered or is a torch op (with a registry).
 - Regions: a region's inputs and outputs match its node's inputs and outputs in number
   and type.
 - Shared subgraphs: every ``torchloom.call_subgraph`` names (``callee``) a subgraph of the
@@ -42,6 +43,32 @@ def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None) -> No
                 if node.op == CALL_SUBGRAPH:
                     _verify_call(node)
     _check_no_recursion(graph)
+
+
+def check_order(graph: Graph) -> None:
+    """The one check that ``verify = "off"`` keeps: every node reads only values defined
+    before it (in its graph, its regions, the shared subgraphs), so that no later pass and
+    no runtime build walks a cycle. Linear in the number of inputs; no type inference."""
+    for unit in (graph, *graph.subgraphs.values()):
+        _check_order(unit)
+
+
+def _check_order(graph: Graph) -> None:
+    defined = set(graph.inputs)
+    for count, node in enumerate(graph.nodes, 1):
+        if count > len(graph):
+            raise node_error(node, "node list is corrupt (it loops)")
+        for i, v in enumerate(node.inputs):
+            if v not in defined:
+                raise node_error(node, f"input {i} (%{v.name}) is used before it is defined "
+                                       f"(a cycle, or nodes out of order)")
+        if node.region is not None:
+            _check_order(node.region)
+        defined.update(node.outputs)
+    for i, v in enumerate(graph.outputs):
+        if v not in defined:
+            raise VerifyError(f"in graph @{graph.name}: output {i} (%{v.name}) is not "
+                              f"defined in this graph")
 
 
 def _callees(graph: Graph) -> set[str]:
@@ -186,12 +213,20 @@ def _same_type(a, b) -> bool:
     return a == b
 
 
+#: the IR's own leaf op (``runtime.executor.CONSTANT``): values the compiler binds
+_CONSTANT = "torchloom.constant"
+
+
 def _verify_types(node: Node, registry) -> None:
     if node.op.startswith("python.") and registry.lookup(node.op) is None:
         raise node_error(node, f"op {node.op} is not in the op registry: IR text never "
                                f"names Python to import or call; a Python callable is an op "
                                f"only when the frontend (for the FX graph it imports) or a "
                                f"plugin (torchloom_ops) registers it")
+    if node.op != _CONSTANT and registry.lookup(node.op) is None:
+        raise node_error(node, f"op {node.op} is unknown: no plugin registers it "
+                               f"(torchloom_ops) and torch has no op of that name; a pass "
+                               f"may only create ops the registry knows")
     opdef = registry.get(node.op)
     if opdef.category == "opaque" and opdef.fn is None:
         return

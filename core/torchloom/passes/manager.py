@@ -19,7 +19,7 @@ import attrs
 
 from torchloom.errors import PassError, PipelineError, PluginError, TorchloomError, VerifyError
 from torchloom.ir.graph import Graph
-from torchloom.ir.verify import verify
+from torchloom.ir.verify import check_order, verify
 from torchloom.passes.base import PassContext, PassResult
 from torchloom.passes.pipeline import FixpointStep, PassStep, Pipeline
 from torchloom.passes.snapshot import GraphSnapshot
@@ -135,6 +135,7 @@ class PassManager:
                        only=after.changed_since(snapshot) if state.verified else None)
                 state.verified = True
             else:  # nothing to compare: one snapshot alive at a time (memory, collector)
+                check_order(graph)  # a cycle would hang later passes or the runtime build
                 state.snapshot = snapshot = None
                 after = GraphSnapshot(graph)
             state.snapshot = after

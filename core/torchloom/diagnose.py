@@ -1,0 +1,96 @@
+"""What the face commands (``explain``, ``bench``) tell a user when something goes wrong
+that is not a torchloom error already: one paragraph that names the file, says what
+failed and what to do next.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from torchloom.errors import CompiledRunError, TorchloomError
+from torchloom.ir.text import print_node
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """Create the directory an option (``--dump``) names, or say why it cannot be."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise TorchloomError(f"{option} {path}: the path exists and is not a directory; give "
+                             f"a directory (it is created if missing) or move the file away")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TorchloomError(f"{option} {path}: cannot create the directory: "
+                             f"{exc.strerror or exc}; give a directory you can write to") from None
+    return path
+
+
+def compiled_failure(workload: str | Path, compiler, exc: BaseException) -> TorchloomError:
+    """The error to report when the workload, which ran eagerly, raised under
+    ``torch.compile`` with torchloom: a torchloom error behind ``exc`` as it is, or a
+    :class:`CompiledRunError` saying which stage (compiling a graph, or running a compiled
+    graph, at which node) failed."""
+    cause = torchloom_cause(exc)
+    if cause is not None:
+        return cause
+    inner = _chain(exc)
+    root = inner[-1]
+    detail = f"{type(root).__name__}: {(str(root).strip().splitlines() or [''])[0]}"
+    where = _compiled_frame(inner, compiler)
+    if where is not None:
+        what = f"the compiled graph {where} raised"
+    elif any(type(e).__name__ == "BackendCompilerFailed" for e in inner):
+        what = f"compiling graph{len(compiler.compilations)} failed (torchloom or a plugin)"
+    else:
+        what = "running it under torch.compile with the torchloom backend raised"
+    error = CompiledRunError(
+        f"{workload}: the workload runs eagerly without error, but fails when compiled with "
+        f"torchloom (pipeline {compiler.pipeline.name!r}): {what}: {detail}. Rerun with "
+        f"--traceback for the whole traceback, and with --pipeline none to see whether a "
+        f"pass is involved; if so, report it to the pass's plugin, else to torchloom.")
+    error.__cause__ = exc
+    return error
+
+
+def torchloom_cause(exc: BaseException):
+    """The torchloom error behind an exception torch.compile wrapped (dynamo re-raises
+    backend errors as BackendCompilerFailed), or None."""
+    for e in _chain(exc):
+        if isinstance(e, TorchloomError):
+            return e
+    return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions behind it, outermost first."""
+    seen: list[BaseException] = []
+    while exc is not None and all(exc is not s for s in seen):
+        seen.append(exc)
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+    return seen
+
+
+def _compiled_frame(chain: list[BaseException], compiler) -> str | None:
+    """``@graph0 at <node>`` for the innermost frame of torchloom's generated code (its
+    file name is ``<torchloom @graph>``), or None when the failure was elsewhere."""
+    found = None
+    for e in chain:
+        tb = e.__traceback__
+        while tb is not None:
+            m = re.fullmatch(r"<torchloom @(.+)>", tb.tb_frame.f_code.co_filename)
+            if m:
+                found = (m.group(1), tb.tb_lineno)
+            tb = tb.tb_next
+    if found is None:
+        return None
+    name, line = found
+    for comp in compiler.compilations:
+        if comp.graph is None or comp.graph.name != name or comp.compiled is None:
+            continue
+        lines = comp.compiled.source.splitlines()
+        call = re.search(r"\bf(\d+)\(", lines[line - 1]) if 0 < line <= len(lines) else None
+        nodes = list(comp.graph.nodes)
+        if call and int(call.group(1)) < len(nodes):
+            return f"@{name} at node `{print_node(nodes[int(call.group(1))])}`"
+    return f"@{name} (line {line} of its generated code)"
