@@ -5,6 +5,7 @@ rewritten, like a torn write."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -128,3 +129,63 @@ def test_a_compile_cache_directory_linked_out_of_the_cache_is_not_used(tmp_path,
     assert not cache.path(key).parent.is_symlink() and planted.read_text() == before
     hit = GraphCache(tmp_path / "cache" / "graphs", identity).load(key, default_registry())
     assert hit is not None and hit.report.notes == ["rebuilt"]
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+DEEP_IR = ("graph @g0(%p: f32[4, 8]) {\n"
+           f"  %s = aten.mul.Tensor(%p, %p) {{alpha = {'[' * 100_000}1{']' * 100_000}}} : f32[4, 8]\n"
+           "  return %s\n}\n")
+
+
+@pytest.mark.parametrize("where", ["entry", "source"])
+def test_a_kernel_entry_nested_too_deep_is_damaged_and_rebuilt(tmp_path, caplog, where):
+    directory = tmp_path / "kernels"
+    entry = _warm(directory)
+    if where == "entry":
+        entry.write_text(DEEP_JSON)
+    else:  # the eager codegen's source is IR text
+        data = json.loads(entry.read_text())
+        (directory / data["source_file"]).unlink()
+        name = f"{entry.stem}-{hashlib.sha256(DEEP_IR.encode()).hexdigest()[:16]}.src"
+        (directory / name).write_text(DEEP_IR)
+        _rewrite(entry, source_file=name,
+                 source_sha256=hashlib.sha256(DEEP_IR.encode()).hexdigest())
+    _assert_rebuilt(directory, entry, caplog)
+
+
+@pytest.mark.parametrize("where", ["entry", "ir"])
+def test_a_compile_cache_entry_nested_too_deep_is_damaged_and_rebuilt(tmp_path, caplog, where):
+    identity = {"pipeline": "p"}
+    graph = parse_graph(LAYER)
+    cache = GraphCache(tmp_path / "graphs", identity)
+    key = cache.key(graph)
+    cache.store(key, graph, RunReport([], []))
+    path = cache.path(key)
+    if where == "entry":
+        path.write_text(DEEP_JSON)
+    else:
+        data = json.loads(path.read_text())
+        data.pop("checksum")
+        data["ir"] = DEEP_IR
+        path.write_text(json.dumps({**data, "checksum": checksum(data)}))
+    with caplog.at_level(logging.WARNING, logger="torchloom.cache"):
+        assert cache.load(key, default_registry()) is None
+    assert cache.corrupt == 1
+    assert any(path.name in r.getMessage() and "unusable" in r.getMessage()
+               for r in caplog.records)
+    cache.store(key, graph, RunReport([], ["rebuilt"]))
+    assert GraphCache(tmp_path / "graphs", identity).load(
+        key, default_registry()).report.notes == ["rebuilt"]
+
+
+def test_a_reproducer_nested_too_deep_is_a_clear_error(tmp_path, capsys):
+    from torchloom.cli import main
+    from torchloom.ir.text import MAX_NESTING
+    d = tmp_path / "repro"
+    d.mkdir()
+    (d / "before.ir").write_text(DEEP_IR.replace("@g0", "@main"))
+    (d / "pass.json").write_text(json.dumps({"pass": "dce", "options": {}}))
+    assert main(["reproduce", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert f"before.ir:2:" in err and f"nested more than {MAX_NESTING} levels deep" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1

@@ -194,3 +194,26 @@ def test_graph_names_with_any_characters_round_trip():
     back = parse_graph(text)
     assert back.name == "my graph/é" and next(back.nodes).region.name == 'k "0"'
     assert print_graph(back) == text
+
+
+def _nested_attr(depth: int) -> str:
+    return ("graph @g(%x: f32[4]) {\n"
+            f"  %a = aten.add.Tensor(%x, %x) {{alpha = {'[' * depth}1{']' * depth}}} : f32[4]\n"
+            "  return %a\n}\n")
+
+
+def _nested_regions(depth: int) -> str:
+    opened = "".join(f"  %r{i} = torchloom.fusion_group(%x) : f32[4] region @g{i}(%x: f32[4]) {{\n"
+                     for i in range(depth))
+    closed = "".join(f"  return %r{i}\n}}\n" for i in reversed(range(depth)))
+    return f"graph @g(%x: f32[4]) {{\n{opened}  return %x\n}}\n{closed}"
+
+
+def test_nesting_up_to_the_limit_round_trips_and_deeper_is_a_parse_error():
+    from torchloom.ir.text import MAX_NESTING
+    for make in (_nested_attr, _nested_regions):
+        graph = parse_graph(make(MAX_NESTING))
+        assert print_graph(parse_graph(print_graph(graph))) == print_graph(graph)
+        for depth in (MAX_NESTING + 1, 100_000 if make is _nested_attr else 5_000):
+            with pytest.raises(ParseError, match=f"nested more than {MAX_NESTING} levels deep"):
+                parse_graph(make(depth))

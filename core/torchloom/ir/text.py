@@ -13,7 +13,8 @@ Types: ``f32[8, 4]``, optionally followed by ``strided[1, 8]`` (non-contiguous) 
 ``float``, ``bool``, ``str``, ``none``, ``any``. Attribute values: ints, floats, strings,
 ``true``/``false``/``none``, lists ``[...]``, input references ``$i``, and torch enums
 ``#f32``, ``#contiguous_format``, ``#strided``, ``#cuda:0``. A region node ends with
-``region @name(%p: type, ...) { ... }``.
+``region @name(%p: type, ...) { ... }``. Regions and lists nest at most
+:data:`MAX_NESTING` deep (deeper text is a :class:`ParseError`, not a ``RecursionError``).
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE | re.DOTALL)
 
 _EOF_PADDING = 4  # peek(offset) past the end reads "eof" without a bounds check
+#: regions in regions, lists in lists: far beyond any real graph, far below the stack limit
+MAX_NESTING = 100
 
 
 class _Parser:
@@ -167,6 +170,13 @@ class _Parser:
         tokens.extend([("eof", "", line, len(text) - col_base + 1)] * _EOF_PADDING)
         self.tokens = tokens
         self.i = 0
+        self.depth = 0  # open regions and attribute lists
+
+    def nest(self, tok) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.error(f"regions or attribute lists nested more than {MAX_NESTING} "
+                             f"levels deep", tok)
 
     # -- token helpers
     def peek(self, offset: int = 0):
@@ -289,7 +299,9 @@ class _Parser:
                              f"{len(types)} types", result_toks[0] if result_toks else None)
         region = None
         if self.accept("region"):
+            self.nest(self.peek())
             region = self.parse_body(self.take_name("a region name like @g0"))
+            self.depth -= 1
         node = Node(op, inputs, attrs, region)
         if region is not None:
             region.owner = node
@@ -340,9 +352,11 @@ class _Parser:
             items = []
             if self.accept("]"):
                 return tuple(items)
+            self.nest(tok)
             while True:
                 items.append(self.parse_attr_value())
                 if self.accept("]"):
+                    self.depth -= 1
                     return tuple(items)
                 self.expect(",")
         self.i -= 1

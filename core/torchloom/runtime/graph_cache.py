@@ -86,7 +86,8 @@ class GraphCache:
         except FileNotFoundError:
             self.misses += 1
             return None
-        except (OSError, ValueError, KeyError, TypeError, TorchloomError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError,
+                TorchloomError) as exc:  # RecursionError: JSON nested (forged) too deep
             self._report(path, exc)
             return None
         self.hits += 1
