@@ -198,3 +198,46 @@ def test_dropout_in_training_draws_the_same_mask_as_eager(pipeline):
     assert torch.equal(got == 0, want == 0)
     torch.testing.assert_close(got, want)
     assert_all_compiled(compiler, 1)
+
+
+#: norms whose CPU kernels return low-precision statistics where the meta kernels say f32
+LOW_PRECISION_NORMS = {
+    "layer_norm": (lambda: nn.LayerNorm(16), (4, 6, 16)),
+    "batch_norm_train": (lambda: nn.BatchNorm1d(6), (4, 6, 16)),
+    "batch_norm_eval": (lambda: nn.BatchNorm1d(6).eval(), (4, 6, 16)),
+}
+
+
+def _forward_backward(model, x, grad):
+    """The output, the input's gradient, the parameters' gradients and the buffers."""
+    x = x.detach().clone().requires_grad_()
+    out = model(x)
+    out.backward(grad)
+    return [out, x.grad, *(p.grad for p in model.parameters()), *model.buffers()]
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", sorted(LOW_PRECISION_NORMS))
+def test_low_precision_norms_on_cpu_compile_and_match_eager(name, dtype, pipeline):
+    """Types follow what the CPU kernels return (bf16 mean/rstd), so the graphs compile.
+
+    Results agree with eager within eager's own rounding error: torchloom may keep in f32
+    what eager's kernel rounds (a weight gradient sums 24 products), so each result is
+    allowed twice eager's distance from the same computation in float64."""
+    make_model, shape = LOW_PRECISION_NORMS[name]
+    torch.manual_seed(0)
+    model = make_model().to(dtype)
+    exact_model, reference = copy.deepcopy(model).double(), copy.deepcopy(model)
+    x = torch.randn(shape, dtype=dtype)
+    grad = torch.randn(shape, dtype=dtype)
+    compiled, compiler = compile_with(model, pipeline)
+    got = _forward_backward(compiled, x, grad)
+    want = _forward_backward(reference, x, grad)
+    exact = _forward_backward(exact_model, x.double(), grad.double())
+    assert_all_compiled(compiler, 2)  # forward and backward, none of them eagerly
+    for i, (a, b, e) in enumerate(zip(got, want, exact, strict=True)):
+        assert a.dtype == b.dtype, i
+        eager_error = (b.double() - e).abs().max().item()
+        torch.testing.assert_close(a, b, atol=max(1e-5, 2 * eager_error), rtol=0,
+                                   msg=lambda m: f"{name} result {i}: {m}")

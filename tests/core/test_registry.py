@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from functorch.compile import aot_function, make_boxed_func
 
 from torchloom.frontend.fx import import_fx
+from torchloom.errors import VerifyError
 from torchloom.ir import parse_graph, verify
 from torchloom.ops.aten import default_registry
 from torchloom.ops.registry import OpDef, OpRegistry
@@ -308,3 +309,32 @@ graph @g(%x: f32[2, 2], %w: f32[2, 2]) {
     (got,) = build_function(g, registry).fn(x, w)
     v = (x @ w).view(4)
     torch.testing.assert_close(got, v + 3 * (v + 2))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_inferred_types_follow_the_device_not_the_meta_kernel(registry, dtype):
+    """On CPU, low-precision layer norm returns mean/rstd in its own dtype (the meta kernel
+    says f32); on CUDA they are f32. Inference gives what the graph's device returns."""
+    def graph(device: str, stats: str):
+        on = "" if device == "cpu" else f" @{device}"
+        x, s = f"{dtype}[4, 8]{on}", f"{stats}[4, 1]{on}"
+        return parse_graph(f"""\
+graph @g(%x: {x}, %w: {dtype}[8]{on}) {{
+  %y, %m, %r = aten.native_layer_norm.default(%x, %w, %w)
+      {{eps = 1e-05, normalized_shape = [8]}} : {x}, {s}, {s}
+  return %y, %m, %r
+}}
+""")
+    verify(graph("cpu", dtype), registry)
+    verify(graph("cuda:0", "f32"), registry)
+    with pytest.raises(VerifyError, match=rf"declared f32\[4, 1\] but .* gives {dtype}\[4, 1\]"):
+        verify(graph("cpu", "f32"), registry)
+    with pytest.raises(VerifyError, match=rf"declared {dtype}\[4, 1\] @cuda:0 but .* gives f32"):
+        verify(graph("cuda:0", dtype), registry)
+    torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    x, w = torch.randn(4, 8, dtype=torch_dtype), torch.randn(8, dtype=torch_dtype)
+    got = build_function(graph("cpu", dtype), registry).fn(x, w)
+    want = torch.ops.aten.native_layer_norm.default(x, [8], w, w, 1e-5)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b)

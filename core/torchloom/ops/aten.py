@@ -15,13 +15,11 @@ IR text may name, as reproducers and golden tests do) is registered up front.
 
 from __future__ import annotations
 
-import functools
 import operator
 
-import attrs
 import torch
 
-from torchloom.ops.registry import OpDef, OpRegistry, _device_of, meta_infer
+from torchloom.ops.registry import OpDef, OpRegistry
 
 #: categories the tags get wrong or leave out
 CATEGORY_OVERRIDES: dict[str, str] = {
@@ -123,30 +121,9 @@ def opdef_for_overload(name: str, op: torch._ops.OpOverload) -> OpDef:
     if category == "view" and not aliases:  # _unsafe_view; list views (split) alias the lot
         aliases = {-1 if _returns_list(schema) else 0: schema.arguments[0].name}
     fn = getattr(op, "_op", op)  # the C++ entry point: no Python frame per call
-    opdef = OpDef(name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
-                  returns_sequence=len(schema.returns) != 1 or _returns_list(schema),
-                  public_fn=_public_binding(op))
-    if name in _EMPTY_STATS_ON_CPU:
-        opdef = attrs.evolve(opdef, infer=functools.partial(_batch_norm_eval_infer, opdef,
-                                                            _EMPTY_STATS_ON_CPU[name]))
-    return opdef
-
-
-#: eval-mode batch norms whose CPU kernel returns empty saved statistics (outputs 1 and 2)
-#: where the meta kernel gives [C]; the attribute says when the op is in eval mode
-_EMPTY_STATS_ON_CPU = {
-    "aten._native_batch_norm_legit_no_training.default": None,
-    "aten.native_batch_norm.default": "training",
-}
-
-
-def _batch_norm_eval_infer(opdef: OpDef, training_attr: str | None, node):
-    types = meta_infer(opdef, node)
-    if types is None or _device_of(node) != "cpu":
-        return types
-    if training_attr is not None and node.attrs.get(training_attr) is not False:
-        return types
-    return [types[0]] + [t.with_(shape=(0,), strides=None) for t in types[1:]]
+    return OpDef(name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
+                 returns_sequence=len(schema.returns) != 1 or _returns_list(schema),
+                 public_fn=_public_binding(op))
 
 
 def _public_binding(op: torch._ops.OpOverload):

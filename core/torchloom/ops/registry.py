@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchloom.ir.graph import InputRef, Node
 from torchloom.ir.types import ScalarType, TensorType, Type, type_of
@@ -41,7 +42,7 @@ class OpDef:
     returns_sequence: bool = False
     #: extra facts for passes and codegens (e.g. {"composite": True})
     traits: frozenset[str] = frozenset()
-    #: cache of meta-tensor inference, owned by this definition (not module-global)
+    #: cache of type inference, owned by this definition (not module-global)
     _memo: dict = attrs.field(factory=dict, eq=False, repr=False)
     #: torch's Python binding of the same op (``torch.mm`` for ``aten.mm.default``): it
     #: skips the boxed call of ``fn``; used where :meth:`callable_for` proves it equivalent
@@ -182,12 +183,26 @@ def _meta(t: Type):
     raise _Symbolic
 
 
+def _fake(t: TensorType):
+    """A tensor of type ``t`` (created inside a ``FakeTensorMode``: no memory)."""
+    if not t.is_static:
+        raise _Symbolic
+    return torch.empty_strided(t.shape, t.actual_strides(), dtype=t.torch_dtype,
+                               device=t.device)
+
+
 class _Symbolic(Exception):
     pass
 
 
 def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
-    """Infer output types by running ``op.fn`` on meta tensors (memoised per op)."""
+    """Infer output types by running ``op.fn`` on fake tensors of the node's own devices
+    (memoised per op).
+
+    Fake tensors, not plain ``meta`` ones: some CPU kernels return other dtypes or shapes
+    than the meta kernels say (bf16 ``native_layer_norm`` gives bf16 mean/rstd on CPU,
+    f32 on meta; eval-mode batch norm on CPU saves empty statistics), and torch's fake
+    implementations follow the device, as the FX graphs that torch.compile hands us do."""
     if op.fn is None:
         return None
     key = (tuple(v.type for v in node.inputs), _hashable(node.attrs))
@@ -198,14 +213,15 @@ def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
     except TypeError:  # unhashable attribute
         key = None
     try:
-        metas = [_meta(v.type) if isinstance(v.type, TensorType) else _scalar_example(v.type)
-                 for v in node.inputs]
-        args, kwargs = op.bind(metas, _meta_attrs(node.attrs))
-        with torch.no_grad():
+        # no fallback kernels: an op without a meta or fake kernel is not run for real
+        with FakeTensorMode(allow_fallback_kernels=False), torch.no_grad():
+            fakes = [_fake(v.type) if isinstance(v.type, TensorType) else
+                     _scalar_example(v.type) for v in node.inputs]
+            args, kwargs = op.bind(fakes, node.attrs)
             result = op.fn(*args, **kwargs)
     except _Symbolic:
         return None
-    except Exception:  # an op that has no meta kernel: its types cannot be checked
+    except Exception:  # an op that has no fake kernel: its types cannot be checked
         return None
     results = list(result) if op.returns_sequence else [result]
     device = _device_of(node)

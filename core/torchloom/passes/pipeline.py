@@ -3,7 +3,7 @@
 ```toml
 [pipeline]
 name = "default"
-codegen = "triton"     # groups it does not support run on "eager"
+codegen = ["triton", "cpu"]  # tried in order per group; "eager" runs what none takes
 verify = "each"        # each | end | off
 on_error = "raise"     # raise | skip
 
@@ -79,7 +79,9 @@ class Pipeline:
     source: str
     text: str
     steps: tuple[PassStep | FixpointStep, ...] = ()
-    codegen: str = "eager"
+    codegen: str = "eager"  # the first of ``codegens``
+    #: the codegens tried in order for each group (``eager`` runs what none of them takes)
+    codegens: tuple[str, ...] = ()
     verify: str = "each"
     on_error: str = "raise"
     disable: tuple[str, ...] = ()
@@ -101,7 +103,7 @@ class Pipeline:
         core's source and the pipeline settings. Part of every compile-cache key."""
         ids = [s.pass_.identity(s.distribution, s.version, self.sources)
                for s in self.flat_steps()]
-        blob = json.dumps({"passes": ids, "codegen": self.codegen,
+        blob = json.dumps({"passes": ids, "codegen": list(self.codegens) or self.codegen,
                            "core": self.sources.of_package(CORE_PACKAGE),
                            "runtime": {k: repr(v) for k, v in sorted(self.runtime.items())},
                            "fixpoints": [s.max_iterations for s in self.steps
@@ -202,7 +204,14 @@ def _check_shape(data: dict, text: str, source: str) -> None:
     if "pass" in data and not (isinstance(data["pass"], list)
                                and all(isinstance(p, dict) for p in data["pass"])):
         raise fail("pass", "pass must be an array of tables: write [[pass]] before each pass")
-    for key in ("name", "codegen", "description"):
+    codegen = data.get("pipeline", {}).get("codegen")
+    if isinstance(codegen, list) and codegen and all(isinstance(c, str) for c in codegen):
+        pass  # a list of codegens, tried in order
+    elif codegen is not None and not isinstance(codegen, str):
+        raise fail("pipeline", f"[pipeline] codegen must be a string or a non-empty list of "
+                               f"strings, got {codegen!r}", lines.key(lines.table("pipeline"),
+                                                                     "codegen"))
+    for key in ("name", "description"):
         value = data.get("pipeline", {}).get(key)
         if value is not None and not isinstance(value, str):
             raise fail("pipeline", f"[pipeline] {key} must be a string, got {value!r}",
@@ -277,8 +286,10 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
         raise err(lines.key(head_line, "on_error"),
                   f"on_error = {on_error!r} must be one of {', '.join(ON_ERROR)}")
     codegen = head.get("codegen", "eager")
-    if not isinstance(codegen, str):
-        raise err(lines.key(head_line, "codegen"), "codegen must be a string")
+    codegens = tuple(codegen) if isinstance(codegen, list) else (codegen,)
+    if not codegens or not all(isinstance(c, str) for c in codegens):
+        raise err(lines.key(head_line, "codegen"), "codegen must be a string or a non-empty "
+                                                   "list of strings")
     plug = data.get("plugins", {})
     for key in plug:
         if key != "disable":
@@ -296,7 +307,8 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
         if step is not None:
             steps.append(step)
     pipeline = Pipeline(name=head.get("name", Path(src).stem), source=src, text=raw.text,
-                        steps=tuple(steps), codegen=codegen, verify=verify, on_error=on_error,
+                        steps=tuple(steps), codegen=codegens[0], codegens=codegens,
+                        verify=verify, on_error=on_error,
                         disable=raw.disable, runtime=runtime, missing_optional=tuple(missing),
                         sources=getattr(plugins, "sources", None) or SourceHashes())
     _check_constraints(pipeline, err)

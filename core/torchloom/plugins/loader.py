@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -82,10 +82,12 @@ class PluginSet:
     def codegen(self, name: str):
         return self.codegens[name].obj
 
-    def codegen_chain(self, preferred: str) -> list[Any]:
-        """Codegens to try for a group: the preferred one, then ``eager``."""
-        chain = [self.codegens[preferred].obj] if preferred in self.codegens else []
-        if preferred != "eager":
+    def codegen_chain(self, preferred: str | Sequence[str]) -> list[Any]:
+        """Codegens to try for a group: the preferred ones that are installed, in order
+        (each declines the groups it does not serve, e.g. devices), then ``eager``."""
+        names = [preferred] if isinstance(preferred, str) else list(preferred)
+        chain = [self.codegens[n].obj for n in dict.fromkeys(names) if n in self.codegens]
+        if "eager" not in names:
             chain.append(self.codegens["eager"].obj)
         return chain
 
