@@ -111,7 +111,7 @@ def _check(args) -> int:
     plugins = load_plugins(disable=raw.disable)
     pipeline = build_pipeline(raw, plugins)
     steps = len(pipeline.flat_steps())
-    print(f"{raw.source}: ok ({steps} passes, codegen {pipeline.codegen}, verify "
+    print(f"{raw.source}: ok ({steps} passes, codegen {', '.join(pipeline.codegens)}, verify "
           f"{pipeline.verify}, fingerprint {pipeline.fingerprint()})")
     for name in pipeline.missing_optional:
         print(f"  note: optional pass {name!r} is not installed")
@@ -119,11 +119,15 @@ def _check(args) -> int:
         what = f"{raw.source} is empty" if not raw.data else "the pipeline has no [[pass]]"
         print(f"  note: {what}: no pass runs, so graphs are compiled as they are imported "
               f"(every op its own kernel); add [[pass]] tables to fuse")
-    if pipeline.codegen not in plugins.codegens:
+    for name in pipeline.codegens:
+        if name in plugins.codegens:
+            continue
         import difflib
-        close = difflib.get_close_matches(pipeline.codegen, list(plugins.codegens), n=1)
-        print(f"  note: codegen {pipeline.codegen!r} is not installed, every group will run on "
-              f"'eager' (installed: {', '.join(sorted(plugins.codegens))})"
+        close = difflib.get_close_matches(name, list(plugins.codegens), n=1)
+        fallback = ("every group will run on 'eager'" if len(pipeline.codegens) == 1
+                    else "its groups run on the next codegen or 'eager'")
+        print(f"  note: codegen {name!r} is not installed, {fallback} "
+              f"(installed: {', '.join(sorted(plugins.codegens))})"
               + (f"; did you mean {close[0]!r}?" if close else ""))
     return 0
 

@@ -103,9 +103,10 @@ class Compiler:
             "versions": versions(self.plugins)}) if compile_cache else None
         self.compilations: list[Compilation] = []
         self.notes: list[str] = []
-        if self.pipeline.codegen not in self.plugins.codegens:
-            self.notes.append(f"codegen {self.pipeline.codegen!r} is not installed; all groups "
-                              f"run on 'eager'")
+        for name in self.pipeline.codegens or (self.pipeline.codegen,):
+            if name not in self.plugins.codegens:
+                self.notes.append(f"codegen {name!r} is not installed; the groups it would "
+                                  f"compile run on the next codegen or 'eager'")
 
     @property
     def registry(self):
@@ -138,7 +139,7 @@ class Compiler:
             comp.report = manager.run(graph, ctx)
             if key is not None:
                 self.graph_cache.store(key, graph, comp.report)
-        chain = self.plugins.codegen_chain(self.pipeline.codegen)
+        chain = self.plugins.codegen_chain(self.pipeline.codegens or self.pipeline.codegen)
         if self.target is not None:
             chain, declined = target_codegens(chain, self.target)
             comp.static = StaticPlan(graph, self.registry, chain, self.target,
