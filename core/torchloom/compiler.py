@@ -105,8 +105,8 @@ class Compiler:
         self.notes: list[str] = []
         for name in self.pipeline.codegens or (self.pipeline.codegen,):
             if name not in self.plugins.codegens:
-                self.notes.append(f"codegen {name!r} is not installed; the groups it would "
-                                  f"compile run on the next codegen or 'eager'")
+                self.notes.append(f"codegen {name!r} {self.plugins.why_missing(name)}; the "
+                                  f"groups it would compile run on the next codegen or 'eager'")
 
     @property
     def registry(self):
@@ -194,7 +194,10 @@ class Compiler:
         return comp.fn
 
     def _eager(self, gm, name: str, reason: str) -> Callable:
-        log.warning("torchloom: running %s eagerly: %s", name, reason.splitlines()[0])
+        # one line: the reason's first, and where its reproducer is (a PassError's line)
+        lines = reason.splitlines() or [""]
+        summary = " ".join([lines[0], *(ln for ln in lines[1:] if ln.startswith("Reproducer: "))])
+        log.warning("torchloom: running %s eagerly: %s", name, summary)
         nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.compilations.append(Compilation(name, nodes, fallback_reason=reason, fn=gm))
         return gm

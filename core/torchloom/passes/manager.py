@@ -3,13 +3,18 @@
 When a pass raises, or leaves a graph the verifier rejects, the graph from before that
 pass is restored, the error names the pass and its distribution, and a reproducer
 directory is written (IR before the pass, the pipeline file, the pass and its options,
-versions) that ``torchloom reproduce DIR`` replays to the same error.
+versions) that ``torchloom reproduce DIR`` replays to the same error: one per distinct
+failure, reused when the same failure happens again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import platform
+import shutil
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -93,13 +98,13 @@ class PassManager:
             verify(graph, ctx.registry)
         except VerifyError as exc:
             start.restore()
-            repro = self._write_reproducer(None, graph, exc, ctx)
+            repro, reused = self._write_reproducer(None, graph, exc, ctx)
             message = (f"{self.pipeline.source}: the graph after pipeline "
                        f"{self.pipeline.name!r} fails verification: {exc}\nverify = \"end\" "
                        f"checks only after the last pass; set verify = \"each\" to name the "
                        f"pass. The graph from before the pipeline was restored.")
             if repro:
-                message += f"\nReproducer: {repro} (replay with: torchloom reproduce {repro})"
+                message += _reproducer_line(repro, reused)
             raise PassError(message, "<pipeline>", None, repro) from exc
 
     def _run_fixpoint(self, step: FixpointStep, graph: Graph, ctx: PassContext,
@@ -189,11 +194,11 @@ class PassManager:
                 ctx: PassContext, report: RunReport) -> bool:
         kind = "left a graph the verifier rejects" if _is_verify(exc) else "raised"
         detail = f"{type(exc).__name__}: {exc}"
-        repro = self._write_reproducer(step, before, exc, ctx)
+        repro, reused = self._write_reproducer(step, before, exc, ctx)
         message = (f"pass {step.name!r} (distribution {step.distribution} {step.version}) "
                    f"{kind}: {detail}\nThe graph from before the pass was restored.")
         if repro:
-            message += f"\nReproducer: {repro} (replay with: torchloom reproduce {repro})"
+            message += _reproducer_line(repro, reused)
         if self.pipeline.on_error == "skip":
             note = f"pass {step.name!r} skipped after it failed: {detail.splitlines()[0]}"
             if note not in report.notes:
@@ -207,21 +212,26 @@ class PassManager:
         raise PassError(message, step.name, step.distribution, repro) from exc
 
     def _write_reproducer(self, step: PassStep | None, before: Graph, exc: Exception,
-                          ctx: PassContext) -> str | None:
+                          ctx: PassContext) -> tuple[str | None, bool]:
         """IR before the pass (or the pipeline, when ``step`` is None), the pipeline
-        file, the pass with its options, and versions."""
+        file, the pass with its options, and versions; and whether an earlier identical
+        failure had written it already.
+
+        One directory per failure, named by the failure's hash (the IR before the pass,
+        the pipeline, the pass with its options and version, the device, the error's type
+        and message): the same failure in every process start reuses it. It is written
+        under a temporary name and renamed, so it is never seen half written."""
         if self.repro_dir is None:
-            return None
-        stamp = time.strftime("%Y%m%d-%H%M%S")
+            return None, False
         label = step.name if step is not None else "pipeline"
-        for n in range(1000):
-            d = self.repro_dir / f"{label}-{stamp}-{n:03d}"
-            try:
-                d.mkdir(parents=True)
-                break
-            except FileExistsError:
-                continue
-        (d / "before.ir").write_text(str(before))
+        before_ir = str(before)
+        d = self.repro_dir / f"{label}-{self._failure_hash(step, before_ir, exc, ctx)}"
+        if (d / "pass.json").exists():
+            return str(d), True
+        self.repro_dir.mkdir(parents=True, exist_ok=True)
+        # written as ``d`` (a fresh temporary directory), then renamed to ``final``
+        final, d = d, Path(tempfile.mkdtemp(prefix=f".{label}-", dir=self.repro_dir))
+        (d / "before.ir").write_text(before_ir)
         (d / "pipeline.toml").write_text(self.pipeline.text)
         (d / "pass.json").write_text(json.dumps({
             "pass": step.name if step is not None else None,
@@ -234,7 +244,22 @@ class PassManager:
             "traceback": "".join(traceback.format_exception(exc)),
         }, indent=2))
         (d / "versions.json").write_text(json.dumps(versions(self.plugins), indent=2))
-        return str(d)
+        try:
+            os.rename(d, final)
+        except OSError:  # another process wrote the same failure first
+            shutil.rmtree(d, ignore_errors=True)
+            if not (final / "pass.json").exists():
+                raise
+            return str(final), True
+        return str(final), False
+
+    def _failure_hash(self, step: PassStep | None, before_ir: str, exc: Exception,
+                      ctx: PassContext) -> str:
+        what = ([step.name, step.distribution, step.version, _jsonable(step.pass_.options())]
+                if step is not None else None)
+        blob = json.dumps([before_ir, self.pipeline.text, what, ctx.device,
+                           type(exc).__name__, str(exc)], sort_keys=True, default=repr)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def _dump(self, graph: Graph, label: str) -> None:
         if self.dump_dir is None:
@@ -252,6 +277,11 @@ class _State:
     snapshot: GraphSnapshot
     #: whether the whole graph has been verified (once, after the first pass)
     verified: bool = False
+
+
+def _reproducer_line(repro: str, reused: bool) -> str:
+    again = "written by an earlier identical failure; " if reused else ""
+    return f"\nReproducer: {repro} ({again}replay with: torchloom reproduce {repro})"
 
 
 def _check_input(graph: Graph, ctx: PassContext, pipeline: Pipeline) -> None:
