@@ -181,6 +181,7 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
     d = result.data
     lines = [f"workload {d['workload']} with pipeline {d['pipeline']!r}"
              f"{' (forward and backward)' if d['backward'] else ''}"]
+    shown: set[str] = set()  # a reason (no C compiler, say) is given once, not per group
     for comp in result.compiler.compilations:
         if comp.fallback_reason:
             lines.append(f"  {comp.name}: ran eagerly: {comp.fallback_reason}")
@@ -196,9 +197,18 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
                     else "changed" if rec.changed else "no change")
             lines.append(f"      {rec.name:<24} {rec.ms:8.2f} ms  {flag}"
                          f"{'  ' + stats if stats else ''}")
-        for choice in (comp.compiled or comp.static).choices:
-            for reason in choice.fallback_reasons:
-                lines.append(f"      group runs on eager: {reason}")
+        choices = (comp.compiled or comp.static).choices
+        if choices:
+            on = {}
+            for choice in choices:
+                on[choice.codegen] = on.get(choice.codegen, 0) + 1
+            lines.append("      groups on codegens: " + ", ".join(
+                f"{name} {count}" for name, count in sorted(on.items())))
+        for choice in choices:
+            for reason in choice.fallback_reasons if choice.codegen == "eager" else ():
+                if str(reason) not in shown:
+                    shown.add(str(reason))
+                    lines.append(f"      group runs on eager: {reason}")
         if show_ir:
             lines.append("    before:")
             lines.extend("      " + ln for ln in (comp.before_ir or "").splitlines())

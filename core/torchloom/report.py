@@ -67,7 +67,9 @@ def summarize(compilations: list, registry, kernel_cache) -> dict[str, Any]:
         groups += len(fusion_groups(comp.graph))
         kernels += count_kernels(comp.graph, registry)
         for choice in (comp.compiled or comp.static).choices:
-            for reason in choice.fallback_reasons:
+            # reasons of codegens that declined a group another codegen then compiled
+            # (triton declining a CPU group that cpu takes) are not fallbacks
+            for reason in choice.fallback_reasons if choice.codegen == "eager" else ():
                 fallbacks.append({"graph": comp.name, "reason": f"group on eager: {reason}"})
         for rec in comp.report.records:
             entry = {"graph": comp.name, "name": rec.name, "ms": round(rec.ms, 3),
