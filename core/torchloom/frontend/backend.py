@@ -4,6 +4,14 @@ options={"pipeline": "default"})``.
 Registered in the ``torch_dynamo_backends`` entry-point group, so it works in a fresh
 interpreter without importing torchloom first. Forward and backward graphs from
 aot_autograd both go through one :class:`~torchloom.compiler.Compiler`.
+
+The forward/backward split is aot_autograd's min-cut rematerialization partitioner by
+default (what the backward needs is recomputed from the forward's inputs where that moves
+fewer bytes than saving it: a layer norm's output is recomputed from x, mean and rstd),
+with the norms decomposed before the split so that their pointwise parts can be
+recomputed. ``partitioner = "default"`` (backend option, or the pipeline's ``[runtime]``
+key) keeps aot_autograd's default partitioner, which saves every intermediate the
+backward reads.
 """
 
 from __future__ import annotations
@@ -11,8 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from torchloom.errors import PipelineError
+from torchloom.passes.pipeline import PARTITIONERS
 
-OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "compiler")
+OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "compiler", "partitioner")
+
+#: composites decomposed before the forward/backward split, so that the min-cut
+#: partitioner can recompute their cheap pointwise parts in the backward
+RECOMPUTED_COMPOSITES = ("native_layer_norm", "native_layer_norm_backward",
+                         "_fused_rms_norm", "_fused_rms_norm_backward")
 
 
 def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None, mode=None):
@@ -33,4 +47,22 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     def compile_one(fx_gm, inputs):
         return make_boxed_func(compiler.compile_fx(fx_gm, inputs))
 
-    return aot_autograd(fw_compiler=compile_one, bw_compiler=compile_one)(gm, example_inputs)
+    partitioner = options.get("partitioner") or compiler.pipeline.partitioner
+    if partitioner not in PARTITIONERS:
+        raise PipelineError(f"torch.compile(backend='torchloom'): partitioner "
+                            f"{partitioner!r} must be one of {', '.join(PARTITIONERS)}")
+    return aot_autograd(fw_compiler=compile_one, bw_compiler=compile_one,
+                        **split_options(partitioner))(gm, example_inputs)
+
+
+def split_options(partitioner: str) -> dict[str, Any]:
+    """aot_autograd's arguments for ``partitioner`` (see the module docstring)."""
+    if partitioner == "default":
+        return {}
+    import torch
+    from torch._decomp import get_decompositions
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    ops = [getattr(torch.ops.aten, name) for name in RECOMPUTED_COMPOSITES
+           if hasattr(torch.ops.aten, name)]
+    return {"partition_fn": min_cut_rematerialization_partition,
+            "decompositions": get_decompositions(ops)}

@@ -12,6 +12,7 @@ disable = ["some-plugin"]
 
 [runtime]
 cudagraphs = true      # enables a runtime wrapper; its options go in [runtime.cudagraphs]
+partitioner = "min_cut"  # forward/backward split: "min_cut" (recompute) or "default"
 
 [[pass]]
 name = "views.strip-bookends"
@@ -52,6 +53,8 @@ _PIPELINE_KEYS = {"name", "codegen", "verify", "on_error", "description"}
 _PASS_KEYS = {"name", "optional"}
 _FIXPOINT_KEYS = {"fixpoint", "max_iterations", "optional"}
 _TOP_TABLES = {"pipeline", "plugins", "runtime", "pass"}
+#: ``[runtime] partitioner``: how aot_autograd splits forward and backward
+PARTITIONERS = ("min_cut", "default")
 
 
 @attrs.frozen
@@ -87,6 +90,8 @@ class Pipeline:
     disable: tuple[str, ...] = ()
     #: runtime wrapper name -> its Options instance
     runtime: dict[str, Any] = attrs.field(factory=dict)
+    #: the forward/backward split: "min_cut" (recompute where cheaper) or "default"
+    partitioner: str = "min_cut"
     #: passes named optional that no plugin provides
     missing_optional: tuple[str, ...] = ()
     #: memo of source hashes (the plugin set's), so a fingerprint reads each file once
@@ -295,7 +300,12 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
         if key != "disable":
             raise err(lines.key(lines.table("plugins"), key),
                       f"unknown key {key!r} in [plugins] (only 'disable')")
-    runtime = _build_runtime(data.get("runtime", {}), plugins, lines, err)
+    runtime_table = dict(data.get("runtime", {}))
+    partitioner = runtime_table.pop("partitioner", "min_cut")
+    if partitioner not in PARTITIONERS:
+        raise err(lines.key(lines.table("runtime"), "partitioner"),
+                  f"partitioner = {partitioner!r} must be one of {', '.join(PARTITIONERS)}")
+    runtime = _build_runtime(runtime_table, plugins, lines, err)
     steps: list[PassStep | FixpointStep] = []
     missing: list[str] = []
     for index, entry in enumerate(data.get("pass", [])):
@@ -309,7 +319,8 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
     pipeline = Pipeline(name=head.get("name", Path(src).stem), source=src, text=raw.text,
                         steps=tuple(steps), codegen=codegens[0], codegens=codegens,
                         verify=verify, on_error=on_error,
-                        disable=raw.disable, runtime=runtime, missing_optional=tuple(missing),
+                        disable=raw.disable, runtime=runtime, partitioner=partitioner,
+                        missing_optional=tuple(missing),
                         sources=getattr(plugins, "sources", None) or SourceHashes())
     _check_constraints(pipeline, err)
     return pipeline
