@@ -13,7 +13,9 @@ User errors exit with code 2 and a one-paragraph message (``--traceback`` shows 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import traceback
 
@@ -57,12 +59,54 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("directory")
     args = parser.parse_args(argv)
     try:
-        return _COMMANDS[args.command](args)
+        return _run(args)
     except TorchloomError as exc:
         if args.traceback:
             traceback.print_exc()
         print(f"torchloom {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+def _run(args) -> int:
+    """Run a command. With ``--json``, stdout carries exactly one JSON document: while
+    the command runs, whatever else writes to stdout (the workload's print() calls, a
+    compiler a codegen starts) goes to stderr; the document is printed afterwards."""
+    if not getattr(args, "json", False):
+        return _COMMANDS[args.command](args)
+    args.document = None
+    with _stdout_to_stderr():
+        code = _COMMANDS[args.command](args)
+    if args.document is not None:
+        print(args.document)
+    return code
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send Python's ``sys.stdout`` and, when both are real files, file descriptor 1 to
+    stderr (what child processes and C code write)."""
+    sys.stdout.flush()
+    try:
+        fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # captured streams (pytest, notebooks)
+        fd = err_fd = None
+    saved = os.dup(fd) if fd is not None else None
+    if saved is not None:
+        sys.stderr.flush()
+        os.dup2(err_fd, fd)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+def _json(args, data) -> None:
+    """The one JSON document of a ``--json`` command (printed by :func:`_run`)."""
+    args.document = json.dumps(data, indent=2)
 
 
 def _plugins(args) -> int:
@@ -85,7 +129,7 @@ def _plugins(args) -> int:
         "disabled": ps.disabled,
     }
     if args.json:
-        print(json.dumps(data, indent=2))
+        _json(args, data)
         return 0
     print("plugins:")
     for p in data["plugins"]:
@@ -138,7 +182,7 @@ def _explain(args) -> int:
                      dump_dir=args.dump, keep_ir=args.show_ir, target=args.target,
                      cached=args.cached)
     if args.json:
-        print(json.dumps(result.data, indent=2))
+        _json(args, result.data)
     else:
         print(format_explain(result, show_ir=args.show_ir))
     return 0
@@ -152,7 +196,10 @@ def _bench(args) -> int:
     result = bench(args.workload, pipeline=args.pipeline, device=args.device,
                    iters=args.iters, rounds=args.rounds, warmup=args.warmup,
                    inductor=not args.no_inductor)
-    print(json.dumps(result.data, indent=2) if args.json else format_bench(result))
+    if args.json:
+        _json(args, result.data)
+    else:
+        print(format_bench(result))
     return 0
 
 

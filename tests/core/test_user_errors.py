@@ -298,3 +298,48 @@ def test_explain_dump_into_a_file_is_an_error_before_anything_runs(tmp_path, cap
             else "cannot create the directory: Not a directory") in err
     assert "Traceback" not in err
     assert (tmp_path / "taken").read_text() == "not a directory"
+
+
+# ---- --json: one document on stdout ---------------------------------------------------
+
+CHATTY = """
+import os
+import torch
+
+def workload():
+    def f(x, y):
+        print("forward says hello")
+        return (x + y).exp() * 2
+    print("workload() says hello")
+    os.system("echo a child process says hello")
+    os.write(1, b"a raw write to fd 1\\n")
+    return f, [torch.randn(4, 8), torch.randn(4, 8)]
+"""
+
+
+@pytest.mark.parametrize("command", [["explain"], ["bench", "--iters", "1", "--rounds", "1",
+                                                   "--warmup", "0", "--no-inductor"]])
+def test_json_stdout_is_one_document_whatever_the_workload_prints(tmp_path, command):
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    env = {**os.environ, "TORCHLOOM_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "torchloom.cli", command[0],
+                           str(tmp_path / "chatty.py"), "--pipeline", "none", "--json",
+                           *command[1:]], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["workload"] == str(tmp_path / "chatty.py")
+    for said in ("workload() says hello", "forward says hello",
+                 "a child process says hello", "a raw write to fd 1"):
+        assert said in proc.stderr and said not in proc.stdout
+
+
+def test_json_in_process_keeps_prints_off_stdout(tmp_path, capsys, cache):
+    (tmp_path / "chatty.py").write_text(CHATTY.replace('os.system("echo a child process says '
+                                                       'hello")', "").replace(
+        'os.write(1, b"a raw write to fd 1\\n")', ""))
+    code, out, err = run_cli(capsys, "explain", str(tmp_path / "chatty.py"), "--pipeline",
+                             "none", "--json")
+    assert code == 0
+    assert json.loads(out)["max_abs_error"] == 0.0
+    assert "workload() says hello" in err and "forward says hello" in err
