@@ -26,10 +26,32 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from torchloom.ir.graph import Node
+from torchloom.ir.graph import Graph, Node
 
 #: a compiled group: called with the group's inputs, returns a tuple of its outputs
 Kernel = Callable[..., tuple]
+
+
+class RegionKernel:
+    """A kernel that runs ``graph`` op by op with torch (what the ``eager`` codegen makes).
+
+    The runtime's plan builder inlines ``graph`` into the plan that would call the kernel,
+    so a group on it costs what its ops cost, without a call per group, and decomposed
+    composites in it can run whole again; called directly, it runs ``build()``'s callable
+    (built on the first call)."""
+
+    __slots__ = ("graph", "_build", "_fn")
+
+    def __init__(self, graph: Graph, build: Callable[[], Callable[..., tuple]]):
+        self.graph = graph
+        self._build = build
+        self._fn: Callable[..., tuple] | None = None
+
+    def __call__(self, *args) -> tuple:
+        if self._fn is None:
+            self._fn = self._build()
+        return self._fn(*args)
+
 
 #: metadata keys describing a kernel's plan (see the module docstring)
 PLAN_KEYS = ("grid", "bytes_read", "bytes_written")

@@ -1,14 +1,16 @@
 """The reference codegen: runs a group's region with torch, op by op.
 
-Its "source" is the region's IR text; loading parses it and builds the runtime's Python
-plan for it, so a cached entry needs nothing but text.
+Its "source" is the region's IR text; loading parses it into a :class:`RegionKernel`,
+which the runtime's plan builder inlines into the enclosing plan (so the group adds no call
+of its own, and decomposed composites in it run whole again, as eager runs them). A cached
+entry needs nothing but text.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torchloom.codegen.base import Kernel, KernelSource, Reason
+from torchloom.codegen.base import Kernel, KernelSource, Reason, RegionKernel
 from torchloom.ir.graph import Node
 from torchloom.ir.text import parse_graph, print_graph
 
@@ -17,7 +19,7 @@ class EagerCodegen:
     """Executes the region through the runtime's Python plan. Supports every group."""
 
     name = "eager"
-    version = "1"
+    version = "2"
 
     def supports(self, group: Node, registry: Any) -> Reason | None:
         return None
@@ -27,4 +29,5 @@ class EagerCodegen:
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
         from torchloom.runtime.executor import build_function
-        return build_function(parse_graph(kernel.source), registry).fn
+        graph = parse_graph(kernel.source)
+        return RegionKernel(graph, lambda: build_function(graph, registry).fn)

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from torchloom.codegen.base import Reason
+from torchloom.codegen.base import Reason, RegionKernel
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, InputRef, Node, Value
 from torchloom.ops.registry import OpRegistry
 from torchloom.runtime.guards import describe_mismatch, guard_expressions
+from torchloom.runtime.lowering import lower
 
 log = logging.getLogger("torchloom.runtime")
 
@@ -43,11 +44,16 @@ def build_function(graph: Graph, registry: OpRegistry,
     """Generate ``run(*inputs) -> tuple`` for ``graph``.
 
     ``kernel_for(node)`` supplies the callable of each region node (default: the region
-    run op by op). With ``guards``, inputs whose metadata differs from the graph's input
-    types are handed to ``fallback(args, index)``; only the first ``guarded_inputs``
-    inputs are checked (the rest are constants bound by the compiler).
+    run op by op). Fusion groups that run op by op (no ``kernel_for``, or a
+    :class:`RegionKernel` from it) are inlined, and decomposed composites whose primitives
+    all run op by op run as the composite (:mod:`torchloom.runtime.lowering`). With
+    ``guards``, inputs whose metadata differs from the graph's input types are handed to
+    ``fallback(args, index)``; only the first ``guarded_inputs`` inputs are checked (the
+    rest are constants bound by the compiler).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
+    guarded = graph.inputs[:guarded_inputs]
+    graph, kernels = lower(graph, registry, _kernel_of(registry, kernel_for))
     names: dict[Value, str] = {}
     env: dict[str, Any] = {}
     lines: list[str] = []
@@ -57,7 +63,7 @@ def build_function(graph: Graph, registry: OpRegistry,
         params.append(f"a{i}")
     header = f"def run({', '.join(params)}):"
     if guards and fallback is not None:
-        checks = list(guard_expressions(graph.inputs[:guarded_inputs], env))
+        checks = list(guard_expressions(guarded, env))
         if checks:
             # One condition and one call: the source stays linear in the number of inputs
             # (a branch per input, each passing every input, would be quadratic). The slow
@@ -81,7 +87,7 @@ def build_function(graph: Graph, registry: OpRegistry,
             else:
                 names[v] = f"t{count}"
                 count += 1
-        lines.append("    " + _statement(node, idx, names, env, registry, kernel_for))
+        lines.append("    " + _statement(node, idx, names, env, registry, kernels))
         dead = reusable + [names[v] for v in dying if v.producer is node]
         if dead:  # not taken over by an output: drop the reference now
             lines.append("    " + " = ".join(dead) + " = None")
@@ -92,6 +98,20 @@ def build_function(graph: Graph, registry: OpRegistry,
     namespace = dict(env)
     exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
     return Plan(namespace["run"], source)
+
+
+def _kernel_of(registry: OpRegistry, kernel_for) -> Callable:
+    """For :func:`lower`: a region node's callable, or the graph to inline in its place."""
+    def kernel_of(node: Node):
+        if node.op == FUSION_GROUP and kernel_for is None:
+            return node.region
+        if kernel_for is not None:
+            kernel = kernel_for(node)
+            return kernel.graph if isinstance(kernel, RegionKernel) else kernel
+        if node.op == CALL_SUBGRAPH:  # a shared subgraph of the top-level graph
+            return build_function(node.graph.root.subgraphs[node.attrs["callee"]], registry).fn
+        return build_function(node.region, registry).fn
+    return kernel_of
 
 
 def _first_failing(checks: list[tuple[int, str]], env: dict[str, Any],
@@ -125,18 +145,13 @@ def _last_uses(graph: Graph) -> dict[int, list[Value]]:
 
 
 def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
-               registry: OpRegistry, kernel_for) -> str:
+               registry: OpRegistry, kernels: dict[Node, Callable]) -> str:
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
     fname = f"f{idx}"
-    if node.op == CALL_SUBGRAPH:  # a shared subgraph of the top-level graph
-        env[fname] = kernel_for(node) if kernel_for else build_function(
-            node.graph.root.subgraphs[node.attrs["callee"]], registry).fn
-        call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
-        unpack = True
-    elif node.region is not None:
-        env[fname] = kernel_for(node) if kernel_for else build_function(node.region, registry).fn
+    if node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
+        env[fname] = kernels[node]
         call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
         unpack = True
     else:

@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
-from torchloom.api import Graph, Node, PassContext, PassResult, Pass, TensorType, import_fx
+from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, import_fx,
+                           mark_decomposition)
 
 #: composites traced through torch's own decomposition table
 DECOMPOSED_OPS: tuple[str, ...] = (
@@ -51,6 +52,11 @@ class Decompose(Pass):
 
     ``ops`` lists what to decompose (default: :data:`DECOMPOSED_OPS`); ``linear`` turns
     the addmm split on or off. An op whose decomposition cannot be traced is left as is.
+
+    The primitives of each composite are marked as one instance (``decomposed = [...]``,
+    and ``composite = [...]`` on the first; :mod:`torchloom.ir.provenance`): where they all
+    end up running op by op (the ``eager`` codegen), the runtime runs the composite again,
+    so a graph that is not compiled natively never runs slower than eager.
     """
 
     name: ClassVar[str] = "fusion.decompose"
@@ -156,6 +162,7 @@ def _splice(graph: Graph, node: Node, sub: Graph) -> None:
     """Copy ``sub``'s nodes before ``node`` (its inputs bound to node's inputs), then
     replace node's outputs by sub's outputs and erase ``node``."""
     device = next((v.type.device for v in node.outputs if isinstance(v.type, TensorType)), "cpu")
+    composite = (node.op, _own_attrs(node), list(node.inputs))
     env = dict(zip(sub.inputs, node.inputs))
     created: list[Node] = []
     for n in sub.nodes:
@@ -171,6 +178,13 @@ def _splice(graph: Graph, node: Node, sub: Graph) -> None:
     for n in reversed(created):  # unused results of the decomposition
         if not any(v.uses or v in graph.outputs for v in n.outputs):
             graph.erase(n)
+    kept = [n for n in created if n.graph is graph]
+    mark_decomposition(*composite, kept, [env[inner] for inner in sub.outputs])
+
+
+def _own_attrs(node: Node) -> dict:
+    """The node's attributes without the marks of a decomposition it belongs to."""
+    return {k: v for k, v in node.attrs.items() if k not in ("decomposed", "composite")}
 
 
 def _plain_addmm(node: Node) -> bool:
@@ -204,3 +218,4 @@ def _split_addmm(graph: Graph, node: Node) -> None:
                        before=node)
     graph.replace_all_uses(out, add.output)
     graph.erase(node)
+    mark_decomposition(_ADDMM, _own_attrs(node), [bias, x, w], [mm, add], [add.output])
