@@ -18,6 +18,7 @@ kept as ``<key>.c`` for bug reports.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -78,7 +79,30 @@ def cpu_features() -> str:
 
 
 def probe(cc: str, directory: Path, timeout: float) -> Toolchain:
-    """The compiler's version, and whether libmvec links (one tiny build)."""
+    """The compiler's version and whether libmvec links (one tiny build), remembered in
+    ``<dir>/toolchain-<key>.json`` keyed by the compiler file (path, size, mtime) and the
+    CPU, so a warm process runs no compiler at all."""
+    try:
+        st = os.stat(cc)
+        stamp = f"{os.path.realpath(cc)}:{st.st_size}:{st.st_mtime_ns}:{cpu_features()}"
+    except OSError:
+        stamp = None
+    record = None
+    if stamp is not None:
+        record = directory / f"toolchain-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
+        try:
+            data = json.loads(record.read_text())
+            return Toolchain(cc, str(data["version"]), tuple(data["flags"]), tuple(data["libs"]),
+                             bool(data["vector_math"]), str(data["cpu"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    tc = _probe(cc, directory, timeout)
+    if record is not None:
+        _atomic_write(record, json.dumps(attrs.asdict(tc)).encode())
+    return tc
+
+
+def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True,
                              timeout=timeout)
