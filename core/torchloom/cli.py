@@ -170,7 +170,7 @@ def _check(args) -> int:
         close = difflib.get_close_matches(name, list(plugins.codegens), n=1)
         fallback = ("every group will run on 'eager'" if len(pipeline.codegens) == 1
                     else "its groups run on the next codegen or 'eager'")
-        print(f"  note: codegen {name!r} is not installed, {fallback} "
+        print(f"  note: codegen {name!r} {plugins.why_missing(name)}, {fallback} "
               f"(installed: {', '.join(sorted(plugins.codegens))})"
               + (f"; did you mean {close[0]!r}?" if close else ""))
     return 0

@@ -105,8 +105,8 @@ class Compiler:
         self.notes: list[str] = []
         for name in self.pipeline.codegens or (self.pipeline.codegen,):
             if name not in self.plugins.codegens:
-                self.notes.append(f"codegen {name!r} is not installed; the groups it would "
-                                  f"compile run on the next codegen or 'eager'")
+                self.notes.append(f"codegen {name!r} {self.plugins.why_missing(name)}; the "
+                                  f"groups it would compile run on the next codegen or 'eager'")
 
     @property
     def registry(self):

@@ -35,13 +35,17 @@ import enum
 import hashlib
 import json
 import re
-import tomllib
 import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, distributed as tomli
+    import tomli as tomllib
 
 from torchloom.errors import PipelineError
 from torchloom.passes.sources import CORE_PACKAGE, SourceHashes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import re
 import traceback
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -81,6 +82,18 @@ class PluginSet:
 
     def codegen(self, name: str):
         return self.codegens[name].obj
+
+    def why_missing(self, codegen: str) -> str:
+        """Why codegen ``codegen`` is not available, to follow its quoted name: ``failed to
+        load: <error> (...)`` when a plugin whose entry point or distribution names it (as
+        ``codegen_triton`` / ``torchloom-codegen-triton`` name ``triton``) failed to load,
+        else ``is not installed``."""
+        for err in self.errors:
+            words = re.split(r"[^a-z0-9]+", f"{err.entry_point} {err.distribution}".lower())
+            if codegen.lower() in words:
+                return (f"failed to load: {err.error.splitlines()[-1]} (plugin "
+                        f"{err.entry_point!r} from distribution {err.distribution!r})")
+        return "is not installed"
 
     def codegen_chain(self, preferred: str | Sequence[str]) -> list[Any]:
         """Codegens to try for a group: the preferred ones that are installed, in order
