@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import attrs
 
-from torchloom.errors import PassError, PipelineError, UnsupportedError
+from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedError
 from torchloom.frontend.fx import ImportedGraph, import_fx
 from torchloom.ir.graph import Graph
 from torchloom.passes.base import PassContext
@@ -182,7 +182,7 @@ class Compiler:
             retarget(imported.graph, self.device)
         try:
             comp = self.compile_graph(imported.graph, fallback=gm, constants=imported.constants)
-        except (PassError, PipelineError) as exc:
+        except (PassError, PipelineError, PluginError) as exc:  # PluginError: an instrument
             if self.strict:
                 raise
             return self._eager(gm, name, str(exc))

@@ -130,3 +130,25 @@ def test_an_instrument_that_only_reads_never_trips_the_check(fake_site, tmp_path
                                                 "canonicalize"]
     assert len(tl_ins_reader.Reader.seen) == 2 * len(report.records)
     assert graph.num_nodes() == 2  # dce removed the dead neg; the instruments changed nothing
+
+
+def test_under_torch_compile_the_graph_runs_eagerly_and_the_instrument_is_named(
+        fake_site, tmp_path, caplog):
+    import logging
+    plugins_with(fake_site, "MulToDiv")  # installed: torch.compile's Compiler finds it
+    pipeline = tmp_path / "p.toml"
+    pipeline.write_text('[pipeline]\nname = "p"\ncodegen = "eager"\n[[pass]]\nname = "cse"\n')
+
+    def f(x, y):
+        return torch.exp(x * y)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="torchloom", options={
+        "pipeline": str(pipeline), "cache_dir": str(tmp_path / "cache")})
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    with caplog.at_level(logging.WARNING, logger="torchloom"):
+        torch.testing.assert_close(compiled(x, y), f(x, y))  # a mul, not a div
+    torch._dynamo.reset()
+    [warning] = [r.getMessage() for r in caplog.records if "eagerly" in r.getMessage()]
+    assert ("running graph0 eagerly: instrument MulToDiv from plugin 'multodiv' "
+            "(multodiv-dist) changed the graph") in warning
