@@ -281,6 +281,48 @@ class Graph:
             node.graph = None
         self._len -= len(doomed)
 
+    # ---- unchecked moves (passes that keep their own order invariant) ----------------
+    def detach(self, node: Node) -> None:
+        """Take ``node`` out of this graph's order in O(1), leaving every use list as it is:
+        the caller re-points or sweeps the entries of ``node`` (or inserts it elsewhere)."""
+        if node.graph is not self:
+            raise ValueError(f"{node!r} is not in graph @{self.name}")
+        self._unlink(node)
+        node.graph = None
+        self._len -= 1
+
+    def move_node(self, node: Node, after: Node | None) -> None:
+        """Put ``node`` directly after ``after`` (at the front when None) in O(1), taking
+        it from whichever graph or region holds it; its outputs' names are claimed here
+        (renamed when taken). Neither order nor use lists are checked or changed: the
+        caller keeps the order topological (fusion does, through its own ordinals)."""
+        if after is not None and after.graph is not self:
+            raise ValueError(f"anchor {after!r} is not in graph @{self.name}")
+        if node is after:
+            return
+        old = node.graph
+        if old is not None:
+            old._unlink(node)
+            old._len -= 1
+        self._link(node, after)
+        self._len += 1
+        if old is not self:
+            node.graph = self
+            for v in node.outputs:
+                v.graph = self
+                self.claim_name(v)
+
+    def claim_name(self, value: Value) -> None:
+        """Register ``value``'s name in this graph, renaming the value when it is taken."""
+        if value.name in self._names:
+            value.name = self.fresh_name(value.name)
+        else:
+            self._names.add(value.name)
+
+    def release_name(self, name: str) -> None:
+        """Forget a name no value of this graph carries any more (it may be claimed again)."""
+        self._names.discard(name)
+
     def replace_all_uses(self, old: Value, new: Value) -> int:
         """Point every use of ``old`` (and graph outputs) at ``new``; returns the count."""
         if old is new:

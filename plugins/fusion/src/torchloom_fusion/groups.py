@@ -17,6 +17,11 @@ O(inputs + outputs), never by rebuilding the group. Use lists are edited lazily:
 that leaves the graph stays in its inputs' use lists until :meth:`GroupEditor.finish`
 sweeps them once, so a value read by thousands of nodes costs nothing per merge.
 
+Every merge records in :attr:`GroupEditor.touched` the clusters whose merge options it may
+have changed (see :meth:`GroupEditor._touch`), so that a pass can revisit just those
+until nothing merges (:mod:`torchloom_fusion.closure`) instead of sweeping the whole graph
+again.
+
 Mutation hazards: values are split into alias classes (views and in-place results join
 their source). A cluster that touches a class some node writes is *pinned*: it may join a
 group only when no mutating node lies between its old and new place.
@@ -45,6 +50,10 @@ class GroupEditor:
             if not is_group(node) and registry.get(node.op).mutates:
                 self.mutation_points.append(i)
         self.graph_outputs = set(graph.outputs)
+        #: graph output value -> its slots in ``graph.outputs`` (O(1) redirects)
+        self._output_slots: dict[Value, list[int]] = {}
+        for i, v in enumerate(graph.outputs):
+            self._output_slots.setdefault(v, []).append(i)
         self._kind: dict[Node, str | None] = {}
         self._sigs: dict[Node, frozenset] = {}
         self._domain: dict[Node, int] = {}
@@ -53,6 +62,8 @@ class GroupEditor:
         self.created = 0
         #: values whose use lists may hold nodes that left the graph (swept by finish())
         self._dirty: set[Value] = set()
+        #: clusters whose merge options changed since the caller last took this set
+        self.touched: set[Node] = set()
 
     def finish(self) -> None:
         """Sweep stale entries from use lists; call before anyone else reads them."""
@@ -197,9 +208,31 @@ class GroupEditor:
         slot = self.can_merge(a, b)
         if slot is None:
             return None
+        # what a merge can enable elsewhere depends on the parts before they change
+        moved_later = list(a.inputs) if slot == "b" else []
         if is_group(b) and not is_group(a):
-            return self.absorb_producer(a, b, slot)
-        return self.merge(self.wrap(a), self.wrap(b), slot)
+            merged = self.absorb_producer(a, b, slot)
+        else:
+            merged = self.merge(self.wrap(a), self.wrap(b), slot)
+        self._touch(merged, moved_later)
+        return merged
+
+    def _touch(self, merged: Node, moved_later: list[Value]) -> None:
+        """Record the clusters a merge may have made mergeable: the group itself (new
+        inputs, outputs, siblings), its consumers (a new producer; for slot ``"a"`` their
+        other producers may now precede them), and, when the earlier part moved later
+        (slot ``"b"``), its producers and their other consumers (a user that stood
+        before them has moved past them)."""
+        g, touched = self.graph, self.touched
+        touched.add(merged)
+        for v in merged.outputs:
+            touched.update(u for u in v.uses if u.graph is g)
+        for v in moved_later:
+            p = v.producer
+            if p is not None and p.graph is g:
+                touched.add(p)
+                for out in p.outputs:
+                    touched.update(u for u in out.uses if u.graph is g)
 
     def absorb_producer(self, p: Node, group: Node, slot: str) -> Node:
         """Move plain node ``p`` (earlier) to the start of ``group``'s region: the fast
@@ -218,22 +251,19 @@ class GroupEditor:
                 for user in dict.fromkeys(outer_users):
                     user.inputs = [new if x is out else x for x in user.inputs]
                 new.uses.extend(outer_users)
-                if out in self.graph_outputs:
-                    self.graph_outputs.discard(out)
-                    self.graph_outputs.add(new)
-                    g.outputs = [new if x is out else x for x in g.outputs]
+                self._redirect_output(out, new)
                 if out in self.hazard_values:
                     self.hazard_values.add(new)
             i = index.get(out)
             if i is not None:
                 region.replace_all_uses(region.inputs[i], out)
-                region._names.discard(region.inputs[i].name)
+                region.release_name(region.inputs[i].name)
                 drop.add(i)
-            out.graph = region
-            _claim_name(region, out)
         if drop:
             group.inputs = [v for i, v in enumerate(group.inputs) if i not in drop]
             region.inputs = [v for i, v in enumerate(region.inputs) if i not in drop]
+        p_prev = p.prev
+        region.move_node(p, None)  # out of the graph, first in the region; claims its names
         new_outer: list[Value] = []
         for u in p.inputs:
             if u not in inner_of:  # p's new inputs come first, in p's order
@@ -248,14 +278,8 @@ class GroupEditor:
         for v in p.inputs:
             v.uses.append(p)
         if slot == "a":
-            g._unlink(group)
-            g._link(group, p.prev)
+            g.move_node(group, p_prev)
             self.order[group] = self.order[p]
-        g._unlink(p)
-        g._len -= 1
-        p.graph = region
-        region._link(p, None)
-        region._len += 1
         self._sigs[group] = self.signatures(group) | self.signatures(p)
         self._domain[group] = max(self.domain(group), self.domain(p))
         for cache in (self._sigs, self._domain, self._kind):
@@ -277,20 +301,14 @@ class GroupEditor:
         group = Node(FUSION_GROUP, list(inner_inputs), region=region)
         region.owner = group
         group.outputs = [Value(v.name, v.type, group, i, g) for i, v in enumerate(node.outputs)]
-        group.graph = g
-        g._link(group, node.prev)
-        g._len += 1
+        g.insert(group, before=node)  # the group takes the node's place in each use list
         for old, new in zip(node.outputs, group.outputs):
             if old in self.hazard_values:
                 self.hazard_values.add(new)
             self._redirect(old, new)
-        for v in inner_inputs:  # the group takes the node's place in each use list
-            v.uses.append(group)  # the node's entries go stale: it now lives in the region
-            self._dirty.add(v)
-        g._unlink(node)
-        g._len -= 1
+        self._dirty.update(inner_inputs)  # the node's entries go stale: it moves inside
+        g.detach(node)
         node.inputs = [inner_inputs[v] for v in node.inputs]
-        node.graph = None
         region.insert(node)  # registers the uses of the region inputs
         for v in node.outputs:
             v.graph = region
@@ -310,10 +328,19 @@ class GroupEditor:
             user.inputs = [new if x is old else x for x in user.inputs]
         new.uses.extend(live)
         old.uses.clear()
-        if old in self.graph_outputs:
-            self.graph_outputs.discard(old)
-            self.graph_outputs.add(new)
-            self.graph.outputs = [new if x is old else x for x in self.graph.outputs]
+        self._redirect_output(old, new)
+
+    def _redirect_output(self, old: Value, new: Value) -> None:
+        """Graph outputs that are ``old`` become ``new`` (in O(1) per slot)."""
+        slots = self._output_slots.pop(old, None)
+        if slots is None:
+            return
+        outputs = self.graph.outputs
+        for i in slots:
+            outputs[i] = new
+        self._output_slots[new] = slots
+        self.graph_outputs.discard(old)
+        self.graph_outputs.add(new)
 
     def merge(self, a: Node, b: Node, slot: str) -> Node:
         """Merge group ``b`` into group ``a`` (a earlier); the result sits at ``slot``."""
@@ -333,7 +360,7 @@ class GroupEditor:
                 inner_in.append(bi)
         for bi, target in substitute:
             rb.replace_all_uses(bi, target)
-            rb._names.discard(bi.name)  # the name is free again for moved values
+            rb.release_name(bi.name)  # the name is free again for moved values
         kept = [i for i, v in enumerate(a.outputs)
                 if v in self.graph_outputs or any(u is not b and u.graph is g for u in v.uses)]
         outer_out = [a.outputs[i] for i in kept] + list(b.outputs)
@@ -358,12 +385,15 @@ class GroupEditor:
                 if u not in b_inputs:
                     u.uses.append(b)
         region = host.region
-        _move_nodes(guest.region, region, append=host is a)
+        anchor = region.last if host is a else None
+        for n in list(guest.region.nodes):  # in order, to the end (or the start) of host's
+            region.move_node(n, anchor)
+            anchor = n
         region.inputs = inner_in
         for v in inner_in:
             if v.graph is not region:
                 v.graph = region
-                _claim_name(region, v)
+                region.claim_name(v)
         region.outputs = inner_out
         host.inputs = outer_in
         host.outputs = outer_out
@@ -371,11 +401,9 @@ class GroupEditor:
             v.producer, v.index = host, i
         place = a if slot == "a" else b
         if place is not host:
-            g._unlink(host)
-            g._link(host, place.prev)
-        g._unlink(guest)
-        g._len -= 1
-        guest.graph = guest.region = None
+            g.move_node(host, place.prev)
+        g.detach(guest)
+        guest.region = None
         self.order[host] = self.order[place]
         del self.order[guest]
         self._sigs[host] = self.signatures(a) | self.signatures(b)
@@ -384,30 +412,6 @@ class GroupEditor:
             cache.pop(guest, None)
         self.merges += 1
         return host
-
-
-def _move_nodes(src: Graph, dst: Graph, append: bool) -> None:
-    """Move every node of ``src`` to the end (or the start) of ``dst``, in order."""
-    nodes = list(src.nodes)
-    anchor = dst.last if append else None
-    for n in nodes:
-        src._unlink(n)
-        n.graph = dst
-        dst._link(n, anchor)
-        anchor = n
-        for v in n.outputs:
-            v.graph = dst
-            _claim_name(dst, v)
-    src._len = 0
-    src.first = src.last = None
-    dst._len += len(nodes)
-
-
-def _claim_name(graph: Graph, v: Value) -> None:
-    if v.name in graph._names:
-        v.name = graph.fresh_name(v.name)
-    else:
-        graph._names.add(v.name)
 
 
 def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:

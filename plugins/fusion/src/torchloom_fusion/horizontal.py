@@ -8,7 +8,8 @@ import attrs
 
 from torchloom.api import Graph, Pass, PassContext, PassResult
 
-from torchloom_fusion.groups import GroupEditor, starts_group
+from torchloom_fusion.closure import Fusion
+from torchloom_fusion.groups import GroupEditor
 
 _positive = [attrs.validators.instance_of(int), attrs.validators.ge(1)]
 
@@ -42,6 +43,11 @@ class HorizontalFusion(Pass):
         %m = aten.mm.default(%w, %v) : f32[8, 32]
 
     ``max_siblings`` bounds how many partial groups are kept per shared value.
+
+    The groups a merge changed then absorb producers and join consumers as
+    ``fusion.vertical`` would, and merge with new siblings, until nothing merges (see
+    :mod:`torchloom_fusion.closure`): after ``fusion.vertical`` and ``fusion.horizontal``
+    both passes find nothing more, so their fixpoint group converges in two rounds.
     """
 
     name: ClassVar[str] = "fusion.horizontal"
@@ -52,29 +58,8 @@ class HorizontalFusion(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         ed = GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
-        values = list(graph.inputs)
-        for node in graph.nodes:
-            values.extend(node.outputs)
-        for v in values:
-            users = [u for u in v.users()
-                     if u.graph is graph and starts_group(ed.kind(u)) and ed.fits(u)]
-            if len(users) > 1:
-                self._merge_siblings(ed, sorted(users, key=ed.order.__getitem__))
+        fusion = Fusion(ed, vertical=True, siblings=True, max_siblings=self.max_siblings)
+        fusion.sweep_values()
+        fusion.settle()
         ed.finish()
         return PassResult(ed.merges > 0, {"merged": ed.merges, "groups_started": ed.created})
-
-    def _merge_siblings(self, ed: GroupEditor, siblings: list) -> None:
-        heads: list = []
-        for node in siblings:
-            if node.graph is not ed.graph:  # merged away through an earlier shared value
-                continue
-            for i, head in enumerate(heads):
-                if head.graph is not ed.graph or ed.domain(head) != ed.domain(node):
-                    continue
-                merged = ed.try_merge(head, node)
-                if merged is not None:
-                    heads[i] = merged
-                    break
-            else:
-                if len(heads) < self.max_siblings:
-                    heads.append(node)

@@ -8,7 +8,8 @@ import attrs
 
 from torchloom.api import Graph, Pass, PassContext, PassResult
 
-from torchloom_fusion.groups import GroupEditor, starts_group
+from torchloom_fusion.closure import Fusion
+from torchloom_fusion.groups import GroupEditor
 
 _positive = [attrs.validators.instance_of(int), attrs.validators.ge(1)]
 
@@ -21,7 +22,9 @@ class VerticalFusion(Pass):
     A node left alone starts its own group; views join only with a consumer. Work is never
     duplicated: a producer whose value is also read outside becomes a group output.
     Reductions take pointwise prologues and epilogues, and reductions over the same rows
-    share a group (softmax is one group).
+    share a group (softmax is one group). Merges that earlier merges made possible are
+    made in the same run (see :mod:`torchloom_fusion.closure`), so running the pass again
+    changes nothing.
 
     before::
 
@@ -50,33 +53,9 @@ class VerticalFusion(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         ed = GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
-        node = graph.last
-        while node is not None:
-            prev = node.prev
-            if starts_group(ed.kind(node)) and ed.fits(node):
-                node = self._absorb_producers(ed, node)
-                prev = node.prev
-            node = prev
+        fusion = Fusion(ed, vertical=True, siblings=False)
+        fusion.sweep_consumers()
+        fusion.settle()  # what the sweep's merges made possible: a second run finds nothing
         ed.finish()
         return PassResult(ed.merges + ed.created > 0,
                           {"merged": ed.merges, "groups_started": ed.created})
-
-    def _absorb_producers(self, ed: GroupEditor, consumer):
-        """Absorb producers, latest first (so the nodes between an early producer and the
-        group join before it); a failed producer is retried after each success."""
-        group = ed.wrap(consumer)
-        failed: set = set()
-        while True:
-            candidates = sorted({v.producer for v in group.inputs
-                                 if v.producer is not None and v.producer not in failed
-                                 and ed.kind(v.producer) is not None},
-                                key=ed.order.__getitem__, reverse=True)
-            for producer in candidates:
-                merged = ed.try_merge(producer, group)
-                if merged is not None:
-                    group = merged
-                    failed.clear()
-                    break
-                failed.add(producer)
-            else:
-                return group
