@@ -343,3 +343,50 @@ def test_json_in_process_keeps_prints_off_stdout(tmp_path, capsys, cache):
     assert code == 0
     assert json.loads(out)["max_abs_error"] == 0.0
     assert "workload() says hello" in err and "forward says hello" in err
+
+
+# ---- torchloom reproduce on a damaged reproducer --------------------------------------
+
+GOOD_META = {"pass": "cse", "options": {}, "verify": "each", "device": "cpu"}
+
+
+@pytest.mark.parametrize("pass_json, message", [
+    ('{"pass": "cse", "options": {', ":1:29: a reproducer's pass.json is not valid JSON: "),
+    ('{"options": {}}', ': has no "pass" key'),
+    ('["cse"]', ": holds a JSON list, not an object"),
+    ('{"pass": 3}', ': "pass" must be a pass name or null, not 3'),
+    ('{"pass": "cse", "options": [1]}', ': "options" must be an object of pass options'),
+    ('{"pass": "cse", "verify": "sometimes"}', ': "verify" must be one of each, end, off'),
+])
+def test_reproduce_on_a_damaged_pass_json_exits_2_naming_it(tmp_path, capsys, pass_json,
+                                                            message):
+    from test_plugins_support import SMALL_IR
+    d = tmp_path / "repro"
+    d.mkdir()
+    (d / "before.ir").write_text(SMALL_IR)
+    (d / "pass.json").write_text(pass_json)
+    code, out, err = run_cli(capsys, "reproduce", str(d))
+    assert code == 2 and out == ""
+    assert_one_paragraph(err, "reproduce", d / "pass.json")
+    assert err.startswith(f"torchloom reproduce: error: {d / 'pass.json'}{message}"), err
+
+
+def test_reproduce_on_binary_parts_names_the_file(tmp_path, capsys):
+    from test_plugins_support import SMALL_IR
+    d = tmp_path / "repro"
+    d.mkdir()
+    (d / "pass.json").write_text(json.dumps(GOOD_META))
+    (d / "before.ir").write_bytes(b"\x89PNG\r\n\x1a\n")
+    code, _, err = run_cli(capsys, "reproduce", str(d))
+    assert code == 2
+    assert err.startswith(f"torchloom reproduce: error: {d / 'before.ir'}:1:1: a reproducer's "
+                          f"before.ir must be UTF-8 text")
+    (d / "before.ir").write_text(SMALL_IR)
+    (d / "pipeline.toml").write_bytes(b"[pipeline]\n\xc3\x28")
+    code, _, err = run_cli(capsys, "reproduce", str(d))
+    assert code == 2
+    assert err.startswith(f"torchloom reproduce: error: {d / 'pipeline.toml'}:2:1: a "
+                          f"reproducer's pipeline.toml must be UTF-8 text")
+    (d / "pipeline.toml").write_text("")
+    code, out, err = run_cli(capsys, "reproduce", str(d))  # intact again: cse runs cleanly
+    assert (code, err) == (0, "") and out.startswith("pass 'cse' ran without error")

@@ -358,14 +358,17 @@ def reproduce(directory: str | Path, plugins=None) -> str:
     """
     from torchloom.ir.text import parse_graph
     from torchloom.passes.pipeline import build_pipeline, parse_raw
+    from torchloom.passes.textfile import read_text_file
     from torchloom.plugins.loader import load_plugins
     d = Path(directory)
     if not (d / "pass.json").exists() or not (d / "before.ir").exists():
         raise TorchloomError(f"{d} is not a reproducer directory (needs before.ir and "
                              f"pass.json, as written next to a pass failure)")
-    meta = json.loads((d / "pass.json").read_text())
-    graph = parse_graph((d / "before.ir").read_text(), str(d / "before.ir"))
-    raw = parse_raw((d / "pipeline.toml").read_text() if (d / "pipeline.toml").exists()
+    meta = _reproducer_meta(d / "pass.json")
+    graph = parse_graph(read_text_file(d / "before.ir", "a reproducer's before.ir"),
+                        str(d / "before.ir"))
+    raw = parse_raw(read_text_file(d / "pipeline.toml", "a reproducer's pipeline.toml",
+                                   PipelineError) if (d / "pipeline.toml").exists()
                     else "", str(d / "pipeline.toml"))
     plugins = plugins or load_plugins(disable=raw.disable)
     if meta["pass"] is None:  # a whole-pipeline failure (verify = "end")
@@ -390,3 +393,27 @@ def reproduce(directory: str | Path, plugins=None) -> str:
     ctx = PassContext(registry=plugins.registry, device=meta.get("device", "cpu"))
     PassManager(pipeline, plugins).run(graph, ctx)
     return f"{what} ran without error on {d / 'before.ir'}"
+
+
+def _reproducer_meta(path: Path) -> dict[str, Any]:
+    """``pass.json`` of a reproducer, checked: the keys :func:`reproduce` reads, with
+    their types; anything else is an error naming the file."""
+    from torchloom.passes.pipeline import VERIFY_POLICIES
+    from torchloom.passes.textfile import read_json_file
+    meta = read_json_file(path, "a reproducer's pass.json")
+    if not isinstance(meta, dict):
+        problem = f"holds a JSON {type(meta).__name__}, not an object"
+    elif "pass" not in meta:
+        problem = 'has no "pass" key (the failing pass\'s name, or null for a pipeline)'
+    elif meta["pass"] is not None and not isinstance(meta["pass"], str):
+        problem = f'"pass" must be a pass name or null, not {meta["pass"]!r}'
+    elif meta["pass"] is not None and not isinstance(meta.get("options", {}), dict):
+        problem = f'"options" must be an object of pass options, not {meta["options"]!r}'
+    elif meta.get("verify", "each") not in VERIFY_POLICIES:
+        problem = f'"verify" must be one of {", ".join(VERIFY_POLICIES)}, not {meta["verify"]!r}'
+    elif not isinstance(meta.get("device", "cpu"), str):
+        problem = f'"device" must be a device name, not {meta["device"]!r}'
+    else:
+        return {"options": {}, **meta}
+    raise TorchloomError(f"{path}: {problem}; torchloom writes this file next to a pass "
+                         f"failure: replay an unedited reproducer directory")

@@ -9,7 +9,9 @@ write) is accepted and dropped.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from torchloom.errors import TorchloomError
 
@@ -35,3 +37,16 @@ def read_text_file(path: str | Path, what: str,
         raise error(f"{path}:{line}:{column}: {what} must be UTF-8 text, but byte "
                     f"{data[exc.start]:#04x} is not UTF-8; is this the right file?") from None
     return text.removeprefix(BOM)
+
+
+def read_json_file(path: str | Path, what: str,
+                   error: type[TorchloomError] = TorchloomError) -> Any:
+    """The JSON value in ``path``; malformed JSON is an error naming file, line and column."""
+    text = read_text_file(path, what, error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}:{exc.lineno}:{exc.colno}: {what} is not valid JSON: {exc.msg}; "
+                    f"was it edited or cut short?") from None
+    except RecursionError:
+        raise error(f"{path}: {what} nests too deeply to read; was it edited?") from None
