@@ -30,6 +30,8 @@ from torchloom.runtime.cache import KernelCache, checksum
 from torchloom.runtime.executor import build_function
 from torchloom.runtime.graph_cache import GraphCache
 
+from test_plugins_support import fake_site  # noqa: F401 (fixture)
+
 MARKER_SOURCE = """\
 from pathlib import Path
 Path(__file__).with_name("imported").write_text("imported")
@@ -230,3 +232,30 @@ def test_a_name_the_registry_gives_another_callable_is_unsupported():
     with pytest.raises(UnsupportedError, match="python.torch.neg, which the op registry "
                                                "already defines"):
         import_fx(gm, [x], registry=registry)
+
+
+def test_a_python_op_a_plugin_registers_is_known_to_text(marker, fake_site):
+    """The documented way (docs/writing-a-plugin.md): ``torchloom_ops`` registers the callable;
+    text naming it then verifies and runs, and nothing was imported by its name."""
+    from torchloom.plugins.loader import load_plugins
+    module, home = marker
+    fake_site.add("tl-python-op", modules={"tl_python_op": """
+        import torch
+        from torchloom.api import OpDef, hookimpl
+
+        def double(t):
+            return t * 2
+
+        @hookimpl
+        def torchloom_ops(registry):
+            registry.register(OpDef("python.tl_python_op.double", "opaque", fn=double))
+        """}, entry_points={"python_op": "tl_python_op"})
+    plugins = load_plugins(entry_points=fake_site.entry_points())
+    text = hostile_graph(module).replace(f"python.{module}.touch", "python.tl_python_op.double")
+    graph = parse_graph(text)
+    verify(graph, plugins.registry)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(build_function(graph, plugins.registry).fn(x)[0], x * x * 2)
+    with pytest.raises(VerifyError, match=f"python.{module}.touch is not in the op registry"):
+        verify(parse_graph(hostile_graph(module)), plugins.registry)
+    assert untouched(home)
