@@ -1,6 +1,8 @@
 """Differential tests over random fusion groups (hypothesis): chains of pointwise ops over
-broadcasting inputs, optionally ending in a last-dim reduction, compiled by the triton
-codegen (interpreter), compared with eager. 25 examples by default, 1,000 with --fuzz."""
+broadcasting inputs (0-d ones among them, and groups whose values are all 0-d), optionally
+ending in a last-dim reduction, plain or of a masked value (``where``), compiled by the
+triton codegen (interpreter), compared with eager. 25 examples by default, 1,000 with
+--fuzz."""
 
 from __future__ import annotations
 
@@ -14,19 +16,24 @@ UNARY = ["aten.tanh.default", "aten.sigmoid.default", "aten.relu.default",
          "aten.neg.default", "aten.abs.default", "aten.gelu.default", "aten.exp.default"]
 BINARY = ["aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.maximum.default",
           "aten.minimum.default"]
-REDUCE = ["aten.sum.dim_IntList", "aten.amax.default", "aten.mean.dim"]
+#: reduction -> (its ``dim`` attribute over the last dim, its result dtype or None: the input's)
+REDUCE = {"aten.sum.dim_IntList": ("[-1]", None), "aten.amax.default": ("[-1]", None),
+          "aten.amin.default": ("[-1]", None), "aten.mean.dim": ("[-1]", None),
+          "aten.argmax.default": ("-1", "i64"), "aten.argmin.default": ("-1", "i64")}
 
 
-def _type(shape) -> str:
-    return f"f32[{', '.join(map(str, shape))}]"
+def _type(shape, dtype: str = "f32") -> str:
+    return f"{dtype}[{', '.join(map(str, shape))}]"
 
 
 @st.composite
 def random_group(draw):
     rows, cols = draw(st.integers(1, 5)), draw(st.integers(1, 9))
-    shapes = draw(st.lists(st.sampled_from([(rows, cols), (cols,), (rows, 1), (1, cols)]),
-                           min_size=1, max_size=3))
-    shapes[0] = (rows, cols)
+    # a 0-d first input makes a group of 0-d values (reduced over dim -1: torch allows it)
+    first = draw(st.sampled_from([(rows, cols)] * 3 + [()]))
+    others = [()] if first == () else [(rows, cols), (cols,), (rows, 1), (1, cols), ()]
+    shapes = draw(st.lists(st.sampled_from(others), min_size=1, max_size=3))
+    shapes[0] = first
     values = [(f"%a{i}", s) for i, s in enumerate(shapes)]
     lines = []
     for k in range(draw(st.integers(1, 6))):
@@ -42,17 +49,25 @@ def random_group(draw):
     last, shape = values[-1]
     results = [f"{last}: {_type(shape)}"]
     if draw(st.booleans()):
-        op = draw(st.sampled_from(REDUCE))
+        op = draw(st.sampled_from(sorted(REDUCE)))
+        dim, dtype = REDUCE[op]
         keep = draw(st.booleans())
-        out = (*shape[:-1], 1) if keep else shape[:-1]
-        lines.append(f"%r = {op}({last}) {{dim = [-1], keepdim = {str(keep).lower()}}} : "
-                     f"{_type(out)}")
-        results.append(f"%r: {_type(out)}")
+        out = () if shape == () else (*shape[:-1], 1) if keep else shape[:-1]
+        if draw(st.booleans()):  # masked: where(last > 0, last, fill)
+            fills = [n for n, s in values if tuple(torch.broadcast_shapes(s, shape)) == shape]
+            lines.append(f"%mask = aten.gt.Scalar({last}) {{other = 0.0}} : "
+                         f"{_type(shape, 'b8')}")
+            lines.append(f"%masked = aten.where.self(%mask, {last}, "
+                         f"{draw(st.sampled_from(fills))}) : {_type(shape)}")
+            last = "%masked"
+        lines.append(f"%r = {op}({last}) {{dim = {dim}, keepdim = {str(keep).lower()}}} : "
+                     f"{_type(out, dtype or 'f32')}")
+        results.append(f"%r: {_type(out, dtype or 'f32')}")
     params = ", ".join(f"%a{i}: {_type(s)}" for i, s in enumerate(shapes))
     text = group_text(params, "\n".join(lines), ", ".join(results))
     seed = draw(st.integers(0, 2 ** 16))
     gen = torch.Generator().manual_seed(seed)
-    return text, [torch.randn(*s, generator=gen) for s in shapes]
+    return text, [torch.randn(s, generator=gen) for s in shapes]
 
 
 def _check_random_groups(check, examples: int) -> None:

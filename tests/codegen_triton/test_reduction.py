@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from conftest import Checker, group_text
+from torchloom.api import EagerCodegen, parse_graph
+from torchloom.runtime.executor import CompiledGraph
 from torchloom_codegen_triton import TritonCodegen
 
 g = torch.Generator().manual_seed(1)
@@ -173,3 +175,70 @@ def test_var_of_one_element_is_nan(check):
 def test_reduction_matches_eager_on_cuda(registry, codegen, name):
     text, inputs = CASES[name]
     Checker(registry, codegen, "cuda")(text, *inputs())
+
+
+
+def test_a_row_of_negative_zeros_sums_to_positive_zero(form_check):
+    """Eager's sum starts from +0.0; a persistent row without padding lanes must too."""
+    _, check = form_check
+    text = group_text("%a: f32[3, 4]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [-1]} : f32[3]
+        %m = aten.mean.dim(%a) {dim = [-1]} : f32[3]""", "%s: f32[3], %m: f32[3]")
+    x = torch.full((3, 4), -0.0)
+    got, _ = check(text, x)
+    want = (x.sum(-1), x.mean(-1))
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.signbit(), b.signbit()) and not b.signbit().any(), (a, b)
+
+
+#: reductions of a 0-d tensor (torch accepts dim 0 and -1 for it): op, attributes, out types
+ZERO_DIM = {
+    "sum": ("aten.sum.dim_IntList", "dim = [{d}]", ["f32"]),
+    "mean": ("aten.mean.dim", "dim = [{d}]", ["f32"]),
+    "amax": ("aten.amax.default", "dim = [{d}]", ["f32"]),
+    "amin": ("aten.amin.default", "dim = [{d}]", ["f32"]),
+    "argmax": ("aten.argmax.default", "dim = {d}", ["i64"]),
+    "argmin": ("aten.argmin.default", "dim = {d}", ["i64"]),
+    "max_dim": ("aten.max.dim", "dim = {d}", ["f32", "i64"]),
+    "min_dim": ("aten.min.dim", "dim = {d}", ["f32", "i64"]),
+    "var": ("aten.var.correction", "dim = [{d}], correction = 1", ["f32"]),
+    "var_biased": ("aten.var.correction", "dim = [{d}], correction = 0", ["f32"]),
+    "std": ("aten.std.correction", "dim = [{d}], correction = 1", ["f32"]),
+    "var_mean": ("aten.var_mean.correction", "dim = [{d}], correction = 0", ["f32", "f32"]),
+}
+
+
+def zero_dim_group(name: str, dim: int, keepdim: bool, masked: bool) -> str:
+    """``ZERO_DIM[name]`` over a 0-d input (``masked``: over ``where(mask, input, fill)``)."""
+    op, attrs, types = ZERO_DIM[name]
+    attrs = attrs.format(d=dim) + (", keepdim = true" if keepdim else "")
+    names = [f"%r{i}" for i in range(len(types))]
+    params, src, body = "%a: f32[]", "%a", []
+    if masked:
+        params += ", %m: b8[], %f: f32[]"
+        body.append("%w = aten.where.self(%m, %a, %f) : f32[]")
+        src = "%w"
+    body.append(f"{', '.join(names)} = {op}({src}) {{{attrs}}} : "
+                f"{', '.join(t + '[]' for t in types)}")
+    results = ", ".join(f"{n}: {t}[]" for n, t in zip(names, types))
+    return group_text(params, "\n".join(body), results)
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning")
+@pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
+@pytest.mark.parametrize("keepdim", [False, True], ids=["", "keepdim"])
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("name", sorted(ZERO_DIM))
+def test_reductions_of_a_0d_tensor_match_eager(check, name, dim, keepdim, masked):
+    """A 0-d reduction reduces its one element: the value itself for sum/amax/max, 0 for
+    the indices, NaN for a variance without degrees of freedom; signed zeros as eager."""
+    text = zero_dim_group(name, dim, keepdim, masked)
+    for value in (1.5, -0.0, float("nan"), float("inf"), float("-inf")):
+        x = torch.tensor(value)
+        cases = [(x, torch.tensor(True), torch.tensor(2.0)),
+                 (torch.tensor(2.0), torch.tensor(False), x)] if masked else [(x,)]
+        for inputs in cases:
+            got, _ = check(text, *inputs, rtol=0, atol=0)  # values, dtypes, NaN as eager
+            want = CompiledGraph(parse_graph(text), check.registry, [EagerCodegen()])(*inputs)
+            for a, b in zip(got, want, strict=True):
+                assert a.shape == () and torch.equal(a.signbit(), b.signbit()), (inputs, a, b)

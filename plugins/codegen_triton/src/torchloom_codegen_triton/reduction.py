@@ -24,8 +24,13 @@ if TYPE_CHECKING:
 
 
 def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
-    """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them)."""
+    """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them).
+
+    A 0-d tensor has no dims to reduce: torch accepts ``dim`` 0 or -1 for it (as if it had
+    one dim of size 1) and reduces its one element, so the answer is ``()``."""
     dim = node.attrs.get("dim")
+    if rank == 0:
+        return ()
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return tuple(range(rank))
     dims = [dim] if isinstance(dim, int) else list(dim)
@@ -43,7 +48,12 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     if not w.looped:
         v = em.convert(value(), dtype)
         masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
-        return em.emit(BLOCK_REDUCE[kind].format(x=masked.text), dtype, kind, rdep=False)
+        total = em.emit(BLOCK_REDUCE[kind].format(x=masked.text), dtype, kind, rdep=False)
+        if kind == "sum" and dtype in FLOATS:
+            # eager's sum starts from +0.0, so a row of -0.0 sums to +0.0 (the looped form's
+            # accumulator does the same); a block without padding lanes would keep -0.0
+            total = em.emit(f"{total.text} + 0.0", dtype, kind, rdep=False)
+        return total
     acc = em.fresh(f"acc_{kind}")
     em.begin_phase(w.rnumel, w.r_header)
     em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
