@@ -21,7 +21,7 @@ from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager, RunReport, versions
 from torchloom.passes.pipeline import build_pipeline, read_pipeline
 from torchloom.plugins.loader import load_plugins
-from torchloom.runtime.cache import KernelCache
+from torchloom.runtime.cache import KernelCache, directory_problem
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.runtime.graph_cache import GraphCache
 from torchloom.runtime.static import StaticPlan, retarget, target_codegens
@@ -94,11 +94,12 @@ class Compiler:
         #: "pass skipped" messages already logged, so on_error = "skip" says so once
         self.warned: set[str] = set()
         fingerprint = self.pipeline.fingerprint()  # hashes every pass's source: once
-        self.kernel_cache = KernelCache(self.cache_dir / "kernels", fingerprint)
+        disk = _usable_cache_dir(self.cache_dir)
+        self.kernel_cache = KernelCache(disk and disk / "kernels", fingerprint)
         if compile_cache is None:
             compile_cache = (env_flag("TORCHLOOM_COMPILE_CACHE", True)
                              and dump_dir is None and not keep_ir and target is None)
-        self.graph_cache = GraphCache(self.cache_dir / "graphs", {
+        self.graph_cache = GraphCache(disk and disk / "graphs", {
             "pipeline": fingerprint, "device": device,
             "versions": versions(self.plugins)}) if compile_cache else None
         self.compilations: list[Compilation] = []
@@ -201,6 +202,18 @@ class Compiler:
         nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.compilations.append(Compilation(name, nodes, fallback_reason=reason, fn=gm))
         return gm
+
+
+def _usable_cache_dir(cache_dir: Path) -> Path | None:
+    """``cache_dir``, or None (with one warning) when it cannot hold the caches: they are
+    then kept in memory, and compiling goes on as usual."""
+    problem = directory_problem(cache_dir)
+    if problem is None:
+        return cache_dir
+    log.warning("torchloom: cache directory %s is unusable (%s); the compile and kernel "
+                "caches are kept in memory for this process (set TORCHLOOM_CACHE_DIR to a "
+                "writable directory to keep them)", cache_dir, problem)
+    return None
 
 
 def _bind_constants(fn: Callable, constants: tuple) -> Callable:

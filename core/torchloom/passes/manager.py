@@ -98,13 +98,13 @@ class PassManager:
             verify(graph, ctx.registry)
         except VerifyError as exc:
             start.restore()
-            repro, reused = self._write_reproducer(None, graph, exc, ctx)
+            repro, remark = self._write_reproducer(None, graph, exc, ctx)
             message = (f"{self.pipeline.source}: the graph after pipeline "
                        f"{self.pipeline.name!r} fails verification: {exc}\nverify = \"end\" "
                        f"checks only after the last pass; set verify = \"each\" to name the "
                        f"pass. The graph from before the pipeline was restored.")
             if repro:
-                message += _reproducer_line(repro, reused)
+                message += _reproducer_line(repro, remark)
             raise PassError(message, "<pipeline>", None, repro) from exc
 
     def _run_fixpoint(self, step: FixpointStep, graph: Graph, ctx: PassContext,
@@ -194,11 +194,11 @@ class PassManager:
                 ctx: PassContext, report: RunReport) -> bool:
         kind = "left a graph the verifier rejects" if _is_verify(exc) else "raised"
         detail = f"{type(exc).__name__}: {exc}"
-        repro, reused = self._write_reproducer(step, before, exc, ctx)
+        repro, remark = self._write_reproducer(step, before, exc, ctx)
         message = (f"pass {step.name!r} (distribution {step.distribution} {step.version}) "
                    f"{kind}: {detail}\nThe graph from before the pass was restored.")
         if repro:
-            message += _reproducer_line(repro, reused)
+            message += _reproducer_line(repro, remark)
         if self.pipeline.on_error == "skip":
             note = f"pass {step.name!r} skipped after it failed: {detail.splitlines()[0]}"
             if note not in report.notes:
@@ -212,25 +212,42 @@ class PassManager:
         raise PassError(message, step.name, step.distribution, repro) from exc
 
     def _write_reproducer(self, step: PassStep | None, before: Graph, exc: Exception,
-                          ctx: PassContext) -> tuple[str | None, bool]:
+                          ctx: PassContext) -> tuple[str | None, str]:
+        """The reproducer's directory (None when none was written) and a remark for the
+        message. When ``repro_dir`` cannot be written (a read-only cache, a file in its
+        place), the reproducer goes to the system's temporary directory, and the remark
+        says so: the pass's error is reported either way."""
+        if self.repro_dir is None:
+            return None, ""
+        try:
+            return self._write_reproducer_in(self.repro_dir, step, before, exc, ctx)
+        except OSError as problem:
+            why = f"{self.repro_dir} cannot be written ({problem.strerror or problem}), so "
+        elsewhere = Path(tempfile.gettempdir()) / "torchloom-reproducers"
+        try:
+            repro, remark = self._write_reproducer_in(elsewhere, step, before, exc, ctx)
+        except OSError:
+            return None, ""
+        return repro, f"{why}it went to the temporary directory; {remark}"
+
+    def _write_reproducer_in(self, root: Path, step: PassStep | None, before: Graph,
+                             exc: Exception, ctx: PassContext) -> tuple[str, str]:
         """IR before the pass (or the pipeline, when ``step`` is None), the pipeline
-        file, the pass with its options, and versions; and whether an earlier identical
-        failure had written it already.
+        file, the pass with its options, and versions, under ``root``; and a remark when
+        an earlier identical failure had written it already.
 
         One directory per failure, named by the failure's hash (the IR before the pass,
         the pipeline, the pass with its options and version, the device, the error's type
         and message): the same failure in every process start reuses it. It is written
         under a temporary name and renamed, so it is never seen half written."""
-        if self.repro_dir is None:
-            return None, False
         label = step.name if step is not None else "pipeline"
         before_ir = str(before)
-        d = self.repro_dir / f"{label}-{self._failure_hash(step, before_ir, exc, ctx)}"
+        d = root / f"{label}-{self._failure_hash(step, before_ir, exc, ctx)}"
         if (d / "pass.json").exists():
-            return str(d), True
-        self.repro_dir.mkdir(parents=True, exist_ok=True)
+            return str(d), _EARLIER
+        root.mkdir(parents=True, exist_ok=True)
         # written as ``d`` (a fresh temporary directory), then renamed to ``final``
-        final, d = d, Path(tempfile.mkdtemp(prefix=f".{label}-", dir=self.repro_dir))
+        final, d = d, Path(tempfile.mkdtemp(prefix=f".{label}-", dir=root))
         (d / "before.ir").write_text(before_ir)
         (d / "pipeline.toml").write_text(self.pipeline.text)
         (d / "pass.json").write_text(json.dumps({
@@ -250,8 +267,8 @@ class PassManager:
             shutil.rmtree(d, ignore_errors=True)
             if not (final / "pass.json").exists():
                 raise
-            return str(final), True
-        return str(final), False
+            return str(final), _EARLIER
+        return str(final), ""
 
     def _failure_hash(self, step: PassStep | None, before_ir: str, exc: Exception,
                       ctx: PassContext) -> str:
@@ -279,9 +296,11 @@ class _State:
     verified: bool = False
 
 
-def _reproducer_line(repro: str, reused: bool) -> str:
-    again = "written by an earlier identical failure; " if reused else ""
-    return f"\nReproducer: {repro} ({again}replay with: torchloom reproduce {repro})"
+_EARLIER = "written by an earlier identical failure; "
+
+
+def _reproducer_line(repro: str, remark: str) -> str:
+    return f"\nReproducer: {repro} ({remark}replay with: torchloom reproduce {repro})"
 
 
 def _check_input(graph: Graph, ctx: PassContext, pipeline: Pipeline) -> None:

@@ -69,7 +69,9 @@ class KernelCache:
     """Kernels by ``(codegen name, codegen version, structural hash of the region)``.
 
     ``directory`` (optional) adds the on-disk layer; ``fingerprint`` (the pipeline's)
-    enters every disk key. Counters: ``compiles`` (``generate`` calls), ``disk_hits``,
+    enters every disk key. A directory that turns out unusable (a file in its place, no
+    permission, a read-only disk) is reported once and dropped: kernels stay in memory,
+    and every group still compiles. Counters: ``compiles`` (``generate`` calls), ``disk_hits``,
     ``hits`` (in memory), ``corrupt`` (entries found broken).
     """
 
@@ -136,19 +138,37 @@ class KernelCache:
 
     def _load_from_disk(self, entry: Path, codegen: Codegen, registry: Any) -> Kernel | None:
         meta_path = entry.with_suffix(".json")
-        if not meta_path.exists():
-            return None
         try:
+            if not meta_path.exists():
+                return None
             source, compile_ms = _read_entry(meta_path, codegen)
-            kernel = codegen.load(source, registry)
         except StaleEntry:
             return None  # regenerated and rewritten in this format
+        except (FileNotFoundError, IsADirectoryError) as exc:  # the entry, not the directory
+            self._report(meta_path, exc)
+            return None
+        except OSError as exc:
+            self._unusable(exc)
+            return None
         except Exception as exc:  # a broken entry is regenerated, never trusted
+            self._report(meta_path, exc)
+            return None
+        try:
+            kernel = codegen.load(source, registry)
+        except Exception as exc:
             self._report(meta_path, exc)
             return None
         self.disk_hits += 1
         self.disk_saved_seconds += compile_ms / 1e3
         return kernel
+
+    def _unusable(self, exc: OSError) -> None:
+        """Stop using the directory, saying so once (kernels stay in memory)."""
+        if self.directory is not None:
+            log.warning("torchloom: kernel cache directory %s is unusable (%s); kernels are "
+                        "cached in memory only, for this process", self.directory,
+                        exc.strerror or exc)
+            self.directory = None
 
     def _report(self, path: Path, exc: Exception) -> None:
         self.corrupt += 1
@@ -175,7 +195,23 @@ class KernelCache:
             atomic_write(source_path, generated.source)
             atomic_write(entry.with_suffix(".json"), text)  # last: it vouches for the source
         except OSError as exc:  # a read-only or full disk costs speed, not correctness
-            log.warning("torchloom: could not write kernel cache entry %s: %s", entry, exc)
+            self._unusable(exc)
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot hold a cache (it cannot be created, listed or written to:
+    a file in its place, no permission, a read-only disk), or None when it can."""
+    try:
+        if directory.exists() and not directory.is_dir():
+            return "a file is in its place"
+        directory.mkdir(parents=True, exist_ok=True)
+        os.listdir(directory)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{exc.strerror or exc}"
+    return None
 
 
 def checksum(body: dict[str, Any]) -> str:
@@ -233,5 +269,5 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 __all__ = ["KernelCache", "CorruptEntry", "StaleEntry", "atomic_write", "checksum", "codegen_identity",
-           "within",
+           "within", "directory_problem",
            "Callable"]

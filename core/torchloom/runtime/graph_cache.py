@@ -53,12 +53,17 @@ class CachedGraph:
 
 class GraphCache:
     """Graphs after the pipeline, by input graph and compile identity (see the module).
-    Counters: ``hits``, ``misses``, ``stores``, ``corrupt``."""
+    Counters: ``hits``, ``misses``, ``stores``, ``corrupt``.
 
-    def __init__(self, directory: str | Path, identity: dict[str, Any]):
-        self.directory = Path(directory)
+    With ``directory`` None, or once the directory turns out unusable (a file in its
+    place, no permission, a read-only disk: reported once), entries are kept in memory,
+    in the same JSON form, for the life of this cache."""
+
+    def __init__(self, directory: str | Path | None, identity: dict[str, Any]):
+        self.directory = Path(directory) if directory is not None else None
         self._identity = json.dumps(identity, sort_keys=True, default=str)
         self._reported: set[str] = set()
+        self._memory: dict[str, str] = {}  # key -> entry text, when not on disk
         self.hits = self.misses = self.stores = self.corrupt = 0
 
     def key(self, graph: Graph) -> str:
@@ -66,14 +71,20 @@ class GraphCache:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def path(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.json"
+        return (self.directory or Path("<memory>")) / key[:2] / f"{key}.json"
 
     def load(self, key: str, registry) -> CachedGraph | None:
         path = self.path(key)
         try:
-            if path.exists() and not within(self.directory, path):
-                raise ValueError("the entry leads outside the cache directory")
-            data = json.loads(path.read_text())
+            if self.directory is None:
+                text = self._memory.get(key)
+                if text is None:
+                    raise FileNotFoundError(path)
+            else:
+                if path.exists() and not within(self.directory, path):
+                    raise ValueError("the entry leads outside the cache directory")
+                text = path.read_text()
+            data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 found = data.get("format") if isinstance(data, dict) else type(data).__name__
                 raise ValueError(f"format {found!r}, expected {FORMAT}")
@@ -84,6 +95,10 @@ class GraphCache:
             verify(graph, registry)
             report = RunReport([PassRecord(**r) for r in data["records"]], list(data["notes"]))
         except FileNotFoundError:
+            self.misses += 1
+            return None
+        except (NotADirectoryError, PermissionError) as exc:  # the directory, not the entry
+            self._unusable(exc)
             self.misses += 1
             return None
         except (OSError, ValueError, KeyError, TypeError, RecursionError,
@@ -107,14 +122,25 @@ class GraphCache:
             return
         path = self.path(key)
         try:
-            if path.parent.is_symlink() and not within(self.directory, path.parent):
-                path.parent.unlink()  # never write through a link out of the cache
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, text)
+            if self.directory is None:
+                self._memory[key] = text
+            else:
+                if path.parent.is_symlink() and not within(self.directory, path.parent):
+                    path.parent.unlink()  # never write through a link out of the cache
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, text)
         except OSError as exc:  # a read-only or full disk costs speed, not correctness
-            log.warning("torchloom: could not write compile cache entry %s: %s", path, exc)
-            return
+            self._unusable(exc)
+            self._memory[key] = text
         self.stores += 1
+
+    def _unusable(self, exc: OSError) -> None:
+        """Keep entries in memory from now on, saying so once."""
+        if self.directory is not None:
+            log.warning("torchloom: compile cache directory %s is unusable (%s); compiled "
+                        "graphs are cached in memory only, for this process", self.directory,
+                        exc.strerror or exc)
+            self.directory = None
 
     def _report(self, path: Path, exc: Exception) -> None:
         self.corrupt += 1
