@@ -40,20 +40,22 @@ class Plan:
 def build_function(graph: Graph, registry: OpRegistry,
                    kernel_for: Callable[[Node], Callable] | None = None, *,
                    guards: bool = False, fallback: Callable | None = None,
-                   tuple_result: bool = True, guarded_inputs: int | None = None) -> Plan:
+                   tuple_result: bool = True, guarded_inputs: int | None = None,
+                   recompose: bool = True) -> Plan:
     """Generate ``run(*inputs) -> tuple`` for ``graph``.
 
     ``kernel_for(node)`` supplies the callable of each region node (default: the region
     run op by op). Fusion groups that run op by op (no ``kernel_for``, or a
     :class:`RegionKernel` from it) are inlined, and decomposed composites whose primitives
-    all run op by op run as the composite (:mod:`torchloom.runtime.lowering`). With
+    all run op by op run as the composite (:mod:`torchloom.runtime.lowering`; not with
+    ``recompose=False``, which tests of the primitives use). With
     ``guards``, inputs whose metadata differs from the graph's input types are handed to
     ``fallback(args, index)``; only the first ``guarded_inputs`` inputs are checked (the
     rest are constants bound by the compiler).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
     guarded = graph.inputs[:guarded_inputs]
-    graph, kernels = lower(graph, registry, _kernel_of(registry, kernel_for))
+    graph, kernels = lower(graph, registry, _kernel_of(registry, kernel_for, recompose), recompose)
     names: dict[Value, str] = {}
     env: dict[str, Any] = {}
     lines: list[str] = []
@@ -100,7 +102,7 @@ def build_function(graph: Graph, registry: OpRegistry,
     return Plan(namespace["run"], source)
 
 
-def _kernel_of(registry: OpRegistry, kernel_for) -> Callable:
+def _kernel_of(registry: OpRegistry, kernel_for, recompose: bool) -> Callable:
     """For :func:`lower`: a region node's callable, or the graph to inline in its place."""
     def kernel_of(node: Node):
         if node.op == FUSION_GROUP and kernel_for is None:
@@ -109,8 +111,9 @@ def _kernel_of(registry: OpRegistry, kernel_for) -> Callable:
             kernel = kernel_for(node)
             return kernel.graph if isinstance(kernel, RegionKernel) else kernel
         if node.op == CALL_SUBGRAPH:  # a shared subgraph of the top-level graph
-            return build_function(node.graph.root.subgraphs[node.attrs["callee"]], registry).fn
-        return build_function(node.region, registry).fn
+            return build_function(node.graph.root.subgraphs[node.attrs["callee"]], registry,
+                                  recompose=recompose).fn
+        return build_function(node.region, registry, recompose=recompose).fn
     return kernel_of
 
 

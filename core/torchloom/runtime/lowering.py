@@ -20,7 +20,8 @@ from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, Value
 KernelOf = Callable[[Node], Union[Callable, Graph]]
 
 
-def lower(graph: Graph, registry: Any, kernel_of: KernelOf) -> tuple[Graph, dict[Node, Callable]]:
+def lower(graph: Graph, registry: Any, kernel_of: KernelOf,
+          recompose_composites: bool = True) -> tuple[Graph, dict[Node, Callable]]:
     """A flat copy of ``graph`` (same inputs and outputs, in order) and the kernel each of
     its region-call nodes calls; the original graph is not changed."""
     flat = Graph(graph.name)
@@ -28,7 +29,8 @@ def lower(graph: Graph, registry: Any, kernel_of: KernelOf) -> tuple[Graph, dict
     kernels: dict[Node, Callable] = {}
     _copy(graph, flat, env, kernel_of, kernels)
     flat.set_outputs([env[v] for v in graph.outputs])
-    recompose(flat, registry)
+    if recompose_composites:
+        recompose(flat, registry)
     return flat, kernels
 
 
