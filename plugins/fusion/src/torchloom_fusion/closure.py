@@ -6,7 +6,7 @@ consumer, a consumer whose other producers now precede it, two groups that now s
 input. Sweeping the whole graph again (what a fixpoint of passes does) finds them one
 layer per sweep, so a deep graph took a sweep per layer and never converged within the
 pipeline's ``max_iterations``. Instead, every merge records the clusters it may have
-affected (``GroupEditor.touched``) and :meth:`Fusion.settle` revisits exactly those,
+affected (``GroupEditor.take_touched``) and :meth:`Fusion.settle` revisits exactly those,
 latest first, until no merge happens: the work is proportional to the merges, and
 running the pass again finds nothing to do.
 """
@@ -49,10 +49,10 @@ class Fusion:
     def settle(self) -> None:
         """Revisit touched clusters, latest first, until no merge touches any."""
         ed, graph = self.ed, self.graph
-        while ed.touched:
-            batch = sorted((n for n in ed.touched if n.graph is graph),
-                           key=ed.order.__getitem__, reverse=True)
-            ed.touched = set()
+        while True:
+            batch = sorted(ed.take_touched(), key=ed.order.__getitem__, reverse=True)
+            if not batch:
+                return
             seen: set[Value] = set()
             for node in batch:
                 if node.graph is not graph:

@@ -17,8 +17,8 @@ O(inputs + outputs), never by rebuilding the group. Use lists are edited lazily:
 that leaves the graph stays in its inputs' use lists until :meth:`GroupEditor.finish`
 sweeps them once, so a value read by thousands of nodes costs nothing per merge.
 
-Every merge records in :attr:`GroupEditor.touched` the clusters whose merge options it may
-have changed (see :meth:`GroupEditor._touch`), so that a pass can revisit just those
+Every merge records what it may have made mergeable elsewhere
+(:meth:`GroupEditor.take_touched`), so that a pass can revisit just those clusters
 until nothing merges (:mod:`torchloom_fusion.closure`) instead of sweeping the whole graph
 again.
 
@@ -62,8 +62,10 @@ class GroupEditor:
         self.created = 0
         #: values whose use lists may hold nodes that left the graph (swept by finish())
         self._dirty: set[Value] = set()
-        #: clusters whose merge options changed since the caller last took this set
-        self.touched: set[Node] = set()
+        #: groups made by merges, and producers whose readers moved past others, since
+        #: the last take_touched()
+        self._merged: set[Node] = set()
+        self._passed: set[Node] = set()
 
     def finish(self) -> None:
         """Sweep stale entries from use lists; call before anyone else reads them."""
@@ -168,25 +170,38 @@ class GroupEditor:
 
     def can_merge(self, a: Node, b: Node) -> str | None:
         """Which slot (``"a"`` or ``"b"``) merging clusters a (earlier) and b can use,
-        or None when no valid merge exists."""
+        or None when no valid merge exists. O(inputs + uses of a's outputs)."""
         if self.device(a) != self.device(b):
             return None
-        if not compatible(self.signatures(a) | self.signatures(b)):
+        signatures = self.signatures(a) | self.signatures(b)
+        if len(signatures) > 1 and not compatible(signatures):  # reductions over other rows
             return None
-        inputs = set(a.inputs)
-        inputs.update(v for v in b.inputs if v.producer is not a)
-        if len(inputs) > self.max_inputs:
+        if len(a.inputs) + len(b.inputs) > self.max_inputs:  # else the limit holds anyway
+            inputs = set(a.inputs)
+            inputs.update(v for v in b.inputs if v.producer is not a)
+            if len(inputs) > self.max_inputs:
+                return None
+        g, order = self.graph, self.order
+        oa, ob = order[a], order[b]
+        # a's outputs read by others than b stay group outputs ("kept"); slot b needs
+        # every such reader after b
+        count = len(a.outputs) + len(b.outputs) > self.max_outputs
+        kept, late = 0, True
+        for v in a.outputs:
+            read = v in self.graph_outputs
+            for u in v.uses:
+                if u is not b and u.graph is g:
+                    read = True
+                    if not late or order[u] <= ob:  # (once late is False, read suffices)
+                        late = False
+                        break
+            kept += read
+            if not late and not count:
+                break
+        if count and kept + len(b.outputs) > self.max_outputs:
             return None
-        g = self.graph
-        kept = [v for v in a.outputs if v in self.graph_outputs or
-                any(u is not b and u.graph is g for u in v.uses)]
-        if len(kept) + len(b.outputs) > self.max_outputs:
-            return None
-        oa, ob = self.order[a], self.order[b]
         blocked = self._mutation_between(oa, ob)
-        order = self.order
-        if not (blocked and self.pinned(a)) and all(
-                order[u] > ob for v in kept for u in v.uses if u is not b and u.graph is g):
+        if late and not (blocked and self.pinned(a)):
             return "b"
         if not (blocked and self.pinned(b)) and all(
                 v.producer is None or v.producer is a or order[v.producer] < oa
@@ -208,31 +223,30 @@ class GroupEditor:
         slot = self.can_merge(a, b)
         if slot is None:
             return None
-        # what a merge can enable elsewhere depends on the parts before they change
-        moved_later = list(a.inputs) if slot == "b" else []
+        if slot == "b":  # a's content moves past the other readers of its producers
+            self._passed.update(v.producer for v in a.inputs if v.producer is not None)
         if is_group(b) and not is_group(a):
             merged = self.absorb_producer(a, b, slot)
         else:
             merged = self.merge(self.wrap(a), self.wrap(b), slot)
-        self._touch(merged, moved_later)
+        self._merged.add(merged)
         return merged
 
-    def _touch(self, merged: Node, moved_later: list[Value]) -> None:
-        """Record the clusters a merge may have made mergeable: the group itself (new
-        inputs, outputs, siblings), its consumers (a new producer; for slot ``"a"`` their
-        other producers may now precede them), and, when the earlier part moved later
-        (slot ``"b"``), its producers and their other consumers (a user that stood
-        before them has moved past them)."""
-        g, touched = self.graph, self.touched
-        touched.add(merged)
-        for v in merged.outputs:
-            touched.update(u for u in v.uses if u.graph is g)
-        for v in moved_later:
-            p = v.producer
-            if p is not None and p.graph is g:
-                touched.add(p)
-                for out in p.outputs:
-                    touched.update(u for u in out.uses if u.graph is g)
+    def take_touched(self) -> set[Node]:
+        """The clusters whose merge options the merges since the last call may have
+        changed: each merged group (new inputs, outputs, siblings), its consumers (a new
+        producer; after slot ``"a"`` their other producers may now precede them) and,
+        where an earlier part moved later (slot ``"b"``), its producers and their other
+        consumers (a reader that stood before them has moved past them). Collected once
+        per call, however often a group grew in between."""
+        g = self.graph
+        sources = {n for n in (*self._merged, *self._passed) if n.graph is g}
+        touched = set(sources)
+        for node in sources:
+            for v in node.outputs:
+                touched.update(u for u in v.uses if u.graph is g)
+        self._merged, self._passed = set(), set()
+        return touched
 
     def absorb_producer(self, p: Node, group: Node, slot: str) -> Node:
         """Move plain node ``p`` (earlier) to the start of ``group``'s region: the fast
