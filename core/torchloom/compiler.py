@@ -153,7 +153,9 @@ class Compiler:
             self.compilations.append(comp)
             return comp
         comp.compiled = CompiledGraph(graph, self.registry, chain, self.kernel_cache, fallback,
-                                      user_inputs=len(graph.inputs) - len(constants))
+                                      user_inputs=len(graph.inputs) - len(constants),
+                                      repro_dir=self.cache_dir / "reproducers",
+                                      warned=self.warned)
         fn = comp.compiled.plan.fn
         if constants:
             fn = _bind_constants(fn, tuple(constants))

@@ -12,12 +12,14 @@ import keyword
 import logging
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 from torchloom.codegen.base import Reason, RegionKernel
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, InputRef, Node, Value
 from torchloom.ops.registry import OpRegistry
+from torchloom.runtime.group_failure import codegen_failed
 from torchloom.runtime.guards import describe_mismatch, guard_expressions
 from torchloom.runtime.lowering import lower
 
@@ -206,9 +208,12 @@ class CompiledGraph:
     """The runnable result of compiling a graph: guards, kernels, fallback."""
 
     def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
-                 cache=None, fallback: Callable | None = None, user_inputs: int | None = None):
+                 cache=None, fallback: Callable | None = None, user_inputs: int | None = None,
+                 repro_dir: Path | None = None, warned: set[str] | None = None):
         """``fallback(*user_args)`` runs the original graph when a guard fails; the graph's
-        inputs after the first ``user_inputs`` are constants it does not take."""
+        inputs after the first ``user_inputs`` are constants it does not take. A codegen
+        that raises on a group costs only that group (:mod:`.group_failure`: its IR goes
+        to ``repro_dir``, each distinct error is logged once per ``warned`` set)."""
         from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
@@ -219,6 +224,7 @@ class CompiledGraph:
         self.fallback_calls = 0
         #: shared subgraph name -> its callable, built once however often it is called
         self.subgraph_fns: dict[str, Callable] = {}
+        warned = warned if warned is not None else set()
 
         def kernel_for(node: Node) -> Callable:
             if node.op == CALL_SUBGRAPH:
@@ -232,17 +238,17 @@ class CompiledGraph:
             choice = GroupChoice(node, "eager")
             self.choices.append(choice)
             for cg in codegens:
-                reason = cg.supports(node, registry)
-                if reason is None:
-                    try:
+                stage = "judging"
+                try:  # a codegen's bug costs only this group, never the whole graph
+                    reason = cg.supports(node, registry)
+                    if reason is None:
+                        stage = "compiling"
                         kernel = self.cache.get_or_compile(cg, node, registry)
-                    except Exception as exc:  # a codegen bug must not crash the user's program
-                        reason = Reason(cg.name, f"failed to compile the group: "
-                                                 f"{type(exc).__name__}: {exc}")
-                        log.warning("torchloom: %s; trying the next codegen", reason)
-                    else:
-                        choice.codegen = cg.name
-                        return kernel
+                except Exception as exc:
+                    reason = codegen_failed(cg, stage, node, exc, repro_dir, warned)
+                if reason is None:
+                    choice.codegen = cg.name
+                    return kernel
                 choice.fallback_reasons.append(reason)
             raise TypeError(f"no codegen compiled the group: "
                             f"{'; '.join(map(str, choice.fallback_reasons))}")
