@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,8 @@ from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir,
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
 from torchloom_codegen_triton.kernel import KernelWriter
+
+log = logging.getLogger("torchloom.codegen_triton")
 
 _TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
                  "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
@@ -59,6 +63,8 @@ class TritonCodegen:
         self.autotune = env_flag("TORCHLOOM_AUTOTUNE", True) if autotune is None else autotune
         base = cache_dir if cache_dir is not None else default_cache_dir()
         self.cache_dir = Path(base) / "triton"
+        #: where sources go when ``cache_dir`` cannot be written (made on first need)
+        self.scratch_dir: Path | None = None
         self.max_persistent = max_persistent
         self.verbose = verbose
         #: a CUDA architecture (``"sm_90"``) generated for without a GPU; never loaded
@@ -118,12 +124,16 @@ class TritonCodegen:
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
         meta = kernel.metadata
         digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:20]
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        path = self.cache_dir / f"k{digest}.py"
-        if not path.exists() or path.read_text() != kernel.source:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(kernel.source)
-            os.replace(tmp, path)
+        try:
+            path = _write_source(self.scratch_dir or self.cache_dir, digest, kernel.source)
+        except OSError as exc:  # an unusable cache costs the cache, not the kernel
+            if self.scratch_dir is not None:
+                raise
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix="torchloom-triton-"))
+            log.warning("torchloom: triton kernel directory %s is unusable (%s); kernel "
+                        "sources go to %s for this process", self.cache_dir,
+                        exc.strerror or exc, self.scratch_dir)
+            path = _write_source(self.scratch_dir, digest, kernel.source)
         interpret = meta["device"] == "cpu" or env_flag("TRITON_INTERPRET", False)
         module = import_source(path, f"torchloom_triton_k{digest}", interpret)
         fn = getattr(module, meta["kernel"])
@@ -134,6 +144,17 @@ class TritonCodegen:
         tune = self.autotune and not interpret and not tune_path.exists() and len(
             meta["configs"]) > 1
         return Launcher(fn, meta, config, tune_path if tune else None, self.verbose, interpret)
+
+
+def _write_source(directory: Path, digest: str, source: str) -> Path:
+    """The file ``k<digest>.py`` in ``directory`` holding ``source`` (written if needed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"k{digest}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    return path
 
 
 class Launcher:
