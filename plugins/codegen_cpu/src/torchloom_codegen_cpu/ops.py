@@ -71,6 +71,7 @@ class Pointwise:
             return None
         tpl = tpl(attrs_, ir_dtype) if callable(tpl) else tpl
         if dtype in ("f32", "f64"):
+            tpl = tpl.replace("$erf", "tl_erf_fast" if dtype == "f32" else "erf")
             tpl = tpl.replace("$T", CTYPE[dtype]).replace("$f", "f" if dtype == "f32" else "")
         return tpl
 
@@ -122,7 +123,7 @@ def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
     if a.get("approximate", "none") == "tanh":
         return (f"($T)0.5 * {{self}} * (($T)1 + tanh$f({SQRT_2_PI} * ({{self}} + "
                 f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
-    exact = f"($T)0.5 * {{self}} * (($T)1 + erf$f({{self}} * {SQRT1_2}))"
+    exact = f"($T)0.5 * {{self}} * (($T)1 + $erf({{self}} * {SQRT1_2}))"
     if dtype in ("f32", "bf16"):  # eager's vectorized f32 GELU gives NaN at +inf
         return f"({{self}} == ($T)INFINITY ? ($T)NAN : {exact})"
     return exact
@@ -135,7 +136,7 @@ def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:
         return (f"{{grad_output}} * (($T)0.5 * (($T)1 + T_) + ($T)0.5 * {{self}} * "
                 f"(($T)1 - T_ * T_) * {SQRT_2_PI} * (($T)1 + (($T)0.134145) * {{self}} * "
                 f"{{self}}))").replace("T_", inner)
-    return (f"{{grad_output}} * (($T)0.5 * (($T)1 + erf$f({{self}} * {SQRT1_2})) + "
+    return (f"{{grad_output}} * (($T)0.5 * (($T)1 + $erf({{self}} * {SQRT1_2})) + "
             f"{{self}} * exp$f(($T)-0.5 * {{self}} * {{self}}) * {INV_SQRT_2PI})")
 
 
