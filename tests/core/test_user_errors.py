@@ -252,6 +252,17 @@ def test_a_workload_failing_only_when_compiled_says_so_and_names_the_node(
     assert "Traceback (most recent call last)" in err and "tl_breakers.py" in err
 
 
+def test_bench_of_a_workload_failing_only_when_compiled_says_so(breakers, tmp_path, capsys,
+                                                                cache):
+    code, out, err = run_cli(capsys, "bench", str(tmp_path / "work.py"), "--pipeline",
+                             str(breakers("breakers.explode")), "--iters", "1", "--rounds",
+                             "1", "--warmup", "0", "--no-inductor")
+    assert code == 1 and out == ""
+    assert_one_paragraph(err, "bench", tmp_path / "work.py")
+    assert "runs eagerly without error, but fails when compiled with torchloom" in err
+    assert "RuntimeError: breakers.explode refuses to run" in err
+
+
 def test_a_failure_while_compiling_names_the_graph(tmp_path, capsys, cache, monkeypatch):
     from torchloom.runtime import executor
     (tmp_path / "work.py").write_text(WORKLOAD)
@@ -357,6 +368,7 @@ GOOD_META = {"pass": "cse", "options": {}, "verify": "each", "device": "cpu"}
     ('{"pass": 3}', ': "pass" must be a pass name or null, not 3'),
     ('{"pass": "cse", "options": [1]}', ': "options" must be an object of pass options'),
     ('{"pass": "cse", "verify": "sometimes"}', ': "verify" must be one of each, end, off'),
+    ("[" * 100_000 + "]" * 100_000, ": a reproducer's pass.json nests too deeply to read"),
 ])
 def test_reproduce_on_a_damaged_pass_json_exits_2_naming_it(tmp_path, capsys, pass_json,
                                                             message):
