@@ -10,19 +10,17 @@ from pathlib import Path
 
 from torchloom.errors import CompiledRunError, TorchloomError
 from torchloom.ir.text import print_node
+from torchloom.runtime.cache import directory_problem
 
 
 def check_output_dir(path: str | Path, option: str) -> Path:
-    """Create the directory an option (``--dump``) names, or say why it cannot be."""
+    """Create the directory an option (``--dump``) names, or say why it cannot be
+    written to (before anything runs)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise TorchloomError(f"{option} {path}: the path exists and is not a directory; give "
-                             f"a directory (it is created if missing) or move the file away")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TorchloomError(f"{option} {path}: cannot create the directory: "
-                             f"{exc.strerror or exc}; give a directory you can write to") from None
+    problem = directory_problem(path)
+    if problem is not None:
+        raise TorchloomError(f"{option} {path}: cannot write there ({problem}); give a "
+                             f"directory you can write to (it is created if missing)")
     return path
 
 

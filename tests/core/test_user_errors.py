@@ -72,6 +72,23 @@ def test_check_on_a_file_that_is_no_pipeline_exits_2_naming_it(tmp_path, capsys,
     assert err.startswith(f"torchloom check: error: {path}{message}"), err
 
 
+def test_check_on_an_unreadable_pipeline_names_it(tmp_path, capsys, monkeypatch):
+    import errno
+    path = tmp_path / "secret.toml"
+    path.write_text('[[pass]]\nname = "cse"\n')
+    read_bytes = Path.read_bytes
+
+    def denied(self):  # root reads any file: deny this one as a chmod 000 would
+        if self == path:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return read_bytes(self)
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    code, out, err = run_cli(capsys, "check", str(path))
+    assert code == 2 and out == ""
+    assert err.startswith(f"torchloom check: error: {path}: cannot read a pipeline file: "
+                          f"Permission denied; check that the file exists and is readable")
+
+
 def test_a_pipeline_too_deep_for_explain_is_the_same_error(tmp_path, capsys, cache):
     (tmp_path / "work.py").write_text(WORKLOAD)
     (tmp_path / "deep.toml").write_text(deep_toml())
@@ -296,17 +313,30 @@ def test_explain_on_something_that_is_no_workload_file(tmp_path, capsys, cache, 
     assert err.startswith(f"torchloom explain: error: {path}{message}")
 
 
-@pytest.mark.parametrize("where", ["file", "inside a file"])
-def test_explain_dump_into_a_file_is_an_error_before_anything_runs(tmp_path, capsys, cache,
-                                                                   where):
+@pytest.mark.parametrize("where, problem", [("file", "a file is in its place"),
+                                             ("inside a file", "Not a directory"),
+                                             ("read-only", "Permission denied")])
+def test_explain_dump_where_it_cannot_write_is_an_error_before_anything_runs(
+        tmp_path, capsys, cache, monkeypatch, where, problem):
+    import errno
+    import tempfile
     (tmp_path / "work.py").write_text(WORKLOAD)
     (tmp_path / "taken").write_text("not a directory")
-    dump = tmp_path / "taken" if where == "file" else tmp_path / "taken" / "dump"
+    dump = {"file": tmp_path / "taken", "inside a file": tmp_path / "taken" / "dump",
+            "read-only": tmp_path / "ro"}[where]
+    if where == "read-only":  # root writes anywhere: deny the write as mode 0o555 would
+        dump.mkdir()
+        mkstemp = tempfile.mkstemp
+
+        def denied(*args, dir=None, **kwargs):
+            if dir is not None and Path(dir) == dump:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))
+            return mkstemp(*args, dir=dir, **kwargs)
+        monkeypatch.setattr(tempfile, "mkstemp", denied)
     code, out, err = run_cli(capsys, "explain", str(tmp_path / "work.py"), "--dump", str(dump))
     assert code == 2 and out == ""
-    assert err.startswith(f"torchloom explain: error: --dump {dump}: ")
-    assert ("the path exists and is not a directory" if where == "file"
-            else "cannot create the directory: Not a directory") in err
+    assert err.startswith(f"torchloom explain: error: --dump {dump}: cannot write there "
+                          f"({problem}); give a directory you can write to")
     assert "Traceback" not in err
     assert (tmp_path / "taken").read_text() == "not a directory"
 
