@@ -149,6 +149,22 @@ def test_a_file_in_place_of_the_kernels_dir_warns_once(tmp_path, caplog):
     assert "kernels are cached in memory only" in warning
 
 
+def test_a_file_in_place_of_the_graphs_dir_keeps_the_compile_cache_in_memory(tmp_path,
+                                                                            caplog):
+    caplog.set_level(logging.WARNING, logger="torchloom")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "graphs").write_text("not a directory")
+    compiler = compile_two_groups(tmp_path, tmp_path / "cache", compile_cache=True)
+    for _ in range(2):
+        assert compiler.compile_graph(parse_graph(TWO_GROUPS)).cached
+    assert compiler.graph_cache.stats() == {"hits": 2, "misses": 1, "stores": 1,
+                                            "corrupt": 0}
+    [warning] = warnings_of(caplog)
+    assert warning.startswith(f"torchloom: compile cache directory {tmp_path / 'cache'}"
+                              f"/graphs is unusable (Not a directory); compiled graphs are "
+                              f"cached in memory only")
+
+
 def test_an_unreadable_kernels_dir_still_compiles_every_group(tmp_path, caplog, deny):
     cache = tmp_path / "cache"
     compile_two_groups(tmp_path, cache)  # fills kernels/ with both entries
