@@ -75,6 +75,10 @@ class Emitter:
                 self.inner_names.add(name)
         return Expr(name, dtype, inner)
 
+    def forget_row_values(self) -> None:
+        """Row statements emitted so far are out of scope from here on (a nested loop)."""
+        self._memo = {}
+
     def statement(self, line: str, inner: bool) -> None:
         if self._phase is None:
             self.lines.append(line)

@@ -24,6 +24,7 @@ import torch
 from torchloom.api import (DTYPES, InputRef, Node, ScalarType, TensorType, Value, print_graph,
                            structural_hash)
 
+from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
 from torchloom_codegen_cpu.indexing import (Coords, Unsupported, address, broadcast, delinear,
                                             reshape, view_coords)
@@ -64,6 +65,7 @@ class KernelWriter:
         self._check_region()
         self.reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if self.reductions else "pointwise"
+        self.outer = "x"  # the parallel loop's variable (columns.py walks blocks: "xb")
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -154,7 +156,7 @@ class KernelWriter:
             e = self.em.cast(e, t.dtype)  # eager rounds every low-precision result
         return e
 
-    def _store(self, name: str, v: Value, coords: Coords) -> None:
+    def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
         e = self.value_at(v, coords)
         offset = address(coords, t.actual_strides(), t.shape, self.known)
@@ -215,7 +217,7 @@ class KernelWriter:
         for name, v, t in zip(self.out_names, self.region.outputs, outs):
             coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else reshape(
                 tuple(logical), first.shape, t.shape, self.known)
-            self._store(name, v, coords)
+            self.store(name, v, coords)
         em.end_phase("#pragma omp simd", loop, [])
         return em.lines
 
@@ -233,6 +235,9 @@ class KernelWriter:
         self.red_shape = [self.shape[d] for d in self.rdims]
         self.rows, self.rnumel = _prod(self.kept_shape), _prod(self.red_shape)
         self.numel = self.rows * self.rnumel
+        self.kept = kept
+        if column_form(self):
+            return column_body(self)
         em = self.em
         xs = self.row_coords("x", self.kept_shape)
         em.inner_names.add("r")
@@ -264,11 +269,11 @@ class KernelWriter:
             if shape == self.shape:
                 full_outputs.append((name, v, self.full))
             elif shape == tuple(1 if d in self.rdims else s for d, s in enumerate(self.shape)):
-                self._store(name, v, self.row_keepdim)
+                self.store(name, v, self.row_keepdim)
             elif shape == tuple(self.kept_shape):
-                self._store(name, v, self.row)
+                self.store(name, v, self.row)
             elif _prod(shape) == self.rows:  # another view of the rows: same element order
-                self._store(name, v, reshape(self.row, self.kept_shape, shape, self.known))
+                self.store(name, v, reshape(self.row, self.kept_shape, shape, self.known))
             elif _prod(shape) == self.numel:  # another view of P: element i goes to i
                 full_outputs.append((name, v, reshape(self.full, self.shape, shape,
                                                       self.known)))
@@ -279,7 +284,7 @@ class KernelWriter:
         if full_outputs:
             em.begin_phase()
             for name, v, coords in full_outputs:
-                self._store(name, v, coords)
+                self.store(name, v, coords)
             em.end_phase("#pragma omp simd", self.rloop, self.r_header)
         return em.lines
 
@@ -312,7 +317,8 @@ class KernelWriter:
             source.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)")
         else:
             source.append("  (void)nthreads;")
-        source.append(f"  for (int64_t x = 0; x < {self.rows}; x++) {{")
+        source.append(f"  for (int64_t {self.outer} = 0; {self.outer} < {self.rows}; "
+                      f"{self.outer}++) {{")
         source += ["    " + line for line in lines]
         source += ["  }", "}"]
         return "\n".join(source) + "\n", self.metadata(kernel, parallel)

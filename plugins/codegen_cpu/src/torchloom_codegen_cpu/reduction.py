@@ -33,7 +33,7 @@ def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
     return tuple(sorted({d + rank if d < 0 else d for d in dims}))
 
 
-def _identity(kind: str, dtype: str) -> str:
+def identity(kind: str, dtype: str) -> str:
     as_float, as_int = IDENTITY[kind]
     if dtype in FLOATS:
         return as_float
@@ -45,7 +45,7 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``."""
     em = w.em
     acc = em.fresh(f"acc_{kind}")
-    em.statement(f"{CTYPE[dtype]} {acc} = {_identity(kind, dtype)};", False)
+    em.statement(f"{CTYPE[dtype]} {acc} = {identity(kind, dtype)};", False)
     clauses = [f"reduction({OMP_OP[kind]}:{acc})"]
     nan = None
     if kind in ("max", "min") and dtype in FLOATS:
@@ -71,7 +71,7 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     """The max (``argmax``) or min (``argmin``) along the row and its index (int64)."""
     em = w.em
     best, index = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
-    em.statement(f"{CTYPE[dtype]} {best} = {_identity('max' if kind == 'argmax' else 'min', dtype)};",
+    em.statement(f"{CTYPE[dtype]} {best} = {identity('max' if kind == 'argmax' else 'min', dtype)};",
                  False)
     em.statement(f"int64_t {index} = 0;", False)
     em.begin_phase()

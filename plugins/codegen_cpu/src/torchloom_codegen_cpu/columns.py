@@ -1,0 +1,150 @@
+"""The column form of a reduction kernel: reductions whose kept dims are innermost (a bias
+gradient ``sum(g, dim=0)``, layer_norm's weight gradient), where the row form would read
+every row with a stride.
+
+A block of ``BLOCK`` kept elements (columns) is one parallel iteration; it walks the reduced
+dims in order and, for each, runs a SIMD loop over its columns, accumulating into one array
+per reduction and storing the group's outputs of the full shape on the way::
+
+    for (r = 0; r < R; r++)          // reduced elements, in memory order
+      #pragma omp simd
+      for (x = c0; x < c1; x++)      // this block's columns: contiguous loads and stores
+        acc[x - c0] += value(r, x);
+
+then one SIMD loop over the block stores each reduction's result. One pass over the data:
+only reductions that combine (sum, prod, max, min, mean) and whose results no other op of
+the group reads take this form; other groups use the row form.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchloom_codegen_cpu.emitter import Expr
+from torchloom_codegen_cpu.indexing import delinear
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS, literal
+from torchloom_codegen_cpu.reduction import identity
+
+if TYPE_CHECKING:
+    from torchloom_codegen_cpu.kernel import KernelWriter
+
+BLOCK = 256
+_KINDS = ("sum", "prod", "max", "min")
+
+
+def column_form(w: "KernelWriter") -> bool:
+    """Whether the group's reductions can take the column form (see the module docstring)."""
+    from torchloom_codegen_cpu.kernel import tensor_type
+    if not w.kept or w.kept[-1] != len(w.shape) - 1 or w.rnumel <= 1:
+        return False
+    outputs = set(w.region.outputs)
+    for node in w.reductions:
+        spec = REDUCTIONS[node.op]
+        if spec.kind not in _KINDS or len(node.outputs) != 1:
+            return False
+        (v,) = node.outputs
+        if v.uses or v not in outputs:
+            return False
+    for v in w.region.outputs:
+        shape = tuple(tensor_type(v).shape)
+        is_reduction = v.producer is not None and v.producer in w.reductions
+        if shape != w.shape and not is_reduction:
+            return False
+    return True
+
+
+def column_body(w: "KernelWriter") -> list[str]:
+    """The statements of one block of columns ``xb`` (sets ``w.rows`` to the block count)."""
+    from torchloom_codegen_cpu.kernel import tensor_type
+    em = w.em
+    columns = w.rows
+    block = min(BLOCK, columns)
+    w.rows = -(-columns // block)
+    w.outer = "xb"
+    em.statement(f"const int64_t c0 = xb * {block};", False)
+    em.statement(f"const int64_t c1 = c0 + {block} < {columns} ? c0 + {block} : {columns};",
+                 False)
+    # inner coordinates (columns) are recomputed in every SIMD loop
+    em.inner_names.add("x")
+    x_header, xs = [], []
+    for k, c in enumerate(delinear("x", w.kept_shape)):
+        if c in ("0", "x"):
+            xs.append(c)
+            continue
+        em.inner_names.add(f"x{k}")
+        x_header.append(f"const int64_t x{k} = {c};")
+        xs.append(f"x{k}")
+    w.known[(tuple(c for c, d in zip(xs, w.kept_shape) if d != 1),
+             tuple(d for d in w.kept_shape if d != 1))] = "x"
+    xloop = "for (int64_t x = c0; x < c1; x++)"
+    accs = []
+    for node in w.reductions:
+        kind = REDUCTIONS[node.op].kind
+        dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
+        acc = em.fresh(f"acc_{kind}")
+        em.statement(f"{CTYPE[dtype]} {acc}[{block}];", False)
+        em.statement(f"for (int64_t x = 0; x < {block}; x++) {acc}[x] = "
+                     f"{identity(kind, dtype)};", False)
+        nan = None
+        if kind in ("max", "min") and dtype in FLOATS:
+            nan = em.fresh("nan")
+            em.statement(f"int {nan}[{block}];", False)
+            em.statement(f"for (int64_t x = 0; x < {block}; x++) {nan}[x] = 0;", False)
+        accs.append((node, kind, dtype, acc, nan))
+    # the walk over the reduced elements: its body is a row scope of its own
+    saved, em.lines = em.lines, []
+    rs = list(delinear("r", w.red_shape))
+    for k, c in enumerate(rs):
+        if c not in ("0", "r"):
+            em.statement(f"const int64_t r{k} = {c};", False)
+            rs[k] = f"r{k}"
+    full = [""] * len(w.shape)
+    for d, c in zip(w.kept, xs):
+        full[d] = c
+    for d, c in zip(w.rdims, rs):
+        full[d] = c
+    w.full = tuple(full)
+    em.begin_phase()
+    for node, kind, dtype, acc, nan in accs:
+        v = em.convert(w.value_at(node.inputs[0], w.full), dtype).text
+        slot = f"{acc}[x - c0]"
+        update = {"sum": f"{slot} += {v};", "prod": f"{slot} *= {v};",
+                  "max": f"{slot} = {v} > {slot} ? {v} : {slot};",
+                  "min": f"{slot} = {v} < {slot} ? {v} : {slot};"}[kind]
+        em.statement(update, True)
+        if nan is not None:
+            em.statement(f"{nan}[x - c0] |= {v} != {v};", True)
+    for name, v in zip(w.out_names, w.region.outputs):
+        if tuple(tensor_type(v).shape) == w.shape:
+            w.store(name, v, w.full)
+    em.end_phase("#pragma omp simd", xloop, x_header)
+    walk = em.lines
+    em.lines = saved
+    em.forget_row_values()  # they were declared inside the walk
+    em.statement(f"for (int64_t r = 0; r < {w.rnumel}; r++) {{", False)
+    for line in walk:
+        em.statement("  " + line, False)
+    em.statement("}", False)
+    # the results, one SIMD loop over the block's columns
+    em.begin_phase()
+    for node, kind, dtype, acc, nan in accs:
+        (value,) = node.outputs
+        ir_dtype = tensor_type(value).dtype
+        text = f"{acc}[x - c0]"
+        if nan is not None:
+            text = f"({nan}[x - c0] ? ({CTYPE[dtype]})NAN : {text})"
+        template = REDUCTIONS[node.op].outputs[0]
+        text = template.format(acc=text, n=literal(float(w.rnumel), dtype))
+        e = em.emit(text, dtype, kind, inner=True)
+        if ir_dtype in ("f16", "bf16"):
+            e = em.cast(e, ir_dtype)
+        keepdim = bool(node.attrs.get("keepdim", False))
+        coords = tuple("0" if d in w.rdims else w.full[d] for d in range(len(w.shape))) \
+            if keepdim else tuple(xs)
+        w.reduced[value] = (coords, Expr(e.text, e.dtype, True))
+        for name, out in zip(w.out_names, w.region.outputs):
+            if out is value:
+                w.store(name, out, coords)
+    em.end_phase("#pragma omp simd", xloop, x_header)
+    return em.lines
+
