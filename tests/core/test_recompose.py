@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torchloom.codegen.base import KernelSource, RegionKernel
 from torchloom.codegen.eager import EagerCodegen
 from torchloom.ir import parse_graph, print_graph, structural_hash
-from torchloom.ir.graph import Graph
+from torchloom.ir.graph import Graph, InputRef
 from torchloom.ir.provenance import find_instances, mark_decomposition
 from torchloom.ir.types import TensorType
 from torchloom.ops.aten import default_registry
@@ -259,3 +259,26 @@ def test_a_group_compiled_natively_keeps_its_part_of_an_instance(registry):
     ops, (got,) = calls(compiled, xs)
     assert SOFTMAX not in ops and len(ops) == 5
     torch.testing.assert_close(got, torch.softmax(xs, -1))
+
+
+def test_input_refs_in_the_composites_attributes_are_not_marked():
+    g = Graph("g")
+    x = g.add_input(TensorType((4,)), "x")
+    neg = g.create("aten.neg.default", [x], [x.type])
+    assert not mark_decomposition("aten.cat.default", {"tensors": (InputRef(0),)}, [x], [neg],
+                                  [neg.output])
+    assert dict(neg.attrs) == {}
+
+
+def test_instances_inside_a_shared_subgraph_run_whole(registry):
+    """dedup.regions' shared subgraphs: each is planned once, its instances recomposed."""
+    layer = softmax_graph()
+    text = ('graph @main(%x: f32[4, 8]) {\n'
+            '  %a = torchloom.call_subgraph(%x) {callee = "layer"} : f32[4, 8]\n'
+            '  %b = torchloom.call_subgraph(%a) {callee = "layer"} : f32[4, 8]\n'
+            '  return %b\n}\n' + print_graph(layer).replace("graph @g(", "graph @layer("))
+    compiled = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])
+    x = torch.randn(4, 8)
+    ops, (got,) = calls(compiled, x)
+    assert ops == [SOFTMAX, SOFTMAX]
+    torch.testing.assert_close(got, torch.softmax(torch.softmax(x, -1), -1), rtol=0, atol=0)

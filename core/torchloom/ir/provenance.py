@@ -40,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.ir.graph import Graph, Node, Value
+from torchloom.ir.graph import Graph, InputRef, Node, Value
 from torchloom.ir.text import format_attr, format_attrs, format_type
 from torchloom.ir.types import TensorType
 
@@ -69,9 +69,10 @@ def mark_decomposition(op: str, attrs_: dict[str, Any], inputs: Sequence[Value],
     order) as one instance; ``outputs[j]`` is the value now standing for the composite's
     output ``j`` (None when nothing does). Returns False, marking nothing, when the
     instance could not be run as the composite again (it reads a value that is neither
-    its own nor a composite input, or skips an input whose type is not static)."""
-    if not nodes:
-        return False
+    its own nor a composite input, skips an input whose type is not static, or the
+    composite's attributes refer to its inputs by ``$i``)."""
+    if not nodes or _has_input_ref(tuple(attrs_.values())):
+        return False  # ``$i`` in the first primitive's attributes would bind its own inputs
     ids: dict[Value, int] = {}
     for n in nodes:
         for v in n.outputs:
@@ -112,6 +113,12 @@ def mark_decomposition(op: str, attrs_: dict[str, Any], inputs: Sequence[Value],
             marks[COMPOSITE] = composite
         n.with_attrs(**marks)
     return True
+
+
+def _has_input_ref(value: Any) -> bool:
+    if isinstance(value, InputRef):
+        return True
+    return isinstance(value, (tuple, list)) and any(_has_input_ref(v) for v in value)
 
 
 def is_marked(node: Node) -> bool:
