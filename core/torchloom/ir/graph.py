@@ -274,9 +274,10 @@ class Graph:
             for v in node.outputs:
                 if v in outputs or any(u not in doomed for u in v.uses):
                     raise ValueError(f"cannot erase {node!r}: {v!r} is still used")
+        read = {v for node in doomed for v in node.inputs}
+        for v in read:  # one filter per value: a value read by all of them stays linear
+            v.uses[:] = [u for u in v.uses if u not in doomed]
         for node in doomed:
-            for v in node.inputs:
-                v.uses.remove(node)
             self._unlink(node)
             node.graph = None
         self._len -= len(doomed)
@@ -337,6 +338,28 @@ class Graph:
         old.uses.clear()
         for i, v in enumerate(self.outputs):
             if v is old:
+                self.outputs[i] = new
+                count += 1
+        return count
+
+    def replace_uses(self, mapping: Mapping[Value, Value]) -> int:
+        """``replace_all_uses`` for many values at once, with one scan of the graph
+        outputs (replacing values one by one scans them once per value). A value mapped
+        to must not itself be a key."""
+        count = 0
+        for old, new in mapping.items():
+            if old is new:
+                continue
+            for user in list(old.uses):
+                for i, v in enumerate(user.inputs):
+                    if v is old:
+                        user.inputs[i] = new
+                        count += 1
+            new.uses.extend(old.uses)
+            old.uses.clear()
+        for i, v in enumerate(self.outputs):
+            new = mapping.get(v)
+            if new is not None and new is not v:
                 self.outputs[i] = new
                 count += 1
         return count

@@ -45,6 +45,8 @@ def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
     written = mutated_values(graph, registry)
     seen: dict = {}
     merged = 0
+    replaced: dict = {}  # duplicate's output -> the first node's
+    doomed: list = []
     for node in list(graph.nodes):
         if node.region is not None:
             if regions and node.op == FUSION_GROUP:
@@ -53,7 +55,9 @@ def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
         if not is_pure(node, registry) or any(v in written for v in node.inputs):
             continue
         try:
-            key = (node.op, tuple(map(id, node.inputs)), tuple(sorted(node.attrs.items())),
+            # a duplicate's readers key on the first node's outputs
+            key = (node.op, tuple(id(replaced.get(v, v)) for v in node.inputs),
+                   tuple(sorted(node.attrs.items())),
                    tuple(v.type for v in node.outputs))
             hash(key)
         except TypeError:
@@ -61,8 +65,9 @@ def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
         first = seen.setdefault(key, node)
         if first is node:
             continue
-        for old, new in zip(node.outputs, first.outputs):
-            graph.replace_all_uses(old, new)
-        graph.erase(node)
-        merged += 1
-    return merged
+        replaced.update(zip(node.outputs, first.outputs))
+        doomed.append(node)
+    if doomed:  # one scan of the graph outputs and of each use list, not one per node
+        graph.replace_uses(replaced)
+        graph.erase_many(doomed)
+    return len(doomed) + merged

@@ -86,11 +86,12 @@ class MergeGroups(Pass):
                             stats["splits_moved"] += 1
             node = nxt
         ed.finish()
+        outputs = set(graph.outputs)  # (metadata folding replaces no group output)
         for group in [n for n in graph.nodes if is_group(n)]:
             stats["size_outputs"] += _fold_metadata_uses(graph, group)
             stats["dead"] += remove_dead_nodes(group.region, ctx.registry, regions=False)
             stats["cse"] += merge_common_nodes(group.region, ctx.registry, regions=False)
-            stats["outputs_pruned"] += _prune_outputs(graph, group)
+            stats["outputs_pruned"] += _prune_outputs(outputs, group)
             stats["dead"] += remove_dead_nodes(group.region, ctx.registry, regions=False)
             stats["inputs_pruned"] += _prune_inputs(group)
         return PassResult(any(stats.values()), stats)
@@ -119,9 +120,9 @@ def _fold_metadata_uses(graph: Graph, group: Node) -> int:
     return folded
 
 
-def _prune_outputs(graph: Graph, group: Node) -> int:
-    """Drop outputs with no reader outside (the region's return shrinks with them)."""
-    outputs = set(graph.outputs)
+def _prune_outputs(outputs: set, group: Node) -> int:
+    """Drop outputs with no reader outside (the region's return shrinks with them);
+    ``outputs``: the graph's outputs."""
     keep = [i for i, v in enumerate(group.outputs) if v.uses or v in outputs]
     if len(keep) == len(group.outputs) or not keep:
         return 0
@@ -137,11 +138,13 @@ def _prune_outputs(graph: Graph, group: Node) -> int:
 def _prune_inputs(group: Node) -> int:
     """Drop region inputs that nothing inside reads."""
     region = group.region
-    keep = [i for i, v in enumerate(region.inputs) if v.uses or v in region.outputs]
+    returned = set(region.outputs)
+    keep = [i for i, v in enumerate(region.inputs) if v.uses or v in returned]
     if len(keep) == len(region.inputs):
         return 0
+    kept = set(keep)
     for i, v in enumerate(group.inputs):
-        if i not in keep:
+        if i not in kept:
             v.uses.remove(group)
     region.inputs = [region.inputs[i] for i in keep]
     group.inputs = [group.inputs[i] for i in keep]
