@@ -33,7 +33,7 @@ def compiled_failure(workload: str | Path, compiler, exc: BaseException) -> Torc
     if cause is not None:
         return cause
     inner = _chain(exc)
-    root = inner[-1]
+    root = _chain(exc, implicit=False)[-1]  # not an exception it was raised while handling
     detail = f"{type(root).__name__}: {(str(root).strip().splitlines() or [''])[0]}"
     where = _compiled_frame(inner, compiler)
     if where is not None:
@@ -60,12 +60,14 @@ def torchloom_cause(exc: BaseException):
     return None
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and the exceptions behind it, outermost first."""
+def _chain(exc: BaseException, implicit: bool = True) -> list[BaseException]:
+    """``exc`` and the exceptions behind it, outermost first (``implicit``: also those it
+    was raised while handling)."""
     seen: list[BaseException] = []
     while exc is not None and all(exc is not s for s in seen):
         seen.append(exc)
-        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+        exc = (getattr(exc, "inner_exception", None) or exc.__cause__
+               or (exc.__context__ if implicit else None))
     return seen
 
 
