@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchloom.api import parse_graph
+
 from conftest import group_text
 
 g = torch.Generator().manual_seed(1)
@@ -166,6 +168,28 @@ CASES = {
         %t5 = aten.sum.dim_IntList(%g) {dim = [0]} : f32[96]""",
         "%t3: f32[96], %t1: f32[32, 96], %t4: f32[32, 96], %t5: f32[96]"),
         lambda: (randn(32, 96), randn(32, 1), randn(32, 1).abs(), randn(32, 96), randn(96))),
+    "layer_norm_backward_rows_and_columns": (group_text(
+        "%g: f32[64, 48], %w: f32[48], %x: f32[64, 48], %m: f32[64, 1], %r: f32[64, 1], %t: f32[64, 48]",
+        """
+        %t0 = aten.mul.Tensor(%g, %w) : f32[64, 48]
+        %t1 = aten.mul.Tensor(%t0) {other = 48} : f32[64, 48]
+        %t2 = aten.sum.dim_IntList(%t0) {dim = [1], keepdim = true} : f32[64, 1]
+        %t3 = aten.sub.Tensor(%x, %m) : f32[64, 48]
+        %t4 = aten.mul.Tensor(%t3, %r) : f32[64, 48]
+        %t5 = aten.mul.Tensor(%t0, %t4) : f32[64, 48]
+        %t6 = aten.sum.dim_IntList(%t5) {dim = [1], keepdim = true} : f32[64, 1]
+        %t7 = aten.mul.Tensor(%t4, %t6) : f32[64, 48]
+        %t8 = aten.sub.Tensor(%t1, %t2) : f32[64, 48]
+        %t9 = aten.sub.Tensor(%t8, %t7) : f32[64, 48]
+        %t10 = aten.div.Tensor(%r) {other = 48} : f32[64, 1]
+        %t11 = aten.mul.Tensor(%t10, %t9) : f32[64, 48]
+        %t12 = aten.add.Tensor(%t, %t11) : f32[64, 48]
+        %t13 = aten.mul.Tensor(%g, %t4) : f32[64, 48]
+        %t14 = aten.sum.dim_IntList(%t13) {dim = [0]} : f32[48]
+        %t15 = aten.sum.dim_IntList(%g) {dim = [0]} : f32[48]""",
+        "%t12: f32[64, 48], %t14: f32[48], %t15: f32[48]"),
+        lambda: (randn(64, 48), randn(48), randn(64, 48), randn(64, 1), randn(64, 1).abs(),
+                 randn(64, 48))),
 }
 
 
@@ -190,11 +214,30 @@ def test_several_reductions_share_one_kernel(check):
     assert source.count("void fused_") == 1
 
 
+def test_rows_and_columns_are_two_nests_of_one_function(check):
+    """layer_norm's backward: row sums (input gradient) and column sums (weight and bias
+    gradients) are two loop nests of one C function; the column nest walks blocks."""
+    text, inputs = CASES["layer_norm_backward_rows_and_columns"]
+    _, compiled = check(text, *inputs())
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["nests"] == 2 and kernel.source.count("void fused_") == 1
+    assert "for (int64_t xb = 0;" in kernel.source
+
+
+def test_a_reduction_of_another_dims_result_is_declined(check, codegen, registry):
+    text = group_text("%a: f32[8, 6]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [1], keepdim = true} : f32[8, 1]
+        %d = aten.div.Tensor(%a, %s) : f32[8, 6]
+        %c = aten.sum.dim_IntList(%d) {dim = [0]} : f32[6]""", "%c: f32[6]")
+    reason = codegen.supports(next(parse_graph(text).nodes), registry)
+    assert reason is not None and "reductions over other dims" in reason.message
+
+
 def test_long_rows_run_in_parallel(check):
     text, inputs = CASES["softmax_bf16_long_rows_parallel"]
     _, compiled = check(text, *inputs())
     meta = check.codegen.generate(compiled.choices[0].node, check.registry).metadata
-    assert meta["parallel"] and meta["rows"] == 64
+    assert meta["parallel"] and meta["rows"] == [64]
 
 
 def test_var_of_one_element_is_nan(check):

@@ -23,7 +23,7 @@ import torch
 from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir
 
 from torchloom_codegen_cpu.indexing import Unsupported
-from torchloom_codegen_cpu.kernel import KernelWriter
+from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, compiler_name,
                                              find_compiler, probe)
@@ -50,7 +50,7 @@ class CpuCodegen:
     # ---- protocol --------------------------------------------------------------------------
     def supports(self, group: Node, registry: Any) -> Reason | None:
         try:
-            KernelWriter(group, registry).generate()
+            write_function(group, registry)
         except Unsupported as exc:
             return Reason(self.name, str(exc))
         if find_compiler() is None:
@@ -59,7 +59,7 @@ class CpuCodegen:
         return None
 
     def generate(self, group: Node, registry: Any) -> KernelSource:
-        function, metadata = KernelWriter(group, registry).generate()
+        function, metadata = write_function(group, registry)
         source = prelude() + "\n" + function
         return KernelSource(self.name, source, metadata)
 

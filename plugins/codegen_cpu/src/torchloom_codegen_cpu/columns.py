@@ -37,15 +37,15 @@ def column_form(w: "KernelWriter") -> bool:
     from torchloom_codegen_cpu.kernel import tensor_type
     if not w.kept or w.kept[-1] != len(w.shape) - 1 or w.rnumel <= 1:
         return False
-    outputs = set(w.region.outputs)
+    outputs = set(w.outputs)
     for node in w.reductions:
         spec = REDUCTIONS[node.op]
         if spec.kind not in _KINDS or len(node.outputs) != 1:
             return False
         (v,) = node.outputs
-        if v.uses or v not in outputs:
+        if v.uses or v not in outputs:  # read by another op of the group: row form
             return False
-    for v in w.region.outputs:
+    for v in w.outputs:
         shape = tuple(tensor_type(v).shape)
         is_reduction = v.producer is not None and v.producer in w.reductions
         if shape != w.shape and not is_reduction:
@@ -114,7 +114,7 @@ def column_body(w: "KernelWriter") -> list[str]:
         em.statement(update, True)
         if nan is not None:
             em.statement(f"{nan}[x - c0] |= {v} != {v};", True)
-    for name, v in zip(w.out_names, w.region.outputs):
+    for name, v in zip(w.out_names, w.outputs):
         if tuple(tensor_type(v).shape) == w.shape:
             w.store(name, v, w.full)
     em.end_phase("#pragma omp simd", xloop, x_header)
@@ -142,7 +142,7 @@ def column_body(w: "KernelWriter") -> list[str]:
         coords = tuple("0" if d in w.rdims else w.full[d] for d in range(len(w.shape))) \
             if keepdim else tuple(xs)
         w.reduced[value] = (coords, Expr(e.text, e.dtype, True))
-        for name, out in zip(w.out_names, w.region.outputs):
+        for name, out in zip(w.out_names, w.outputs):
             if out is value:
                 w.store(name, out, coords)
     em.end_phase("#pragma omp simd", xloop, x_header)

@@ -21,14 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torchloom.api import (DTYPES, InputRef, Node, ScalarType, TensorType, Value, print_graph,
-                           structural_hash)
+from torchloom.api import DTYPES, InputRef, Node, ScalarType, TensorType, Value
 
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
 from torchloom_codegen_cpu.indexing import (Coords, Unsupported, address, broadcast, delinear,
                                             reshape, view_coords)
-from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, POINTWISE, REDUCTIONS, STORAGE, VIEWS, literal
+from torchloom_codegen_cpu.ops import COMPUTE, POINTWISE, REDUCTIONS, STORAGE, VIEWS, literal
 from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
 
 #: scalar group inputs the kernel takes as arguments -> their compute dtype
@@ -54,7 +53,10 @@ def tensor_type(v: Value) -> TensorType:
 class KernelWriter:
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
-    def __init__(self, group: Node, registry: Any):
+    def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
+                 reductions: list[Node] | None = None):
+        """``outputs`` (C name, value) and ``reductions``: the part of the group this nest
+        writes (default: all of it; see function.py for groups written as several nests)."""
         self.group = group
         self.region = group.region
         self.registry = registry
@@ -63,7 +65,13 @@ class KernelWriter:
         self.known: dict = {}  # coordinates -> the linear index they came from
         self.em = Emitter()
         self._check_region()
-        self.reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
+        if reductions is None:
+            reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
+        self.reductions = reductions
+        if outputs is None:
+            outputs = list(zip(output_names(self.region), self.region.outputs))
+        self.out_names = [name for name, _ in outputs]
+        self.outputs = [v for _, v in outputs]
         self.kind = "reduction" if self.reductions else "pointwise"
         self.outer = "x"  # the parallel loop's variable (columns.py walks blocks: "xb")
 
@@ -183,10 +191,10 @@ class KernelWriter:
         return self._pointwise_body() if self.kind == "pointwise" else self._reduction_body()
 
     def _pointwise_body(self) -> list[str]:
-        outs = [tensor_type(v) for v in self.region.outputs]
+        outs = [tensor_type(v) for v in self.outputs]
         first = outs[0]
         self.numel = _prod(first.shape)
-        for v, t in zip(self.region.outputs, outs):
+        for v, t in zip(self.outputs, outs):
             if _prod(t.shape) != self.numel:
                 raise Unsupported(f"pointwise outputs with different element counts "
                                   f"{list(first.shape)} and {list(t.shape)}")
@@ -214,7 +222,7 @@ class KernelWriter:
         for d, c in zip(order, walk_coords):
             logical[d] = c
         em.begin_phase()
-        for name, v, t in zip(self.out_names, self.region.outputs, outs):
+        for name, v, t in zip(self.out_names, self.outputs, outs):
             coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else reshape(
                 tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
@@ -264,7 +272,7 @@ class KernelWriter:
         for node in self.reductions:
             lower_reduction(self, node)
         full_outputs = []
-        for name, v in zip(self.out_names, self.region.outputs):
+        for name, v in zip(self.out_names, self.outputs):
             shape = tuple(tensor_type(v).shape)
             if shape == self.shape:
                 full_outputs.append((name, v, self.full))
@@ -288,52 +296,24 @@ class KernelWriter:
             em.end_phase("#pragma omp simd", self.rloop, self.r_header)
         return em.lines
 
-    def generate(self) -> tuple[str, dict[str, Any]]:
-        """The C function (without the prelude) and its metadata."""
-        names = []
-        for i, v in enumerate(self.region.outputs):
-            name = f"out_{v.name}"
-            names.append(name if name not in names else f"{name}_{i}")
-        self.out_names = names
+    def nest(self) -> list[str]:
+        """This nest's parallel loop over rows, its body inside."""
         lines = self.body()
-        digest = structural_hash(self.region)
-        ops = [n.op.split(".")[1] for n in self.region.nodes if n.op not in VIEWS]
-        kernel = "_".join(["fused", *dict.fromkeys(ops)])[:48].rstrip("_") + f"_{digest[:10]}"
-        params = []
-        for v in self.region.inputs:
-            if isinstance(v.type, ScalarType):
-                params.append(f"{CTYPE[SCALAR_DTYPES[v.type.kind]]} in_{v.name}")
-            else:
-                params.append(f"const {STORAGE[v.type.dtype]}* restrict in_{v.name}")
-        params += [f"{STORAGE[v.type.dtype]}* restrict {name}"
-                   for name, v in zip(names, self.region.outputs)]
-        params.append("int nthreads")
-        parallel = self.rows > 1 and self.numel >= PARALLEL_MIN
-        header = ["/* torchloom cpu kernel for this group:"]
-        header += [" *   " + line for line in print_graph(self.region).splitlines()]
-        header += [f" * kind: {self.kind}, {self.rows} rows */"]
-        source = [*header, f"void {kernel}({', '.join(params)}) {{"]
-        if parallel:
-            source.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)")
-        else:
-            source.append("  (void)nthreads;")
-        source.append(f"  for (int64_t {self.outer} = 0; {self.outer} < {self.rows}; "
-                      f"{self.outer}++) {{")
-        source += ["    " + line for line in lines]
-        source += ["  }", "}"]
-        return "\n".join(source) + "\n", self.metadata(kernel, parallel)
+        self.parallel = self.rows > 1 and self.numel >= PARALLEL_MIN
+        out = ["#pragma omp parallel for num_threads(nthreads) schedule(static)"] \
+            if self.parallel else []
+        out.append(f"for (int64_t {self.outer} = 0; {self.outer} < {self.rows}; "
+                   f"{self.outer}++) {{")
+        return [*out, *("  " + line for line in lines), "}"]
 
-    def metadata(self, kernel: str, parallel: bool) -> dict[str, Any]:
-        def desc(v: Value) -> dict[str, Any]:
-            if isinstance(v.type, ScalarType):
-                return {"scalar": v.type.kind}
-            t = tensor_type(v)
-            return {"shape": list(t.shape), "strides": list(t.actual_strides()),
-                    "dtype": t.dtype}
-        return {"kernel": kernel, "kind": self.kind, "rows": self.rows, "numel": self.numel,
-                "parallel": parallel,
-                "inputs": [desc(v) for v in self.region.inputs],
-                "outputs": [desc(v) for v in self.region.outputs]}
+
+def output_names(region) -> list[str]:
+    """The C parameter name of each region output (``out_<value>``, unique)."""
+    names: list[str] = []
+    for i, v in enumerate(region.outputs):
+        name = f"out_{v.name}"
+        names.append(name if name not in names else f"{name}_{i}")
+    return names
 
 
 def _named_args(opdef, node: Node) -> dict[str, Any]:
