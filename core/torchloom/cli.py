@@ -1,7 +1,7 @@
 """The ``torchloom`` command line.
 
     torchloom plugins [--json]
-    torchloom check PIPELINE
+    torchloom check PIPELINE [--json]
     torchloom explain WORKLOAD [--pipeline P] [--device D] [--json] [--dump DIR] [--show-ir]
                       [--target sm_NN] [--cached]
     torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
@@ -22,23 +22,32 @@ import traceback
 from torchloom.errors import TorchloomError
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser; every option has a help text."""
     parser = argparse.ArgumentParser(
         prog="torchloom", description="torchloom, a fusion compiler for PyTorch: list plugins, "
         "check pipelines, explain and benchmark a workload, replay a reproducer.",
         epilog="User errors exit with code 2, a failing pass with 1.")
-    parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=_version(),
+                        help="print the versions of torchloom and torch, then exit")
+    _add_traceback(parser, False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("plugins", help="list installed plugins, passes, codegens, load errors")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
     p = sub.add_parser("check", help="validate a pipeline file (or built-in name)")
-    p.add_argument("pipeline")
+    p.add_argument("pipeline", help="a pipeline TOML file or a built-in name (default, none)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document (ok, passes, codegens, notes; or the error)")
     p = sub.add_parser("explain", help="compile a workload, run it once, compare with eager")
     p.add_argument("workload", help="a Python file defining workload()")
-    p.add_argument("--pipeline", default="default")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--dump", metavar="DIR", help="write IR after each pass and kernel sources")
+    p.add_argument("--pipeline", default="default",
+                   help="a pipeline TOML file or a built-in name (default: %(default)s)")
+    p.add_argument("--device", default="cpu",
+                   help="device the workload is built on (default: %(default)s)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document (schema: docs/explain-json.md)")
+    p.add_argument("--dump", metavar="DIR",
+                   help="write the IR after each pass, its diff, and kernel sources")
     p.add_argument("--show-ir", action="store_true", help="print the IR before and after")
     p.add_argument("--cached", action="store_true",
                    help="use the compile cache, as a warm start does (graphs compiled "
@@ -48,15 +57,41 @@ def main(argv: list[str] | None = None) -> int:
                         "time, without one: trace on the meta device, run nothing")
     p = sub.add_parser("bench", help="time eager, Inductor and torchloom side by side")
     p.add_argument("workload", help="a Python file defining workload()")
-    p.add_argument("--pipeline", default="default")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--pipeline", default="default",
+                   help="a pipeline TOML file or a built-in name (default: %(default)s)")
+    p.add_argument("--device", default="cpu",
+                   help="device the workload is built on (default: %(default)s)")
     p.add_argument("--iters", type=int, default=20, help="calls per timed round")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling")
     p.add_argument("--no-inductor", action="store_true", help="do not time Inductor")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
     p = sub.add_parser("reproduce", help="replay a pass-failure reproducer directory")
-    p.add_argument("directory")
+    p.add_argument("directory", help="a reproducer directory (as named by a pass's error)")
+    for p in sub.choices.values():  # also accepted after the command: explain X --traceback
+        _add_traceback(p, argparse.SUPPRESS)
+    return parser
+
+
+def _add_traceback(parser: argparse.ArgumentParser, default) -> None:
+    # SUPPRESS in subcommands: absent there, it keeps what the main parser set
+    parser.add_argument("--traceback", action="store_true", default=default,
+                        help="show tracebacks of errors")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from torchloom import __version__
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "not installed"
+    return f"torchloom {__version__} (torch {torch_version}, Python {sys.version.split()[0]})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -74,10 +109,12 @@ def _run(args) -> int:
     if not getattr(args, "json", False):
         return _COMMANDS[args.command](args)
     args.document = None
-    with _stdout_to_stderr():
-        code = _COMMANDS[args.command](args)
-    if args.document is not None:
-        print(args.document)
+    try:
+        with _stdout_to_stderr():
+            code = _COMMANDS[args.command](args)
+    finally:  # a document describing the error (check --json) is printed too
+        if args.document is not None:
+            print(args.document)
     return code
 
 
@@ -149,31 +186,49 @@ def _plugins(args) -> int:
 
 
 def _check(args) -> int:
+    if not args.json:
+        report = _check_report(args.pipeline)
+        print(f"{report['source']}: ok ({report['passes']} passes, codegen "
+              f"{', '.join(report['codegens'])}, verify {report['verify']}, fingerprint "
+              f"{report['fingerprint']})")
+        for note in report["notes"]:
+            print(f"  note: {note}")
+        return 0
+    try:
+        _json(args, {"ok": True, **_check_report(args.pipeline)})
+    except TorchloomError as exc:  # the document says what is wrong; stderr and exit 2 too
+        _json(args, {"ok": False, "pipeline": args.pipeline, "error": str(exc)})
+        raise
+    return 0
+
+
+def _check_report(spec: str) -> dict:
+    """What ``check`` finds in a pipeline: its shape, and notes on what will not run."""
+    import difflib
+
     from torchloom.passes.pipeline import build_pipeline, read_pipeline
     from torchloom.plugins.loader import load_plugins
-    raw = read_pipeline(args.pipeline)
+    raw = read_pipeline(spec)
     plugins = load_plugins(disable=raw.disable)
     pipeline = build_pipeline(raw, plugins)
-    steps = len(pipeline.flat_steps())
-    print(f"{raw.source}: ok ({steps} passes, codegen {', '.join(pipeline.codegens)}, verify "
-          f"{pipeline.verify}, fingerprint {pipeline.fingerprint()})")
-    for name in pipeline.missing_optional:
-        print(f"  note: optional pass {name!r} is not installed")
+    notes = [f"optional pass {name!r} is not installed" for name in pipeline.missing_optional]
     if not pipeline.steps and not pipeline.missing_optional:
         what = f"{raw.source} is empty" if not raw.data else "the pipeline has no [[pass]]"
-        print(f"  note: {what}: no pass runs, so graphs are compiled as they are imported "
-              f"(every op its own kernel); add [[pass]] tables to fuse")
+        notes.append(f"{what}: no pass runs, so graphs are compiled as they are imported "
+                     f"(every op its own kernel); add [[pass]] tables to fuse")
     for name in pipeline.codegens:
         if name in plugins.codegens:
             continue
-        import difflib
         close = difflib.get_close_matches(name, list(plugins.codegens), n=1)
         fallback = ("every group will run on 'eager'" if len(pipeline.codegens) == 1
                     else "its groups run on the next codegen or 'eager'")
-        print(f"  note: codegen {name!r} {plugins.why_missing(name)}, {fallback} "
-              f"(installed: {', '.join(sorted(plugins.codegens))})"
-              + (f"; did you mean {close[0]!r}?" if close else ""))
-    return 0
+        notes.append(f"codegen {name!r} {plugins.why_missing(name)}, {fallback} "
+                     f"(installed: {', '.join(sorted(plugins.codegens))})"
+                     + (f"; did you mean {close[0]!r}?" if close else ""))
+    return {"source": raw.source, "name": pipeline.name, "passes": len(pipeline.flat_steps()),
+            "pass_names": [s.name for s in pipeline.flat_steps()],
+            "codegens": list(pipeline.codegens), "verify": pipeline.verify,
+            "fingerprint": pipeline.fingerprint(), "notes": notes}
 
 
 def _explain(args) -> int:

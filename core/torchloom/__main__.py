@@ -1,0 +1,7 @@
+"""``python -m torchloom``: the ``torchloom`` command line."""
+
+import sys
+
+from torchloom.cli import main
+
+sys.exit(main())
