@@ -39,9 +39,9 @@ REFUSED = {
         %s = aten.add.Tensor(%a, %a) : c64[4]""", "%s: c64[4]"), "dtype c64"),
     "symbolic shape": (group_text("%a: f32[s0, 4]", """
         %s = aten.exp.default(%a) : f32[s0, 4]""", "%s: f32[s0, 4]"), "symbolic shape"),
-    "mismatched reductions": (group_text("%a: f32[4, 8]", """
-        %s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[8]
-        %t = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4]""", "%s: f32[8], %t: f32[4]"),
+    "mismatched reductions": (group_text("%a: f32[2, 4, 8]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[4, 8]
+        %t = aten.sum.dim_IntList(%a) {dim = [2]} : f32[2, 4]""", "%s: f32[4, 8], %t: f32[2, 4]"),
         "reductions over different shapes or dims"),
 }
 

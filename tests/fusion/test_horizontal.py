@@ -55,6 +55,21 @@ def test_siblings_with_a_path_between_them_do_not_merge(registry):
 
 
 def test_siblings_over_different_spaces_do_not_merge(registry):
+    text = """graph @g(%x: f32[4, 8, 32], %w: f32[32, 32]) {
+      %a = aten.exp.default(%x) : f32[4, 8, 32]
+      %r = aten.sum.dim_IntList(%x) {dim = [2], keepdim = true} : f32[4, 8, 1]
+      %m = aten.matmul.default(%a, %w) : f32[4, 8, 32]
+      %c = aten.sum.dim_IntList(%x) {dim = [0], keepdim = true} : f32[1, 8, 32]
+      return %m, %r, %c
+    }"""
+    fused = fuse_and_compare(text, registry, [VerticalFusion(), HorizontalFusion()])
+    for g in groups(fused):
+        dims = {n.attrs["dim"] for n in g.region.nodes if n.op == "aten.sum.dim_IntList"}
+        assert len(dims) <= 1
+
+
+def test_row_and_column_sums_of_one_tensor_merge(registry):
+    """The layer-norm backward pattern: one kernel reads x once for both (issue 15)."""
     text = """graph @g(%x: f32[8, 32], %w: f32[32, 32]) {
       %a = aten.exp.default(%x) : f32[8, 32]
       %r = aten.sum.dim_IntList(%x) {dim = [1], keepdim = true} : f32[8, 1]
@@ -63,6 +78,6 @@ def test_siblings_over_different_spaces_do_not_merge(registry):
       return %m, %r, %c
     }"""
     fused = fuse_and_compare(text, registry, [VerticalFusion(), HorizontalFusion()])
-    for g in groups(fused):
-        dims = {n.attrs["dim"] for n in g.region.nodes if n.op == "aten.sum.dim_IntList"}
-        assert len(dims) <= 1
+    dims = [{n.attrs["dim"] for n in g.region.nodes if n.op == "aten.sum.dim_IntList"}
+            for g in groups(fused)]
+    assert {(0,), (1,)} in [{tuple(d) for d in ds} for ds in dims]

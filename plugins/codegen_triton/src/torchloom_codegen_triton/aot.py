@@ -39,7 +39,8 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
         module = import_source(path, f"torchloom_aot_{abs(hash(kernel.source))}", False)
         fn = getattr(module, meta["kernel"])
         params = list(inspect.signature(fn.fn).parameters)
-        dtypes = [d.get("dtype") or d["scalar"] for d in (*meta["inputs"], *meta["outputs"])]
+        dtypes = [d.get("dtype") or d["scalar"] for d in (*meta["inputs"], *meta["outputs"],
+                                                           *meta.get("scratch", ()))]
         signature = {p: POINTER_TYPES.get(d) or SCALAR_TYPES[d] for p, d in zip(params, dtypes)}
         constexprs = {k: v for k, v in config.items() if k != "num_warps"}
         signature.update({k: "constexpr" for k in constexprs})

@@ -143,7 +143,9 @@ class TritonCodegen:
             config = json.loads(tune_path.read_text())["config"]
         tune = self.autotune and not interpret and not tune_path.exists() and len(
             meta["configs"]) > 1
-        return Launcher(fn, meta, config, tune_path if tune else None, self.verbose, interpret)
+        finish = getattr(module, meta["finish"]["kernel"]) if "finish" in meta else None
+        return Launcher(fn, meta, config, tune_path if tune else None, self.verbose, interpret,
+                        finish)
 
 
 def _write_source(directory: Path, digest: str, source: str) -> Path:
@@ -162,8 +164,12 @@ class Launcher:
     launches; the first call autotunes when asked to."""
 
     def __init__(self, fn, meta: dict[str, Any], config: dict[str, int], tune_path: Path | None,
-                 verbose: bool, interpret: bool = False):
+                 verbose: bool, interpret: bool = False, finish=None):
         self.fn, self.meta, self.config = fn, meta, config
+        #: a second kernel combining the main kernel's partial results (row + column form)
+        self.finish = finish
+        self.scratch = [s["numel"] for s in meta.get("scratch", ())]
+        self.programs = meta.get("programs")
         self.interpret = interpret
         self._fast = None
         self.tune_path, self.verbose = tune_path, verbose
@@ -193,14 +199,27 @@ class Launcher:
         outs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
                 for shape, strides, dtype in self.outputs]
         if self.grid_size > 0:
+            scratch = [torch.empty(n, dtype=torch.float32, device=device) for n in self.scratch]
             if self.tune_path is not None:
-                self._autotune(args, outs)
-            self._launch(self.config, args, outs)
+                self._autotune(args, [*outs, *scratch])
+            self._launch(self.config, args, [*outs, *scratch])
+            if self.finish is not None:
+                self._finish(outs, scratch)
         return tuple(outs)
+
+    def _finish(self, outs, scratch) -> None:
+        spec = self.meta["finish"]
+        tensors = (*scratch, *(outs[i] for i in spec["outputs"]))
+        if self.interpret:
+            with np.errstate(all="ignore"):
+                self.finish[(spec["grid"],)](*tensors, **spec["config"])
+        else:
+            self.finish[(spec["grid"],)](*tensors, **spec["config"])
 
     def _launch(self, config: dict[str, int], args, outs) -> None:
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
-        grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
+        grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],
+                ) if self.programs is None else (self.programs,)
         tensors = (*args, *outs)
         fast = self._fast if config is self.config else None
         if fast is not None and _aligned(tensors):

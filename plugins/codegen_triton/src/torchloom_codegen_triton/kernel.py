@@ -35,6 +35,8 @@ from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, bro
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
                                           literal)
 from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
+from torchloom_codegen_triton.rowcol import (FINISH_BLOCK, ColumnPartials,
+                                             split_rows_and_columns)
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -69,6 +71,8 @@ class KernelWriter:
         self.known: dict = {}  # coordinates -> the linear index they came from
         #: region input -> the passes that load it (0: once per program, outside loops)
         self.loads: dict[Value, set[int]] = {}
+        #: the column reductions of a row + column kernel (rowcol.py), if any
+        self.col: ColumnPartials | None = None
         self._check_region()
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
@@ -111,6 +115,8 @@ class KernelWriter:
         self.looped = False
 
     def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
+        reductions, columns = split_rows_and_columns(reductions, lambda v: tensor_type(v).shape)
+        self.reductions = reductions
         first = reductions[0]
         self.shape = tuple(tensor_type(first.inputs[0]).shape)
         self.rdims = reduced_dims(first, len(self.shape))
@@ -131,6 +137,10 @@ class KernelWriter:
         self.looped = next_pow2(self.rnumel) > limit
         self.max_persistent = max_persistent
         self.kept = kept
+        self.col = ColumnPartials(self, columns) if columns else None
+        if self.col is not None and (self.looped or self.columns):
+            raise Unsupported(f"row and column reductions of rows of {self.rnumel} elements "
+                              f"(one kernel holds at most {max_persistent})")
 
     # ---- values ----------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
@@ -264,7 +274,8 @@ class KernelWriter:
                     walks[key] = tuple(logical)
                 self._store(i, v, walks[key])
             return em.lines
-        em.statement(f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", False)
+        block = pid if self.col is None else f"({pid} + it * {self.col.programs})"
+        em.statement(f"xindex = ({block} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", False)
         em.statement(f"xmask = xindex < {self.rows}", False)
         xs = self.coords("x", "xindex", self.kept_shape, False)
         rheader = ["rindex = roff + tl.arange(0, RBLOCK)[None, :]" if self.looped
@@ -296,6 +307,8 @@ class KernelWriter:
         full_outputs = []
         for i, v in enumerate(self.region.outputs):
             shape = tuple(v.type.shape)
+            if self.col is not None and self.col.is_column_output(v):
+                continue  # stored by the finishing kernel
             if shape == self.shape:
                 full_outputs.append((i, v, self.full))
             elif shape == tuple(1 if d in self.rdims else s for d, s in enumerate(self.shape)):
@@ -315,6 +328,12 @@ class KernelWriter:
             for i, v, coords in full_outputs:
                 self._store(i, v, coords)
             em.end_phase()
+        if self.col is not None:  # every program walks its row blocks, summing columns
+            init, update, store = self.col.accumulate()
+            n = self.col.programs
+            blocks = f"({self.rows} + XBLOCK * {n} - 1) // (XBLOCK * {n})"
+            return [*init, f"for it in range(0, {blocks}):",
+                    *("    " + line for line in em.lines + update), *store]
         return em.lines
 
     def generate(self) -> tuple[str, dict[str, Any]]:
@@ -328,6 +347,10 @@ class KernelWriter:
                if n.op not in VIEWS]
         kernel = "_".join(["fused", *dict.fromkeys(ops)])[:60].rstrip("_") or "fused_copy"
         params = [f"in_{v.name}" for v in self.region.inputs] + names
+        finish = ""
+        if self.col is not None:
+            params += [f"scratch{k}" for k in range(len(self.col.scratch))]
+            finish, self.finish_outputs = self.col.finish_source(names)
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"]
                                               if self.kind == "reduction" else [])
         header = ["# torchloom triton kernel for this group:"]
@@ -338,7 +361,7 @@ class KernelWriter:
         source = "\n".join([*header, "import triton", "import triton.language as tl",
                             "from triton.language.extra import libdevice", "", "",
                             PRELUDE, "", "@triton.jit", f"def {kernel}({', '.join(params)}):",
-                            *("    " + line for line in lines)]) + "\n"
+                            *("    " + line for line in lines)]) + "\n" + finish
         return source, self.metadata(kernel, form)
 
     def metadata(self, kernel: str, form: str) -> dict[str, Any]:
@@ -365,6 +388,11 @@ class KernelWriter:
             meta["configs"] = _reduction_configs(self.rows, self.rnumel, self.looped,
                                                  self.max_persistent, self.columns)
         meta["config"] = meta["configs"][0]
+        if self.col is not None:
+            meta.update(programs=self.col.programs, scratch=self.col.scratch, finish={
+                "kernel": "_finish", "outputs": self.finish_outputs,
+                "grid": -(-self.rnumel // FINISH_BLOCK), "config": {"FBLOCK": FINISH_BLOCK}})
+            meta["form"] = "row and column reduction"
         meta.update(self.traffic(meta["config"]))
         return meta
 
@@ -379,6 +407,10 @@ class KernelWriter:
         written = sum(_distinct_elements(tensor_type(v)) * _itemsize(v)
                       for v in dict.fromkeys(self.region.outputs))
         programs = -(-self.grid_size() // config["XBLOCK"]) if self.grid_size() else 0
+        if self.col is not None:  # the partial column sums go through the scratch buffer
+            scratch_written, scratch_read = self.col.traffic()
+            read, written = read + scratch_read, written + scratch_written
+            programs = self.col.programs
         return {"grid": [programs], "bytes_read": read, "bytes_written": written}
 
     def grid_size(self) -> int:

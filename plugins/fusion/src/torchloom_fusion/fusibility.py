@@ -4,7 +4,9 @@ A plain node is *fusible* when its registry category is ``pointwise`` (``_to_cop
 when device and layout stay), ``reduction`` (with dims we can read), or it is one of the
 views whose index mapping a codegen can express. Random, mutating, layout and opaque ops
 never join a group. Two reductions may share a group only when they reduce the same
-input shape over the same dims ("the same rows").
+input shape over the same dims ("the same rows"), or when they reduce one shape both ways,
+rows (the trailing dims, at most ``ROW_AND_COLUMN_LIMIT`` elements) and columns (the
+leading dims): the layer-norm backward pattern, which one kernel computes from one read.
 """
 
 from __future__ import annotations
@@ -93,9 +95,48 @@ def reduction_signature(node: Node) -> tuple | None:
     return (tuple(shape), reduced)
 
 
+#: the longest row a row + column group may have (what one program holds in registers)
+ROW_AND_COLUMN_LIMIT = 4096
+
+
 def compatible(signatures: Iterable[tuple]) -> bool:
-    """Reductions can share one kernel when they all reduce the same rows."""
-    return len(set(signatures)) <= 1
+    """Reductions can share one kernel when they all reduce the same rows, or the rows
+    and the columns of one shape (see the module docstring)."""
+    found = set(signatures)
+    if len(found) <= 1:
+        return True
+    if len(found) != 2:
+        return False
+    (shape, a), (other, b) = sorted(found, key=lambda sig: sig[1])
+    if shape != other or not a or not b or sorted(a + b) != list(range(len(shape))):
+        return False
+    rows = b if b[-1] == len(shape) - 1 else a  # the trailing dims
+    columns = a if rows is b else b
+    row_length = 1
+    for d in rows:
+        row_length *= shape[d] if isinstance(shape[d], int) else ROW_AND_COLUMN_LIMIT + 1
+    return columns[0] == 0 and row_length <= ROW_AND_COLUMN_LIMIT
+
+
+def reads_column_result(parts: Iterable[Node], is_reduction) -> bool:
+    """Whether merging ``parts`` (groups or plain nodes, in order) into a row + column
+    group would have an op of it read a column reduction's result: the kernel finishes
+    the columns only after every row, so nothing in it may read them."""
+    columns: set = set()
+    for part in parts:
+        nodes = list(part.region.nodes) if is_group(part) else [part]
+        for n in nodes:
+            if any(v in columns for v in n.inputs):
+                return True
+            if is_reduction(n):
+                sig = reduction_signature(n)
+                if sig is not None and sig[1] and sig[1][0] == 0 and \
+                        sig[1][-1] != len(sig[0]) - 1:
+                    columns.update(n.outputs)
+        if is_group(part):  # the group's outer results of column values
+            columns.update(o for o, inner in zip(part.outputs, part.region.outputs)
+                           if inner in columns)
+    return False
 
 
 def is_group(node: Node) -> bool:

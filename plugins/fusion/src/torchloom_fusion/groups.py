@@ -34,7 +34,7 @@ import bisect
 from torchloom.api import FUSION_GROUP, Graph, Node, TensorType, Value
 
 from torchloom_fusion.fusibility import REDUCTION, VIEW, compatible, is_group, node_kind, \
-    numel, reduction_signature
+    numel, reads_column_result, reduction_signature
 
 
 class GroupEditor:
@@ -174,8 +174,9 @@ class GroupEditor:
         if self.device(a) != self.device(b):
             return None
         signatures = self.signatures(a) | self.signatures(b)
-        if len(signatures) > 1 and not compatible(signatures):  # reductions over other rows
-            return None
+        if len(signatures) > 1 and (not compatible(signatures) or reads_column_result(
+                (a, b), lambda n: self.registry.get(n.op).category == REDUCTION)):
+            return None  # reductions over other rows, or a column result read in the kernel
         if len(a.inputs) + len(b.inputs) > self.max_inputs:  # else the limit holds anyway
             inputs = set(a.inputs)
             inputs.update(v for v in b.inputs if v.producer is not a)

@@ -1,0 +1,162 @@
+"""Row and column reductions of the same data in one kernel, finished by a second one.
+
+The layer-norm (and RMSNorm) backward reduces one ``[R, C]`` product both ways: per row
+(the statistics the input gradient needs) and per column (the weight and bias gradients).
+One kernel does both from one read: a fixed number of programs (``PROGRAMS``, two per SM
+of an H100) each walks its rows in blocks (``for it in range(...)``: block ``pid + it *
+PROGRAMS``), computes the row reductions and the row outputs as the persistent form does,
+and adds each block's column sums into a ``[1, C]`` register accumulator; at the end it
+writes its partial column sums to a scratch buffer ``[PROGRAMS, C]``. A small finishing
+kernel (``_finish``) combines the partials of each column and stores the column outputs.
+
+Where it applies: the group's reductions have two signatures over one shape P, one
+reducing the trailing dims (rows, held whole: no longer than the persistent limit), the
+other the leading ones (columns); the column reductions are sums, maxima or minima whose
+results are outputs of the group (read by nothing else in it), stored contiguously.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchloom.api import Node, Value
+
+from torchloom_codegen_triton.indexing import Unsupported
+from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS,
+                                          STORAGE, literal)
+from torchloom_codegen_triton.reduction import reduced_dims
+
+if TYPE_CHECKING:
+    from torchloom_codegen_triton.kernel import KernelWriter
+
+#: programs of a row + column kernel: two per SM of an H100 (132 SMs)
+PROGRAMS = 264
+#: columns per program of the finishing kernel, and partials combined per step
+FINISH_BLOCK, FINISH_PARTIALS = 128, 32
+_COLUMN_KINDS = ("sum", "max", "min")
+
+
+def split_rows_and_columns(reductions: list[Node], shape_of) -> tuple[list[Node], list[Node]]:
+    """(row reductions, column reductions) when the group reduces one shape both ways
+    (rows: the trailing dims; columns: the leading ones), else (reductions, [])."""
+    signatures: dict[tuple, list[Node]] = {}
+    for n in reductions:
+        shape = tuple(shape_of(n.inputs[0]))
+        signatures.setdefault((shape, reduced_dims(n, len(shape))), []).append(n)
+    if len(signatures) != 2:
+        return reductions, []
+    (sa, a), (sb, b) = signatures.items()
+    if sa[0] != sb[0] or not sa[1] or not sb[1]:
+        return reductions, []
+    rank = len(sa[0])
+    if sorted(sa[1] + sb[1]) != list(range(rank)):
+        return reductions, []
+    rows, columns = (a, b) if sa[1][-1] == rank - 1 else (b, a)
+    if reduced_dims(columns[0], rank)[0] != 0:
+        return reductions, []
+    return rows, columns
+
+
+class ColumnPartials:
+    """The column reductions of a row + column kernel (see the module docstring)."""
+
+    def __init__(self, writer: "KernelWriter", columns: list[Node]):
+        from torchloom_codegen_triton.kernel import tensor_type
+        self.w = writer
+        self.columns = columns
+        #: programs of the main kernel (no more than there are rows)
+        self.programs = min(PROGRAMS, max(writer.rows, 1))
+        self.outputs: dict[int, tuple[Node, str]] = {}  # region output index -> (node, kind)
+        consumers = {v: [n for n in writer.region.nodes if v in n.inputs]
+                     for n in columns for v in n.outputs}
+        region_outputs = list(writer.region.outputs)
+        for n in columns:
+            kind = REDUCTIONS[n.op].kind
+            if kind not in _COLUMN_KINDS or len(n.outputs) != 1:
+                raise Unsupported(f"a column reduction {n.op} beside row reductions (only "
+                                  f"sums, maxima and minima)")
+            v = n.outputs[0]
+            if consumers[v] or v not in region_outputs:
+                raise Unsupported(f"the column reduction %{v.name} is read inside the group")
+            t = tensor_type(v)
+            if t.dtype not in IDENTITY_DTYPES or list(t.actual_strides()) != _contiguous(t.shape):
+                raise Unsupported(f"column reduction output %{v.name} ({t.dtype}, strided)")
+            for i, out in enumerate(region_outputs):
+                if out is v:
+                    self.outputs[i] = (n, kind)
+
+    def is_column_output(self, v: Value) -> bool:
+        return any(n.outputs[0] is v for n in self.columns)
+
+    def accumulate(self) -> tuple[list[str], list[str], list[str]]:
+        """(lines before the row loop, lines at the end of its body, lines after it)."""
+        w, em = self.w, self.w.em
+        init, update, store = [], [], []
+        for k, n in enumerate(self.columns):
+            kind = REDUCTIONS[n.op].kind
+            identity = IDENTITY[kind]
+            value = em.convert(w.value_at(n.inputs[0], w.full), "f32")
+            masked = em.emit(f"tl.where(xmask & rmask, {value.text}, {identity})", "f32", "cm",
+                             rdep=True)
+            block = em.emit(BLOCK_REDUCE[kind].format(x=masked.text).replace(", 1,", ", 0,"),
+                            "f32", "cblk", rdep=True)
+            acc = f"cacc{k}"
+            init.append(f"{acc} = tl.full([1, RBLOCK], {identity}, tl.float32)")
+            update.append(f"{acc} = {COMBINE[kind].format(a=acc, b=block.text)}")
+            store.append(f"tl.store(scratch{k} + tl.program_id(0) * {w.rnumel} + colidx, "
+                         f"{acc}, colidx < {w.rnumel})")
+        # names bound inside the loop are not defined after it (Triton's loop scoping)
+        return init, update, ["colidx = tl.arange(0, RBLOCK)[None, :]", *store]
+
+    @property
+    def scratch(self) -> list[dict]:
+        return [{"dtype": "f32", "numel": self.programs * self.w.rnumel} for _ in self.columns]
+
+    def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
+        """The finishing kernel ``_finish(scratch..., outs..., FBLOCK)`` and the region
+        output indices it stores, in its parameter order."""
+        from torchloom_codegen_triton.kernel import tensor_type
+        w = self.w
+        n_cols, rows = w.rnumel, w.rows
+        order = sorted(self.outputs)
+        params = [f"scratch{k}" for k in range(len(self.columns))]
+        params += [out_names[i] for i in order] + ["FBLOCK: tl.constexpr"]
+        lines = ["cindex = tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK)[None, :]",
+                 f"cmask = cindex < {n_cols}"]
+        for i in order:
+            n, kind = self.outputs[i]
+            k = self.columns.index(n)
+            identity = IDENTITY[kind]
+            lines += [f"acc{k} = tl.full([1, FBLOCK], {identity}, tl.float32)",
+                      f"for p0 in range(0, {self.programs}, {FINISH_PARTIALS}):",
+                      f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[:, None]",
+                      f"    part = tl.load(scratch{k} + pindex * {n_cols} + cindex, "
+                      f"(pindex < {self.programs}) & cmask, other={identity})",
+                      f"    acc{k} = {COMBINE[kind].format(a=f'acc{k}', b=BLOCK_REDUCE[kind].format(x='part').replace(', 1,', ', 0,'))}"]
+            template = REDUCTIONS[n.op].outputs[0]
+            value = template.format(acc=f"acc{k}", n=literal(float(rows)))
+            dtype = tensor_type(n.outputs[0]).dtype
+            if dtype == "bf16":
+                value = f"_round_to_bf16({value})"
+            lines.append(f"tl.store({out_names[i]} + cindex, ({value}).to({STORAGE[dtype]}), "
+                         f"cmask)")
+        source = "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
+                            *("    " + line for line in lines)]) + "\n"
+        return source, order
+
+    def traffic(self) -> tuple[int, int]:
+        """(bytes, bytes) the scratch adds: written by the main kernel, read by _finish."""
+        size = sum(s["numel"] * 4 for s in self.scratch)
+        return size, size
+
+
+#: column outputs the finishing kernel can store (floating point, as it accumulates in f32)
+IDENTITY_DTYPES = tuple(d for d, c in COMPUTE.items() if c in ("f32", "f64") and d != "f64")
+
+
+def _contiguous(shape) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(list(shape)):
+        strides.append(acc)
+        acc *= d
+    return strides[::-1]
