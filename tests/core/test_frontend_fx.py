@@ -226,3 +226,29 @@ def test_any_failure_while_importing_is_unsupported():
     next(iter(gm.graph.nodes)).meta["val"] = torch.empty(2, dtype=torch.quint8)  # no IR dtype
     with pytest.raises(UnsupportedError, match="cannot import the FX graph: KeyError"):
         import_fx(gm, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_types_torch_gives_wrongly_for_the_cpu_follow_the_kernels(dtype):
+    """FX says a functional batch norm's new running statistics are f32 (torch's fake
+    kernel); the CPU kernel returns them in their own dtype. The import gives the
+    kernel's types, and re-infers what reads them (a product of them is not f32 either)."""
+    def f(x, w, b, rm, rv):
+        out = torch.ops.aten._native_batch_norm_legit_functional.default(
+            x, w, b, rm, rv, True, 0.1, 1e-5)
+        return out[0], out[3] * 2, out[4]
+
+    args = [torch.randn(4, 3, 5, dtype=dtype), torch.ones(3, dtype=dtype),
+            torch.zeros(3, dtype=dtype), torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype)]
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    registry = default_registry()
+    fx_types = import_fx(gm, args).graph.outputs
+    assert [v.type.torch_dtype for v in fx_types] == [dtype, torch.float32, torch.float32]
+    g = import_fx(gm, args, registry=registry).graph
+    verify(g, registry)
+    want = f(*[a.clone() for a in args])
+    assert [v.type.torch_dtype for v in g.outputs] == [w.dtype for w in want] == [dtype] * 3
+    got = build_function(g, registry).fn(*[a.clone() for a in args])
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b)

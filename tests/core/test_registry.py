@@ -338,3 +338,71 @@ graph @g(%x: {x}, %w: {dtype}[8]{on}) {{
     for a, b in zip(got, want, strict=True):
         assert a.dtype == b.dtype
         torch.testing.assert_close(a, b)
+
+
+def _inferred_and_real(registry, op_name: str, tensors: list, scalars: dict):
+    """Types the registry infers for ``op_name`` called with ``tensors`` (schema order,
+    None where absent) and ``scalars`` (by argument name), and the real kernel's types."""
+    from torchloom.ir import Graph, TensorType
+    opdef = registry.get(op_name)
+    names = [a.name for a in opdef.schema.arguments]
+    g, inputs, attrs_ = Graph("g"), [], dict(scalars)
+    for i, t in enumerate(tensors):
+        if t is None:
+            attrs_[names[i]] = None
+        else:
+            inputs.append(g.add_input(TensorType.of(t), f"a{i}"))
+    real = opdef.fn(*tensors, *scalars.values())
+    node = g.create(op_name, inputs, [TensorType.of(r) for r in real], attrs_)
+    want = [(r.dtype, tuple(r.shape)) for r in real]
+    inferred = registry.get(op_name).infer_types(node)
+    got = None if inferred is None else [(t.torch_dtype, tuple(t.shape)) for t in inferred]
+    return got, want
+
+
+BATCH_NORMS = {  # op -> (has running statistics, takes ``training``)
+    "aten.native_batch_norm.default": (True, True),
+    "aten._native_batch_norm_legit.default": (True, True),
+    "aten._native_batch_norm_legit.no_stats": (False, True),
+    "aten._native_batch_norm_legit_functional.default": (True, True),
+    "aten._native_batch_norm_legit_no_training.default": (True, False),
+    "aten._batch_norm_with_update.default": (True, False),
+    "aten._batch_norm_with_update_functional.default": (True, False),
+    "aten._batch_norm_no_update.default": (True, False),
+}
+
+
+@pytest.mark.parametrize("op_name", sorted(BATCH_NORMS))
+def test_batch_norm_types_are_what_the_cpu_kernels_return(registry, op_name):
+    """torch's fake kernels (and so FX graphs) give other dtypes than the CPU kernels for
+    mixed precision and functional running-statistics updates; inference follows the
+    CPU kernels, in every combination the kernels accept."""
+    import itertools
+    has_stats, takes_training = BATCH_NORMS[op_name]
+    low, f32 = torch.bfloat16, torch.float32
+    checked = 0
+    for x_dtype, w_dtype, s_dtype, training in itertools.product(
+            (low, torch.float16, f32), (low, f32, None), (low, f32),
+            (True, False) if takes_training else (None,)):
+        if w_dtype not in (None, x_dtype, f32) or s_dtype not in (x_dtype, f32):
+            continue
+        if training is False and not has_stats:  # eval without statistics (torch crashes)
+            continue
+        x = torch.randn(2, 3, 4, dtype=x_dtype)
+        w = None if w_dtype is None else torch.rand(3, dtype=w_dtype) + 0.5
+        b = None if w_dtype is None else torch.randn(3, dtype=w_dtype)
+        stats = [torch.zeros(3, dtype=s_dtype), torch.ones(3, dtype=s_dtype)] if has_stats else []
+        scalars = ({"training": training} if takes_training else {}) | {"momentum": 0.1,
+                                                                       "eps": 1e-5}
+        try:
+            op = registry.get(op_name).fn
+            op(x, w, b, *[s.clone() for s in stats], *scalars.values())
+        except RuntimeError:  # a combination the CPU kernel rejects (mixed bf16/f32 params)
+            continue
+        got, want = _inferred_and_real(registry, op_name, [x, w, b, *stats], scalars)
+        if got is None:  # torch's fake _batch_norm_with_update rejects a missing weight
+            assert w is None and op_name.startswith("aten._batch_norm_"), op_name
+            continue
+        assert got == want, (x_dtype, w_dtype, s_dtype, training)
+        checked += 1
+    assert checked >= 4

@@ -73,6 +73,7 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = N
         imported = _import_fx(gm, example_inputs, name)
         if registry is not None:
             register_callables(registry, imported.callables)
+            retype_for_device(imported.graph, registry)
         return imported
     except UnsupportedError:
         raise
@@ -91,6 +92,32 @@ def register_callables(registry: OpRegistry, callables: dict[str, Any]) -> None:
         elif known.fn is not fn:
             raise UnsupportedError(f"call target {fn!r} is named {op_name}, which the op "
                                    f"registry already defines as {known.fn!r}")
+
+
+def retype_for_device(graph: Graph, registry: OpRegistry) -> None:
+    """Give the outputs of ops whose FX types are not what their kernels return on the
+    graph's device (torch's fake kernels are wrong for them: see
+    :mod:`torchloom.ops.device_types`) the types the kernels return, and re-infer every
+    op that reads a value retyped so. An op whose types cannot be re-inferred then makes
+    the graph unsupported (it runs eagerly) rather than typed wrongly."""
+    retyped: set[Value] = set()
+    for node in graph.nodes:
+        changed_input = any(v in retyped for v in node.inputs)
+        opdef = registry.get(node.op)
+        if not changed_input and opdef.infer is None:
+            continue
+        inferred = opdef.infer_types(node)
+        if inferred is None or len(inferred) != len(node.outputs):
+            if changed_input:
+                raise UnsupportedError(
+                    f"{node.op} reads a value whose type torch's FX graph gives wrongly "
+                    f"for its device, and its own types cannot be inferred again")
+            continue
+        for v, t in zip(node.outputs, inferred):
+            if isinstance(t, TensorType) and isinstance(v.type, TensorType) and (
+                    t.dtype, t.shape, t.device) != (v.type.dtype, v.type.shape, v.type.device):
+                v.type = t
+                retyped.add(v)
 
 
 def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,

@@ -19,6 +19,7 @@ import operator
 
 import torch
 
+from torchloom.ops.device_types import with_device_rules
 from torchloom.ops.registry import OpDef, OpRegistry
 
 #: categories the tags get wrong or leave out
@@ -121,9 +122,10 @@ def opdef_for_overload(name: str, op: torch._ops.OpOverload) -> OpDef:
     if category == "view" and not aliases:  # _unsafe_view; list views (split) alias the lot
         aliases = {-1 if _returns_list(schema) else 0: schema.arguments[0].name}
     fn = getattr(op, "_op", op)  # the C++ entry point: no Python frame per call
-    return OpDef(name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
-                 returns_sequence=len(schema.returns) != 1 or _returns_list(schema),
-                 public_fn=_public_binding(op))
+    return with_device_rules(OpDef(
+        name, category, fn=fn, schema=schema, aliases=aliases, mutates=written,
+        returns_sequence=len(schema.returns) != 1 or _returns_list(schema),
+        public_fn=_public_binding(op)))
 
 
 def _public_binding(op: torch._ops.OpOverload):
