@@ -120,12 +120,39 @@ def test_dump_dir_holds_the_ir_after_each_pass_numbered(fake_plugins, tmp_path):
     """)
     graph = parse_graph(CSE_IR)
     run(fake_plugins, pipeline, graph, dump_dir=tmp_path / "dump")
-    files = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    files = sorted(p.name for p in (tmp_path / "dump").iterdir() if p.suffix == ".ir")
     assert files == ["00-input.ir", "01-cse.ir", "02-dce.ir"]
     texts = [(tmp_path / "dump" / f).read_text() for f in files]
     assert texts[0] == CSE_IR
     assert str(parse_graph(texts[2])) == str(graph)  # the last dump is the result
     assert "%b = " not in texts[1] and "%dead = " in texts[1]  # after cse, before dce
+
+
+def test_dump_dir_holds_a_unified_diff_per_pass_that_patch_applies(fake_plugins, tmp_path):
+    import shutil
+    import subprocess
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        name = "cse"
+        [[pass]]
+        name = "dce"
+        [[pass]]
+        name = "cse"
+    """)
+    run(fake_plugins, pipeline, parse_graph(CSE_IR), dump_dir=tmp_path / "dump")
+    dump = tmp_path / "dump"
+    diffs = sorted(p.name for p in dump.iterdir() if p.suffix == ".diff")
+    assert diffs == ["01-cse.diff", "02-dce.diff", "03-cse.diff"]  # one per pass
+    assert "-  %b = aten.exp.default(%x)" in (dump / "01-cse.diff").read_text()
+    assert "-  %dead = aten.neg.default(%y)" in (dump / "02-dce.diff").read_text()
+    assert (dump / "03-cse.diff").read_text() == ""  # nothing left to change
+    for before, after in [("00-input", "01-cse"), ("01-cse", "02-dce")]:
+        work = tmp_path / "apply"
+        work.mkdir(exist_ok=True)  # git apply patches the file the diff names after "+++"
+        (work / f"{after}.ir").write_text((dump / f"{before}.ir").read_text())
+        subprocess.run([shutil.which("git") or "git", "apply", "-p0",
+                        str(dump / f"{after}.diff")], cwd=work, check=True)
+        assert (work / f"{after}.ir").read_text() == (dump / f"{after}.ir").read_text()
 
 
 @pytest.mark.parametrize("policy, name, caught, problem", [

@@ -24,6 +24,7 @@ import attrs
 
 from torchloom.errors import PassError, PipelineError, PluginError, TorchloomError, VerifyError
 from torchloom.ir.graph import Graph
+from torchloom.ir.textdiff import ir_diff
 from torchloom.ir.verify import check_order, verify
 from torchloom.passes.base import PassContext, PassResult
 from torchloom.passes.pipeline import FixpointStep, PassStep, Pipeline
@@ -71,6 +72,8 @@ class PassManager:
                             + [(ins, "the caller") for ins in instruments or []])
         self.warned = warned if warned is not None else set()
         self._dumped = 0
+        #: (file stem, text) of the last IR dumped, the "before" of the next diff
+        self._last_dump: tuple[str, str] | None = None
 
     def run(self, graph: Graph, ctx: PassContext) -> RunReport:
         report = RunReport()
@@ -282,7 +285,13 @@ class PassManager:
         if self.dump_dir is None:
             return
         self.dump_dir.mkdir(parents=True, exist_ok=True)
-        (self.dump_dir / f"{self._dumped:02d}-{label}.ir").write_text(str(graph))
+        stem, text = f"{self._dumped:02d}-{label}", str(graph)
+        (self.dump_dir / f"{stem}.ir").write_text(text)
+        if self._last_dump is not None:  # what the pass changed (empty: nothing)
+            before_stem, before = self._last_dump
+            (self.dump_dir / f"{stem}.diff").write_text(
+                ir_diff(before, text, f"{before_stem}.ir", f"{stem}.ir"))
+        self._last_dump = (stem, text)
         self._dumped += 1
 
 
