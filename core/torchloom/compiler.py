@@ -144,7 +144,8 @@ class Compiler:
         if self.target is not None:
             chain, declined = target_codegens(chain, self.target)
             comp.static = StaticPlan(graph, self.registry, chain, self.target,
-                                     self.target_memo)
+                                     self.target_memo, repro_dir=self.cache_dir / "reproducers",
+                                     warned=self.warned)
             comp.fn = fallback
             comp.notes = [f"{r}: its groups are described op by op" for r in declined] + list(
                 self.notes) + comp.report.notes + [n for n in ctx.notes

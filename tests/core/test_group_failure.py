@@ -167,3 +167,18 @@ def test_under_torch_compile_only_the_group_runs_eagerly_and_explain_names_the_i
     assert "aten.sin.default" in path.read_text()
     (message,) = _records(caplog)
     assert str(path) in message
+
+
+@pytest.mark.parametrize("stage", ["judging", "compiling"])
+def test_a_static_plan_for_a_target_also_costs_only_the_group(stage, tmp_path, caplog):
+    """``explain --target``: a codegen raising on one group leaves it to ``eager``."""
+    from torchloom.runtime.static import StaticPlan
+
+    caplog.set_level(logging.WARNING, logger="torchloom")
+    plan = StaticPlan(parse_graph(THREE_GROUPS), default_registry(),
+                      [Flaky(stage), EagerCodegen()], "sm_90", repro_dir=tmp_path)
+    assert [(c.node.region.name, c.codegen) for c in plan.choices] == [
+        ("g_exp", "flaky"), ("g_sin", "eager"), ("g_tanh", "flaky")]
+    (reason,) = plan.choices[1].fallback_reasons
+    assert f"raised while {stage} the group" in str(reason) and str(tmp_path) in str(reason)
+    assert len(_records(caplog)) == 1

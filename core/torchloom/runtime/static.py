@@ -15,6 +15,7 @@ size (an expanded input counts what is stored, not what is broadcast).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -24,6 +25,7 @@ from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, Value
 from torchloom.ir.types import DTYPES, TensorType
 from torchloom.ops.registry import OpRegistry
 from torchloom.runtime.executor import CONSTANT, FUSION_GROUP, GroupChoice
+from torchloom.runtime.group_failure import codegen_failed
 
 
 @attrs.frozen
@@ -171,26 +173,33 @@ class StaticPlan:
     is shared across graphs so that equal kernels compile once."""
 
     def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
-                 target: str, memo: dict[str, dict] | None = None):
+                 target: str, memo: dict[str, dict] | None = None,
+                 repro_dir: Path | None = None, warned: set[str] | None = None):
         self.graph = graph
         self.target = target
         self.choices: list[GroupChoice] = []
         self.sources: dict[Node, KernelSource] = {}
         self.resources: dict[Node, dict] = {}
         memo = memo if memo is not None else {}
+        warned = warned if warned is not None else set()
         for node in _groups(graph):
             choice = GroupChoice(node, "eager")
             self.choices.append(choice)
             for cg in codegens:
-                reason = cg.supports(node, registry)
+                stage, compile_ahead = "judging", getattr(cg, "compile_for_target", None)
+                try:  # a codegen's bug costs only this group (see runtime.group_failure)
+                    reason = cg.supports(node, registry)
+                    if reason is None:
+                        stage = "compiling"
+                        kernel = cg.generate(node, registry)
+                        if compile_ahead is not None and kernel.source not in memo:
+                            memo[kernel.source] = compile_ahead(kernel)
+                except Exception as exc:
+                    reason = codegen_failed(cg, stage, node, exc, repro_dir, warned)
                 if reason is not None:
                     choice.fallback_reasons.append(reason)
                     continue
-                kernel = cg.generate(node, registry)
-                compile_ahead = getattr(cg, "compile_for_target", None)
                 if compile_ahead is not None:
-                    if kernel.source not in memo:
-                        memo[kernel.source] = compile_ahead(kernel)
                     self.resources[node] = memo[kernel.source]
                 choice.codegen = cg.name
                 self.sources[node] = kernel
