@@ -148,7 +148,10 @@ class DedupRegions(Pass):
         alive = [p - left for p in anchor]  # windows so far equal, overlapping or not
         length = left + 1
         found = []
-        while True:
+        # Windows overlapping by more than their gap only repeat a shorter period (a
+        # block repeated m times would otherwise grow to m/2 blocks, each step over all m
+        # windows: quadratic); growth stops there, which keeps it O(n log n).
+        while length <= _OVERLAP * _min_gap(alive):
             starts = _non_overlapping(alive, length)
             if len(starts) < self.min_occurrences:
                 break
@@ -169,7 +172,9 @@ class DedupRegions(Pass):
 
     def _validate(self, nodes: list[Node], cand: Candidate, mutated: set,
                   ctx: PassContext) -> "_Windows | None":
-        occurrences = [_Occurrence.of(nodes[s:s + cand.length]) for s in cand.starts]
+        graph_outputs = set(nodes[0].graph.outputs)  # once, not once per occurrence
+        occurrences = [_Occurrence.of(nodes[s:s + cand.length], graph_outputs)
+                       for s in cand.starts]
         for _ in range(2):  # the second round runs once aliasing views were hoisted out
             groups: dict[tuple, list[_Occurrence]] = {}
             for occ in occurrences:
@@ -191,7 +196,7 @@ class DedupRegions(Pass):
             hoist = _alias_chains(best[0], aliasing, ctx.registry)
             if hoist is None:
                 return None
-            occurrences = [occ.without(hoist) for occ in best]
+            occurrences = [occ.without(hoist, graph_outputs) for occ in best]
         return None
 
 
@@ -208,14 +213,15 @@ class _Occurrence:
     #: nodes of the window that stay outside the region (they run before the call)
     hoisted: list[Node] = attrs.field(factory=list)
 
-    def without(self, offsets: set[int]) -> "_Occurrence":
-        out = _Occurrence.of([n for i, n in enumerate(self.nodes) if i not in offsets])
+    def without(self, offsets: set[int], graph_outputs: set[Value]) -> "_Occurrence":
+        out = _Occurrence.of([n for i, n in enumerate(self.nodes) if i not in offsets],
+                             graph_outputs)
         out.last = self.last
         out.hoisted = self.hoisted + [self.nodes[i] for i in sorted(offsets)]
         return out
 
     @classmethod
-    def of(cls, nodes: list[Node]) -> "_Occurrence":
+    def of(cls, nodes: list[Node], graph_outputs: set[Value]) -> "_Occurrence":
         offset = {n: i for i, n in enumerate(nodes)}
         inputs: list[Value] = []
         index: dict[Value, int] = {}
@@ -232,7 +238,6 @@ class _Occurrence:
                     ops.append(("in", index[v]))
             wiring.append(tuple(ops))
         escaping = set()
-        graph_outputs = set(nodes[0].graph.outputs)
         for i, n in enumerate(nodes):
             for v in n.outputs:
                 if v in graph_outputs or any(u not in offset for u in v.uses):
@@ -299,6 +304,10 @@ def _attrs_key(attrs) -> object:
     except TypeError:  # lists and other unhashable values: their text form
         return format_attrs(attrs)
     return key
+
+
+#: how far windows may grow past the smallest gap between their starts (see _grow)
+_OVERLAP = 2
 
 
 def _non_overlapping(starts: list[int], length: int) -> list[int]:
@@ -376,7 +385,8 @@ def _replace(graph: Graph, windows: _Windows) -> Graph:
         for old, new in zip(olds, call.outputs):
             _redirect(graph, old, new, output_slots)
             replaced[old] = new
-        graph.erase_many(occ.nodes)
+    # all at once: a value every occurrence reads has its use list filtered once
+    graph.erase_many([n for occ in windows.occurrences for n in occ.nodes])
     return sub
 
 
