@@ -50,6 +50,9 @@ class Emitter:
         self._phase: tuple[list[str], list[str]] | None = None
         self._count = 0
         self.phase_id = 0
+        #: name of a value rounded to bf16/f16 (kept in f32) -> the f32 value it rounds;
+        #: a store converts that directly (rounding once instead of twice)
+        self.unrounded: dict[str, str] = {}
 
     # ---- statements --------------------------------------------------------------------
     def is_inner(self, text: str) -> bool:
@@ -121,10 +124,13 @@ class Emitter:
         """An explicit cast in the program: rounds to ``ir_dtype`` exactly as eager does
         (f64 -> bf16 goes through f32, as c10::BFloat16 does)."""
         target = COMPUTE[ir_dtype]
-        if ir_dtype == "bf16":
-            return self.emit(f"tl_round_bf16({self.convert(e, 'f32').text})", "f32", "rnd")
-        if ir_dtype == "f16":  # c10::Half also converts a double through float
-            return self.emit(f"(float)(_Float16){self.convert(e, 'f32').text}", "f32", "rnd")
+        if ir_dtype in ("bf16", "f16"):  # c10::Half also converts a double through float
+            source = self.convert(e, "f32")
+            text = (f"tl_round_bf16({source.text})" if ir_dtype == "bf16"
+                    else f"(float)(_Float16){source.text}")
+            rounded = self.emit(text, "f32", "rnd")
+            self.unrounded[rounded.text] = source.text
+            return rounded
         if e.dtype in ("f32", "f64") and target not in ("f32", "f64", "b8"):
             # float -> int truncates; out-of-range values are undefined in C and in eager
             return self.emit(f"({CTYPE[target]}){par(e.text)}", target, "cvt")
@@ -143,8 +149,12 @@ def load_text(pointer: str, offset: str, ir_dtype: str) -> str:
     return element
 
 
-def store_text(pointer: str, offset: str, e: Expr, ir_dtype: str) -> str:
-    """C writing ``e`` to one element of storage dtype ``ir_dtype`` (rounding as eager)."""
+def store_text(pointer: str, offset: str, e: Expr, ir_dtype: str,
+               unrounded: str | None = None) -> str:
+    """C writing ``e`` to one element of storage dtype ``ir_dtype`` (rounding as eager);
+    ``unrounded``: the f32 value ``e`` is the bf16/f16 rounding of, converted directly."""
+    if unrounded is not None and ir_dtype in ("bf16", "f16"):
+        e = Expr(unrounded, "f32", e.inner)
     if ir_dtype == "bf16":
         value = f"tl_f32_to_bf16({e.text if e.dtype == 'f32' else f'(float){par(e.text)}'})"
     elif ir_dtype == "b8":

@@ -168,7 +168,7 @@ class KernelWriter:
         t = tensor_type(v)
         e = self.value_at(v, coords)
         offset = address(coords, t.actual_strides(), t.shape, self.known)
-        line = store_text(name, offset, e, t.dtype)
+        line = store_text(name, offset, e, t.dtype, self.em.unrounded.get(e.text))
         self.em.statement(line, self.em.is_inner(line))
 
     def row_coords(self, index: str, shape) -> list[str]:

@@ -125,7 +125,7 @@ def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
                 f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
     exact = f"($T)0.5 * {{self}} * (($T)1 + $erf({{self}} * {SQRT1_2}))"
     if dtype in ("f32", "bf16"):  # eager's vectorized f32 GELU gives NaN at +inf
-        return f"({{self}} == ($T)INFINITY ? ($T)NAN : {exact})"
+        return f"tl_nan_at_inf({{self}}, {exact})"  # both computed: the loop stays SIMD
     return exact
 
 

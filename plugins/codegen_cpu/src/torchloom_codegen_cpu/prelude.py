@@ -57,6 +57,10 @@ static inline float tl_erf_fast(float a) {
   return x * p / q;
 }
 
+/* NaN where x is +inf, y elsewhere: a function, so y is computed unconditionally and a
+   libm call in it does not need a masked SIMD variant */
+static inline float tl_nan_at_inf(float x, float y) { return x == INFINITY ? NAN : y; }
+
 /* floor division of floats exactly as eager's div_floor_floating (Python semantics) */
 #define TL_DIV_FLOOR(T, SUFFIX)                                                    \
   static inline T tl_div_floor##SUFFIX(T a, T b) {                                \
