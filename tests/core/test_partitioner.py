@@ -53,6 +53,10 @@ def saved_bytes(compiler: Compiler) -> tuple[int, int]:
     return len(saved), sum(tensor_bytes(v) for v in saved)
 
 
+#: named in the file: kept although every group of these graphs runs on eager
+MIN_CUT = '[runtime]\npartitioner = "min_cut"\n'
+
+
 def compiler_with(tmp_path, runtime: str = "") -> Compiler:
     path = tmp_path / "split.toml"
     path.write_text(PIPELINE.format(runtime=runtime))
@@ -61,7 +65,7 @@ def compiler_with(tmp_path, runtime: str = "") -> Compiler:
 
 def test_min_cut_saves_less_for_backward_than_the_default_partitioner(tmp_path):
     want = train_step(None)
-    min_cut = compiler_with(tmp_path)
+    min_cut = compiler_with(tmp_path, MIN_CUT)
     got = train_step(min_cut)
     torch._dynamo.reset()
     default = compiler_with(tmp_path, '[runtime]\npartitioner = "default"\n')
@@ -77,13 +81,13 @@ def test_min_cut_saves_less_for_backward_than_the_default_partitioner(tmp_path):
 
 
 def test_the_backend_option_overrides_the_pipeline(tmp_path):
-    compiler = compiler_with(tmp_path)
+    compiler = compiler_with(tmp_path, MIN_CUT)
     got = train_step(compiler, partitioner="default")
     for g, w in zip(got, train_step(None)):
         torch.testing.assert_close(g, w)
     n, _ = saved_bytes(compiler)
     torch._dynamo.reset()
-    min_cut = compiler_with(tmp_path)
+    min_cut = compiler_with(tmp_path, MIN_CUT)
     train_step(min_cut)
     assert saved_bytes(min_cut)[0] < n
 
@@ -97,3 +101,22 @@ def test_an_unknown_partitioner_is_an_error_naming_the_line(tmp_path):
                       options={"compiler": compiler, "partitioner": "greedy"})
     with pytest.raises(Exception, match="partitioner 'greedy' must be one of min_cut, default"):
         f(torch.randn(2))
+
+
+def test_graphs_only_eager_runs_get_the_default_partitioner(tmp_path):
+    """No codegen but eager takes these groups: recomputing in the backward, or splitting
+    layer norm before the split, would only add kernels to what eager runs. A partitioner
+    the pipeline or the backend option names is kept."""
+    implicit = compiler_with(tmp_path)
+    for g, w in zip(train_step(implicit), train_step(None)):
+        torch.testing.assert_close(g, w)
+    forward = implicit.compilations[0].graph
+    assert any(n.op == "aten.native_layer_norm.default" for n in forward.walk())
+    torch._dynamo.reset()
+    default = compiler_with(tmp_path, '[runtime]\npartitioner = "default"\n')
+    train_step(default)
+    assert saved_bytes(implicit) == saved_bytes(default)
+    torch._dynamo.reset()
+    named = compiler_with(tmp_path)
+    train_step(named, partitioner="min_cut")
+    assert saved_bytes(named)[0] < saved_bytes(default)[0]

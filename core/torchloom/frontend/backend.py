@@ -11,7 +11,9 @@ fewer bytes than saving it: a layer norm's output is recomputed from x, mean and
 with the norms decomposed before the split so that their pointwise parts can be
 recomputed. ``partitioner = "default"`` (backend option, or the pipeline's ``[runtime]``
 key) keeps aot_autograd's default partitioner, which saves every intermediate the
-backward reads.
+backward reads. It is also what a graph gets whose groups no codegen but ``eager`` would
+take (:func:`runs_on_eager`), unless the backend option or the pipeline names one: there
+recomputation and norms split before the split only add kernels to what eager runs.
 """
 
 from __future__ import annotations
@@ -51,8 +53,37 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     if partitioner not in PARTITIONERS:
         raise PipelineError(f"torch.compile(backend='torchloom'): partitioner "
                             f"{partitioner!r} must be one of {', '.join(PARTITIONERS)}")
+    if not (options.get("partitioner") or compiler.pipeline.partitioner_set) and \
+            getattr(compiler, "target", None) is None and runs_on_eager(compiler, example_inputs):
+        partitioner = "default"
     return aot_autograd(fw_compiler=compile_one, bw_compiler=compile_one,
                         **split_options(partitioner))(gm, example_inputs)
+
+
+def runs_on_eager(compiler, example_inputs) -> bool:
+    """Whether no codegen of the compiler's chain but ``eager`` takes a group on the
+    device of the first tensor input: a one-op group is offered to each of them."""
+    import torch
+
+    from torchloom.ir.graph import Graph
+    from torchloom.ir.types import TensorType
+    from torchloom.runtime.executor import FUSION_GROUP
+    device = next((str(x.device) for x in example_inputs if isinstance(x, torch.Tensor)), "cpu")
+    t = TensorType((1,), "f32", "cpu" if device == "cpu" else device)
+    region = Graph("probe_region")
+    region.set_outputs(region.create("aten.neg.default", [region.add_input(t, "x")], [t]).outputs)
+    graph = Graph("probe")
+    probe = graph.create(FUSION_GROUP, [graph.add_input(t, "x")], [t], region=region)
+    chain = compiler.plugins.codegen_chain(compiler.pipeline.codegens or compiler.pipeline.codegen)
+    for codegen in chain:
+        if codegen.name == "eager":
+            continue
+        try:
+            if codegen.supports(probe, compiler.registry) is None:
+                return False
+        except Exception:  # a codegen that cannot judge the probe takes nothing here
+            continue
+    return True
 
 
 def split_options(partitioner: str) -> dict[str, Any]:

@@ -96,6 +96,9 @@ class Pipeline:
     runtime: dict[str, Any] = attrs.field(factory=dict)
     #: the forward/backward split: "min_cut" (recompute where cheaper) or "default"
     partitioner: str = "min_cut"
+    #: the file names the partitioner (otherwise a graph that no codegen but eager takes
+    #: gets "default": see frontend/backend.py)
+    partitioner_set: bool = False
     #: passes named optional that no plugin provides
     missing_optional: tuple[str, ...] = ()
     #: memo of source hashes (the plugin set's), so a fingerprint reads each file once
@@ -305,6 +308,7 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
             raise err(lines.key(lines.table("plugins"), key),
                       f"unknown key {key!r} in [plugins] (only 'disable')")
     runtime_table = dict(data.get("runtime", {}))
+    partitioner_set = "partitioner" in runtime_table
     partitioner = runtime_table.pop("partitioner", "min_cut")
     if partitioner not in PARTITIONERS:
         raise err(lines.key(lines.table("runtime"), "partitioner"),
@@ -324,6 +328,7 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
                         steps=tuple(steps), codegen=codegens[0], codegens=codegens,
                         verify=verify, on_error=on_error,
                         disable=raw.disable, runtime=runtime, partitioner=partitioner,
+                        partitioner_set=partitioner_set,
                         missing_optional=tuple(missing),
                         sources=getattr(plugins, "sources", None) or SourceHashes())
     _check_constraints(pipeline, err)
