@@ -1,0 +1,46 @@
+"""Generated-source snapshots: the C source of a few kernels, compared with checked-in
+files. After an intended codegen change, regenerate them with
+``TORCHLOOM_UPDATE_SNAPSHOTS=1 pytest tests/codegen_cpu/test_snapshot.py`` and review the
+diff like any other code change."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from torchloom.api import parse_graph
+
+from conftest import group_text
+from test_reduction import CASES as REDUCTIONS
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+KERNELS = {
+    # a pointwise kernel reading through interior views (reshape, transpose, expand)
+    "cpu_pointwise_views": group_text("%a: f32[4, 6], %b: f32[24], %c: f32[6]", """
+        %v = aten.view.default(%b) {size = [4, 6]} : f32[4, 6]
+        %t = aten.t.default(%v) : f32[6, 4]
+        %u = aten.transpose.int(%t) {dim0 = 0, dim1 = 1} : f32[4, 6]
+        %q = aten.unsqueeze.default(%c) {dim = 0} : f32[1, 6]
+        %e = aten.expand.default(%q) {size = [4, 6]} : f32[4, 6]
+        %s = aten.add.Tensor(%a, %u) : f32[4, 6]
+        %g = aten.gelu.default(%s) : f32[4, 6]
+        %m = aten.mul.Tensor(%g, %e) : f32[4, 6]""", "%m: f32[4, 6]"),
+    # softmax over long rows: two reductions and the epilogue, rows in parallel
+    "cpu_softmax_bf16": REDUCTIONS["softmax_bf16_long_rows_parallel"][0],
+    # layer_norm's backward: a row nest and a column nest in one function
+    "cpu_layer_norm_backward": REDUCTIONS["layer_norm_backward_rows_and_columns"][0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_generated_source_matches_snapshot(registry, codegen, name):
+    source = codegen.generate(next(parse_graph(KERNELS[name]).nodes), registry).source
+    path = SNAPSHOTS / f"{name}.c"
+    if os.environ.get("TORCHLOOM_UPDATE_SNAPSHOTS") == "1":
+        path.write_text(source)
+    assert path.exists(), f"no snapshot {path}; run with TORCHLOOM_UPDATE_SNAPSHOTS=1"
+    assert source == path.read_text(), (
+        f"generated source differs from {path}; if intended, regenerate with "
+        f"TORCHLOOM_UPDATE_SNAPSHOTS=1 and review the diff")
