@@ -227,15 +227,19 @@ def test_training_step_through_torch_compile_calls_the_composites(eager_default,
             model.zero_grad()
             compiled(xc).sum().backward()  # compiles forward, then backward
             grads = [xc.grad] + [p.grad.clone() for p in model.parameters()]
-            with _Calls() as mode:  # a second step, compiled: what the plans call
+            # a second step, compiled: what the plans call (the profiler sees aten calls
+            # without changing how Dynamo runs, as a dispatch mode would)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
                 compiled(x.detach().clone().requires_grad_()).sum().backward()
+            ops = [e.name for e in prof.events()]
         finally:
             torch._dynamo.reset()
         assert [c.cached for c in compiler.compilations] == [attempt == 1] * 2
         assert all(ch.codegen == "eager" for c in compiler.compilations
                    for ch in c.compiled.choices)
-        assert mode.ops.count("aten.native_layer_norm.default") == 1
-        assert mode.ops.count("aten.native_layer_norm_backward.default") == 1
-        assert not {"aten.rsqrt.default", "aten.var_mean.correction"} & set(mode.ops)
+        assert {"CompiledFunction", "CompiledFunctionBackward"} <= set(ops)  # not eagerly
+        assert ops.count("aten::native_layer_norm") == 1
+        assert ops.count("aten::native_layer_norm_backward") == 1
+        assert not {"aten::rsqrt", "aten::var_mean"} & set(ops)
         for got, want in zip(grads, expected):
             torch.testing.assert_close(got, want)
