@@ -170,6 +170,7 @@ class Launcher:
         self.finish = finish
         self.scratch = [s["numel"] for s in meta.get("scratch", ())]
         self.programs = meta.get("programs")
+        self.splits = meta.get("splits")
         self.interpret = interpret
         self._fast = None
         self.tune_path, self.verbose = tune_path, verbose
@@ -220,6 +221,8 @@ class Launcher:
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
         grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],
                 ) if self.programs is None else (self.programs,)
+        if self.splits:  # a split reduction: one program per row block and chunk
+            grid = (grid[0], self.splits)
         tensors = (*args, *outs)
         fast = self._fast if config is self.config else None
         if fast is not None and _aligned(tensors):

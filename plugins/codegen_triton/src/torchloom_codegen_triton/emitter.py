@@ -49,6 +49,8 @@ class Emitter:
         self._phase: tuple[list[str], list[str]] | None = None
         self._count = 0
         self.phase_id = 0
+        #: a split reduction's loops cover one chunk: (start, stop) source text
+        self.loop_bounds: tuple[str, str] | None = None
 
     # ---- statements --------------------------------------------------------------------
     def depends_on_r(self, text: str) -> bool:
@@ -93,7 +95,8 @@ class Emitter:
         self._phase = ([], [])
         self._phase_memo = {}
         self.phase_id += 1
-        self._loop_header = [f"for roff in range(0, {rnumel}, RBLOCK):"] + [
+        start, stop = self.loop_bounds or ("0", str(rnumel))
+        self._loop_header = [f"for roff in range({start}, {stop}, RBLOCK):"] + [
             "    " + h for h in header]
 
     def end_phase(self) -> None:

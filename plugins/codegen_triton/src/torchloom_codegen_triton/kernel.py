@@ -22,7 +22,6 @@ input is a load at ``sum(coord * stride)``. Statements are value-numbered by the
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
@@ -34,9 +33,11 @@ from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, bro
                                                delinear, reshape, view_coords)
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
                                           literal)
+from torchloom_codegen_triton.plan import drop_unused, next_pow2, reduction_configs
 from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_triton.rowcol import (FINISH_BLOCK, ColumnPartials,
                                              split_rows_and_columns)
+from torchloom_codegen_triton.split import SplitReduction, plan_split
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -49,13 +50,6 @@ def tensor_type(v: Value) -> TensorType:
     if t.dtype not in STORAGE:
         raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
     return t
-
-
-def next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 class KernelWriter:
@@ -73,6 +67,8 @@ class KernelWriter:
         self.loads: dict[Value, set[int]] = {}
         #: the column reductions of a row + column kernel (rowcol.py), if any
         self.col: ColumnPartials | None = None
+        #: the plan of a split reduction (split.py), if any
+        self.split: SplitReduction | None = None
         self._check_region()
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
@@ -141,6 +137,9 @@ class KernelWriter:
         if self.col is not None and (self.looped or self.columns):
             raise Unsupported(f"row and column reductions of rows of {self.rnumel} elements "
                               f"(one kernel holds at most {max_persistent})")
+        self.configs = reduction_configs(self.rows, self.rnumel, self.looped, max_persistent,
+                                          self.columns)
+        self.split = plan_split(self, self.configs)
 
     # ---- values ----------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
@@ -302,6 +301,11 @@ class KernelWriter:
         self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
                                  for d in range(len(self.shape)))
         self.row = tuple(xs)
+        if self.split is not None:  # this program's chunk; _finish combines the chunks
+            em.statement(f"rstart = tl.program_id(1) * {self.split.chunk}", False)
+            em.loop_bounds = ("rstart", f"rstart + {self.split.chunk}")
+            self.split.body()
+            return em.lines
         for node in self.reductions:
             lower_reduction(self, node)
         full_outputs = []
@@ -342,15 +346,16 @@ class KernelWriter:
             name = f"out_{v.name}"
             names.append(name if name not in names else f"{name}_{i}")
         self.out_names = names
-        lines = _drop_unused(self.body())
+        lines = drop_unused(self.body())
         ops = [n.op.split(".")[1] for n in self.region.nodes
                if n.op not in VIEWS]
         kernel = "_".join(["fused", *dict.fromkeys(ops)])[:60].rstrip("_") or "fused_copy"
         params = [f"in_{v.name}" for v in self.region.inputs] + names
         finish = ""
-        if self.col is not None:
-            params += [f"scratch{k}" for k in range(len(self.col.scratch))]
-            finish, self.finish_outputs = self.col.finish_source(names)
+        two_stage = self.col if self.col is not None else self.split
+        if two_stage is not None:
+            params += [f"scratch{k}" for k in range(len(two_stage.scratch))]
+            finish, self.finish_outputs = two_stage.finish_source(names)
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"]
                                               if self.kind == "reduction" else [])
         header = ["# torchloom triton kernel for this group:"]
@@ -385,14 +390,15 @@ class KernelWriter:
                                    {"XBLOCK": 256, "num_warps": 4}]
         else:
             meta.update(rows=self.rows, rnumel=self.rnumel, grid_size=self.rows)
-            meta["configs"] = _reduction_configs(self.rows, self.rnumel, self.looped,
-                                                 self.max_persistent, self.columns)
+            meta["configs"] = self.configs
         meta["config"] = meta["configs"][0]
         if self.col is not None:
             meta.update(programs=self.col.programs, scratch=self.col.scratch, finish={
                 "kernel": "_finish", "outputs": self.finish_outputs,
                 "grid": -(-self.rnumel // FINISH_BLOCK), "config": {"FBLOCK": FINISH_BLOCK}})
             meta["form"] = "row and column reduction"
+        if self.split is not None:
+            meta.update(self.split.metadata())
         meta.update(self.traffic(meta["config"]))
         return meta
 
@@ -411,33 +417,14 @@ class KernelWriter:
             scratch_written, scratch_read = self.col.traffic()
             read, written = read + scratch_read, written + scratch_written
             programs = self.col.programs
+        if self.split is not None:
+            scratch = self.split.traffic()
+            return {"grid": [programs, self.split.splits], "bytes_read": read + scratch,
+                    "bytes_written": written + scratch}
         return {"grid": [programs], "bytes_read": read, "bytes_written": written}
 
     def grid_size(self) -> int:
         return self.numel if self.kind == "pointwise" else self.rows
-
-
-def _reduction_configs(rows: int, rnumel: int, looped: bool, max_persistent: int,
-                       columns: bool = False) -> list[dict[str, int]]:
-    if columns and looped:  # tiles of many rows (contiguous in memory) x a short chunk
-        xmax = next_pow2(max(rows, 1))
-        return [{"XBLOCK": min(x, xmax), "RBLOCK": min(r, next_pow2(max_persistent)),
-                 "num_warps": w} for x, r, w in ((64, 32, 4), (128, 16, 8), (32, 64, 4))]
-    if looped:  # chunks no longer than a persistent row
-        return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w}
-                for r, w in ((2048, 8), (1024, 4), (4096, 16)) if r <= max_persistent] or [
-                    {"XBLOCK": 1, "RBLOCK": next_pow2(max_persistent), "num_warps": 4}]
-    rblock = next_pow2(max(rnumel, 1))
-    configs = []
-    for xblock in (1, 2, 4, 8, 16, 32, 64):
-        if xblock * rblock > 8192 or xblock > next_pow2(max(rows, 1)):
-            continue
-        size = xblock * rblock
-        for warps in ((8, 16) if size >= 4096 else (4, 8) if size >= 1024 else (4,)):
-            configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
-    # the default first: about 2048 elements per program (a few short rows, or one long one)
-    configs.sort(key=lambda c: (abs(c["XBLOCK"] * rblock - 2048), c["num_warps"]))
-    return configs[:4] or [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8}]
 
 
 def _named_args(opdef, node: Node) -> dict[str, Any]:
@@ -470,23 +457,6 @@ SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
 
 def _shape(v: Value) -> tuple:
     return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
-
-
-_ASSIGN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*) = ")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _drop_unused(lines: list[str]) -> list[str]:
-    """Remove single assignments nothing reads (coordinates a walk did not need)."""
-    used: set[str] = set()
-    kept: list[str] = []
-    for line in reversed(lines):
-        m = _ASSIGN.match(line)
-        if m and m.group(1) not in used:
-            continue
-        used.update(_NAME.findall(line))
-        kept.append(line)
-    return kept[::-1]
 
 
 def memory_order(t: TensorType) -> tuple[int, ...]:

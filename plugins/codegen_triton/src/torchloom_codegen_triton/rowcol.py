@@ -113,36 +113,16 @@ class ColumnPartials:
         return [{"dtype": "f32", "numel": self.programs * self.w.rnumel} for _ in self.columns]
 
     def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
-        """The finishing kernel ``_finish(scratch..., outs..., FBLOCK)`` and the region
-        output indices it stores, in its parameter order."""
+        """The finishing kernel and the region output indices it stores, in order."""
         from torchloom_codegen_triton.kernel import tensor_type
-        w = self.w
-        n_cols, rows = w.rnumel, w.rows
         order = sorted(self.outputs)
-        params = [f"scratch{k}" for k in range(len(self.columns))]
-        params += [out_names[i] for i in order] + ["FBLOCK: tl.constexpr"]
-        lines = ["cindex = tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK)[None, :]",
-                 f"cmask = cindex < {n_cols}"]
+        entries = []
         for i in order:
             n, kind = self.outputs[i]
-            k = self.columns.index(n)
-            identity = IDENTITY[kind]
-            lines += [f"acc{k} = tl.full([1, FBLOCK], {identity}, tl.float32)",
-                      f"for p0 in range(0, {self.programs}, {FINISH_PARTIALS}):",
-                      f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[:, None]",
-                      f"    part = tl.load(scratch{k} + pindex * {n_cols} + cindex, "
-                      f"(pindex < {self.programs}) & cmask, other={identity})",
-                      f"    acc{k} = {COMBINE[kind].format(a=f'acc{k}', b=BLOCK_REDUCE[kind].format(x='part').replace(', 1,', ', 0,'))}"]
-            template = REDUCTIONS[n.op].outputs[0]
-            value = template.format(acc=f"acc{k}", n=literal(float(rows)))
-            dtype = tensor_type(n.outputs[0]).dtype
-            if dtype == "bf16":
-                value = f"_round_to_bf16({value})"
-            lines.append(f"tl.store({out_names[i]} + cindex, ({value}).to({STORAGE[dtype]}), "
-                         f"cmask)")
-        source = "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
-                            *("    " + line for line in lines)]) + "\n"
-        return source, order
+            entries.append((self.columns.index(n), out_names[i], kind,
+                            REDUCTIONS[n.op].outputs[0], tensor_type(n.outputs[0]).dtype))
+        return finish_source(entries, len(self.columns), self.w.rnumel, self.programs,
+                             self.w.rows), order
 
     def traffic(self) -> tuple[int, int]:
         """(bytes, bytes) the scratch adds: written by the main kernel, read by _finish."""
@@ -160,3 +140,30 @@ def _contiguous(shape) -> list[int]:
         strides.append(acc)
         acc *= d
     return strides[::-1]
+
+
+def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
+                  elements: int, partials: int, reduced: int) -> str:
+    """``_finish(scratch..., outs..., FBLOCK)``: for each ``(scratch index, output name,
+    kind, output template, dtype)``, combine the ``partials`` rows of the scratch buffer
+    ``[partials, elements]`` element by element, apply the reduction's output template
+    (``{n}``: the ``reduced`` elements behind each result) and store the output."""
+    params = [f"scratch{k}" for k in range(scratches)]
+    params += [name for _, name, _, _, _ in entries] + ["FBLOCK: tl.constexpr"]
+    lines = ["cindex = tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK)[None, :]",
+             f"cmask = cindex < {elements}"]
+    for k, name, kind, template, dtype in entries:
+        identity = IDENTITY[kind]
+        block = BLOCK_REDUCE[kind].format(x="part").replace(", 1,", ", 0,")
+        lines += [f"acc{k} = tl.full([1, FBLOCK], {identity}, tl.float32)",
+                  f"for p0 in range(0, {partials}, {FINISH_PARTIALS}):",
+                  f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[:, None]",
+                  f"    part = tl.load(scratch{k} + pindex * {elements} + cindex, "
+                  f"(pindex < {partials}) & cmask, other={identity})",
+                  f"    acc{k} = {COMBINE[kind].format(a=f'acc{k}', b=block)}"]
+        value = template.format(acc=f"acc{k}", n=literal(float(reduced)))
+        if dtype == "bf16":
+            value = f"_round_to_bf16({value})"
+        lines.append(f"tl.store({name} + cindex, ({value}).to({STORAGE[dtype]}), cmask)")
+    return "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
+                      *("    " + line for line in lines)]) + "\n"

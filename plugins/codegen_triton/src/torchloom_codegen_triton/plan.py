@@ -1,0 +1,58 @@
+"""Block configurations and source clean-up for the kernel writer.
+
+``reduction_configs`` lists the candidate ``XBLOCK``/``RBLOCK``/``num_warps`` of a reduction
+kernel (the first is the default; a GPU autotunes over them); ``drop_unused`` removes
+assignments nothing reads.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+
+def reduction_configs(rows: int, rnumel: int, looped: bool, max_persistent: int,
+                       columns: bool = False) -> list[dict[str, int]]:
+    if columns and looped:  # tiles of many rows (contiguous in memory) x a short chunk
+        xmax = next_pow2(max(rows, 1))
+        return [{"XBLOCK": min(x, xmax), "RBLOCK": min(r, next_pow2(max_persistent)),
+                 "num_warps": w} for x, r, w in ((64, 32, 4), (128, 16, 8), (32, 64, 4))]
+    if looped:  # chunks no longer than a persistent row
+        return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w}
+                for r, w in ((2048, 8), (1024, 4), (4096, 16)) if r <= max_persistent] or [
+                    {"XBLOCK": 1, "RBLOCK": next_pow2(max_persistent), "num_warps": 4}]
+    rblock = next_pow2(max(rnumel, 1))
+    configs = []
+    for xblock in (1, 2, 4, 8, 16, 32, 64):
+        if xblock * rblock > 8192 or xblock > next_pow2(max(rows, 1)):
+            continue
+        size = xblock * rblock
+        for warps in ((8, 16) if size >= 4096 else (4, 8) if size >= 1024 else (4,)):
+            configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
+    # the default first: about 2048 elements per program (a few short rows, or one long one)
+    configs.sort(key=lambda c: (abs(c["XBLOCK"] * rblock - 2048), c["num_warps"]))
+    return configs[:4] or [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8}]
+
+
+_ASSIGN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*) = ")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def drop_unused(lines: list[str]) -> list[str]:
+    """Remove single assignments nothing reads (coordinates a walk did not need)."""
+    used: set[str] = set()
+    kept: list[str] = []
+    for line in reversed(lines):
+        m = _ASSIGN.match(line)
+        if m and m.group(1) not in used:
+            continue
+        used.update(_NAME.findall(line))
+        kept.append(line)
+    return kept[::-1]
