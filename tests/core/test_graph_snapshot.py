@@ -1,8 +1,12 @@
 """GraphSnapshot: exact rollback of every kind of edit, and ``changed_since`` (which units
-a pass touched), on which ``verify = "each"`` relies to re-check only those."""
+a pass touched) and ``unchanged_regions``, on which ``verify = "each"`` relies to re-check
+only those."""
 
 from __future__ import annotations
 
+import pytest
+
+from torchloom.errors import VerifyError
 from torchloom.ir.text import parse_graph
 from torchloom.ir.verify import verify
 from torchloom.passes.snapshot import GraphSnapshot
@@ -121,3 +125,49 @@ def test_a_new_subgraph_is_changed_and_so_is_the_graph_that_registers_it():
     before = GraphSnapshot(graph)
     other = graph.add_subgraph(parse_graph("graph @other(%q: f32[4, 8]) {\n  return %q\n}\n"))
     assert GraphSnapshot(graph).changed_since(before) == {graph, other}
+
+
+NESTED = """\
+graph @main(%x: f32[4, 8]) {
+  %g = torchloom.fusion_group(%x) : f32[4, 8] region @outer(%p: f32[4, 8]) {
+    %h = torchloom.fusion_group(%p) : f32[4, 8] region @inner(%q: f32[4, 8]) {
+      %s = aten.exp.default(%q) : f32[4, 8]
+      return %s
+    }
+    return %h
+  }
+  %k = torchloom.fusion_group(%g) : f32[4, 8] region @other(%r: f32[4, 8]) {
+    %t = aten.tanh.default(%r) : f32[4, 8]
+    return %t
+  }
+  %n = aten.neg.default(%k) : f32[4, 8]
+  return %n
+}
+"""
+
+
+def test_unchanged_regions_are_those_whose_content_and_nested_regions_did_not_change():
+    graph = parse_graph(NESTED)
+    outer, other = graph.first.region, graph.first.next.region
+    inner = outer.first.region
+    before = GraphSnapshot(graph)
+    graph.last.op = "aten.relu.default"  # the top level only
+    assert GraphSnapshot(graph).unchanged_regions(before) == {outer, inner, other}
+    before = GraphSnapshot(graph)
+    inner.first.op = "aten.sin.default"  # a nested region: its holder changed too
+    assert GraphSnapshot(graph).unchanged_regions(before) == {other}
+    before = GraphSnapshot(graph)
+    other.first.output.name = "renamed"
+    assert GraphSnapshot(graph).unchanged_regions(before) == {outer, inner}
+
+
+def test_verify_skips_the_inside_of_unchanged_regions_but_not_how_they_fit():
+    graph = parse_graph(NESTED)
+    other = graph.first.next.region
+    other.first.inputs.append(other.inputs[0])  # a broken use list inside @other
+    with pytest.raises(VerifyError, match="use list"):
+        verify(graph)
+    verify(graph, unchanged={other})  # told it is unchanged: its inside is not read
+    other.inputs.append(other.inputs[0])  # but its signature still is
+    with pytest.raises(VerifyError, match="inputs"):
+        verify(graph, unchanged={other})

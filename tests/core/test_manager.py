@@ -399,9 +399,9 @@ def test_verify_each_rechecks_only_the_units_a_pass_changed(fake_plugins, monkey
     import torchloom.passes.manager as manager
     checked = []
 
-    def spy(graph, registry=None, *, only=None):
+    def spy(graph, registry=None, *, only=None, unchanged=None):
         checked.append(None if only is None else sorted(g.name for g in only))
-        return verify(graph, registry, only=only)
+        return verify(graph, registry, only=only, unchanged=unchanged)
 
     monkeypatch.setattr(manager, "verify", spy)
     pipeline = pipeline_of(fake_plugins, """

@@ -20,13 +20,16 @@ from torchloom.ir.text import format_type
 from torchloom.ir.types import TensorType
 
 
-def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None) -> None:
+def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None,
+           unchanged: set[Graph] | None = None) -> None:
     """Raise :class:`VerifyError` (showing the node in printed IR) on the first violation.
 
     ``registry`` (an :class:`~torchloom.ops.registry.OpRegistry`) enables type checks.
     ``only``: check just these units (the top-level graph, shared subgraphs), for a caller
     that knows the others are unchanged since they were last verified (the pass manager
     compares snapshots); calls into a checked subgraph are checked wherever they are.
+    ``unchanged``: regions known to be unchanged since they were last verified, nested
+    regions included; only how they fit their node is checked again.
     """
     if only is not None and not only:
         return
@@ -37,7 +40,7 @@ def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None) -> No
     callee_changed = only is not None and any(sub in only for sub in graph.subgraphs.values())
     for unit in (graph, *graph.subgraphs.values()):
         if only is None or unit in only:
-            _verify_graph(unit, registry)
+            _verify_graph(unit, registry, unchanged)
         elif callee_changed:
             for node in unit.walk():  # unchanged, but a callee may have changed
                 if node.op == CALL_SUBGRAPH:
@@ -105,7 +108,7 @@ def _verify_call(node: Node) -> None:
     _check_signature(node, root.subgraphs[callee], f"@{callee}", "call")
 
 
-def _verify_graph(graph: Graph, registry) -> None:
+def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None) -> None:
     defined = set(graph.inputs)
     use_counts: dict = {}
     names = set()
@@ -144,7 +147,7 @@ def _verify_graph(graph: Graph, registry) -> None:
         if node.op == CALL_SUBGRAPH:
             _verify_call(node)
         elif node.region is not None:
-            _verify_region(node, registry)
+            _verify_region(node, registry, unchanged)
         elif registry is not None:
             _verify_types(node, registry)
     if count != len(graph):
@@ -196,12 +199,13 @@ def _check_signature(node: Node, body: Graph, what: str, caller: str) -> None:
                                    f"{caller} declares {format_type(outer.type)}")
 
 
-def _verify_region(node: Node, registry) -> None:
+def _verify_region(node: Node, registry, unchanged: set[Graph] | None = None) -> None:
     region = node.region
     if region.owner is not node:
         raise node_error(node, "region does not point back at its node")
     _check_signature(node, region, "region", "node")
-    _verify_graph(region, registry)
+    if unchanged is None or region not in unchanged:
+        _verify_graph(region, registry, unchanged)
 
 
 def _same_type(a, b) -> bool:

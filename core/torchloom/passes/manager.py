@@ -139,8 +139,12 @@ class PassManager:
                 result = _merge(result, _run_on_subgraph(step, sub, ctx))
             if self.pipeline.verify == "each":  # the whole graph after the first pass,
                 after = GraphSnapshot(graph)  # then only what each pass changed
-                verify(graph, ctx.registry,
-                       only=after.changed_since(snapshot) if state.verified else None)
+                if state.verified:
+                    changed = after.changed_since(snapshot)
+                    verify(graph, ctx.registry, only=changed, unchanged=after.unchanged_regions(
+                        snapshot) if changed else None)
+                else:
+                    verify(graph, ctx.registry)
                 state.verified = True
             else:  # nothing to compare: one snapshot alive at a time (memory, collector)
                 check_order(graph)  # a cycle would hang later passes or the runtime build

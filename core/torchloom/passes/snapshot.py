@@ -26,13 +26,16 @@ class GraphSnapshot:
     Python's cyclic garbage collector every few hundred nodes.
     """
 
-    __slots__ = ("_graphs", "_records", "_units")
+    __slots__ = ("_graphs", "_records", "_units", "_spans")
 
     def __init__(self, graph: Graph):
         self._graphs: list[tuple] = []
         self._records: list = []
         #: unit graph -> (first record, end record, first graph tuple, end graph tuple)
         self._units: dict[Graph, tuple[int, int, int, int]] = {}
+        #: every graph -> (first record, end of its own records, its graph tuple, its
+        #: regions)
+        self._spans: dict[Graph, tuple[int, int, int, list[Graph]]] = {}
         self._record_unit(graph)
 
     def _record_unit(self, graph: Graph) -> None:
@@ -53,6 +56,24 @@ class GraphSnapshot:
             if old is None or not self._same(earlier, (r0, r1, g0, g1), old):
                 changed.add(unit)
         return changed
+
+    def unchanged_regions(self, earlier: "GraphSnapshot") -> set[Graph]:
+        """The regions whose recorded state, and that of every region nested in them,
+        equals ``earlier``'s: ``verify`` need not look inside them again."""
+        same: dict[Graph, bool] = {}
+
+        def clean(g: Graph) -> bool:
+            found = same.get(g)
+            if found is None:
+                r0, r1, gi, children = self._spans[g]
+                old = earlier._spans.get(g)
+                found = old is not None and self._same(
+                    earlier, (r0, r1, gi, gi + 1), (old[0], old[1], old[2], old[2] + 1))
+                found = all([clean(c) for c in children]) and found
+                same[g] = found
+            return found
+
+        return {g for g in self._spans if g.owner is not None and clean(g)}
 
     def _same(self, earlier: "GraphSnapshot", mine: tuple, theirs: tuple) -> bool:
         r0, r1, g0, g1 = mine
@@ -87,6 +108,7 @@ class GraphSnapshot:
             if n.region is not None:
                 regions.append(n.region)
             count += 1
+        self._spans[graph] = (start, len(rec), len(self._graphs), regions)
         self._graphs.append((graph, list(graph.inputs), list(graph.outputs), count,
                              set(graph._names), graph._counter, graph.owner, graph.name,
                              dict(graph.subgraphs), graph.parent, start))

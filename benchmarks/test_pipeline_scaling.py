@@ -1,0 +1,192 @@
+"""The default pipeline on generated graphs of 2k, 10k and 50k nodes, per graph shape.
+
+Families (``torchloom.testing.programs.FAMILIES``): long chains, wide fan-out / fan-in,
+operands from the last k values (k = 4, 16, 64), diamonds, interleaved opaque ops, row
+reductions every few ops, a repeated block (for dedup) and the mixed shape of issue 20.
+Timed: ``PassManager.run`` of the shipped default pipeline (``verify = "each"``, so every
+pass's time includes its verification and rollback snapshot), in CPU seconds of the
+measuring process with the cyclic collector paused, after one warm-up run on a small graph
+of the same family (first-use costs: imports, the type-inference memo). Per pass: CPU time
+summed over its runs (a fixpoint pass runs twice).
+
+Gates (issue 20):
+
+- the default pipeline on a 10k-node graph of every family takes at most ``BUDGET_10K_S``
+  CPU seconds;
+- 50k / 10k at most ``MAX_RATIO`` (5 is linear) for the whole pipeline and for each pass
+  that takes at least ``RATIO_FLOOR_MS`` at 10k (shorter ones are timer noise), on the
+  families in ``CI_RATIO_FAMILIES`` (every family with ``TORCHLOOM_BENCH_FULL=1``). As
+  in test_pass_manager.py, sizes alternate over rounds and the minimum is kept, and the
+  10k time is the mean over five different 10k graphs alive together (50k nodes of live
+  objects, like the 50k graph), so both sizes run in the same memory regime and the ratio
+  measures the algorithm.
+
+Measured in a fresh interpreter (a long test session's heap weighs on large graphs). Run
+``python benchmarks/test_pipeline_scaling.py --full`` for the table of
+``benchmarks/RESULTS.md`` (2k, 10k, 50k, every family).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+
+import pytest
+from timing import in_fresh_interpreter
+
+from torchloom.api import PassContext, load_plugins
+from torchloom.passes.manager import PassManager
+from torchloom.passes.pipeline import build_pipeline, read_pipeline
+from torchloom.testing.programs import FAMILIES, family
+
+BUDGET_10K_S = 1.0
+MAX_RATIO = 5.5
+RATIO_FLOOR_MS = 10.0
+SMALL, LARGE = 10_000, 50_000
+#: the families whose 50k/10k ratio CI measures (about 40 s of the 2-core CI machine);
+#: the widest operand window, reductions with fan-out, dedup's repeated block, and fan-in
+CI_RATIO_FAMILIES = ("window64", "mixed", "repeated", "fanout")
+ROUNDS = 2
+
+
+class _PassClock:
+    """An instrument: CPU seconds per pass name (summed over runs)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._t0 = 0.0
+
+    def before_pass(self, pass_, graph, ctx):
+        self._t0 = time.process_time()
+
+    def after_pass(self, pass_, graph, ctx, result, seconds):
+        dt = time.process_time() - self._t0
+        self.seconds[pass_.name] = self.seconds.get(pass_.name, 0.0) + dt
+
+
+def run_pipeline(graph, plugins, pipeline) -> dict:
+    """Run the pipeline on ``graph``; CPU seconds in total and per pass."""
+    clock = _PassClock()
+    manager = PassManager(pipeline, plugins, instruments=[clock])
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.process_time()
+        manager.run(graph, PassContext(registry=plugins.registry))
+        total = time.process_time() - t0
+    finally:
+        gc.enable()
+    return {"total": total, "passes": clock.seconds}
+
+
+def _mean(runs: list[dict]) -> dict:
+    passes = {k: sum(r["passes"].get(k, 0.0) for r in runs) / len(runs)
+              for k in runs[0]["passes"]}
+    return {"total": sum(r["total"] for r in runs) / len(runs), "passes": passes}
+
+
+def _min(a: dict | None, b: dict) -> dict:
+    if a is None:
+        return b
+    return {"total": min(a["total"], b["total"]),
+            "passes": {k: min(a["passes"].get(k, b["passes"][k]), v)
+                       for k, v in b["passes"].items()}}
+
+
+def measure(names: list[str], sizes: list[int]) -> dict:
+    """Per family and size: the best of ``ROUNDS`` runs (sizes interleaved); the 10k
+    size, when 50k is measured too, as the mean over five 10k graphs."""
+    plugins = load_plugins()
+    pipeline = build_pipeline(read_pipeline("default"), plugins)
+    out: dict = {}
+    for name in names:
+        run_pipeline(family(name, 300, seed=99).graph(), plugins, pipeline)  # warm-up
+        best: dict[int, dict | None] = {n: None for n in sizes}
+        for _ in range(ROUNDS):
+            for n in sizes:
+                copies = LARGE // SMALL if n == SMALL and LARGE in sizes else 1
+                graphs = [family(name, n, seed=s).graph() for s in range(copies)]
+                best[n] = _min(best[n], _mean([run_pipeline(g, plugins, pipeline)
+                                               for g in graphs]))
+                del graphs
+        out[name] = {str(n): best[n] for n in sizes}
+    return out
+
+
+def top_passes(result: dict, k: int = 3) -> list[tuple[str, float]]:
+    return sorted(result["passes"].items(), key=lambda kv: -kv[1])[:k]
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict:
+    full = os.environ.get("TORCHLOOM_BENCH_FULL") == "1"
+    ratio_families = list(FAMILIES) if full else list(CI_RATIO_FAMILIES)
+    others = [f for f in FAMILIES if f not in ratio_families]
+    data = in_fresh_interpreter(__file__, "--families", ",".join(ratio_families),
+                                "--sizes", f"{SMALL},{LARGE}", timeout=1800)
+    if others:
+        data.update(in_fresh_interpreter(__file__, "--families", ",".join(others),
+                                         "--sizes", str(SMALL), timeout=900))
+    return data
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_default_pipeline_on_10k_nodes_within_budget(benchmark, measured, name):
+    result = measured[name][str(SMALL)]
+    benchmark.extra_info.update(cpu_ms_10k=result["total"] * 1e3,
+                                top_passes={k: v * 1e3 for k, v in top_passes(result)})
+    # the same run in this process, for pytest-benchmark's table
+    plugins = load_plugins()
+    pipeline = build_pipeline(read_pipeline("default"), plugins)
+    benchmark.pedantic(lambda g: run_pipeline(g, plugins, pipeline),
+                       setup=lambda: ((family(name, SMALL).graph(),), {}), rounds=1,
+                       iterations=1)
+    top = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in top_passes(result))
+    print(f"\n{name}: {result['total'] * 1e3:.0f} ms CPU at 10k ({top})")
+    assert result["total"] <= BUDGET_10K_S, (name, result)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_default_pipeline_scales_linearly(measured, name):
+    if str(LARGE) not in measured[name]:
+        pytest.skip(f"50k/10k measured for {', '.join(CI_RATIO_FAMILIES)} only; "
+                    f"TORCHLOOM_BENCH_FULL=1 measures every family")
+    small, large = measured[name][str(SMALL)], measured[name][str(LARGE)]
+    ratios = {"pipeline": large["total"] / small["total"]}
+    for pass_name, seconds in small["passes"].items():
+        if seconds * 1e3 >= RATIO_FLOOR_MS:
+            ratios[pass_name] = large["passes"][pass_name] / seconds
+    print(f"\n{name}: 50k/10k " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    worst = max(ratios.items(), key=lambda kv: kv[1])
+    assert worst[1] <= MAX_RATIO, (name, ratios)
+
+
+def _table(data: dict) -> str:
+    """Markdown rows: family, size, total ms, top three passes."""
+    rows = []
+    for name, sizes in data.items():
+        for n, result in sizes.items():
+            top = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in top_passes(result))
+            rows.append(f"| {name} | {int(n) // 1000}k | {result['total'] * 1e3:.0f} | {top} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if "--full" in args:  # the RESULTS.md table
+        data = measure(list(FAMILIES), [2_000, SMALL, LARGE])
+        print(_table(data))
+        for name, sizes in data.items():
+            ratio = sizes[str(LARGE)]["total"] / sizes[str(SMALL)]["total"]
+            worst = max(((k, sizes[str(LARGE)]["passes"][k] / v)
+                         for k, v in sizes[str(SMALL)]["passes"].items()
+                         if v * 1e3 >= RATIO_FLOOR_MS), key=lambda kv: kv[1])
+            print(f"{name}: 50k/10k pipeline {ratio:.2f}, worst pass {worst[0]} {worst[1]:.2f}")
+        print(json.dumps(data))
+    else:
+        names = args[args.index("--families") + 1].split(",")
+        sizes = [int(s) for s in args[args.index("--sizes") + 1].split(",")]
+        print(json.dumps(measure(names, sizes)))
