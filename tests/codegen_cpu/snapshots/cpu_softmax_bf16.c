@@ -112,6 +112,7 @@ extern double erf(double);
 void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* restrict in_a, uint16_t* restrict out_b, int nthreads) {
   #pragma omp parallel for num_threads(nthreads) schedule(static)
   for (int64_t x = 0; x < 64; x++) {
+    float buf_e[1000];
     float acc_max1 = -INFINITY;
     int nan2 = 0;
     #pragma omp simd reduction(max:acc_max1) reduction(|:nan2)
@@ -127,16 +128,15 @@ void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* 
       const float a6 = tl_bf16_to_f32(in_a[x * 1000 + r]);
       const float sub7 = a6 - max4;
       const float exp8 = expf(sub7);
+      buf_e[r] = exp8;
       acc_sum5 += exp8;
     }
     #pragma omp simd
     for (int64_t r = 0; r < 1000; r++) {
-      const float a9 = tl_bf16_to_f32(in_a[x * 1000 + r]);
-      const float sub10 = a9 - max4;
-      const float exp11 = expf(sub10);
-      const float div12 = exp11 / acc_sum5;
-      const float rnd13 = tl_round_bf16(div12);
-      out_b[x * 1000 + r] = tl_f32_to_bf16(div12);
+      const float e9 = buf_e[r];
+      const float div10 = e9 / acc_sum5;
+      const float rnd11 = tl_round_bf16(div10);
+      out_b[x * 1000 + r] = tl_f32_to_bf16(div10);
     }
   }
 }

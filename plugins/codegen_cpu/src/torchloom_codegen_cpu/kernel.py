@@ -27,7 +27,8 @@ from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
 from torchloom_codegen_cpu.indexing import (Coords, Unsupported, address, broadcast, delinear,
                                             reshape, view_coords)
-from torchloom_codegen_cpu.ops import COMPUTE, POINTWISE, REDUCTIONS, STORAGE, VIEWS, literal
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, STORAGE,
+                                       VIEWS, literal)
 from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
 
 #: scalar group inputs the kernel takes as arguments -> their compute dtype
@@ -36,6 +37,8 @@ SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
 PARALLEL_MIN = 32768
 #: the innermost dim of a pointwise walk is split into chunks of this many elements
 CHUNK = 4096
+#: rows up to this many elements may keep expensive values in a buffer on the stack
+ROW_BUFFER = 16384
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -74,6 +77,7 @@ class KernelWriter:
         self.outputs = [v for _, v in outputs]
         self.kind = "reduction" if self.reductions else "pointwise"
         self.outer = "x"  # the parallel loop's variable (columns.py walks blocks: "xb")
+        self.buffers: dict[Value, str] = {}  # value -> its row buffer (see _plan_buffers)
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -102,7 +106,13 @@ class KernelWriter:
         hit = self.values.get(key)
         if hit is not None and (not hit[0].inner or hit[1] == self.em.phase_id):
             return hit[0]
-        e = self._compute(v, coords)
+        buffer = self.buffers.get(v) if coords == getattr(self, "full", None) else None
+        if buffer is not None and hit is not None:  # computed by an earlier loop of the row
+            e = self.em.emit(f"{buffer}[r]", hit[0].dtype, v.name, inner=True)
+        else:
+            e = self._compute(v, coords)
+            if buffer is not None:
+                self.em.statement(f"{buffer}[r] = {e.text};", True)
         self.values[key] = (e, self.em.phase_id)
         return e
 
@@ -163,6 +173,23 @@ class KernelWriter:
         if t.dtype in ("f16", "bf16") and spec.args != "keep":
             e = self.em.cast(e, t.dtype)  # eager rounds every low-precision result
         return e
+
+    def _plan_buffers(self) -> None:
+        """Expensive values (exp, tanh, ...) of a row that several loops read (softmax's
+        exp feeds the sum and the epilogue) are kept in a row buffer on the thread's stack
+        by the first loop and read back by the later ones, instead of being recomputed."""
+        if self.rnumel > ROW_BUFFER:
+            return
+        for node in self.region.nodes:
+            if node.op not in EXPENSIVE or len(node.outputs) != 1:
+                continue
+            (v,) = node.outputs
+            t = tensor_type(v)
+            if tuple(t.shape) == self.shape and len(v.users()) + (
+                    v in self.outputs) >= 2:
+                name = f"buf_{v.name}"
+                self.em.statement(f"{CTYPE[COMPUTE[t.dtype]]} {name}[{self.rnumel}];", False)
+                self.buffers[v] = name
 
     def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
@@ -269,6 +296,7 @@ class KernelWriter:
         self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
                                  for d in range(len(self.shape)))
         self.row = tuple(xs)
+        self._plan_buffers()
         for node in self.reductions:
             lower_reduction(self, node)
         full_outputs = []

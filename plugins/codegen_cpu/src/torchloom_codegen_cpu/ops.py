@@ -216,6 +216,11 @@ POINTWISE: dict[str, Pointwise] = {
     "prims.convert_element_type.default": _both("{a}", args="cast"),
 }
 
+#: ops worth keeping in a row buffer rather than computing twice (kernel._plan_buffers)
+EXPENSIVE = frozenset(f"aten.{name}.default" for name in (
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
+    "erf", "sigmoid", "silu", "gelu", "gelu_backward")) | {"aten.pow.Tensor_Tensor"}
+
 #: transcendental libm functions whose vector variants (glibc libmvec) the prelude
 #: declares, so ``#pragma omp simd`` loops call e.g. ``_ZGVdN8v_expf`` on 8 lanes
 VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
