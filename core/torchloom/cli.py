@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump", metavar="DIR",
                    help="write the IR after each pass, its diff, and kernel sources")
     p.add_argument("--show-ir", action="store_true", help="print the IR before and after")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write a self-contained HTML report: each graph drawn by fusion "
+                        "group, kernels with source, time and bytes, fallbacks, pass "
+                        "timeline and IR diffs")
     p.add_argument("--cached", action="store_true",
                    help="use the compile cache, as a warm start does (graphs compiled "
                         "before run no pass); by default every pass runs")
@@ -233,9 +237,18 @@ def _check_report(spec: str) -> dict:
 
 def _explain(args) -> int:
     from torchloom.explain import explain, format_explain
+    recorder = None
+    if args.html:
+        from torchloom.diagnose import check_output_file
+        from torchloom.html_report import PassIRRecorder
+        check_output_file(args.html, "--html")
+        recorder = PassIRRecorder()
     result = explain(args.workload, pipeline=args.pipeline, device=args.device,
                      dump_dir=args.dump, keep_ir=args.show_ir, target=args.target,
-                     cached=args.cached)
+                     cached=args.cached, instruments=[recorder] if recorder else [])
+    if args.html:
+        from torchloom.html_report import write_html
+        write_html(result, args.html, recorder, result.data.get("graph_breaks"))
     if args.json:
         _json(args, result.data)
     else:

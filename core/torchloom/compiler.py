@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import attrs
 
@@ -69,14 +69,16 @@ class Compiler:
     def __init__(self, pipeline: str | Path = "default", *, plugins=None,
                  dump_dir: str | Path | None = None, cache_dir: str | Path | None = None,
                  device: str = "cpu", keep_ir: bool = False, strict: bool = False,
-                 compile_cache: bool | None = None, target: str | None = None):
+                 compile_cache: bool | None = None, target: str | None = None,
+                 instruments: Sequence[Any] = ()):
         """``compile_cache``: keep graphs after the pipeline on disk under ``cache_dir``
         and reuse them (see :mod:`torchloom.runtime.graph_cache`). Default: on, unless
         ``TORCHLOOM_COMPILE_CACHE=0`` or the compiler dumps or keeps IR (``explain``
         shows the passes running). ``target`` (such as ``"sm_90"``): compile for a device
         that is not on this machine: graphs are moved to ``device``, every group's kernel
         is generated and compiled ahead of time for the target, and the callable handed
-        back runs the original graph (no kernel runs)."""
+        back runs the original graph (no kernel runs). ``instruments`` observe every pass
+        of every graph, besides the plugins' (``explain --html`` keeps IR diffs so)."""
         raw = read_pipeline(pipeline)
         self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
         for err in self.plugins.errors:
@@ -87,6 +89,7 @@ class Compiler:
         self.device = device
         self.keep_ir = keep_ir
         self.target = target
+        self.instruments = list(instruments)
         #: target mode: kernel source -> registers and spills (equal kernels compile once)
         self.target_memo: dict[str, dict] = {}
         #: strict: a failing pass or pipeline raises instead of running the graph eagerly
@@ -136,7 +139,8 @@ class Compiler:
                 f"records are those of the compilation that wrote it", *cached.report.notes])
         else:
             manager = PassManager(self.pipeline, self.plugins, dump_dir=dump,
-                                  repro_dir=self.cache_dir / "reproducers", warned=self.warned)
+                                  repro_dir=self.cache_dir / "reproducers", warned=self.warned,
+                                  instruments=self.instruments)
             comp.report = manager.run(graph, ctx)
             if key is not None:
                 self.graph_cache.store(key, graph, comp.report)

@@ -5,6 +5,7 @@ failed and what to do next.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -22,6 +23,22 @@ def check_output_dir(path: str | Path, option: str) -> Path:
         raise TorchloomError(f"{option} {path}: cannot write there ({problem}); give a "
                              f"directory you can write to (it is created if missing)")
     return path
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """Say before anything runs why the file an option (``--html``) names cannot be
+    written: a directory in its place, a folder that is missing or not writable."""
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        problem = "it is a directory; give a file name such as report.html"
+    elif not folder.is_dir():
+        problem = f"folder {folder} does not exist"
+    elif not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        problem = "permission denied"
+    else:
+        return path
+    raise TorchloomError(f"{option} {path}: cannot write there ({problem})")
 
 
 def compiled_failure(workload: str | Path, compiler, exc: BaseException) -> TorchloomError:

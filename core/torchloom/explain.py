@@ -127,7 +127,8 @@ def max_abs_error(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> f
 
 def explain(workload: str | Path, *, pipeline: str = "default", device: str = "cpu",
             dump_dir: str | Path | None = None, keep_ir: bool = False,
-            target: str | None = None, cached: bool = False) -> ExplainResult:
+            target: str | None = None, cached: bool = False,
+            instruments: list | tuple = ()) -> ExplainResult:
     """Every pass runs: the compile cache is neither read nor written, unless ``cached``
     (what a warm start does: graphs compiled before are loaded and run no pass).
 
@@ -148,7 +149,8 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     # strict: a failing pass is an error of explain (exit code 1, with its reproducer),
     # not a silent fallback to eager
     compiler = Compiler(pipeline, dump_dir=dump_dir, device="cuda" if target else device,
-                        keep_ir=keep_ir, strict=True, target=target, compile_cache=cached)
+                        keep_ir=keep_ir, strict=True, target=target, compile_cache=cached,
+                        instruments=instruments)
     model, inputs = load_workload(workload, device)
     backward = any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or (
         isinstance(model, torch.nn.Module) and any(p.requires_grad for p in model.parameters()))
