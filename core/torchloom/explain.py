@@ -162,6 +162,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     torch.manual_seed(0)
     try:
         actual = _run(compiled, inputs, backward)
+        breaks = graph_breaks()  # before reset() forgets them
     except Exception as exc:
         error = compiled_failure(workload, compiler, exc)
         raise error from (exc if error.__cause__ is exc else None)
@@ -172,6 +173,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     data["max_abs_error"] = error if math.isfinite(error) else None
     data["target"] = target
     data.update(kernel_summary(compiler))
+    data["graph_breaks"] = breaks
     data["backward"] = backward
     data["workload"] = str(workload)
     data["pipeline"] = compiler.pipeline.name
@@ -179,10 +181,31 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     return ExplainResult(data, compiler)
 
 
+def graph_breaks() -> list[dict[str, Any]]:
+    """Where Dynamo split the program since its last reset, and why, each once in the
+    order found: ``{"reason": str, "where": "file:line in function" or null, "count": int}``
+    (``where`` is the innermost frame of the user's code)."""
+    from torch._dynamo.utils import graph_break_reasons
+    found: dict[tuple[str, str | None], dict[str, Any]] = {}
+    for r in graph_break_reasons:
+        frame = r.user_stack[-1] if r.user_stack else None
+        where = f"{frame.filename}:{frame.lineno} in {frame.name}" if frame else None
+        reason = " ".join(str(r.reason).split())  # one line
+        entry = found.setdefault((reason, where), {"reason": reason, "where": where,
+                                                   "count": 0})
+        entry["count"] += 1
+    return list(found.values())
+
+
 def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
     d = result.data
     lines = [f"workload {d['workload']} with pipeline {d['pipeline']!r}"
              f"{' (forward and backward)' if d['backward'] else ''}"]
+    breaks = d.get("graph_breaks") or []
+    if breaks:
+        lines.append(f"  graph breaks (Dynamo split the program {sum(b['count'] for b in breaks)} "
+                     f"times, so it compiled {d['graphs']} graphs):")
+        lines.extend(f"    at {b['where'] or '?'}: {b['reason']}" for b in breaks)
     shown: set[str] = set()  # a reason (no C compiler, say) is given once, not per group
     for comp in result.compiler.compilations:
         if comp.fallback_reason:

@@ -295,7 +295,7 @@
         `${s.kernels} kernels per call (${s.unique_kernels} unique) · compiled in ${s.compile_seconds} s · ` +
         (s.target ? `built for ${s.target}, nothing ran` : err === null ? "outputs differ from eager" : `max abs error ${err}`)));
     if (DATA.graph_breaks.length) head.append(h("h3", {}, "graph breaks (Dynamo)"),
-      h("ul", {}, DATA.graph_breaks.map((b) => h("li", { class: "reason" }, `${b.reason}${b.count > 1 ? ` (×${b.count})` : ""}`))));
+      h("ul", {}, DATA.graph_breaks.map((b) => h("li", { class: "reason" }, `${b.where ? b.where + ": " : ""}${b.reason}${b.count > 1 ? ` (×${b.count})` : ""}`))));
     if (DATA.fallbacks.length) head.append(h("h3", {}, "fallbacks"),
       h("ul", {}, DATA.fallbacks.map((f) => h("li", { class: "reason" }, `${f.graph}: ${f.reason}`))));
     if (DATA.notes.length) head.append(h("h3", {}, "notes"), h("ul", {}, DATA.notes.map((n) => h("li", {}, n))));
