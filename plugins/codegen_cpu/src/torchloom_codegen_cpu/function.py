@@ -19,7 +19,7 @@ from torchloom.api import Node, ScalarType, Value, print_graph, structural_hash
 from torchloom_codegen_cpu.indexing import Unsupported
 from torchloom_codegen_cpu.kernel import (SCALAR_DTYPES, KernelWriter, output_names,
                                           tensor_type)
-from torchloom_codegen_cpu.ops import CTYPE, REDUCTIONS, STORAGE, VIEWS
+from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.reduction import reduced_dims
 
 
@@ -102,11 +102,25 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         source.append("  (void)nthreads;")
     source += ["  " + line for line in body]
     source.append("}")
+    # the plan explain reports: each nest reads its inputs once from memory (a row's later
+    # loops hit the cache), every output is written once
+    read = sum(_nbytes(v) for w in nests for v in w.loaded)
+    written = sum(_nbytes(v) for v in region.outputs)
     metadata = {"kernel": kernel, "kind": nests[0].kind, "nests": len(nests),
+                "grid": [sum(w.rows for w in nests)], "bytes_read": read,
+                "bytes_written": written,
                 "rows": [w.rows for w in nests], "numel": max(w.numel for w in nests),
                 "parallel": parallel, "inputs": [_describe(v) for v in region.inputs],
                 "outputs": [_describe(v) for v in region.outputs]}
     return "\n".join(source) + "\n", metadata
+
+
+def _nbytes(v: Value) -> int:
+    t = tensor_type(v)
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n * ITEMSIZE[t.dtype]
 
 
 def _describe(v: Value) -> dict[str, Any]:

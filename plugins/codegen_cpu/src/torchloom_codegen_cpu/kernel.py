@@ -78,6 +78,7 @@ class KernelWriter:
         self.kind = "reduction" if self.reductions else "pointwise"
         self.outer = "x"  # the parallel loop's variable (columns.py walks blocks: "xb")
         self.buffers: dict[Value, str] = {}  # value -> its row buffer (see _plan_buffers)
+        self.loaded: set[Value] = set()  # region inputs this nest reads
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -122,6 +123,7 @@ class KernelWriter:
             return Expr(f"in_{v.name}", SCALAR_DTYPES[v.type.kind])
         t = tensor_type(v)
         if node is None:
+            self.loaded.add(v)
             offset = address(coords, t.actual_strides(), t.shape, self.known)
             return self.em.emit(load_text(f"in_{v.name}", offset, t.dtype), COMPUTE[t.dtype],
                                 v.name)

@@ -24,6 +24,8 @@ import attrs
 STORAGE = {"f64": "double", "f32": "float", "f16": "_Float16", "bf16": "uint16_t",
            "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
            "u8": "uint8_t", "b8": "uint8_t"}
+ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
+            "u8": 1, "b8": 1}
 #: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
 COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64",
            "i32": "i32", "i16": "i16", "i8": "i8", "u8": "u8", "b8": "b8"}
