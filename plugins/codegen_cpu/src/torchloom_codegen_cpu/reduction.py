@@ -41,8 +41,10 @@ def identity(kind: str, dtype: str) -> str:
     return as_int.format(min=low, max=high)
 
 
-def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
-    """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``."""
+def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str,
+                 inf_flag: str | None = None) -> Expr:
+    """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``;
+    ``inf_flag`` names an int set when an infinite value comes before the row's last."""
     em = w.em
     acc = em.fresh(f"acc_{kind}")
     em.statement(f"{CTYPE[dtype]} {acc} = {identity(kind, dtype)};", False)
@@ -52,8 +54,13 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
         nan = em.fresh("nan")
         em.statement(f"int {nan} = 0;", False)
         clauses.append(f"reduction(|:{nan})")
+    if inf_flag is not None:
+        em.statement(f"int {inf_flag} = 0;", False)
+        clauses.append(f"reduction(|:{inf_flag})")
     em.begin_phase()
     v = em.convert(value(), dtype).text
+    if inf_flag is not None:
+        em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {w.rnumel - 1});", True)
     update = {"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};",
               "max": f"{acc} = {v} > {acc} ? {v} : {acc};",
               "min": f"{acc} = {v} < {acc} ? {v} : {acc};"}[kind]
@@ -99,21 +106,25 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
     fields: dict[str, str] = {"n": literal(float(w.rnumel), acc_dtype)}
     if spec.kind in ("sum", "prod", "max", "min"):
         fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).text
-    elif spec.kind == "var":
-        total = block_reduce(w, "sum", full, out_dtype)
-        mean = em.emit(f"{total.text} / {fields['n']}", out_dtype, "mean", inner=False)
+    elif spec.kind == "var":  # in double, as eager's var/std (WelfordOps<.., double>)
+        fields["n"] = literal(float(w.rnumel), "f64")
+        inf_flag = em.fresh("inf") if len(node.outputs) > 1 else None
+        total = block_reduce(w, "sum", full, "f64", inf_flag)
+        mean = em.emit(f"{total.text} / {fields['n']}", "f64", "mean", inner=False)
 
         def squared_deviation() -> Expr:
-            d = em.emit(f"{par(em.convert(full(), out_dtype).text)} - {mean.text}", out_dtype,
-                        "dev")
-            return em.emit(f"{d.text} * {d.text}", out_dtype, "sq")
+            d = em.emit(f"{par(em.convert(full(), 'f64').text)} - {mean.text}", "f64", "dev")
+            return em.emit(f"{d.text} * {d.text}", "f64", "sq")
 
-        fields["acc"] = block_reduce(w, "sum", squared_deviation, out_dtype).text
-        fields["mean"] = mean.text
+        fields["acc"] = block_reduce(w, "sum", squared_deviation, "f64").text
+        # eager's sequential Welford mean turns NaN once an infinite value is followed by
+        # any other (inf + (x - inf) / k); an infinite last element leaves it infinite
+        fields["mean"] = mean.text if inf_flag is None else em.emit(
+            f"{inf_flag} ? (double)NAN : {mean.text}", "f64", "mean", inner=False).text
         correction = node.attrs.get("correction")
         if correction is None:
             correction = 1 if node.attrs.get("unbiased", True) else 0
-        fields["dof"] = literal(float(max(0, w.rnumel - correction)), out_dtype)
+        fields["dof"] = literal(float(max(0, w.rnumel - correction)), "f64")
     else:
         src_dtype = COMPUTE[tensor_type(src).dtype]
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
@@ -123,8 +134,9 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
     for value, template in zip(node.outputs, spec.outputs):
         ir_dtype = tensor_type(value).dtype
         dtype = COMPUTE[ir_dtype]
-        text = template.format(**fields).replace("$f", "f" if dtype == "f32" else "")
-        e = em.emit(text, dtype, node.op.split(".")[1], inner=False)
+        computed = "f64" if spec.kind == "var" else dtype
+        text = template.format(**fields).replace("$f", "f" if computed == "f32" else "")
+        e = em.convert(em.emit(text, computed, node.op.split(".")[1], inner=False), dtype)
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)
         w.reduced[value] = (w.row_keepdim if keepdim else w.row, e)
