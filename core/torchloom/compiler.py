@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from torchloom.compile_mode import apply_mode, check_mode, mode_codegens
 from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedError
 from torchloom.frontend.fx import ImportedGraph, import_fx
 from torchloom.ir.graph import Graph
@@ -66,11 +67,11 @@ class Compilation:
 class Compiler:
     """Compiles aten FX graphs (or IR graphs) with one pipeline and one plugin set."""
 
-    def __init__(self, pipeline: str | Path = "default", *, plugins=None,
+    def __init__(self, pipeline: str | Path | dict = "default", *, plugins=None,
                  dump_dir: str | Path | None = None, cache_dir: str | Path | None = None,
                  device: str = "cpu", keep_ir: bool = False, strict: bool = False,
                  compile_cache: bool | None = None, target: str | None = None,
-                 instruments: Sequence[Any] = ()):
+                 instruments: Sequence[Any] = (), mode: str | None = None):
         """``compile_cache``: keep graphs after the pipeline on disk under ``cache_dir``
         and reuse them (see :mod:`torchloom.runtime.graph_cache`). Default: on, unless
         ``TORCHLOOM_COMPILE_CACHE=0`` or the compiler dumps or keeps IR (``explain``
@@ -78,12 +79,16 @@ class Compiler:
         that is not on this machine: graphs are moved to ``device``, every group's kernel
         is generated and compiled ahead of time for the target, and the callable handed
         back runs the original graph (no kernel runs). ``instruments`` observe every pass
-        of every graph, besides the plugins' (``explain --html`` keeps IR diffs so)."""
+        of every graph, besides the plugins' (``explain --html`` keeps IR diffs so).
+        ``mode``: torch.compile's (see :mod:`torchloom.compile_mode`). ``pipeline`` may be
+        a built-in name, a file, or a dict of a pipeline file's tables."""
         raw = read_pipeline(pipeline)
         self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
         for err in self.plugins.errors:
             log.warning("torchloom: %s", err)
-        self.pipeline = build_pipeline(raw, self.plugins)
+        self.mode = check_mode(mode)
+        self.pipeline, mode_notes = apply_mode(build_pipeline(raw, self.plugins), self.plugins,
+                                               self.mode)
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device = device
@@ -106,7 +111,7 @@ class Compiler:
             "pipeline": fingerprint, "device": device,
             "versions": versions(self.plugins)}) if compile_cache else None
         self.compilations: list[Compilation] = []
-        self.notes: list[str] = []
+        self.notes: list[str] = list(mode_notes)
         for name in self.pipeline.codegens or (self.pipeline.codegen,):
             if name not in self.plugins.codegens:
                 self.notes.append(f"codegen {name!r} {self.plugins.why_missing(name)}; the "
@@ -144,7 +149,8 @@ class Compiler:
             comp.report = manager.run(graph, ctx)
             if key is not None:
                 self.graph_cache.store(key, graph, comp.report)
-        chain = self.plugins.codegen_chain(self.pipeline.codegens or self.pipeline.codegen)
+        chain = mode_codegens(self.plugins.codegen_chain(
+            self.pipeline.codegens or self.pipeline.codegen), self.mode)
         if self.target is not None:
             chain, declined = target_codegens(chain, self.target)
             comp.static = StaticPlan(graph, self.registry, chain, self.target,

@@ -14,16 +14,25 @@ key) keeps aot_autograd's default partitioner, which saves every intermediate th
 backward reads. It is also what a graph gets whose groups no codegen but ``eager`` would
 take (:func:`runs_on_eager`), unless the backend option or the pipeline names one: there
 recomputation and norms split before the split only add kernels to what eager runs.
+
+``mode`` (``torch.compile(..., mode=...)``, or the option ``mode``) is one of
+:data:`torchloom.compile_mode.MODES`: ``reduce-overhead`` turns on CUDA graphs,
+``max-autotune`` widens autotuning too. ``pipeline`` may be a dict of a pipeline file's
+tables (``{"pipeline": {"codegen": "eager"}, "pass": [{"name": "cse"}]}``). Unknown
+option keys and modes are errors with a did-you-mean.
 """
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
+from torchloom.compile_mode import check_mode
 from torchloom.errors import PipelineError
 from torchloom.passes.pipeline import PARTITIONERS
 
-OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "compiler", "partitioner")
+OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "compiler", "partitioner",
+               "mode")
 
 #: composites decomposed before the forward/backward split, so that the min-cut
 #: partitioner can recompute their cheap pointwise parts in the backward
@@ -39,12 +48,20 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTION_KEYS))
     if unknown:
+        hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
+                 for k in unknown for close in [difflib.get_close_matches(k, OPTION_KEYS, n=1)]]
         raise PipelineError(f"torch.compile(backend='torchloom'): unknown option(s) "
-                            f"{', '.join(unknown)}; known: {', '.join(OPTION_KEYS)}")
+                            f"{', '.join(hints)}; known: {', '.join(OPTION_KEYS)}")
+    # torch.compile passes mode= or options=, never both: options={"mode": ...} works too
+    if mode is not None and options.get("mode") not in (None, mode):
+        raise PipelineError(f"torch.compile(backend='torchloom'): mode {mode!r} and option "
+                            f"mode {options['mode']!r} disagree")
+    mode = check_mode(options.get("mode", mode))
     compiler = options.get("compiler") or Compiler(options.get("pipeline", "default"),
                                                   dump_dir=options.get("dump_dir"),
                                                   cache_dir=options.get("cache_dir"),
-                                                  compile_cache=options.get("compile_cache"))
+                                                  compile_cache=options.get("compile_cache"),
+                                                  mode=mode)
 
     def compile_one(fx_gm, inputs):
         return make_boxed_func(compiler.compile_fx(fx_gm, inputs))

@@ -36,6 +36,7 @@ import hashlib
 import json
 import re
 import typing
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -146,8 +147,12 @@ def builtin_pipelines() -> dict[str, str]:
     return out
 
 
-def read_pipeline(spec: str | Path) -> RawPipeline:
-    """Read a pipeline by built-in name (``default``, ``none``, ...) or by file path."""
+def read_pipeline(spec: str | Path | Mapping[str, Any]) -> RawPipeline:
+    """Read a pipeline by built-in name (``default``, ``none``, ...), by file path, or
+    given inline as a dict of its tables (see :mod:`torchloom.passes.pipeline_dict`)."""
+    if isinstance(spec, Mapping):
+        from torchloom.passes.pipeline_dict import SOURCE, pipeline_toml
+        return parse_raw(pipeline_toml(spec), SOURCE)
     spec_s = str(spec)
     shipped = builtin_pipelines()
     if spec_s in shipped:

@@ -40,6 +40,7 @@ from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir,
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
 from torchloom_codegen_triton.kernel import KernelWriter
+from torchloom_codegen_triton.plan import wider_configs
 
 log = logging.getLogger("torchloom.codegen_triton")
 
@@ -69,6 +70,8 @@ class TritonCodegen:
         self.verbose = verbose
         #: a CUDA architecture (``"sm_90"``) generated for without a GPU; never loaded
         self.target = target
+        #: autotune over every candidate launch (``for_mode("max-autotune")``)
+        self.wide = False
 
     def for_target(self, target: str) -> TritonCodegen | None:
         """A copy generating for ``target`` (``sm_<arch>``), or None for other targets."""
@@ -77,6 +80,19 @@ class TritonCodegen:
         return TritonCodegen(autotune=False, cache_dir=self.cache_dir.parent,
                              max_persistent=self.max_persistent, verbose=False,
                              cpu_interpreter=False, target=target)
+
+    def for_mode(self, mode: str) -> TritonCodegen | None:
+        """torch.compile's ``max-autotune`` modes: a copy that autotunes (whatever
+        TORCHLOOM_AUTOTUNE says) over every candidate launch (:func:`wider_configs`); its
+        kernels and tuning results are cached apart from the default search's."""
+        if not mode.startswith("max-autotune") or self.target is not None:
+            return None
+        copy = TritonCodegen(autotune=True, cache_dir=self.cache_dir.parent,
+                             max_persistent=self.max_persistent, verbose=self.verbose,
+                             cpu_interpreter=self.cpu_interpreter)
+        copy.wide = True
+        copy.version = f"{self.version}+max-autotune"
+        return copy
 
     def compile_for_target(self, kernel: KernelSource) -> dict[str, int]:
         """Build ``kernel`` for the target ahead of time: its registers and spills."""
@@ -119,6 +135,8 @@ class TritonCodegen:
     def generate(self, group: Node, registry: Any) -> KernelSource:
         source, metadata = KernelWriter(group, registry, self.max_persistent).generate()
         metadata["autotune"] = self.autotune
+        if self.wide:
+            metadata["configs"] = wider_configs(metadata, self.max_persistent)
         return KernelSource(self.name, source, metadata)
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
@@ -137,7 +155,7 @@ class TritonCodegen:
         interpret = meta["device"] == "cpu" or env_flag("TRITON_INTERPRET", False)
         module = import_source(path, f"torchloom_triton_k{digest}", interpret)
         fn = getattr(module, meta["kernel"])
-        tune_path = path.with_suffix(".tune.json")
+        tune_path = path.with_suffix(".wide.tune.json" if self.wide else ".tune.json")
         config = dict(meta["config"])
         if tune_path.exists():
             config = json.loads(tune_path.read_text())["config"]

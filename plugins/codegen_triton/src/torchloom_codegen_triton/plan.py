@@ -19,7 +19,7 @@ def next_pow2(n: int) -> int:
 
 
 def reduction_configs(rows: int, rnumel: int, looped: bool, max_persistent: int,
-                       columns: bool = False) -> list[dict[str, int]]:
+                       columns: bool = False, limit: int | None = 4) -> list[dict[str, int]]:
     if columns and looped:  # tiles of many rows (contiguous in memory) x a short chunk
         xmax = next_pow2(max(rows, 1))
         return [{"XBLOCK": min(x, xmax), "RBLOCK": min(r, next_pow2(max_persistent)),
@@ -38,7 +38,25 @@ def reduction_configs(rows: int, rnumel: int, looped: bool, max_persistent: int,
             configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
     # the default first: about 2048 elements per program (a few short rows, or one long one)
     configs.sort(key=lambda c: (abs(c["XBLOCK"] * rblock - 2048), c["num_warps"]))
-    return configs[:4] or [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8}]
+    return configs[:limit] or [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8}]
+
+
+def wider_configs(meta: dict, max_persistent: int) -> list[dict[str, int]]:
+    """``max-autotune``'s search: the kernel's own candidates (its default first), then
+    every other launch a pointwise kernel or a persistent reduction can take (a block of
+    128 to 4096 elements, 2 to 16 warps; every XBLOCK with the row's RBLOCK). Other forms
+    keep their candidates: their blocks are tied to the plan."""
+    own = list(meta["configs"])
+    if meta.get("form") == "pointwise":
+        top = max(next_pow2(meta["numel"]), 256)
+        more = [{"XBLOCK": b, "num_warps": w} for b in (128, 256, 512, 1024, 2048, 4096)
+                for w in (2, 4, 8, 16) if b <= top and 32 * w <= b]
+    elif meta.get("form") == "persistent reduction":
+        more = reduction_configs(meta["rows"], meta["rnumel"], False, max_persistent,
+                                 limit=None)
+    else:
+        return own
+    return own + [c for c in more if c not in own]
 
 
 _ASSIGN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*) = ")
