@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from torchloom.compile_log import cache_counters, log_compilation, log_fallback
 from torchloom.compile_mode import apply_mode, check_mode, mode_codegens
 from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedError
 from torchloom.frontend.fx import ImportedGraph, import_fx
@@ -128,6 +129,7 @@ class Compiler:
                       constants: list[Any] | tuple = ()) -> Compilation:
         """Run the pipeline on ``graph`` (edited in place) and build its callable."""
         t0 = time.perf_counter()
+        counters = cache_counters(self.kernel_cache)  # what this graph adds is logged
         index = len(self.compilations)
         comp = Compilation(graph.name, graph.num_nodes(), graph,
                            before_ir=str(graph) if self.keep_ir else None)
@@ -161,6 +163,7 @@ class Compiler:
                 self.notes) + comp.report.notes + [n for n in ctx.notes
                                                    if n not in comp.report.notes]
             comp.compile_seconds = time.perf_counter() - t0
+            log_compilation(self, comp, counters)
             self.compilations.append(comp)
             return comp
         comp.compiled = CompiledGraph(graph, self.registry, chain, self.kernel_cache, fallback,
@@ -178,6 +181,7 @@ class Compiler:
         if dump is not None:
             _dump_sources(comp, dump, self)
         comp.compile_seconds = time.perf_counter() - t0
+        log_compilation(self, comp, counters)
         self.compilations.append(comp)
         return comp
 
@@ -213,6 +217,7 @@ class Compiler:
         summary = " ".join([lines[0], *(ln for ln in lines[1:] if ln.startswith("Reproducer: "))])
         log.warning("torchloom: running %s eagerly: %s", name, summary)
         nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        log_fallback(name, reason, nodes)
         self.compilations.append(Compilation(name, nodes, fallback_reason=reason, fn=gm))
         return gm
 
