@@ -26,6 +26,8 @@ from torchloom.plugins.loader import load_plugins
 from torchloom.runtime.cache import KernelCache, directory_problem
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.runtime.graph_cache import GraphCache
+from torchloom.runtime.remote_cache import (ENV_URL, RemoteCache, RemoteConfigError,
+                                            remote_cache_from)
 from torchloom.runtime.static import StaticPlan, retarget, target_codegens
 
 log = logging.getLogger("torchloom")
@@ -72,7 +74,8 @@ class Compiler:
                  dump_dir: str | Path | None = None, cache_dir: str | Path | None = None,
                  device: str = "cpu", keep_ir: bool = False, strict: bool = False,
                  compile_cache: bool | None = None, target: str | None = None,
-                 instruments: Sequence[Any] = (), mode: str | None = None):
+                 instruments: Sequence[Any] = (), mode: str | None = None,
+                 remote_cache: str | bool | None = None):
         """``compile_cache``: keep graphs after the pipeline on disk under ``cache_dir``
         and reuse them (see :mod:`torchloom.runtime.graph_cache`). Default: on, unless
         ``TORCHLOOM_COMPILE_CACHE=0`` or the compiler dumps or keeps IR (``explain``
@@ -82,7 +85,10 @@ class Compiler:
         back runs the original graph (no kernel runs). ``instruments`` observe every pass
         of every graph, besides the plugins' (``explain --html`` keeps IR diffs so).
         ``mode``: torch.compile's (see :mod:`torchloom.compile_mode`). ``pipeline`` may be
-        a built-in name, a file, or a dict of a pipeline file's tables."""
+        a built-in name, a file, or a dict of a pipeline file's tables.
+        ``remote_cache``: the shared cache's URL (``redis://HOST:PORT/DB``; default
+        ``TORCHLOOM_REMOTE_CACHE``, then the pipeline's ``[runtime] remote_cache``;
+        False: none), see :mod:`torchloom.runtime.remote_cache`."""
         raw = read_pipeline(pipeline)
         self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
         for err in self.plugins.errors:
@@ -104,15 +110,18 @@ class Compiler:
         self.warned: set[str] = set()
         fingerprint = self.pipeline.fingerprint()  # hashes every pass's source: once
         disk = _usable_cache_dir(self.cache_dir)
-        self.kernel_cache = KernelCache(disk and disk / "kernels", fingerprint)
+        self.remote_cache, remote_note = _remote_cache(remote_cache, self.pipeline)
+        self.kernel_cache = KernelCache(disk and disk / "kernels", fingerprint,
+                                        remote=self.remote_cache)
         if compile_cache is None:
             compile_cache = (env_flag("TORCHLOOM_COMPILE_CACHE", True)
                              and dump_dir is None and not keep_ir and target is None)
         self.graph_cache = GraphCache(disk and disk / "graphs", {
             "pipeline": fingerprint, "device": device,
-            "versions": versions(self.plugins)}) if compile_cache else None
+            "versions": versions(self.plugins)},
+            remote=self.remote_cache) if compile_cache else None
         self.compilations: list[Compilation] = []
-        self.notes: list[str] = list(mode_notes)
+        self.notes: list[str] = list(mode_notes) + ([remote_note] if remote_note else [])
         for name in self.pipeline.codegens or (self.pipeline.codegen,):
             if name not in self.plugins.codegens:
                 self.notes.append(f"codegen {name!r} {self.plugins.why_missing(name)}; the "
@@ -220,6 +229,18 @@ class Compiler:
         log_fallback(name, reason, nodes)
         self.compilations.append(Compilation(name, nodes, fallback_reason=reason, fn=gm))
         return gm
+
+
+def _remote_cache(option: str | bool | None, pipeline) -> tuple[RemoteCache | None, str | None]:
+    """The shared cache the option, ``TORCHLOOM_REMOTE_CACHE`` or the pipeline names (in
+    that order), and why it is off when it is named but cannot be used."""
+    if option is False:
+        return None, None
+    url = option or os.environ.get(ENV_URL) or pipeline.remote_cache
+    try:
+        return remote_cache_from(url or None)
+    except RemoteConfigError as exc:
+        raise PipelineError(str(exc)) from None
 
 
 def _usable_cache_dir(cache_dir: Path) -> Path | None:

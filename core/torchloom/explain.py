@@ -138,7 +138,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     ``max_abs_error`` is null."""
     from torchloom.compiler import Compiler
     from torchloom.frontend.backend import torchloom_backend
-    from torchloom.report import kernel_summary, summarize
+    from torchloom.report import compile_cache_summary, kernel_summary, summarize
     if target is not None:
         if not re.fullmatch(r"sm_\d+", target):
             raise WorkloadError(f"--target {target!r}: expected a CUDA architecture such as "
@@ -169,6 +169,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     finally:
         torch._dynamo.reset()
     data = summarize(compiler.compilations, compiler.registry, compiler.kernel_cache)
+    data["compile_cache"] = compile_cache_summary(compiler.graph_cache)
     error = math.inf if expected is None else max_abs_error(expected, actual)
     data["max_abs_error"] = error if math.isfinite(error) else None
     data["target"] = target

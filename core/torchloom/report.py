@@ -118,6 +118,15 @@ def kernel_summary(compiler) -> dict[str, Any]:
     return {"kernel_details": details, "bytes_moved": moved, "bytes_compulsory": compulsory}
 
 
+def compile_cache_summary(graph_cache) -> dict[str, int] | None:
+    """``compile_cache`` of ``explain --json``: the compile cache's ``hits`` (local or
+    remote), ``misses``, ``remote_hits`` and ``remote_errors``; None when it is off."""
+    if graph_cache is None:
+        return None
+    return {"hits": graph_cache.hits, "misses": graph_cache.misses,
+            "remote_hits": graph_cache.remote_hits, "remote_errors": graph_cache.remote_errors}
+
+
 def _cache_stats(kernel_cache) -> dict[str, Any]:
     stats = getattr(kernel_cache, "stats", None)
     return stats() if callable(stats) else {}

@@ -23,7 +23,8 @@ from test_plugins_support import fake_plugins, fake_site  # noqa: F401 (fixtures
 EXPLAIN_KEYS = {"graphs", "nodes_before", "nodes_after", "fusion_groups", "kernels",
                 "unique_kernels", "fallbacks", "passes", "max_abs_error", "notes", "backward",
                 "workload", "pipeline", "compile_seconds", "kernel_cache", "dedup", "target",
-                "kernel_details", "bytes_moved", "bytes_compulsory", "graph_breaks"}
+                "kernel_details", "bytes_moved", "bytes_compulsory", "graph_breaks",
+                "compile_cache"}
 
 WORKLOAD = """
 import torch

@@ -32,7 +32,7 @@ from torchloom.errors import PipelineError
 from torchloom.passes.pipeline import PARTITIONERS
 
 OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "compiler", "partitioner",
-               "mode")
+               "mode", "remote_cache")
 
 #: composites decomposed before the forward/backward split, so that the min-cut
 #: partitioner can recompute their cheap pointwise parts in the backward
@@ -61,7 +61,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
                                                   dump_dir=options.get("dump_dir"),
                                                   cache_dir=options.get("cache_dir"),
                                                   compile_cache=options.get("compile_cache"),
-                                                  mode=mode)
+                                                  mode=mode,
+                                                  remote_cache=options.get("remote_cache"))
 
     def compile_one(fx_gm, inputs):
         return make_boxed_func(compiler.compile_fx(fx_gm, inputs))

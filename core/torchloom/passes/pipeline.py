@@ -13,6 +13,7 @@ disable = ["some-plugin"]
 [runtime]
 cudagraphs = true      # enables a runtime wrapper; its options go in [runtime.cudagraphs]
 partitioner = "min_cut"  # forward/backward split: "min_cut" (recompute) or "default"
+remote_cache = "redis://127.0.0.1:6379/0"  # the fleet's shared cache (needs a key)
 
 [[pass]]
 name = "views.strip-bookends"
@@ -100,6 +101,8 @@ class Pipeline:
     #: the file names the partitioner (otherwise a graph that no codegen but eager takes
     #: gets "default": see frontend/backend.py)
     partitioner_set: bool = False
+    #: ``[runtime] remote_cache``: the shared cache's URL (see runtime/remote_cache.py)
+    remote_cache: str | None = None
     #: passes named optional that no plugin provides
     missing_optional: tuple[str, ...] = ()
     #: memo of source hashes (the plugin set's), so a fingerprint reads each file once
@@ -318,6 +321,10 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
     if partitioner not in PARTITIONERS:
         raise err(lines.key(lines.table("runtime"), "partitioner"),
                   f"partitioner = {partitioner!r} must be one of {', '.join(PARTITIONERS)}")
+    remote_cache = runtime_table.pop("remote_cache", None)
+    if remote_cache is not None and not isinstance(remote_cache, str):
+        raise err(lines.key(lines.table("runtime"), "remote_cache"),
+                  'remote_cache must be a string such as "redis://HOST:PORT/DB"')
     runtime = _build_runtime(runtime_table, plugins, lines, err)
     steps: list[PassStep | FixpointStep] = []
     missing: list[str] = []
@@ -333,7 +340,7 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
                         steps=tuple(steps), codegen=codegens[0], codegens=codegens,
                         verify=verify, on_error=on_error,
                         disable=raw.disable, runtime=runtime, partitioner=partitioner,
-                        partitioner_set=partitioner_set,
+                        partitioner_set=partitioner_set, remote_cache=remote_cache,
                         missing_optional=tuple(missing),
                         sources=getattr(plugins, "sources", None) or SourceHashes())
     _check_constraints(pipeline, err)

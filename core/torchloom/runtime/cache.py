@@ -19,6 +19,11 @@ give, or whose files lead outside the directory (a symlink out of it), is report
 (a warning naming the file), regenerated and rewritten. The checksums catch accidents
 (torn writes, disk errors), not someone who can write the directory: see the README's
 trust model.
+
+With a ``remote`` (:class:`~torchloom.runtime.remote_cache.RemoteCache`), a kernel found
+neither in memory nor on disk is looked up there (namespace ``kernel``, under the same
+``<entry>`` name: the JSON above with the source inline, signed), loaded and kept on disk;
+every kernel generated here is written there too.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 from torchloom.codegen.base import Codegen, Kernel, KernelSource
 from torchloom.ir.canon import structural_hash
 from torchloom.ir.graph import Node
+from torchloom.runtime.remote_cache import RemoteCache
 
 log = logging.getLogger("torchloom.cache")
 
@@ -72,11 +78,15 @@ class KernelCache:
     enters every disk key. A directory that turns out unusable (a file in its place, no
     permission, a read-only disk) is reported once and dropped: kernels stay in memory,
     and every group still compiles. Counters: ``compiles`` (``generate`` calls), ``disk_hits``,
-    ``hits`` (in memory), ``corrupt`` (entries found broken).
+    ``hits`` (in memory), ``corrupt`` (entries found broken), ``remote_hits`` (kernels read
+    from ``remote``, the shared cache).
     """
 
-    def __init__(self, directory: str | Path | None = None, fingerprint: str = ""):
+    def __init__(self, directory: str | Path | None = None, fingerprint: str = "",
+                 remote: RemoteCache | None = None):
         self.directory = Path(directory) if directory is not None else None
+        self.remote = remote
+        self.remote_hits = 0
         self.fingerprint = fingerprint
         self._kernels: dict[tuple[str, str, str], Kernel] = {}
         self._reported: set[str] = set()
@@ -99,8 +109,11 @@ class KernelCache:
         if kernel is not None:
             self.hits += 1
             return kernel
+        name = self._entry_name(codegen, key)
         entry = self._entry(codegen, key)
         kernel = self._load_from_disk(entry, codegen, registry) if entry else None
+        if kernel is None and self.remote is not None:
+            kernel = self._load_remote(name, entry, key, codegen, registry)
         if kernel is None:
             t0 = time.perf_counter()
             generated = codegen.generate(group, registry)
@@ -110,6 +123,8 @@ class KernelCache:
             self.compiles += 1
             if entry is not None:
                 self._store(entry, key, generated, seconds)
+            if self.remote is not None:
+                self._share(name, key, generated, seconds)
         self._kernels[key] = kernel
         return kernel
 
@@ -121,20 +136,62 @@ class KernelCache:
         or from disk) at the average measured compile time."""
         average = self.compile_seconds / self.compiles if self.compiles else 0.0
         saved = self.hits * average + self.disk_saved_seconds
+        remote_errors = self.remote.stats("kernel")["errors"] if self.remote else 0
         return {"unique": len(self), "compiles": self.compiles, "hits": self.hits,
                 "disk_hits": self.disk_hits, "corrupt": self.corrupt,
+                "remote_hits": self.remote_hits, "remote_errors": remote_errors,
                 "compile_ms": round(self.compile_seconds * 1e3, 3),
                 "saved_ms_estimate": round(saved * 1e3, 3)}
 
     # ---- disk layer ------------------------------------------------------------------
     def _entry(self, codegen: Codegen, key: tuple[str, str, str]) -> Path | None:
+        """The entry's path on disk (None without a directory)."""
         if self.directory is None:
             return None
+        return self.directory / self._entry_name(codegen, key)
+
+    def _entry_name(self, codegen: Codegen, key: tuple[str, str, str]) -> str:
         known = self._identities.get(id(codegen))
         if known is None:
             known = self._identities[id(codegen)] = (codegen, codegen_identity(codegen))
         blob = json.dumps([key[2], known[1], self.fingerprint])
-        return self.directory / hashlib.sha256(blob.encode()).hexdigest()[:32]
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    # ---- remote layer ----------------------------------------------------------------
+    def _load_remote(self, name: str, entry: Path | None, key: tuple[str, str, str],
+                     codegen: Codegen, registry: Any) -> Kernel | None:
+        text = self.remote.get("kernel", name)
+        if text is None:
+            return None
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise CorruptEntry("no format version" if not isinstance(data, dict) else
+                                   f"format {data.get('format')!r}, expected {FORMAT}")
+            if data.get("key") != list(key) or data.get("codegen") != codegen.name:
+                raise CorruptEntry(f"written for {data.get('codegen')!r} {data.get('key')!r}")
+            generated = KernelSource(codegen.name, str(data["source"]), data["metadata"])
+            compile_ms = float(data["compile_ms"])
+            kernel = codegen.load(generated, registry)
+        except Exception as exc:  # a broken entry is rebuilt, never trusted
+            self.remote.reject("kernel", name, f"{type(exc).__name__}: {exc}")
+            return None
+        self.remote_hits += 1
+        self.disk_saved_seconds += compile_ms / 1e3
+        if entry is not None:
+            self._store(entry, key, generated, compile_ms / 1e3)
+        return kernel
+
+    def _share(self, name: str, key: tuple[str, str, str], generated: KernelSource,
+               seconds: float) -> None:
+        body = {"format": FORMAT, "key": list(key), "codegen": generated.codegen,
+                "metadata": generated.metadata, "source": generated.source,
+                "compile_ms": round(seconds * 1e3, 3)}
+        try:
+            text = json.dumps(body, sort_keys=True)
+        except (TypeError, ValueError):  # metadata that is not JSON stays in memory
+            return
+        self.remote.put("kernel", name, text)
 
     def _load_from_disk(self, entry: Path, codegen: Codegen, registry: Any) -> Kernel | None:
         meta_path = entry.with_suffix(".json")

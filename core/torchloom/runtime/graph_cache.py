@@ -17,6 +17,10 @@ against the op registry before it is used; an entry that fails any of that, or w
 leads outside the directory (a symlink out of it), is reported once (a warning naming the
 file), recompiled and rewritten. The kernels of a hit come from the kernel cache as usual.
 The IR of an entry is data: it can name only ops the registry knows.
+
+With a ``remote`` (:class:`~torchloom.runtime.remote_cache.RemoteCache`), an entry absent
+locally is looked up there (namespace ``graph``, same key and text; checked the same way,
+then kept locally), and every entry stored is also written there.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from torchloom.ir.text import parse_graph, print_graph
 from torchloom.ir.verify import verify
 from torchloom.passes.manager import PassRecord, RunReport
 from torchloom.runtime.cache import atomic_write, checksum, within
+from torchloom.runtime.remote_cache import RemoteCache
 
 log = logging.getLogger("torchloom.cache")
 
@@ -53,18 +58,21 @@ class CachedGraph:
 
 class GraphCache:
     """Graphs after the pipeline, by input graph and compile identity (see the module).
-    Counters: ``hits``, ``misses``, ``stores``, ``corrupt``.
+    Counters: ``hits``, ``misses``, ``stores``, ``corrupt``, ``remote_hits`` (hits read
+    from the remote cache), ``remote_errors`` (its rejected entries and failures).
 
     With ``directory`` None, or once the directory turns out unusable (a file in its
     place, no permission, a read-only disk: reported once), entries are kept in memory,
     in the same JSON form, for the life of this cache."""
 
-    def __init__(self, directory: str | Path | None, identity: dict[str, Any]):
+    def __init__(self, directory: str | Path | None, identity: dict[str, Any],
+                 remote: RemoteCache | None = None):
         self.directory = Path(directory) if directory is not None else None
+        self.remote = remote
         self._identity = json.dumps(identity, sort_keys=True, default=str)
         self._reported: set[str] = set()
         self._memory: dict[str, str] = {}  # key -> entry text, when not on disk
-        self.hits = self.misses = self.stores = self.corrupt = 0
+        self.hits = self.misses = self.stores = self.corrupt = self.remote_hits = 0
 
     def key(self, graph: Graph) -> str:
         blob = f"{FORMAT}\0{self._identity}\0{canonical_text(graph)}"
@@ -84,19 +92,9 @@ class GraphCache:
                 if path.exists() and not within(self.directory, path):
                     raise ValueError("the entry leads outside the cache directory")
                 text = path.read_text()
-            data = json.loads(text)
-            if not isinstance(data, dict) or data.get("format") != FORMAT:
-                found = data.get("format") if isinstance(data, dict) else type(data).__name__
-                raise ValueError(f"format {found!r}, expected {FORMAT}")
-            recorded = data.pop("checksum", None)
-            if recorded != checksum(data) or data.get("key") != key:
-                raise ValueError("checksum mismatch")
-            graph = parse_graph(data["ir"], source=str(path))
-            verify(graph, registry)
-            report = RunReport([PassRecord(**r) for r in data["records"]], list(data["notes"]))
+            graph, report = _decode(text, key, registry, str(path))
         except FileNotFoundError:
-            self.misses += 1
-            return None
+            return self._load_remote(key, registry)
         except (NotADirectoryError, PermissionError) as exc:  # the directory, not the entry
             self._unusable(exc)
             self.misses += 1
@@ -107,6 +105,23 @@ class GraphCache:
             return None
         self.hits += 1
         return CachedGraph(graph, report, path)
+
+    def _load_remote(self, key: str, registry) -> CachedGraph | None:
+        text = self.remote.get("graph", key) if self.remote is not None else None
+        if text is None:
+            self.misses += 1
+            return None
+        try:
+            graph, report = _decode(text, key, registry, f"remote graph entry {key}")
+        except (ValueError, KeyError, TypeError, RecursionError, TorchloomError) as exc:
+            self.remote.reject("graph", key, f"{type(exc).__name__}: "
+                                             f"{str(exc).splitlines()[0] if str(exc) else ''}")
+            self.misses += 1
+            return None
+        self._write(key, text)  # kept locally: the next process on this machine reads it
+        self.hits += 1
+        self.remote_hits += 1
+        return CachedGraph(graph, report, self.path(key))
 
     def store(self, key: str, graph: Graph, report: RunReport) -> None:
         """Write the entry (a graph the printer rejects is not cached; one it prints but
@@ -120,6 +135,12 @@ class GraphCache:
         except (ValueError, TypeError, TorchloomError) as exc:
             log.debug("torchloom: not caching compiled graph @%s: %s", graph.name, exc)
             return
+        self._write(key, text)
+        self.stores += 1
+        if self.remote is not None:
+            self.remote.put("graph", key, text)
+
+    def _write(self, key: str, text: str) -> None:
         path = self.path(key)
         try:
             if self.directory is None:
@@ -132,7 +153,6 @@ class GraphCache:
         except OSError as exc:  # a read-only or full disk costs speed, not correctness
             self._unusable(exc)
             self._memory[key] = text
-        self.stores += 1
 
     def _unusable(self, exc: OSError) -> None:
         """Keep entries in memory from now on, saying so once."""
@@ -149,9 +169,28 @@ class GraphCache:
             log.warning("torchloom: compile cache entry %s is unusable (%s: %s); compiling "
                         "the graph again", path, type(exc).__name__, str(exc).splitlines()[0])
 
+    @property
+    def remote_errors(self) -> int:
+        return self.remote.stats("graph")["errors"] if self.remote is not None else 0
+
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "stores": self.stores,
                 "corrupt": self.corrupt}
+
+
+def _decode(text: str, key: str, registry, source: str) -> tuple[Graph, RunReport]:
+    """The graph and report of an entry's text, checked (``ValueError`` and the parser's
+    and verifier's errors say why not)."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"format {found!r}, expected {FORMAT}")
+    recorded = data.pop("checksum", None)
+    if recorded != checksum(data) or data.get("key") != key:
+        raise ValueError("checksum mismatch")
+    graph = parse_graph(data["ir"], source=source)
+    verify(graph, registry)
+    return graph, RunReport([PassRecord(**r) for r in data["records"]], list(data["notes"]))
 
 
 __all__ = ["GraphCache", "CachedGraph", "FORMAT"]

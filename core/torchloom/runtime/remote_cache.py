@@ -1,0 +1,216 @@
+"""The shared (remote) cache: compiled graphs and kernels kept in Redis for a fleet.
+
+``remote_cache = "redis://HOST:PORT/DB"`` (backend option, pipeline ``[runtime]`` key, or
+``TORCHLOOM_REMOTE_CACHE``) names the server; query parameters set the options::
+
+    redis://cache.internal:6379/0?ttl=604800&max_entry_bytes=8388608&timeout=1.0
+
+``ttl`` (seconds an entry lives, 0 for ever; default a week), ``max_entry_bytes`` (larger
+entries are neither written nor read; default 8 MiB) and ``timeout`` (seconds for any one
+request, connecting included; default 1).
+
+The compile cache and the kernel cache (see :mod:`torchloom.runtime.graph_cache` and
+:mod:`torchloom.runtime.cache`) read an entry from here when they do not have it locally,
+and write what they compile. Every entry is authenticated with HMAC-SHA256 under the key in
+``TORCHLOOM_REMOTE_CACHE_KEY``, over its namespace, its key and its text, so an entry
+cannot be forged nor moved to another key by anyone without the key; without a key the
+remote cache is off (:func:`remote_cache_from` says why, ``explain`` notes it). Anyone with
+the key can write entries that every process trusts: it is a shared secret of the fleet.
+
+Nothing here ever fails a compile. An entry that fails its HMAC, is over the size limit or
+that the cache using it finds damaged is reported once (a warning naming the key) and
+counted in ``errors``; the caller rebuilds and rewrites it. A server that is down, refuses,
+or does not answer within the timeout is reported once, counted, and not asked again by
+this object: caching goes on locally.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+
+log = logging.getLogger("torchloom.cache")
+
+ENV_URL = "TORCHLOOM_REMOTE_CACHE"
+ENV_KEY = "TORCHLOOM_REMOTE_CACHE_KEY"
+MAGIC = b"torchloom-hmac-sha256:"  # then 64 hex digits, a newline, the entry's text
+PREFIX = "torchloom"  # Redis keys: torchloom:<namespace>:<key>
+
+
+class RemoteConfigError(ValueError):
+    """A remote-cache URL or option that cannot be used (the message says why)."""
+
+
+@attrs.frozen
+class RemoteSettings:
+    """Where the shared cache is and its options (parsed from the URL)."""
+
+    url: str  # without the query string
+    ttl: int = 7 * 24 * 3600
+    max_entry_bytes: int = 8 << 20
+    timeout: float = 1.0
+
+    @classmethod
+    def parse(cls, url: str) -> RemoteSettings:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise RemoteConfigError(f"remote_cache {url!r}: expected redis://HOST:PORT/DB")
+        query = parse_qs(parts.query, keep_blank_values=True)
+        options: dict[str, Any] = {}
+        for name, convert in (("ttl", int), ("max_entry_bytes", int), ("timeout", float)):
+            if name in query:
+                try:
+                    options[name] = convert(query.pop(name)[-1])
+                except ValueError:
+                    raise RemoteConfigError(f"remote_cache {url!r}: {name} must be a "
+                                            f"number") from None
+                if options[name] < 0 or (name != "ttl" and options[name] == 0):
+                    raise RemoteConfigError(f"remote_cache {url!r}: {name} must be positive")
+        if query:
+            raise RemoteConfigError(f"remote_cache {url!r}: unknown option(s) "
+                                    f"{', '.join(sorted(query))}; known: ttl, "
+                                    f"max_entry_bytes, timeout")
+        return cls(parts._replace(query="").geturl(), **options)
+
+
+def sign(key: bytes, namespace: str, name: str, text: str) -> bytes:
+    """The value stored for ``text`` under ``namespace:name``."""
+    payload = text.encode()
+    mac = hmac.new(key, _signed(namespace, name, payload), hashlib.sha256).hexdigest()
+    return MAGIC + mac.encode() + b"\n" + payload
+
+
+def verify(key: bytes, namespace: str, name: str, value: bytes) -> str:
+    """The text of a stored value, or ``ValueError`` saying why it is not authentic."""
+    if not value.startswith(MAGIC):
+        raise ValueError("not a signed torchloom entry")
+    mac, sep, payload = value[len(MAGIC):].partition(b"\n")
+    if not sep:
+        raise ValueError("truncated entry")
+    expected = hmac.new(key, _signed(namespace, name, payload), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(mac, expected.encode()):
+        raise ValueError("HMAC mismatch (written without the key, or altered)")
+    try:
+        return payload.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc}") from None
+
+
+def _signed(namespace: str, name: str, payload: bytes) -> bytes:
+    return f"{namespace}\0{name}\0".encode() + payload
+
+
+class RemoteCache:
+    """Signed entries in Redis for one compiler's caches (see the module).
+
+    Counters per namespace (``stats(namespace)``): ``hits``, ``misses``, ``stores``,
+    ``errors`` (rejected or damaged entries, and the request that found the server
+    unusable)."""
+
+    def __init__(self, settings: RemoteSettings, key: bytes, client: Any = None):
+        self.settings = settings
+        self._key = key
+        self._client = client
+        self.available = True
+        self._reported: set[str] = set()
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def get(self, namespace: str, name: str) -> str | None:
+        """The authenticated text under ``namespace:name``, or None (a miss, a rejected
+        entry, or no server)."""
+        value = self._call(namespace, "GET", f"{PREFIX}:{namespace}:{name}")
+        if value is None:
+            if self.available:
+                self._count(namespace, "misses")
+            return None
+        try:
+            if len(value) > self.settings.max_entry_bytes:
+                raise ValueError(f"{len(value)} bytes, over the limit of "
+                                 f"{self.settings.max_entry_bytes}")
+            text = verify(self._key, namespace, name, value)
+        except ValueError as exc:
+            self.reject(namespace, name, str(exc))
+            return None
+        self._count(namespace, "hits")
+        return text
+
+    def put(self, namespace: str, name: str, text: str) -> None:
+        value = sign(self._key, namespace, name, text)
+        if len(value) > self.settings.max_entry_bytes:
+            log.debug("torchloom: %s:%s not shared: %d bytes is over max_entry_bytes",
+                      namespace, name, len(value))
+            return
+        args = ("SET", f"{PREFIX}:{namespace}:{name}", value)
+        if self.settings.ttl:
+            args += ("EX", self.settings.ttl)
+        if self._call(namespace, *args) is not None:
+            self._count(namespace, "stores")
+
+    def reject(self, namespace: str, name: str, why: str) -> None:
+        """Count an entry that cannot be used and say so once; the caller rebuilds it
+        (and its rewrite replaces the entry)."""
+        self._count(namespace, "errors")
+        where = f"{PREFIX}:{namespace}:{name}"
+        if where not in self._reported:
+            self._reported.add(where)
+            log.warning("torchloom: remote cache entry %s on %s is rejected (%s); compiling "
+                        "it again", where, self.settings.url, why)
+
+    def stats(self, namespace: str) -> dict[str, int]:
+        return {c: self._counts.get((namespace, c), 0)
+                for c in ("hits", "misses", "stores", "errors")}
+
+    def _count(self, namespace: str, counter: str) -> None:
+        self._counts[namespace, counter] = self._counts.get((namespace, counter), 0) + 1
+
+    def _call(self, namespace: str, *args) -> Any:
+        if not self.available:
+            return None
+        try:
+            if self._client is None:
+                import redis
+                self._client = redis.Redis.from_url(
+                    self.settings.url, socket_timeout=self.settings.timeout,
+                    socket_connect_timeout=self.settings.timeout)
+            return self._client.execute_command(*args)
+        except Exception as exc:  # any failure of the server or client: go on locally
+            self.available = False
+            self._count(namespace, "errors")
+            log.warning("torchloom: remote cache %s is unusable (%s: %s); caching locally "
+                        "only, for this process", self.settings.url, type(exc).__name__,
+                        str(exc).splitlines()[0] if str(exc) else "")
+            return None
+
+
+def remote_cache_from(url: str | None, environ: Mapping[str, str] | None = None
+                      ) -> tuple[RemoteCache | None, str | None]:
+    """The remote cache ``url`` (or, when None, ``TORCHLOOM_REMOTE_CACHE``) asks for, and
+    a note saying why it is off when one is named but cannot be used (no key, no
+    ``redis`` package); ``(None, None)`` when none is named. A malformed URL raises
+    :class:`RemoteConfigError`."""
+    environ = os.environ if environ is None else environ
+    url = url or environ.get(ENV_URL) or None
+    if url is None:
+        return None, None
+    settings = RemoteSettings.parse(url)
+    key = environ.get(ENV_KEY, "")
+    if not key:
+        return None, (f"remote cache {settings.url} is off: {ENV_KEY} is not set (shared "
+                      f"entries are authenticated with HMAC-SHA256 under that key)")
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return None, (f"remote cache {settings.url} is off: the redis package is not "
+                      f"installed (pip install 'torchloom[redis]')")
+    return RemoteCache(settings, key.encode()), None
+
+
+__all__ = ["RemoteCache", "RemoteSettings", "RemoteConfigError", "remote_cache_from",
+           "sign", "verify", "ENV_URL", "ENV_KEY"]
