@@ -33,6 +33,7 @@ from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, bro
                                                delinear, reshape, view_coords)
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
                                           literal)
+from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.plan import drop_unused, next_pow2, reduction_configs
 from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_triton.rowcol import (FINISH_BLOCK, ColumnPartials,
@@ -306,7 +307,9 @@ class KernelWriter:
             em.loop_bounds = ("rstart", f"rstart + {self.split.chunk}")
             self.split.body()
             return em.lines
-        for node in self.reductions:
+        if self.looped:  # one pass per level of reductions (looped.py)
+            lower_looped(self, self.reductions)
+        for node in self.reductions if not self.looped else ():
             lower_reduction(self, node)
         full_outputs = []
         for i, v in enumerate(self.region.outputs):

@@ -227,6 +227,15 @@ def _round_to_bf16(x):
 
 
 @triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    # Chan et al.: merge two (mean, sum of squared deviations, count) partial results
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = tl.where(n == 0, 0.0, n_b / tl.where(n == 0, 1.0, n))
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
+
+
+@triton.jit
 def _maximum(a, b):
     return tl.where((a > b) | (a != a), a, b)
 

@@ -37,14 +37,14 @@ def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
     return tuple(sorted({d + rank if d < 0 else d for d in dims}))
 
 
-def _identity(kind: str, dtype: str) -> str:
+def identity_of(kind: str, dtype: str) -> str:
     return IDENTITY[kind] if dtype in FLOATS else INT_IDENTITY[kind]
 
 
 def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
     """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``."""
     em = w.em
-    identity = _identity(kind, dtype)
+    identity = identity_of(kind, dtype)
     if not w.looped:
         v = em.convert(value(), dtype)
         masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
@@ -68,7 +68,7 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
                dtype: str) -> tuple[Expr, Expr]:
     """The max (``argmax``) or min (``argmin``) along the row and its index (int32)."""
     em = w.em
-    identity = _identity("max" if kind == "argmax" else "min", dtype)
+    identity = identity_of("max" if kind == "argmax" else "min", dtype)
     combine = f"_{kind}_combine"
     val, ind = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
     if w.looped:
@@ -115,17 +115,29 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
 
         fields["acc"] = block_reduce(w, "sum", squared_deviation, out_dtype).text
         fields["mean"] = mean.text
-        correction = node.attrs.get("correction")
-        if correction is None:
-            correction = 1 if node.attrs.get("unbiased", True) else 0
-        fields["dof"] = literal(float(max(0, w.rnumel - correction)))
+        fields["dof"] = var_dof(w, node)
     else:
         src_dtype = COMPUTE[tensor_type(src).dtype]
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
         fields["acc"] = em.convert(index, "i64").text
         fields["value"] = value.text
+    record_outputs(w, node, fields)
+
+
+def var_dof(w: "KernelWriter", node: Node) -> str:
+    """``n - correction`` of a var/std reduction, as a literal (never below 0)."""
+    correction = node.attrs.get("correction")
+    if correction is None:
+        correction = 1 if node.attrs.get("unbiased", True) else 0
+    return literal(float(max(0, w.rnumel - correction)))
+
+
+def record_outputs(w: "KernelWriter", node: Node, fields: dict[str, str]) -> None:
+    """``node``'s outputs from its template over ``fields``, recorded in ``w.reduced``."""
+    from torchloom_codegen_triton.kernel import tensor_type
+    em = w.em
     keepdim = bool(node.attrs.get("keepdim", False))
-    for value, template in zip(node.outputs, spec.outputs):
+    for value, template in zip(node.outputs, REDUCTIONS[node.op].outputs):
         dtype = COMPUTE[tensor_type(value).dtype]
         e = em.emit(template.format(**fields), dtype, node.op.split(".")[1], rdep=False)
         if tensor_type(value).dtype in ("f16", "bf16"):

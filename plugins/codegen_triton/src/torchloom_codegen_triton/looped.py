@@ -1,0 +1,180 @@
+"""The looped form's passes: reductions of one dependency level share one loop.
+
+A looped kernel reads its row in chunks once per *pass* (``for roff in range(...)``).
+Reductions that do not read each other's results accumulate in the same pass, so a row is
+read once for all of them and the math before them is computed once per element per pass:
+
+- sums, maxima and minima keep ``[XBLOCK, RBLOCK]`` accumulators, combined across lanes
+  after the loop;
+- ``var`` (and ``std``, ``var_mean``) is Welford's: per-lane running mean, sum of squared
+  deviations and count, merged across lanes with Chan's formula (``_welford_combine``),
+  instead of a pass for the mean and another for the deviations;
+- the softmax pattern ``m = amax(a); s = sum(exp(a - m))`` is online: the sum is rescaled
+  whenever the running maximum grows, so both come from one pass instead of two.
+
+A softmax or a layer norm thus reads its input twice (statistics, then the output pass);
+argmax/argmin keep a pass of their own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchloom.api import Node
+
+from torchloom_codegen_triton.emitter import Expr, par
+from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCTIONS, STORAGE,
+                                          literal)
+from torchloom_codegen_triton.reduction import (identity_of, lower_reduction, record_outputs,
+                                                var_dof)
+
+if TYPE_CHECKING:
+    from torchloom_codegen_triton.kernel import KernelWriter
+
+_NEG_INF = 'float("-inf")'
+
+
+def lower_looped(w: "KernelWriter", reductions: list[Node]) -> None:
+    """Lower ``reductions`` (looped form) level by level, one pass per level."""
+    deps = {n: _reductions_read(n, set(reductions)) for n in reductions}
+    done: set[Node] = set()
+    pending = list(reductions)
+    while pending:
+        level = [n for n in pending if deps[n] <= done]
+        online = {}
+        for n in level:
+            s = _online_sum(n, pending, deps)
+            if s is not None:
+                online[n] = s
+        batch = level + [s for s in online.values() if s not in level]
+        _one_pass(w, [n for n in level if n not in online.values()], online)
+        done.update(batch)
+        pending = [n for n in pending if n not in done]
+
+
+def _reductions_read(node: Node, reductions: set[Node]) -> set[Node]:
+    """The reductions whose results ``node``'s input depends on, inside the region."""
+    found, stack, seen = set(), [node.inputs[0]], set()
+    while stack:
+        v = stack.pop()
+        p = v.producer
+        if p is None or p in seen:
+            continue
+        seen.add(p)
+        if p in reductions:
+            found.add(p)
+        stack.extend(p.inputs)
+    return found
+
+
+def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
+    """The ``sum(exp(a - amax(a)))`` reduction paired with amax ``m``, if there is one."""
+    from torchloom_codegen_triton.kernel import tensor_type
+    if REDUCTIONS[m.op].kind != "max" or not m.attrs.get("keepdim"):
+        return None
+    a = m.inputs[0]
+    if tensor_type(a).dtype != "f32" or tensor_type(m.outputs[0]).dtype != "f32":
+        return None
+    for s in pending:
+        if s is m or REDUCTIONS[s.op].kind != "sum" or deps[s] != {m}:
+            continue
+        exp = s.inputs[0].producer
+        sub = exp.inputs[0].producer if exp is not None and exp.op == "aten.exp.default" \
+            else None
+        if sub is not None and sub.op == "aten.sub.Tensor" and list(sub.inputs) == [
+                a, m.outputs[0]] and sub.attrs.get("alpha", 1) == 1 and \
+                tensor_type(s.outputs[0]).dtype == "f32":
+            return s
+    return None
+
+
+def _one_pass(w: "KernelWriter", nodes: list[Node], online: dict[Node, Node]) -> None:
+    """One loop over the row accumulating every reduction of ``nodes`` and ``online``."""
+    from torchloom_codegen_triton.kernel import tensor_type
+    em = w.em
+    plain = [n for n in nodes if REDUCTIONS[n.op].kind in ("sum", "max", "min", "var")
+             and n not in online]
+    for n in nodes:  # argmax/argmin: a pass of their own
+        if n not in plain and n not in online:
+            lower_reduction(w, n)
+    if not plain and not online:
+        return
+    em.begin_phase(w.rnumel, w.r_header)
+    finals = []
+    for n in plain:
+        kind = REDUCTIONS[n.op].kind
+        dtype = COMPUTE[tensor_type(n.outputs[0]).dtype]
+        value = em.convert(w.value_at(n.inputs[0], w.full), dtype)
+        if kind == "var":
+            finals.append((n, _welford(w, value, dtype)))
+        else:
+            finals.append((n, _accumulate(w, kind, value, dtype)))
+    for m, s in online.items():
+        finals.append((m, _online(w, em.convert(w.value_at(m.inputs[0], w.full), "f32"), s)))
+    em.end_phase()
+    for n, finish in finals:
+        finish(n)
+
+
+def _accumulate(w: "KernelWriter", kind: str, value: Expr, dtype: str):
+    em = w.em
+    identity = identity_of(kind, dtype)
+    acc = em.fresh(f"acc_{kind}")
+    em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
+    masked = em.emit(f"tl.where(rmask, {value.text}, {identity})", dtype, "m", rdep=True)
+    em.statement(f"{acc} = {COMBINE[kind].format(a=acc, b=masked.text)}", True)
+
+    def finish(n: Node) -> None:
+        total = em.emit(BLOCK_REDUCE[kind].format(x=acc), dtype, kind, rdep=False)
+        record_outputs(w, n, {"acc": total.text, "n": literal(float(w.rnumel))})
+    return finish
+
+
+def _welford(w: "KernelWriter", value: Expr, dtype: str):
+    em = w.em
+    mean, m2, count = em.fresh("wmean"), em.fresh("wm2"), em.fresh("wn")
+    st = STORAGE[dtype]
+    for acc in (mean, m2, count):
+        em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], 0.0, {st})", False)
+    x = par(value.text)
+    em.statement(f"{count} = {count} + tl.where(rmask, 1.0, 0.0)", True)
+    delta = em.emit(f"{x} - {mean}", dtype, "wd", rdep=True)
+    em.statement(f"{mean} = tl.where(rmask, {mean} + {delta.text} / tl.where(rmask, {count}, "
+                 f"1.0), {mean})", True)
+    em.statement(f"{m2} = tl.where(rmask, {m2} + {delta.text} * ({x} - {mean}), {m2})", True)
+
+    def finish(n: Node) -> None:
+        mean_r, m2_r, n_r = em.fresh("mean"), em.fresh("m2"), em.fresh("cnt")
+        em.statement(f"{mean_r}, {m2_r}, {n_r} = tl.reduce(({mean}, {m2}, {count}), 1, "
+                     f"_welford_combine, keep_dims=True)", False)
+        record_outputs(w, n, {"acc": m2_r, "mean": mean_r, "dof": var_dof(w, n),
+                              "n": literal(float(w.rnumel))})
+    return finish
+
+
+def _online(w: "KernelWriter", value: Expr, s: Node):
+    """Running max and rescaled sum of exp(a - max) (see the module docstring)."""
+    em = w.em
+    m_acc, s_acc = em.fresh("omax"), em.fresh("osum")
+    em.statement(f"{m_acc} = tl.full([XBLOCK, RBLOCK], {_NEG_INF}, tl.float32)", False)
+    em.statement(f"{s_acc} = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)", False)
+    a = em.emit(f"tl.where(rmask, {value.text}, {_NEG_INF})", "f32", "oa", rdep=True)
+    new = em.emit(f"_maximum({m_acc}, {a.text})", "f32", "onew", rdep=True)
+    # a lane whose max does not move keeps its sum; -inf - -inf would be NaN
+    em.statement(f"{s_acc} = {s_acc} * tl.where({m_acc} == {new.text}, 1.0, "
+                 f"tl.exp({m_acc} - {new.text})) + tl.where({a.text} == {_NEG_INF}, 0.0, "
+                 f"tl.exp({a.text} - {new.text}))", True)
+    em.statement(f"{m_acc} = {new.text}", True)
+
+    def finish(m: Node) -> None:
+        big = em.emit(BLOCK_REDUCE["max"].format(x=m_acc), "f32", "max", rdep=False)
+        scaled = em.emit(f"tl.where({m_acc} == {big.text}, {s_acc}, {s_acc} * "
+                         f"tl.exp({m_acc} - {big.text}))", "f32", "oscaled", rdep=False)
+        total = em.emit(BLOCK_REDUCE["sum"].format(x=scaled.text), "f32", "sum", rdep=False)
+        # eager: a row of -inf sums exp(-inf - -inf) = NaN
+        total = em.emit(f"tl.where({big.text} == {_NEG_INF}, float(\"nan\"), {total.text})",
+                        "f32", "sum", rdep=False)
+        n = literal(float(w.rnumel))
+        record_outputs(w, m, {"acc": big.text, "n": n})
+        record_outputs(w, s, {"acc": total.text, "n": n})
+    return finish
