@@ -195,6 +195,39 @@ def _literal(value: Any, names, node: Node, env: dict[str, Any], idx: int) -> st
     return key
 
 
+def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]) -> dict:
+    """Before any group compiles, a codegen with the optional ``prepare(groups, registry)``
+    gets every fusion group of the graph (shared subgraphs included) that it is the first
+    of ``codegens`` to support, so it can build them together (the cpu codegen: one library,
+    one compiler call, per graph). Returns the reasons of the codegens that declined a group
+    on the way, keyed ``(node, codegen name)``, so they are not judged twice."""
+    if not any(callable(getattr(cg, "prepare", None)) for cg in codegens):
+        return {}
+    verdicts: dict[tuple[Node, str], Reason] = {}
+    batches: dict[str, list[Node]] = {}
+    for g in [graph.root, *graph.root.subgraphs.values()]:
+        for node in g.nodes:
+            if node.op != FUSION_GROUP:
+                continue
+            for cg in codegens:
+                try:
+                    reason = cg.supports(node, registry)
+                except Exception:  # judged again (and reported) when the group compiles
+                    break
+                if reason is None:
+                    batches.setdefault(cg.name, []).append(node)
+                    break
+                verdicts[(node, cg.name)] = reason
+    for cg in codegens:
+        if batches.get(cg.name) and callable(getattr(cg, "prepare", None)):
+            try:
+                cg.prepare(batches[cg.name], registry)
+            except Exception as exc:  # each group then compiles on its own
+                log.warning("torchloom: codegen %r could not prepare %d groups together: %s",
+                            cg.name, len(batches[cg.name]), exc)
+    return verdicts
+
+
 @attrs.define
 class GroupChoice:
     """Which codegen runs a group, and why others did not."""
@@ -240,7 +273,7 @@ class CompiledGraph:
             for cg in codegens:
                 stage = "judging"
                 try:  # a codegen's bug costs only this group, never the whole graph
-                    reason = cg.supports(node, registry)
+                    reason = verdicts.pop((node, cg.name), None) or cg.supports(node, registry)
                     if reason is None:
                         stage = "compiling"
                         kernel = self.cache.get_or_compile(cg, node, registry)
@@ -253,6 +286,7 @@ class CompiledGraph:
             raise TypeError(f"no codegen compiled the group: "
                             f"{'; '.join(map(str, choice.fallback_reasons))}")
 
+        verdicts = prepare_codegens(graph, registry, codegens)
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
                                    guarded_inputs=self._user_inputs)
