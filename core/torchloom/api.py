@@ -17,6 +17,7 @@ from torchloom.passes.builtin.dce import remove_dead_nodes
 from torchloom.passes.builtin.purity import is_pure, mutated_values
 from torchloom.plugins.hookspecs import hookimpl
 from torchloom.plugins.loader import load_plugins
+from torchloom.progress import Activity, Progress
 from torchloom.report import count_kernels, fusion_groups
 from torchloom.runtime.cache import KernelCache
 from torchloom.ir.text import format_attrs
@@ -33,5 +34,5 @@ __all__ = [
     "count_kernels", "fusion_groups",
     "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "format_attrs", "KernelCache", "build_function",
     "import_workload", "load_workload", "default_cache_dir", "env_flag",
-    "mark_decomposition", "find_instances",
+    "mark_decomposition", "find_instances", "Progress", "Activity",
 ]

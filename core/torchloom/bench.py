@@ -20,6 +20,7 @@ import attrs
 import torch
 
 from torchloom.diagnose import compiled_failure
+from torchloom.progress import Activity, Progress
 from torchloom.explain import _flatten, load_workload, max_abs_error, run_eagerly
 
 VARIANTS = ("eager", "inductor", "torchloom")
@@ -86,7 +87,8 @@ def bench(workload: str | Path, *, pipeline: str = "default", device: str = "cpu
         for name, make in candidates.items():
             try:
                 fn = make()
-                out = fn(*inputs)  # compiles
+                with Activity(f"bench: compiling {name}"):  # Inductor: minutes, silently
+                    out = fn(*inputs)  # compiles
             except Exception as exc:
                 if name == "torchloom":
                     error = compiled_failure(workload, compiler, exc)
@@ -101,9 +103,11 @@ def bench(workload: str | Path, *, pipeline: str = "default", device: str = "cpu
             for _ in range(warmup):
                 fn(*inputs)
         samples: dict[str, list[float]] = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                samples[name].append(_time_calls(fn, inputs, iters, device))
+        with Progress("bench: timing rounds", total=rounds) as progress:
+            for r in range(rounds):
+                for name, fn in fns.items():
+                    samples[name].append(_time_calls(fn, inputs, iters, device))
+                progress.update(r + 1)
     torch._dynamo.reset()
     eager_ms = statistics.median(samples["eager"])
     results["eager"] = {"max_abs_error": 0.0}

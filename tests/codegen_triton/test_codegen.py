@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -170,7 +171,7 @@ class _RecordingKernel:
 
 
 def test_autotune_picks_the_fastest_config_records_it_and_reports_progress(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, caplog):
     import time
 
     import triton.testing
@@ -192,12 +193,15 @@ def test_autotune_picks_the_fastest_config_records_it_and_reports_progress(
             "outputs": [{"shape": [4096], "strides": [1], "dtype": "f32"}]}
     tune = tmp_path / "k.tune.json"
     launcher = Launcher(kernel, meta, dict(configs[0]), tune, verbose=True)
-    (out,) = launcher(torch.randn(4096))
+    with caplog.at_level(logging.INFO, logger="torchloom.progress"):
+        (out,) = launcher(torch.randn(4096))
     assert out.shape == (4096,)
     assert launcher.config == {"XBLOCK": 1024, "num_warps": 4}
     assert kernel.launches[-1] == ((4,), {"XBLOCK": 1024}, 4)  # the real call, best config
     assert json.loads(tune.read_text())["config"] == launcher.config
-    assert "torchloom-triton: autotuning fused_exp" in capsys.readouterr().err
+    logs = [r.getMessage() for r in caplog.records]  # not a terminal: through logging
+    assert any(m.startswith("torchloom: triton: autotuning fused_exp 3/3 configs") for m in logs)
+    assert any(m.startswith("torchloom: triton: autotuning fused_exp: done in ") for m in logs)
     launcher(torch.randn(4096))  # tuned once: no second round of benchmarks
     assert len(kernel.launches) == 5
 

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import attrs
+from torchloom.api import Activity
 
 log = logging.getLogger("torchloom.codegen_cpu")
 
@@ -160,8 +161,9 @@ def build(source: str, tc: Toolchain, directory: Path, timeout: float) -> Path:
     os.close(fd)
     try:
         try:
-            done = subprocess.run([tc.cc, *tc.flags, "-o", tmp, str(src), *tc.libs],
-                                  capture_output=True, text=True, timeout=timeout)
+            with Activity(f"cpu codegen: {os.path.basename(tc.cc)} building {path.stem}"):
+                done = subprocess.run([tc.cc, *tc.flags, "-o", tmp, str(src), *tc.libs],
+                                      capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise BuildError(f"{tc.cc} did not finish within {timeout:g} s (set "
                              f"TORCHLOOM_CC_TIMEOUT); source kept at {src}") from None

@@ -27,15 +27,14 @@ import json
 import logging
 import os
 import re
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir, env_flag
+from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, default_cache_dir,
+                           env_flag)
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
@@ -259,16 +258,14 @@ class Launcher:
 
     def _autotune(self, args, outs) -> None:
         from triton.testing import do_bench
-        start = time.perf_counter()
         timings = []
         configs = self.meta["configs"]
-        for k, config in enumerate(configs):
-            ms = do_bench(lambda c=config: self._launch(c, args, outs), warmup=5, rep=20)
-            timings.append((ms, k))
-            elapsed = time.perf_counter() - start
-            if self.verbose and elapsed > 1.0:
-                print(f"torchloom-triton: autotuning {self.meta['kernel']} "
-                      f"({k + 1}/{len(configs)} configs, {elapsed:.1f} s)", file=sys.stderr)
+        with Progress(f"triton: autotuning {self.meta['kernel']}", total=len(configs),
+                      delay=None if self.verbose else float("inf")) as progress:
+            for k, config in enumerate(configs):
+                ms = do_bench(lambda c=config: self._launch(c, args, outs), warmup=5, rep=20)
+                timings.append((ms, k))
+                progress.update(k + 1, "configs")
         best = configs[min(timings)[1]]
         self.config = dict(best)
         record = {"config": self.config, "timings_ms": {json.dumps(configs[k]): ms
