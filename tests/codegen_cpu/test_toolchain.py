@@ -146,3 +146,19 @@ def test_concurrent_builds_of_one_library_are_safe(registry, tmp_path):
     leftovers = [p for p in os.listdir(tmp_path / "cpu") if p.endswith(".tmp") or
                  p.startswith(".")]
     assert not leftovers
+
+
+def test_a_graphs_groups_are_one_library(monkeypatch, tmp_path):
+    """The runtime hands the codegen every group of a graph first (prepare): the MLP's
+    training step (three groups per graph) builds one library per graph, one compiler call
+    each; a compiler that fails on the whole translation unit leaves each group to build
+    alone."""
+    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path))
+    result = explain(EXAMPLES / "mlp.py", pipeline="default")
+    comps = result.compiler.compilations
+    groups = [len(c.compiled.choices) for c in comps]
+    assert all(n >= 2 for n in groups) and result.data["max_abs_error"] <= 1e-4
+    libraries = list((tmp_path / "cpu").glob("*.so"))
+    assert len(libraries) == len(comps)
+    for lib in libraries:
+        assert lib.with_suffix(".c").read_text().count("\nvoid fused_") >= 2

@@ -9,7 +9,9 @@ source (see toolchain.py), loads it with ctypes and returns ``kernel(*inputs) ->
 tuple(outputs)``: outputs are allocated with ``torch.empty_strided``, the C function gets
 data pointers and the thread count (``torch.get_num_threads()`` at call time).
 
-One library per group: the codegen protocol compiles groups one by one.
+One library per graph: before the graph's groups compile one by one, the runtime hands the
+codegen all of them (``prepare``), and it builds them into one translation unit with one
+compiler call; ``load`` then finds each kernel in that library.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir
 from torchloom_codegen_cpu.indexing import Unsupported
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.prelude import prelude
-from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, compiler_name,
-                                             find_compiler, probe)
+from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, cached_library,
+                                             compiler_name, find_compiler, probe)
 
 _TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
                  "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
@@ -46,6 +48,8 @@ class CpuCodegen:
         self.timeout = timeout if timeout is not None else float(
             os.environ.get("TORCHLOOM_CC_TIMEOUT", "120"))
         self._toolchain: Toolchain | None = None
+        #: kernel name -> the library ``prepare`` built it into
+        self._prepared: dict[str, Path] = {}
 
     # ---- protocol --------------------------------------------------------------------------
     def supports(self, group: Node, registry: Any) -> Reason | None:
@@ -63,11 +67,34 @@ class CpuCodegen:
         source = prelude() + "\n" + function
         return KernelSource(self.name, source, metadata)
 
+    def prepare(self, groups: list[Node], registry: Any) -> None:
+        """Build every group of a graph into one library (one compiler call) before they
+        are loaded one by one; ``load`` then finds each kernel there. If the combined build
+        fails, each group builds alone, so a compiler error costs only its group."""
+        kernels = [self.generate(g, registry) for g in groups]
+        names = [k.metadata["kernel"] for k in kernels]
+        if len(set(names)) < 2:
+            return  # one kernel: its own library, as load would build it
+        path = self._build(self._translation_unit(kernels))
+        for name in names:
+            self._prepared[name] = path
+
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
+        path = self._prepared.get(kernel.metadata["kernel"])
+        if path is not None and cached_library(path):
+            lib = ctypes.CDLL(str(path))
+            if hasattr(lib, kernel.metadata["kernel"]):
+                return Launcher(lib, kernel.metadata)
         return self.load_many([kernel], registry)[0]
 
     def load_many(self, kernels: list[KernelSource], registry: Any) -> list[Kernel]:
         """Build the kernels into one library (one translation unit, one compiler call)."""
+        lib = ctypes.CDLL(str(self._build(self._translation_unit(kernels))))
+        return [Launcher(lib, k.metadata) for k in kernels]
+
+    @staticmethod
+    def _translation_unit(kernels: list[KernelSource]) -> str:
+        """The prelude once, then each distinct kernel function (in name order)."""
         head = prelude()
         functions: dict[str, str] = {}
         for k in kernels:
@@ -75,13 +102,13 @@ class CpuCodegen:
                 raise RuntimeError(f"kernel {k.metadata.get('kernel')} was generated with "
                                    f"another prelude")
             functions.setdefault(k.metadata["kernel"], k.source[len(head):])
-        source = head + "".join(functions[name] for name in sorted(functions))
+        return head + "".join(functions[name] for name in sorted(functions))
+
+    def _build(self, source: str) -> Path:
         try:
-            path = build(source, self.toolchain(), self.cache_dir, self.timeout)
+            return build(source, self.toolchain(), self.cache_dir, self.timeout)
         except BuildError as exc:
             raise RuntimeError(str(exc)) from None
-        lib = ctypes.CDLL(str(path))
-        return [Launcher(lib, k.metadata) for k in kernels]
 
     # ---- toolchain -------------------------------------------------------------------------
     def toolchain(self) -> Toolchain:
