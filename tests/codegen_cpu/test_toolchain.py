@@ -148,13 +148,36 @@ def test_concurrent_builds_of_one_library_are_safe(registry, tmp_path):
     assert not leftovers
 
 
+MLP_BLOCK = """
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
+
+
+def workload(device="cpu"):
+    torch.manual_seed(0)
+    return Block(), [torch.randn(48, 32, requires_grad=True)]
+"""
+
+
 def test_a_graphs_groups_are_one_library(monkeypatch, tmp_path):
-    """The runtime hands the codegen every group of a graph first (prepare): the MLP's
-    training step (three groups per graph) builds one library per graph, one compiler call
+    """The runtime hands the codegen every group of a graph first (prepare): an MLP block's
+    training step (LayerNorm, Linear, GELU, Linear, residual: three groups per graph) builds one library per graph, one compiler call
     each; a compiler that fails on the whole translation unit leaves each group to build
     alone."""
     monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path))
-    result = explain(EXAMPLES / "mlp.py", pipeline="default")
+    workload = tmp_path / "block.py"
+    workload.write_text(MLP_BLOCK)
+    result = explain(workload, pipeline="default")
     comps = result.compiler.compilations
     groups = [len(c.compiled.choices) for c in comps]
     assert all(n >= 2 for n in groups) and result.data["max_abs_error"] <= 1e-4
