@@ -39,8 +39,14 @@ def par(text: str) -> str:
 class Emitter:
     """Collects the kernel body; knows which names depend on the reduction index."""
 
-    def __init__(self, looped: bool):
+    def __init__(self, looped: bool, hardware_bf16: bool = False):
         self.looped = looped
+        #: round to bf16 with the GPU's conversion (round to nearest even, as eager); the
+        #: interpreter's conversion truncates, so CPU kernels round in software
+        self.hardware_bf16 = hardware_bf16
+        #: names holding values already rounded to bf16 -> the f32 value they rounded (a
+        #: store converts that value once instead of rounding twice)
+        self.bf16_exact: dict[str, str] = {}
         self.lines: list[str] = []
         self.rnames: set[str] = set()
         self.xnames: set[str] = {"xindex"}
@@ -122,7 +128,11 @@ class Emitter:
         """An explicit cast in the program: rounds to ``ir_dtype`` exactly as eager does."""
         target = COMPUTE[ir_dtype]
         if ir_dtype == "bf16":
-            return self.emit(f"_round_to_bf16({self.convert(e, 'f32').text})", "f32", "rnd")
+            x = self.convert(e, "f32").text
+            rounded = self.emit(f"{par(x)}.to(tl.bfloat16).to(tl.float32)" if self.hardware_bf16
+                                else f"_round_to_bf16({x})", "f32", "rnd")
+            self.bf16_exact[rounded.text] = x
+            return rounded
         if ir_dtype != target:  # f16: round, keep computing in f32
             rounded = self.emit(f"{par(e.text)}.to({STORAGE[ir_dtype]})", ir_dtype, "rnd")
             return self.emit(f"{rounded.text}.to({STORAGE[target]})", target, "cvt")

@@ -78,7 +78,7 @@ class KernelWriter:
             self._plan_reduction(reductions, max_persistent)
         else:
             self._plan_pointwise()
-        self.em = Emitter(looped=self.looped)
+        self.em = Emitter(looped=self.looped, hardware_bf16=self.device.startswith("cuda"))
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -222,8 +222,11 @@ class KernelWriter:
             offset = f"{offset} + 0 * rindex"
         rdep = self.em.depends_on_r(offset)
         mask = "xmask & rmask" if rdep else "xmask"
-        if t.dtype == "bf16":  # round exactly (the interpreter's own cast truncates)
-            e = self.em.cast(e, "bf16")
+        source = self.em.bf16_exact.get(e.text)
+        if t.dtype == "bf16" and self.em.hardware_bf16 and source is not None:
+            e = Expr(source, "f32", e.rdep)  # the store's conversion is the one rounding
+        elif t.dtype == "bf16" and source is None and not self.em.hardware_bf16:
+            e = self.em.cast(e, "bf16")  # round exactly (the interpreter's cast truncates)
         value = e.text if e.dtype == t.dtype else f"{par(e.text)}.to({STORAGE[t.dtype]})"
         ptr = f"{self.out_names[i]} + ({offset})"
         self.em.statement(f"tl.store({ptr}, {value}, {mask})", rdep and self.looped)
