@@ -280,3 +280,24 @@ def test_cli_html_writes_the_page_and_rejects_a_directory(tmp_path, monkeypatch,
     assert main(["explain", str(ROOT / "examples" / "gelu_bookend.py"), "--html",
                  str(tmp_path)]) == 2
     assert "--html" in capsys.readouterr().err
+
+
+def test_the_page_assets_ship_in_the_package():
+    import fnmatch
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["torchloom"]
+    assets = ROOT / "core" / "torchloom" / "report_assets"
+    for f in assets.iterdir():
+        rel = f.relative_to(ROOT / "core" / "torchloom").as_posix()
+        assert any(fnmatch.fnmatch(rel, p) for p in patterns), rel
+    # and the page holds each of them
+    page = render_html({"summary": {}, "fallbacks": [], "notes": [], "graph_breaks": [],
+                        "graphs": []})
+    for name in ("report.css", "report.js"):
+        first = (assets / name).read_text().splitlines()[0]
+        assert first in page
+    assert "/*@" not in page  # every placeholder filled

@@ -268,7 +268,8 @@
       h("tr", {}, ["pass", "ms", "", "changed", "stats", "IR diff"].map((c) => h("th", {}, c))),
       g.passes.map((p) => {
         const stats = Object.entries(p.stats || {}).filter(([, v]) => v).map(([k, v]) => `${k}=${v}`).join(", ");
-        let diffCell = h("span", { class: "muted" }, p.skipped ? "skipped: " + p.skipped : "no change");
+        let diffCell = h("span", { class: "muted" }, p.skipped ? "skipped: " + p.skipped
+          : p.changed ? "changed (IR not kept: loaded from the compile cache)" : "no change");
         if (p.diff) {
           const pre = h("pre", { class: "diff" });
           const det = h("details", {}, h("summary", {}, `${p.diff.split("\n").length - 1} lines`), pre);
