@@ -80,8 +80,11 @@ class GraphSnapshot:
         s0, s1, h0, h1 = theirs
         if r1 - r0 != s1 - s0 or g1 - g0 != h1 - h0:
             return False
+        mine_all = r0 == 0 and r1 == len(self._records)  # (no copy of a whole record)
+        theirs_all = s0 == 0 and s1 == len(earlier._records)
         try:  # identity first, then ``==`` (types, names, attrs, copies of meta)
-            return (self._records[r0:r1] == earlier._records[s0:s1]
+            return ((self._records == earlier._records if mine_all and theirs_all else
+                     self._records[r0:r1] == earlier._records[s0:s1])
                     and all(a[:-1] == b[:-1] for a, b in
                             zip(self._graphs[g0:g1], earlier._graphs[h0:h1])))
         except Exception:  # a value whose ``==`` does not give a bool: call it changed
