@@ -35,13 +35,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory):
-    """``redis://127.0.0.1:<port>`` of a server running for the session."""
+def start_redis(directory) -> tuple[subprocess.Popen, str]:
+    """A redis-server on a free loopback port, answering: ``(process, "redis://...")``."""
     import redis
     binary = _redis_server()
     port = free_port()
-    directory = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1",
                              "--dir", str(directory), "--save", "", "--appendonly", "no",
                              "--protected-mode", "yes", "--logfile", str(directory / "log")],
@@ -51,20 +49,41 @@ def redis_server(tmp_path_factory):
     while True:
         try:
             client.ping()
-            break
+            return proc, f"redis://127.0.0.1:{port}"
         except redis.exceptions.ConnectionError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 pytest.fail(f"redis-server did not start: {(directory / 'log').read_text()}")
             time.sleep(0.05)
+
+
+def stop_redis(proc: subprocess.Popen) -> None:
+    proc.terminate()
     try:
-        yield f"redis://127.0.0.1:{port}"
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """``redis://127.0.0.1:<port>`` of a server running for the session."""
+    proc, url = start_redis(tmp_path_factory.mktemp("redis"))
+    try:
+        yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_redis(proc)
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A server of the test's own: ``(stop, "redis://...")``; ``stop()`` stops it."""
+    proc, url = start_redis(tmp_path)
+    try:
+        yield (lambda: stop_redis(proc)), url
+    finally:
+        stop_redis(proc)
 
 
 @pytest.fixture

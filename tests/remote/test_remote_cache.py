@@ -21,6 +21,7 @@ from torchloom.runtime.remote_cache import (RemoteSettings, remote_cache_from, s
                                             verify)
 
 KEY = "fleet-secret"
+CONCURRENT = 4  # processes compiling at once (each imports torch: ~10 s of CPU)
 
 WORKLOAD = """
 import torch
@@ -204,6 +205,56 @@ def test_server_that_never_answers_times_out_once(monkeypatch, workload, tmp_pat
         seconds = _unusable_server_costs_one_warning(monkeypatch, url, workload, tmp_path,
                                                      caplog)
     assert seconds < 60
+
+
+def test_redis_stopped_mid_run_degrades_to_local_with_one_warning(
+        private_redis, monkeypatch, tmp_path, caplog):
+    import torch
+
+    from torchloom.compiler import Compiler
+    stop, url = private_redis
+    monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE_KEY", KEY)
+    compiler = Compiler("default", cache_dir=tmp_path / "local", remote_cache=f"{url}/0")
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    with caplog.at_level(logging.WARNING, logger="torchloom"):
+        first = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2, backend="torchloom",
+                              options={"compiler": compiler})
+        torch.testing.assert_close(first(x), torch.nn.functional.gelu(x) * 2)
+        assert compiler.remote_cache.stats("graph")["stores"] == 1
+        stop()  # the server goes away between two compiles
+        for f in (lambda t: t.sin().tanh(), lambda t: t.cos() * 3):  # still compiled,
+            fn = torch.compile(f, backend="torchloom", options={"compiler": compiler})
+            torch.testing.assert_close(fn(x), f(x))  # and cached locally
+    torch._dynamo.reset()
+    assert len(remote_warnings(caplog)) == 1 and "unusable" in remote_warnings(caplog)[0]
+    assert compiler.graph_cache.remote_errors == 1
+    assert compiler.graph_cache.stores == 3
+    assert all(c.fallback_reason is None for c in compiler.compilations)
+
+
+def test_processes_compiling_at_once_against_one_redis(redis_url, workload, tmp_path):
+    """Several processes with empty local caches compile the same model at the same time:
+    each gets eager's results, and no entry any of them reads is rejected."""
+    env = {**os.environ, "TORCHLOOM_REMOTE_CACHE": redis_url,
+           "TORCHLOOM_REMOTE_CACHE_KEY": KEY}
+    procs = [subprocess.Popen([sys.executable, "-m", "torchloom", "explain", str(workload),
+                               "--json", "--cached"],
+                              env={**env, "TORCHLOOM_CACHE_DIR": str(tmp_path / f"p{i}")},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(CONCURRENT)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    for data in results:
+        assert data["max_abs_error"] is not None and data["max_abs_error"] < 1e-5
+        assert data["compile_cache"]["remote_errors"] == 0
+        assert data["kernel_cache"]["remote_errors"] == 0
+    # the same compilation everywhere, whether from Redis or compiled here
+    assert len({json.dumps([d["fusion_groups"], d["kernels"], d["fallbacks"]])
+                for d in results}) == 1
 
 
 def test_without_a_key_the_remote_cache_is_off_and_explain_says_so(
