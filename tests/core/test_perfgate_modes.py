@@ -1,0 +1,106 @@
+"""The perf-gate plugin's switch (--perf-gates=off|warn|fail, ini perf_gates), its need
+for pytest-benchmark (the [perfgate] extra), and no private pytest-benchmark attribute,
+checked in pytest sessions of their own (pytester)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import torchloom.testing.perfgate as perfgate
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[2]
+GATES = """
+import pathlib
+
+DATA = list(range(20_000))
+CALLS = pathlib.Path("calls.txt")
+
+
+def cheap():
+    return sum(DATA[:100])
+
+
+def costly():
+    with CALLS.open("a") as f:
+        f.write("x")
+    return sum(DATA) + sum(DATA) + sum(DATA)
+
+
+def test_too_slow(perf_gate):
+    perf_gate(costly, cheap, min_speedup=1.0, rounds=3, iterations=2)
+
+
+def test_fast_enough(perf_gate):
+    perf_gate(cheap, costly, min_speedup=1.5, rounds=3, iterations=2)
+"""
+
+
+@pytest.fixture
+def gates(pytester):
+    pytester.makepyfile(test_gates=GATES)
+    return pytester
+
+
+def test_fail_is_the_default(gates):
+    result = gates.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*perf gate: candidate is 0.*x baseline*requires >= 1.0x*"])
+
+
+def test_warn_times_and_warns_instead_of_failing(gates):
+    result = gates.runpytest("-p", "no:cacheprovider", "--perf-gates=warn")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["*PerfGateWarning: perf gate: candidate is 0.*x baseline*"])
+
+
+def test_off_skips_the_gates_and_times_nothing(gates):
+    result = gates.runpytest("-p", "no:cacheprovider", "--perf-gates=off", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*perf gates are off (--perf-gates=off)*"])
+    assert not (gates.path / "calls.txt").exists()
+
+
+def test_the_ini_option_sets_the_default_and_the_flag_wins(gates):
+    gates.makeini("[pytest]\nperf_gates = warn\n")
+    gates.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2, warnings=1)
+    gates.runpytest("-p", "no:cacheprovider", "--perf-gates=fail").assert_outcomes(
+        passed=1, failed=1)
+    gates.makeini("[pytest]\nperf_gates = sometimes\n")
+    result = gates.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*perf_gates = 'sometimes': expected one of off, warn, fail*"])
+
+
+def test_a_bad_flag_value_is_a_usage_error(gates):
+    result = gates.runpytest("-p", "no:cacheprovider", "--perf-gates=maybe")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--perf-gates: invalid choice: 'maybe'*"])
+
+
+def test_without_pytest_benchmark_the_gate_says_what_to_install(gates):
+    result = gates.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark")
+    result.assert_outcomes(errors=2)  # the fixture cannot be set up
+    assert "pip install 'torchloom[perfgate]'" in result.stdout.str()
+
+
+def test_the_perfgate_extra_pulls_pytest_benchmark():
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(d.startswith("pytest-benchmark") for d in extras["perfgate"])
+
+
+def test_no_private_pytest_benchmark_attribute_is_used():
+    tree = ast.parse(Path(perfgate.__file__).read_text())
+    private = [node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+               and node.attr.startswith("_") and not node.attr.startswith("__")
+               and ast.unparse(node.value) in ("self.benchmark", "benchmark")]
+    assert private == []
