@@ -189,8 +189,14 @@ class Launcher:
         self.programs = meta.get("programs")
         self.splits = meta.get("splits")
         self.interpret = interpret
-        self._fast = None
+        #: the compiled kernel's own launchers, by the specialisation of the scalar
+        #: arguments (Triton compiles ints equal to 1 and multiples of 16 apart)
+        self._fast: dict[tuple, Any] = {}
+        #: per config (by identity): (grid, block values, block dict, num_warps)
+        self._plans: dict[int, tuple] = {}
         self.tune_path, self.verbose = tune_path, verbose
+        #: called with the autotune result once tuned (the kernel cache shares it)
+        self.on_tuned = None
         self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]])
                         for o in meta["outputs"]]
         self.checks = []
@@ -198,22 +204,24 @@ class Launcher:
             if "scalar" in d:
                 continue
             dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
-            self.checks.append((i, dims, tuple(d["strides"][k] for k in dims),
-                                tuple(d["shape"]), tuple(d["strides"])))
+            self.checks.append((i, tuple(d["strides"]), dims,
+                                tuple(d["strides"][k] for k in dims), tuple(d["shape"])))
         self.grid_size = meta["grid_size"]
-        # triton specialises scalar arguments (== 1, divisibility): always bind them anew
-        self.has_scalars = any("scalar" in d for d in meta["inputs"])
+        #: the scalar arguments' positions (their specialisation picks a fast launcher)
+        self.scalars = tuple(i for i, d in enumerate(meta["inputs"]) if "scalar" in d)
+        #: the first tensor argument: where outputs are allocated
+        self.first_tensor = self.checks[0][0] if self.checks else None
 
     def __call__(self, *args):
-        args = list(args)
-        for i, dims, expected, shape, strides in self.checks:
+        for i, strides, dims, expected, shape in self.checks:
             stride = args[i].stride()
-            if tuple(stride[k] for k in dims) != expected:
+            if stride != strides and tuple(stride[k] for k in dims) != expected:
+                args = list(args)  # rare: a layout the kernel was not written for
                 fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype,
                                             device=args[i].device)
                 args[i] = fixed.copy_(args[i])
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)),
-                      self.meta["device"])
+        device = args[self.first_tensor].device if self.first_tensor is not None else \
+            self.meta["device"]
         outs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
                 for shape, strides, dtype in self.outputs]
         if self.grid_size > 0:
@@ -234,27 +242,43 @@ class Launcher:
         else:
             self.finish[(spec["grid"],)](*tensors, **spec["config"])
 
+    def _plan(self, config: dict[str, int]) -> tuple:
+        """(grid, block values, block dict, num_warps) of ``config``, computed once."""
+        plan = self._plans.get(id(config))
+        if plan is None or plan[4] is not config:
+            blocks = {k: v for k, v in config.items() if k != "num_warps"}
+            grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],
+                    ) if self.programs is None else (self.programs,)
+            if self.splits:  # a split reduction: one program per row block and chunk
+                grid = (grid[0], self.splits)
+            plan = (grid, tuple(blocks.values()), blocks, config.get("num_warps", 4), config)
+            self._plans[id(config)] = plan
+        return plan
+
+    def specialisation(self, args) -> tuple:
+        """How Triton specialises the scalar arguments: ints equal to 1, multiples of 16."""
+        return tuple((a == 1, a % 16 == 0) if isinstance(a, int) and not isinstance(a, bool)
+                     else type(a) for a in (args[i] for i in self.scalars))
+
     def _launch(self, config: dict[str, int], args, outs) -> None:
-        blocks = {k: v for k, v in config.items() if k != "num_warps"}
-        grid = ((self.grid_size + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],
-                ) if self.programs is None else (self.programs,)
-        if self.splits:  # a split reduction: one program per row block and chunk
-            grid = (grid[0], self.splits)
+        grid, values, blocks, warps, _ = self._plan(config)
         tensors = (*args, *outs)
-        fast = self._fast if config is self.config else None
+        main = config is self.config
+        key = self.specialisation(args) if self.scalars else ()
+        fast = self._fast.get(key) if main else None
         if fast is not None and _aligned(tensors):
             try:  # the compiled kernel's own launcher: no re-binding, no cache-key hashing
-                fast[grid](*tensors, *blocks.values())
+                fast[grid](*tensors, *values)
                 return
             except Exception:  # an API this triton version lacks: use the JIT path
-                self._fast = None
+                del self._fast[key]
         if self.interpret:
             with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
-                self.fn[grid](*tensors, **blocks, num_warps=config.get("num_warps", 4))
+                self.fn[grid](*tensors, **blocks, num_warps=warps)
             return
-        compiled = self.fn[grid](*tensors, **blocks, num_warps=config.get("num_warps", 4))
-        if config is self.config and _aligned(tensors) and not self.has_scalars:
-            self._fast = compiled  # specialised for 16-byte aligned pointers, as these are
+        compiled = self.fn[grid](*tensors, **blocks, num_warps=warps)
+        if main and _aligned(tensors):
+            self._fast[key] = compiled  # specialised for 16-byte aligned pointers (these are)
 
     def _autotune(self, args, outs) -> None:
         from triton.testing import do_bench
@@ -268,11 +292,23 @@ class Launcher:
                 progress.update(k + 1, "configs")
         best = configs[min(timings)[1]]
         self.config = dict(best)
+        self._fast.clear()
         record = {"config": self.config, "timings_ms": {json.dumps(configs[k]): ms
                                                         for ms, k in timings}}
         tmp = self.tune_path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, self.tune_path)
+        self.tune_path = None
+        if self.on_tuned is not None:
+            self.on_tuned(record)
+
+    def apply_tuning(self, record: dict) -> None:
+        """Use an autotune result found elsewhere (the shared cache) instead of tuning,
+        before the first call: its config must be one of this kernel's candidates."""
+        config = record.get("config") if isinstance(record, dict) else None
+        if config not in self.meta["configs"]:
+            raise ValueError(f"tuned config {config!r} is not one of the kernel's candidates")
+        self.config = dict(config)
         self.tune_path = None
 
 
