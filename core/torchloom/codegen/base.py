@@ -17,6 +17,12 @@ Targets that are not on this machine (``explain --target sm_90``): a codegen may
 (its ``supports`` judges a group as on that device; it is never loaded), whose
 ``compile_for_target(kernel) -> dict`` compiles a generated kernel ahead of time and
 returns ``{"registers": int, "spills": int}``.
+
+Autotuning shared by a fleet (the remote cache, :mod:`torchloom.runtime.remote_cache`): a
+kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result tuned
+elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and an
+attribute ``on_tuned`` (None, or a callable the kernel calls with its JSON-able result
+once it has tuned). The kernel cache sets ``on_tuned`` when the shared cache has no result.
 """
 
 from __future__ import annotations

@@ -23,7 +23,10 @@ trust model.
 With a ``remote`` (:class:`~torchloom.runtime.remote_cache.RemoteCache`), a kernel found
 neither in memory nor on disk is looked up there (namespace ``kernel``, under the same
 ``<entry>`` name: the JSON above with the source inline, signed), loaded and kept on disk;
-every kernel generated here is written there too.
+every kernel generated here is written there too. Autotune results are shared the same
+way (namespace ``tune``), for kernels that take part (see :mod:`torchloom.codegen.base`):
+a kernel found with a result applies it instead of tuning, and a kernel that tunes writes
+its result.
 """
 
 from __future__ import annotations
@@ -125,6 +128,8 @@ class KernelCache:
                 self._store(entry, key, generated, seconds)
             if self.remote is not None:
                 self._share(name, key, generated, seconds)
+        if self.remote is not None:
+            self._share_tuning(name, kernel)
         self._kernels[key] = kernel
         return kernel
 
@@ -181,6 +186,21 @@ class KernelCache:
         if entry is not None:
             self._store(entry, key, generated, compile_ms / 1e3)
         return kernel
+
+    def _share_tuning(self, name: str, kernel: Kernel) -> None:
+        """Apply the fleet's autotune result to ``kernel`` (one rejected by the kernel is
+        reported once), or have the kernel write its own there when it tunes."""
+        if not hasattr(kernel, "apply_tuning"):
+            return
+        text = self.remote.get("tune", name)
+        if text is not None:
+            try:
+                kernel.apply_tuning(json.loads(text))
+                return
+            except Exception as exc:  # tuned again here, and rewritten
+                self.remote.reject("tune", name, f"{type(exc).__name__}: {exc}")
+        remote = self.remote
+        kernel.on_tuned = lambda record: remote.put("tune", name, json.dumps(record))
 
     def _share(self, name: str, key: tuple[str, str, str], generated: KernelSource,
                seconds: float) -> None:
