@@ -197,8 +197,6 @@ class Launcher:
         self.tune_path, self.verbose = tune_path, verbose
         #: called with the autotune result once tuned (the kernel cache shares it)
         self.on_tuned = None
-        #: called with the autotune result once tuned (the kernel cache shares it)
-        self.on_tuned = None
         self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]])
                         for o in meta["outputs"]]
         self.checks = []
@@ -298,17 +296,6 @@ class Launcher:
         record = {"config": self.config, "timings_ms": {json.dumps(configs[k]): ms
                                                         for ms, k in timings}}
         tmp = self.tune_path.with_suffix(f".{os.getpid()}.tmp")
-        self.tune_path = None
-        if self.on_tuned is not None:
-            self.on_tuned(record)
-
-    def apply_tuning(self, record: dict) -> None:
-        """Use an autotune result found elsewhere (the shared cache) instead of tuning,
-        before the first call: its config must be one of this kernel's candidates."""
-        config = record.get("config") if isinstance(record, dict) else None
-        if config not in self.meta["configs"]:
-            raise ValueError(f"tuned config {config!r} is not one of the kernel's candidates")
-        self.config = dict(config)
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, self.tune_path)
         self.tune_path = None
