@@ -34,8 +34,14 @@ log = logging.getLogger("torchloom")
 
 
 def default_cache_dir() -> Path:
+    """``$TORCHLOOM_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchloom`` (an absolute
+    ``XDG_CACHE_HOME`` only, as the XDG base-directory spec says), else
+    ``~/.cache/torchloom``."""
     env = os.environ.get("TORCHLOOM_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "torchloom"
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "torchloom"
 
 
 def env_flag(name: str, default: bool) -> bool:

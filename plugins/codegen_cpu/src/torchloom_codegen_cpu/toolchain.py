@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import attrs
+from filelock import FileLock
 from torchloom.api import Activity
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -155,6 +156,16 @@ def build(source: str, tc: Toolchain, directory: Path, timeout: float) -> Path:
     if cached_library(path):
         return path
     directory.mkdir(parents=True, exist_ok=True)
+    # processes building the same library at once (DDP ranks): one builds, the others wait
+    # and load it
+    with FileLock(str(path.with_name(path.name + ".lock")), timeout=timeout + 60):
+        if cached_library(path):
+            return path
+        return _build_locked(source, tc, path, timeout)
+
+
+def _build_locked(source: str, tc: Toolchain, path: Path, timeout: float) -> Path:
+    directory = path.parent
     src = path.with_suffix(".c")
     _atomic_write(src, source.encode())
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.stem}.", suffix=".so")
