@@ -3,11 +3,14 @@
     torchloom plugins [--json]
     torchloom check PIPELINE [--json]
     torchloom explain WORKLOAD [--pipeline P] [--device D] [--json] [--dump DIR] [--show-ir]
-                      [--target sm_NN] [--cached]
+                      [--target sm_NN] [--cached] [--html FILE]
     torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
     torchloom reproduce DIR
 
-User errors exit with code 2 and a one-paragraph message (``--traceback`` shows more).
+    torchloom --version        (python -m torchloom is the same command line)
+
+User errors exit with code 2 and a one-paragraph message (``--traceback``, before or after
+the command, shows more).
 """
 
 from __future__ import annotations
