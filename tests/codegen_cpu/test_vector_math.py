@@ -77,5 +77,8 @@ def test_transcendentals_call_vector_variants(results, codegen):
     if not codegen.toolchain().vector_math:
         pytest.skip("this C library has no libmvec")  # glibc on x86-64 has it
     symbols = subprocess.run(["nm", "-D", str(path)], capture_output=True, text=True).stdout
-    for fn in ("expf", "tanhf", "logf", "sinf", "cosf", "log1pf", "expm1f"):
+    vectorized = ("expf", "tanhf", "logf", "sinf", "cosf", "log1pf", "expm1f")
+    if "clang" in codegen.toolchain().version:  # -fveclib=libmvec's table (clang 14)
+        vectorized = ("expf", "logf", "sinf", "cosf")
+    for fn in vectorized:
         assert any(f"_ZGV" in line and f"v_{fn}@" in line for line in symbols.splitlines()), fn

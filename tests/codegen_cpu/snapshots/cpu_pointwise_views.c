@@ -17,6 +17,63 @@ static inline uint16_t tl_f32_to_bf16(float x) {
 
 static inline float tl_round_bf16(float x) { return tl_bf16_to_f32(tl_f32_to_bf16(x)); }
 
+/* f16 is stored as its 16 bits. Conversions use the compiler's _Float16 where it has one
+   (gcc >= 12, clang >= 15 on x86-64: F16C instructions), else exact bit arithmetic
+   (round to nearest even, NaN -> quiet NaN, subnormals kept; F. Giesen's half_to_float
+   and float_to_half_fast3_rtne). */
+#if defined(__FLT16_MAX__)
+static inline float tl_f16_to_f32(uint16_t h) {
+  _Float16 v;
+  memcpy(&v, &h, 2);
+  return (float)v;
+}
+static inline uint16_t tl_f32_to_f16(float x) {
+  _Float16 v = (_Float16)x;
+  uint16_t h;
+  memcpy(&h, &v, 2);
+  return h;
+}
+#else
+static inline float tl_f16_to_f32(uint16_t h) {
+  uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
+  const uint32_t exp = o & 0x0f800000u;
+  o += (uint32_t)(127 - 15) << 23;
+  float f, magic;
+  const uint32_t magic_bits = 113u << 23;
+  memcpy(&magic, &magic_bits, 4);
+  const uint32_t special = o + ((uint32_t)(128 - 16) << 23);
+  const uint32_t tiny_bits = o + (1u << 23);
+  float tiny;
+  memcpy(&tiny, &tiny_bits, 4);
+  tiny -= magic;
+  uint32_t tiny_u;
+  memcpy(&tiny_u, &tiny, 4);
+  o = exp == 0x0f800000u ? special : (exp == 0 ? tiny_u : o);
+  o |= (uint32_t)(h & 0x8000u) << 16;
+  memcpy(&f, &o, 4);
+  return f;
+}
+static inline uint16_t tl_f32_to_f16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  const uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  const uint32_t magic_bits = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
+  float magic, a;
+  memcpy(&magic, &magic_bits, 4);
+  memcpy(&a, &u, 4);
+  a += magic;
+  uint32_t sub;
+  memcpy(&sub, &a, 4);
+  sub -= magic_bits;
+  const uint32_t norm = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+  uint32_t o = u >= (uint32_t)(127 + 16) << 23 ? (u > 0x7f800000u ? 0x7e00u : 0x7c00u)
+               : (u < 113u << 23 ? sub : norm);
+  return (uint16_t)(o | (sign >> 16));
+}
+#endif
+static inline float tl_round_f16(float x) { return tl_f16_to_f32(tl_f32_to_f16(x)); }
+
 /* erf for GELU: a rational approximation on [-4, 4] (beyond it erf rounds to +-1 in f32),
    about twice as fast as libmvec's erff; max abs error 3.5e-7 over every float (measured,
    and tested against double precision in tests/codegen_cpu/test_vector_math.py). NaN passes

@@ -127,7 +127,7 @@ class Emitter:
         if ir_dtype in ("bf16", "f16"):  # c10::Half also converts a double through float
             source = self.convert(e, "f32")
             text = (f"tl_round_bf16({source.text})" if ir_dtype == "bf16"
-                    else f"(float)(_Float16){source.text}")
+                    else f"tl_round_f16({source.text})")
             rounded = self.emit(text, "f32", "rnd")
             self.unrounded[rounded.text] = source.text
             return rounded
@@ -143,7 +143,7 @@ def load_text(pointer: str, offset: str, ir_dtype: str) -> str:
     if ir_dtype == "bf16":
         return f"tl_bf16_to_f32({element})"
     if ir_dtype == "f16":
-        return f"(float){element}"
+        return f"tl_f16_to_f32({element})"
     if ir_dtype == "b8":
         return f"({element} != 0)"
     return element
@@ -155,8 +155,9 @@ def store_text(pointer: str, offset: str, e: Expr, ir_dtype: str,
     ``unrounded``: the f32 value ``e`` is the bf16/f16 rounding of, converted directly."""
     if unrounded is not None and ir_dtype in ("bf16", "f16"):
         e = Expr(unrounded, "f32", e.inner)
-    if ir_dtype == "bf16":
-        value = f"tl_f32_to_bf16({e.text if e.dtype == 'f32' else f'(float){par(e.text)}'})"
+    if ir_dtype in ("bf16", "f16"):  # from double through float, as c10 converts
+        value = (f"tl_f32_to_{ir_dtype}("
+                 f"{e.text if e.dtype == 'f32' else f'(float){par(e.text)}'})")
     elif ir_dtype == "b8":
         value = f"(uint8_t)({e.text} != 0)" if e.dtype != "b8" else f"(uint8_t){par(e.text)}"
     else:

@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-#: IR dtype -> C type of the values in memory (bf16 as its bits; bool as one byte)
-STORAGE = {"f64": "double", "f32": "float", "f16": "_Float16", "bf16": "uint16_t",
+#: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
+STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
            "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
            "u8": "uint8_t", "b8": "uint8_t"}
 ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,

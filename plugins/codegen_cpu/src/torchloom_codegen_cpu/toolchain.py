@@ -86,7 +86,8 @@ def probe(cc: str, directory: Path, timeout: float) -> Toolchain:
     CPU, so a warm process runs no compiler at all."""
     try:
         st = os.stat(cc)
-        stamp = f"{os.path.realpath(cc)}:{st.st_size}:{st.st_mtime_ns}:{cpu_features()}"
+        stamp = (f"{os.path.realpath(cc)}:{st.st_size}:{st.st_mtime_ns}:{cpu_features()}:"
+                 f"{' '.join(FLAGS)}")
     except OSError:
         stamp = None
     record = None
@@ -126,8 +127,12 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
                                  *libs], capture_output=True, timeout=timeout).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             ok = False
-    return Toolchain(cc, version, (*FLAGS, "-DTL_LIBMVEC") if ok else FLAGS,
-                     libs if ok else ("-lm",), ok, features)
+    flags = FLAGS
+    if ok:
+        # gcc vectorizes calls to the prelude's `declare simd` libm declarations; clang maps
+        # libm calls to libmvec itself (exp, log, sin, cos, pow as of clang 14)
+        flags = (*FLAGS, "-DTL_LIBMVEC", *(("-fveclib=libmvec",) if "clang" in version else ()))
+    return Toolchain(cc, version, flags, libs if ok else ("-lm",), ok, features)
 
 
 def library_path(directory: Path, source: str, tc: Toolchain) -> Path:
