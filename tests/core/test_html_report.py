@@ -46,7 +46,9 @@ def transformer(tmp_path_factory):
     os.environ["TORCHLOOM_CACHE_DIR"] = str(tmp / "cache")
     try:
         recorder = PassIRRecorder()
-        result = explain(ROOT / "examples" / "transformer_block.py", instruments=[recorder])
+        # relative to where pytest runs (the page's title shows it)
+        result = explain(os.path.relpath(ROOT / "examples" / "transformer_block.py"),
+                         instruments=[recorder])
         page = write_html(result, tmp / "report.html", recorder)
     finally:
         del os.environ["TORCHLOOM_CACHE_DIR"]

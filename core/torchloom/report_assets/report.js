@@ -30,7 +30,7 @@
   const shortOp = (op) => op.replace(/^aten\./, "").replace(/\.default$/, "");
 
   /* ---- layout ------------------------------------------------------------------- */
-  function layout(widths, edges) {
+  function layout(widths, edges, cluster) {
     const n = widths.length, succ = [], pred = [];
     for (let i = 0; i < n; i++) { succ.push([]); pred.push([]); }
     for (const [a, b] of edges) { succ[a].push(b); pred[b].push(a); }
@@ -50,12 +50,14 @@
       for (const u of order) deepest = Math.max(deepest, layer[u]);
       for (let i = 0; i < n; i++) if (!seen[i]) { layer[i] = deepest + 1; order.push(i); }
     }
-    for (let k = order.length - 1; k >= 0; k--) {  // sources (graph inputs) sit just
-      const u = order[k];                         // above their first reader
-      if (pred[u].length || !succ[u].length) continue;
+    // a node with no more inputs than readers moves down to just above its first reader
+    // (no edge gets longer in total): graph inputs and weight transposes sit by their use
+    for (let k = order.length - 1; k >= 0; k--) {
+      const u = order[k];
+      if (!succ[u].length || pred[u].length > succ[u].length) continue;
       let first = Infinity;
       for (const v of succ[u]) first = Math.min(first, layer[v]);
-      layer[u] = first - 1;
+      if (first - 1 > layer[u]) layer[u] = first - 1;
     }
     const sparse = [];
     for (const u of order) (sparse[layer[u]] = sparse[layer[u]] || []).push(u);
@@ -73,7 +75,17 @@
           for (const v of ns) s += pos[v];
           key.set(u, ns.length ? s / ns.length : pos[u]);
         }
-        l.sort((a, b) => key.get(a) - key.get(b));
+        if (cluster) {  // the units of one box side by side, where its members average
+          const sum = new Map(), cnt = new Map();
+          for (const u of l) {
+            const c = cluster[u];
+            if (c >= 0) { sum.set(c, (sum.get(c) || 0) + key.get(u)); cnt.set(c, (cnt.get(c) || 0) + 1); }
+          }
+          const at = (u) => (cluster[u] >= 0 ? sum.get(cluster[u]) / cnt.get(cluster[u]) : key.get(u));
+          l.sort((a, b) => at(a) - at(b) || cluster[a] - cluster[b] || key.get(a) - key.get(b));
+        } else {
+          l.sort((a, b) => key.get(a) - key.get(b));
+        }
         l.forEach((u, i) => { pos[u] = i; });
       }
     };
@@ -141,7 +153,8 @@
       const labels = units.map((u) => u.node ? nodeLabel(u.node)
         : `group ${u.group} · ${groups[u.group].ops} ops · ${groups[u.group].codegen || "?"}`);
       const widths = labels.map((l) => Math.max(48, Math.min(320, l.length * CHAR_W + 14)));
-      const L = layout(widths, edges);
+      const cluster = units.map((u) => { const b = nodes[u.nodes[0]].box; return b === null || b === undefined ? -1 : b; });
+      const L = layout(widths, edges, cluster);
       panel.positions = L;
       panel.units = units;
       const out = [];
@@ -161,7 +174,7 @@
       }));
       frames("box", boxMembers).forEach((b, bid) => {
         out.push(`<rect class="box" data-box="${bid}" x="${b[0] - 8}" y="${b[1] - 16}" width="${b[2] - b[0] + 16}" height="${b[3] - b[1] + 24}"/>`,
-                 `<text class="box-label" x="${b[0] - 4}" y="${b[1] - 5}">${esc(g.boxes[bid].label)}</text>`);
+                 `<text class="box-label" x="${b[0] - 4}" y="${b[1] - 5}">${esc(g.boxes[bid].label.replace(/^torchloom\./, ""))}</text>`);
       });
       const groupMembers = [];
       units.forEach((u, i) => { if (u.node && u.group !== null) groupMembers.push([u.group, i]); });
