@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock
 import torch
 from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, default_cache_dir,
                            env_flag)
@@ -40,6 +41,7 @@ from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
 from torchloom_codegen_triton.kernel import KernelWriter
 from torchloom_codegen_triton.plan import wider_configs
+from torchloom_codegen_triton.tiled import tile_grid
 
 log = logging.getLogger("torchloom.codegen_triton")
 
@@ -251,6 +253,8 @@ class Launcher:
                     ) if self.programs is None else (self.programs,)
             if self.splits:  # a split reduction: one program per row block and chunk
                 grid = (grid[0], self.splits)
+            if "tiles" in self.meta:  # tiled pointwise: one program per tile
+                grid = (tile_grid(self.meta["tiles"], config),)
             plan = (grid, tuple(blocks.values()), blocks, config.get("num_warps", 4), config)
             self._plans[id(config)] = plan
         return plan
@@ -281,6 +285,16 @@ class Launcher:
             self._fast[key] = compiled  # specialised for 16-byte aligned pointers (these are)
 
     def _autotune(self, args, outs) -> None:
+        # processes tuning the same kernel at once (DDP ranks): one tunes, the others wait
+        # for its record and take it
+        with FileLock(str(self.tune_path) + ".lock"):
+            if self.tune_path.exists():
+                self.apply_tuning(json.loads(self.tune_path.read_text()))
+                self._fast.clear()
+                return
+            self._tune(args, outs)
+
+    def _tune(self, args, outs) -> None:
         from triton.testing import do_bench
         timings = []
         configs = self.meta["configs"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torchloom.api import (DTYPES, InputRef, Node, ScalarType, TensorType, Value, print_graph,
                            structural_hash)
 
@@ -32,13 +31,14 @@ from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, broadcast,
                                                delinear, reshape, view_coords)
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
-                                          literal)
+                                          literal, named_args, promote_dtype)
 from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.plan import drop_unused, next_pow2, reduction_configs
 from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_triton.rowcol import (FINISH_BLOCK, ColumnPartials,
                                              split_rows_and_columns)
 from torchloom_codegen_triton.split import SplitReduction, plan_split
+from torchloom_codegen_triton.tiled import plan_tiles, tile_grid, tiled_body, tiled_metadata
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -56,7 +56,9 @@ def tensor_type(v: Value) -> TensorType:
 class KernelWriter:
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
 
-    def __init__(self, group: Node, registry: Any, max_persistent: int = 4096):
+    def __init__(self, group: Node, registry: Any, max_persistent: int = 4096,
+                 probe: bool = False):
+        """``probe``: only to compute values at symbolic coordinates (tiled.py)."""
         self.group = group
         self.region = group.region
         self.registry = registry
@@ -70,6 +72,9 @@ class KernelWriter:
         self.col: ColumnPartials | None = None
         #: the plan of a split reduction (split.py), if any
         self.split: SplitReduction | None = None
+        #: (input, address) of every load emitted; the tiled form's (d0, d1) (tiled.py)
+        self.load_offsets: list[tuple[Value, str]] = []
+        self.tiles: tuple[int, int] | None = None
         self._check_region()
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
@@ -79,6 +84,8 @@ class KernelWriter:
         else:
             self._plan_pointwise()
         self.em = Emitter(looped=self.looped, hardware_bf16=self.device.startswith("cuda"))
+        if self.kind == "pointwise" and not probe:
+            self.tiles = plan_tiles(self)
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -182,14 +189,14 @@ class KernelWriter:
         if spec.args == "cast":
             return self.em.cast(tensors[0], t.dtype)
         if spec.args == "promote":
-            target = _promote([i.type.dtype for i in node.inputs], node.attrs)
+            target = promote_dtype([i.type.dtype for i in node.inputs], node.attrs)
             tensors = [self.em.convert(e, target) for e in tensors]
         elif spec.args == "out":
             tensors = [self.em.convert(e, out) for e in tensors]
         elif spec.args == "where":
             tensors = [self.em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
         named = {}
-        for name, value in _named_args(opdef, node).items():
+        for name, value in named_args(opdef, node).items():
             if isinstance(value, InputRef):
                 named[name] = par(tensors[int(value)].text)
             elif isinstance(value, (bool, int, float)):
@@ -202,7 +209,10 @@ class KernelWriter:
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         offset = address(coords, t.actual_strides(), t.shape, self.known)
+        self.load_offsets.append((v, offset))
         rdep = self.em.depends_on_r(offset)
+        if self.tiles is not None and self.em.depends_on_x(offset):
+            offset = f"{offset} + 0 * xindex"  # every pointer block of the tile's shape
         if not rdep and not self.em.depends_on_x(offset):  # one element for every lane
             text = f"tl.load(in_{v.name} + {offset} + 0 * xindex)"
         else:
@@ -216,8 +226,8 @@ class KernelWriter:
         t = tensor_type(v)
         e = self.value_at(v, coords)
         offset = address(coords, t.actual_strides(), t.shape, self.known)
-        if not self.em.depends_on_x(offset):  # a block of pointers, even for one element
-            offset = f"{offset} + 0 * xindex"
+        if not self.em.depends_on_x(offset) or self.tiles is not None:
+            offset = f"{offset} + 0 * xindex"  # a block of pointers, even for one element
         if e.rdep and not self.em.depends_on_r(offset):
             offset = f"{offset} + 0 * rindex"
         rdep = self.em.depends_on_r(offset)
@@ -259,6 +269,8 @@ class KernelWriter:
                                                               *self.region.outputs]
             if isinstance(v.type, TensorType))
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        if self.tiles is not None:
+            return tiled_body(self, *self.tiles)
         if self.kind == "pointwise":
             em.statement(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", False)
             em.statement(f"xmask = xindex < {self.numel}", False)
@@ -364,6 +376,7 @@ class KernelWriter:
             finish, self.finish_outputs = two_stage.finish_source(names)
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"]
                                               if self.kind == "reduction" else [])
+        params += ["YBLOCK: tl.constexpr"] if self.tiles is not None else []
         header = ["# torchloom triton kernel for this group:"]
         header += ["#   " + line for line in print_graph(self.region).splitlines()]
         form = "pointwise" if self.kind == "pointwise" else (
@@ -397,6 +410,8 @@ class KernelWriter:
         else:
             meta.update(rows=self.rows, rnumel=self.rnumel, grid_size=self.rows)
             meta["configs"] = self.configs
+        if self.tiles is not None:
+            meta.update(tiled_metadata(self, *self.tiles))
         meta["config"] = meta["configs"][0]
         if self.col is not None:
             meta.update(programs=self.col.programs, scratch=self.col.scratch, finish={
@@ -419,6 +434,8 @@ class KernelWriter:
         written = sum(_distinct_elements(tensor_type(v)) * _itemsize(v)
                       for v in dict.fromkeys(self.region.outputs))
         programs = -(-self.grid_size() // config["XBLOCK"]) if self.grid_size() else 0
+        if self.tiles is not None:
+            programs = tile_grid(tiled_metadata(self, *self.tiles)["tiles"], config)
         if self.col is not None:  # the partial column sums go through the scratch buffer
             scratch_written, scratch_read = self.col.traffic()
             read, written = read + scratch_read, written + scratch_written
@@ -431,30 +448,6 @@ class KernelWriter:
 
     def grid_size(self) -> int:
         return self.numel if self.kind == "pointwise" else self.rows
-
-
-def _named_args(opdef, node: Node) -> dict[str, Any]:
-    if opdef.schema is None:
-        return {"self": InputRef(0)} if node.inputs else {}
-    named, next_input = {}, 0
-    for arg in opdef.schema.arguments:
-        if arg.name in node.attrs:
-            named[arg.name] = node.attrs[arg.name]
-        elif next_input < len(node.inputs):
-            named[arg.name] = InputRef(next_input)
-            next_input += 1
-    return named
-
-
-def _promote(dtypes: list[str], attrs_) -> str:
-    result = DTYPES[dtypes[0]]
-    for d in dtypes[1:]:
-        result = torch.promote_types(result, DTYPES[d])
-    other = attrs_.get("other")
-    if isinstance(other, float) and not result.is_floating_point:
-        result = torch.float32
-    name = next(k for k, v in DTYPES.items() if v == result)
-    return COMPUTE[name]
 
 
 #: scalar group inputs the kernel takes as arguments -> their compute dtype

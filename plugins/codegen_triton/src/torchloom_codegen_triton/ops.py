@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import torch
+from torchloom.api import DTYPES, InputRef
 
 #: IR dtype -> Triton dtype of the values in memory
 STORAGE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
@@ -269,3 +271,30 @@ VIEWS = {
     "aten.split.Tensor": "split", "aten.split_with_sizes.default": "split_with_sizes",
     "aten.unbind.int": "unbind",
 }
+
+
+def named_args(opdef, node) -> dict[str, Any]:
+    """``node``'s arguments by schema name: attributes as they are, tensor inputs as
+    ``InputRef``s in order."""
+    if opdef.schema is None:
+        return {"self": InputRef(0)} if node.inputs else {}
+    named, next_input = {}, 0
+    for arg in opdef.schema.arguments:
+        if arg.name in node.attrs:
+            named[arg.name] = node.attrs[arg.name]
+        elif next_input < len(node.inputs):
+            named[arg.name] = InputRef(next_input)
+            next_input += 1
+    return named
+
+
+def promote_dtype(dtypes: list[str], attrs_) -> str:
+    """The compute dtype torch promotes ``dtypes`` (and a float ``other``) to."""
+    result = DTYPES[dtypes[0]]
+    for d in dtypes[1:]:
+        result = torch.promote_types(result, DTYPES[d])
+    other = attrs_.get("other")
+    if isinstance(other, float) and not result.is_floating_point:
+        result = torch.float32
+    name = next(k for k, v in DTYPES.items() if v == result)
+    return COMPUTE[name]

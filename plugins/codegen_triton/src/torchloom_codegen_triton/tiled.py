@@ -1,0 +1,111 @@
+"""2-D tiles for pointwise kernels whose inputs are laid out across the outputs' walk.
+
+A pointwise kernel walks its outputs in their memory order, so an input contiguous along
+another dim (a transposed input: ``x.t() + y``) is read with one scalar, strided load per
+element. The tiled form iterates over ``[YBLOCK, XBLOCK]`` tiles of two dims instead: ``xs``
+along the outputs' innermost dim ``d0``, ``ys`` along the input's innermost dim ``d1``
+(the other dims: one coordinate per program). Both the stores and that input's loads are
+then contiguous along one axis of the tile, and Triton's layout conversion (through shared
+memory on a GPU) turns the tile between them.
+
+``plan_tiles`` finds ``(d0, d1)`` by probing: the group's outputs are computed at symbolic
+coordinates ``p0, p1, ...`` and every load's address is read for the dim it moves by one
+element.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from torchloom_codegen_triton.indexing import delinear
+
+if TYPE_CHECKING:
+    from torchloom_codegen_triton.kernel import KernelWriter
+
+#: the shortest dims worth a tile
+MIN_TILE_DIM = 16
+_PROBE = re.compile(r"p(\d+)\Z")
+
+
+def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
+    """``(d0, d1)``: the outputs' innermost dim and the dim a large input is contiguous
+    along, when they differ; None when every large input follows the outputs' walk."""
+    from torchloom_codegen_triton.kernel import KernelWriter, memory_order, tensor_type
+    outputs = [tensor_type(v) for v in w.region.outputs]
+    shape = tuple(outputs[0].shape)
+    if len(shape) < 2 or any(tuple(t.shape) != shape for t in outputs):
+        return None
+    orders = {memory_order(t) for t in outputs}
+    if len(orders) != 1:
+        return None
+    d0 = orders.pop()[-1]
+    probe = KernelWriter(w.group, w.registry, probe=True)
+    coords = tuple(f"p{d}" for d in range(len(shape)))
+    probe.em.xnames.update(coords)
+    for v in w.region.outputs:
+        probe.value_at(v, coords)
+    for v, offset in probe.load_offsets:
+        t = tensor_type(v)
+        if _elements(t) * 4 < w.numel:  # small (broadcast) inputs stay in cache
+            continue
+        unit = [int(m.group(1)) for term in offset.split(" + ")
+                if (m := _PROBE.match(term.strip()))]
+        if d0 in unit or len(unit) != 1:
+            continue
+        d1 = unit[0]
+        if min(shape[d0], shape[d1]) >= MIN_TILE_DIM:
+            return d0, d1
+    return None
+
+
+def tiled_body(w: "KernelWriter", d0: int, d1: int) -> list[str]:
+    """The kernel body of the tiled form (see the module docstring)."""
+    em = w.em
+    s0, s1 = w.shape[d0], w.shape[d1]
+    tx, ty = f"(({s0} + XBLOCK - 1) // XBLOCK)", f"(({s1} + YBLOCK - 1) // YBLOCK)"
+    em.statement("pid = tl.program_id(0)", False)
+    em.statement(f"tx = pid % {tx}", False)
+    em.statement(f"ty = pid // {tx} % {ty}", False)
+    em.statement(f"to = pid // ({tx} * {ty})", False)
+    em.statement("xs = (tx * XBLOCK + tl.arange(0, XBLOCK))[None, :]", False)
+    em.statement("ys = (ty * YBLOCK + tl.arange(0, YBLOCK))[:, None]", False)
+    em.statement(f"xmask = (xs < {s0}) & (ys < {s1})", False)
+    em.statement("xindex = ys * XBLOCK + xs", False)  # a [YBLOCK, XBLOCK] block of lanes
+    em.xnames.update({"xs", "ys"})
+    other = [d for d in range(len(w.shape)) if d not in (d0, d1)]
+    coords = [""] * len(w.shape)
+    coords[d0], coords[d1] = "xs", "ys"
+    for k, (d, c) in enumerate(zip(other, delinear("to", [w.shape[d] for d in other]))):
+        if c != "0":
+            em.statement(f"o{k} = {c}", False)
+            c = f"o{k}"
+        coords[d] = c
+    for i, v in enumerate(w.region.outputs):
+        w._store(i, v, tuple(coords))
+    return em.lines
+
+
+def tiled_metadata(w: "KernelWriter", d0: int, d1: int) -> dict[str, Any]:
+    from torchloom_codegen_triton.plan import next_pow2
+    s0, s1 = w.shape[d0], w.shape[d1]
+    configs = [{"XBLOCK": min(x, next_pow2(s0)), "YBLOCK": min(y, next_pow2(s1)),
+                "num_warps": nw} for x, y, nw in ((64, 32, 4), (32, 32, 4), (128, 16, 4),
+                                                  (64, 64, 8))]
+    configs = [c for i, c in enumerate(configs) if c not in configs[:i]]
+    others = w.numel // (s0 * s1)
+    return {"form": "tiled pointwise", "tiles": {"x": s0, "y": s1, "other": others},
+            "configs": configs}
+
+
+def tile_grid(tiles: dict[str, int], config: dict[str, int]) -> int:
+    """Programs of a tiled kernel under ``config``."""
+    return tiles["other"] * -(-tiles["y"] // config["YBLOCK"]) * -(-tiles["x"] //
+                                                                    config["XBLOCK"])
+
+
+def _elements(t) -> int:
+    n = 1
+    for d, s in zip(t.shape, t.actual_strides()):
+        n *= d if s != 0 else 1
+    return n
