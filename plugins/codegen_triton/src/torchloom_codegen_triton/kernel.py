@@ -4,13 +4,17 @@ Two kernel kinds share one writer:
 
 - *pointwise*: a 1-D grid over the elements of the outputs (all of one element count);
   each output is walked in its own memory order (coalesced stores, and loads of inputs
-  laid out alike), every value computed at coordinates delinearised from ``xindex``.
+  laid out alike), every value computed at coordinates delinearised from ``xindex``. An
+  input laid out across that walk (transposed) makes it a grid of 2-D tiles (tiled.py).
 - *reduction*: all reductions of the group reduce the same dims of the same shape P; a
   program handles ``XBLOCK`` rows (the kept dims) x the reduced dims (``rindex``). Rows up
   to ``max_persistent`` elements are held whole in registers (persistent form); longer
-  rows loop over ``RBLOCK`` chunks, one loop per reduction plus one for the epilogue.
-  Column reductions (kept dims innermost) loop over tiles of many rows x a short chunk.
-  Every output has the shape P (stored per element) or a row shape (stored per row).
+  rows loop over ``RBLOCK`` chunks, one pass per level of dependent reductions plus one
+  for the epilogue (looped.py: Welford, online softmax). Column reductions (kept dims
+  innermost) loop over tiles of many rows x a short chunk. Every output has the shape P
+  (stored per element) or a row shape (stored per row). Reductions with a small output
+  are split into chunks (split.py), and row reductions may share the kernel with column
+  reductions of the same P (rowcol.py); both finish in a second, small kernel.
 
 Low-precision (f16/bf16) values are computed in f32 and rounded wherever eager rounds (an
 op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
