@@ -137,7 +137,8 @@ class Launcher:
         fn.argtypes = [*argtypes, *[ctypes.c_void_p] * len(meta["outputs"]), ctypes.c_int]
         fn.restype = None
         self.fn = fn
-        self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]])
+        self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]],
+                         tuple(o["strides"]) == _contiguous(o["shape"]))
                         for o in meta["outputs"]]
         self.checks = []
         self.scalars = {i for i, d in enumerate(meta["inputs"]) if "scalar" in d}
@@ -147,18 +148,27 @@ class Launcher:
             dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
             self.checks.append((i, dims, tuple(d["strides"][k] for k in dims),
                                 tuple(d["shape"]), tuple(d["strides"])))
-        self.empty = all(0 in shape for shape, _, _ in self.outputs)  # nothing to write
+        self.empty = all(0 in o[0] for o in self.outputs)  # nothing to write
 
     def __call__(self, *args):
         args = list(args)
         for i, dims, expected, shape, strides in self.checks:
             stride = args[i].stride()
-            if tuple(stride[k] for k in dims) != expected:
+            if stride != strides and tuple(stride[k] for k in dims) != expected:
                 fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype)
                 args[i] = fixed.copy_(args[i])
-        outs = [torch.empty_strided(shape, strides, dtype=dtype)
-                for shape, strides, dtype in self.outputs]
+        outs = [torch.empty(shape, dtype=dtype) if contiguous else
+                torch.empty_strided(shape, strides, dtype=dtype)
+                for shape, strides, dtype, contiguous in self.outputs]
         if not self.empty:
             pointers = [a if i in self.scalars else a.data_ptr() for i, a in enumerate(args)]
             self.fn(*pointers, *[o.data_ptr() for o in outs], torch.get_num_threads())
         return tuple(outs)
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
