@@ -97,7 +97,8 @@ def describe_kernels(graph: Graph, registry: OpRegistry,
     out: list[KernelDetail] = []
     for node in graph.nodes:
         if node.op == FUSION_GROUP:
-            kernel = sources[node]
+            # a group no codegen generated for (never compiled): described op by op
+            kernel = sources.get(node) or KernelSource("eager", "")
             meta = kernel.metadata
             compulsory = _io_bytes(node.inputs) + _io_bytes(node.outputs)
             if all(k in meta for k in ("grid", "bytes_read", "bytes_written")):
