@@ -336,10 +336,11 @@ class Graph:
                     count += 1
         new.uses.extend(old.uses)
         old.uses.clear()
-        for i, v in enumerate(self.outputs):
-            if v is old:
-                self.outputs[i] = new
-                count += 1
+        if old in self.outputs:  # (a scan in C; the loop only when there is work)
+            for i, v in enumerate(self.outputs):
+                if v is old:
+                    self.outputs[i] = new
+                    count += 1
         return count
 
     def replace_uses(self, mapping: Mapping[Value, Value]) -> int:
