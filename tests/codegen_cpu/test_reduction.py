@@ -169,7 +169,8 @@ CASES = {
         "%t3: f32[96], %t1: f32[32, 96], %t4: f32[32, 96], %t5: f32[96]"),
         lambda: (randn(32, 96), randn(32, 1), randn(32, 1).abs(), randn(32, 96), randn(96))),
     "layer_norm_backward_rows_and_columns": (group_text(
-        "%g: f32[64, 48], %w: f32[48], %x: f32[64, 48], %m: f32[64, 1], %r: f32[64, 1], %t: f32[64, 48]",
+        "%g: f32[64, 48], %w: f32[48], %x: f32[64, 48], %m: f32[64, 1], %r: f32[64, 1], "
+        "%t: f32[64, 48]",
         """
         %t0 = aten.mul.Tensor(%g, %w) : f32[64, 48]
         %t1 = aten.mul.Tensor(%t0) {other = 48} : f32[64, 48]

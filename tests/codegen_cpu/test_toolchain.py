@@ -171,9 +171,8 @@ def workload(device="cpu"):
 
 def test_a_graphs_groups_are_one_library(monkeypatch, tmp_path):
     """The runtime hands the codegen every group of a graph first (prepare): an MLP block's
-    training step (LayerNorm, Linear, GELU, Linear, residual: three groups per graph) builds one library per graph, one compiler call
-    each; a compiler that fails on the whole translation unit leaves each group to build
-    alone."""
+    training step (LayerNorm, Linear, GELU, Linear, residual: three groups per graph) builds
+    one library per graph, one compiler call each."""
     monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path))
     workload = tmp_path / "block.py"
     workload.write_text(MLP_BLOCK)

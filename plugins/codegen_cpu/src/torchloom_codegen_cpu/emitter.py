@@ -17,7 +17,8 @@ import attrs
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, STORAGE
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z|\(\((float|double|u?int\d+_t|_Bool)\)[^()]*\)\Z"
+_LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z"
+                      r"|\(\((float|double|u?int\d+_t|_Bool)\)[^()]*\)\Z"
                       r"|\(-\((float|double)\)INFINITY\)\Z")
 
 

@@ -78,8 +78,8 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     """The max (``argmax``) or min (``argmin``) along the row and its index (int64)."""
     em = w.em
     best, index = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
-    em.statement(f"{CTYPE[dtype]} {best} = {identity('max' if kind == 'argmax' else 'min', dtype)};",
-                 False)
+    start = identity("max" if kind == "argmax" else "min", dtype)
+    em.statement(f"{CTYPE[dtype]} {best} = {start};", False)
     em.statement(f"int64_t {index} = 0;", False)
     em.begin_phase()
     v = em.convert(value(), dtype).text
