@@ -209,8 +209,6 @@ class Compiler:
                                                  registry=self.registry)
         except UnsupportedError as exc:
             return self._eager(gm, name, f"frontend: {exc}")
-        if imported.symbolic:
-            return self._eager(gm, name, "symbolic (dynamic) shapes are not compiled yet")
         if self.target is not None:  # traced here, compiled for the target's device
             retarget(imported.graph, self.device)
         try:

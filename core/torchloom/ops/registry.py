@@ -254,8 +254,11 @@ def _reaches(op: OpDef, node: Node) -> bool:
 
 
 def _scalar_example(t: Type):
-    if isinstance(t, ScalarType) and t.kind in ("int", "float", "bool"):
-        return {"int": 1, "float": 1.0, "bool": True}[t.kind]
+    # an int value (a SymInt: a size of a dynamic graph) may be any size: a shape
+    # inferred from an example of it would be wrong, so types depending on it are
+    # not inferred (the FX graph's own types are kept)
+    if isinstance(t, ScalarType) and t.kind in ("float", "bool"):
+        return {"float": 1.0, "bool": True}[t.kind]
     raise _Symbolic
 
 
