@@ -174,6 +174,11 @@ class Compiler:
                                      self.target_memo, repro_dir=self.cache_dir / "reproducers",
                                      warned=self.warned)
             comp.fn = fallback
+            if dump is not None:  # the kernels generated for the target
+                dump.mkdir(parents=True, exist_ok=True)
+                for i, choice in enumerate(comp.static.choices):
+                    source = comp.static.sources[choice.node].source
+                    (dump / f"group{i}-{choice.codegen}.txt").write_text(source)
             comp.notes = [f"{r}: its groups are described op by op" for r in declined] + list(
                 self.notes) + comp.report.notes + [n for n in ctx.notes
                                                    if n not in comp.report.notes]

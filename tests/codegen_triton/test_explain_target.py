@@ -77,3 +77,11 @@ def test_a_target_that_is_not_a_cuda_architecture_is_a_user_error(tmp_path, caps
     (tmp_path / "work.py").write_text(POINTWISE)
     assert main(["explain", str(tmp_path / "work.py"), "--target", target]) == 2
     assert "expected a CUDA architecture such as sm_90" in capsys.readouterr().err
+
+
+def test_dump_writes_the_kernels_generated_for_the_target(tmp_path, capsys):
+    dump = tmp_path / "dump"
+    data = explain_target(tmp_path, capsys, ROW_SUM, "--dump", str(dump))
+    [source] = (dump / "graph0").glob("group0-triton.txt")
+    text = source.read_text()
+    assert "@triton.jit" in text and f"def {data['kernel_details'][0]['name']}(" in text
