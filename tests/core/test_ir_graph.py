@@ -181,3 +181,32 @@ def test_name_hints_become_names_the_parser_reads_back():
     g.set_outputs([y])
     assert x.name == "gr__e" and y.name == "a_b_c"
     assert print_graph(parse_graph(print_graph(g))) == print_graph(g)
+
+
+def test_moving_nodes_between_graphs_claims_names_and_keeps_use_lists():
+    g = parse_graph(CHAIN)
+    a, b, c, d = g.nodes
+    region = Graph("r")
+    p = region.add_input(T, "a")  # the name %a is taken in the region
+    region.move_node(a, None)  # from the graph to the front of the region
+    assert a.graph is region and a.output.graph is region and a.output.name != "a"
+    assert len(g) == 3 and len(region) == 1 and list(region.nodes) == [a]
+    assert a in g.inputs[0].uses  # use lists are the caller's to keep
+    g.move_node(d, None)  # within a graph: names stay
+    assert order(g) == ["d", "b", "c"]
+    g.detach(b)
+    assert b.graph is None and order(g) == ["d", "c"] and len(g) == 2
+    region.release_name(p.name)
+    assert region.fresh_name("a") == "a"
+    region.reset_names(["x"])
+    assert region.fresh_name("x") != "x" and region.fresh_name("a") == "a"
+
+
+def test_replace_uses_rewrites_many_values_and_the_outputs_once():
+    g = parse_graph(CHAIN)
+    a, b, c, d = g.nodes
+    assert g.replace_uses({b.output: a.output, d.output: a.output}) == 2  # c, an output
+    assert c.inputs == [a.output, a.output] and g.outputs == [c.output, a.output]
+    assert not b.output.uses and a.output.uses.count(c) == 2
+    g.erase_many([b, d])
+    verify(g)

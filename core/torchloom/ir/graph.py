@@ -324,6 +324,12 @@ class Graph:
         """Forget a name no value of this graph carries any more (it may be claimed again)."""
         self._names.discard(name)
 
+    def reset_names(self, names: Sequence[str]) -> None:
+        """After a pass renamed every value of this graph: ``names`` are the names now
+        taken, and fresh names count from the start again."""
+        self._names = set(names)
+        self._counter = 0
+
     def replace_all_uses(self, old: Value, new: Value) -> int:
         """Point every use of ``old`` (and graph outputs) at ``new``; returns the count."""
         if old is new:

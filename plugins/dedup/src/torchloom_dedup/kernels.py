@@ -141,5 +141,4 @@ def _rename(group: Node, key: str) -> None:
             v.name = f"t{count}"
             names.append(v.name)
             count += 1
-    region._names = set(names)
-    region._counter = 0
+    region.reset_names(names)
