@@ -19,6 +19,7 @@ from torchloom.errors import PipelineError
 from torchloom.explain import explain
 from torchloom.runtime.remote_cache import (RemoteSettings, remote_cache_from, sign,
                                             verify)
+from torchloom.testing.redis_server import free_port
 
 KEY = "fleet-secret"
 CONCURRENT = 4  # processes compiling at once (each imports torch: ~10 s of CPU)
@@ -59,12 +60,6 @@ def fleet(monkeypatch, redis_url, tmp_path):
 def remote_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
             if r.levelno == logging.WARNING and "remote cache" in r.getMessage()]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def entries(client, namespace: str) -> list[bytes]:

@@ -57,7 +57,7 @@ def tune_on_first_call(kernel, tmp_path, monkeypatch) -> None:
     import triton.testing
     calls = iter(range(100, 0, -1))
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep: next(calls))
-    kernel.tune_path = tmp_path / "tune.json"
+    kernel.tune_path = tmp_path / f"tune-{id(kernel)}.json"  # this kernel's own record
 
 
 def test_tuned_config_is_shared_and_applied(setup, tmp_path, monkeypatch, redis_client):
@@ -67,7 +67,7 @@ def test_tuned_config_is_shared_and_applied(setup, tmp_path, monkeypatch, redis_
     candidates = kernel.meta["configs"]
     assert len(candidates) > 1
     tune_on_first_call(kernel, tmp_path, monkeypatch)
-    torch.testing.assert_close(kernel(*inputs)[0], expected)
+    torch.testing.assert_close(kernel(*inputs)[0], expected, atol=1e-4, rtol=1e-4)  # any block order
     assert kernel.config == candidates[-1]
     assert len(list(redis_client.scan_iter("torchloom:tune:*"))) == 1
 
@@ -76,7 +76,7 @@ def test_tuned_config_is_shared_and_applied(setup, tmp_path, monkeypatch, redis_
     assert (cache.compiles, cache.remote_hits) == (0, 1)
     assert second.config == candidates[-1] and second.tune_path is None  # no tuning here
     assert remote.stats("tune")["hits"] == 1
-    torch.testing.assert_close(second(*inputs)[0], expected)
+    torch.testing.assert_close(second(*inputs)[0], expected, atol=1e-4, rtol=1e-4)  # any block order
 
 
 @pytest.mark.parametrize("bad", ["forged", "not a candidate"])
@@ -99,7 +99,7 @@ def test_bad_tuning_record_is_rejected_and_tuned_again(setup, tmp_path, monkeypa
     assert len(rejected) == 1 and remote.stats("tune")["errors"] == 1
     assert again.config != record["config"] and again.on_tuned is not None
     tune_on_first_call(again, tmp_path, monkeypatch)
-    torch.testing.assert_close(again(*inputs)[0], expected)
+    torch.testing.assert_close(again(*inputs)[0], expected, atol=1e-4, rtol=1e-4)  # any block order
     # tuned here and written back: the entry is valid again
     cache, codegen, _ = machine()
     third = cache.get_or_compile(codegen, group, registry)
