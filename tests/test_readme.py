@@ -21,3 +21,5 @@ def test_dev_demo_shows_ir_check_and_triton_source():
     assert "1 fusion groups, 1 kernels per call" in text
     assert "(matches eager)" in text
     assert "=== generated Triton kernel" in text and "@triton.jit" in text
+    assert "=== generated C kernel" in text and "#pragma omp simd" in text
+    assert "torchloom" in text and "x eager" in text
