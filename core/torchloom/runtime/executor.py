@@ -20,7 +20,7 @@ from torchloom.codegen.base import Reason, RegionKernel
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, InputRef, Node, Value
 from torchloom.ops.registry import OpRegistry
 from torchloom.runtime.group_failure import codegen_failed
-from torchloom.runtime.guards import describe_mismatch, guard_expressions
+from torchloom.runtime.guards import describe_mismatch, guard_expressions, symbolic_guard
 from torchloom.runtime.lowering import lower
 
 log = logging.getLogger("torchloom.runtime")
@@ -75,6 +75,11 @@ def build_function(graph: Graph, registry: OpRegistry,
             env["_fallback"] = _first_failing(checks, env, fallback)
             lines.append(f"    if {' or '.join(f'({expr})' for _, expr in checks)}:")
             lines.append(f"        return _fallback(({', '.join(params)},))")
+        symbolic = symbolic_guard(guarded, env)
+        if symbolic is not None:  # inputs with symbolic sizes: one generated check
+            env["_guard_failed"] = fallback
+            lines.append(f"    if (_failed := {symbolic}) is not None:")
+            lines.append(f"        return _guard_failed(({', '.join(params)},), _failed)")
     last_use = _last_uses(graph)
     # Locals are reused like registers: an output takes the name of an input that dies at
     # its node (as ``x = torch.mm(x, w)`` does), so dead values cost no extra statement.

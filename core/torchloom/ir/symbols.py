@@ -1,0 +1,179 @@
+"""Symbolic sizes: a dim that is not an int is a symbol (``s0``) or an expression of
+symbols as torch's ShapeEnv prints it (``2*s0``, ``s0*s1``, ``(s0//2)``, ``Max(s0, s1)``).
+
+Expressions are data read back from IR text, so they are never handed to ``eval`` or to
+sympy's parser: :func:`parse_dim` accepts integer arithmetic (``+ - * // / % **``, unary
+minus) over symbols and int literals, and the calls in :data:`FUNCTIONS`, and nothing
+else. The runtime evaluates them with the symbols bound from the actual inputs
+(:func:`evaluate`, or :func:`python_source` compiled once into a guard).
+
+A symbol is a lower-case word followed by digits (``s0``, ``s27``, ``u3``): torch's
+names for backed and unbacked sizes. :func:`rename_dim` renames them (the canonical form
+numbers symbols by first appearance, so that graphs equal up to their symbols' names
+share a kernel and a compile-cache entry).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+import re
+from fractions import Fraction
+from typing import Callable, Mapping, Union
+
+Dim = Union[int, str, None]
+
+SYMBOL = re.compile(r"\b[a-z]+[0-9]+\b")
+
+
+def _floor_div(a, b):
+    return math.floor(Fraction(a) / Fraction(b))
+
+
+def _ceil_div(a, b):
+    return math.ceil(Fraction(a) / Fraction(b))
+
+
+def _mod(a, b):
+    return a - b * math.floor(Fraction(a) / Fraction(b))
+
+
+#: function name in torch's printed expressions -> its integer meaning
+FUNCTIONS: dict[str, Callable] = {
+    "Max": max, "Min": min, "Abs": abs,
+    "floor": math.floor, "ceiling": math.ceil, "TruncToInt": math.trunc,
+    "FloorDiv": _floor_div, "CleanDiv": _floor_div, "CeilDiv": _ceil_div,
+    "Mod": _mod, "PythonMod": _mod, "IntTrueDiv": lambda a, b: Fraction(a) / Fraction(b),
+}
+
+_BINOPS: dict[type, Callable] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: _floor_div, ast.Div: lambda a, b: Fraction(a) / Fraction(b),
+    ast.Mod: _mod, ast.Pow: lambda a, b: a ** b,
+}
+
+
+class SymbolicDimError(ValueError):
+    """A dim's text is not an expression :func:`parse_dim` accepts."""
+
+
+def symbols_of(dim: Dim) -> list[str]:
+    """The symbols ``dim`` names, in order of first appearance."""
+    if not isinstance(dim, str):
+        return []
+    return list(dict.fromkeys(SYMBOL.findall(dim)))
+
+
+def is_symbol(dim: Dim) -> bool:
+    """Whether ``dim`` is one bare symbol (``s0``), not an expression of symbols."""
+    return isinstance(dim, str) and SYMBOL.fullmatch(dim) is not None
+
+
+def rename_dim(dim: Dim, names: Mapping[str, str]) -> Dim:
+    """``dim`` with each symbol renamed through ``names`` (symbols not in it unchanged)."""
+    if not isinstance(dim, str):
+        return dim
+    return SYMBOL.sub(lambda m: names.get(m.group(0), m.group(0)), dim)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_dim(text: str) -> ast.Expression:
+    """The checked syntax tree of a dim expression; :class:`SymbolicDimError` when it is
+    anything but integer arithmetic over symbols, int literals and :data:`FUNCTIONS`."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise SymbolicDimError(f"dim {text!r} is not an expression: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Expression, ast.Load)) or type(node) in _BINOPS:
+            continue
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not (
+                isinstance(node.right, ast.Constant) and 0 <= node.right.value <= 64):
+            raise SymbolicDimError(f"dim {text!r}: a power's exponent must be an int "
+                                   f"literal from 0 to 64")
+        if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd)):
+            continue
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            continue
+        if isinstance(node, ast.Name) and (SYMBOL.fullmatch(node.id) or node.id in FUNCTIONS):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in FUNCTIONS and not node.keywords:
+            continue
+        raise SymbolicDimError(f"dim {text!r}: {type(node).__name__} is not allowed in a size "
+                               f"expression")
+    return tree
+
+
+def evaluate(dim: Dim, bindings: Mapping[str, int]) -> int | None:
+    """The value of ``dim`` with its symbols bound; None for an unknown dim (``?``) or a
+    symbol ``bindings`` lacks."""
+    if dim is None or isinstance(dim, int):
+        return dim
+    if any(s not in bindings for s in symbols_of(dim)):
+        return None
+    value = _eval(parse_dim(dim).body, bindings)
+    if isinstance(value, Fraction):
+        if value.denominator != 1:
+            raise SymbolicDimError(f"dim {dim!r} is {value}, not an integer")
+        value = int(value)
+    return value
+
+
+def _eval(node: ast.AST, env: Mapping[str, int]):
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, env)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        return _BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+    return FUNCTIONS[node.func.id](*(_eval(a, env) for a in node.args))
+
+
+def python_source(dim: Dim, local_of: Callable[[str], str]) -> str:
+    """A Python expression computing ``dim``: symbols read the locals ``local_of(symbol)``
+    names, functions are ``_sym_<name>`` (bind them with :func:`guard_namespace`). Built
+    from the checked tree, so it contains nothing :func:`parse_dim` does not accept."""
+    if isinstance(dim, int):
+        return repr(dim)
+    if is_symbol(dim):
+        return local_of(dim)
+    tree = parse_dim(dim)
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name):
+            new = local_of(node.id) if SYMBOL.fullmatch(node.id) else f"_sym_{node.id}"
+            return ast.copy_location(ast.Name(new, ast.Load()), node)
+
+        def visit_BinOp(self, node: ast.BinOp):
+            self.generic_visit(node)
+            if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)):  # exact, as sympy's
+                name = {ast.FloorDiv: "FloorDiv", ast.Div: "IntTrueDiv", ast.Mod: "Mod"}[
+                    type(node.op)]
+                return ast.copy_location(ast.Call(ast.Name(f"_sym_{name}", ast.Load()),
+                                                  [node.left, node.right], []), node)
+            return node
+
+    body = Rename().visit(ast.parse(ast.unparse(tree), mode="eval")).body
+    return f"_sym_int({ast.unparse(ast.fix_missing_locations(body))})"
+
+
+def _to_int(value) -> int:
+    if isinstance(value, Fraction):
+        if value.denominator != 1:
+            raise SymbolicDimError(f"a size expression gave {value}, not an integer")
+        return int(value)
+    return value
+
+
+def guard_namespace() -> dict[str, Callable]:
+    """The functions :func:`python_source` expressions call."""
+    return {"_sym_int": _to_int, **{f"_sym_{k}": v for k, v in FUNCTIONS.items()}}
+
+
+__all__ = ["Dim", "SYMBOL", "FUNCTIONS", "SymbolicDimError", "symbols_of", "is_symbol",
+           "rename_dim", "parse_dim", "evaluate", "python_source", "guard_namespace"]
