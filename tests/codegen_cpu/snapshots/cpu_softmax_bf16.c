@@ -192,7 +192,6 @@ void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* 
     for (int64_t r = 0; r < 1000; r++) {
       const float e9 = buf_e[r];
       const float div10 = e9 / acc_sum5;
-      const float rnd11 = tl_round_bf16(div10);
       out_b[x * 1000 + r] = tl_f32_to_bf16(div10);
     }
   }

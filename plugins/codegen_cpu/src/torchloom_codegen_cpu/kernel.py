@@ -18,6 +18,7 @@ op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -328,13 +329,31 @@ class KernelWriter:
 
     def nest(self) -> list[str]:
         """This nest's parallel loop over rows, its body inside."""
-        lines = self.body()
+        lines = drop_unused(self.body())
         self.parallel = self.rows > 1 and self.numel >= PARALLEL_MIN
         out = ["#pragma omp parallel for num_threads(nthreads) schedule(static)"] \
             if self.parallel else []
         out.append(f"for (int64_t {self.outer} = 0; {self.outer} < {self.rows}; "
                    f"{self.outer}++) {{")
         return [*out, *("  " + line for line in lines), "}"]
+
+
+_DECLARATION = re.compile(r"\s*const [A-Za-z_0-9]+ ([A-Za-z_][A-Za-z0-9_]*) = ")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def drop_unused(lines: list[str]) -> list[str]:
+    """Remove const declarations nothing reads (coordinates a walk did not need), so the
+    source shows only what the kernel computes."""
+    used: set[str] = set()
+    kept: list[str] = []
+    for line in reversed(lines):
+        m = _DECLARATION.match(line)
+        if m and m.group(1) not in used:
+            continue
+        used.update(_NAME.findall(line))
+        kept.append(line)
+    return kept[::-1]
 
 
 def output_names(region) -> list[str]:
