@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchloom.codegen.eager import EagerCodegen
+from torchloom.errors import ParseError
 from torchloom.ir import parse_graph, print_graph, structural_hash
 from torchloom.ir.symbols import (SymbolicDimError, evaluate, guard_namespace, parse_dim,
                                   python_source, rename_dim, symbols_of)
@@ -49,7 +50,7 @@ def test_expressions_evaluate_as_torch_means_them(a, b):
         assert eval(source, guard_namespace(), {"v_s0": a, "v_s1": b}) == want, text
 
 
-@pytest.mark.parametrize("text", ['__import__("os")', "s0.real", "x", "[s0]", "lambda: 1",
+@pytest.mark.parametrize("text", ['__import__("os")', "s0.real", "Max", "s0(1)", "[s0]", "lambda: 1",
                                   "s0 if s1 else 2", "1.5", "s0**s1", "2**99999",
                                   "open(s0)", "Max(s0, key=s1)", "s0; s1"])
 def test_anything_but_size_arithmetic_is_rejected(text):
@@ -67,6 +68,7 @@ def test_symbols_are_found_and_renamed_in_order_of_appearance():
     assert symbols_of(8) == [] and symbols_of(None) == []
     assert rename_dim("2*s27*s3+s27", {"s27": "s0", "s3": "s1"}) == "2*s0*s1+s0"
     assert rename_dim("Max(s3,4)", {"s3": "s9"}) == "Max(s9,4)"  # function names untouched
+    assert symbols_of("Max(N,2*batch)") == ["N", "batch"]  # hand-written IR names its own
 
 
 def _graph(a: str, b: str, c: str) -> str:
@@ -90,6 +92,12 @@ def test_graphs_equal_up_to_symbol_names_hash_the_same():
 def test_symbolic_types_round_trip_through_text():
     text = _graph("s3", "s3", "s7")
     assert print_graph(parse_graph(text)) == text
+
+
+@pytest.mark.parametrize("dim", ['"__import__(\'os\')"', '"s0.real"', '"s0 if s1 else 2"'])
+def test_text_with_a_dim_that_is_not_size_arithmetic_does_not_parse(dim):
+    with pytest.raises(ParseError, match="not allowed|not an expression"):
+        parse_graph(_graph(dim, "s3", "s7"))
 
 
 SYMBOLIC = """\

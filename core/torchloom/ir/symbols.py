@@ -7,8 +7,9 @@ minus) over symbols and int literals, and the calls in :data:`FUNCTIONS`, and no
 else. The runtime evaluates them with the symbols bound from the actual inputs
 (:func:`evaluate`, or :func:`python_source` compiled once into a guard).
 
-A symbol is a lower-case word followed by digits (``s0``, ``s27``, ``u3``): torch's
-names for backed and unbacked sizes. :func:`rename_dim` renames them (the canonical form
+A symbol is any identifier but a function's name (torch names backed sizes ``s0``,
+``s27`` and unbacked ones ``u3``; IR written by hand may say ``N``). :func:`rename_dim`
+renames them (the canonical form
 numbers symbols by first appearance, so that graphs equal up to their symbols' names
 share a kernel and a compile-cache entry).
 """
@@ -24,7 +25,7 @@ from typing import Callable, Mapping, Union
 
 Dim = Union[int, str, None]
 
-SYMBOL = re.compile(r"\b[a-z]+[0-9]+\b")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _floor_div(a, b):
@@ -62,19 +63,19 @@ def symbols_of(dim: Dim) -> list[str]:
     """The symbols ``dim`` names, in order of first appearance."""
     if not isinstance(dim, str):
         return []
-    return list(dict.fromkeys(SYMBOL.findall(dim)))
+    return list(dict.fromkeys(w for w in _IDENT.findall(dim) if w not in FUNCTIONS))
 
 
 def is_symbol(dim: Dim) -> bool:
     """Whether ``dim`` is one bare symbol (``s0``), not an expression of symbols."""
-    return isinstance(dim, str) and SYMBOL.fullmatch(dim) is not None
+    return isinstance(dim, str) and _IDENT.fullmatch(dim) is not None and dim not in FUNCTIONS
 
 
 def rename_dim(dim: Dim, names: Mapping[str, str]) -> Dim:
     """``dim`` with each symbol renamed through ``names`` (symbols not in it unchanged)."""
     if not isinstance(dim, str):
         return dim
-    return SYMBOL.sub(lambda m: names.get(m.group(0), m.group(0)), dim)
+    return _IDENT.sub(lambda m: names.get(m.group(0), m.group(0)), dim)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -85,6 +86,7 @@ def parse_dim(text: str) -> ast.Expression:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise SymbolicDimError(f"dim {text!r} is not an expression: {exc.msg}") from None
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Expression, ast.Load)) or type(node) in _BINOPS:
             continue
@@ -96,8 +98,8 @@ def parse_dim(text: str) -> ast.Expression:
             continue
         if isinstance(node, ast.Constant) and type(node.value) is int:
             continue
-        if isinstance(node, ast.Name) and (SYMBOL.fullmatch(node.id) or node.id in FUNCTIONS):
-            continue
+        if isinstance(node, ast.Name) and (node.id in FUNCTIONS) == (id(node) in called):
+            continue  # a symbol, or a function being called
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in FUNCTIONS and not node.keywords:
             continue
@@ -146,7 +148,7 @@ def python_source(dim: Dim, local_of: Callable[[str], str]) -> str:
 
     class Rename(ast.NodeTransformer):
         def visit_Name(self, node: ast.Name):
-            new = local_of(node.id) if SYMBOL.fullmatch(node.id) else f"_sym_{node.id}"
+            new = f"_sym_{node.id}" if node.id in FUNCTIONS else local_of(node.id)
             return ast.copy_location(ast.Name(new, ast.Load()), node)
 
         def visit_BinOp(self, node: ast.BinOp):
@@ -175,5 +177,5 @@ def guard_namespace() -> dict[str, Callable]:
     return {"_sym_int": _to_int, **{f"_sym_{k}": v for k, v in FUNCTIONS.items()}}
 
 
-__all__ = ["Dim", "SYMBOL", "FUNCTIONS", "SymbolicDimError", "symbols_of", "is_symbol",
+__all__ = ["Dim", "FUNCTIONS", "SymbolicDimError", "symbols_of", "is_symbol",
            "rename_dim", "parse_dim", "evaluate", "python_source", "guard_namespace"]

@@ -9,7 +9,8 @@ graph @gelu(%x: f32[8192, 3072]) {
 ```
 
 Types: ``f32[8, 4]``, optionally followed by ``strided[1, 8]`` (non-contiguous) and
-``@cuda:0`` (non-CPU device); dims are ints, symbols or ``?``; scalars are ``int``,
+``@cuda:0`` (non-CPU device); dims are ints, symbols, quoted size expressions (``"2*s0"``,
+checked by :func:`torchloom.ir.symbols.parse_dim`) or ``?``; scalars are ``int``,
 ``float``, ``bool``, ``str``, ``none``, ``any``. Attribute values: ints, floats, strings,
 ``true``/``false``/``none``, lists ``[...]``, input references ``$i``, and torch enums
 ``#f32``, ``#contiguous_format``, ``#strided``, ``#cuda:0``. A region node ends with
@@ -28,6 +29,7 @@ import torch
 
 from torchloom.errors import ParseError
 from torchloom.ir.graph import Graph, InputRef, Node, Value
+from torchloom.ir.symbols import SymbolicDimError, parse_dim
 from torchloom.ir.types import DTYPE_NAMES, DTYPES, SCALAR_KINDS, ScalarType, TensorType, Type
 
 _ENUMS: dict[str, Any] = {
@@ -394,6 +396,11 @@ class _Parser:
                 dims.append(text)
             elif kind == "string":
                 dims.append(json.loads(text))
+                try:  # a size expression: arithmetic over symbols, nothing else
+                    parse_dim(dims[-1])
+                except SymbolicDimError as exc:
+                    self.i -= 1
+                    raise self.error(str(exc)) from None
             else:
                 self.i -= 1
                 raise self.error("expected a dim (int, symbol or ?)")

@@ -11,6 +11,8 @@ from typing import Union
 import attrs
 import torch
 
+from torchloom.ir.symbols import SymbolicDimError, parse_dim
+
 Dim = Union[int, str, None]
 
 #: short IR dtype name <-> torch dtype
@@ -140,7 +142,14 @@ def _dim_of(d) -> Dim:
         expr = d.node.expr
     except AttributeError:
         return None
-    return int(expr) if expr.is_number else str(expr).replace(" ", "")
+    if expr.is_number:
+        return int(expr)
+    text = str(expr).replace(" ", "")
+    try:  # what the text form and the runtime can read back, else an unknown dim
+        parse_dim(text)
+    except SymbolicDimError:
+        return None
+    return text
 
 
 def type_of(value) -> Type:
