@@ -245,3 +245,16 @@ def test_var_of_one_element_is_nan(check):
     text, inputs = CASES["var_of_one_element_is_nan"]
     (v,), _ = check(text, *inputs())
     assert torch.isnan(v).all()
+
+
+def test_reductions_of_size_one_dims(check):
+    """A [1, 1] input reduced over dim 0 (found by the fuzzer): every coordinate is 0, none
+    is the loop's index."""
+    text = group_text("%a: bf16[1, 1]", """
+        %v = aten.add.Tensor(%a, %a) : bf16[1, 1]
+        %r = aten.sum.dim_IntList(%v) {dim = [0]} : bf16[1]""", "%v: bf16[1, 1], %r: bf16[1]")
+    check(text, torch.tensor([[1.5]], dtype=torch.bfloat16))
+    text = group_text("%a: f32[1, 5, 1]", """
+        %s = aten.amax.default(%a) {dim = [1], keepdim = true} : f32[1, 1, 1]
+        %d = aten.sub.Tensor(%a, %s) : f32[1, 5, 1]""", "%d: f32[1, 5, 1], %s: f32[1, 1, 1]")
+    check(text, torch.randn(1, 5, 1))

@@ -30,7 +30,7 @@ def linear(coords: Sequence[str], shape: Sequence[int], known: Known | None = No
     if known:
         key = (tuple(c for c, d in zip(coords, shape) if d != 1),
                tuple(d for d in shape if d != 1))
-        if key in known:
+        if key[0] and key in known:  # no real dims: element 0 (never a loop's index)
             return known[key]
     terms, stride = [], 1
     for c, d in reversed(list(zip(coords, shape))):
