@@ -18,6 +18,12 @@ Targets that are not on this machine (``explain --target sm_90``): a codegen may
 ``compile_for_target(kernel) -> dict`` compiles a generated kernel ahead of time and
 returns ``{"registers": int, "spills": int}``.
 
+Building a graph's kernels together: a codegen may have ``prepare(groups, registry)``. Before
+any group of a graph compiles, the runtime calls it with every fusion group of the graph
+that this codegen is the first of the chain to support (the ``cpu`` codegen builds them into
+one library with one compiler call); ``load`` is still called per group afterwards. A
+``prepare`` that raises only costs the batching: each group then compiles on its own.
+
 Autotuning shared by a fleet (the remote cache, :mod:`torchloom.runtime.remote_cache`): a
 kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result tuned
 elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and an
