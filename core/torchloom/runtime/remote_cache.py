@@ -60,7 +60,7 @@ class RemoteSettings:
     @classmethod
     def parse(cls, url: str) -> RemoteSettings:
         parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
+        if parts.scheme not in ("redis", "rediss"):
             raise RemoteConfigError(f"remote_cache {url!r}: expected redis://HOST:PORT/DB")
         query = parse_qs(parts.query, keep_blank_values=True)
         options: dict[str, Any] = {}
@@ -78,6 +78,16 @@ class RemoteSettings:
                                     f"{', '.join(sorted(query))}; known: ttl, "
                                     f"max_entry_bytes, timeout")
         return cls(parts._replace(query="").geturl(), **options)
+
+    @property
+    def shown(self) -> str:
+        """The URL without its password, for messages."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        host = parts.netloc.rpartition("@")[2]
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        return parts._replace(netloc=user + host).geturl()
 
 
 def sign(key: bytes, namespace: str, name: str, text: str) -> bytes:
@@ -161,7 +171,7 @@ class RemoteCache:
         if where not in self._reported:
             self._reported.add(where)
             log.warning("torchloom: remote cache entry %s on %s is rejected (%s); compiling "
-                        "it again", where, self.settings.url, why)
+                        "it again", where, self.settings.shown, why)
 
     def stats(self, namespace: str) -> dict[str, int]:
         return {c: self._counts.get((namespace, c), 0)
@@ -184,7 +194,7 @@ class RemoteCache:
             self.available = False
             self._count(namespace, "errors")
             log.warning("torchloom: remote cache %s is unusable (%s: %s); caching locally "
-                        "only, for this process", self.settings.url, type(exc).__name__,
+                        "only, for this process", self.settings.shown, type(exc).__name__,
                         str(exc).splitlines()[0] if str(exc) else "")
             return None
 
@@ -202,12 +212,12 @@ def remote_cache_from(url: str | None, environ: Mapping[str, str] | None = None
     settings = RemoteSettings.parse(url)
     key = environ.get(ENV_KEY, "")
     if not key:
-        return None, (f"remote cache {settings.url} is off: {ENV_KEY} is not set (shared "
+        return None, (f"remote cache {settings.shown} is off: {ENV_KEY} is not set (shared "
                       f"entries are authenticated with HMAC-SHA256 under that key)")
     try:
         import redis  # noqa: F401
     except ImportError:
-        return None, (f"remote cache {settings.url} is off: the redis package is not "
+        return None, (f"remote cache {settings.shown} is off: the redis package is not "
                       f"installed (pip install 'torchloom[redis]')")
     return RemoteCache(settings, key.encode()), None
 
