@@ -200,15 +200,18 @@ def _literal(value: Any, names, node: Node, env: dict[str, Any], idx: int) -> st
     return key
 
 
+_UNJUDGED = object()  # no verdict recorded for a (group, codegen)
+
+
 def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]) -> dict:
     """Before any group compiles, a codegen with the optional ``prepare(groups, registry)``
     gets every fusion group of the graph (shared subgraphs included) that it is the first
     of ``codegens`` to support, so it can build them together (the cpu codegen: one library,
-    one compiler call, per graph). Returns the reasons of the codegens that declined a group
-    on the way, keyed ``(node, codegen name)``, so they are not judged twice."""
+    one compiler call, per graph). Returns the verdicts given on the way (None or a Reason),
+    keyed ``(node, codegen name)``, so no codegen judges a group twice."""
     if not any(callable(getattr(cg, "prepare", None)) for cg in codegens):
         return {}
-    verdicts: dict[tuple[Node, str], Reason] = {}
+    verdicts: dict[tuple[Node, str], Reason | None] = {}
     batches: dict[str, list[Node]] = {}
     for g in [graph.root, *graph.root.subgraphs.values()]:
         for node in g.nodes:
@@ -219,10 +222,10 @@ def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]
                     reason = cg.supports(node, registry)
                 except Exception:  # judged again (and reported) when the group compiles
                     break
+                verdicts[(node, cg.name)] = reason
                 if reason is None:
                     batches.setdefault(cg.name, []).append(node)
                     break
-                verdicts[(node, cg.name)] = reason
     for cg in codegens:
         if batches.get(cg.name) and callable(getattr(cg, "prepare", None)):
             try:
@@ -278,7 +281,9 @@ class CompiledGraph:
             for cg in codegens:
                 stage = "judging"
                 try:  # a codegen's bug costs only this group, never the whole graph
-                    reason = verdicts.pop((node, cg.name), None) or cg.supports(node, registry)
+                    reason = verdicts.pop((node, cg.name), _UNJUDGED)
+                    if reason is _UNJUDGED:
+                        reason = cg.supports(node, registry)
                     if reason is None:
                         stage = "compiling"
                         kernel = self.cache.get_or_compile(cg, node, registry)
