@@ -141,3 +141,10 @@ def test_the_row_and_column_kernel_builds_for_sm90_without_spills(registry, tmp_
     usage = resource_usage(asm["cubin"], kernel.metadata["kernel"])
     assert usage["spills"] == 0 and 0 < usage["registers"] <= 255
     assert kernel.metadata["grid"] == [264]  # two programs per SM of an H100
+
+
+def test_the_finishing_kernel_builds_for_sm90(registry, tmp_path):
+    from torchloom_codegen_triton.aot import compile_ahead
+    group = next(parse_graph(ln_backward(300, 200)).nodes)
+    kernel = TritonCodegen(cache_dir=tmp_path, autotune=False).generate(group, registry)
+    assert compile_ahead(kernel, 90, finish=True)["cubin"][:4] == b"\x7fELF"

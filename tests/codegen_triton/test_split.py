@@ -92,3 +92,51 @@ def test_split_reductions_over_rows_columns_and_everything(split_check, registry
     _, compiled = split_check(text, x, atol=1e-5, rtol=1e-5)
     meta = split_check.codegen.generate(compiled.choices[0].node, registry).metadata
     assert meta["form"] == "split reduction" and meta["splits"] >= 2
+
+
+@pytest.mark.parametrize("body,results", [
+    ("""%s = aten.sum.default(%a) : f32[]
+        %m = aten.mul.Tensor(%s) {other = 2.0} : f32[]
+        %y = aten.add.Tensor(%m) {other = 1.0} : f32[]""", "%y: f32[], %s: f32[]"),
+    ("""%q = aten.mul.Tensor(%a, %a) : f32[41, 37]
+        %s = aten.sum.default(%q) : f32[]
+        %y = aten.sqrt.default(%s) : f32[]""", "%y: f32[]"),
+    ("""%q = aten.mul.Tensor(%a, %a) : f32[41, 37]
+        %s = aten.mean.dim(%q) {dim = [0], keepdim = true} : f32[1, 37]
+        %e = aten.add.Tensor(%s) {other = 1e-06} : f32[1, 37]
+        %y = aten.rsqrt.default(%e) : f32[1, 37]
+        %v = aten.view.default(%y) {size = [37]} : f32[37]""", "%v: f32[37], %y: f32[1, 37]"),
+    ("""%x = aten.amax.default(%a) {dim = [0]} : f32[37]
+        %n = aten.amin.default(%a) {dim = [0]} : f32[37]
+        %y = aten.sub.Tensor(%x, %n) : f32[37]
+        %z = aten.sigmoid.default(%y) : f32[37]""", "%z: f32[37], %x: f32[37]")],
+    ids=["scale_shift", "norm", "rms_columns", "range_sigmoid"])
+def test_split_reductions_compute_their_epilogue_in_the_finishing_kernel(split_check, registry,
+                                                                       body, results):
+    text = group_text("%a: f32[41, 37]", body, results)
+    x = torch.randn(41, 37, generator=torch.Generator().manual_seed(9))
+    _, compiled = split_check(text, x, atol=1e-5, rtol=1e-5)
+    meta = split_check.codegen.generate(compiled.choices[0].node, registry).metadata
+    assert meta["form"] == "split reduction" and meta["splits"] >= 2
+
+
+def test_an_output_over_the_reduced_dims_keeps_the_row_pass(registry, tmp_path):
+    text = group_text("%a: f32[4, 9000]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [1], keepdim = true} : f32[4, 1]
+        %y = aten.mul.Tensor(%a) {other = 2.0} : f32[4, 9000]""", "%y: f32[4, 9000], %s: f32[4, 1]")
+    meta = TritonCodegen(cache_dir=tmp_path, autotune=False).generate(
+        next(parse_graph(text).nodes), registry).metadata
+    assert "splits" not in meta
+
+
+def test_the_main_and_finishing_kernels_build_for_sm90(registry, tmp_path):
+    from torchloom_codegen_triton.aot import compile_ahead
+    text = group_text("%a: f32[8192, 3072]", """
+        %q = aten.mul.Tensor(%a, %a) : f32[8192, 3072]
+        %s = aten.sum.default(%q) : f32[]
+        %y = aten.sqrt.default(%s) : f32[]""", "%y: f32[]")
+    kernel = TritonCodegen(cache_dir=tmp_path, autotune=False).generate(
+        next(parse_graph(text).nodes), registry)
+    assert kernel.metadata["form"] == "split reduction"
+    for finish in (False, True):
+        assert compile_ahead(kernel, 90, finish=finish)["cubin"][:4] == b"\x7fELF"

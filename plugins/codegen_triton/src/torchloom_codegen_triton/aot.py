@@ -25,22 +25,23 @@ POINTER_TYPES = {"f64": "*fp64", "f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"
 SCALAR_TYPES = {"float": "fp32", "int": "i64", "bool": "i1"}
 
 
-def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = None) -> dict:
+def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = None,
+                  finish: bool = False) -> dict:
     """Compile ``kernel`` (from ``TritonCodegen.generate``) for ``cuda:<arch>``; returns
-    Triton's ``asm`` dict (``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin``)."""
+    Triton's ``asm`` dict (``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin``). ``finish``:
+    its finishing kernel instead (the row + column and split forms have one)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     meta = kernel.metadata
-    config = dict(config or meta["config"])
+    config = dict(config or (meta["finish"]["config"] if finish else meta["config"]))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.py"
         path.write_text(kernel.source)
         module = import_source(path, f"torchloom_aot_{abs(hash(kernel.source))}", False)
-        fn = getattr(module, meta["kernel"])
+        fn = getattr(module, meta["finish"]["kernel"] if finish else meta["kernel"])
         params = list(inspect.signature(fn.fn).parameters)
-        dtypes = [d.get("dtype") or d["scalar"] for d in (*meta["inputs"], *meta["outputs"],
-                                                           *meta.get("scratch", ()))]
+        dtypes = [d.get("dtype") or d["scalar"] for d in _arguments(meta, finish)]
         signature = {p: POINTER_TYPES.get(d) or SCALAR_TYPES[d] for p, d in zip(params, dtypes)}
         constexprs = {k: v for k, v in config.items() if k != "num_warps"}
         signature.update({k: "constexpr" for k in constexprs})
@@ -50,6 +51,14 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
         compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": config.get("num_warps", 4)})
         return dict(compiled.asm)
+
+
+def _arguments(meta: dict, finish: bool) -> list[dict]:
+    """The descriptions of a kernel's (or its finishing kernel's) arguments, in order."""
+    scratch = list(meta.get("scratch", ()))
+    if not finish or meta["finish"].get("inputs"):
+        return [*meta["inputs"], *meta["outputs"], *scratch]
+    return [*scratch, *(meta["outputs"][i] for i in meta["finish"]["outputs"])]
 
 
 def resource_usage(cubin: bytes, kernel: str) -> dict[str, int]:

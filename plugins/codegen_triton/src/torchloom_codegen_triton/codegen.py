@@ -98,7 +98,10 @@ class TritonCodegen:
     def compile_for_target(self, kernel: KernelSource) -> dict[str, int]:
         """Build ``kernel`` for the target ahead of time: its registers and spills."""
         from torchloom_codegen_triton.aot import compile_ahead, resource_usage
-        asm = compile_ahead(kernel, arch=int(self.target[len("sm_"):]))
+        arch = int(self.target[len("sm_"):])
+        asm = compile_ahead(kernel, arch=arch)
+        if "finish" in kernel.metadata:  # the finishing kernel must build too
+            compile_ahead(kernel, arch=arch, finish=True)
         return resource_usage(asm["cubin"], kernel.metadata["kernel"])
 
     # ---- protocol --------------------------------------------------------------------------
@@ -232,12 +235,15 @@ class Launcher:
                 self._autotune(args, [*outs, *scratch])
             self._launch(self.config, args, [*outs, *scratch])
             if self.finish is not None:
-                self._finish(outs, scratch)
+                self._finish(args, outs, scratch)
         return tuple(outs)
 
-    def _finish(self, outs, scratch) -> None:
+    def _finish(self, args, outs, scratch) -> None:
         spec = self.meta["finish"]
-        tensors = (*scratch, *(outs[i] for i in spec["outputs"]))
+        if spec.get("inputs"):  # the split form's finisher computes the epilogue too
+            tensors = (*args, *outs, *scratch)
+        else:
+            tensors = (*scratch, *(outs[i] for i in spec["outputs"]))
         if self.interpret:
             with np.errstate(all="ignore"):
                 self.finish[(spec["grid"],)](*tensors, **spec["config"])

@@ -64,6 +64,7 @@ class KernelWriter:
                  probe: bool = False):
         """``probe``: only to compute values at symbolic coordinates (tiled.py)."""
         self.group = group
+        self.probe = probe
         self.region = group.region
         self.registry = registry
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
@@ -151,7 +152,7 @@ class KernelWriter:
                               f"(one kernel holds at most {max_persistent})")
         self.configs = reduction_configs(self.rows, self.rnumel, self.looped, max_persistent,
                                           self.columns)
-        self.split = plan_split(self, self.configs)
+        self.split = None if self.probe else plan_split(self, self.configs)
 
     # ---- values ----------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:

@@ -6,21 +6,27 @@ form cuts the reduced index into ``splits`` chunks of ``chunk`` elements (a mult
 every candidate ``RBLOCK``) so that ``row blocks x splits`` reaches ``TARGET_PROGRAMS``
 (two per SM of an H100): program ``(row block, split)`` reduces its chunk in the looped
 form and stores one partial per row and reduction to a scratch buffer ``[splits, rows]``;
-the finishing kernel (``rowcol.finish_source``) combines the partials of each row and
-applies the reduction's output template (``mean``: the sum over ``n``).
+the finishing kernel ``_finish`` combines the partials of each row, applies the
+reduction's output template (``mean``: the sum over ``n``) and computes the group's
+epilogue from there (``x.norm()``: the square root of the sum), with a second writer over
+the same region whose reduction results are the combined partials.
 
-Where it applies: a looped reduction whose results are the group's outputs (stored
-contiguously, floating point, nothing else in the group reads them), all sums, maxima
-or minima, with fewer row blocks than ``TARGET_PROGRAMS``.
+Where it applies: a looped reduction (sums, maxima or minima; no reduction reading
+another's result) whose outputs all live in the row space (one element per row: the
+reduction results and pointwise math on them), with fewer row blocks than
+``TARGET_PROGRAMS``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchloom_codegen_triton.ops import COMPUTE, REDUCTIONS
-from torchloom_codegen_triton.reduction import block_reduce
-from torchloom_codegen_triton.rowcol import FINISH_BLOCK, IDENTITY_DTYPES, finish_source
+from torchloom_codegen_triton.emitter import Emitter
+from torchloom_codegen_triton.indexing import Unsupported, reshape
+from torchloom_codegen_triton.ops import BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS, literal
+from torchloom_codegen_triton.plan import drop_unused
+from torchloom_codegen_triton.reduction import block_reduce, record_outputs
+from torchloom_codegen_triton.rowcol import FINISH_BLOCK, FINISH_PARTIALS
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -39,25 +45,25 @@ def plan_split(w: "KernelWriter", configs: list[dict[str, int]]) -> "SplitReduct
     if row_blocks >= TARGET_PROGRAMS:
         return None
     produced = {v: n for n in w.reductions for v in n.outputs}
-    outputs = list(w.region.outputs)
-    for n in w.region.nodes:  # nothing but the outputs reads a reduction result
-        if any(v in produced for v in n.inputs):
-            return None
-    for v in outputs:
-        t = tensor_type(v)
-        if v not in produced or t.dtype not in IDENTITY_DTYPES or \
-                list(t.actual_strides()) != _contiguous(t.shape):
-            return None
     for n in w.reductions:
-        if REDUCTIONS[n.op].kind not in _KINDS:
+        if REDUCTIONS[n.op].kind not in _KINDS or \
+                COMPUTE[tensor_type(n.outputs[0]).dtype] not in ("f32",) or \
+                _reads_any(n.inputs[0], set(produced)):
             return None
+    if any(_elements(tensor_type(v)) != w.rows for v in w.region.outputs):
+        return None  # an output over the reduced dims: the row pass is needed
     rblock = max(c["RBLOCK"] for c in configs)
     wanted = -(-TARGET_PROGRAMS // row_blocks)
     chunk = max(rblock, (w.rnumel // wanted) // rblock * rblock)
     splits = -(-w.rnumel // chunk)
     if splits < 2:
         return None
-    return SplitReduction(w, produced, chunk, splits)
+    plan = SplitReduction(w, produced, chunk, splits)
+    try:  # the epilogue must be computable from the row results alone
+        plan.finish_source([f"out{i}" for i in range(len(w.region.outputs))])
+    except Unsupported:
+        return None
+    return plan
 
 
 class SplitReduction:
@@ -85,33 +91,83 @@ class SplitReduction:
         return [{"dtype": "f32", "numel": self.splits * self.w.rows} for _ in self.w.reductions]
 
     def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
-        from torchloom_codegen_triton.kernel import tensor_type
+        """``_finish(inputs..., outputs..., scratch..., FBLOCK)``: combine each row's
+        partials, then compute and store every output (the epilogue) at that row."""
+        from torchloom_codegen_triton.kernel import KernelWriter
         w = self.w
-        order, entries = [], []
+        fin = KernelWriter(w.group, w.registry, w.max_persistent, probe=True)
+        fin.out_names = out_names
+        em = fin.em = Emitter(looped=False, hardware_bf16=w.em.hardware_bf16 if hasattr(
+            w, "em") else w.device.startswith("cuda"))
+        for line in ("xindex = (tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK))[:, None]",
+                     f"xmask = xindex < {w.rows}"):
+            em.statement(line, False)
+        fin.row = tuple(fin.coords("x", "xindex", w.kept_shape, False))
+        keep = iter(fin.row)
+        fin.row_keepdim = tuple("0" if d in w.rdims else next(keep)
+                                for d in range(len(w.shape)))
+        for k, n in enumerate(w.reductions):
+            kind = REDUCTIONS[n.op].kind
+            identity = IDENTITY[kind]
+            acc = f"acc{k}"
+            em.statement(f"{acc} = tl.full([FBLOCK, 1], {identity}, tl.float32)", False)
+            em.statement(f"for p0 in range(0, {self.splits}, {FINISH_PARTIALS}):", False)
+            em.statement(f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[None, :]", False)
+            em.statement(f"    part = tl.load(scratch{k} + pindex * {w.rows} + xindex, "
+                         f"(pindex < {self.splits}) & xmask, other={identity})", False)
+            em.statement(f"    {acc} = " + COMBINE[kind].format(
+                a=acc, b=BLOCK_REDUCE[kind].format(x="part")), False)
+            record_outputs(fin, n, {"acc": acc, "n": literal(float(w.rnumel))})
         for i, v in enumerate(w.region.outputs):
-            n = self.produced[v]
-            template = REDUCTIONS[n.op].outputs[list(n.outputs).index(v)]
-            order.append(i)
-            entries.append((w.reductions.index(n), out_names[i], REDUCTIONS[n.op].kind,
-                            template, tensor_type(v).dtype))
-        return finish_source(entries, len(w.reductions), w.rows, self.splits,
-                             w.rnumel), order
+            fin._store(i, v, _row_coords(fin, v))
+        params = [f"in_{v.name}" for v in w.region.inputs] + list(out_names)
+        params += [f"scratch{k}" for k in range(len(w.reductions))] + ["FBLOCK: tl.constexpr"]
+        lines = drop_unused(em.lines)
+        source = "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
+                            *("    " + line for line in lines)]) + "\n"
+        return source, list(range(len(w.region.outputs)))
 
     def metadata(self) -> dict[str, Any]:
         return {"splits": self.splits, "chunk": self.chunk, "scratch": self.scratch,
                 "form": "split reduction",
                 "finish": {"kernel": "_finish", "outputs": list(range(len(
                     self.w.region.outputs))), "grid": -(-self.w.rows // FINISH_BLOCK),
-                    "config": {"FBLOCK": FINISH_BLOCK}}}
+                    "config": {"FBLOCK": FINISH_BLOCK}, "inputs": True}}
 
     def traffic(self) -> int:
         """Bytes of the scratch: written by the main kernel, read by _finish."""
         return sum(s["numel"] * 4 for s in self.scratch)
 
 
-def _contiguous(shape) -> list[int]:
-    strides, acc = [], 1
-    for d in reversed(list(shape)):
-        strides.append(acc)
-        acc *= d
-    return strides[::-1]
+def _row_coords(fin, v) -> tuple[str, ...]:
+    """The coordinates of output ``v`` (one element per row) at the finisher's rows."""
+    from torchloom_codegen_triton.kernel import tensor_type
+    shape = tuple(tensor_type(v).shape)
+    w_shape = tuple(fin.kept_shape)
+    if shape == w_shape:
+        return fin.row
+    if len(shape) == len(fin.shape) and all(
+            s == (1 if d in fin.rdims else fin.shape[d]) for d, s in enumerate(shape)):
+        return fin.row_keepdim
+    return reshape(fin.row, w_shape, shape, fin.known)
+
+
+def _reads_any(v, values: set) -> bool:
+    """Whether ``v`` depends on any of ``values`` inside the region."""
+    stack, seen = [v], set()
+    while stack:
+        x = stack.pop()
+        if x in values:
+            return True
+        p = x.producer
+        if p is not None and p not in seen:
+            seen.add(p)
+            stack.extend(p.inputs)
+    return False
+
+
+def _elements(t) -> int:
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n
