@@ -242,6 +242,12 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
             lines.extend("      " + ln for ln in str(comp.graph).splitlines())
     for note in d["notes"]:
         lines.append(f"  note: {note}")
+    cache = d.get("compile_cache")
+    if cache:
+        errors = cache["remote_errors"]
+        lines.append(f"  compile cache: {cache['hits']} hits ({cache['remote_hits']} from the "
+                     f"shared cache), {cache['misses']} misses"
+                     + (f", {errors} shared-cache errors" if errors else ""))
     for k in d.get("kernel_details", []):
         regs = "" if k["registers"] is None else (f", {k['registers']} registers, "
                                                  f"{k['spills']} B spilled")

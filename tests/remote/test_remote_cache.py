@@ -16,7 +16,7 @@ import time
 import pytest
 
 from torchloom.errors import PipelineError
-from torchloom.explain import explain
+from torchloom.explain import explain, format_explain
 from torchloom.runtime.remote_cache import (RemoteSettings, remote_cache_from, sign,
                                             verify)
 from torchloom.testing.redis_server import free_port
@@ -103,6 +103,8 @@ def test_explain_reports_compile_cache_and_remote_hits_in_process(fleet, workloa
     assert warm.data["compile_cache"] == {"hits": 2, "misses": 0, "remote_hits": 2,
                                           "remote_errors": 0}
     assert warm.compiler.kernel_cache.compiles == 0
+    assert "  compile cache: 2 hits (2 from the shared cache), 0 misses\n" in \
+        format_explain(warm) + "\n"
     assert warm.data["kernel_cache"]["remote_hits"] > 0
     # kept locally too: a third run on that machine needs no Redis hit
     third = explain(workload, cached=True).data
