@@ -1,0 +1,160 @@
+"""Dynamic shapes end to end: graphs with symbolic sizes compile (no eager fallback), at
+most twice per graph over many sizes, and match eager forward and backward at every size
+(sizes 1 and 0 included); random programs with symbolic dims, through the default
+pipeline, at several concrete sizes against eager."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torchloom.compiler import Compiler
+from torchloom.testing.programs import Program, random_program
+
+#: (batch, sequence) pairs: both change at every call, 8 distinct values each
+SIZES = [(2, 8), (3, 5), (4, 12), (6, 7), (5, 16), (7, 3), (8, 9), (9, 11)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Block(nn.Module):
+    """Attention over a variable sequence and a GELU MLP, layer norms, a residual."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = ((q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
+        x = x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+        return x.mean(1) * x.shape[1]  # a size used as a value, too
+
+
+def _compiled(model, pipeline="default", **kwargs):
+    compiler = Compiler(pipeline, compile_cache=False)
+    return torch.compile(model, backend="torchloom", options={"compiler": compiler},
+                         **kwargs), compiler
+
+
+def _check_step(model, reference, compiled, batch, seq):
+    x = torch.randn(batch, seq, 16)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(x1), reference(x2)
+    torch.testing.assert_close(got, want, equal_nan=True)  # a 0-length mean is NaN
+    weights = torch.randn_like(want)
+    (got * weights).sum().backward()
+    (want * weights).sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, equal_nan=True)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, equal_nan=True)
+        p.grad = q.grad = None
+
+
+def _assert_no_fallback(compiler):
+    for comp in compiler.compilations:
+        assert comp.fallback_reason is None, comp.fallback_reason
+        assert comp.compiled.fallback_calls == 0, comp.compiled.fallback_reason
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_many_batch_sizes_and_lengths_compile_at_most_twice_and_match_eager(dynamic, caplog):
+    caplog.set_level(logging.INFO, logger="torchloom")
+    torch.manual_seed(0)
+    model = Block()
+    reference = copy.deepcopy(model)
+    compiled, compiler = _compiled(model, dynamic=dynamic)
+    for batch, seq in SIZES:
+        _check_step(model, reference, compiled, batch, seq)
+    _assert_no_fallback(compiler)
+    # forward and backward: a static graph for the first size (default torch.compile
+    # only), then one with symbolic batch and sequence for all the others
+    assert len(compiler.compilations) == (4 if dynamic is None else 2)
+    symbolic = compiler.compilations[-2:]
+    assert all(not all(v.type.is_static for v in c.graph.inputs if hasattr(v.type, "shape"))
+               for c in symbolic)
+    assert "eagerly" not in caplog.text and "guard failed" not in caplog.text
+
+
+def test_sizes_one_and_zero_match_eager_forward_and_backward():
+    torch.manual_seed(0)
+    model = Block()
+    reference = copy.deepcopy(model)
+    compiled, compiler = _compiled(model, dynamic=True)
+    for batch, seq in [(3, 5), (1, 5), (0, 5), (4, 1), (2, 0), (6, 7)]:
+        _check_step(model, reference, compiled, batch, seq)
+    _assert_no_fallback(compiler)
+    # torch specializes sizes 0 and 1: a graph for them, the symbolic one for the rest
+    assert len(compiler.compilations) <= 2 * 5
+
+
+def test_symbolic_groups_are_declined_by_native_codegens_with_a_reason():
+    compiled, compiler = _compiled(lambda x: torch.nn.functional.gelu(x * 2).sum(-1),
+                                   dynamic=True)
+    for rows in (3, 5, 9):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(compiled(x), torch.nn.functional.gelu(x * 2).sum(-1))
+    (comp,) = compiler.compilations
+    _assert_no_fallback(compiler)
+    for choice in comp.compiled.choices:
+        assert choice.codegen == "eager"
+        reasons = [str(r) for r in choice.fallback_reasons]
+        assert any("symbolic shape" in r for r in reasons), reasons
+
+
+def _symbolic_program(program: Program) -> Program:
+    return Program(program.ops, rows="s0", cols="s1")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(3, 30), seed=st.integers(0, 10_000), reduce_every=st.sampled_from([0, 4]),
+       matmul_every=st.sampled_from([0, 7]), opaque_every=st.sampled_from([0, 9]))
+def test_random_symbolic_programs_match_eager_at_several_sizes(n, seed, reduce_every,
+                                                               matmul_every, opaque_every):
+    program = random_program(n, seed, window=6, reduce_every=reduce_every,
+                             matmul_every=matmul_every, opaque_every=opaque_every)
+    symbolic = _symbolic_program(program)
+    graph = symbolic.graph()
+    assert not graph.inputs[0].type.is_static
+    compiler = Compiler("default", compile_cache=False, strict=True)
+    comp = compiler.compile_graph(graph, fallback=lambda *a: pytest.fail("guard failed"))
+    fn = program.function()
+    for rows, cols in [(2, 3), (5, 4), (1, 7), (9, 2), (0, 3)]:
+        inputs = Program(program.ops, rows, cols).example_inputs(seed)
+        got, want = comp.fn(*inputs), fn(*inputs)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, equal_nan=True, atol=1e-4, rtol=1e-4)
+    assert comp.compiled.fallback_calls == 0
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(3, 20), seed=st.integers(0, 10_000), reduce_every=st.sampled_from([0, 3]))
+def test_random_programs_under_torch_compile_dynamic(n, seed, reduce_every):
+    torch._dynamo.reset()
+    program = random_program(n, seed, window=6, reduce_every=reduce_every, matmul_every=8)
+    fn = program.function()
+    compiled, compiler = _compiled(fn, dynamic=True)
+    for rows, cols in [(3, 4), (5, 6), (8, 3)]:
+        inputs = Program(program.ops, rows, cols).example_inputs(seed)
+        for a, b in zip(compiled(*inputs), fn(*inputs)):
+            torch.testing.assert_close(a, b, equal_nan=True, atol=1e-4, rtol=1e-4)
+    _assert_no_fallback(compiler)
+    assert len(compiler.compilations) == 1
