@@ -32,7 +32,8 @@ LN_BACKWARD = group_text(
     %dx = aten.mul.Tensor(%v, %rstd) : f32[R, C]
     %q = aten.mul.Tensor(%go, %xh) : f32[R, C]
     %dw = aten.sum.dim_IntList(%q) {dim = [0]} : f32[C]
-    %db = aten.sum.dim_IntList(%go) {dim = [0]} : f32[C]""", "%dx: f32[R, C], %dw: f32[C], %db: f32[C]")
+    %db = aten.sum.dim_IntList(%go) {dim = [0]} : f32[C]""",
+    "%dx: f32[R, C], %dw: f32[C], %db: f32[C]")
 
 
 def ln_backward(rows: int, cols: int) -> str:
@@ -78,7 +79,8 @@ def test_a_column_result_read_inside_the_group_is_declined(registry):
     assert reason is not None and "is read inside the group" in str(reason)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.integers(1, 40), cols=st.integers(1, 70),
        kinds=st.lists(st.sampled_from(["sum", "amax", "amin", "mean"]), min_size=1, max_size=2),
        keepdim=st.booleans())

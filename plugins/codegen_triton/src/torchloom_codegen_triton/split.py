@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from torchloom_codegen_triton.emitter import Emitter
 from torchloom_codegen_triton.indexing import Unsupported, reshape
-from torchloom_codegen_triton.ops import BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS, literal
+from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS,
+                                          literal)
 from torchloom_codegen_triton.plan import drop_unused
 from torchloom_codegen_triton.reduction import block_reduce, record_outputs
 from torchloom_codegen_triton.rowcol import FINISH_BLOCK, FINISH_PARTIALS
