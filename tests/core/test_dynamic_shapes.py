@@ -158,3 +158,37 @@ def test_random_programs_under_torch_compile_dynamic(n, seed, reduce_every):
             torch.testing.assert_close(a, b, equal_nan=True, atol=1e-4, rtol=1e-4)
     _assert_no_fallback(compiler)
     assert len(compiler.compilations) == 1
+
+
+def _views(x, y):
+    """View chains and bookend views around pointwise work, over symbolic sizes."""
+    b, s, d = x.shape
+    a = (x.reshape(b * s, d) * 2).view(b, s, d).transpose(1, 2).sin()
+    c = a.permute(0, 2, 1).flatten(0, 1).unsqueeze(0).expand(2, b * s, d) + y
+    return c.squeeze(0).sum(0).view(b, s, d)[:, 1:].relu(), a.contiguous().view(-1).cos()
+
+
+def test_views_over_symbolic_sizes_compile_and_match_eager():
+    compiled, compiler = _compiled(_views, dynamic=True)
+    for b, s in [(2, 3), (4, 5), (3, 9), (5, 4)]:  # s = 2 makes torch specialize
+        x, y = torch.randn(b, s, 8), torch.randn(8)
+        for got, want in zip(compiled(x, y), _views(x, y)):
+            torch.testing.assert_close(got, want)
+    _assert_no_fallback(compiler)
+    assert len(compiler.compilations) == 1
+
+
+def test_composites_with_symbolic_sizes_are_kept_with_a_note():
+    def model(x):
+        return torch.softmax(x * 2, -1).relu()
+
+    compiled, compiler = _compiled(model, dynamic=True)
+    for rows in (3, 6):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(compiled(x), model(x))
+    (comp,) = compiler.compilations
+    _assert_no_fallback(compiler)
+    assert any("fusion.decompose" in n and "symbolic sizes" in n for n in comp.notes)
+    ops = [n.op for g in [comp.graph, *(n.region for n in comp.graph.nodes if n.region)]
+           for n in g.nodes]
+    assert ops.count("aten._softmax.default") == 1  # kept whole, not decomposed

@@ -91,7 +91,11 @@ class Decompose(Pass):
         if key is not None and key in traced:
             return traced[key]
         sub = _trace_decomposition(node, ctx.registry)
-        if sub is None:
+        if sub is None and not all(isinstance(v.type, TensorType) and v.type.is_static
+                                   for v in node.inputs):
+            ctx.note(f"fusion.decompose: {node.op} has symbolic sizes (decompositions are "
+                     f"traced at concrete sizes); left as is")
+        elif sub is None:
             ctx.note(f"fusion.decompose: could not trace {node.op}; left as is")
         if key is not None:
             traced[key] = sub
