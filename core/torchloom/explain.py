@@ -248,7 +248,8 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
         lines.append(f"  compile cache: {cache['hits']} hits ({cache['remote_hits']} from the "
                      f"shared cache), {cache['misses']} misses"
                      + (f", {errors} shared-cache errors" if errors else ""))
-    for k in d.get("kernel_details", []):
+    # one line per kernel where that is the point (--target); the total line always
+    for k in d.get("kernel_details", []) if d.get("target") else ():
         regs = "" if k["registers"] is None else (f", {k['registers']} registers, "
                                                  f"{k['spills']} B spilled")
         lines.append(f"  kernel {k['graph']}/{k['name']} ({k['codegen']}): grid {k['grid']}, "
