@@ -3,7 +3,7 @@
     torchloom plugins [--json]
     torchloom check PIPELINE [--json]
     torchloom explain WORKLOAD [--pipeline P] [--device D] [--json] [--dump DIR] [--show-ir]
-                      [--target sm_NN] [--cached] [--html FILE]
+                      [--target sm_NN] [--cached] [--html FILE] [--dynamic]
     torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
     torchloom reproduce DIR
 
@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", metavar="sm_NN",
                    help="generate every kernel for this CUDA GPU and compile it ahead of "
                         "time, without one: trace on the meta device, run nothing")
+    p.add_argument("--dynamic", action="store_true",
+                   help="compile with every size symbolic, as torch.compile(dynamic=True)")
     p = sub.add_parser("bench", help="time eager, Inductor and torchloom side by side")
     p.add_argument("workload", help="a Python file defining workload()")
     p.add_argument("--pipeline", default="default",
@@ -248,7 +250,8 @@ def _explain(args) -> int:
         recorder = PassIRRecorder()
     result = explain(args.workload, pipeline=args.pipeline, device=args.device,
                      dump_dir=args.dump, keep_ir=args.show_ir, target=args.target,
-                     cached=args.cached, instruments=[recorder] if recorder else [])
+                     cached=args.cached, instruments=[recorder] if recorder else [],
+                     dynamic=args.dynamic)
     if args.html:
         from torchloom.html_report import write_html
         write_html(result, args.html, recorder, result.data.get("graph_breaks"))

@@ -128,14 +128,17 @@ def max_abs_error(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> f
 def explain(workload: str | Path, *, pipeline: str = "default", device: str = "cpu",
             dump_dir: str | Path | None = None, keep_ir: bool = False,
             target: str | None = None, cached: bool = False,
-            instruments: list | tuple = ()) -> ExplainResult:
+            instruments: list | tuple = (), dynamic: bool = False) -> ExplainResult:
     """Every pass runs: the compile cache is neither read nor written, unless ``cached``
     (what a warm start does: graphs compiled before are loaded and run no pass).
 
     With ``target`` (``sm_<arch>``, a CUDA GPU that need not be here), the workload is
     built on the ``meta`` device (shapes, no data), traced, and every group's kernel is
     generated for CUDA and compiled ahead of time for the target; nothing runs, so
-    ``max_abs_error`` is null."""
+    ``max_abs_error`` is null.
+
+    ``dynamic``: compile as ``torch.compile(..., dynamic=True)`` does, every size symbolic
+    (the graphs a model whose batch or sequence length varies gets)."""
     from torchloom.compiler import Compiler
     from torchloom.frontend.backend import torchloom_backend
     from torchloom.report import compile_cache_summary, kernel_summary, summarize
@@ -158,7 +161,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     expected = None if target else run_eagerly(workload, lambda: _run(model, inputs, backward))
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
-        gm, ex, options={"compiler": compiler}))
+        gm, ex, options={"compiler": compiler}), dynamic=True if dynamic else None)
     torch.manual_seed(0)
     try:
         actual = _run(compiled, inputs, backward)

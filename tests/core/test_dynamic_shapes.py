@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torchloom.compiler import Compiler
+from torchloom.ir.types import TensorType
 from torchloom.testing.programs import Program, random_program
 
 #: (batch, sequence) pairs: both change at every call, 8 distinct values each
@@ -192,3 +193,21 @@ def test_composites_with_symbolic_sizes_are_kept_with_a_note():
     ops = [n.op for g in [comp.graph, *(n.region for n in comp.graph.nodes if n.region)]
            for n in g.nodes]
     assert ops.count("aten._softmax.default") == 1  # kept whole, not decomposed
+
+
+def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback():
+    from pathlib import Path
+
+    from torchloom.explain import explain
+    workload = Path(__file__).resolve().parents[2] / "examples" / "transformer_block.py"
+    result = explain(workload, dynamic=True)
+    data = result.data
+    assert data["max_abs_error"] is not None and data["max_abs_error"] < 1e-3
+    comps = result.compiler.compilations
+    assert len(comps) == 2 and all(c.fallback_reason is None for c in comps)
+    assert all(any(isinstance(v.type, TensorType) and not v.type.is_static
+                   for v in c.graph.inputs) for c in comps)
+    # what runs on eager is a group at a time (native codegens decline symbolic groups),
+    # never a whole graph
+    assert data["fallbacks"] and all(f["reason"].startswith("group on eager:")
+                                     for f in data["fallbacks"])
