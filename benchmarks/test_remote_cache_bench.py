@@ -9,7 +9,7 @@ millisecond), in a fresh interpreter against a redis-server of its own
 
 Gate: warm / cold <= ``MAX_RATIO``.
 
-Run: ``python -m pytest benchmarks/test_remote_cache.py -s``.
+Run: ``python -m pytest benchmarks/test_remote_cache_bench.py -s``.
 """
 
 from __future__ import annotations

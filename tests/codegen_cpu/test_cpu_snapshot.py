@@ -1,6 +1,6 @@
 """Generated-source snapshots: the C source of a few kernels, compared with checked-in
 files. After an intended codegen change, regenerate them with
-``TORCHLOOM_UPDATE_SNAPSHOTS=1 pytest tests/codegen_cpu/test_snapshot.py`` and review the
+``TORCHLOOM_UPDATE_SNAPSHOTS=1 pytest tests/codegen_cpu/test_cpu_snapshot.py`` and review the
 diff like any other code change."""
 
 from __future__ import annotations
