@@ -211,3 +211,18 @@ def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback():
     # never a whole graph
     assert data["fallbacks"] and all(f["reason"].startswith("group on eager:")
                                      for f in data["fallbacks"])
+
+
+def test_symbolic_graphs_load_from_the_compile_cache_and_run_at_new_sizes(tmp_path):
+    torch.manual_seed(0)
+    model = Block()
+    reference = copy.deepcopy(model)
+    for run, sizes in enumerate([[(2, 3), (4, 6)], [(5, 7), (3, 4), (7, 9)]]):
+        torch._dynamo.reset()
+        compiler = Compiler("default", cache_dir=tmp_path, compile_cache=True)
+        compiled = torch.compile(model, backend="torchloom", options={"compiler": compiler},
+                                 dynamic=True)
+        for batch, seq in sizes:
+            _check_step(model, reference, compiled, batch, seq)
+        _assert_no_fallback(compiler)
+        assert [c.cached for c in compiler.compilations] == [run == 1] * 2
