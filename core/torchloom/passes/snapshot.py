@@ -99,18 +99,20 @@ class GraphSnapshot:
         for v in graph.inputs:
             rec += (v, v.name, v.type, len(v.uses))
             rec += v.uses
-        for n in graph.nodes:
-            meta = n.meta
-            rec += (n, n.op, n.attrs, n.region, dict(meta) if meta else None, len(n.inputs))
-            rec += n.inputs
-            outputs = n.outputs
+        n = graph.first
+        while n is not None:  # (the linked list itself: no generator per node)
+            meta, region, inputs, outputs = n.meta, n.region, n.inputs, n.outputs
+            rec += (n, n.op, n.attrs, region, dict(meta) if meta else None, len(inputs))
+            rec += inputs
             rec.append(len(outputs))
             for v in outputs:
-                rec += (v, v.name, v.type, len(v.uses))
-                rec += v.uses
-            if n.region is not None:
-                regions.append(n.region)
+                uses = v.uses
+                rec += (v, v.name, v.type, len(uses))
+                rec += uses
+            if region is not None:
+                regions.append(region)
             count += 1
+            n = n.next
         self._spans[graph] = (start, len(rec), len(self._graphs), regions)
         self._graphs.append((graph, list(graph.inputs), list(graph.outputs), count,
                              set(graph._names), graph._counter, graph.owner, graph.name,

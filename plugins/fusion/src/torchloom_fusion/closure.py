@@ -95,6 +95,8 @@ class Fusion:
 
     # ---- the sibling rule ------------------------------------------------------------
     def _merge_readers(self, v: Value) -> None:
+        if len(v.uses) < 2:  # (stale entries only add to it: no sibling is missed)
+            return
         ed, graph = self.ed, self.graph
         users = [u for u in v.users()
                  if u.graph is graph and starts_group(ed.kind(u)) and ed.fits(u)]
