@@ -12,7 +12,7 @@ import pytest
 from torchloom.api import parse_graph
 
 from conftest import group_text
-from test_reduction import CASES as REDUCTIONS
+from test_cpu_reduction import CASES as REDUCTIONS
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
