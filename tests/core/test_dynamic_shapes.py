@@ -226,3 +226,25 @@ def test_symbolic_graphs_load_from_the_compile_cache_and_run_at_new_sizes(tmp_pa
             _check_step(model, reference, compiled, batch, seq)
         _assert_no_fallback(compiler)
         assert [c.cached for c in compiler.compilations] == [run == 1] * 2
+
+
+def test_sym_size_ops_and_int_values_run_at_every_size():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchloom.frontend.fx import import_fx
+
+    def f(x, y):
+        n = x.shape[0] * x.shape[1]
+        return (x.reshape(n) * x.shape[0]).sin() + y.sum(), torch.zeros(x.shape[1], 2) + n
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(3, 4), torch.randn(5))
+    compiler = Compiler("default", compile_cache=False, strict=True)
+    imported = import_fx(gm, None, registry=compiler.registry)
+    assert imported.symbolic
+    assert sum(n.op == "aten.sym_size.int" for n in imported.graph.nodes) == 2
+    comp = compiler.compile_graph(imported.graph, fallback=gm)
+    for rows, cols, extra in [(2, 3, 4), (5, 7, 1), (1, 1, 3), (0, 4, 2)]:
+        x, y = torch.randn(rows, cols), torch.randn(extra)
+        for got, want in zip(comp.fn(x, y), f(x, y)):
+            torch.testing.assert_close(got, want)
+    assert comp.compiled.fallback_calls == 0

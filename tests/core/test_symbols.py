@@ -168,3 +168,21 @@ graph @g(%x: f32[4]) {
     assert "_symbolic_guard" not in compiled.source
     compiled_sym, _ = _compiled(registry, SYMBOLIC)
     assert "_symbolic_guard" in compiled_sym.source
+
+
+@pytest.mark.parametrize("shape, strides, contiguous", [
+    (("s0", 32), (32, 1), True),
+    (("s0", "s1", 8), ("8*s1", 8, 1), True),
+    (("s0", "s1", 8), ("s1*8", 8, 1), True),          # any printed order
+    (("s0", "s1"), (1, "s0"), False),                 # transposed
+    (("s0", 1, "s1"), ("s1", 7, 1), True),            # a size-1 dim's stride never matters
+    (("s0", "2*s1"), ("2*s1", 1), True),
+    (("s0", "s1"), ("s1+1", 1), False),               # padded rows
+    (("s0", None), (None, 1), False),                 # unknown: not known contiguous
+])
+def test_symbolic_contiguity_is_decided_by_value(shape, strides, contiguous):
+    from torchloom.ir.symbols import symbolic_contiguous
+    from torchloom.ir.types import TensorType
+    assert symbolic_contiguous(shape, strides) is contiguous
+    # a contiguous type keeps no strides (prints like a hand-written one)
+    assert (TensorType.make(shape, "f32", "cpu", strides).strides is None) is contiguous

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import random
 import re
 from fractions import Fraction
 from typing import Callable, Mapping, Union
@@ -136,6 +137,30 @@ def _eval(node: ast.AST, env: Mapping[str, int]):
     return FUNCTIONS[node.func.id](*(_eval(a, env) for a in node.args))
 
 
+def symbolic_contiguous(shape, strides) -> bool:
+    """Whether symbolic ``strides`` are the row-major ones of ``shape`` (dims of size 1
+    aside, as torch's ``is_contiguous``): equal at three pseudo-random points with every
+    symbol > 1, which two different polynomials of sizes practically never are. No
+    symbolic algebra runs, so any printed form torch gives (``32*s0``, ``s0*32``) agrees.
+    False when a dim or stride is unknown or cannot be evaluated."""
+    if len(shape) != len(strides) or None in shape or None in strides:
+        return False
+    names = {s for d in (*shape, *strides) for s in symbols_of(d)}
+    rng = random.Random(len(names))
+    try:
+        for _ in range(3):
+            point = {s: rng.randrange(2, 1 << 20) for s in sorted(names)}
+            expected = 1
+            for d, stride in zip(reversed(shape), reversed(strides)):
+                size = evaluate(d, point)
+                if size > 1 and evaluate(stride, point) != expected:
+                    return False
+                expected *= max(size, 1)
+    except (SymbolicDimError, ZeroDivisionError, OverflowError):
+        return False
+    return True
+
+
 def python_source(dim: Dim, local_of: Callable[[str], str]) -> str:
     """A Python expression computing ``dim``: symbols read the locals ``local_of(symbol)``
     names, functions are ``_sym_<name>`` (bind them with :func:`guard_namespace`). Built
@@ -178,4 +203,5 @@ def guard_namespace() -> dict[str, Callable]:
 
 
 __all__ = ["Dim", "FUNCTIONS", "SymbolicDimError", "symbols_of", "is_symbol",
-           "rename_dim", "parse_dim", "evaluate", "python_source", "guard_namespace"]
+           "rename_dim", "parse_dim", "evaluate", "python_source", "guard_namespace",
+           "symbolic_contiguous"]

@@ -1,7 +1,8 @@
 """Value types of the IR: tensors (shape, dtype, device, strides) and scalars.
 
-Dims are ints, symbols (``str`` such as ``"s0"``) or ``None`` for unknown. ``strides``
-is ``None`` when the tensor is contiguous (the common case prints shortest).
+Dims are ints, symbols or size expressions (``str`` such as ``"s0"``, ``"2*s0"``: see
+:mod:`torchloom.ir.symbols`) or ``None`` for unknown. ``strides`` is ``None`` when the
+tensor is contiguous (the common case prints shortest), symbolic sizes included.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Union
 import attrs
 import torch
 
-from torchloom.ir.symbols import SymbolicDimError, parse_dim
+from torchloom.ir.symbols import SymbolicDimError, parse_dim, symbolic_contiguous
 
 Dim = Union[int, str, None]
 
@@ -67,7 +68,9 @@ class TensorType:
             dtype = DTYPE_NAMES[dtype]
         if strides is not None:
             strides = tuple(strides)
-            if strides == contiguous_strides(shape) or _size1_equivalent(shape, strides):
+            if strides == contiguous_strides(shape) or _size1_equivalent(shape, strides) or (
+                    not all(type(d) is int for d in shape + strides)
+                    and symbolic_contiguous(shape, strides)):
                 strides = None
         return cls(shape, dtype, str(device), strides)
 

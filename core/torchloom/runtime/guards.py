@@ -13,14 +13,14 @@ check what this graph assumed, for any caller.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from torchloom.ir.text import format_type
-from torchloom.ir.symbols import evaluate, guard_namespace, is_symbol, python_source, symbols_of
+from torchloom.ir.symbols import (guard_namespace, is_symbol, python_source, symbolic_contiguous,
+                                  symbols_of)
 from torchloom.ir.types import DTYPES, TensorType, type_of
 from torchloom.ir.graph import Value
 
@@ -73,7 +73,7 @@ def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:
     for i, t in symbolic:
         checks = [f"a{i}.shape[{k}] != {_source(d)}" for k, d in enumerate(t.shape)
                   if _checkable(d, bound) and bound.get(d) != f"a{i}.shape[{k}]"]
-        if t.strides is None or _contiguous(t):
+        if t.strides is None or symbolic_contiguous(t.shape, t.strides):
             checks.append(f"not a{i}.is_contiguous()")
         else:
             checks += [f"(a{i}.shape[{k}] > 1 and a{i}.stride({k}) != {_source(s)})"
@@ -94,22 +94,6 @@ def _checkable(d, bound: dict[str, str]) -> bool:
     """An int dim, or an expression whose every symbol is bound (a symbol that only
     appears inside expressions would need solving for: torch's guards check those)."""
     return d is not None and all(s in bound for s in symbols_of(d))
-
-
-def _contiguous(t: TensorType) -> bool:
-    """Whether symbolic strides are the contiguous ones: equal as polynomials at three
-    random points (sizes > 1), so no symbolic algebra runs here."""
-    symbols = {s for d in t.shape + t.strides for s in symbols_of(d)}
-    rng = random.Random(0)
-    for _ in range(3):
-        point = {s: rng.randrange(2, 1 << 20) for s in symbols}
-        acc = 1
-        for d, stride in zip(reversed(t.shape), reversed(t.strides)):
-            size = evaluate(d, point)
-            if size is None or evaluate(stride, point) != acc and size > 1:
-                return False
-            acc *= max(size, 1)
-    return True
 
 
 def _stride_check(arg: str, t: TensorType) -> str:
