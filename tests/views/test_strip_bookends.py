@@ -131,3 +131,38 @@ def test_no_groups_no_change():
 """
     _, after, _, result, _ = run_pass("views.strip-bookends", text)
     assert not result.changed
+
+
+def _symbolic_gelu(input_type: str) -> str:
+    return f"""graph @g(%x: {input_type}) {{
+  %y = torchloom.fusion_group(%x) : f32["8*s0"] region @group0(%a: {input_type}) {{
+    %v = aten.view.default(%a) {{size = [-1]}} : f32["8*s0"]
+    %g = aten.gelu.default(%v) : f32["8*s0"]
+    return %g
+  }}
+  return %y
+}}
+"""
+
+
+def test_reshapes_of_contiguous_inputs_with_symbolic_sizes_are_hoisted():
+    import torch
+
+    from torchloom.runtime.executor import CompiledGraph
+    before, after, _, result, plugins = run_pass("views.strip-bookends",
+                                                 _symbolic_gelu("f32[s0, 8]"))
+    assert result.stats["hoisted"] == 1
+    assert [n.op for n in after.nodes] == ["aten.view.default", FUSION_GROUP]
+    chain = plugins.codegen_chain("eager")
+    for rows in (1, 3, 6):
+        x = torch.randn(rows, 8)
+        want, = CompiledGraph(before, plugins.registry, chain)(x)
+        got, = CompiledGraph(after, plugins.registry, chain)(x)
+        torch.testing.assert_close(got, want)
+
+
+def test_reshapes_of_strided_inputs_with_symbolic_sizes_stay_in_the_kernel():
+    _, after, _, result, _ = run_pass("views.strip-bookends",
+                                      _symbolic_gelu("f32[s0, 8] strided[1, s0]"))
+    assert result.stats["hoisted"] == 0
+    assert [n.op for n in after.nodes] == [FUSION_GROUP]

@@ -30,7 +30,8 @@ def is_zero_copy(node: Node, input_type: TensorType) -> bool:
     if node.op not in RESHAPES:
         return True
     if not input_type.is_static:
-        return False
+        # symbolic sizes: a reshape of a contiguous tensor always aliases it
+        return input_type.strides is None and None not in input_type.shape
     target = node.output.type
     if not isinstance(target, TensorType) or not target.is_static:
         return False
