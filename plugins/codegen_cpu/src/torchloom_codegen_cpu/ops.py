@@ -142,6 +142,10 @@ def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:
             f"{{self}} * exp$f(($T)-0.5 * {{self}} * {{self}}) * {INV_SQRT_2PI})")
 
 
+def _erf(a: Mapping[str, Any], dtype: str = "f32") -> str:
+    return "tl_erf_as({self})" if dtype in ("bf16", "f16") else "erf$f({self})"
+
+
 def _unary(floats: str, ints: str | None = None) -> Pointwise:
     return Pointwise(floats.replace("X", "{self}"), "out",
                      ints.replace("X", "{self}") if ints is not None else None)
@@ -178,7 +182,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.cos.default": _unary("cos$f(X)"),
     "aten.tan.default": _unary("tan$f(X)"),
     "aten.tanh.default": _unary("tanh$f(X)"),
-    "aten.erf.default": _unary("erf$f(X)"),
+    "aten.erf.default": Pointwise(_erf),
     "aten.sigmoid.default": _unary("($T)1 / (($T)1 + exp$f(-X))"),
     "aten.silu.default": _unary("X / (($T)1 + exp$f(-X))"),
     "aten.relu.default": _unary("(X < 0 ? 0 : X)", "(X < 0 ? 0 : X)"),  # keeps NaN and -0.0
