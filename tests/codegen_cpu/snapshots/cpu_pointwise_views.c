@@ -94,6 +94,19 @@ static inline float tl_erf_fast(float a) {
   return x * p / q;
 }
 
+/* erf as eager computes it for bf16/f16 (Abramowitz & Stegun 7.1.26, absolute error
+   1.5e-7): ``sign(x) * (1 - r(t) * t * exp(-x * x))`` with ``t = 1 / (1 + p|x|)``. It is
+   zero below |x| ~ 1.8e-7, where the exact erf is not, and later ops (sqrt, log) see that
+   zero's sign: the low-precision erf follows eager, f32 and f64 use libm's. */
+static inline float tl_erf_as(float x) {
+  const float a = fabsf(x);
+  const float t = 1.0f / (0.3275911f * a + 1.0f);
+  const float r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f)
+                  * t + 0.254829592f;
+  const float y = -(r * t) * expf(-(x * x)) + 1.0f;
+  return copysignf(y, x);
+}
+
 /* NaN where x is +inf, y elsewhere: a function, so y is computed unconditionally and a
    libm call in it does not need a masked SIMD variant */
 static inline float tl_nan_at_inf(float x, float y) { return x == INFINITY ? NAN : y; }
