@@ -16,6 +16,7 @@ from torchloom.explain import explain, format_explain
 from torchloom.runtime.executor import CompiledGraph
 
 from conftest import group_text
+from cpu_children import build_and_load
 from torchloom_codegen_cpu import CpuCodegen
 from torchloom_codegen_cpu.toolchain import build, cached_library, library_path
 
@@ -127,21 +128,12 @@ def test_the_cache_key_covers_flags_and_cpu(registry, codegen):
     assert "-march=native" in tc.flags and "-ffast-math" not in tc.flags
 
 
-def _build_in_child(args) -> str:
-    source, directory = args
-    from torchloom_codegen_cpu.codegen import CpuCodegen as Codegen
-    codegen = Codegen(cache_dir=directory)
-    path = build(source, codegen.toolchain(), codegen.cache_dir, 60)
-    import ctypes
-    ctypes.CDLL(str(path))
-    return str(path)
-
-
 def test_concurrent_builds_of_one_library_are_safe(registry, tmp_path):
     codegen = CpuCodegen(cache_dir=tmp_path)
     source = codegen.generate(next(parse_graph(TEXT).nodes), registry).source
     with multiprocessing.get_context("spawn").Pool(3) as pool:
-        paths = pool.map(_build_in_child, [(source, str(tmp_path))] * 3)
+        # a child that cannot start would leave map() waiting forever: bounded
+        paths = pool.map_async(build_and_load, [(source, str(tmp_path))] * 3).get(timeout=300)
     assert len(set(paths)) == 1 and cached_library(Path(paths[0]))
     leftovers = [p for p in os.listdir(tmp_path / "cpu") if p.endswith(".tmp") or
                  p.startswith(".")]

@@ -30,7 +30,7 @@ def _build_in_child(tmp: str) -> str:
 def test_concurrent_builds_run_the_compiler_once(tmp_path):
     _toolchain(tmp_path)
     with multiprocessing.get_context("spawn").Pool(4) as pool:
-        paths = pool.map(_build_in_child, [str(tmp_path)] * 4)
+        paths = pool.map_async(_build_in_child, [str(tmp_path)] * 4).get(timeout=300)
     assert len(set(paths)) == 1 and cached_library(Path(paths[0]))
     assert (tmp_path / "runs.txt").read_text() == "run\n"  # once, not four times
     assert Path(paths[0]).read_text() == "built\n"

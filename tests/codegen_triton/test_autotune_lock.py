@@ -43,7 +43,7 @@ def _tune_in_child(tmp: str) -> dict:
 
 def test_concurrent_tuners_benchmark_once(tmp_path):
     with multiprocessing.get_context("spawn").Pool(3) as pool:
-        configs = pool.map(_tune_in_child, [str(tmp_path)] * 3)
+        configs = pool.map_async(_tune_in_child, [str(tmp_path)] * 3).get(timeout=300)
     record = json.loads((tmp_path / "k.tune.json").read_text())
     assert len((tmp_path / "bench_runs.txt").read_text()) == len(CONFIGS)  # one tuner
     assert all(c == record["config"] for c in configs)  # the others took its result
