@@ -248,3 +248,24 @@ def test_sym_size_ops_and_int_values_run_at_every_size():
         for got, want in zip(comp.fn(x, y), f(x, y)):
             torch.testing.assert_close(got, want)
     assert comp.compiled.fallback_calls == 0
+
+
+def test_symbolic_graphs_only_eager_runs_get_the_default_partitioner():
+    """Every group of a graph with symbolic sizes runs on eager (the native codegens
+    decline them): recomputing in the backward, or splitting layer norm before the split,
+    would only add kernels to what eager runs."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LayerNorm(16), nn.GELU())
+    reference = copy.deepcopy(model)
+    compiled, compiler = _compiled(model, dynamic=True)
+    for rows in (3, 5):
+        x = torch.randn(rows, 16)
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, want = compiled(x1), reference(x2)
+        torch.testing.assert_close(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(x1.grad, x2.grad)
+    forward = compiler.compilations[0].graph
+    assert any(n.op == "aten.native_layer_norm.default" for n in forward.walk())
+    _assert_no_fallback(compiler)

@@ -80,14 +80,17 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
 
 def runs_on_eager(compiler, example_inputs) -> bool:
     """Whether no codegen of the compiler's chain but ``eager`` takes a group on the
-    device of the first tensor input: a one-op group is offered to each of them."""
+    device of the first tensor input: a one-op group is offered to each of them, with a
+    symbolic size when an input has one (dynamic shapes: what the codegens will see)."""
     import torch
 
     from torchloom.ir.graph import Graph
     from torchloom.ir.types import TensorType
     from torchloom.runtime.executor import FUSION_GROUP
     device = next((str(x.device) for x in example_inputs if isinstance(x, torch.Tensor)), "cpu")
-    t = TensorType((1,), "f32", "cpu" if device == "cpu" else device)
+    symbolic = any(isinstance(x, torch.SymInt) or isinstance(x, torch.Tensor) and not all(
+        type(d) is int for d in x.shape) for x in example_inputs)
+    t = TensorType(("s0",) if symbolic else (1,), "f32", "cpu" if device == "cpu" else device)
     region = Graph("probe_region")
     region.set_outputs(region.create("aten.neg.default", [region.add_input(t, "x")], [t]).outputs)
     graph = Graph("probe")
