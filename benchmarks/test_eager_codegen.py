@@ -97,7 +97,7 @@ def sequence(fns: list[Callable], args: list[list]) -> Callable[[], None]:
     return run
 
 
-def gate(perf_gate, pipeline: Path, graphs: list, *, rounds: int = 15):
+def gate(perf_gate, pipeline: Path, graphs: list, *, rounds: int = 11):
     compiler = Compiler(pipeline, compile_cache=False, strict=True)
     fns = [compiler.compile_fx(gm, args) for gm, args in graphs]
     assert all(c.fallback_reason is None for c in compiler.compilations)
@@ -219,7 +219,7 @@ def test_issue_rows_end_to_end(perf_gate, pipeline, name):
         candidate, baseline = step(compiled), step(fn)
         candidate(), baseline()
         assert all(c.fallback_reason is None for c in compiler.compilations)
-        result = perf_gate(candidate, baseline, min_speedup=MIN_SPEEDUP, rounds=9,
+        result = perf_gate(candidate, baseline, min_speedup=MIN_SPEEDUP, rounds=7,
                            names=("torchloom", "eager"))
     finally:
         torch._dynamo.reset()
