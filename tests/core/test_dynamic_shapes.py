@@ -195,12 +195,18 @@ def test_composites_with_symbolic_sizes_are_kept_with_a_note():
     assert ops.count("aten._softmax.default") == 1  # kept whole, not decomposed
 
 
-def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback():
+def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback(tmp_path):
     from pathlib import Path
 
-    from torchloom.explain import explain
+    from torchloom.explain import explain, format_explain
+    from torchloom.html_report import PassIRRecorder, write_html
     workload = Path(__file__).resolve().parents[2] / "examples" / "transformer_block.py"
-    result = explain(workload, dynamic=True)
+    recorder = PassIRRecorder()
+    result = explain(workload, dynamic=True, keep_ir=True, instruments=[recorder])
+    text = format_explain(result, show_ir=True)
+    assert "ran eagerly" not in text and "symbolic shape" in text  # why groups are on eager
+    page = write_html(result, tmp_path / "report.html", recorder)
+    assert "symbolic shape" in page.read_text()  # the page says why, too
     data = result.data
     assert data["max_abs_error"] is not None and data["max_abs_error"] < 1e-3
     comps = result.compiler.compilations
@@ -269,3 +275,20 @@ def test_symbolic_graphs_only_eager_runs_get_the_default_partitioner():
     forward = compiler.compilations[0].graph
     assert any(n.op == "aten.native_layer_norm.default" for n in forward.walk())
     _assert_no_fallback(compiler)
+
+
+def test_groups_equal_up_to_symbol_names_share_one_kernel():
+    def model(x, y):  # the same work on two tensors whose rows vary independently
+        return torch.tanh(x * 2 + 1).sum(-1), torch.tanh(y * 2 + 1).sum(-1)
+
+    compiled, compiler = _compiled(model, dynamic=True)
+    for a, b in [(3, 5), (6, 4), (2, 9)]:
+        x, y = torch.randn(a, 8), torch.randn(b, 8)
+        for got, want in zip(compiled(x, y), model(x, y)):
+            torch.testing.assert_close(got, want)
+    (comp,) = compiler.compilations
+    groups = [c.node for c in comp.compiled.choices]
+    x_rows, y_rows = (v.type.shape[0] for v in comp.graph.inputs if isinstance(v.type, TensorType))
+    assert len(groups) == 2 and x_rows != y_rows  # two symbols, one kernel for both
+    stats = compiler.kernel_cache.stats()
+    assert stats["compiles"] == 1 and stats["hits"] == 1
