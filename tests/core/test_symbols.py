@@ -186,3 +186,10 @@ def test_symbolic_contiguity_is_decided_by_value(shape, strides, contiguous):
     assert symbolic_contiguous(shape, strides) is contiguous
     # a contiguous type keeps no strides (prints like a hand-written one)
     assert (TensorType.make(shape, "f32", "cpu", strides).strides is None) is contiguous
+
+
+def test_plugins_reach_symbolic_sizes_through_the_public_api():
+    from torchloom import api
+    assert "symbols" in api.__all__
+    assert api.symbols.evaluate("2*s0+s1", {"s0": 3, "s1": 4}) == 10
+    assert api.symbols.symbolic_contiguous(("s0", 8), (8, 1))
