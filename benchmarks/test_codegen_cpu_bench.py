@@ -3,7 +3,8 @@ end through ``torch.compile(backend="torchloom")`` with the default pipeline (ev
 ``cpu``), against the plain eager callable, same inputs, interleaved rounds.
 
 Gates (``GATES``): the speed-up over eager each row keeps with margin on a shared 2-core
-machine. The rows dominated by matmuls (LSTM cell, MLP training step), where fusion only
+machine, both sides on one thread (see ``one_thread``; the kernels' OpenMP rows are
+exercised by the tests). The rows dominated by matmuls (LSTM cell, MLP training step), where fusion only
 touches the cheap part, are gated at parity minus noise. Measured ratios are in
 ``benchmarks/RESULTS.md``.
 
@@ -105,6 +106,16 @@ def compiled_row(name: str, tmp_path: Path):
     choices = [c for comp in compiler.compilations for c in comp.compiled.choices]
     assert choices and all(c.codegen == "cpu" for c in choices)
     return candidate, baseline
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Both sides on one thread: with two, a time slice lost to another process stalls
+    every parallel region, which on a shared machine swings timings several-fold."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("name", list(GATES))
