@@ -292,3 +292,23 @@ def test_groups_equal_up_to_symbol_names_share_one_kernel():
     assert len(groups) == 2 and x_rows != y_rows  # two symbols, one kernel for both
     stats = compiler.kernel_cache.stats()
     assert stats["compiles"] == 1 and stats["hits"] == 1
+
+
+def test_data_dependent_sizes_compile_and_match_eager():
+    """Unbacked symbols (``u0``: nonzero's row count, an ``item()`` used as a size), with
+    torch's runtime asserts on them (ops that return nothing)."""
+    def model(x):
+        idx = torch.nonzero(x > 0)
+        n = (x > 0).sum().item()
+        return (idx.float() * 2).sin().sum(0), torch.ones(n) * 3
+
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True,
+                                    capture_scalar_outputs=True):
+        compiled, compiler = _compiled(model)
+        for rows in (5, 7, 9):
+            x = torch.randn(rows, 4)
+            for got, want in zip(compiled(x), model(x)):
+                torch.testing.assert_close(got, want)
+    _assert_no_fallback(compiler)
+    assert any("u0" in str(v.type.shape) for c in compiler.compilations
+               for n in c.graph.walk() for v in n.outputs if isinstance(v.type, TensorType))

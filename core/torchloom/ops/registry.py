@@ -223,7 +223,10 @@ def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
         return None
     except Exception:  # an op that has no fake kernel: its types cannot be checked
         return None
-    results = list(result) if op.returns_sequence else [result]
+    if result is None:  # an op that returns nothing (_assert_scalar of a symbolic bound)
+        results = []
+    else:
+        results = list(result) if op.returns_sequence else [result]
     device = _device_of(node)
     types = [_retarget(type_of(r), device) for r in results]
     if key is not None:
