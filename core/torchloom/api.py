@@ -22,7 +22,7 @@ from torchloom.report import count_kernels, fusion_groups
 from torchloom.runtime.cache import KernelCache
 from torchloom.ir import symbols
 from torchloom.ir.text import format_attrs
-from torchloom.ir.provenance import find_instances, mark_decomposition
+from torchloom.ir.provenance import find_instances, mark_decomposition, unmarked_attrs
 from torchloom.runtime.executor import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, build_function
 
 __all__ = [
@@ -35,5 +35,5 @@ __all__ = [
     "count_kernels", "fusion_groups",
     "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "format_attrs", "KernelCache", "build_function",
     "import_workload", "load_workload", "default_cache_dir", "env_flag",
-    "mark_decomposition", "find_instances", "Progress", "Activity", "symbols",
+    "mark_decomposition", "find_instances", "unmarked_attrs", "Progress", "Activity", "symbols",
 ]

@@ -8,7 +8,7 @@ import attrs
 import torch
 
 from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, import_fx,
-                           mark_decomposition)
+                           mark_decomposition, unmarked_attrs)
 
 #: composites traced through torch's own decomposition table
 DECOMPOSED_OPS: tuple[str, ...] = (
@@ -166,7 +166,7 @@ def _splice(graph: Graph, node: Node, sub: Graph) -> None:
     """Copy ``sub``'s nodes before ``node`` (its inputs bound to node's inputs), then
     replace node's outputs by sub's outputs and erase ``node``."""
     device = next((v.type.device for v in node.outputs if isinstance(v.type, TensorType)), "cpu")
-    composite = (node.op, _own_attrs(node), list(node.inputs))
+    composite = (node.op, unmarked_attrs(node), list(node.inputs))
     env = dict(zip(sub.inputs, node.inputs))
     created: list[Node] = []
     for n in sub.nodes:
@@ -184,11 +184,6 @@ def _splice(graph: Graph, node: Node, sub: Graph) -> None:
             graph.erase(n)
     kept = [n for n in created if n.graph is graph]
     mark_decomposition(*composite, kept, [env[inner] for inner in sub.outputs])
-
-
-def _own_attrs(node: Node) -> dict:
-    """The node's attributes without the marks of a decomposition it belongs to."""
-    return {k: v for k, v in node.attrs.items() if k not in ("decomposed", "composite")}
 
 
 def _plain_addmm(node: Node) -> bool:
@@ -222,4 +217,4 @@ def _split_addmm(graph: Graph, node: Node) -> None:
                        before=node)
     graph.replace_all_uses(out, add.output)
     graph.erase(node)
-    mark_decomposition(_ADDMM, _own_attrs(node), [bias, x, w], [mm, add], [add.output])
+    mark_decomposition(_ADDMM, unmarked_attrs(node), [bias, x, w], [mm, add], [add.output])
