@@ -312,3 +312,34 @@ def test_data_dependent_sizes_compile_and_match_eager():
     _assert_no_fallback(compiler)
     assert any("u0" in str(v.type.shape) for c in compiler.compilations
                for n in c.graph.walk() for v in n.outputs if isinstance(v.type, TensorType))
+
+
+#: shape-preserving steps over an [a, b, 8] tensor mixing views, broadcasts and reductions
+VIEW_STEPS = {
+    "transpose": lambda x, y: x.transpose(0, 1),
+    "flatten": lambda x, y: x.reshape(-1, 8).sin().reshape(x.shape),
+    "permute": lambda x, y: x.permute(2, 0, 1).cos().permute(1, 2, 0),
+    "bias": lambda x, y: x + y,
+    "row_max": lambda x, y: x - x.amax(-1, keepdim=True),
+    "exp": lambda x, y: x.exp() * 0.5,
+    "contiguous": lambda x, y: x.transpose(0, 1).contiguous().transpose(0, 1) * 2,
+    "expand": lambda x, y: x.unsqueeze(1).expand(-1, 2, -1, -1).sum(1),
+    "merge": lambda x, y: x.reshape(x.shape[0] * x.shape[1], 8).tanh().view(x.shape),
+}
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted(VIEW_STEPS)), min_size=1, max_size=7))
+def test_random_view_chains_over_symbolic_sizes_match_eager(steps):
+    torch._dynamo.reset()
+
+    def model(x, y):
+        for step in steps:
+            x = VIEW_STEPS[step](x, y)
+        return x
+
+    compiled, compiler = _compiled(model, dynamic=True)
+    for a, b in [(2, 3), (4, 5), (3, 7), (1, 4)]:
+        x, y = torch.randn(a, b, 8), torch.randn(8)
+        torch.testing.assert_close(compiled(x, y), model(x, y))
+    _assert_no_fallback(compiler)
