@@ -46,7 +46,11 @@ def free_port() -> int:
 
 def start_redis(directory: str | Path, timeout: float = 20.0) -> tuple[subprocess.Popen, str]:
     """A redis-server on a free loopback port, answering: ``(process, "redis://...")``."""
-    import redis
+    try:
+        import redis  # the optional extra torchloom[redis]
+    except ImportError as exc:
+        raise RuntimeError("start_redis needs the redis client: pip install 'torchloom[redis]'") \
+            from exc
     directory = Path(directory)
     port = free_port()
     proc = subprocess.Popen([redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
