@@ -1,5 +1,5 @@
 """Decomposition provenance (ir/provenance.py) and running composites whole again where
-their primitives run op by op (codegen/recompose.py, runtime/lowering.py)."""
+their primitives run op by op (codegen/recompose.py, codegen/lowering.py)."""
 
 from __future__ import annotations
 

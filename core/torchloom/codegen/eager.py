@@ -1,9 +1,9 @@
 """The reference codegen: runs a group's region with torch, op by op.
 
 Its "source" is the region's IR text; loading parses it into a :class:`RegionKernel`,
-which the runtime's plan builder inlines into the enclosing plan (so the group adds no call
-of its own, and decomposed composites in it run whole again, as eager runs them). A cached
-entry needs nothing but text.
+which the plan builder (:mod:`torchloom.codegen.plan`) inlines into the enclosing plan (so
+the group adds no call of its own, and decomposed composites in it run whole again, as eager
+runs them). A cached entry needs nothing but text.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torchloom.ir.text import parse_graph, print_graph
 
 
 class EagerCodegen:
-    """Executes the region through the runtime's Python plan. Supports every group."""
+    """Executes the region through the Python plan. Supports every group."""
 
     name = "eager"
     version = "2"
@@ -28,6 +28,6 @@ class EagerCodegen:
         return KernelSource(self.name, print_graph(group.region))
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
-        from torchloom.runtime.executor import build_function
+        from torchloom.codegen.plan import build_function
         graph = parse_graph(kernel.source)
         return RegionKernel(graph, lambda: build_function(graph, registry).fn)

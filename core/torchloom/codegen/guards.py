@@ -1,0 +1,119 @@
+"""Guards on input metadata: shape, dtype, device and strides of every tensor input.
+
+Inputs with static types are compared with their types directly
+(:func:`guard_expressions`). Inputs with symbolic sizes get one generated function
+(:func:`symbolic_guard`): dtype, device and rank; every int dim; each symbol bound from
+its first dim that is that bare symbol, and every other dim that names it (``s0`` again,
+``2*s0``, ``s0*s1``) evaluated and compared, so inputs whose sizes break a relation the
+graph was compiled with (two dims equal, one twice another) fall back rather than compute
+something wrong; strides the same way (``is_contiguous`` when they are the contiguous
+ones). Torch's own guards (Dynamo's) already pin what the user's inputs may be; these
+check what this graph assumed, for any caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from torchloom.ir.text import format_type
+from torchloom.ir.symbols import (guard_namespace, is_symbol, python_source, symbolic_contiguous,
+                                  symbols_of)
+from torchloom.ir.types import DTYPES, TensorType, type_of
+from torchloom.ir.graph import Value
+
+
+def guard_expressions(inputs: Sequence[Value], env: dict[str, Any]):
+    """Yield ``(input index, python expression true when the guard FAILS)``."""
+    for i, v in enumerate(inputs):
+        t = v.type
+        if not isinstance(t, TensorType) or not t.is_static:
+            continue
+        env[f"g_dtype{i}"] = DTYPES[t.dtype]
+        env[f"g_dev{i}"] = torch.device(t.device)
+        if t.device == "cpu":
+            device = f"not a{i}.is_cpu"
+        elif env[f"g_dev{i}"].index is None:  # "cuda" means any cuda device: type only
+            device = f"a{i}.device.type != {env[f'g_dev{i}'].type!r}"
+        else:
+            device = f"a{i}.device != g_dev{i}"
+        checks = [f"a{i}.shape != {tuple(t.shape)!r}", f"a{i}.dtype is not g_dtype{i}", device]
+        if t.strides is None:
+            checks.append(f"not a{i}.is_contiguous()")
+        else:
+            checks.append(_stride_check(f"a{i}", t))
+        yield i, " or ".join(checks)
+
+
+def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:
+    """A call expression (its function put in ``env``) that gives the index of the first
+    tensor input with symbolic sizes whose metadata breaks its type, or None when all
+    agree; None instead of an expression when no input has symbolic sizes. Parameters
+    are named ``a{i}`` after the input's position, as :func:`guard_expressions`'s."""
+    symbolic = [(i, v.type) for i, v in enumerate(inputs)
+                if isinstance(v.type, TensorType) and not v.type.is_static]
+    if not symbolic:
+        return None
+    ns: dict[str, Any] = dict(guard_namespace())
+    lines = [f"def check({', '.join(f'a{i}' for i, _ in symbolic)}):"]
+    for i, t in symbolic:  # dtype, device and rank first: the dims below index the shape
+        ns[f"g_dtype{i}"] = DTYPES[t.dtype]
+        device = (f"not a{i}.is_cpu" if t.device == "cpu" else
+                  f"a{i}.device.type != {torch.device(t.device).type!r}")
+        lines.append(f"    if a{i}.dtype is not g_dtype{i} or {device} or a{i}.dim() != "
+                     f"{t.rank}: return {i}")
+    bound: dict[str, str] = {}
+    for i, t in symbolic:
+        for k, d in enumerate(t.shape):
+            if is_symbol(d) and d not in bound:
+                bound[d] = f"a{i}.shape[{k}]"
+                lines.append(f"    sym_{d} = a{i}.shape[{k}]")
+    for i, t in symbolic:
+        checks = [f"a{i}.shape[{k}] != {_source(d)}" for k, d in enumerate(t.shape)
+                  if _checkable(d, bound) and bound.get(d) != f"a{i}.shape[{k}]"]
+        if t.strides is None or symbolic_contiguous(t.shape, t.strides):
+            checks.append(f"not a{i}.is_contiguous()")
+        else:
+            checks += [f"(a{i}.shape[{k}] > 1 and a{i}.stride({k}) != {_source(s)})"
+                       for k, s in enumerate(t.strides) if _checkable(s, bound)]
+        if checks:
+            lines.append(f"    if {' or '.join(checks)}: return {i}")
+    lines.append("    return None")
+    exec(compile("\n".join(lines) + "\n", "<torchloom symbolic guard>", "exec"), ns)
+    env["_symbolic_guard"] = ns["check"]
+    return f"_symbolic_guard({', '.join(f'a{i}' for i, _ in symbolic)})"
+
+
+def _source(d) -> str:
+    return python_source(d, lambda s: f"sym_{s}")
+
+
+def _checkable(d, bound: dict[str, str]) -> bool:
+    """An int dim, or an expression whose every symbol is bound (a symbol that only
+    appears inside expressions would need solving for: torch's guards check those)."""
+    return d is not None and all(s in bound for s in symbols_of(d))
+
+
+def _stride_check(arg: str, t: TensorType) -> str:
+    """Strides of dims of size <= 1 never matter (torch gives them arbitrary values)."""
+    relevant = [k for k, d in enumerate(t.shape) if d > 1]
+    if len(relevant) == len(t.shape):
+        return f"{arg}.stride() != {tuple(t.strides)!r}"
+    if not relevant:
+        return "False"
+    first, *rest = relevant
+    parts = [f"(_s := {arg}.stride())[{first}] != {t.strides[first]}"]
+    parts += [f"_s[{k}] != {t.strides[k]}" for k in rest]
+    return "(" + " or ".join(parts) + ")"
+
+
+def describe_mismatch(expected: Value, actual: Any) -> str:
+    """One line saying how an input differs from what the graph was compiled for."""
+    if not isinstance(actual, torch.Tensor):
+        return f"input %{expected.name} is a {type(actual).__name__}, expected a tensor"
+    got = type_of(actual)
+    want = expected.type
+    return (f"input %{expected.name}: compiled for {format_type(want)}, "
+            f"called with {format_type(got)}")

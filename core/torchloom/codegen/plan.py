@@ -1,0 +1,198 @@
+"""IR -> one Python callable: the plan builder.
+
+The graph is turned into Python source once (like torch.fx's codegen): one statement per
+node calling a pre-bound callable, constants inlined, values dropped after their last use,
+guards on the inputs at the top. A call therefore does no op-name lookups and no
+interpretation. Region nodes call kernels compiled by a codegen (the runtime's
+:class:`~torchloom.runtime.executor.CompiledGraph` chooses them).
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from torchloom.codegen.base import RegionKernel
+from torchloom.codegen.guards import guard_expressions, symbolic_guard
+from torchloom.codegen.lowering import lower
+from torchloom.ir.graph import CALL_SUBGRAPH, Graph, InputRef, Node, Value
+from torchloom.ops.registry import OpRegistry
+
+FUSION_GROUP = "torchloom.fusion_group"
+CONSTANT = "torchloom.constant"
+
+_LITERAL_TYPES = (int, bool, str, type(None))
+
+
+@attrs.frozen
+class Plan:
+    """A generated Python function and the source it was made from."""
+
+    fn: Callable[..., tuple]
+    source: str
+
+
+def build_function(graph: Graph, registry: OpRegistry,
+                   kernel_for: Callable[[Node], Callable] | None = None, *,
+                   guards: bool = False, fallback: Callable | None = None,
+                   tuple_result: bool = True, guarded_inputs: int | None = None,
+                   recompose: bool = True) -> Plan:
+    """Generate ``run(*inputs) -> tuple`` for ``graph``.
+
+    ``kernel_for(node)`` supplies the callable of each region node (default: the region
+    run op by op). Fusion groups that run op by op (no ``kernel_for``, or a
+    :class:`RegionKernel` from it) are inlined, and decomposed composites whose primitives
+    all run op by op run as the composite (:mod:`torchloom.codegen.lowering`; not with
+    ``recompose=False``, which tests of the primitives use). With
+    ``guards``, inputs whose metadata differs from the graph's input types are handed to
+    ``fallback(args, index)``; only the first ``guarded_inputs`` inputs are checked (the
+    rest are constants bound by the compiler).
+    """
+    del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
+    guarded = graph.inputs[:guarded_inputs]
+    graph, kernels = lower(graph, registry, _kernel_of(registry, kernel_for, recompose), recompose)
+    names: dict[Value, str] = {}
+    env: dict[str, Any] = {}
+    lines: list[str] = []
+    params = []
+    for i, v in enumerate(graph.inputs):
+        names[v] = f"a{i}"
+        params.append(f"a{i}")
+    header = f"def run({', '.join(params)}):"
+    if guards and fallback is not None:
+        checks = list(guard_expressions(guarded, env))
+        if checks:
+            # One condition and one call: the source stays linear in the number of inputs
+            # (a branch per input, each passing every input, would be quadratic). The slow
+            # path finds which input failed.
+            env["_fallback"] = _first_failing(checks, env, fallback)
+            lines.append(f"    if {' or '.join(f'({expr})' for _, expr in checks)}:")
+            lines.append(f"        return _fallback(({', '.join(params)},))")
+        symbolic = symbolic_guard(guarded, env)
+        if symbolic is not None:  # inputs with symbolic sizes: one generated check
+            env["_guard_failed"] = fallback
+            lines.append(f"    if (_failed := {symbolic}) is not None:")
+            lines.append(f"        return _guard_failed(({', '.join(params)},), _failed)")
+    last_use = _last_uses(graph)
+    # Locals are reused like registers: an output takes the name of an input that dies at
+    # its node (as ``x = torch.mm(x, w)`` does), so dead values cost no extra statement.
+    free: list[str] = []
+    count = 0
+    for idx, node in enumerate(graph.nodes):
+        dying = last_use.get(idx, ())
+        reusable = [names[v] for v in dying if v.producer is not node]
+        for v in node.outputs:
+            if reusable:
+                names[v] = reusable.pop()
+            elif free:
+                names[v] = free.pop()
+            else:
+                names[v] = f"t{count}"
+                count += 1
+        lines.append("    " + _statement(node, idx, names, env, registry, kernels))
+        dead = reusable + [names[v] for v in dying if v.producer is node]
+        if dead:  # not taken over by an output: drop the reference now
+            lines.append("    " + " = ".join(dead) + " = None")
+            free.extend(dead)
+    outs = ", ".join(names[v] for v in graph.outputs)
+    lines.append(f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})")
+    source = "\n".join([header, *lines]) + "\n"
+    namespace = dict(env)
+    exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
+    return Plan(namespace["run"], source)
+
+
+def _kernel_of(registry: OpRegistry, kernel_for, recompose: bool) -> Callable:
+    """For :func:`lower`: a region node's callable, or the graph to inline in its place."""
+    def kernel_of(node: Node):
+        if node.op == FUSION_GROUP and kernel_for is None:
+            return node.region
+        if kernel_for is not None:
+            kernel = kernel_for(node)
+            return kernel.graph if isinstance(kernel, RegionKernel) else kernel
+        if node.op == CALL_SUBGRAPH:  # a shared subgraph of the top-level graph
+            return build_function(node.graph.root.subgraphs[node.attrs["callee"]], registry,
+                                  recompose=recompose).fn
+        return build_function(node.region, registry, recompose=recompose).fn
+    return kernel_of
+
+
+def _first_failing(checks: list[tuple[int, str]], env: dict[str, Any],
+                   fallback: Callable) -> Callable:
+    """``fallback(args, index)`` with the index of the first input whose guard fails."""
+    def run(args: tuple):
+        for i, expr in checks:
+            if eval(expr, env, {f"a{i}": args[i]}):
+                return fallback(args, i)
+        raise AssertionError("a guard failed, but none fails when re-checked")
+    return run
+
+
+def _last_uses(graph: Graph) -> dict[int, list[Value]]:
+    """Node index -> values (node outputs) whose last use is that node."""
+    outputs = set(graph.outputs)
+    last: dict[Value, int] = {}
+    position = {}
+    for idx, node in enumerate(graph.nodes):
+        position[node] = idx
+        for v in node.inputs:
+            if v.producer is not None:
+                last[v] = idx
+        for v in node.outputs:  # unused results die right away
+            last.setdefault(v, idx)
+    result: dict[int, list[Value]] = {}
+    for v, idx in last.items():
+        if v not in outputs:
+            result.setdefault(idx, []).append(v)
+    return result
+
+
+def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
+               registry: OpRegistry, kernels: dict[Node, Callable]) -> str:
+    outs = [names[v] for v in node.outputs]
+    if node.op == CONSTANT:
+        return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
+    fname = f"f{idx}"
+    if node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
+        env[fname] = kernels[node]
+        call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
+        unpack = True
+    else:
+        opdef = registry.get(node.op)
+        if opdef.fn is None:
+            if node.op.startswith("python."):
+                raise TypeError(f"op {node.op} is not registered: IR text never names "
+                                f"Python to call")
+            raise TypeError(f"op {node.op} has no callable; it must be lowered by a pass")
+        env[fname] = opdef.callable_for(node)
+        args, kwargs = opdef.call_template(node)
+        for k in kwargs:  # keywords become source text: never let an attribute write code
+            if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)):
+                raise TypeError(f"op {node.op}: keyword argument name {k!r} is not an "
+                                f"identifier")
+        parts = [_literal(a, names, node, env, idx) for a in args]
+        parts += [f"{k}={_literal(v, names, node, env, idx)}" for k, v in kwargs.items()]
+        call = f"{fname}({', '.join(parts)})"
+        unpack = opdef.returns_sequence or len(outs) != 1
+    if not outs:
+        return call
+    if unpack:
+        return f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {call}"
+    return f"{outs[0]} = {call}"
+
+
+def _literal(value: Any, names, node: Node, env: dict[str, Any], idx: int) -> str:
+    if isinstance(value, InputRef):
+        return names[node.inputs[value]]
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(v, names, node, env, idx) for v in value) + "]"
+    if isinstance(value, _LITERAL_TYPES) or (isinstance(value, float) and math.isfinite(value)):
+        return repr(value)
+    key = f"c{idx}_{len(env)}"
+    env[key] = value
+    return key
+
+__all__ = ["build_function", "Plan", "FUSION_GROUP", "CONSTANT", "CALL_SUBGRAPH"]
