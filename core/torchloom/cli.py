@@ -278,7 +278,7 @@ def _bench(args) -> int:
 
 
 def _reproduce(args) -> int:
-    from torchloom.passes.manager import reproduce
+    from torchloom.reproduce import reproduce
     print(reproduce(args.directory))
     return 0
 

@@ -38,7 +38,7 @@ from torchloom.ir.canon import canonical_text
 from torchloom.ir.graph import Graph
 from torchloom.ir.text import parse_graph, print_graph
 from torchloom.ir.verify import verify
-from torchloom.passes.manager import PassRecord, RunReport
+from torchloom.runtime.records import PassRecord, RunReport
 from torchloom.runtime.cache import atomic_write, checksum, within
 from torchloom.runtime.remote_cache import RemoteCache
 
