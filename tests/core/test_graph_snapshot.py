@@ -9,7 +9,7 @@ import pytest
 from torchloom.errors import VerifyError
 from torchloom.ir.text import parse_graph
 from torchloom.ir.verify import verify
-from torchloom.passes.snapshot import GraphSnapshot
+from torchloom.ir.snapshot import GraphSnapshot
 
 CALLS = """\
 graph @main(%x: f32[4, 8]) {

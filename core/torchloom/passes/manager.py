@@ -24,11 +24,11 @@ import attrs
 
 from torchloom.errors import PassError, PipelineError, PluginError, VerifyError
 from torchloom.ir.graph import Graph
+from torchloom.ir.snapshot import GraphSnapshot
 from torchloom.ir.textdiff import ir_diff
 from torchloom.ir.verify import check_order, verify
 from torchloom.passes.base import PassContext, PassResult
 from torchloom.passes.pipeline import FixpointStep, PassStep, Pipeline
-from torchloom.passes.snapshot import GraphSnapshot
 from torchloom.runtime.records import PassRecord, RunReport
 
 
