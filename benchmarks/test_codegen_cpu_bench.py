@@ -83,7 +83,7 @@ def row(name: str):
 def compiled_row(name: str, tmp_path: Path):
     """(torchloom step, eager step, compiler) for a row: each step is one call (and the
     backward when the row trains)."""
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     fn, inputs, train = row(name)
     compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False, strict=True)
     torch._dynamo.reset()

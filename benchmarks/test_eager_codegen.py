@@ -213,7 +213,7 @@ def test_issue_rows_end_to_end(perf_gate, pipeline, name):
     """Gated against the same callable under ``torch.compile(backend="aot_eager")`` (Dynamo
     and aot_autograd alike, graphs run by torch); the ratio to the plain eager callable is
     recorded too (``vs_plain_eager``): there Dynamo's own per-call cost counts as well."""
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     fn, inputs, train = issue_row(name)
     compiler = Compiler(pipeline, compile_cache=False, strict=True)
     torch._dynamo.reset()

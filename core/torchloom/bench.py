@@ -66,7 +66,7 @@ def bench(workload: str | Path, *, pipeline: str = "default", device: str = "cpu
           iters: int = 20, rounds: int = 5, warmup: int = 3,
           inductor: bool = True) -> BenchResult:
     from torchloom.compiler import Compiler
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     model, inputs = load_workload(workload, device)
     if isinstance(model, torch.nn.Module):
         model.eval()

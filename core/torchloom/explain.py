@@ -140,7 +140,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     ``dynamic``: compile as ``torch.compile(..., dynamic=True)`` does, every size symbolic
     (the graphs a model whose batch or sequence length varies gets)."""
     from torchloom.compiler import Compiler
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     from torchloom.report import compile_cache_summary, kernel_summary, summarize
     if target is not None:
         if not re.fullmatch(r"sm_\d+", target):

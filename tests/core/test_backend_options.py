@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torchloom.compile_mode import MODES, mode_codegens
 from torchloom.compiler import Compiler
 from torchloom.errors import PipelineError
-from torchloom.frontend.backend import torchloom_backend
+from torchloom.backend import torchloom_backend
 from torchloom.passes.pipeline_dict import pipeline_toml
 
 try:

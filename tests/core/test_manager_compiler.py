@@ -9,7 +9,7 @@ import logging
 import torch
 
 from torchloom.compiler import Compiler
-from torchloom.frontend.backend import torchloom_backend
+from torchloom.backend import torchloom_backend
 
 from test_plugins_support import fake_plugins, fake_site  # noqa: F401 (fixtures)
 

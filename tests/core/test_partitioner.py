@@ -1,4 +1,4 @@
-"""The forward/backward split (frontend/backend.py): min-cut rematerialization by default,
+"""The forward/backward split (backend.py): min-cut rematerialization by default,
 aot_autograd's default partitioner on request (backend option or ``[runtime]
 partitioner``); both give eager's results."""
 

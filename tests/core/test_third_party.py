@@ -106,7 +106,7 @@ def test_the_example_runs_from_a_toml_pipeline_and_matches_eager(example, tmp_pa
     assert data["max_abs_error"] < 1e-6
     # and under torch.compile with the pipeline file, compared with eager
     compiler = Compiler(str(pipeline))
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     fn = lambda x, y: (x ** 2 + y).exp() * y ** 2  # noqa: E731
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     torch._dynamo.reset()

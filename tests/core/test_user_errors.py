@@ -235,7 +235,7 @@ def test_under_torch_compile_a_cycle_with_verify_off_runs_the_graph_eagerly(brea
     import torch
 
     from torchloom.compiler import Compiler
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     compiler = Compiler(breakers("breakers.cycle", "off"))
 
     def f(x, y):

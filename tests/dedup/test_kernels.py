@@ -111,7 +111,7 @@ def test_lstm_unrolled_compiles_one_kernel_per_unique_group(tmp_path, grouping):
     """8 time steps of an LSTM cell: every step's gate math is the same group. Groups come
     from the fusion plugin when installed (the stand-in pass otherwise), and from the
     stand-in grouping pass."""
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     codegen = CountingCodegen()
     plugins = plugin_set(codegen)
     passes = grouping_passes(plugins) if grouping == "installed" else ["test.group-pointwise"]

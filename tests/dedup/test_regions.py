@@ -127,7 +127,7 @@ def _stack(layers: int):
 def compile_stack(tmp_path: Path, layers: int):
     """Compile the stack forward and backward; check both against eager; return the
     compiler. The pipeline puts dedup.regions first, so every later pass sees one layer."""
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     codegen = CountingCodegen()
     plugins = plugin_set(codegen)
     passes = ["dedup.regions", "canonicalize", "cse",

@@ -212,7 +212,7 @@ def test_training_step_through_torch_compile_calls_the_composites(eager_default,
     passes on the eager codegen (and the compile cache: the second compiler loads the graphs
     the first stored): the plans call native_layer_norm and its backward, once each."""
     from torchloom.api import Compiler, load_workload
-    from torchloom.frontend.backend import torchloom_backend
+    from torchloom.backend import torchloom_backend
     examples = Path(__file__).resolve().parents[2] / "examples"
     for attempt in range(2):
         model, (x,) = load_workload(examples / "layer_norm_gelu.py")

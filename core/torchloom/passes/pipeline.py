@@ -99,7 +99,7 @@ class Pipeline:
     #: the forward/backward split: "min_cut" (recompute where cheaper) or "default"
     partitioner: str = "min_cut"
     #: the file names the partitioner (otherwise a graph that no codegen but eager takes
-    #: gets "default": see frontend/backend.py)
+    #: gets "default": see backend.py)
     partitioner_set: bool = False
     #: ``[runtime] remote_cache``: the shared cache's URL (see runtime/remote_cache.py)
     remote_cache: str | None = None
