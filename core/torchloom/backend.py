@@ -84,9 +84,8 @@ def runs_on_eager(compiler, example_inputs) -> bool:
     symbolic size when an input has one (dynamic shapes: what the codegens will see)."""
     import torch
 
-    from torchloom.ir.graph import Graph
+    from torchloom.ir.graph import FUSION_GROUP, Graph
     from torchloom.ir.types import TensorType
-    from torchloom.runtime.executor import FUSION_GROUP
     device = next((str(x.device) for x in example_inputs if isinstance(x, torch.Tensor)), "cpu")
     symbolic = any(isinstance(x, torch.SymInt) or isinstance(x, torch.Tensor) and not all(
         type(d) is int for d in x.shape) for x in example_inputs)

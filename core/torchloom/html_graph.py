@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, FUSION_GROUP, Graph, Node, Value
 from torchloom.ir.text import format_type
-from torchloom.runtime.executor import FUSION_GROUP
 
 
 class GraphView:

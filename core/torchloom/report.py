@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.ir.graph import Graph
-from torchloom.runtime.executor import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
+from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph
 
 #: ops that launch nothing on a device: metadata, tuple plumbing, Python scalar math
 _FREE_PREFIXES = ("python.",)

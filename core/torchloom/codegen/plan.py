@@ -18,11 +18,8 @@ import attrs
 from torchloom.codegen.base import RegionKernel
 from torchloom.codegen.guards import guard_expressions, symbolic_guard
 from torchloom.codegen.lowering import lower
-from torchloom.ir.graph import CALL_SUBGRAPH, Graph, InputRef, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
 from torchloom.ops.registry import OpRegistry
-
-FUSION_GROUP = "torchloom.fusion_group"
-CONSTANT = "torchloom.constant"
 
 _LITERAL_TYPES = (int, bool, str, type(None))
 

@@ -27,12 +27,9 @@ from typing import Any
 
 import torch
 
-from torchloom.ir.graph import Graph, Node, Value
+from torchloom.ir.graph import CONSTANT, Graph, Node, Value
 from torchloom.ir.provenance import Instance, find_instances
 from torchloom.ir.types import ScalarType, TensorType, Type
-
-#: the runtime's constant op (``runtime.executor.CONSTANT``), holding a placeholder tensor
-_CONSTANT = "torchloom.constant"
 
 
 def recompose(graph: Graph, registry: Any) -> int:
@@ -65,7 +62,7 @@ def _replace(graph: Graph, inst: Instance, registry: Any, renamed: dict[Value, V
     values: list[Value] = []
     for v in inputs:
         if isinstance(v, TensorType):  # not read by the decomposition: any tensor of the type
-            const = graph.create(_CONSTANT, [], [v], {"value": _placeholder(v)},
+            const = graph.create(CONSTANT, [], [v], {"value": _placeholder(v)},
                                  names=["unread"], **place)
             v = const.output
         values.append(v)

@@ -25,12 +25,11 @@ import torch
 import torch.fx
 
 from torchloom.errors import UnsupportedError
-from torchloom.ir.graph import Graph, InputRef, Value
+from torchloom.ir.graph import CONSTANT, Graph, InputRef, Value
 from torchloom.ir.text import format_attr
 from torchloom.ops.aten import find_callable
 from torchloom.ops.registry import OpDef, OpRegistry
 from torchloom.ir.types import ScalarType, TensorType, Type, type_of
-from torchloom.runtime.executor import CONSTANT
 
 
 @attrs.define

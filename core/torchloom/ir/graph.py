@@ -18,6 +18,10 @@ from torchloom.ir.types import Type
 
 #: op of a node that calls a shared subgraph of the top-level graph: ``{callee = "name"}``
 CALL_SUBGRAPH = "torchloom.call_subgraph"
+#: op of a fusion group: a node whose region one codegen compiles into one kernel
+FUSION_GROUP = "torchloom.fusion_group"
+#: the IR's own leaf op: a value the compiler binds, ``{value = ...}``
+CONSTANT = "torchloom.constant"
 
 
 class InputRef(int):

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from torchloom.errors import VerifyError
-from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, node_error
+from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, Graph, Node, node_error
 from torchloom.ir.text import format_type
 from torchloom.ir.types import TensorType
 
@@ -217,17 +217,13 @@ def _same_type(a, b) -> bool:
     return a == b
 
 
-#: the IR's own leaf op (``runtime.executor.CONSTANT``): values the compiler binds
-_CONSTANT = "torchloom.constant"
-
-
 def _verify_types(node: Node, registry) -> None:
     if node.op.startswith("python.") and registry.lookup(node.op) is None:
         raise node_error(node, f"op {node.op} is not in the op registry: IR text never "
                                f"names Python to import or call; a Python callable is an op "
                                f"only when the frontend (for the FX graph it imports) or a "
                                f"plugin (torchloom_ops) registers it")
-    if node.op != _CONSTANT and registry.lookup(node.op) is None:
+    if node.op != CONSTANT and registry.lookup(node.op) is None:
         raise node_error(node, f"op {node.op} is unknown: no plugin registers it "
                                f"(torchloom_ops) and torch has no op of that name; a pass "
                                f"may only create ops the registry knows")

@@ -21,10 +21,10 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.base import KernelSource, Reason
-from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, Node, Value
 from torchloom.ir.types import DTYPES, TensorType
 from torchloom.ops.registry import OpRegistry
-from torchloom.runtime.executor import CONSTANT, FUSION_GROUP, GroupChoice
+from torchloom.runtime.executor import GroupChoice
 from torchloom.runtime.group_failure import codegen_failed
 
 

@@ -6,10 +6,9 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.ir.graph import Graph
+from torchloom.ir.graph import FUSION_GROUP, Graph
 from torchloom.passes.base import Pass, PassContext, PassResult
 from torchloom.passes.builtin.purity import is_pure, mutated_values
-from torchloom.runtime.executor import FUSION_GROUP
 
 
 @attrs.frozen

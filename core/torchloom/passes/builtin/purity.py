@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from torchloom.ir.graph import Graph, Node
-from torchloom.runtime.executor import CONSTANT, FUSION_GROUP
+from torchloom.ir.graph import CONSTANT, FUSION_GROUP, Graph, Node
 
 _PURE_CATEGORIES = ("pointwise", "reduction", "view", "layout")
 
