@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchloom.api import Compiler, import_workload, load_workload
+from torchloom.api import Compiler, load_workload
 from torchloom.passes.pipeline import builtin_pipelines
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -162,46 +162,8 @@ def test_mlp_training_step_not_slower_than_eager(perf_gate, pipeline):
 
 # ---- the issue's CPU rows, end to end through torch.compile against the eager model -----
 
-def _ln_residual_gelu(x, r, w, b):
-    h = torch.nn.functional.layer_norm(x + r, (x.shape[-1],), w, b)
-    return torch.nn.functional.gelu(h) * 0.5 + r
-
-
-def _bias_gelu(y, b):
-    return torch.nn.functional.gelu(y + b)
-
-
-class _MLPBlock(torch.nn.Module):
-    def __init__(self, dim=512, hidden=2048):
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(dim)
-        self.fc1 = torch.nn.Linear(dim, hidden)
-        self.fc2 = torch.nn.Linear(hidden, dim)
-
-    def forward(self, x):
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
-
-
-def issue_row(name: str):
-    """(callable, inputs, train) at the issue's sizes."""
-    torch.manual_seed(0)
-    if name == "layer_norm_residual_gelu":
-        return _ln_residual_gelu, [torch.randn(2048, 1024), torch.randn(2048, 1024),
-                                   torch.rand(1024) + 0.5, torch.randn(1024)], False
-    if name == "gelu_bookend":
-        gelu_bookend = import_workload(EXAMPLES / "gelu_bookend.py").gelu_bookend
-        return gelu_bookend, [torch.randn(1024, 3072)], False
-    if name == "lstm_cell":
-        cell = import_workload(EXAMPLES / "lstm_cell.py").lstm_cell
-        batch, hidden = 64, 1024
-        shapes = [(batch, hidden), (batch, hidden), (batch, hidden), (4 * hidden, hidden),
-                  (4 * hidden, hidden), (4 * hidden,), (4 * hidden,)]
-        return cell, [torch.randn(*s) * 0.3 for s in shapes], False
-    if name == "bias_gelu_bf16":
-        return _bias_gelu, [torch.randn(2048, 3072, dtype=torch.bfloat16),
-                            torch.randn(3072, dtype=torch.bfloat16)], False
-    model = _MLPBlock()
-    return model, [torch.randn(1024, 512, requires_grad=True)], True
+# the rows (callable, inputs, train) are the cpu codegen benchmark's, built the same way
+from test_codegen_cpu_bench import row as issue_row  # noqa: E402
 
 
 ISSUE_ROWS = ["gelu_bookend", "layer_norm_residual_gelu", "bias_gelu_bf16", "lstm_cell",
