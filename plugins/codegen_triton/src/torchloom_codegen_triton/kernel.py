@@ -42,19 +42,8 @@ from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_triton.rowcol import (FINISH_BLOCK, ColumnPartials,
                                              split_rows_and_columns)
 from torchloom_codegen_triton.split import SplitReduction, plan_split
+from torchloom_codegen_triton.tensors import memory_order, tensor_type
 from torchloom_codegen_triton.tiled import plan_tiles, tile_grid, tiled_body, tiled_metadata
-
-
-def tensor_type(v: Value) -> TensorType:
-    t = v.type
-    if not isinstance(t, TensorType):
-        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); scalar group inputs are not "
-                          f"supported")
-    if not t.is_static:
-        raise Unsupported(f"%{v.name} has a symbolic shape {list(t.shape)}")
-    if t.dtype not in STORAGE:
-        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
-    return t
 
 
 class KernelWriter:
@@ -461,12 +450,6 @@ SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
 
 def _shape(v: Value) -> tuple:
     return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
-
-
-def memory_order(t: TensorType) -> tuple[int, ...]:
-    """Dims from outermost to innermost in memory (logical order among equal strides)."""
-    strides = t.actual_strides()
-    return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(strides[d]), d)))
 
 
 def _prod(shape) -> int:

@@ -27,6 +27,7 @@ from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCT
                                           literal)
 from torchloom_codegen_triton.reduction import (identity_of, lower_reduction, record_outputs,
                                                 var_dof)
+from torchloom_codegen_triton.tensors import tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -69,7 +70,6 @@ def _reductions_read(node: Node, reductions: set[Node]) -> set[Node]:
 
 def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
     """The ``sum(exp(a - amax(a)))`` reduction paired with amax ``m``, if there is one."""
-    from torchloom_codegen_triton.kernel import tensor_type
     if REDUCTIONS[m.op].kind != "max" or not m.attrs.get("keepdim"):
         return None
     a = m.inputs[0]
@@ -90,7 +90,6 @@ def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
 
 def _one_pass(w: "KernelWriter", nodes: list[Node], online: dict[Node, Node]) -> None:
     """One loop over the row accumulating every reduction of ``nodes`` and ``online``."""
-    from torchloom_codegen_triton.kernel import tensor_type
     em = w.em
     plain = [n for n in nodes if REDUCTIONS[n.op].kind in ("sum", "max", "min", "var")
              and n not in online]

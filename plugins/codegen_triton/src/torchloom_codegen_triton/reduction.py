@@ -18,6 +18,7 @@ from torchloom.api import Node
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
                                           INT_IDENTITY, REDUCTIONS, STORAGE, literal)
+from torchloom_codegen_triton.tensors import tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -92,7 +93,6 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
 
 def lower_reduction(w: "KernelWriter", node: Node) -> None:
     """Compute ``node``'s outputs once per row and record them in ``w.reduced``."""
-    from torchloom_codegen_triton.kernel import tensor_type
     spec = REDUCTIONS[node.op]
     em = w.em
     src = node.inputs[0]
@@ -134,7 +134,6 @@ def var_dof(w: "KernelWriter", node: Node) -> str:
 
 def record_outputs(w: "KernelWriter", node: Node, fields: dict[str, str]) -> None:
     """``node``'s outputs from its template over ``fields``, recorded in ``w.reduced``."""
-    from torchloom_codegen_triton.kernel import tensor_type
     em = w.em
     keepdim = bool(node.attrs.get("keepdim", False))
     for value, template in zip(node.outputs, REDUCTIONS[node.op].outputs):

@@ -25,6 +25,7 @@ from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS,
                                           STORAGE, literal)
 from torchloom_codegen_triton.reduction import reduced_dims
+from torchloom_codegen_triton.tensors import tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -61,7 +62,6 @@ class ColumnPartials:
     """The column reductions of a row + column kernel (see the module docstring)."""
 
     def __init__(self, writer: "KernelWriter", columns: list[Node]):
-        from torchloom_codegen_triton.kernel import tensor_type
         self.w = writer
         self.columns = columns
         #: programs of the main kernel (no more than there are rows)
@@ -114,7 +114,6 @@ class ColumnPartials:
 
     def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
         """The finishing kernel and the region output indices it stores, in order."""
-        from torchloom_codegen_triton.kernel import tensor_type
         order = sorted(self.outputs)
         entries = []
         for i in order:

@@ -28,6 +28,7 @@ from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTI
 from torchloom_codegen_triton.plan import drop_unused
 from torchloom_codegen_triton.reduction import block_reduce, record_outputs
 from torchloom_codegen_triton.rowcol import FINISH_BLOCK, FINISH_PARTIALS
+from torchloom_codegen_triton.tensors import tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -39,7 +40,6 @@ _KINDS = ("sum", "max", "min")
 
 def plan_split(w: "KernelWriter", configs: list[dict[str, int]]) -> "SplitReduction | None":
     """The split plan of ``w``'s reduction, or None where the ordinary form is used."""
-    from torchloom_codegen_triton.kernel import tensor_type
     if not w.looped or w.col is not None:
         return None
     row_blocks = -(-w.rows // configs[0]["XBLOCK"])
@@ -76,7 +76,6 @@ class SplitReduction:
 
     def body(self) -> None:
         """Reduce this program's chunk; store each reduction's partial per row."""
-        from torchloom_codegen_triton.kernel import tensor_type
         w, em = self.w, self.w.em
         for k, n in enumerate(w.reductions):
             kind = REDUCTIONS[n.op].kind
@@ -94,9 +93,8 @@ class SplitReduction:
     def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
         """``_finish(inputs..., outputs..., scratch..., FBLOCK)``: combine each row's
         partials, then compute and store every output (the epilogue) at that row."""
-        from torchloom_codegen_triton.kernel import KernelWriter
         w = self.w
-        fin = KernelWriter(w.group, w.registry, w.max_persistent, probe=True)
+        fin = type(w)(w.group, w.registry, w.max_persistent, probe=True)
         fin.out_names = out_names
         em = fin.em = Emitter(looped=False, hardware_bf16=w.em.hardware_bf16 if hasattr(
             w, "em") else w.device.startswith("cuda"))
@@ -142,7 +140,6 @@ class SplitReduction:
 
 def _row_coords(fin, v) -> tuple[str, ...]:
     """The coordinates of output ``v`` (one element per row) at the finisher's rows."""
-    from torchloom_codegen_triton.kernel import tensor_type
     shape = tuple(tensor_type(v).shape)
     w_shape = tuple(fin.kept_shape)
     if shape == w_shape:

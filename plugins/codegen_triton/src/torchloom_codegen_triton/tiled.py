@@ -19,6 +19,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from torchloom_codegen_triton.indexing import delinear
+from torchloom_codegen_triton.tensors import memory_order, tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -31,7 +32,6 @@ _PROBE = re.compile(r"p(\d+)\Z")
 def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
     """``(d0, d1)``: the outputs' innermost dim and the dim a large input is contiguous
     along, when they differ; None when every large input follows the outputs' walk."""
-    from torchloom_codegen_triton.kernel import KernelWriter, memory_order, tensor_type
     outputs = [tensor_type(v) for v in w.region.outputs]
     shape = tuple(outputs[0].shape)
     if len(shape) < 2 or any(tuple(t.shape) != shape for t in outputs):
@@ -40,7 +40,7 @@ def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
     if len(orders) != 1:
         return None
     d0 = orders.pop()[-1]
-    probe = KernelWriter(w.group, w.registry, probe=True)
+    probe = type(w)(w.group, w.registry, probe=True)
     coords = tuple(f"p{d}" for d in range(len(shape)))
     probe.em.xnames.update(coords)
     for v in w.region.outputs:
