@@ -24,6 +24,7 @@ from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.indexing import delinear
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS, literal
 from torchloom_codegen_cpu.reduction import identity
+from torchloom_codegen_cpu.tensors import tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_cpu.kernel import KernelWriter
@@ -34,7 +35,6 @@ _KINDS = ("sum", "prod", "max", "min")
 
 def column_form(w: "KernelWriter") -> bool:
     """Whether the group's reductions can take the column form (see the module docstring)."""
-    from torchloom_codegen_cpu.kernel import tensor_type
     if not w.kept or w.kept[-1] != len(w.shape) - 1 or w.rnumel <= 1:
         return False
     outputs = set(w.outputs)
@@ -55,7 +55,6 @@ def column_form(w: "KernelWriter") -> bool:
 
 def column_body(w: "KernelWriter") -> list[str]:
     """The statements of one block of columns ``xb`` (sets ``w.rows`` to the block count)."""
-    from torchloom_codegen_cpu.kernel import tensor_type
     em = w.em
     columns = w.rows
     block = min(BLOCK, columns)

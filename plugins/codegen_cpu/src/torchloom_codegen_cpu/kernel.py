@@ -31,6 +31,7 @@ from torchloom_codegen_cpu.indexing import (Coords, Unsupported, address, broadc
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, STORAGE,
                                        VIEWS, literal)
 from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
+from torchloom_codegen_cpu.tensors import tensor_type
 
 #: scalar group inputs the kernel takes as arguments -> their compute dtype
 SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
@@ -40,18 +41,6 @@ PARALLEL_MIN = 32768
 CHUNK = 4096
 #: rows up to this many elements may keep expensive values in a buffer on the stack
 ROW_BUFFER = 16384
-
-
-def tensor_type(v: Value) -> TensorType:
-    t = v.type
-    if not isinstance(t, TensorType):
-        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); only float, int and bool "
-                          f"scalar inputs are supported")
-    if not t.is_static:
-        raise Unsupported(f"%{v.name} has a symbolic shape {list(t.shape)}")
-    if t.dtype not in STORAGE:
-        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
-    return t
 
 
 class KernelWriter:

@@ -19,6 +19,7 @@ from torchloom.api import Node
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, OMP_OP,
                                        REDUCTIONS, literal)
+from torchloom_codegen_cpu.tensors import tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_cpu.kernel import KernelWriter
@@ -93,7 +94,6 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
 
 def lower_reduction(w: "KernelWriter", node: Node) -> None:
     """Compute ``node``'s outputs once per row and record them in ``w.reduced``."""
-    from torchloom_codegen_cpu.kernel import tensor_type
     spec = REDUCTIONS[node.op]
     em = w.em
     src = node.inputs[0]

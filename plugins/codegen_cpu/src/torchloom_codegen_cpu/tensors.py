@@ -1,0 +1,24 @@
+"""What the writer asks of every tensor it touches: a static type of a stored dtype.
+
+Kept apart from kernel.py so that the helpers kernel.py calls (reduction, columns) can use
+it without importing the writer back (no import cycle).
+"""
+
+from __future__ import annotations
+
+from torchloom.api import TensorType, Value
+
+from torchloom_codegen_cpu.indexing import Unsupported
+from torchloom_codegen_cpu.ops import STORAGE
+
+
+def tensor_type(v: Value) -> TensorType:
+    t = v.type
+    if not isinstance(t, TensorType):
+        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); only float, int and bool "
+                          f"scalar inputs are supported")
+    if not t.is_static:
+        raise Unsupported(f"%{v.name} has a symbolic shape {list(t.shape)}")
+    if t.dtype not in STORAGE:
+        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
+    return t
