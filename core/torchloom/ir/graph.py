@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Any
 
 from torchloom.errors import VerifyError
-from torchloom.ir.types import Type
+from torchloom.ir.printer import print_graph, print_node
+from torchloom.ir.types import InputRef, Type  # noqa: F401 (InputRef: re-exported)
 
 
 #: op of a node that calls a shared subgraph of the top-level graph: ``{callee = "name"}``
@@ -22,16 +23,6 @@ CALL_SUBGRAPH = "torchloom.call_subgraph"
 FUSION_GROUP = "torchloom.fusion_group"
 #: the IR's own leaf op: a value the compiler binds, ``{value = ...}``
 CONSTANT = "torchloom.constant"
-
-
-class InputRef(int):
-    """An attribute element that refers to the node's ``inputs[i]`` (printed ``$i``).
-
-    Used for list arguments that hold tensors, e.g. ``aten.cat(%a, %b) {tensors = [$0, $1]}``.
-    """
-
-    def __repr__(self) -> str:
-        return f"${int(self)}"
 
 
 class Value:
@@ -438,7 +429,6 @@ class Graph:
         return clone_graph(self)[0]
 
     def __str__(self) -> str:
-        from torchloom.ir.text import print_graph
         return print_graph(self)
 
 
@@ -480,6 +470,5 @@ def _sanitize(hint: str) -> str:
 
 def node_error(node: Node, message: str) -> VerifyError:
     """A VerifyError that shows the offending node as printed IR."""
-    from torchloom.ir.text import print_node
     where = node.graph.name if node.graph is not None else "?"
     return VerifyError(f"in graph @{where}: {message}\n  {print_node(node)}")

@@ -172,3 +172,13 @@ def type_of(value) -> Type:
     if value is None:
         return ScalarType("none")
     return ScalarType("any")
+
+
+class InputRef(int):
+    """An attribute element that refers to the node's ``inputs[i]`` (printed ``$i``).
+
+    Used for list arguments that hold tensors, e.g. ``aten.cat(%a, %b) {tensors = [$0, $1]}``.
+    """
+
+    def __repr__(self) -> str:
+        return f"${int(self)}"
