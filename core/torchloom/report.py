@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph
+from torchloom.runtime.records import Deduplication
 
 #: ops that launch nothing on a device: metadata, tuple plumbing, Python scalar math
 _FREE_PREFIXES = ("python.",)
@@ -133,27 +134,25 @@ def _cache_stats(kernel_cache) -> dict[str, Any]:
 
 def dedup_summary(compilations: list, kernel_cache, groups: int) -> dict[str, Any]:
     """What deduplication saved: fusion groups against unique kernels, shared regions and
-    the occurrences they replaced, and an estimate of the compile time saved: each kernel
-    reused at the average measured compile time, plus, per graph, the time of the passes
-    after ``dedup.regions`` scaled by the nodes they no longer saw (a linear model: passes
-    with a fixed cost per graph make it an overestimate)."""
-    regions = occurrences = removed = 0
+    the occurrences they replaced (added up from the passes that report a
+    :class:`~torchloom.runtime.records.Deduplication`), and an estimate of the compile time
+    saved: each kernel reused at the average measured compile time, plus, per graph, the
+    time of the passes after such a pass scaled by the nodes they no longer saw (a linear
+    model: passes with a fixed cost per graph make it an overestimate)."""
+    total = Deduplication()
     saved_ms = _cache_stats(kernel_cache).get("saved_ms_estimate", 0.0)
     for comp in compilations:
         if comp.report is None:
             continue
         records = comp.report.records
-        at = next((i for i, r in enumerate(records) if r.name == "dedup.regions"), None)
-        if at is None:
-            continue
-        stats = records[at].stats
-        regions += stats.get("regions", 0)
-        occurrences += stats.get("occurrences", 0)
-        removed += stats.get("nodes_deduplicated", 0)
         seen = comp.graph.num_nodes() + sum(s.num_nodes() for s in comp.graph.subgraphs.values())
-        after_ms = sum(r.ms for r in records[at + 1:])
-        saved_ms += after_ms * stats.get("nodes_deduplicated", 0) / max(seen, 1)
+        for at, record in enumerate(records):
+            if record.deduplication is None:
+                continue
+            total += record.deduplication
+            after_ms = sum(r.ms for r in records[at + 1:])
+            saved_ms += after_ms * record.deduplication.nodes_deduplicated / max(seen, 1)
     return {"fusion_groups": groups, "unique_kernels": unique_kernels(compilations, kernel_cache),
-            "regions": regions,
-            "occurrences_replaced": occurrences, "nodes_deduplicated": removed,
+            "regions": total.regions, "occurrences_replaced": total.occurrences,
+            "nodes_deduplicated": total.nodes_deduplicated,
             "compile_ms_saved_estimate": round(saved_ms, 3)}

@@ -6,6 +6,7 @@ plugins import only ``torchloom.api`` of the core and no other plugin, and nothi
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,41 @@ def test_no_private_ir_attribute_outside_ir():
     assert not uses, "private IR attributes used outside core/torchloom/ir:\n" + "\n".join(uses)
 
 
+def plugin_pass_names() -> set[str]:
+    """``name`` of every pass class (a class with a base named ``Pass``) in the plugins."""
+    names = set()
+    for path in plugin_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    (b.id if isinstance(b, ast.Name) else getattr(b, "attr", None)) == "Pass"
+                    for b in node.bases):
+                names |= {item.value.value for item in node.body
+                          if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                          and item.target.id == "name" and isinstance(item.value, ast.Constant)}
+    return names
+
+
+def strings_naming(tree: ast.AST, names: set[str]) -> list[str]:
+    """String constants in code (docstrings and comments aside) that name one of
+    ``names`` as a whole word."""
+    docs = {id(n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    pattern = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, sorted(names))) + r")(?![\w.-])")
+    return [f"{n.lineno}: {m.group(1)!r}" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+            for m in [pattern.search(n.value)] if m]
+
+
+def test_no_core_module_names_a_plugins_pass():
+    """A core module that needs something from a pass asks for it through the pass API
+    (e.g. ``PassResult.deduplication``); pipeline files (data) may name any pass."""
+    names = plugin_pass_names()
+    assert {"dedup.regions", "fusion.vertical", "views.strip-bookends"} <= names
+    found = [f"{p.relative_to(ROOT)}:{u}" for p in core_modules()
+             for u in strings_naming(ast.parse(p.read_text()), names)]
+    assert not found, "core modules naming a plugin's pass:\n" + "\n".join(found)
+
+
 # ---- the scanners themselves catch what they are for ----------------------------------
 
 @pytest.mark.parametrize("part, source, expected", [
@@ -184,3 +220,14 @@ def test_relative_imports_resolve_against_the_package():
         "torchloom.codegen", "torchloom.ir.graph"]
     assert package_of(CORE / "codegen" / "plan.py") == "torchloom.codegen"
     assert package_of(CORE / "codegen" / "__init__.py") == "torchloom.codegen"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ('at = [r for r in records if r.name == "dedup.regions"]', 1),
+    ('msg = f"after fusion.vertical ran {n} times"', 1),
+    ('def f():\n    """Runs after ``dedup.regions``."""\n    # dedup.regions\n    return 1', 0),
+    ('name = "dedup.regions-extra"', 0),
+    ('name = "mydedup.regions"', 0),
+])
+def test_strings_naming_found(source, expected):
+    assert len(strings_naming(ast.parse(source), {"dedup.regions", "fusion.vertical"})) == expected

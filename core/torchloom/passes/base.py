@@ -28,14 +28,18 @@ import attrs
 
 from torchloom.ir.graph import Graph
 from torchloom.passes.sources import SourceHashes
+from torchloom.runtime.records import Deduplication
 
 
 @attrs.frozen
 class PassResult:
-    """What a pass did: ``changed`` is True iff the graph differs; ``stats`` are counters."""
+    """What a pass did: ``changed`` is True iff the graph differs; ``stats`` are counters;
+    ``deduplication`` (:class:`Deduplication`) is for a pass that made shared subgraphs,
+    and is what ``explain``'s ``dedup`` summary adds up."""
 
     changed: bool
     stats: dict[str, int] = attrs.field(factory=dict)
+    deduplication: Deduplication | None = None
 
 
 @attrs.define

@@ -149,7 +149,8 @@ class PassManager:
         for key, value in result.stats.items():
             ctx.count(f"{step.name}.{key}", value)
         report.records.append(PassRecord(step.name, seconds * 1e3, result.changed,
-                                         dict(result.stats), step.distribution))
+                                         dict(result.stats), step.distribution,
+                                         deduplication=result.deduplication))
         self._notify("after_pass", step, state, pass_, graph, ctx, result, seconds)
         self._dump(graph, step.name)
         return result.changed
@@ -329,7 +330,8 @@ def _merge(a: PassResult, b: PassResult) -> PassResult:
     stats = dict(a.stats)
     for k, v in b.stats.items():
         stats[k] = stats.get(k, 0) + v
-    return PassResult(a.changed or b.changed, stats)
+    dedup = [d for d in (a.deduplication, b.deduplication) if d is not None]
+    return PassResult(a.changed or b.changed, stats, sum(dedup[1:], dedup[0]) if dedup else None)
 
 
 def _signature(graph: Graph) -> tuple:

@@ -6,8 +6,9 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import (CALL_SUBGRAPH, Graph, Node, Pass, PassContext, PassResult,
-                           TensorType, Value, canonical_text, format_attrs, mutated_values)
+from torchloom.api import (CALL_SUBGRAPH, Deduplication, Graph, Node, Pass, PassContext,
+                           PassResult, TensorType, Value, canonical_text, format_attrs,
+                           mutated_values)
 
 _positive = attrs.validators.ge(1)
 
@@ -67,7 +68,8 @@ class DedupRegions(Pass):
     some node mutates, and regions whose outputs alias (are views of) their inputs.
 
     Stats: ``regions``, ``occurrences``, ``nodes_deduplicated`` (nodes later passes no
-    longer see), ``subgraph_nodes``.
+    longer see), ``subgraph_nodes``; the first three are also its ``Deduplication``, which
+    ``explain``'s ``dedup`` summary adds up.
     """
 
     name: ClassVar[str] = "dedup.regions"
@@ -95,7 +97,9 @@ class DedupRegions(Pass):
             stats["subgraph_nodes"] += len(sub)
             ctx.note(f"dedup.regions: @{sub.name} ({len(sub)} nodes) replaces {occurrences} "
                      f"occurrences in @{graph.name}")
-        return PassResult(stats["regions"] > 0, stats)
+        made = Deduplication(stats["regions"], stats["occurrences"],
+                             stats["nodes_deduplicated"])
+        return PassResult(stats["regions"] > 0, stats, deduplication=made)
 
     # ---- search ----------------------------------------------------------------------
     def _extract_best(self, graph: Graph, nodes: list[Node], ctx: PassContext):
