@@ -6,6 +6,7 @@
                       [--target sm_NN] [--cached] [--html FILE] [--dynamic]
     torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
     torchloom reproduce DIR
+    torchloom opt [FILE] (--passes P1,P2{opt=v} | --pipeline P) [--verify-each] [-o OUT]
 
     torchloom --version        (python -m torchloom is the same command line)
 
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p = sub.add_parser("reproduce", help="replay a pass-failure reproducer directory")
     p.add_argument("directory", help="a reproducer directory (as named by a pass's error)")
+    from torchloom.opt import add_opt_parser
+    add_opt_parser(sub)
     for p in sub.choices.values():  # also accepted after the command: explain X --traceback
         _add_traceback(p, argparse.SUPPRESS)
     return parser
@@ -283,8 +286,13 @@ def _reproduce(args) -> int:
     return 0
 
 
+def _opt(args) -> int:
+    from torchloom.opt import run_opt
+    return run_opt(args)
+
+
 _COMMANDS = {"plugins": _plugins, "check": _check, "explain": _explain, "bench": _bench,
-             "reproduce": _reproduce}
+             "reproduce": _reproduce, "opt": _opt}
 
 if __name__ == "__main__":
     sys.exit(main())
