@@ -218,11 +218,9 @@ def _check_report(spec: str) -> dict:
     """What ``check`` finds in a pipeline: its shape, and notes on what will not run."""
     import difflib
 
-    from torchloom.passes.pipeline import build_pipeline, read_pipeline
-    from torchloom.plugins.loader import load_plugins
-    raw = read_pipeline(spec)
-    plugins = load_plugins(disable=raw.disable)
-    pipeline = build_pipeline(raw, plugins)
+    from torchloom.plugins.pipelines import load_pipeline
+    loaded = load_pipeline(spec)
+    raw, plugins, pipeline = loaded.raw, loaded.plugins, loaded.pipeline
     notes = [f"optional pass {name!r} is not installed" for name in pipeline.missing_optional]
     if not pipeline.steps and not pipeline.missing_optional:
         what = f"{raw.source} is empty" if not raw.data else "the pipeline has no [[pass]]"

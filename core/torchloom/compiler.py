@@ -20,9 +20,8 @@ from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedE
 from torchloom.frontend.fx import ImportedGraph, import_fx
 from torchloom.ir.graph import Graph
 from torchloom.passes.base import PassContext
-from torchloom.passes.manager import PassManager, RunReport, versions
-from torchloom.passes.pipeline import build_pipeline, read_pipeline
-from torchloom.plugins.loader import load_plugins
+from torchloom.passes.manager import PassManager, RunReport
+from torchloom.plugins.pipelines import load_pipeline
 from torchloom.runtime.cache import KernelCache, directory_problem
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.runtime.graph_cache import GraphCache
@@ -95,13 +94,12 @@ class Compiler:
         ``remote_cache``: the shared cache's URL (``redis://HOST:PORT/DB``; default
         ``TORCHLOOM_REMOTE_CACHE``, then the pipeline's ``[runtime] remote_cache``;
         False: none), see :mod:`torchloom.runtime.remote_cache`."""
-        raw = read_pipeline(pipeline)
-        self.plugins = plugins if plugins is not None else load_plugins(disable=raw.disable)
+        self.mode = check_mode(mode)
+        loaded = load_pipeline(pipeline, plugins)
+        self.plugins = loaded.plugins
         for err in self.plugins.errors:
             log.warning("torchloom: %s", err)
-        self.mode = check_mode(mode)
-        self.pipeline, mode_notes = apply_mode(build_pipeline(raw, self.plugins), self.plugins,
-                                               self.mode)
+        self.pipeline, mode_notes = apply_mode(loaded.pipeline, self.plugins, self.mode)
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device = device
@@ -124,7 +122,7 @@ class Compiler:
                              and dump_dir is None and not keep_ir and target is None)
         self.graph_cache = GraphCache(disk and disk / "graphs", {
             "pipeline": fingerprint, "device": device,
-            "versions": versions(self.plugins)},
+            "versions": self.plugins.versions()},
             remote=self.remote_cache) if compile_cache else None
         self.compilations: list[Compilation] = []
         self.notes: list[str] = list(mode_notes) + ([remote_note] if remote_note else [])

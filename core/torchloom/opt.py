@@ -67,8 +67,8 @@ def opt(text: str, source: str, *, passes: str | None = None, pipeline: str | No
     from torchloom.ir.verify import verify
     from torchloom.passes.base import PassContext
     from torchloom.passes.manager import PassManager
-    from torchloom.passes.pipeline import build_pipeline, parse_raw, read_pipeline
-    from torchloom.plugins.loader import load_plugins
+    from torchloom.passes.pipeline import parse_raw, read_pipeline
+    from torchloom.plugins.pipelines import load_pipeline
 
     if (passes is None) == (pipeline is None):
         raise TorchloomError("opt: give either --passes or --pipeline")
@@ -77,11 +77,11 @@ def opt(text: str, source: str, *, passes: str | None = None, pipeline: str | No
         raw = parse_raw(toml, PASSES_SOURCE)
     else:
         raw, entries = read_pipeline(pipeline), None
-    plugins = plugins or load_plugins(disable=raw.disable)
     try:
-        built = build_pipeline(raw, plugins)
+        loaded = load_pipeline(raw, plugins)
     except PipelineError as exc:
         raise _point_into_passes(exc, entries) if entries is not None else exc
+    plugins, built = loaded.plugins, loaded.pipeline
     if verify_each:
         built = attrs.evolve(built, verify="each")
     graph = parse_graph(text, source)

@@ -12,9 +12,9 @@ from torchloom.errors import PipelineError, TorchloomError
 from torchloom.ir.text import parse_graph
 from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager
-from torchloom.passes.pipeline import VERIFY_POLICIES, PassStep, Pipeline, build_pipeline, parse_raw
+from torchloom.passes.pipeline import VERIFY_POLICIES, PassStep, Pipeline, parse_raw
 from torchloom.passes.textfile import read_json_file, read_text_file
-from torchloom.plugins.loader import load_plugins
+from torchloom.plugins.pipelines import load_pipeline, plugins_for
 
 
 def reproduce(directory: str | Path, plugins=None) -> str:
@@ -34,11 +34,12 @@ def reproduce(directory: str | Path, plugins=None) -> str:
     raw = parse_raw(read_text_file(d / "pipeline.toml", "a reproducer's pipeline.toml",
                                    PipelineError) if (d / "pipeline.toml").exists()
                     else "", str(d / "pipeline.toml"))
-    plugins = plugins or load_plugins(disable=raw.disable)
     if meta["pass"] is None:  # a whole-pipeline failure (verify = "end")
-        pipeline = build_pipeline(raw, plugins)
+        loaded = load_pipeline(raw, plugins)
+        plugins, pipeline = loaded.plugins, loaded.pipeline
         what = f"pipeline {pipeline.name!r}"
     else:
+        plugins = plugins_for(raw, plugins)
         if meta["pass"] in plugins.clashes:
             raise TorchloomError(f"{d / 'pass.json'}: {plugins.clash_message(meta['pass'])}")
         if meta["pass"] not in plugins.passes:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -250,7 +249,7 @@ class PassManager:
             "error": f"{type(exc).__name__}: {exc}",
             "traceback": "".join(traceback.format_exception(exc)),
         }, indent=2))
-        (d / "versions.json").write_text(json.dumps(versions(self.plugins), indent=2))
+        (d / "versions.json").write_text(json.dumps(self.plugins.versions(), indent=2))
         try:
             os.rename(d, final)
         except OSError:  # another process wrote the same failure first
@@ -355,11 +354,3 @@ def _jsonable(options: dict[str, Any]) -> dict[str, Any]:
             out[k] = repr(v)
     return out
 
-
-def versions(plugins) -> dict[str, Any]:
-    import torch
-    from torchloom import __version__
-    return {"torchloom": __version__, "torch": torch.__version__,
-            "python": platform.python_version(),
-            "plugins": {name: {"distribution": d, "version": v}
-                        for name, (d, v) in sorted(plugins.plugins.items())}}

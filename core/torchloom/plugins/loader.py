@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import platform
 import re
 import traceback
 from collections.abc import Iterable, Sequence
@@ -82,6 +83,16 @@ class PluginSet:
 
     def codegen(self, name: str):
         return self.codegens[name].obj
+
+    def versions(self) -> dict[str, Any]:
+        """torchloom's, torch's and Python's versions and every loaded plugin's
+        distribution and version: what a compile-cache key and a reproducer record."""
+        import torch
+        from torchloom import __version__
+        return {"torchloom": __version__, "torch": torch.__version__,
+                "python": platform.python_version(),
+                "plugins": {name: {"distribution": d, "version": v}
+                            for name, (d, v) in sorted(self.plugins.items())}}
 
     def why_missing(self, codegen: str) -> str:
         """Why codegen ``codegen`` is not available, to follow its quoted name: ``failed to
