@@ -3,6 +3,7 @@
 from torchloom import errors
 from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason, compile_group
 from torchloom.codegen.eager import EagerCodegen
+from torchloom.codegen import indexing
 from torchloom.compiler import Compilation, Compiler, default_cache_dir, env_flag
 from torchloom.explain import import_workload, load_workload
 from torchloom.frontend.fx import import_fx
@@ -36,4 +37,5 @@ __all__ = [
     "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "format_attrs", "KernelCache", "build_function",
     "import_workload", "load_workload", "default_cache_dir", "env_flag",
     "mark_decomposition", "find_instances", "unmarked_attrs", "Progress", "Activity", "symbols",
+    "indexing",
 ]

@@ -130,6 +130,16 @@ CASES = {
         %s = aten.sum.dim_IntList(%a) {dim = [-1]} : f32[3]
         %m = aten.mean.dim(%a) {dim = [-1]} : f32[3]""", "%s: f32[3], %m: f32[3]"),
         lambda: (randn(3, 0),)),
+    # all-size-1 rows and reduced dims: every coordinate is element 0 (the shared index
+    # math's rule, which the cpu codegen needed; the masks keep Triton right either way)
+    "size_one_dims_reduced": (group_text("%a: bf16[1, 1]", """
+        %v = aten.add.Tensor(%a, %a) : bf16[1, 1]
+        %r = aten.sum.dim_IntList(%v) {dim = [0]} : bf16[1]""", "%v: bf16[1, 1], %r: bf16[1]"),
+        lambda: (torch.tensor([[1.5]], dtype=torch.bfloat16),)),
+    "size_one_dims_keepdim": (group_text("%a: f32[1, 5, 1]", """
+        %s = aten.amax.default(%a) {dim = [1], keepdim = true} : f32[1, 1, 1]
+        %d = aten.sub.Tensor(%a, %s) : f32[1, 5, 1]""", "%d: f32[1, 5, 1], %s: f32[1, 1, 1]"),
+        lambda: (randn(1, 5, 1),)),
 }
 
 

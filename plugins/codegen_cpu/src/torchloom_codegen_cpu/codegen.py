@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir
+from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir, indexing
 
-from torchloom_codegen_cpu.indexing import Unsupported
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, cached_library,
@@ -55,7 +54,7 @@ class CpuCodegen:
     def supports(self, group: Node, registry: Any) -> Reason | None:
         try:
             write_function(group, registry)
-        except Unsupported as exc:
+        except indexing.Unsupported as exc:
             return Reason(self.name, str(exc))
         if find_compiler() is None:
             return Reason(self.name, f"no C compiler: {compiler_name()!r} is not on PATH (set "

@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from torchloom_codegen_cpu.emitter import Expr
-from torchloom_codegen_cpu.indexing import delinear
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS, literal
 from torchloom_codegen_cpu.reduction import identity
 from torchloom_codegen_cpu.tensors import tensor_type
@@ -66,7 +65,7 @@ def column_body(w: "KernelWriter") -> list[str]:
     # inner coordinates (columns) are recomputed in every SIMD loop
     em.inner_names.add("x")
     x_header, xs = [], []
-    for k, c in enumerate(delinear("x", w.kept_shape)):
+    for k, c in enumerate(w.ix.delinear("x", w.kept_shape)):
         if c in ("0", "x"):
             xs.append(c)
             continue
@@ -92,7 +91,7 @@ def column_body(w: "KernelWriter") -> list[str]:
         accs.append((node, kind, dtype, acc, nan))
     # the walk over the reduced elements: its body is a row scope of its own
     saved, em.lines = em.lines, []
-    rs = list(delinear("r", w.red_shape))
+    rs = list(w.ix.delinear("r", w.red_shape))
     for k, c in enumerate(rs):
         if c not in ("0", "r"):
             em.statement(f"const int64_t r{k} = {c};", False)

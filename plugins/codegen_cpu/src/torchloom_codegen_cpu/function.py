@@ -16,11 +16,10 @@ from typing import Any
 
 from torchloom.api import Node, ScalarType, Value, print_graph, structural_hash
 
-from torchloom_codegen_cpu.indexing import Unsupported
-from torchloom_codegen_cpu.kernel import (SCALAR_DTYPES, KernelWriter, output_names,
-                                          tensor_type)
+from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.reduction import reduced_dims
+from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
 
 def _classes(reductions: list[Node]) -> list[list[Node]]:

@@ -22,16 +22,16 @@ import re
 from typing import Any
 
 import torch
-from torchloom.api import DTYPES, InputRef, Node, ScalarType, TensorType, Value
+from torchloom.api import DTYPES, InputRef, Node, ScalarType, TensorType, Value, indexing
 
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
-from torchloom_codegen_cpu.indexing import (Coords, Unsupported, address, broadcast, delinear,
-                                            reshape, view_coords)
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, STORAGE,
                                        VIEWS, literal)
 from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
-from torchloom_codegen_cpu.tensors import tensor_type
+from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
+
+Coords = indexing.Coords
 
 #: scalar group inputs the kernel takes as arguments -> their compute dtype
 SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
@@ -56,6 +56,7 @@ class KernelWriter:
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self.known: dict = {}  # coordinates -> the linear index they came from
+        self.ix = indexing.IndexMath(indexing.C)
         self.em = Emitter()
         self._check_region()
         if reductions is None:
@@ -114,13 +115,13 @@ class KernelWriter:
         t = tensor_type(v)
         if node is None:
             self.loaded.add(v)
-            offset = address(coords, t.actual_strides(), t.shape, self.known)
+            offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
             return self.em.emit(load_text(f"in_{v.name}", offset, t.dtype), COMPUTE[t.dtype],
                                 v.name)
         if node.op in VIEWS:
             src = node.inputs[0]
-            in_coords = view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
-                                    tensor_type(src).shape, self.known, v.index)
+            in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
+                                            tensor_type(src).shape, self.known, v.index)
             return self.value_at(src, in_coords)
         if node.op in REDUCTIONS:
             expected, e = self.reduced[v]
@@ -135,7 +136,8 @@ class KernelWriter:
         if len(node.outputs) != 1:
             raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
         out = COMPUTE[t.dtype]
-        tensors = [self.value_at(i, broadcast(coords, t.shape, _shape(i))) for i in node.inputs]
+        tensors = [self.value_at(i, self.ix.broadcast(coords, t.shape, _shape(i)))
+                   for i in node.inputs]
         if spec.args == "cast":
             return self.em.cast(tensors[0], t.dtype)
         compute = out
@@ -186,14 +188,14 @@ class KernelWriter:
     def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
         e = self.value_at(v, coords)
-        offset = address(coords, t.actual_strides(), t.shape, self.known)
+        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         line = store_text(name, offset, e, t.dtype, self.em.unrounded.get(e.text))
         self.em.statement(line, self.em.is_inner(line))
 
     def row_coords(self, index: str, shape) -> list[str]:
         """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; their names."""
         names = []
-        for k, c in enumerate(delinear(index, shape)):
+        for k, c in enumerate(self.ix.delinear(index, shape)):
             if c == "0" or c == index:
                 names.append(c)
                 continue
@@ -242,8 +244,8 @@ class KernelWriter:
             logical[d] = c
         em.begin_phase()
         for name, v, t in zip(self.out_names, self.outputs, outs):
-            coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else reshape(
-                tuple(logical), first.shape, t.shape, self.known)
+            coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else \
+                self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
         em.end_phase("#pragma omp simd", loop, [])
         return em.lines
@@ -269,7 +271,7 @@ class KernelWriter:
         xs = self.row_coords("x", self.kept_shape)
         em.inner_names.add("r")
         self.r_header, rs = [], []
-        for k, c in enumerate(delinear("r", self.red_shape)):
+        for k, c in enumerate(self.ix.delinear("r", self.red_shape)):
             if c == "0" or c == "r":
                 rs.append(c)
                 continue
@@ -301,10 +303,11 @@ class KernelWriter:
             elif shape == tuple(self.kept_shape):
                 self.store(name, v, self.row)
             elif _prod(shape) == self.rows:  # another view of the rows: same element order
-                self.store(name, v, reshape(self.row, self.kept_shape, shape, self.known))
+                self.store(name, v, self.ix.reshape(self.row, self.kept_shape, shape,
+                                                    self.known))
             elif _prod(shape) == self.numel:  # another view of P: element i goes to i
-                full_outputs.append((name, v, reshape(self.full, self.shape, shape,
-                                                      self.known)))
+                full_outputs.append((name, v, self.ix.reshape(self.full, self.shape, shape,
+                                                              self.known)))
             else:
                 raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the "
                                   f"elements of the reduced shape {list(self.shape)} nor "

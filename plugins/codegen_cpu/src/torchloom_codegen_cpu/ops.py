@@ -273,7 +273,7 @@ INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX
               "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
               "u8": ("0", "UINT8_MAX"), "b8": ("0", "1")}
 
-#: view ops: how output coordinates map to input coordinates (see indexing.py)
+#: view ops: how output coordinates map to input coordinates (see torchloom.api.indexing)
 VIEWS = {
     "aten.view.default": "reshape", "aten._unsafe_view.default": "reshape",
     "aten.reshape.default": "reshape", "aten.squeeze.dim": "reshape",

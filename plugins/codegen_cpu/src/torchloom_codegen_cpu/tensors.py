@@ -6,10 +6,11 @@ it without importing the writer back (no import cycle).
 
 from __future__ import annotations
 
-from torchloom.api import TensorType, Value
+from torchloom.api import TensorType, Value, indexing
 
-from torchloom_codegen_cpu.indexing import Unsupported
 from torchloom_codegen_cpu.ops import STORAGE
+
+Unsupported = indexing.Unsupported
 
 
 def tensor_type(v: Value) -> TensorType:

@@ -1,0 +1,376 @@
+"""Index math for the native codegens: coordinates and sizes as source text.
+
+A coordinate is a source expression of the target language (``"x0"``, ``"r / 8 % 4"``,
+``"0"``), one per dim. Views never move data: a view's element at output coordinates is its
+input's element at coordinates these functions compute (tinygrad's ShapeTracker idea, done
+eagerly on source text). Dims of size 1 always have coordinate ``"0"``.
+
+Dims are ints or size expressions (``"s0"``, ``"2*s0"``; see :mod:`torchloom.ir.symbols`).
+A symbolic dim prints as source text over the kernel's runtime size arguments, and is never
+assumed to be 1 or 0: the text computed for it is right at every runtime size. Facts about
+symbolic dims that decide the text (two products are equal, which is larger) are judged by
+evaluating them at pseudo-random points, as ``symbols.symbolic_contiguous`` does.
+
+One object per kernel, bound to a language and to the names of its size arguments::
+
+    ix = IndexMath(C, {"s0": "S_0"})     # or TRITON; symbols not named print as themselves
+    ix.size("2*s0")                      # "2 * S_0"
+    ix.delinear("x", (4, "s0"))          # ("x / S_0", "x % S_0")
+    ix.linear(("a", "b"), (4, "s0"))     # "a * S_0 + b"
+    ix.address(coords, strides, shape)   # offset of an element (strides None: contiguous)
+    ix.broadcast(coords, out_shape, in_shape)
+    ix.reshape(coords, out_shape, in_shape)
+    ix.view_coords(rule, coords, attrs, out_shape, in_shape, known, output)
+
+``known`` (optional, a dict the caller keeps per kernel) remembers which linear index a set
+of coordinates was delinearised from, so linearising them again gives that index back.
+Module functions work on dims without printing: :func:`prod` (a product, an int when every
+factor is one) and :func:`same` (equal at every runtime size). What the math cannot express
+raises :class:`Unsupported` with the reason (a codegen declines the group with it).
+Division and modulo are exact for the non-negative operands sizes and indices are.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, parse_dim, symbols_of
+
+Coords = tuple[str, ...]
+#: (coords, shape) with size-1 dims dropped -> the index they were delinearised from
+Known = dict[tuple[tuple[str, ...], tuple[Dim, ...]], str]
+
+
+class Unsupported(Exception):
+    """The group cannot be compiled by this codegen; the message is the reason."""
+
+
+@attrs.frozen
+class Language:
+    """How a target language writes integer arithmetic on sizes and indices."""
+
+    name: str
+    floor_div: str  # the integer division operator
+    #: size-expression function -> template over its (parenthesised) arguments
+    functions: Mapping[str, str]
+
+
+C = Language("c", "/", {"Max": "({0} > {1} ? {0} : {1})", "Min": "({0} < {1} ? {0} : {1})",
+                        "Abs": "({0} < 0 ? -{0} : {0})"})
+TRITON = Language("triton", "//", {"Max": "tl.maximum({0}, {1})",
+                                   "Min": "tl.minimum({0}, {1})", "Abs": "tl.abs({0})"})
+
+
+def _par(e: str) -> str:
+    return e if e.isidentifier() or e.isdigit() or _enclosed(e) else f"({e})"
+
+
+def _enclosed(e: str) -> bool:
+    """Whether ``e`` is one parenthesised whole: ``(a ? b : c)``, not ``(a) + (b)``."""
+    if not e.startswith("("):
+        return False
+    depth = 0
+    for k, ch in enumerate(e):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return k == len(e) - 1
+    return False
+
+
+def prod(dims: Sequence[Dim]) -> Dim:
+    """The product of ``dims``: an int when all are ints, else a size expression."""
+    const, factors = 1, []
+    for d in dims:
+        if isinstance(d, int):
+            const *= d
+        elif d is None:
+            raise Unsupported("a dim of unknown size")
+        else:
+            factors.append(d if parse_dim(d).body.__class__ in (ast.Name, ast.Call)
+                           else f"({d})")
+    if not factors or const == 0:
+        return const
+    return "*".join(([str(const)] if const != 1 else []) + factors)
+
+
+def _points(dim: Dim) -> tuple[int, int, int]:
+    """``dim`` at three fixed pseudo-random points (every symbol from 2 to 2**20)."""
+    if isinstance(dim, int):
+        return (dim, dim, dim)
+    if dim is None:
+        raise Unsupported("a dim of unknown size")
+    values = []
+    for k in range(3):
+        point = {s: random.Random(f"{k}:{s}").randrange(2, 1 << 20) for s in symbols_of(dim)}
+        try:
+            values.append(evaluate(dim, point))
+        except (SymbolicDimError, ZeroDivisionError) as exc:
+            raise Unsupported(f"size {dim!r}: {exc}") from None
+    return tuple(values)
+
+
+def same(a: Dim, b: Dim) -> bool:
+    """Whether dims ``a`` and ``b`` are equal at every runtime size (``2*s0``, ``s0*2``)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a == b or _points(a) == _points(b)
+
+
+_PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.FloorDiv: 2, ast.Mod: 2}
+
+
+class IndexMath:
+    """Index math for one kernel: ``language`` and ``names`` (symbol -> the source name of
+    the runtime size argument holding it). See the module docstring."""
+
+    def __init__(self, language: Language, names: Mapping[str, str] | None = None):
+        self.language = language
+        self.names = dict(names or {})
+
+    # ---- sizes -------------------------------------------------------------------------
+    def size(self, dim: Dim) -> str:
+        """Source text computing ``dim`` from the size arguments."""
+        if isinstance(dim, int):
+            return str(dim)
+        if dim is None:
+            raise Unsupported("a dim of unknown size")
+        return self._print(parse_dim(dim).body)[0]
+
+    def _print(self, node: ast.AST) -> tuple[str, int]:
+        """(text, precedence): 3 for atoms, 2 for products, 1 for sums."""
+        if isinstance(node, ast.Constant):
+            return str(node.value), 3 if node.value >= 0 else 0
+        if isinstance(node, ast.Name):
+            return self.names.get(node.id, node.id), 3
+        if isinstance(node, ast.UnaryOp):
+            text, level = self._print(node.operand)
+            if isinstance(node.op, ast.UAdd):
+                return text, level
+            return f"-{text if level == 3 else f'({text})'}", 0
+        if isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.Pow):
+                base = self._wrap(self._print(node.left), 2)
+                n = node.right.value
+                return (" * ".join([base] * n), 2) if n else ("1", 3)
+            level = _PRECEDENCE.get(type(node.op))
+            if level is None:
+                raise Unsupported(f"size expression {ast.unparse(node)!r}: true division")
+            op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%",
+                  ast.FloorDiv: self.language.floor_div}[type(node.op)]
+            left = self._wrap(self._print(node.left), level)
+            right = self._wrap(self._print(node.right), level + 1)
+            return f"{left} {op} {right}", level
+        name = node.func.id
+        args = [self._wrap(self._print(a), 3) for a in node.args]
+        div = self.language.floor_div
+        if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
+            return f"{args[0]} {div} {args[1]}", 2
+        if name in ("Mod", "PythonMod") and len(args) == 2:
+            return f"{args[0]} % {args[1]}", 2
+        if name == "CeilDiv" and len(args) == 2:
+            return f"({args[0]} + {args[1]} - 1) {div} {args[1]}", 2
+        template = self.language.functions.get(name)
+        if template is None or len(args) < (1 if name == "Abs" else 2):
+            raise Unsupported(f"size expression {ast.unparse(node)!r}: {name} has no "
+                              f"{self.language.name} form")
+        text = args[0]
+        for arg in args[1:] or [None]:  # Max(a, b, c) = Max(Max(a, b), c)
+            text = template.format(text, arg)
+        return text, 3
+
+    @staticmethod
+    def _wrap(printed: tuple[str, int], level: int) -> str:
+        text, own = printed
+        return text if own >= level else f"({text})"
+
+    def _times(self, c: str, stride: Dim) -> str:
+        return c if stride == 1 else f"{_par(c)} * {_par(self.size(stride))}"
+
+    # ---- coordinates -------------------------------------------------------------------
+    def linear(self, coords: Sequence[str], shape: Sequence[Dim],
+               known: Known | None = None) -> str:
+        """Row-major linear index of ``coords`` within ``shape`` (size-1 dims skipped)."""
+        if known:
+            key = (tuple(c for c, d in zip(coords, shape) if d != 1),
+                   tuple(d for d in shape if d != 1))
+            if key[0] and key in known:  # no real dims: element 0 (never a loop's index)
+                return known[key]
+        terms: list[str] = []
+        stride: Dim = 1
+        for c, d in reversed(list(zip(coords, shape))):
+            if d != 1 and c != "0":
+                terms.append(self._times(c, stride))
+            stride = prod([stride, d])
+        return " + ".join(reversed(terms)) if terms else "0"
+
+    def delinear(self, index: str, shape: Sequence[Dim]) -> Coords:
+        """Coordinates of the row-major ``index`` within ``shape``."""
+        out = []
+        real = [i for i, d in enumerate(shape) if d != 1]
+        strides: dict[int, Dim] = {}
+        stride: Dim = 1
+        for i in reversed(range(len(shape))):
+            strides[i] = stride
+            stride = prod([stride, shape[i]])
+        for i, d in enumerate(shape):
+            if d == 1:
+                out.append("0")
+                continue
+            e = _par(index)
+            if strides[i] != 1:
+                e = f"{e} {self.language.floor_div} {_par(self.size(strides[i]))}"
+            if i != real[0]:
+                e = f"{_par(e) if strides[i] != 1 else e} % {_par(self.size(d))}"
+            out.append(e)
+        return tuple(out)
+
+    def address(self, coords: Sequence[str], strides: Sequence[Dim] | None,
+                shape: Sequence[Dim], known: Known | None = None) -> str:
+        """Element offset of ``coords`` in a tensor with ``strides`` (None: contiguous)."""
+        if strides is None:
+            return self.linear(coords, shape, known)
+        real = sorted(((c, s, d) for c, s, d in zip(coords, strides, shape) if d != 1),
+                      key=lambda t: -abs(_points(t[1])[0]))  # memory order (stable)
+        expected: Dim = 1
+        for _, s, d in reversed(real):
+            if not same(s, expected):
+                break
+            expected = prod([expected, d])
+        else:  # row-major: the linear index (often the very index the coords came from)
+            return self.linear([c for c, _, _ in real], [d for _, _, d in real], known)
+        terms = [self._times(c, s) for c, s, d in zip(coords, strides, shape)
+                 if d != 1 and s != 0 and c != "0"]
+        return " + ".join(terms) if terms else "0"
+
+    def broadcast(self, coords: Sequence[str], out_shape: Sequence[Dim],
+                  in_shape: Sequence[Dim]) -> Coords:
+        """Coordinates in an input that broadcasts (right-aligned) to ``out_shape``."""
+        offset = len(out_shape) - len(in_shape)
+        if offset < 0:
+            raise Unsupported(f"input of rank {len(in_shape)} broadcast to rank "
+                              f"{len(out_shape)}")
+        result = []
+        for i, d in enumerate(in_shape):
+            out = out_shape[offset + i]
+            if d != 1 and not (isinstance(d, int) and isinstance(out, int)) and \
+                    not same(d, out):
+                raise Unsupported(f"dim {d} broadcast to {out}: the sizes may differ")
+            result.append("0" if d == 1 else coords[offset + i])
+        return tuple(result)
+
+    def reshape(self, coords: Sequence[str], out_shape: Sequence[Dim],
+                in_shape: Sequence[Dim], known: Known | None = None) -> Coords:
+        """Coordinates in the input of a view/reshape/squeeze/unsqueeze (logical order)."""
+        if 0 in out_shape or 0 in in_shape:
+            return tuple("0" for _ in in_shape)
+        result = ["0"] * len(in_shape)
+        outs = [i for i, d in enumerate(out_shape) if d != 1]
+        ins = [j for j, d in enumerate(in_shape) if d != 1]
+        i = j = 0
+        while i < len(outs):
+            if j >= len(ins):
+                raise Unsupported(f"view of {list(in_shape)} as {list(out_shape)}: the sizes "
+                                  f"may differ")
+            group_o, group_i = [outs[i]], [ins[j]]
+            po, pi = _points(out_shape[outs[i]]), _points(in_shape[ins[j]])
+            i, j = i + 1, j + 1
+            while po != pi:
+                if po[0] < pi[0] and i < len(outs):
+                    group_o.append(outs[i])
+                    po = tuple(a * b for a, b in zip(po, _points(out_shape[outs[i]])))
+                    i += 1
+                elif po[0] >= pi[0] and j < len(ins):
+                    group_i.append(ins[j])
+                    pi = tuple(a * b for a, b in zip(pi, _points(in_shape[ins[j]])))
+                    j += 1
+                else:
+                    raise Unsupported(f"view of {list(in_shape)} as {list(out_shape)}: the "
+                                      f"sizes may differ")
+            if len(group_o) == 1 and len(group_i) == 1:
+                result[group_i[0]] = coords[group_o[0]]
+                continue
+            lin = self.linear([coords[k] for k in group_o], [out_shape[k] for k in group_o],
+                              known)
+            pieces = self.delinear(lin, [in_shape[k] for k in group_i])
+            if known is not None:
+                sizes = tuple(in_shape[k] for k in group_i)
+                known[(tuple(c for c, d in zip(pieces, sizes) if d != 1),
+                       tuple(d for d in sizes if d != 1))] = lin
+            for k, c in zip(group_i, pieces):
+                result[k] = c
+        return tuple(result)
+
+    def view_coords(self, rule: str, coords: Coords, attrs_: Mapping[str, Any],
+                    out_shape: Sequence[Dim], in_shape: Sequence[Dim],
+                    known: Known | None = None, output: int = 0) -> Coords:
+        """Input coordinates of a view op's element at ``coords``; ``rule`` is the op's
+        index rule (reshape, expand, permute, transpose, slice, split, split_with_sizes,
+        unbind, select), ``output`` the index of the output for multi-output views."""
+        rank = len(in_shape)
+        for key in ("start", "step", "index", "split_size", "split_sizes"):
+            value = attrs_.get(key)
+            if isinstance(value, str) or (isinstance(value, (list, tuple)) and any(
+                    isinstance(v, str) for v in value)):
+                raise Unsupported(f"{rule} with a symbolic {key} ({value})")
+        if rule == "reshape":
+            return self.reshape(coords, out_shape, in_shape, known)
+        if rule == "expand":
+            return self.broadcast(coords, out_shape, in_shape)
+        if rule == "permute":
+            result = [""] * rank
+            for i, d in enumerate(attrs_["dims"]):
+                result[_norm(d, rank)] = coords[i]
+            return tuple(result)
+        if rule == "transpose":
+            if rank < 2:
+                return tuple(coords)
+            a, b = _norm(attrs_.get("dim0", 0), rank), _norm(attrs_.get("dim1", 1), rank)
+            result = list(coords)
+            result[a], result[b] = coords[b], coords[a]
+            return tuple(result)
+        if rule == "slice":
+            dim = _norm(attrs_.get("dim", 0), rank)
+            size = in_shape[dim]
+            start = attrs_.get("start") or 0
+            step = attrs_.get("step", 1) or 1
+            c = coords[dim] if step == 1 else f"{_par(coords[dim])} * {step}"
+            if isinstance(size, int):
+                start = min(max(start + size if start < 0 else start, 0), size)
+            elif start < 0:  # from the end of a symbolic dim
+                start = self.size(f"Max({size} - {-start}, 0)")
+            if start:  # a start past a symbolic end leaves nothing to read
+                c = str(start) if c == "0" else f"{c} + {_par(str(start))}"
+            return tuple(coords[:dim]) + (c,) + tuple(coords[dim + 1:])
+        if rule in ("split", "split_with_sizes"):  # output ``output`` is one piece along dim
+            dim = _norm(attrs_.get("dim", 0), rank)
+            if rule == "split":
+                start = output * attrs_["split_size"]
+            else:
+                start = sum(attrs_["split_sizes"][:output])
+            c = coords[dim] if not start else (str(start) if coords[dim] == "0"
+                                               else f"{coords[dim]} + {start}")
+            return tuple(coords[:dim]) + (c,) + tuple(coords[dim + 1:])
+        if rule == "unbind":
+            dim = _norm(attrs_.get("dim", 0), rank)
+            return tuple(coords[:dim]) + (str(output),) + tuple(coords[dim:])
+        if rule == "select":
+            dim = _norm(attrs_["dim"], rank)
+            index = attrs_["index"]
+            if index < 0:
+                index = index + in_shape[dim] if isinstance(in_shape[dim], int) else \
+                    self.size(f"{in_shape[dim]} - {-index}")
+            return tuple(coords[:dim]) + (str(index),) + tuple(coords[dim:])
+        raise Unsupported(f"no index rule {rule!r}")
+
+
+def _norm(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+__all__ = ["Coords", "Known", "Unsupported", "Language", "C", "TRITON", "IndexMath", "prod",
+           "same"]

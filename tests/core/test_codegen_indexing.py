@@ -1,0 +1,272 @@
+"""Index math (torchloom.codegen.indexing, shared by the cpu and triton codegens): the
+coordinate expressions of every view rule, evaluated as Python at every element, must
+address the element torch's own view returns, for static and for symbolic sizes (printed
+over runtime size names, checked at several concrete sizes, 1 included)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torchloom.api import indexing, symbols
+from torchloom.codegen.indexing import C, TRITON, IndexMath, Unsupported, prod, same
+
+
+class _Tl:  # what Triton's size functions are, in Python
+    maximum, minimum, abs = max, min, abs
+
+
+def _python(text: str, language) -> str:
+    """C integer division is Python's floor division for the non-negative values here."""
+    return re.sub(r"(?<=[\w)]) / (?=[\w(])", " // ", text) if language.floor_div == "/" \
+        else text
+
+
+def _eval(text: str, language, env: dict) -> int:
+    return eval(_python(text, language), {"tl": _Tl}, env)  # noqa: S307 - our own text
+
+
+#: C's division with size functions Python can evaluate (C's own are checked as text)
+C_EVAL = indexing.Language("c", "/", TRITON.functions)
+
+LANGUAGES = pytest.mark.parametrize("language", [C, TRITON], ids=["c", "triton"])
+
+VIEWS = [  # (rule, attrs, input shape, torch view of x)
+    ("reshape", {}, (4, 6), lambda x: x.view(2, 12)),
+    ("reshape", {}, (2, 3, 4), lambda x: x.view(6, 4)),
+    ("reshape", {}, (6, 4), lambda x: x.view(2, 3, 2, 2)),
+    ("reshape", {}, (3, 1, 4), lambda x: x.view(3, 4)),
+    ("reshape", {}, (3, 4), lambda x: x.view(1, 3, 1, 4, 1)),
+    ("permute", {"dims": (2, 0, 1)}, (2, 3, 4), lambda x: x.permute(2, 0, 1)),
+    ("transpose", {"dim0": 0, "dim1": -1}, (2, 3, 4), lambda x: x.transpose(0, -1)),
+    ("expand", {}, (3, 1), lambda x: x.expand(2, 3, 5)),
+    ("slice", {"dim": 1, "start": 2, "end": 9, "step": 3}, (2, 10), lambda x: x[:, 2:9:3]),
+    ("slice", {"dim": 0, "start": -3, "end": None, "step": 1}, (5, 2), lambda x: x[-3:]),
+    ("select", {"dim": 1, "index": -2}, (3, 4, 2), lambda x: x[:, -2]),
+    ("split", {"dim": 1, "split_size": 3}, (2, 8), lambda x: x.split(3, 1)[2]),
+    ("split_with_sizes", {"dim": 0, "split_sizes": (1, 3, 2)}, (6, 2),
+     lambda x: x.split_with_sizes((1, 3, 2), 0)[1]),
+    ("unbind", {"dim": 1}, (2, 3, 4), lambda x: x.unbind(1)[2]),
+]
+
+
+@LANGUAGES
+@pytest.mark.parametrize("rule,attrs,in_shape,view", VIEWS,
+                         ids=[f"{v[0]}-{i}" for i, v in enumerate(VIEWS)])
+def test_view_coordinates_address_the_viewed_element(language, rule, attrs, in_shape, view):
+    x = torch.arange(int(torch.tensor(in_shape).prod())).view(in_shape)
+    y = view(x)
+    output = {"split": 2, "split_with_sizes": 1, "unbind": 2}.get(rule, 0)
+    names = [f"c{i}" for i in range(y.dim())]
+    exprs = IndexMath(language).view_coords(rule, tuple(names), attrs, tuple(y.shape),
+                                            in_shape, {}, output)
+    for idx in itertools.product(*(range(d) for d in y.shape)):
+        at = tuple(_eval(e, language, dict(zip(names, idx))) for e in exprs)
+        assert x[at] == y[idx]
+
+
+@LANGUAGES
+def test_delinear_and_linear_round_trip(language):
+    ix = IndexMath(language)
+    shape = (3, 1, 4, 5)
+    exprs = ix.delinear("i", shape)
+    assert exprs[1] == "0"
+    for i in range(60):
+        coords = tuple(_eval(e, language, {"i": i}) for e in exprs)
+        assert coords == tuple(torch.unravel_index(torch.tensor(i), shape))
+        names = ("a", "b", "c", "d")
+        assert _eval(ix.linear(names, shape), language, dict(zip(names, coords))) == i
+
+
+def test_division_is_the_language_s():
+    assert IndexMath(C).delinear("x", (4, 6)) == ("x / 6", "x % 6")
+    assert IndexMath(TRITON).delinear("x", (4, 6)) == ("x // 6", "x % 6")
+
+
+def test_known_linear_index_is_reused():
+    ix = IndexMath(TRITON)
+    known = {(("x0", "x1"), (4, 6)): "xindex"}
+    assert ix.linear(("x0", "x1"), (4, 6), known) == "xindex"
+    assert ix.reshape(("x0", "x1"), (4, 6), (24,), known) == ("xindex",)
+    # a dense but permuted layout is addressed in memory order
+    assert ix.address(("x1", "x0"), (1, 6), (6, 4),
+                      {(("x0", "x1"), (4, 6)): "xindex"}) == "xindex"
+
+
+@LANGUAGES
+def test_all_size_one_coordinates_are_element_zero(language):
+    """A shape of only size-1 dims has no real coordinate: its element is 0, never the index
+    a loop over another all-size-1 shape was recorded under (a [1, 1] sum stored at
+    ``out[r]`` once did that)."""
+    ix = IndexMath(language)
+    known = {((), ()): "r"}
+    assert ix.linear(("0", "0"), (1, 1), known) == "0"
+    assert ix.address(("0",), (1,), (1,), known) == "0"
+
+
+@LANGUAGES
+def test_strided_address_matches_torch(language):
+    x = torch.arange(60).view(3, 4, 5).permute(2, 0, 1)[1:, :, ::2]
+    exprs = IndexMath(language).address(("a", "b", "c"), x.stride(), x.shape)
+    flat = x.storage_offset()
+    for idx in itertools.product(*(range(d) for d in x.shape)):
+        off = _eval(exprs, language, dict(zip("abc", idx)))
+        assert torch.arange(60)[flat + off] == x[idx]
+
+
+# ---- symbolic sizes --------------------------------------------------------------------
+
+NAMES = {"s0": "S_0", "s1": "S_1", "s2": "S_2"}
+
+
+def test_sizes_print_over_the_size_arguments():
+    ix = IndexMath(C, NAMES)
+    assert ix.size(7) == "7"
+    assert ix.size("s0") == "S_0"
+    assert ix.size("2*s0 + s1") == "2 * S_0 + S_1"
+    assert ix.size("(s0 + 1)*s1") == "(S_0 + 1) * S_1"
+    assert ix.size("s0 - (s1 - 1)") == "S_0 - (S_1 - 1)"
+    assert ix.size("(s0//2)") == "S_0 / 2"
+    assert ix.size("Max(s0, s1)") == "(S_0 > S_1 ? S_0 : S_1)"
+    assert IndexMath(TRITON, NAMES).size("FloorDiv(s0, 4)") == "S_0 // 4"
+    with pytest.raises(Unsupported, match="true division"):
+        ix.size("s0/2")
+    with pytest.raises(Unsupported, match="no c form"):
+        ix.size("floor(s0)")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["s0", "2*s0", "s0*s1 + 3", "(s0 + 1)*(s1 - 1)", "s0 - s1 % 3",
+                        "FloorDiv(s0*s1, 2)", "CeilDiv(s0, 3)", "Mod(s1, s0)",
+                        "Max(s0, s1, 3)", "Min(2*s0, s1)", "s0**2", "-s0 + 3*s1"]),
+       st.integers(1, 9), st.integers(1, 9))
+def test_printed_sizes_evaluate_as_the_expression(expr, s0, s1):
+    values = {"s0": s0, "s1": s1}
+    want = symbols.evaluate(expr, values)
+    assert _eval(IndexMath(TRITON, NAMES).size(expr), TRITON,
+                 {NAMES[k]: v for k, v in values.items()}) == want
+
+
+def test_prod_and_same():
+    assert prod([2, 3]) == 6
+    assert prod([2, "s0", "s1 + 1"]) == "2*s0*(s1 + 1)"
+    assert prod([0, "s0"]) == 0
+    assert same("2*s0", "s0*2") and same(prod(["s0", "s1"]), "s1*s0")
+    assert not same("s0", "s1") and not same("s0", 2)
+
+
+def _symbolic_shape(draw, rank):
+    return tuple(draw(st.sampled_from([1, 2, 3, "s0", "s1"])) for _ in range(rank))
+
+
+@st.composite
+def _view_case(draw):
+    """A symbolic input shape, a view of it (rule, attrs, output shape) and sizes."""
+    shape = _symbolic_shape(draw, draw(st.integers(1, 4)))
+    rank = len(shape)
+    rule = draw(st.sampled_from(["merge", "split", "permute", "transpose", "slice",
+                                 "select", "expand"]))
+    if rule == "merge" and rank >= 2:  # two adjacent dims become one
+        k = draw(st.integers(0, rank - 2))
+        out = shape[:k] + (prod(shape[k:k + 2]),) + shape[k + 2:]
+        return "reshape", {}, shape, out
+    if rule == "split" and rank >= 2:  # the view's input is the merged shape
+        k = draw(st.integers(0, rank - 2))
+        merged = shape[:k] + (prod(shape[k:k + 2]),) + shape[k + 2:]
+        return "reshape", {}, merged, shape
+    if rule == "permute":
+        dims = tuple(draw(st.permutations(range(rank))))
+        return "permute", {"dims": dims}, shape, tuple(shape[d] for d in dims)
+    if rule == "transpose" and rank >= 2:
+        out = list(shape)
+        out[0], out[-1] = out[-1], out[0]
+        return "transpose", {"dim0": 0, "dim1": -1}, shape, tuple(out)
+    if rule == "slice":  # x[..., start:] along dim 0, start from the front or the end
+        start = draw(st.sampled_from([0, 1, -1]))
+        d = shape[0]
+        size = (max(d - start, 0) if start >= 0 else min(-start, d)) if isinstance(d, int) \
+            else (f"{d} - {start}" if start >= 0 else f"Min({-start}, {d})")
+        return "slice", {"dim": 0, "start": start, "step": 1}, shape, (size,) + shape[1:]
+    if rule == "select":
+        return "select", {"dim": 0, "index": -1}, shape, shape[1:]
+    out = tuple(d for d in shape)  # expand size-1 dims to a symbol, add a leading dim
+    return "expand", {}, shape, ("s1",) + tuple("s0" if d == 1 else d for d in out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_view_case(), st.sampled_from([C_EVAL, TRITON]), st.integers(1, 3), st.integers(1, 3))
+def test_symbolic_view_coordinates_address_the_viewed_element(case, language, s0, s1):
+    rule, attrs, in_shape, out_shape = case
+    values = {"s0": s0, "s1": s1}
+    concrete_in = [symbols.evaluate(d, values) for d in in_shape]
+    concrete_out = [symbols.evaluate(d, values) for d in out_shape]
+    x = torch.arange(int(torch.tensor(concrete_in).prod())).view(concrete_in)
+    y = {"reshape": lambda: x.view(concrete_out),
+         "permute": lambda: x.permute(attrs.get("dims", ())),
+         "transpose": lambda: x.transpose(0, -1),
+         "slice": lambda: x[attrs["start"]:],
+         "select": lambda: x[-1],
+         "expand": lambda: x.expand(concrete_out)}[rule]()
+    assert list(y.shape) == concrete_out
+    names = [f"c{i}" for i in range(len(out_shape))]
+    ix = IndexMath(language, NAMES)
+    known: dict = {}
+    exprs = ix.view_coords(rule, tuple(names), attrs, out_shape, in_shape, known)
+    env = {NAMES[k]: v for k, v in values.items()}
+    for idx in itertools.product(*(range(d) for d in concrete_out)):
+        at = tuple(_eval(e, language, {**env, **dict(zip(names, idx))}) for e in exprs)
+        assert x[at] == y[idx]
+    # and the element's address in the (contiguous) input agrees
+    flat = x.reshape(-1)
+    for idx in itertools.product(*(range(d) for d in concrete_out)):
+        offset = ix.address(exprs, None, in_shape, known)
+        assert flat[_eval(offset, language, {**env, **dict(zip(names, idx))})] == y[idx]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda r: st.tuples(
+    st.tuples(*[st.sampled_from([1, 3, "s0", "s1"])] * r), st.permutations(range(r)))),
+    st.sampled_from([C_EVAL, TRITON]), st.integers(1, 3), st.integers(1, 3))
+def test_symbolic_delinear_and_strided_address(case, language, s0, s1):
+    """Row-major coordinates of an index, and the address of a permuted (symbolic-strided)
+    tensor's element, at concrete sizes."""
+    shape, perm = case
+    values = {"s0": s0, "s1": s1}
+    env = {NAMES[k]: v for k, v in values.items()}
+    ix = IndexMath(language, NAMES)
+    concrete = [symbols.evaluate(d, values) for d in shape]
+    exprs = ix.delinear("i", shape)
+    for i in range(int(torch.tensor(concrete).prod())):
+        got = tuple(_eval(e, language, {**env, "i": i}) for e in exprs)
+        assert got == tuple(int(c) for c in torch.unravel_index(torch.tensor(i), concrete))
+    # a contiguous tensor permuted: its strides are products of symbols
+    base = [shape[p] for p in perm]
+    base_strides = [prod(base[k + 1:]) for k in range(len(base))]
+    strides = [0] * len(shape)
+    for k, p in enumerate(perm):
+        strides[p] = base_strides[k]
+    x = torch.arange(int(torch.tensor(concrete).prod())).view(
+        [concrete[p] for p in perm]).permute([perm.index(d) for d in range(len(shape))])
+    offset = ix.address(tuple(f"c{k}" for k in range(len(shape))), strides, shape)
+    for idx in itertools.product(*(range(d) for d in concrete)):
+        at = _eval(offset, language, {**env, **{f"c{k}": v for k, v in enumerate(idx)}})
+        assert torch.arange(x.numel())[at] == x[idx]
+
+
+def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
+    ix = IndexMath(C, NAMES)
+    assert ix.broadcast(("a", "b"), ("s0", "s1"), (1, "s1")) == ("0", "b")
+    with pytest.raises(Unsupported, match="may differ"):
+        ix.broadcast(("a",), ("s0",), ("s1",))
+    with pytest.raises(Unsupported, match="may differ"):
+        ix.reshape(("a",), ("s0",), ("s1",))
+    with pytest.raises(Unsupported, match="symbolic start"):
+        ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, ("s0 - s1",), ("s0",))
+
+
+def test_the_api_exposes_the_module():
+    assert indexing.IndexMath is IndexMath and indexing.C is C
