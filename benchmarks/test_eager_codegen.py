@@ -163,7 +163,7 @@ def test_mlp_training_step_not_slower_than_eager(perf_gate, pipeline):
 # ---- the issue's CPU rows, end to end through torch.compile against the eager model -----
 
 # the rows (callable, inputs, train) are the cpu codegen benchmark's, built the same way
-from test_codegen_cpu_bench import row as issue_row  # noqa: E402
+from cpu_rows import row as issue_row, step  # noqa: E402
 
 
 ISSUE_ROWS = ["gelu_bookend", "layer_norm_residual_gelu", "bias_gelu_bf16", "lstm_cell",
@@ -182,23 +182,11 @@ def test_issue_rows_end_to_end(perf_gate, pipeline, name):
     compiled = torch.compile(fn, backend=lambda gm, ex: torchloom_backend(
         gm, ex, options={"compiler": compiler}))
     reference = torch.compile(fn, backend="aot_eager")
-
-    def step(f):
-        if not train:
-            def run():
-                with torch.no_grad():
-                    f(*inputs)
-            return run
-
-        def run_train():
-            f(*inputs).sum().backward()  # parameter grads accumulate alike in both
-        return run_train
-
     try:
-        candidate, baseline = step(compiled), step(reference)
+        candidate, baseline = step(compiled, inputs, train), step(reference, inputs, train)
         candidate(), baseline()
         assert all(c.fallback_reason is None for c in compiler.compilations)
-        plain = perf_gate.measure(candidate, step(fn), rounds=7)
+        plain = perf_gate.measure(candidate, step(fn, inputs, train), rounds=7)
         result = perf_gate(candidate, baseline, min_speedup=MIN_SPEEDUP, rounds=7,
                            names=("torchloom", "aot_eager"))
     finally:
