@@ -175,6 +175,7 @@ def _plugins(args) -> int:
         "runtime_wrappers": {n: r.distribution for n, r in sorted(ps.wrappers.items())},
         "errors": [{"entry_point": e.entry_point, "distribution": e.distribution,
                     "error": e.error} for e in ps.errors],
+        "warnings": list(ps.warnings),
         "disabled": ps.disabled,
     }
     if args.json:
@@ -192,6 +193,8 @@ def _plugins(args) -> int:
     print("runtime wrappers: " + (", ".join(data["runtime_wrappers"]) or "none"))
     for e in ps.errors:
         print(f"load error: {e}")
+    for w in ps.warnings:
+        print(f"warning: {w}")
     if ps.disabled:
         print("disabled: " + ", ".join(ps.disabled))
     return 0

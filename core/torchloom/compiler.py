@@ -97,8 +97,8 @@ class Compiler:
         self.mode = check_mode(mode)
         loaded = load_pipeline(pipeline, plugins)
         self.plugins = loaded.plugins
-        for err in self.plugins.errors:
-            log.warning("torchloom: %s", err)
+        for problem in [*self.plugins.errors, *self.plugins.warnings]:
+            log.warning("torchloom: %s", problem)
         self.pipeline, mode_notes = apply_mode(loaded.pipeline, self.plugins, self.mode)
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()

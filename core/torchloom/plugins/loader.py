@@ -8,6 +8,7 @@ import is recorded (entry point, distribution, error) and skipped while the othe
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata as md
 import os
 import platform
@@ -68,6 +69,9 @@ class PluginSet:
     #: pass name -> every plugin registering a different class under it; such a name is
     #: left out of ``passes``: only a pipeline that uses it fails (see ``clash_message``)
     clashes: dict[str, list[Registered]] = attrs.field(factory=dict)
+    #: mistakes that do not stop a plugin loading but make part of it never run (a
+    #: misspelled hook, a hook without ``@hookimpl``); the compiler logs them
+    warnings: list[str] = attrs.field(factory=list)
 
     def pass_class(self, name: str):
         return self.passes[name].obj
@@ -162,8 +166,34 @@ def load_plugins(disable: Iterable[str] = (), *, entry_points: Iterable[md.Entry
             result.errors.append(LoadError(name, dist, f"registration failed: {exc}"))
             continue
         result.plugins[name] = (dist, version)
+        result.warnings.extend(hook_name_problems(name, module, dist))
     _collect(result)
     return result
+
+
+#: the hooks a plugin may implement (the specs of :class:`TorchloomSpec`)
+HOOKS = tuple(sorted(n for n in vars(TorchloomSpec) if n.startswith(f"{GROUP}_")))
+
+
+def hook_name_problems(plugin: str, module: Any, distribution: str) -> list[str]:
+    """What pluggy would silently ignore in a plugin module: a function named like a hook
+    (``torchloom_*``) that is no hook (a misspelling such as ``torchloom_pass``), and a hook
+    function without ``@hookimpl``."""
+    problems = []
+    for attr in sorted(dir(module)):
+        function = getattr(module, attr, None) if attr.startswith(f"{GROUP}_") else None
+        if not callable(function) or isinstance(function, type):
+            continue
+        who = f"plugin {plugin!r} (distribution {distribution!r})"
+        if attr not in HOOKS:
+            close = difflib.get_close_matches(attr, HOOKS, n=1)
+            problems.append(f"{who} defines {attr}, which is not a torchloom hook, so it is "
+                            f"never called" + (f"; did you mean {close[0]}?" if close else "")
+                            + f" (hooks: {', '.join(HOOKS)})")
+        elif not hasattr(function, f"{GROUP}_impl"):
+            problems.append(f"{who} defines {attr} without @hookimpl "
+                            f"(torchloom.api.hookimpl), so it is never called")
+    return problems
 
 
 def _collect(result: PluginSet) -> None:

@@ -1,0 +1,116 @@
+"""What pluggy would ignore without a word: a plugin function named like a hook that is
+no hook (``torchloom_pass``), and a hook function without ``@hookimpl``. Loading warns,
+naming the plugin, its distribution and the function, with a did-you-mean; ``torchloom
+plugins`` shows the warning and the compiler logs it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from torchloom.cli import main
+from torchloom.compiler import Compiler
+from torchloom.plugins.loader import HOOKS, hook_name_problems, load_plugins
+
+from test_plugins_support import fake_site  # noqa: F401
+
+MISSPELLED = '''
+from typing import ClassVar
+import attrs
+from torchloom.api import Pass, PassResult, hookimpl
+
+@attrs.frozen
+class Tiny(Pass):
+    name: ClassVar[str] = "typo.tiny"
+    def run(self, graph, ctx):
+        return PassResult(False)
+
+@hookimpl
+def torchloom_pass():
+    return [Tiny]
+'''
+
+UNDECORATED = '''
+from typing import ClassVar
+import attrs
+from torchloom.api import Pass, PassResult
+
+@attrs.frozen
+class Bare(Pass):
+    name: ClassVar[str] = "bare.pass"
+    def run(self, graph, ctx):
+        return PassResult(False)
+
+def torchloom_passes():
+    return [Bare]
+'''
+
+
+def add(site, dist: str, module: str, source: str, entry: str) -> None:
+    site.add(dist, modules={module: source}, entry_points={entry: module})
+
+
+def test_a_misspelled_hook_is_a_warning_with_a_did_you_mean(fake_site):
+    add(fake_site, "typo-dist", "tl_typo", MISSPELLED, "typo")
+    ps = load_plugins(entry_points=fake_site.entry_points())
+    assert "typo.tiny" not in ps.passes  # pluggy never calls it
+    [warning] = ps.warnings
+    assert warning.startswith("plugin 'typo' (distribution 'typo-dist') defines "
+                              "torchloom_pass, which is not a torchloom hook")
+    assert "did you mean torchloom_passes?" in warning
+    assert not ps.errors
+
+
+def test_a_hook_without_hookimpl_is_a_warning(fake_site):
+    add(fake_site, "bare-dist", "tl_bare", UNDECORATED, "bare")
+    ps = load_plugins(entry_points=fake_site.entry_points())
+    assert "bare.pass" not in ps.passes
+    assert ps.warnings == ["plugin 'bare' (distribution 'bare-dist') defines torchloom_passes "
+                           "without @hookimpl (torchloom.api.hookimpl), so it is never called"]
+
+
+def test_the_installed_plugins_and_the_builtins_have_no_such_mistake():
+    assert load_plugins().warnings == []
+
+
+def test_torchloom_plugins_shows_the_warning(fake_site, capsys):
+    add(fake_site, "typo-dist", "tl_typo", MISSPELLED, "typo")
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: plugin 'typo' (distribution 'typo-dist') defines torchloom_pass" in out
+    assert main(["plugins", "--json"]) == 0
+    [warning] = json.loads(capsys.readouterr().out)["warnings"]
+    assert "torchloom_pass," in warning and "torchloom_passes?" in warning
+
+
+def test_the_compiler_logs_the_warning(fake_site, caplog):
+    add(fake_site, "typo-dist", "tl_typo", MISSPELLED, "typo")
+    plugins = load_plugins(entry_points=fake_site.entry_points())
+    with caplog.at_level(logging.WARNING, logger="torchloom"):
+        Compiler({"pipeline": {"codegen": "eager"}}, plugins=plugins)
+    assert any("defines torchloom_pass, which is not a torchloom hook" in r.getMessage()
+               for r in caplog.records)
+
+
+class Plugin:
+    """A plugin may be any object; its methods are checked like a module's functions."""
+
+    def torchloom_codegen(self):  # misspelled
+        return []
+
+    def torchloom_whatever_else(self):
+        return []
+
+    torchloom_version = "1.0"  # not a function: not a hook either way
+
+
+@pytest.mark.parametrize("attr, expected", [
+    ("torchloom_codegen", "did you mean torchloom_codegens?"),
+    ("torchloom_whatever_else", "(hooks: " + ", ".join(HOOKS) + ")"),
+])
+def test_objects_are_checked_too(attr, expected):
+    [problem] = [p for p in hook_name_problems("obj", Plugin(), "d") if f" {attr}," in p]
+    assert expected in problem
+    assert not any("torchloom_version" in p for p in hook_name_problems("obj", Plugin(), "d"))
