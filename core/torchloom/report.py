@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph
-from torchloom.runtime.records import Deduplication
 
 #: ops that launch nothing on a device: metadata, tuple plumbing, Python scalar math
 _FREE_PREFIXES = ("python.",)
@@ -135,11 +134,11 @@ def _cache_stats(kernel_cache) -> dict[str, Any]:
 def dedup_summary(compilations: list, kernel_cache, groups: int) -> dict[str, Any]:
     """What deduplication saved: fusion groups against unique kernels, shared regions and
     the occurrences they replaced (added up from the passes that report a
-    :class:`~torchloom.runtime.records.Deduplication`), and an estimate of the compile time
-    saved: each kernel reused at the average measured compile time, plus, per graph, the
-    time of the passes after such a pass scaled by the nodes they no longer saw (a linear
-    model: passes with a fixed cost per graph make it an overestimate)."""
-    total = Deduplication()
+    :class:`~torchloom.passes.base.Deduplication`, whichever they are), and an estimate of
+    the compile time saved: each kernel reused at the average measured compile time, plus,
+    per graph, the time of the passes after such a pass scaled by the nodes they no longer
+    saw (a linear model: passes with a fixed cost per graph make it an overestimate)."""
+    total = dict.fromkeys(("regions", "occurrences", "nodes_deduplicated"), 0)
     saved_ms = _cache_stats(kernel_cache).get("saved_ms_estimate", 0.0)
     for comp in compilations:
         if comp.report is None:
@@ -147,12 +146,13 @@ def dedup_summary(compilations: list, kernel_cache, groups: int) -> dict[str, An
         records = comp.report.records
         seen = comp.graph.num_nodes() + sum(s.num_nodes() for s in comp.graph.subgraphs.values())
         for at, record in enumerate(records):
-            if record.deduplication is None:
+            if not record.deduplication:
                 continue
-            total += record.deduplication
+            for key in total:
+                total[key] += record.deduplication.get(key, 0)
             after_ms = sum(r.ms for r in records[at + 1:])
-            saved_ms += after_ms * record.deduplication.nodes_deduplicated / max(seen, 1)
+            saved_ms += after_ms * record.deduplication.get("nodes_deduplicated", 0) / max(seen, 1)
     return {"fusion_groups": groups, "unique_kernels": unique_kernels(compilations, kernel_cache),
-            "regions": total.regions, "occurrences_replaced": total.occurrences,
-            "nodes_deduplicated": total.nodes_deduplicated,
+            "regions": total["regions"], "occurrences_replaced": total["occurrences"],
+            "nodes_deduplicated": total["nodes_deduplicated"],
             "compile_ms_saved_estimate": round(saved_ms, 3)}

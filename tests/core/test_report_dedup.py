@@ -10,10 +10,10 @@ import attrs
 import pytest
 
 from torchloom.ir.text import parse_graph
-from torchloom.passes.base import PassResult
-from torchloom.passes.manager import _merge
+from torchloom.passes.base import Deduplication, PassResult
+from torchloom.passes.manager import _as_data, _merge
 from torchloom.report import dedup_summary
-from torchloom.runtime.records import Deduplication, PassRecord, RunReport
+from torchloom.runtime.records import PassRecord, RunReport
 
 GRAPH = """\
 graph @g(%x: f32[4]) {
@@ -30,8 +30,8 @@ def compilation(records):
 
 def test_any_pass_reporting_deduplication_is_summed_and_names_do_not_matter():
     share = PassRecord("example.share", 1.0, True, {}, "example",
-                       deduplication=Deduplication(regions=1, occurrences=3,
-                                                   nodes_deduplicated=10))
+                       deduplication=_as_data(Deduplication(regions=1, occurrences=3,
+                                                            nodes_deduplicated=10)))
     later = PassRecord("example.later", 4.0, False, {}, "example")
     # named like the dedup plugin's pass, with its counters, but reporting nothing
     impostor = PassRecord("dedup.regions", 2.0, True,
@@ -45,8 +45,10 @@ def test_any_pass_reporting_deduplication_is_summed_and_names_do_not_matter():
 
 
 def test_two_reporting_passes_in_one_graph_each_count():
-    first = PassRecord("a.share", 1.0, True, {}, "a", deduplication=Deduplication(1, 2, 4))
-    second = PassRecord("b.share", 1.0, True, {}, "b", deduplication=Deduplication(2, 5, 6))
+    first = PassRecord("a.share", 1.0, True, {}, "a",
+                       deduplication=_as_data(Deduplication(1, 2, 4)))
+    second = PassRecord("b.share", 1.0, True, {}, "b",
+                        deduplication=_as_data(Deduplication(2, 5, 6)))
     summary = dedup_summary([compilation([first, second])], {}, groups=0)
     assert (summary["regions"], summary["occurrences_replaced"],
             summary["nodes_deduplicated"]) == (3, 7, 10)
@@ -54,7 +56,7 @@ def test_two_reporting_passes_in_one_graph_each_count():
 
 def test_record_round_trips_through_the_compile_caches_json():
     record = PassRecord("a.share", 1.5, True, {"regions": 1}, "a",
-                        deduplication=Deduplication(1, 2, 3))
+                        deduplication=_as_data(Deduplication(1, 2, 3)))
     back = PassRecord(**json.loads(json.dumps(attrs.asdict(record))))
     assert back == record
     plain = PassRecord("a.other", 1.5, False, {}, "a")

@@ -28,7 +28,24 @@ import attrs
 
 from torchloom.ir.graph import Graph
 from torchloom.passes.sources import SourceHashes
-from torchloom.runtime.records import Deduplication
+
+
+@attrs.frozen
+class Deduplication:
+    """What a pass that replaced repeated code with shared subgraphs
+    (``torchloom.call_subgraph``) did, reported through ``PassResult.deduplication``.
+    ``explain``'s ``dedup`` summary adds up these, whichever pass reports them (the core
+    names no plugin's pass): shared subgraphs made (``regions``), the places a call
+    replaced (``occurrences``), and the nodes later passes no longer see
+    (``nodes_deduplicated``)."""
+
+    regions: int = 0
+    occurrences: int = 0
+    nodes_deduplicated: int = 0
+
+    def __add__(self, other: "Deduplication") -> "Deduplication":
+        return Deduplication(self.regions + other.regions, self.occurrences + other.occurrences,
+                             self.nodes_deduplicated + other.nodes_deduplicated)
 
 
 @attrs.frozen

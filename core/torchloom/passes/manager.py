@@ -149,7 +149,7 @@ class PassManager:
             ctx.count(f"{step.name}.{key}", value)
         report.records.append(PassRecord(step.name, seconds * 1e3, result.changed,
                                          dict(result.stats), step.distribution,
-                                         deduplication=result.deduplication))
+                                         deduplication=_as_data(result.deduplication)))
         self._notify("after_pass", step, state, pass_, graph, ctx, result, seconds)
         self._dump(graph, step.name)
         return result.changed
@@ -323,6 +323,10 @@ def _checked(result: Any) -> PassResult:
     if not isinstance(result, PassResult):
         raise TypeError(f"run() returned {type(result).__name__}, not PassResult")
     return result
+
+
+def _as_data(deduplication) -> dict[str, int] | None:
+    return attrs.asdict(deduplication) if deduplication is not None else None
 
 
 def _merge(a: PassResult, b: PassResult) -> PassResult:

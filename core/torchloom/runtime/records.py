@@ -6,32 +6,7 @@ with the graph, so they live below both.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
-
-
-@attrs.frozen
-class Deduplication:
-    """What a pass that replaced repeated code with shared subgraphs
-    (``torchloom.call_subgraph``) did, reported through ``PassResult.deduplication``.
-    ``explain``'s ``dedup`` summary adds up these, whichever pass reports them (the core
-    names no plugin's pass): shared subgraphs made (``regions``), the places a call
-    replaced (``occurrences``), and the nodes later passes no longer see
-    (``nodes_deduplicated``)."""
-
-    regions: int = 0
-    occurrences: int = 0
-    nodes_deduplicated: int = 0
-
-    def __add__(self, other: "Deduplication") -> "Deduplication":
-        return Deduplication(self.regions + other.regions, self.occurrences + other.occurrences,
-                             self.nodes_deduplicated + other.nodes_deduplicated)
-
-
-def _deduplication(value: Any) -> Deduplication | None:
-    """A record's ``deduplication`` as stored (a dict in the compile cache's JSON)."""
-    return Deduplication(**value) if isinstance(value, dict) else value
 
 
 @attrs.define
@@ -42,7 +17,9 @@ class PassRecord:
     stats: dict[str, int]
     distribution: str
     skipped: str | None = None  # why, when on_error = "skip" dropped it
-    deduplication: Deduplication | None = attrs.field(default=None, converter=_deduplication)
+    #: a pass's ``PassResult.deduplication`` as data: regions, occurrences and
+    #: nodes_deduplicated (stored with the record in the compile cache)
+    deduplication: dict[str, int] | None = None
 
 
 @attrs.define
