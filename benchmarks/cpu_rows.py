@@ -42,7 +42,7 @@ class _MLPBlock(torch.nn.Module):
 
 
 def _workload(file: str, name: str):
-    from torchloom.api import import_workload
+    from torchloom.tools import import_workload
     return getattr(import_workload(EXAMPLES / file), name)
 
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from cpu_rows import NAMES, row, step
-from torchloom.api import Compiler
+from torchloom.tools import Compiler
 
 #: minimum speed-up over eager per row (what it keeps with margin under noise)
 GATES = {"gelu_bookend": 1.0, "layer_norm_residual_gelu": 1.3, "bias_gelu_bf16": 0.9,

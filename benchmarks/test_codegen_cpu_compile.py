@@ -100,7 +100,7 @@ def _run(env: dict, *args: str) -> dict:
 def _installed() -> dict:
     """Import torchloom and its plugins once, writing their bytecode (what installing a
     package does), so no measured process compiles torchloom's Python sources."""
-    from torchloom.api import load_plugins
+    from torchloom.tools import load_plugins
     return {"plugins": sorted(load_plugins().codegens)}
 
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from timing import in_fresh_interpreter
-from torchloom.api import load_plugins
+from torchloom.tools import load_plugins
 
 from test_dedup_compile import PIPELINE, aten_graphs, compile_seconds
 

@@ -52,7 +52,8 @@ import pytest
 import torch
 from timing import in_fresh_interpreter
 
-from torchloom.api import Compiler, clone_graph, hookimpl, import_workload, load_plugins
+from torchloom.api import clone_graph, hookimpl
+from torchloom.tools import Compiler, import_workload, load_plugins
 from torchloom.frontend.fx import import_fx
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transformer_stack.py"

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchloom.api import Compiler, load_workload
+from torchloom.tools import Compiler, load_workload
 from torchloom.passes.pipeline import builtin_pipelines
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

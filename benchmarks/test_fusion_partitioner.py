@@ -34,7 +34,8 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from torchloom.api import Graph, PassContext, TensorType, load_plugins
+from torchloom.api import Graph, PassContext, TensorType
+from torchloom.tools import load_plugins
 from timing import gc_paused
 
 aten = torch.ops.aten

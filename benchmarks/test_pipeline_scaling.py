@@ -46,7 +46,8 @@ import attrs
 import pytest
 from timing import in_fresh_interpreter
 
-from torchloom.api import PassContext, load_plugins
+from torchloom.api import PassContext
+from torchloom.tools import load_plugins
 from torchloom.passes.manager import PassManager
 from torchloom.passes.pipeline import build_pipeline, read_pipeline
 from torchloom.testing.programs import FAMILIES, family

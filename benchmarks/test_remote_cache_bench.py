@@ -31,7 +31,8 @@ KEY = "benchmark-key"
 
 
 def _compile(pipeline: Path, plugins, graphs: list, work: Path, url: str):
-    from torchloom.api import Compiler, clone_graph
+    from torchloom.api import clone_graph
+    from torchloom.tools import Compiler
     compiler = Compiler(pipeline, plugins=plugins, cache_dir=work, compile_cache=True,
                         remote_cache=url)
     copies = [clone_graph(g)[0] for g in graphs]
@@ -45,7 +46,7 @@ def _compile(pipeline: Path, plugins, graphs: list, work: Path, url: str):
 
 def measure(url: str) -> dict:
     import redis
-    from torchloom.api import load_plugins
+    from torchloom.tools import load_plugins
 
     from test_dedup_compile import PIPELINE, aten_graphs
     os.environ["TORCHLOOM_REMOTE_CACHE_KEY"] = KEY

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchloom.api import import_workload
+from torchloom.tools import import_workload
 
 #: ``pytestmark`` of every GPU suite: marked ``cuda``, skipped cleanly without a GPU
 CUDA_ONLY = [pytest.mark.cuda,

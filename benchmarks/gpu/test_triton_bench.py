@@ -152,7 +152,7 @@ def compile_variant(fn, args, backend: str, cold: bool = False):
         compiled(*args)
         kernels = metrics.generated_kernel_count
     else:
-        from torchloom.api import Compiler, count_kernels
+        from torchloom.tools import Compiler, count_kernels
         compiler = Compiler("default")
         compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler},
                                  dynamic=False)

@@ -1,6 +1,7 @@
 """torchloom: a fusion compiler for PyTorch graphs, built as a plugin framework.
 
-Public API lives in :mod:`torchloom.api`; plugins import only from there.
+Plugins import only :mod:`torchloom.api` (the plugin author's surface); tools built on
+the compiler, for tests and scripts, are in :mod:`torchloom.tools`.
 """
 
 __version__ = "0.1.0"

@@ -1,41 +1,55 @@
-"""The public API. Plugins import from here (and ``torchloom``), never from private modules."""
+"""The plugin author's surface: what a plugin may import of the core (and all it may).
+
+- the IR: :class:`Graph`, :class:`Node`, :class:`Value`, types, the text form, the
+  structural hash, the verifier, size expressions (``symbols``) and the IR's own ops
+  (``FUSION_GROUP``, ``CALL_SUBGRAPH``, ``CONSTANT``);
+- the op registry: :class:`OpDef`, :class:`OpRegistry`;
+- passes: :class:`Pass`, :class:`PassContext`, :class:`PassResult` (with
+  :class:`Deduplication`) and the built-in passes' helpers a pass may reuse;
+- :data:`hookimpl`, to register passes, ops, codegens, runtime wrappers, instruments;
+- the codegen protocol: :class:`Codegen`, :class:`Kernel`, :class:`KernelSource`,
+  :class:`Reason`, and ``indexing`` (index math over symbolic sizes);
+- ``errors``, the cache directory and environment switches, progress reporting.
+
+Importing it loads no compiler, runtime, explain or report module. Tools built on the
+compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
+"""
 
 from torchloom import errors
-from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason, compile_group
-from torchloom.codegen.eager import EagerCodegen
 from torchloom.codegen import indexing
-from torchloom.compiler import Compilation, Compiler, default_cache_dir, env_flag
-from torchloom.explain import import_workload, load_workload
+from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason
+from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.fx import import_fx
-from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Type, Value,
-                          alpha_equivalent, canonical_text, clone_graph, contiguous_strides,
-                          format_type, parse_graph, print_graph, print_node, structural_hash,
-                          type_of, verify)
-from torchloom.ops.registry import CATEGORIES, OpDef, OpRegistry
+from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Value,
+                          canonical_text, clone_graph, format_type, parse_graph, print_graph,
+                          structural_hash, symbols, verify)
+from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
+from torchloom.ir.provenance import mark_decomposition, unmarked_attrs
+from torchloom.ir.text import format_attrs
+from torchloom.ops.registry import OpDef, OpRegistry
 from torchloom.passes.base import Deduplication, Pass, PassContext, PassResult
 from torchloom.passes.builtin.cse import merge_common_nodes
 from torchloom.passes.builtin.dce import remove_dead_nodes
-from torchloom.passes.builtin.purity import is_pure, mutated_values
+from torchloom.passes.builtin.purity import mutated_values
 from torchloom.plugins.hookspecs import hookimpl
-from torchloom.plugins.loader import load_plugins
 from torchloom.progress import Activity, Progress
-from torchloom.report import count_kernels, fusion_groups
-from torchloom.runtime.cache import KernelCache
-from torchloom.ir import symbols
-from torchloom.ir.text import format_attrs
-from torchloom.ir.provenance import find_instances, mark_decomposition, unmarked_attrs
-from torchloom.runtime.executor import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, build_function
 
 __all__ = [
-    "errors", "Codegen", "Kernel", "KernelSource", "Reason", "compile_group", "EagerCodegen", "Compilation", "Compiler", "import_fx",
-    "DTYPES", "Graph", "InputRef", "Node", "ScalarType", "TensorType", "Type", "Value",
-    "alpha_equivalent", "canonical_text", "clone_graph", "contiguous_strides", "format_type",
-    "parse_graph", "print_graph", "print_node", "structural_hash", "type_of", "verify",
-    "CATEGORIES", "OpDef", "OpRegistry", "Pass", "PassContext", "PassResult", "Deduplication", "is_pure",
-    "mutated_values", "merge_common_nodes", "remove_dead_nodes", "hookimpl", "load_plugins",
-    "count_kernels", "fusion_groups",
-    "CONSTANT", "FUSION_GROUP", "CALL_SUBGRAPH", "format_attrs", "KernelCache", "build_function",
-    "import_workload", "load_workload", "default_cache_dir", "env_flag",
-    "mark_decomposition", "find_instances", "unmarked_attrs", "Progress", "Activity", "symbols",
-    "indexing",
+    "errors",
+    # the IR
+    "DTYPES", "Graph", "InputRef", "Node", "ScalarType", "TensorType", "Value",
+    "CALL_SUBGRAPH", "CONSTANT", "FUSION_GROUP", "canonical_text", "clone_graph",
+    "format_attrs", "format_type", "import_fx", "mark_decomposition", "parse_graph",
+    "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
+    # the op registry
+    "OpDef", "OpRegistry",
+    # passes
+    "Deduplication", "Pass", "PassContext", "PassResult", "merge_common_nodes",
+    "mutated_values", "remove_dead_nodes",
+    # hooks
+    "hookimpl",
+    # codegens
+    "Codegen", "Kernel", "KernelSource", "Reason", "indexing",
+    # the environment
+    "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

@@ -16,6 +16,7 @@ import attrs
 
 from torchloom.compile_log import cache_counters, log_compilation, log_fallback
 from torchloom.compile_mode import apply_mode, check_mode, mode_codegens
+from torchloom.environment import default_cache_dir, env_flag
 from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedError
 from torchloom.frontend.fx import ImportedGraph, import_fx
 from torchloom.ir.graph import Graph
@@ -30,26 +31,6 @@ from torchloom.runtime.remote_cache import (ENV_URL, RemoteCache, RemoteConfigEr
 from torchloom.runtime.static import StaticPlan, retarget, target_codegens
 
 log = logging.getLogger("torchloom")
-
-
-def default_cache_dir() -> Path:
-    """``$TORCHLOOM_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchloom`` (an absolute
-    ``XDG_CACHE_HOME`` only, as the XDG base-directory spec says), else
-    ``~/.cache/torchloom``."""
-    env = os.environ.get("TORCHLOOM_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "torchloom"
-
-
-def env_flag(name: str, default: bool) -> bool:
-    """An on/off environment variable: unset gives ``default``; ``0``, ``false``, ``no``,
-    ``off`` and the empty string are off; anything else is on."""
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off", "")
 
 
 @attrs.define

@@ -11,7 +11,8 @@ import re
 
 import pytest
 import torch
-from torchloom.api import EagerCodegen, load_plugins, parse_graph, verify
+from torchloom.api import parse_graph, verify
+from torchloom.tools import EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 from torchloom_codegen_cpu import CpuCodegen

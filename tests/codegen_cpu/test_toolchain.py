@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torchloom.api import EagerCodegen, load_plugins, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import EagerCodegen, load_plugins
 from torchloom.explain import explain, format_explain
 from torchloom.runtime.executor import CompiledGraph
 

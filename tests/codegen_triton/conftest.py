@@ -12,7 +12,8 @@ import re
 import attrs
 import pytest
 import torch
-from torchloom.api import EagerCodegen, Graph, TensorType, load_plugins, parse_graph, verify
+from torchloom.api import Graph, TensorType, parse_graph, verify
+from torchloom.tools import EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 pytest.importorskip("triton")

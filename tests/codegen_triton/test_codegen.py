@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torchloom.api import Compiler, EagerCodegen, load_plugins, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import Compiler, EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 from conftest import group_text

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from conftest import Checker, group_text
-from torchloom.api import EagerCodegen, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import EagerCodegen
 from torchloom.runtime.executor import CompiledGraph
 from torchloom_codegen_triton import TritonCodegen
 

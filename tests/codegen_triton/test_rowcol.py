@@ -109,7 +109,7 @@ def test_the_fusion_passes_may_group_rows_with_columns():
 
 
 def test_layer_norm_gelu_training_step_matches_eager(monkeypatch, tmp_path):
-    from torchloom.api import Compiler
+    from torchloom.tools import Compiler
     monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.LayerNorm(40), torch.nn.GELU())

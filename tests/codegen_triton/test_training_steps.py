@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torchloom.api import Compiler
+from torchloom.tools import Compiler
 
 
 def step(model, x, compiler=None):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchloom.compiler import Compiler, default_cache_dir
+from torchloom.compiler import Compiler
+from torchloom.environment import default_cache_dir
 
 
 def test_cache_dir_order(monkeypatch, tmp_path):

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchloom.api import EagerCodegen, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import EagerCodegen
 from torchloom.ops.aten import default_registry
 from torchloom.passes.manager import RunReport
 from torchloom.runtime.cache import KernelCache, checksum

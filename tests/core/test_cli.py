@@ -217,7 +217,7 @@ def test_check_notes_a_codegen_that_is_not_installed(tmp_path, capsys):
 
 def test_a_workload_imports_the_module_beside_it_like_a_script(tmp_path):
     import sys
-    from torchloom.api import load_workload
+    from torchloom.tools import load_workload
     (tmp_path / "shared_layers.py").write_text("import torch\n\ndef double(x):\n"
                                                "    return x * 2\n")
     (tmp_path / "uses_sibling.py").write_text(

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import torchloom.compiler as compiler_module
-from torchloom.api import Compiler, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import Compiler
 
 LAYER = """\
 graph @layer(%x: f32[4, 8], %w: f32[8], %b: f32[8]) {

@@ -16,7 +16,7 @@ CORE = ROOT / "core" / "torchloom"
 
 #: layer of each first component under core/torchloom (a package or a top-level module)
 LAYERS = {
-    "ir": 0, "errors": 0,
+    "ir": 0, "errors": 0, "environment": 0,
     "ops": 1,
     "codegen": 2,
     "runtime": 3,
@@ -25,7 +25,7 @@ LAYERS = {
     "compiler": 6, "backend": 6, "compile_mode": 6, "compile_log": 6, "reproduce": 6,
     # the face: tools built on the compiler, and the plugin author's surface
     "api": 7, "cli": 7, "explain": 7, "bench": 7, "report": 7, "html_report": 7,
-    "html_graph": 7, "diagnose": 7, "progress": 7, "testing": 7, "__main__": 7,
+    "html_graph": 7, "diagnose": 7, "progress": 7, "testing": 7, "__main__": 7, "tools": 7,
     "__init__": 7,
 }
 

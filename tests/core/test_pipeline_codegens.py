@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from torchloom.api import Compiler
+from torchloom.tools import Compiler
 from torchloom.errors import PipelineError
 from torchloom.passes.pipeline import build_pipeline, read_pipeline
 from torchloom.plugins.loader import load_plugins

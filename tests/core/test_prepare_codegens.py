@@ -6,7 +6,8 @@ support, the verdicts of the codegens before it are reused (each judges a group 
 from __future__ import annotations
 
 import torch
-from torchloom.api import EagerCodegen, load_plugins, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 GRAPH = """graph @g(%x: f32[4], %y: f32[4]) {

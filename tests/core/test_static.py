@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchloom.api import EagerCodegen, KernelSource, load_plugins, parse_graph
+from torchloom.api import KernelSource, parse_graph
+from torchloom.tools import EagerCodegen, load_plugins
 from torchloom.runtime.static import (StaticPlan, describe_kernels, graph_compulsory,
                                       retarget, target_codegens, tensor_bytes)
 

@@ -19,7 +19,8 @@ import pytest
 import torch
 import torch.fx
 
-from torchloom.api import EagerCodegen, parse_graph, verify
+from torchloom.api import parse_graph, verify
+from torchloom.tools import EagerCodegen
 from torchloom.cli import main
 from torchloom.errors import UnsupportedError, VerifyError
 from torchloom.frontend.fx import import_fx

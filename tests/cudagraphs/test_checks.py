@@ -5,7 +5,8 @@ The graphs carry CUDA types but nothing runs, so these tests need no GPU."""
 from __future__ import annotations
 
 import pytest
-from torchloom.api import load_plugins, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import load_plugins
 from torchloom_cudagraphs.checks import (CHECKS, check_devices, check_dynamic_shapes,
                                          check_empty, check_host_sync, check_input_mutations,
                                          check_output_aliasing, check_scalar_inputs,

@@ -13,7 +13,8 @@ import contextlib
 
 import pytest
 import torch
-from torchloom.api import Compiler, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import Compiler
 from torchloom_cudagraphs import CudaGraphRunner
 from torchloom_cudagraphs import recorder, wrapper
 from torchloom_cudagraphs.checks import skip_reasons as recorder_skip_reasons

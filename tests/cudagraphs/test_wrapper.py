@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from torchloom import errors
-from torchloom.api import Compiler, PassContext, load_plugins, parse_graph
+from torchloom.api import PassContext, parse_graph
+from torchloom.tools import Compiler, load_plugins
 from torchloom_cudagraphs import CudaGraphRunner, CudaGraphs, CudaGraphsOptions
 
 PIPELINE = """[pipeline]

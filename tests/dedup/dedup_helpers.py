@@ -10,9 +10,9 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import (FUSION_GROUP, Compiler, Graph, KernelSource, Node, Pass, PassContext,
-                           PassResult, build_function, hookimpl, load_plugins, parse_graph,
-                           print_graph)
+from torchloom.api import (FUSION_GROUP, Graph, KernelSource, Node, Pass, PassContext, PassResult,
+                           hookimpl, parse_graph, print_graph)
+from torchloom.tools import Compiler, build_function, load_plugins
 
 
 class CountingCodegen:

@@ -177,7 +177,7 @@ def test_metadata_that_is_not_json_stays_in_memory(tmp_path):
     cache = KernelCache(tmp_path, "fp")
     codegen = Opaque()
     graph = parse_graph(TWO_KINDS)
-    from torchloom.api import load_plugins
+    from torchloom.tools import load_plugins
     registry = load_plugins().registry
     kernel = cache.get_or_compile(codegen, graph.first, registry)
     x, y = torch.randn(4, 8), torch.randn(4, 8)

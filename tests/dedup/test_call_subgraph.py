@@ -10,9 +10,9 @@ import attrs
 import pytest
 import torch
 
-from torchloom.api import (Compiler, Graph, Pass, PassContext, PassResult, build_function,
-                           canonical_text, clone_graph, count_kernels, errors, hookimpl,
-                           load_plugins, parse_graph, print_graph, structural_hash, verify)
+from torchloom.api import (Graph, Pass, PassContext, PassResult, canonical_text, clone_graph,
+                           errors, hookimpl, parse_graph, print_graph, structural_hash, verify)
+from torchloom.tools import Compiler, build_function, count_kernels, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 from dedup_helpers import CountingCodegen, write_pipeline

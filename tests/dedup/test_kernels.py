@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchloom.api import (FUSION_GROUP, PassContext, build_function, fusion_groups,
-                           import_workload, parse_graph, print_graph, structural_hash, verify)
+from torchloom.api import (FUSION_GROUP, PassContext, parse_graph, print_graph, structural_hash,
+                           verify)
+from torchloom.tools import build_function, fusion_groups, import_workload
 from torchloom_dedup.kernels import KEY, DedupKernels
 
 from dedup_helpers import CountingCodegen, compiler, grouping_passes, has_fusion, plugin_set

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchloom.api import (CALL_SUBGRAPH, Graph, PassContext, build_function, fusion_groups,
-                           import_workload, load_plugins, parse_graph, print_graph, verify)
+from torchloom.api import CALL_SUBGRAPH, Graph, PassContext, parse_graph, print_graph, verify
+from torchloom.tools import build_function, fusion_groups, import_workload, load_plugins
 from torchloom_dedup.regions import DedupRegions
 
 from dedup_helpers import CountingCodegen, compiler, grouping_passes, plugin_set

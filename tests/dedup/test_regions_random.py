@@ -8,8 +8,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torchloom.api import (CALL_SUBGRAPH, Graph, PassContext, TensorType, build_function,
-                           load_plugins, parse_graph, print_graph, verify)
+from torchloom.api import (CALL_SUBGRAPH, Graph, PassContext, TensorType, parse_graph, print_graph,
+                           verify)
+from torchloom.tools import build_function, load_plugins
 from torchloom_dedup.regions import DedupRegions
 
 REGISTRY = load_plugins().registry

@@ -7,8 +7,8 @@ import functools
 
 import torch
 
-from torchloom.api import (FUSION_GROUP, Graph, PassContext, build_function, clone_graph,
-                           load_plugins, parse_graph, verify)
+from torchloom.api import FUSION_GROUP, Graph, PassContext, clone_graph, parse_graph, verify
+from torchloom.tools import build_function, load_plugins
 from torchloom_fusion.decompose import Decompose
 from torchloom_fusion.functionalize import Functionalize
 from torchloom_fusion.horizontal import HorizontalFusion

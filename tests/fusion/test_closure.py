@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fusion_testing import groups, plugin_registry, run_graph
-from torchloom.api import Compiler, PassContext, clone_graph
+from torchloom.api import PassContext, clone_graph
+from torchloom.tools import Compiler
 from torchloom.testing.programs import FAMILIES, Program, family, random_program
 from torchloom_fusion.horizontal import HorizontalFusion
 from torchloom_fusion.vertical import VerticalFusion

@@ -12,8 +12,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fusion_testing import (example_inputs, fuse_and_compare, fusion_pipeline, groups,
                             plugin_registry, run_passes)
-from torchloom.api import (DTYPES, EagerCodegen, Graph, Node, TensorType, build_function,
-                           parse_graph, print_graph)
+from torchloom.api import DTYPES, Graph, Node, TensorType, parse_graph, print_graph
+from torchloom.tools import EagerCodegen, build_function
 from torchloom.runtime.executor import CompiledGraph
 from torchloom_fusion.decompose import Decompose
 
@@ -211,7 +211,7 @@ def test_training_step_through_torch_compile_calls_the_composites(eager_default,
     """LayerNorm -> GELU, forward and backward through ``torch.compile`` with the default
     passes on the eager codegen (and the compile cache: the second compiler loads the graphs
     the first stored): the plans call native_layer_norm and its backward, once each."""
-    from torchloom.api import Compiler, load_workload
+    from torchloom.tools import Compiler, load_workload
     from torchloom.backend import torchloom_backend
     examples = Path(__file__).resolve().parents[2] / "examples"
     for attempt in range(2):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from torchloom.api import FUSION_GROUP, count_kernels
+from torchloom.api import FUSION_GROUP
+from torchloom.tools import count_kernels
 from torchloom.explain import explain
 
 ROOT = Path(__file__).resolve().parents[2]

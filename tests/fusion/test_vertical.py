@@ -147,7 +147,7 @@ def test_same_graph_gives_the_same_groups_every_run(registry):
 def test_option_out_of_range_is_rejected_with_the_field_name(tmp_path):
     with pytest.raises(ValueError, match="max_group_inputs"):
         VerticalFusion(max_group_inputs=0)
-    from torchloom.api import Compiler
+    from torchloom.tools import Compiler
     toml = tmp_path / "p.toml"
     toml.write_text('[pipeline]\nname = "p"\n\n[[pass]]\nname = "fusion.vertical"\n'
                     'max_group_inputs = 0\n')

@@ -12,7 +12,8 @@ import logging
 import pytest
 import torch
 
-from torchloom.api import load_plugins, parse_graph
+from torchloom.api import parse_graph
+from torchloom.tools import load_plugins
 from torchloom.runtime.cache import KernelCache
 from torchloom.runtime.remote_cache import RemoteCache, RemoteSettings, sign
 

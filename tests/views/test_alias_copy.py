@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from views_helpers import assert_same_results, run_pass
 
-from torchloom.api import PassContext, clone_graph, load_plugins, parse_graph, verify
+from torchloom.api import PassContext, clone_graph, parse_graph, verify
+from torchloom.tools import load_plugins
 
 MUTATED_VIEW = """graph @m(%x: f32[4, 6], %s: f32[24]) {
   %t = aten.exp.default(%x) : f32[4, 6]

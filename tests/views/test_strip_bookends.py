@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from views_helpers import assert_same_results, run_pass
 
-from torchloom.api import FUSION_GROUP, count_kernels
+from torchloom.api import FUSION_GROUP
+from torchloom.tools import count_kernels
 
 GELU_BOOKENDS = """graph @gelu(%x: f32[8, 12]) {
   %y = torchloom.fusion_group(%x) : f32[8, 12] region @group0(%a: f32[8, 12]) {

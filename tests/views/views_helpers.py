@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from torchloom.api import (DTYPES, PassContext, TensorType, clone_graph, load_plugins,
-                           parse_graph, verify)
+from torchloom.api import DTYPES, PassContext, TensorType, clone_graph, parse_graph, verify
+from torchloom.tools import load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 
