@@ -289,7 +289,7 @@ def test_compile_time_with_sm90_kernels_12_layers_over_1_layer(benchmark):
 #: whole compile: passes, runtime and kernel builds. Prints JSON.
 FIRST_STEP = """
 import json, sys, time, torch
-from torchloom.api import Compiler, import_workload, load_plugins
+from torchloom.tools import Compiler, import_workload, load_plugins
 from torchloom.backend import torchloom_backend
 backend, layers, example, pipeline, work, device, bench = sys.argv[1:8]
 sys.path.insert(0, bench)
