@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from torchloom.errors import PassError, PipelineError, PluginError, VerifyError
+from torchloom.ir.aliasing import AliasFacts, alias_facts, check_aliasing
 from torchloom.ir.graph import Graph
 from torchloom.ir.snapshot import GraphSnapshot
 from torchloom.ir.textdiff import ir_diff
@@ -61,7 +62,7 @@ class PassManager:
         for name in self.pipeline.missing_optional:
             report.notes.append(f"optional pass {name!r} is not installed; skipped")
         self._dump(graph, "input")
-        state = _State(GraphSnapshot(graph))
+        state = _State(GraphSnapshot(graph), aliases=alias_facts(graph, ctx.registry))
         # verify = "end" rolls the whole pipeline back: only then is the first one kept
         start = state.snapshot if self.pipeline.verify == "end" else None
         for step in self.pipeline.steps:
@@ -69,18 +70,27 @@ class PassManager:
                 self._run_step(step, graph, ctx, report, state)
             else:
                 self._run_fixpoint(step, graph, ctx, report, state)
-        if self.pipeline.verify == "end":
-            self._verify_end(graph, ctx, start)
+        if self.pipeline.verify != "each":  # "off" too: never a silent new alias
+            self._verify_end(graph, ctx, start, state.aliases)
         report.notes.extend(ctx.notes)
         return report
 
-    def _verify_end(self, graph: Graph, ctx: PassContext, start: GraphSnapshot) -> None:
+    def _verify_end(self, graph: Graph, ctx: PassContext, start: GraphSnapshot | None,
+                    aliases: AliasFacts) -> None:
         """``verify = "end"``: one check after the last pass. It cannot tell which pass
         broke the graph, so the whole pipeline is rolled back and the reproducer replays
-        the whole pipeline."""
+        the whole pipeline. ``verify = "off"`` (no ``start`` to restore) still checks the
+        aliasing rule, which costs one walk: the compiler then runs the graph eagerly."""
         try:
-            verify(graph, ctx.registry)
+            if start is not None:
+                verify(graph, ctx.registry)
+            check_aliasing(graph, ctx.registry, aliases)
         except VerifyError as exc:
+            if start is None:
+                raise PassError(f"{self.pipeline.source}: the graph after pipeline "
+                                f"{self.pipeline.name!r} breaks the aliasing rule: {exc}\n"
+                                f"set verify = \"each\" to name the pass", "<pipeline>",
+                                None) from exc
             start.restore()
             repro, remark = self._write_reproducer(None, graph, exc, ctx)
             message = (f"{self.pipeline.source}: the graph after pipeline "
@@ -125,7 +135,10 @@ class PassManager:
                     verify(graph, ctx.registry, only=changed, unchanged=after.unchanged_regions(
                         snapshot) if changed else None)
                 else:
+                    changed = True
                     verify(graph, ctx.registry)
+                if changed:  # no new alias of an input or between outputs, no new write
+                    check_aliasing(graph, ctx.registry, state.aliases)
                 state.verified = True
             else:  # nothing to compare: one snapshot alive at a time (memory, collector)
                 check_order(graph)  # a cycle would hang later passes or the runtime build
@@ -289,6 +302,8 @@ class _State:
     snapshot: GraphSnapshot
     #: whether the whole graph has been verified (once, after the first pass)
     verified: bool = False
+    #: what the graph the pipeline received aliases and writes (passes may not add to it)
+    aliases: AliasFacts = attrs.field(factory=AliasFacts)
 
 
 _EARLIER = "written by an earlier identical failure; "

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import attrs
 
+from torchloom.ir.aliasing import returned_storage
 from torchloom.ir.graph import FUSION_GROUP, Graph
 from torchloom.passes.base import Pass, PassContext, PassResult
 from torchloom.passes.builtin.purity import is_pure, mutated_values
@@ -27,7 +28,8 @@ class CommonSubexpressionElimination(Pass):
         %c = aten.add.Tensor(%a, %a) : f32[4]
 
     Random, mutating and side-effecting ops are never merged, nor are readers of a value
-    that is written in place somewhere in the graph.
+    that is written in place somewhere in the graph, nor two nodes whose results are both
+    returned, themselves or through views (the caller gets two tensors and may write one).
     """
 
     name: ClassVar[str] = "cse"
@@ -42,6 +44,7 @@ def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
     """Replace each pure node by an earlier identical one (same op, inputs, attributes and
     types), inside fusion groups too with ``regions``; returns how many were merged."""
     written = mutated_values(graph, registry)
+    returned = returned_storage(graph, registry)
     seen: dict = {}
     merged = 0
     replaced: dict = {}  # duplicate's output -> the first node's
@@ -64,6 +67,10 @@ def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
         first = seen.setdefault(key, node)
         if first is node:
             continue
+        if returned.intersection(node.outputs):
+            if returned.intersection(first.outputs):
+                continue  # two results the caller gets stay two tensors (docs/ir.md)
+            returned.update(first.outputs)  # its storage is returned from now on
         replaced.update(zip(node.outputs, first.outputs))
         doomed.append(node)
     if doomed:  # one scan of the graph outputs and of each use list, not one per node

@@ -1,0 +1,232 @@
+"""The aliasing and mutation rule (docs/ir.md): a pass may not make a graph output alias
+an input or another output, nor write an input, unless the graph the pipeline received
+did. The issue's reproducer: a third-party pass rewriting ``x * 1.0`` into ``x`` made a
+compiled output alias its input, and ``y.add_(1)`` then changed ``x``."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+
+from torchloom.backend import torchloom_backend
+from torchloom.compiler import Compiler
+from torchloom.errors import PassError, VerifyError
+from torchloom.ir.aliasing import AliasFacts, alias_facts, check_aliasing, returned_storage
+from torchloom.ir.text import parse_graph
+from torchloom.opt import opt
+from torchloom.plugins.loader import load_plugins
+
+from test_plugins_support import fake_site  # noqa: F401 (fixture)
+
+MUL_ONE = '''
+from typing import ClassVar
+
+import attrs
+
+from torchloom.api import Pass, PassResult, hookimpl
+
+
+@attrs.frozen
+class MulOne(Pass):
+    """x * 1.0 -> x: right for values, wrong for storage (the output becomes the input)."""
+
+    name: ClassVar[str] = "third.mul-one"
+
+    def run(self, graph, ctx):
+        n = 0
+        for node in list(graph.walk()):
+            if node.op == "aten.mul.Tensor" and node.attrs.get("other") == 1.0:
+                node.graph.replace_all_uses(node.output, node.inputs[0])
+                node.graph.erase(node)
+                n += 1
+        return PassResult(n > 0, {"removed": n})
+
+
+@hookimpl
+def torchloom_passes():
+    return [MulOne]
+'''
+
+
+@pytest.fixture
+def plugins(fake_site):
+    fake_site.add("torchloom-third", version="0.1.0", modules={"tl_third_mul_one": MUL_ONE},
+                  entry_points={"third": "tl_third_mul_one"})
+    return load_plugins(entry_points=fake_site.entry_points())
+
+
+def compiled(plugins, fn, on_error="raise", verify="each"):
+    compiler = Compiler({"pipeline": {"name": "mul-one", "codegen": "eager",
+                                      "on_error": on_error, "verify": verify},
+                         "pass": [{"name": "third.mul-one"}]}, plugins=plugins)
+    torch._dynamo.reset()
+    return compiler, torch.compile(fn, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+
+
+@pytest.mark.parametrize("verify", ["each", "end", "off"])
+def test_the_issue_example_never_aliases_silently(plugins, verify):
+    """Whatever the verify policy, the caller's write to the output leaves x alone, and
+    the compilation says which pass (or, without per-pass checks, which rule) failed."""
+    compiler, f = compiled(plugins, lambda x: x * 1.0, verify=verify)
+    x = torch.zeros(3)
+    y = f(x)
+    y.add_(1)
+    torch.testing.assert_close(x, torch.zeros(3))
+    torch.testing.assert_close(y, torch.ones(3))
+    [comp] = compiler.compilations
+    assert comp.fallback_reason is not None and "is input 0" in comp.fallback_reason
+    if verify == "each":
+        assert "pass 'third.mul-one' (distribution torchloom-third" in comp.fallback_reason
+    torch._dynamo.reset()
+
+
+def test_with_on_error_skip_the_pass_is_rolled_back_and_the_rest_compiles(plugins):
+    compiler, f = compiled(plugins, lambda x: (x * 1.0, (x * 1.0 + 2).exp()),
+                           on_error="skip")
+    x = torch.randn(5)
+    y, z = f(x)
+    y.add_(1)
+    torch.testing.assert_close(z, (x + 2).exp())
+    assert not torch.equal(x, y)
+    [comp] = compiler.compilations
+    assert comp.fallback_reason is None
+    [record] = [r for r in comp.report.records if r.name == "third.mul-one"]
+    assert record.skipped and "is input 0" in record.skipped
+    torch._dynamo.reset()
+
+
+def test_opt_names_the_pass(plugins):
+    text = ("graph @g(%x: f32[4]) {\n  %y = aten.mul.Tensor(%x) {other = 1.0} : f32[4]\n"
+            "  return %y\n}\n")
+    with pytest.raises(PassError, match=r"pass 'third.mul-one' .*output 0 \(%x\) is input 0"):
+        opt(text, "t.ir", passes="third.mul-one", verify_each=True, plugins=plugins)
+    # inside the graph (not returned) the rewrite is fine
+    inner = ("graph @g(%x: f32[4]) {\n  %y = aten.mul.Tensor(%x) {other = 1.0} : f32[4]\n"
+             "  %z = aten.exp.default(%y) : f32[4]\n  return %z\n}\n")
+    out = opt(inner, "t.ir", passes="third.mul-one", verify_each=True, plugins=plugins)
+    assert "aten.mul" not in out and "aten.exp.default(%x)" in out
+
+
+REGISTRY = load_plugins(entry_points=[]).registry
+
+
+def facts(text: str) -> AliasFacts:
+    return alias_facts(parse_graph(text), REGISTRY)
+
+
+def test_facts_of_views_regions_and_writes():
+    f = facts("""
+graph @g(%x: f32[2, 3], %w: f32[6]) {
+  %t = aten.t.default(%x) : f32[3, 2] strided[1, 3]
+  %a = aten.add.Tensor(%x) {other = 1} : f32[2, 3]
+  %v = aten.view.default(%a) {size = [6]} : f32[6]
+  %wv = aten.view.default(%w) {size = [2, 3]} : f32[2, 3]
+  %m = aten.mul_.Tensor(%wv, %a) : f32[2, 3]
+  %g1, %g2, %g3 = torchloom.fusion_group(%x) : f32[2, 3], f32[2, 3], f32[2, 3] region @r(%p: f32[2, 3]) {
+    %e = aten.exp.default(%p) : f32[2, 3]
+    %q = aten.view.default(%p) {size = [2, 3]} : f32[2, 3]
+    return %e, %e, %q
+  }
+  return %t, %a, %v, %m, %g1, %g2, %g3
+}""")
+    # t views x; m is the written view of w; g3 is (a view of) the group's input x
+    assert f.output_input == {(0, 0), (3, 1), (6, 0)}
+    # a and its view v; g1 and g2 are one tensor; t and g3 both view x
+    assert f.output_output == {(1, 2), (4, 5), (0, 6)}
+    assert f.mutated == {1}
+
+
+def test_writes_inside_regions_and_shared_subgraphs_count():
+    f = facts("""
+graph @g(%x: f32[4], %y: f32[4], %z: f32[4]) {
+  %a = torchloom.fusion_group(%x) : f32[4] region @r(%p: f32[4]) {
+    %q = aten.add_.Tensor(%p, %p) : f32[4]
+    return %q
+  }
+  %b = torchloom.call_subgraph(%z, %y) {callee = "s"} : f32[4]
+  %c = torchloom.call_subgraph(%z, %y) {callee = "s"} : f32[4]
+  return %a, %b, %c
+}
+graph @s(%u: f32[4], %v: f32[4]) {
+  %vv = aten.view.default(%v) {size = [4]} : f32[4]
+  %w = aten.mul_.Tensor(%vv, %u) : f32[4]
+  %n = aten.neg.default(%u) : f32[4]
+  return %n
+}""")
+    assert f.mutated == {0, 1}  # x in the group; y (the subgraph's second input), twice
+    assert f.output_input == {(0, 0)}  # add_ returns the input it writes
+    assert f.output_output == set()  # two calls return two fresh tensors
+
+
+def test_check_aliasing_allows_what_the_input_had_and_rejects_more():
+    before = parse_graph("graph @g(%x: f32[4]) {\n  %v = aten.view.default(%x) {size = [4]}"
+                         " : f32[4]\n  %e = aten.exp.default(%x) : f32[4]\n"
+                         "  return %v, %e\n}\n")
+    allowed = alias_facts(before, REGISTRY)
+    check_aliasing(before, REGISTRY, allowed)  # the view output was there: allowed
+    same = parse_graph("graph @g(%x: f32[4]) {\n  %e = aten.exp.default(%x) : f32[4]\n"
+                       "  return %x, %e\n}\n")
+    check_aliasing(same, REGISTRY, allowed)  # x itself instead of a view of x: same storage
+    twice = parse_graph("graph @g(%x: f32[4]) {\n  %v = aten.view.default(%x) {size = [4]}"
+                        " : f32[4]\n  %e = aten.exp.default(%x) : f32[4]\n  return %v, %v, %e, %e\n}\n")
+    allowed = alias_facts(parse_graph(
+        "graph @g(%x: f32[4]) {\n  %v = aten.view.default(%x) {size = [4]} : f32[4]\n"
+        "  %e = aten.exp.default(%x) : f32[4]\n  %f = aten.exp.default(%x) : f32[4]\n"
+        "  return %v, %v, %e, %f\n}\n"), REGISTRY)
+    with pytest.raises(VerifyError, match=r"outputs 2 \(%e\) and 3 \(%e\) share storage"):
+        check_aliasing(twice, REGISTRY, allowed)
+    written = parse_graph("graph @g(%x: f32[4]) {\n  %v = aten.view.default(%x) {size = [4]}"
+                          " : f32[4]\n  %e = aten.exp_.default(%x) : f32[4]\n"
+                          "  return %v, %v, %e, %e\n}\n")
+    with pytest.raises(VerifyError, match=r"input 0 \(%x\) is written in place"):
+        check_aliasing(written, REGISTRY, attrs.evolve(
+            alias_facts(written, REGISTRY), mutated=frozenset()))
+    returned = parse_graph("graph @g(%x: f32[4]) {\n  return %x\n}\n")
+    fresh = parse_graph("graph @g(%x: f32[4]) {\n  %e = aten.exp.default(%x) : f32[4]\n"
+                        "  return %e\n}\n")
+    with pytest.raises(VerifyError, match=r"output 0 \(%x\) is input 0 \(%x\)"):
+        check_aliasing(returned, REGISTRY, alias_facts(fresh, REGISTRY))
+
+
+def test_returned_storage_follows_views_back_to_their_base():
+    g = parse_graph("graph @g(%x: f32[4]) {\n  %e = aten.exp.default(%x) : f32[4]\n"
+                    "  %v = aten.view.default(%e) {size = [2, 2]} : f32[2, 2]\n"
+                    "  %n = aten.neg.default(%x) : f32[4]\n  return %v\n}\n")
+    assert {v.name for v in returned_storage(g, REGISTRY)} == {"v", "e"}
+
+
+def test_legitimate_view_outputs_still_compile_natively():
+    """Outputs that were views of inputs in the FX graph stay allowed through the default
+    pipeline (no fallback), and a caller writing them writes the input, as in eager."""
+    compiler = Compiler("default")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x.view(-1), x.t(), (x + 1).exp()),
+                      backend=lambda gm, ex: torchloom_backend(gm, ex,
+                                                               options={"compiler": compiler}))
+    x = torch.randn(2, 3)
+    ref = x.clone()
+    v, t, e = f(x)
+    torch.testing.assert_close(e, (ref + 1).exp())
+    v.add_(1)
+    torch.testing.assert_close(x, ref + 1)
+    assert all(c.fallback_reason is None for c in compiler.compilations)
+    torch._dynamo.reset()
+
+
+def test_returning_one_computation_twice_stays_two_tensors_through_the_default_pipeline():
+    """cse would merge x.sin() and x.sin(); both are returned, so they stay two."""
+    compiler = Compiler("default")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x.sin(), x.sin(), x.sin().view(2, 3), x.sin().view(2, 3)),
+                      backend=lambda gm, ex: torchloom_backend(gm, ex,
+                                                               options={"compiler": compiler}))
+    x = torch.randn(6)
+    outs = f(x)
+    outs[0].add_(1)
+    outs[2].add_(2)
+    torch.testing.assert_close(outs[1], x.sin())
+    torch.testing.assert_close(outs[3], x.sin().view(2, 3))
+    assert all(c.fallback_reason is None for c in compiler.compilations)
+    torch._dynamo.reset()
