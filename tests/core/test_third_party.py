@@ -122,14 +122,28 @@ def test_the_example_runs_from_a_toml_pipeline_and_matches_eager(example, tmp_pa
     torch._dynamo.reset()
 
 
-def doc_blocks(lang: str) -> list[str]:
-    return re.findall(rf"^```{lang}\n(.*?)^```$", DOC.read_text(), re.S | re.M)
+def doc_blocks(lang: str, doc: Path = DOC) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```$", doc.read_text(), re.S | re.M)
 
 
-def test_the_documented_one_file_plugin_works_as_written(site, tmp_path, capsys):
-    code, *_ = doc_blocks("python")
+INT_WORKLOAD = """
+import torch
+
+def workload():
+    # x ** 2.0 of an integer tensor is a float tensor (x * x would stay integer): the
+    # documented pass must leave it; y ** 2 of an integer tensor stays integer: rewritten
+    return (lambda x, y: x ** 2.0 + y ** 2), [torch.arange(-4, 4), torch.arange(8)]
+"""
+
+
+@pytest.mark.parametrize("doc", [DOC, ROOT / "README.md"], ids=lambda p: p.name)
+def test_the_documented_one_file_plugin_works_as_written(doc, site, tmp_path, capsys):
+    code = next(b for b in doc_blocks("python", doc) if "@hookimpl" in b)
     assert len(code.splitlines()) < 40
-    pyproject, pipeline_text = doc_blocks("toml")[:2]
+    pyproject = next(b for b in doc_blocks("toml", doc) if "[project]" in b)
+    # the document's pipeline, or (the README shows none) the one of writing-a-plugin.md
+    pipeline_text = next(b for b in doc_blocks("toml", doc) + doc_blocks("toml")
+                         if 'name = "square.pow-to-mul"' in b)
     meta = tomllib.loads(pyproject)
     [(ep_name, module)] = meta["project"]["entry-points"]["torchloom"].items()
     (site.root / module).mkdir()
@@ -141,10 +155,11 @@ def test_the_documented_one_file_plugin_works_as_written(site, tmp_path, capsys)
     pipeline.write_text(pipeline_text)
     assert main(["check", str(pipeline)]) == 0
     capsys.readouterr()
-    workload = tmp_path / "square_workload.py"
-    workload.write_text(WORKLOAD)
-    assert main(["explain", str(workload), "--pipeline", str(pipeline), "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    [record] = [p for p in data["passes"] if p["name"] == "square.pow-to-mul"]
-    assert record["stats"] == {"rewritten": 2}
-    assert data["max_abs_error"] < 1e-6
+    for text, rewritten in [(WORKLOAD, 2), (INT_WORKLOAD, 1)]:
+        workload = tmp_path / "square_workload.py"
+        workload.write_text(text)
+        assert main(["explain", str(workload), "--pipeline", str(pipeline), "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        [record] = [p for p in data["passes"] if p["name"] == "square.pow-to-mul"]
+        assert record["stats"] == {"rewritten": rewritten} and "skipped" not in record
+        assert data["fallbacks"] == [] and data["max_abs_error"] < 1e-6
