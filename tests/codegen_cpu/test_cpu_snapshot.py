@@ -1,7 +1,8 @@
 """Generated-source snapshots: the C source of a few kernels, compared with checked-in
 files. After an intended codegen change, regenerate them with
 ``TORCHLOOM_UPDATE_SNAPSHOTS=1 pytest tests/codegen_cpu/test_cpu_snapshot.py`` and review the
-diff like any other code change."""
+diff like any other code change. A kernel's snapshot holds its function only: the prelude
+every translation unit starts with is checked once, as ``prelude.c``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from torchloom.api import parse_graph
 
 from conftest import group_text
+from torchloom_codegen_cpu.prelude import prelude
 from test_cpu_reduction import CASES as REDUCTIONS
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -34,9 +36,7 @@ KERNELS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
-def test_generated_source_matches_snapshot(registry, codegen, name):
-    source = codegen.generate(next(parse_graph(KERNELS[name]).nodes), registry).source
+def _matches_snapshot(name: str, source: str) -> None:
     path = SNAPSHOTS / f"{name}.c"
     if os.environ.get("TORCHLOOM_UPDATE_SNAPSHOTS") == "1":
         path.write_text(source)
@@ -44,3 +44,15 @@ def test_generated_source_matches_snapshot(registry, codegen, name):
     assert source == path.read_text(), (
         f"generated source differs from {path}; if intended, regenerate with "
         f"TORCHLOOM_UPDATE_SNAPSHOTS=1 and review the diff")
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_generated_source_matches_snapshot(registry, codegen, name):
+    source = codegen.generate(next(parse_graph(KERNELS[name]).nodes), registry).source
+    head = prelude()
+    assert source.startswith(head + "\n")  # every kernel's translation unit starts so
+    _matches_snapshot(name, source[len(head) + 1:])
+
+
+def test_prelude_matches_snapshot():
+    _matches_snapshot("prelude", prelude())

@@ -4,8 +4,9 @@ reduction kind. Tables, not if-chains: adding an op is adding a row.
 A pointwise template is a format string over the op's tensor inputs and attributes by
 schema name (``{self}``, ``{other}``, ``{alpha}``...). ``$T`` is the C type the op computes
 in (``float`` or ``double`` for floats) and ``$f`` the libm suffix (``expf`` vs ``exp``), so
-one row serves f32 and f64; constants are written ``(($T)0.797...)`` so f32 code never
-computes in double. ``args`` says which dtype the inputs are converted to first: ``"out"``
+one row serves f32 and f64; ``$exp`` and ``$erf`` are the prelude's inline f32 versions
+(``tl_exp``, within 1.03 ulp; ``tl_erf_fast``, GELU's) and libm's in f64; constants are
+written ``(($T)0.797...)`` so f32 code never computes in double. ``args`` says which dtype the inputs are converted to first: ``"out"``
 (the compute dtype of the result), ``"promote"`` (the promoted input dtype, comparisons),
 ``"keep"`` (as they are), ``"where"`` (condition as bool, the rest as the result) or
 ``"cast"`` (an explicit conversion the emitter rounds). ``ints`` is the template for
@@ -74,6 +75,7 @@ class Pointwise:
         tpl = tpl(attrs_, ir_dtype) if callable(tpl) else tpl
         if dtype in ("f32", "f64"):
             tpl = tpl.replace("$erf", "tl_erf_fast" if dtype == "f32" else "erf")
+            tpl = tpl.replace("$exp", "tl_exp" if dtype == "f32" else "exp")
             tpl = tpl.replace("$T", CTYPE[dtype]).replace("$f", "f" if dtype == "f32" else "")
         return tpl
 
@@ -139,7 +141,7 @@ def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:
                 f"(($T)1 - T_ * T_) * {SQRT_2_PI} * (($T)1 + (($T)0.134145) * {{self}} * "
                 f"{{self}}))").replace("T_", inner)
     return (f"{{grad_output}} * (($T)0.5 * (($T)1 + $erf({{self}} * {SQRT1_2})) + "
-            f"{{self}} * exp$f(($T)-0.5 * {{self}} * {{self}}) * {INV_SQRT_2PI})")
+            f"{{self}} * $exp(($T)-0.5 * {{self}} * {{self}}) * {INV_SQRT_2PI})")
 
 
 def _erf(a: Mapping[str, Any], dtype: str = "f32") -> str:
@@ -168,7 +170,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.div.Tensor_mode": Pointwise(_div_mode),  # integer division by 0 raises in eager
     "aten.neg.default": _unary("-X", "-X"),
     "aten.abs.default": _unary("fabs$f(X)", "(X < 0 ? -X : X)"),
-    "aten.exp.default": _unary("exp$f(X)"),
+    "aten.exp.default": _unary("$exp(X)"),
     "aten.exp2.default": _unary("exp2$f(X)"),
     "aten.expm1.default": _unary("expm1$f(X)"),
     "aten.log.default": _unary("log$f(X)"),
@@ -183,8 +185,8 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.tan.default": _unary("tan$f(X)"),
     "aten.tanh.default": _unary("tanh$f(X)"),
     "aten.erf.default": Pointwise(_erf),
-    "aten.sigmoid.default": _unary("($T)1 / (($T)1 + exp$f(-X))"),
-    "aten.silu.default": _unary("X / (($T)1 + exp$f(-X))"),
+    "aten.sigmoid.default": _unary("($T)1 / (($T)1 + $exp(-X))"),
+    "aten.silu.default": _unary("X / (($T)1 + $exp(-X))"),
     "aten.relu.default": _unary("(X < 0 ? 0 : X)", "(X < 0 ? 0 : X)"),  # keeps NaN and -0.0
     "aten.gelu.default": Pointwise(_gelu),
     "aten.floor.default": _unary("floor$f(X)", "X"),
