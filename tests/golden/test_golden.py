@@ -108,3 +108,13 @@ def test_run_lines_run_as_written_in_a_shell():
     run = subprocess.run(["sh", "-c", shell_command(line, path)], env=env, text=True,
                          capture_output=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_golden_example_of_the_cli_docs_passes(tmp_path):
+    doc = (HERE.parents[1] / "docs" / "cli.md").read_text()
+    [example] = [b for b in re.findall(r"^```\n(.*?)^```$", doc, re.S | re.M)
+                 if b.startswith("// RUN:")]
+    path = tmp_path / "cse_example.ir"
+    path.write_text(example)
+    outcome = run_file(path)
+    assert outcome.ok, outcome.report
