@@ -36,7 +36,7 @@ def add_opt_parser(sub) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--passes", metavar="P1,P2{opt=v},...",
                       help="passes to run in order, by name; options in braces, "
-                           "space-separated: dedup.regions{min_nodes=3}")
+                           "space-separated: cse{regions=false}")
     what.add_argument("--pipeline", metavar="PIPELINE",
                       help="a pipeline TOML file or a built-in name (default, none)")
     p.add_argument("--verify-each", action="store_true",

@@ -108,7 +108,7 @@ class PassManager:
                        if self._run_step(s, graph, ctx, report, state)]
             if not changed:
                 return
-        message = (f"{self.pipeline.source}:{step.line}: fixpoint group "
+        message = (f"{step.source or self.pipeline.source}:{step.line}: fixpoint group "
                    f"[{', '.join(s.name for s in step.passes)}] did not converge in "
                    f"{step.max_iterations} iterations (still changing: {', '.join(changed)}); "
                    f"raise max_iterations or fix the pass that keeps changing the graph")
