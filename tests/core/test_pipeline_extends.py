@@ -43,25 +43,28 @@ def names(pipeline) -> list:
             for s in pipeline.steps]
 
 
+CHILD = """
+    [pipeline]
+    name = "mine"
+    extends = "base.toml"
+
+    [[insert]]
+    name = "fake.tunable"
+    after = "cse"
+    limit = 7
+
+    [[insert]]
+    name = "fake.after-cse"
+    before = "dce"
+
+    [[pass]]
+    name = "cse"
+"""
+
+
 def test_inserts_go_next_to_their_anchor_and_passes_go_last(tmp_path, fake_plugins):
     write(tmp_path, BASE, "base.toml")
-    path = write(tmp_path, """
-        [pipeline]
-        name = "mine"
-        extends = "base.toml"
-
-        [[insert]]
-        name = "fake.tunable"
-        after = "cse"
-        limit = 7
-
-        [[insert]]
-        name = "fake.after-cse"
-        before = "dce"
-
-        [[pass]]
-        name = "cse"
-    """)
+    path = write(tmp_path, CHILD)
     pipeline = build(path, fake_plugins)
     assert names(pipeline) == ["cse", "fake.tunable", ["fake.flipper", "canonicalize"],
                                "fake.after-cse", "dce", "cse"]
@@ -112,17 +115,7 @@ def test_settings_override_one_by_one_and_disable_adds_up(tmp_path, fake_plugins
 def test_the_pipelines_text_stands_alone_and_builds_the_same_pipeline(tmp_path, fake_plugins):
     """What a reproducer keeps as pipeline.toml: one file, whatever it extends."""
     write(tmp_path, BASE, "base.toml")
-    path = write(tmp_path, """
-        [pipeline]
-        name = "mine"
-        extends = "base.toml"
-
-        [[insert]]
-        name = "fake.tunable"
-        after = "cse"
-        limit = 5
-    """)
-    pipeline = build(path, fake_plugins)
+    pipeline = build(write(tmp_path, CHILD), fake_plugins)
     assert "extends" not in pipeline.text and "[[insert]]" not in pipeline.text
     again = build_pipeline(parse_raw(pipeline.text, str(tmp_path / "elsewhere.toml")),
                            fake_plugins)

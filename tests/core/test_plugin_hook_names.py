@@ -14,38 +14,13 @@ from torchloom.cli import main
 from torchloom.compiler import Compiler
 from torchloom.plugins.loader import HOOKS, hook_name_problems, load_plugins
 
+from test_plugins import ONE_PASS
 from test_plugins_support import fake_site  # noqa: F401
 
-MISSPELLED = '''
-from typing import ClassVar
-import attrs
-from torchloom.api import Pass, PassResult, hookimpl
-
-@attrs.frozen
-class Tiny(Pass):
-    name: ClassVar[str] = "typo.tiny"
-    def run(self, graph, ctx):
-        return PassResult(False)
-
-@hookimpl
-def torchloom_pass():
-    return [Tiny]
-'''
-
-UNDECORATED = '''
-from typing import ClassVar
-import attrs
-from torchloom.api import Pass, PassResult
-
-@attrs.frozen
-class Bare(Pass):
-    name: ClassVar[str] = "bare.pass"
-    def run(self, graph, ctx):
-        return PassResult(False)
-
-def torchloom_passes():
-    return [Bare]
-'''
+#: a plugin whose pass hook is misspelled, and one whose hook lacks @hookimpl
+MISSPELLED = ONE_PASS.format(name="typo.tiny").replace("def torchloom_passes",
+                                                       "def torchloom_pass")
+UNDECORATED = ONE_PASS.format(name="bare.pass").replace("@hookimpl\ndef", "def")
 
 
 def add(site, dist: str, module: str, source: str, entry: str) -> None:
@@ -55,7 +30,7 @@ def add(site, dist: str, module: str, source: str, entry: str) -> None:
 def test_a_misspelled_hook_is_a_warning_with_a_did_you_mean(fake_site):
     add(fake_site, "typo-dist", "tl_typo", MISSPELLED, "typo")
     ps = load_plugins(entry_points=fake_site.entry_points())
-    assert "typo.tiny" not in ps.passes  # pluggy never calls it
+    assert "typo.tiny" not in ps.passes and "torchloom_pass" in MISSPELLED  # never called
     [warning] = ps.warnings
     assert warning.startswith("plugin 'typo' (distribution 'typo-dist') defines "
                               "torchloom_pass, which is not a torchloom hook")
@@ -66,7 +41,7 @@ def test_a_misspelled_hook_is_a_warning_with_a_did_you_mean(fake_site):
 def test_a_hook_without_hookimpl_is_a_warning(fake_site):
     add(fake_site, "bare-dist", "tl_bare", UNDECORATED, "bare")
     ps = load_plugins(entry_points=fake_site.entry_points())
-    assert "bare.pass" not in ps.passes
+    assert "bare.pass" not in ps.passes and "@hookimpl" not in UNDECORATED
     assert ps.warnings == ["plugin 'bare' (distribution 'bare-dist') defines torchloom_passes "
                            "without @hookimpl (torchloom.api.hookimpl), so it is never called"]
 
