@@ -42,8 +42,11 @@ def alias_facts(graph: Graph, registry) -> AliasFacts:
     analysis = _Analysis(registry, graph.root)
     roots, mutated = analysis.summary(graph)
     pairs = {(i, r) for i, r in enumerate(roots) if isinstance(r, int)}
-    shared = {(i, j) for i in range(len(roots)) for j in range(i + 1, len(roots))
-              if roots[i] == roots[j]}
+    by_root: dict[Any, list[int]] = {}
+    for i, r in enumerate(roots):
+        by_root.setdefault(r, []).append(i)
+    shared = {(a, b) for same in by_root.values() if len(same) > 1
+              for k, a in enumerate(same) for b in same[k + 1:]}
     return AliasFacts(frozenset(pairs), frozenset(shared), frozenset(mutated))
 
 
@@ -96,6 +99,10 @@ class _Analysis:
     def __init__(self, registry, root: Graph):
         self.registry, self.root = registry, root
         self.summaries: dict[Graph, tuple[list[Any], set[int]]] = {}
+        #: op -> whether it writes an input (CALL_SUBGRAPH: look at the callee)
+        self.writes: dict[str, bool] = {CALL_SUBGRAPH: True}
+        #: op -> its definition when some output aliases an input, else None
+        self.views: dict[str, Any] = {}
 
     def summary(self, graph: Graph) -> tuple[list[Any], set[int]]:
         """For each output, the input index it aliases (an int) or the fresh value it
@@ -105,7 +112,11 @@ class _Analysis:
             return done
         index = {v: i for i, v in enumerate(graph.inputs)}
         mutated: set[int] = set()
+        writes = self.writes
         for node in graph.nodes:
+            op = node.op
+            if not writes.get(op, True) and node.region is None:  # most nodes: one lookup
+                continue
             for slot in self._written_slots(node):
                 root = self.root_of(node.inputs[slot], index)
                 if isinstance(root, int):
@@ -140,8 +151,13 @@ class _Analysis:
             roots = self.summary(body)[0]
             root = roots[value.index] if value.index < len(roots) else None
             return node.inputs[root] if isinstance(root, int) else None
-        opdef = self.registry.lookup(node.op)
-        source = opdef.aliased_input(node, value.index) if opdef is not None else None
+        opdef = self.views.get(node.op, False)
+        if opdef is False:  # once per op: most ops alias nothing
+            found = self.registry.lookup(node.op)
+            opdef = self.views[node.op] = found if found is not None and found.aliases else None
+        if opdef is None:
+            return None
+        source = opdef.aliased_input(node, value.index)
         return node.inputs[source] if source is not None else None
 
     def _written_slots(self, node: Node) -> list[int]:
@@ -149,7 +165,8 @@ class _Analysis:
         if body is not None:
             return sorted(self.summary(body)[1])
         opdef = self.registry.lookup(node.op)
-        if opdef is None or not opdef.mutates:
+        self.writes[node.op] = opdef is not None and bool(opdef.mutates)
+        if not self.writes[node.op]:
             return []
         return opdef.mutated_inputs(node)
 
