@@ -89,3 +89,16 @@ def test_objects_are_checked_too(attr, expected):
     [problem] = [p for p in hook_name_problems("obj", Plugin(), "d") if f" {attr}," in p]
     assert expected in problem
     assert not any("torchloom_version" in p for p in hook_name_problems("obj", Plugin(), "d"))
+
+
+def test_hooks_are_called_through_pluggy_so_its_tracing_sees_each_plugin(fake_site,
+                                                                         monkeypatch, caplog):
+    add(fake_site, "typo-dist", "tl_one", ONE_PASS.format(name="one.tiny"), "one")
+    monkeypatch.setenv("TORCHLOOM_TRACE_PLUGINS", "1")
+    with caplog.at_level(logging.DEBUG, logger="torchloom.plugins"):
+        ps = load_plugins(entry_points=fake_site.entry_points())
+    assert "one.tiny" in ps.passes
+    traced = [r.getMessage() for r in caplog.records if r.name == "torchloom.plugins"]
+    # one call per plugin implementing the hook: the built-ins and the fake plugin
+    finished = [m for m in traced if m.strip().startswith("finish torchloom_passes")]
+    assert len(finished) == 2 and any("Tiny" in m for m in finished)

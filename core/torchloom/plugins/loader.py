@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata as md
+import logging
 import os
 import platform
 import re
@@ -20,6 +21,7 @@ from typing import Any
 import attrs
 import pluggy
 
+from torchloom.environment import env_flag
 from torchloom.ops.aten import default_registry
 from torchloom.ops.registry import OpRegistry
 from torchloom.passes.sources import SourceHashes
@@ -27,6 +29,7 @@ from torchloom.plugins.hookspecs import TorchloomSpec
 
 GROUP = "torchloom"
 BUILTIN = "torchloom"  # distribution name of the core's built-in plugin
+log = logging.getLogger("torchloom.plugins")
 
 
 @attrs.frozen
@@ -141,6 +144,9 @@ def load_plugins(disable: Iterable[str] = (), *, entry_points: Iterable[md.Entry
     """
     pm = pluggy.PluginManager(GROUP)
     pm.add_hookspecs(TorchloomSpec)
+    if env_flag("TORCHLOOM_TRACE_PLUGINS", False):  # pluggy's trace of every hook call
+        pm.trace.root.setwriter(lambda line: log.debug("%s", line.rstrip("\n")))
+        pm.enable_tracing()
     disabled = set(disable) | set(disabled_from_env())
     result = PluginSet(pm, disabled=sorted(disabled))
     from torchloom.plugins import builtin
@@ -241,11 +247,14 @@ def _collect(result: PluginSet) -> None:
 
 
 def _call(result: PluginSet, impl, hook: str, **kwargs) -> list:
-    """Call one plugin's hook implementation. One that raises is recorded as a load error
-    naming the plugin, hook and distribution, and contributes nothing: a broken plugin
-    must not take the others down."""
+    """Call one plugin's hook implementation, through pluggy (so its tracing and call
+    monitoring see it) but on its own. One that raises is recorded as a load error naming
+    the plugin, hook and distribution, and contributes nothing: a broken plugin must not
+    take the others down."""
+    others = [p for p in result.pm.get_plugins() if p is not impl.plugin]
     try:
-        return list(impl.function(**{k: kwargs[k] for k in impl.argnames}) or [])
+        returned = result.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+        return list(returned[0] or []) if returned else []
     except Exception as exc:
         dist = result.plugins.get(impl.plugin_name, ("?", "?"))[0]
         result.errors.append(LoadError(impl.plugin_name, dist, f"{hook} raised "
