@@ -7,11 +7,10 @@ codegen's cache directory is one per test session, so identical kernels build on
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 from torchloom.api import parse_graph, verify
+from torchloom.testing.reductions import group_text  # noqa: F401  (tests import it from here)
 from torchloom.tools import EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
@@ -26,22 +25,6 @@ def registry():
 @pytest.fixture(scope="session")
 def codegen(tmp_path_factory):
     return CpuCodegen(cache_dir=tmp_path_factory.mktemp("cpu-cache"))
-
-
-def group_text(params: str, body: str, results: str) -> str:
-    """A graph with one fusion group. ``params``/``results``: ``"%a: f32[4, 8], %b: f32[8]"``;
-    ``body``: the region's statements, one per line."""
-    split = lambda spec: [p.strip() for p in re.split(r",\s*(?=%)", spec) if p.strip()]
-    ps, rs = split(params), split(results)
-    outer_in = ", ".join(f"%i{k}: {p.split(':', 1)[1].strip()}" for k, p in enumerate(ps))
-    args = ", ".join(f"%i{k}" for k in range(len(ps)))
-    outs = ", ".join(f"%o{k}" for k in range(len(rs)))
-    types = ", ".join(r.split(":", 1)[1].strip() for r in rs)
-    names = ", ".join(r.split(":", 1)[0].strip() for r in rs)
-    lines = "\n".join("    " + line.strip() for line in body.strip().splitlines())
-    return (f"graph @g({outer_in}) {{\n"
-            f"  {outs} = torchloom.fusion_group({args}) : {types} region @group0({params}) {{\n"
-            f"{lines}\n    return {names}\n  }}\n  return {outs}\n}}\n")
 
 
 def compare(got, want, exact: bool = False, **tolerances) -> None:
