@@ -3,7 +3,8 @@
 Inputs with static types are compared with their types directly
 (:func:`guard_expressions`). Inputs with symbolic sizes get one generated function
 (:func:`symbolic_guard`): dtype, device and rank; every int dim; each symbol bound from
-its first dim that is that bare symbol, and every other dim that names it (``s0`` again,
+its first dim that is that bare symbol (``symbols.bind_symbols``, as kernels taking sizes
+as arguments bind them), and every other dim that names it (``s0`` again,
 ``2*s0``, ``s0*s1``) evaluated and compared, so inputs whose sizes break a relation the
 graph was compiled with (two dims equal, one twice another) fall back rather than compute
 something wrong; strides the same way (``is_contiguous`` when they are the contiguous
@@ -19,8 +20,8 @@ from typing import Any
 import torch
 
 from torchloom.ir.text import format_type
-from torchloom.ir.symbols import (guard_namespace, is_symbol, python_source, symbolic_contiguous,
-                                  symbols_of)
+from torchloom.ir.symbols import (bind_symbols, guard_namespace, python_source,
+                                  symbolic_contiguous, symbols_of)
 from torchloom.ir.types import DTYPES, TensorType, type_of
 from torchloom.ir.graph import Value
 
@@ -64,12 +65,10 @@ def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:
                   f"a{i}.device.type != {torch.device(t.device).type!r}")
         lines.append(f"    if a{i}.dtype is not g_dtype{i} or {device} or a{i}.dim() != "
                      f"{t.rank}: return {i}")
-    bound: dict[str, str] = {}
-    for i, t in symbolic:
-        for k, d in enumerate(t.shape):
-            if is_symbol(d) and d not in bound:
-                bound[d] = f"a{i}.shape[{k}]"
-                lines.append(f"    sym_{d} = a{i}.shape[{k}]")
+    types = dict(symbolic)
+    shapes = [types[i].shape if i in types else None for i in range(len(inputs))]
+    bound = {d: f"a{i}.shape[{k}]" for d, (i, k) in bind_symbols(shapes).items()}
+    lines += [f"    sym_{d} = {read}" for d, read in bound.items()]
     for i, t in symbolic:
         checks = [f"a{i}.shape[{k}] != {_source(d)}" for k, d in enumerate(t.shape)
                   if _checkable(d, bound) and bound.get(d) != f"a{i}.shape[{k}]"]

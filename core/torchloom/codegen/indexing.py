@@ -25,8 +25,9 @@ One object per kernel, bound to a language and to the names of its size argument
 ``known`` (optional, a dict the caller keeps per kernel) remembers which linear index a set
 of coordinates was delinearised from, so linearising them again gives that index back.
 Module functions work on dims without printing: :func:`prod` (a product, an int when every
-factor is one) and :func:`same` (equal at every runtime size). What the math cannot express
-raises :class:`Unsupported` with the reason (a codegen declines the group with it).
+factor is one), :func:`same` (equal at every runtime size) and :func:`sample_value` (a
+dim's value at a representative size, for choices that only cost speed). What the math
+cannot express raises :class:`Unsupported` with the reason (a codegen declines the group with it).
 Division and modulo are exact for the non-negative operands sizes and indices are.
 """
 
@@ -64,6 +65,9 @@ C = Language("c", "/", {"Max": "({0} > {1} ? {0} : {1})", "Min": "({0} < {1} ? {
                         "Abs": "({0} < 0 ? -{0} : {0})"})
 TRITON = Language("triton", "//", {"Max": "tl.maximum({0}, {1})",
                                    "Min": "tl.minimum({0}, {1})", "Abs": "tl.abs({0})"})
+#: size expressions themselves (``symbols``' grammar): dims renamed to the size arguments
+SYMBOLS = Language("symbols", "//", {"Max": "Max({0}, {1})", "Min": "Min({0}, {1})",
+                                     "Abs": "Abs({0})"})
 
 
 def _par(e: str) -> str:
@@ -114,6 +118,12 @@ def _points(dim: Dim) -> tuple[int, int, int]:
     return tuple(values)
 
 
+def sample_value(dim: Dim) -> int:
+    """``dim`` at a representative size (every symbol a large pseudo-random value), for
+    choices that only cost speed, such as which dim is innermost in memory."""
+    return _points(dim)[0]
+
+
 def same(a: Dim, b: Dim) -> bool:
     """Whether dims ``a`` and ``b`` are equal at every runtime size (``2*s0``, ``s0*2``)."""
     if isinstance(a, int) and isinstance(b, int):
@@ -126,11 +136,19 @@ _PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.FloorDiv: 2, ast.Mod: 2}
 
 class IndexMath:
     """Index math for one kernel: ``language`` and ``names`` (symbol -> the source name of
-    the runtime size argument holding it). See the module docstring."""
+    the runtime size argument holding it). See the module docstring.
+
+    A key of ``names`` may also be a size expression (``"s0*s1"``: an argument holding the
+    product, when the factors have no argument of their own): wherever it occurs as a whole
+    in a dim, it prints as that name. With ``names`` given, a symbol it does not cover is
+    :class:`Unsupported` (the kernel has no value for it)."""
 
     def __init__(self, language: Language, names: Mapping[str, str] | None = None):
         self.language = language
+        self.strict = names is not None
         self.names = dict(names or {})
+        self.whole = {ast.unparse(parse_dim(k).body): v for k, v in self.names.items()
+                      if not k.isidentifier()}
 
     # ---- sizes -------------------------------------------------------------------------
     def size(self, dim: Dim) -> str:
@@ -145,7 +163,14 @@ class IndexMath:
         """(text, precedence): 3 for atoms, 2 for products, 1 for sums."""
         if isinstance(node, ast.Constant):
             return str(node.value), 3 if node.value >= 0 else 0
+        if self.whole and not isinstance(node, ast.Name):
+            name = self.whole.get(ast.unparse(node))
+            if name is not None:
+                return name, 3
         if isinstance(node, ast.Name):
+            if self.strict and node.id not in self.names:
+                raise Unsupported(f"size symbol {node.id} has no value in the kernel (it is "
+                                  f"no dim of a group input)")
             return self.names.get(node.id, node.id), 3
         if isinstance(node, ast.UnaryOp):
             text, level = self._print(node.operand)
@@ -372,5 +397,6 @@ def _norm(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
 
 
-__all__ = ["Coords", "Known", "Unsupported", "Language", "C", "TRITON", "IndexMath", "prod",
-           "same"]
+__all__ = ["Coords", "Known", "Unsupported", "Language", "C", "TRITON", "SYMBOLS", "IndexMath",
+           "prod",
+           "same", "sample_value"]

@@ -6,8 +6,11 @@ compiler is found (``CC``, default ``cc``). ``generate`` returns the whole trans
 unit (prelude + function) as the kernel source, which the kernel cache keeps as text, and
 JSON metadata. ``load`` builds (or finds in ``<cache>/cpu``) the shared library for that
 source (see toolchain.py), loads it with ctypes and returns ``kernel(*inputs) ->
-tuple(outputs)``: outputs are allocated with ``torch.empty_strided``, the C function gets
-data pointers and the thread count (``torch.get_num_threads()`` at call time).
+tuple(outputs)`` (launcher.py): outputs are allocated with ``torch.empty_strided``, the C
+function gets data pointers, the values of the group's size symbols and the thread count
+(``torch.get_num_threads()`` at call time). Symbolic sizes are arguments, so one kernel
+(and one library) serves every size; its source and cache keys carry the symbolic
+structure (symbols numbered as the canonical form numbers them), never a concrete size.
 
 One library per graph: before the graph's groups compile one by one, the runtime hands the
 codegen all of them (``prepare``), and it builds them into one translation unit with one
@@ -21,18 +24,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
 from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir, indexing
 
 from torchloom_codegen_cpu.function import write_function
+from torchloom_codegen_cpu.launcher import launcher
 from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, cached_library,
                                              compiler_name, find_compiler, probe)
-
-_TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
-                 "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
-                 "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8, "b8": torch.bool}
-_SCALAR_CTYPES = {"float": ctypes.c_double, "int": ctypes.c_int64, "bool": ctypes.c_bool}
 
 
 class CpuCodegen:
@@ -83,13 +81,13 @@ class CpuCodegen:
         if path is not None and cached_library(path):
             lib = ctypes.CDLL(str(path))
             if hasattr(lib, kernel.metadata["kernel"]):
-                return Launcher(lib, kernel.metadata)
+                return launcher(lib, kernel.metadata)
         return self.load_many([kernel], registry)[0]
 
     def load_many(self, kernels: list[KernelSource], registry: Any) -> list[Kernel]:
         """Build the kernels into one library (one translation unit, one compiler call)."""
         lib = ctypes.CDLL(str(self._build(self._translation_unit(kernels))))
-        return [Launcher(lib, k.metadata) for k in kernels]
+        return [launcher(lib, k.metadata) for k in kernels]
 
     @staticmethod
     def _translation_unit(kernels: list[KernelSource]) -> str:
@@ -121,53 +119,3 @@ class CpuCodegen:
             except BuildError as exc:
                 raise RuntimeError(str(exc)) from None
         return self._toolchain
-
-
-class Launcher:
-    """``kernel(*inputs) -> outputs``: fixes unexpected input strides, allocates outputs,
-    calls the C function with data pointers and the thread count."""
-
-    def __init__(self, lib: ctypes.CDLL, meta: dict[str, Any]):
-        self.lib = lib  # keeps the library loaded
-        self.meta = meta
-        fn = getattr(lib, meta["kernel"])
-        argtypes = [_SCALAR_CTYPES[d["scalar"]] if "scalar" in d else ctypes.c_void_p
-                    for d in meta["inputs"]]
-        fn.argtypes = [*argtypes, *[ctypes.c_void_p] * len(meta["outputs"]), ctypes.c_int]
-        fn.restype = None
-        self.fn = fn
-        self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]],
-                         tuple(o["strides"]) == _contiguous(o["shape"]))
-                        for o in meta["outputs"]]
-        self.checks = []
-        self.scalars = {i for i, d in enumerate(meta["inputs"]) if "scalar" in d}
-        for i, d in enumerate(meta["inputs"]):
-            if "scalar" in d:
-                continue
-            dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
-            self.checks.append((i, dims, tuple(d["strides"][k] for k in dims),
-                                tuple(d["shape"]), tuple(d["strides"])))
-        self.empty = all(0 in o[0] for o in self.outputs)  # nothing to write
-
-    def __call__(self, *args):
-        args = list(args)
-        for i, dims, expected, shape, strides in self.checks:
-            stride = args[i].stride()
-            if stride != strides and tuple(stride[k] for k in dims) != expected:
-                fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype)
-                args[i] = fixed.copy_(args[i])
-        outs = [torch.empty(shape, dtype=dtype) if contiguous else
-                torch.empty_strided(shape, strides, dtype=dtype)
-                for shape, strides, dtype, contiguous in self.outputs]
-        if not self.empty:
-            pointers = [a if i in self.scalars else a.data_ptr() for i, a in enumerate(args)]
-            self.fn(*pointers, *[o.data_ptr() for o in outs], torch.get_num_threads())
-        return tuple(outs)
-
-
-def _contiguous(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchloom_codegen_cpu.emitter import Expr
-from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS, literal
+from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
 from torchloom_codegen_cpu.reduction import identity
 from torchloom_codegen_cpu.tensors import tensor_type
 
@@ -34,7 +34,8 @@ _KINDS = ("sum", "prod", "max", "min")
 
 def column_form(w: "KernelWriter") -> bool:
     """Whether the group's reductions can take the column form (see the module docstring)."""
-    if not w.kept or w.kept[-1] != len(w.shape) - 1 or w.rnumel <= 1:
+    if not w.kept or w.kept[-1] != len(w.shape) - 1 or (
+            isinstance(w.rnumel, int) and w.rnumel <= 1):
         return False
     outputs = set(w.outputs)
     for node in w.reductions:
@@ -56,12 +57,15 @@ def column_body(w: "KernelWriter") -> list[str]:
     """The statements of one block of columns ``xb`` (sets ``w.rows`` to the block count)."""
     em = w.em
     columns = w.rows
-    block = min(BLOCK, columns)
-    w.rows = -(-columns // block)
+    if isinstance(columns, int):
+        block = min(BLOCK, columns)
+        w.rows = -(-columns // block)
+    else:
+        block, w.rows = BLOCK, f"CeilDiv({columns}, {BLOCK})"
+    end = par(w.ix.size(columns))
     w.outer = "xb"
     em.statement(f"const int64_t c0 = xb * {block};", False)
-    em.statement(f"const int64_t c1 = c0 + {block} < {columns} ? c0 + {block} : {columns};",
-                 False)
+    em.statement(f"const int64_t c1 = c0 + {block} < {end} ? c0 + {block} : {end};", False)
     # inner coordinates (columns) are recomputed in every SIMD loop
     em.inner_names.add("x")
     x_header, xs = [], []
@@ -119,7 +123,7 @@ def column_body(w: "KernelWriter") -> list[str]:
     walk = em.lines
     em.lines = saved
     em.forget_row_values()  # they were declared inside the walk
-    em.statement(f"for (int64_t r = 0; r < {w.rnumel}; r++) {{", False)
+    em.statement(f"for (int64_t r = 0; r < {w.ix.size(w.rnumel)}; r++) {{", False)
     for line in walk:
         em.statement("  " + line, False)
     em.statement("}", False)
@@ -132,7 +136,7 @@ def column_body(w: "KernelWriter") -> list[str]:
         if nan is not None:
             text = f"({nan}[x - c0] ? ({CTYPE[dtype]})NAN : {text})"
         template = REDUCTIONS[node.op].outputs[0]
-        text = template.format(acc=text, n=literal(float(w.rnumel), dtype))
+        text = template.format(acc=text, n=w.count(w.rnumel, dtype))
         e = em.emit(text, dtype, kind, inner=True)
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, ScalarType, Value, print_graph, structural_hash
+from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, print_graph,
+                           structural_hash, symbols)
 
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
@@ -47,13 +48,52 @@ def _depends(v: Value, memo: dict[Value, frozenset[int]], of: dict[Node, int]) -
     return result
 
 
-def plan_nests(group: Node, registry: Any) -> list[KernelWriter]:
+def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
+    """The kernel's size arguments ``S_0, S_1, ...``: (symbol or size expression -> its
+    argument, argument -> the scalar region input it is read from).
+
+    A symbol is read from the first tensor input dim that is that bare symbol; else from an
+    int input a view gives as that dim's size (``aten.view(%x, %n) {size = [$1, 8]} :
+    f32[s0, 8]``: ``%n`` is s0); else an input dim that is an expression of symbols read
+    nowhere (``f32[s0*s1, 48]``, a flattened batch) is an argument of its own, which dims
+    containing that whole expression use. Numbered in that order, walking the region as the
+    canonical form does, so groups equal up to their symbols' names get one function."""
+    inputs = region.inputs
+    names: dict[str, str] = {}
+    for v in inputs:
+        if isinstance(v.type, TensorType):
+            for d in v.type.shape:
+                if symbols.is_symbol(d):
+                    names.setdefault(d, f"S_{len(names)}")
+    scalars: dict[str, int] = {}
+    position = {v: i for i, v in enumerate(inputs)}
+    for node in region.nodes:
+        sizes = node.attrs.get("size") if VIEWS.get(node.op) in ("reshape", "expand") else None
+        if not isinstance(sizes, (list, tuple)) or len(node.outputs) != 1:
+            continue
+        for d, entry in zip(node.outputs[0].type.shape, sizes):
+            if isinstance(entry, InputRef) and symbols.is_symbol(d) and d not in names:
+                source = node.inputs[int(entry)]
+                if source in position and isinstance(source.type, ScalarType) and \
+                        source.type.kind == "int":
+                    names[d] = f"S_{len(names)}"
+                    scalars[names[d]] = position[source]
+    for v in inputs:
+        if isinstance(v.type, TensorType):
+            for d in v.type.shape:
+                if isinstance(d, str) and any(s not in names for s in symbols.symbols_of(d)):
+                    names.setdefault(d, f"S_{len(names)}")
+    return names, scalars
+
+
+def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
+               ) -> list[KernelWriter]:
     region = group.region
     reductions = [n for n in region.nodes if n.op in REDUCTIONS]
     named = list(zip(output_names(region), region.outputs))
     classes = _classes(reductions)
     if len(classes) <= 1:
-        return [KernelWriter(group, registry)]
+        return [KernelWriter(group, registry, names=names)]
     of = {n: k for k, members in enumerate(classes) for n in members}
     memo: dict[Value, frozenset[int]] = {}
     for n in reductions:
@@ -67,14 +107,15 @@ def plan_nests(group: Node, registry: Any) -> list[KernelWriter]:
         if len(deps) > 1:
             raise Unsupported(f"output %{v.name} depends on reductions over different dims")
         parts[min(deps) if deps else 0].append((name, v))
-    return [KernelWriter(group, registry, part, members)
+    return [KernelWriter(group, registry, part, members, names)
             for part, members in zip(parts, classes) if part]
 
 
 def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     """The C function (without the prelude) and its metadata."""
     region = group.region
-    nests = plan_nests(group, registry)
+    names, scalars = size_arguments(region)
+    nests = plan_nests(group, registry, names)
     body = []
     for w in nests:
         body += w.nest()
@@ -89,10 +130,11 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
             params.append(f"const {STORAGE[v.type.dtype]}* restrict in_{v.name}")
     params += [f"{STORAGE[tensor_type(v).dtype]}* restrict {name}"
                for name, v in zip(output_names(region), region.outputs)]
+    params += [f"int64_t {name}" for name in names.values()]  # symbolic sizes, at run time
     params.append("int nthreads")
     parallel = any(w.parallel for w in nests)
-    forms = ", ".join(f"{w.kind}{' (columns)' if w.outer == 'xb' else ''} over {w.rows} rows"
-                      for w in nests)
+    forms = ", ".join(f"{w.kind}{' (columns)' if w.outer == 'xb' else ''} over "
+                      f"{nests[0].dims(w.rows)} rows" for w in nests)
     header = ["/* torchloom cpu kernel for this group:"]
     header += [" *   " + line for line in print_graph(region).splitlines()]
     header += [f" * {forms} */"]
@@ -101,16 +143,21 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         source.append("  (void)nthreads;")
     source += ["  " + line for line in body]
     source.append("}")
-    # the plan explain reports: each nest reads its inputs once from memory (a row's later
-    # loops hit the cache), every output is written once
-    read = sum(_nbytes(v) for w in nests for v in w.loaded)
-    written = sum(_nbytes(v) for v in region.outputs)
     metadata = {"kernel": kernel, "kind": nests[0].kind, "nests": len(nests),
-                "grid": [sum(w.rows for w in nests)], "bytes_read": read,
-                "bytes_written": written,
-                "rows": [w.rows for w in nests], "numel": max(w.numel for w in nests),
-                "parallel": parallel, "inputs": [_describe(v) for v in region.inputs],
-                "outputs": [_describe(v) for v in region.outputs]}
+                "rows": [nests[0].dims(w.rows) for w in nests],
+                "parallel": parallel, "sizes": list(names.values()),
+                "inputs": [_describe(v, nests[0]) for v in region.inputs],
+                "outputs": [_describe(v, nests[0]) for v in region.outputs]}
+    for i, name in ((i, n) for n, i in scalars.items()):
+        metadata["inputs"][i]["size"] = name  # this int input is that size's value
+    if not names:
+        # the plan explain reports: each nest reads its inputs once from memory (a row's
+        # later loops hit the cache), every output is written once; symbolic sizes have no
+        # byte count before the call
+        metadata.update({"grid": [sum(w.rows for w in nests)],
+                         "bytes_read": sum(_nbytes(v) for w in nests for v in w.loaded),
+                         "bytes_written": sum(_nbytes(v) for v in region.outputs),
+                         "numel": max(w.numel for w in nests)})
     return "\n".join(source) + "\n", metadata
 
 
@@ -122,8 +169,13 @@ def _nbytes(v: Value) -> int:
     return n * ITEMSIZE[t.dtype]
 
 
-def _describe(v: Value) -> dict[str, Any]:
+def _describe(v: Value, writer: KernelWriter) -> dict[str, Any]:
+    """A kernel argument; symbolic dims are written over the size arguments (``S_0``);
+    strides None: contiguous (symbolic sizes)."""
     if isinstance(v.type, ScalarType):
         return {"scalar": v.type.kind}
     t = tensor_type(v)
-    return {"shape": list(t.shape), "strides": list(t.actual_strides()), "dtype": t.dtype}
+    strides = t.actual_strides()
+    return {"shape": [writer.dims(d) for d in t.shape],
+            "strides": None if strides is None else [writer.dims(d) for d in strides],
+            "dtype": t.dtype}

@@ -32,6 +32,7 @@ from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
 Coords = indexing.Coords
+prod, same = indexing.prod, indexing.same
 
 #: scalar group inputs the kernel takes as arguments -> their compute dtype
 SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
@@ -47,16 +48,18 @@ class KernelWriter:
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
-                 reductions: list[Node] | None = None):
+                 reductions: list[Node] | None = None, names: dict[str, str] | None = None):
         """``outputs`` (C name, value) and ``reductions``: the part of the group this nest
-        writes (default: all of it; see function.py for groups written as several nests)."""
+        writes (default: all of it; see function.py for groups written as several nests);
+        ``names``: each size symbol's C argument (symbolic sizes are runtime arguments)."""
         self.group = group
         self.region = group.region
         self.registry = registry
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self.known: dict = {}  # coordinates -> the linear index they came from
-        self.ix = indexing.IndexMath(indexing.C)
+        self.ix = indexing.IndexMath(indexing.C, names)
+        self._as_dims = indexing.IndexMath(indexing.SYMBOLS, names)
         self.em = Emitter()
         self._check_region()
         if reductions is None:
@@ -120,6 +123,9 @@ class KernelWriter:
                                 v.name)
         if node.op in VIEWS:
             src = node.inputs[0]
+            if self.kind == "reduction" and (0 in t.shape or 0 in tensor_type(src).shape):
+                # its coordinates would all be 0: reads hoisted out of the empty loop
+                raise Unsupported(f"{node.op} of an empty tensor (%{v.name}) in a reduction")
             in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
                                             tensor_type(src).shape, self.known, v.index)
             return self.value_at(src, in_coords)
@@ -172,8 +178,8 @@ class KernelWriter:
         """Expensive values (exp, tanh, ...) of a row that several loops read (softmax's
         exp feeds the sum and the epilogue) are kept in a row buffer on the thread's stack
         by the first loop and read back by the later ones, instead of being recomputed."""
-        if self.rnumel > ROW_BUFFER:
-            return
+        if not isinstance(self.rnumel, int) or self.rnumel > ROW_BUFFER:
+            return  # a symbolic row length may not fit the stack
         for node in self.region.nodes:
             if node.op not in EXPENSIVE or len(node.outputs) != 1:
                 continue
@@ -187,6 +193,8 @@ class KernelWriter:
 
     def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
+        if 0 in t.shape:
+            return  # an empty output: nothing to write
         e = self.value_at(v, coords)
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         line = store_text(name, offset, e, t.dtype, self.em.unrounded.get(e.text))
@@ -214,31 +222,36 @@ class KernelWriter:
     def _pointwise_body(self) -> list[str]:
         outs = [tensor_type(v) for v in self.outputs]
         first = outs[0]
-        self.numel = _prod(first.shape)
+        self.numel = prod(first.shape)
         for v, t in zip(self.outputs, outs):
-            if _prod(t.shape) != self.numel:
+            if not same(prod(t.shape), self.numel):
                 raise Unsupported(f"pointwise outputs with different element counts "
                                   f"{list(first.shape)} and {list(t.shape)}")
         order = memory_order(first) if first.shape else ()
         walk = [first.shape[d] for d in order] or [1]
-        inner = walk[-1]
-        self.chunk = inner if inner <= 2 * CHUNK else CHUNK
-        self.chunks = -(-inner // self.chunk) if inner else 0
-        self.rows = _prod(walk[:-1]) * self.chunks
+        inner, size = walk[-1], self.ix.size
+        if isinstance(inner, int):
+            self.chunk = inner if inner <= 2 * CHUNK else CHUNK
+            self.chunks = -(-inner // self.chunk) if inner else 0
+            chunked = self.chunks > 1
+        else:  # chunks of CHUNK (one for a short row), counted at run time
+            self.chunk, self.chunks, chunked = CHUNK, f"CeilDiv({inner}, {CHUNK})", True
+        self.rows = prod([prod(walk[:-1]), self.chunks])
         em = self.em
-        if self.chunks > 1:
-            em.statement(f"const int64_t row = x / {self.chunks};", False)
-            em.statement(f"const int64_t j0 = x % {self.chunks} * {self.chunk};", False)
-            em.statement(f"const int64_t j1 = j0 + {self.chunk} < {inner} ? j0 + {self.chunk} "
-                         f": {inner};", False)
+        if chunked:
+            chunks, end = par(size(self.chunks)), par(size(inner))
+            em.statement(f"const int64_t row = x / {chunks};", False)
+            em.statement(f"const int64_t j0 = x % {chunks} * {self.chunk};", False)
+            em.statement(f"const int64_t j1 = j0 + {self.chunk} < {end} ? j0 + {self.chunk} "
+                         f": {end};", False)
             row, loop = "row", "for (int64_t j = j0; j < j1; j++)"
         else:
-            row, loop = "x", f"for (int64_t j = 0; j < {inner}; j++)"
+            row, loop = "x", f"for (int64_t j = 0; j < {size(inner)}; j++)"
         em.inner_names.add("j")
         walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
         self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
                     tuple(d for d in walk if d != 1))] = (
-            "j" if _prod(walk[:-1]) == 1 else f"{par(row)} * {inner} + j")
+            "j" if prod(walk[:-1]) == 1 else f"{par(row)} * {par(size(inner))} + j")
         logical = [""] * len(order)
         for d, c in zip(order, walk_coords):
             logical[d] = c
@@ -262,8 +275,8 @@ class KernelWriter:
         kept = [d for d in range(len(self.shape)) if d not in self.rdims]
         self.kept_shape = [self.shape[d] for d in kept]
         self.red_shape = [self.shape[d] for d in self.rdims]
-        self.rows, self.rnumel = _prod(self.kept_shape), _prod(self.red_shape)
-        self.numel = self.rows * self.rnumel
+        self.rows, self.rnumel = prod(self.kept_shape), prod(self.red_shape)
+        self.numel = prod([self.rows, self.rnumel])
         self.kept = kept
         if column_form(self):
             return column_body(self)
@@ -280,7 +293,7 @@ class KernelWriter:
             rs.append(f"r{k}")
         self.known[(tuple(c for c, d in zip(rs, self.red_shape) if d != 1),
                     tuple(d for d in self.red_shape if d != 1))] = "r"
-        self.rloop = f"for (int64_t r = 0; r < {self.rnumel}; r++)"
+        self.rloop = f"for (int64_t r = 0; r < {self.ix.size(self.rnumel)}; r++)"
         full = [""] * len(self.shape)
         for d, c in zip(kept, xs):
             full[d] = c
@@ -302,10 +315,10 @@ class KernelWriter:
                 self.store(name, v, self.row_keepdim)
             elif shape == tuple(self.kept_shape):
                 self.store(name, v, self.row)
-            elif _prod(shape) == self.rows:  # another view of the rows: same element order
+            elif same(prod(shape), self.rows):  # another view of the rows: same element order
                 self.store(name, v, self.ix.reshape(self.row, self.kept_shape, shape,
                                                     self.known))
-            elif _prod(shape) == self.numel:  # another view of P: element i goes to i
+            elif same(prod(shape), self.numel):  # another view of P: element i goes to i
                 full_outputs.append((name, v, self.ix.reshape(self.full, self.shape, shape,
                                                               self.known)))
             else:
@@ -322,12 +335,31 @@ class KernelWriter:
     def nest(self) -> list[str]:
         """This nest's parallel loop over rows, its body inside."""
         lines = drop_unused(self.body())
-        self.parallel = self.rows > 1 and self.numel >= PARALLEL_MIN
-        out = ["#pragma omp parallel for num_threads(nthreads) schedule(static)"] \
-            if self.parallel else []
-        out.append(f"for (int64_t {self.outer} = 0; {self.outer} < {self.rows}; "
+        rows, numel = par(self.ix.size(self.rows)), par(self.ix.size(self.numel))
+        # threads when there are rows to share and work to pay for them: decided here for
+        # static sizes, at run time (an OpenMP if clause) for symbolic ones
+        conditions = [f"{rows} > 1"] if not isinstance(self.rows, int) else []
+        if not isinstance(self.numel, int):
+            conditions.append(f"{numel} >= {PARALLEL_MIN}")
+        self.parallel = (not isinstance(self.rows, int) or self.rows > 1) and (
+            not isinstance(self.numel, int) or self.numel >= PARALLEL_MIN)
+        pragma = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
+        if conditions:
+            pragma += f" if({' && '.join(conditions)})"
+        out = [pragma] if self.parallel else []
+        out.append(f"for (int64_t {self.outer} = 0; {self.outer} < {rows}; "
                    f"{self.outer}++) {{")
         return [*out, *("  " + line for line in lines), "}"]
+
+    def dims(self, dim):
+        """``dim`` written over the size arguments (``S_0*16``), for the launcher."""
+        return dim if isinstance(dim, int) else self._as_dims.size(dim)
+
+    def count(self, dim, dtype: str) -> str:
+        """A size as a C constant of compute dtype ``dtype`` (row lengths in means)."""
+        if isinstance(dim, int):
+            return literal(float(dim), dtype)
+        return f"(({CTYPE[dtype]}){par(self.ix.size(dim))})"
 
 
 _DECLARATION = re.compile(r"\s*const [A-Za-z_0-9]+ ([A-Za-z_][A-Za-z0-9_]*) = ")
@@ -392,13 +424,10 @@ def _shape(v: Value) -> tuple:
 
 
 def memory_order(t: TensorType) -> tuple[int, ...]:
-    """Dims from outermost to innermost in memory (logical order among equal strides)."""
+    """Dims from outermost to innermost in memory (logical order among equal strides;
+    symbolic strides compared at a representative size)."""
     strides = t.actual_strides()
-    return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(strides[d]), d)))
-
-
-def _prod(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    if strides is None:  # symbolic and contiguous
+        return tuple(range(len(t.shape)))
+    return tuple(sorted(range(len(t.shape)),
+                        key=lambda d: (-abs(indexing.sample_value(strides[d])), d)))

@@ -61,7 +61,8 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     em.begin_phase()
     v = em.convert(value(), dtype).text
     if inf_flag is not None:
-        em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {w.rnumel - 1});", True)
+        last = w.rnumel - 1 if isinstance(w.rnumel, int) else f"{par(w.ix.size(w.rnumel))} - 1"
+        em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {last});", True)
     update = {"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};",
               "max": f"{acc} = {v} > {acc} ? {v} : {acc};",
               "min": f"{acc} = {v} < {acc} ? {v} : {acc};"}[kind]
@@ -103,11 +104,11 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
     def full() -> Expr:
         return w.value_at(src, w.full)
 
-    fields: dict[str, str] = {"n": literal(float(w.rnumel), acc_dtype)}
+    fields: dict[str, str] = {"n": w.count(w.rnumel, acc_dtype)}
     if spec.kind in ("sum", "prod", "max", "min"):
         fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).text
     elif spec.kind == "var":  # in double, as eager's var/std (WelfordOps<.., double>)
-        fields["n"] = literal(float(w.rnumel), "f64")
+        fields["n"] = w.count(w.rnumel, "f64")
         inf_flag = em.fresh("inf") if len(node.outputs) > 1 else None
         total = block_reduce(w, "sum", full, "f64", inf_flag)
         mean = em.emit(f"{total.text} / {fields['n']}", "f64", "mean", inner=False)
@@ -124,7 +125,11 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
         correction = node.attrs.get("correction")
         if correction is None:
             correction = 1 if node.attrs.get("unbiased", True) else 0
-        fields["dof"] = literal(float(max(0, w.rnumel - correction)), "f64")
+        if isinstance(w.rnumel, int):
+            fields["dof"] = literal(float(max(0, w.rnumel - correction)), "f64")
+        else:
+            n = par(w.ix.size(w.rnumel))
+            fields["dof"] = f"((double)({n} > {correction} ? {n} - {correction} : 0))"
     else:
         src_dtype = COMPUTE[tensor_type(src).dtype]
         value, index = arg_reduce(w, spec.kind, full, src_dtype)

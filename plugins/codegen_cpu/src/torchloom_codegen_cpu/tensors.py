@@ -1,4 +1,5 @@
-"""What the writer asks of every tensor it touches: a static type of a stored dtype.
+"""What the writer asks of every tensor it touches: a type of known (int or symbolic)
+sizes and a stored dtype.
 
 Kept apart from kernel.py so that the helpers kernel.py calls (reduction, columns) can use
 it without importing the writer back (no import cycle).
@@ -18,8 +19,8 @@ def tensor_type(v: Value) -> TensorType:
     if not isinstance(t, TensorType):
         raise Unsupported(f"%{v.name} is a scalar ({t.kind}); only float, int and bool "
                           f"scalar inputs are supported")
-    if not t.is_static:
-        raise Unsupported(f"%{v.name} has a symbolic shape {list(t.shape)}")
+    if None in t.shape or (t.strides is not None and None in t.strides):
+        raise Unsupported(f"%{v.name} has a dim of unknown size {list(t.shape)}")
     if t.dtype not in STORAGE:
         raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
     return t
