@@ -230,3 +230,47 @@ def test_returning_one_computation_twice_stays_two_tensors_through_the_default_p
     torch.testing.assert_close(outs[3], x.sin().view(2, 3))
     assert all(c.fallback_reason is None for c in compiler.compilations)
     torch._dynamo.reset()
+
+
+# ---- the analysis against torch: what it says is what running the graph does ----------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_T = "f32[4, 6]"
+_UNARY = ["aten.exp.default({a})", "aten.neg.default({a})",
+          "aten.mul.Tensor({a}) {{other = 2.0}}", "aten.view.default({a}) {{size = [4, 6]}}",
+          "aten.alias.default({a})", "aten.mul_.Tensor({a}) {{other = 2.0}}",
+          "aten.clone.default({a})"]
+_BINARY = ["aten.add.Tensor({a}, {b})", "aten.add_.Tensor({a}, {b})"]
+
+
+@st.composite
+def programs(draw):
+    names = ["x", "y"]
+    lines = []
+    for i in range(draw(st.integers(1, 8))):
+        a, b = draw(st.sampled_from(names)), draw(st.sampled_from(names))
+        op = draw(st.sampled_from(_UNARY + _BINARY))
+        lines.append(f"  %v{i} = {op.format(a='%' + a, b='%' + b)} : {_T}")
+        names.append(f"v{i}")
+    outs = draw(st.lists(st.sampled_from(names), min_size=1, max_size=4))
+    return (f"graph @g(%x: {_T}, %y: {_T}) {{\n" + "\n".join(lines)
+            + f"\n  return {', '.join('%' + o for o in outs)}\n}}\n")
+
+
+@settings(max_examples=150, deadline=None)
+@given(programs())
+def test_the_facts_are_what_torch_does(text):
+    from torchloom.tools import build_function
+    graph = parse_graph(text)
+    f = alias_facts(graph, REGISTRY)
+    inputs = [torch.randn(4, 6), torch.randn(4, 6)]
+    outs = build_function(graph, REGISTRY).fn(*inputs)
+    ptr = [o.untyped_storage().data_ptr() for o in outs]
+    inp = [t.untyped_storage().data_ptr() for t in inputs]
+    assert f.output_input == {(i, k) for i, p in enumerate(ptr) for k, q in enumerate(inp)
+                              if p == q}, text
+    assert f.output_output == {(i, j) for i in range(len(ptr)) for j in range(i + 1, len(ptr))
+                               if ptr[i] == ptr[j]}, text
+    # written in place: torch counts writes in a tensor's version (even a write of zeros)
+    assert f.mutated == {k for k in range(2) if inputs[k]._version != 0}, text
