@@ -156,19 +156,10 @@ def _point_into_passes(exc: PipelineError, entries: list[tuple[int, str]]) -> Pi
 
 
 def _read_input(path: str) -> tuple[str, str]:
+    from torchloom.passes.textfile import read_text_file
     if path == "-":
         return sys.stdin.read(), "<stdin>"
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise TorchloomError(f"{path}: cannot read the IR file: "
-                             f"{exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff"), path
-    except UnicodeDecodeError as exc:
-        raise TorchloomError(f"{path}: not UTF-8 text (byte {exc.start}); IR files are "
-                             f"UTF-8") from None
+    return read_text_file(path, "an IR file"), path
 
 
 def _line_of(exc: VerifyError, text: str) -> int:

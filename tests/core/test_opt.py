@@ -102,10 +102,17 @@ def test_ir_that_does_not_verify_names_the_line_of_the_node(tmp_path, capsys):
 
 def test_a_missing_file_is_a_user_error(tmp_path, capsys):
     code, _, err = run([str(tmp_path / "nope.ir"), "--passes", "cse"], capsys)
-    assert code == 2 and "nope.ir: cannot read the IR file" in err
+    assert code == 2 and "nope.ir: cannot read an IR file" in err
 
 
 def test_passes_or_pipeline_is_required(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["opt", "x.ir"])
     assert exit_.value.code == 2
+
+
+def test_a_file_that_is_not_utf8_names_line_and_column(tmp_path, capsys):
+    path = tmp_path / "latin1.ir"
+    path.write_bytes(CSE_IR.replace("%dead", "%d\xe9ad").encode("latin-1"))
+    code, _, err = run([str(path), "--passes", "cse"], capsys)
+    assert code == 2 and f"{path}:5:5: an IR file must be UTF-8 text" in err
