@@ -109,6 +109,20 @@ def test_opt_names_the_pass(plugins):
     assert "aten.mul" not in out and "aten.exp.default(%x)" in out
 
 
+def test_torchloom_opt_exits_1_naming_the_pass(plugins, tmp_path, capsys):
+    from torchloom.cli import main
+    path = tmp_path / "mul_one.ir"
+    path.write_text("graph @g(%x: f32[4]) {\n  %y = aten.mul.Tensor(%x) {other = 1.0} : f32[4]\n"
+                    "  return %y\n}\n")
+    assert main(["opt", str(path), "--passes", "third.mul-one", "--verify-each"]) == 1
+    err = capsys.readouterr().err
+    assert "pass 'third.mul-one' (distribution torchloom-third 0.1.0)" in err
+    assert "output 0 (%x) is input 0 (%x)" in err
+    # without --verify-each the check after the last pass still refuses the graph
+    assert main(["opt", str(path), "--passes", "third.mul-one"]) == 1
+    assert "is input 0" in capsys.readouterr().err
+
+
 REGISTRY = load_plugins(entry_points=[]).registry
 
 
