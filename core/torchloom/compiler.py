@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import attrs
 
 from torchloom.compile_log import cache_counters, log_compilation, log_fallback
+from torchloom.codegen.base import KernelSource
 from torchloom.compile_mode import apply_mode, check_mode, mode_codegens
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedError
@@ -115,6 +116,13 @@ class Compiler:
     @property
     def registry(self):
         return self.plugins.registry
+
+    def kernel_source(self, choice) -> KernelSource:
+        """The source of the kernel a group compiled to (a ``GroupChoice``): what the
+        kernel cache stored when it generated or read the kernel, never generated again."""
+        cg = self.plugins.codegen(choice.codegen)
+        stored = self.kernel_cache.source(cg, choice.node)
+        return stored if stored is not None else cg.generate(choice.node, self.registry)
 
     def context(self) -> PassContext:
         return PassContext(registry=self.registry, device=self.device, cache_dir=self.cache_dir)
@@ -253,8 +261,7 @@ def _dump_sources(comp: Compilation, dump: Path, compiler: Compiler) -> None:
     dump.mkdir(parents=True, exist_ok=True)
     (dump / "runtime.py").write_text(comp.compiled.source)
     for i, choice in enumerate(comp.compiled.choices):
-        cg = compiler.plugins.codegen(choice.codegen)
-        generated = cg.generate(choice.node, compiler.registry)
+        generated = compiler.kernel_source(choice)
         (dump / f"group{i}-{choice.codegen}.txt").write_text(generated.source)
 
 

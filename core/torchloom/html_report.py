@@ -131,7 +131,8 @@ def _kernel_entry(compiler, comp, node, choice, detail: dict, deadline: float) -
         return entry
     try:
         cg = compiler.plugins.codegen(codegen)
-        entry["source"] = cg.generate(node, compiler.registry).source
+        entry["source"] = (compiler.kernel_source(choice) if choice is not None
+                           else cg.generate(node, compiler.registry)).source
         if time.perf_counter() < deadline:
             entry["ms"] = _time_kernel(compiler.kernel_cache.get_or_compile(
                 cg, node, compiler.registry), node)

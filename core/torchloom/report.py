@@ -108,8 +108,7 @@ def kernel_summary(compiler) -> dict[str, Any]:
         if comp.static is not None:
             kernels = comp.static.kernels(registry, comp.name)
         else:
-            sources = {c.node: compiler.plugins.codegen(c.codegen).generate(c.node, registry)
-                       for c in comp.compiled.choices}
+            sources = {c.node: compiler.kernel_source(c) for c in comp.compiled.choices}
             kernels = describe_kernels(comp.graph, registry, sources, name=comp.name)
         details.extend(k.as_json() for k in kernels)
         compulsory += graph_compulsory(comp.graph, registry)

@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import traceback
+import types
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -164,7 +165,8 @@ def load_plugins(disable: Iterable[str] = (), *, entry_points: Iterable[md.Entry
             result.errors.append(LoadError(ep.name, dist, detail))
             continue
         candidates.append((ep.name, module, dist, version))
-    candidates.extend(extra)
+    candidates.extend((name, _hashable(name, obj), dist, version)
+                      for name, obj, dist, version in extra)
     for name, module, dist, version in candidates:
         try:
             pm.register(module, name=name)
@@ -175,6 +177,18 @@ def load_plugins(disable: Iterable[str] = (), *, entry_points: Iterable[md.Entry
         result.warnings.extend(hook_name_problems(name, module, dist))
     _collect(result)
     return result
+
+
+def _hashable(name: str, plugin: Any) -> Any:
+    """pluggy keeps plugins in sets: an unhashable plugin object (a namespace a test
+    builds) is registered as a module holding the same attributes."""
+    try:
+        hash(plugin)
+        return plugin
+    except TypeError:
+        module = types.ModuleType(f"torchloom_plugin_{name}")
+        module.__dict__.update(vars(plugin))
+        return module
 
 
 #: the hooks a plugin may implement (the specs of :class:`TorchloomSpec`)

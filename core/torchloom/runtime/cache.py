@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchloom.codegen.base import Codegen, Kernel, KernelSource
+from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason
 from torchloom.ir.canon import structural_hash
 from torchloom.ir.graph import Node
 from torchloom.runtime.remote_cache import RemoteCache
@@ -92,6 +92,10 @@ class KernelCache:
         self.remote_hits = 0
         self.fingerprint = fingerprint
         self._kernels: dict[tuple[str, str, str], Kernel] = {}
+        #: what each kernel was loaded from (generated here, or read from disk or remote):
+        #: dumps and reports read it instead of generating the kernel again
+        self._sources: dict[tuple[str, str, str], KernelSource] = {}
+        self._declined: dict[tuple[str, str, str], Reason] = {}
         self._reported: set[str] = set()
         #: id(codegen) -> (codegen, its identity); holding the codegen keeps the id unique
         self._identities: dict[int, tuple[Codegen, str]] = {}
@@ -106,6 +110,30 @@ class KernelCache:
     def key(codegen: Codegen, group: Node) -> tuple[str, str, str]:
         return (codegen.name, str(codegen.version), structural_hash(group.region))
 
+    def cached(self, codegen: Codegen, group: Node) -> Kernel | None:
+        """The kernel already made in this process for a group of this structure (a hit),
+        or None; the disk and the shared cache are not consulted."""
+        kernel = self._kernels.get(self.key(codegen, group))
+        if kernel is not None:
+            self.hits += 1
+        return kernel
+
+    def source(self, codegen: Codegen, group: Node) -> KernelSource | None:
+        """What the kernel of a group of this structure was loaded from, or None."""
+        return self._sources.get(self.key(codegen, group))
+
+    def has(self, codegen: Codegen, group: Node) -> bool:
+        return self.key(codegen, group) in self._kernels
+
+    def declined(self, codegen: Codegen, group: Node) -> Reason | None:
+        """Why ``codegen`` declined a group of this structure earlier, or None."""
+        return self._declined.get(self.key(codegen, group))
+
+    def decline(self, codegen: Codegen, group: Node, reason: Reason) -> None:
+        """Remember that ``codegen`` does not support groups of this structure (its
+        ``supports`` is asked once per structure, however many groups share it)."""
+        self._declined[self.key(codegen, group)] = reason
+
     def get_or_compile(self, codegen: Codegen, group: Node, registry: Any) -> Kernel:
         key = self.key(codegen, group)
         kernel = self._kernels.get(key)
@@ -114,12 +142,12 @@ class KernelCache:
             return kernel
         name = self._entry_name(codegen, key)
         entry = self._entry(codegen, key)
-        kernel = self._load_from_disk(entry, codegen, registry) if entry else None
+        kernel = self._load_from_disk(entry, key, codegen, registry) if entry else None
         if kernel is None and self.remote is not None:
             kernel = self._load_remote(name, entry, key, codegen, registry)
         if kernel is None:
             t0 = time.perf_counter()
-            generated = codegen.generate(group, registry)
+            generated = self._sources[key] = codegen.generate(group, registry)
             kernel = codegen.load(generated, registry)
             seconds = time.perf_counter() - t0
             self.compile_seconds += seconds
@@ -183,6 +211,7 @@ class KernelCache:
             return None
         self.remote_hits += 1
         self.disk_saved_seconds += compile_ms / 1e3
+        self._sources[key] = generated
         if entry is not None:
             self._store(entry, key, generated, compile_ms / 1e3)
         return kernel
@@ -213,7 +242,8 @@ class KernelCache:
             return
         self.remote.put("kernel", name, text)
 
-    def _load_from_disk(self, entry: Path, codegen: Codegen, registry: Any) -> Kernel | None:
+    def _load_from_disk(self, entry: Path, key: tuple[str, str, str], codegen: Codegen,
+                        registry: Any) -> Kernel | None:
         meta_path = entry.with_suffix(".json")
         try:
             if not meta_path.exists():
@@ -237,6 +267,7 @@ class KernelCache:
             return None
         self.disk_hits += 1
         self.disk_saved_seconds += compile_ms / 1e3
+        self._sources[key] = source
         return kernel
 
     def _unusable(self, exc: OSError) -> None:

@@ -26,12 +26,14 @@ log = logging.getLogger("torchloom.runtime")
 _UNJUDGED = object()  # no verdict recorded for a (group, codegen)
 
 
-def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]) -> dict:
+def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
+                     cache=None) -> dict:
     """Before any group compiles, a codegen with the optional ``prepare(groups, registry)``
     gets every fusion group of the graph (shared subgraphs included) that it is the first
     of ``codegens`` to support, so it can build them together (the cpu codegen: one library,
     one compiler call, per graph). Returns the verdicts given on the way (None or a Reason),
-    keyed ``(node, codegen name)``, so no codegen judges a group twice."""
+    keyed ``(node, codegen name)``, so no codegen judges a group twice. Groups whose
+    structure ``cache`` (the kernel cache) has compiled or seen declined are not judged."""
     if not any(callable(getattr(cg, "prepare", None)) for cg in codegens):
         return {}
     verdicts: dict[tuple[Node, str], Reason | None] = {}
@@ -41,11 +43,16 @@ def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]
             if node.op != FUSION_GROUP:
                 continue
             for cg in codegens:
+                if cache is not None and cache.has(cg, node):
+                    break  # compiled before: nothing to build
                 try:
-                    reason = cg.supports(node, registry)
+                    reason = (cache.declined(cg, node) if cache is not None else None) or \
+                        cg.supports(node, registry)
                 except Exception:  # judged again (and reported) when the group compiles
                     break
                 verdicts[(node, cg.name)] = reason
+                if reason is not None and cache is not None:
+                    cache.decline(cg, node, reason)
                 if reason is None:
                     batches.setdefault(cg.name, []).append(node)
                     break
@@ -104,12 +111,18 @@ class CompiledGraph:
             for cg in codegens:
                 stage = "judging"
                 try:  # a codegen's bug costs only this group, never the whole graph
-                    reason = verdicts.pop((node, cg.name), _UNJUDGED)
-                    if reason is _UNJUDGED:
-                        reason = cg.supports(node, registry)
-                    if reason is None:
-                        stage = "compiling"
-                        kernel = self.cache.get_or_compile(cg, node, registry)
+                    # a group of the same structure was judged (and compiled) already
+                    kernel = self.cache.cached(cg, node)
+                    reason = None if kernel is not None else self.cache.declined(cg, node)
+                    if kernel is None and reason is None:
+                        reason = verdicts.pop((node, cg.name), _UNJUDGED)
+                        if reason is _UNJUDGED:
+                            reason = cg.supports(node, registry)
+                        if reason is not None:
+                            self.cache.decline(cg, node, reason)
+                        else:
+                            stage = "compiling"
+                            kernel = self.cache.get_or_compile(cg, node, registry)
                 except Exception as exc:
                     reason = codegen_failed(cg, stage, node, exc, repro_dir, warned)
                 if reason is None:
@@ -119,7 +132,7 @@ class CompiledGraph:
             raise TypeError(f"no codegen compiled the group: "
                             f"{'; '.join(map(str, choice.fallback_reasons))}")
 
-        verdicts = prepare_codegens(graph, registry, codegens)
+        verdicts = prepare_codegens(graph, registry, codegens, self.cache)
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
                                    guarded_inputs=self._user_inputs)
