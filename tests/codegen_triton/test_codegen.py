@@ -39,8 +39,10 @@ REFUSED = {
         "aten.mm.default (opaque)"),
     "complex dtype": (group_text("%a: c64[4]", """
         %s = aten.add.Tensor(%a, %a) : c64[4]""", "%s: c64[4]"), "dtype c64"),
-    "symbolic shape": (group_text("%a: f32[s0, 4]", """
-        %s = aten.exp.default(%a) : f32[s0, 4]""", "%s: f32[s0, 4]"), "symbolic shape"),
+    # a size no input carries cannot be passed to the kernel (symbolic sizes are)
+    "unbound symbol": (group_text("%a: f32[s0, 4]", """
+        %s = aten.exp.default(%a) : f32[s1, 4]""", "%s: f32[s1, 4]"),
+        "names s1, which is no dim of an input tensor"),
     "mismatched reductions": (group_text("%a: f32[2, 4, 8]", """
         %s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[4, 8]
         %t = aten.sum.dim_IntList(%a) {dim = [2]} : f32[2, 4]""", "%s: f32[4, 8], %t: f32[2, 4]"),

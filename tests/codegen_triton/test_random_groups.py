@@ -26,6 +26,30 @@ def _type(shape, dtype: str = "f32") -> str:
     return f"{dtype}[{', '.join(map(str, shape))}]"
 
 
+def broadcast_shape(a: tuple, b: tuple) -> tuple:
+    """The shape ``a`` and ``b`` broadcast to (dims: ints or symbols)."""
+    a, b = (1,) * (len(b) - len(a)) + a, (1,) * (len(a) - len(b)) + b
+    return tuple(x if y == 1 else y for x, y in zip(a, b))
+
+
+def pointwise_chain(draw, shapes: list, steps: int, unary=UNARY, binary=BINARY):
+    """``steps`` random unary and binary ops over inputs ``%a<i>`` of ``shapes`` and the
+    results before them: (the IR lines, every value as (name, shape))."""
+    values = [(f"%a{i}", s) for i, s in enumerate(shapes)]
+    lines = []
+    for k in range(steps):
+        if draw(st.booleans()):
+            name, shape = draw(st.sampled_from(values))
+            op = draw(st.sampled_from(unary))
+            lines.append(f"%v{k} = {op}({name}) : {_type(shape)}")
+        else:
+            (a, sa), (b, sb) = draw(st.sampled_from(values)), draw(st.sampled_from(values))
+            shape = broadcast_shape(sa, sb)
+            lines.append(f"%v{k} = {draw(st.sampled_from(binary))}({a}, {b}) : {_type(shape)}")
+        values.append((f"%v{k}", shape))
+    return lines, values
+
+
 @st.composite
 def random_group(draw):
     rows, cols = draw(st.integers(1, 5)), draw(st.integers(1, 9))
@@ -34,18 +58,7 @@ def random_group(draw):
     others = [()] if first == () else [(rows, cols), (cols,), (rows, 1), (1, cols), ()]
     shapes = draw(st.lists(st.sampled_from(others), min_size=1, max_size=3))
     shapes[0] = first
-    values = [(f"%a{i}", s) for i, s in enumerate(shapes)]
-    lines = []
-    for k in range(draw(st.integers(1, 6))):
-        if draw(st.booleans()):
-            name, shape = draw(st.sampled_from(values))
-            op = draw(st.sampled_from(UNARY))
-            lines.append(f"%v{k} = {op}({name}) : {_type(shape)}")
-        else:
-            (a, sa), (b, sb) = draw(st.sampled_from(values)), draw(st.sampled_from(values))
-            shape = tuple(torch.broadcast_shapes(sa, sb))
-            lines.append(f"%v{k} = {draw(st.sampled_from(BINARY))}({a}, {b}) : {_type(shape)}")
-        values.append((f"%v{k}", shape))
+    lines, values = pointwise_chain(draw, shapes, draw(st.integers(1, 6)))
     last, shape = values[-1]
     results = [f"{last}: {_type(shape)}"]
     if draw(st.booleans()):

@@ -22,26 +22,33 @@ POINTER_TYPES = {"f64": "*fp64", "f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"
                  "i64": "*i64", "i32": "*i32", "i16": "*i16", "i8": "*i8", "u8": "*u8",
                  "b8": "*i1"}
 
-SCALAR_TYPES = {"float": "fp32", "int": "i64", "bool": "i1"}
+SCALAR_TYPES = {"float": "fp32", "int": "i64", "bool": "i1", "size32": "i32", "size64": "i64"}
 
 
 def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = None,
-                  finish: bool = False) -> dict:
+                  finish: bool = False, variant: dict | None = None) -> dict:
     """Compile ``kernel`` (from ``TritonCodegen.generate``) for ``cuda:<arch>``; returns
     Triton's ``asm`` dict (``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin``). ``finish``:
-    its finishing kernel instead (the row + column and split forms have one)."""
+    its finishing kernel instead (the row + column and split forms have one); ``variant``:
+    one of a symbolic kernel's ``variants`` (its own function and representative config;
+    the size arguments 32-bit, or 64-bit for the wide variant)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     meta = kernel.metadata
+    if variant is not None:
+        config = dict(config or variant["configs"][0])
     config = dict(config or (meta["finish"]["config"] if finish else meta["config"]))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.py"
         path.write_text(kernel.source)
         module = import_source(path, f"torchloom_aot_{abs(hash(kernel.source))}", False)
-        fn = getattr(module, meta["finish"]["kernel"] if finish else meta["kernel"])
+        name = variant["kernel"] if variant else meta["kernel"]
+        fn = getattr(module, meta["finish"]["kernel"] if finish else name)
         params = list(inspect.signature(fn.fn).parameters)
         dtypes = [d.get("dtype") or d["scalar"] for d in _arguments(meta, finish)]
+        size = "size64" if variant and variant["wide"] else "size32"
+        dtypes += [size] * len(meta.get("symbols", ()))  # after the tensors
         signature = {p: POINTER_TYPES.get(d) or SCALAR_TYPES[d] for p, d in zip(params, dtypes)}
         constexprs = {k: v for k, v in config.items() if k != "num_warps"}
         signature.update({k: "constexpr" for k in constexprs})

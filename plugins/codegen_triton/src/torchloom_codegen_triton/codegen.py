@@ -1,8 +1,9 @@
 """The ``triton`` codegen: one Triton kernel per fusion group.
 
 ``supports`` tries to write the kernel and returns the reason when it cannot (an op with
-no template, a random or opaque op, an unsupported dtype, a symbolic shape, no CUDA for a
-GPU group...); such groups run on ``eager``. CPU groups run through the Triton interpreter
+no template, a random or opaque op, an unsupported dtype, a size no input carries, no CUDA
+for a GPU group...); such groups run on ``eager``. Groups with symbolic sizes compile once
+into kernels taking the sizes as arguments (variants.py, launched by launch.py). CPU groups run through the Triton interpreter
 only when asked (``TORCHLOOM_TRITON_CPU=1`` or ``TRITON_INTERPRET=1``, or
 ``cpu_interpreter=True``): it is far slower than eager, so by default CPU groups go to
 ``eager`` with that reason. CI covers this codegen on the CPU that way.
@@ -40,8 +41,10 @@ from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, default
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
 from torchloom_codegen_triton.kernel import KernelWriter
+from torchloom_codegen_triton.launch import SymbolicLauncher
 from torchloom_codegen_triton.plan import wider_configs
 from torchloom_codegen_triton.tiled import tile_grid
+from torchloom_codegen_triton.variants import generate_variants
 
 log = logging.getLogger("torchloom.codegen_triton")
 
@@ -99,6 +102,12 @@ class TritonCodegen:
         """Build ``kernel`` for the target ahead of time: its registers and spills."""
         from torchloom_codegen_triton.aot import compile_ahead, resource_usage
         arch = int(self.target[len("sm_"):])
+        if "variants" in kernel.metadata:  # symbolic sizes: every variant must build
+            built = [{"kernel": v["kernel"], **resource_usage(
+                compile_ahead(kernel, arch=arch, variant=v)["cubin"], v["kernel"])}
+                for v in kernel.metadata["variants"]]
+            return {"registers": max(b["registers"] for b in built),
+                    "spills": max(b["spills"] for b in built), "variants": built}
         asm = compile_ahead(kernel, arch=arch)
         if "finish" in kernel.metadata:  # the finishing kernel must build too
             compile_ahead(kernel, arch=arch, finish=True)
@@ -111,11 +120,9 @@ class TritonCodegen:
         except ImportError:
             return Reason(self.name, "triton is not installed (pip install triton)")
         try:
-            writer = KernelWriter(group, registry, self.max_persistent)
-            writer.generate()
+            device = self._write(group, registry)[1]["device"]
         except Unsupported as exc:
             return Reason(self.name, str(exc))
-        device = writer.device
         if self.target is not None:
             return None if device.startswith("cuda") else Reason(
                 self.name, f"group on {device}, not on the target {self.target}'s device")
@@ -136,10 +143,18 @@ class TritonCodegen:
             return self.cpu_interpreter
         return env_flag("TORCHLOOM_TRITON_CPU", False) or env_flag("TRITON_INTERPRET", False)
 
+    def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
+        """(source, metadata): one kernel, or a kernel per launch variant when the group's
+        sizes are symbolic (variants.py)."""
+        writer = KernelWriter(group, registry, self.max_persistent)
+        if writer.symbolic:
+            return generate_variants(group, registry, self.max_persistent)
+        return writer.generate()
+
     def generate(self, group: Node, registry: Any) -> KernelSource:
-        source, metadata = KernelWriter(group, registry, self.max_persistent).generate()
+        source, metadata = self._write(group, registry)
         metadata["autotune"] = self.autotune
-        if self.wide:
+        if self.wide and "variants" not in metadata:  # symbolic: wider per size bucket
             metadata["configs"] = wider_configs(metadata, self.max_persistent)
         return KernelSource(self.name, source, metadata)
 
@@ -158,6 +173,11 @@ class TritonCodegen:
             path = _write_source(self.scratch_dir, digest, kernel.source)
         interpret = meta["device"] == "cpu" or env_flag("TRITON_INTERPRET", False)
         module = import_source(path, f"torchloom_triton_k{digest}", interpret)
+        if "variants" in meta:  # symbolic sizes: a size bucket's config per call
+            stem = path.with_suffix(".wide" if self.wide else "")
+            return SymbolicLauncher(module, meta, _TORCH_DTYPES, stem if self.autotune and
+                                    not interpret else None, self.verbose, interpret,
+                                    wide_search=self.wide)
         fn = getattr(module, meta["kernel"])
         tune_path = path.with_suffix(".wide.tune.json" if self.wide else ".tune.json")
         config = dict(meta["config"])

@@ -94,7 +94,7 @@ class Emitter:
             self._phase[0].append(line)
 
     # ---- phases (looped form) ------------------------------------------------------------
-    def begin_phase(self, rnumel: int, header: list[str]) -> None:
+    def begin_phase(self, rnumel: str, header: list[str]) -> None:
         """Start a loop over the reduction index; ``header`` defines rindex/rmask/r coords."""
         if not self.looped:
             return

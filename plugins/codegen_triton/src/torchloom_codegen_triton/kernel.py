@@ -16,6 +16,10 @@ Two kernel kinds share one writer:
   are split into chunks (split.py), and row reductions may share the kernel with column
   reductions of the same P (rowcol.py); both finish in a second, small kernel.
 
+Sizes may be symbolic (``f32[s0, 64]``): the kernel then takes the symbols as scalar
+arguments ``ks0, ks1...`` (sizes.py) and every size in its text is computed from them
+(core ``indexing.IndexMath``); variants.py writes one function per launch variant.
+
 Low-precision (f16/bf16) values are computed in f32 and rounded wherever eager rounds (an
 op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
 
@@ -28,33 +32,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import (DTYPES, InputRef, Node, ScalarType, TensorType, Value, print_graph,
-                           structural_hash)
+from torchloom.api import InputRef, Node, ScalarType, TensorType, Value, indexing, print_graph
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
-from torchloom_codegen_triton.indexing import (Coords, Unsupported, address, broadcast,
-                                               delinear, reshape, view_coords)
+from torchloom_codegen_triton.indexing import Coords, Unsupported
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
                                           literal, named_args, promote_dtype)
 from torchloom_codegen_triton.looped import lower_looped
-from torchloom_codegen_triton.plan import drop_unused, next_pow2, reduction_configs
+from torchloom_codegen_triton.metadata import kernel_metadata
+from torchloom_codegen_triton.plan import (drop_unused, next_pow2, reduction_configs,
+                                           representative)
 from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
-from torchloom_codegen_triton.rowcol import (FINISH_BLOCK, ColumnPartials,
-                                             split_rows_and_columns)
+from torchloom_codegen_triton.rowcol import ColumnPartials, split_rows_and_columns
+from torchloom_codegen_triton.sizes import atomize, bind_symbols
 from torchloom_codegen_triton.split import SplitReduction, plan_split
-from torchloom_codegen_triton.tensors import memory_order, tensor_type
-from torchloom_codegen_triton.tiled import plan_tiles, tile_grid, tiled_body, tiled_metadata
+from torchloom_codegen_triton.tensors import memory_order, same_shape, tensor_type
+from torchloom_codegen_triton.tiled import plan_tiles, tiled_body
 
 
 class KernelWriter:
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
 
     def __init__(self, group: Node, registry: Any, max_persistent: int = 4096,
-                 probe: bool = False):
-        """``probe``: only to compute values at symbolic coordinates (tiled.py)."""
+                 probe: bool = False, form: str | None = None, wide: bool | None = None):
+        """``probe``: only to compute values at symbolic coordinates (tiled.py). Groups with
+        symbolic sizes are written once per launch variant (variants.py): ``form``
+        (``"persistent"`` or ``"looped"``) fixes a reduction's form whatever its row length,
+        ``wide`` its index width (else both follow from the concrete sizes)."""
         self.group = group
+        self.form, self.wide = form, wide
         self.probe = probe
-        self.region = group.region
+        #: the group's region; a copy naming size atoms when sizes are expressions
+        #: of symbols no input carries alone (sizes.atomize)
+        self.region = atomize(group.region)
         self.registry = registry
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
@@ -70,6 +80,13 @@ class KernelWriter:
         self.load_offsets: list[tuple[Value, str]] = []
         self.tiles: tuple[int, int] | None = None
         self._check_region()
+        #: symbol -> (input, dim) it is read from; the kernel takes it as argument ``ks<k>``
+        self.symbols = bind_symbols(self.region)
+        self.symbolic = bool(self.symbols)
+        self.ix = indexing.IndexMath(indexing.TRITON, {
+            s: f"ks{k}" for k, s in enumerate(self.symbols)})
+        #: why a faster form was not used (shown in the kernel's header and metadata)
+        self.notes: list[str] = []
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
         self.reductions = reductions
@@ -105,9 +122,9 @@ class KernelWriter:
 
     def _plan_pointwise(self) -> None:
         self.shape = tuple(tensor_type(self.region.outputs[0]).shape)
-        self.numel = _prod(self.shape)
+        self.numel = indexing.prod(self.shape)
         for v in self.region.outputs:
-            if _prod(tensor_type(v).shape) != self.numel:
+            if not indexing.same(indexing.prod(tensor_type(v).shape), self.numel):
                 raise Unsupported(f"pointwise outputs with different element counts "
                                   f"{list(self.shape)} and {list(v.type.shape)}")
         self.looped = False
@@ -120,27 +137,35 @@ class KernelWriter:
         self.rdims = reduced_dims(first, len(self.shape))
         for n in reductions[1:]:
             shape = tuple(tensor_type(n.inputs[0]).shape)
-            if shape != self.shape or reduced_dims(n, len(shape)) != self.rdims:
+            if not same_shape(shape, self.shape) or reduced_dims(n, len(shape)) != self.rdims:
                 raise Unsupported(f"reductions over different shapes or dims "
                                   f"({first.op} and {n.op})")
         kept = [d for d in range(len(self.shape)) if d not in self.rdims]
         self.kept_shape = [self.shape[d] for d in kept]
         self.red_shape = [self.shape[d] for d in self.rdims]
-        self.rows, self.rnumel = _prod(self.kept_shape), _prod(self.red_shape)
-        self.numel = self.rows * self.rnumel
+        self.rows = indexing.prod(self.kept_shape)
+        self.rnumel = indexing.prod(self.red_shape)
+        self.numel = indexing.prod([self.rows, self.rnumel])
         # rows that are strided in memory (the kept dims are innermost: a column sum) are
         # read as [many rows x a short chunk] tiles, which needs the looped form
         self.columns = bool(kept) and kept[-1] == len(self.shape) - 1
         limit = min(max_persistent, 64) if self.columns else max_persistent
-        self.looped = next_pow2(self.rnumel) > limit
+        #: the longest row (a power of two) the persistent form holds
+        self.persistent_limit = limit
+        rnumel = representative(self.rnumel, limit)
+        self.looped = self.form == "looped" if self.form else next_pow2(rnumel) > limit
         self.max_persistent = max_persistent
         self.kept = kept
+        if columns and self.symbolic:
+            raise Unsupported("row and column reductions of the same data in one kernel: "
+                              "symbolic sizes are not supported yet (the column partials "
+                              "are planned from concrete sizes)")
         self.col = ColumnPartials(self, columns) if columns else None
         if self.col is not None and (self.looped or self.columns):
             raise Unsupported(f"row and column reductions of rows of {self.rnumel} elements "
                               f"(one kernel holds at most {max_persistent})")
-        self.configs = reduction_configs(self.rows, self.rnumel, self.looped, max_persistent,
-                                          self.columns)
+        self.configs = reduction_configs(representative(self.rows, 2 ** 16), rnumel,
+                                         self.looped, max_persistent, self.columns)
         self.split = None if self.probe else plan_split(self, self.configs)
 
     # ---- values ----------------------------------------------------------------------------
@@ -162,7 +187,7 @@ class KernelWriter:
             return self._load(v, t, coords)
         if node.op in VIEWS:
             src = node.inputs[0]
-            in_coords = view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
+            in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
                                     tensor_type(src).shape, self.known, v.index)
             return self.value_at(src, in_coords)
         if node.op in REDUCTIONS:
@@ -179,7 +204,8 @@ class KernelWriter:
         if len(node.outputs) != 1:
             raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
         out = COMPUTE[t.dtype]
-        tensors = [self.value_at(i, broadcast(coords, t.shape, _shape(i))) for i in node.inputs]
+        tensors = [self.value_at(i, self.ix.broadcast(coords, t.shape, _shape(i)))
+                   for i in node.inputs]
         if spec.args == "cast":
             return self.em.cast(tensors[0], t.dtype)
         if spec.args == "promote":
@@ -202,7 +228,7 @@ class KernelWriter:
         return e
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
-        offset = address(coords, t.actual_strides(), t.shape, self.known)
+        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         self.load_offsets.append((v, offset))
         rdep = self.em.depends_on_r(offset)
         if self.tiles is not None and self.em.depends_on_x(offset):
@@ -219,7 +245,7 @@ class KernelWriter:
     def _store(self, i: int, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
         e = self.value_at(v, coords)
-        offset = address(coords, t.actual_strides(), t.shape, self.known)
+        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         if not self.em.depends_on_x(offset) or self.tiles is not None:
             offset = f"{offset} + 0 * xindex"  # a block of pointers, even for one element
         if e.rdep and not self.em.depends_on_r(offset):
@@ -239,7 +265,7 @@ class KernelWriter:
     def coords(self, prefix: str, index: str, shape, rdep: bool) -> list[str]:
         """Emit ``x0 = xindex // 8 % 4``-style coordinates; returns their names."""
         names = []
-        for c in delinear(index, shape):
+        for c in self.ix.delinear(index, shape):
             if c == "0" or c == index:
                 names.append(c)
                 continue
@@ -258,16 +284,20 @@ class KernelWriter:
 
     def body(self) -> list[str]:
         em = self.em
-        wide = self.numel >= 2 ** 31 or any(
+        wide = self.wide if self.symbolic else self.numel >= 2 ** 31 or any(
             _max_offset(tensor_type(v)) >= 2 ** 31 for v in [*self.region.inputs,
                                                               *self.region.outputs]
             if isinstance(v.type, TensorType))
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        for k in range(len(self.symbols) if wide else 0):  # size math in 64 bits too
+            em.statement(f"ks{k} = tl.cast(ks{k}, tl.int64)", False)
+        numel, rows, rnumel = (self.ix.size(self.numel), self.ix.size(getattr(self, "rows", 0)),
+                               self.ix.size(getattr(self, "rnumel", 0)))
         if self.tiles is not None:
             return tiled_body(self, *self.tiles)
         if self.kind == "pointwise":
             em.statement(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", False)
-            em.statement(f"xmask = xindex < {self.numel}", False)
+            em.statement(f"xmask = xindex < {numel}", False)
             walks: dict[tuple, tuple[str, ...]] = {}
             for i, v in enumerate(self.region.outputs):
                 # each output is walked in its own memory order, so that its stores (and
@@ -285,11 +315,11 @@ class KernelWriter:
             return em.lines
         block = pid if self.col is None else f"({pid} + it * {self.col.programs})"
         em.statement(f"xindex = ({block} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", False)
-        em.statement(f"xmask = xindex < {self.rows}", False)
+        em.statement(f"xmask = xindex < {rows}", False)
         xs = self.coords("x", "xindex", self.kept_shape, False)
         rheader = ["rindex = roff + tl.arange(0, RBLOCK)[None, :]" if self.looped
                    else "rindex = tl.arange(0, RBLOCK)[None, :]",
-                   f"rmask = rindex < {self.rnumel}"]
+                   f"rmask = rindex < {rnumel}"]
         em.rnames.update({"rindex", "rmask", "roff"})
         if self.looped:
             saved = em.lines
@@ -325,22 +355,25 @@ class KernelWriter:
             shape = tuple(v.type.shape)
             if self.col is not None and self.col.is_column_output(v):
                 continue  # stored by the finishing kernel
-            if shape == self.shape:
+            size = indexing.prod(shape)
+            if same_shape(shape, self.shape):
                 full_outputs.append((i, v, self.full))
-            elif shape == tuple(1 if d in self.rdims else s for d, s in enumerate(self.shape)):
+            elif same_shape(shape, [1 if d in self.rdims else s
+                                    for d, s in enumerate(self.shape)]):
                 self._store(i, v, self.row_keepdim)
-            elif shape == tuple(self.kept_shape):
+            elif same_shape(shape, self.kept_shape):
                 self._store(i, v, self.row)
-            elif _prod(shape) == self.rows:  # another view of the rows: same element order
-                self._store(i, v, reshape(self.row, self.kept_shape, shape, self.known))
-            elif _prod(shape) == self.numel:  # another view of P: element i goes to i
-                full_outputs.append((i, v, reshape(self.full, self.shape, shape, self.known)))
+            elif indexing.same(size, self.rows):  # another view of the rows: same order
+                self._store(i, v, self.ix.reshape(self.row, self.kept_shape, shape, self.known))
+            elif indexing.same(size, self.numel):  # another view of P: element i goes to i
+                full_outputs.append((i, v, self.ix.reshape(self.full, self.shape, shape,
+                                                            self.known)))
             else:
                 raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the "
                                   f"elements of the reduced shape {list(self.shape)} nor "
                                   f"those of a row")
         if full_outputs:
-            em.begin_phase(self.rnumel, self.r_header)
+            em.begin_phase(rnumel, self.r_header)
             for i, v, coords in full_outputs:
                 self._store(i, v, coords)
             em.end_phase()
@@ -353,6 +386,18 @@ class KernelWriter:
         return em.lines
 
     def generate(self) -> tuple[str, dict[str, Any]]:
+        kernel, form, function, finish = self.function()
+        source = "\n".join([*self.header(form), *MODULE_PRELUDE, function]) + "\n" + finish
+        return source, self.metadata(kernel, form)
+
+    def header(self, form: str) -> list[str]:
+        lines = ["# torchloom triton kernel for this group:"]
+        lines += ["#   " + line for line in print_graph(self.group.region).splitlines()]
+        lines += [f"# kind: {form}"] + [f"# note: {note}" for note in self.notes]
+        return lines
+
+    def function(self, suffix: str = "") -> tuple[str, str, str, str]:
+        """(kernel name, form, the ``@triton.jit`` function, its finishing kernel or "")."""
         names = []
         for i, v in enumerate(self.region.outputs):
             name = f"out_{v.name}"
@@ -362,7 +407,9 @@ class KernelWriter:
         ops = [n.op.split(".")[1] for n in self.region.nodes
                if n.op not in VIEWS]
         kernel = "_".join(["fused", *dict.fromkeys(ops)])[:60].rstrip("_") or "fused_copy"
+        kernel += suffix
         params = [f"in_{v.name}" for v in self.region.inputs] + names
+        params += [f"ks{k}" for k in range(len(self.symbols))]  # symbolic sizes
         finish = ""
         two_stage = self.col if self.col is not None else self.split
         if two_stage is not None:
@@ -371,78 +418,19 @@ class KernelWriter:
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"]
                                               if self.kind == "reduction" else [])
         params += ["YBLOCK: tl.constexpr"] if self.tiles is not None else []
-        header = ["# torchloom triton kernel for this group:"]
-        header += ["#   " + line for line in print_graph(self.region).splitlines()]
         form = "pointwise" if self.kind == "pointwise" else (
             "looped reduction" if self.looped else "persistent reduction")
-        header.append(f"# kind: {form}")
-        source = "\n".join([*header, "import triton", "import triton.language as tl",
-                            "from triton.language.extra import libdevice", "", "",
-                            PRELUDE, "", "@triton.jit", f"def {kernel}({', '.join(params)}):",
-                            *("    " + line for line in lines)]) + "\n" + finish
-        return source, self.metadata(kernel, form)
+        function = "\n".join(["@triton.jit", f"def {kernel}({', '.join(params)}):",
+                              *("    " + line for line in lines)])
+        return kernel, form, function, finish
 
     def metadata(self, kernel: str, form: str) -> dict[str, Any]:
-        def desc(v: Value) -> dict[str, Any]:
-            if isinstance(v.type, ScalarType):
-                return {"scalar": v.type.kind}
-            t = tensor_type(v)
-            return {"shape": list(t.shape), "strides": list(t.actual_strides()),
-                    "dtype": t.dtype}
-        meta: dict[str, Any] = {
-            "kernel": kernel, "kind": self.kind, "form": form, "device": self.device,
-            "inputs": [desc(v) for v in self.region.inputs],
-            "outputs": [desc(v) for v in self.region.outputs],
-            "numel": self.numel, "group_hash": structural_hash(self.region),
-        }
-        if self.kind == "pointwise":
-            meta["grid_size"] = self.numel
-            meta["configs"] = [{"XBLOCK": b, "num_warps": w}
-                               for b, w in ((1024, 4), (512, 4), (2048, 8), (256, 4))
-                               if b <= max(next_pow2(self.numel), 256)] or [
-                                   {"XBLOCK": 256, "num_warps": 4}]
-        else:
-            meta.update(rows=self.rows, rnumel=self.rnumel, grid_size=self.rows)
-            meta["configs"] = self.configs
-        if self.tiles is not None:
-            meta.update(tiled_metadata(self, *self.tiles))
-        meta["config"] = meta["configs"][0]
-        if self.col is not None:
-            meta.update(programs=self.col.programs, scratch=self.col.scratch, finish={
-                "kernel": "_finish", "outputs": self.finish_outputs,
-                "grid": -(-self.rnumel // FINISH_BLOCK), "config": {"FBLOCK": FINISH_BLOCK}})
-            meta["form"] = "row and column reduction"
-        if self.split is not None:
-            meta.update(self.split.metadata())
-        meta.update(self.traffic(meta["config"]))
-        return meta
+        return kernel_metadata(self, kernel, form)
 
-    def traffic(self, config: dict[str, int]) -> dict[str, Any]:
-        """The plan's ``grid`` and bytes: an input as large as the kernel's iteration space
-        counts once per pass that loads it; a smaller (broadcast) one once, however many
-        programs re-read it."""
-        read = 0
-        for v, passes in self.loads.items():
-            size = _distinct_elements(tensor_type(v))
-            read += size * _itemsize(v) * (len(passes) if size >= self.numel else 1)
-        written = sum(_distinct_elements(tensor_type(v)) * _itemsize(v)
-                      for v in dict.fromkeys(self.region.outputs))
-        programs = -(-self.grid_size() // config["XBLOCK"]) if self.grid_size() else 0
-        if self.tiles is not None:
-            programs = tile_grid(tiled_metadata(self, *self.tiles)["tiles"], config)
-        if self.col is not None:  # the partial column sums go through the scratch buffer
-            scratch_written, scratch_read = self.col.traffic()
-            read, written = read + scratch_read, written + scratch_written
-            programs = self.col.programs
-        if self.split is not None:
-            scratch = self.split.traffic()
-            return {"grid": [programs, self.split.splits], "bytes_read": read + scratch,
-                    "bytes_written": written + scratch}
-        return {"grid": [programs], "bytes_read": read, "bytes_written": written}
 
-    def grid_size(self) -> int:
-        return self.numel if self.kind == "pointwise" else self.rows
-
+#: what every generated module starts with, after its header comment
+MODULE_PRELUDE = ["import triton", "import triton.language as tl",
+                  "from triton.language.extra import libdevice", "", "", PRELUDE, ""]
 
 #: scalar group inputs the kernel takes as arguments -> their compute dtype
 SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
@@ -450,21 +438,6 @@ SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
 
 def _shape(v: Value) -> tuple:
     return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
-
-
-def _prod(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _distinct_elements(t: TensorType) -> int:
-    return _prod(d for d, s in zip(t.shape, t.actual_strides()) if s != 0 or d == 0)
-
-
-def _itemsize(v: Value) -> int:
-    return DTYPES[tensor_type(v).dtype].itemsize
 
 
 def _max_offset(t: TensorType) -> int:

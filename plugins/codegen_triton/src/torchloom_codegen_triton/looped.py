@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING
 from torchloom.api import Node
 
 from torchloom_codegen_triton.emitter import Expr, par
-from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCTIONS, STORAGE,
-                                          literal)
+from torchloom_codegen_triton.ops import BLOCK_REDUCE, COMBINE, COMPUTE, REDUCTIONS, STORAGE
 from torchloom_codegen_triton.reduction import (identity_of, lower_reduction, record_outputs,
-                                                var_dof)
+                                                row_count, var_dof)
 from torchloom_codegen_triton.tensors import tensor_type
 
 if TYPE_CHECKING:
@@ -98,7 +97,7 @@ def _one_pass(w: "KernelWriter", nodes: list[Node], online: dict[Node, Node]) ->
             lower_reduction(w, n)
     if not plain and not online:
         return
-    em.begin_phase(w.rnumel, w.r_header)
+    em.begin_phase(w.ix.size(w.rnumel), w.r_header)
     finals = []
     for n in plain:
         kind = REDUCTIONS[n.op].kind
@@ -125,7 +124,7 @@ def _accumulate(w: "KernelWriter", kind: str, value: Expr, dtype: str):
 
     def finish(n: Node) -> None:
         total = em.emit(BLOCK_REDUCE[kind].format(x=acc), dtype, kind, rdep=False)
-        record_outputs(w, n, {"acc": total.text, "n": literal(float(w.rnumel))})
+        record_outputs(w, n, {"acc": total.text, "n": row_count(w)})
     return finish
 
 
@@ -147,7 +146,7 @@ def _welford(w: "KernelWriter", value: Expr, dtype: str):
         em.statement(f"{mean_r}, {m2_r}, {n_r} = tl.reduce(({mean}, {m2}, {count}), 1, "
                      f"_welford_combine, keep_dims=True)", False)
         record_outputs(w, n, {"acc": m2_r, "mean": mean_r, "dof": var_dof(w, n),
-                              "n": literal(float(w.rnumel))})
+                              "n": row_count(w)})
     return finish
 
 
@@ -173,7 +172,7 @@ def _online(w: "KernelWriter", value: Expr, s: Node):
         # eager: a row of -inf sums exp(-inf - -inf) = NaN
         total = em.emit(f"tl.where({big.text} == {_NEG_INF}, float(\"nan\"), {total.text})",
                         "f32", "sum", rdep=False)
-        n = literal(float(w.rnumel))
+        n = row_count(w)
         record_outputs(w, m, {"acc": big.text, "n": n})
         record_outputs(w, s, {"acc": total.text, "n": n})
     return finish

@@ -17,6 +17,17 @@ def next_pow2(n: int) -> int:
     return p
 
 
+def representative(dim, default: int) -> int:
+    """``dim`` when it is an int; ``default`` for a symbolic size (the plan of a kernel
+    whose sizes come at launch, shown by ``explain`` and built by ``--target``)."""
+    return dim if isinstance(dim, int) else default
+
+
+def pointwise_configs(numel: int) -> list[dict[str, int]]:
+    """Candidate blocks of a pointwise kernel over ``numel`` elements (default first)."""
+    return [{"XBLOCK": b, "num_warps": w} for b, w in ((1024, 4), (512, 4), (2048, 8), (256, 4))
+            if b <= max(next_pow2(numel), 256)] or [{"XBLOCK": 256, "num_warps": 4}]
+
 
 def reduction_configs(rows: int, rnumel: int, looped: bool, max_persistent: int,
                        columns: bool = False, limit: int | None = 4) -> list[dict[str, int]]:

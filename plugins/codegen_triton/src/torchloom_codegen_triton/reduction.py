@@ -56,7 +56,7 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
             total = em.emit(f"{total.text} + 0.0", dtype, kind, rdep=False)
         return total
     acc = em.fresh(f"acc_{kind}")
-    em.begin_phase(w.rnumel, w.r_header)
+    em.begin_phase(w.ix.size(w.rnumel), w.r_header)
     em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
     v = em.convert(value(), dtype)
     masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
@@ -74,7 +74,7 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     val, ind = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
     if w.looped:
         acc_v, acc_i = em.fresh("acc_v"), em.fresh("acc_i")
-        em.begin_phase(w.rnumel, w.r_header)
+        em.begin_phase(w.ix.size(w.rnumel), w.r_header)
         em.statement(f"{acc_v} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
         em.statement(f"{acc_i} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)", False)
     v = em.convert(value(), dtype)
@@ -101,7 +101,7 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
     def full() -> Expr:
         return w.value_at(src, w.full)
 
-    fields: dict[str, str] = {"n": literal(float(w.rnumel))}
+    fields: dict[str, str] = {"n": row_count(w)}
     if spec.kind in ("sum", "max", "min"):
         fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).text
     elif spec.kind == "var":
@@ -124,11 +124,22 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
     record_outputs(w, node, fields)
 
 
+def row_count(w: "KernelWriter") -> str:
+    """The row length as an f32 value: a literal, or computed from the size arguments."""
+    if isinstance(w.rnumel, int):
+        return literal(float(w.rnumel))
+    return w.em.emit(f"tl.cast({w.ix.size(w.rnumel)}, tl.float32)", "f32", "rn",
+                     rdep=False).text
+
+
 def var_dof(w: "KernelWriter", node: Node) -> str:
-    """``n - correction`` of a var/std reduction, as a literal (never below 0)."""
+    """``n - correction`` of a var/std reduction (never below 0)."""
     correction = node.attrs.get("correction")
     if correction is None:
         correction = 1 if node.attrs.get("unbiased", True) else 0
+    if not isinstance(w.rnumel, int):
+        return w.em.emit(f"tl.maximum({row_count(w)} - {literal(float(correction))}, 0.0)",
+                         "f32", "dof", rdep=False).text
     return literal(float(max(0, w.rnumel - correction)))
 
 

@@ -42,6 +42,10 @@ def plan_split(w: "KernelWriter", configs: list[dict[str, int]]) -> "SplitReduct
     """The split plan of ``w``'s reduction, or None where the ordinary form is used."""
     if not w.looped or w.col is not None:
         return None
+    if w.symbolic:
+        w.notes.append("a looped reduction is not split into chunks for more programs: the "
+                       "split form plans its chunks from concrete sizes")
+        return None
     row_blocks = -(-w.rows // configs[0]["XBLOCK"])
     if row_blocks >= TARGET_PROGRAMS:
         return None

@@ -6,25 +6,45 @@ rowcol, tiled) can use them without importing the writer back (no import cycle).
 
 from __future__ import annotations
 
-from torchloom.api import TensorType, Value
+from collections.abc import Sequence
+
+from torchloom.api import TensorType, Value, indexing, symbols
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import STORAGE
 
 
 def tensor_type(v: Value) -> TensorType:
+    """``v``'s tensor type; sizes may be symbolic (the kernel takes them as arguments)."""
     t = v.type
     if not isinstance(t, TensorType):
         raise Unsupported(f"%{v.name} is a scalar ({t.kind}); scalar group inputs are not "
                           f"supported")
-    if not t.is_static:
-        raise Unsupported(f"%{v.name} has a symbolic shape {list(t.shape)}")
+    if None in t.shape or (t.strides is not None and None in t.strides):
+        raise Unsupported(f"%{v.name} has a dim of unknown size {list(t.shape)}")
     if t.dtype not in STORAGE:
         raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
     return t
 
 
 def memory_order(t: TensorType) -> tuple[int, ...]:
-    """Dims from outermost to innermost in memory (logical order among equal strides)."""
+    """Dims from outermost to innermost in memory (logical order among equal strides);
+    symbolic strides are ordered by their value at a point where every size is > 1."""
     strides = t.actual_strides()
-    return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(strides[d]), d)))
+    if strides is None:  # contiguous, with symbolic sizes
+        return tuple(range(len(t.shape)))
+    key = [at_point(s) for s in strides]
+    return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(key[d]), d)))
+
+
+def same_shape(a: Sequence, b: Sequence) -> bool:
+    """Whether shapes ``a`` and ``b`` are equal at every runtime size."""
+    return len(a) == len(b) and all(indexing.same(x, y) for x, y in zip(a, b))
+
+
+def at_point(dim) -> int:
+    """``dim``'s value where every size is a distinct number > 1000 (orders dims)."""
+    if isinstance(dim, int):
+        return dim
+    return symbols.evaluate(dim, {s: 1021 + 2 * k for k, s in enumerate(
+        sorted(symbols.symbols_of(dim)))})

@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from torchloom.api import indexing
+
 from torchloom_codegen_triton.indexing import delinear
-from torchloom_codegen_triton.tensors import memory_order, tensor_type
+from torchloom_codegen_triton.tensors import at_point, memory_order, same_shape, tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -34,7 +36,7 @@ def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
     along, when they differ; None when every large input follows the outputs' walk."""
     outputs = [tensor_type(v) for v in w.region.outputs]
     shape = tuple(outputs[0].shape)
-    if len(shape) < 2 or any(tuple(t.shape) != shape for t in outputs):
+    if len(shape) < 2 or any(not same_shape(t.shape, shape) for t in outputs):
         return None
     orders = {memory_order(t) for t in outputs}
     if len(orders) != 1:
@@ -47,13 +49,17 @@ def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
         probe.value_at(v, coords)
     for v, offset in probe.load_offsets:
         t = tensor_type(v)
-        if _elements(t) * 4 < w.numel:  # small (broadcast) inputs stay in cache
-            continue
+        if at_point(_elements(t)) * 4 < at_point(w.numel):  # small (broadcast) inputs
+            continue  # stay in cache
         unit = [int(m.group(1)) for term in offset.split(" + ")
                 if (m := _PROBE.match(term.strip()))]
         if d0 in unit or len(unit) != 1:
             continue
         d1 = unit[0]
+        if w.symbolic:
+            w.notes.append(f"an input laid out across the outputs' walk (transposed: "
+                           f"%{v.name}) is read untiled: the tiled form needs concrete sizes")
+            return None
         if min(shape[d0], shape[d1]) >= MIN_TILE_DIM:
             return d0, d1
     return None
@@ -104,8 +110,6 @@ def tile_grid(tiles: dict[str, int], config: dict[str, int]) -> int:
                                                                     config["XBLOCK"])
 
 
-def _elements(t) -> int:
-    n = 1
-    for d, s in zip(t.shape, t.actual_strides()):
-        n *= d if s != 0 else 1
-    return n
+def _elements(t):
+    strides = t.actual_strides() or [1] * len(t.shape)
+    return indexing.prod([d for d, s in zip(t.shape, strides) if s != 0])

@@ -1,0 +1,190 @@
+"""The launcher of a kernel with symbolic sizes (variants.py): sizes evaluated per call.
+
+Each call evaluates the sizes from the inputs (sizes.py: one generated function), allocates
+the outputs at those sizes, and launches nothing when the iteration space is empty (a
+0-size batch). Otherwise it picks the variant (persistent or looped by the row length,
+64-bit indices where elements or offsets reach 2**31) and the launch configuration of the
+call's *size bucket* ``<variant>:<rows or elements, next power of two>:<row length, next
+power of two>``. On a GPU with autotuning on, the first call of each bucket benchmarks the
+bucket's candidates and keeps the winner in ``<kernel>.<bucket>.tune.json`` beside the
+source (a file lock makes concurrent processes tune once); other sizes of the bucket reuse
+it. The fleet's shared cache exchanges every bucket's result at once
+(``on_tuned``/``apply_tuning`` with ``{"buckets": {bucket: config}}``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from filelock import FileLock
+from torchloom.api import Progress
+
+from torchloom_codegen_triton.plan import (next_pow2, pointwise_configs, reduction_configs,
+                                           wider_configs)
+from torchloom_codegen_triton.sizes import size_function
+
+_WIDE = 2 ** 31
+
+
+class SymbolicLauncher:
+    """``kernel(*inputs) -> outputs`` for a kernel with symbolic sizes."""
+
+    def __init__(self, module, meta: dict[str, Any], dtypes: dict[str, torch.dtype],
+                 tune_stem: Path | None, verbose: bool, interpret: bool,
+                 wide_search: bool = False):
+        """``tune_stem``: where tuning records go (``<stem>.<bucket>.tune.json``, the
+        bucket's colons as dashes); None
+        when this launcher does not tune. ``wide_search``: max-autotune's candidates."""
+        self.meta = meta
+        self.variants = meta["variants"]
+        self.fns = {v["kernel"]: getattr(module, v["kernel"]) for v in self.variants}
+        self.sizes = size_function(meta)
+        self.pointwise = meta["kind"] == "pointwise"
+        self.out_dtypes = [dtypes[o["dtype"]] for o in meta["outputs"]]
+        self.tensors = [i for i, d in enumerate(meta["inputs"]) if "scalar" not in d]
+        self.device = meta["device"]
+        self.tune_stem, self.verbose, self.interpret = tune_stem, verbose, interpret
+        self.wide_search = wide_search
+        #: bucket -> the chosen launch configuration (tuned or the default)
+        self.configs: dict[str, dict[str, int]] = {}
+        #: bucket -> its candidate configurations
+        self._candidates: dict[str, list[dict[str, int]]] = {}
+        #: buckets tuned or given by ``apply_tuning`` (what ``on_tuned`` shares)
+        self.tuned: dict[str, dict[str, int]] = {}
+        #: called with ``{"buckets": ...}`` whenever a bucket is tuned (the kernel cache)
+        self.on_tuned = None
+        #: (variant, bucket) of every launch so far, in order (what tests count)
+        self.launches: list[tuple[str, str]] = []
+
+    # ---- one call --------------------------------------------------------------------
+    def __call__(self, *args):
+        values, shapes, strides, in_strides, numel, rows, rnumel = self.sizes(*args)
+        args = self._fix_strides(args, in_strides)
+        device = args[self.tensors[0]].device if self.tensors else self.device
+        outs = [torch.empty(shape, dtype=dtype, device=device) if st is None else
+                torch.empty_strided(shape, st, dtype=dtype, device=device)
+                for shape, st, dtype in zip(shapes, strides, self.out_dtypes)]
+        programs = numel if self.pointwise else rows
+        if programs <= 0:  # an empty iteration space: nothing to launch
+            return tuple(outs)
+        tensors = [*(args[i] for i in self.tensors), *outs]
+        wide = numel >= _WIDE or any(_extent(t) >= _WIDE for t in tensors)
+        rbucket = next_pow2(max(rnumel, 1))
+        variant = next(v for v in self.variants if v["wide"] == wide and (
+            v["max_rnumel"] is None or rbucket <= v["max_rnumel"]))
+        bucket = f"{variant['kernel']}:{next_pow2(programs)}:{rbucket}"
+        config = self.configs.get(bucket)
+        fn = self.fns[variant["kernel"]]
+        call = (*args, *outs, *values)
+        if config is None:
+            config = self._choose(bucket, fn, call, programs)
+        self.launches.append((variant["kernel"], bucket))
+        self._launch(fn, config, call, programs)
+        return tuple(outs)
+
+    def _fix_strides(self, args: tuple, expected: list) -> tuple:
+        """Inputs laid out otherwise than the kernel reads them are copied (rare)."""
+        for i, want in zip(self.tensors, expected):
+            a = args[i]
+            if want is None:
+                if a.is_contiguous():
+                    continue
+                fixed = a.contiguous()
+            elif all(s == w or d <= 1 for s, w, d in zip(a.stride(), want, a.shape)):
+                continue
+            else:
+                fixed = torch.empty_strided(a.shape, want, dtype=a.dtype,
+                                            device=a.device).copy_(a)
+            args = (*args[:i], fixed, *args[i + 1:])
+        return args
+
+    def _launch(self, fn, config: dict[str, int], call: tuple, programs: int) -> None:
+        blocks = {k: v for k, v in config.items() if k != "num_warps"}
+        grid = (-(-programs // blocks["XBLOCK"]),)
+        if self.interpret:
+            with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
+                fn[grid](*call, **blocks, num_warps=config.get("num_warps", 4))
+            return
+        fn[grid](*call, **blocks, num_warps=config.get("num_warps", 4))
+
+    # ---- buckets and tuning ----------------------------------------------------------
+    def candidates(self, bucket: str) -> list[dict[str, int]]:
+        """The launch configurations a bucket chooses from (its default first)."""
+        found = self._candidates.get(bucket)
+        if found is not None:
+            return found
+        kernel, programs, rbucket = bucket.rsplit(":", 2)
+        variant = next(v for v in self.variants if v["kernel"] == kernel)
+        programs, rbucket = int(programs), int(rbucket)
+        if self.pointwise:
+            found = pointwise_configs(programs)
+        else:
+            found = reduction_configs(programs, rbucket, variant["form"] == "looped reduction",
+                                      self.meta["max_persistent"], self.meta["columns"])
+        if self.wide_search:
+            found = wider_configs({"form": variant["form"], "numel": programs,
+                                   "rows": programs, "rnumel": rbucket, "configs": found},
+                                  self.meta["max_persistent"])
+        self._candidates[bucket] = found
+        return found
+
+    def _choose(self, bucket: str, fn, call: tuple, programs: int) -> dict[str, int]:
+        candidates = self.candidates(bucket)
+        config = dict(candidates[0])
+        if self.tune_stem is not None and len(candidates) > 1:
+            path = self.tune_stem.parent / f"{self.tune_stem.name}.{bucket.replace(':', '-')}" \
+                ".tune.json"
+            with FileLock(str(path) + ".lock"):  # concurrent tuners: one benchmarks
+                if path.exists():
+                    config = json.loads(path.read_text())["config"]
+                else:
+                    config = self._tune(path, bucket, fn, call, programs, candidates)
+            self.tuned[bucket] = config
+            if self.on_tuned is not None:
+                self.on_tuned({"buckets": dict(self.tuned)})
+        self.configs[bucket] = config
+        return config
+
+    def _tune(self, path: Path, bucket: str, fn, call: tuple, programs: int,
+              candidates: list[dict[str, int]]) -> dict[str, int]:
+        from triton.testing import do_bench
+        timings = []
+        with Progress(f"triton: autotuning {bucket}",
+                      total=len(candidates),
+                      delay=None if self.verbose else float("inf")) as progress:
+            for k, config in enumerate(candidates):
+                ms = do_bench(lambda c=config: self._launch(fn, c, call, programs),
+                              warmup=5, rep=20)
+                timings.append((ms, k))
+                progress.update(k + 1, "configs")
+        best = dict(candidates[min(timings)[1]])
+        record = {"config": best, "timings_ms": {json.dumps(candidates[k]): ms
+                                                 for ms, k in timings}}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, path)
+        return best
+
+    def apply_tuning(self, record: dict) -> None:
+        """Use buckets tuned elsewhere (the shared cache): ``{"buckets": {bucket:
+        config}}``, each config one of its bucket's candidates."""
+        buckets = record.get("buckets") if isinstance(record, dict) else None
+        if not isinstance(buckets, dict):
+            raise ValueError("a symbolic kernel's tuning record has no buckets")
+        for bucket, config in buckets.items():
+            kernel = str(bucket).rsplit(":", 2)[0]
+            if kernel not in self.fns or config not in self.candidates(bucket):
+                raise ValueError(f"tuned config {config!r} is not one of bucket "
+                                 f"{bucket!r}'s candidates")
+        for bucket, config in buckets.items():
+            self.configs[bucket] = self.tuned[bucket] = dict(config)
+
+
+def _extent(t: torch.Tensor) -> int:
+    """One past the largest element offset ``t`` reaches."""
+    return sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride()) if d > 0) + 1

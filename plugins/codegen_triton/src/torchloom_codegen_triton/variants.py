@@ -1,0 +1,64 @@
+"""Kernels for groups with symbolic sizes: one source, a variant per launch shape.
+
+A group typed ``f32[s0, s1]`` compiles once, whatever sizes it is later called with. Its
+module holds a ``@triton.jit`` function per *variant*, each taking the group's tensors
+and then the symbols as scalar arguments ``ks0, ks1, ...`` (sizes.py); masks, coordinates
+and strides are computed from them in the kernel:
+
+- a reduction whose row length is symbolic gets a persistent variant (the row in
+  registers, ``RBLOCK`` the row length's next power of two, for rows up to the writer's
+  ``max_persistent``) and a looped one (``_looped``: chunks of ``RBLOCK``, Welford and
+  online softmax) for longer rows; a static row length has its one form, as before;
+- each of those has a 64-bit twin (``_i64``: program ids and size arguments widened) for
+  launches whose elements or offsets reach 2**31.
+
+The launcher (launch.py) evaluates the sizes at each call, picks the variant, and picks
+the launch configuration by *size bucket* (the next power of two of the row count and of
+the row length, or of the element count), autotuning once per bucket on a GPU. The
+metadata's ``configs`` are those of a representative bucket (every size 2**16, the
+longest persistent row), which ``explain --target`` builds; ``variants`` lists every
+function with what selects it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchloom.api import Node
+
+from torchloom_codegen_triton.kernel import MODULE_PRELUDE, KernelWriter
+
+
+def generate_variants(group: Node, registry: Any,
+                      max_persistent: int) -> tuple[str, dict[str, Any]]:
+    """(source, metadata) of a group with symbolic sizes (see the module docstring)."""
+    first = KernelWriter(group, registry, max_persistent, wide=False)
+    forms: list[str | None] = [None]
+    if first.kind == "reduction" and not isinstance(first.rnumel, int):
+        forms = ["persistent", "looped"]
+    functions, variants, notes = [], [], []
+    writers = []
+    for wide in (False, True):
+        for form in forms:
+            w = KernelWriter(group, registry, max_persistent, form=form, wide=wide)
+            suffix = ("_looped" if form == "looped" else "") + ("_i64" if wide else "")
+            kernel, kind, function, finish = w.function(suffix)
+            assert not finish, "two-stage forms are planned from concrete sizes only"
+            functions.append(function)
+            writers.append(w)
+            notes += [n for n in w.notes if n not in notes]
+            variants.append({"kernel": kernel, "form": kind, "wide": wide,
+                             "max_rnumel": w.persistent_limit if form == "persistent" else None,
+                             "configs": w.metadata(kernel, kind)["configs"]})
+    main = writers[0]
+    main.notes = notes
+    meta = main.metadata(variants[0]["kernel"], variants[0]["form"])
+    meta["symbols"] = [[s, i, k, c] for s, (i, k, c) in first.symbols.items()]
+    meta["variants"] = variants
+    meta["max_persistent"] = max_persistent
+    meta["columns"] = bool(getattr(first, "columns", False))
+    forms_text = " or ".join(dict.fromkeys(v["form"] for v in variants))
+    header = main.header(f"{forms_text}, symbolic sizes (variants: "
+                         f"{', '.join(v['kernel'] for v in variants)})")
+    source = "\n".join([*header, *MODULE_PRELUDE, "\n\n\n".join(functions)]) + "\n"
+    return source, meta

@@ -1,0 +1,324 @@
+"""Triton kernels over symbolic sizes (variants.py, launch.py, sizes.py): a group typed
+``f32[s0, s1]`` compiles once into kernels that take the sizes as arguments; each call
+evaluates them, allocates outputs, picks the variant (persistent or looped row, 32 or 64
+bit indices) and the size bucket's config, and launches nothing for an empty iteration
+space. Checked on the Triton interpreter against eager at several sizes, 1 and 0 among
+them; the autotuning per size bucket with a recording stand-in for the kernel (no GPU)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import group_text
+from test_random_groups import _type, pointwise_chain
+from test_reduction import CASES as REDUCTIONS
+from torchloom.api import parse_graph, verify
+from torchloom.runtime.executor import CompiledGraph
+from torchloom.tools import EagerCodegen
+from torchloom_codegen_triton import TritonCodegen
+from torchloom_codegen_triton import launch
+from torchloom_codegen_triton.launch import SymbolicLauncher
+
+#: sizes every symbol takes in turn (the k-th symbol of a group takes the k-th of each)
+SIZES = [(3, 5, 2), (1, 1, 1), (0, 4, 2), (4, 0, 3), (2, 9, 1), (5, 1, 4)]
+
+#: reduction cases of test_reduction whose sizes are all made symbolic
+SYMBOLIC_CASES = ["sum_last_dim", "sum_dim0_keepdim", "sum_all_dims", "sum_outer_dims",
+                  "mean_middle_dim", "amax_amin_nan_inf", "var_mean_keepdim",
+                  "argmax_argmin_ties_nan", "prologue_epilogue", "softmax", "softmax_dim0",
+                  "layernorm", "layernorm_bf16", "rmsnorm"]
+
+_TYPE = re.compile(r"\b(f32|bf16|i64|i32|b8)\[([0-9, ]*)\]")
+
+
+def symbolize(text: str) -> tuple[str, list[str]]:
+    """``text`` with every size above 1 a symbol (equal sizes, one symbol)."""
+    sizes: dict[int, str] = {}
+
+    def sub(m):
+        dims = [d.strip() for d in m.group(2).split(",") if d.strip()]
+        out = [sizes.setdefault(int(d), f"s{len(sizes)}") if int(d) > 1 else d for d in dims]
+        return f"{m.group(1)}[{', '.join(out)}]"
+    return _TYPE.sub(sub, text), list(sizes.values())
+
+
+def inputs_for(graph, bindings: dict[str, int], seed: int = 0) -> list:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for v in graph.inputs:
+        shape = [bindings.get(d, d) for d in v.type.shape]
+        out.append((torch.randn(shape, generator=gen) * 3).to(v.type.torch_dtype))
+    return out
+
+
+def compile_group(codegen, registry, text: str):
+    graph = parse_graph(text)
+    verify(graph, registry)
+    node = next(iter(graph.nodes))
+    assert codegen.supports(node, registry) is None, codegen.supports(node, registry)
+    return graph, codegen.load(codegen.generate(node, registry), registry)
+
+
+def eager(text: str, registry, inputs):
+    return CompiledGraph(parse_graph(text), registry, [EagerCodegen()])(*inputs)
+
+
+def assert_matches(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("max_persistent", [4096, 4], ids=["persistent", "looped"])
+@pytest.mark.parametrize("name", SYMBOLIC_CASES)
+def test_reductions_over_symbolic_sizes_match_eager(registry, tmp_path, name, max_persistent):
+    text, names = symbolize(REDUCTIONS[name][0])
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False, max_persistent=max_persistent)
+    graph, kernel = compile_group(codegen, registry, text)
+    assert isinstance(kernel, SymbolicLauncher)
+    compared = 0
+    for sizes in SIZES:
+        bindings = dict(zip(names, sizes))
+        inputs = inputs_for(graph, bindings)
+        try:
+            want = eager(text, registry, inputs)
+        except (RuntimeError, IndexError):  # eager refuses (amax of an empty row)
+            continue
+        assert_matches(kernel(*inputs), want)
+        compared += 1
+    assert compared >= 4
+    # one kernel, both forms: rows longer than its persistent variant holds loop
+    limits = {v["kernel"]: v["max_rnumel"] for v in kernel.meta["variants"]}
+    persistent = max(limit or 0 for limit in limits.values())
+    for variant, bucket in kernel.launches:
+        looped = int(bucket.split(":")[2]) > persistent
+        assert variant.endswith("_looped") == looped, (variant, bucket)
+    if max_persistent == 4:
+        assert {v.endswith("_looped") for v, _ in kernel.launches} == {True, False}
+
+
+def test_one_kernel_serves_every_size_and_empty_launches_nothing(registry, tmp_path):
+    text = group_text("%a: f32[s0, s1], %b: f32[s1]", """
+        %m = aten.mul.Tensor(%a, %b) : f32[s0, s1]
+        %x = aten.amax.default(%m) {dim = [-1], keepdim = true} : f32[s0, 1]
+        %d = aten.sub.Tensor(%m, %x) : f32[s0, s1]
+        %e = aten.exp.default(%d) : f32[s0, s1]
+        %t = aten.sum.dim_IntList(%e) {dim = [-1], keepdim = true} : f32[s0, 1]
+        %y = aten.div.Tensor(%e, %t) : f32[s0, s1]""", "%y: f32[s0, s1]")
+
+    class Counting(TritonCodegen):
+        generated = 0
+
+        def generate(self, group, registry):
+            Counting.generated += 1
+            return super().generate(group, registry)
+
+    codegen = Counting(cache_dir=tmp_path, autotune=False, max_persistent=16)
+    graph = parse_graph(text)
+    compiled = CompiledGraph(graph, registry, [codegen, EagerCodegen()])
+    assert [c.codegen for c in compiled.choices] == ["triton"]
+    for rows, cols in [(3, 5), (1, 1), (6, 40), (2, 16), (0, 7), (4, 3)]:
+        x, w = torch.randn(rows, cols), torch.randn(cols)
+        (y,) = compiled(x, w)
+        torch.testing.assert_close(y, torch.softmax(x * w, -1))
+    assert Counting.generated == 1 and len(compiled.cache) == 1
+    # the launcher itself: a 0-row call allocates and launches nothing
+    _, kernel = compile_group(TritonCodegen(cache_dir=tmp_path, autotune=False,
+                                            max_persistent=16), registry, text)
+    (y,) = kernel(torch.randn(0, 9), torch.randn(9))
+    assert y.shape == (0, 9) and kernel.launches == []
+    kernel(torch.randn(2, 9), torch.randn(9))
+    kernel(torch.randn(3, 12), torch.randn(12))  # buckets: rows 4, rows of <= 16
+    kernel(torch.randn(2, 40), torch.randn(40))  # a longer row: the looped variant
+    # buckets: <variant>:<rows>:<row length>, each rounded up to a power of two
+    assert [b for _, b in kernel.launches] == ["fused_mul_amax_sub_exp_sum_div:2:16",
+                                                "fused_mul_amax_sub_exp_sum_div:4:16",
+                                                "fused_mul_amax_sub_exp_sum_div_looped:2:64"]
+
+
+def test_sizes_carried_by_expressions_and_int_inputs(registry, tmp_path):
+    """A flattened input dim (``4*s0``) and int inputs of the group that a view takes as
+    sizes (as Dynamo passes SymInts) give the kernel every size it needs."""
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    text = group_text('%a: f32["4*s0", s1]', """
+        %e = aten.exp.default(%a) : f32["4*s0", s1]""", '%e: f32["4*s0", s1]')
+    _, kernel = compile_group(codegen, registry, text)
+    assert kernel.meta["symbols"] == [["s0", 0, 0, 4], ["s1", 0, 1, 1]]
+    for s0, s1 in [(2, 3), (1, 1), (0, 5)]:
+        a = torch.randn(4 * s0, s1)
+        torch.testing.assert_close(kernel(a)[0], a.exp())
+    text = group_text('%a: f32["s0*s1", 8], %p: int, %q: int', """
+        %v = aten.view.default(%a, %p, %q) {size = [$1, $2, 8]} : f32[s0, s1, 8]
+        %s = aten.sum.dim_IntList(%v) {dim = [-1]} : f32[s0, s1]""", "%s: f32[s0, s1]")
+    _, kernel = compile_group(codegen, registry, text)
+    assert kernel.meta["symbols"] == [["s0", 1, -1, 1], ["s1", 2, -1, 1]]
+    for s0, s1 in [(2, 3), (1, 1), (0, 5), (3, 0)]:
+        a = torch.randn(s0 * s1, 8)
+        torch.testing.assert_close(kernel(a, s0, s1)[0], a.view(s0, s1, 8).sum(-1))
+
+
+def test_sizes_no_input_carries_decline_with_the_reason(registry, tmp_path):
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    text = group_text("%a: f32[s0, s1]", """
+        %r = aten.sum.dim_IntList(%a) {dim = [-1]} : f32[s0]
+        %c = aten.sum.dim_IntList(%a) {dim = [0]} : f32[s1]""", "%r: f32[s0], %c: f32[s1]")
+    reason = codegen.supports(next(iter(parse_graph(text).nodes)), registry)
+    assert "row and column reductions" in str(reason) and "symbolic sizes" in str(reason)
+
+
+def test_wide_launches_take_the_64_bit_variant(registry, tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "_WIDE", 64)  # as if 64 elements were 2**31
+    text, names = symbolize(REDUCTIONS["layernorm"][0])
+    _, kernel = compile_group(TritonCodegen(cache_dir=tmp_path, autotune=False,
+                                            max_persistent=8), registry, text)
+    graph = parse_graph(text)
+    for rows, cols in [(3, 5), (4, 20), (9, 8)]:
+        inputs = inputs_for(graph, dict(zip(names, (rows, cols))))
+        assert_matches(kernel(*inputs), eager(text, registry, inputs))
+    assert [v for v, _ in kernel.launches] == [
+        "fused_var_mean_add_rsqrt_sub_mul", "fused_var_mean_add_rsqrt_sub_mul_looped_i64",
+        "fused_var_mean_add_rsqrt_sub_mul_i64"]
+
+
+# ---- random groups (hypothesis) ---------------------------------------------------------
+UNARY = ["aten.tanh.default", "aten.sigmoid.default", "aten.relu.default", "aten.exp.default",
+         "aten.neg.default"]
+BINARY = ["aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.maximum.default"]
+REDUCE = {"aten.sum.dim_IntList": "f32", "aten.amax.default": "f32",
+          "aten.mean.dim": "f32", "aten.argmax.default": "i64"}
+
+
+@st.composite
+def symbolic_group(draw):
+    """Pointwise chains over broadcasting inputs of symbolic sizes, maybe ending in a
+    last-dim reduction (softmax-like when it is amax and the chain goes on)."""
+    full = ("s0", "s1")
+    shapes = draw(st.lists(st.sampled_from([full, ("s1",), ("s0", 1), (1, "s1"), ()]),
+                           min_size=1, max_size=3))
+    shapes[0] = full
+    lines, values = pointwise_chain(draw, shapes, draw(st.integers(1, 4)), UNARY, BINARY)
+    last, shape = max(values[len(shapes):], key=lambda v: len(v[1]))
+    results = [f"{last}: {_type(shape)}"]
+    op = None
+    if shape == full and draw(st.booleans()):
+        op = draw(st.sampled_from(sorted(REDUCE)))
+        keep = op != "aten.argmax.default" and draw(st.booleans())
+        dim = "-1" if op == "aten.argmax.default" else "[-1]"
+        out = ("s0", 1) if keep else ("s0",)
+        lines.append(f"%r = {op}({last}) {{dim = {dim}, keepdim = {str(keep).lower()}}} : "
+                     f"{_type(out, REDUCE[op])}")
+        results.append(f"%r: {_type(out, REDUCE[op])}")
+        if keep:  # an epilogue reading the row result at every element
+            lines.append(f"%y = aten.sub.Tensor({last}, %r) : {_type(full)}")
+            results.append(f"%y: {_type(full)}")
+    params = ", ".join(f"%a{i}: {_type(s)}" for i, s in enumerate(shapes))
+    return group_text(params, "\n".join(lines), ", ".join(results)), draw(st.integers(0, 99))
+
+
+def test_random_symbolic_groups_match_eager_at_several_sizes(registry, tmp_path, fuzz):
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False, max_persistent=8)
+
+    @settings(max_examples=200 if fuzz else 12, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(symbolic_group())
+    def run(case):
+        text, seed = case
+        graph, kernel = compile_group(codegen, registry, text)
+        for s0, s1 in [(3, 5), (1, 1), (1, 6), (4, 1), (0, 3), (2, 0), (2, 11)]:
+            inputs = inputs_for(graph, {"s0": s0, "s1": s1}, seed)
+            try:
+                want = eager(text, registry, inputs)
+            except (RuntimeError, IndexError):  # eager refuses (amax of an empty row)
+                continue
+            assert_matches(kernel(*inputs), want)
+    run()
+
+
+# ---- autotuning per size bucket (a recording stand-in for the kernel, no GPU) ------------
+class _Recording:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.log.append((self.name, grid, kwargs))
+
+
+class _Module:
+    def __init__(self, meta, log):
+        for v in meta["variants"]:
+            setattr(self, v["kernel"], _Recording(log, v["kernel"]))
+
+
+def _row_sum_meta(registry, tmp_path) -> dict:
+    text = group_text("%a: f32[s0, s1]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [-1]} : f32[s0]""", "%s: f32[s0]")
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=True)
+    return codegen.generate(next(iter(parse_graph(text).nodes)), registry).metadata
+
+
+def test_autotuning_is_keyed_by_size_bucket(registry, tmp_path, monkeypatch):
+    import triton.testing
+    benched = []
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        lambda fn, warmup, rep: (fn(), benched.append(1), 1.0 + len(benched))[2])
+    meta, log = _row_sum_meta(registry, tmp_path), []
+    stem = tmp_path / "kfake"
+    kernel = SymbolicLauncher(_Module(meta, log), meta, {"f32": torch.float32}, stem, False,
+                              False)
+    shared = []
+    kernel.on_tuned = shared.append
+    kernel(torch.randn(40, 100))
+    first = len(benched)
+    candidates = kernel.candidates("fused_sum:64:128")
+    assert first == len(candidates) > 1  # the first call of a bucket tunes it
+    kernel(torch.randn(50, 120))  # rows 64, row length 128: the same bucket
+    assert len(benched) == first
+    kernel(torch.randn(40, 300))  # a longer row: another bucket, tuned once
+    assert len(benched) == first + len(kernel.candidates("fused_sum:64:512"))
+    files = sorted(p.name for p in tmp_path.glob("kfake.*.tune.json"))
+    assert files == ["kfake.fused_sum-64-128.tune.json", "kfake.fused_sum-64-512.tune.json"]
+    record = json.loads((tmp_path / files[0]).read_text())
+    assert record["config"] == candidates[0]  # the first benchmarked was the fastest
+    assert shared[-1] == {"buckets": kernel.tuned} and len(kernel.tuned) == 2
+    # another process given the fleet's record tunes nothing
+    other = SymbolicLauncher(_Module(meta, []), meta, {"f32": torch.float32},
+                             tmp_path / "other", False, False)
+    other.apply_tuning(shared[-1])
+    other(torch.randn(33, 90))
+    assert len(benched) == first + len(kernel.candidates("fused_sum:64:512"))
+    with pytest.raises(ValueError):
+        other.apply_tuning({"buckets": {"fused_sum:64:128": {"XBLOCK": 3}}})
+
+
+# ---- explain --target sm_90 on a symbolic graph -------------------------------------------
+DYNAMIC_WORKLOAD = """
+import torch
+
+def workload(device="cpu"):
+    w, b = torch.randn(48, device=device), torch.randn(48, device=device)
+
+    def f(x):
+        y = torch.nn.functional.layer_norm(x, (48,), w, b)
+        e = (y - y.amax(-1, keepdim=True)).exp()
+        return e / e.sum(-1, keepdim=True)
+    return f, [torch.randn(8, 48, device=device)]
+"""
+
+
+def test_explain_target_builds_the_symbolic_kernels_for_sm90(tmp_path, capsys):
+    from torchloom.cli import main
+    path = tmp_path / "work.py"
+    path.write_text(DYNAMIC_WORKLOAD)
+    assert main(["explain", str(path), "--target", "sm_90", "--json", "--dynamic"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert not [f for f in data["fallbacks"] if "symbolic" in f["reason"] or "size" in
+                f["reason"]], data["fallbacks"]
+    kernels = [k for k in data["kernel_details"] if k["codegen"] == "triton"]
+    assert kernels and all(k["registers"] > 0 and k["spills"] == 0 for k in kernels)
