@@ -8,20 +8,27 @@ What is timed: from after ``import torch`` to the first result (the forward unde
 ``no_grad``, or forward and backward for the training step): importing torchloom and its
 plugins (loaded by the backend's entry point on first use), Dynamo's trace, aot_autograd,
 torchloom's pipeline and kernel builds (or Inductor's), and the call itself. ``import
-torch`` is left out: both sides pay it alike, and it is not the compiler's. Also recorded:
-torchloom's own part (``Compiler.compile_fx`` over the forward and backward graphs: FX to
-IR, passes or the compile cache, C generation, gcc or the library cache, the runtime
-plan).
+torch`` is left out: both sides pay it alike, and it is not the compiler's; so are the
+imports of torch's compile stack every AOT backend needs (Dynamo, aot_autograd and its
+partitioners, ``torch._inductor``'s package, which ``torch.compile`` imports whatever the
+backend: about 1.2-2 s here), recorded as ``import_s``. Also recorded, for torchloom:
+its own part (``own_s``: ``Compiler.compile_fx`` over the forward and backward graphs:
+FX to IR, passes or the compile cache, C generation, gcc or the library cache, the runtime
+plan), importing it (``torchloom_import_s``) and building its ``Compiler`` (plugins and
+the pipeline, ``compiler_init_s``); the rest of the first call is Dynamo's trace,
+aot_autograd's and the call itself.
 
 - cold: empty caches (``TORCHLOOM_CACHE_DIR`` and ``TORCHINDUCTOR_CACHE_DIR`` point at new
   temporary directories, so torchloom's compile cache and kernel libraries and Inductor's
   FX-graph, AOT-autograd and C++ caches all start empty);
 - warm: a second fresh process over the same directories (every cache hits).
 
-Gates (``COLD_RATIO``, ``WARM_SECONDS``): cold first call torchloom / Inductor <= 0.3 on
-both rows (the issue's goal for the MLP training step); warm torchloom first call of the
-layer-norm row <= ``WARM_SECONDS`` (the issue asks 0.2 s; Dynamo and aot_autograd alone
-take more on the training step: see ``benchmarks/RESULTS.md``).
+Gates: cold first call torchloom / Inductor <= ``COLD_RATIO`` (0.3, the issue's goal for
+the MLP training step) on both rows; warm, torchloom's own part <= ``WARM_OWN_SECONDS`` and
+its whole first call <= ``WARM_SECONDS`` per row (regression guards: the issue asks 0.2 s
+for a warm start, which torchloom's own part meets on a quiet machine, while Dynamo's and
+aot_autograd's tracing of the training step alone take more: see
+``benchmarks/RESULTS.md``).
 
 Run: ``python -m pytest benchmarks/test_codegen_cpu_compile.py -s`` (Inductor's cold
 compiles take most of its minute or two).
@@ -42,6 +49,9 @@ COLD_RATIO = 0.3
 #: torchloom's warm first call (caches hit, fresh process), seconds, per row: what a loaded
 #: 2-core machine holds (see RESULTS.md for the measured figures and the issue's 0.2 s)
 WARM_SECONDS = {"layer_norm_residual_gelu": 1.0, "mlp_block_training_step": 2.5}
+#: torchloom's own part of a warm first call (import, Compiler, compile_fx over the cached
+#: graphs and libraries), seconds: the issue's 0.2 s with room for a loaded machine
+WARM_OWN_SECONDS = 0.4
 ROWS = tuple(WARM_SECONDS)
 
 
@@ -58,10 +68,20 @@ def first_call(backend: str, name: str) -> dict:
     imported = time.perf_counter()
     from cpu_rows import row, step
     fn, inputs, train = row(name)
-    own = {"s": 0.0, "compilers": []}
+    own = {"s": 0.0, "compilers": [], "init_s": 0.0}
     if backend == "torchloom":
+        t0 = time.perf_counter()
         from torchloom.compiler import Compiler
-        original = Compiler.compile_fx
+        own["import_s"] = time.perf_counter() - t0
+        original, original_init = Compiler.compile_fx, Compiler.__init__
+
+        def timed_init(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                original_init(self, *args, **kwargs)
+            finally:
+                own["init_s"] += time.perf_counter() - t0
+        Compiler.__init__ = timed_init
 
         def timed(self, *args, **kwargs):
             t0 = time.perf_counter()
@@ -79,7 +99,8 @@ def first_call(backend: str, name: str) -> dict:
     result = {"first_call_s": done - imported, "import_s": imported - start}
     if backend == "torchloom":
         comps = [c for compiler in dict.fromkeys(own["compilers"]) for c in compiler.compilations]
-        result.update(own_s=own["s"], cached=[c.cached for c in comps],
+        result.update(own_s=own["s"], torchloom_import_s=own["import_s"],
+                      compiler_init_s=own["init_s"], cached=[c.cached for c in comps],
                       codegens=sorted({ch.codegen for c in comps for ch in c.compiled.choices}),
                       fallbacks=[c.fallback_reason for c in comps if c.fallback_reason])
     return result
@@ -124,11 +145,19 @@ def test_cold_and_warm_first_call(benchmark, tmp_path, name):
     benchmark.extra_info.update(cold=cold, warm=warm, cold_ratio=ratio)
     print(f"\n{name}: cold torchloom {ours['first_call_s']:.2f} s (own {ours['own_s']:.2f} s), "
           f"Inductor {theirs['first_call_s']:.2f} s, ratio {ratio:.2f}; warm torchloom "
-          f"{warm['torchloom']['first_call_s']:.2f} s (own {warm['torchloom']['own_s']:.3f} s), "
+          f"{warm['torchloom']['first_call_s']:.2f} s (own {warm['torchloom']['own_s']:.3f} s, "
+          f"import {warm['torchloom']['torchloom_import_s']:.3f} s, compiler "
+          f"{warm['torchloom']['compiler_init_s']:.3f} s), "
           f"Inductor {warm['inductor']['first_call_s']:.2f} s (shared imports before: "
           f"{ours['import_s']:.2f} s)")
     assert ratio <= COLD_RATIO
     assert warm["torchloom"]["first_call_s"] <= WARM_SECONDS[name]
+    assert _own(warm["torchloom"]) <= WARM_OWN_SECONDS
+
+
+def _own(side: dict) -> float:
+    """torchloom's own seconds in a first call: importing it, its Compiler, compile_fx."""
+    return side["own_s"] + side["torchloom_import_s"] + side["compiler_init_s"]
 
 
 if __name__ == "__main__":  # one side's first call, in a fresh process
