@@ -227,3 +227,41 @@ def test_cpu_groups_go_to_eager_unless_the_interpreter_is_asked_for(monkeypatch,
     assert TritonCodegen(cache_dir=tmp_path, cpu_interpreter=True).supports(group, registry) is None
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert TritonCodegen(cache_dir=tmp_path).supports(group, registry) is None
+
+
+def test_a_group_declined_for_its_device_costs_no_kernel(monkeypatch, tmp_path, registry):
+    import torchloom_codegen_triton.codegen as module
+    written = []
+
+    def writer(group, *args, **kwargs):
+        written.append(group.region.name)
+        raise AssertionError("a kernel was written")
+    monkeypatch.setattr(module, "KernelWriter", writer)
+    group = next(parse_graph(group_text("%a: f32[4]", """
+        %e = aten.exp.default(%a) : f32[4]""", "%e: f32[4]")).nodes)
+    reason = TritonCodegen(cache_dir=tmp_path, cpu_interpreter=False).supports(group, registry)
+    assert reason is not None and "CPU group" in reason.message and written == []
+    cuda = next(parse_graph(group_text("%a: f32[4] @cuda:0", """
+        %e = aten.exp.default(%a) : f32[4] @cuda:0""", "%e: f32[4] @cuda:0")).nodes)
+    target = TritonCodegen(cache_dir=tmp_path).for_target("sm_90")
+    assert target.supports(group, registry).message.startswith("group on cpu, not on the target")
+    assert written == []
+    if not torch.cuda.is_available():
+        reason = TritonCodegen(cache_dir=tmp_path).supports(cuda, registry)
+        assert "CUDA is not available" in reason.message and written == []
+
+
+def test_supports_then_generate_write_the_kernel_once(monkeypatch, tmp_path, registry):
+    import torchloom_codegen_triton.codegen as module
+    writes = []
+    real = module.TritonCodegen._write
+    monkeypatch.setattr(module.TritonCodegen, "_write",
+                        lambda self, g, r: writes.append(g.region.name) or real(self, g, r))
+    codegen = TritonCodegen(cache_dir=tmp_path)
+    group = next(parse_graph(group_text("%a: f32[4]", """
+        %e = aten.exp.default(%a) : f32[4]""", "%e: f32[4]")).nodes)
+    assert codegen.supports(group, registry) is None
+    kernel = codegen.generate(group, registry)
+    assert len(writes) == 1
+    # generated again (no supports in between): written afresh, the same kernel
+    assert codegen.generate(group, registry).source == kernel.source and len(writes) == 2

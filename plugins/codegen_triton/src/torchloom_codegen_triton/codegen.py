@@ -1,9 +1,11 @@
 """The ``triton`` codegen: one Triton kernel per fusion group.
 
-``supports`` tries to write the kernel and returns the reason when it cannot (an op with
-no template, a random or opaque op, an unsupported dtype, a size no input carries, no CUDA
-for a GPU group...); such groups run on ``eager``. Groups with symbolic sizes compile once
-into kernels taking the sizes as arguments (variants.py, launched by launch.py). CPU groups run through the Triton interpreter
+``supports`` declines a group on a device it cannot serve without writing anything, else
+tries to write the kernel (kept for ``generate``: each kernel is written once) and returns
+the reason when it cannot (an op with no template, a random or opaque op, an unsupported
+dtype, a size no input carries, no CUDA for a GPU group...); such groups run on ``eager``.
+Groups with symbolic sizes compile once into kernels taking the sizes as arguments
+(variants.py, launched by launch.py). CPU groups run through the Triton interpreter
 only when asked (``TORCHLOOM_TRITON_CPU=1`` or ``TRITON_INTERPRET=1``, or
 ``cpu_interpreter=True``): it is far slower than eager, so by default CPU groups go to
 ``eager`` with that reason. CI covers this codegen on the CPU that way.
@@ -35,8 +37,8 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 import torch
-from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, default_cache_dir,
-                           env_flag)
+from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, TensorType,
+                           default_cache_dir, env_flag)
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
@@ -76,6 +78,9 @@ class TritonCodegen:
         self.target = target
         #: autotune over every candidate launch (``for_mode("max-autotune")``)
         self.wide = False
+        #: (group, registry, (source, metadata)) the last ``supports`` wrote, for the
+        #: ``generate`` that follows it (one entry: the group being compiled)
+        self._written: tuple[Node, Any, tuple[str, dict[str, Any]]] | None = None
 
     def for_target(self, target: str) -> TritonCodegen | None:
         """A copy generating for ``target`` (``sm_<arch>``), or None for other targets."""
@@ -115,14 +120,30 @@ class TritonCodegen:
 
     # ---- protocol --------------------------------------------------------------------------
     def supports(self, group: Node, registry: Any) -> Reason | None:
+        """Cheap checks first (triton installed, the group's device): a group declined for
+        its device costs no kernel. Otherwise the kernel is written, and kept for the
+        ``generate`` of the same group that follows, so it is written once."""
         try:
             import triton  # noqa: F401
         except ImportError:
             return Reason(self.name, "triton is not installed (pip install triton)")
+        devices = {v.type.device for v in (*group.region.inputs, *group.region.outputs)
+                   if isinstance(v.type, TensorType)}
+        reason = self._device_reason(devices.pop()) if len(devices) == 1 else None
+        if reason is not None:
+            return reason
+        self._written = None
         try:
-            device = self._write(group, registry)[1]["device"]
+            written = self._write(group, registry)
         except Unsupported as exc:
             return Reason(self.name, str(exc))
+        reason = self._device_reason(written[1]["device"])
+        if reason is None:
+            self._written = (group, registry, written)
+        return reason
+
+    def _device_reason(self, device: str) -> Reason | None:
+        """Why a group on ``device`` cannot run here, or None."""
         if self.target is not None:
             return None if device.startswith("cuda") else Reason(
                 self.name, f"group on {device}, not on the target {self.target}'s device")
@@ -138,6 +159,13 @@ class TritonCodegen:
                                      f"Triton interpreter, cuda compiles)")
         return None
 
+    def _take_written(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
+        """The kernel ``supports`` wrote for this very group, else a new one."""
+        written, self._written = self._written, None
+        if written is not None and written[0] is group and written[1] is registry:
+            return written[2]
+        return self._write(group, registry)
+
     def _cpu_allowed(self) -> bool:
         if self.cpu_interpreter is not None:
             return self.cpu_interpreter
@@ -152,7 +180,7 @@ class TritonCodegen:
         return writer.generate()
 
     def generate(self, group: Node, registry: Any) -> KernelSource:
-        source, metadata = self._write(group, registry)
+        source, metadata = self._take_written(group, registry)
         metadata["autotune"] = self.autotune
         if self.wide and "variants" not in metadata:  # symbolic: wider per size bucket
             metadata["configs"] = wider_configs(metadata, self.max_persistent)
