@@ -36,7 +36,7 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     meta = kernel.metadata
-    if variant is not None:
+    if variant is not None and not finish:
         config = dict(config or variant["configs"][0])
     config = dict(config or (meta["finish"]["config"] if finish else meta["config"]))
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,9 +46,10 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
         name = variant["kernel"] if variant else meta["kernel"]
         fn = getattr(module, meta["finish"]["kernel"] if finish else name)
         params = list(inspect.signature(fn.fn).parameters)
-        dtypes = [d.get("dtype") or d["scalar"] for d in _arguments(meta, finish)]
-        size = "size64" if variant and variant["wide"] else "size32"
-        dtypes += [size] * len(meta.get("symbols", ()))  # after the tensors
+        size = "size64" if variant and variant["wide"] and not finish else "size32"
+        sizes = [{"scalar": size}] * len(meta.get("symbols", ()))  # symbolic sizes
+        sizes += [{"scalar": "size32"}] if meta.get("programs") == "kprog" else []
+        dtypes = [d.get("dtype") or d["scalar"] for d in _arguments(meta, finish, sizes)]
         signature = {p: POINTER_TYPES.get(d) or SCALAR_TYPES[d] for p, d in zip(params, dtypes)}
         constexprs = {k: v for k, v in config.items() if k != "num_warps"}
         signature.update({k: "constexpr" for k in constexprs})
@@ -60,12 +61,13 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
         return dict(compiled.asm)
 
 
-def _arguments(meta: dict, finish: bool) -> list[dict]:
-    """The descriptions of a kernel's (or its finishing kernel's) arguments, in order."""
+def _arguments(meta: dict, finish: bool, sizes: list[dict] = ()) -> list[dict]:
+    """The descriptions of a kernel's (or its finishing kernel's) arguments, in order;
+    ``sizes``: its size arguments (symbolic sizes), after the tensors, before scratch."""
     scratch = list(meta.get("scratch", ()))
     if not finish or meta["finish"].get("inputs"):
-        return [*meta["inputs"], *meta["outputs"], *scratch]
-    return [*scratch, *(meta["outputs"][i] for i in meta["finish"]["outputs"])]
+        return [*meta["inputs"], *meta["outputs"], *sizes, *scratch]
+    return [*scratch, *(meta["outputs"][i] for i in meta["finish"]["outputs"]), *sizes]
 
 
 def resource_usage(cubin: bytes, kernel: str) -> dict[str, int]:

@@ -156,10 +156,9 @@ class KernelWriter:
         self.looped = self.form == "looped" if self.form else next_pow2(rnumel) > limit
         self.max_persistent = max_persistent
         self.kept = kept
-        if columns and self.symbolic:
-            raise Unsupported("row and column reductions of the same data in one kernel: "
-                              "symbolic sizes are not supported yet (the column partials "
-                              "are planned from concrete sizes)")
+        if columns and not isinstance(self.rnumel, int):
+            raise Unsupported(f"row and column reductions of the same data in one kernel "
+                              f"need a static row length (it is {self.rnumel})")
         self.col = ColumnPartials(self, columns) if columns else None
         if self.col is not None and (self.looped or self.columns):
             raise Unsupported(f"row and column reductions of rows of {self.rnumel} elements "
@@ -380,7 +379,7 @@ class KernelWriter:
         if self.col is not None:  # every program walks its row blocks, summing columns
             init, update, store = self.col.accumulate()
             n = self.col.programs
-            blocks = f"({self.rows} + XBLOCK * {n} - 1) // (XBLOCK * {n})"
+            blocks = f"({rows} + XBLOCK * {n} - 1) // (XBLOCK * {n})"
             return [*init, f"for it in range(0, {blocks}):",
                     *("    " + line for line in em.lines + update), *store]
         return em.lines
@@ -410,6 +409,7 @@ class KernelWriter:
         kernel += suffix
         params = [f"in_{v.name}" for v in self.region.inputs] + names
         params += [f"ks{k}" for k in range(len(self.symbols))]  # symbolic sizes
+        params += ["kprog"] if self.col is not None and self.symbolic else []
         finish = ""
         two_stage = self.col if self.col is not None else self.split
         if two_stage is not None:

@@ -26,6 +26,7 @@ from torchloom.api import Progress
 
 from torchloom_codegen_triton.plan import (next_pow2, pointwise_configs, reduction_configs,
                                            wider_configs)
+from torchloom_codegen_triton.rowcol import PROGRAMS
 from torchloom_codegen_triton.sizes import size_function
 
 _WIDE = 2 ** 31
@@ -43,6 +44,8 @@ class SymbolicLauncher:
         self.meta = meta
         self.variants = meta["variants"]
         self.fns = {v["kernel"]: getattr(module, v["kernel"]) for v in self.variants}
+        #: row + column form (rowcol.py): the finishing kernel and its spec
+        self.finish = getattr(module, meta["finish"]["kernel"]) if "finish" in meta else None
         self.sizes = size_function(meta)
         self.pointwise = meta["kind"] == "pointwise"
         self.out_dtypes = [dtypes[o["dtype"]] for o in meta["outputs"]]
@@ -70,6 +73,8 @@ class SymbolicLauncher:
                 torch.empty_strided(shape, st, dtype=dtype, device=device)
                 for shape, st, dtype in zip(shapes, strides, self.out_dtypes)]
         programs = numel if self.pointwise else rows
+        if self.finish is not None:  # column results exist even over no rows
+            programs = max(rows, 1) if rnumel > 0 else 0
         if programs <= 0:  # an empty iteration space: nothing to launch
             return tuple(outs)
         tensors = [*(args[i] for i in self.tensors), *outs]
@@ -78,14 +83,34 @@ class SymbolicLauncher:
         variant = next(v for v in self.variants if v["wide"] == wide and (
             v["max_rnumel"] is None or rbucket <= v["max_rnumel"]))
         bucket = f"{variant['kernel']}:{next_pow2(programs)}:{rbucket}"
-        config = self.configs.get(bucket)
         fn = self.fns[variant["kernel"]]
-        call = (*args, *outs, *values)
+        if self.finish is not None:
+            def run(c):
+                self._row_and_column(fn, c, args, outs, values, rows, rnumel)
+        else:
+            def run(c):
+                self._launch(fn, c, (*args, *outs, *values), programs)
+        config = self.configs.get(bucket)
         if config is None:
-            config = self._choose(bucket, fn, call, programs)
+            config = self._choose(bucket, run)
         self.launches.append((variant["kernel"], bucket))
-        self._launch(fn, config, call, programs)
+        run(config)
         return tuple(outs)
+
+    def _row_and_column(self, fn, config, args, outs, values, rows: int, rnumel: int):
+        """The row + column form: ``kprog`` programs walk the row blocks, each leaving its
+        column partials in scratch; ``_finish`` combines them."""
+        blocks = {k: v for k, v in config.items() if k != "num_warps"}
+        kprog = min(PROGRAMS, max(-(-rows // blocks["XBLOCK"]), 1))
+        device = outs[0].device
+        scratch = [torch.empty(kprog * rnumel, dtype=torch.float32, device=device)
+                   for _ in self.meta["scratch"]]
+        spec = self.meta["finish"]
+        with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
+            fn[(kprog,)](*args, *outs, *values, kprog, *scratch, **blocks,
+                         num_warps=config.get("num_warps", 4))
+            self.finish[(-(-rnumel // spec["config"]["FBLOCK"]),)](
+                *scratch, *(outs[i] for i in spec["outputs"]), *values, kprog, **spec["config"])
 
     def _fix_strides(self, args: tuple, expected: list) -> tuple:
         """Inputs laid out otherwise than the kernel reads them are copied (rare)."""
@@ -133,7 +158,7 @@ class SymbolicLauncher:
         self._candidates[bucket] = found
         return found
 
-    def _choose(self, bucket: str, fn, call: tuple, programs: int) -> dict[str, int]:
+    def _choose(self, bucket: str, run) -> dict[str, int]:
         candidates = self.candidates(bucket)
         config = dict(candidates[0])
         if self.tune_stem is not None and len(candidates) > 1:
@@ -143,14 +168,14 @@ class SymbolicLauncher:
                 if path.exists():
                     config = json.loads(path.read_text())["config"]
                 else:
-                    config = self._tune(path, bucket, fn, call, programs, candidates)
+                    config = self._tune(path, bucket, run, candidates)
             self.tuned[bucket] = config
             if self.on_tuned is not None:
                 self.on_tuned({"buckets": dict(self.tuned)})
         self.configs[bucket] = config
         return config
 
-    def _tune(self, path: Path, bucket: str, fn, call: tuple, programs: int,
+    def _tune(self, path: Path, bucket: str, run,
               candidates: list[dict[str, int]]) -> dict[str, int]:
         from triton.testing import do_bench
         timings = []
@@ -158,8 +183,7 @@ class SymbolicLauncher:
                       total=len(candidates),
                       delay=None if self.verbose else float("inf")) as progress:
             for k, config in enumerate(candidates):
-                ms = do_bench(lambda c=config: self._launch(fn, c, call, programs),
-                              warmup=5, rep=20)
+                ms = do_bench(lambda c=config: run(c), warmup=5, rep=20)
                 timings.append((ms, k))
                 progress.update(k + 1, "configs")
         best = dict(candidates[min(timings)[1]])

@@ -12,7 +12,9 @@ kernel (``_finish``) combines the partials of each column and stores the column 
 Where it applies: the group's reductions have two signatures over one shape P, one
 reducing the trailing dims (rows, held whole: no longer than the persistent limit), the
 other the leading ones (columns); the column reductions are sums, maxima or minima whose
-results are outputs of the group (read by nothing else in it), stored contiguously.
+results are outputs of the group (read by nothing else in it), stored contiguously. With
+symbolic sizes the row length must be static; a symbolic row count makes the number of
+programs an argument (``kprog``, at most ``PROGRAMS``) that the launcher computes per call.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ class ColumnPartials:
     def __init__(self, writer: "KernelWriter", columns: list[Node]):
         self.w = writer
         self.columns = columns
-        #: programs of the main kernel (no more than there are rows)
-        self.programs = min(PROGRAMS, max(writer.rows, 1))
+        #: programs of the main kernel (no more than there are rows): with symbolic rows,
+        #: the argument ``kprog`` the launcher computes so
+        self.programs = min(PROGRAMS, max(writer.rows, 1)) if isinstance(
+            writer.rows, int) else "kprog"
         self.outputs: dict[int, tuple[Node, str]] = {}  # region output index -> (node, kind)
         consumers = {v: [n for n in writer.region.nodes if v in n.inputs]
                      for n in columns for v in n.outputs}
@@ -79,7 +83,9 @@ class ColumnPartials:
             if consumers[v] or v not in region_outputs:
                 raise Unsupported(f"the column reduction %{v.name} is read inside the group")
             t = tensor_type(v)
-            if t.dtype not in IDENTITY_DTYPES or list(t.actual_strides()) != _contiguous(t.shape):
+            strides = t.actual_strides()  # None: contiguous (symbolic sizes)
+            if t.dtype not in IDENTITY_DTYPES or (strides is not None and (
+                    not t.is_static or list(strides) != _contiguous(t.shape))):
                 raise Unsupported(f"column reduction output %{v.name} ({t.dtype}, strided)")
             for i, out in enumerate(region_outputs):
                 if out is v:
@@ -110,7 +116,9 @@ class ColumnPartials:
 
     @property
     def scratch(self) -> list[dict]:
-        return [{"dtype": "f32", "numel": self.programs * self.w.rnumel} for _ in self.columns]
+        """Per column reduction: ``[programs, C]`` partials (numel None: at launch)."""
+        numel = self.programs * self.w.rnumel if isinstance(self.programs, int) else None
+        return [{"dtype": "f32", "numel": numel} for _ in self.columns]
 
     def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
         """The finishing kernel and the region output indices it stores, in order."""
@@ -120,8 +128,12 @@ class ColumnPartials:
             n, kind = self.outputs[i]
             entries.append((self.columns.index(n), out_names[i], kind,
                             REDUCTIONS[n.op].outputs[0], tensor_type(n.outputs[0]).dtype))
-        return finish_source(entries, len(self.columns), self.w.rnumel, self.programs,
-                             self.w.rows), order
+        w = self.w
+        sizes = [f"ks{k}" for k in range(len(w.symbols))] + ["kprog"] if w.symbolic else []
+        reduced = literal(float(w.rows)) if isinstance(w.rows, int) else \
+            f"tl.cast({w.ix.size(w.rows)}, tl.float32)"
+        return finish_source(entries, len(self.columns), w.rnumel, self.programs, reduced,
+                             sizes), order
 
     def traffic(self) -> tuple[int, int]:
         """(bytes, bytes) the scratch adds: written by the main kernel, read by _finish."""
@@ -142,13 +154,15 @@ def _contiguous(shape) -> list[int]:
 
 
 def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
-                  elements: int, partials: int, reduced: int) -> str:
-    """``_finish(scratch..., outs..., FBLOCK)``: for each ``(scratch index, output name,
-    kind, output template, dtype)``, combine the ``partials`` rows of the scratch buffer
-    ``[partials, elements]`` element by element, apply the reduction's output template
-    (``{n}``: the ``reduced`` elements behind each result) and store the output."""
+                  elements: int, partials: int | str, reduced: str,
+                  sizes: list[str] = ()) -> str:
+    """``_finish(scratch..., outs..., sizes..., FBLOCK)``: for each ``(scratch index,
+    output name, kind, output template, dtype)``, combine the ``partials`` rows of the
+    scratch buffer ``[partials, elements]`` element by element, apply the reduction's
+    output template (``{n}``: ``reduced``, the f32 count of elements behind each result)
+    and store the output. ``sizes``: size arguments the texts name (symbolic rows)."""
     params = [f"scratch{k}" for k in range(scratches)]
-    params += [name for _, name, _, _, _ in entries] + ["FBLOCK: tl.constexpr"]
+    params += [name for _, name, _, _, _ in entries] + list(sizes) + ["FBLOCK: tl.constexpr"]
     lines = ["cindex = tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK)[None, :]",
              f"cmask = cindex < {elements}"]
     for k, name, kind, template, dtype in entries:
@@ -160,7 +174,7 @@ def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
                   f"    part = tl.load(scratch{k} + pindex * {elements} + cindex, "
                   f"(pindex < {partials}) & cmask, other={identity})",
                   f"    acc{k} = {COMBINE[kind].format(a=f'acc{k}', b=block)}"]
-        value = template.format(acc=f"acc{k}", n=literal(float(reduced)))
+        value = template.format(acc=f"acc{k}", n=reduced)
         if dtype == "bf16":
             value = f"_round_to_bf16({value})"
         lines.append(f"tl.store({name} + cindex, ({value}).to({STORAGE[dtype]}), cmask)")

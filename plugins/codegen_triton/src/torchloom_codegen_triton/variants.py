@@ -36,15 +36,16 @@ def generate_variants(group: Node, registry: Any,
     forms: list[str | None] = [None]
     if first.kind == "reduction" and not isinstance(first.rnumel, int):
         forms = ["persistent", "looped"]
-    functions, variants, notes = [], [], []
+    functions, variants, notes, finishes = [], [], [], []
     writers = []
     for wide in (False, True):
         for form in forms:
             w = KernelWriter(group, registry, max_persistent, form=form, wide=wide)
             suffix = ("_looped" if form == "looped" else "") + ("_i64" if wide else "")
             kernel, kind, function, finish = w.function(suffix)
-            assert not finish, "two-stage forms are planned from concrete sizes only"
             functions.append(function)
+            if finish and finish not in finishes:  # row + column: one finishing kernel
+                finishes.append(finish)
             writers.append(w)
             notes += [n for n in w.notes if n not in notes]
             variants.append({"kernel": kernel, "form": kind, "wide": wide,
@@ -60,5 +61,7 @@ def generate_variants(group: Node, registry: Any,
     forms_text = " or ".join(dict.fromkeys(v["form"] for v in variants))
     header = main.header(f"{forms_text}, symbolic sizes (variants: "
                          f"{', '.join(v['kernel'] for v in variants)})")
-    source = "\n".join([*header, *MODULE_PRELUDE, "\n\n\n".join(functions)]) + "\n"
+    assert len(finishes) <= 1, "the variants' finishing kernels differ"
+    source = "\n".join([*header, *MODULE_PRELUDE, "\n\n\n".join(functions)]) + "\n" + \
+        "".join(finishes)
     return source, meta
