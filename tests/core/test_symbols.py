@@ -193,3 +193,9 @@ def test_plugins_reach_symbolic_sizes_through_the_public_api():
     assert "symbols" in api.__all__
     assert api.symbols.evaluate("2*s0+s1", {"s0": 3, "s1": 4}) == 10
     assert api.symbols.symbolic_contiguous(("s0", 8), (8, 1))
+
+
+def test_bind_symbols_reads_each_symbol_from_its_first_bare_dim():
+    from torchloom.ir.symbols import bind_symbols
+    shapes = [None, ("2*s0", 8), (4, "s1", "s0"), ("s0", "s2")]
+    assert bind_symbols(shapes) == {"s1": (2, 1), "s0": (2, 2), "s2": (3, 1)}

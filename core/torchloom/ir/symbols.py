@@ -201,35 +201,6 @@ def bind_symbols(shapes: Sequence[Sequence[Dim] | None]) -> dict[str, tuple[int,
     return bound
 
 
-def size_function(shapes: Sequence[Sequence[Dim] | None], groups: Sequence[Sequence[Dim]],
-                  scalars: Mapping[str, int] | None = None
-                  ) -> Callable[..., tuple[tuple[int, ...], ...]]:
-    """``f(*args) -> tuple(tuple(int) per group)``: the dims of ``groups`` evaluated with each
-    symbol read from ``args[i].shape[k]`` as :func:`bind_symbols` finds it in ``shapes``, or
-    from the int argument ``args[scalars[symbol]]`` itself. One generated function (nothing
-    is interpreted per call); :class:`SymbolicDimError` when a dim names a symbol nothing
-    binds."""
-    bound = bind_symbols(shapes)
-    scalars = {s: i for s, i in (scalars or {}).items() if s not in bound}
-    for group in groups:
-        for d in group:
-            missing = [s for s in symbols_of(d) if s not in bound and s not in scalars]
-            if missing or d is None:
-                raise SymbolicDimError(f"size {d!r}: {', '.join(missing) or 'unknown'} is "
-                                       f"not a dim of any input")
-    lines = [f"def sizes({', '.join(f'a{i}' for i in range(len(shapes)))}):"]
-    lines += [f"    sym_{s} = a{i}.shape[{k}]" for s, (i, k) in bound.items()]
-    lines += [f"    sym_{s} = a{i}" for s, i in scalars.items()]
-    parts = []
-    for group in groups:
-        items = [python_source(d, lambda s: f"sym_{s}") for d in group]
-        parts.append(f"({', '.join(items)}{',' if len(items) == 1 else ''})")
-    lines.append(f"    return ({', '.join(parts)}{',' if len(parts) == 1 else ''})")
-    namespace: dict = dict(guard_namespace())
-    exec(compile("\n".join(lines) + "\n", "<torchloom sizes>", "exec"), namespace)
-    return namespace["sizes"]
-
-
 def _to_int(value) -> int:
     if isinstance(value, Fraction):
         if value.denominator != 1:
@@ -245,4 +216,4 @@ def guard_namespace() -> dict[str, Callable]:
 
 __all__ = ["Dim", "FUNCTIONS", "SymbolicDimError", "symbols_of", "is_symbol",
            "rename_dim", "parse_dim", "evaluate", "python_source", "guard_namespace",
-           "symbolic_contiguous", "bind_symbols", "size_function"]
+           "symbolic_contiguous", "bind_symbols"]

@@ -337,19 +337,22 @@ class KernelWriter:
         lines = drop_unused(self.body())
         rows, numel = par(self.ix.size(self.rows)), par(self.ix.size(self.numel))
         # threads when there are rows to share and work to pay for them: decided here for
-        # static sizes, at run time (an OpenMP if clause) for symbolic ones
+        # static sizes, at run time for symbolic ones
         conditions = [f"{rows} > 1"] if not isinstance(self.rows, int) else []
         if not isinstance(self.numel, int):
             conditions.append(f"{numel} >= {PARALLEL_MIN}")
         self.parallel = (not isinstance(self.rows, int) or self.rows > 1) and (
             not isinstance(self.numel, int) or self.numel >= PARALLEL_MIN)
         pragma = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
-        if conditions:
-            pragma += f" if({' && '.join(conditions)})"
-        out = [pragma] if self.parallel else []
-        out.append(f"for (int64_t {self.outer} = 0; {self.outer} < {rows}; "
-                   f"{self.outer}++) {{")
-        return [*out, *("  " + line for line in lines), "}"]
+        loop = [f"for (int64_t {self.outer} = 0; {self.outer} < {rows}; {self.outer}++) {{",
+                *("  " + line for line in lines), "}"]
+        if not conditions:
+            return [pragma, *loop] if self.parallel else loop
+        # a branch, not an OpenMP if clause: entering a parallel region that the clause
+        # then runs on one thread costs ~0.5 us per call, much of a small kernel's time
+        return [f"if ({' && '.join(conditions)}) {{", "  " + pragma,
+                *("  " + line for line in loop), "} else {", *("  " + line for line in loop),
+                "}"]
 
     def dims(self, dim):
         """``dim`` written over the size arguments (``S_0*16``), for the launcher."""

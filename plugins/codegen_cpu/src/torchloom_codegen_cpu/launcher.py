@@ -6,10 +6,10 @@ symbolic sizes) and the thread count (``torch.get_num_threads()`` at call time).
 
 A launcher copies an input whose strides are not the ones the kernel was written for
 (strides of size-1 dims never matter), allocates the outputs, and skips the call when every
-output is empty. With symbolic sizes, one generated function (``symbols.size_function``)
-reads each size from the first input dim that is that bare size (as the graph's guards bind
-symbols) or from the int input the metadata names for it, and evaluates the output shapes
-and the expected strides from them.
+output is empty. With symbolic sizes, it reads each size from the first input dim that is
+that bare size (``symbols.bind_symbols``, the binding the graph's guards use) or from the
+int input the metadata names for it, and evaluates the output shapes and the expected
+strides from them.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ _TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float1
 _SCALAR_CTYPES = {"float": ctypes.c_double, "int": ctypes.c_int64, "bool": ctypes.c_bool}
 
 
-def launcher(lib: ctypes.CDLL, meta: dict[str, Any]):
+def launcher(lib: ctypes.CDLL, meta: dict[str, Any]) -> "Launcher":
     """The callable for the kernel ``meta`` describes, in the loaded library ``lib``."""
-    return SymbolicLauncher(lib, meta) if meta.get("sizes") else Launcher(lib, meta)
+    return Launcher(lib, meta)
 
 
 def _function(lib: ctypes.CDLL, meta: dict[str, Any]):
@@ -42,87 +42,79 @@ def _function(lib: ctypes.CDLL, meta: dict[str, Any]):
 
 
 class Launcher:
-    """The launcher of a kernel with static sizes."""
+    """``kernel(*inputs) -> outputs`` through one generated Python function (a call costs a
+    few attribute reads and the ctypes call: kernels of small tensors are dominated by it).
+    Its text is built from the metadata's dims through ``symbols.python_source`` (integer
+    arithmetic only) and fixed templates: metadata read back from a cache never writes
+    code."""
 
     def __init__(self, lib: ctypes.CDLL, meta: dict[str, Any]):
         self.lib = lib  # keeps the library loaded
         self.meta = meta
         self.fn = _function(lib, meta)
-        self.outputs = [(tuple(o["shape"]), tuple(o["strides"]), _TORCH_DTYPES[o["dtype"]],
-                         tuple(o["strides"]) == _contiguous(o["shape"]))
-                        for o in meta["outputs"]]
-        self.checks = []
-        self.scalars = {i for i, d in enumerate(meta["inputs"]) if "scalar" in d}
-        for i, d in enumerate(meta["inputs"]):
-            if "scalar" in d:
-                continue
-            dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
-            self.checks.append((i, dims, tuple(d["strides"][k] for k in dims),
-                                tuple(d["shape"]), tuple(d["strides"])))
-        self.empty = all(0 in o[0] for o in self.outputs)  # nothing to write
+        self.source, self._call = _launch_source(meta, self.fn)
 
     def __call__(self, *args):
-        args = list(args)
-        for i, dims, expected, shape, strides in self.checks:
-            stride = args[i].stride()
-            if stride != strides and tuple(stride[k] for k in dims) != expected:
-                fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype)
-                args[i] = fixed.copy_(args[i])
-        outs = [torch.empty(shape, dtype=dtype) if contiguous else
-                torch.empty_strided(shape, strides, dtype=dtype)
-                for shape, strides, dtype, contiguous in self.outputs]
-        if not self.empty:
-            pointers = [a if i in self.scalars else a.data_ptr() for i, a in enumerate(args)]
-            self.fn(*pointers, *[o.data_ptr() for o in outs], torch.get_num_threads())
-        return tuple(outs)
+        return self._call(*args)
 
 
-class SymbolicLauncher:
-    """The launcher of a kernel taking symbolic sizes as arguments (metadata ``sizes``:
-    the symbols' names, which the inputs' and outputs' dims are written in)."""
+def _launch_source(meta: dict[str, Any], fn) -> tuple[str, Any]:
+    inputs, outputs, sizes = meta["inputs"], meta["outputs"], meta.get("sizes", [])
+    params = [f"a{i}" for i in range(len(inputs))]
+    shapes = [None if "scalar" in d else d["shape"] for d in inputs]
+    scalars = {d["size"]: i for i, d in enumerate(inputs) if "size" in d}
+    bound = symbols.bind_symbols(shapes)
+    namespace: dict[str, Any] = {**symbols.guard_namespace(), "_fn": fn,
+                                 "_empty": torch.empty, "_empty_strided": torch.empty_strided,
+                                 "_threads": torch.get_num_threads, "_fix": _fix}
+    lines = [f"def launch({', '.join(params)}):"]
+    lines += [f"    sym_{s} = a{i}.shape[{k}]" for s, (i, k) in bound.items()]
+    lines += [f"    sym_{s} = a{i}" for s, i in scalars.items() if s not in bound]
+    for s in sizes:
+        if s not in bound and s not in scalars:
+            raise symbols.SymbolicDimError(f"size {s} is not read from any input")
 
-    def __init__(self, lib: ctypes.CDLL, meta: dict[str, Any]):
-        self.lib = lib
-        self.meta = meta
-        self.fn = _function(lib, meta)
-        inputs, outputs = meta["inputs"], meta["outputs"]
-        self.scalars = {i for i, d in enumerate(inputs) if "scalar" in d}
-        groups: list[list] = [list(meta["sizes"])]  # what one call evaluates, in groups
+    def tup(dims) -> str:
+        items = [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
 
-        def group(dims) -> int:
-            groups.append(list(dims))
-            return len(groups) - 1
+    for i, d in enumerate(inputs):
+        if "scalar" in d:
+            continue
+        if d["strides"] is None:  # symbolic sizes, contiguous
+            lines.append(f"    if not a{i}.is_contiguous(): a{i} = a{i}.contiguous()")
+        else:  # strides of size-1 dims never matter (torch gives them any value)
+            lines.append(f"    if a{i}.stride() != (_e := {tup(d['strides'])}): "
+                         f"a{i} = _fix(a{i}, _e)")
+    for j, o in enumerate(outputs):
+        namespace[f"_d{j}"] = _TORCH_DTYPES[o["dtype"]]
+        contiguous = o["strides"] is None or tuple(o["strides"]) == _contiguous(o["shape"])
+        lines.append(f"    o{j} = _empty({tup(o['shape'])}, dtype=_d{j})" if contiguous else
+                     f"    o{j} = _empty_strided({tup(o['shape'])}, {tup(o['strides'])}, "
+                     f"dtype=_d{j})")
+    pointers = [f"a{i}" if "scalar" in d else f"a{i}.data_ptr()" for i, d in enumerate(inputs)]
+    pointers += [f"o{j}.data_ptr()" for j in range(len(outputs))]
+    pointers += [f"sym_{s}" for s in sizes]
+    call = f"_fn({', '.join(pointers)}, _threads())"
+    static = [o["shape"] for o in outputs if all(isinstance(d, int) for d in o["shape"])]
+    if len(static) == len(outputs):  # decided now: some output has elements, or none has
+        if not all(0 in shape for shape in static):
+            lines.append(f"    {call}")
+    else:  # every output empty at this size: nothing to write
+        lines.append(f"    if {' or '.join(f'o{j}.numel()' for j in range(len(outputs)))}:")
+        lines.append(f"        {call}")
+    lines.append(f"    return ({', '.join(f'o{j}' for j in range(len(outputs)))},)")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<torchloom launch {meta['kernel']}>", "exec"), namespace)
+    return source, namespace["launch"]
 
-        self.contiguous = [i for i, d in enumerate(inputs)
-                           if "scalar" not in d and d["strides"] is None]
-        self.strided = [(i, group(d["strides"])) for i, d in enumerate(inputs)
-                        if "scalar" not in d and d["strides"] is not None]
-        self.outputs = [(group(o["shape"]), None if o["strides"] is None else group(o["strides"]),
-                         _TORCH_DTYPES[o["dtype"]]) for o in outputs]
-        shapes = [None if "scalar" in d else d["shape"] for d in inputs]
-        scalars = {d["size"]: i for i, d in enumerate(inputs) if "size" in d}
-        self.sizes = symbols.size_function(shapes, groups, scalars)
 
-    def __call__(self, *args):
-        values = self.sizes(*args)
-        args = list(args)
-        for i in self.contiguous:
-            if not args[i].is_contiguous():
-                args[i] = args[i].contiguous()
-        for i, g in self.strided:
-            a, expected = args[i], values[g]
-            stride = a.stride()
-            if stride != expected and any(n != 1 and s != e for n, s, e in
-                                          zip(a.shape, stride, expected)):
-                args[i] = torch.empty_strided(a.shape, expected, dtype=a.dtype).copy_(a)
-        outs = [torch.empty(values[shape], dtype=dtype) if strides is None else
-                torch.empty_strided(values[shape], values[strides], dtype=dtype)
-                for shape, strides, dtype in self.outputs]
-        if any(o.numel() for o in outs):
-            pointers = [a if i in self.scalars else a.data_ptr() for i, a in enumerate(args)]
-            self.fn(*pointers, *[o.data_ptr() for o in outs], *values[0],
-                    torch.get_num_threads())
-        return tuple(outs)
+def _fix(a: torch.Tensor, expected: tuple[int, ...]) -> torch.Tensor:
+    """``a`` itself when its strides differ from ``expected`` only at size-1 dims, else a
+    copy with the ``expected`` strides."""
+    if all(n == 1 or s == e for n, s, e in zip(a.shape, a.stride(), expected)):
+        return a
+    return torch.empty_strided(a.shape, expected, dtype=a.dtype).copy_(a)
 
 
 def _contiguous(shape) -> tuple[int, ...]:

@@ -1,0 +1,153 @@
+"""Symbolic sizes on the cpu codegen: random fusion groups whose dims are symbols (rows
+``s0``, row length ``s1``), compiled once, run at several concrete sizes (1 and 0 included,
+rows long enough to be chunked and split over threads) and compared with eager."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torchloom.api import parse_graph
+
+from conftest import compare, group_text
+
+UNARY = ["aten.tanh.default", "aten.relu.default", "aten.neg.default", "aten.abs.default",
+         "aten.exp.default", "aten.sigmoid.default"]
+BINARY = ["aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.maximum.default"]
+REDUCE = ["aten.sum.dim_IntList", "aten.amax.default", "aten.mean.dim"]
+#: (rows, row length) each group runs at: size 1 and 0, chunked and threaded rows
+SIZES = [(3, 5), (1, 7), (4, 1), (1, 1), (0, 6), (5, 0), (2, 9000), (40, 1000)]
+
+
+def _type(dtype: str, shape) -> str:
+    return f"{dtype}[{', '.join(map(str, shape))}]"
+
+
+def _broadcast(a, b):
+    a, b = (1,) * (len(b) - len(a)) + tuple(a), (1,) * (len(a) - len(b)) + tuple(b)
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
+@st.composite
+def symbolic_group(draw):
+    dtype = draw(st.sampled_from(["f32", "f64"]))
+    shapes = draw(st.lists(st.sampled_from([("s0", "s1"), ("s1",), ("s0", 1), (1, "s1")]),
+                           min_size=1, max_size=3))
+    shapes[0] = ("s0", "s1")
+    values = [(f"%a{i}", s) for i, s in enumerate(shapes)]
+    lines = []
+    for k in range(draw(st.integers(1, 5))):
+        if draw(st.booleans()):
+            name, shape = draw(st.sampled_from(values))
+            lines.append(f"%v{k} = {draw(st.sampled_from(UNARY))}({name}) : "
+                         f"{_type(dtype, shape)}")
+        else:
+            (a, sa), (b, sb) = draw(st.sampled_from(values)), draw(st.sampled_from(values))
+            shape = _broadcast(sa, sb)
+            lines.append(f"%v{k} = {draw(st.sampled_from(BINARY))}({a}, {b}) : "
+                         f"{_type(dtype, shape)}")
+        values.append((f"%v{k}", shape))
+    last, shape = values[-1]
+    results = [f"{last}: {_type(dtype, shape)}"]
+    view = draw(st.sampled_from(["none", "flatten", "transpose"]))
+    if view == "flatten" and shape == ("s0", "s1"):  # a view to the flattened elements
+        lines.append(f"%f = aten.view.default({last}) {{size = [-1]}} : {dtype}[\"s0*s1\"]")
+        results.append(f"%f: {dtype}[\"s0*s1\"]")
+    elif view == "transpose" and len(shape) == 2:
+        out = (shape[1], shape[0])
+        strides = "" if 1 in shape else " strided[1, s1]" if shape == ("s0", "s1") else None
+        if strides is not None:
+            lines.append(f"%t = aten.t.default({last}) : {_type(dtype, out)}{strides}")
+            lines.append(f"%u = aten.sin.default(%t) : {_type(dtype, out)}")
+            results.append(f"%u: {_type(dtype, out)}")
+    if draw(st.booleans()) and len(shape) == 2:
+        op, keep = draw(st.sampled_from(REDUCE)), draw(st.booleans())
+        dim = draw(st.sampled_from([0, -1]))
+        out = list(shape)
+        if keep:
+            out[dim] = 1
+        else:
+            del out[dim]
+        attrs = f"{{dim = [{dim}]{', keepdim = true' if keep else ''}}}"
+        lines.append(f"%r = {op}({last}) {attrs} : {_type(dtype, out)}")
+        results.append(f"%r: {_type(dtype, out)}")
+    params = ", ".join(f"{n}: {_type(dtype, s)}" for n, s in values[:len(shapes)])
+    return group_text(params, "\n".join(lines), ", ".join(results)), shapes, dtype
+
+
+def _inputs(shapes, dtype, rows, cols, seed):
+    gen = torch.Generator().manual_seed(seed)
+    sizes = {"s0": rows, "s1": cols}
+    return [torch.randn([sizes.get(d, d) for d in s], generator=gen,
+                        dtype=getattr(torch, {"f32": "float32", "f64": "float64"}[dtype]))
+            for s in shapes]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # the checker keeps no state
+@given(symbolic_group(), st.integers(0, 1000))
+def test_random_symbolic_groups_match_eager_at_every_size(check, case, seed):
+    text, shapes, dtype = case
+    compiled = check.compile(text)  # every group on cpu, compiled once
+    source = check.codegen.generate(compiled.choices[0].node, check.registry).source
+    assert "int64_t S_0" in source and "int64_t S_1" in source
+    for rows, cols in SIZES:
+        inputs = _inputs(shapes, dtype, rows, cols, seed)
+        try:
+            want = check.reference(text, *inputs)
+        except (RuntimeError, IndexError):  # eager refuses it (amax of an empty row)
+            continue
+        compare(compiled(*inputs), want, rtol=1e-4, atol=1e-4)  # sums of 9000 in any order
+
+
+def test_one_library_serves_every_size(check):
+    """Kernels take sizes as arguments: the source, the kernel's name and the library hold
+    no concrete size, and a second group equal up to its symbols' names reuses them."""
+    text = group_text("%a: f32[s0, s1], %b: f32[s1]", """
+        %m = aten.mul.Tensor(%a, %b) : f32[s0, s1]
+        %e = aten.exp.default(%m) : f32[s0, s1]
+        %s = aten.sum.dim_IntList(%e) {dim = [1]} : f32[s0]""", "%e: f32[s0, s1], %s: f32[s0]")
+    renamed = text.replace("s0", "s7").replace("s1", "s3")
+    kernels = [check.codegen.generate(check.compile(t).choices[0].node, check.registry)
+               for t in (text, renamed)]
+    assert kernels[0].metadata == kernels[1].metadata
+    assert kernels[0].metadata["sizes"] == ["S_0", "S_1"]
+    compiled = check.compile(renamed)
+    for rows, cols in [(2, 3), (7, 1), (1, 40000)]:
+        a, b = torch.randn(rows, cols), torch.randn(cols)
+        compare(compiled(a, b), check.reference(renamed, a, b))
+
+
+def test_sizes_read_from_view_arguments_and_flattened_inputs(check):
+    """A symbol that is no dim of an input is read from the int a view takes it from; an
+    input dim that is a product of such symbols (a flattened batch) is an argument itself."""
+    text = group_text("%x: f32[\"s0*s1\", 16], %b: f32[16], %n: int, %m: int", """
+        %y = aten.add.Tensor(%x, %b) : f32["s0*s1", 16]
+        %v = aten.view.default(%y, %n, %m) {size = [$1, $2, 16]} : f32[s0, s1, 16]
+        %g = aten.relu.default(%v) : f32[s0, s1, 16]""", "%g: f32[s0, s1, 16], %y: f32[\"s0*s1\", 16]")
+    compiled = check.compile(text)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert [d.get("size") for d in kernel.metadata["inputs"]] == [None, None, "S_0", "S_1"]
+    for b, s in [(2, 3), (1, 5), (3, 1), (0, 4)]:
+        x, bias = torch.randn(b * s, 16), torch.randn(16)
+        compare(compiled(x, bias, b, s), check.reference(text, x, bias, b, s))
+    # only the product is ever used: it is the argument
+    text = group_text("%x: f32[\"s0*s1\", 16], %b: f32[16]", """
+        %y = aten.add.Tensor(%x, %b) : f32["s0*s1", 16]""", "%y: f32[\"s0*s1\", 16]")
+    compiled = check.compile(text)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["sizes"] == ["S_0"]
+    assert kernel.metadata["inputs"][0]["shape"] == ["S_0", 16]
+    for rows in (6, 1, 0, 4000):
+        x, bias = torch.randn(rows, 16), torch.randn(16)
+        compare(compiled(x, bias), check.reference(text, x, bias))
+
+
+def test_a_symbol_with_no_value_is_declined_with_a_reason(registry, codegen):
+    """A view that needs s0 alone, when only the product s0*s1 is an input's dim."""
+    text = group_text("%x: f32[\"s0*s1\", 4]", """
+        %v = aten.view.default(%x) {size = [-1, 8]} : f32[s0, "4*s1"]
+        %g = aten.relu.default(%v) : f32[s0, "4*s1"]""", "%g: f32[s0, \"4*s1\"]")
+    group = next(n for n in parse_graph(text).nodes if n.region is not None)
+    reason = codegen.supports(group, registry)
+    assert reason is not None and "has no value in the kernel" in reason.message, reason
