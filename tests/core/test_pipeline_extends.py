@@ -228,3 +228,26 @@ def test_the_documents_example_checks(tmp_path, capsys):
     assert names(pipeline) == default[:at] + ["cse"] + default[at:] + ["canonicalize"]
     assert main(["check", str(path)]) == 0
     assert f"{path}: ok" in capsys.readouterr().out
+
+
+def test_a_reproducer_of_an_extending_pipeline_replays_from_its_own_directory(
+        tmp_path, fake_plugins):
+    """The reproducer keeps the whole pipeline: it replays with the extended file gone."""
+    import shutil
+
+    from test_plugins_support import small_graph
+    from torchloom.errors import PassError
+    from torchloom.passes.base import PassContext
+    from torchloom.passes.manager import PassManager
+    from torchloom.reproduce import reproduce
+    (tmp_path / "shared").mkdir()
+    write(tmp_path / "shared", BASE, "base.toml")
+    path = write(tmp_path, '[pipeline]\nextends = "shared/base.toml"\nverify = "end"\n\n'
+                           '[[insert]]\nname = "fake.boom"\nafter = "cse"\n')
+    pipeline = build(path, fake_plugins)
+    with pytest.raises(PassError) as info:
+        PassManager(pipeline, fake_plugins, repro_dir=tmp_path / "repro").run(
+            small_graph(), PassContext(registry=fake_plugins.registry))
+    shutil.rmtree(tmp_path / "shared")
+    with pytest.raises(PassError, match="pass 'fake.boom'.* raised: RuntimeError: boom"):
+        reproduce(info.value.reproducer, plugins=fake_plugins)
