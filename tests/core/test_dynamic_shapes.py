@@ -92,6 +92,15 @@ def test_many_batch_sizes_and_lengths_compile_at_most_twice_and_match_eager(dyna
     assert all(not all(v.type.is_static for v in c.graph.inputs if hasattr(v.type, "shape"))
                for c in symbolic)
     assert "eagerly" not in caplog.text and "guard failed" not in caplog.text
+    # every group of the symbolic graphs is compiled by the cpu codegen (sizes as kernel
+    # arguments), and explain --json's fallbacks name no symbolic shape
+    for comp in symbolic:
+        assert comp.compiled.choices and all(c.codegen == "cpu" for c in comp.compiled.choices), [
+            (c.codegen, [str(r) for r in c.fallback_reasons]) for c in comp.compiled.choices]
+    from torchloom.report import summarize
+    fallbacks = summarize(compiler.compilations, compiler.registry,
+                          compiler.kernel_cache)["fallbacks"]
+    assert not any("symbolic" in f["reason"] for f in fallbacks), fallbacks
 
 
 def test_sizes_one_and_zero_match_eager_forward_and_backward():
