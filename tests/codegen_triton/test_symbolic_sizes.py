@@ -332,3 +332,58 @@ def test_explain_target_builds_the_symbolic_kernels_for_sm90(tmp_path, capsys):
                 f["reason"]], data["fallbacks"]
     kernels = [k for k in data["kernel_details"] if k["codegen"] == "triton"]
     assert kernels and all(k["registers"] > 0 and k["spills"] == 0 for k in kernels)
+
+
+# ---- a model over many sizes, forward and backward, every group on triton ------------------
+class _Block(torch.nn.Module):
+    """Layer norms, attention over a variable sequence, a GELU MLP, residuals."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.qkv, self.fc = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = q @ k.transpose(-2, -1) * 0.5
+        att = (att - att.amax(-1, keepdim=True)).exp()
+        att = att / att.sum(-1, keepdim=True)
+        x = x + (att @ v).transpose(1, 2).reshape(b, s, d)
+        return x + torch.nn.functional.gelu(self.fc(self.ln2(x)))
+
+
+def test_a_model_over_many_sizes_compiles_once_on_triton(monkeypatch):
+    import copy
+    from torchloom.tools import Compiler
+    monkeypatch.setenv("TORCHLOOM_TRITON_CPU", "1")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _Block()
+    reference = copy.deepcopy(model)
+    compiler = Compiler("default", compile_cache=False)
+    compiled = torch.compile(model, backend="torchloom", options={"compiler": compiler},
+                             dynamic=True)
+    try:
+        for batch, seq in [(2, 8), (3, 5), (4, 12), (2, 3), (5, 7)]:
+            x = torch.randn(batch, seq, 16)
+            x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+            got, want = compiled(x1), reference(x2)
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+            weights = torch.randn_like(want)
+            (got * weights).sum().backward()
+            (want * weights).sum().backward()
+            torch.testing.assert_close(x1.grad, x2.grad, atol=1e-4, rtol=1e-4)
+            for p, q in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3)
+                p.grad = q.grad = None
+    finally:
+        torch._dynamo.reset()
+    assert len(compiler.compilations) == 2  # forward and backward, once for every size
+    for comp in compiler.compilations:
+        assert comp.fallback_reason is None and comp.compiled.fallback_calls == 0
+        choices = comp.compiled.choices
+        assert choices and all(c.codegen == "triton" for c in choices), [
+            str(r) for c in choices for r in c.fallback_reasons]

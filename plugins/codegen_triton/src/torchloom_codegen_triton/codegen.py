@@ -179,7 +179,7 @@ class TritonCodegen:
         sizes are symbolic (variants.py)."""
         writer = KernelWriter(group, registry, self.max_persistent)
         if writer.symbolic:
-            return generate_variants(group, registry, self.max_persistent)
+            return generate_variants(group, registry, self.max_persistent, writer)
         return writer.generate()
 
     def generate(self, group: Node, registry: Any) -> KernelSource:

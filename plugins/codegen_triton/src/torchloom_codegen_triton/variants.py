@@ -29,10 +29,11 @@ from torchloom.api import Node
 from torchloom_codegen_triton.kernel import MODULE_PRELUDE, KernelWriter
 
 
-def generate_variants(group: Node, registry: Any,
-                      max_persistent: int) -> tuple[str, dict[str, Any]]:
-    """(source, metadata) of a group with symbolic sizes (see the module docstring)."""
-    first = KernelWriter(group, registry, max_persistent, wide=False)
+def generate_variants(group: Node, registry: Any, max_persistent: int,
+                      first: KernelWriter | None = None) -> tuple[str, dict[str, Any]]:
+    """(source, metadata) of a group with symbolic sizes (see the module docstring);
+    ``first``: a writer of the group already made (its default form)."""
+    first = first or KernelWriter(group, registry, max_persistent, wide=False)
     forms: list[str | None] = [None]
     if first.kind == "reduction" and not isinstance(first.rnumel, int):
         forms = ["persistent", "looped"]
