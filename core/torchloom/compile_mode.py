@@ -2,8 +2,9 @@
 
 =============================  =========================================================
 ``default`` (or None)          the pipeline as written
-``reduce-overhead``            CUDA graphs on (the ``cudagraphs`` runtime wrapper, with
-                               its default options, unless the pipeline configures it)
+``reduce-overhead``            CUDA graphs on (the runtime wrappers whose ``modes`` name
+                               the mode: ``cudagraphs``, with its default options, unless
+                               the pipeline configures it)
 ``max-autotune``               a wider autotuning search (each codegen's
                                ``for_mode(mode)`` copy, where it has one) and CUDA graphs
 ``max-autotune-no-cudagraphs`` the wider search only
@@ -41,16 +42,20 @@ def check_mode(mode: str | None) -> str:
 
 
 def apply_mode(pipeline, plugins, mode: str) -> tuple[Any, list[str]]:
-    """The pipeline with the runtime wrappers ``mode`` turns on, and notes on what it
-    could not turn on."""
-    if mode not in _CUDAGRAPHS or "cudagraphs" in pipeline.runtime:
-        return pipeline, []
-    registered = plugins.wrappers.get("cudagraphs")
-    if registered is None:
-        return pipeline, [f"mode {mode!r} turns on CUDA graphs, but no 'cudagraphs' runtime "
-                          f"wrapper is installed (pip install torchloom-cudagraphs)"]
-    runtime = {**pipeline.runtime, "cudagraphs": registered.obj.Options()}
-    return attrs.evolve(pipeline, runtime=runtime), []
+    """The pipeline with the runtime wrappers ``mode`` turns on (those whose ``modes``
+    name it, with their default options, unless the pipeline configures them), and notes
+    on what it could not turn on. The core names no wrapper: a wrapper says which modes it
+    serves."""
+    serving = {name: r for name, r in sorted(plugins.wrappers.items())
+               if mode in getattr(r.obj, "modes", ())}
+    notes = []
+    if mode in _CUDAGRAPHS and not serving:
+        notes.append(f"mode {mode!r} turns on CUDA graphs, but no installed runtime wrapper "
+                     f"serves it (pip install torchloom-cudagraphs)")
+    added = {name: r.obj.Options() for name, r in serving.items() if name not in pipeline.runtime}
+    if not added:
+        return pipeline, notes
+    return attrs.evolve(pipeline, runtime={**pipeline.runtime, **added}), notes
 
 
 def mode_codegens(chain: Sequence[Any], mode: str) -> list[Any]:

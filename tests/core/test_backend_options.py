@@ -149,3 +149,39 @@ def _same(a, b) -> bool:
     if isinstance(b, (list, tuple)):
         return isinstance(a, list) and len(a) == len(b) and all(map(_same, a, b))
     return type(a) is type(b) and a == b
+
+
+def test_a_wrapper_says_which_modes_turn_it_on():
+    """The core names no wrapper: ``modes`` on the wrapper decides (as cudagraphs' does)."""
+    import types
+
+    import attrs
+
+    from torchloom.api import hookimpl
+    from torchloom.tools import load_plugins
+
+    @attrs.frozen
+    class TracingOptions:
+        level: int = 1
+
+    class Tracing:
+        name = "tracing"
+        Options = TracingOptions
+        modes = ("max-autotune-no-cudagraphs",)
+
+        def wrap(self, fn, options, ctx, compiled):
+            return fn
+
+    class Idle(Tracing):
+        name = "idle"
+        modes = ()
+
+    module = types.ModuleType("wrappers_plugin")
+    module.torchloom_runtime_wrappers = hookimpl(lambda: [Tracing(), Idle()])
+    plugins = load_plugins(extra=[("wrappers", module, "wrappers", "1")])
+    on = Compiler("none", plugins=plugins, mode="max-autotune-no-cudagraphs").pipeline.runtime
+    assert set(on) == {"tracing"} and on["tracing"] == TracingOptions()
+    assert "tracing" not in Compiler("none", plugins=plugins, mode="default").pipeline.runtime
+    configured = Compiler({"runtime": {"tracing": {"level": 3}}}, plugins=plugins,
+                          mode="max-autotune-no-cudagraphs").pipeline.runtime
+    assert configured["tracing"] == TracingOptions(level=3)  # the pipeline's options are kept

@@ -154,13 +154,15 @@ def test_no_private_ir_attribute_outside_ir():
 
 
 def plugin_pass_names() -> set[str]:
-    """``name`` of every pass class (a class with a base named ``Pass``) in the plugins."""
+    """``name`` of every pass class (a class with a base named ``Pass``) and runtime wrapper
+    (a class with a ``wrap`` method) in the plugins."""
     names = set()
     for path in plugin_modules():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and any(
+            if isinstance(node, ast.ClassDef) and (any(
                     (b.id if isinstance(b, ast.Name) else getattr(b, "attr", None)) == "Pass"
-                    for b in node.bases):
+                    for b in node.bases) or any(isinstance(item, ast.FunctionDef)
+                                                and item.name == "wrap" for item in node.body)):
                 names |= {item.value.value for item in node.body
                           if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
                           and item.target.id == "name" and isinstance(item.value, ast.Constant)}
@@ -179,10 +181,11 @@ def strings_naming(tree: ast.AST, names: set[str]) -> list[str]:
 
 
 def test_no_core_module_names_a_plugins_pass():
-    """A core module that needs something from a pass asks for it through the pass API
-    (e.g. ``PassResult.deduplication``); pipeline files (data) may name any pass."""
+    """A core module that needs something from a pass or a runtime wrapper asks for it
+    through the API (``PassResult.deduplication``, a wrapper's ``modes``); pipeline files
+    (data) may name any pass."""
     names = plugin_pass_names()
-    assert {"dedup.regions", "fusion.vertical", "views.strip-bookends"} <= names
+    assert {"dedup.regions", "fusion.vertical", "views.strip-bookends", "cudagraphs"} <= names
     found = [f"{p.relative_to(ROOT)}:{u}" for p in core_modules()
              for u in strings_naming(ast.parse(p.read_text()), names)]
     assert not found, "core modules naming a plugin's pass:\n" + "\n".join(found)

@@ -50,6 +50,8 @@ class TorchloomSpec:
         ``Options`` (an attrs class checked against ``[runtime.<name>]``) and
         ``wrap(fn, options, ctx, compiled) -> callable`` returning the function to run instead
         of ``fn`` (``compiled`` is the :class:`~torchloom.runtime.executor.CompiledGraph`). It must say why (``ctx.note``) when it declines to wrap.
+        An optional ``modes`` (a tuple of ``torch.compile`` modes, e.g.
+        ``("reduce-overhead",)``) turns it on, with default options, under those modes.
         """
 
     @hookspec

@@ -58,6 +58,8 @@ class CudaGraphs:
 
     name: ClassVar[str] = "cudagraphs"
     Options: ClassVar[type] = CudaGraphsOptions
+    #: torch.compile modes that turn it on, as they turn on Inductor's CUDA graphs
+    modes: ClassVar[tuple[str, ...]] = ("reduce-overhead", "max-autotune")
 
     def wrap(self, fn: Callable[..., tuple], options: CudaGraphsOptions, ctx,
              compiled) -> Callable[..., tuple]:
