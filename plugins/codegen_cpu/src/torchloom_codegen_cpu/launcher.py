@@ -74,9 +74,11 @@ def _launch_source(meta: dict[str, Any], fn) -> tuple[str, Any]:
         if s not in bound and s not in scalars:
             raise symbols.SymbolicDimError(f"size {s} is not read from any input")
 
+    def items(dims) -> list[str]:
+        return [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
+
     def tup(dims) -> str:
-        items = [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
-        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+        return f"({', '.join(items(dims))}{',' if len(dims) == 1 else ''})"
 
     for i, d in enumerate(inputs):
         if "scalar" in d:
@@ -89,7 +91,8 @@ def _launch_source(meta: dict[str, Any], fn) -> tuple[str, Any]:
     for j, o in enumerate(outputs):
         namespace[f"_d{j}"] = _TORCH_DTYPES[o["dtype"]]
         contiguous = o["strides"] is None or tuple(o["strides"]) == _contiguous(o["shape"])
-        lines.append(f"    o{j} = _empty({tup(o['shape'])}, dtype=_d{j})" if contiguous else
+        dims = ", ".join(items(o["shape"])) or "()"  # separate ints: parsed faster
+        lines.append(f"    o{j} = _empty({dims}, dtype=_d{j})" if contiguous else
                      f"    o{j} = _empty_strided({tup(o['shape'])}, {tup(o['strides'])}, "
                      f"dtype=_d{j})")
     pointers = [f"a{i}" if "scalar" in d else f"a{i}.data_ptr()" for i, d in enumerate(inputs)]
@@ -101,7 +104,8 @@ def _launch_source(meta: dict[str, Any], fn) -> tuple[str, Any]:
         if not all(0 in shape for shape in static):
             lines.append(f"    {call}")
     else:  # every output empty at this size: nothing to write
-        lines.append(f"    if {' or '.join(f'o{j}.numel()' for j in range(len(outputs)))}:")
+        counts = [" * ".join(f"({e})" for e in items(o["shape"])) or "1" for o in outputs]
+        lines.append(f"    if {' or '.join(counts)}:")
         lines.append(f"        {call}")
     lines.append(f"    return ({', '.join(f'o{j}' for j in range(len(outputs)))},)")
     source = "\n".join(lines) + "\n"
