@@ -8,7 +8,8 @@
   :class:`Deduplication`) and the built-in passes' helpers a pass may reuse;
 - :data:`hookimpl`, to register passes, ops, codegens, runtime wrappers, instruments;
 - the codegen protocol: :class:`Codegen`, :class:`Kernel`, :class:`KernelSource`,
-  :class:`Reason`, and ``indexing`` (index math over symbolic sizes);
+  :class:`Reason`, :class:`ArtifactStore` (built artifacts shared by a fleet), and
+  ``indexing`` (index math over symbolic sizes);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -17,7 +18,7 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 
 from torchloom import errors
 from torchloom.codegen import indexing
-from torchloom.codegen.base import Codegen, Kernel, KernelSource, Reason
+from torchloom.codegen.base import ArtifactStore, Codegen, Kernel, KernelSource, Reason
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.fx import import_fx
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Value,
@@ -49,7 +50,7 @@ __all__ = [
     # hooks
     "hookimpl",
     # codegens
-    "Codegen", "Kernel", "KernelSource", "Reason", "indexing",
+    "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "indexing",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

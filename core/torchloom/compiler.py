@@ -28,7 +28,7 @@ from torchloom.runtime.cache import KernelCache, directory_problem
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.runtime.graph_cache import GraphCache
 from torchloom.runtime.remote_cache import (ENV_URL, RemoteCache, RemoteConfigError,
-                                            remote_cache_from)
+                                            offer_artifacts, remote_cache_from)
 from torchloom.runtime.static import StaticPlan, retarget, target_codegens
 
 log = logging.getLogger("torchloom")
@@ -97,6 +97,8 @@ class Compiler:
         fingerprint = self.pipeline.fingerprint()  # hashes every pass's source: once
         disk = _usable_cache_dir(self.cache_dir)
         self.remote_cache, remote_note = _remote_cache(remote_cache, self.pipeline)
+        #: codegen name -> its copy sharing built artifacts through the remote cache
+        self.sharing_codegens: dict[str, Any] = {}
         self.kernel_cache = KernelCache(disk and disk / "kernels", fingerprint,
                                         remote=self.remote_cache)
         if compile_cache is None:
@@ -173,6 +175,7 @@ class Compiler:
             log_compilation(self, comp, counters)
             self.compilations.append(comp)
             return comp
+        chain = offer_artifacts(chain, self.remote_cache, self.sharing_codegens)
         comp.compiled = CompiledGraph(graph, self.registry, chain, self.kernel_cache, fallback,
                                       user_inputs=len(graph.inputs) - len(constants),
                                       repro_dir=self.cache_dir / "reproducers",

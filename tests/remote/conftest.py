@@ -6,6 +6,7 @@ directory, and stopped after."""
 from __future__ import annotations
 
 import pytest
+from remote_children import KEY, WORKLOAD
 
 from torchloom.testing.redis_server import RedisUnavailable, start_redis, stop_redis
 
@@ -50,3 +51,26 @@ def redis_url(redis_server):
 def redis_client(redis_url):
     import redis
     return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def workload(tmp_path):
+    """A small model's workload file (a forward and a backward graph, on the cpu)."""
+    path = tmp_path / "work.py"
+    path.write_text(WORKLOAD)
+    return path
+
+
+@pytest.fixture
+def fleet(monkeypatch, redis_url, tmp_path):
+    """Point this process at the shared cache with the fleet's key; returns a function
+    giving a fresh, empty local cache directory (a new machine)."""
+    monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE", redis_url)
+    monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE_KEY", KEY)
+    machines = iter(range(100))
+
+    def new_machine():
+        path = tmp_path / f"machine{next(machines)}"
+        monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(path))
+        return path
+    return new_machine

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -21,49 +22,9 @@ from torchloom.runtime.remote_cache import (RemoteSettings, remote_cache_from, s
                                             verify)
 from torchloom.testing.redis_server import free_port
 
-KEY = "fleet-secret"
-CONCURRENT = 4  # processes compiling at once (each imports torch: ~10 s of CPU)
+from remote_children import KEY, entries, explain_on_new_machine, remote_warnings
 
-WORKLOAD = """
-import torch
-
-def workload():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
-                                torch.nn.Linear(32, 16), torch.nn.LayerNorm(16))
-    return model, [torch.randn(8, 16)]
-"""
-
-
-@pytest.fixture
-def workload(tmp_path):
-    path = tmp_path / "work.py"
-    path.write_text(WORKLOAD)
-    return path
-
-
-@pytest.fixture
-def fleet(monkeypatch, redis_url, tmp_path):
-    """Point this process at the shared cache with the fleet's key; returns a function
-    giving a fresh, empty local cache directory (a new machine)."""
-    monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE", redis_url)
-    monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE_KEY", KEY)
-    machines = iter(range(100))
-
-    def new_machine():
-        path = tmp_path / f"machine{next(machines)}"
-        monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(path))
-        return path
-    return new_machine
-
-
-def remote_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and "remote cache" in r.getMessage()]
-
-
-def entries(client, namespace: str) -> list[bytes]:
-    return sorted(client.scan_iter(f"torchloom:{namespace}:*"))
+CONCURRENT = 8  # processes compiling at once, forked from one that imported torch
 
 
 def test_second_process_compiles_nothing_the_fleet_compiled(redis_url, workload, tmp_path):
@@ -233,24 +194,23 @@ def test_redis_stopped_mid_run_degrades_to_local_with_one_warning(
 
 
 def test_processes_compiling_at_once_against_one_redis(redis_url, workload, tmp_path):
-    """Several processes with empty local caches compile the same model at the same time:
-    each gets eager's results, and no entry any of them reads is rejected."""
-    env = {**os.environ, "TORCHLOOM_REMOTE_CACHE": redis_url,
-           "TORCHLOOM_REMOTE_CACHE_KEY": KEY}
-    procs = [subprocess.Popen([sys.executable, "-m", "torchloom", "explain", str(workload),
-                               "--json", "--cached"],
-                              env={**env, "TORCHLOOM_CACHE_DIR": str(tmp_path / f"p{i}")},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(CONCURRENT)]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err
-        results.append(json.loads(out))
+    """Eight processes with empty local caches compile the same model at the same moment
+    (they wait at a barrier): each gets eager's results, no entry any of them reads is
+    rejected, and none logs a warning. The workers fork from a server that imported torch
+    and torchloom once (an import each would cost a 2-core machine over a minute)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torchloom.explain", "remote_children"])
+    with ctx.Manager() as manager, ctx.Pool(CONCURRENT) as pool:
+        barrier = manager.Barrier(CONCURRENT)
+        jobs = [(redis_url, str(workload), str(tmp_path / f"p{i}"), barrier)
+                for i in range(CONCURRENT)]
+        results = pool.map_async(explain_on_new_machine, jobs, chunksize=1).get(timeout=600)
     for data in results:
         assert data["max_abs_error"] is not None and data["max_abs_error"] < 1e-5
         assert data["compile_cache"]["remote_errors"] == 0
         assert data["kernel_cache"]["remote_errors"] == 0
+        assert data["warnings"] == []
+        assert data["fusion_groups"] > 0
     # the same compilation everywhere, whether from Redis or compiled here
     assert len({json.dumps([d["fusion_groups"], d["kernels"], d["fallbacks"]])
                 for d in results}) == 1

@@ -29,6 +29,14 @@ kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result t
 elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and an
 attribute ``on_tuned`` (None, or a callable the kernel calls with its JSON-able result
 once it has tuned). The kernel cache sets ``on_tuned`` when the shared cache has no result.
+
+Built artifacts shared by a fleet: a codegen that builds something costly beside its source
+(the ``cpu`` codegen's shared libraries) may have ``with_artifacts(store) -> Codegen``, a
+copy of itself that looks in ``store`` (an :class:`ArtifactStore`) for what it would build,
+and puts there what it builds. With a shared cache the compiler makes that copy once and
+compiles with it. What ``store.get`` returns is authentic (written by a holder of the
+fleet's key) but the codegen still checks it is what it asked for before using it, and
+calls ``store.reject(name, why)`` (then builds it itself) when it is not.
 """
 
 from __future__ import annotations
@@ -87,6 +95,21 @@ class KernelSource:
     codegen: str
     source: str
     metadata: dict[str, Any] = attrs.field(factory=dict)
+
+
+class ArtifactStore(Protocol):
+    """Binary artifacts shared by a fleet, by name (see the module): a codegen's namespace
+    of the shared cache, its entries authenticated and size-limited by the store."""
+
+    def get(self, name: str) -> bytes | None:
+        """The authentic bytes stored under ``name``, or None (absent, rejected, no server)."""
+
+    def put(self, name: str, data: bytes) -> None:
+        """Share ``data`` under ``name`` (not shared when over the store's size limit)."""
+
+    def reject(self, name: str, why: str) -> None:
+        """Report an entry ``get`` returned that is unusable (said once); the codegen builds
+        it itself and its ``put`` replaces the entry."""
 
 
 @runtime_checkable

@@ -11,15 +11,19 @@ request, connecting included; default 1).
 
 The compile cache and the kernel cache (see :mod:`torchloom.runtime.graph_cache` and
 :mod:`torchloom.runtime.cache`) read an entry from here when they do not have it locally,
-and write what they compile. Every entry is authenticated with HMAC-SHA256 under the key in
-``TORCHLOOM_REMOTE_CACHE_KEY``, over its namespace, its key and its text, so an entry
+and write what they compile. A codegen that builds artifacts (the ``cpu`` codegen's shared
+libraries) gets its own namespace, ``artifact-<codegen>``, of binary entries through
+:func:`offer_artifacts` (see ``with_artifacts`` in :mod:`torchloom.codegen.base`).
+Every entry is authenticated with HMAC-SHA256 under the key in
+``TORCHLOOM_REMOTE_CACHE_KEY``, over its namespace, its key and its bytes, so an entry
 cannot be forged nor moved to another key by anyone without the key; without a key the
 remote cache is off (:func:`remote_cache_from` says why, ``explain`` notes it). Anyone with
 the key can write entries that every process trusts: it is a shared secret of the fleet.
 
 Nothing here ever fails a compile. An entry that fails its HMAC, is over the size limit or
 that the cache using it finds damaged is reported once (a warning naming the key) and
-counted in ``errors``; the caller rebuilds and rewrites it. A server that is down, refuses,
+counted in ``errors``; the caller rebuilds and rewrites it. An entry too big to write is
+not shared (said once per namespace). A server that is down, refuses,
 or does not answer within the timeout is reported once, counted, and not asked again by
 this object: caching goes on locally.
 """
@@ -30,7 +34,7 @@ import hashlib
 import hmac
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -40,7 +44,7 @@ log = logging.getLogger("torchloom.cache")
 
 ENV_URL = "TORCHLOOM_REMOTE_CACHE"
 ENV_KEY = "TORCHLOOM_REMOTE_CACHE_KEY"
-MAGIC = b"torchloom-hmac-sha256:"  # then 64 hex digits, a newline, the entry's text
+MAGIC = b"torchloom-hmac-sha256:"  # then 64 hex digits, a newline, the entry's bytes
 PREFIX = "torchloom"  # Redis keys: torchloom:<namespace>:<key>
 
 
@@ -90,15 +94,24 @@ class RemoteSettings:
         return parts._replace(netloc=user + host).geturl()
 
 
-def sign(key: bytes, namespace: str, name: str, text: str) -> bytes:
-    """The value stored for ``text`` under ``namespace:name``."""
-    payload = text.encode()
+def sign(key: bytes, namespace: str, name: str, text: str | bytes) -> bytes:
+    """The value stored for ``text`` (or bytes) under ``namespace:name``."""
+    payload = text.encode() if isinstance(text, str) else bytes(text)
     mac = hmac.new(key, _signed(namespace, name, payload), hashlib.sha256).hexdigest()
     return MAGIC + mac.encode() + b"\n" + payload
 
 
 def verify(key: bytes, namespace: str, name: str, value: bytes) -> str:
     """The text of a stored value, or ``ValueError`` saying why it is not authentic."""
+    payload = verify_bytes(key, namespace, name, value)
+    try:
+        return payload.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc}") from None
+
+
+def verify_bytes(key: bytes, namespace: str, name: str, value: bytes) -> bytes:
+    """The bytes of a stored value, or ``ValueError`` saying why it is not authentic."""
     if not value.startswith(MAGIC):
         raise ValueError("not a signed torchloom entry")
     mac, sep, payload = value[len(MAGIC):].partition(b"\n")
@@ -107,10 +120,7 @@ def verify(key: bytes, namespace: str, name: str, value: bytes) -> str:
     expected = hmac.new(key, _signed(namespace, name, payload), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(mac, expected.encode()):
         raise ValueError("HMAC mismatch (written without the key, or altered)")
-    try:
-        return payload.decode()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8: {exc}") from None
+    return payload
 
 
 def _signed(namespace: str, name: str, payload: bytes) -> bytes:
@@ -135,6 +145,13 @@ class RemoteCache:
     def get(self, namespace: str, name: str) -> str | None:
         """The authenticated text under ``namespace:name``, or None (a miss, a rejected
         entry, or no server)."""
+        return self._get(namespace, name, verify)
+
+    def get_bytes(self, namespace: str, name: str) -> bytes | None:
+        """The authenticated bytes under ``namespace:name``, or None (as :meth:`get`)."""
+        return self._get(namespace, name, verify_bytes)
+
+    def _get(self, namespace: str, name: str, check: Callable[..., Any]) -> Any:
         value = self._call(namespace, "GET", f"{PREFIX}:{namespace}:{name}")
         if value is None:
             if self.available:
@@ -144,18 +161,25 @@ class RemoteCache:
             if len(value) > self.settings.max_entry_bytes:
                 raise ValueError(f"{len(value)} bytes, over the limit of "
                                  f"{self.settings.max_entry_bytes}")
-            text = verify(self._key, namespace, name, value)
+            payload = check(self._key, namespace, name, value)
         except ValueError as exc:
             self.reject(namespace, name, str(exc))
             return None
         self._count(namespace, "hits")
-        return text
+        return payload
 
-    def put(self, namespace: str, name: str, text: str) -> None:
-        value = sign(self._key, namespace, name, text)
+    def put(self, namespace: str, name: str, data: str | bytes) -> None:
+        """Write ``data`` (text or bytes) signed under ``namespace:name``; an entry over
+        ``max_entry_bytes`` is not shared (said once per namespace)."""
+        value = sign(self._key, namespace, name, data)
         if len(value) > self.settings.max_entry_bytes:
-            log.debug("torchloom: %s:%s not shared: %d bytes is over max_entry_bytes",
-                      namespace, name, len(value))
+            self._count(namespace, "oversized")
+            if f"oversized {namespace}" not in self._reported:
+                self._reported.add(f"oversized {namespace}")
+                log.warning("torchloom: %s:%s:%s is not shared: %d bytes is over "
+                            "max_entry_bytes=%d (said once for %s entries; raise it in the "
+                            "URL, ?max_entry_bytes=N, to share them)", PREFIX, namespace,
+                            name, len(value), self.settings.max_entry_bytes, namespace)
             return
         args = ("SET", f"{PREFIX}:{namespace}:{name}", value)
         if self.settings.ttl:
@@ -175,7 +199,7 @@ class RemoteCache:
 
     def stats(self, namespace: str) -> dict[str, int]:
         return {c: self._counts.get((namespace, c), 0)
-                for c in ("hits", "misses", "stores", "errors")}
+                for c in ("hits", "misses", "stores", "errors", "oversized")}
 
     def _count(self, namespace: str, counter: str) -> None:
         self._counts[namespace, counter] = self._counts.get((namespace, counter), 0) + 1
@@ -197,6 +221,46 @@ class RemoteCache:
                         "only, for this process", self.settings.shown, type(exc).__name__,
                         str(exc).splitlines()[0] if str(exc) else "")
             return None
+
+
+@attrs.frozen
+class RemoteArtifacts:
+    """A codegen's :class:`~torchloom.codegen.base.ArtifactStore`: binary entries of the
+    shared cache in one namespace (authenticated and size-limited as every entry)."""
+
+    remote: RemoteCache
+    namespace: str
+
+    def get(self, name: str) -> bytes | None:
+        return self.remote.get_bytes(self.namespace, name)
+
+    def put(self, name: str, data: bytes) -> None:
+        self.remote.put(self.namespace, name, data)
+
+    def reject(self, name: str, why: str) -> None:
+        self.remote.reject(self.namespace, name, why)
+
+
+def offer_artifacts(codegens: Sequence[Any], remote: RemoteCache | None,
+                    bound: dict[str, Any]) -> list[Any]:
+    """``codegens``, each that has ``with_artifacts`` replaced by its copy sharing built
+    artifacts through ``remote`` (namespace ``artifact-<name>``), made once and kept in
+    ``bound`` (by codegen name). A ``with_artifacts`` that raises is reported once in
+    ``bound``'s life and the codegen builds for itself."""
+    if remote is None:
+        return list(codegens)
+    chain = []
+    for cg in codegens:
+        offer = getattr(cg, "with_artifacts", None)
+        if callable(offer) and cg.name not in bound:
+            try:
+                bound[cg.name] = offer(RemoteArtifacts(remote, f"artifact-{cg.name}"))
+            except Exception as exc:  # a plugin's bug costs the sharing, not the compile
+                log.warning("torchloom: codegen %r cannot share what it builds (%s: %s); it "
+                            "builds everything itself", cg.name, type(exc).__name__, exc)
+                bound[cg.name] = cg
+        chain.append(bound.get(cg.name, cg) if callable(offer) else cg)
+    return chain
 
 
 def remote_cache_from(url: str | None, environ: Mapping[str, str] | None = None
@@ -222,5 +286,6 @@ def remote_cache_from(url: str | None, environ: Mapping[str, str] | None = None
     return RemoteCache(settings, key.encode()), None
 
 
-__all__ = ["RemoteCache", "RemoteSettings", "RemoteConfigError", "remote_cache_from",
-           "sign", "verify", "ENV_URL", "ENV_KEY"]
+__all__ = ["RemoteArtifacts", "RemoteCache", "RemoteSettings", "RemoteConfigError",
+           "offer_artifacts", "remote_cache_from", "sign", "verify", "verify_bytes", "ENV_URL",
+           "ENV_KEY"]

@@ -15,6 +15,11 @@ structure (symbols numbered as the canonical form numbers them), never a concret
 One library per graph: before the graph's groups compile one by one, the runtime hands the
 codegen all of them (``prepare``), and it builds them into one translation unit with one
 compiler call; ``load`` then finds each kernel in that library.
+
+A fleet shares the libraries: with a shared cache, the compiler compiles with
+``with_artifacts(store)``'s copy, which looks a library up in ``store`` before running the
+compiler and puts there what it builds (see toolchain.py), so a process whose fleet built
+a graph's library runs no compiler.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torchloom.api import Kernel, KernelSource, Node, Reason, default_cache_dir, indexing
+from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason,
+                           default_cache_dir, indexing)
 
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher
@@ -39,16 +45,25 @@ class CpuCodegen:
     name = "cpu"
     version = "1"
 
-    def __init__(self, *, cache_dir: str | Path | None = None, timeout: float | None = None):
+    def __init__(self, *, cache_dir: str | Path | None = None, timeout: float | None = None,
+                 artifacts: ArtifactStore | None = None):
         base = cache_dir if cache_dir is not None else default_cache_dir()
         self.cache_dir = Path(base) / "cpu"
         self.timeout = timeout if timeout is not None else float(
             os.environ.get("TORCHLOOM_CC_TIMEOUT", "120"))
+        #: the fleet's libraries (None: every library is built or found here)
+        self.artifacts = artifacts
         self._toolchain: Toolchain | None = None
         #: kernel name -> the library ``prepare`` built it into
         self._prepared: dict[str, Path] = {}
 
     # ---- protocol --------------------------------------------------------------------------
+    def with_artifacts(self, store: ArtifactStore) -> CpuCodegen:
+        """A copy that reads the libraries (and the toolchain probe) it needs from
+        ``store`` before running the compiler, and shares what it builds there."""
+        return CpuCodegen(cache_dir=self.cache_dir.parent, timeout=self.timeout,
+                          artifacts=store)
+
     def supports(self, group: Node, registry: Any) -> Reason | None:
         try:
             write_function(group, registry)
@@ -103,7 +118,8 @@ class CpuCodegen:
 
     def _build(self, source: str) -> Path:
         try:
-            return build(source, self.toolchain(), self.cache_dir, self.timeout)
+            return build(source, self.toolchain(), self.cache_dir, self.timeout,
+                         self.artifacts)
         except BuildError as exc:
             raise RuntimeError(str(exc)) from None
 
@@ -115,7 +131,7 @@ class CpuCodegen:
             if cc is None:
                 raise RuntimeError(f"no C compiler: {compiler_name()!r} is not on PATH")
             try:
-                self._toolchain = probe(cc, self.cache_dir, self.timeout)
+                self._toolchain = probe(cc, self.cache_dir, self.timeout, self.artifacts)
             except BuildError as exc:
                 raise RuntimeError(str(exc)) from None
         return self._toolchain

@@ -13,10 +13,20 @@ its bytes. A hit is loaded without running the compiler; a library whose digest 
 match is rebuilt. Builds write a temporary file and ``os.replace`` it into place, so
 processes compiling at once never see a half-written library. The generated source is
 kept as ``<key>.c`` for bug reports.
+
+A fleet shares libraries through an artifact store (``store``: the shared cache's
+``artifact-cpu`` namespace, see ``with_artifacts`` in the codegen protocol): a library
+missing locally is looked up there under its key before the compiler runs, written
+atomically with its digest beside it, checked against that digest, and loaded once to
+prove it loads; what the compiler builds is put there. An entry the store rejects (its HMAC
+fails: forged or damaged) never reaches the disk; one that does not load is rejected,
+deleted and rebuilt. The toolchain probe's record is shared the same way, so a process
+whose fleet has built everything it needs runs no compiler at all.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -28,7 +38,7 @@ from pathlib import Path
 
 import attrs
 from filelock import FileLock
-from torchloom.api import Activity
+from torchloom.api import Activity, ArtifactStore
 
 log = logging.getLogger("torchloom.codegen_cpu")
 
@@ -80,10 +90,12 @@ def cpu_features() -> str:
     return os.uname().machine
 
 
-def probe(cc: str, directory: Path, timeout: float) -> Toolchain:
+def probe(cc: str, directory: Path, timeout: float,
+          store: ArtifactStore | None = None) -> Toolchain:
     """The compiler's version and whether libmvec links (one tiny build), remembered in
     ``<dir>/toolchain-<key>.json`` keyed by the compiler file (path, size, mtime) and the
-    CPU, so a warm process runs no compiler at all."""
+    CPU, so a warm process runs no compiler at all; with a ``store``, the record is read
+    from it when missing here, and shared when probed here."""
     try:
         st = os.stat(cc)
         stamp = (f"{os.path.realpath(cc)}:{st.st_size}:{st.st_mtime_ns}:{cpu_features()}:"
@@ -94,15 +106,38 @@ def probe(cc: str, directory: Path, timeout: float) -> Toolchain:
     if stamp is not None:
         record = directory / f"toolchain-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
         try:
-            data = json.loads(record.read_text())
-            return Toolchain(cc, str(data["version"]), tuple(data["flags"]), tuple(data["libs"]),
-                             bool(data["vector_math"]), str(data["cpu"]))
+            return _recorded_toolchain(cc, record.read_bytes())
         except (OSError, ValueError, KeyError, TypeError):
             pass
+        shared = store.get(record.stem) if store is not None else None
+        if shared is not None:
+            try:
+                tc = _recorded_toolchain(cc, shared)
+                directory.mkdir(parents=True, exist_ok=True)
+                _atomic_write(record, shared)
+                return tc
+            except (ValueError, KeyError, TypeError) as exc:
+                store.reject(record.stem, f"not a toolchain record: {exc}")
     tc = _probe(cc, directory, timeout)
     if record is not None:
-        _atomic_write(record, json.dumps(attrs.asdict(tc)).encode())
+        data = json.dumps(attrs.asdict(tc)).encode()
+        _atomic_write(record, data)
+        if store is not None:
+            store.put(record.stem, data)
     return tc
+
+
+def _recorded_toolchain(cc: str, data: bytes) -> Toolchain:
+    """The toolchain a probe record (JSON) describes, for the compiler ``cc``."""
+    record = json.loads(data)
+    fields = {"version": str, "flags": list, "libs": list, "vector_math": bool, "cpu": str}
+    for name, kind in fields.items():
+        if not isinstance(record[name], kind):
+            raise TypeError(f"{name} is not a {kind.__name__}")
+    if not all(isinstance(f, str) for f in [*record["flags"], *record["libs"]]):
+        raise TypeError("a flag is not a string")
+    return Toolchain(cc, record["version"], tuple(record["flags"]), tuple(record["libs"]),
+                     record["vector_math"], record["cpu"])
 
 
 def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
@@ -155,8 +190,10 @@ def cached_library(path: Path) -> bool:
     return True
 
 
-def build(source: str, tc: Toolchain, directory: Path, timeout: float) -> Path:
-    """The library for ``source``: from the cache, or built (atomically) and cached."""
+def build(source: str, tc: Toolchain, directory: Path, timeout: float,
+          store: ArtifactStore | None = None) -> Path:
+    """The library for ``source``: from the cache, from ``store`` (the fleet's), or built
+    (atomically), cached, and shared through ``store``."""
     path = library_path(directory, source, tc)
     if cached_library(path):
         return path
@@ -166,7 +203,34 @@ def build(source: str, tc: Toolchain, directory: Path, timeout: float) -> Path:
     with FileLock(str(path.with_name(path.name + ".lock")), timeout=timeout + 60):
         if cached_library(path):
             return path
-        return _build_locked(source, tc, path, timeout)
+        if store is not None and fetch_library(store, path):
+            _atomic_write(path.with_suffix(".c"), source.encode())  # for bug reports
+            return path
+        _build_locked(source, tc, path, timeout)
+        if store is not None:
+            store.put(path.stem, path.read_bytes())
+        return path
+
+
+def fetch_library(store: ArtifactStore, path: Path) -> bool:
+    """Whether ``store`` had the library ``path`` names (by its key), now at ``path`` with
+    its digest, checked and loadable. An entry that does not load is rejected and removed:
+    the caller builds the library."""
+    data = store.get(path.stem)
+    if data is None:
+        return False
+    _atomic_write(path, data)
+    _atomic_write(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest().encode())
+    try:
+        if not cached_library(path):
+            raise OSError("its bytes changed on the disk as they were written")
+        ctypes.CDLL(str(path))
+    except OSError as exc:
+        store.reject(path.stem, f"the library does not load: {exc}")
+        for stale in (path, path.with_name(path.name + ".sha256")):
+            stale.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def _build_locked(source: str, tc: Toolchain, path: Path, timeout: float) -> Path:

@@ -1,0 +1,210 @@
+"""Built artifacts shared through the remote cache: the ``cpu`` codegen's libraries (and its
+toolchain probe) in namespace ``artifact-cpu``, so a process whose fleet compiled a model
+runs no C compiler; a forged or damaged library entry is rejected and rebuilt, never
+loaded; a library over the size limit is not shared (said once); any codegen with
+``with_artifacts`` gets the same store through the protocol."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from torchloom.api import hookimpl, parse_graph
+from torchloom.explain import explain
+from torchloom.runtime.remote_cache import RemoteCache, RemoteSettings, sign, verify_bytes
+from torchloom.tools import Compiler, EagerCodegen, load_plugins
+
+from remote_children import KEY, entries, recording_cc, remote_warnings, runs
+
+NS = "artifact-cpu"
+
+
+def libraries(client) -> list[bytes]:
+    """The Redis keys of shared libraries (the toolchain probe's record left out)."""
+    return [k for k in entries(client, NS) if not k.decode().rpartition(":")[2]
+            .startswith("toolchain-")]
+
+
+def local_libraries(machine: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((machine / "cpu").glob("*.so"))}
+
+
+def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tmp_path):
+    """Two processes, each with its own empty local cache: the first builds the libraries
+    and shares them; the second loads them from Redis and never runs ``$CC`` (it records
+    every run), with eager's results."""
+    cc, log = recording_cc(tmp_path)
+    env = {**os.environ, "TORCHLOOM_REMOTE_CACHE": redis_url,
+           "TORCHLOOM_REMOTE_CACHE_KEY": KEY, "CC": str(cc)}
+    done = []
+    for i in range(2):
+        env["TORCHLOOM_CACHE_DIR"] = str(tmp_path / f"process{i}")
+        run = subprocess.run([sys.executable, "-m", "torchloom", "explain", str(workload),
+                              "--json", "--cached"], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        done.append((json.loads(run.stdout), runs(log)))
+    (first, after_first), (second, after_second) = done
+    builds = [r for r in after_first if "-shared" in r and "probe.c" not in r]
+    assert builds and any("--version" in r for r in after_first)  # the first one compiled
+    assert after_second == after_first  # the second ran no compiler at all
+    assert len(libraries(redis_client)) == len(builds)
+    mine, theirs = (local_libraries(tmp_path / f"process{i}") for i in range(2))
+    assert len(theirs) == len(builds) and theirs == mine  # the same bytes, kept locally
+    for name in theirs:  # each with the digest the loader checks
+        digest = (tmp_path / "process1" / "cpu" / f"{name}.sha256").read_text()
+        assert len(digest) == 64
+    assert second["max_abs_error"] is not None and second["max_abs_error"] < 1e-5
+    assert second["kernel_cache"]["compiles"] == 0
+    assert second["fusion_groups"] == first["fusion_groups"] > 0
+    assert second["kernels"] == first["kernels"]
+
+
+def _evil_library(tmp_path: Path, marker: Path) -> bytes:
+    """A library that, loaded, writes ``marker`` (what loading a forged entry would run)."""
+    source = tmp_path / "evil.c"
+    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void pwn(void)'
+                      f' {{ FILE* f = fopen("{marker}", "w"); if (f) {{ fputs("owned", f); '
+                      'fclose(f); } }\n')
+    out = tmp_path / "evil.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(source)], check=True)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["forged", "flipped byte", "signed, not a library"])
+def test_bad_library_entry_is_rejected_and_rebuilt_never_loaded(
+        fleet, workload, redis_client, tmp_path, monkeypatch, caplog, damage):
+    cc, log = recording_cc(tmp_path)
+    monkeypatch.setenv("CC", str(cc))
+    fleet()
+    explain(workload, cached=True)
+    keys = libraries(redis_client)
+    assert keys
+    marker = tmp_path / "owned.txt"
+    evil = _evil_library(tmp_path, marker)
+    for k in keys:
+        name = k.decode().rpartition(":")[2]
+        if damage == "forged":  # a working library, signed without the fleet's key
+            value = sign(b"not-the-key", NS, name, evil)
+        elif damage == "flipped byte":
+            value = redis_client.get(k)
+            value = value[:-100] + bytes([value[-100] ^ 1]) + value[-99:]
+        else:  # authentic (the key's holder wrote it) but no library
+            value = sign(KEY.encode(), NS, name, b"\x7fELF not really")
+        redis_client.set(k, value)
+    machine = fleet()
+    before = len(runs(log))
+    with caplog.at_level(logging.WARNING, logger="torchloom"):
+        result = explain(workload, cached=True)
+    assert not marker.exists()  # nothing of the bad entries ran
+    assert result.data["max_abs_error"] is not None and result.data["max_abs_error"] < 1e-5
+    rejected = [w for w in remote_warnings(caplog) if "rejected" in w]
+    assert len(rejected) == len(keys) and all(NS in w for w in rejected)
+    why = "does not load" if damage == "signed, not a library" else "HMAC mismatch"
+    assert all(why in w for w in rejected)
+    assert result.compiler.remote_cache.stats(NS)["errors"] == len(keys)
+    rebuilt = [r for r in runs(log)[before:] if "-shared" in r]
+    assert len(rebuilt) == len(keys)  # each rebuilt here
+    mine = local_libraries(machine)
+    for k in keys:  # and shared again, authentic: the bytes built here
+        name = k.decode().rpartition(":")[2]
+        assert verify_bytes(KEY.encode(), NS, name, redis_client.get(k)) == mine[f"{name}.so"]
+
+
+def test_library_over_the_size_limit_is_not_shared_said_once(
+        fleet, workload, redis_url, redis_client, tmp_path, monkeypatch, caplog):
+    cc, log = recording_cc(tmp_path)
+    monkeypatch.setenv("CC", str(cc))
+    fleet()
+    explain(workload, cached=True)
+    limit = min(len(redis_client.get(k)) for k in libraries(redis_client)) - 1
+    redis_client.flushdb()
+    monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE", f"{redis_url}?max_entry_bytes={limit}")
+    fleet()
+    with caplog.at_level(logging.WARNING, logger="torchloom"):
+        result = explain(workload, cached=True)
+    said = [r.getMessage() for r in caplog.records if f"{NS}:" in r.getMessage()]
+    assert len(said) == 1 and "over max_entry_bytes" in said[0]
+    built = len(local_libraries(Path(os.environ["TORCHLOOM_CACHE_DIR"])))
+    assert built >= 2 and result.compiler.remote_cache.stats(NS)["oversized"] == built
+    assert libraries(redis_client) == []  # not shared; the small toolchain record is
+    assert len(entries(redis_client, NS)) == 1
+    fleet()
+    before = len(runs(log))
+    data = explain(workload, cached=True).data  # builds its libraries, probes nothing
+    assert data["max_abs_error"] is not None and data["max_abs_error"] < 1e-5
+    assert [r for r in runs(log)[before:] if "-shared" not in r or "probe.c" in r] == []
+    assert len(runs(log)[before:]) == built
+
+
+def test_binary_entries_round_trip_and_are_authenticated(redis_url, redis_client):
+    remote = RemoteCache(RemoteSettings.parse(redis_url), KEY.encode())
+    blob = bytes(range(256)) * 3  # not UTF-8
+    remote.put(NS, "lib", blob)
+    assert remote.get_bytes(NS, "lib") == blob
+    assert remote.get(NS, "lib") is None  # text is asked for: rejected, never decoded
+    assert remote.stats(NS)["errors"] == 1
+    other = RemoteCache(RemoteSettings.parse(redis_url), b"another key")
+    assert other.get_bytes(NS, "lib") is None and other.stats(NS)["errors"] == 1
+    redis_client.set(f"torchloom:{NS}:moved", redis_client.get(f"torchloom:{NS}:lib"))
+    assert remote.get_bytes(NS, "moved") is None  # signed for another name
+
+
+class Sharing(EagerCodegen):
+    """An eager codegen that keeps one artifact per kernel in the store it is offered."""
+
+    name = "sharing"
+
+    def __init__(self, store=None, fail: bool = False):
+        self.store, self.fail, self.offered = store, fail, []
+
+    def with_artifacts(self, store):
+        self.offered.append(store)
+        if self.fail:
+            raise RuntimeError("no sharing today")
+        return Sharing(store)
+
+    def load(self, kernel, registry):
+        if self.store is not None and self.store.get("artifact") is None:
+            self.store.put("artifact", b"\x00built\xff")
+        return super().load(kernel, registry)
+
+
+GRAPH = """graph @g(%x: f32[8]) {
+  %a = torchloom.fusion_group(%x) : f32[8] region @r(%p: f32[8]) {
+    %t = aten.exp.default(%p) : f32[8]
+    return %t
+  }
+  return %a
+}
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_any_codegen_is_offered_the_store_once(redis_url, tmp_path, monkeypatch, caplog,
+                                               fail):
+    monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE_KEY", KEY)
+    codegen = Sharing(fail=fail)
+    module = types.ModuleType("sharing_plugin")
+    module.torchloom_codegens = hookimpl(lambda: [codegen])
+    plugins = load_plugins(entry_points=[], extra=[("sharing", module, "sharing", "1")])
+    compiler = Compiler({"pipeline": {"codegen": "sharing"}}, plugins=plugins,
+                        cache_dir=tmp_path, remote_cache=redis_url)
+    x = torch.randn(8)
+    with caplog.at_level(logging.WARNING, logger="torchloom"):
+        for _ in range(2):
+            comp = compiler.compile_graph(parse_graph(GRAPH))
+            torch.testing.assert_close(comp.fn(x)[0], x.exp())
+            assert [c.codegen for c in comp.compiled.choices] == ["sharing"]
+    assert len(codegen.offered) == 1  # once per compiler, in the codegen's namespace
+    cannot = [r.getMessage() for r in caplog.records if "cannot share" in r.getMessage()]
+    assert len(cannot) == (1 if fail else 0)
+    shared = compiler.remote_cache.get_bytes("artifact-sharing", "artifact")
+    assert shared == (None if fail else b"\x00built\xff")
