@@ -400,9 +400,9 @@ def test_verify_each_rechecks_only_the_units_a_pass_changed(fake_plugins, monkey
     import torchloom.passes.manager as manager
     checked = []
 
-    def spy(graph, registry=None, *, only=None, unchanged=None):
+    def spy(graph, registry=None, *, only=None, unchanged=None, typed=None):
         checked.append(None if only is None else sorted(g.name for g in only))
-        return verify(graph, registry, only=only, unchanged=unchanged)
+        return verify(graph, registry, only=only, unchanged=unchanged, typed=typed)
 
     monkeypatch.setattr(manager, "verify", spy)
     pipeline = pipeline_of(fake_plugins, """
@@ -452,3 +452,37 @@ graph @layer(%p: f32[4, 8]) {
                                         r"f32\[2, 8\] but the call passes f32\[4, 8\]"):
         run(fake_plugins, Pipeline("t", "t.toml", "", steps=steps), graph)
     assert str(graph) == text
+
+
+def test_records_cpu_time_apart_from_wall_time(fake_plugins):
+    """``ms`` is wall time; ``cpu_ms`` counts only this process's CPU (a pass that waits
+    costs wall time, not CPU), the manager's verification of the pass included."""
+    import time
+    from torchloom.passes.base import Pass, PassResult
+    from torchloom.passes.pipeline import PassStep, Pipeline
+
+    @attrs.frozen
+    class Waits(Pass):
+        name = "fake.waits"
+
+        def run(self, graph, ctx):
+            time.sleep(0.2)
+            return PassResult(False)
+
+    @attrs.frozen
+    class Spins(Pass):
+        name = "fake.spins"
+
+        def run(self, graph, ctx):
+            end = time.process_time() + 0.05
+            while time.process_time() < end:
+                pass
+            return PassResult(False)
+
+    # (the first pass's record also holds the first check of the whole graph)
+    pipeline = Pipeline("t", "t.toml", "", steps=(PassStep(Spins(), 1, "here", "0"),
+                                                  PassStep(Waits(), 2, "here", "0")))
+    report, _ = run(fake_plugins, pipeline, small_graph())
+    spins, waits = report.records
+    assert waits.ms >= 200 and waits.cpu_ms < 100
+    assert spins.cpu_ms >= 50

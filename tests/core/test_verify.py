@@ -93,6 +93,39 @@ def test_type_mismatch_against_shape_inference(registry):
     expect(g, registry, "(%r) is declared f32[8] but aten.sum.dim_IntList gives f32[4]")
 
 
+def test_typed_memo_infers_a_node_again_only_when_its_op_attrs_or_types_change(
+        registry, monkeypatch):
+    import torchloom.ops.registry as ops_registry
+    inferred = []
+    real = ops_registry.OpDef.infer_types
+
+    def spy(self, node):
+        inferred.append(node.outputs[0].name)
+        return real(self, node)
+
+    monkeypatch.setattr(ops_registry.OpDef, "infer_types", spy)
+    g, typed = parse_graph(GOOD), {}
+    verify(g, registry, typed=typed)
+    assert sorted(inferred) == ["e", "n", "r", "s"]
+    inferred.clear()
+    verify(g, registry, typed=typed)  # nothing changed: no inference at all
+    assert inferred == []
+    _, neg, inner = parts(g)
+    inner["e"].with_attrs(note=1)  # new attributes: inferred again (they may matter)
+    verify(g, registry, typed=typed)
+    assert inferred == ["e"]
+    inferred.clear()
+    neg.outputs[0].type = TensorType.make([4], "f16")  # a wrong type is still caught
+    expect(g, registry, "output 0 (%n) is declared f16[4] but aten.neg.default gives f32[4]")
+    with pytest.raises(VerifyError, match="declared f16"):
+        verify(g, registry, typed=typed)
+    neg.outputs[0].type = TensorType.make([4], "f32")  # an equal, new type object
+    neg.op = "aten.relu.default"  # another op: inferred again
+    inferred.clear()
+    verify(g, registry, typed=typed)
+    assert inferred == ["n"]
+
+
 def test_type_checks_need_a_registry():
     g = parse_graph(GOOD.replace("aten.neg.default(%r) : f32[4]", "aten.neg.default(%r) : f16[4]"))
     verify(g)  # structure only

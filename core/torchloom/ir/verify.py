@@ -21,7 +21,7 @@ from torchloom.ir.types import TensorType
 
 
 def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None,
-           unchanged: set[Graph] | None = None) -> None:
+           unchanged: set[Graph] | None = None, typed: dict | None = None) -> None:
     """Raise :class:`VerifyError` (showing the node in printed IR) on the first violation.
 
     ``registry`` (an :class:`~torchloom.ops.registry.OpRegistry`) enables type checks.
@@ -30,6 +30,10 @@ def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None,
     compares snapshots); calls into a checked subgraph are checked wherever they are.
     ``unchanged``: regions known to be unchanged since they were last verified, nested
     regions included; only how they fit their node is checked again.
+    ``typed``: a dict the caller keeps between calls (one pipeline run): node -> its op,
+    attributes and types when their inference last agreed. A node whose op, attributes,
+    input and output types are still those objects is not inferred again (inference is a
+    function of them); the structural checks still see every node.
     """
     if only is not None and not only:
         return
@@ -40,7 +44,7 @@ def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None,
     callee_changed = only is not None and any(sub in only for sub in graph.subgraphs.values())
     for unit in (graph, *graph.subgraphs.values()):
         if only is None or unit in only:
-            _verify_graph(unit, registry, unchanged)
+            _verify_graph(unit, registry, unchanged, typed)
         elif callee_changed:
             for node in unit.walk():  # unchanged, but a callee may have changed
                 if node.op == CALL_SUBGRAPH:
@@ -108,7 +112,8 @@ def _verify_call(node: Node) -> None:
     _check_signature(node, root.subgraphs[callee], f"@{callee}", "call")
 
 
-def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None) -> None:
+def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None,
+                  typed: dict | None = None) -> None:
     defined = set(graph.inputs)
     use_counts: dict = {}
     names = set()
@@ -147,9 +152,16 @@ def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None) -
         if node.op == CALL_SUBGRAPH:
             _verify_call(node)
         elif node.region is not None:
-            _verify_region(node, registry, unchanged)
+            _verify_region(node, registry, unchanged, typed)
         elif registry is not None:
-            _verify_types(node, registry)
+            if typed is None:
+                _verify_types(node, registry)
+                continue
+            key = (node.op, node.attrs, len(node.inputs), *[v.type for v in node.inputs],
+                   *[v.type for v in node.outputs])
+            if typed.get(node) != key:  # (identity first: no type is compared field by field)
+                _verify_types(node, registry)
+                typed[node] = key
     if count != len(graph):
         raise VerifyError(f"in graph @{graph.name}: node count {len(graph)} disagrees with "
                           f"the node list ({count})")
@@ -199,13 +211,14 @@ def _check_signature(node: Node, body: Graph, what: str, caller: str) -> None:
                                    f"{caller} declares {format_type(outer.type)}")
 
 
-def _verify_region(node: Node, registry, unchanged: set[Graph] | None = None) -> None:
+def _verify_region(node: Node, registry, unchanged: set[Graph] | None = None,
+                   typed: dict | None = None) -> None:
     region = node.region
     if region.owner is not node:
         raise node_error(node, "region does not point back at its node")
     _check_signature(node, region, "region", "node")
     if unchanged is None or region not in unchanged:
-        _verify_graph(region, registry, unchanged)
+        _verify_graph(region, registry, unchanged, typed)
 
 
 def _same_type(a, b) -> bool:

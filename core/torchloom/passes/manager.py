@@ -122,7 +122,7 @@ class PassManager:
         pass_ = step.pass_
         snapshot = state.snapshot  # the graph as the previous pass left it
         self._notify("before_pass", step, state, pass_, graph, ctx)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         try:
             subgraphs = list(graph.subgraphs.values())  # those a pass creates are new, not input
             result = _checked(pass_.run(graph, ctx))
@@ -133,10 +133,10 @@ class PassManager:
                 if state.verified:
                     changed = after.changed_since(snapshot)
                     verify(graph, ctx.registry, only=changed, unchanged=after.unchanged_regions(
-                        snapshot) if changed else None)
+                        snapshot) if changed else None, typed=state.typed)
                 else:
                     changed = True
-                    verify(graph, ctx.registry)
+                    verify(graph, ctx.registry, typed=state.typed)
                 if changed:  # no new alias of an input or between outputs, no new write
                     check_aliasing(graph, ctx.registry, state.aliases)
                 state.verified = True
@@ -157,12 +157,13 @@ class PassManager:
             if snapshot is not None:  # None: the pass had finished; its graph is whole
                 snapshot.restore()
             raise
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         for key, value in result.stats.items():
             ctx.count(f"{step.name}.{key}", value)
         report.records.append(PassRecord(step.name, seconds * 1e3, result.changed,
                                          dict(result.stats), step.distribution,
-                                         deduplication=_as_data(result.deduplication)))
+                                         deduplication=_as_data(result.deduplication),
+                                         cpu_ms=cpu * 1e3))
         self._notify("after_pass", step, state, pass_, graph, ctx, result, seconds)
         self._dump(graph, step.name)
         return result.changed
@@ -304,6 +305,9 @@ class _State:
     verified: bool = False
     #: what the graph the pipeline received aliases and writes (passes may not add to it)
     aliases: AliasFacts = attrs.field(factory=AliasFacts)
+    #: node -> op, attributes and types when type inference last agreed with them
+    #: (``verify(typed=...)``: an unchanged node is not inferred again)
+    typed: dict = attrs.field(factory=dict)
 
 
 _EARLIER = "written by an earlier identical failure; "

@@ -20,6 +20,9 @@ class PassRecord:
     #: a pass's ``PassResult.deduplication`` as data: regions, occurrences and
     #: nodes_deduplicated (stored with the record in the compile cache)
     deduplication: dict[str, int] | None = None
+    #: CPU milliseconds of this process in the pass, its verification and snapshot
+    #: (``ms`` is wall time: under load it also counts waiting for a core)
+    cpu_ms: float | None = None
 
 
 @attrs.define
