@@ -1,6 +1,6 @@
 """The aliasing and mutation rule, checked: a pass must not make a graph output share
 storage with a graph input or with another output, nor write an input in place, unless
-the graph the pipeline received already did.
+the graph the pipeline received already did; and it must keep every write to an input.
 
 Eager PyTorch gives the caller of ``y = f(x)`` a fresh ``y`` unless ``f`` returned a view
 of ``x``; torch.compile's wrappers (aot_autograd) rely on the graph they hand to the backend
@@ -66,6 +66,21 @@ def returned_storage(graph: Graph, registry) -> set[Value]:
     return found
 
 
+def written_storage(graph: Graph, registry) -> set[Value]:
+    """The values of ``graph`` whose storage some node of it writes in place: the written
+    value itself, what it views, and every other view of that storage. Reading one of them
+    before and after the write gives two results (cse must not merge such readers, nor
+    fold a copy into one)."""
+    analysis = _Analysis(registry, graph.root)
+    index = {v: i for i, v in enumerate(graph.inputs)}
+    targets = {analysis.root_of(node.inputs[slot], index)
+               for node in graph.nodes for slot in analysis._written_slots(node)}
+    if not targets:
+        return set()
+    values = [*graph.inputs, *(v for node in graph.nodes for v in node.outputs)]
+    return {v for v in values if analysis.root_of(v, index) in targets}
+
+
 def check_aliasing(graph: Graph, registry, allowed: AliasFacts) -> None:
     """Raise :class:`VerifyError` when ``graph`` aliases or writes what ``allowed`` (the
     facts of the graph the pipeline received) does not."""
@@ -90,6 +105,12 @@ def check_aliasing(graph: Graph, registry, allowed: AliasFacts) -> None:
             f"in graph @{graph.name}: input {k} (%{graph.inputs[k].name}) is written in "
             f"place, which it was not in the graph the pipeline received: a pass may "
             f"write an input only where the program did")
+    for k in sorted(allowed.mutated - facts.mutated):
+        raise VerifyError(
+            f"in graph @{graph.name}: input {k} (%{graph.inputs[k].name}) is no longer "
+            f"written in place, but the program wrote it: the caller sees that write, so "
+            f"a pass must keep it (a copy of a view of the input, or an out-of-place op, "
+            f"loses it)")
 
 
 class _Analysis:

@@ -6,10 +6,10 @@ from typing import ClassVar
 
 import attrs
 
+from torchloom.ir.aliasing import returned_storage, written_storage
 from torchloom.ir.graph import Graph
 from torchloom.ir.types import TensorType
 from torchloom.passes.base import Pass, PassContext, PassResult
-from torchloom.passes.builtin.purity import mutated_values
 
 #: ops that are the identity when their result's type equals their input's type
 _IDENTITY_WHEN_SAME_TYPE = frozenset({
@@ -31,15 +31,16 @@ class Canonicalize(Pass):
 
         %e = aten.exp.default(%x) : f32[4, 8]
 
-    A result that is a graph output, or a value written in place, is kept: replacing it
-    would change which tensors alias.
+    A result that is returned (itself or through views), or a value written in place, is
+    kept: replacing it would change which tensors alias (a folded clone under a returned
+    view would hand the caller a view of the input).
     """
 
     name: ClassVar[str] = "canonicalize"
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        written = mutated_values(graph, ctx.registry)
-        outputs = set(graph.outputs)
+        written = written_storage(graph, ctx.registry)
+        returned = returned_storage(graph, ctx.registry)
         folded = 0
         for node in list(graph.nodes):
             if node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1:
@@ -47,7 +48,7 @@ class Canonicalize(Pass):
             src, dst = node.inputs[0], node.output
             if not isinstance(src.type, TensorType) or src.type != dst.type:
                 continue
-            if dst in outputs or src in written or dst in written:
+            if dst in returned or src in written or dst in written:
                 continue
             if node.op == "aten._to_copy.default" and set(node.attrs) - {"dtype"}:
                 continue

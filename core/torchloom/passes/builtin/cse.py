@@ -6,10 +6,10 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.ir.aliasing import returned_storage
+from torchloom.ir.aliasing import returned_storage, written_storage
 from torchloom.ir.graph import FUSION_GROUP, Graph
 from torchloom.passes.base import Pass, PassContext, PassResult
-from torchloom.passes.builtin.purity import is_pure, mutated_values
+from torchloom.passes.builtin.purity import is_pure
 
 
 @attrs.frozen
@@ -27,8 +27,9 @@ class CommonSubexpressionElimination(Pass):
         %a = aten.exp.default(%x) : f32[4]
         %c = aten.add.Tensor(%a, %a) : f32[4]
 
-    Random, mutating and side-effecting ops are never merged, nor are readers of a value
-    that is written in place somewhere in the graph, nor two nodes whose results are both
+    Random, mutating and side-effecting ops are never merged, nor are nodes that read or
+    produce storage written in place somewhere in the graph (through views too: the two
+    would see different values), nor two nodes whose results are both
     returned, themselves or through views (the caller gets two tensors and may write one).
     """
 
@@ -43,7 +44,7 @@ class CommonSubexpressionElimination(Pass):
 def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
     """Replace each pure node by an earlier identical one (same op, inputs, attributes and
     types), inside fusion groups too with ``regions``; returns how many were merged."""
-    written = mutated_values(graph, registry)
+    written = written_storage(graph, registry)
     returned = returned_storage(graph, registry)
     seen: dict = {}
     merged = 0
@@ -54,7 +55,8 @@ def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
             if regions and node.op == FUSION_GROUP:
                 merged += merge_common_nodes(node.region, registry)
             continue
-        if not is_pure(node, registry) or any(v in written for v in node.inputs):
+        if not is_pure(node, registry) or any(v in written for v in node.inputs) \
+                or any(v in written for v in node.outputs):
             continue
         try:
             # a duplicate's readers key on the first node's outputs

@@ -13,7 +13,8 @@ from torchloom.api import Graph, Node, Pass, PassContext, PassResult, TensorType
 class Functionalize(Pass):
     """Rewrite ``aten.<op>_`` into ``aten.<op>`` when no alias observes the write: the
     written value is not a graph input, not a view and has no views, and no other op
-    writes it. Readers after the in-place op then read the new value. Otherwise the op
+    writes it, and it is not the result of an in-place op that returns the tensor it
+    wrote. Readers after the in-place op then read the new value. Otherwise the op
     stays (mutating ops are never fused, so it keeps fusion from crossing it).
 
     before::
@@ -57,12 +58,20 @@ class Functionalize(Pass):
                 continue
             x = node.inputs[mutated[0]]
             if x in inputs or x in viewed or writes.get(x, 0) != 1 or x.producer is None \
+                    or _aliases_its_input(x, reg) \
                     or not isinstance(x.type, TensorType) or node.output.type != x.type:
                 kept += 1
                 continue
             _rewrite(graph, node, target, x)
             rewritten += 1
         return PassResult(rewritten > 0, {"functionalized": rewritten, "kept_inplace": kept})
+
+
+def _aliases_its_input(x, reg) -> bool:
+    """Whether ``x`` is the result of an in-place op that returns the tensor it wrote
+    (``%b = aten.mul_.Tensor(%a)`` is ``%a``): writing ``x`` writes that tensor too. An op
+    functionalized earlier in this run produces a fresh value instead."""
+    return reg.get(x.producer.op).aliased_input(x.producer, x.index) is not None
 
 
 def _out_of_place(node: Node, reg) -> str | None:

@@ -430,17 +430,27 @@ class GroupEditor:
 
 
 def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:
-    """(group output, group input) pairs where the output is a view of the input."""
+    """Pairs of values sharing storage across a group: an output and the group input it
+    is (a view of), and two outputs of one storage (a value and its view, both returned:
+    a write to one is seen through the other)."""
     region = group.region
-    source: dict[Value, int] = {v: i for i, v in enumerate(region.inputs)}
+    root: dict[Value, object] = {v: i for i, v in enumerate(region.inputs)}
     for n in region.nodes:
         opdef = registry.get(n.op)
         for i, v in enumerate(n.outputs):
             src = opdef.aliased_input(n, i)
-            if src is not None and n.inputs[src] in source:
-                source[v] = source[n.inputs[src]]
-    return [(group.outputs[i], group.inputs[source[v]])
-            for i, v in enumerate(region.outputs) if v in source]
+            root[v] = root.get(n.inputs[src], n.inputs[src]) if src is not None else v
+    pairs: list[tuple[Value, Value]] = []
+    first: dict[object, Value] = {}
+    for i, v in enumerate(region.outputs):
+        r = root.get(v, v)
+        if isinstance(r, int):
+            pairs.append((group.outputs[i], group.inputs[r]))
+        elif r in first:
+            pairs.append((group.outputs[i], first[r]))
+        else:
+            first[r] = group.outputs[i]
+    return pairs
 
 
 def starts_group(kind: str | None) -> bool:

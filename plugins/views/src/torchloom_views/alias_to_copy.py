@@ -41,8 +41,16 @@ class AliasToCopy(Pass):
             if not is_view(node) or node.op not in COPY_OF or node.output not in written:
                 continue
             base = node.inputs[0]
-            if base in boundary or base.users() != [node] or base in written:
+            if base in boundary or base.users() != [node] or base in written \
+                    or _is_alias(base, ctx.registry):
                 continue
             swap_op(graph, node, COPY_OF[node.op], {FROM_VIEW: node.op})
             replaced += 1
         return PassResult(replaced > 0, {"copies": replaced})
+
+
+def _is_alias(value, registry) -> bool:
+    """Whether ``value`` shares storage with an input of its producer (a view, or an
+    in-place op's result): a copy of a view of it would hide the write from that tensor."""
+    node = value.producer
+    return node is not None and registry.get(node.op).aliased_input(node, value.index) is not None

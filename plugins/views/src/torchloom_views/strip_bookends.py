@@ -91,6 +91,9 @@ def _sink_one(graph: Graph, group: Node, ctx: PassContext, stats: dict) -> bool:
         base = producer.inputs[0]
         if not is_zero_copy(producer, base.type):
             continue
+        # the base returned already: view that output, so that a write to it is seen
+        # through the view as it was inside the group (two outputs are two tensors)
+        same = [k for k, v in enumerate(region.outputs) if v is base]
         region.outputs[j] = base
         if not result.uses and result not in region.outputs:
             region.erase(producer)
@@ -99,7 +102,8 @@ def _sink_one(graph: Graph, group: Node, ctx: PassContext, stats: dict) -> bool:
         old.type = base.type
         users = list(old.uses)
         in_outputs = [k for k, v in enumerate(graph.outputs) if v is old]
-        sunk = graph.create(producer.op, [old], [view_type], dict(producer.attrs),
+        source = group.outputs[same[0]] if same else old
+        sunk = graph.create(producer.op, [source], [view_type], dict(producer.attrs),
                             names=[old.name + "_view"], after=group)
         _redirect(graph, old, sunk.output, users, in_outputs)
         return True
