@@ -5,6 +5,8 @@ compiled output alias its input, and ``y.add_(1)`` then changed ``x``."""
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import pytest
 import torch
@@ -280,6 +282,14 @@ def programs(draw):
             + f"\n  return {', '.join('%' + o for o in outs)}\n}}\n")
 
 
+def _storage_facts(outs, inputs):
+    ptr = [o.untyped_storage().data_ptr() for o in outs]
+    inp = [t.untyped_storage().data_ptr() for t in inputs]
+    return ({(i, k) for i, p in enumerate(ptr) for k, q in enumerate(inp) if p == q},
+            {(i, j) for i in range(len(ptr)) for j in range(i + 1, len(ptr))
+             if ptr[i] == ptr[j]})
+
+
 @settings(max_examples=300, deadline=None)
 @given(programs())
 def test_the_facts_are_what_torch_does(text):
@@ -288,33 +298,15 @@ def test_the_facts_are_what_torch_does(text):
     f = alias_facts(graph, REGISTRY)
     inputs = [torch.randn(4, 6), torch.randn(4, 6)]
     outs = build_function(graph, REGISTRY).fn(*inputs)
-    ptr = [o.untyped_storage().data_ptr() for o in outs]
-    inp = [t.untyped_storage().data_ptr() for t in inputs]
-    assert f.output_input == {(i, k) for i, p in enumerate(ptr) for k, q in enumerate(inp)
-                              if p == q}, text
-    assert f.output_output == {(i, j) for i in range(len(ptr)) for j in range(i + 1, len(ptr))
-                               if ptr[i] == ptr[j]}, text
+    assert (f.output_input, f.output_output) == _storage_facts(outs, inputs), text
     # written in place: torch counts writes in a tensor's version (even a write of zeros)
     assert f.mutated == {k for k in range(2) if inputs[k]._version != 0}, text
 
 
-_DEFAULT = None
-
-
+@functools.cache
 def _default_pipeline():
-    global _DEFAULT
-    if _DEFAULT is None:
-        from torchloom.plugins.pipelines import load_pipeline
-        _DEFAULT = load_pipeline("default")
-    return _DEFAULT
-
-
-def _storage_facts(outs, inputs):
-    ptr = [o.untyped_storage().data_ptr() for o in outs]
-    inp = [t.untyped_storage().data_ptr() for t in inputs]
-    return ({(i, k) for i, p in enumerate(ptr) for k, q in enumerate(inp) if p == q},
-            {(i, j) for i in range(len(ptr)) for j in range(i + 1, len(ptr))
-             if ptr[i] == ptr[j]})
+    from torchloom.plugins.pipelines import load_pipeline
+    return load_pipeline("default")
 
 
 @settings(max_examples=300, deadline=None)
