@@ -45,8 +45,9 @@ import attrs
 from torchloom.errors import PipelineError
 from torchloom.passes.pipeline_dict import pipeline_toml
 from torchloom.passes.pipeline_extends import flat_data, pass_tables
-from torchloom.passes.pipeline_file import (Lines, RawPipeline, builtin_pipelines, did_you_mean,
-                                            parse_raw, read_pipeline)
+# builtin_pipelines, parse_raw, read_pipeline: re-exported, pipelines are read from here too
+from torchloom.passes.pipeline_file import (Lines, RawPipeline, builtin_pipelines,  # noqa: F401
+                                            did_you_mean, parse_raw, read_pipeline)
 from torchloom.passes.sources import CORE_PACKAGE, SourceHashes
 
 VERIFY_POLICIES = ("each", "end", "off")
