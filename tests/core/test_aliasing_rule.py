@@ -260,25 +260,35 @@ def test_returning_one_computation_twice_stays_two_tensors_through_the_default_p
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-_T = "f32[4, 6]"
+_SHAPES = ["4, 6", "24", "6, 4"]  # one storage of 24 floats, viewed three ways
 _UNARY = ["aten.exp.default({a})", "aten.neg.default({a})",
-          "aten.mul.Tensor({a}) {{other = 2.0}}", "aten.view.default({a}) {{size = [4, 6]}}",
-          "aten.alias.default({a})", "aten.mul_.Tensor({a}) {{other = 2.0}}",
-          "aten.clone.default({a})"]
-_BINARY = ["aten.add.Tensor({a}, {b})", "aten.add_.Tensor({a}, {b})", "aten.copy_.default({a}, {b})"]
+          "aten.mul.Tensor({a}) {{other = 2.0}}", "aten.alias.default({a})",
+          "aten.mul_.Tensor({a}) {{other = 2.0}}", "aten.clone.default({a})"]
+_BINARY = ["aten.add.Tensor({a}, {b})", "aten.add_.Tensor({a}, {b})",
+           "aten.copy_.default({a}, {b})"]
 
 
 @st.composite
 def programs(draw):
-    names = ["x", "y"]
+    """Graphs over two inputs of 24 floats: pointwise ops, views between three shapes,
+    in-place writes (through views too), copies; any values returned, some twice."""
+    shape = {"x": "4, 6", "y": "4, 6"}
     lines = []
     for i in range(draw(st.integers(1, 8))):
-        a, b = draw(st.sampled_from(names)), draw(st.sampled_from(names))
-        op = draw(st.sampled_from(_UNARY + _BINARY))
-        lines.append(f"  %v{i} = {op.format(a='%' + a, b='%' + b)} : {_T}")
-        names.append(f"v{i}")
-    outs = draw(st.lists(st.sampled_from(names), min_size=1, max_size=4))
-    return (f"graph @g(%x: {_T}, %y: {_T}) {{\n" + "\n".join(lines)
+        a = draw(st.sampled_from(sorted(shape)))
+        kind = draw(st.sampled_from(["unary", "binary", "view"]))
+        if kind == "view":
+            to = draw(st.sampled_from(_SHAPES))
+            op, out = f"aten.view.default(%{a}) {{size = [{to}]}}", to
+        elif kind == "binary":
+            b = draw(st.sampled_from(sorted(n for n in shape if shape[n] == shape[a])))
+            op, out = draw(st.sampled_from(_BINARY)).format(a="%" + a, b="%" + b), shape[a]
+        else:
+            op, out = draw(st.sampled_from(_UNARY)).format(a="%" + a), shape[a]
+        lines.append(f"  %v{i} = {op} : f32[{out}]")
+        shape[f"v{i}"] = out
+    outs = draw(st.lists(st.sampled_from(sorted(shape)), min_size=1, max_size=4))
+    return ("graph @g(%x: f32[4, 6], %y: f32[4, 6]) {\n" + "\n".join(lines)
             + f"\n  return {', '.join('%' + o for o in outs)}\n}}\n")
 
 
