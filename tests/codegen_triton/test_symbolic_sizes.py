@@ -15,7 +15,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import group_text
+from conftest import group_text, on_device
 from test_random_groups import _type, pointwise_chain
 from test_reduction import CASES as REDUCTIONS
 from test_rowcol import ln_backward
@@ -98,11 +98,11 @@ def test_reductions_over_symbolic_sizes_match_eager(registry, tmp_path, name, ma
     # one kernel, both forms: rows longer than its persistent variant holds loop
     limits = {v["kernel"]: v["max_rnumel"] for v in kernel.meta["variants"]}
     persistent = max(limit or 0 for limit in limits.values())
-    for variant, bucket in kernel.launches:
+    for variant, bucket in kernel.launches:  # the split variant is a looped form
         looped = int(bucket.split(":")[2]) > persistent
-        assert variant.endswith("_looped") == looped, (variant, bucket)
+        assert variant.endswith(("_looped", "_split")) == looped, (variant, bucket)
     if max_persistent == 4:
-        assert {v.endswith("_looped") for v, _ in kernel.launches} == {True, False}
+        assert {v.endswith(("_looped", "_split")) for v, _ in kernel.launches} == {True, False}
 
 
 def test_one_kernel_serves_every_size_and_empty_launches_nothing(registry, tmp_path):
@@ -264,6 +264,8 @@ class _Module:
     def __init__(self, meta, log):
         for v in meta["variants"]:
             setattr(self, v["kernel"], _Recording(log, v["kernel"]))
+            if v.get("finish"):
+                setattr(self, v["finish"]["kernel"], _Recording(log, "finish"))
 
 
 def _row_sum_meta(registry, tmp_path) -> dict:
@@ -387,3 +389,45 @@ def test_a_model_over_many_sizes_compiles_once_on_triton(monkeypatch):
         choices = comp.compiled.choices
         assert choices and all(c.codegen == "triton" for c in choices), [
             str(r) for c in choices for r in c.fallback_reasons]
+
+
+def test_long_reductions_with_few_rows_are_split_per_call(registry, tmp_path):
+    """split.py over symbolic sizes: chunk and split count are arguments, chosen per call
+    where the row blocks are few; more rows take the looped variant of the same kernel."""
+    text = group_text("%a: f32[s0, s1]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [1]} : f32[s0]
+        %n = aten.sqrt.default(%s) : f32[s0]""", "%n: f32[s0]")
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False, max_persistent=8)
+    graph, kernel = compile_group(codegen, registry, text)
+    for rows, cols in [(2, 100), (1, 1), (0, 40), (3, 0), (300, 20)]:
+        inputs = [x.abs() for x in inputs_for(graph, {"s0": rows, "s1": cols})]
+        assert_matches(kernel(*inputs), eager(text, registry, inputs), 1e-3)
+    assert [v for v, _ in kernel.launches] == ["fused_sum_sqrt_split", "fused_sum_sqrt",
+                                               "fused_sum_sqrt", "fused_sum_sqrt_looped"]
+    target = codegen.for_target("sm_90")
+    built = target.compile_for_target(target.generate(next(iter(
+        on_device(parse_graph(text), "cuda").nodes)), registry))
+    names = [v["kernel"] for v in built["variants"]]
+    assert "fused_sum_sqrt_split" in names and "fused_sum_sqrt_split_i64" in names
+    assert built["registers"] > 0 and built["spills"] == 0
+
+
+def test_transposed_inputs_take_the_tiled_variant_when_dims_are_long(registry, tmp_path):
+    """tiled.py over symbolic sizes: x.t() + y in [YBLOCK, XBLOCK] tiles where both tile
+    dims reach MIN_TILE_DIM at the call, the plain walk otherwise; one kernel."""
+    text = group_text("%a: f32[s1, s0], %b: f32[s0, s1]", """
+        %t = aten.t.default(%a) : f32[s0, s1] strided[1, s0]
+        %y = aten.add.Tensor(%t, %b) : f32[s0, s1]""", "%y: f32[s0, s1]")
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    graph, kernel = compile_group(codegen, registry, text)
+    for s0, s1 in [(40, 20), (3, 50), (1, 1), (0, 30), (17, 70)]:
+        inputs = inputs_for(graph, {"s0": s0, "s1": s1})
+        assert_matches(kernel(*inputs), eager(text, registry, inputs))
+    assert [v for v, _ in kernel.launches] == ["fused_add_tiled", "fused_add",
+                                               "fused_add", "fused_add_tiled"]
+    target = codegen.for_target("sm_90")
+    built = target.compile_for_target(target.generate(next(iter(
+        on_device(parse_graph(text), "cuda").nodes)), registry))
+    assert [v["kernel"] for v in built["variants"]] == ["fused_add", "fused_add_tiled",
+                                                        "fused_add_i64"]
+    assert built["spills"] == 0

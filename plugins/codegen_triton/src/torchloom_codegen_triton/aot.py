@@ -35,9 +35,12 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    meta = kernel.metadata
-    if variant is not None and not finish:
-        config = dict(config or variant["configs"][0])
+    meta = dict(kernel.metadata)
+    if variant is not None:
+        meta.update(finish=variant.get("finish") or meta.get("finish"),
+                    scratch=variant.get("scratch") or meta.get("scratch", ()))
+        if not finish:
+            config = dict(config or variant["configs"][0])
     config = dict(config or (meta["finish"]["config"] if finish else meta["config"]))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.py"
@@ -49,6 +52,7 @@ def compile_ahead(kernel: KernelSource, arch: int = 90, config: dict | None = No
         size = "size64" if variant and variant["wide"] and not finish else "size32"
         sizes = [{"scalar": size}] * len(meta.get("symbols", ()))  # symbolic sizes
         sizes += [{"scalar": "size32"}] if meta.get("programs") == "kprog" else []
+        sizes += [{"scalar": "size32"}] * 2 if variant and variant.get("split") else []
         dtypes = [d.get("dtype") or d["scalar"] for d in _arguments(meta, finish, sizes)]
         signature = {p: POINTER_TYPES.get(d) or SCALAR_TYPES[d] for p, d in zip(params, dtypes)}
         constexprs = {k: v for k, v in config.items() if k != "num_warps"}

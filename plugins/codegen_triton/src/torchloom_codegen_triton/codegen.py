@@ -111,9 +111,9 @@ class TritonCodegen:
             built = [{"kernel": v["kernel"], **resource_usage(
                 compile_ahead(kernel, arch=arch, variant=v)["cubin"], v["kernel"])}
                 for v in kernel.metadata["variants"]]
-            if "finish" in kernel.metadata:  # the finishing kernel must build too
-                compile_ahead(kernel, arch=arch, finish=True,
-                              variant=kernel.metadata["variants"][0])
+            for v in kernel.metadata["variants"]:  # finishing kernels must build too
+                if "finish" in kernel.metadata or v.get("finish"):
+                    compile_ahead(kernel, arch=arch, finish=True, variant=v)
             return {"registers": max(b["registers"] for b in built),
                     "spills": max(b["spills"] for b in built), "variants": built}
         asm = compile_ahead(kernel, arch=arch)

@@ -153,7 +153,8 @@ class KernelWriter:
         #: the longest row (a power of two) the persistent form holds
         self.persistent_limit = limit
         rnumel = representative(self.rnumel, limit)
-        self.looped = self.form == "looped" if self.form else next_pow2(rnumel) > limit
+        self.looped = self.form in ("looped", "split") if self.form else \
+            next_pow2(rnumel) > limit
         self.max_persistent = max_persistent
         self.kept = kept
         if columns and not isinstance(self.rnumel, int):
@@ -410,6 +411,7 @@ class KernelWriter:
         params = [f"in_{v.name}" for v in self.region.inputs] + names
         params += [f"ks{k}" for k in range(len(self.symbols))]  # symbolic sizes
         params += ["kprog"] if self.col is not None and self.symbolic else []
+        params += ["kchunk", "ksplits"] if self.split is not None and self.symbolic else []
         finish = ""
         two_stage = self.col if self.col is not None else self.split
         if two_stage is not None:

@@ -27,6 +27,8 @@ from torchloom.api import Progress
 from torchloom_codegen_triton.plan import (next_pow2, pointwise_configs, reduction_configs,
                                            wider_configs)
 from torchloom_codegen_triton.rowcol import PROGRAMS
+from torchloom_codegen_triton.split import split_shape
+from torchloom_codegen_triton.tiled import MIN_TILE_DIM, tile_configs, tile_grid
 from torchloom_codegen_triton.sizes import size_function
 
 _WIDE = 2 ** 31
@@ -46,6 +48,9 @@ class SymbolicLauncher:
         self.fns = {v["kernel"]: getattr(module, v["kernel"]) for v in self.variants}
         #: row + column form (rowcol.py): the finishing kernel and its spec
         self.finish = getattr(module, meta["finish"]["kernel"]) if "finish" in meta else None
+        #: the split variants' finishing kernel (split.py), if the group has them
+        self.split_finish = next((getattr(module, v["finish"]["kernel"]) for v in self.variants
+                                  if v.get("split")), None)
         self.sizes = size_function(meta)
         self.pointwise = meta["kind"] == "pointwise"
         self.out_dtypes = [dtypes[o["dtype"]] for o in meta["outputs"]]
@@ -80,13 +85,22 @@ class SymbolicLauncher:
         tensors = [*(args[i] for i in self.tensors), *outs]
         wide = numel >= _WIDE or any(_extent(t) >= _WIDE for t in tensors)
         rbucket = next_pow2(max(rnumel, 1))
-        variant = next(v for v in self.variants if v["wide"] == wide and (
-            v["max_rnumel"] is None or rbucket <= v["max_rnumel"]))
+        variant, split = self._variant(wide, rows, rnumel, rbucket)
         bucket = f"{variant['kernel']}:{next_pow2(programs)}:{rbucket}"
+        tiles = self._tiles(wide, shapes[0], numel) if self.pointwise else None
+        if tiles is not None:  # a transposed input: 2-D tiles (tiled.py)
+            variant, tiles = tiles
+            bucket = f"{variant['kernel']}:{next_pow2(tiles['x'])}:{next_pow2(tiles['y'])}"
         fn = self.fns[variant["kernel"]]
-        if self.finish is not None:
+        if tiles is not None:
+            def run(c):
+                self._launch(fn, c, (*args, *outs, *values), programs, tiles)
+        elif self.finish is not None:
             def run(c):
                 self._row_and_column(fn, c, args, outs, values, rows, rnumel)
+        elif split is not None:
+            def run(c):
+                self._split(fn, c, args, outs, values, rows, split, variant)
         else:
             def run(c):
                 self._launch(fn, c, (*args, *outs, *values), programs)
@@ -96,6 +110,45 @@ class SymbolicLauncher:
         self.launches.append((variant["kernel"], bucket))
         run(config)
         return tuple(outs)
+
+    def _tiles(self, wide: bool, shape, numel: int):
+        """(the tiled variant, its tile counts) when the call's tile dims are long enough
+        (as tiled.plan_tiles asks of static sizes), else None."""
+        tiled = next((v for v in self.variants if v.get("tiles") and v["wide"] == wide), None)
+        if tiled is None:
+            return None
+        x, y = (shape[d] for d in tiled["tiles"])
+        if min(x, y) < MIN_TILE_DIM:
+            return None
+        return tiled, {"x": x, "y": y, "other": numel // (x * y)}
+
+    def _variant(self, wide: bool, rows: int, rnumel: int, rbucket: int):
+        """(variant, None) or, for a long reduction with few row blocks, (its split
+        variant, (chunk, splits))."""
+        mine = [v for v in self.variants if v["wide"] == wide]
+        plain = next(v for v in mine if not v.get("split") and (
+            v["max_rnumel"] is None or rbucket <= v["max_rnumel"]))
+        split = next((v for v in mine if v.get("split")), None)
+        if split is None or plain["form"] != "looped reduction":
+            return plain, None
+        candidates = self.candidates(f"{split['kernel']}:{next_pow2(rows)}:{rbucket}")
+        shape = split_shape(rows, rnumel, candidates[0]["XBLOCK"],
+                            max(c["RBLOCK"] for c in candidates))
+        return (plain, None) if shape is None else (split, shape)
+
+    def _split(self, fn, config, args, outs, values, rows: int, shape, variant) -> None:
+        """The split form: program (row block, chunk) leaves each reduction's partial per
+        row in scratch; ``_finish`` combines them and computes the outputs."""
+        chunk, splits = shape
+        blocks = {k: v for k, v in config.items() if k != "num_warps"}
+        scratch = [torch.empty(splits * rows, dtype=torch.float32, device=outs[0].device)
+                   for _ in variant["scratch"]]
+        spec = variant["finish"]
+        call = (*args, *outs, *values, chunk, splits, *scratch)
+        with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
+            fn[(-(-rows // blocks["XBLOCK"]), splits)](*call, **blocks,
+                                                      num_warps=config.get("num_warps", 4))
+            self.split_finish[(-(-rows // spec["config"]["FBLOCK"]),)](*call, **spec["config"])
 
     def _row_and_column(self, fn, config, args, outs, values, rows: int, rnumel: int):
         """The row + column form: ``kprog`` programs walk the row blocks, each leaving its
@@ -128,9 +181,11 @@ class SymbolicLauncher:
             args = (*args[:i], fixed, *args[i + 1:])
         return args
 
-    def _launch(self, fn, config: dict[str, int], call: tuple, programs: int) -> None:
+    def _launch(self, fn, config: dict[str, int], call: tuple, programs: int,
+                tiles: dict | None = None) -> None:
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
-        grid = (-(-programs // blocks["XBLOCK"]),)
+        grid = (-(-programs // blocks["XBLOCK"]),) if tiles is None else (
+            tile_grid(tiles, config),)
         if self.interpret:
             with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
                 fn[grid](*call, **blocks, num_warps=config.get("num_warps", 4))
@@ -146,12 +201,14 @@ class SymbolicLauncher:
         kernel, programs, rbucket = bucket.rsplit(":", 2)
         variant = next(v for v in self.variants if v["kernel"] == kernel)
         programs, rbucket = int(programs), int(rbucket)
-        if self.pointwise:
+        if variant.get("tiles"):  # buckets of the two tile dims
+            found = tile_configs(programs, rbucket)
+        elif self.pointwise:
             found = pointwise_configs(programs)
         else:
             found = reduction_configs(programs, rbucket, variant["form"] == "looped reduction",
                                       self.meta["max_persistent"], self.meta["columns"])
-        if self.wide_search:
+        if self.wide_search and not variant.get("tiles"):  # tiles keep their candidates
             found = wider_configs({"form": variant["form"], "numel": programs,
                                    "rows": programs, "rnumel": rbucket, "configs": found},
                                   self.meta["max_persistent"])

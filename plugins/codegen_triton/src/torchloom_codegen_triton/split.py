@@ -11,6 +11,9 @@ reduction's output template (``mean``: the sum over ``n``) and computes the grou
 epilogue from there (``x.norm()``: the square root of the sum), with a second writer over
 the same region whose reduction results are the combined partials.
 
+With symbolic sizes (variants.py) the chunk length and count are arguments (``kchunk``,
+``ksplits``) that the launcher computes per call with :func:`split_shape`.
+
 Where it applies: a looped reduction (sums, maxima or minima; no reduction reading
 another's result) whose outputs all live in the row space (one element per row: the
 reduction results and pointwise math on them), with fewer row blocks than
@@ -21,14 +24,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchloom.api import indexing
+
 from torchloom_codegen_triton.emitter import Emitter
-from torchloom_codegen_triton.indexing import Unsupported, reshape
-from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS,
-                                          literal)
+from torchloom_codegen_triton.indexing import Unsupported
+from torchloom_codegen_triton.ops import BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS
 from torchloom_codegen_triton.plan import drop_unused
-from torchloom_codegen_triton.reduction import block_reduce, record_outputs
+from torchloom_codegen_triton.reduction import block_reduce, record_outputs, row_count
 from torchloom_codegen_triton.rowcol import FINISH_BLOCK, FINISH_PARTIALS
-from torchloom_codegen_triton.tensors import tensor_type
+from torchloom_codegen_triton.tensors import same_shape, tensor_type
 
 if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
@@ -40,32 +44,46 @@ _KINDS = ("sum", "max", "min")
 
 def plan_split(w: "KernelWriter", configs: list[dict[str, int]]) -> "SplitReduction | None":
     """The split plan of ``w``'s reduction, or None where the ordinary form is used."""
-    if not w.looped or w.col is not None:
+    if not w.looped or w.col is not None or (w.symbolic and w.form != "split"):
         return None
-    if w.symbolic:
-        w.notes.append("a looped reduction is not split into chunks for more programs: the "
-                       "split form plans its chunks from concrete sizes")
-        return None
-    row_blocks = -(-w.rows // configs[0]["XBLOCK"])
-    if row_blocks >= TARGET_PROGRAMS:
-        return None
+    if not w.symbolic:
+        row_blocks = -(-w.rows // configs[0]["XBLOCK"])
+        if row_blocks >= TARGET_PROGRAMS:
+            return None
     produced = {v: n for n in w.reductions for v in n.outputs}
     for n in w.reductions:
         if REDUCTIONS[n.op].kind not in _KINDS or \
                 COMPUTE[tensor_type(n.outputs[0]).dtype] not in ("f32",) or \
                 _reads_any(n.inputs[0], set(produced)):
             return None
-    if any(_elements(tensor_type(v)) != w.rows for v in w.region.outputs):
+    if any(not indexing.same(indexing.prod(tensor_type(v).shape), w.rows)
+           for v in w.region.outputs):
         return None  # an output over the reduced dims: the row pass is needed
-    rblock = max(c["RBLOCK"] for c in configs)
-    wanted = -(-TARGET_PROGRAMS // row_blocks)
-    chunk = max(rblock, (w.rnumel // wanted) // rblock * rblock)
-    splits = -(-w.rnumel // chunk)
-    if splits < 2:
+    if w.symbolic:  # chunks and their count are arguments the launcher computes
+        return _checked(SplitReduction(w, produced, "kchunk", "ksplits"))
+    shape = split_shape(w.rows, w.rnumel, configs[0]["XBLOCK"],
+                        max(c["RBLOCK"] for c in configs))
+    if shape is None:
         return None
-    plan = SplitReduction(w, produced, chunk, splits)
+    chunk, splits = shape
+    return _checked(SplitReduction(w, produced, chunk, splits))
+
+
+def split_shape(rows: int, rnumel: int, xblock: int, rblock: int) -> tuple[int, int] | None:
+    """(chunk, splits) of a reduction of ``rows`` rows of ``rnumel`` in blocks of
+    ``xblock`` rows, chunks a multiple of ``rblock``; None where it is not split."""
+    row_blocks = -(-rows // xblock)
+    if row_blocks >= TARGET_PROGRAMS or rnumel <= 0:
+        return None
+    wanted = -(-TARGET_PROGRAMS // row_blocks)
+    chunk = max(rblock, (rnumel // wanted) // rblock * rblock)
+    splits = -(-rnumel // chunk)
+    return (chunk, splits) if splits >= 2 else None
+
+
+def _checked(plan: "SplitReduction") -> "SplitReduction | None":
     try:  # the epilogue must be computable from the row results alone
-        plan.finish_source([f"out{i}" for i in range(len(w.region.outputs))])
+        plan.finish_source([f"out{i}" for i in range(len(plan.w.region.outputs))])
     except Unsupported:
         return None
     return plan
@@ -87,12 +105,15 @@ class SplitReduction:
             dtype = COMPUTE[tensor_type(n.outputs[0]).dtype]
             acc = block_reduce(w, kind, lambda src=src: w.value_at(src, w.full), dtype)
             acc = em.convert(acc, "f32")
-            em.statement(f"tl.store(scratch{k} + tl.program_id(1) * {w.rows} + xindex, "
+            em.statement(f"tl.store(scratch{k} + tl.program_id(1) * {w.ix.size(w.rows)} + "
+                         f"xindex, "
                          f"{acc.text}, xmask)", False)
 
     @property
     def scratch(self) -> list[dict]:
-        return [{"dtype": "f32", "numel": self.splits * self.w.rows} for _ in self.w.reductions]
+        """Per reduction: ``[splits, rows]`` partials (numel None: sized at launch)."""
+        numel = None if self.w.symbolic else self.splits * self.w.rows
+        return [{"dtype": "f32", "numel": numel} for _ in self.w.reductions]
 
     def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
         """``_finish(inputs..., outputs..., scratch..., FBLOCK)``: combine each row's
@@ -103,7 +124,7 @@ class SplitReduction:
         em = fin.em = Emitter(looped=False, hardware_bf16=w.em.hardware_bf16 if hasattr(
             w, "em") else w.device.startswith("cuda"))
         for line in ("xindex = (tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK))[:, None]",
-                     f"xmask = xindex < {w.rows}"):
+                     f"xmask = xindex < {w.ix.size(w.rows)}"):
             em.statement(line, False)
         fin.row = tuple(fin.coords("x", "xindex", w.kept_shape, False))
         keep = iter(fin.row)
@@ -116,14 +137,17 @@ class SplitReduction:
             em.statement(f"{acc} = tl.full([FBLOCK, 1], {identity}, tl.float32)", False)
             em.statement(f"for p0 in range(0, {self.splits}, {FINISH_PARTIALS}):", False)
             em.statement(f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[None, :]", False)
-            em.statement(f"    part = tl.load(scratch{k} + pindex * {w.rows} + xindex, "
+            em.statement(f"    part = tl.load(scratch{k} + pindex * {w.ix.size(w.rows)} + "
+                         f"xindex, "
                          f"(pindex < {self.splits}) & xmask, other={identity})", False)
             em.statement(f"    {acc} = " + COMBINE[kind].format(
                 a=acc, b=BLOCK_REDUCE[kind].format(x="part")), False)
-            record_outputs(fin, n, {"acc": acc, "n": literal(float(w.rnumel))})
+            record_outputs(fin, n, {"acc": acc, "n": row_count(fin)})
         for i, v in enumerate(w.region.outputs):
             fin._store(i, v, _row_coords(fin, v))
         params = [f"in_{v.name}" for v in w.region.inputs] + list(out_names)
+        params += [f"ks{k}" for k in range(len(w.symbols))] + (
+            ["kchunk", "ksplits"] if w.symbolic else [])  # as the main kernel's
         params += [f"scratch{k}" for k in range(len(w.reductions))] + ["FBLOCK: tl.constexpr"]
         lines = drop_unused(em.lines)
         source = "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
@@ -134,7 +158,8 @@ class SplitReduction:
         return {"splits": self.splits, "chunk": self.chunk, "scratch": self.scratch,
                 "form": "split reduction",
                 "finish": {"kernel": "_finish", "outputs": list(range(len(
-                    self.w.region.outputs))), "grid": -(-self.w.rows // FINISH_BLOCK),
+                    self.w.region.outputs))), "grid": None if self.w.symbolic else
+                    -(-self.w.rows // FINISH_BLOCK),
                     "config": {"FBLOCK": FINISH_BLOCK}, "inputs": True}}
 
     def traffic(self) -> int:
@@ -146,12 +171,11 @@ def _row_coords(fin, v) -> tuple[str, ...]:
     """The coordinates of output ``v`` (one element per row) at the finisher's rows."""
     shape = tuple(tensor_type(v).shape)
     w_shape = tuple(fin.kept_shape)
-    if shape == w_shape:
+    if same_shape(shape, w_shape):
         return fin.row
-    if len(shape) == len(fin.shape) and all(
-            s == (1 if d in fin.rdims else fin.shape[d]) for d, s in enumerate(shape)):
+    if same_shape(shape, [1 if d in fin.rdims else s for d, s in enumerate(fin.shape)]):
         return fin.row_keepdim
-    return reshape(fin.row, w_shape, shape, fin.known)
+    return fin.ix.reshape(fin.row, w_shape, shape, fin.known)
 
 
 def _reads_any(v, values: set) -> bool:
@@ -166,10 +190,3 @@ def _reads_any(v, values: set) -> bool:
             seen.add(p)
             stack.extend(p.inputs)
     return False
-
-
-def _elements(t) -> int:
-    n = 1
-    for d in t.shape:
-        n *= d
-    return n

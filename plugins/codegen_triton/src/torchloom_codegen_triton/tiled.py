@@ -8,6 +8,9 @@ along the outputs' innermost dim ``d0``, ``ys`` along the input's innermost dim 
 then contiguous along one axis of the tile, and Triton's layout conversion (through shared
 memory on a GPU) turns the tile between them.
 
+With symbolic sizes (variants.py) the tiled form is a variant of its own, which a call
+takes when both tile dims reach ``MIN_TILE_DIM``; tile counts come from the call's sizes.
+
 ``plan_tiles`` finds ``(d0, d1)`` by probing: the group's outputs are computed at symbolic
 coordinates ``p0, p1, ...`` and every load's address is read for the dim it moves by one
 element.
@@ -20,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from torchloom.api import indexing
 
-from torchloom_codegen_triton.indexing import delinear
 from torchloom_codegen_triton.tensors import at_point, memory_order, same_shape, tensor_type
 
 if TYPE_CHECKING:
@@ -56,10 +58,8 @@ def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
         if d0 in unit or len(unit) != 1:
             continue
         d1 = unit[0]
-        if w.symbolic:
-            w.notes.append(f"an input laid out across the outputs' walk (transposed: "
-                           f"%{v.name}) is read untiled: the tiled form needs concrete sizes")
-            return None
+        if w.symbolic:  # the tiled variant; calls with short dims take the plain one
+            return (d0, d1) if w.form == "tiled" else None
         if min(shape[d0], shape[d1]) >= MIN_TILE_DIM:
             return d0, d1
     return None
@@ -68,7 +68,7 @@ def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
 def tiled_body(w: "KernelWriter", d0: int, d1: int) -> list[str]:
     """The kernel body of the tiled form (see the module docstring)."""
     em = w.em
-    s0, s1 = w.shape[d0], w.shape[d1]
+    s0, s1 = w.ix.size(w.shape[d0]), w.ix.size(w.shape[d1])
     tx, ty = f"(({s0} + XBLOCK - 1) // XBLOCK)", f"(({s1} + YBLOCK - 1) // YBLOCK)"
     em.statement("pid = tl.program_id(0)", False)
     em.statement(f"tx = pid % {tx}", False)
@@ -82,7 +82,7 @@ def tiled_body(w: "KernelWriter", d0: int, d1: int) -> list[str]:
     other = [d for d in range(len(w.shape)) if d not in (d0, d1)]
     coords = [""] * len(w.shape)
     coords[d0], coords[d1] = "xs", "ys"
-    for k, (d, c) in enumerate(zip(other, delinear("to", [w.shape[d] for d in other]))):
+    for k, (d, c) in enumerate(zip(other, w.ix.delinear("to", [w.shape[d] for d in other]))):
         if c != "0":
             em.statement(f"o{k} = {c}", False)
             c = f"o{k}"
@@ -93,15 +93,24 @@ def tiled_body(w: "KernelWriter", d0: int, d1: int) -> list[str]:
 
 
 def tiled_metadata(w: "KernelWriter", d0: int, d1: int) -> dict[str, Any]:
-    from torchloom_codegen_triton.plan import next_pow2
+    """The tiled form's candidate tiles and (static sizes) tile counts; with symbolic
+    sizes, the dims ``d0``/``d1`` whose sizes the launcher reads per call."""
+    if w.symbolic:
+        return {"form": "tiled pointwise", "tile_dims": [d0, d1],
+                "configs": tile_configs(2 ** 16, 2 ** 16)}
     s0, s1 = w.shape[d0], w.shape[d1]
-    configs = [{"XBLOCK": min(x, next_pow2(s0)), "YBLOCK": min(y, next_pow2(s1)),
-                "num_warps": nw} for x, y, nw in ((64, 32, 4), (32, 32, 4), (128, 16, 4),
-                                                  (64, 64, 8))]
-    configs = [c for i, c in enumerate(configs) if c not in configs[:i]]
     others = w.numel // (s0 * s1)
     return {"form": "tiled pointwise", "tiles": {"x": s0, "y": s1, "other": others},
-            "configs": configs}
+            "configs": tile_configs(s0, s1)}
+
+
+def tile_configs(x: int, y: int) -> list[dict[str, int]]:
+    """Candidate ``[YBLOCK, XBLOCK]`` tiles over dims of ``x`` and ``y`` elements."""
+    from torchloom_codegen_triton.plan import next_pow2
+    configs = [{"XBLOCK": min(bx, next_pow2(x)), "YBLOCK": min(by, next_pow2(y)),
+                "num_warps": nw} for bx, by, nw in ((64, 32, 4), (32, 32, 4), (128, 16, 4),
+                                                    (64, 64, 8))]
+    return [c for i, c in enumerate(configs) if c not in configs[:i]]
 
 
 def tile_grid(tiles: dict[str, int], config: dict[str, int]) -> int:

@@ -9,6 +9,13 @@ and strides are computed from them in the kernel:
   registers, ``RBLOCK`` the row length's next power of two, for rows up to the writer's
   ``max_persistent``) and a looped one (``_looped``: chunks of ``RBLOCK``, Welford and
   online softmax) for longer rows; a static row length has its one form, as before;
+- a looped reduction whose reductions can be split (split.py) also gets a split variant
+  (``_split``: chunk length and count are arguments ``kchunk``/``ksplits``, and a
+  ``_finish`` kernel), which a call takes when its rows make fewer row blocks than the
+  split form aims for programs;
+- a pointwise group with an input laid out across the outputs' walk (tiled.py) also gets
+  a tiled variant (``_tiled``, 32-bit only), taken when both tile dims reach
+  ``MIN_TILE_DIM`` at the call;
 - each of those has a 64-bit twin (``_i64``: program ids and size arguments widened) for
   launches whose elements or offsets reach 2**31.
 
@@ -36,22 +43,36 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
     first = first or KernelWriter(group, registry, max_persistent, wide=False)
     forms: list[str | None] = [None]
     if first.kind == "reduction" and not isinstance(first.rnumel, int):
-        forms = ["persistent", "looped"]
+        forms = ["persistent", "looped", "split"]
+    elif first.kind == "reduction" and first.looped and first.col is None:
+        forms = [None, "split"]
+    elif first.kind == "pointwise":
+        forms = [None, "tiled"]
     functions, variants, notes, finishes = [], [], [], []
     writers = []
     for wide in (False, True):
         for form in forms:
+            if form == "tiled" and wide:
+                continue  # tiles index in 32 bits: wide calls walk untiled
             w = KernelWriter(group, registry, max_persistent, form=form, wide=wide)
-            suffix = ("_looped" if form == "looped" else "") + ("_i64" if wide else "")
+            if form == "split" and w.split is None or form == "tiled" and w.tiles is None:
+                continue  # not split.py's or tiled.py's kind
+            suffix = (f"_{form}" if form in ("looped", "split", "tiled") else "") + (
+                "_i64" if wide else "")
             kernel, kind, function, finish = w.function(suffix)
             functions.append(function)
             if finish and finish not in finishes:  # row + column: one finishing kernel
                 finishes.append(finish)
             writers.append(w)
             notes += [n for n in w.notes if n not in notes]
+            meta = w.metadata(kernel, kind)
             variants.append({"kernel": kernel, "form": kind, "wide": wide,
                              "max_rnumel": w.persistent_limit if form == "persistent" else None,
-                             "configs": w.metadata(kernel, kind)["configs"]})
+                             "configs": meta["configs"], "split": w.split is not None})
+            if w.split is not None:  # its finishing kernel and partials
+                variants[-1].update(finish=meta["finish"], scratch=meta["scratch"])
+            if w.tiles is not None:  # the dims its tiles span
+                variants[-1]["tiles"] = list(w.tiles)
     main = writers[0]
     main.notes = notes
     meta = main.metadata(variants[0]["kernel"], variants[0]["form"])
