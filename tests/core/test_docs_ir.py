@@ -88,3 +88,15 @@ def test_a_plugin_written_from_the_page_compiles_and_matches_eager(mulone):
     [record] = [r for r in comp.report.records if r.name == "mulone.fold"]
     assert record.stats == {"folded": 2}  # inside exp and neg; not the returned ones
     torch._dynamo.reset()
+
+
+def test_every_method_the_page_names_exists():
+    """The editing table and the prose name methods as ``graph.x(...)``, ``node.x(...)``,
+    ``value.x(...)``: each is a method of that class (a renamed API fails here)."""
+    from torchloom.api import Graph, Node, Value
+    text = DOC.read_text()
+    named = set(re.findall(r"`(graph|node|value)\.(\w+)\(", text))
+    assert len(named) >= 15
+    owners = {"graph": Graph, "node": Node, "value": Value}
+    missing = [f"{o}.{m}" for o, m in sorted(named) if not hasattr(owners[o], m)]
+    assert missing == []
