@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,10 @@ class SymbolicLauncher:
         self.tuned: dict[str, dict[str, int]] = {}
         #: called with ``{"buckets": ...}`` whenever a bucket is tuned (the kernel cache)
         self.on_tuned = None
-        #: (variant, bucket) of every launch so far, in order (what tests count)
-        self.launches: list[tuple[str, str]] = []
+        #: (variant, bucket) of the latest launches, in order (what tests count)
+        self.launches: deque[tuple[str, str]] = deque(maxlen=256)
+        #: (size values, wide) -> the call's plan (see _plan)
+        self._plans: dict[tuple, tuple] = {}
 
     # ---- one call --------------------------------------------------------------------
     def __call__(self, *args):
@@ -82,15 +85,16 @@ class SymbolicLauncher:
             programs = max(rows, 1) if rnumel > 0 else 0
         if programs <= 0:  # an empty iteration space: nothing to launch
             return tuple(outs)
-        tensors = [*(args[i] for i in self.tensors), *outs]
-        wide = numel >= _WIDE or any(_extent(t) >= _WIDE for t in tensors)
-        rbucket = next_pow2(max(rnumel, 1))
-        variant, split = self._variant(wide, rows, rnumel, rbucket)
-        bucket = f"{variant['kernel']}:{next_pow2(programs)}:{rbucket}"
-        tiles = self._tiles(wide, shapes[0], numel) if self.pointwise else None
-        if tiles is not None:  # a transposed input: 2-D tiles (tiled.py)
-            variant, tiles = tiles
-            bucket = f"{variant['kernel']}:{next_pow2(tiles['x'])}:{next_pow2(tiles['y'])}"
+        # the outputs are contiguous and no larger than the iteration space
+        wide = numel >= _WIDE or any(_extent(args[i]) >= _WIDE for i in self.tensors)
+        key = (values, wide)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= 4096:  # sizes seen: kept for the common few
+                self._plans.clear()
+            plan = self._plans[key] = self._plan(wide, shapes[0], numel, rows, rnumel,
+                                                 programs)
+        variant, bucket, split, tiles = plan
         fn = self.fns[variant["kernel"]]
         if tiles is not None:
             def run(c):
@@ -110,6 +114,17 @@ class SymbolicLauncher:
         self.launches.append((variant["kernel"], bucket))
         run(config)
         return tuple(outs)
+
+    def _plan(self, wide: bool, shape, numel: int, rows: int, rnumel: int, programs: int):
+        """(variant, bucket, split shape or None, tile counts or None) of a call."""
+        rbucket = next_pow2(max(rnumel, 1))
+        variant, split = self._variant(wide, rows, rnumel, rbucket)
+        bucket = f"{variant['kernel']}:{next_pow2(programs)}:{rbucket}"
+        tiles = self._tiles(wide, shape, numel) if self.pointwise else None
+        if tiles is not None:  # a transposed input: 2-D tiles (tiled.py)
+            variant, tiles = tiles
+            bucket = f"{variant['kernel']}:{next_pow2(tiles['x'])}:{next_pow2(tiles['y'])}"
+        return variant, bucket, split, tiles
 
     def _tiles(self, wide: bool, shape, numel: int):
         """(the tiled variant, its tile counts) when the call's tile dims are long enough
@@ -267,5 +282,5 @@ class SymbolicLauncher:
 
 
 def _extent(t: torch.Tensor) -> int:
-    """One past the largest element offset ``t`` reaches."""
-    return sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride()) if d > 0) + 1
+    """A bound on the element offsets ``t`` reaches: its storage's elements."""
+    return t.untyped_storage().nbytes() // t.element_size()
