@@ -435,3 +435,23 @@ def test_transposed_inputs_take_the_tiled_variant_when_dims_are_long(registry, t
     assert [v["kernel"] for v in built["variants"]] == ["fused_add", "fused_add_tiled",
                                                         "fused_add_i64"]
     assert built["spills"] == 0
+
+
+def test_a_symbolic_kernel_is_read_back_from_the_disk_cache(registry, tmp_path):
+    """The kernel cache stores a symbolic kernel's source and JSON metadata; a second
+    process (a fresh cache over the same directory) compiles nothing, and groups equal up
+    to their symbols' names share the entry."""
+    from torchloom.tools import KernelCache
+    text = group_text("%a: f32[s0, s1]", """
+        %x = aten.amax.default(%a) {dim = [-1], keepdim = true} : f32[s0, 1]
+        %y = aten.sub.Tensor(%a, %x) : f32[s0, s1]""", "%y: f32[s0, s1]")
+    renamed = text.replace("s0", "n").replace("s1", "m")
+    codegen = TritonCodegen(cache_dir=tmp_path / "triton", autotune=False)
+    first = KernelCache(tmp_path / "kernels")
+    first.get_or_compile(codegen, next(iter(parse_graph(text).nodes)), registry)
+    second = KernelCache(tmp_path / "kernels")
+    kernel = second.get_or_compile(codegen, next(iter(parse_graph(renamed).nodes)), registry)
+    assert second.stats()["compiles"] == 0 and second.disk_hits == 1
+    for rows, cols in [(3, 7), (0, 2), (1, 1)]:
+        x = torch.randn(rows, cols)
+        torch.testing.assert_close(kernel(x)[0], x - x.amax(-1, keepdim=True))
