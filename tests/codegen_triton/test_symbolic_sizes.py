@@ -455,3 +455,35 @@ def test_a_symbolic_kernel_is_read_back_from_the_disk_cache(registry, tmp_path):
     for rows, cols in [(3, 7), (0, 2), (1, 1)]:
         x = torch.randn(rows, cols)
         torch.testing.assert_close(kernel(x)[0], x - x.amax(-1, keepdim=True))
+
+
+def test_compiled_launchers_are_reused_per_specialisation(registry, tmp_path):
+    """On a GPU the JIT path runs once per (variant, config, specialisation of the size
+    arguments: equal to 1, multiple of 16); other calls take the compiled kernel's own
+    launcher (a recording stand-in for Triton's kernel objects, no GPU)."""
+    log = []
+
+    class Jit:
+        def __init__(self, label):
+            self.label = label
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                log.append((self.label, grid))
+                return Jit("fast")
+            return launch
+
+    class Module:
+        def __getattr__(self, name):
+            return Jit("jit")
+
+    text = group_text("%a: f32[s0, s1]", """
+        %e = aten.exp.default(%a) : f32[s0, s1]""", "%e: f32[s0, s1]")
+    meta = TritonCodegen(cache_dir=tmp_path, autotune=False).generate(
+        next(iter(parse_graph(text).nodes)), registry).metadata
+    kernel = SymbolicLauncher(Module(), meta, {"f32": torch.float32}, None, False, False)
+    for rows, cols in [(3, 5), (7, 3), (1, 5), (32, 16), (3, 5), (16, 32)]:
+        kernel(torch.randn(rows, cols))
+    # (3, 5) and (7, 3) share a specialisation and a config; 1 and 16-multiples have
+    # their own
+    assert [label for label, _ in log] == ["jit", "fast", "jit", "jit", "fast", "fast"]

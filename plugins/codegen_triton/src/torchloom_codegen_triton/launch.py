@@ -9,7 +9,9 @@ power of two>``. On a GPU with autotuning on, the first call of each bucket benc
 bucket's candidates and keeps the winner in ``<kernel>.<bucket>.tune.json`` beside the
 source (a file lock makes concurrent processes tune once); other sizes of the bucket reuse
 it. The fleet's shared cache exchanges every bucket's result at once
-(``on_tuned``/``apply_tuning`` with ``{"buckets": {bucket: config}}``).
+(``on_tuned``/``apply_tuning`` with ``{"buckets": {bucket: config}}``). A call's plan is
+kept per size values, and on a GPU the compiled kernel's own launcher is reused per
+specialisation of the size arguments, so a repeated size costs little Python.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class SymbolicLauncher:
         self.launches: deque[tuple[str, str]] = deque(maxlen=256)
         #: (size values, wide) -> the call's plan (see _plan)
         self._plans: dict[tuple, tuple] = {}
+        #: compiled kernels by (function, config, int arguments' specialisation)
+        self._fast: dict[tuple, Any] = {}
 
     # ---- one call --------------------------------------------------------------------
     def __call__(self, *args):
@@ -205,7 +209,22 @@ class SymbolicLauncher:
             with np.errstate(all="ignore"):  # the interpreter computes masked lanes too
                 fn[grid](*call, **blocks, num_warps=config.get("num_warps", 4))
             return
-        fn[grid](*call, **blocks, num_warps=config.get("num_warps", 4))
+        # the compiled kernel's own launcher, per specialisation of the int arguments
+        # (Triton compiles ints equal to 1 and multiples of 16 apart): no re-binding
+        key = (id(fn), *config.values(), *((a == 1, a % 16 == 0) if type(a) is int else
+                                           type(a) for a in call
+                                           if not isinstance(a, torch.Tensor)))
+        fast = self._fast.get(key)
+        aligned = all(a.data_ptr() % 16 == 0 for a in call if isinstance(a, torch.Tensor))
+        if fast is not None and aligned:
+            try:
+                fast[grid](*call, *blocks.values())
+                return
+            except Exception:  # an API this triton version lacks: the JIT path
+                del self._fast[key]
+        compiled = fn[grid](*call, **blocks, num_warps=config.get("num_warps", 4))
+        if aligned:
+            self._fast[key] = compiled
 
     # ---- buckets and tuning ----------------------------------------------------------
     def candidates(self, bucket: str) -> list[dict[str, int]]:
