@@ -37,6 +37,20 @@ def compare(got, want, exact: bool = False, **tolerances) -> None:
             torch.testing.assert_close(g, w, equal_nan=True, **tolerances)
 
 
+def reduction_statement(op: str, value: str, shape, dtype: str, dim: int,
+                        keep: bool) -> tuple[str, str]:
+    """``%r = op(value) {dim = [dim], keepdim = keep}`` over ``shape`` (a statement of a
+    random group) and the group result it gives, ``%r: <type>``."""
+    out = list(shape)
+    if keep:
+        out[dim] = 1
+    else:
+        del out[dim]
+    result = f"{dtype}[{', '.join(map(str, out))}]"
+    return (f"%r = {op}({value}) {{dim = [{dim}], keepdim = {str(keep).lower()}}} : {result}",
+            f"%r: {result}")
+
+
 class Checker:
     def __init__(self, registry, codegen):
         self.registry, self.codegen = registry, codegen

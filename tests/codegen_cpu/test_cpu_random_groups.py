@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torchloom.api import parse_graph
 
-from conftest import compare, group_text
+from conftest import compare, group_text, reduction_statement
 
 UNARY = ["aten.tanh.default", "aten.sigmoid.default", "aten.relu.default",
          "aten.neg.default", "aten.abs.default", "aten.gelu.default", "aten.exp.default",
@@ -53,17 +53,10 @@ def random_group(draw):
     last, shape = values[-1]
     results = [f"{last}: {_type(dtype, shape)}"]
     if draw(st.booleans()) and len(shape) == 2:
-        op = draw(st.sampled_from(REDUCE))
-        keep = draw(st.booleans())
-        dim = draw(st.sampled_from([0, -1]))
-        out = list(shape)
-        if keep:
-            out[dim] = 1
-        else:
-            del out[dim]
-        lines.append(f"%r = {op}({last}) {{dim = [{dim}], keepdim = {str(keep).lower()}}} : "
-                     f"{_type(dtype, out)}")
-        results.append(f"%r: {_type(dtype, out)}")
+        line, result = reduction_statement(draw(st.sampled_from(REDUCE)), last, shape, dtype,
+                                           draw(st.sampled_from([0, -1])), draw(st.booleans()))
+        lines.append(line)
+        results.append(result)
     params = ", ".join(f"%a{i}: {_type(dtype, s)}" for i, s in enumerate(shapes))
     text = group_text(params, "\n".join(lines), ", ".join(results))
     seed = draw(st.integers(0, 2 ** 16))

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torchloom.api import parse_graph
 
-from conftest import compare, group_text
+from conftest import compare, group_text, reduction_statement
 
 UNARY = ["aten.tanh.default", "aten.relu.default", "aten.neg.default", "aten.abs.default",
          "aten.exp.default", "aten.sigmoid.default"]
@@ -61,16 +61,10 @@ def symbolic_group(draw):
             lines.append(f"%u = aten.sin.default(%t) : {_type(dtype, out)}")
             results.append(f"%u: {_type(dtype, out)}")
     if draw(st.booleans()) and len(shape) == 2:
-        op, keep = draw(st.sampled_from(REDUCE)), draw(st.booleans())
-        dim = draw(st.sampled_from([0, -1]))
-        out = list(shape)
-        if keep:
-            out[dim] = 1
-        else:
-            del out[dim]
-        attrs = f"{{dim = [{dim}]{', keepdim = true' if keep else ''}}}"
-        lines.append(f"%r = {op}({last}) {attrs} : {_type(dtype, out)}")
-        results.append(f"%r: {_type(dtype, out)}")
+        line, result = reduction_statement(draw(st.sampled_from(REDUCE)), last, shape, dtype,
+                                           draw(st.sampled_from([0, -1])), draw(st.booleans()))
+        lines.append(line)
+        results.append(result)
     params = ", ".join(f"{n}: {_type(dtype, s)}" for n, s in values[:len(shapes)])
     return group_text(params, "\n".join(lines), ", ".join(results)), shapes, dtype
 
