@@ -270,3 +270,15 @@ def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
 
 def test_the_api_exposes_the_module():
     assert indexing.IndexMath is IndexMath and indexing.C is C
+
+
+def test_a_whole_expression_may_be_a_size_argument():
+    """A flattened batch ``s0*s1`` whose factors have no argument of their own is one
+    argument, used wherever the whole product occurs; a lone factor has no value."""
+    ix = IndexMath(C, {"s0*s1": "S_0", "s2": "S_1"})
+    assert ix.size("s0*s1") == "S_0"
+    assert ix.size(prod(["s0*s1", 48])) == "48 * S_0"
+    assert ix.linear(("a", "b"), ("s0*s1", "s2")) == "a * S_1 + b"
+    with pytest.raises(Unsupported, match="s0 has no value"):
+        ix.size("s0")
+    assert IndexMath(C).size("s0") == "s0"  # no names given: symbols print as themselves
