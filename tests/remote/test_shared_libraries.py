@@ -18,8 +18,10 @@ import pytest
 import torch
 from torchloom.api import hookimpl, parse_graph
 from torchloom.explain import explain
-from torchloom.runtime.remote_cache import RemoteCache, RemoteSettings, sign, verify_bytes
+from torchloom.runtime.remote_cache import (RemoteArtifacts, RemoteCache, RemoteSettings,
+                                            sign, verify_bytes)
 from torchloom.tools import Compiler, EagerCodegen, load_plugins
+from torchloom_codegen_cpu.toolchain import find_compiler, probe
 
 from remote_children import KEY, entries, recording_cc, remote_warnings, runs
 
@@ -145,6 +147,23 @@ def test_library_over_the_size_limit_is_not_shared_said_once(
     assert data["max_abs_error"] is not None and data["max_abs_error"] < 1e-5
     assert [r for r in runs(cc_log)[before:] if "-shared" not in r or "probe.c" in r] == []
     assert len(runs(cc_log)[before:]) == built
+
+
+def test_bad_toolchain_record_is_rejected_and_probed_again(redis_url, redis_client,
+                                                          tmp_path, cc_log):
+    remote = RemoteCache(RemoteSettings.parse(redis_url), KEY.encode())
+    store = RemoteArtifacts(remote, NS)
+    cc = find_compiler()
+    first = probe(cc, tmp_path / "a", 60, store)  # probed here, and shared
+    [key] = entries(redis_client, NS)
+    name = key.decode().rpartition(":")[2]
+    assert name.startswith("toolchain-") and len(runs(cc_log)) == 2  # --version, a build
+    assert probe(cc, tmp_path / "b", 60, store) == first and len(runs(cc_log)) == 2
+    redis_client.set(key, sign(KEY.encode(), NS, name, b'{"version": "x", "flags": "-O0"}'))
+    assert probe(cc, tmp_path / "c", 60, store) == first  # authentic, but no record:
+    assert len(runs(cc_log)) == 4 and remote.stats(NS)["errors"] == 1  # probed again
+    shared = json.loads(verify_bytes(KEY.encode(), NS, name, redis_client.get(key)))
+    assert shared["flags"] == list(first.flags)  # and shared again
 
 
 def test_binary_entries_round_trip_and_are_authenticated(redis_url, redis_client):
