@@ -292,6 +292,35 @@ def programs(draw):
             + f"\n  return {', '.join('%' + o for o in outs)}\n}}\n")
 
 
+@st.composite
+def layered_programs(draw):
+    """A block of ops over (%h, %y) repeated two or three times, each copy reading the
+    last value of the one before, as layers do: what dedup.regions turns into calls of
+    one shared subgraph (views and writes inside it included)."""
+    block = []
+    for i in range(draw(st.integers(2, 5))):
+        a, b = draw(st.sampled_from(["h", "y", *block_names(i)])), \
+            draw(st.sampled_from(["h", "y", *block_names(i)]))
+        op = draw(st.sampled_from(_UNARY + _BINARY + ["aten.view.default({a}) {{size = [4, 6]}}"]))
+        block.append((op, a, b))
+    lines, h = [], "x"
+    for copy in range(draw(st.integers(2, 3))):
+        local = {"h": h, "y": "y"}
+        for i, (op, a, b) in enumerate(block):
+            name = f"c{copy}_{i}"
+            lines.append(f"  %{name} = {op.format(a='%' + local[a], b='%' + local[b])}"
+                         f" : f32[4, 6]")
+            local[f"b{i}"] = name
+        h = local[f"b{len(block) - 1}"]
+    outs = draw(st.lists(st.sampled_from([h, "x", "y", "c0_0"]), min_size=1, max_size=3))
+    return ("graph @g(%x: f32[4, 6], %y: f32[4, 6]) {\n" + "\n".join(lines)
+            + f"\n  return {', '.join('%' + o for o in outs)}\n}}\n")
+
+
+def block_names(i: int) -> list[str]:
+    return [f"b{k}" for k in range(i)]
+
+
 def _storage_facts(outs, inputs):
     ptr = [o.untyped_storage().data_ptr() for o in outs]
     inp = [t.untyped_storage().data_ptr() for t in inputs]
@@ -314,21 +343,31 @@ def test_the_facts_are_what_torch_does(text):
 
 
 @functools.cache
-def _default_pipeline():
+def _pipeline(name: str):
+    """The default pipeline, or ("small-regions") the same passes with dedup.regions
+    making shared subgraphs of any repeated pair of nodes."""
+    import tomllib
+
+    from torchloom.passes.pipeline import builtin_pipelines
     from torchloom.plugins.pipelines import load_pipeline
-    return load_pipeline("default")
+    if name == "default":
+        return load_pipeline("default")
+    data = tomllib.loads(builtin_pipelines()["default"])
+    data["pipeline"]["codegen"] = "eager"
+    data["pass"][0] = {"name": "dedup.regions", "min_nodes": 2}
+    return load_pipeline(data)
 
 
 @settings(max_examples=300, deadline=None)
-@given(programs())
-def test_the_default_pipeline_keeps_values_aliasing_and_writes(text):
+@given(programs() | layered_programs(), st.sampled_from(["default", "small-regions"]))
+def test_the_default_pipeline_keeps_values_aliasing_and_writes(text, pipeline):
     """Every shipped pass, on graphs full of views and writes: no pass is refused by the
-    rule, and the result computes eager's values, shares eager's storages (regions
-    included: the analysis follows fusion groups) and writes eager's inputs."""
+    rule, and the result computes eager's values, shares eager's storages (regions and
+    shared subgraphs included: the analysis follows them) and writes eager's inputs."""
     from torchloom.passes.base import PassContext
     from torchloom.passes.manager import PassManager
     from torchloom.tools import build_function
-    loaded = _default_pipeline()
+    loaded = _pipeline(pipeline)
     graph = parse_graph(text)
     PassManager(loaded.pipeline, loaded.plugins).run(
         graph, PassContext(registry=loaded.plugins.registry))

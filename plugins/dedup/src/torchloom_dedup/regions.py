@@ -198,7 +198,7 @@ class DedupRegions(Pass):
             # Views of inputs that escape (e.g. a transposed weight saved for backward)
             # leave the region: they run before each call, and their results become inputs.
             hoist = _alias_chains(best[0], aliasing, ctx.registry)
-            if hoist is None:
+            if hoist is None or len(hoist) == len(best[0].nodes):  # nothing left to share
                 return None
             occurrences = [occ.without(hoist, graph_outputs) for occ in best]
         return None
