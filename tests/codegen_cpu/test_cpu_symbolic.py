@@ -105,6 +105,7 @@ def test_one_library_serves_every_size(check):
     kernels = [check.codegen.generate(check.compile(t).choices[0].node, check.registry)
                for t in (text, renamed)]
     assert kernels[0].metadata == kernels[1].metadata
+    assert kernels[0].source == kernels[1].source  # so one library, whatever the names
     assert kernels[0].metadata["sizes"] == ["S_0", "S_1"]
     compiled = check.compile(renamed)
     for rows, cols in [(2, 3), (7, 1), (1, 40000)]:

@@ -12,6 +12,7 @@ groups are declined.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, print_graph,
@@ -136,7 +137,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     forms = ", ".join(f"{w.kind}{' (columns)' if w.outer == 'xb' else ''} over "
                       f"{nests[0].dims(w.rows)} rows" for w in nests)
     header = ["/* torchloom cpu kernel for this group:"]
-    header += [" *   " + line for line in print_graph(region).splitlines()]
+    header += [" *   " + line for line in _printed(region).splitlines()]
     header += [f" * {forms} */"]
     source = [*header, f"void {kernel}({', '.join(params)}) {{"]
     if not parallel:
@@ -159,6 +160,23 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                          "bytes_written": sum(_nbytes(v) for v in region.outputs),
                          "numel": max(w.numel for w in nests)})
     return "\n".join(source) + "\n", metadata
+
+
+def _printed(region: Graph) -> str:
+    """The region's text with its size symbols numbered by first appearance (``s0``,
+    ``s1``: as the canonical form numbers them), so that groups equal up to their symbols'
+    names give the same source, and so one library, whatever names torch chose."""
+    order: dict[str, str] = {}
+    for v in [*region.inputs, *(o for n in region.nodes for o in n.outputs)]:
+        if isinstance(v.type, TensorType):
+            for d in (*v.type.shape, *(v.type.strides or ())):
+                for s in symbols.symbols_of(d):
+                    order.setdefault(s, f"s{len(order)}")
+    text = print_graph(region)
+    if not order:
+        return text
+    pattern = re.compile(r"(?<![%@\w.$])(" + "|".join(map(re.escape, order)) + r")(?![\w.(])")
+    return pattern.sub(lambda m: order[m.group(1)], text)
 
 
 def _nbytes(v: Value) -> int:
