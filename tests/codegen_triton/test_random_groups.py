@@ -32,10 +32,12 @@ def broadcast_shape(a: tuple, b: tuple) -> tuple:
     return tuple(x if y == 1 else y for x, y in zip(a, b))
 
 
-def pointwise_chain(draw, shapes: list, steps: int, unary=UNARY, binary=BINARY):
-    """``steps`` random unary and binary ops over inputs ``%a<i>`` of ``shapes`` and the
-    results before them: (the IR lines, every value as (name, shape))."""
-    values = [(f"%a{i}", s) for i, s in enumerate(shapes)]
+def pointwise_chain(draw, shapes: list, steps: int, unary=UNARY, binary=BINARY,
+                    extra: tuple = ()):
+    """``steps`` random unary and binary ops over inputs ``%a<i>`` of ``shapes``, the
+    ``extra`` (name, shape) values and the results before them: (the IR lines, every
+    value as (name, shape))."""
+    values = [(f"%a{i}", s) for i, s in enumerate(shapes)] + list(extra)
     lines = []
     for k in range(steps):
         if draw(st.booleans()):

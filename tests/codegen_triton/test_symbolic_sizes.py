@@ -211,14 +211,19 @@ REDUCE = {"aten.sum.dim_IntList": "f32", "aten.amax.default": "f32",
 
 @st.composite
 def symbolic_group(draw):
-    """Pointwise chains over broadcasting inputs of symbolic sizes, maybe ending in a
-    last-dim reduction (softmax-like when it is amax and the chain goes on)."""
+    """Pointwise chains over broadcasting inputs of symbolic sizes (one maybe transposed),
+    maybe ending in a last-dim reduction (softmax-like when it is amax and the chain goes
+    on)."""
     full = ("s0", "s1")
     shapes = draw(st.lists(st.sampled_from([full, ("s1",), ("s0", 1), (1, "s1"), ()]),
                            min_size=1, max_size=3))
     shapes[0] = full
-    lines, values = pointwise_chain(draw, shapes, draw(st.integers(1, 4)), UNARY, BINARY)
-    last, shape = max(values[len(shapes):], key=lambda v: len(v[1]))
+    transposed = draw(st.booleans())
+    start = ["%bt = aten.t.default(%b) : f32[s0, s1] strided[1, s0]"] if transposed else []
+    lines, values = pointwise_chain(draw, shapes, draw(st.integers(1, 4)), UNARY, BINARY,
+                                    [("%bt", full)] if transposed else ())
+    lines = start + lines
+    last, shape = max(values[len(shapes) + transposed:], key=lambda v: len(v[1]))
     results = [f"{last}: {_type(shape)}"]
     op = None
     if shape == full and draw(st.booleans()):
@@ -232,7 +237,8 @@ def symbolic_group(draw):
         if keep:  # an epilogue reading the row result at every element
             lines.append(f"%y = aten.sub.Tensor({last}, %r) : {_type(full)}")
             results.append(f"%y: {_type(full)}")
-    params = ", ".join(f"%a{i}: {_type(s)}" for i, s in enumerate(shapes))
+    params = ", ".join([f"%a{i}: {_type(s)}" for i, s in enumerate(shapes)] +
+                       ["%b: f32[s1, s0]"] * transposed)
     return group_text(params, "\n".join(lines), ", ".join(results)), draw(st.integers(0, 99))
 
 
@@ -245,7 +251,7 @@ def test_random_symbolic_groups_match_eager_at_several_sizes(registry, tmp_path,
     def run(case):
         text, seed = case
         graph, kernel = compile_group(codegen, registry, text)
-        for s0, s1 in [(3, 5), (1, 1), (1, 6), (4, 1), (0, 3), (2, 0), (2, 11)]:
+        for s0, s1 in [(3, 5), (1, 1), (1, 6), (4, 1), (0, 3), (2, 0), (2, 11), (17, 20)]:
             inputs = inputs_for(graph, {"s0": s0, "s1": s1}, seed)
             try:
                 want = eager(text, registry, inputs)
