@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from torchloom.errors import VerifyError
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, Graph, Node, node_error
 from torchloom.ir.text import format_type
@@ -50,6 +52,10 @@ def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None,
                 if node.op == CALL_SUBGRAPH:
                     _verify_call(node)
     _check_no_recursion(graph)
+
+
+_TYPE = attrgetter("type")
+_ONES = (1, 1)
 
 
 def check_order(graph: Graph) -> None:
@@ -121,29 +127,40 @@ def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None,
         _check_name(graph, v.name, names, None)
     count = 0
     prev = None
-    for node in graph.nodes:
+    node = graph.first
+    while node is not None:  # (the linked list itself: no generator per node)
         count += 1
         if node.graph is not graph or node.prev is not prev:
             raise node_error(node, "node list is corrupt (wrong graph or broken links)")
         prev = node
-        for i, v in enumerate(node.inputs):
+        inputs = node.inputs
+        for i, v in enumerate(inputs):
             if v not in defined:
                 if v.graph is not graph:
                     raise node_error(node, f"input {i} (%{v.name}) is not defined in this "
                                            f"graph (regions may only read their own inputs)")
                 raise node_error(node, f"input {i} (%{v.name}) is used before it is defined")
-        for v, k in _counts(node.inputs).items():
-            recorded = use_counts.get(v)
-            if recorded is None:  # counted once per value: linear in the number of uses
-                recorded = use_counts[v] = _counts(v.uses)
-            have = recorded.get(node, 0)
+        # each input read k times must list this node k times; the common cases (distinct
+        # inputs, a value with one use) without counting
+        distinct = len(inputs) < 2 or (len(inputs) == 2 and inputs[0] is not inputs[1])
+        for v, k in (zip(inputs, _ONES) if distinct else _counts(inputs).items()):
+            uses = v.uses
+            if len(uses) == 1 and k == 1:
+                have = 1 if uses[0] is node else 0
+            else:
+                recorded = use_counts.get(v)
+                if recorded is None:  # counted once per value: linear in the number of uses
+                    recorded = use_counts[v] = _counts(uses)
+                have = recorded.get(node, 0)
             if have != k:
                 raise node_error(node, f"use list of %{v.name} records this node {have} "
                                        f"time(s), but it is read {k} time(s)")
         for i, v in enumerate(node.outputs):
             if v.producer is not node or v.index != i:
                 raise node_error(node, f"output %{v.name} does not point back at its node")
-            _check_name(graph, v.name, names, node)
+            if v.name in names:
+                _check_name(graph, v.name, names, node)
+            names.add(v.name)
             for u in v.uses:
                 if u.graph is None or v not in u.inputs:
                     raise node_error(node, f"%{v.name} lists a use by {u.op} that does not "
@@ -156,12 +173,13 @@ def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None,
         elif registry is not None:
             if typed is None:
                 _verify_types(node, registry)
-                continue
-            key = (node.op, node.attrs, len(node.inputs), *[v.type for v in node.inputs],
-                   *[v.type for v in node.outputs])
-            if typed.get(node) != key:  # (identity first: no type is compared field by field)
-                _verify_types(node, registry)
-                typed[node] = key
+            else:
+                key = (node.op, node.attrs, len(inputs), *map(_TYPE, inputs),
+                       *map(_TYPE, node.outputs))
+                if typed.get(node) != key:  # (identity first: types compare only if new)
+                    _verify_types(node, registry)
+                    typed[node] = key
+        node = node.next
     if count != len(graph):
         raise VerifyError(f"in graph @{graph.name}: node count {len(graph)} disagrees with "
                           f"the node list ({count})")

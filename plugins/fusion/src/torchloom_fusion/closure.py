@@ -79,12 +79,13 @@ class Fusion:
         group = ed.wrap(consumer)
         failed: set = set()
         while True:
-            candidates = sorted({v.producer for v in group.inputs
-                                 if v.producer is not None and v.producer not in failed
-                                 and ed.kind(v.producer) is not None},
+            candidates = sorted({p for p in {v.producer for v in group.inputs}
+                                 if p is not None and p not in failed
+                                 and ed.kind(p) is not None},
                                 key=ed.order.__getitem__, reverse=True)
+            latest = ed.latest_producers(group) if len(candidates) > 1 else None
             for producer in candidates:
-                merged = ed.try_merge(producer, group)
+                merged = ed.try_merge(producer, group, latest)
                 if merged is not None:
                     group = merged
                     failed.clear()
@@ -121,4 +122,3 @@ class Fusion:
             else:
                 if len(heads) < self.max_siblings:
                     heads.append(node)
-

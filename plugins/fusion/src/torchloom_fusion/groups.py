@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import bisect
 
+import attrs
+
 from torchloom.api import FUSION_GROUP, Graph, Node, TensorType, Value
 
 from torchloom_fusion.fusibility import REDUCTION, VIEW, compatible, is_group, node_kind, \
@@ -117,6 +119,15 @@ class GroupEditor:
             self._domain[node] = found
         return found
 
+    def _merge_domains(self, merged: Node, a: Node, b: Node) -> None:
+        """The domain of ``a`` and ``b`` merged, when both are known; else it is found
+        from the merged region when asked (vertical fusion never asks)."""
+        da, db = self._domain.get(a), self._domain.get(b)
+        if da is not None and db is not None:
+            self._domain[merged] = max(da, db)
+        else:
+            self._domain.pop(merged, None)
+
     def device(self, node: Node) -> str | None:
         for v in node.outputs:
             if isinstance(v.type, TensorType):
@@ -168,14 +179,17 @@ class GroupEditor:
         return len(set(node.inputs)) <= self.max_inputs and \
             len(node.outputs) <= self.max_outputs
 
-    def can_merge(self, a: Node, b: Node) -> str | None:
+    def can_merge(self, a: Node, b: Node, b_latest: "Latest | None" = None) -> str | None:
         """Which slot (``"a"`` or ``"b"``) merging clusters a (earlier) and b can use,
-        or None when no valid merge exists. O(inputs + uses of a's outputs)."""
+        or None when no valid merge exists. O(inputs + uses of a's outputs); with
+        ``b_latest`` (``latest_producers(b)``, for many tries against one b),
+        O(uses of a's outputs)."""
         if self.device(a) != self.device(b):
             return None
-        signatures = self.signatures(a) | self.signatures(b)
-        if len(signatures) > 1 and (not compatible(signatures) or reads_column_result(
-                (a, b), lambda n: self.registry.get(n.op).category == REDUCTION)):
+        sa, sb = self.signatures(a), self.signatures(b)
+        if (len(sa) > 1 or len(sb) > 1 or (sa and sb and sa != sb)) and (
+                not compatible(sa | sb) or reads_column_result(
+                    (a, b), lambda n: self.registry.get(n.op).category == REDUCTION)):
             return None  # reductions over other rows, or a column result read in the kernel
         if len(a.inputs) + len(b.inputs) > self.max_inputs:  # else the limit holds anyway
             inputs = set(a.inputs)
@@ -204,11 +218,31 @@ class GroupEditor:
         blocked = self._mutation_between(oa, ob)
         if late and not (blocked and self.pinned(a)):
             return "b"
-        if not (blocked and self.pinned(b)) and all(
-                v.producer is None or v.producer is a or order[v.producer] < oa
-                for v in b.inputs):
-            return "a"
-        return None
+        if blocked and self.pinned(b):
+            return None
+        if b_latest is not None:  # the latest producer of b's inputs other than a
+            last = b_latest.second if b_latest.first is a else b_latest.first_order
+            valid = last < oa
+        else:
+            valid = all(v.producer is None or v.producer is a or order[v.producer] < oa
+                        for v in b.inputs)
+        return "a" if valid else None
+
+    def latest_producers(self, b: Node) -> "Latest":
+        """The two latest producers of ``b``'s inputs (ordinals; -1 for none): slot
+        ``"a"`` of a merge with an earlier ``a`` needs every other one before ``a``."""
+        order = self.order
+        first, first_order, second = None, -1, -1
+        for v in b.inputs:
+            p = v.producer
+            if p is None or p is first:
+                continue
+            o = order[p]
+            if o > first_order:
+                first, first_order, second = p, o, first_order
+            elif o > second:
+                second = o
+        return Latest(first, first_order, second)
 
     def _mutation_between(self, lo: int, hi: int) -> bool:
         pts = self.mutation_points
@@ -218,10 +252,11 @@ class GroupEditor:
         return i < len(pts) and pts[i] < hi
 
     # ---- edits -----------------------------------------------------------------------
-    def try_merge(self, x: Node, y: Node) -> Node | None:
-        """Merge two clusters into one group when valid; returns the group or None."""
+    def try_merge(self, x: Node, y: Node, y_latest: "Latest | None" = None) -> Node | None:
+        """Merge two clusters into one group when valid; returns the group or None.
+        ``y_latest``: ``latest_producers(y)``, when many clusters are tried against y."""
         a, b = (x, y) if self.order[x] < self.order[y] else (y, x)
-        slot = self.can_merge(a, b)
+        slot = self.can_merge(a, b, y_latest if b is y else None)
         if slot is None:
             return None
         if slot == "b":  # a's content moves past the other readers of its producers
@@ -253,9 +288,10 @@ class GroupEditor:
         """Move plain node ``p`` (earlier) to the start of ``group``'s region: the fast
         path of vertical fusion (no one-node group is built for ``p``)."""
         g, region = self.graph, group.region
-        index = {v: i for i, v in enumerate(group.inputs)}
-        inner_of = {u: region.inputs[index[u]] for u in p.inputs if u in index}
-        drop: set[int] = set()
+        # (list scans in C: a group's inputs are few, and p has one or two inputs)
+        outer, inner = group.inputs, region.inputs
+        inner_of = {u: inner[outer.index(u)] for u in p.inputs if u in outer}
+        drop: list[int] = []
         for out in p.outputs:
             outer_users = [u for u in out.uses if u is not group and u.graph is g]
             out.uses = []
@@ -269,14 +305,13 @@ class GroupEditor:
                 self._redirect_output(out, new)
                 if out in self.hazard_values:
                     self.hazard_values.add(new)
-            i = index.get(out)
-            if i is not None:
-                region.replace_all_uses(region.inputs[i], out)
-                region.release_name(region.inputs[i].name)
-                drop.add(i)
-        if drop:
-            group.inputs = [v for i, v in enumerate(group.inputs) if i not in drop]
-            region.inputs = [v for i, v in enumerate(region.inputs) if i not in drop]
+            if out in outer:
+                i = outer.index(out)
+                region.replace_all_uses(inner[i], out)
+                region.release_name(inner[i].name)
+                drop.append(i)
+        for i in sorted(drop, reverse=True):  # (the lists are the group's own)
+            del outer[i], inner[i]
         p_prev = p.prev
         region.move_node(p, None)  # out of the graph, first in the region; claims its names
         new_outer: list[Value] = []
@@ -287,16 +322,18 @@ class GroupEditor:
                 u.uses.append(group)
             self._dirty.add(u)  # p's entry goes stale
         if new_outer:
-            group.inputs = new_outer + group.inputs
-            region.inputs = [inner_of[u] for u in new_outer] + region.inputs
+            outer[:0] = new_outer
+            inner[:0] = [inner_of[u] for u in new_outer]
         p.inputs = [inner_of[u] for u in p.inputs]
         for v in p.inputs:
             v.uses.append(p)
         if slot == "a":
             g.move_node(group, p_prev)
             self.order[group] = self.order[p]
-        self._sigs[group] = self.signatures(group) | self.signatures(p)
-        self._domain[group] = max(self.domain(group), self.domain(p))
+        sp = self.signatures(p)
+        if sp:
+            self._sigs[group] = self.signatures(group) | sp
+        self._merge_domains(group, group, p)
         for cache in (self._sigs, self._domain, self._kind):
             cache.pop(p, None)
         del self.order[p]
@@ -330,7 +367,8 @@ class GroupEditor:
         region.set_outputs(list(node.outputs))
         self.order[group] = self.order.pop(node)
         self._sigs[group] = self.signatures(node)
-        self._domain[group] = self.domain(node)
+        if node in self._domain:
+            self._domain[group] = self._domain[node]
         self._kind[group] = "group"
         self.created += 1
         return group
@@ -422,11 +460,21 @@ class GroupEditor:
         self.order[host] = self.order[place]
         del self.order[guest]
         self._sigs[host] = self.signatures(a) | self.signatures(b)
-        self._domain[host] = max(self.domain(a), self.domain(b))
+        self._merge_domains(host, a, b)
         for cache in (self._sigs, self._domain, self._kind):
             cache.pop(guest, None)
         self.merges += 1
         return host
+
+
+@attrs.frozen
+class Latest:
+    """The latest producer of a cluster's inputs (``first``, at ordinal
+    ``first_order``) and the ordinal of the latest other one (``second``); -1: none."""
+
+    first: Node | None
+    first_order: int
+    second: int
 
 
 def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:
