@@ -72,6 +72,8 @@ def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tm
         digest = (tmp_path / "process1" / "cpu" / f"{name}.sha256").read_text()
         assert len(digest) == 64
     assert second["max_abs_error"] is not None and second["max_abs_error"] < 1e-5
+    assert first["kernel_cache"]["remote_artifact_hits"] == 0
+    assert second["kernel_cache"]["remote_artifact_hits"] == len(builds) + 1  # + the probe
     assert second["fusion_groups"] == first["fusion_groups"] > 0
     assert second["kernels"] == first["kernels"]
 
@@ -117,6 +119,7 @@ def test_bad_library_entry_is_rejected_and_rebuilt_never_loaded(
     why = "does not load" if damage == "signed, not a library" else "HMAC mismatch"
     assert all(why in w for w in rejected)
     assert result.compiler.remote_cache.stats(NS)["errors"] == len(keys)
+    assert result.data["kernel_cache"]["remote_errors"] == len(keys)  # what explain counts
     rebuilt = [r for r in runs(cc_log)[before:] if "-shared" in r]
     assert len(rebuilt) == len(keys)  # each rebuilt here
     mine = local_libraries(machine)

@@ -82,7 +82,8 @@ class KernelCache:
     permission, a read-only disk) is reported once and dropped: kernels stay in memory,
     and every group still compiles. Counters: ``compiles`` (``generate`` calls), ``disk_hits``,
     ``hits`` (in memory), ``corrupt`` (entries found broken), ``remote_hits`` (kernels read
-    from ``remote``, the shared cache).
+    from ``remote``, the shared cache); ``stats()`` adds the shared cache's errors and the
+    built artifacts (cpu libraries) codegens read from it.
     """
 
     def __init__(self, directory: str | Path | None = None, fingerprint: str = "",
@@ -169,10 +170,14 @@ class KernelCache:
         or from disk) at the average measured compile time."""
         average = self.compile_seconds / self.compiles if self.compiles else 0.0
         saved = self.hits * average + self.disk_saved_seconds
-        remote_errors = self.remote.stats("kernel")["errors"] if self.remote else 0
+        remote = self.remote
+        # the codegens' built artifacts (cpu libraries) count with the kernels they build
+        remote_errors = remote.stats("kernel")["errors"] + remote.total(
+            "artifact-", "errors") if remote else 0
         return {"unique": len(self), "compiles": self.compiles, "hits": self.hits,
                 "disk_hits": self.disk_hits, "corrupt": self.corrupt,
                 "remote_hits": self.remote_hits, "remote_errors": remote_errors,
+                "remote_artifact_hits": remote.total("artifact-", "hits") if remote else 0,
                 "compile_ms": round(self.compile_seconds * 1e3, 3),
                 "saved_ms_estimate": round(saved * 1e3, 3)}
 

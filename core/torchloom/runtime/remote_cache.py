@@ -201,6 +201,11 @@ class RemoteCache:
         return {c: self._counts.get((namespace, c), 0)
                 for c in ("hits", "misses", "stores", "errors", "oversized")}
 
+    def total(self, prefix: str, counter: str) -> int:
+        """``counter`` added up over the namespaces starting with ``prefix``."""
+        return sum(n for (ns, c), n in self._counts.items()
+                   if c == counter and ns.startswith(prefix))
+
     def _count(self, namespace: str, counter: str) -> None:
         self._counts[namespace, counter] = self._counts.get((namespace, counter), 0) + 1
 
