@@ -85,8 +85,6 @@ class KernelWriter:
         self.symbolic = bool(self.symbols)
         self.ix = indexing.IndexMath(indexing.TRITON, {
             s: f"ks{k}" for k, s in enumerate(self.symbols)})
-        #: why a faster form was not used (shown in the kernel's header and metadata)
-        self.notes: list[str] = []
         reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
         self.kind = "reduction" if reductions else "pointwise"
         self.reductions = reductions
@@ -393,7 +391,7 @@ class KernelWriter:
     def header(self, form: str) -> list[str]:
         lines = ["# torchloom triton kernel for this group:"]
         lines += ["#   " + line for line in print_graph(self.group.region).splitlines()]
-        lines += [f"# kind: {form}"] + [f"# note: {note}" for note in self.notes]
+        lines.append(f"# kind: {form}")
         return lines
 
     def function(self, suffix: str = "") -> tuple[str, str, str, str]:

@@ -48,8 +48,6 @@ def kernel_metadata(w: "KernelWriter", kernel: str, form: str) -> dict[str, Any]
         meta["form"] = "row and column reduction"
     if w.split is not None:
         meta.update(w.split.metadata())
-    if w.notes:
-        meta["notes"] = list(w.notes)
     if not w.symbolic:  # a symbolic plan's grid and bytes depend on the sizes
         meta.update(traffic(w, meta["config"]))
     return meta

@@ -48,7 +48,7 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
         forms = [None, "split"]
     elif first.kind == "pointwise":
         forms = [None, "tiled"]
-    functions, variants, notes, finishes = [], [], [], []
+    functions, variants, finishes = [], [], []
     writers = []
     for wide in (False, True):
         for form in forms:
@@ -64,7 +64,6 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
             if finish and finish not in finishes:  # row + column: one finishing kernel
                 finishes.append(finish)
             writers.append(w)
-            notes += [n for n in w.notes if n not in notes]
             meta = w.metadata(kernel, kind)
             variants.append({"kernel": kernel, "form": kind, "wide": wide,
                              "max_rnumel": w.persistent_limit if form == "persistent" else None,
@@ -74,7 +73,6 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
             if w.tiles is not None:  # the dims its tiles span
                 variants[-1]["tiles"] = list(w.tiles)
     main = writers[0]
-    main.notes = notes
     meta = main.metadata(variants[0]["kernel"], variants[0]["form"])
     meta["symbols"] = [[s, i, k, c] for s, (i, k, c) in first.symbols.items()]
     meta["variants"] = variants
