@@ -83,9 +83,8 @@ class Fusion:
                                  if p is not None and p not in failed
                                  and ed.kind(p) is not None},
                                 key=ed.order.__getitem__, reverse=True)
-            latest = ed.latest_producers(group) if len(candidates) > 1 else None
             for producer in candidates:
-                merged = ed.try_merge(producer, group, latest)
+                merged = ed.try_merge(producer, group)
                 if merged is not None:
                     group = merged
                     failed.clear()

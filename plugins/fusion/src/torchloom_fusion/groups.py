@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import bisect
 
-import attrs
-
 from torchloom.api import FUSION_GROUP, Graph, Node, TensorType, Value
 
 from torchloom_fusion.fusibility import REDUCTION, VIEW, compatible, is_group, node_kind, \
@@ -179,11 +177,9 @@ class GroupEditor:
         return len(set(node.inputs)) <= self.max_inputs and \
             len(node.outputs) <= self.max_outputs
 
-    def can_merge(self, a: Node, b: Node, b_latest: "Latest | None" = None) -> str | None:
+    def can_merge(self, a: Node, b: Node) -> str | None:
         """Which slot (``"a"`` or ``"b"``) merging clusters a (earlier) and b can use,
-        or None when no valid merge exists. O(inputs + uses of a's outputs); with
-        ``b_latest`` (``latest_producers(b)``, for many tries against one b),
-        O(uses of a's outputs)."""
+        or None when no valid merge exists. O(inputs + uses of a's outputs)."""
         if self.device(a) != self.device(b):
             return None
         sa, sb = self.signatures(a), self.signatures(b)
@@ -218,31 +214,11 @@ class GroupEditor:
         blocked = self._mutation_between(oa, ob)
         if late and not (blocked and self.pinned(a)):
             return "b"
-        if blocked and self.pinned(b):
-            return None
-        if b_latest is not None:  # the latest producer of b's inputs other than a
-            last = b_latest.second if b_latest.first is a else b_latest.first_order
-            valid = last < oa
-        else:
-            valid = all(v.producer is None or v.producer is a or order[v.producer] < oa
-                        for v in b.inputs)
-        return "a" if valid else None
-
-    def latest_producers(self, b: Node) -> "Latest":
-        """The two latest producers of ``b``'s inputs (ordinals; -1 for none): slot
-        ``"a"`` of a merge with an earlier ``a`` needs every other one before ``a``."""
-        order = self.order
-        first, first_order, second = None, -1, -1
-        for v in b.inputs:
-            p = v.producer
-            if p is None or p is first:
-                continue
-            o = order[p]
-            if o > first_order:
-                first, first_order, second = p, o, first_order
-            elif o > second:
-                second = o
-        return Latest(first, first_order, second)
+        if not (blocked and self.pinned(b)) and all(
+                v.producer is None or v.producer is a or order[v.producer] < oa
+                for v in b.inputs):
+            return "a"
+        return None
 
     def _mutation_between(self, lo: int, hi: int) -> bool:
         pts = self.mutation_points
@@ -252,11 +228,10 @@ class GroupEditor:
         return i < len(pts) and pts[i] < hi
 
     # ---- edits -----------------------------------------------------------------------
-    def try_merge(self, x: Node, y: Node, y_latest: "Latest | None" = None) -> Node | None:
-        """Merge two clusters into one group when valid; returns the group or None.
-        ``y_latest``: ``latest_producers(y)``, when many clusters are tried against y."""
+    def try_merge(self, x: Node, y: Node) -> Node | None:
+        """Merge two clusters into one group when valid; returns the group or None."""
         a, b = (x, y) if self.order[x] < self.order[y] else (y, x)
-        slot = self.can_merge(a, b, y_latest if b is y else None)
+        slot = self.can_merge(a, b)
         if slot is None:
             return None
         if slot == "b":  # a's content moves past the other readers of its producers
@@ -465,16 +440,6 @@ class GroupEditor:
             cache.pop(guest, None)
         self.merges += 1
         return host
-
-
-@attrs.frozen
-class Latest:
-    """The latest producer of a cluster's inputs (``first``, at ordinal
-    ``first_order``) and the ordinal of the latest other one (``second``); -1: none."""
-
-    first: Node | None
-    first_order: int
-    second: int
 
 
 def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:
