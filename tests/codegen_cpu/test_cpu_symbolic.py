@@ -146,3 +146,13 @@ def test_a_symbol_with_no_value_is_declined_with_a_reason(registry, codegen):
     group = next(n for n in parse_graph(text).nodes if n.region is not None)
     reason = codegen.supports(group, registry)
     assert reason is not None and "has no value in the kernel" in reason.message, reason
+
+
+def test_a_symbolic_scalar_attribute_is_declined_with_a_reason(registry, codegen):
+    """An op argument that is a size expression, not a number, has no C constant (and the
+    structural hash does not renumber symbols in attributes): declined, not a crash."""
+    text = group_text("%a: f32[s0, 8]", """
+        %m = aten.mul.Tensor(%a) {other = "s0"} : f32[s0, 8]""", "%m: f32[s0, 8]")
+    group = next(n for n in parse_graph(text).nodes if n.region is not None)
+    reason = codegen.supports(group, registry)
+    assert reason is not None and "other = 's0' has no C value" in reason.message, reason

@@ -168,7 +168,11 @@ class KernelWriter:
                     named[name] = literal(value, compute)
                 except TypeError as exc:
                     raise Unsupported(f"{node.op}: {exc}") from None
-        text = template.format(**named)
+        try:
+            text = template.format(**named)
+        except KeyError as exc:  # an argument that is no number: a symbolic size, say
+            raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
+                              f"{node.attrs.get(exc.args[0])!r} has no C value") from None
         e = self.em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
         if t.dtype in ("f16", "bf16") and spec.args != "keep":
             e = self.em.cast(e, t.dtype)  # eager rounds every low-precision result
