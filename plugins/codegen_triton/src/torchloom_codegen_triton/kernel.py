@@ -121,10 +121,11 @@ class KernelWriter:
     def _plan_pointwise(self) -> None:
         self.shape = tuple(tensor_type(self.region.outputs[0]).shape)
         self.numel = indexing.prod(self.shape)
-        for v in self.region.outputs:
+        for v, given in zip(self.region.outputs, self.group.region.outputs):
             if not indexing.same(indexing.prod(tensor_type(v).shape), self.numel):
+                first = self.group.region.outputs[0].type  # as written, not atomized
                 raise Unsupported(f"pointwise outputs with different element counts "
-                                  f"{list(self.shape)} and {list(v.type.shape)}")
+                                  f"{list(first.shape)} and {list(given.type.shape)}")
         self.looped = False
 
     def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
