@@ -256,6 +256,65 @@ def test_returning_one_computation_twice_stays_two_tensors_through_the_default_p
     torch._dynamo.reset()
 
 
+class BuffersCodegen:
+    """A codegen that, like the native ones, writes every output of a group to a buffer
+    of its own (it runs the body, then copies each result)."""
+
+    name, version = "buffers", "1"
+
+    def supports(self, group, registry):
+        return None
+
+    def generate(self, group, registry):
+        from torchloom.api import KernelSource
+        return KernelSource(self.name, print_graph(group.region))
+
+    def load(self, kernel, registry):
+        from torchloom.tools import build_function
+        fn = build_function(parse_graph(kernel.source), registry).fn
+        return lambda *args: tuple(t.clone() for t in fn(*args))
+
+
+SHARED_THEN_WRITTEN = """
+graph @g(%x: f32[4, 6]) {
+  %u, %t = torchloom.fusion_group(%x) : f32[4, 6], f32[4, 6] region @group0(%p: f32[4, 6]) {
+    %e = aten.exp.default(%p) : f32[4, 6]
+    %w = aten.view.default(%e) {size = [4, 6]} : f32[4, 6]
+    return %w, %e
+  }
+  %m = aten.mul_.Tensor(%t) {other = 2.0} : f32[4, 6]
+  %n = aten.neg.default(%u) : f32[4, 6]
+  %f = torchloom.fusion_group(%x) : f32[4, 6] region @group1(%p: f32[4, 6]) {
+    %s = aten.sin.default(%p) : f32[4, 6]
+    return %s
+  }
+  return %n, %f
+}
+"""
+
+
+def test_a_group_whose_shared_outputs_are_written_after_it_runs_op_by_op():
+    """The group returns %e and its view; mul_ writes %e after the group and neg reads
+    the view. A kernel with a buffer per output would lose the write: that group runs on
+    eager (with the reason), the other group on the kernel codegen."""
+    from torchloom.codegen.eager import EagerCodegen
+    from torchloom.runtime.executor import CompiledGraph
+    compiled = CompiledGraph(parse_graph(SHARED_THEN_WRITTEN), REGISTRY,
+                             [BuffersCodegen(), EagerCodegen()])
+    x = torch.randn(4, 6)
+    n, f = compiled(x)
+    torch.testing.assert_close(n, -(x.exp() * 2))
+    torch.testing.assert_close(f, x.sin())
+    first, second = compiled.choices
+    assert first.codegen == "eager" and second.codegen == "buffers"
+    assert "output(s) %u, %t, shared with" in str(first.fallback_reasons[0])
+    # without the write, the kernel codegen takes it
+    plain = CompiledGraph(parse_graph(SHARED_THEN_WRITTEN.replace(
+        "  %m = aten.mul_.Tensor(%t) {other = 2.0} : f32[4, 6]\n", "")), REGISTRY,
+        [BuffersCodegen(), EagerCodegen()])
+    assert [c.codegen for c in plain.choices] == ["buffers", "buffers"]
+
+
 # ---- the analysis against torch: what it says is what running the graph does ----------
 
 from hypothesis import given, settings, strategies as st  # noqa: E402

@@ -81,6 +81,22 @@ def written_storage(graph: Graph, registry) -> set[Value]:
     return {v for v in values if analysis.root_of(v, index) in targets}
 
 
+def shared_outputs(node: Node, registry) -> list[int]:
+    """Outputs of a region node that share storage with one of its inputs or with another
+    of its outputs (its body returns an input, a view, or one value twice). Running the
+    body op by op keeps that sharing; a kernel that writes each output to a buffer of its
+    own does not."""
+    body = node.region
+    if body is None:
+        return []
+    roots = _Analysis(registry, node.graph.root if node.graph else body).summary(body)[0]
+    seen: dict[Any, int] = {}
+    for r in roots:
+        if not isinstance(r, int):
+            seen[r] = seen.get(r, 0) + 1
+    return [i for i, r in enumerate(roots) if isinstance(r, int) or seen[r] > 1]
+
+
 def check_aliasing(graph: Graph, registry, allowed: AliasFacts) -> None:
     """Raise :class:`VerifyError` when ``graph`` aliases or writes what ``allowed`` (the
     facts of the graph the pipeline received) does not."""

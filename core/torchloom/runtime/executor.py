@@ -16,6 +16,7 @@ import attrs
 from torchloom.codegen.base import Reason
 from torchloom.codegen.guards import describe_mismatch
 from torchloom.codegen.plan import CONSTANT, FUSION_GROUP, Plan, build_function
+from torchloom.ir.aliasing import shared_outputs, written_storage
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node
 from torchloom.ops.registry import OpRegistry
 from torchloom.runtime.group_failure import codegen_failed
@@ -108,7 +109,11 @@ class CompiledGraph:
                 return build_function(node.region, registry, kernel_for).fn
             choice = GroupChoice(node, "eager")
             self.choices.append(choice)
+            shared = _shared_and_written(node, registry, written)
             for cg in codegens:
+                if shared is not None and cg.name != "eager":
+                    choice.fallback_reasons.append(Reason(cg.name, shared))
+                    continue
                 stage = "judging"
                 try:  # a codegen's bug costs only this group, never the whole graph
                     # a group of the same structure was judged (and compiled) already
@@ -132,6 +137,7 @@ class CompiledGraph:
             raise TypeError(f"no codegen compiled the group: "
                             f"{'; '.join(map(str, choice.fallback_reasons))}")
 
+        written: dict[Graph, set] = {}  # per graph, what is written in place in it
         verdicts = prepare_codegens(graph, registry, codegens, self.cache)
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
@@ -155,6 +161,25 @@ class CompiledGraph:
     @property
     def source(self) -> str:
         return self.plan.source
+
+
+def _shared_and_written(group: Node, registry, written: dict[Graph, set]) -> str | None:
+    """Why only ``eager`` may run ``group``: an output of it that shares storage with an
+    input or another output (a view returned beside its base) is written in place after
+    it. A native kernel gives every output a buffer of its own, so the write would not
+    reach the other tensor; running the group op by op keeps the sharing."""
+    hazards = shared_outputs(group, registry)
+    if not hazards:
+        return None
+    if group.graph not in written:
+        written[group.graph] = written_storage(group.graph, registry)
+    hit = [i for i in hazards if group.outputs[i] in written[group.graph]]
+    if not hit:
+        return None
+    names = ", ".join(f"%{group.outputs[i].name}" for i in hit)
+    return (f"the storage of output(s) {names}, shared with an input or another output of "
+            f"the group, is written in place after it; a kernel's separate output buffers "
+            f"would lose the write, so the group runs op by op")
 
 
 __all__ = ["build_function", "CompiledGraph", "Plan", "FUSION_GROUP", "CONSTANT",
