@@ -6,6 +6,7 @@ loaded; a library over the size limit is not shared (said once); any codegen wit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -46,13 +47,13 @@ def cc_log(tmp_path, monkeypatch) -> Path:
     return log
 
 
-def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tmp_path):
+def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tmp_path,
+                                           cc_log):
     """Two processes, each with its own empty local cache: the first builds the libraries
     and shares them; the second loads them from Redis and never runs ``$CC`` (it records
     every run), with eager's results."""
-    cc, log = recording_cc(tmp_path)
     env = {**os.environ, "TORCHLOOM_REMOTE_CACHE": redis_url,
-           "TORCHLOOM_REMOTE_CACHE_KEY": KEY, "CC": str(cc)}
+           "TORCHLOOM_REMOTE_CACHE_KEY": KEY}
     done = []
     for i in range(2):
         env["TORCHLOOM_CACHE_DIR"] = str(tmp_path / f"process{i}")
@@ -60,7 +61,7 @@ def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tm
                               "--json", "--cached"], env=env, capture_output=True, text=True,
                              timeout=300)
         assert run.returncode == 0, run.stderr
-        done.append((json.loads(run.stdout), runs(log)))
+        done.append((json.loads(run.stdout), runs(cc_log)))
     (first, after_first), (second, after_second) = done
     builds = [r for r in after_first if "-shared" in r and "probe.c" not in r]
     assert builds and any("--version" in r for r in after_first)  # the first one compiled
@@ -68,9 +69,9 @@ def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tm
     assert len(libraries(redis_client)) == len(builds)
     mine, theirs = (local_libraries(tmp_path / f"process{i}") for i in range(2))
     assert len(theirs) == len(builds) and theirs == mine  # the same bytes, kept locally
-    for name in theirs:  # each with the digest the loader checks
+    for name, data in theirs.items():  # each with the digest the loader checks
         digest = (tmp_path / "process1" / "cpu" / f"{name}.sha256").read_text()
-        assert len(digest) == 64
+        assert digest == hashlib.sha256(data).hexdigest()
     assert second["max_abs_error"] is not None and second["max_abs_error"] < 1e-5
     assert first["kernel_cache"]["remote_artifact_hits"] == 0
     assert second["kernel_cache"]["remote_artifact_hits"] == len(builds) + 1  # + the probe
