@@ -2,9 +2,12 @@
 launcher's size function.
 
 A group whose types have symbolic sizes (``f32[s0, 64]``) compiles into kernels that take
-each symbol as a scalar argument ``ks<k>``, bound at launch from the first input dim that
-is that bare symbol (``bind_symbols``); every other size (``2*s0``, ``s0*s1``) is computed
-in the kernel from those. :func:`size_function` turns the kernel's metadata into one
+each symbol as a scalar argument ``ks<k>``, bound at launch (``bind_symbols``) from the
+first input dim that is that bare symbol, else from one that is a constant multiple of it
+(``4*s0``), else from an int input of the group that a view takes as that size (Dynamo
+passes SymInts so); every other size (``2*s0``, ``s0*s1``) is computed in the kernel from
+those. An input dim over symbols none of these give (``s0*s1`` alone) becomes a symbol of
+its own (``atomize``). :func:`size_function` turns the kernel's metadata into one
 Python function, compiled once per kernel, that reads the symbols from the actual inputs
 and evaluates everything a launch needs: the symbol values, the outputs' shapes and
 strides, the inputs' expected strides and the iteration space. Size expressions are data
