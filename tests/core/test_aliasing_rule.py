@@ -330,16 +330,29 @@ _BINARY = ["aten.add.Tensor({a}, {b})", "aten.add_.Tensor({a}, {b})",
 @st.composite
 def programs(draw):
     """Graphs over two inputs of 24 floats: pointwise ops, views between three shapes,
-    in-place writes (through views too), copies; any values returned, some twice."""
+    row reductions and their broadcast back over the rows, in-place writes (through
+    views too), copies; any values returned, some twice."""
     shape = {"x": "4, 6", "y": "4, 6"}
     lines = []
     for i in range(draw(st.integers(1, 8))):
         a = draw(st.sampled_from(sorted(shape)))
-        kind = draw(st.sampled_from(["unary", "binary", "view"]))
+        kind = draw(st.sampled_from(["unary", "binary", "view", "reduce"]))
+        rows = shape[a].split(",")[0]
+        rowwise = sorted(n for n in shape if shape[n] == f"{rows}, 1")
+        if kind == "view" and shape[a].endswith(", 1"):
+            kind = "unary"  # (a reduced column is not viewed)
         if kind == "view":
             to = draw(st.sampled_from(_SHAPES))
             op, out = f"aten.view.default(%{a}) {{size = [{to}]}}", to
-        elif kind == "binary":
+        elif kind == "reduce" and "," in shape[a] and not shape[a].endswith(", 1"):
+            red = draw(st.sampled_from(["sum.dim_IntList", "amax.default"]))
+            op, out = f"aten.{red}(%{a}) {{dim = [-1], keepdim = true}}", f"{rows}, 1"
+        elif kind == "binary" and rowwise and not shape[a].endswith(", 1") and "," in shape[a] \
+                and draw(st.booleans()):  # a row statistic broadcast over the rows
+            b = draw(st.sampled_from(rowwise))
+            op = draw(st.sampled_from(["aten.sub.Tensor({a}, {b})", "aten.div_.Tensor({a}, {b})"]))
+            op, out = op.format(a="%" + a, b="%" + b), shape[a]
+        elif kind in ("binary", "reduce"):
             b = draw(st.sampled_from(sorted(n for n in shape if shape[n] == shape[a])))
             op, out = draw(st.sampled_from(_BINARY)).format(a="%" + a, b="%" + b), shape[a]
         else:
