@@ -91,8 +91,10 @@ class MergeGroups(Pass):
             stats["size_outputs"] += _fold_metadata_uses(graph, group)
             stats["dead"] += remove_dead_nodes(group.region, ctx.registry, regions=False)
             stats["cse"] += merge_common_nodes(group.region, ctx.registry, regions=False)
-            stats["outputs_pruned"] += _prune_outputs(outputs, group)
-            stats["dead"] += remove_dead_nodes(group.region, ctx.registry, regions=False)
+            pruned = _prune_outputs(outputs, group)
+            stats["outputs_pruned"] += pruned
+            if pruned:  # (cse leaves nothing dead: a duplicate's readers read the first)
+                stats["dead"] += remove_dead_nodes(group.region, ctx.registry, regions=False)
             stats["inputs_pruned"] += _prune_inputs(group)
         return PassResult(any(stats.values()), stats)
 
