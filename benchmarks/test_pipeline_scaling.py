@@ -6,10 +6,12 @@ reductions every few ops, a repeated block (for dedup) and the mixed shape of is
 Timed: ``PassManager.run`` of the shipped default pipeline (``verify = "each"``, so every
 pass's time includes its verification and rollback snapshot), in CPU seconds of the
 measuring process with the cyclic collector paused, after one warm-up run on a small graph
-of the same family (first-use costs: imports, the type-inference memo). Per pass: CPU time
-summed over its runs (a fixpoint pass runs twice), with the manager's verification and
-rollback snapshot after it ("passes", what the table shows) and of its own ``run`` alone
-("own").
+of the same family (first-use costs: imports, the type-inference memo). No instrument is
+attached (the manager checks that an instrument changed nothing with two more snapshots
+per pass: that would time the harness, not the pipeline). Per pass: CPU time summed over
+its runs (a fixpoint pass runs twice), with the manager's verification and rollback
+snapshot after it (``PassRecord.cpu_ms``: "passes", what the table shows) and of its own
+``run`` alone ("own").
 
 Gates (issue 20):
 
@@ -19,13 +21,13 @@ Gates (issue 20):
   ``MAX_CALL_RATIO`` (5.5) times from 2k to 10k nodes, on every family (counted, so
   neither the CPU cache nor other processes move it);
 - 50k / 10k CPU time of the whole pipeline (manager included) at most
-  ``MAX_TIME_RATIO``, on the families in ``CI_RATIO_FAMILIES`` (every family with
-  ``TORCHLOOM_BENCH_FULL=1``); each pass's own ratio is printed. As
-  in test_pass_manager.py, sizes alternate over rounds and the minimum is kept, and the
-  10k time is the mean over five different 10k graphs alive together (50k nodes of live
-  objects, like the 50k graph); the CPU cache still favours them (a pass reads one 10k
-  graph at a time), which is why time is not the per-pass measure. The issue asks
-  50k / 10k <= 5.5 in time for the pipeline and each pass: see ``MAX_TIME_RATIO``.
+  ``MAX_TIME_RATIO`` (the issue asks 5.5), and of each pass's own run at most
+  ``MAX_PASS_TIME_RATIO``, on the families in ``CI_RATIO_FAMILIES`` (every family with
+  ``TORCHLOOM_BENCH_FULL=1``). As in test_pass_manager.py, sizes alternate over rounds
+  and the minimum is kept, and the 10k time is the mean over five different 10k graphs
+  alive together (50k nodes of live objects, like the 50k graph); the CPU cache still
+  favours them a little (a pass reads one 10k graph at a time). The issue asks 5.5 for
+  each pass too: see ``MAX_PASS_TIME_RATIO``.
 
 Measured in a fresh interpreter (a long test session's heap weighs on large graphs). Run
 ``python benchmarks/test_pipeline_scaling.py --full`` for the table of
@@ -52,14 +54,21 @@ from torchloom.passes.manager import PassManager
 from torchloom.passes.pipeline import build_pipeline, read_pipeline
 from torchloom.testing.programs import FAMILIES, family
 
-#: the issue asks for 1 s; measured 0.66-1.06 s here by family and load (window64 1.02 s
-#: and opaque 1.06 s at load 1.5), so CI gates 1.5 s and the 1 s goal stays open
-BUDGET_10K_S = 1.5
-#: 50k / 10k CPU time of the whole pipeline (5 is linear): linear but memory-bound work
-#: measures 5.2 to 8 on the shared 2-core machine (its 32 MB L3 holds a 10k-node graph,
-#: not a 50k one; the pass manager's no-op snapshot alone measures 6.1); a quadratic step
-#: gives 25. Each pass's linearity is gated by its call count (MAX_CALL_RATIO)
-MAX_TIME_RATIO = 10.0
+#: the issue's budget; measured 0.29-0.86 s by family at load 2.5-10 (window64, mixed and
+#: opaque are the slowest: 0.75-0.86 s)
+BUDGET_10K_S = 1.0
+#: 50k / 10k CPU time of the whole pipeline (5 is linear; a quadratic step gives 25):
+#: measured 4.7-5.35 on every family at load 2.5-10, but `repeated` (the smallest run,
+#: 0.09 s at 10k) once 5.61 under the pytest run: the issue's 5.5 is met as measured in
+#: benchmarks/RESULTS.md, and CI gates 6 so that the loaded machine holds it
+MAX_TIME_RATIO = 6.0
+#: 50k / 10k CPU time of each pass's own run: measured 3.9-5.5 for every pass but two,
+#: whose work follows what the graph holds, not its node count: fusion.horizontal
+#: (5.0-6.65; on fanout the 50k graph leaves 6.2x the clusters after vertical fusion,
+#: 5,420 against 873) and dedup.regions (on diamond, not a CI family, 8.2: the 50k
+#: graph yields regions the 10k graphs do not). Their call counts stay linear
+#: (MAX_CALL_RATIO)
+MAX_PASS_TIME_RATIO = 8.0
 #: 5x / x function calls inside each pass (deterministic: no cache, no load)
 MAX_CALL_RATIO = 5.5
 CALL_SIZES = (2_000, 10_000)
@@ -71,22 +80,6 @@ SMALL, LARGE = 10_000, 50_000
 #: dedup's repeated block, and fan-out / fan-in
 CI_RATIO_FAMILIES = ("mixed", "repeated", "fanout")
 ROUNDS = 2
-
-
-class _PassClock:
-    """An instrument: CPU seconds per pass name (summed over runs), the manager's
-    verification and rollback snapshot after the pass included."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self._t0 = 0.0
-
-    def before_pass(self, pass_, graph, ctx):
-        self._t0 = time.process_time()
-
-    def after_pass(self, pass_, graph, ctx, result, seconds):
-        dt = time.process_time() - self._t0
-        self.seconds[pass_.name] = self.seconds.get(pass_.name, 0.0) + dt
 
 
 #: CPU seconds inside each pass's own ``run`` (no manager work), per pass name; or, while
@@ -125,18 +118,20 @@ def _time_own_runs(pipeline) -> None:
 def run_pipeline(graph, plugins, pipeline) -> dict:
     """Run the pipeline on ``graph``; CPU seconds in total and per pass (with the
     manager's work after it, and the pass's own)."""
-    clock = _PassClock()
-    manager = PassManager(pipeline, plugins, instruments=[clock])
-    _OWN.clear()
+    manager = PassManager(pipeline, plugins)  # no instrument: each would cost two
+    _OWN.clear()                              # snapshots per pass (its change check)
     gc.collect()
     gc.disable()
     try:
         t0 = time.process_time()
-        manager.run(graph, PassContext(registry=plugins.registry))
+        report = manager.run(graph, PassContext(registry=plugins.registry))
         total = time.process_time() - t0
     finally:
         gc.enable()
-    return {"total": total, "passes": clock.seconds, "own": dict(_OWN)}
+    passes: dict[str, float] = {}
+    for record in report.records:  # (a fixpoint pass has a record per run)
+        passes[record.name] = passes.get(record.name, 0.0) + record.cpu_ms / 1e3
+    return {"total": total, "passes": passes, "own": dict(_OWN)}
 
 
 def _mean(runs: list[dict]) -> dict:
@@ -247,6 +242,8 @@ def test_default_pipeline_scales_linearly(measured, name):
     ratios = scaling_ratios(measured[name])
     print(f"\n{name}: 50k/10k " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     assert ratios["pipeline"] <= MAX_TIME_RATIO, (name, ratios)
+    passes = {k: v for k, v in ratios.items() if k != "pipeline"}
+    assert max(passes.values(), default=0.0) <= MAX_PASS_TIME_RATIO, (name, ratios)
 
 
 @pytest.fixture(scope="module")
