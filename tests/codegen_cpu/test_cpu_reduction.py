@@ -129,3 +129,31 @@ def test_var_of_one_element_is_nan(check):
     text, inputs = CASES["var_of_one_element_is_nan"]
     (v,), _ = check(text, *inputs())
     assert torch.isnan(v).all()
+
+
+def test_column_blocks_follow_the_thread_count(check):
+    """Column reductions walk one block of columns per thread (at most ``CAP`` columns,
+    whole ``UNIT``s): wider than ``CAP`` (4100 columns, not a multiple of 16) and at 1, 2
+    and 3 threads, sums, maxima with NaN and the full-shape output match eager, and every
+    column sums its rows in order whatever the blocks: bitwise the same at every count."""
+    from torchloom_codegen_cpu.columns import CAP
+    cols = CAP * 2 + 4
+    text = group_text(f"%a: f32[40, {cols}], %b: f32[{cols}]", f"""
+        %m = aten.mul.Tensor(%a, %b) : f32[40, {cols}]
+        %s = aten.sum.dim_IntList(%m) {{dim = [0]}} : f32[{cols}]
+        %x = aten.amax.default(%a) {{dim = [0]}} : f32[{cols}]""",
+        f"%s: f32[{cols}], %x: f32[{cols}], %m: f32[40, {cols}]")
+    g = torch.Generator().manual_seed(0)
+    a, b = with_nans(randn(g, 40, cols)), randn(g, cols)
+    source = check.codegen.generate(check.compile(text).choices[0].node, check.registry).source
+    assert "const int64_t n_xb = (nthreads < " in source
+    before, runs = torch.get_num_threads(), []
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            runs.append(check(text, a, b)[0])
+    finally:
+        torch.set_num_threads(before)
+    for run in runs[1:]:
+        for got, first in zip(run, runs[0]):
+            assert torch.equal(got.nan_to_num(), first.nan_to_num())

@@ -18,7 +18,7 @@
  *     %t15 = aten.sum.dim_IntList(%g) {dim = [0]} : f32[48]
  *     return %t12, %t14, %t15
  *   }
- * reduction over 64 rows, reduction (columns) over 1 rows */
+ * reduction over 64 rows, reduction (columns) over 3 rows */
 void fused_mul_sum_sub_div_add_c797fe3819(const float* restrict in_g, const float* restrict in_w, const float* restrict in_x, const float* restrict in_m, const float* restrict in_r, const float* restrict in_t, float* restrict out_t12, float* restrict out_t14, float* restrict out_t15, int nthreads) {
   (void)nthreads;
   for (int64_t x = 0; x < 64; x++) {
@@ -63,13 +63,15 @@ void fused_mul_sum_sub_div_add_c797fe3819(const float* restrict in_g, const floa
       out_t12[x * 48 + r] = add28;
     }
   }
-  for (int64_t xb = 0; xb < 1; xb++) {
-    const int64_t c0 = xb * 48;
-    const int64_t c1 = c0 + 48 < 48 ? c0 + 48 : 48;
+  const int64_t n_xb = 1;
+  for (int64_t xb = 0; xb < n_xb; xb++) {
+    const int64_t c0 = xb * 3 / n_xb * 16;
+    const int64_t e1 = (xb + 1) * 3 / n_xb * 16;
+    const int64_t c1 = e1 < 48 ? e1 : 48;
     float acc_sum1[48];
-    for (int64_t x = 0; x < 48; x++) acc_sum1[x] = 0;
+    for (int64_t x = 0; x < c1 - c0; x++) acc_sum1[x] = 0;
     float acc_sum2[48];
-    for (int64_t x = 0; x < 48; x++) acc_sum2[x] = 0;
+    for (int64_t x = 0; x < c1 - c0; x++) acc_sum2[x] = 0;
     for (int64_t r = 0; r < 64; r++) {
       const float m5 = in_m[r];
       const float r7 = in_r[r];

@@ -2,16 +2,22 @@
 gradient ``sum(g, dim=0)``, layer_norm's weight gradient), where the row form would read
 every row with a stride.
 
-A block of ``BLOCK`` kept elements (columns) is one parallel iteration; it walks the reduced
-dims in order and, for each, runs a SIMD loop over its columns, accumulating into one array
-per reduction and storing the group's outputs of the full shape on the way::
+A block of kept elements (columns) is one parallel iteration; it walks the reduced dims in
+order and, for each, runs a SIMD loop over its columns, accumulating into one array per
+reduction and storing the group's outputs of the full shape on the way::
 
     for (r = 0; r < R; r++)          // reduced elements, in memory order
       #pragma omp simd
       for (x = c0; x < c1; x++)      // this block's columns: contiguous loads and stores
         acc[x - c0] += value(r, x);
 
-then one SIMD loop over the block stores each reduction's result. One pass over the data:
+then one SIMD loop over the block stores each reduction's result. The blocks are as wide as
+they can be: one per thread (``nthreads`` at the call), split at whole ``UNIT``s of columns,
+and at most ``CAP`` columns (the accumulators stay in the L1 cache). On one thread a
+``[1024, 2048]`` f32 walk is then one sequential stream per tensor, where 256-column blocks
+read 1 KB of every 8 KB row (GELU's backward fused with its bias gradient, one thread: 1.5
+against 2.1 ms, and 0.8 against 1.7 ms once its erf is inline). Each column still sums its
+rows in order, whatever the blocks. One pass over the data:
 only reductions that combine (sum, prod, max, min, mean) and whose results no other op of
 the group reads take this form; other groups use the row form.
 """
@@ -28,7 +34,10 @@ from torchloom_codegen_cpu.tensors import tensor_type
 if TYPE_CHECKING:
     from torchloom_codegen_cpu.kernel import KernelWriter
 
-BLOCK = 256
+#: columns per unit: blocks are whole units (one AVX-512 vector of f32)
+UNIT = 16
+#: columns at most per block
+CAP = 2048
 _KINDS = ("sum", "prod", "max", "min")
 
 
@@ -58,14 +67,23 @@ def column_body(w: "KernelWriter") -> list[str]:
     em = w.em
     columns = w.rows
     if isinstance(columns, int):
-        block = min(BLOCK, columns)
-        w.rows = -(-columns // block)
+        w.rows = -(-columns // UNIT)
+        block = min(CAP, w.rows * UNIT)
     else:
-        block, w.rows = BLOCK, f"CeilDiv({columns}, {BLOCK})"
-    end = par(w.ix.size(columns))
-    w.outer = "xb"
-    em.statement(f"const int64_t c0 = xb * {block};", False)
-    em.statement(f"const int64_t c1 = c0 + {block} < {end} ? c0 + {block} : {end};", False)
+        block, w.rows = CAP, f"CeilDiv({columns}, {UNIT})"
+    end, units, most = par(w.ix.size(columns)), par(w.ix.size(w.rows)), CAP // UNIT
+
+    def blocks(threads: str) -> str:  # max(min(threads, units), ceil(units / most))
+        if threads == "1":  # a kernel too small for threads
+            return str(-(-w.rows // most)) if isinstance(w.rows, int) else \
+                f"({units} + {most - 1}) / {most}"
+        share = f"({threads} < {units} ? {threads} : {units})"
+        least = f"({units} + {most - 1}) / {most}"
+        return f"{share} > {least} ? {share} : {least}"
+    w.outer, w.outer_count = "xb", blocks
+    em.statement(f"const int64_t c0 = xb * {units} / n_xb * {UNIT};", False)
+    em.statement(f"const int64_t e1 = (xb + 1) * {units} / n_xb * {UNIT};", False)
+    em.statement(f"const int64_t c1 = e1 < {end} ? e1 : {end};", False)
     # inner coordinates (columns) are recomputed in every SIMD loop
     em.inner_names.add("x")
     x_header, xs = [], []
@@ -85,13 +103,13 @@ def column_body(w: "KernelWriter") -> list[str]:
         dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
         acc = em.fresh(f"acc_{kind}")
         em.statement(f"{CTYPE[dtype]} {acc}[{block}];", False)
-        em.statement(f"for (int64_t x = 0; x < {block}; x++) {acc}[x] = "
+        em.statement(f"for (int64_t x = 0; x < c1 - c0; x++) {acc}[x] = "
                      f"{identity(kind, dtype)};", False)
         nan = None
         if kind in ("max", "min") and dtype in FLOATS:
             nan = em.fresh("nan")
             em.statement(f"int {nan}[{block}];", False)
-            em.statement(f"for (int64_t x = 0; x < {block}; x++) {nan}[x] = 0;", False)
+            em.statement(f"for (int64_t x = 0; x < c1 - c0; x++) {nan}[x] = 0;", False)
         accs.append((node, kind, dtype, acc, nan))
     # the walk over the reduced elements: its body is a row scope of its own
     saved, em.lines = em.lines, []

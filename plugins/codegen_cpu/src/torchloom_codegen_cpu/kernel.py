@@ -71,6 +71,9 @@ class KernelWriter:
         self.outputs = [v for _, v in outputs]
         self.kind = "reduction" if self.reductions else "pointwise"
         self.outer = "x"  # the parallel loop's variable (columns.py walks blocks: "xb")
+        #: the parallel loop's trip count as C text from the thread count's C text, where
+        #: it depends on it (columns.py); None: ``rows`` iterations
+        self.outer_count = None
         self.buffers: dict[Value, str] = {}  # value -> its row buffer (see _plan_buffers)
         self.loaded: set[Value] = set()  # region inputs this nest reads
 
@@ -348,13 +351,18 @@ class KernelWriter:
         self.parallel = (not isinstance(self.rows, int) or self.rows > 1) and (
             not isinstance(self.numel, int) or self.numel >= PARALLEL_MIN)
         pragma = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
-        loop = [f"for (int64_t {self.outer} = 0; {self.outer} < {rows}; {self.outer}++) {{",
+        head, bound = [], rows
+        if self.outer_count is not None:  # computed once, before the loop
+            bound = f"n_{self.outer}"
+            threads = "nthreads" if self.parallel else "1"
+            head = [f"const int64_t {bound} = {self.outer_count(threads)};"]
+        loop = [f"for (int64_t {self.outer} = 0; {self.outer} < {bound}; {self.outer}++) {{",
                 *("  " + line for line in lines), "}"]
         if not conditions:
-            return [pragma, *loop] if self.parallel else loop
+            return [*head, pragma, *loop] if self.parallel else [*head, *loop]
         # a branch, not an OpenMP if clause: entering a parallel region that the clause
         # then runs on one thread costs ~0.5 us per call, much of a small kernel's time
-        return [f"if ({' && '.join(conditions)}) {{", "  " + pragma,
+        return [*head, f"if ({' && '.join(conditions)}) {{", "  " + pragma,
                 *("  " + line for line in loop), "} else {", *("  " + line for line in loop),
                 "}"]
 
