@@ -16,8 +16,9 @@ import torch
 
 from torchloom.cli import main
 from torchloom.compiler import Compiler
+from torchloom.testing.golden import golden
 
-from test_plugins_support import FakeSite, fake_site, golden  # noqa: F401 (fixture)
+from test_plugins_support import FakeSite, fake_site  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "third_party_plugin"

@@ -43,3 +43,14 @@ def assert_same_results(before, after, plugins) -> None:
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e)
         assert a.shape == e.shape and a.stride() == e.stride()
+
+
+# a view of a private temporary, written in place through the view
+MUTATED_VIEW = """graph @m(%x: f32[4, 6], %s: f32[24]) {
+  %t = aten.exp.default(%x) : f32[4, 6]
+  %v = aten.view.default(%t) {size = [24]} : f32[24]
+  %w = aten.mul_.Tensor(%v, %s) : f32[24]
+  %n = aten.neg.default(%w) : f32[24]
+  return %n
+}
+"""

@@ -8,7 +8,7 @@ import torch
 
 from torchloom.passes.builtin.canonicalize import Canonicalize
 
-from test_plugins_support import golden
+from torchloom.testing.golden import golden
 
 X, Y = torch.randn(4, 8), torch.randn(4, 8)
 

@@ -7,7 +7,7 @@ import torch
 
 from torchloom.passes.builtin.dce import DeadCodeElimination
 
-from test_plugins_support import golden
+from torchloom.testing.golden import golden
 
 X, Y = torch.randn(4, 8), torch.randn(4, 8)
 
