@@ -73,6 +73,8 @@ def summarize(compilations: list, registry, kernel_cache) -> dict[str, Any]:
         for rec in comp.report.records:
             entry = {"graph": comp.name, "name": rec.name, "ms": round(rec.ms, 3),
                      "changed": rec.changed, "stats": rec.stats}
+            if rec.cpu_ms is not None:  # (None: a record from an older cache entry)
+                entry["cpu_ms"] = round(rec.cpu_ms, 3)
             if rec.skipped:
                 entry["skipped"] = rec.skipped
             passes.append(entry)

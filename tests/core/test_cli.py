@@ -75,6 +75,7 @@ def test_explain_json_has_the_documented_schema_and_real_counts(files, capsys):
     assert [(p["name"], p["changed"], p["stats"]) for p in data["passes"]] == [
         ("cse", True, {"merged": 2}), ("dce", False, {"removed": 0})]
     assert all(isinstance(p["ms"], float) and p["ms"] >= 0 for p in data["passes"])
+    assert all(isinstance(p["cpu_ms"], float) and p["cpu_ms"] >= 0 for p in data["passes"])
     assert data["max_abs_error"] == 0.0
     assert (data["pipeline"], data["backward"]) == ("cse-dce", False)
 
