@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from torchloom.ir import alpha_equivalent, canonical_text, parse_graph, structural_hash
+from torchloom.ir.symbols import FUNCTIONS
 
 BASE = """\
 graph @g(%x: f32[4, 8], %y: f32[8]) {
@@ -88,3 +90,66 @@ def test_swapping_two_inputs_of_the_same_type_changes_wiring_hash():
     b = parse_graph("graph @g(%y: f32[2], %x: f32[2]) {\n  %s = aten.sub.Tensor(%x, %y) : f32[2]\n"
                     "  return %s\n}\n")
     assert structural_hash(a) != structural_hash(b)
+
+
+# Symbols inside attributes (a view's size list) are numbered with the types' symbols.
+SYMBOLIC = """\
+graph @g(%x: f32[A, B, 8], %y: f32[B, 8]) {
+  %v = aten.view.default(%x) {size = ["A*B", 8]} : f32["A*B", 8]
+  %w = aten.view.default(%y) {size = ["B", 8]} : f32[B, 8]
+  %e = aten.expand.default(%w) {size = ["A", "B", 8]} : f32[A, B, 8]
+  %m = aten.mul.Tensor(%e, %x) : f32[A, B, 8]
+  return %v, %m
+}
+"""
+
+
+def _renamed_text(text: str, names: dict[str, str]) -> str:
+    import re
+    return re.sub(r"\b(A|B)\b", lambda m: names[m.group(1)], text)
+
+
+_SYMBOL_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,4}", fullmatch=True).filter(
+    lambda s: s not in FUNCTIONS and s not in {"f32", "graph", "return", "size"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_SYMBOL_NAMES, min_size=2, max_size=2, unique=True))
+def test_renaming_symbols_everywhere_keeps_the_hash(names):
+    renamed = _renamed_text(SYMBOLIC, dict(zip("AB", names)))
+    assert structural_hash(parse_graph(renamed)) == structural_hash(parse_graph(SYMBOLIC))
+
+
+# each: one attribute occurrence of a symbol changed (types untouched)
+ATTR_CHANGES = [('{size = ["B", 8]}', '{size = ["A", 8]}'),
+                ('{size = ["A", "B", 8]}', '{size = ["B", "B", 8]}'),
+                ('{size = ["A", "B", 8]}', '{size = ["A", "A", 8]}'),
+                ('{size = ["A*B", 8]}', '{size = ["B*A", 8]}'),
+                ('{size = ["A*B", 8]}', '{size = ["A*A", 8]}'),
+                ('{size = ["B", 8]}', '{size = ["s0", 8]}'),  # the renamed text, as a string
+                ('{size = ["B", 8]}', '{size = [4, 8]}')]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(ATTR_CHANGES), st.lists(_SYMBOL_NAMES, min_size=2, max_size=2,
+                                                 unique=True))
+def test_changing_one_symbol_in_an_attribute_changes_the_hash(change, names):
+    old, new = change
+    changed = SYMBOLIC.replace(old, new, 1)
+    assert changed != SYMBOLIC
+    rename = dict(zip("AB", names))
+    assert structural_hash(parse_graph(_renamed_text(changed, rename))) != \
+        structural_hash(parse_graph(SYMBOLIC))
+
+
+def test_a_plain_string_attribute_is_not_a_symbol():
+    """A string attribute that names no symbol of the graph's types stays a quoted string:
+    two different strings never hash equal, even when both would parse as a symbol."""
+    text = """graph @g(%x: f32[A, 8]) {
+      %y = aten.gelu.default(%x) {approximate = "none"} : f32[A, 8]
+      return %y
+    }"""
+    other = text.replace('"none"', '"tanh"')
+    assert structural_hash(parse_graph(text)) != structural_hash(parse_graph(other))
+    assert structural_hash(parse_graph(text.replace("A", "Z"))) == \
+        structural_hash(parse_graph(text))

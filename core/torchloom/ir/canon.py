@@ -4,6 +4,11 @@ Two graphs that differ only in value and graph names (alpha-equivalent), or in t
 of their size symbols (``f32[s3, 8]`` and ``f32[s7, 8]``: symbols are numbered by first
 appearance), have the same canonical text and hash; any change of op, attribute, shape,
 dtype, device, stride, wiring, region content or of which dims share a symbol changes them. Used for kernel caches, dedup and compile caches.
+
+Attributes that hold sizes (a view's ``size = ["s3", 8]``) are renumbered with the same
+numbering as the types: a string attribute that is a size expression over symbols of the
+graph's types is printed bare (``s0``), renamed, so it never equals a quoted string
+attribute, and one occurrence changed to another symbol changes the text.
 """
 
 from __future__ import annotations
@@ -11,8 +16,8 @@ from __future__ import annotations
 import hashlib
 
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph
-from torchloom.ir.symbols import rename_dim, symbols_of
-from torchloom.ir.text import format_attrs, format_type
+from torchloom.ir.symbols import SymbolicDimError, parse_dim, rename_dim, symbols_of
+from torchloom.ir.text import format_attr, format_attrs, format_type
 from torchloom.ir.types import TensorType
 
 
@@ -24,6 +29,7 @@ def canonical_text(graph: Graph) -> str:
     lines: list[str] = []
     callees: dict[str, int] = {}
     types: dict = {}  # type -> its canonical text, symbols renamed (one numbering)
+    types["graph symbols"] = lambda: _type_symbols(graph)  # computed at the first str attr
     _emit(graph, lines, "", callees, types)
     subgraphs = graph.root.subgraphs
     done = 0
@@ -58,10 +64,64 @@ def _emit(graph: Graph, lines: list[str], indent: str, callees: dict[str, int],
         attrs = n.attrs
         if n.op == CALL_SUBGRAPH and isinstance(attrs.get("callee"), str):
             attrs = {**attrs, "callee": callees.setdefault(attrs["callee"], len(callees))}
-        lines.append(f"{indent}{n.op}({ins}){format_attrs(attrs)}:{out_types}")
+        lines.append(f"{indent}{n.op}({ins}){_format_attrs(attrs, types)}:{out_types}")
         if n.region is not None:
             _emit(n.region, lines, indent + " ", callees, types)
     lines.append(indent + "return " + ",".join(str(ids[v]) for v in graph.outputs))
+
+
+def _format_attrs(attrs, types: dict) -> str:
+    """``format_attrs`` with size expressions over the graph's symbols renamed and bare."""
+    if not attrs or not any(_has_str(v) for v in attrs.values()):
+        return format_attrs(attrs)
+    graph_symbols = types["graph symbols"]
+    if callable(graph_symbols):
+        graph_symbols = types["graph symbols"] = graph_symbols()
+    symbols = types["symbols"]
+
+    def fmt(v) -> str:
+        if isinstance(v, (tuple, list)):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        if isinstance(v, str) and _is_size(v, graph_symbols):
+            for s in symbols_of(v):
+                symbols.setdefault(s, f"s{len(symbols)}")
+            return rename_dim(v, symbols)
+        return format_attr(v)
+
+    return " {" + ", ".join(f"{k} = {fmt(attrs[k])}" for k in sorted(attrs)) + "}"
+
+
+def _has_str(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return any(_has_str(x) for x in v)
+    return isinstance(v, str)
+
+
+def _is_size(text: str, graph_symbols: frozenset) -> bool:
+    """Whether ``text`` is a size expression over symbols the graph's types name."""
+    names = symbols_of(text)
+    if not names or not graph_symbols.issuperset(names):
+        return False
+    try:
+        parse_dim(text)
+    except SymbolicDimError:
+        return False
+    return True
+
+
+def _type_symbols(graph: Graph) -> frozenset:
+    """Every size symbol in the types of ``graph``, its regions and its subgraphs."""
+    found: set[str] = set()
+    graphs = [graph, *graph.root.subgraphs.values()]
+    while graphs:
+        g = graphs.pop()
+        for v in [*g.inputs, *(o for n in g.nodes for o in n.outputs)]:
+            t = v.type
+            if isinstance(t, TensorType) and not t.is_static:
+                for d in (*t.shape, *(t.strides or ())):
+                    found.update(symbols_of(d))
+        graphs.extend(n.region for n in g.nodes if n.region is not None)
+    return frozenset(found)
 
 
 def _renamed(t, symbols: dict[str, str]):
