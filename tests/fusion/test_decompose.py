@@ -15,7 +15,7 @@ from fusion_testing import (example_inputs, fuse_and_compare, fusion_pipeline, g
 from torchloom.api import DTYPES, Graph, Node, TensorType, parse_graph, print_graph
 from torchloom.tools import EagerCodegen, build_function
 from torchloom.runtime.executor import CompiledGraph
-from torchloom_fusion.decompose import Decompose
+from torchloom_fusion.decompose import DECOMPOSED_OPS, Decompose
 
 CASES = {
     "layer_norm": """graph @g(%x: f32[6, 16], %w: f32[16], %b: f32[16]) {
@@ -47,11 +47,26 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_composite_is_replaced_by_primitives_with_equal_results(registry, case):
-    fused = fuse_and_compare(CASES[case], registry, [Decompose()])
+    ops = (*DECOMPOSED_OPS, "aten.gelu_backward.default")  # the last only when asked
+    fused = fuse_and_compare(CASES[case], registry, [Decompose(ops=ops)])
     ops = [n.op for n in fused.nodes]
     composite = CASES[case].split("= ")[1].split("(")[0]
     assert composite not in ops
     assert all(registry.get(op).category != "opaque" for op in ops)
+
+
+def test_gelu_backward_stays_one_pointwise_op_of_its_group(registry):
+    """By default GELU's gradient is not decomposed: one pointwise op (native codegens
+    compile it whole), fused with the bias gradient that reads it, results as eager's."""
+    text = """graph @g(%g: f32[6, 16], %x: f32[6, 16]) {
+      %s = aten.gelu_backward.default(%g, %x) : f32[6, 16]
+      %b = aten.sum.dim_IntList(%s) {dim = [0]} : f32[16]
+      return %s, %b
+    }"""
+    fused = fuse_and_compare(text, registry, fusion_pipeline())
+    (group,) = groups(fused)
+    ops = [n.op for n in group.region.nodes]
+    assert ops == ["aten.gelu_backward.default", "aten.sum.dim_IntList"]
 
 
 @pytest.mark.parametrize("case", ["layer_norm", "softmax", "log_softmax", "softmax_backward"])
@@ -173,7 +188,10 @@ def test_groups_on_the_eager_codegen_run_eagers_ops_exactly(case, rows, cols, dt
     registry = plugin_registry()
     original = _composite_graph(case, rows, cols, dtype, registry)
     fused = parse_graph(print_graph(original))
-    run_passes(fused, fusion_pipeline(), registry)
+    # GELU's gradient too (not decomposed by default), so that it is recomposed here
+    passes = [Decompose(ops=(*DECOMPOSED_OPS, "aten.gelu_backward.default")),
+              *fusion_pipeline()[1:]]
+    run_passes(fused, passes, registry)
     assert any("decomposed" in n.attrs for n in fused.walk())  # decompose did split it
     args = _inputs(original, seed)
     want_ops, want = _calls(build_function(original, registry).fn, args)
