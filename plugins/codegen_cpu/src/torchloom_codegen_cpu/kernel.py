@@ -373,7 +373,7 @@ class KernelWriter:
     def count(self, dim, dtype: str) -> str:
         """A size as a C constant of compute dtype ``dtype`` (row lengths in means)."""
         if isinstance(dim, int):
-            return literal(float(dim), dtype)
+            return literal(dim, dtype)  # an int: integer sums (prod, sum) also ask for it
         return f"(({CTYPE[dtype]}){par(self.ix.size(dim))})"
 
 

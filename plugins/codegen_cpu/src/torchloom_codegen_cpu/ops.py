@@ -128,7 +128,9 @@ def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
         return (f"($T)0.5 * {{self}} * (($T)1 + tanh$f({SQRT_2_PI} * ({{self}} + "
                 f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
     exact = f"($T)0.5 * {{self}} * (($T)1 + $erf({{self}} * {SQRT1_2}))"
-    if dtype in ("f32", "bf16"):  # eager's vectorized f32 GELU gives NaN at +inf
+    if dtype in ("f32", "bf16"):  # eager's vectorized f32 GELU gives NaN at +inf, and
+        # multiplies by 0.5 last (inf above FLT_MAX / 2): same bits below that
+        exact = f"{{self}} * (($T)1 + $erf({{self}} * {SQRT1_2})) * ($T)0.5"
         return f"tl_nan_at_inf({{self}}, {exact})"  # both computed: the loop stays SIMD
     return exact
 

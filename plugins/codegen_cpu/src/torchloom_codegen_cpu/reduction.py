@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
     """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them)."""
     dim = node.attrs.get("dim")
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return tuple(range(rank))
+    if rank == 0 or dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(rank))  # a 0-d input takes dim 0 or -1 and reduces nothing
     dims = [dim] if isinstance(dim, int) else list(dim)
     return tuple(sorted({d + rank if d < 0 else d for d in dims}))
 

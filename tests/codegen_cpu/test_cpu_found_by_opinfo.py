@@ -1,0 +1,36 @@
+"""Groups that PyTorch's OpInfo samples and edge values found the cpu codegen getting wrong
+(tests/core/test_opinfo_samples.py): each runs on the cpu codegen (the checker asserts no
+group fell to the next codegen) and matches eager."""
+
+from __future__ import annotations
+
+import torch
+
+from torchloom.testing.reductions import group_text
+
+
+def test_a_0d_reduction_with_dim_0_reduces_nothing(check):
+    """torch accepts dim 0 (and -1) on a 0-d tensor; judging the group raised IndexError."""
+    text = group_text("%a: f32[]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [0], keepdim = true} : f32[]
+        %m = aten.amax.default(%a) {dim = [-1]} : f32[]""", "%s: f32[], %m: f32[]")
+    check(text, torch.tensor(2.5))
+
+
+def test_an_integer_reduction_along_a_column(check):
+    """An integer product over dim 0 (columns): the row count was written as a float
+    literal for the integer accumulator and judging the group raised TypeError."""
+    text = group_text("%a: i64[5, 5, 5]", """
+        %p = aten.prod.dim_int(%a) {dim = 0} : i64[5, 5]
+        %s = aten.sum.dim_IntList(%a) {dim = [0]} : i64[5, 5]""", "%p: i64[5, 5], %s: i64[5, 5]")
+    check(text, torch.randint(-3, 4, (5, 5, 5), generator=torch.Generator().manual_seed(0)),
+          exact=True)
+
+
+def test_gelu_overflows_where_eager_does(check):
+    """eager's vectorized f32 GELU multiplies by 0.5 last, so x above FLT_MAX / 2 gives
+    inf; the kernel gave x. Below that the bits are the same."""
+    text = group_text("%a: f32[32]", """
+        %g = aten.gelu.default(%a) : f32[32]""", "%g: f32[32]")
+    x = torch.tensor([3e38, 1.8e38, 1.6e38, -3e38, 2.0, -0.5, 1e-40, 0.0] * 4)
+    check(text, x, exact=True)
