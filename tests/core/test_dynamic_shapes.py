@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 
 import pytest
 import torch
@@ -188,20 +189,22 @@ def test_views_over_symbolic_sizes_compile_and_match_eager():
     assert len(compiler.compilations) == 1
 
 
-def test_composites_with_symbolic_sizes_are_kept_with_a_note():
+def test_composites_with_symbolic_sizes_are_decomposed_and_fused():
     def model(x):
         return torch.softmax(x * 2, -1).relu()
 
     compiled, compiler = _compiled(model, dynamic=True)
-    for rows in (3, 6):
+    for rows in (3, 6, 11):
         x = torch.randn(rows, 8)
         torch.testing.assert_close(compiled(x), model(x))
     (comp,) = compiler.compilations
     _assert_no_fallback(compiler)
-    assert any("fusion.decompose" in n and "symbolic sizes" in n for n in comp.notes)
+    assert not any("fusion.decompose" in n for n in comp.notes)
     ops = [n.op for g in [comp.graph, *(n.region for n in comp.graph.nodes if n.region)]
            for n in g.nodes]
-    assert ops.count("aten._softmax.default") == 1  # kept whole, not decomposed
+    assert "aten._softmax.default" not in ops  # primitives over the symbolic rows
+    # the scale, the softmax's primitives and the relu: one group
+    assert sum(n.region is not None for n in comp.graph.nodes) == 1
 
 
 def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback(tmp_path):
@@ -282,8 +285,11 @@ def test_symbolic_graphs_only_eager_runs_get_the_default_partitioner(monkeypatch
         got.sum().backward()
         want.sum().backward()
         torch.testing.assert_close(x1.grad, x2.grad)
-    forward = compiler.compilations[0].graph
-    assert any(n.op == "aten.native_layer_norm.default" for n in forward.walk())
+    # decomposed over the symbols, but on eager the plan runs the composite again
+    plan = compiler.compilations[0].compiled.plan
+    calls = re.findall(r"= (f\d+)\(", plan.source)  # layer norm (3 outputs) and GELU
+    assert len(calls) == 2 and re.search(r"t\d+, t\d+, t\d+ = f\d+\(", plan.source), \
+        plan.source
     _assert_no_fallback(compiler)
 
 

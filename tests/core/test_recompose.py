@@ -161,6 +161,36 @@ def test_unread_input_and_unused_outputs(registry):
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def _unread_input_graph(rows) -> Graph:
+    """native_layer_norm_backward's grad_weight as primitives that read ``go`` and ``rstd``
+    only (each other input of the composite gets a placeholder)."""
+    g = Graph("g")
+    types = [TensorType((rows, 16)), TensorType((rows, 16)), TensorType((rows, 1)),
+             TensorType((rows, 1)), TensorType((16,)), TensorType((16,))]
+    go, x, mean, rstd, w, b = (g.add_input(t, n) for t, n in
+                               zip(types, ["go", "x", "mean", "rstd", "w", "b"]))
+    gw = g.create("aten.mul.Tensor", [go, rstd], [types[0]])
+    dw = g.create("aten.sum.dim_IntList", [gw.output], [types[4]], {"dim": (0,)})
+    assert mark_decomposition("aten.native_layer_norm_backward.default",
+                              {"normalized_shape": (16,), "output_mask": (False, True, False)},
+                              [go, x, mean, rstd, w, b], [gw, dw], [None, dw.output, None])
+    g.set_outputs([dw.output])
+    return g
+
+
+def test_placeholders_are_real_tensors_when_built_under_a_fake_mode(registry):
+    """A backward may be compiled while aot_autograd traces with fake tensors: the unread
+    input's placeholder is still a real tensor (a constant the plan runs with)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torchloom.codegen.recompose import recompose
+    g = _unread_input_graph(6)
+    with FakeTensorMode():
+        assert recompose(g, registry) == 1
+    constants = [n.attrs["value"] for n in g.nodes if n.op == "torchloom.constant"]
+    assert len(constants) == 4  # x, mean, weight, bias: not read by these primitives
+    assert not any(isinstance(c, FakeTensor) for c in constants)
+
+
 def test_output_read_between_primitives_goes_before_its_reader(registry):
     """native_layer_norm's ``rstd`` is read before its last primitive: the composite goes
     before that reader."""

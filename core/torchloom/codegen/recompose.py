@@ -92,8 +92,12 @@ def _output_types(inst: Instance, inputs: list[Value], registry: Any) -> list[Ty
 
 
 def _placeholder(t: TensorType) -> torch.Tensor:
-    return torch.empty_strided(t.shape, t.actual_strides(), dtype=t.torch_dtype,
-                               device=t.device).zero_()
+    """A real tensor even when called while torch traces with fake tensors (a backward
+    compiled inside aot_autograd's trace): it is a constant of the graph."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        return torch.empty_strided(t.shape, t.actual_strides(), dtype=t.torch_dtype,
+                                   device=t.device).zero_()
 
 
 __all__ = ["recompose"]

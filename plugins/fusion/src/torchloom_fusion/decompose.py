@@ -8,7 +8,7 @@ import attrs
 import torch
 
 from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, import_fx,
-                           mark_decomposition, unmarked_attrs)
+                           mark_decomposition, symbols, unmarked_attrs)
 
 #: composites traced through torch's own decomposition table. Not ``gelu_backward``: it is
 #: pointwise, so it fuses as one op exactly as its primitives would, and the native codegens
@@ -56,6 +56,13 @@ class Decompose(Pass):
     ``ops`` lists what to decompose (default: :data:`DECOMPOSED_OPS`); ``linear`` turns
     the addmm split on or off. An op whose decomposition cannot be traced is left as is.
 
+    At symbolic sizes (dims that are bare symbols, contiguous) the decomposition is traced
+    on fake tensors whose sizes are symbols of a fresh shape environment, one per IR symbol
+    (no duck sizing), and its types renamed back to the IR's symbols. It is used only when
+    the trace recorded no guard and specialized no symbol (so it is valid at every size
+    the graph runs at) and calls no Python function on sizes; else the composite stays,
+    with the reason in ``explain``'s notes.
+
     The primitives of each composite are marked as one instance (``decomposed = [...]``,
     and ``composite = [...]`` on the first; :mod:`torchloom.ir.provenance`): where they all
     end up running op by op (the ``eager`` codegen), the runtime runs the composite again,
@@ -96,8 +103,9 @@ class Decompose(Pass):
         sub = _trace_decomposition(node, ctx.registry)
         if sub is None and not all(isinstance(v.type, TensorType) and v.type.is_static
                                    for v in node.inputs):
-            ctx.note(f"fusion.decompose: {node.op} has symbolic sizes (decompositions are "
-                     f"traced at concrete sizes); left as is")
+            ctx.note(f"fusion.decompose: {node.op} at symbolic sizes: its decomposition needs "
+                     f"size expressions, symbolic strides, or a guard on a size (not valid at "
+                     f"every size); left as is")
         elif sub is None:
             ctx.note(f"fusion.decompose: could not trace {node.op}; left as is")
         if key is not None:
@@ -112,7 +120,7 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     opdef = registry.get(node.op)
     if opdef.fn is None or opdef.schema is None:
         return None
-    if not all(isinstance(v.type, TensorType) and v.type.is_static for v in node.inputs):
+    if not all(isinstance(v.type, TensorType) for v in node.inputs):
         return None
     target = _overload(node.op)
     if target is None:
@@ -120,12 +128,18 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     table = get_decompositions([o for o in map(_overload, (node.op, *_NESTED)) if o is not None])
     if target not in table:
         return None
-    # a fresh fake mode: static shapes even when called while torch traces a backward
-    fake_mode = FakeTensorMode()
-    with fake_mode:
-        examples = [torch.empty_strided(v.type.shape, v.type.actual_strides(),
-                                        dtype=v.type.torch_dtype, device="meta")
-                    for v in node.inputs]
+    if all(v.type.is_static for v in node.inputs):
+        # a fresh fake mode: static shapes even when called while torch traces a backward
+        fake_mode, names = FakeTensorMode(), None
+        with fake_mode:
+            examples = [torch.empty_strided(v.type.shape, v.type.actual_strides(),
+                                            dtype=v.type.torch_dtype, device="meta")
+                        for v in node.inputs]
+    else:
+        made = _symbolic_examples(node)
+        if made is None:
+            return None
+        fake_mode, examples, names = made
 
     def call(*tensors):
         args, kwargs = opdef.bind(list(tensors), node.attrs)
@@ -137,12 +151,56 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
         imported = import_fx(gm, examples, name="decomposed")
     except Exception as exc:  # an op torch cannot decompose here: keep the composite
         return None
-    if imported.constants or imported.symbolic:
+    if imported.constants or imported.callables or (imported.symbolic and names is None):
         return None
+    if names is not None:
+        shape_env = fake_mode.shape_env
+        if shape_env.guards or shape_env.replacements or not _renamed(imported.graph, names):
+            return None  # valid only for some sizes, or sizes beyond the IR's symbols
     sub = imported.graph
     if any(n.op == node.op for n in sub.nodes) or len(sub.outputs) != len(node.outputs):
         return None
     return sub
+
+
+def _symbolic_examples(node: Node):
+    """(fake mode, fake meta tensors of ``node``'s inputs with symbolic sizes, torch's
+    symbol name -> the IR's); None when a dim is a size expression or strides are given."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    dims = [d for v in node.inputs for d in v.type.shape]
+    if any(v.type.strides is not None for v in node.inputs) or \
+            any(isinstance(d, str) and not symbols.is_symbol(d) for d in dims) or None in dims:
+        return None
+    shape_env = ShapeEnv(duck_shape=False)
+    fake_mode = FakeTensorMode(shape_env=shape_env)
+    sizes: dict[str, Any] = {}
+    for k, d in enumerate(dict.fromkeys(d for d in dims if isinstance(d, str))):
+        hint = 1009 + 16 * k  # > every static dim here, distinct: no size coincides
+        sizes[d] = shape_env.create_symintnode(
+            shape_env.create_symbol(hint, ConstantSource(f"torchloom_{k}")), hint=hint)
+    with fake_mode:
+        examples = [torch.empty([sizes.get(d, d) for d in v.type.shape],
+                                dtype=v.type.torch_dtype, device="meta") for v in node.inputs]
+    return fake_mode, examples, {str(s.node.expr): d for d, s in sizes.items()}
+
+
+def _renamed(sub: Graph, names: dict[str, str]) -> bool:
+    """Rename the size symbols of ``sub``'s types from torch's to the IR's; False when
+    some type names a symbol that is not an input's size."""
+    for v in [*sub.inputs, *(o for n in sub.nodes for o in n.outputs)]:
+        t = v.type
+        if not isinstance(t, TensorType) or t.is_static:
+            continue
+        dims = (*t.shape, *(t.strides or ()))
+        if any(s not in names for d in dims for s in symbols.symbols_of(d)):
+            return False
+        strides = None if t.strides is None else [symbols.rename_dim(d, names)
+                                                  for d in t.strides]
+        v.type = TensorType(tuple(symbols.rename_dim(d, names) for d in t.shape), t.dtype,
+                            t.device, strides)
+    return True
 
 
 def _fits(sub: Graph, node: Node, graph_outputs: set) -> bool:
