@@ -16,6 +16,7 @@ IR text may name, as reproducers and golden tests do) is registered up front.
 from __future__ import annotations
 
 import operator
+import re
 
 import torch
 
@@ -60,6 +61,9 @@ def resolve(name: str) -> OpDef | None:
     return OpDef(name, "opaque", fn=target)
 
 
+_DUNDER_OP = re.compile(r"__[a-z]+__")
+
+
 def find_callable(name: str):
     """The torch operator called ``name``: an ``OpOverload`` or a ``HigherOrderOperator``.
 
@@ -67,7 +71,10 @@ def find_callable(name: str):
     ``load_library.__self__.import_module`` reaches nothing but torch's op tables;
     ``python.*`` names are not resolved here (see the module docstring)."""
     parts = name.split(".")
-    if any(not p or p.startswith("__") for p in parts):
+    # aten.__lshift__.Scalar is an operator; any other dunder part is not (the op-name part is
+    # still only accepted when it reads as an OpOverloadPacket, below)
+    if any(not p or (p.startswith("__") and (i != 1 or not _DUNDER_OP.fullmatch(p)))
+           for i, p in enumerate(parts)):
         return None
     if parts[0] == "higher_order" and len(parts) == 2:
         op = getattr(torch.ops.higher_order, parts[1], None)
