@@ -143,10 +143,17 @@ def is_group(node: Node) -> bool:
     return node.op == FUSION_GROUP and node.region is not None
 
 
-def numel(t) -> int:
+def numel(t) -> tuple[int, tuple[str, ...], int]:
+    """The element count of ``t`` as a comparable key: (number of symbolic factors, the
+    factors sorted, the static product). Static shapes compare by their count; f32[s0, s1]
+    and f32[1, s1] differ (counting symbols as 1 made them equal, so horizontal fusion
+    merged groups that no codegen can run as one loop)."""
     if not isinstance(t, TensorType):
-        return 1
-    n = 1
+        return (0, (), 1)
+    n, symbols = 1, []
     for d in t.shape:
-        n *= d if isinstance(d, int) else 1
-    return n
+        if isinstance(d, int):
+            n *= d
+        else:
+            symbols.extend(f.strip() for f in str(d).split("*"))
+    return (len(symbols), tuple(sorted(symbols)), n)

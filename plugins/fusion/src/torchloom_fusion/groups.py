@@ -56,7 +56,7 @@ class GroupEditor:
             self._output_slots.setdefault(v, []).append(i)
         self._kind: dict[Node, str | None] = {}
         self._sigs: dict[Node, frozenset] = {}
-        self._domain: dict[Node, int] = {}
+        self._domain: dict[Node, tuple] = {}
         self.hazard_values = self._mutated_alias_values() if self.mutation_points else set()
         self.merges = 0
         self.created = 0
@@ -99,7 +99,7 @@ class GroupEditor:
             self._sigs[node] = found
         return found
 
-    def domain(self, node: Node) -> int:
+    def domain(self, node: Node) -> tuple:
         """The largest iteration space of a cluster (numel of its biggest tensor)."""
         found = self._domain.get(node)
         if found is None:
@@ -113,7 +113,7 @@ class GroupEditor:
                 values.extend(node.outputs)
                 if self.kind(node) == REDUCTION:
                     values.append(node.inputs[0])
-            found = max((numel(v.type) for v in values), default=1)
+            found = max((numel(v.type) for v in values), default=(0, (), 1))
             self._domain[node] = found
         return found
 
