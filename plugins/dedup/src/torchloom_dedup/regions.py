@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import ClassVar
 
 import attrs
@@ -76,7 +77,8 @@ class DedupRegions(Pass):
     #: a region smaller than this is not worth a call
     min_nodes: int = attrs.field(default=8, validator=_positive)
     min_occurrences: int = attrs.field(default=2, validator=attrs.validators.ge(2))
-    #: how many regions to extract (each one re-scans the graph)
+    #: how many regions to extract (the graph is scanned once; each extraction updates
+    #: the scan at its windows, and searches its tokens again)
     max_regions: int = attrs.field(default=4, validator=_positive)
     #: anchor tokens tried per scan (one per distinct occurrence count)
     max_anchors: int = attrs.field(default=16, validator=_positive)
@@ -85,9 +87,9 @@ class DedupRegions(Pass):
         stats = {"regions": 0, "occurrences": 0, "nodes_deduplicated": 0, "subgraph_nodes": 0}
         if graph.parent is not None or graph.owner is not None:
             return PassResult(False, stats)  # shared subgraphs are made from the top level
+        scan = _Scan.of(graph, ctx.registry)
         for _ in range(self.max_regions):
-            nodes = list(graph.nodes)
-            found = self._extract_best(graph, nodes, ctx)
+            found = self._extract_best(graph, scan, ctx)
             if found is None:
                 break
             sub, occurrences = found
@@ -102,14 +104,15 @@ class DedupRegions(Pass):
         return PassResult(stats["regions"] > 0, stats, deduplication=made)
 
     # ---- search ----------------------------------------------------------------------
-    def _extract_best(self, graph: Graph, nodes: list[Node], ctx: PassContext):
-        tokens = _tokens(nodes, ctx.registry)
-        candidates = sorted(self._candidates(tokens), key=lambda c: (-c.saved, c.starts[0]))
-        mutated = mutated_values(graph, ctx.registry)
+    def _extract_best(self, graph: Graph, scan: "_Scan", ctx: PassContext):
+        candidates = sorted(self._candidates(scan.tokens),
+                            key=lambda c: (-c.saved, c.starts[0]))
         for cand in candidates[: self.max_anchors]:
-            windows = self._validate(nodes, cand, mutated, ctx)
+            windows = self._validate(scan, cand, ctx)
             if windows is not None:
-                return _replace(graph, windows), len(windows.occurrences)
+                sub, calls, replaced = _replace(graph, windows, scan.output_slots)
+                scan.update(windows, calls, replaced)
+                return sub, len(calls)
         return None
 
     def _candidates(self, tokens: list[int]) -> list[Candidate]:
@@ -174,10 +177,10 @@ class DedupRegions(Pass):
             length += 1
         return found
 
-    def _validate(self, nodes: list[Node], cand: Candidate, mutated: set,
+    def _validate(self, scan: "_Scan", cand: Candidate,
                   ctx: PassContext) -> "_Windows | None":
-        graph_outputs = set(nodes[0].graph.outputs)  # once, not once per occurrence
-        occurrences = [_Occurrence.of(nodes[s:s + cand.length], graph_outputs)
+        nodes, mutated, graph_outputs = scan.nodes, scan.mutated, scan.output_slots
+        occurrences = [_Occurrence.of(nodes[s:s + cand.length], graph_outputs, s)
                        for s in cand.starts]
         for _ in range(2):  # the second round runs once aliasing views were hoisted out
             groups: dict[tuple, list[_Occurrence]] = {}
@@ -194,7 +197,7 @@ class DedupRegions(Pass):
                 return None
             aliasing = [o for o in outputs if _aliases_input(best[0], o, ctx.registry)]
             if not aliasing:
-                return _Windows(best, outputs)
+                return _Windows(best, outputs, cand.length)
             # Views of inputs that escape (e.g. a transposed weight saved for backward)
             # leave the region: they run before each call, and their results become inputs.
             hoist = _alias_chains(best[0], aliasing, ctx.registry)
@@ -216,16 +219,19 @@ class _Occurrence:
     last: Node
     #: nodes of the window that stay outside the region (they run before the call)
     hoisted: list[Node] = attrs.field(factory=list)
+    #: the window's first position in the scanned node list
+    start: int = 0
 
-    def without(self, offsets: set[int], graph_outputs: set[Value]) -> "_Occurrence":
+    def without(self, offsets: set[int], graph_outputs: Container[Value]) -> "_Occurrence":
         out = _Occurrence.of([n for i, n in enumerate(self.nodes) if i not in offsets],
-                             graph_outputs)
+                             graph_outputs, self.start)
         out.last = self.last
         out.hoisted = self.hoisted + [self.nodes[i] for i in sorted(offsets)]
         return out
 
     @classmethod
-    def of(cls, nodes: list[Node], graph_outputs: set[Value]) -> "_Occurrence":
+    def of(cls, nodes: list[Node], graph_outputs: Container[Value],
+           start: int) -> "_Occurrence":
         offset = {n: i for i, n in enumerate(nodes)}
         inputs: list[Value] = []
         index: dict[Value, int] = {}
@@ -246,7 +252,7 @@ class _Occurrence:
             for v in n.outputs:
                 if v in graph_outputs or any(u not in offset for u in v.uses):
                     escaping.add((i, v.index))
-        return cls(nodes, inputs, tuple(wiring), escaping, nodes[-1])
+        return cls(nodes, inputs, tuple(wiring), escaping, nodes[-1], start=start)
 
     def value(self, ref: tuple[int, int]) -> Value:
         return self.nodes[ref[0]].outputs[ref[1]]
@@ -256,24 +262,77 @@ class _Occurrence:
 class _Windows:
     occurrences: list[_Occurrence]
     outputs: list[tuple[int, int]]
+    #: the length of each occurrence's window (hoisted nodes included)
+    length: int
 
 
-def _tokens(nodes: list[Node], registry) -> list[int]:
+@attrs.define
+class _Scan:
+    """What a search reads, kept up to date across extractions instead of rescanning the
+    graph per region: the top-level nodes in order, their tokens, the values some node
+    writes, the graph's outputs. Extracting a region changes the graph only at its
+    windows (each becomes its hoisted views, then the call), and a node outside them keeps
+    its token (its operands become call results of the same types), so an update costs the
+    windows' nodes (and a list splice), not the graph."""
+
+    nodes: list[Node]
+    tokens: list[int]
+    mutated: set
+    #: each graph output, with its slots in ``graph.outputs``
+    output_slots: dict
+    tokenizer: "_Tokenizer"
+
+    @classmethod
+    def of(cls, graph: Graph, registry) -> "_Scan":
+        nodes = list(graph.nodes)
+        tokenizer = _Tokenizer(registry)
+        output_slots: dict[Value, list[int]] = {}
+        for i, v in enumerate(graph.outputs):
+            output_slots.setdefault(v, []).append(i)
+        return cls(nodes, [tokenizer.token(n, i) for i, n in enumerate(nodes)],
+                   mutated_values(graph, registry), output_slots, tokenizer)
+
+    def update(self, windows: _Windows, calls: list[Node], replaced: dict) -> None:
+        nodes, tokens = [], []
+        done = 0
+        for occ, call in sorted(zip(windows.occurrences, calls), key=lambda p: p[0].start):
+            nodes += self.nodes[done:occ.start]
+            tokens += self.tokens[done:occ.start]
+            hoisted = set(occ.hoisted)
+            for i in range(occ.start, occ.start + windows.length):
+                if self.nodes[i] in hoisted:
+                    nodes.append(self.nodes[i])
+                    tokens.append(self.tokens[i])
+            nodes.append(call)
+            tokens.append(self.tokenizer.token(call, len(nodes) - 1))
+            done = occ.start + windows.length
+        nodes += self.nodes[done:]
+        tokens += self.tokens[done:]
+        self.nodes, self.tokens = nodes, tokens
+        for old, new in replaced.items():  # a writer of a replaced value now writes its call's
+            if old in self.mutated:
+                self.mutated.discard(old)
+                self.mutated.add(new)
+
+
+class _Tokenizer:
     """Equal ints for nodes that are equal but for their operands; -1-i for barriers. An
     operand read twice by a node (``mul(x, x)``) is part of the token: occurrences of a
     region always agree on it, and it tells apart nodes that differ only in wiring."""
-    ids: dict[tuple, int] = {}
-    mutates: dict[str, bool] = {}
-    out = []
-    for i, n in enumerate(nodes):
+
+    def __init__(self, registry) -> None:
+        self.registry = registry
+        self.ids: dict[tuple, int] = {}
+        self.mutates: dict[str, bool] = {}
+
+    def token(self, n: Node, i: int) -> int:
         op = n.op
-        barrier = mutates.get(op)
+        barrier = self.mutates.get(op)
         if barrier is None:
-            barrier = mutates[op] = (n.region is None and op != CALL_SUBGRAPH
-                                     and bool(registry.get(op).mutates))
+            barrier = self.mutates[op] = (n.region is None and op != CALL_SUBGRAPH
+                                          and bool(self.registry.get(op).mutates))
         if barrier:
-            out.append(-1 - i)  # a node that writes its inputs never joins a region
-            continue
+            return -1 - i  # a node that writes its inputs never joins a region
         sig = [op, _attrs_key(n.attrs)]
         inputs = n.inputs
         for k, v in enumerate(inputs):  # the type, and which operand repeats which
@@ -285,11 +344,10 @@ def _tokens(nodes: list[Node], registry) -> list[int]:
         if n.region is not None:
             sig.append(canonical_text(n.region))
         key = tuple(sig)
-        token = ids.get(key)
+        token = self.ids.get(key)
         if token is None:
-            token = ids[key] = len(ids)
-        out.append(token)
-    return out
+            token = self.ids[key] = len(self.ids)
+        return token
 
 
 def _type_key(t) -> object:
@@ -360,8 +418,11 @@ def _alias_chains(occ: _Occurrence, refs: list[tuple[int, int]], registry) -> se
     return chain
 
 
-def _replace(graph: Graph, windows: _Windows) -> Graph:
-    """Build the shared subgraph from the first occurrence; replace every occurrence."""
+def _replace(graph: Graph, windows: _Windows, output_slots: dict):
+    """Build the shared subgraph from the first occurrence; replace every occurrence.
+    Returns the subgraph, the calls (one per occurrence, in order) and the map from each
+    replaced value to the call result that replaces it; ``output_slots`` (each graph
+    output with its slots) is kept up to date."""
     first = windows.occurrences[0]
     sub = Graph(graph.fresh_subgraph_name("region"))
     mapping: dict[Value, Value] = {}
@@ -376,9 +437,7 @@ def _replace(graph: Graph, windows: _Windows) -> Graph:
     sub.set_outputs([mapping[first.value(ref)] for ref in windows.outputs])
     graph.add_subgraph(sub)
     replaced: dict[Value, Value] = {}  # an occurrence may read an earlier one's results
-    output_slots: dict[Value, list[int]] = {}
-    for i, v in enumerate(graph.outputs):
-        output_slots.setdefault(v, []).append(i)
+    calls = []
     for occ in windows.occurrences:
         # After the window's last node: every input (hoisted views included) is defined
         # by then, and every use of an escaping value comes later.
@@ -386,12 +445,13 @@ def _replace(graph: Graph, windows: _Windows) -> Graph:
         call = graph.create(CALL_SUBGRAPH, [replaced.get(v, v) for v in occ.inputs],
                             [v.type for v in olds], {"callee": sub.name},
                             names=[v.name for v in olds], after=occ.last)
+        calls.append(call)
         for old, new in zip(olds, call.outputs):
             _redirect(graph, old, new, output_slots)
             replaced[old] = new
     # all at once: a value every occurrence reads has its use list filtered once
     graph.erase_many([n for occ in windows.occurrences for n in occ.nodes])
-    return sub
+    return sub, calls, replaced
 
 
 def _redirect(graph: Graph, old: Value, new: Value, output_slots: dict) -> None:
@@ -400,5 +460,8 @@ def _redirect(graph: Graph, old: Value, new: Value, output_slots: dict) -> None:
         user.inputs = [new if v is old else v for v in user.inputs]
     new.uses.extend(old.uses)
     old.uses.clear()
-    for i in output_slots.pop(old, ()):
-        graph.outputs[i] = new
+    slots = output_slots.pop(old, None)
+    if slots:
+        for i in slots:
+            graph.outputs[i] = new
+        output_slots[new] = slots
