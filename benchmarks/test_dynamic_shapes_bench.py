@@ -17,8 +17,12 @@ later length runs. Gates, from one run:
   give 0.63-0.65x (OpenMP workers spinning on the shared cores), so the gate stays at 2.0.
   The first pass (compiles included) is reported.
 
-Inductor (``torch.compile`` default backend) is timed too when ``TORCHLOOM_BENCH_INDUCTOR=1``
-(its compile of the symbolic graphs takes minutes on a CPU: not in CI).
+Inductor (``torch.compile``'s default backend, automatic dynamic as torchloom gets it) is
+measured in the same run when ``TORCHLOOM_BENCH_INDUCTOR=1``: its compile count (forward and
+backward graphs, at most 4) and compile time, its first pass, and one pass once compiled
+against eager and against torchloom (alternating rounds). Opt-in because its C++ compiles
+of the four graphs take 1.5-2 minutes on the loaded 2-core CI machine (torchloom's ~10 s);
+nothing is gated on Inductor's speed (figures: benchmarks/RESULTS.md).
 
 Run: ``python -m pytest benchmarks/test_dynamic_shapes_bench.py -s``.
 """
@@ -26,6 +30,7 @@ Run: ``python -m pytest benchmarks/test_dynamic_shapes_bench.py -s``.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -59,7 +64,41 @@ def one_pass(fn, xs):
         fn(x).sum().backward()
 
 
-def test_transformer_stack_over_16_lengths(stack, perf_gate):
+def counted_inductor(model):
+    """``torch.compile(model)`` with Inductor, the default backend (its own dynamic-shape
+    policy: automatic dynamic), its graph compiles counted and timed: ``graphs`` forward and
+    backward graphs compiled (``compile_fx_inner`` calls), ``seconds`` wall time inside
+    the backend (Dynamo graph -> aot_autograd -> forward kernels) and the backward compiles
+    (run at the first backward unless compiled with the forward)."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    stats = {"graphs": 0, "seconds": 0.0, "dynamo": 0}
+    inside = []  # non-empty while the backend runs (a backward compiled there is timed)
+
+    def inner(gm, example_inputs, **kwargs):
+        stats["graphs"] += 1
+        if inside or not kwargs.get("is_backward"):
+            return compile_fx_inner(gm, example_inputs, **kwargs)
+        start = time.perf_counter()
+        try:
+            return compile_fx_inner(gm, example_inputs, **kwargs)
+        finally:
+            stats["seconds"] += time.perf_counter() - start
+
+    def backend(gm, example_inputs):
+        stats["dynamo"] += 1
+        start = time.perf_counter()
+        inside.append(gm)
+        try:
+            return compile_fx(gm, example_inputs, inner_compile=inner)
+        finally:
+            inside.pop()
+            stats["seconds"] += time.perf_counter() - start
+
+    torch._dynamo.reset()  # Dynamo's automatic dynamic starts afresh, as it did for torchloom
+    return torch.compile(model, backend=backend), stats
+
+
+def test_transformer_stack_over_16_lengths(stack, perf_gate, tmp_path):
     model, xs = stack
     torch._dynamo.reset()
     compiler = Compiler("default", compile_cache=False)
@@ -84,13 +123,48 @@ def test_transformer_stack_over_16_lengths(stack, perf_gate):
           f"{result.baseline_s * 1e3:.1f} ms ({result.speedup:.2f}x); first pass with "
           f"{len(comps)} compilations {first:.2f} s")
     if os.environ.get("TORCHLOOM_BENCH_INDUCTOR") == "1":
-        torch._dynamo.reset()
-        inductor = torch.compile(model)
-        start = time.perf_counter()
-        one_pass(inductor, xs)
-        first = time.perf_counter() - start
-        timing = perf_gate.measure(lambda: one_pass(inductor, xs), lambda: one_pass(model, xs),
-                                   rounds=7, warmup=1)
-        print(f"Inductor {timing.candidate_s * 1e3:.1f} ms ({timing.speedup:.2f}x eager); "
-              f"first pass {first:.2f} s")
+        inductor_column(model, xs, compiled, tmp_path)
     torch._dynamo.reset()
+
+
+def inductor_column(model, xs, compiled, cache_dir):
+    """Inductor beside torchloom and eager, cold (its caches off and in a new directory):
+    compile count and time, first pass, then torchloom, eager and Inductor timed in
+    interleaved rounds (min and median per pass)."""
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+    original = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
+    try:
+        with inductor_config.patch(fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False):
+            inductor, stats = counted_inductor(model)
+            start = time.perf_counter()
+            one_pass(inductor, xs)
+            first = time.perf_counter() - start
+    finally:
+        if original is None:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = original
+    compiles = stats["graphs"]
+    assert 1 <= compiles <= 4, stats  # at most a static and a symbolic pair
+    x = xs[-1].clone().requires_grad_()
+    torch.testing.assert_close(inductor(x), model(x))
+    sides = {"torchloom": compiled, "eager": model, "Inductor": inductor}
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    # round 0 warms up (torchloom compiles again after the reset, with the length already
+    # dynamic); the order rotates so that drift favours none
+    for r in range(8):
+        order = list(sides)[r % 3:] + list(sides)[:r % 3]
+        for name in order:
+            start = time.perf_counter()
+            one_pass(sides[name], xs)
+            if r:
+                times[name].append(time.perf_counter() - start)
+    assert stats["graphs"] == compiles, stats  # the timed passes compiled nothing more
+    line = ", ".join(f"{name} min {min(t) * 1e3:.1f} / median {statistics.median(t) * 1e3:.1f} ms"
+                     for name, t in times.items())
+    print(f"interleaved, 7 rounds: {line}; Inductor first pass {first:.1f} s, {compiles} "
+          f"graphs compiled (forward and backward) in {stats['seconds']:.1f} s, "
+          f"{stats['dynamo']} Dynamo graphs")

@@ -61,7 +61,9 @@ class Decompose(Pass):
     (no duck sizing), and its types renamed back to the IR's symbols. It is used only when
     the trace recorded no guard and specialized no symbol (so it is valid at every size
     the graph runs at) and calls no Python function on sizes; else the composite stays,
-    with the reason in ``explain``'s notes.
+    with the reason in ``explain``'s notes. As Dynamo's, the symbols are assumed >= 2
+    (torch compiles sizes 0 and 1 as graphs of their own); the decompositions used here
+    are also checked at sizes 0 and 1 in the tests.
 
     The primitives of each composite are marked as one instance (``decomposed = [...]``,
     and ``composite = [...]`` on the first; :mod:`torchloom.ir.provenance`): where they all
