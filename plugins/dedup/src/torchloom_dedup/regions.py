@@ -144,12 +144,12 @@ class DedupRegions(Pass):
         non-overlapping windows. Each number of windows gives a candidate (its longest
         windows): the one saving most may not validate (equal tokens, other wiring),
         and a longer one with fewer windows then may."""
-        left = 0
+        left, anchor_gap = 0, _min_gap(anchor)
         while True:
             ps = [p - left - 1 for p in anchor]
             if ps[0] < 0 or tokens[ps[0]] < 0 or any(tokens[p] != tokens[ps[0]] for p in ps):
                 break
-            if _min_gap(anchor) < left + 2:
+            if anchor_gap < left + 2:
                 break
             left += 1
         alive = [p - left for p in anchor]  # windows so far equal, overlapping or not
@@ -158,8 +158,9 @@ class DedupRegions(Pass):
         # Windows overlapping by more than their gap only repeat a shorter period (a
         # block repeated m times would otherwise grow to m/2 blocks, each step over all m
         # windows: quadratic); growth stops there, which keeps it O(n log n).
-        while length <= _OVERLAP * _min_gap(alive):
-            starts = _non_overlapping(alive, length)
+        gap = _min_gap(alive)  # (kept with alive: a scan of it per step cost O(m))
+        while length <= _OVERLAP * gap:
+            starts = list(alive) if length <= gap else _non_overlapping(alive, length)
             if len(starts) < self.min_occurrences:
                 break
             if length >= self.min_nodes:
@@ -173,7 +174,14 @@ class DedupRegions(Pass):
                     parts.setdefault(tokens[i], []).append(s)
             if not parts:
                 break
-            alive = max(parts.values(), key=lambda ps: len(_non_overlapping(ps, length + 1)))
+            if len(parts) == 1:
+                (kept,) = parts.values()
+            else:
+                kept = max(parts.values(),
+                           key=lambda ps: len(_non_overlapping(ps, length + 1)))
+            if len(kept) != len(alive):  # (a part of alive: as long, it is alive)
+                gap = _min_gap(kept)
+            alive = kept
             length += 1
         return found
 
