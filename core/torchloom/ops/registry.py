@@ -238,11 +238,11 @@ def _reaches(op: OpDef, node: Node) -> bool:
     """Whether ``op.public_fn`` with this node's arguments dispatches to ``op`` itself first."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    seen: list[str] = []
+    seen: list[tuple[str, tuple, dict]] = []
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.append(str(func))
+            seen.append((str(func), args, kwargs or {}))
             return func(*args, **(kwargs or {}))
 
     try:
@@ -253,7 +253,25 @@ def _reaches(op: OpDef, node: Node) -> bool:
             op.public_fn(*args, **kwargs)
     except Exception:  # symbolic types, no meta kernel, a binding that rejects the call
         return False
-    return bool(seen) and seen[0] in (op.name, op.name + ".default")
+    if not seen or seen[0][0] not in (op.name, op.name + ".default"):
+        return False
+    # the binding's own defaults may differ from the schema's: torch._C._nn.mse_loss(a, b)
+    # reduces nothing where aten.mse_loss.default(a, b) takes the mean
+    return _scalars(op.schema, seen[0][1], seen[0][2]) == _scalars(op.schema, args, kwargs)
+
+
+def _scalars(schema, args, kwargs) -> list:
+    """The call's non-tensor argument values, schema defaults filled in, in schema order."""
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            value = args[i]
+        elif arg.name in kwargs:
+            value = kwargs[arg.name]
+        else:
+            value = arg.default_value if arg.has_default_value() else None
+        out.append(None if isinstance(value, torch.Tensor) else repr(value))
+    return out
 
 
 def _scalar_example(t: Type):
