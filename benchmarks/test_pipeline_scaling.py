@@ -65,8 +65,9 @@ MAX_TIME_RATIO = 6.5
 #: 50k / 10k CPU time of each pass's own run: measured 3.9-5.8 for every pass but two,
 #: whose work follows what the graph holds, not its node count: fusion.horizontal
 #: (5.0-7.4; on fanout the 50k graph leaves 6.2x the clusters after vertical fusion,
-#: 5,420 against 873) and dedup.regions (on diamond, not a CI family, 8.2: the 50k
-#: graph yields regions the 10k graphs do not). Their call counts stay linear
+#: 5,420 against 873) and dedup.regions (on diamond, not a CI family, 6.3 since it
+#: scans once per run, 8.2 before: the 50k graph yields regions the 10k graphs do not,
+#: and its window search runs once per region). Their call counts stay linear
 #: (MAX_CALL_RATIO)
 MAX_PASS_TIME_RATIO = 9.0
 #: 5x / x function calls inside each pass (deterministic: no cache, no load)
@@ -178,7 +179,7 @@ def count_calls(names: list[str], sizes: tuple[int, int] = CALL_SIZES) -> dict:
     """Per family and size: function calls made inside each pass's own run (one run;
     the counts are deterministic). Without ``dedup.regions``: what it extracts differs
     between two random graphs of one family (a region found in one only), and the other
-    passes would then see different shapes; it rescans the graph once per region it
+    passes would then see different shapes; its window search runs once per region it
     extracts (at most ``max_regions``), so its own count follows the regions found; it is
     counted on the repeated block, where both sizes extract the same one region."""
     plugins = load_plugins()
