@@ -14,6 +14,8 @@ from torchloom.api import CALL_SUBGRAPH, Graph, PassContext, TensorType, print_g
 from torchloom.tools import build_function, load_plugins
 from torchloom_dedup.regions import DedupRegions
 
+from test_regions_random import T, step  # its random block steps
+
 REGISTRY = load_plugins().registry
 CHAIN = ["aten.tanh.default", "aten.exp.default", "aten.neg.default", "aten.sigmoid.default",
          "aten.relu.default", "aten.abs.default", "aten.sin.default", "aten.cos.default"]
@@ -74,12 +76,6 @@ def test_nodes_tokenized_grow_with_the_graph_not_with_the_regions(monkeypatch):
             assert scans[0] == 1
 
 
-T = TensorType.make((3, 4), torch.float32, "cpu")
-UNARY = ["aten.tanh.default", "aten.sigmoid.default", "aten.neg.default", "aten.abs.default"]
-BINARY = ["aten.add.Tensor", "aten.mul.Tensor", "aten.sub.Tensor", "aten.maximum.default"]
-step = st.one_of(
-    st.tuples(st.sampled_from(UNARY), st.tuples(st.integers(0, 99))),
-    st.tuples(st.sampled_from(BINARY), st.tuples(st.integers(0, 99), st.integers(0, 99))))
 block = st.lists(step, min_size=2, max_size=6)
 
 
