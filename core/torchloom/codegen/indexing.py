@@ -24,7 +24,8 @@ One object per kernel, bound to a language and to the names of its size argument
 
 ``known`` (optional, a dict the caller keeps per kernel) remembers which linear index a set
 of coordinates was delinearised from, so linearising them again gives that index back.
-Module functions work on dims without printing: :func:`prod` (a product, an int when every
+Module functions work on dims without printing: :func:`checked_tensor_type` (a value's type
+when a native codegen can touch it), :func:`prod` (a product, an int when every
 factor is one), :func:`same` (equal at every runtime size) and :func:`sample_value` (a
 dim's value at a representative size, for choices that only cost speed). What the math
 cannot express raises :class:`Unsupported` with the reason (a codegen declines the group with it).
@@ -35,12 +36,14 @@ from __future__ import annotations
 
 import ast
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from torchloom.ir.graph import Value
 from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, parse_dim, symbols_of
+from torchloom.ir.types import TensorType
 
 Coords = tuple[str, ...]
 #: (coords, shape) with size-1 dims dropped -> the index they were delinearised from
@@ -49,6 +52,20 @@ Known = dict[tuple[tuple[str, ...], tuple[Dim, ...]], str]
 
 class Unsupported(Exception):
     """The group cannot be compiled by this codegen; the message is the reason."""
+
+
+def checked_tensor_type(v: Value, storage: Container[str], scalar_reason: str) -> TensorType:
+    """``v``'s TensorType when a native codegen can touch it: sizes and strides known (int or
+    symbolic) and a dtype in ``storage``; else :class:`Unsupported` with the reason
+    (``scalar_reason`` follows "%v is a scalar (kind); " for a scalar value)."""
+    t = v.type
+    if not isinstance(t, TensorType):
+        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); {scalar_reason}")
+    if None in t.shape or (t.strides is not None and None in t.strides):
+        raise Unsupported(f"%{v.name} has a dim of unknown size {list(t.shape)}")
+    if t.dtype not in storage:
+        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
+    return t
 
 
 @attrs.frozen

@@ -15,12 +15,5 @@ Unsupported = indexing.Unsupported
 
 
 def tensor_type(v: Value) -> TensorType:
-    t = v.type
-    if not isinstance(t, TensorType):
-        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); only float, int and bool "
-                          f"scalar inputs are supported")
-    if None in t.shape or (t.strides is not None and None in t.strides):
-        raise Unsupported(f"%{v.name} has a dim of unknown size {list(t.shape)}")
-    if t.dtype not in STORAGE:
-        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
-    return t
+    return indexing.checked_tensor_type(
+        v, STORAGE, "only float, int and bool scalar inputs are supported")

@@ -10,21 +10,12 @@ from collections.abc import Sequence
 
 from torchloom.api import TensorType, Value, indexing, symbols
 
-from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import STORAGE
 
 
 def tensor_type(v: Value) -> TensorType:
     """``v``'s tensor type; sizes may be symbolic (the kernel takes them as arguments)."""
-    t = v.type
-    if not isinstance(t, TensorType):
-        raise Unsupported(f"%{v.name} is a scalar ({t.kind}); scalar group inputs are not "
-                          f"supported")
-    if None in t.shape or (t.strides is not None and None in t.strides):
-        raise Unsupported(f"%{v.name} has a dim of unknown size {list(t.shape)}")
-    if t.dtype not in STORAGE:
-        raise Unsupported(f"dtype {t.dtype} of %{v.name} is not supported")
-    return t
+    return indexing.checked_tensor_type(v, STORAGE, "scalar group inputs are not supported")
 
 
 def memory_order(t: TensorType) -> tuple[int, ...]:
