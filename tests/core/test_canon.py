@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import keyword
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -110,7 +112,8 @@ def _renamed_text(text: str, names: dict[str, str]) -> str:
 
 
 _SYMBOL_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,4}", fullmatch=True).filter(
-    lambda s: s not in FUNCTIONS and s not in {"f32", "graph", "return", "size"})
+    lambda s: s not in FUNCTIONS and s not in {"f32", "graph", "return", "size"}
+    and not keyword.iskeyword(s))  # a size expression is Python arithmetic: "as" is no name
 
 
 @settings(max_examples=60, deadline=None)

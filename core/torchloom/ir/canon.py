@@ -110,9 +110,12 @@ def _is_size(text: str, graph_symbols: frozenset) -> bool:
 
 
 def _type_symbols(graph: Graph) -> frozenset:
-    """Every size symbol in the types of ``graph``, its regions and its subgraphs."""
+    """Every size symbol in the types of ``graph``, its regions and the subgraphs it calls
+    (transitively): what the canonical text prints. Only those: a fusion group's key must
+    not cost a walk over every shared subgraph of the module."""
     found: set[str] = set()
-    graphs = [graph, *graph.root.subgraphs.values()]
+    subgraphs = graph.root.subgraphs
+    graphs, called = [graph], set()
     while graphs:
         g = graphs.pop()
         for v in [*g.inputs, *(o for n in g.nodes for o in n.outputs)]:
@@ -120,7 +123,13 @@ def _type_symbols(graph: Graph) -> frozenset:
             if isinstance(t, TensorType) and not t.is_static:
                 for d in (*t.shape, *(t.strides or ())):
                     found.update(symbols_of(d))
-        graphs.extend(n.region for n in g.nodes if n.region is not None)
+        for n in g.nodes:
+            if n.region is not None:
+                graphs.append(n.region)
+            callee = n.attrs.get("callee") if n.op == CALL_SUBGRAPH else None
+            if isinstance(callee, str) and callee in subgraphs and callee not in called:
+                called.add(callee)
+                graphs.append(subgraphs[callee])
     return frozenset(found)
 
 
