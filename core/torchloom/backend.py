@@ -41,7 +41,6 @@ RECOMPUTED_COMPOSITES = ("native_layer_norm", "native_layer_norm_backward",
 
 
 def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None, mode=None):
-    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
     from torchloom.compiler import Compiler
@@ -64,8 +63,11 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
                                                   mode=mode,
                                                   remote_cache=options.get("remote_cache"))
 
-    def compile_one(fx_gm, inputs):
-        return make_boxed_func(compiler.compile_fx(fx_gm, inputs))
+    def compile_forward(fx_gm, inputs):
+        return compiler.compile_fx(fx_gm, inputs, boxed=True)
+
+    def compile_backward(fx_gm, inputs):
+        return compiler.compile_fx(fx_gm, inputs, boxed=True, donated=donated_inputs(inputs))
 
     partitioner = options.get("partitioner") or compiler.pipeline.partitioner
     if partitioner not in PARTITIONERS:
@@ -74,8 +76,34 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     if not (options.get("partitioner") or compiler.pipeline.partitioner_set) and \
             getattr(compiler, "target", None) is None and runs_on_eager(compiler, example_inputs):
         partitioner = "default"
-    return aot_autograd(fw_compiler=compile_one, bw_compiler=compile_one,
+    return aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
                         **split_options(partitioner))(gm, example_inputs)
+
+
+def donated_inputs(example_inputs) -> list[int]:
+    """The backward's inputs whose buffers aot_autograd donates (saved activations that
+    alias no forward input or output and no gradient: ``bw_donated_idxs``, what Inductor
+    reuses; aot_autograd then refuses ``retain_graph=True``), keeping only those that
+    cover their whole storage and share it with no other input."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None) if context is not None else None
+    indices = getattr(metadata, "bw_donated_idxs", None) or []
+    storages: dict[Any, int] = {}
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+            key = StorageWeakRef(x.untyped_storage())
+            storages[key] = storages.get(key, 0) + 1
+    donated = []
+    for i in indices:
+        x = example_inputs[i] if 0 <= i < len(example_inputs) else None
+        if (isinstance(x, torch.Tensor) and x.layout == torch.strided
+                and x.storage_offset() == 0
+                and x.untyped_storage().nbytes() == x.numel() * x.element_size()
+                and storages[StorageWeakRef(x.untyped_storage())] == 1):
+            donated.append(i)
+    return donated
 
 
 def runs_on_eager(compiler, example_inputs) -> bool:

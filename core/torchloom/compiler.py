@@ -52,6 +52,8 @@ class Compilation:
     cached: bool = False
     #: with a ``target``: the kernels generated (and compiled ahead) for it; nothing runs
     static: StaticPlan | None = None
+    #: compiled with ``boxed``: aot_autograd's boxed callable (``fn(args: list)``)
+    boxed_fn: Callable | None = None
 
 
 class Compiler:
@@ -130,8 +132,10 @@ class Compiler:
         return PassContext(registry=self.registry, device=self.device, cache_dir=self.cache_dir)
 
     def compile_graph(self, graph: Graph, fallback: Callable | None = None,
-                      constants: list[Any] | tuple = ()) -> Compilation:
-        """Run the pipeline on ``graph`` (edited in place) and build its callable."""
+                      constants: list[Any] | tuple = (), *, boxed: bool = False,
+                      donated: Sequence[int] = ()) -> Compilation:
+        """Run the pipeline on ``graph`` (edited in place) and build its callable
+        (``boxed``, ``donated``: see :meth:`compile_fx`)."""
         t0 = time.perf_counter()
         counters = cache_counters(self.kernel_cache)  # what this graph adds is logged
         index = len(self.compilations)
@@ -172,6 +176,7 @@ class Compiler:
                 self.notes) + comp.report.notes + [n for n in ctx.notes
                                                    if n not in comp.report.notes]
             comp.compile_seconds = time.perf_counter() - t0
+            comp.boxed_fn = boxed_call(fallback) if boxed else None
             log_compilation(self, comp, counters)
             self.compilations.append(comp)
             return comp
@@ -179,13 +184,18 @@ class Compiler:
         comp.compiled = CompiledGraph(graph, self.registry, chain, self.kernel_cache, fallback,
                                       user_inputs=len(graph.inputs) - len(constants),
                                       repro_dir=self.cache_dir / "reproducers",
-                                      warned=self.warned)
+                                      warned=self.warned, boxed=boxed,
+                                      # a wrapper (CUDA graphs) may keep inputs as its own
+                                      donated=() if self.pipeline.runtime else donated)
         fn = comp.compiled.plan.fn
         if constants:
             fn = _bind_constants(fn, tuple(constants))
         for name, options in self.pipeline.runtime.items():
             fn = self.plugins.wrappers[name].obj.wrap(fn, options, ctx, comp.compiled)
         comp.fn = fn
+        if boxed:  # the plan's own boxed entry frees inputs; wrappers take *args
+            comp.boxed_fn = boxed_call(fn) if self.pipeline.runtime else _owning(
+                comp.compiled.plan.boxed, tuple(constants))
         comp.notes = list(self.notes) + comp.report.notes + [n for n in ctx.notes
                                                              if n not in comp.report.notes]
         if dump is not None:
@@ -195,31 +205,38 @@ class Compiler:
         self.compilations.append(comp)
         return comp
 
-    def compile_fx(self, gm, example_inputs) -> Callable:
+    def compile_fx(self, gm, example_inputs, *, boxed: bool = False,
+                   donated: Sequence[int] = ()) -> Callable:
         """Compile one aten FX graph; on anything the frontend or a pass cannot handle,
-        log a one-line reason and return the graph to run eagerly."""
+        log a one-line reason and return the graph to run eagerly.
+
+        ``boxed``: return aot_autograd's boxed callable, ``run(args: list)``, which empties
+        the list, so the plan frees each input after its last use. ``donated``: input
+        indices whose buffers the caller gives up (aot_autograd's ``bw_donated_idxs``):
+        kernels may write their outputs into them once they are dead."""
         name = f"graph{len(self.compilations)}"
         try:
             imported: ImportedGraph = import_fx(gm, example_inputs, name,
                                                  registry=self.registry)
         except UnsupportedError as exc:
-            return self._eager(gm, name, f"frontend: {exc}")
+            return self._eager(gm, name, f"frontend: {exc}", boxed)
         if self.target is not None:  # traced here, compiled for the target's device
             retarget(imported.graph, self.device)
         try:
-            comp = self.compile_graph(imported.graph, fallback=gm, constants=imported.constants)
+            comp = self.compile_graph(imported.graph, fallback=gm, constants=imported.constants,
+                                      boxed=boxed, donated=donated)
         except (PassError, PipelineError, PluginError) as exc:  # PluginError: an instrument
             if self.strict:
                 raise
-            return self._eager(gm, name, str(exc))
+            return self._eager(gm, name, str(exc), boxed)
         except Exception as exc:  # a bug past the passes (codegen, runtime build): never crash
             if self.strict:
                 raise
             return self._eager(gm, name, f"internal error while compiling: "
-                                         f"{type(exc).__name__}: {exc}")
-        return comp.fn
+                                         f"{type(exc).__name__}: {exc}", boxed)
+        return comp.boxed_fn if boxed else comp.fn
 
-    def _eager(self, gm, name: str, reason: str) -> Callable:
+    def _eager(self, gm, name: str, reason: str, boxed: bool = False) -> Callable:
         # one line: the reason's first, and where its reproducer is (a PassError's line)
         lines = reason.splitlines() or [""]
         summary = " ".join([lines[0], *(ln for ln in lines[1:] if ln.startswith("Reproducer: "))])
@@ -227,7 +244,7 @@ class Compiler:
         nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         log_fallback(name, reason, nodes)
         self.compilations.append(Compilation(name, nodes, fallback_reason=reason, fn=gm))
-        return gm
+        return boxed_call(gm) if boxed else gm
 
 
 def _remote_cache(option: str | bool | None, pipeline) -> tuple[RemoteCache | None, str | None]:
@@ -252,6 +269,27 @@ def _usable_cache_dir(cache_dir: Path) -> Path | None:
                 "caches are kept in memory for this process (set TORCHLOOM_CACHE_DIR to a "
                 "writable directory to keep them)", cache_dir, problem)
     return None
+
+
+def boxed_call(fn: Callable) -> Callable:
+    """``fn`` in aot_autograd's boxed calling convention (``make_boxed_func``)."""
+    def run(args: list):
+        return fn(*args)
+    run._boxed_call = True
+    return run
+
+
+def _owning(boxed: Callable, constants: tuple) -> Callable:
+    """The plan's boxed entry (it empties the list, dropping each input after its last
+    use), with the compiler's constants appended to the caller's inputs."""
+    def run(args: list):
+        args.extend(constants)
+        return boxed(args)
+    run._boxed_call = True
+    if not constants:
+        boxed._boxed_call = True
+        return boxed
+    return run
 
 
 def _bind_constants(fn: Callable, constants: tuple) -> Callable:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import keyword
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import attrs
 from torchloom.codegen.base import RegionKernel
+from torchloom.codegen.buffers import Reuse, plan_reuse
 from torchloom.codegen.guards import guard_expressions, symbolic_guard
 from torchloom.codegen.lowering import lower
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
@@ -30,13 +31,19 @@ class Plan:
 
     fn: Callable[..., tuple]
     source: str
+    #: ``run(args: list)``, which empties ``args`` (aot_autograd's boxed calling convention,
+    #: the caller giving up its references): built with ``boxed=True``
+    boxed: Callable[[list], tuple] | None = None
+    #: which kernel outputs are written into dead buffers (:mod:`torchloom.codegen.buffers`)
+    reuse: Reuse = Reuse()
 
 
 def build_function(graph: Graph, registry: OpRegistry,
                    kernel_for: Callable[[Node], Callable] | None = None, *,
                    guards: bool = False, fallback: Callable | None = None,
                    tuple_result: bool = True, guarded_inputs: int | None = None,
-                   recompose: bool = True) -> Plan:
+                   recompose: bool = True, boxed: bool = False,
+                   donated: Collection[int] = ()) -> Plan:
     """Generate ``run(*inputs) -> tuple`` for ``graph``.
 
     ``kernel_for(node)`` supplies the callable of each region node (default: the region
@@ -47,6 +54,12 @@ def build_function(graph: Graph, registry: OpRegistry,
     ``guards``, inputs whose metadata differs from the graph's input types are handed to
     ``fallback(args, index)``; only the first ``guarded_inputs`` inputs are checked (the
     rest are constants bound by the compiler).
+
+    Each value is dropped after its last use; with ``boxed`` the plan also has
+    ``run(args)`` that empties the list it is given, so an input is freed after its last
+    use too. Kernel outputs are written into buffers that died before them
+    (:func:`~torchloom.codegen.buffers.plan_reuse`; ``donated``: inputs whose buffers the
+    caller gave up).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
     guarded = graph.inputs[:guarded_inputs]
@@ -73,23 +86,31 @@ def build_function(graph: Graph, registry: OpRegistry,
             env["_guard_failed"] = fallback
             lines.append(f"    if (_failed := {symbolic}) is not None:")
             lines.append(f"        return _guard_failed(({', '.join(params)},), _failed)")
-    last_use = _last_uses(graph)
+    reuse = plan_reuse(graph, registry, kernels, donated)
+    last_use = _last_uses(graph, inputs=boxed)
+    unread = [names[v] for v in last_use.get(-1, ()) if v not in reuse.held]
+    if unread:  # inputs nothing reads (boxed): dropped once the guards passed
+        lines.append("    " + " = ".join(unread) + " = None")
     # Locals are reused like registers: an output takes the name of an input that dies at
     # its node (as ``x = torch.mm(x, w)`` does), so dead values cost no extra statement.
     free: list[str] = []
     count = 0
     for idx, node in enumerate(graph.nodes):
-        dying = last_use.get(idx, ())
+        # a buffer written later stays referenced until then, under its name
+        dying = [v for v in last_use.get(idx, ()) if v not in reuse.held]
         reusable = [names[v] for v in dying if v.producer is not node]
-        for v in node.outputs:
-            if reusable:
+        donors = reuse.into.get(idx, ())
+        for j, v in enumerate(node.outputs):
+            if j < len(donors) and donors[j] is not None:
+                names[v] = names[donors[j]]  # the output is that buffer
+            elif reusable:
                 names[v] = reusable.pop()
             elif free:
                 names[v] = free.pop()
             else:
                 names[v] = f"t{count}"
                 count += 1
-        lines.append("    " + _statement(node, idx, names, env, registry, kernels))
+        lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors))
         dead = reusable + [names[v] for v in dying if v.producer is node]
         if dead:  # not taken over by an output: drop the reference now
             lines.append("    " + " = ".join(dead) + " = None")
@@ -97,9 +118,13 @@ def build_function(graph: Graph, registry: OpRegistry,
     outs = ", ".join(names[v] for v in graph.outputs)
     lines.append(f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})")
     source = "\n".join([header, *lines]) + "\n"
+    if boxed:  # the same body, its inputs taken out of the caller's list
+        unpack = [f"    {', '.join(params)}, = args"] if params else []
+        source += "\n".join(["\ndef run_boxed(args):", *unpack, "    args.clear()",
+                             *lines]) + "\n"
     namespace = dict(env)
     exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
-    return Plan(namespace["run"], source)
+    return Plan(namespace["run"], source, namespace.get("run_boxed"), reuse)
 
 
 def _kernel_of(registry: OpRegistry, kernel_for, recompose: bool) -> Callable:
@@ -128,15 +153,14 @@ def _first_failing(checks: list[tuple[int, str]], env: dict[str, Any],
     return run
 
 
-def _last_uses(graph: Graph) -> dict[int, list[Value]]:
-    """Node index -> values (node outputs) whose last use is that node."""
+def _last_uses(graph: Graph, inputs: bool = False) -> dict[int, list[Value]]:
+    """Node index -> values (node outputs; with ``inputs``, graph inputs too, those never
+    read under index -1) whose last use is that node."""
     outputs = set(graph.outputs)
-    last: dict[Value, int] = {}
-    position = {}
+    last: dict[Value, int] = dict.fromkeys(graph.inputs, -1) if inputs else {}
     for idx, node in enumerate(graph.nodes):
-        position[node] = idx
         for v in node.inputs:
-            if v.producer is not None:
+            if inputs or v.producer is not None:
                 last[v] = idx
         for v in node.outputs:  # unused results die right away
             last.setdefault(v, idx)
@@ -148,12 +172,20 @@ def _last_uses(graph: Graph) -> dict[int, list[Value]]:
 
 
 def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
-               registry: OpRegistry, kernels: dict[Node, Callable]) -> str:
+               registry: OpRegistry, kernels: dict[Node, Callable],
+               donors: tuple[Value | None, ...] = ()) -> str:
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
     fname = f"f{idx}"
-    if node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
+    if node in kernels and donors:  # writes outputs into the dead buffers given first
+        env[fname] = kernels[node].into
+        given = ", ".join(names[d] if d is not None else "None" for d in donors)
+        args = ", ".join([f"({given}{',' if len(donors) == 1 else ''})",
+                          *(names[v] for v in node.inputs)])
+        call = f"{fname}({args})"
+        unpack = True
+    elif node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
         env[fname] = kernels[node]
         call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
         unpack = True

@@ -81,11 +81,14 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
                  cache=None, fallback: Callable | None = None, user_inputs: int | None = None,
-                 repro_dir: Path | None = None, warned: set[str] | None = None):
+                 repro_dir: Path | None = None, warned: set[str] | None = None,
+                 boxed: bool = False, donated: Sequence[int] = ()):
         """``fallback(*user_args)`` runs the original graph when a guard fails; the graph's
         inputs after the first ``user_inputs`` are constants it does not take. A codegen
         that raises on a group costs only that group (:mod:`.group_failure`: its IR goes
-        to ``repro_dir``, each distinct error is logged once per ``warned`` set)."""
+        to ``repro_dir``, each distinct error is logged once per ``warned`` set).
+        ``boxed`` and ``donated`` (input indices whose buffers the caller gives up): see
+        :func:`~torchloom.codegen.plan.build_function`."""
         from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
@@ -141,7 +144,8 @@ class CompiledGraph:
         verdicts = prepare_codegens(graph, registry, codegens, self.cache)
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
-                                   guarded_inputs=self._user_inputs)
+                                   guarded_inputs=self._user_inputs, boxed=boxed,
+                                   donated=donated)
 
     def __call__(self, *args):
         return self.plan.fn(*args)

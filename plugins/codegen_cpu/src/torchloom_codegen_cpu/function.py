@@ -123,14 +123,17 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     digest = structural_hash(region)
     ops = [n.op.split(".")[1] for n in region.nodes if n.op not in VIEWS]
     kernel = "_".join(["fused", *dict.fromkeys(ops)])[:48].rstrip("_") + f"_{digest[:10]}"
+    inplace = inplace_pairs(region, nests, body)
+    shared = {("in", i) for i, _ in inplace} | {("out", j) for _, j in inplace}
     params = []
-    for v in region.inputs:
+    for i, v in enumerate(region.inputs):
         if isinstance(v.type, ScalarType):
             params.append(f"{CTYPE[SCALAR_DTYPES[v.type.kind]]} in_{v.name}")
         else:
-            params.append(f"const {STORAGE[v.type.dtype]}* restrict in_{v.name}")
-    params += [f"{STORAGE[tensor_type(v).dtype]}* restrict {name}"
-               for name, v in zip(output_names(region), region.outputs)]
+            params.append(f"const {STORAGE[v.type.dtype]}* {_restrict('in', i, shared)}"
+                          f"in_{v.name}")
+    params += [f"{STORAGE[tensor_type(v).dtype]}* {_restrict('out', j, shared)}{name}"
+               for j, (name, v) in enumerate(zip(output_names(region), region.outputs))]
     params += [f"int64_t {name}" for name in names.values()]  # symbolic sizes, at run time
     params.append("int nthreads")
     parallel = any(w.parallel for w in nests)
@@ -148,7 +151,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 "rows": [nests[0].dims(w.rows) for w in nests],
                 "parallel": parallel, "sizes": list(names.values()),
                 "inputs": [_describe(v, nests[0]) for v in region.inputs],
-                "outputs": [_describe(v, nests[0]) for v in region.outputs]}
+                "outputs": [_describe(v, nests[0]) for v in region.outputs],
+                "inplace": [list(pair) for pair in inplace]}
     for i, name in ((i, n) for n, i in scalars.items()):
         metadata["inputs"][i]["size"] = name  # this int input is that size's value
     if not names:
@@ -160,6 +164,32 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                          "bytes_written": sum(_nbytes(v) for v in region.outputs),
                          "numel": max(w.numel for w in nests)})
     return "\n".join(source) + "\n", metadata
+
+
+def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list[str]
+                  ) -> list[tuple[int, int]]:
+    """(input, output) pairs the kernel may be given one buffer for (the plan writes an
+    output into an input that dies at the group, :mod:`torchloom.codegen.buffers`): a
+    pointwise kernel (one loop, no view: every value at the walk's coordinates) whose
+    input has the output's type, and whose loop reads that input before it first stores
+    the output (checked on the C text, in program order). Such pointers lose
+    ``restrict``, so the C compiler keeps that order."""
+    if len(nests) != 1 or nests[0].kind != "pointwise" or any(
+            n.op in VIEWS for n in region.nodes):
+        return []
+    text = "\n".join(body)
+    pairs = []
+    for j, (name, out) in enumerate(zip(output_names(region), region.outputs)):
+        stored = text.find(f"{name}[")
+        for i, v in enumerate(region.inputs):
+            if isinstance(v.type, TensorType) and v.type == out.type and stored >= 0 and \
+                    text.rfind(f"in_{v.name}[") < stored:
+                pairs.append((i, j))
+    return pairs
+
+
+def _restrict(kind: str, index: int, shared: set[tuple[str, int]]) -> str:
+    return "" if (kind, index) in shared else "restrict "
 
 
 def _printed(region: Graph) -> str:

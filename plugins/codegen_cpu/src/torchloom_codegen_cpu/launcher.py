@@ -6,7 +6,9 @@ symbolic sizes) and the thread count (``torch.get_num_threads()`` at call time).
 
 A launcher copies an input whose strides are not the ones the kernel was written for
 (strides of size-1 dims never matter), allocates the outputs, and skips the call when every
-output is empty. With symbolic sizes, it reads each size from the first input dim that is
+output is empty. Its ``into(outs, *inputs)`` writes into the tensors ``outs`` gives (dead
+buffers the plan reuses, see ``torchloom.codegen.buffers``) where they have the output's
+dtype, shape and strides, and allocates the others. With symbolic sizes, it reads each size from the first input dim that is
 that bare size (``symbols.bind_symbols``, the binding the graph's guards use) or from the
 int input the metadata names for it, and evaluates the output shapes and the expected
 strides from them.
@@ -53,14 +55,24 @@ class Launcher:
         self.meta = meta
         self.fn = _function(lib, meta)
         self.source, self._call = _launch_source(meta, self.fn)
+        self._into = None
+        #: (input, output) pairs ``into`` may be given one tensor for (the C function
+        #: reads the input's element before it writes the output's)
+        self.inplace = frozenset(tuple(pair) for pair in meta.get("inplace", ()))
+
+    def into(self, outs: tuple, *args):
+        """The kernel writing output j into ``outs[j]`` (a tensor, or None: allocated)."""
+        if self._into is None:  # built on first use: most kernels are never given buffers
+            self._into = _launch_source(self.meta, self.fn, into=True)[1]
+        return self._into(outs, *args)
 
     def __call__(self, *args):
         return self._call(*args)
 
 
-def _launch_source(meta: dict[str, Any], fn) -> tuple[str, Any]:
+def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, Any]:
     inputs, outputs, sizes = meta["inputs"], meta["outputs"], meta.get("sizes", [])
-    params = [f"a{i}" for i in range(len(inputs))]
+    params = ["_outs"] * into + [f"a{i}" for i in range(len(inputs))]
     shapes = [None if "scalar" in d else d["shape"] for d in inputs]
     scalars = {d["size"]: i for i, d in enumerate(inputs) if "size" in d}
     bound = symbols.bind_symbols(shapes)
@@ -88,12 +100,21 @@ def _launch_source(meta: dict[str, Any], fn) -> tuple[str, Any]:
         else:  # strides of size-1 dims never matter (torch gives them any value)
             lines.append(f"    if a{i}.stride() != (_e := {tup(d['strides'])}): "
                          f"a{i} = _fix(a{i}, _e)")
+    if into:
+        lines.append(f"    {''.join(f'o{j}, ' for j in range(len(outputs)))}= _outs")
     for j, o in enumerate(outputs):
         namespace[f"_d{j}"] = _TORCH_DTYPES[o["dtype"]]
         contiguous = o["strides"] is None or tuple(o["strides"]) == _contiguous(o["shape"])
         dims = ", ".join(items(o["shape"])) or "()"  # separate ints: parsed faster
-        lines.append(f"    o{j} = _empty({dims}, dtype=_d{j})" if contiguous else
-                     f"    o{j} = _empty_strided({tup(o['shape'])}, {tup(o['strides'])}, "
+        indent = "    "
+        if into:  # a given buffer is used only when it is laid out as the output
+            layout = (f"o{j}.is_contiguous()" if o["strides"] is None else
+                      f"o{j}.stride() == {tup(o['strides'])}")
+            lines.append(f"    if o{j} is None or o{j}.dtype is not _d{j} or "
+                         f"o{j}.shape != {tup(o['shape'])} or not {layout}:")
+            indent = "        "
+        lines.append(f"{indent}o{j} = _empty({dims}, dtype=_d{j})" if contiguous else
+                     f"{indent}o{j} = _empty_strided({tup(o['shape'])}, {tup(o['strides'])}, "
                      f"dtype=_d{j})")
     pointers = [f"a{i}" if "scalar" in d else f"a{i}.data_ptr()" for i, d in enumerate(inputs)]
     pointers += [f"o{j}.data_ptr()" for j in range(len(outputs))]
