@@ -1,0 +1,242 @@
+"""The plan's buffer reuse (codegen/buffers.py): kernel outputs written into buffers that
+died before them, in place where the kernel allows it, never into a buffer someone else
+may still read; and boxed plans that free their inputs after the last use."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torchloom.codegen.buffers import MIN_BYTES
+from torchloom.codegen.plan import build_function
+from torchloom.ir import parse_graph
+from torchloom.ir.graph import FUSION_GROUP, Graph
+from torchloom.ir.types import TensorType
+from torchloom.ops.aten import default_registry
+
+N = 256  # f32[256, 256] is 256 KB: just large enough to be reused
+T = TensorType((N, N), "f32")
+assert T.nbytes() >= MIN_BYTES
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return default_registry()
+
+
+class CopyingKernel:
+    """A kernel with the ``into`` protocol: runs the group with torch, then copies each
+    result into the buffer given for it (so any in-place pair is safe for it)."""
+
+    def __init__(self, region: Graph, registry, inplace=()):
+        self.fn = build_function(region, registry).fn
+        self.inplace = frozenset(inplace)
+        self.given: list[tuple] = []  # the buffers each call was given
+        self.returned: list[tuple] = []
+
+    def __call__(self, *args):
+        out = self.fn(*args)
+        self.returned.append(out)
+        return out
+
+    def into(self, outs, *args):
+        self.given.append(outs)
+        results = self.fn(*args)
+        out = tuple(r if o is None else o.copy_(r) for o, r in zip(outs, results))
+        self.returned.append(out)
+        return out
+
+
+def kernels_for(registry, inplace=(), store=None):
+    store = store if store is not None else {}
+
+    def kernel_for(node):
+        store[node.region.name] = CopyingKernel(node.region, registry, inplace)
+        return store[node.region.name]
+    return kernel_for, store
+
+
+def chain(ops: list[str]) -> str:
+    """x -> one group per op, each reading the previous group's output."""
+    lines, prev = [f"graph @g(%x: f32[{N}, {N}]) {{"], "x"
+    for i, op in enumerate(ops):
+        lines += [f"  %v{i} = torchloom.fusion_group(%{prev}) : f32[{N}, {N}] "
+                  f"region @k{i}(%in0: f32[{N}, {N}]) {{",
+                  f"    %t0 = aten.{op}.default(%in0) : f32[{N}, {N}]",
+                  "    return %t0", "  }"]
+        prev = f"v{i}"
+    return "\n".join(lines + [f"  return %{prev}", "}"])
+
+
+def test_dead_buffer_is_written_by_a_later_group(registry):
+    # v0 dies at k1 (its reader): k2's output goes into v0's buffer, not a fresh one
+    g = parse_graph(chain(["exp", "neg", "sin"]))
+    kernel_for, k = kernels_for(registry)
+    plan = build_function(g, registry, kernel_for)
+    assert plan.reuse.count == 1
+    x = torch.randn(N, N)
+    (out,) = plan.fn(x)
+    torch.testing.assert_close(out, x.exp().neg().sin())
+    assert out.data_ptr() == k["k0"].returned[-1][0].data_ptr()  # the same memory
+    assert k["k2"].given[-1][0] is k["k0"].returned[-1][0]
+
+
+def test_in_place_only_where_the_kernel_allows_it(registry):
+    g = parse_graph(chain(["exp", "neg", "sin"]))
+    kernel_for, k = kernels_for(registry, inplace={(0, 0)})
+    plan = build_function(g, registry, kernel_for)
+    assert plan.reuse.count == 2  # k1 writes v0 in place, k2 writes v1 in place
+    x = torch.randn(N, N)
+    (out,) = plan.fn(x)
+    torch.testing.assert_close(out, x.exp().neg().sin())
+    assert k["k1"].given[-1][0] is k["k0"].returned[-1][0]
+    assert out.data_ptr() == k["k0"].returned[-1][0].data_ptr()
+    assert out.data_ptr() != x.data_ptr()  # the input is the user's, never written
+
+
+def test_no_reuse_of_small_buffers_inputs_outputs_or_viewed_storage(registry):
+    small = parse_graph(chain(["exp", "neg", "sin"]).replace(f"{N}, {N}", "4, 4"))
+    assert build_function(small, registry, kernels_for(registry, {(0, 0)})[0]).reuse.count == 0
+    # v0 is returned: nothing may write it, whatever dies
+    g = parse_graph(chain(["exp", "neg", "sin"]).replace("return %v2", "return %v2, %v0"))
+    assert build_function(g, registry, kernels_for(registry, {(0, 0)})[0]).reuse.count == 1
+    plan = build_function(g, registry, kernels_for(registry, {(0, 0)})[0])
+    assert all(d.name != "v0" for ds in plan.reuse.into.values() for d in ds if d)
+    # v0 is read through a view by the last group: its storage lives until then
+    viewed = parse_graph(f"""\
+graph @g(%x: f32[{N}, {N}]) {{
+  %v0 = torchloom.fusion_group(%x) : f32[{N}, {N}] region @k0(%in0: f32[{N}, {N}]) {{
+    %t0 = aten.exp.default(%in0) : f32[{N}, {N}]
+    return %t0
+  }}
+  %w = aten.t.default(%v0) : f32[{N}, {N}] strided[1, {N}]
+  %v1 = torchloom.fusion_group(%x) : f32[{N}, {N}] region @k1(%in0: f32[{N}, {N}]) {{
+    %t0 = aten.neg.default(%in0) : f32[{N}, {N}]
+    return %t0
+  }}
+  %v2 = torchloom.fusion_group(%v1, %w) : f32[{N}, {N}] region @k2(%in0: f32[{N}, {N}], %in1: f32[{N}, {N}] strided[1, {N}]) {{
+    %t0 = aten.add.Tensor(%in0, %in1) : f32[{N}, {N}]
+    return %t0
+  }}
+  return %v2
+}}""")
+    kernel_for, k = kernels_for(registry)
+    plan = build_function(viewed, registry, kernel_for)
+    assert plan.reuse.count == 0  # v0 (via %w) and v1 both die at k2: nothing died before
+    x = torch.randn(N, N)
+    torch.testing.assert_close(plan.fn(x)[0], x.neg() + x.exp().t())
+
+
+def test_donated_input_is_reused_and_others_are_not(registry):
+    g = parse_graph(f"""\
+graph @g(%x: f32[{N}, {N}], %s: f32[{N}, {N}]) {{
+  %v0 = torchloom.fusion_group(%s, %x) : f32[{N}, {N}] region @k0(%in0: f32[{N}, {N}], %in1: f32[{N}, {N}]) {{
+    %t0 = aten.mul.Tensor(%in0, %in1) : f32[{N}, {N}]
+    return %t0
+  }}
+  %v1 = torchloom.fusion_group(%v0) : f32[{N}, {N}] region @k1(%in0: f32[{N}, {N}]) {{
+    %t0 = aten.exp.default(%in0) : f32[{N}, {N}]
+    return %t0
+  }}
+  return %v1
+}}""")
+    for donated in ((), (0,), (1,)):
+        kernel_for, k = kernels_for(registry)
+        plan = build_function(g, registry, kernel_for, donated=donated)
+        assert plan.reuse.count == len(donated)
+        inputs = [torch.randn(N, N), torch.randn(N, N)]
+        keep = [x.clone() for x in inputs]
+        (out,) = plan.fn(*inputs)
+        torch.testing.assert_close(out, (keep[0] * keep[1]).exp())
+        for i, x in enumerate(inputs):  # only the donated input's memory is written
+            assert (out.data_ptr() == x.data_ptr()) == (i in donated)
+            if i not in donated:
+                torch.testing.assert_close(x, keep[i])
+
+
+def test_boxed_plan_frees_an_input_after_its_last_use(registry):
+    g = parse_graph(chain(["exp", "neg"]))
+    seen = []
+
+    def kernel_for(node):
+        kernel = CopyingKernel(node.region, registry)
+        if node.region.name == "k1":  # k1 runs after k0, the last reader of %x
+            def check(*args):
+                gc.collect()
+                seen.append(probe() is None)
+                return kernel(*args)
+            return check
+        return kernel
+    plan = build_function(g, registry, kernel_for, boxed=True)
+    x = torch.randn(N, N)
+    probe = weakref.ref(x)
+    args = [x]
+    del x
+    (out,) = plan.boxed(args)
+    assert args == [] and seen == [True]
+    # the unboxed entry runs the same body; its caller keeps the input
+    x = torch.randn(N, N)
+    torch.testing.assert_close(plan.fn(x)[0], x.exp().neg())
+
+
+UNARY = ("exp", "neg", "sin", "abs")
+BINARY = ("add.Tensor", "mul.Tensor", "sub.Tensor")
+
+
+@st.composite
+def programs(draw):
+    """Random group DAGs over f32[N, N] values: inputs (some donated), groups of one
+    op reading earlier values (directly or through a transpose), random outputs."""
+    g = Graph("g")
+    n_inputs = draw(st.integers(1, 3))
+    values = [g.add_input(T, f"x{i}") for i in range(n_inputs)]
+    for i in range(draw(st.integers(1, 7))):
+        if draw(st.booleans()) and draw(st.booleans()):  # a transposed view of a value
+            src = draw(st.sampled_from(values))
+            if src.type.strides is None:
+                values.append(g.create("aten.t.default", [src],
+                                       [TensorType((N, N), "f32", strides=(1, N))]).outputs[0])
+                continue
+        binary = draw(st.booleans())
+        ins = [draw(st.sampled_from(values)) for _ in range(2 if binary else 1)]
+        region = Graph(f"k{i}")
+        params = [region.add_input(v.type, f"in{j}") for j, v in enumerate(ins)]
+        op = f"aten.{draw(st.sampled_from(BINARY))}" if binary else \
+            f"aten.{draw(st.sampled_from(UNARY))}.default"
+        region.set_outputs(region.create(op, params, [T]).outputs)
+        values.append(g.create(FUSION_GROUP, ins, [T], region=region).outputs[0])
+    outs = draw(st.lists(st.sampled_from(values[n_inputs:] or values), min_size=1, max_size=3))
+    g.set_outputs(outs)
+    donated = draw(st.sets(st.integers(0, n_inputs - 1)))
+    inplace = draw(st.sampled_from([(), {(0, 0)}, {(0, 0), (1, 0)}]))
+    return g, sorted(donated), inplace
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.integers(0, 2**16))
+def test_random_programs_with_reuse_match_without(registry, program, seed):
+    g, donated, inplace = program
+    torch.manual_seed(seed)
+    inputs = [torch.randn(N, N) for _ in g.inputs]
+    expected = build_function(g, registry).fn(*[x.clone() for x in inputs])
+    kernel_for, _ = kernels_for(registry, inplace)
+    plan = build_function(g, registry, kernel_for, boxed=True, donated=donated)
+    keep = [x.clone() for x in inputs]
+    ptrs = {x.data_ptr(): i for i, x in enumerate(inputs)}
+    got = plan.boxed(list(inputs))
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    for i, (x, k) in enumerate(zip(inputs, keep)):
+        if i not in donated:  # an input the caller keeps is never written
+            torch.testing.assert_close(x, k, equal_nan=True)
+    computed = [j for j, v in enumerate(g.outputs) if v.producer is not None and
+                v.producer.op == FUSION_GROUP]
+    for j in computed:  # a group's output never lands in memory the caller keeps...
+        assert ptrs.get(got[j].data_ptr()) in (None, *donated)
+        for k in computed[:computed.index(j)]:  # ...nor in another output's
+            assert got[j].data_ptr() != got[k].data_ptr() or g.outputs[j] is g.outputs[k]
