@@ -24,6 +24,14 @@ that this codegen is the first of the chain to support (the ``cpu`` codegen buil
 one library with one compiler call); ``load`` is still called per group afterwards. A
 ``prepare`` that raises only costs the batching: each group then compiles on its own.
 
+Writing into given buffers: a kernel (the callable ``load`` returns) may have ``into(outs,
+*inputs)``, running the kernel with output j written into the tensor ``outs[j]`` (None:
+allocated as usual; a tensor not laid out as the output is not used), and ``inplace``, the
+(input index, output index) pairs for which ``outs[j]`` may be input i itself (the kernel
+reads each element of the input before it writes that element of the output). The plan
+gives it buffers that died before the group, or that die at it for those pairs
+(:mod:`torchloom.codegen.buffers`), so a step does not fault in fresh memory per output.
+
 Autotuning shared by a fleet (the remote cache, :mod:`torchloom.runtime.remote_cache`): a
 kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result tuned
 elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and an
