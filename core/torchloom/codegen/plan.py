@@ -9,6 +9,7 @@ interpretation. Region nodes call kernels compiled by a codegen (the runtime's
 
 from __future__ import annotations
 
+import ast
 import keyword
 import math
 from collections.abc import Callable, Collection
@@ -32,7 +33,8 @@ class Plan:
     fn: Callable[..., tuple]
     source: str
     #: ``run(args: list)``, which empties ``args`` (aot_autograd's boxed calling convention,
-    #: the caller giving up its references): built with ``boxed=True``
+    #: the caller giving up its references): built with ``boxed=True``; its body is
+    #: ``source``'s, after ``a0, a1, ... = args; args.clear()``
     boxed: Callable[[list], tuple] | None = None
     #: which kernel outputs are written into dead buffers (:mod:`torchloom.codegen.buffers`)
     reuse: Reuse = Reuse()
@@ -98,7 +100,7 @@ def build_function(graph: Graph, registry: OpRegistry,
     for idx, node in enumerate(graph.nodes):
         # a buffer written later stays referenced until then, under its name
         dying = [v for v in last_use.get(idx, ()) if v not in reuse.held]
-        reusable = [names[v] for v in dying if v.producer is not node]
+        reusable = [names[v] for v in dying if v.producer not in (node, None)]
         donors = reuse.into.get(idx, ())
         for j, v in enumerate(node.outputs):
             if j < len(donors) and donors[j] is not None:
@@ -112,19 +114,30 @@ def build_function(graph: Graph, registry: OpRegistry,
                 count += 1
         lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors))
         dead = reusable + [names[v] for v in dying if v.producer is node]
-        if dead:  # not taken over by an output: drop the reference now
-            lines.append("    " + " = ".join(dead) + " = None")
+        inputs = [names[v] for v in dying if v.producer is None]  # boxed: keep their names
+        if dead or inputs:  # not taken over by an output: drop the reference now
+            lines.append("    " + " = ".join(dead + inputs) + " = None")
             free.extend(dead)
     outs = ", ".join(names[v] for v in graph.outputs)
     lines.append(f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})")
     source = "\n".join([header, *lines]) + "\n"
-    if boxed:  # the same body, its inputs taken out of the caller's list
-        unpack = [f"    {', '.join(params)}, = args"] if params else []
-        source += "\n".join(["\ndef run_boxed(args):", *unpack, "    args.clear()",
-                             *lines]) + "\n"
     namespace = dict(env)
     exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
+    if boxed:
+        exec(_boxed_code(params, lines, f"<torchloom @{graph.name}>"), namespace)
     return Plan(namespace["run"], source, namespace.get("run_boxed"), reuse)
+
+
+def _boxed_code(params: list[str], lines: list[str], filename: str):
+    """``run_boxed(args)``: the plan's body after taking its inputs out of ``args``, with
+    the line numbers of ``run``'s body (tracebacks name a line of ``Plan.source``)."""
+    unpack = f"{', '.join(params)}, = args; " if params else ""
+    tree = ast.parse("\n".join(["def run_boxed(args):", f"    {unpack}args.clear()", *lines]))
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", 0) > 2:  # the body: one line up, where run has it
+            node.lineno -= 1
+            node.end_lineno -= 1
+    return compile(tree, filename, "exec")
 
 
 def _kernel_of(registry: OpRegistry, kernel_for, recompose: bool) -> Callable:
