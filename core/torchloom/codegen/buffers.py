@@ -14,6 +14,9 @@ Which buffers may be written (``plan_reuse``):
   (``into``, below), the output of an ``aten`` op with no alias or mutation in its schema
   (aten's contract: a fresh tensor), or a graph input the caller donated (aot_autograd's
   saved activations, ``bw_donated_idxs``: nothing reads them after the backward);
+- the writers: kernels (``into``, below) and aten ops with an ``out=`` overload taking the
+  same arguments (``torch.mm(a, b, out=buffer)``), the latter only into buffers dead before
+  them (an op may read its input after writing its output);
 - never a graph output (nor a view of one), a constant, or a storage that reaches a node
   whose aliasing is unknown (a shared subgraph's call, a kernel without ``into``, an op
   the registry does not know): that node may return it;
@@ -55,6 +58,8 @@ class Reuse:
     into: Mapping[int, tuple[Value | None, ...]] = attrs.field(factory=dict)
     #: the values written into: the plan keeps them past their last use, until then
     held: frozenset[Value] = frozenset()
+    #: node index -> the ``out=`` overload that op node calls instead (see ``out_variant``)
+    ops: Mapping[int, Callable] = attrs.field(factory=dict)
 
     @property
     def count(self) -> int:
@@ -82,10 +87,18 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
     for r in free_at.get(-1, ()):  # donated inputs nothing reads
         free.setdefault(_key(r), []).append(r)
     into: dict[int, tuple[Value | None, ...]] = {}
+    ops: dict[int, Callable] = {}
+    variants: dict[str, Callable | None] = {}  # op name -> its out= overload, looked up once
     taken: set[Value] = set()  # written in place: its buffer lives on as the output
     for idx, node in enumerate(graph.nodes):
         kernel = kernels.get(node)
-        if getattr(kernel, "into", None) is not None:
+        if kernel is None and len(node.outputs) == 1 and free.get(_key(node.outputs[0])):
+            if node.op not in variants:
+                variants[node.op] = out_variant(node, registry)
+            if variants[node.op] is not None:  # an op: a buffer dead before it, never in place
+                ops[idx] = variants[node.op]
+                into[idx] = (_take(free, node.outputs[0]),)
+        elif getattr(kernel, "into", None) is not None:
             donors = []
             for j, v in enumerate(node.outputs):
                 donor = _in_place(node, j, getattr(kernel, "inplace", ()), root,
@@ -99,7 +112,30 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
             if r not in taken:
                 free.setdefault(_key(r), []).append(r)
     held = frozenset(d for donors in into.values() for d in donors if d is not None)
-    return Reuse(into, held)
+    return Reuse(into, held, ops)
+
+
+def out_variant(node: Node, registry) -> Callable | None:
+    """``torch.ops.aten.<op>.out`` for a one-output aten op whose ``out`` overload takes
+    exactly the node's overload's arguments and then ``out`` (``mm``, ``add.Tensor``,
+    ``gelu``): called with the same arguments and ``out=`` a dead buffer."""
+    opdef = registry.lookup(node.op)
+    parts = node.op.split(".")
+    if opdef is None or opdef.schema is None or opdef.aliases or opdef.mutates or \
+            len(parts) != 3 or parts[0] != "aten" or opdef.returns_sequence:
+        return None
+    import torch
+    packet = getattr(torch.ops.aten, parts[1], None)
+    if packet is None or "out" not in packet.overloads():
+        return None
+    schema = packet.out._schema
+
+    def described(arguments):
+        return [(a.name, str(a.type), a.kwarg_only) for a in arguments]
+    if described(schema.arguments) != described(opdef.schema.arguments) + [
+            ("out", "Tensor", True)] or len(schema.returns) != 1:
+        return None
+    return packet.out
 
 
 def _in_place(node: Node, j: int, pairs: Collection[tuple[int, int]],

@@ -112,7 +112,8 @@ def build_function(graph: Graph, registry: OpRegistry,
             else:
                 names[v] = f"t{count}"
                 count += 1
-        lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors))
+        out = reuse.ops.get(idx)  # an op writing into a dead buffer: its out= overload
+        lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors, out))
         dead = reusable + [names[v] for v in dying if v.producer is node]
         inputs = [names[v] for v in dying if v.producer is None]  # boxed: keep their names
         if dead or inputs:  # not taken over by an output: drop the reference now
@@ -186,7 +187,7 @@ def _last_uses(graph: Graph, inputs: bool = False) -> dict[int, list[Value]]:
 
 def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
                registry: OpRegistry, kernels: dict[Node, Callable],
-               donors: tuple[Value | None, ...] = ()) -> str:
+               donors: tuple[Value | None, ...] = (), out: Callable | None = None) -> str:
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
@@ -209,7 +210,7 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
                 raise TypeError(f"op {node.op} is not registered: IR text never names "
                                 f"Python to call")
             raise TypeError(f"op {node.op} has no callable; it must be lowered by a pass")
-        env[fname] = opdef.callable_for(node)
+        env[fname] = opdef.callable_for(node) if out is None else out
         args, kwargs = opdef.call_template(node)
         for k in kwargs:  # keywords become source text: never let an attribute write code
             if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)):
@@ -217,6 +218,8 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
                                 f"identifier")
         parts = [_literal(a, names, node, env, idx) for a in args]
         parts += [f"{k}={_literal(v, names, node, env, idx)}" for k, v in kwargs.items()]
+        if out is not None:  # the dead buffer the op writes (out= overload)
+            parts.append(f"out={names[donors[0]]}")
         call = f"{fname}({', '.join(parts)})"
         unpack = opdef.returns_sequence or len(outs) != 1
     if not outs:
