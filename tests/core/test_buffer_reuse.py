@@ -180,6 +180,12 @@ graph @g(%x: f32[{N}, {N}]) {{
     (n,) = plan.fn(x)
     torch.testing.assert_close(n, x.exp() @ x @ x)
     assert n.data_ptr() == k["k0"].returned[-1][0].data_ptr()
+    # autograd recording the call (an input requiring grad): the op allocates, as out=
+    # overloads refuse to be recorded
+    x.requires_grad_()
+    (n,) = plan.fn(x)
+    assert n.grad_fn is not None and n.data_ptr() != k["k0"].returned[-1][0].data_ptr()
+    torch.testing.assert_close(n, x.exp() @ x @ x)
 
 
 def test_boxed_plan_frees_an_input_after_its_last_use(registry):

@@ -135,7 +135,19 @@ def out_variant(node: Node, registry) -> Callable | None:
     if described(schema.arguments) != described(opdef.schema.arguments) + [
             ("out", "Tensor", True)] or len(schema.returns) != 1:
         return None
-    return packet.out
+    return _writing(packet.out, opdef.fn, torch)
+
+
+def _writing(out_op: Callable, op: Callable, torch) -> Callable:
+    """``out_op`` called with ``out=``, unless autograd would record the call (grad mode on
+    and an input requiring grad: out= overloads refuse that): then ``op`` allocates."""
+    grad_enabled, tensor = torch.is_grad_enabled, torch.Tensor
+
+    def call(*args, out, **kwargs):
+        if grad_enabled() and any(isinstance(a, tensor) and a.requires_grad for a in args):
+            return op(*args, **kwargs)
+        return out_op(*args, out=out, **kwargs)
+    return call
 
 
 def _in_place(node: Node, j: int, pairs: Collection[tuple[int, int]],
