@@ -150,6 +150,17 @@ def _erf(a: Mapping[str, Any], dtype: str = "f32") -> str:
     return "tl_erf_as({self})" if dtype in ("bf16", "f16") else "erf$f({self})"
 
 
+def _tanh(a: Mapping[str, Any], dtype: str = "f32") -> str:
+    """libm's tanh is 1 ulp off at small arguments (libmvec's tanhf(-3.0450031e-4) is
+    x + 1 ulp, glibc's scalar tanhf(1.52e-6) x + 1 ulp) where eager's is x: then
+    x - tanh(x) has the wrong sign. Below 2^-8 (f32; 2^-13 for f64) tanh(x) is
+    x - x^3/3 to within 2^-33 (2^-55) of x, one rounding: correctly rounded but for ties;
+    the sign is x's (tanh is odd: -0.0 stays -0.0, the sum alone would give +0.0)."""
+    small = "0x1p-13" if dtype == "f64" else "0x1p-8"
+    return (f"copysign$f(fabs$f({{self}}) < ($T){small} ? {{self}} + {{self}} * ({{self}} * "
+            f"{{self}} * (($T)-1 / ($T)3)) : tanh$f({{self}}), {{self}})")
+
+
 def _unary(floats: str, ints: str | None = None) -> Pointwise:
     return Pointwise(floats.replace("X", "{self}"), "out",
                      ints.replace("X", "{self}") if ints is not None else None)
@@ -185,7 +196,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.sin.default": _unary("sin$f(X)"),
     "aten.cos.default": _unary("cos$f(X)"),
     "aten.tan.default": _unary("tan$f(X)"),
-    "aten.tanh.default": _unary("tanh$f(X)"),
+    "aten.tanh.default": Pointwise(_tanh),
     "aten.erf.default": Pointwise(_erf),
     "aten.sigmoid.default": _unary("($T)1 / (($T)1 + $exp(-X))"),
     "aten.silu.default": _unary("X / (($T)1 + $exp(-X))"),
