@@ -9,7 +9,8 @@
 - :data:`hookimpl`, to register passes, ops, codegens, runtime wrappers, instruments;
 - the codegen protocol: :class:`Codegen`, :class:`Kernel`, :class:`KernelSource`,
   :class:`Reason`, :class:`ArtifactStore` (built artifacts shared by a fleet), and
-  ``indexing`` (index math over symbolic sizes);
+  ``indexing`` (index math over symbolic sizes) and ``reductions`` (the reduction
+  ops' table, :func:`~torchloom.codegen.reductions.reduction_table`);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -17,7 +18,7 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import indexing
+from torchloom.codegen import indexing, reductions
 from torchloom.codegen.base import ArtifactStore, Codegen, Kernel, KernelSource, Reason
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.fx import import_fx
@@ -51,6 +52,7 @@ __all__ = [
     "hookimpl",
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "indexing",
+    "reductions",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+from torchloom.api import reductions
 
 #: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
 STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
@@ -248,37 +249,7 @@ VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "
                "tanh", "erf")
 
 
-@attrs.frozen
-class Reduction:
-    """How a reduction op combines (``kind``: sum, prod, max, min, var, argmax, argmin) and
-    how the combined value becomes the op's outputs."""
-
-    kind: str
-    #: the op's outputs, in order, as expressions over ``{acc}`` (the combined value),
-    #: ``{n}`` (elements per row), ``{mean}``, ``{dof}`` (var: n - correction), ``{value}``
-    outputs: tuple[str, ...] = ("{acc}",)
-
-
-REDUCTIONS: dict[str, Reduction] = {
-    "aten.sum.dim_IntList": Reduction("sum"),
-    "aten.sum.default": Reduction("sum"),
-    "aten.prod.dim_int": Reduction("prod"),
-    "aten.prod.default": Reduction("prod"),
-    "aten.mean.dim": Reduction("sum", ("{acc} / {n}",)),
-    "aten.mean.default": Reduction("sum", ("{acc} / {n}",)),
-    "aten.amax.default": Reduction("max"),
-    "aten.amin.default": Reduction("min"),
-    "aten.max.default": Reduction("max"),
-    "aten.min.default": Reduction("min"),
-    "aten.var.correction": Reduction("var", ("{acc} / {dof}",)),
-    "aten.var.dim": Reduction("var", ("{acc} / {dof}",)),
-    "aten.std.correction": Reduction("var", ("sqrt$f({acc} / {dof})",)),
-    "aten.var_mean.correction": Reduction("var", ("{acc} / {dof}", "{mean}")),
-    "aten.argmax.default": Reduction("argmax"),
-    "aten.argmin.default": Reduction("argmin"),
-    "aten.max.dim": Reduction("argmax", ("{value}", "{acc}")),
-    "aten.min.dim": Reduction("argmin", ("{value}", "{acc}")),
-}
+REDUCTIONS = reductions.reduction_table("sqrt$f({x})")
 
 #: per reduction kind: identity (float, int) and the OpenMP reduction operator
 IDENTITY = {"sum": ("0", "0"), "prod": ("1", "1"), "max": ("-INFINITY", "{min}"),

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 import torch
-from torchloom.api import DTYPES, InputRef
+from torchloom.api import DTYPES, InputRef, reductions
 
 #: IR dtype -> Triton dtype of the values in memory
 STORAGE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
@@ -173,35 +173,8 @@ POINTWISE: dict[str, Pointwise] = {
     "prims.convert_element_type.default": Pointwise("{a}", args="cast"),
 }
 
-@attrs.frozen
-class Reduction:
-    """How a reduction op combines (``kind``: sum, max, min, var, argmax, argmin) and how
-    the combined value becomes the op's outputs."""
-
-    kind: str
-    #: the op's outputs, in order, as expressions over ``{acc}`` (the combined value),
-    #: ``{n}`` (elements per row), ``{mean}`` and ``{dof}`` (var: n - correction)
-    outputs: tuple[str, ...] = ("{acc}",)
-
-
-REDUCTIONS: dict[str, Reduction] = {
-    "aten.sum.dim_IntList": Reduction("sum"),
-    "aten.sum.default": Reduction("sum"),
-    "aten.mean.dim": Reduction("sum", ("{acc} / {n}",)),
-    "aten.mean.default": Reduction("sum", ("{acc} / {n}",)),
-    "aten.amax.default": Reduction("max"),
-    "aten.amin.default": Reduction("min"),
-    "aten.max.default": Reduction("max"),
-    "aten.min.default": Reduction("min"),
-    "aten.var.correction": Reduction("var", ("{acc} / {dof}",)),
-    "aten.var.dim": Reduction("var", ("{acc} / {dof}",)),
-    "aten.std.correction": Reduction("var", ("tl.sqrt_rn({acc} / {dof})",)),
-    "aten.var_mean.correction": Reduction("var", ("{acc} / {dof}", "{mean}")),
-    "aten.argmax.default": Reduction("argmax"),
-    "aten.argmin.default": Reduction("argmin"),
-    "aten.max.dim": Reduction("argmax", ("{value}", "{acc}")),
-    "aten.min.dim": Reduction("argmin", ("{value}", "{acc}")),
-}
+REDUCTIONS = reductions.reduction_table(
+    "tl.sqrt_rn({x})", kinds=frozenset({"sum", "max", "min", "var", "argmax", "argmin"}))
 
 #: per reduction kind: identity element (masked lanes), combine for the looped accumulator
 IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}

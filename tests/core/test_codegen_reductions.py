@@ -1,0 +1,20 @@
+"""torchloom.api.reductions: the reduction ops' table the native codegens share."""
+
+from torchloom.api import reductions
+
+
+def test_sqrt_spelling_fills_only_std():
+    c = reductions.reduction_table("sqrt$f({x})")
+    t = reductions.reduction_table("tl.sqrt_rn({x})")
+    assert c["aten.std.correction"].outputs == ("sqrt$f({acc} / {dof})",)
+    assert t["aten.std.correction"].outputs == ("tl.sqrt_rn({acc} / {dof})",)
+    differ = [op for op in c if c[op] != t[op]]
+    assert differ == ["aten.std.correction"]
+
+
+def test_kinds_keep_only_those_kinds_in_order():
+    full = reductions.reduction_table("sqrt({x})")
+    kept = reductions.reduction_table("sqrt({x})", kinds=frozenset({"sum", "var"}))
+    assert list(kept) == [op for op, spec in full.items() if spec.kind in {"sum", "var"}]
+    assert "aten.prod.default" in full and "aten.prod.default" not in kept
+    assert kept["aten.mean.dim"].outputs == ("{acc} / {n}",)
