@@ -8,10 +8,13 @@ load it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 KEY = "fleet-secret"
@@ -49,6 +52,18 @@ def recording_cc(directory: Path) -> tuple[Path, Path]:
 def runs(log: Path) -> list[str]:
     """The compiler runs ``log`` (see :func:`recording_cc`) holds."""
     return log.read_text().splitlines() if log.exists() else []
+
+
+def explain_in_new_process(redis_url: str, workload: Path, cache_dir: Path) -> dict:
+    """``torchloom explain --json --cached`` of ``workload`` in a new process whose local
+    cache is ``cache_dir``, against the shared cache at ``redis_url``: the explain data."""
+    env = {**os.environ, "TORCHLOOM_REMOTE_CACHE": redis_url,
+           "TORCHLOOM_REMOTE_CACHE_KEY": KEY, "TORCHLOOM_CACHE_DIR": str(cache_dir)}
+    done = subprocess.run([sys.executable, "-m", "torchloom", "explain", str(workload),
+                           "--json", "--cached"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def explain_on_new_machine(args: tuple) -> dict:

@@ -8,10 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -22,7 +19,8 @@ from torchloom.runtime.remote_cache import (RemoteSettings, remote_cache_from, s
                                             verify)
 from torchloom.testing.redis_server import free_port
 
-from remote_children import KEY, entries, explain_on_new_machine, remote_warnings
+from remote_children import (KEY, entries, explain_in_new_process, explain_on_new_machine,
+                             remote_warnings)
 
 CONCURRENT = 8  # processes compiling at once, forked from one that imported torch
 
@@ -30,16 +28,8 @@ CONCURRENT = 8  # processes compiling at once, forked from one that imported tor
 def test_second_process_compiles_nothing_the_fleet_compiled(redis_url, workload, tmp_path):
     """Two processes, each with its own empty local cache: the second loads every graph
     and kernel from Redis (``explain --json --cached``)."""
-    env = {**os.environ, "TORCHLOOM_REMOTE_CACHE": redis_url,
-           "TORCHLOOM_REMOTE_CACHE_KEY": KEY}
-    runs = []
-    for i in range(2):
-        env["TORCHLOOM_CACHE_DIR"] = str(tmp_path / f"process{i}")
-        done = subprocess.run([sys.executable, "-m", "torchloom", "explain", str(workload),
-                               "--json", "--cached"], env=env, capture_output=True,
-                              text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        runs.append(json.loads(done.stdout))
+    runs = [explain_in_new_process(redis_url, workload, tmp_path / f"process{i}")
+            for i in range(2)]
     first, second = runs
     assert first["compile_cache"] == {"hits": 0, "misses": 2, "remote_hits": 0,
                                       "remote_errors": 0}

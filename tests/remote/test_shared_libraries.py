@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -24,7 +23,8 @@ from torchloom.runtime.remote_cache import (RemoteArtifacts, RemoteCache, Remote
 from torchloom.tools import Compiler, EagerCodegen, load_plugins
 from torchloom_codegen_cpu.toolchain import find_compiler, probe
 
-from remote_children import KEY, entries, recording_cc, remote_warnings, runs
+from remote_children import (KEY, entries, explain_in_new_process, recording_cc, remote_warnings,
+                             runs)
 
 NS = "artifact-cpu"
 
@@ -52,16 +52,10 @@ def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tm
     """Two processes, each with its own empty local cache: the first builds the libraries
     and shares them; the second loads them from Redis and never runs ``$CC`` (it records
     every run), with eager's results."""
-    env = {**os.environ, "TORCHLOOM_REMOTE_CACHE": redis_url,
-           "TORCHLOOM_REMOTE_CACHE_KEY": KEY}
     done = []
     for i in range(2):
-        env["TORCHLOOM_CACHE_DIR"] = str(tmp_path / f"process{i}")
-        run = subprocess.run([sys.executable, "-m", "torchloom", "explain", str(workload),
-                              "--json", "--cached"], env=env, capture_output=True, text=True,
-                             timeout=300)
-        assert run.returncode == 0, run.stderr
-        done.append((json.loads(run.stdout), runs(cc_log)))
+        data = explain_in_new_process(redis_url, workload, tmp_path / f"process{i}")
+        done.append((data, runs(cc_log)))
     (first, after_first), (second, after_second) = done
     builds = [r for r in after_first if "-shared" in r and "probe.c" not in r]
     assert builds and any("--version" in r for r in after_first)  # the first one compiled
