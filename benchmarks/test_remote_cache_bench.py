@@ -36,7 +36,8 @@ from timing import in_fresh_interpreter
 
 MAX_RATIO = 0.7  # measured 0.56-0.57 on a shared 2-core machine (RESULTS.md)
 ROUNDS = 6
-FIRST_STEP_MAX_RATIO = 0.95  # Dynamo and aot_autograd dominate (RESULTS.md)
+FIRST_STEP_MAX_RATIO = 0.97  # Dynamo and aot_autograd dominate (RESULTS.md): 0.85-0.94
+# measured; torchloom's own part has its own gate (OWN_MAX_RATIO)
 OWN_MAX_RATIO = 0.5  # see RESULTS.md for what was measured
 FIRST_STEP_ROUNDS = 2
 KEY = "benchmark-key"
@@ -127,10 +128,10 @@ def first_step(url: str, work: str) -> dict:
     own = []  # CPU seconds of each torchloom compile (passes, kernels, library builds)
     compile_fx = compiler.compile_fx
 
-    def timed_compile_fx(gm, example_inputs):
+    def timed_compile_fx(gm, example_inputs, **options):  # boxed, donated
         t0 = cpu_seconds()
         try:
-            return compile_fx(gm, example_inputs)
+            return compile_fx(gm, example_inputs, **options)
         finally:
             own.append(cpu_seconds() - t0)
     compiler.compile_fx = timed_compile_fx

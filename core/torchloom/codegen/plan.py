@@ -9,7 +9,6 @@ interpretation. Region nodes call kernels compiled by a codegen (the runtime's
 
 from __future__ import annotations
 
-import ast
 import keyword
 import math
 from collections.abc import Callable, Collection
@@ -124,21 +123,23 @@ def build_function(graph: Graph, registry: OpRegistry,
     source = "\n".join([header, *lines]) + "\n"
     namespace = dict(env)
     exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
-    if boxed:
-        exec(_boxed_code(params, lines, f"<torchloom @{graph.name}>"), namespace)
-    return Plan(namespace["run"], source, namespace.get("run_boxed"), reuse)
+    run_boxed = _boxed(params, lines, f"<torchloom @{graph.name}>", namespace) if boxed \
+        else None
+    return Plan(namespace["run"], source, run_boxed, reuse)
 
 
-def _boxed_code(params: list[str], lines: list[str], filename: str):
+def _boxed(params: list[str], lines: list[str], filename: str,
+           namespace: dict[str, Any]) -> Callable:
     """``run_boxed(args)``: the plan's body after taking its inputs out of ``args``, with
-    the line numbers of ``run``'s body (tracebacks name a line of ``Plan.source``)."""
+    the line numbers of ``run``'s body (tracebacks name a line of ``Plan.source``): the
+    unpacking line takes the ``def`` line's number (the code object starts one line up; an
+    AST renumbered instead cost 0.15 s for a 12-layer backward)."""
     unpack = f"{', '.join(params)}, = args; " if params else ""
-    tree = ast.parse("\n".join(["def run_boxed(args):", f"    {unpack}args.clear()", *lines]))
-    for node in ast.walk(tree):
-        if getattr(node, "lineno", 0) > 2:  # the body: one line up, where run has it
-            node.lineno -= 1
-            node.end_lineno -= 1
-    return compile(tree, filename, "exec")
+    exec(compile("\n".join(["def run_boxed(args):", f"    {unpack}args.clear()", *lines]),
+                 filename, "exec"), namespace)
+    fn = namespace.pop("run_boxed")
+    fn.__code__ = fn.__code__.replace(co_firstlineno=fn.__code__.co_firstlineno - 1)
+    return fn
 
 
 def _kernel_of(registry: OpRegistry, kernel_for, recompose: bool) -> Callable:
