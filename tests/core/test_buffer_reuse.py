@@ -273,3 +273,19 @@ def test_random_programs_with_reuse_match_without(registry, program, seed):
         assert ptrs.get(got[j].data_ptr()) in (None, *donated)
         for k in computed[:computed.index(j)]:  # ...nor in another output's
             assert got[j].data_ptr() != got[k].data_ptr() or g.outputs[j] is g.outputs[k]
+
+
+def test_random_ops_never_take_a_dead_buffer(registry):
+    """A random op keeps its allocating call (its random stream exactly eager's); a
+    deterministic op with an ``out=`` overload of the same arguments gets one."""
+    from torchloom.codegen.buffers import out_variant
+    graph = parse_graph(f"""graph @g(%x: f32[{N}, {N}]) {{
+  %r = aten.bernoulli.default(%x) : f32[{N}, {N}]
+  %e = aten.exp.default(%x) : f32[{N}, {N}]
+  return %r, %e
+}}
+""")
+    bernoulli, exp = graph.nodes
+    assert registry.lookup(bernoulli.op).category == "random"
+    assert out_variant(bernoulli, registry) is None
+    assert out_variant(exp, registry) is not None

@@ -122,7 +122,8 @@ def out_variant(node: Node, registry) -> Callable | None:
     opdef = registry.lookup(node.op)
     parts = node.op.split(".")
     if opdef is None or opdef.schema is None or opdef.aliases or opdef.mutates or \
-            len(parts) != 3 or parts[0] != "aten" or opdef.returns_sequence:
+            len(parts) != 3 or parts[0] != "aten" or opdef.returns_sequence or \
+            opdef.category == "random":  # its random stream stays exactly eager's
         return None
     import torch
     packet = getattr(torch.ops.aten, parts[1], None)
