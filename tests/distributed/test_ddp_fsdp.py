@@ -140,6 +140,10 @@ def _worker(rank: int, port: int, out: str) -> None:
             ref, got, structure = scenario(rank, str(Path(out) / f"cache{rank}"))
             torch.save({"eager": ref, "torchloom": got}, Path(out) / f"{name}-{rank}.pt")
             (Path(out) / f"{name}-{rank}.json").write_text(json.dumps(structure))
+    except BaseException:  # kept: a rank aborting in gloo's teardown loses the traceback
+        import traceback
+        (Path(out) / f"error-{rank}.txt").write_text(traceback.format_exc())
+        raise
     finally:
         dist.destroy_process_group()
 
@@ -161,6 +165,9 @@ def runs(tmp_path_factory) -> Path:
         while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
             if time.monotonic() > deadline:
                 pytest.fail(f"the {WORLD} ranks did not finish in {TIMEOUT_S} s (a hang)")
+    except Exception as exc:  # name what a rank raised before it died
+        errors = "\n".join(p.read_text() for p in sorted(out.glob("error-*.txt")))
+        raise AssertionError(f"{exc}\n{errors or 'no rank recorded a Python error'}") from exc
     finally:
         for p in ctx.processes:
             if p.is_alive():
