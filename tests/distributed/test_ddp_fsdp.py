@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -167,7 +168,15 @@ def runs(tmp_path_factory) -> Path:
                 pytest.fail(f"the {WORLD} ranks did not finish in {TIMEOUT_S} s (a hang)")
     except Exception as exc:  # name what a rank raised before it died
         errors = "\n".join(p.read_text() for p in sorted(out.glob("error-*.txt")))
-        raise AssertionError(f"{exc}\n{errors or 'no rank recorded a Python error'}") from exc
+        done = all((out / f"{name}-{rank}.{ext}").exists() for name in SCENARIOS
+                   for rank in range(WORLD) for ext in ("pt", "json"))
+        if errors or not done:
+            raise AssertionError(f"{exc}\n{errors or 'no rank recorded a Python error'}") \
+                from exc
+        # every rank wrote all its results, then died in gloo's teardown (seen in clean-clone
+        # CI runs only: SIGABRT, "terminate called without an active exception"; an open
+        # bug named in the issue notes): the results are still checked below
+        warnings.warn(f"a rank died after writing all its results: {exc}")
     finally:
         for p in ctx.processes:
             if p.is_alive():
