@@ -272,11 +272,10 @@ def _usable_cache_dir(cache_dir: Path) -> Path | None:
 
 
 def boxed_call(fn: Callable) -> Callable:
-    """``fn`` in aot_autograd's boxed calling convention (``make_boxed_func``)."""
-    def run(args: list):
-        return fn(*args)
-    run._boxed_call = True
-    return run
+    """``fn`` in aot_autograd's boxed calling convention: torch's ``make_boxed_func``
+    (imported here: only a boxed compile, under aot_autograd, needs it)."""
+    from functorch.compile import make_boxed_func
+    return make_boxed_func(fn)
 
 
 def _owning(boxed: Callable, constants: tuple) -> Callable:

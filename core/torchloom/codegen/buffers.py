@@ -160,14 +160,15 @@ def _in_place(node: Node, j: int, pairs: Collection[tuple[int, int]],
     for i, k in pairs:
         v = node.inputs[i] if k == j and i < len(node.inputs) else None
         if v is not None and root[v] is v and v in candidates and dies.get(v) == idx and \
-                _key(v) is not None and _key(v) == _key(node.outputs[j]) and \
+                (key := _key(v)) is not None and key == _key(node.outputs[j]) and \
                 sum(root[u] is v for u in node.inputs) == 1:
             return v
     return None
 
 
 def _take(free: dict[tuple, list[Value]], v: Value) -> Value | None:
-    pool = free.get(_key(v)) if _key(v) is not None else None
+    key = _key(v)
+    pool = free.get(key) if key is not None else None
     return pool.pop() if pool else None
 
 
