@@ -42,12 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline", help="a pipeline TOML file or a built-in name (default, none)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (ok, passes, codegens, notes; or the error)")
-    p = sub.add_parser("explain", help="compile a workload, run it once, compare with eager")
-    p.add_argument("workload", help="a Python file defining workload()")
-    p.add_argument("--pipeline", default="default",
-                   help="a pipeline TOML file or a built-in name (default: %(default)s)")
-    p.add_argument("--device", default="cpu",
-                   help="device the workload is built on (default: %(default)s)")
+    p = _add_workload(sub, "explain", "compile a workload, run it once, compare with eager")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (schema: docs/explain-json.md)")
     p.add_argument("--dump", metavar="DIR",
@@ -65,12 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "time, without one: trace on the meta device, run nothing")
     p.add_argument("--dynamic", action="store_true",
                    help="compile with every size symbolic, as torch.compile(dynamic=True)")
-    p = sub.add_parser("bench", help="time eager, Inductor and torchloom side by side")
-    p.add_argument("workload", help="a Python file defining workload()")
-    p.add_argument("--pipeline", default="default",
-                   help="a pipeline TOML file or a built-in name (default: %(default)s)")
-    p.add_argument("--device", default="cpu",
-                   help="device the workload is built on (default: %(default)s)")
+    p = _add_workload(sub, "bench", "time eager, Inductor and torchloom side by side")
     p.add_argument("--iters", type=int, default=20, help="calls per timed round")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling")
@@ -83,6 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
     for p in sub.choices.values():  # also accepted after the command: explain X --traceback
         _add_traceback(p, argparse.SUPPRESS)
     return parser
+
+
+def _add_workload(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A command that compiles a workload file: its workload, pipeline and device."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("workload", help="a Python file defining workload()")
+    p.add_argument("--pipeline", default="default",
+                   help="a pipeline TOML file or a built-in name (default: %(default)s)")
+    p.add_argument("--device", default="cpu",
+                   help="device the workload is built on (default: %(default)s)")
+    return p
 
 
 def _add_traceback(parser: argparse.ArgumentParser, default) -> None:

@@ -329,14 +329,7 @@ class Graph:
         """Point every use of ``old`` (and graph outputs) at ``new``; returns the count."""
         if old is new:
             return 0
-        count = 0
-        for user in list(old.uses):
-            for i, v in enumerate(user.inputs):
-                if v is old:
-                    user.inputs[i] = new
-                    count += 1
-        new.uses.extend(old.uses)
-        old.uses.clear()
+        count = _move_uses(old, new)
         if old in self.outputs:  # (a scan in C; the loop only when there is work)
             for i, v in enumerate(self.outputs):
                 if v is old:
@@ -350,15 +343,8 @@ class Graph:
         to must not itself be a key."""
         count = 0
         for old, new in mapping.items():
-            if old is new:
-                continue
-            for user in list(old.uses):
-                for i, v in enumerate(user.inputs):
-                    if v is old:
-                        user.inputs[i] = new
-                        count += 1
-            new.uses.extend(old.uses)
-            old.uses.clear()
+            if old is not new:
+                count += _move_uses(old, new)
         for i, v in enumerate(self.outputs):
             new = mapping.get(v)
             if new is not None and new is not v:
@@ -472,3 +458,17 @@ def node_error(node: Node, message: str) -> VerifyError:
     """A VerifyError that shows the offending node as printed IR."""
     where = node.graph.name if node.graph is not None else "?"
     return VerifyError(f"in graph @{where}: {message}\n  {print_node(node)}")
+
+
+def _move_uses(old: Value, new: Value) -> int:
+    """Point every node input reading ``old`` at ``new`` (graph outputs are the caller's);
+    returns the count of inputs changed."""
+    count = 0
+    for user in list(old.uses):
+        for i, v in enumerate(user.inputs):
+            if v is old:
+                user.inputs[i] = new
+                count += 1
+    new.uses.extend(old.uses)
+    old.uses.clear()
+    return count

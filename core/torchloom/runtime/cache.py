@@ -74,7 +74,40 @@ def codegen_identity(codegen: Codegen) -> str:
     return f"{codegen.name}:{codegen.version}:{digest.hexdigest()[:16]}"
 
 
-class KernelCache:
+class DiskCache:
+    """What the kernel and the compile caches share: a directory that may turn out unusable
+    (reported once, then entries stay in memory) and entries found broken (each reported
+    once, counted in ``corrupt``). Subclasses name their entries and what a broken one costs."""
+
+    #: "<cache> cache", what is kept in memory instead, what happens to a broken entry
+    label, kept, broken, redo = "cache", "entries are", "is corrupt", "recomputing it"
+
+    def __init__(self, directory: str | Path | None):
+        self.directory = Path(directory) if directory is not None else None
+        self._reported: set[str] = set()
+        self.corrupt = 0
+
+    def _unusable(self, exc: OSError) -> None:
+        """Stop using the directory, saying so once (entries stay in memory)."""
+        if self.directory is not None:
+            log.warning("torchloom: %s directory %s is unusable (%s); %s cached in memory "
+                        "only, for this process", self.label, self.directory,
+                        exc.strerror or exc, self.kept)
+            self.directory = None
+
+    def _report(self, path: Path, exc: Exception) -> None:
+        self.corrupt += 1
+        if str(path) not in self._reported:
+            self._reported.add(str(path))
+            log.warning("torchloom: %s entry %s %s (%s); %s", self.label, path, self.broken,
+                        self._describe(exc), self.redo)
+
+    @staticmethod
+    def _describe(exc: Exception) -> str:
+        return str(exc)
+
+
+class KernelCache(DiskCache):
     """Kernels by ``(codegen name, codegen version, structural hash of the region)``.
 
     ``directory`` (optional) adds the on-disk layer; ``fingerprint`` (the pipeline's)
@@ -86,9 +119,11 @@ class KernelCache:
     built artifacts (cpu libraries) codegens read from it.
     """
 
+    label, kept, broken, redo = "kernel cache", "kernels are", "is corrupt", "regenerating it"
+
     def __init__(self, directory: str | Path | None = None, fingerprint: str = "",
                  remote: RemoteCache | None = None):
-        self.directory = Path(directory) if directory is not None else None
+        super().__init__(directory)
         self.remote = remote
         self.remote_hits = 0
         self.fingerprint = fingerprint
@@ -97,13 +132,11 @@ class KernelCache:
         #: dumps and reports read it instead of generating the kernel again
         self._sources: dict[tuple[str, str, str], KernelSource] = {}
         self._declined: dict[tuple[str, str, str], Reason] = {}
-        self._reported: set[str] = set()
         #: id(codegen) -> (codegen, its identity); holding the codegen keeps the id unique
         self._identities: dict[int, tuple[Codegen, str]] = {}
         self.compiles = 0
         self.hits = 0
         self.disk_hits = 0
-        self.corrupt = 0
         self.compile_seconds = 0.0  # spent in generate() + load() for kernels compiled here
         self.disk_saved_seconds = 0.0  # what the entries loaded from disk took to compile
 
@@ -274,21 +307,6 @@ class KernelCache:
         self.disk_saved_seconds += compile_ms / 1e3
         self._sources[key] = source
         return kernel
-
-    def _unusable(self, exc: OSError) -> None:
-        """Stop using the directory, saying so once (kernels stay in memory)."""
-        if self.directory is not None:
-            log.warning("torchloom: kernel cache directory %s is unusable (%s); kernels are "
-                        "cached in memory only, for this process", self.directory,
-                        exc.strerror or exc)
-            self.directory = None
-
-    def _report(self, path: Path, exc: Exception) -> None:
-        self.corrupt += 1
-        if str(path) not in self._reported:
-            self._reported.add(str(path))
-            log.warning("torchloom: kernel cache entry %s is corrupt (%s); regenerating it",
-                        path, exc)
 
     def _store(self, entry: Path, key: tuple[str, str, str], generated: KernelSource,
                seconds: float = 0.0) -> None:

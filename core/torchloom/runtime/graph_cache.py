@@ -39,7 +39,7 @@ from torchloom.ir.graph import Graph
 from torchloom.ir.text import parse_graph, print_graph
 from torchloom.ir.verify import verify
 from torchloom.runtime.records import PassRecord, RunReport
-from torchloom.runtime.cache import atomic_write, checksum, within
+from torchloom.runtime.cache import DiskCache, atomic_write, checksum, within
 from torchloom.runtime.remote_cache import RemoteCache
 
 log = logging.getLogger("torchloom.cache")
@@ -56,7 +56,7 @@ class CachedGraph:
     path: Path
 
 
-class GraphCache:
+class GraphCache(DiskCache):
     """Graphs after the pipeline, by input graph and compile identity (see the module).
     Counters: ``hits``, ``misses``, ``stores``, ``corrupt``, ``remote_hits`` (hits read
     from the remote cache), ``remote_errors`` (its rejected entries and failures).
@@ -65,14 +65,16 @@ class GraphCache:
     place, no permission, a read-only disk: reported once), entries are kept in memory,
     in the same JSON form, for the life of this cache."""
 
+    label, kept, broken = "compile cache", "compiled graphs are", "is unusable"
+    redo = "compiling the graph again"
+
     def __init__(self, directory: str | Path | None, identity: dict[str, Any],
                  remote: RemoteCache | None = None):
-        self.directory = Path(directory) if directory is not None else None
+        super().__init__(directory)
         self.remote = remote
         self._identity = json.dumps(identity, sort_keys=True, default=str)
-        self._reported: set[str] = set()
         self._memory: dict[str, str] = {}  # key -> entry text, when not on disk
-        self.hits = self.misses = self.stores = self.corrupt = self.remote_hits = 0
+        self.hits = self.misses = self.stores = self.remote_hits = 0
 
     def key(self, graph: Graph) -> str:
         blob = f"{FORMAT}\0{self._identity}\0{canonical_text(graph)}"
@@ -154,20 +156,9 @@ class GraphCache:
             self._unusable(exc)
             self._memory[key] = text
 
-    def _unusable(self, exc: OSError) -> None:
-        """Keep entries in memory from now on, saying so once."""
-        if self.directory is not None:
-            log.warning("torchloom: compile cache directory %s is unusable (%s); compiled "
-                        "graphs are cached in memory only, for this process", self.directory,
-                        exc.strerror or exc)
-            self.directory = None
-
-    def _report(self, path: Path, exc: Exception) -> None:
-        self.corrupt += 1
-        if str(path) not in self._reported:
-            self._reported.add(str(path))
-            log.warning("torchloom: compile cache entry %s is unusable (%s: %s); compiling "
-                        "the graph again", path, type(exc).__name__, str(exc).splitlines()[0])
+    @staticmethod
+    def _describe(exc: Exception) -> str:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
     @property
     def remote_errors(self) -> int:
