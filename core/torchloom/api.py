@@ -8,9 +8,11 @@
   :class:`Deduplication`) and the built-in passes' helpers a pass may reuse;
 - :data:`hookimpl`, to register passes, ops, codegens, runtime wrappers, instruments;
 - the codegen protocol: :class:`Codegen`, :class:`Kernel`, :class:`KernelSource`,
-  :class:`Reason`, :class:`ArtifactStore` (built artifacts shared by a fleet), and
+  :class:`Reason`, :class:`ArtifactStore` (built artifacts shared by a fleet),
+  :class:`Written` (a kernel written while judging, kept for ``generate``), and
   ``indexing`` (index math over symbolic sizes) and ``reductions`` (the reduction
-  ops' table, :func:`~torchloom.codegen.reductions.reduction_table`);
+  ops' table, :func:`~torchloom.codegen.reductions.reduction_table`) and ``writer``
+  (what native kernel writers share: the value walk, numbered statements, op tables);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -18,8 +20,9 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import indexing, reductions
-from torchloom.codegen.base import ArtifactStore, Codegen, Kernel, KernelSource, Reason
+from torchloom.codegen import indexing, reductions, writer
+from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
+                                    Written)
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.fx import import_fx
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Value,
@@ -51,8 +54,8 @@ __all__ = [
     # hooks
     "hookimpl",
     # codegens
-    "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "indexing",
-    "reductions",
+    "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "indexing",
+    "reductions", "writer",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

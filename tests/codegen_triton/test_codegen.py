@@ -254,14 +254,21 @@ def test_a_group_declined_for_its_device_costs_no_kernel(monkeypatch, tmp_path, 
 def test_supports_then_generate_write_the_kernel_once(monkeypatch, tmp_path, registry):
     import torchloom_codegen_triton.codegen as module
     writes = []
-    real = module.TritonCodegen._write
-    monkeypatch.setattr(module.TritonCodegen, "_write",
-                        lambda self, g, r: writes.append(g.region.name) or real(self, g, r))
+    real = module.KernelWriter
+
+    def counted(group, *args, **kwargs):
+        writes.append(group.region.name)
+        return real(group, *args, **kwargs)
+    monkeypatch.setattr(module, "KernelWriter", counted)
     codegen = TritonCodegen(cache_dir=tmp_path)
-    group = next(parse_graph(group_text("%a: f32[4]", """
-        %e = aten.exp.default(%a) : f32[4]""", "%e: f32[4]")).nodes)
+    text = group_text("%a: f32[4]", """
+        %e = aten.exp.default(%a) : f32[4]""", "%e: f32[4]")
+    group = next(parse_graph(text).nodes)
     assert codegen.supports(group, registry) is None
     kernel = codegen.generate(group, registry)
     assert len(writes) == 1
-    # generated again (no supports in between): written afresh, the same kernel
-    assert codegen.generate(group, registry).source == kernel.source and len(writes) == 2
+    # generated again (a prepare, a dump): the kernel kept, not written again
+    assert codegen.generate(group, registry).source == kernel.source and len(writes) == 1
+    # an equal group that is another object is written afresh: the same kernel
+    other = next(parse_graph(text).nodes)
+    assert codegen.generate(other, registry).source == kernel.source and len(writes) == 2

@@ -12,6 +12,15 @@ twice, a small broadcast operand re-read by every program counts once). A codege
 leaves them out is described op by op (each op outside views reads its inputs and writes
 its outputs).
 
+Judging once, writing once: ``supports`` may have to write the kernel to know whether it
+can (an index the target cannot express shows only then). A codegen keeps what it wrote
+for ``generate`` of the same group with :class:`Written` (so a kernel is written once per
+compile), and may have ``available(group) -> Reason | None``: a cheap check of what this
+machine lacks for the group (a C compiler, CUDA), writing nothing. With it, the kernel
+cache loads a group's stored kernel (an earlier process's, on disk or in the shared cache,
+made by the same codegen code) without asking ``supports`` or writing anything: a warm
+start judges no group.
+
 Targets that are not on this machine (``explain --target sm_90``): a codegen may have
 ``for_target(target) -> Codegen | None``, a copy of itself that generates for ``target``
 (its ``supports`` judges a group as on that device; it is never loaded), whose
@@ -135,6 +144,29 @@ class Codegen(Protocol):
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
         """A callable running the kernel: ``kernel(*inputs) -> tuple(outputs)``."""
+
+
+class Written:
+    """What a codegen's ``supports`` wrote for a group, kept for its ``generate`` (and a
+    ``prepare``) of that very group, so each kernel is written once per compile. Keyed by
+    the group and registry objects (not equal ones: a group edited since is another
+    object), at most ``size`` groups, the oldest dropped."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self._items: dict[tuple[int, int], tuple[Node, Any, Any]] = {}
+
+    def get(self, group: Node, registry: Any, write: Callable[[], Any]) -> Any:
+        """What was written for ``group`` under ``registry``, else ``write()`` (kept)."""
+        key = (id(group), id(registry))
+        item = self._items.get(key)
+        if item is not None and item[0] is group and item[1] is registry:
+            return item[2]
+        value = write()
+        if len(self._items) >= self.size:
+            del self._items[next(iter(self._items))]
+        self._items[key] = (group, registry, value)
+        return value
 
 
 def compile_group(codegen: Codegen, group: Node, registry: Any) -> Kernel:

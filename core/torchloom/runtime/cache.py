@@ -168,29 +168,59 @@ class KernelCache(DiskCache):
         ``supports`` is asked once per structure, however many groups share it)."""
         self._declined[self.key(codegen, group)] = reason
 
+    def stored(self, codegen: Codegen, group: Node, registry: Any) -> Kernel | None:
+        """The kernel of a group of this structure that an earlier process stored (on disk,
+        else in the shared cache), loaded without judging or generating it, when the codegen
+        has ``available(group)`` and it finds nothing missing on this machine; else None.
+        A stored entry was accepted by ``supports`` of the same code (its identity is in
+        the key), so only what the machine lacks (a compiler, CUDA) can decline it now."""
+        available = getattr(codegen, "available", None)
+        if not callable(available) or available(group) is not None:
+            return None
+        key = self.key(codegen, group)
+        kernel = self._load_stored(codegen, key, registry)
+        if kernel is not None:
+            self._kernels[key] = kernel
+        return kernel
+
+    def has_stored(self, codegen: Codegen, group: Node) -> bool:
+        """Whether this directory holds an entry for the group's structure (not read)."""
+        entry = self._entry(codegen, self.key(codegen, group))
+        return entry is not None and entry.with_suffix(".json").exists()
+
+    def _load_stored(self, codegen: Codegen, key: tuple[str, str, str],
+                     registry: Any) -> Kernel | None:
+        entry = self._entry(codegen, key)
+        kernel = self._load_from_disk(entry, key, codegen, registry) if entry else None
+        if kernel is None and self.remote is not None:
+            kernel = self._load_remote(self._entry_name(codegen, key), entry, key, codegen,
+                                       registry)
+        if kernel is not None and self.remote is not None:
+            self._share_tuning(self._entry_name(codegen, key), kernel)
+        return kernel
+
     def get_or_compile(self, codegen: Codegen, group: Node, registry: Any) -> Kernel:
         key = self.key(codegen, group)
         kernel = self._kernels.get(key)
         if kernel is not None:
             self.hits += 1
             return kernel
+        kernel = self._load_stored(codegen, key, registry)
+        if kernel is not None:
+            self._kernels[key] = kernel
+            return kernel
         name = self._entry_name(codegen, key)
         entry = self._entry(codegen, key)
-        kernel = self._load_from_disk(entry, key, codegen, registry) if entry else None
-        if kernel is None and self.remote is not None:
-            kernel = self._load_remote(name, entry, key, codegen, registry)
-        if kernel is None:
-            t0 = time.perf_counter()
-            generated = self._sources[key] = codegen.generate(group, registry)
-            kernel = codegen.load(generated, registry)
-            seconds = time.perf_counter() - t0
-            self.compile_seconds += seconds
-            self.compiles += 1
-            if entry is not None:
-                self._store(entry, key, generated, seconds)
-            if self.remote is not None:
-                self._share(name, key, generated, seconds)
+        t0 = time.perf_counter()
+        generated = self._sources[key] = codegen.generate(group, registry)
+        kernel = codegen.load(generated, registry)
+        seconds = time.perf_counter() - t0
+        self.compile_seconds += seconds
+        self.compiles += 1
+        if entry is not None:
+            self._store(entry, key, generated, seconds)
         if self.remote is not None:
+            self._share(name, key, generated, seconds)
             self._share_tuning(name, kernel)
         self._kernels[key] = kernel
         return kernel

@@ -34,7 +34,8 @@ def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]
     of ``codegens`` to support, so it can build them together (the cpu codegen: one library,
     one compiler call, per graph). Returns the verdicts given on the way (None or a Reason),
     keyed ``(node, codegen name)``, so no codegen judges a group twice. Groups whose
-    structure ``cache`` (the kernel cache) has compiled or seen declined are not judged."""
+    structure ``cache`` (the kernel cache) has compiled, seen declined or holds on disk
+    (for a codegen with ``available``: loaded without judging) are not judged."""
     if not any(callable(getattr(cg, "prepare", None)) for cg in codegens):
         return {}
     verdicts: dict[tuple[Node, str], Reason | None] = {}
@@ -44,8 +45,9 @@ def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]
             if node.op != FUSION_GROUP:
                 continue
             for cg in codegens:
-                if cache is not None and cache.has(cg, node):
-                    break  # compiled before: nothing to build
+                if cache is not None and (cache.has(cg, node) or (
+                        callable(getattr(cg, "available", None)) and cache.has_stored(cg, node))):
+                    break  # compiled before (here, or stored by an earlier process)
                 try:
                     reason = (cache.declined(cg, node) if cache is not None else None) or \
                         cg.supports(node, registry)
@@ -124,11 +126,12 @@ class CompiledGraph:
                     reason = None if kernel is not None else self.cache.declined(cg, node)
                     if kernel is None and reason is None:
                         reason = verdicts.pop((node, cg.name), _UNJUDGED)
-                        if reason is _UNJUDGED:
-                            reason = cg.supports(node, registry)
+                        if reason is _UNJUDGED:  # stored by an earlier process: not judged
+                            kernel = self.cache.stored(cg, node, registry)
+                            reason = None if kernel is not None else cg.supports(node, registry)
                         if reason is not None:
                             self.cache.decline(cg, node, reason)
-                        else:
+                        elif kernel is None:
                             stage = "compiling"
                             kernel = self.cache.get_or_compile(cg, node, registry)
                 except Exception as exc:

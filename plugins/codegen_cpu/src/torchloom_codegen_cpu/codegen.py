@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason,
+from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason, Written,
                            default_cache_dir, indexing)
 
 from torchloom_codegen_cpu.function import write_function
@@ -56,6 +56,8 @@ class CpuCodegen:
         self._toolchain: Toolchain | None = None
         #: kernel name -> the library ``prepare`` built it into
         self._prepared: dict[str, Path] = {}
+        #: the C function ``supports`` wrote for a group, for its ``generate``
+        self._written = Written()
 
     # ---- protocol --------------------------------------------------------------------------
     def with_artifacts(self, store: ArtifactStore) -> CpuCodegen:
@@ -64,18 +66,26 @@ class CpuCodegen:
         return CpuCodegen(cache_dir=self.cache_dir.parent, timeout=self.timeout,
                           artifacts=store)
 
-    def supports(self, group: Node, registry: Any) -> Reason | None:
-        try:
-            write_function(group, registry)
-        except indexing.Unsupported as exc:
-            return Reason(self.name, str(exc))
+    def available(self, group: Node) -> Reason | None:
+        """What this machine lacks for the group: a C compiler (writes nothing)."""
         if find_compiler() is None:
             return Reason(self.name, f"no C compiler: {compiler_name()!r} is not on PATH (set "
                                      f"CC to gcc or clang)")
         return None
 
+    def supports(self, group: Node, registry: Any) -> Reason | None:
+        try:
+            self._write(group, registry)
+        except indexing.Unsupported as exc:
+            return Reason(self.name, str(exc))
+        return self.available(group)
+
+    def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
+        return self._written.get(group, registry, lambda: write_function(group, registry))
+
     def generate(self, group: Node, registry: Any) -> KernelSource:
-        function, metadata = write_function(group, registry)
+        function, metadata = self._write(group, registry)
+        metadata = dict(metadata)
         source = prelude() + "\n" + function
         return KernelSource(self.name, source, metadata)
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
-from torchloom_codegen_cpu.reduction import identity
+from torchloom_codegen_cpu.reduction import accumulate, identity
 from torchloom_codegen_cpu.tensors import tensor_type
 
 if TYPE_CHECKING:
@@ -127,13 +127,7 @@ def column_body(w: "KernelWriter") -> list[str]:
     em.begin_phase()
     for node, kind, dtype, acc, nan in accs:
         v = em.convert(w.value_at(node.inputs[0], w.full), dtype).text
-        slot = f"{acc}[x - c0]"
-        update = {"sum": f"{slot} += {v};", "prod": f"{slot} *= {v};",
-                  "max": f"{slot} = {v} > {slot} ? {v} : {slot};",
-                  "min": f"{slot} = {v} < {slot} ? {v} : {slot};"}[kind]
-        em.statement(update, True)
-        if nan is not None:
-            em.statement(f"{nan}[x - c0] |= {v} != {v};", True)
+        accumulate(em, kind, f"{acc}[x - c0]", nan and f"{nan}[x - c0]", v)
     for name, v in zip(w.out_names, w.outputs):
         if tuple(tensor_type(v).shape) == w.shape:
             w.store(name, v, w.full)

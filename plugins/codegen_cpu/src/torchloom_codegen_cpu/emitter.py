@@ -12,45 +12,29 @@ from __future__ import annotations
 
 import re
 
-import attrs
+from torchloom.api import writer
 
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, STORAGE
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+Expr = writer.Expr
+_IDENT = writer.IDENT
 _LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z"
                       r"|\(\((float|double|u?int\d+_t|_Bool)\)[^()]*\)\Z"
                       r"|\(-\((float|double)\)INFINITY\)\Z")
-
-
-@attrs.frozen
-class Expr:
-    """A value in the kernel: its C text (a name or literal) and compute dtype."""
-
-    text: str
-    dtype: str
-    inner: bool = False
-
-    @property
-    def is_literal(self) -> bool:
-        return bool(_LITERAL.match(self.text))
 
 
 def par(text: str) -> str:
     return text if _IDENT.fullmatch(text) or _LITERAL.match(text) else f"({text})"
 
 
-class Emitter:
+class Emitter(writer.Statements):
     """Collects a row body; knows which names depend on the inner index."""
 
+    literal = _LITERAL
+
     def __init__(self):
-        self.lines: list[str] = []
+        super().__init__()
         self.inner_names: set[str] = set()
-        self.row_names: set[str] = set()
-        self._memo: dict[str, str] = {}
-        self._phase_memo: dict[str, str] = {}
-        self._phase: tuple[list[str], list[str]] | None = None
-        self._count = 0
-        self.phase_id = 0
         #: name of a value rounded to bf16/f16 (kept in f32) -> the f32 value it rounds;
         #: a store converts that directly (rounding once instead of twice)
         self.unrounded: dict[str, str] = {}
@@ -59,53 +43,32 @@ class Emitter:
     def is_inner(self, text: str) -> bool:
         return any(tok in self.inner_names for tok in _IDENT.findall(text))
 
-    def fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
-
     def emit(self, text: str, dtype: str, hint: str = "t", inner: bool | None = None) -> Expr:
         """Bind ``text`` to a const name (reusing an identical statement in scope)."""
         inner = self.is_inner(text) if inner is None else inner
-        if _IDENT.fullmatch(text) or _LITERAL.match(text):
+        if self.atomic(text):
             return Expr(text, dtype, inner)
         inner = inner and self._phase is not None
-        memo = self._phase_memo if inner else self._memo
-        name = memo.get(text)
-        if name is None:
-            name = self.fresh(hint)
-            memo[text] = name
-            self.statement(f"const {CTYPE[dtype]} {name} = {text};", inner)
-            if inner:
-                self.inner_names.add(name)
+        name, new = self.bind(text, hint, inner,
+                              lambda name: f"const {CTYPE[dtype]} {name} = {text};")
+        if new and inner:
+            self.inner_names.add(name)
         return Expr(name, dtype, inner)
 
     def forget_row_values(self) -> None:
         """Row statements emitted so far are out of scope from here on (a nested loop)."""
         self._memo = {}
 
-    def statement(self, line: str, inner: bool) -> None:
-        if self._phase is None:
-            self.lines.append(line)
-        elif inner:
-            self._phase[1].append(line)
-        else:
-            self._phase[0].append(line)
-
     # ---- phases --------------------------------------------------------------------------
     def begin_phase(self) -> None:
         """Start an inner loop; statements that read inner names go into it."""
-        self._phase = ([], [])
-        self._phase_memo = {}
-        self.phase_id += 1
+        self.open_phase()
 
     def end_phase(self, pragma: str, loop: str, header: list[str]) -> None:
         """Close the loop: ``pragma`` (``#pragma omp simd ...``), ``loop`` (the ``for``
         line) and ``header`` (inner coordinates) wrap the inner statements."""
-        assert self._phase is not None
-        pre, body = self._phase
-        self._phase = None
-        self._phase_memo = {}
-        self.lines.extend(pre)
+        body = self.close_phase()
+        assert body is not None
         if pragma:
             self.lines.append(pragma)
         self.lines.append(loop + " {")

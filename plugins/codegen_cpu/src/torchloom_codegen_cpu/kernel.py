@@ -21,21 +21,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import torch
-from torchloom.api import DTYPES, InputRef, Node, ScalarType, TensorType, Value, indexing
+from torchloom.api import Node, TensorType, Value, indexing, writer
 
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
-from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, STORAGE,
-                                       VIEWS, literal)
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, literal
 from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
 Coords = indexing.Coords
 prod, same = indexing.prod, indexing.same
 
-#: scalar group inputs the kernel takes as arguments -> their compute dtype
-SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
+SCALAR_DTYPES = writer.SCALAR_DTYPES
 #: below this many elements a kernel runs on one thread (a parallel region costs ~µs)
 PARALLEL_MIN = 32768
 #: the innermost dim of a pointwise walk is split into chunks of this many elements
@@ -44,8 +41,11 @@ CHUNK = 4096
 ROW_BUFFER = 16384
 
 
-class KernelWriter:
+class KernelWriter(writer.ValueWalk):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
+
+    TARGET, POINTWISE, REDUCTIONS = "C", POINTWISE, REDUCTIONS
+    tensor_type = staticmethod(tensor_type)
 
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
                  reductions: list[Node] | None = None, names: dict[str, str] | None = None):
@@ -79,21 +79,7 @@ class KernelWriter:
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
-        devices = set()
-        for v in self.region.inputs:
-            if isinstance(v.type, ScalarType) and v.type.kind in SCALAR_DTYPES:
-                continue  # a kernel argument
-            devices.add(tensor_type(v).device)
-        for n in self.region.nodes:
-            if n.op not in POINTWISE and n.op not in VIEWS and n.op not in REDUCTIONS:
-                category = self.registry.category(n.op)
-                raise Unsupported(f"op {n.op} ({category}) has no C template")
-            for v in n.outputs:
-                devices.add(tensor_type(v).device)
-        if not self.region.outputs:
-            raise Unsupported("the group has no outputs")
-        for v in self.region.outputs:
-            devices.add(tensor_type(v).device)
+        devices = self.region_devices(self.region)
         if devices != {"cpu"}:
             raise Unsupported(f"values on {', '.join(sorted(devices))}: the cpu codegen "
                               f"compiles CPU groups only")
@@ -114,72 +100,33 @@ class KernelWriter:
         self.values[key] = (e, self.em.phase_id)
         return e
 
-    def _compute(self, v: Value, coords: Coords) -> Expr:
-        node = v.producer
-        if node is None and isinstance(v.type, ScalarType):
-            return Expr(f"in_{v.name}", SCALAR_DTYPES[v.type.kind])
-        t = tensor_type(v)
-        if node is None:
-            self.loaded.add(v)
-            offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-            return self.em.emit(load_text(f"in_{v.name}", offset, t.dtype), COMPUTE[t.dtype],
-                                v.name)
-        if node.op in VIEWS:
-            src = node.inputs[0]
-            if self.kind == "reduction" and (0 in t.shape or 0 in tensor_type(src).shape):
-                # its coordinates would all be 0: reads hoisted out of the empty loop
-                raise Unsupported(f"{node.op} of an empty tensor (%{v.name}) in a reduction")
-            in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
-                                            tensor_type(src).shape, self.known, v.index)
-            return self.value_at(src, in_coords)
-        if node.op in REDUCTIONS:
-            expected, e = self.reduced[v]
-            if coords != expected:
-                raise Unsupported(f"reduction result %{v.name} is read at other elements than "
-                                  f"its row ({', '.join(coords)})")
-            return e
-        return self._pointwise(node, v, t, coords)
+    def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
+        self.loaded.add(v)
+        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
+        return self.em.emit(load_text(f"in_{v.name}", offset, t.dtype), COMPUTE[t.dtype],
+                            v.name)
 
-    def _pointwise(self, node: Node, v: Value, t: TensorType, coords: Coords) -> Expr:
-        spec = POINTWISE[node.op]
-        if len(node.outputs) != 1:
-            raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
-        out = COMPUTE[t.dtype]
-        tensors = [self.value_at(i, self.ix.broadcast(coords, t.shape, _shape(i)))
-                   for i in node.inputs]
-        if spec.args == "cast":
-            return self.em.cast(tensors[0], t.dtype)
-        compute = out
-        if spec.args == "promote":
-            compute = _promote([_dtype(i) for i in node.inputs], node.attrs)
-            tensors = [self.em.convert(e, compute) for e in tensors]
-        elif spec.args == "out":
-            tensors = [self.em.convert(e, out) for e in tensors]
-        elif spec.args == "where":
-            tensors = [self.em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
-        elif tensors:  # keep: the template sees the inputs as they are
-            compute = tensors[0].dtype
-        template = spec.template(node.attrs, compute, t.dtype)
+    def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
+        if self.kind == "reduction" and (0 in t.shape or 0 in tensor_type(src).shape):
+            # its coordinates would all be 0: reads hoisted out of the empty loop
+            raise Unsupported(f"{node.op} of an empty tensor (%{v.name}) in a reduction")
+
+    def _literal(self, node: Node, value, compute: str) -> str:
+        try:
+            return literal(value, compute)
+        except TypeError as exc:
+            raise Unsupported(f"{node.op}: {exc}") from None
+
+    def _render(self, node: Node, spec, named: dict[str, str], compute: str,
+                ir_dtype: str) -> str:
+        template = spec.template(node.attrs, compute, ir_dtype)
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no C template")
-        named = {}
-        for name, value in _named_args(self.registry.get(node.op), node).items():
-            if isinstance(value, InputRef):
-                named[name] = par(tensors[int(value)].text)
-            elif isinstance(value, (bool, int, float)):
-                try:
-                    named[name] = literal(value, compute)
-                except TypeError as exc:
-                    raise Unsupported(f"{node.op}: {exc}") from None
         try:
-            text = template.format(**named)
+            return template.format(**named)
         except KeyError as exc:  # an argument that is no number: a symbolic size, say
             raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
                               f"{node.attrs.get(exc.args[0])!r} has no C value") from None
-        e = self.em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
-        if t.dtype in ("f16", "bf16") and spec.args != "keep":
-            e = self.em.cast(e, t.dtype)  # eager rounds every low-precision result
-        return e
 
     def _plan_buffers(self) -> None:
         """Expensive values (exp, tanh, ...) of a row that several loops read (softmax's
@@ -315,23 +262,11 @@ class KernelWriter:
             lower_reduction(self, node)
         full_outputs = []
         for name, v in zip(self.out_names, self.outputs):
-            shape = tuple(tensor_type(v).shape)
-            if shape == self.shape:
-                full_outputs.append((name, v, self.full))
-            elif shape == tuple(1 if d in self.rdims else s for d, s in enumerate(self.shape)):
-                self.store(name, v, self.row_keepdim)
-            elif shape == tuple(self.kept_shape):
-                self.store(name, v, self.row)
-            elif same(prod(shape), self.rows):  # another view of the rows: same element order
-                self.store(name, v, self.ix.reshape(self.row, self.kept_shape, shape,
-                                                    self.known))
-            elif same(prod(shape), self.numel):  # another view of P: element i goes to i
-                full_outputs.append((name, v, self.ix.reshape(self.full, self.shape, shape,
-                                                              self.known)))
+            in_loop, coords = self.place_output(v)
+            if in_loop:
+                full_outputs.append((name, v, coords))
             else:
-                raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the "
-                                  f"elements of the reduced shape {list(self.shape)} nor "
-                                  f"those of a row")
+                self.store(name, v, coords)
         if full_outputs:
             em.begin_phase()
             for name, v, coords in full_outputs:
@@ -402,40 +337,6 @@ def output_names(region) -> list[str]:
         name = f"out_{v.name}"
         names.append(name if name not in names else f"{name}_{i}")
     return names
-
-
-def _named_args(opdef, node: Node) -> dict[str, Any]:
-    if opdef.schema is None:
-        return {"self": InputRef(0)} if node.inputs else {}
-    named, next_input = {}, 0
-    for arg in opdef.schema.arguments:
-        if arg.name in node.attrs:
-            named[arg.name] = node.attrs[arg.name]
-        elif next_input < len(node.inputs):
-            named[arg.name] = InputRef(next_input)
-            next_input += 1
-    return named
-
-
-def _dtype(v: Value) -> str:
-    if isinstance(v.type, ScalarType):
-        return {"float": "f64", "int": "i64", "bool": "b8"}[v.type.kind]
-    return v.type.dtype
-
-
-def _promote(dtypes: list[str], attrs_) -> str:
-    result = DTYPES[dtypes[0]]
-    for d in dtypes[1:]:
-        result = torch.promote_types(result, DTYPES[d])
-    other = attrs_.get("other")
-    if isinstance(other, float) and not result.is_floating_point:
-        result = torch.float32
-    name = next(k for k, v in DTYPES.items() if v == result)
-    return COMPUTE[name]
-
-
-def _shape(v: Value) -> tuple:
-    return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
 
 
 def memory_order(t: TensorType) -> tuple[int, ...]:

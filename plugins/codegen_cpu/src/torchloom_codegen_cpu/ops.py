@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import reductions
+from torchloom.api import reductions, writer
 
 #: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
 STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
@@ -28,13 +28,10 @@ STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t
            "u8": "uint8_t", "b8": "uint8_t"}
 ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
             "u8": 1, "b8": 1}
-#: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
-COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64",
-           "i32": "i32", "i16": "i16", "i8": "i8", "u8": "u8", "b8": "b8"}
+COMPUTE, FLOATS, VIEWS = writer.COMPUTE, writer.FLOATS, writer.VIEWS
 #: compute dtype -> C type
 CTYPE = {"f64": "double", "f32": "float", "i64": "int64_t", "i32": "int32_t",
          "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "b8": "_Bool"}
-FLOATS = ("f64", "f32", "f16", "bf16")
 
 
 def literal(value: Any, dtype: str) -> str:
@@ -85,17 +82,6 @@ def _both(template: Template, args: str = "out") -> Pointwise:
     return Pointwise(template, args, template)
 
 
-def _alpha(sign: str) -> Callable[[Mapping[str, Any]], str]:
-    def tpl(a: Mapping[str, Any], dtype: str = "f32") -> str:
-        rhs = "{other}" if a.get("alpha", 1) == 1 else "{other} * {alpha}"
-        return f"{{self}} {sign} {rhs}"
-    return tpl
-
-
-def _rsub(a: Mapping[str, Any], dtype: str = "f32") -> str:
-    return "{other} - {self}" if a.get("alpha", 1) == 1 else "{other} - {self} * {alpha}"
-
-
 def _pow(a: Mapping[str, Any], dtype: str = "f32") -> str:
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
              0.5: "sqrt$f({self})", -1: "($T)1 / {self}", -2: "($T)1 / ({self} * {self})",
@@ -103,15 +89,6 @@ def _pow(a: Mapping[str, Any], dtype: str = "f32") -> str:
     if dtype == "f16":  # eager's f16 kernel calls pow itself: pow(-inf, 0.5) is inf
         known.pop(0.5)
     return known.get(a["exponent"], "pow$f({self}, {exponent})")
-
-
-def _clamp(a: Mapping[str, Any], dtype: str = "f32") -> str:
-    out = "{self}"  # a NaN compares false both ways, so it passes through as in eager
-    if a.get("min") is not None:
-        out = f"({out} < {{min}} ? {{min}} : {out})"
-    if a.get("max") is not None:
-        out = f"({out} > {{max}} ? {{max}} : {out})"
-    return out
 
 
 def _div_mode(a: Mapping[str, Any], dtype: str = "f32") -> str:
@@ -171,12 +148,7 @@ _MAXIMUM = "({self} > {other} || {self} != {self}) ? {self} : {other}"
 _MINIMUM = "({self} < {other} || {self} != {self}) ? {self} : {other}"
 
 POINTWISE: dict[str, Pointwise] = {
-    "aten.add.Tensor": _both(_alpha("+")),
-    "aten.add.Scalar": _both(_alpha("+")),
-    "aten.sub.Tensor": _both(_alpha("-")),
-    "aten.sub.Scalar": _both(_alpha("-")),
-    "aten.rsub.Scalar": _both(_rsub),
-    "aten.rsub.Tensor": _both(_rsub),
+    **{op: _both(template) for op, template in writer.alpha_rows().items()},
     "aten.mul.Tensor": _both("{self} * {other}"),
     "aten.mul.Scalar": _both("{self} * {other}"),
     "aten.div.Tensor": Pointwise("{self} / {other}"),  # int inputs divide as floats
@@ -216,14 +188,10 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.gelu_backward.default": Pointwise(_gelu_backward),
     "aten.maximum.default": _both(_MAXIMUM),
     "aten.minimum.default": _both(_MINIMUM),
-    "aten.clamp.default": _both(_clamp),
-    "aten.clamp_min.default": _both("({self} < {min} ? {min} : {self})"),
-    "aten.clamp_max.default": _both("({self} > {max} ? {max} : {self})"),
+    **{op: _both(template) for op, template in writer.clamp_rows(
+        lambda cond, a, b: f"({cond} ? {a} : {b})").items()},
     "aten.where.self": _both("({condition} ? {self} : {other})", args="where"),
-    **{f"aten.{name}.{kind}": _both(f"{{self}} {sym} {{other}}", args="promote")
-       for name, sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
-                         ("ge", ">="))
-       for kind in ("Tensor", "Scalar")},
+    **writer.comparisons(lambda sym: _both(f"{{self}} {sym} {{other}}", args="promote")),
     "aten.isnan.default": _both("{self} != {self}", args="keep"),
     "aten.logical_not.default": _both("!{self}", args="keep"),
     "aten.logical_and.default": _both("({self} != 0) & ({other} != 0)", args="keep"),
@@ -258,16 +226,3 @@ OMP_OP = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX"),
               "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
               "u8": ("0", "UINT8_MAX"), "b8": ("0", "1")}
-
-#: view ops: how output coordinates map to input coordinates (see torchloom.api.indexing)
-VIEWS = {
-    "aten.view.default": "reshape", "aten._unsafe_view.default": "reshape",
-    "aten.reshape.default": "reshape", "aten.squeeze.dim": "reshape",
-    "aten.squeeze.dims": "reshape", "aten.squeeze.default": "reshape",
-    "aten.unsqueeze.default": "reshape", "aten.flatten.using_ints": "reshape",
-    "aten.permute.default": "permute", "aten.transpose.int": "transpose",
-    "aten.t.default": "transpose", "aten.expand.default": "expand",
-    "aten.slice.Tensor": "slice", "aten.select.int": "select",
-    "aten.split.Tensor": "split", "aten.split_with_sizes.default": "split_with_sizes",
-    "aten.unbind.int": "unbind",
-}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from torchloom.api import Node
+from torchloom.api import Node, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, OMP_OP,
@@ -25,13 +25,7 @@ if TYPE_CHECKING:
     from torchloom_codegen_cpu.kernel import KernelWriter
 
 
-def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
-    """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them)."""
-    dim = node.attrs.get("dim")
-    if rank == 0 or dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return tuple(range(rank))  # a 0-d input takes dim 0 or -1 and reduces nothing
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    return tuple(sorted({d + rank if d < 0 else d for d in dims}))
+reduced_dims = writer.reduced_dims
 
 
 def identity(kind: str, dtype: str) -> str:
@@ -40,6 +34,17 @@ def identity(kind: str, dtype: str) -> str:
         return as_float
     low, high = INT_LIMITS[dtype]
     return as_int.format(min=low, max=high)
+
+
+def accumulate(em, kind: str, acc: str, nan: str | None, v: str) -> None:
+    """The inner statements adding ``v`` to accumulator ``acc`` (an lvalue) with ``kind``,
+    and setting the NaN flag ``nan`` (an lvalue, or None) when ``v`` is NaN."""
+    update = {"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};",
+              "max": f"{acc} = {v} > {acc} ? {v} : {acc};",
+              "min": f"{acc} = {v} < {acc} ? {v} : {acc};"}[kind]
+    em.statement(update, True)
+    if nan is not None:
+        em.statement(f"{nan} |= {v} != {v};", True)
 
 
 def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str,
@@ -63,12 +68,7 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     if inf_flag is not None:
         last = w.rnumel - 1 if isinstance(w.rnumel, int) else f"{par(w.ix.size(w.rnumel))} - 1"
         em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {last});", True)
-    update = {"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};",
-              "max": f"{acc} = {v} > {acc} ? {v} : {acc};",
-              "min": f"{acc} = {v} < {acc} ? {v} : {acc};"}[kind]
-    em.statement(update, True)
-    if nan is not None:
-        em.statement(f"{nan} |= {v} != {v};", True)
+    accumulate(em, kind, acc, nan, v)
     em.end_phase(f"#pragma omp simd {' '.join(clauses)}", w.rloop, w.r_header)
     if nan is not None:
         return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
@@ -122,9 +122,7 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
         # any other (inf + (x - inf) / k); an infinite last element leaves it infinite
         fields["mean"] = mean.text if inf_flag is None else em.emit(
             f"{inf_flag} ? (double)NAN : {mean.text}", "f64", "mean", inner=False).text
-        correction = node.attrs.get("correction")
-        if correction is None:
-            correction = 1 if node.attrs.get("unbiased", True) else 0
+        correction = writer.var_correction(node)
         if isinstance(w.rnumel, int):
             fields["dof"] = literal(float(max(0, w.rnumel - correction)), "f64")
         else:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 import torch
-from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, TensorType,
+from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, TensorType, Written,
                            default_cache_dir, env_flag)
 
 from torchloom_codegen_triton.indexing import Unsupported
@@ -78,9 +78,8 @@ class TritonCodegen:
         self.target = target
         #: autotune over every candidate launch (``for_mode("max-autotune")``)
         self.wide = False
-        #: (group, registry, (source, metadata)) the last ``supports`` wrote, for the
-        #: ``generate`` that follows it (one entry: the group being compiled)
-        self._written: tuple[Node, Any, tuple[str, dict[str, Any]]] | None = None
+        #: the kernel ``supports`` wrote for a group, for its ``generate``
+        self._written = Written()
 
     def for_target(self, target: str) -> TritonCodegen | None:
         """A copy generating for ``target`` (``sm_<arch>``), or None for other targets."""
@@ -122,28 +121,27 @@ class TritonCodegen:
         return resource_usage(asm["cubin"], kernel.metadata["kernel"])
 
     # ---- protocol --------------------------------------------------------------------------
+    def available(self, group: Node) -> Reason | None:
+        """What this machine lacks for the group (triton, CUDA for a GPU group, the
+        interpreter's switch for a CPU one): cheap, writes nothing."""
+        devices = _devices(group)
+        if len(devices) != 1:
+            return Reason(self.name, f"values on {len(devices)} devices")
+        return _triton_missing(self.name) or self._device_reason(devices.pop())
+
     def supports(self, group: Node, registry: Any) -> Reason | None:
-        """Cheap checks first (triton installed, the group's device): a group declined for
-        its device costs no kernel. Otherwise the kernel is written, and kept for the
-        ``generate`` of the same group that follows, so it is written once."""
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return Reason(self.name, "triton is not installed (pip install triton)")
-        devices = {v.type.device for v in (*group.region.inputs, *group.region.outputs)
-                   if isinstance(v.type, TensorType)}
-        reason = self._device_reason(devices.pop()) if len(devices) == 1 else None
+        """Cheap checks first: a group declined for its device costs no kernel. Otherwise
+        the kernel is written, and kept for ``generate``."""
+        devices = _devices(group)
+        reason = _triton_missing(self.name) or (
+            self._device_reason(devices.pop()) if len(devices) == 1 else None)
         if reason is not None:
             return reason
-        self._written = None
         try:
             written = self._write(group, registry)
         except Unsupported as exc:
             return Reason(self.name, str(exc))
-        reason = self._device_reason(written[1]["device"])
-        if reason is None:
-            self._written = (group, registry, written)
-        return reason
+        return self._device_reason(written[1]["device"])
 
     def _device_reason(self, device: str) -> Reason | None:
         """Why a group on ``device`` cannot run here, or None."""
@@ -162,13 +160,6 @@ class TritonCodegen:
                                      f"Triton interpreter, cuda compiles)")
         return None
 
-    def _take_written(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
-        """The kernel ``supports`` wrote for this very group, else a new one."""
-        written, self._written = self._written, None
-        if written is not None and written[0] is group and written[1] is registry:
-            return written[2]
-        return self._write(group, registry)
-
     def _cpu_allowed(self) -> bool:
         if self.cpu_interpreter is not None:
             return self.cpu_interpreter
@@ -176,14 +167,17 @@ class TritonCodegen:
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         """(source, metadata): one kernel, or a kernel per launch variant when the group's
-        sizes are symbolic (variants.py)."""
-        writer = KernelWriter(group, registry, self.max_persistent)
-        if writer.symbolic:
-            return generate_variants(group, registry, self.max_persistent, writer)
-        return writer.generate()
+        sizes are symbolic (variants.py); written once per group (``_written``)."""
+        def write() -> tuple[str, dict[str, Any]]:
+            writer = KernelWriter(group, registry, self.max_persistent)
+            if writer.symbolic:
+                return generate_variants(group, registry, self.max_persistent, writer)
+            return writer.generate()
+        return self._written.get(group, registry, write)
 
     def generate(self, group: Node, registry: Any) -> KernelSource:
-        source, metadata = self._take_written(group, registry)
+        source, metadata = self._write(group, registry)
+        metadata = dict(metadata)
         metadata["autotune"] = self.autotune
         if self.wide and "variants" not in metadata:  # symbolic: wider per size bucket
             metadata["configs"] = wider_configs(metadata, self.max_persistent)
@@ -385,3 +379,16 @@ class Launcher:
 
 def _aligned(tensors) -> bool:
     return all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _devices(group: Node) -> set[str]:
+    return {v.type.device for v in (*group.region.inputs, *group.region.outputs)
+            if isinstance(v.type, TensorType)}
+
+
+def _triton_missing(name: str) -> Reason | None:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return Reason(name, "triton is not installed (pip install triton)")
+    return None

@@ -11,35 +11,26 @@ from __future__ import annotations
 
 import re
 
-import attrs
+from torchloom.api import writer
 
 from torchloom_codegen_triton.ops import COMPUTE, STORAGE
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+Expr = writer.Expr
+_IDENT = writer.IDENT
 _LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?\Z|float\(\"-?(inf|nan)\"\)\Z|True\Z|False\Z")
-
-
-@attrs.frozen
-class Expr:
-    """A value in the kernel: its source text (a name or literal) and compute dtype."""
-
-    text: str
-    dtype: str
-    rdep: bool = False
-
-    @property
-    def is_literal(self) -> bool:
-        return bool(_LITERAL.match(self.text))
 
 
 def par(text: str) -> str:
     return text if _IDENT.fullmatch(text) or _LITERAL.match(text) else f"({text})"
 
 
-class Emitter:
+class Emitter(writer.Statements):
     """Collects the kernel body; knows which names depend on the reduction index."""
 
+    literal = _LITERAL
+
     def __init__(self, looped: bool, hardware_bf16: bool = False):
+        super().__init__()
         self.looped = looped
         #: round to bf16 with the GPU's conversion (round to nearest even, as eager); the
         #: interpreter's conversion truncates, so CPU kernels round in software
@@ -47,14 +38,8 @@ class Emitter:
         #: names holding values already rounded to bf16 -> the f32 value they rounded (a
         #: store converts that value once instead of rounding twice)
         self.bf16_exact: dict[str, str] = {}
-        self.lines: list[str] = []
         self.rnames: set[str] = set()
         self.xnames: set[str] = {"xindex"}
-        self._memo: dict[str, str] = {}
-        self._phase_memo: dict[str, str] = {}
-        self._phase: tuple[list[str], list[str]] | None = None
-        self._count = 0
-        self.phase_id = 0
         #: a split reduction's loops cover one chunk: (start, stop) source text
         self.loop_bounds: tuple[str, str] | None = None
 
@@ -65,61 +50,40 @@ class Emitter:
     def depends_on_x(self, text: str) -> bool:
         return any(tok in self.xnames for tok in _IDENT.findall(text))
 
-    def fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
-
     def emit(self, text: str, dtype: str, hint: str = "t", rdep: bool | None = None) -> Expr:
         """Bind ``text`` to a name (reusing an earlier identical statement in scope)."""
         rdep = self.depends_on_r(text) if rdep is None else rdep
-        if _IDENT.fullmatch(text) or _LITERAL.match(text):
+        if self.atomic(text):
             return Expr(text, dtype, rdep)
-        inner = rdep and self.looped
-        memo = self._phase_memo if inner else self._memo
-        name = memo.get(text)
-        if name is None:
-            name = self.fresh(hint)
-            memo[text] = name
-            self.statement(f"{name} = {text}", inner)
-            if rdep:
-                self.rnames.add(name)
+        name, new = self.bind(text, hint, rdep and self.looped, lambda name: f"{name} = {text}")
+        if new and rdep:
+            self.rnames.add(name)
         return Expr(name, dtype, rdep)
-
-    def statement(self, line: str, inner: bool) -> None:
-        if self._phase is None:
-            self.lines.append(line)
-        elif inner:
-            self._phase[1].append(line)
-        else:
-            self._phase[0].append(line)
 
     # ---- phases (looped form) ------------------------------------------------------------
     def begin_phase(self, rnumel: str, header: list[str]) -> None:
         """Start a loop over the reduction index; ``header`` defines rindex/rmask/r coords."""
         if not self.looped:
             return
-        self._phase = ([], [])
-        self._phase_memo = {}
-        self.phase_id += 1
+        self.open_phase()
         start, stop = self.loop_bounds or ("0", str(rnumel))
         self._loop_header = [f"for roff in range({start}, {stop}, RBLOCK):"] + [
             "    " + h for h in header]
 
     def end_phase(self) -> None:
-        if not self.looped or self._phase is None:
+        if not self.looped:
             return
-        pre, body = self._phase
-        self._phase = None
-        self.lines.extend(pre)
-        self.lines.extend(self._loop_header)
-        self.lines.extend("    " + line for line in body)
-        self._phase_memo = {}
+        body = self.close_phase()
+        if body is not None:
+            self.lines.extend(self._loop_header)
+            self.lines.extend("    " + line for line in body)
 
     # ---- conversions ---------------------------------------------------------------------
     def convert(self, e: Expr, dtype: str) -> Expr:
         """``e`` as compute dtype ``dtype`` (no rounding beyond the target type)."""
-        if e.dtype == dtype or (e.is_literal and dtype != "b8"):
-            return Expr(e.text, dtype, e.rdep) if e.is_literal else e
+        literal = bool(_LITERAL.match(e.text))
+        if e.dtype == dtype or (literal and dtype != "b8"):
+            return Expr(e.text, dtype, e.inner) if literal else e
         if dtype == "b8":
             return self.emit(f"{par(e.text)} != 0", "b8", "b")
         return self.emit(f"{par(e.text)}.to({STORAGE[dtype]})", dtype, "cvt")

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import InputRef, Node, ScalarType, TensorType, Value, indexing, print_graph
+from torchloom.api import Node, TensorType, Value, indexing, print_graph, writer
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
-                                          literal, named_args, promote_dtype)
+                                          literal)
 from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.metadata import kernel_metadata
 from torchloom_codegen_triton.plan import (drop_unused, next_pow2, reduction_configs,
@@ -50,8 +50,13 @@ from torchloom_codegen_triton.tensors import memory_order, same_shape, tensor_ty
 from torchloom_codegen_triton.tiled import plan_tiles, tiled_body
 
 
-class KernelWriter:
+class KernelWriter(writer.ValueWalk):
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
+
+    TARGET, POINTWISE, REDUCTIONS = "Triton", POINTWISE, REDUCTIONS
+    #: a float argument is an f32 in Triton
+    SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
+    tensor_type = staticmethod(tensor_type)
 
     def __init__(self, group: Node, registry: Any, max_persistent: int = 4096,
                  probe: bool = False, form: str | None = None, wide: bool | None = None):
@@ -98,25 +103,10 @@ class KernelWriter:
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
-        devices = set()
-        for v in self.region.inputs:
-            if isinstance(v.type, ScalarType) and v.type.kind in SCALAR_DTYPES:
-                continue  # a kernel argument
-            devices.add(tensor_type(v).device)
-        for n in self.region.nodes:
-            known = n.op in POINTWISE or n.op in VIEWS or n.op in REDUCTIONS
-            if not known:
-                category = self.registry.category(n.op)
-                raise Unsupported(f"op {n.op} ({category}) has no Triton template")
-            for v in n.outputs:
-                devices.add(tensor_type(v).device)
+        devices = self.region_devices(self.region)
         if len(devices) > 1:
             raise Unsupported(f"values on several devices {sorted(devices)}")
         self.device = devices.pop() if devices else "cpu"
-        if not self.region.outputs:
-            raise Unsupported("the group has no outputs")
-        for v in self.region.outputs:
-            tensor_type(v)
 
     def _plan_pointwise(self) -> None:
         self.shape = tuple(tensor_type(self.region.outputs[0]).shape)
@@ -171,60 +161,18 @@ class KernelWriter:
     def value_at(self, v: Value, coords: Coords) -> Expr:
         key = (v, coords)
         hit = self.values.get(key)
-        if hit is not None and (not hit[0].rdep or not self.looped or hit[1] == self.em.phase_id):
+        if hit is not None and (not hit[0].inner or not self.looped or hit[1] == self.em.phase_id):
             return hit[0]
         e = self._compute(v, coords)
         self.values[key] = (e, self.em.phase_id)
         return e
 
-    def _compute(self, v: Value, coords: Coords) -> Expr:
-        node = v.producer
-        if node is None and isinstance(v.type, ScalarType):
-            return Expr(f"in_{v.name}", SCALAR_DTYPES[v.type.kind])
-        t = tensor_type(v)
-        if node is None:
-            return self._load(v, t, coords)
-        if node.op in VIEWS:
-            src = node.inputs[0]
-            in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
-                                    tensor_type(src).shape, self.known, v.index)
-            return self.value_at(src, in_coords)
-        if node.op in REDUCTIONS:
-            expected, e = self.reduced[v]
-            if coords != expected:
-                raise Unsupported(f"reduction result %{v.name} is read at other rows than it "
-                                  f"reduces ({', '.join(coords)})")
-            return e
-        return self._pointwise(node, v, t, coords)
+    def _literal(self, node: Node, value, compute: str) -> str:
+        return par(literal(value))
 
-    def _pointwise(self, node: Node, v: Value, t: TensorType, coords: Coords) -> Expr:
-        spec = POINTWISE[node.op]
-        opdef = self.registry.get(node.op)
-        if len(node.outputs) != 1:
-            raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
-        out = COMPUTE[t.dtype]
-        tensors = [self.value_at(i, self.ix.broadcast(coords, t.shape, _shape(i)))
-                   for i in node.inputs]
-        if spec.args == "cast":
-            return self.em.cast(tensors[0], t.dtype)
-        if spec.args == "promote":
-            target = promote_dtype([i.type.dtype for i in node.inputs], node.attrs)
-            tensors = [self.em.convert(e, target) for e in tensors]
-        elif spec.args == "out":
-            tensors = [self.em.convert(e, out) for e in tensors]
-        elif spec.args == "where":
-            tensors = [self.em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
-        named = {}
-        for name, value in named_args(opdef, node).items():
-            if isinstance(value, InputRef):
-                named[name] = par(tensors[int(value)].text)
-            elif isinstance(value, (bool, int, float)):
-                named[name] = par(literal(value))
-        text = spec.render(named, node.attrs)
-        e = self.em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
-        if t.dtype in ("f16", "bf16") and spec.args != "keep":
-            e = self.em.cast(e, t.dtype)  # eager rounds every low-precision result
-        return e
+    def _render(self, node: Node, spec, named: dict[str, str], compute: str,
+                ir_dtype: str) -> str:
+        return spec.render(named, node.attrs)
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
@@ -247,13 +195,13 @@ class KernelWriter:
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         if not self.em.depends_on_x(offset) or self.tiles is not None:
             offset = f"{offset} + 0 * xindex"  # a block of pointers, even for one element
-        if e.rdep and not self.em.depends_on_r(offset):
+        if e.inner and not self.em.depends_on_r(offset):
             offset = f"{offset} + 0 * rindex"
         rdep = self.em.depends_on_r(offset)
         mask = "xmask & rmask" if rdep else "xmask"
         source = self.em.bf16_exact.get(e.text)
         if t.dtype == "bf16" and self.em.hardware_bf16 and source is not None:
-            e = Expr(source, "f32", e.rdep)  # the store's conversion is the one rounding
+            e = Expr(source, "f32", e.inner)  # the store's conversion is the one rounding
         elif t.dtype == "bf16" and source is None and not self.em.hardware_bf16:
             e = self.em.cast(e, "bf16")  # round exactly (the interpreter's cast truncates)
         value = e.text if e.dtype == t.dtype else f"{par(e.text)}.to({STORAGE[t.dtype]})"
@@ -351,26 +299,13 @@ class KernelWriter:
             lower_reduction(self, node)
         full_outputs = []
         for i, v in enumerate(self.region.outputs):
-            shape = tuple(v.type.shape)
             if self.col is not None and self.col.is_column_output(v):
                 continue  # stored by the finishing kernel
-            size = indexing.prod(shape)
-            if same_shape(shape, self.shape):
-                full_outputs.append((i, v, self.full))
-            elif same_shape(shape, [1 if d in self.rdims else s
-                                    for d, s in enumerate(self.shape)]):
-                self._store(i, v, self.row_keepdim)
-            elif same_shape(shape, self.kept_shape):
-                self._store(i, v, self.row)
-            elif indexing.same(size, self.rows):  # another view of the rows: same order
-                self._store(i, v, self.ix.reshape(self.row, self.kept_shape, shape, self.known))
-            elif indexing.same(size, self.numel):  # another view of P: element i goes to i
-                full_outputs.append((i, v, self.ix.reshape(self.full, self.shape, shape,
-                                                            self.known)))
+            in_loop, coords = self.place_output(v)
+            if in_loop:
+                full_outputs.append((i, v, coords))
             else:
-                raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the "
-                                  f"elements of the reduced shape {list(self.shape)} nor "
-                                  f"those of a row")
+                self._store(i, v, coords)
         if full_outputs:
             em.begin_phase(rnumel, self.r_header)
             for i, v, coords in full_outputs:
@@ -432,14 +367,6 @@ class KernelWriter:
 #: what every generated module starts with, after its header comment
 MODULE_PRELUDE = ["import triton", "import triton.language as tl",
                   "from triton.language.extra import libdevice", "", "", PRELUDE, ""]
-
-#: scalar group inputs the kernel takes as arguments -> their compute dtype
-SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
-
-
-def _shape(v: Value) -> tuple:
-    return () if isinstance(v.type, ScalarType) else tensor_type(v).shape
-
 
 def _max_offset(t: TensorType) -> int:
     return sum((d - 1) * abs(s) for d, s in zip(t.shape, t.actual_strides()) if d > 0) + 1

@@ -15,17 +15,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import torch
-from torchloom.api import DTYPES, InputRef, reductions
+from torchloom.api import reductions, writer
 
 #: IR dtype -> Triton dtype of the values in memory
 STORAGE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
            "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
            "i8": "tl.int8", "u8": "tl.uint8", "b8": "tl.int1"}
-#: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
-COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64",
-           "i32": "i32", "i16": "i16", "i8": "i8", "u8": "u8", "b8": "b8"}
-FLOATS = ("f64", "f32", "f16", "bf16")
+COMPUTE, FLOATS, VIEWS = writer.COMPUTE, writer.FLOATS, writer.VIEWS
+named_args, promote_dtype = writer.named_args, writer.promote_dtype
 
 
 def literal(value: Any) -> str:
@@ -54,31 +51,11 @@ class Pointwise:
         return tpl.format(**named)
 
 
-def _alpha(sign: str) -> Callable[[Mapping[str, Any]], str]:
-    def tpl(a: Mapping[str, Any]) -> str:
-        rhs = "({other})" if a.get("alpha", 1) == 1 else "({other}) * {alpha}"
-        return f"{{self}} {sign} {rhs}"
-    return tpl
-
-
-def _rsub(a: Mapping[str, Any]) -> str:
-    return "{other} - {self}" if a.get("alpha", 1) == 1 else "{other} - {self} * {alpha}"
-
-
 def _pow(a: Mapping[str, Any]) -> str:
     exponent = a["exponent"]
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
              0.5: "tl.sqrt_rn({self})", -1: "1.0 / {self}"}
     return known.get(exponent, "libdevice.pow({self}, {exponent})")
-
-
-def _clamp(a: Mapping[str, Any]) -> str:
-    out = "{self}"  # a NaN compares false both ways, so it passes through as in eager
-    if a.get("min") is not None:
-        out = f"tl.where({out} < {{min}}, {{min}}, {out})"
-    if a.get("max") is not None:
-        out = f"tl.where({out} > {{max}}, {{max}}, {out})"
-    return out
 
 
 def _div_mode(a: Mapping[str, Any]) -> str:
@@ -107,12 +84,7 @@ def _unary(expr: str) -> Pointwise:
 
 
 POINTWISE: dict[str, Pointwise] = {
-    "aten.add.Tensor": Pointwise(_alpha("+")),
-    "aten.add.Scalar": Pointwise(_alpha("+")),
-    "aten.sub.Tensor": Pointwise(_alpha("-")),
-    "aten.sub.Scalar": Pointwise(_alpha("-")),
-    "aten.rsub.Scalar": Pointwise(_rsub),
-    "aten.rsub.Tensor": Pointwise(_rsub),
+    **{op: Pointwise(template) for op, template in writer.alpha_rows("({other})").items()},
     "aten.mul.Tensor": Pointwise("{self} * ({other})"),
     "aten.mul.Scalar": Pointwise("{self} * ({other})"),
     "aten.div.Tensor": Pointwise("{self} / ({other})"),
@@ -151,14 +123,10 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.gelu_backward.default": Pointwise(_gelu_backward),
     "aten.maximum.default": Pointwise("_maximum({self}, {other})"),
     "aten.minimum.default": Pointwise("_minimum({self}, {other})"),
-    "aten.clamp.default": Pointwise(_clamp),
-    "aten.clamp_min.default": Pointwise("tl.where({self} < {min}, {min}, {self})"),
-    "aten.clamp_max.default": Pointwise("tl.where({self} > {max}, {max}, {self})"),
+    **{op: Pointwise(template) for op, template in writer.clamp_rows(
+        lambda cond, a, b: f"tl.where({cond}, {a}, {b})").items()},
     "aten.where.self": Pointwise("tl.where({condition}, {self}, {other})", args="where"),
-    **{f"aten.{name}.{kind}": Pointwise(f"{{self}} {sym} ({{other}})", args="promote")
-       for name, sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
-                         ("ge", ">="))
-       for kind in ("Tensor", "Scalar")},
+    **writer.comparisons(lambda sym: Pointwise(f"{{self}} {sym} ({{other}})", args="promote")),
     "aten.isnan.default": Pointwise("{self} != {self}", args="keep"),
     "aten.logical_not.default": Pointwise("{self} == 0", args="keep"),
     "aten.logical_and.default": Pointwise("({self} != 0) & ({other} != 0)", args="keep"),
@@ -231,43 +199,3 @@ def _argmin_combine(va, ia, vb, ib):
     take_a = (va < vb) | ((va == vb) & (ia < ib)) | ((va != va) & ((vb == vb) | (ia < ib)))
     return tl.where(take_a, va, vb), tl.where(take_a, ia, ib)
 '''
-
-#: view ops: how output coordinates map to input coordinates (see indexing.py)
-VIEWS = {
-    "aten.view.default": "reshape", "aten._unsafe_view.default": "reshape",
-    "aten.reshape.default": "reshape", "aten.squeeze.dim": "reshape",
-    "aten.squeeze.dims": "reshape", "aten.squeeze.default": "reshape",
-    "aten.unsqueeze.default": "reshape", "aten.flatten.using_ints": "reshape",
-    "aten.permute.default": "permute", "aten.transpose.int": "transpose",
-    "aten.t.default": "transpose", "aten.expand.default": "expand",
-    "aten.slice.Tensor": "slice", "aten.select.int": "select",
-    "aten.split.Tensor": "split", "aten.split_with_sizes.default": "split_with_sizes",
-    "aten.unbind.int": "unbind",
-}
-
-
-def named_args(opdef, node) -> dict[str, Any]:
-    """``node``'s arguments by schema name: attributes as they are, tensor inputs as
-    ``InputRef``s in order."""
-    if opdef.schema is None:
-        return {"self": InputRef(0)} if node.inputs else {}
-    named, next_input = {}, 0
-    for arg in opdef.schema.arguments:
-        if arg.name in node.attrs:
-            named[arg.name] = node.attrs[arg.name]
-        elif next_input < len(node.inputs):
-            named[arg.name] = InputRef(next_input)
-            next_input += 1
-    return named
-
-
-def promote_dtype(dtypes: list[str], attrs_) -> str:
-    """The compute dtype torch promotes ``dtypes`` (and a float ``other``) to."""
-    result = DTYPES[dtypes[0]]
-    for d in dtypes[1:]:
-        result = torch.promote_types(result, DTYPES[d])
-    other = attrs_.get("other")
-    if isinstance(other, float) and not result.is_floating_point:
-        result = torch.float32
-    name = next(k for k, v in DTYPES.items() if v == result)
-    return COMPUTE[name]

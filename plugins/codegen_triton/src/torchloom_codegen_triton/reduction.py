@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from torchloom.api import Node
+from torchloom.api import Node, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
@@ -24,18 +24,7 @@ if TYPE_CHECKING:
     from torchloom_codegen_triton.kernel import KernelWriter
 
 
-def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
-    """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them).
-
-    A 0-d tensor has no dims to reduce: torch accepts ``dim`` 0 or -1 for it (as if it had
-    one dim of size 1) and reduces its one element, so the answer is ``()``."""
-    dim = node.attrs.get("dim")
-    if rank == 0:
-        return ()
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return tuple(range(rank))
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    return tuple(sorted({d + rank if d < 0 else d for d in dims}))
+reduced_dims = writer.reduced_dims
 
 
 def identity_of(kind: str, dtype: str) -> str:
@@ -134,9 +123,7 @@ def row_count(w: "KernelWriter") -> str:
 
 def var_dof(w: "KernelWriter", node: Node) -> str:
     """``n - correction`` of a var/std reduction (never below 0)."""
-    correction = node.attrs.get("correction")
-    if correction is None:
-        correction = 1 if node.attrs.get("unbiased", True) else 0
+    correction = writer.var_correction(node)
     if not isinstance(w.rnumel, int):
         return w.em.emit(f"tl.maximum({row_count(w)} - {literal(float(correction))}, 0.0)",
                          "f32", "dof", rdep=False).text

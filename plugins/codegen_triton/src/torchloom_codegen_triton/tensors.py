@@ -6,9 +6,7 @@ rowcol, tiled) can use them without importing the writer back (no import cycle).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from torchloom.api import TensorType, Value, indexing, symbols
+from torchloom.api import TensorType, Value, indexing, symbols, writer
 
 from torchloom_codegen_triton.ops import STORAGE
 
@@ -28,9 +26,7 @@ def memory_order(t: TensorType) -> tuple[int, ...]:
     return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(key[d]), d)))
 
 
-def same_shape(a: Sequence, b: Sequence) -> bool:
-    """Whether shapes ``a`` and ``b`` are equal at every runtime size."""
-    return len(a) == len(b) and all(indexing.same(x, y) for x, y in zip(a, b))
+same_shape = writer.same_shape
 
 
 def at_point(dim) -> int:

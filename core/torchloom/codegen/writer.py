@@ -1,0 +1,354 @@
+"""What every native codegen's kernel writer shares, whatever language it writes.
+
+A writer computes a group's values lazily at coordinates (``value_at``): a region input is
+a load, a view maps coordinates to its input's, a reduction result is read where its row
+was reduced, and a pointwise op is its template over its inputs at broadcast coordinates.
+The dispatch, the argument conversions of a pointwise op, the value numbering of
+statements and the op tables that do not depend on the target are here; a codegen gives
+its templates (:class:`PointwiseTable` rows), its literals and its statements' spelling.
+
+- :class:`Expr`: a value in the kernel (its text, compute dtype, whether it depends on
+  the inner (reduced or SIMD) index);
+- :class:`Statements`: SSA-style statements numbered by their text, with *phases* (loops
+  over the inner index) whose loop-invariant statements go before the loop;
+- :class:`ValueWalk`: the value walk, a mixin of the target's writer;
+- rows shared by the pointwise tables: :func:`comparisons`, :func:`alpha_rows`,
+  :func:`clamp_rows`;
+- tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
+  its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
+- helpers: :func:`named_args`, :func:`promote_dtype`, :func:`reduced_dims`,
+  :func:`var_correction`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+import torch
+
+from torchloom.codegen.indexing import Coords, Unsupported, prod, same
+from torchloom.ir import DTYPES, InputRef, Node, ScalarType, TensorType, Value
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
+COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64",
+           "i32": "i32", "i16": "i16", "i8": "i8", "u8": "u8", "b8": "b8"}
+FLOATS = ("f64", "f32", "f16", "bf16")
+#: scalar group inputs a kernel takes as arguments -> their compute dtype
+SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
+#: comparison ops' names -> the operator (``aten.<name>.Tensor`` and ``.Scalar``)
+COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+#: view ops: how output coordinates map to input coordinates (see ``indexing.view_coords``)
+VIEWS = {
+    "aten.view.default": "reshape", "aten._unsafe_view.default": "reshape",
+    "aten.reshape.default": "reshape", "aten.squeeze.dim": "reshape",
+    "aten.squeeze.dims": "reshape", "aten.squeeze.default": "reshape",
+    "aten.unsqueeze.default": "reshape", "aten.flatten.using_ints": "reshape",
+    "aten.permute.default": "permute", "aten.transpose.int": "transpose",
+    "aten.t.default": "transpose", "aten.expand.default": "expand",
+    "aten.slice.Tensor": "slice", "aten.select.int": "select",
+    "aten.split.Tensor": "split", "aten.split_with_sizes.default": "split_with_sizes",
+    "aten.unbind.int": "unbind",
+}
+
+
+def comparisons(row: Callable[[str], Any]) -> dict[str, Any]:
+    """Table rows of every comparison op: ``row(symbol)`` for ``aten.<cmp>.Tensor/Scalar``."""
+    return {f"aten.{name}.{kind}": row(symbol) for name, symbol in COMPARISONS.items()
+            for kind in ("Tensor", "Scalar")}
+
+
+def alpha_rows(other: str = "{other}") -> dict[str, Callable[..., str]]:
+    """Templates (functions of the op's attributes) of add, sub and rsub (``.Tensor`` and
+    ``.Scalar``), ``other`` spelling the second operand: ``self + other * alpha``."""
+    def binary(sign: str) -> Callable[..., str]:
+        def template(a: Mapping[str, Any], *_) -> str:
+            rhs = other if a.get("alpha", 1) == 1 else f"{other} * {{alpha}}"
+            return f"{{self}} {sign} {rhs}"
+        return template
+
+    def rsub(a: Mapping[str, Any], *_) -> str:
+        return "{other} - {self}" if a.get("alpha", 1) == 1 else "{other} - {self} * {alpha}"
+
+    rows = {f"aten.{name}.{kind}": binary(sign) for name, sign in (("add", "+"), ("sub", "-"))
+            for kind in ("Tensor", "Scalar")}
+    return rows | {"aten.rsub.Scalar": rsub, "aten.rsub.Tensor": rsub}
+
+
+def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
+    """Templates of clamp, clamp_min and clamp_max; ``select(cond, a, b)`` spells a choice.
+    A NaN compares false both ways, so it passes through as in eager."""
+    low = select("{x} < {min}", "{min}", "{x}")
+    high = select("{x} > {max}", "{max}", "{x}")
+
+    def clamp(a: Mapping[str, Any], *_) -> str:
+        out = "{self}"
+        if a.get("min") is not None:
+            out = low.replace("{x}", out)
+        if a.get("max") is not None:
+            out = high.replace("{x}", out)
+        return out
+
+    return {"aten.clamp.default": clamp,
+            "aten.clamp_min.default": low.replace("{x}", "{self}"),
+            "aten.clamp_max.default": high.replace("{x}", "{self}")}
+
+
+@attrs.frozen
+class Expr:
+    """A value in the kernel: its text (a name or literal), its compute dtype, and whether
+    it depends on the inner index (varies along a row's loop)."""
+
+    text: str
+    dtype: str
+    inner: bool = False
+
+
+class Statements:
+    """Statements numbered by their text (the same text in scope is bound once), in phases.
+
+    Outside a phase statements go to ``lines``; inside one (``open_phase``), an inner
+    statement goes into the loop's body and any other before the loop (hoisted by
+    construction). ``literal`` (a subclass's) matches the target's literals: those and
+    names are used as they are, never bound."""
+
+    literal: ClassVar[re.Pattern[str]] = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?\Z")
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._memo: dict[str, str] = {}
+        self._phase_memo: dict[str, str] = {}
+        self._phase: tuple[list[str], list[str]] | None = None
+        self._count = 0
+        self.phase_id = 0
+
+    def atomic(self, text: str) -> bool:
+        """Whether ``text`` is a name or a literal (needs no parentheses, no binding)."""
+        return bool(IDENT.fullmatch(text) or self.literal.match(text))
+
+    def par(self, text: str) -> str:
+        return text if self.atomic(text) else f"({text})"
+
+    def fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
+
+    def bind(self, text: str, hint: str, inner: bool,
+             line: Callable[[str], str]) -> tuple[str, bool]:
+        """The name bound to ``text`` in scope (the phase's, with ``inner``), binding it
+        with the statement ``line(name)`` when there is none; (name, newly bound)."""
+        memo = self._phase_memo if inner else self._memo
+        name = memo.get(text)
+        if name is not None:
+            return name, False
+        name = self.fresh(hint)
+        memo[text] = name
+        self.statement(line(name), inner)
+        return name, True
+
+    def statement(self, line: str, inner: bool) -> None:
+        if self._phase is None:
+            self.lines.append(line)
+        elif inner:
+            self._phase[1].append(line)
+        else:
+            self._phase[0].append(line)
+
+    def open_phase(self) -> None:
+        """Start a loop over the inner index."""
+        self._phase = ([], [])
+        self._phase_memo = {}
+        self.phase_id += 1
+
+    def close_phase(self) -> list[str] | None:
+        """End the loop: the hoisted statements go to ``lines``; returns the loop's body
+        (None when no phase is open) for the caller to wrap in its loop."""
+        if self._phase is None:
+            return None
+        pre, body = self._phase
+        self._phase = None
+        self._phase_memo = {}
+        self.lines.extend(pre)
+        return body
+
+
+class ValueWalk:
+    """The value walk of a kernel writer (mixed into the target's ``KernelWriter``).
+
+    The writer has ``em`` (its emitter: ``emit``, ``convert``, ``cast``), ``ix`` (its
+    ``IndexMath``), ``known``, ``registry``, ``reduced`` (reduction output -> (coordinates
+    of its row, its Expr)) and ``values``; it gives the class attributes ``TARGET`` (for
+    reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods ``tensor_type``, ``_load``,
+    ``_literal`` and ``_render`` (a scalar attribute's text, a pointwise op's text)."""
+
+    TARGET: ClassVar[str]
+    #: scalar group inputs the kernel takes as arguments -> their compute dtype
+    SCALAR_DTYPES: ClassVar[Mapping[str, str]] = SCALAR_DTYPES
+    POINTWISE: ClassVar[Mapping[str, Any]]
+    REDUCTIONS: ClassVar[Mapping[str, Any]]
+
+    def region_devices(self, region) -> set[str]:
+        """The devices of the region's tensors; Unsupported for an op without template, a
+        group without outputs or a value the target cannot hold."""
+        devices = set()
+        for v in region.inputs:
+            if isinstance(v.type, ScalarType) and v.type.kind in self.SCALAR_DTYPES:
+                continue  # a kernel argument
+            devices.add(self.tensor_type(v).device)
+        for n in region.nodes:
+            if n.op not in self.POINTWISE and n.op not in VIEWS and n.op not in self.REDUCTIONS:
+                category = self.registry.category(n.op)
+                raise Unsupported(f"op {n.op} ({category}) has no {self.TARGET} template")
+            for v in n.outputs:
+                devices.add(self.tensor_type(v).device)
+        if not region.outputs:
+            raise Unsupported("the group has no outputs")
+        for v in region.outputs:
+            devices.add(self.tensor_type(v).device)
+        return devices
+
+    def _compute(self, v: Value, coords: Coords):
+        node = v.producer
+        if node is None and isinstance(v.type, ScalarType):
+            return Expr(f"in_{v.name}", self.SCALAR_DTYPES[v.type.kind])
+        t = self.tensor_type(v)
+        if node is None:
+            return self._load(v, t, coords)
+        if node.op in VIEWS:
+            src = node.inputs[0]
+            self._check_view(node, v, t, src)
+            in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
+                                            self.tensor_type(src).shape, self.known, v.index)
+            return self.value_at(src, in_coords)
+        if node.op in self.REDUCTIONS:
+            expected, e = self.reduced[v]
+            if coords != expected:
+                raise Unsupported(f"reduction result %{v.name} is read at other elements than "
+                                  f"its row ({', '.join(coords)})")
+            return e
+        return self._pointwise(node, v, t, coords)
+
+    def place_output(self, v: Value) -> tuple[bool, Coords]:
+        """Where a reduction kernel stores output ``v`` (the writer has ``shape`` P,
+        ``rdims``, ``kept_shape``, ``rows``, ``numel`` and the coordinates ``full``, ``row``,
+        ``row_keepdim``): (stored in the last loop over the row, at these coordinates)."""
+        shape = tuple(self.tensor_type(v).shape)
+        if same_shape(shape, self.shape):
+            return True, self.full
+        if same_shape(shape, [1 if d in self.rdims else s for d, s in enumerate(self.shape)]):
+            return False, self.row_keepdim
+        if same_shape(shape, self.kept_shape):
+            return False, self.row
+        if same(prod(shape), self.rows):  # another view of the rows: same element order
+            return False, self.ix.reshape(self.row, self.kept_shape, shape, self.known)
+        if same(prod(shape), self.numel):  # another view of P: element i goes to i
+            return True, self.ix.reshape(self.full, self.shape, shape, self.known)
+        raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the elements "
+                          f"of the reduced shape {list(self.shape)} nor those of a row")
+
+    def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
+        """A target's veto of a view in this kernel (none by default)."""
+
+    def _pointwise(self, node: Node, v: Value, t: TensorType, coords: Coords):
+        spec = self.POINTWISE[node.op]
+        if len(node.outputs) != 1:
+            raise Unsupported(f"{node.op} has {len(node.outputs)} outputs")
+        out = COMPUTE[t.dtype]
+        em = self.em
+        tensors = [self.value_at(i, self.ix.broadcast(coords, t.shape, _shape(i)))
+                   for i in node.inputs]
+        if spec.args == "cast":
+            return em.cast(tensors[0], t.dtype)
+        compute = out
+        if spec.args == "promote":
+            compute = promote_dtype([value_dtype(i, self.SCALAR_DTYPES) for i in node.inputs],
+                                    node.attrs)
+            tensors = [em.convert(e, compute) for e in tensors]
+        elif spec.args == "out":
+            tensors = [em.convert(e, out) for e in tensors]
+        elif spec.args == "where":
+            tensors = [em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
+        elif tensors:  # keep: the template sees the inputs as they are
+            compute = tensors[0].dtype
+        named = {}
+        for name, value in named_args(self.registry.get(node.op), node).items():
+            if isinstance(value, InputRef):
+                named[name] = em.par(tensors[int(value)].text)
+            elif isinstance(value, (bool, int, float)):
+                named[name] = self._literal(node, value, compute)
+        text = self._render(node, spec, named, compute, t.dtype)
+        e = em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
+        if t.dtype in ("f16", "bf16") and spec.args != "keep":
+            e = em.cast(e, t.dtype)  # eager rounds every low-precision result
+        return e
+
+
+def same_shape(a: Sequence, b: Sequence) -> bool:
+    """Whether shapes ``a`` and ``b`` are equal at every runtime size."""
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def _shape(v: Value) -> tuple:
+    return () if isinstance(v.type, ScalarType) else v.type.shape
+
+
+def value_dtype(v: Value, scalars: Mapping[str, str] = SCALAR_DTYPES) -> str:
+    """``v``'s IR dtype; a scalar's is that of its kind in ``scalars`` (by default float:
+    f64, int: i64, bool: b8)."""
+    if isinstance(v.type, ScalarType):
+        return scalars[v.type.kind]
+    return v.type.dtype
+
+
+def named_args(opdef, node: Node) -> dict[str, Any]:
+    """``node``'s arguments by schema name: attributes as they are, tensor inputs as
+    ``InputRef``s in order."""
+    if opdef.schema is None:
+        return {"self": InputRef(0)} if node.inputs else {}
+    named, next_input = {}, 0
+    for arg in opdef.schema.arguments:
+        if arg.name in node.attrs:
+            named[arg.name] = node.attrs[arg.name]
+        elif next_input < len(node.inputs):
+            named[arg.name] = InputRef(next_input)
+            next_input += 1
+    return named
+
+
+def promote_dtype(dtypes: list[str], attrs_: Mapping[str, Any]) -> str:
+    """The compute dtype torch promotes IR ``dtypes`` (and a float ``other``) to."""
+    result = DTYPES[dtypes[0]]
+    for d in dtypes[1:]:
+        result = torch.promote_types(result, DTYPES[d])
+    other = attrs_.get("other")
+    if isinstance(other, float) and not result.is_floating_point:
+        result = torch.float32
+    name = next(k for k, v in DTYPES.items() if v == result)
+    return COMPUTE[name]
+
+
+def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
+    """The dims ``node`` reduces, normalised and sorted (no ``dim``: all of them).
+
+    A 0-d tensor has no dims to reduce: torch accepts ``dim`` 0 or -1 for it (as if it had
+    one dim of size 1) and reduces its one element, so the answer is ``()``."""
+    dim = node.attrs.get("dim")
+    if rank == 0:
+        return ()
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(rank))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return tuple(sorted({d + rank if d < 0 else d for d in dims}))
+
+
+def var_correction(node: Node) -> int | float:
+    """The correction (``n - correction`` degrees of freedom) of a var/std reduction."""
+    correction = node.attrs.get("correction")
+    if correction is None:
+        correction = 1 if node.attrs.get("unbiased", True) else 0
+    return correction
