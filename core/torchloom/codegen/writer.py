@@ -17,7 +17,7 @@ its templates (:class:`PointwiseTable` rows), its literals and its statements' s
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
   its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
 - helpers: :func:`named_args`, :func:`promote_dtype`, :func:`reduced_dims`,
-  :func:`var_correction`.
+  :func:`var_correction`, :func:`same_shape`, :func:`drop_unused`.
 """
 
 from __future__ import annotations
@@ -286,6 +286,21 @@ class ValueWalk:
         if t.dtype in ("f16", "bf16") and spec.args != "keep":
             e = em.cast(e, t.dtype)  # eager rounds every low-precision result
         return e
+
+
+def drop_unused(lines: list[str], binding: re.Pattern[str]) -> list[str]:
+    """Remove the statements binding a name (``binding`` matches one, its group 1 the
+    name) that nothing after them reads: coordinates a walk did not need, so the source
+    shows only what the kernel computes."""
+    used: set[str] = set()
+    kept: list[str] = []
+    for line in reversed(lines):
+        m = binding.match(line)
+        if m and m.group(1) not in used:
+            continue
+        used.update(IDENT.findall(line))
+        kept.append(line)
+    return kept[::-1]
 
 
 def same_shape(a: Sequence, b: Sequence) -> bool:

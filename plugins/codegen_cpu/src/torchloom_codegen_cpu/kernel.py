@@ -313,21 +313,11 @@ class KernelWriter(writer.ValueWalk):
 
 
 _DECLARATION = re.compile(r"\s*const [A-Za-z_0-9]+ ([A-Za-z_][A-Za-z0-9_]*) = ")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def drop_unused(lines: list[str]) -> list[str]:
-    """Remove const declarations nothing reads (coordinates a walk did not need), so the
-    source shows only what the kernel computes."""
-    used: set[str] = set()
-    kept: list[str] = []
-    for line in reversed(lines):
-        m = _DECLARATION.match(line)
-        if m and m.group(1) not in used:
-            continue
-        used.update(_NAME.findall(line))
-        kept.append(line)
-    return kept[::-1]
+    """Remove const declarations nothing reads (coordinates a walk did not need)."""
+    return writer.drop_unused(lines, _DECLARATION)
 
 
 def output_names(region) -> list[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from torchloom.api import writer
+
 
 def next_pow2(n: int) -> int:
     p = 1
@@ -71,17 +73,8 @@ def wider_configs(meta: dict, max_persistent: int) -> list[dict[str, int]]:
 
 
 _ASSIGN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*) = ")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def drop_unused(lines: list[str]) -> list[str]:
     """Remove single assignments nothing reads (coordinates a walk did not need)."""
-    used: set[str] = set()
-    kept: list[str] = []
-    for line in reversed(lines):
-        m = _ASSIGN.match(line)
-        if m and m.group(1) not in used:
-            continue
-        used.update(_NAME.findall(line))
-        kept.append(line)
-    return kept[::-1]
+    return writer.drop_unused(lines, _ASSIGN)

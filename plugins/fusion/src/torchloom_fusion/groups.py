@@ -31,10 +31,28 @@ from __future__ import annotations
 
 import bisect
 
-from torchloom.api import FUSION_GROUP, Graph, Node, TensorType, Value
+import attrs
+
+from torchloom.api import FUSION_GROUP, Graph, Node, Pass, PassContext, TensorType, Value
 
 from torchloom_fusion.fusibility import REDUCTION, VIEW, compatible, is_group, node_kind, \
     numel, reads_column_result, reduction_signature
+
+
+#: validator of a pass option that counts something: an int >= 1
+POSITIVE = [attrs.validators.instance_of(int), attrs.validators.ge(1)]
+
+
+@attrs.frozen
+class GroupLimits(Pass):
+    """The options of every fusion pass that builds groups: a group's distinct inputs
+    stay within ``max_group_inputs`` and its outputs within ``max_group_outputs``."""
+
+    max_group_inputs: int = attrs.field(default=128, validator=POSITIVE)
+    max_group_outputs: int = attrs.field(default=64, validator=POSITIVE)
+
+    def editor(self, graph: Graph, ctx: PassContext) -> GroupEditor:
+        return GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
 
 
 class GroupEditor:

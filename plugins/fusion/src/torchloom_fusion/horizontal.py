@@ -6,16 +6,13 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import Graph, Pass, PassContext, PassResult
+from torchloom.api import Graph, PassContext, PassResult
 
 from torchloom_fusion.closure import Fusion
-from torchloom_fusion.groups import GroupEditor
-
-_positive = [attrs.validators.instance_of(int), attrs.validators.ge(1)]
-
+from torchloom_fusion.groups import POSITIVE, GroupLimits
 
 @attrs.frozen
-class HorizontalFusion(Pass):
+class HorizontalFusion(GroupLimits):
     """Siblings (groups or fusible nodes) that share an input and have no path between
     them merge into one group when they iterate over the same space (equal largest
     numel; reductions over the same rows) and the limits hold. Typical: the four LSTM
@@ -52,12 +49,10 @@ class HorizontalFusion(Pass):
 
     name: ClassVar[str] = "fusion.horizontal"
     after: ClassVar[tuple[str, ...]] = ("fusion.decompose", "fusion.functionalize")
-    max_group_inputs: int = attrs.field(default=128, validator=_positive)
-    max_group_outputs: int = attrs.field(default=64, validator=_positive)
-    max_siblings: int = attrs.field(default=8, validator=_positive)
+    max_siblings: int = attrs.field(default=8, validator=POSITIVE)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        ed = GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
+        ed = self.editor(graph, ctx)
         fusion = Fusion(ed, vertical=True, siblings=True, max_siblings=self.max_siblings)
         fusion.sweep_values()
         fusion.settle()

@@ -6,13 +6,12 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import (CONSTANT, Graph, Node, Pass, PassContext, PassResult, TensorType,
+from torchloom.api import (CONSTANT, Graph, Node, PassContext, PassResult, TensorType,
                            merge_common_nodes, remove_dead_nodes)
 
 from torchloom_fusion.fusibility import is_group
-from torchloom_fusion.groups import GroupEditor
+from torchloom_fusion.groups import GroupEditor, GroupLimits
 
-_positive = [attrs.validators.instance_of(int), attrs.validators.ge(1)]
 
 #: splits of a group output that are cheaper inside the group (nvFuser moves chunk in)
 _SPLITS = frozenset({"aten.split.Tensor", "aten.split_with_sizes.default",
@@ -29,7 +28,7 @@ _METADATA: dict = {
 
 
 @attrs.frozen
-class MergeGroups(Pass):
+class MergeGroups(GroupLimits):
     """Clean-ups after vertical and horizontal fusion:
 
     - a group directly followed by another group it feeds, or that iterates over the
@@ -62,11 +61,9 @@ class MergeGroups(Pass):
 
     name: ClassVar[str] = "fusion.merge-groups"
     after: ClassVar[tuple[str, ...]] = ("fusion.vertical", "fusion.horizontal")
-    max_group_inputs: int = attrs.field(default=128, validator=_positive)
-    max_group_outputs: int = attrs.field(default=64, validator=_positive)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        ed = GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
+        ed = self.editor(graph, ctx)
         stats = {"merged": 0, "splits_moved": 0, "outputs_pruned": 0, "size_outputs": 0,
                  "dead": 0, "cse": 0, "inputs_pruned": 0}
         node = graph.first

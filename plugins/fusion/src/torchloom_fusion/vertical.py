@@ -6,16 +6,13 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import Graph, Pass, PassContext, PassResult
+from torchloom.api import Graph, PassContext, PassResult
 
 from torchloom_fusion.closure import Fusion
-from torchloom_fusion.groups import GroupEditor
-
-_positive = [attrs.validators.instance_of(int), attrs.validators.ge(1)]
-
+from torchloom_fusion.groups import GroupLimits
 
 @attrs.frozen
-class VerticalFusion(Pass):
+class VerticalFusion(GroupLimits):
     """Walk the graph from the end; each pointwise or reduction node (or group) absorbs
     its fusible producers while a topologically valid merge exists, the group's distinct
     inputs stay within ``max_group_inputs`` and its outputs within ``max_group_outputs``.
@@ -48,11 +45,9 @@ class VerticalFusion(Pass):
 
     name: ClassVar[str] = "fusion.vertical"
     after: ClassVar[tuple[str, ...]] = ("fusion.decompose", "fusion.functionalize")
-    max_group_inputs: int = attrs.field(default=128, validator=_positive)
-    max_group_outputs: int = attrs.field(default=64, validator=_positive)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        ed = GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
+        ed = self.editor(graph, ctx)
         fusion = Fusion(ed, vertical=True, siblings=False)
         fusion.sweep_consumers()
         fusion.settle()  # what the sweep's merges made possible: a second run finds nothing

@@ -1,0 +1,83 @@
+"""torchloom.api.writer: what the native codegens' kernel writers share (the cpu and triton
+codegens' tests run it end to end; these pin its pieces)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from torchloom.api import parse_graph, writer
+
+
+class Lines(writer.Statements):
+    """A toy target: ``name = text`` statements."""
+
+    def emit(self, text: str, inner: bool = False) -> str:
+        if self.atomic(text):
+            return text
+        return self.bind(text, "t", inner and self._phase is not None,
+                         lambda name: f"{name} = {text}")[0]
+
+
+def test_statements_number_equal_text_once_and_hoist_out_of_phases():
+    em = Lines()
+    a = em.emit("x + 1")
+    assert em.emit("x + 1") == a and em.emit("3") == "3" and em.emit("y") == "y"
+    em.open_phase()
+    inner = em.emit("r * 2", inner=True)
+    assert em.emit("r * 2", inner=True) == inner  # numbered within the phase
+    hoisted = em.emit("x * 7")  # not inner: goes before the loop
+    body = em.close_phase()
+    assert body == [f"{inner} = r * 2"]
+    assert em.lines == [f"{a} = x + 1", f"{hoisted} = x * 7"]
+    em.open_phase()
+    assert em.emit("r * 2", inner=True) != inner  # a new loop: computed again
+    assert em.close_phase() is not None and em.close_phase() is None
+    assert em.par("a + b") == "(a + b)" and em.par("ab") == "ab" and em.par("-1.5") == "-1.5"
+
+
+def test_drop_unused_keeps_what_is_read_later():
+    lines = ["a = 1", "b = a + 1", "c = 2", "out(b)"]
+    assert writer.drop_unused(lines, re.compile(r"\s*([A-Za-z_]\w*) = ")) == [
+        "a = 1", "b = a + 1", "out(b)"]
+
+
+@pytest.mark.parametrize("alpha, expected", [(1, "{self} - ({other})"),
+                                             (2, "{self} - ({other}) * {alpha}")])
+def test_alpha_rows(alpha, expected):
+    rows = writer.alpha_rows("({other})")
+    assert rows["aten.sub.Tensor"]({"alpha": alpha}) == expected
+    assert rows["aten.rsub.Scalar"]({"alpha": 1}, "f32") == "{other} - {self}"
+    assert set(rows) == {"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor",
+                         "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"}
+
+
+def test_clamp_rows_nest_min_inside_max():
+    rows = writer.clamp_rows(lambda c, a, b: f"sel({c}, {a}, {b})")
+    assert rows["aten.clamp.default"]({"min": 0, "max": None}) == "sel({self} < {min}, {min}, {self})"
+    both = rows["aten.clamp.default"]({"min": 0, "max": 1})
+    assert both == ("sel(sel({self} < {min}, {min}, {self}) > {max}, {max}, "
+                    "sel({self} < {min}, {min}, {self}))")
+    assert rows["aten.clamp_max.default"] == "sel({self} > {max}, {max}, {self})"
+    assert set(writer.comparisons(lambda s: s).values()) == {"==", "!=", "<", "<=", ">", ">="}
+
+
+def test_promotion_and_reduced_dims_follow_torch():
+    assert writer.promote_dtype(["i64", "f16"], {}) == "f32"  # computed in f32
+    assert writer.promote_dtype(["i32"], {"other": 0.5}) == "f32"
+    assert writer.promote_dtype(["i32", "i64"], {}) == "i64"
+    g = parse_graph("""graph @g(%x: f32[2, 3, 4], %z: f32[]) {
+  %a = aten.sum.dim_IntList(%x) {dim = [-1, 0]} : f32[3]
+  %b = aten.sum.dim_IntList(%z) {dim = [0]} : f32[]
+  %c = aten.var.correction(%x) {dim = [1], correction = 0} : f32[2, 4]
+  %d = aten.var.dim(%x) {dim = [1], unbiased = true} : f32[2, 4]
+  return %a, %b, %c, %d
+}""")
+    a, b, c, d = g.nodes
+    assert writer.reduced_dims(a, 3) == (0, 2) and writer.reduced_dims(b, 0) == ()
+    assert writer.var_correction(c) == 0 and writer.var_correction(d) == 1
+
+
+def test_same_shape_compares_symbolic_sizes_by_value():
+    assert writer.same_shape(["2*s0", 4], ["s0*2", 4])
+    assert not writer.same_shape(["s0", 4], ["s1", 4]) and not writer.same_shape([4], [4, 1])
