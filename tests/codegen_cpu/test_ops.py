@@ -160,7 +160,10 @@ def test_registry_ops_without_a_template_are_declined_with_a_reason(registry, co
     found = _tensor_ops(registry, category)
     assert len(found) >= (30 if category == "pointwise" else 3)
     missing = [op for op in found if op not in table]
-    assert missing
+    if category == "reduction":  # any / all were the last ones (bugs.md item 1)
+        assert missing == [], missing
+    else:
+        assert missing
     for op in missing:
         text = group_text("%a: f32[4, 8]", f"%o = {op}(%a) : f32[4, 8]", "%o: f32[4, 8]")
         reason = codegen.supports(next(parse_graph(text).nodes), registry)
@@ -188,6 +191,12 @@ REDUCTION_CASES = {
     "aten.argmin.default": "{{dim = {d}, keepdim = true}}",
     "aten.max.dim": "{{dim = {d}}}",
     "aten.min.dim": "{{dim = {d}}}",
+    "aten.any.dim": "{{dim = {d}}}",
+    "aten.any.dims": "{{dim = [{d}], keepdim = true}}",
+    "aten.any.default": "",
+    "aten.all.dim": "{{dim = {d}, keepdim = true}}",
+    "aten.all.dims": "{{dim = [{d}]}}",
+    "aten.all.default": "",
 }
 
 

@@ -13,8 +13,9 @@ import attrs
 
 @attrs.frozen
 class Reduction:
-    """How a reduction op combines (``kind``: sum, prod, max, min, var, argmax, argmin) and
-    how the combined value becomes the op's outputs."""
+    """How a reduction op combines (``kind``: sum, prod, max, min, var, argmax, argmin, and
+    any / all: whether some / every element is nonzero, NaN counting as nonzero) and how
+    the combined value becomes the op's outputs."""
 
     kind: str
     #: the op's outputs, in order, as expressions over ``{acc}`` (the combined value),
@@ -47,6 +48,8 @@ def reduction_table(sqrt: str, *, kinds: frozenset[str] | None = None) -> dict[s
         "aten.argmin.default": Reduction("argmin"),
         "aten.max.dim": Reduction("argmax", ("{value}", "{acc}")),
         "aten.min.dim": Reduction("argmin", ("{value}", "{acc}")),
+        **{f"aten.{kind}.{overload}": Reduction(kind) for kind in ("any", "all")
+           for overload in ("dim", "dims", "default")},
     }
     if kinds is None:
         return table

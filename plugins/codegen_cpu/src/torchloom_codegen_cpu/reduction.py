@@ -107,6 +107,9 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
     fields: dict[str, str] = {"n": w.count(w.rnumel, acc_dtype)}
     if spec.kind in ("sum", "prod", "max", "min"):
         fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).text
+    elif spec.kind in ("any", "all"):  # max / min of the elements as bools (x != 0)
+        kind = "max" if spec.kind == "any" else "min"
+        fields["acc"] = block_reduce(w, kind, lambda: em.convert(full(), "b8"), "b8").text
     elif spec.kind == "var":  # in double, as eager's var/std (WelfordOps<.., double>)
         fields["n"] = w.count(w.rnumel, "f64")
         inf_flag = em.fresh("inf") if len(node.outputs) > 1 else None
