@@ -184,7 +184,9 @@ class ValueWalk:
     ``IndexMath``), ``known``, ``registry``, ``reduced`` (reduction output -> (coordinates
     of its row, its Expr)) and ``values``; it gives the class attributes ``TARGET`` (for
     reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods ``tensor_type``, ``_load``,
-    ``_literal`` and ``_render`` (a scalar attribute's text, a pointwise op's text)."""
+    ``_literal`` and ``_render`` (a scalar attribute's text; a pointwise op's text from its
+    template over ``named``, the template chosen from ``given``: the attributes and the
+    arguments that are inputs, as ``InputRef``)."""
 
     TARGET: ClassVar[str]
     #: scalar group inputs the kernel takes as arguments -> their compute dtype
@@ -276,12 +278,16 @@ class ValueWalk:
         elif tensors:  # keep: the template sees the inputs as they are
             compute = tensors[0].dtype
         named = {}
+        # what the template builders see: the attributes, and the arguments given as
+        # inputs (a symbolic clamp bound, say) as their InputRef: present, not a number
+        given = dict(node.attrs)
         for name, value in named_args(self.registry.get(node.op), node).items():
             if isinstance(value, InputRef):
                 named[name] = em.par(tensors[int(value)].text)
+                given[name] = value
             elif isinstance(value, (bool, int, float)):
                 named[name] = self._literal(node, value, compute)
-        text = self._render(node, spec, named, compute, t.dtype)
+        text = self._render(node, spec, named, compute, t.dtype, given)
         e = em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
         if t.dtype in ("f16", "bf16") and spec.args != "keep":
             e = em.cast(e, t.dtype)  # eager rounds every low-precision result

@@ -118,8 +118,8 @@ class KernelWriter(writer.ValueWalk):
             raise Unsupported(f"{node.op}: {exc}") from None
 
     def _render(self, node: Node, spec, named: dict[str, str], compute: str,
-                ir_dtype: str) -> str:
-        template = spec.template(node.attrs, compute, ir_dtype)
+                ir_dtype: str, given: dict[str, Any]) -> str:
+        template = spec.template(given, compute, ir_dtype)
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no C template")
         try:

@@ -171,8 +171,8 @@ class KernelWriter(writer.ValueWalk):
         return par(literal(value))
 
     def _render(self, node: Node, spec, named: dict[str, str], compute: str,
-                ir_dtype: str) -> str:
-        return spec.render(named, node.attrs)
+                ir_dtype: str, given: dict[str, Any]) -> str:
+        return spec.render(named, given)
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)

@@ -1,0 +1,56 @@
+"""Scalar arguments that are graph values, not attributes (a clamp bound computed from a
+symbolic size under ``dynamic=True``): the C template must use them. The template
+builders saw only the attributes, so ``clamp(x, min=0, max=s1 - 1)`` lost its max: the
+bicubic ``interpolate`` OpInfo sample then indexed out of bounds, and a plain clamp gave
+wrong values silently."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchloom.backend import torchloom_backend
+from torchloom.tools import Compiler
+
+
+def compiled(fn):
+    compiler = Compiler("default", compile_cache=False, strict=True)
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=True, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler})), compiler
+
+
+def clamp_by_size(x):
+    return (x * 3).clamp(min=0, max=x.shape[1] - 3) + 1
+
+
+def clamp_indices(x, i):
+    return x[:, (i - 1).clamp(0, x.shape[1] - 1)] * 2
+
+
+@pytest.mark.parametrize("sizes", [[(4, 7), (5, 9), (3, 12), (6, 5)]])
+def test_a_bound_from_a_symbolic_size_clamps(sizes):
+    fn, compiler = compiled(clamp_by_size)
+    for shape in sizes:
+        x = torch.randn(*shape) * shape[1]
+        torch.testing.assert_close(fn(x), clamp_by_size(x))
+    choices = [c for comp in compiler.compilations if comp.compiled is not None
+               for c in comp.compiled.choices]
+    assert "cpu" in {c.codegen for c in choices}, [str(r) for c in choices
+                                                     for r in c.fallback_reasons]
+
+
+def test_clamped_indices_stay_in_bounds():
+    fn, _ = compiled(clamp_indices)
+    for n in (4, 6, 9):
+        x = torch.randn(3, n)
+        i = torch.arange(-2, n + 3)
+        torch.testing.assert_close(fn(x, i), clamp_indices(x, i))
+
+
+def test_bicubic_interpolate_under_dynamic_shapes():
+    f = lambda x, size: torch.nn.functional.interpolate(  # noqa: E731
+        x, size, mode="bicubic", align_corners=True)
+    fn, _ = compiled(f)
+    for shape, size in (((2, 3, 4, 4), (3, 3)), ((2, 3, 6, 5), (5, 4)), ((1, 2, 8, 8), (3, 5))):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(fn(x, size), f(x, size))
