@@ -56,6 +56,9 @@ VIEWS = {
     "aten.unbind.int": "unbind",
 }
 
+#: view kinds whose coordinates depend on argument values (an offset), not only on shapes
+_OFFSET_VIEWS = frozenset({"slice", "select", "split", "split_with_sizes"})
+
 
 def comparisons(row: Callable[[str], Any]) -> dict[str, Any]:
     """Table rows of every comparison op: ``row(symbol)`` for ``aten.<cmp>.Tensor/Scalar``."""
@@ -223,6 +226,16 @@ class ValueWalk:
             return self._load(v, t, coords)
         if node.op in VIEWS:
             src = node.inputs[0]
+            if len(node.inputs) > 1 and VIEWS[node.op] in _OFFSET_VIEWS:
+                # a start, index or split size known only at run time (a reshape's sizes
+                # may be: its coordinates follow from the types' symbolic shapes)
+                computed = [name for name, value in named_args(self.registry.get(node.op),
+                                                               node).items()
+                            if name != "self" and (isinstance(value, InputRef) or (
+                                isinstance(value, (list, tuple)) and
+                                any(isinstance(e, InputRef) for e in value)))]
+                raise Unsupported(f"{node.op} of %{v.name} takes {', '.join(computed)} "
+                                  f"from a graph value, not an attribute")
             self._check_view(node, v, t, src)
             in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
                                             self.tensor_type(src).shape, self.known, v.index)
