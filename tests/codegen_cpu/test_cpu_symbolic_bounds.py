@@ -81,3 +81,25 @@ def test_views_with_computed_arguments_match_eager(name, caplog):
         torch.testing.assert_close(fn(x), f(x))
     assert "raised while judging" not in caplog.text
     assert all(c.fallback_reason is None for c in compiler.compilations)
+
+
+def test_symbolic_output_laid_out_as_a_permuted_input(check):
+    """An output with symbolic sizes and strides that are not contiguous (a HF model's
+    rotary half, ``-x[..., 8:]`` of a [2, s, 2, 16] tensor seen as [2, 2, s, 16]): the
+    launcher allocated it through a contiguity check on the symbolic shape and raised
+    TypeError while loading the kernel (the group then ran on eager)."""
+    text = """\
+graph @g(%x: f32[2, 2, s0, 8] strided["32*s0", 16, 32, 1]) {
+  %n = torchloom.fusion_group(%x) : f32[2, 2, s0, 8] strided["16*s0", 8, 16, 1] region @k(%in0: f32[2, 2, s0, 8] strided["32*s0", 16, 32, 1]) {
+    %t0 = aten.neg.default(%in0) : f32[2, 2, s0, 8] strided["16*s0", 8, 16, 1]
+    return %t0
+  }
+  return %n
+}
+"""
+    compiled = check.compile(text)
+    for s in (3, 1, 7):
+        base = torch.randn(2, s, 2, 16).permute(0, 2, 1, 3)[..., 8:]
+        (got,) = compiled(base)
+        torch.testing.assert_close(got, -base, rtol=0, atol=0)
+        assert got.stride() == (16 * s, 8, 16, 1)

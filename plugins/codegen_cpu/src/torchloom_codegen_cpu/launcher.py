@@ -104,7 +104,9 @@ def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, A
         lines.append(f"    {''.join(f'o{j}, ' for j in range(len(outputs)))}= _outs")
     for j, o in enumerate(outputs):
         namespace[f"_d{j}"] = _TORCH_DTYPES[o["dtype"]]
-        contiguous = o["strides"] is None or tuple(o["strides"]) == _contiguous(o["shape"])
+        static = all(isinstance(d, int) for d in (*o["shape"], *(o["strides"] or ())))
+        contiguous = o["strides"] is None or (  # symbolic strides: computed at each call
+            static and tuple(o["strides"]) == _contiguous(o["shape"]))
         dims = ", ".join(items(o["shape"])) or "()"  # separate ints: parsed faster
         indent = "    "
         if into:  # a given buffer is used only when it is laid out as the output
