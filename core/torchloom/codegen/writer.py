@@ -56,6 +56,10 @@ VIEWS = {
     "aten.unbind.int": "unbind",
 }
 
+#: prefixes of the names writers give coordinates and loop indices (``x0 = x / 8``,
+#: ``r1``, ``xb``, ``c0``, ``j``, ``ks0``): a value named so is bound as ``v<name><n>``
+_COORDINATE_HINTS = frozenset({"x", "r", "j", "c", "xb", "ks", "xindex", "rindex", "roff"})
+
 #: view kinds whose coordinates depend on argument values (an offset), not only on shapes
 _OFFSET_VIEWS = frozenset({"slice", "select", "split", "split_with_sizes"})
 
@@ -138,7 +142,11 @@ class Statements:
         return text if self.atomic(text) else f"({text})"
 
     def fresh(self, hint: str) -> str:
+        """A new name from ``hint`` (a value's name, say); never one of the names a
+        writer gives coordinates and loop indices (``x1``, ``r0``, ``j``, ``c0``)."""
         self._count += 1
+        if hint in _COORDINATE_HINTS:
+            hint = f"v{hint}"
         return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
 
     def bind(self, text: str, hint: str, inner: bool,

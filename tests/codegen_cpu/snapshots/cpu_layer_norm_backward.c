@@ -32,19 +32,19 @@ void fused_mul_sum_sub_div_add_c797fe3819(const float* restrict in_g, const floa
     }
     float acc_sum5 = 0;
     const float m10 = in_m[x];
-    const float r12 = in_r[x];
+    const float vr12 = in_r[x];
     #pragma omp simd reduction(+:acc_sum5)
     for (int64_t r = 0; r < 48; r++) {
       const float g6 = in_g[x * 48 + r];
       const float w7 = in_w[r];
       const float mul8 = g6 * w7;
-      const float x9 = in_x[x * 48 + r];
-      const float sub11 = x9 - m10;
-      const float mul13 = sub11 * r12;
+      const float vx9 = in_x[x * 48 + r];
+      const float sub11 = vx9 - m10;
+      const float mul13 = sub11 * vr12;
       const float mul14 = mul8 * mul13;
       acc_sum5 += mul14;
     }
-    const float div16 = r12 / ((float)48.0);
+    const float div16 = vr12 / ((float)48.0);
     #pragma omp simd
     for (int64_t r = 0; r < 48; r++) {
       const float t15 = in_t[x * 48 + r];
@@ -53,9 +53,9 @@ void fused_mul_sum_sub_div_add_c797fe3819(const float* restrict in_g, const floa
       const float mul19 = g17 * w18;
       const float mul20 = mul19 * ((float)48.0);
       const float sub21 = mul20 - acc_sum1;
-      const float x22 = in_x[x * 48 + r];
-      const float sub23 = x22 - m10;
-      const float mul24 = sub23 * r12;
+      const float vx22 = in_x[x * 48 + r];
+      const float sub23 = vx22 - m10;
+      const float mul24 = sub23 * vr12;
       const float mul25 = mul24 * acc_sum5;
       const float sub26 = sub21 - mul25;
       const float mul27 = div16 * sub26;
@@ -74,13 +74,13 @@ void fused_mul_sum_sub_div_add_c797fe3819(const float* restrict in_g, const floa
     for (int64_t x = 0; x < c1 - c0; x++) acc_sum2[x] = 0;
     for (int64_t r = 0; r < 64; r++) {
       const float m5 = in_m[r];
-      const float r7 = in_r[r];
+      const float vr7 = in_r[r];
       #pragma omp simd
       for (int64_t x = c0; x < c1; x++) {
         const float g3 = in_g[r * 48 + x];
-        const float x4 = in_x[r * 48 + x];
-        const float sub6 = x4 - m5;
-        const float mul8 = sub6 * r7;
+        const float vx4 = in_x[r * 48 + x];
+        const float sub6 = vx4 - m5;
+        const float mul8 = sub6 * vr7;
         const float mul9 = g3 * mul8;
         acc_sum1[x - c0] += mul9;
         acc_sum2[x - c0] += g3;

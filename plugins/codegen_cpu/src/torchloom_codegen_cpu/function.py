@@ -4,7 +4,8 @@ Reductions of a group that reduce different dims (layer_norm's backward: row sum
 input gradient, column sums for the weight and bias gradients) cannot share one loop. They
 are written as consecutive nests in the same function, one per (input shape, reduced dims)
 class, each storing the outputs that depend on its reductions; outputs depending on no
-reduction go with the first nest. Pointwise values both nests need are recomputed (cheap
+reduction go with the first nest. A pointwise group whose outputs have different element
+counts is a nest per count. Pointwise values both nests need are recomputed (cheap
 next to a round trip through memory). A reduction whose input depends on another class's
 result, or an output depending on two classes, would need a buffer between nests: such
 groups are declined.
@@ -15,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, print_graph,
-                           structural_hash, symbols)
+from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, indexing,
+                           print_graph, structural_hash, symbols)
 
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
@@ -87,13 +88,34 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
     return names, scalars
 
 
+def _by_element_count(named: list[tuple[str, Value]]) -> list[list[tuple[str, Value]]]:
+    """Outputs grouped by element count (equal at every size), in order of appearance: a
+    pointwise walk covers the elements of one count (a group that also returns a
+    broadcast operand, say [2, 1] beside [2, 8], is written as a nest per count)."""
+    parts: list[tuple[Any, list[tuple[str, Value]]]] = []
+    for name, v in named:
+        count = indexing.prod(tensor_type(v).shape)
+        for known, part in parts:
+            if indexing.same(known, count):
+                part.append((name, v))
+                break
+        else:
+            parts.append((count, [(name, v)]))
+    return [part for _, part in parts]
+
+
 def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
                ) -> list[KernelWriter]:
     region = group.region
     reductions = [n for n in region.nodes if n.op in REDUCTIONS]
     named = list(zip(output_names(region), region.outputs))
     classes = _classes(reductions)
-    if len(classes) <= 1:
+    if not classes:  # pointwise: a nest per element count of the outputs
+        parts = _by_element_count(named)
+        if len(parts) == 1:
+            return [KernelWriter(group, registry, names=names)]
+        return [KernelWriter(group, registry, part, [], names) for part in parts]
+    if len(classes) == 1:
         return [KernelWriter(group, registry, names=names)]
     of = {n: k for k, members in enumerate(classes) for n in members}
     memo: dict[Value, frozenset[int]] = {}
