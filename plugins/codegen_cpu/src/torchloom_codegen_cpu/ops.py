@@ -191,6 +191,9 @@ POINTWISE: dict[str, Pointwise] = {
     **{op: _both(template) for op, template in writer.clamp_rows(
         lambda cond, a, b: f"({cond} ? {a} : {b})").items()},
     "aten.where.self": _both("({condition} ? {self} : {other})", args="where"),
+    # the mask converted to the result's type (0 or 1) like every input of an "out" op
+    "aten.masked_fill.Scalar": _both("({mask} != 0 ? {value} : {self})"),
+    "aten.native_dropout_backward.default": Pointwise("{grad_output} * {mask} * {scale}"),
     **writer.comparisons(lambda sym: _both(f"{{self}} {sym} {{other}}", args="promote")),
     "aten.isnan.default": _both("{self} != {self}", args="keep"),
     "aten.logical_not.default": _both("!{self}", args="keep"),
