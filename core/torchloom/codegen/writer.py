@@ -239,11 +239,13 @@ class ValueWalk:
                 # may be: its coordinates follow from the types' symbolic shapes)
                 computed = [name for name, value in named_args(self.registry.get(node.op),
                                                                node).items()
-                            if name != "self" and (isinstance(value, InputRef) or (
-                                isinstance(value, (list, tuple)) and
-                                any(isinstance(e, InputRef) for e in value)))]
-                raise Unsupported(f"{node.op} of %{v.name} takes {', '.join(computed)} "
-                                  f"from a graph value, not an attribute")
+                            if name not in ("self", "end") and (
+                                isinstance(value, InputRef) or (
+                                    isinstance(value, (list, tuple)) and
+                                    any(isinstance(e, InputRef) for e in value)))]
+                if computed:  # (a slice's end only shapes its type, known from the sizes)
+                    raise Unsupported(f"{node.op} of %{v.name} takes {', '.join(computed)} "
+                                      f"from a graph value, not an attribute")
             self._check_view(node, v, t, src)
             in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
                                             self.tensor_type(src).shape, self.known, v.index)
