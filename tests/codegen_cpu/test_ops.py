@@ -31,6 +31,7 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "aten.mul.Scalar": [(("a",), "{other = -2}")],
     "aten.div.Tensor": [(("a", "b"), ""), (("a",), "{other = 3}")],
     "aten.div.Scalar": [(("a",), "{other = 4}")],
+    "aten.true_divide.Tensor": [(("a", "b"), ""), (("a",), "{other = 3}")],
     "aten.div.Tensor_mode": [(("a", "b"), '{rounding_mode = "floor"}'),
                              (("a", "b"), '{rounding_mode = "trunc"}')],
     "aten.pow.Tensor_Scalar": [(("a",), f"{{exponent = {e}}}") for e in (2, 3, 0.5, -1, 1.7)],

@@ -153,6 +153,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.mul.Scalar": _both("{self} * {other}"),
     "aten.div.Tensor": Pointwise("{self} / {other}"),  # int inputs divide as floats
     "aten.div.Scalar": Pointwise("{self} / {other}"),
+    "aten.true_divide.Tensor": Pointwise("{self} / {other}"),  # div's alias (HF GPT-2)
     "aten.div.Tensor_mode": Pointwise(_div_mode),  # integer division by 0 raises in eager
     "aten.neg.default": _unary("-X", "-X"),
     "aten.abs.default": _unary("fabs$f(X)", "(X < 0 ? -X : X)"),

@@ -89,6 +89,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.mul.Scalar": Pointwise("{self} * ({other})"),
     "aten.div.Tensor": Pointwise("{self} / ({other})"),
     "aten.div.Scalar": Pointwise("{self} / ({other})"),
+    "aten.true_divide.Tensor": Pointwise("{self} / ({other})"),  # div's alias
     "aten.div.Tensor_mode": Pointwise(_div_mode),
     "aten.neg.default": _unary("-X"),
     "aten.abs.default": _unary("tl.abs(X)"),
