@@ -2,7 +2,8 @@
 cpu codegen's ``supports`` keeps the C function it wrote for ``prepare``/``generate`` of
 the same group, and a later Compiler over the same cache directory loads every stored
 kernel without asking ``supports`` (the codegen's ``available`` says the compiler is
-there). Results match eager on both."""
+there), from the one library the cold start built for the whole graph (named in each
+kernel's stored metadata). Results match eager on both."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def run(compiled, x, w, y):
 
 
 @pytest.mark.parametrize("graph_cache", [True, False])
-def test_cold_writes_each_kernel_once_and_warm_writes_none(tmp_path, writes, graph_cache):
+def test_cold_writes_each_kernel_once_and_warm_writes_none(tmp_path, writes, graph_cache,
+                                                           monkeypatch):
     torch.manual_seed(0)
     x, w, y = torch.randn(64, 128), torch.randn(128), torch.randn(128, 128)
     expected = eager(x, w, y)
@@ -66,8 +68,14 @@ def test_cold_writes_each_kernel_once_and_warm_writes_none(tmp_path, writes, gra
     assert len(writes) == len(kernels), (len(writes), len(kernels))
     assert len({id(g) for g in writes}) == len(writes)
     writes.clear()
+    built = []
+    real_build = cpu_codegen.build
+    monkeypatch.setattr(cpu_codegen, "build", lambda *a, **k: built.append(a) or real_build(*a, **k))
     warm = Compiler("default", cache_dir=tmp_path, compile_cache=graph_cache,
                     strict=True).compile_graph(parse_graph(GRAPH))
+    # each kernel's stored metadata names the graph's library: no build, not even a lookup
+    # by source (which would need the source of every group)
+    assert built == []
     torch.testing.assert_close(run(warm, x, w, y), expected)
     assert [c.codegen for c in warm.compiled.choices] == [c.codegen for c in cold.compiled.choices]
     assert writes == []  # loaded from the cache directory: nothing judged or written

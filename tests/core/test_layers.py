@@ -154,15 +154,15 @@ def test_no_private_ir_attribute_outside_ir():
 
 
 def plugin_pass_names() -> set[str]:
-    """``name`` of every pass class (a class with a base named ``Pass``) and runtime wrapper
-    (a class with a ``wrap`` method) in the plugins."""
+    """``name`` of every pass class (a class with a ``run`` method, its base ``Pass`` or
+    another pass base such as fusion's ``GroupLimits``) and runtime wrapper (a class with a
+    ``wrap`` method) in the plugins."""
     names = set()
     for path in plugin_modules():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and (any(
-                    (b.id if isinstance(b, ast.Name) else getattr(b, "attr", None)) == "Pass"
-                    for b in node.bases) or any(isinstance(item, ast.FunctionDef)
-                                                and item.name == "wrap" for item in node.body)):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(item, ast.FunctionDef) and item.name in ("run", "wrap")
+                    for item in node.body):
                 names |= {item.value.value for item in node.body
                           if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
                           and item.target.id == "name" and isinstance(item.value, ast.Constant)}

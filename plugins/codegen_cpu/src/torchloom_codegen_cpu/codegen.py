@@ -25,7 +25,9 @@ a graph's library runs no compiler.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,11 @@ from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher
 from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, cached_library,
-                                             compiler_name, find_compiler, probe)
+                                             compiler_name, fetch_library, find_compiler,
+                                             probe)
+
+#: a library's cache key (``toolchain.library_path``)
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 class CpuCodegen:
@@ -86,6 +92,9 @@ class CpuCodegen:
     def generate(self, group: Node, registry: Any) -> KernelSource:
         function, metadata = self._write(group, registry)
         metadata = dict(metadata)
+        built = self._prepared.get(metadata["kernel"])
+        if built is not None:  # a warm start loads the kernel from that library
+            metadata["library"] = {"key": built.stem, "toolchain": self._toolchain_id()}
         source = prelude() + "\n" + function
         return KernelSource(self.name, source, metadata)
 
@@ -102,7 +111,7 @@ class CpuCodegen:
             self._prepared[name] = path
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
-        path = self._prepared.get(kernel.metadata["kernel"])
+        path = self._prepared.get(kernel.metadata["kernel"]) or self._built(kernel.metadata)
         if path is not None and cached_library(path):
             lib = ctypes.CDLL(str(path))
             if hasattr(lib, kernel.metadata["kernel"]):
@@ -113,6 +122,24 @@ class CpuCodegen:
         """Build the kernels into one library (one translation unit, one compiler call)."""
         lib = ctypes.CDLL(str(self._build(self._translation_unit(kernels))))
         return [launcher(lib, k.metadata) for k in kernels]
+
+    def _built(self, metadata: dict[str, Any]) -> Path | None:
+        """The graph's library an earlier process's ``prepare`` built this kernel into (the
+        kernel's stored metadata names it), when this cache holds it (or the fleet's store
+        gives it) and it was built by this toolchain for this CPU; else None (then the
+        kernel is built alone)."""
+        library = metadata.get("library")
+        if not isinstance(library, dict) or not _KEY.fullmatch(str(library.get("key"))) or \
+                library.get("toolchain") != self._toolchain_id():
+            return None
+        path = self.cache_dir / f"{library['key']}.so"
+        if not cached_library(path) and (self.artifacts is None or
+                                         not fetch_library(self.artifacts, path)):
+            return None
+        return path
+
+    def _toolchain_id(self) -> str:
+        return hashlib.sha256(self.toolchain().identity().encode()).hexdigest()[:16]
 
     @staticmethod
     def _translation_unit(kernels: list[KernelSource]) -> str:
