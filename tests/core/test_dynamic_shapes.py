@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from torchloom.compiler import Compiler
@@ -337,7 +337,7 @@ VIEW_STEPS = {
     "permute": lambda x, y: x.permute(2, 0, 1).cos().permute(1, 2, 0),
     "bias": lambda x, y: x + y,
     "row_max": lambda x, y: x - x.amax(-1, keepdim=True),
-    "exp": lambda x, y: x.exp() * 0.5,
+    "exp": lambda x, y: (x * -x).exp() * 0.5,  # bounded: chained exps of exps blew up
     "contiguous": lambda x, y: x.transpose(0, 1).contiguous().transpose(0, 1) * 2,
     "expand": lambda x, y: x.unsqueeze(1).expand(-1, 2, -1, -1).sum(1),
     "merge": lambda x, y: x.reshape(x.shape[0] * x.shape[1], 8).tanh().view(x.shape),
@@ -346,6 +346,7 @@ VIEW_STEPS = {
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(sorted(VIEW_STEPS)), min_size=1, max_size=7))
+@example(steps=["bias", "exp", "bias", "bias", "bias", "exp", "exp"])
 def test_random_view_chains_over_symbolic_sizes_match_eager(steps):
     torch._dynamo.reset()
 
@@ -355,7 +356,10 @@ def test_random_view_chains_over_symbolic_sizes_match_eager(steps):
         return x
 
     compiled, compiler = _compiled(model, dynamic=True)
+    gen = torch.Generator().manual_seed(len(steps))
     for a, b in [(2, 3), (4, 5), (3, 7), (1, 4)]:
-        x, y = torch.randn(a, b, 8), torch.randn(8)
-        torch.testing.assert_close(compiled(x, y), model(x, y))
+        x, y = torch.randn(a, b, 8, generator=gen), torch.randn(8, generator=gen)
+        # (the exp step was x.exp() * 0.5: chained, values reached 1e23 and exp's last-ulp
+        # differences 3e-5 relative; a wrong index or view gives O(1) differences)
+        torch.testing.assert_close(compiled(x, y), model(x, y), rtol=1e-5, atol=1e-5)
     _assert_no_fallback(compiler)
