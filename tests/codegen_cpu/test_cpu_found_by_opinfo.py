@@ -29,8 +29,10 @@ def test_an_integer_reduction_along_a_column(check):
 
 def test_gelu_overflows_where_eager_does(check):
     """eager's vectorized f32 GELU multiplies by 0.5 last, so x above FLT_MAX / 2 gives
-    inf; the kernel gave x. Below that the bits are the same."""
+    inf; the kernel gave x. Where erf rounds to +-1 (and at 0 and subnormals) the bits
+    are eager's; elsewhere both approximate erf (tests/codegen_cpu/test_vector_math.py
+    bounds the kernel's error)."""
     text = group_text("%a: f32[32]", """
         %g = aten.gelu.default(%a) : f32[32]""", "%g: f32[32]")
-    x = torch.tensor([3e38, 1.8e38, 1.6e38, -3e38, 2.0, -0.5, 1e-40, 0.0] * 4)
+    x = torch.tensor([3e38, 1.8e38, 1.6e38, -3e38, 7.0, -9.5, 1e-40, 0.0] * 4)
     check(text, x, exact=True)

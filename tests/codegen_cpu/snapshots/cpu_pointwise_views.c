@@ -19,7 +19,7 @@ void fused_add_gelu_mul_19d900c3ee(const float* restrict in_a, const float* rest
       const float a1 = in_a[x * 6 + j];
       const float b2 = in_b[x * 6 + j];
       const float add3 = a1 + b2;
-      const float gelu4 = tl_nan_at_inf(add3, add3 * ((float)1 + tl_erf_fast(add3 * ((float)0.70710678118654752440))) * (float)0.5);
+      const float gelu4 = tl_gelu_f32(add3);
       const float vc5 = in_c[j];
       const float mul6 = gelu4 * vc5;
       out_m[x * 6 + j] = mul6;

@@ -15,6 +15,7 @@ integer and bool results (None: floats only; the group is declined for ints).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -106,11 +107,19 @@ def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
         return (f"($T)0.5 * {{self}} * (($T)1 + tanh$f({SQRT_2_PI} * ({{self}} + "
                 f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
     exact = f"($T)0.5 * {{self}} * (($T)1 + $erf({{self}} * {SQRT1_2}))"
-    if dtype in ("f32", "bf16"):  # eager's vectorized f32 GELU gives NaN at +inf, and
-        # multiplies by 0.5 last (inf above FLT_MAX / 2): same bits below that
-        exact = f"{{self}} * (($T)1 + $erf({{self}} * {SQRT1_2})) * ($T)0.5"
-        return f"tl_nan_at_inf({{self}}, {exact})"  # both computed: the loop stays SIMD
-    return exact
+    if dtype in ("f32", "bf16") or (dtype == "f16" and _eager_f16_gelu_is_f32s()):
+        return "tl_gelu_f32({self})"  # NaN at +inf and 0.5 applied last, as eager's
+    return exact  # vectorized f32 GELU (prelude.py)
+
+
+@functools.cache
+def _eager_f16_gelu_is_f32s() -> bool:
+    """Whether eager's vectorized f16 GELU is its f32 GELU rounded on this CPU: NaN at +inf
+    (seen on a CPU with AVX512-FP16) rather than inf (seen on one without; eager's scalar
+    tail, the last elements of a tensor, gives inf on both)."""
+    import torch
+    return bool(torch.nn.functional.gelu(torch.full((256,), math.inf, dtype=torch.float16))
+                [0].isnan().item())
 
 
 def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:
