@@ -5,7 +5,8 @@ A pointwise template is a format string over the op's tensor inputs and attribut
 schema name (``{self}``, ``{other}``, ``{alpha}``...). ``$T`` is the C type the op computes
 in (``float`` or ``double`` for floats) and ``$f`` the libm suffix (``expf`` vs ``exp``), so
 one row serves f32 and f64; ``$exp`` and ``$erf`` are the prelude's inline f32 versions
-(``tl_exp``, within 1.03 ulp; ``tl_erf_fast``, GELU's) and libm's in f64; constants are
+(``tl_exp``, within 1.03 ulp; ``tl_erf_fast``, GELU's gradient's; f32 GELU itself is
+``tl_gelu_f32``) and libm's in f64; constants are
 written ``(($T)0.797...)`` so f32 code never computes in double. ``args`` says which dtype the inputs are converted to first: ``"out"``
 (the compute dtype of the result), ``"promote"`` (the promoted input dtype, comparisons),
 ``"keep"`` (as they are), ``"where"`` (condition as bool, the rest as the result) or

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torchloom_codegen_cpu.ops import VECTOR_MATH
 
-_HEADER = """\
+_TEMPLATE = """\
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -108,17 +108,7 @@ static inline float tl_erf_fast(float a) {
   float x;
   memcpy(&x, &m, 4);
   const float x2 = x * x;
-  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
-  p = x2 * p + -2.10102402082508e-06f;
-  p = x2 * p + -5.69250639462346e-05f;
-  p = x2 * p + -7.34990630326855e-04f;
-  p = x2 * p + -2.95459980854025e-03f;
-  p = x2 * p + -1.60960333262415e-02f;
-  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
-  q = x2 * q + -1.68282697438203e-03f;
-  q = x2 * q + -7.37332916720468e-03f;
-  q = x2 * q + -1.42647390514189e-02f;
-  return x * p / q;
+@ERF_RATIONAL@  return x * p / q;
 }
 
 /* e^x in f32, inline so SIMD loops need no call: Cody-Waite reduction x = n ln2 + r
@@ -166,27 +156,17 @@ static inline float tl_erf_as(float x) {
   return copysignf(y, x);
 }
 
-
 /* GELU in f32 (exact form, x Phi(x)): tl_erf_fast's rational with x / sqrt(2) folded into
-   its coefficients, so a vector of 16 costs 18 operations where erf then GELU cost 27 (the
-   division is the one left; this CPU's vdivps is the slowest of them). |x| is clamped at
+   its coefficients (prelude.py: _GELU_P, _GELU_Q), so a vector of 16 costs 18 operations where
+   erf then GELU cost 27 (the division is the one left; on the Intel Xeon of RESULTS.md
+   vdivps bounds the kernel). |x| is clamped at
    4 sqrt(2) (erf(4) rounds to 1); NaN stays NaN through the final x *, +inf gives NaN and
    0.5 is applied last (inf above FLT_MAX / 2), as eager's vectorized kernel. Within 4 ulp +
    2e-7 |x| of x Phi(x) in double (tests/codegen_cpu/test_vector_math.py). */
 static inline float tl_gelu_f32(float x) {
   const float z = x < -5.65685425f ? -5.65685425f : (x > 5.65685425f ? 5.65685425f : x);
   const float s = z * z;
-  float p = s * 2.111493319e-10f + -4.291980949e-08f;
-  p = s * p + 6.509268796e-06f;
-  p = s * p + 3.527237564e-04f;
-  p = s * p + 9.108418614e-03f;
-  p = s * p + 7.323013596e-02f;
-  p = s * p + 7.978845091e-01f;
-  float q = s * 6.382026949e-05f + 1.869768302e-03f;
-  q = s * q + 2.949277530e-02f;
-  q = s * q + 2.584459884e-01f;
-  q = s * q + 1.000000000e+00f;
-  const float y = x * (z * (p / q) + 1.0f) * 0.5f;
+@GELU_RATIONAL@  const float y = x * (z * (p / q) + 1.0f) * 0.5f;
   return x == INFINITY ? NAN : y;
 }
 
@@ -204,6 +184,31 @@ static inline float tl_gelu_f32(float x) {
 TL_DIV_FLOOR(float, f)
 TL_DIV_FLOOR(double, )
 """
+
+
+#: tl_erf_fast's rational: erf(x) = x P(x^2) / Q(x^2) on [-4, 4], coefficients of x^0 first
+_ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04,
+          -5.69250639462346e-05, -2.10102402082508e-06, 2.77068142495902e-08,
+          -2.72614225801306e-10)
+_ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03,
+          -2.13374055278905e-04, -1.45660718464996e-05)
+#: the same rational for GELU's 0.5 erf(z / sqrt(2)) = z P'(z^2) / Q'(z^2): x / sqrt(2)
+#: and 0.5 folded in, normalised so that Q'(0) = 1
+_GELU_P = tuple(c * 0.5 ** k * 2 ** -0.5 / _ERF_Q[0] for k, c in enumerate(_ERF_P))
+_GELU_Q = tuple(c * 0.5 ** k / _ERF_Q[0] for k, c in enumerate(_ERF_Q))
+
+
+def _horner(var: str, arg: str, coefficients: tuple[float, ...], digits: int) -> str:
+    """C statements evaluating the polynomial into ``float var`` (Horner's rule, in f32)."""
+    c = [f"{x:.{digits}e}f" for x in reversed(coefficients)]
+    lines = [f"  float {var} = {arg} * {c[0]} + {c[1]};"]
+    lines += [f"  {var} = {arg} * {var} + {x};" for x in c[2:]]
+    return "\n".join(lines) + "\n"
+
+
+_HEADER = _TEMPLATE.replace(
+    "@ERF_RATIONAL@", _horner("p", "x2", _ERF_P, 14) + _horner("q", "x2", _ERF_Q, 14)).replace(
+    "@GELU_RATIONAL@", _horner("p", "s", _GELU_P, 9) + _horner("q", "s", _GELU_Q, 9))
 
 
 def prelude() -> str:
