@@ -181,3 +181,29 @@ def test_random_softmax_rows_match_eager(codegen, registry, rows, cols, scale, s
     want = [e / e.sum(1, keepdim=True)] + ([e] if keep_exp else [])
     for g_, w in zip(got, want):
         torch.testing.assert_close(g_, w, rtol=1e-6, atol=1e-7, equal_nan=True)
+
+
+def test_symbolic_rows_keep_exp_in_the_output_row(check):
+    """A row of symbolic length has no stack buffer (it may not fit), but the output's row
+    serves at any length: exp is computed once per element, and every size matches eager
+    (empty rows and rows, rows longer than the stack buffer's limit, special values)."""
+    t = "f32[s0, s1]"
+    text = group_text(
+        f"%a: {t}",
+        "%m = aten.amax.default(%a) {dim = [1], keepdim = true} : f32[s0, 1]\n"
+        f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : {t}\n"
+        "%u = aten.sum.dim_IntList(%e) {dim = [1], keepdim = true} : f32[s0, 1]\n"
+        f"%d = aten.div.Tensor(%e, %u) : {t}", f"%d: {t}")
+    compiled = check.compile(text)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    body = kernel.source[kernel.source.index("/* torchloom cpu kernel"):]
+    # once per copy of the row loop (threaded and not, chosen at run time by the size)
+    assert body.count("tl_exp_nonpos(") == body.count("reduction(+:") >= 1, body
+    assert "buf_" not in body, body
+    for rows, cols in [(3, 5), (1, 1), (0, 4), (4, 0), (2, 40000)]:
+        a = torch.randn(rows, cols) * 20
+        if a.numel() > 2:
+            a.view(-1)[0], a.view(-1)[-1] = float("-inf"), float("nan")
+        (got,) = compiled(a)
+        torch.testing.assert_close(got, torch.softmax(a, 1), rtol=1e-6, atol=1e-7,
+                                   equal_nan=True)

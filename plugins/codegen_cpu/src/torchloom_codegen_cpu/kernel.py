@@ -138,10 +138,13 @@ class KernelWriter(writer.ValueWalk):
         the output the last loop stores, where there is one such output of the value's C
         type (an f32 softmax: exp is written where its quotient goes, as eager does; the
         output is a fresh buffer, never an input's), else an array on the thread's stack.
-        ``buffers`` maps each value to its element's C text at ``r``."""
-        if not isinstance(self.rnumel, int) or self.rnumel > ROW_BUFFER:
-            return  # a symbolic row length may not fit the stack
+        A row longer than ``ROW_BUFFER`` or of symbolic length (it may not fit the stack)
+        has only the output's row. ``buffers`` maps each value to its element's C text at
+        ``r``."""
+        stack = isinstance(self.rnumel, int) and self.rnumel <= ROW_BUFFER
         host = self._buffer_host()
+        if not stack and host is None:
+            return
         for node in self.region.nodes:
             if node.op not in EXPENSIVE or len(node.outputs) != 1:
                 continue
@@ -152,6 +155,8 @@ class KernelWriter(writer.ValueWalk):
                 ctype = CTYPE[COMPUTE[t.dtype]]
                 if host is not None and host[0] == ctype and v not in self.outputs:
                     self.buffers[v], host = host[1], None
+                    continue
+                if not stack:
                     continue
                 name = f"buf_{v.name}"
                 self.em.statement(f"{ctype} {name}[{self.rnumel}];", False)
