@@ -97,6 +97,42 @@ def test_known_linear_index_is_reused():
                       {(("x0", "x1"), (4, 6)): "xindex"}) == "xindex"
 
 
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, "s0", "s1"]), min_size=2, max_size=4),
+       st.integers(1, 3), st.sampled_from([C_EVAL, TRITON]), st.integers(1, 3),
+       st.integers(1, 3), st.booleans())
+def test_runs_of_known_coordinates_linearise_to_their_index(shape, split, language, s0,
+                                                            s1, merge):
+    """Row coordinates ``x0..`` delinearised from ``x`` and a reduction index ``r``: the
+    linear index of (rows, r) is ``x * n + r`` with no division left, and through a
+    view merging the leading dims too; every element evaluates to its row-major index."""
+    shape = tuple(shape)
+    split = min(split, len(shape) - 1)
+    rows, red = shape[:split], shape[split:]
+    ix = IndexMath(language, NAMES)
+    known: dict = {}
+    xs = ix.delinear("x", rows)
+    known[(tuple(c for c, d in zip(xs, rows) if d != 1),
+           tuple(d for d in rows if d != 1))] = "x"
+    rs = ix.delinear("r", red)
+    known[(tuple(c for c, d in zip(rs, red) if d != 1),
+           tuple(d for d in red if d != 1))] = "r"
+    coords, full = tuple(xs) + tuple(rs), shape
+    if merge and len(rows) >= 2:  # viewed as (rows merged, red...)
+        merged = (prod(list(rows)),) + red
+        coords, full = ix.reshape(coords, shape, merged, known), merged
+    text = ix.linear(coords, full, known)
+    if any(d != 1 for d in rows) and any(d != 1 for d in red):
+        assert "x" in text and "r" in text and language.floor_div not in text, text
+    values = {"s0": s0, "s1": s1}
+    env = {NAMES[k]: v for k, v in values.items()}
+    n_rows = symbols.evaluate(prod(list(rows)), values)
+    n_red = symbols.evaluate(prod(list(red)), values)
+    for x in range(n_rows):
+        for r in range(n_red):
+            assert _eval(text, language, {**env, "x": x, "r": r}) == x * n_red + r
+
+
 @LANGUAGES
 def test_all_size_one_coordinates_are_element_zero(language):
     """A shape of only size-1 dims has no real coordinate: its element is 0, never the index

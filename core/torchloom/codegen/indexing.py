@@ -87,6 +87,28 @@ SYMBOLS = Language("symbols", "//", {"Max": "Max({0}, {1})", "Min": "Min({0}, {1
                                      "Abs": "Abs({0})"})
 
 
+def _known_runs(coords: tuple[str, ...], shape: tuple[Dim, ...],
+                known: Known) -> tuple[list[str], list[Dim]]:
+    """``coords`` over ``shape`` with each longest run that ``known`` maps to an index
+    replaced by that index (over the run's product of sizes), from the outermost dim."""
+    out_c: list[str] = []
+    out_d: list[Dim] = []
+    i, n = 0, len(coords)
+    while i < n:
+        for j in range(n, i + 1, -1):  # runs of two or more dims, the longest first
+            index = known.get((coords[i:j], shape[i:j]))
+            if index is not None:
+                out_c.append(index)
+                out_d.append(prod(shape[i:j]))
+                i = j
+                break
+        else:
+            out_c.append(coords[i])
+            out_d.append(shape[i])
+            i += 1
+    return out_c, out_d
+
+
 def _par(e: str) -> str:
     return e if e.isidentifier() or e.isdigit() or _enclosed(e) else f"({e})"
 
@@ -236,12 +258,17 @@ class IndexMath:
     # ---- coordinates -------------------------------------------------------------------
     def linear(self, coords: Sequence[str], shape: Sequence[Dim],
                known: Known | None = None) -> str:
-        """Row-major linear index of ``coords`` within ``shape`` (size-1 dims skipped)."""
+        """Row-major linear index of ``coords`` within ``shape`` (size-1 dims skipped).
+        With ``known``, a run of coordinates delinearised from one index (the row
+        coordinates ``x0, x1, x2`` of ``x``) is that index again: ``x * S_0 + r``, not
+        ``(x / (4 * S_0)) * (4 * S_0 * S_0) + ...``, which a C compiler keeps as divisions
+        when the sizes are runtime arguments."""
         if known:
-            key = (tuple(c for c, d in zip(coords, shape) if d != 1),
-                   tuple(d for d in shape if d != 1))
-            if key[0] and key in known:  # no real dims: element 0 (never a loop's index)
-                return known[key]
+            cs = tuple(c for c, d in zip(coords, shape) if d != 1)
+            ds = tuple(d for d in shape if d != 1)
+            if cs and (cs, ds) in known:  # no real dims: element 0 (never a loop's index)
+                return known[(cs, ds)]
+            coords, shape = _known_runs(cs, ds, known)
         terms: list[str] = []
         stride: Dim = 1
         for c, d in reversed(list(zip(coords, shape))):
@@ -345,6 +372,11 @@ class IndexMath:
                        tuple(d for d in sizes if d != 1))] = lin
             for k, c in zip(group_i, pieces):
                 result[k] = c
+        if known is not None:  # a view keeps the row-major index of every element
+            real = tuple((c, d) for c, d in zip(result, in_shape) if d != 1)
+            if len(real) > 1:
+                known.setdefault((tuple(c for c, _ in real), tuple(d for _, d in real)),
+                                 self.linear(coords, out_shape, known))
         return tuple(result)
 
     def view_coords(self, rule: str, coords: Coords, attrs_: Mapping[str, Any],
