@@ -156,6 +156,24 @@ def test_a_maximum_of_other_rows_is_no_shift():
     assert not minus_max(s) and minus_max(t) and not minus_max(u)
 
 
+@pytest.mark.parametrize("dtype", ["i8", "i32"])
+def test_an_integer_shift_keeps_the_full_exp(codegen, registry, dtype):
+    """An integer a - max(a) wraps (int8: -128 - 127 is 1): exp meets positive arguments
+    and overflows to inf where eager does."""
+    t = f"{dtype}[2, 4]"
+    source, launch = _kernel(
+        codegen, registry, f"%a: {t}",
+        f"%m = aten.amax.default(%a) {{dim = [1], keepdim = true}} : {dtype}[2, 1]\n"
+        f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : f32[2, 4]",
+        "%e: f32[2, 4]")
+    assert "tl_exp_nonpos(" not in source
+    torch_dtype = {"i8": torch.int8, "i32": torch.int32}[dtype]
+    a = torch.tensor([[-128, 127, 0, 5], [-7, 100, -100, 3]]).to(torch_dtype)
+    (got,) = launch(a)
+    want = torch.exp(a - a.amax(1, keepdim=True))
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(rows=st.integers(1, 9), cols=st.integers(1, 40), scale=st.sampled_from([1.0, 30.0, 1e4]),
        special=st.lists(st.sampled_from([INF, -INF, NAN, -0.0, 0.0, 1e-45]), max_size=4),

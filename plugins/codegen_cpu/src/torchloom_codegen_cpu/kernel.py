@@ -25,7 +25,8 @@ from torchloom.api import Node, TensorType, Value, indexing, writer
 
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
-from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, literal
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
+                                    literal)
 from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
@@ -355,7 +356,8 @@ def minus_max(v: Value) -> bool:
     every element is <= 0 or NaN: ``sub.Tensor(a, m)`` with alpha 1, ``m`` the values of
     ``amax(a, dims, keepdim=True)`` or ``max.dim(a, dim, keepdim=True)`` of the same
     ``a``, broadcast against it as keepdim leaves it (a transposed or squeezed maximum
-    would pair elements with another row's maximum)."""
+    would pair elements with another row's maximum). Floats only: an integer difference
+    wraps (int8: -128 - 127 is 1)."""
     node = v.producer
     if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1:
         return False
@@ -363,7 +365,8 @@ def minus_max(v: Value) -> bool:
     top = m.producer
     if top is None or _MAXIMA.get(top.op) != m.index or not top.attrs.get("keepdim", False):
         return False
-    return top.inputs[0] is a and tensor_type(v).shape == tensor_type(a).shape
+    return top.inputs[0] is a and tensor_type(v).shape == tensor_type(a).shape and \
+        tensor_type(v).dtype in FLOATS
 
 
 _DECLARATION = re.compile(r"\s*const [A-Za-z_0-9]+ ([A-Za-z_][A-Za-z0-9_]*) = ")
