@@ -156,3 +156,32 @@ def test_a_symbolic_scalar_attribute_is_declined_with_a_reason(registry, codegen
     group = next(n for n in parse_graph(text).nodes if n.region is not None)
     reason = codegen.supports(group, registry)
     assert reason is not None and "other = 's0' has no C value" in reason.message, reason
+
+
+def test_outputs_of_other_layouts_are_walked_in_their_own_order(check):
+    """q and v copied as they are and k transposed, to contiguous, in one group (attention
+    at a symbolic length): k's copy is a nest of its own in its own order, so no index is
+    delinearised per element (a division by a runtime size); an output computed from a
+    value another output also needs stays in that output's walk."""
+    t, tt = "f32[4, s0, 8]", "f32[4, 8, s0]"
+    text = group_text(f"%q: {t}, %k: {t}, %v: {t}", f"""
+        %kt = aten.transpose.int(%k) {{dim0 = 1, dim1 = 2}} : {tt} strided["8*s0", 1, 8]
+        %a = aten.clone.default(%q) : {t}
+        %b = aten.clone.default(%kt) {{memory_format = #contiguous_format}} : {tt}
+        %c = aten.clone.default(%v) : {t}""", f"%a: {t}, %b: {tt}, %c: {t}")
+    compiled = check.compile(text)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["nests"] == 2
+    for loop in kernel.source.split("#pragma omp simd")[1:]:
+        body = loop[loop.index("{"):loop.index("}")]
+        assert "/ S_0" not in body and "% S_0" not in body, body
+    for s in (1, 3, 17, 0):
+        q, k, v = (torch.randn(4, s, 8) for _ in range(3))
+        compare(compiled(q, k, v), check.reference(text, q, k, v), exact=True)
+    shared = group_text(f"%k: {t}", f"""
+        %e = aten.exp.default(%k) : {t}
+        %et = aten.transpose.int(%e) {{dim0 = 1, dim1 = 2}} : {tt} strided["8*s0", 1, 8]
+        %b = aten.clone.default(%et) {{memory_format = #contiguous_format}} : {tt}""",
+                        f"%e: {t}, %b: {tt}")
+    node = check.compile(shared).choices[0].node
+    assert check.codegen.generate(node, check.registry).metadata["nests"] == 1

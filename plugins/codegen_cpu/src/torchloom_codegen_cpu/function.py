@@ -5,8 +5,10 @@ input gradient, column sums for the weight and bias gradients) cannot share one 
 are written as consecutive nests in the same function, one per (input shape, reduced dims)
 class, each storing the outputs that depend on its reductions; outputs depending on no
 reduction go with the first nest. A pointwise group whose outputs have different element
-counts is a nest per count. Pointwise values both nests need are recomputed (cheap
-next to a round trip through memory). A reduction whose input depends on another class's
+counts is a nest per count, and outputs of one count but another shape or layout that
+share no computed value are a nest per walk (each in its own order: no division per
+element to address them). Pointwise values both nests need are recomputed (cheap next to
+a round trip through memory). A reduction whose input depends on another class's
 result, or an output depending on two classes, would need a buffer between nests: such
 groups are declined.
 """
@@ -19,7 +21,7 @@ from typing import Any
 from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, indexing,
                            print_graph, structural_hash, symbols)
 
-from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
+from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, memory_order, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.reduction import reduced_dims
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
@@ -104,6 +106,48 @@ def _by_element_count(named: list[tuple[str, Value]]) -> list[list[tuple[str, Va
     return [part for _, part in parts]
 
 
+def _by_walk(part: list[tuple[str, Value]]) -> list[list[tuple[str, Value]]]:
+    """Outputs of one element count split by walk (shape and memory order) where they
+    share no computed value: a walk follows its first output, and an output of another
+    shape or layout is addressed by delinearising the walk's index, a division per element
+    when sizes are runtime arguments (q, k transposed and v copied to contiguous by one
+    group: k's copy is its own nest, in its own order). Outputs sharing a computed (not
+    view) node stay in one walk: splitting them would compute it twice."""
+    keys = [(tuple(tensor_type(v).shape), memory_order(tensor_type(v))) for _, v in part]
+    if len(set(keys)) == 1:
+        return [part]
+    walks: list[tuple[list, set[Node], list[tuple[str, Value]]]] = []
+    for (name, v), key in zip(part, keys):
+        cone = _computed(v)
+        joined = [w for w in walks if key in w[0] or w[1] & cone]
+        keys_, nodes, members = [key], set(cone), [(name, v)]
+        for w in joined:  # (in order: the first output keeps the first walk)
+            keys_ += w[0]
+            nodes |= w[1]
+            members = w[2] + members
+            walks.remove(w)
+        walks.append((keys_, nodes, members))
+    order = {name: i for i, (name, _) in enumerate(part)}
+    nests = [sorted(w[2], key=lambda m: order[m[0]]) for w in walks]
+    return sorted(nests, key=lambda m: order[m[0][0]])
+
+
+def _computed(v: Value) -> set[Node]:
+    """The region nodes ``v`` is computed from, views (index math, free) left out."""
+    out: set[Node] = set()
+    stack, seen = [v], set()
+    while stack:
+        value = stack.pop()
+        node = value.producer
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node.op not in VIEWS:
+            out.add(node)
+        stack.extend(node.inputs)
+    return out
+
+
 def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
                ) -> list[KernelWriter]:
     region = group.region
@@ -111,7 +155,7 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
     named = list(zip(output_names(region), region.outputs))
     classes = _classes(reductions)
     if not classes:  # pointwise: a nest per element count of the outputs
-        parts = _by_element_count(named)
+        parts = [walk for part in _by_element_count(named) for walk in _by_walk(part)]
         if len(parts) == 1:
             return [KernelWriter(group, registry, names=names)]
         return [KernelWriter(group, registry, part, [], names) for part in parts]
