@@ -28,6 +28,16 @@ def _kernel(codegen, registry, inputs: str, body: str, outputs: str):
     return body, launch
 
 
+def _softmax(dtype: str, rows, cols, dim: int = 1, tail: str | None = None) -> str:
+    """The body of softmax as fusion.decompose leaves it over ``dtype[rows, cols]``
+    (amax, sub, exp, sum, div; ``tail`` replaces the div)."""
+    t, r = f"{dtype}[{rows}, {cols}]", f"{dtype}[{rows}, 1]"
+    return (f"%m = aten.amax.default(%a) {{dim = [{dim}], keepdim = true}} : {r}\n"
+            f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : {t}\n"
+            f"%u = aten.sum.dim_IntList(%e) {{dim = [{dim}], keepdim = true}} : {r}\n"
+            + (tail or f"%d = aten.div.Tensor(%e, %u) : {t}"))
+
+
 def _shifts(rows: int, cols: int) -> torch.Tensor:
     """Rows whose maximum is 0 and whose other elements sweep [-110, 0] densely (results
     from 1 through subnormals to 0), and rows with the edge values."""
@@ -73,14 +83,10 @@ def test_softmax_rows_use_the_shifted_exp_and_match_eager(codegen, registry, dty
     x = _shifts(64, 12).to(torch_dtype)
     n = x.shape[0]
     t = f"{dtype}[{n}, 12]"
-    tail = (f"%d = aten.div.Tensor(%e, %u) : {t}" if op == "softmax" else
-            f"%l = aten.log.default(%u) : {dtype}[{n}, 1]\n"
-            f"%d = aten.sub.Tensor(%s, %l) : {t}")
-    source, launch = _kernel(
-        codegen, registry, f"%a: {t}",
-        f"%m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : {dtype}[{n}, 1]\n"
-        f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : {t}\n"
-        f"%u = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : {dtype}[{n}, 1]\n{tail}", f"%d: {t}")
+    tail = f"%l = aten.log.default(%u) : {dtype}[{n}, 1]\n%d = aten.sub.Tensor(%s, %l) : {t}"
+    source, launch = _kernel(codegen, registry, f"%a: {t}",
+                             _softmax(dtype, n, 12, -1, None if op == "softmax" else tail),
+                             f"%d: {t}")
     assert "tl_exp_nonpos(" in source
     (got,) = launch(x)
     fn = torch.softmax if op == "softmax" else torch.log_softmax
@@ -128,12 +134,8 @@ def test_softmax_row_buffer_is_the_output_row(codegen, registry):
     output has no f32 room, so it keeps the stack array."""
     for dtype, in_output in (("f32", True), ("bf16", False)):
         t = f"{dtype}[16, 1000]"
-        source, _ = _kernel(
-            codegen, registry, f"%a: {t}",
-            f"%m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : {dtype}[16, 1]\n"
-            f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : {t}\n"
-            f"%u = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : {dtype}[16, 1]\n"
-            f"%d = aten.div.Tensor(%e, %u) : {t}", f"%d: {t}")
+        source, _ = _kernel(codegen, registry, f"%a: {t}", _softmax(dtype, 16, 1000, -1),
+                            f"%d: {t}")
         assert ("buf_e[" not in source) == in_output, source
         # written by the exp's loop, read back by the quotient's, overwritten there
         assert (source.count("out_d[x * 1000 + r]") == 3) == in_output, source
@@ -188,12 +190,7 @@ def test_random_softmax_rows_match_eager(codegen, registry, rows, cols, scale, s
         x.view(-1)[(k * 7919) % x.numel()] = v
     t = f"f32[{rows}, {cols}]"
     outputs = f"%d: {t}" + (f", %e: {t}" if keep_exp else "")
-    _, launch = _kernel(
-        codegen, registry, f"%a: {t}",
-        f"%m = aten.amax.default(%a) {{dim = [1], keepdim = true}} : f32[{rows}, 1]\n"
-        f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : {t}\n"
-        f"%u = aten.sum.dim_IntList(%e) {{dim = [1], keepdim = true}} : f32[{rows}, 1]\n"
-        f"%d = aten.div.Tensor(%e, %u) : {t}", outputs)
+    _, launch = _kernel(codegen, registry, f"%a: {t}", _softmax("f32", rows, cols), outputs)
     got = launch(x)
     e = torch.exp(x - x.amax(1, keepdim=True))
     want = [e / e.sum(1, keepdim=True)] + ([e] if keep_exp else [])
@@ -206,12 +203,7 @@ def test_symbolic_rows_keep_exp_in_the_output_row(check):
     serves at any length: exp is computed once per element, and every size matches eager
     (empty rows and rows, rows longer than the stack buffer's limit, special values)."""
     t = "f32[s0, s1]"
-    text = group_text(
-        f"%a: {t}",
-        "%m = aten.amax.default(%a) {dim = [1], keepdim = true} : f32[s0, 1]\n"
-        f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : {t}\n"
-        "%u = aten.sum.dim_IntList(%e) {dim = [1], keepdim = true} : f32[s0, 1]\n"
-        f"%d = aten.div.Tensor(%e, %u) : {t}", f"%d: {t}")
+    text = group_text(f"%a: {t}", _softmax("f32", "s0", "s1"), f"%d: {t}")
     compiled = check.compile(text)
     kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
     body = kernel.source[kernel.source.index("/* torchloom cpu kernel"):]
