@@ -102,6 +102,7 @@ NOT_SHIFTS = {
                "%s = aten.sub.Tensor(%a, %m) {alpha = 0.5} : f32[8, 8]"),
     "reversed": ("%m = aten.amax.default(%a) {dim = [1], keepdim = true} : f32[8, 1]\n"
                  "%s = aten.sub.Tensor(%m, %a) : f32[8, 8]"),
+    "scalar": "%s = aten.sub.Tensor(%a) {other = -100.0} : f32[8, 8]",
     "minimum": ("%m = aten.amin.default(%a) {dim = [1], keepdim = true} : f32[8, 1]\n"
                 "%s = aten.sub.Tensor(%a, %m) : f32[8, 8]"),
 }
@@ -121,7 +122,8 @@ def test_other_differences_keep_the_full_exp(codegen, registry, case):
     (got,) = launch(a, b)
     m = {"no keepdim": lambda: a.amax(1),
          "another tensor": lambda: b.amax(1, True), "scaled": lambda: a.amax(1, True) * 0.5,
-         "reversed": lambda: -a.amax(1, True), "minimum": lambda: a.amin(1, True)}[case]()
+         "reversed": lambda: -a.amax(1, True), "minimum": lambda: a.amin(1, True),
+         "scalar": lambda: torch.tensor(-100.0)}[case]()
     s = (a - m) if case != "reversed" else (a.amax(1, True) - a)
     want = torch.exp(s)
     assert torch.isinf(want).any()  # each case reaches exp's overflow

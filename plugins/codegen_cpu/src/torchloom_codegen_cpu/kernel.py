@@ -359,7 +359,8 @@ def minus_max(v: Value) -> bool:
     would pair elements with another row's maximum). Floats only: an integer difference
     wraps (int8: -128 - 127 is 1)."""
     node = v.producer
-    if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1:
+    if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1 or \
+            len(node.inputs) != 2:  # (a scalar other is an attribute)
         return False
     a, m = node.inputs
     top = m.producer
