@@ -120,8 +120,7 @@ def test_other_differences_keep_the_full_exp(codegen, registry, case):
     a = torch.linspace(-200, 200, 64)[perm].reshape(8, 8)
     b = torch.full((8, 8), -50.0)
     (got,) = launch(a, b)
-    m = {"no keepdim": lambda: a.amax(1),
-         "another tensor": lambda: b.amax(1, True), "scaled": lambda: a.amax(1, True) * 0.5,
+    m = {"another tensor": lambda: b.amax(1, True), "scaled": lambda: a.amax(1, True) * 0.5,
          "reversed": lambda: -a.amax(1, True), "minimum": lambda: a.amin(1, True),
          "scalar": lambda: torch.tensor(-100.0)}[case]()
     s = (a - m) if case != "reversed" else (a.amax(1, True) - a)
