@@ -332,6 +332,19 @@ def drop_unused(lines: list[str], binding: re.Pattern[str]) -> list[str]:
     return kept[::-1]
 
 
+def upstream_nodes(values: Sequence[Value]) -> set[Node]:
+    """The nodes ``values`` are computed from inside their graph (a region: its inputs
+    have no producer), their producers included."""
+    found: set[Node] = set()
+    stack = list(values)
+    while stack:
+        node = stack.pop().producer
+        if node is not None and node not in found:
+            found.add(node)
+            stack.extend(node.inputs)
+    return found
+
+
 def same_shape(a: Sequence, b: Sequence) -> bool:
     """Whether shapes ``a`` and ``b`` are equal at every runtime size."""
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))

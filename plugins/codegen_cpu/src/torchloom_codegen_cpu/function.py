@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, indexing,
-                           print_graph, structural_hash, symbols)
+                           print_graph, structural_hash, symbols, writer)
 
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, memory_order, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
@@ -134,18 +134,7 @@ def _by_walk(part: list[tuple[str, Value]]) -> list[list[tuple[str, Value]]]:
 
 def _computed(v: Value) -> set[Node]:
     """The region nodes ``v`` is computed from, views (index math, free) left out."""
-    out: set[Node] = set()
-    stack, seen = [v], set()
-    while stack:
-        value = stack.pop()
-        node = value.producer
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if node.op not in VIEWS:
-            out.add(node)
-        stack.extend(node.inputs)
-    return out
+    return {n for n in writer.upstream_nodes([v]) if n.op not in VIEWS}
 
 
 def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchloom.api import Node
+from torchloom.api import Node, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import BLOCK_REDUCE, COMBINE, COMPUTE, REDUCTIONS, STORAGE
@@ -54,17 +54,7 @@ def lower_looped(w: "KernelWriter", reductions: list[Node]) -> None:
 
 def _reductions_read(node: Node, reductions: set[Node]) -> set[Node]:
     """The reductions whose results ``node``'s input depends on, inside the region."""
-    found, stack, seen = set(), [node.inputs[0]], set()
-    while stack:
-        v = stack.pop()
-        p = v.producer
-        if p is None or p in seen:
-            continue
-        seen.add(p)
-        if p in reductions:
-            found.add(p)
-        stack.extend(p.inputs)
-    return found
+    return writer.upstream_nodes(node.inputs[:1]) & reductions
 
 
 def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
