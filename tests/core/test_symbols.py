@@ -199,3 +199,13 @@ def test_bind_symbols_reads_each_symbol_from_its_first_bare_dim():
     from torchloom.ir.symbols import bind_symbols
     shapes = [None, ("2*s0", 8), (4, "s1", "s0"), ("s0", "s2")]
     assert bind_symbols(shapes) == {"s1": (2, 1), "s0": (2, 2), "s2": (3, 1)}
+
+
+@pytest.mark.parametrize("text, wrapped", [("2*s0 + FloorDiv(s1, 3)", False),
+                                           ("Max(s0, Mod(s1, 4)) - 1", False),
+                                           ("IntTrueDiv(s0, 2)", True), ("s0/2", True),
+                                           ("s0**2", True)])
+def test_only_a_division_or_power_is_checked_for_an_integer(text, wrapped):
+    """Integer arithmetic gives integers: only expressions that can give a fraction are
+    passed through ``_sym_int`` (which raises on a non-integer), the rest run bare."""
+    assert ("_sym_int" in python_source(text, lambda s: f"v_{s}")) == wrapped

@@ -185,8 +185,12 @@ def python_source(dim: Dim, local_of: Callable[[str], str]) -> str:
                                                   [node.left, node.right], []), node)
             return node
 
+    exact = not any(isinstance(n, (ast.Div, ast.Pow)) or
+                    (isinstance(n, ast.Name) and n.id == "IntTrueDiv") for n in ast.walk(tree))
     body = Rename().visit(ast.parse(ast.unparse(tree), mode="eval")).body
-    return f"_sym_int({ast.unparse(ast.fix_missing_locations(body))})"
+    text = ast.unparse(ast.fix_missing_locations(body))
+    # integers in, integers out: only a true division or a power can give a non-integer
+    return f"({text})" if exact else f"_sym_int({text})"
 
 
 def bind_symbols(shapes: Sequence[Sequence[Dim] | None]) -> dict[str, tuple[int, int]]:

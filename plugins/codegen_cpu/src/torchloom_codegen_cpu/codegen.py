@@ -34,6 +34,7 @@ from typing import Any
 from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason, Written,
                            default_cache_dir, indexing)
 
+from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher
 from torchloom_codegen_cpu.prelude import prelude
@@ -106,7 +107,7 @@ class CpuCodegen:
         names = [k.metadata["kernel"] for k in kernels]
         if len(set(names)) < 2:
             return  # one kernel: its own library, as load would build it
-        path = self._build(self._translation_unit(kernels))
+        path = self._build(self.translation_unit(kernels))
         for name in names:
             self._prepared[name] = path
 
@@ -120,7 +121,7 @@ class CpuCodegen:
 
     def load_many(self, kernels: list[KernelSource], registry: Any) -> list[Kernel]:
         """Build the kernels into one library (one translation unit, one compiler call)."""
-        lib = ctypes.CDLL(str(self._build(self._translation_unit(kernels))))
+        lib = ctypes.CDLL(str(self._build(self.translation_unit(kernels))))
         return [launcher(lib, k.metadata) for k in kernels]
 
     def _built(self, metadata: dict[str, Any]) -> Path | None:
@@ -142,16 +143,18 @@ class CpuCodegen:
         return hashlib.sha256(self.toolchain().identity().encode()).hexdigest()[:16]
 
     @staticmethod
-    def _translation_unit(kernels: list[KernelSource]) -> str:
-        """The prelude once, then each distinct kernel function (in name order)."""
+    def translation_unit(kernels: list[KernelSource]) -> str:
+        """The prelude once, then each distinct kernel function (in name order) followed by
+        its Python entry (entry.py)."""
         head = prelude()
         functions: dict[str, str] = {}
         for k in kernels:
             if not k.source.startswith(head):
                 raise RuntimeError(f"kernel {k.metadata.get('kernel')} was generated with "
                                    f"another prelude")
-            functions.setdefault(k.metadata["kernel"], k.source[len(head):])
-        return head + "".join(functions[name] for name in sorted(functions))
+            functions.setdefault(k.metadata["kernel"],
+                                 k.source[len(head):] + entry_source(k.metadata))
+        return ENTRY_HEAD + head + "".join(functions[name] for name in sorted(functions))
 
     def _build(self, source: str) -> Path:
         try:

@@ -5,7 +5,9 @@
 a cache directory shared between machines never hands one a library built for another),
 ``-fopenmp`` (threads and ``#pragma omp simd``), and no fast-math: ``-fno-math-errno`` and
 ``-fno-trapping-math`` only let libm calls vectorize and never change a value; NaN, inf and
--0.0 behave as IEEE says. ``-fwrapv``: integer overflow wraps, as in eager.
+-0.0 behave as IEEE says. ``-fwrapv``: integer overflow wraps, as in eager. Where a
+library may call the interpreter's functions (resolved when it loads, as an extension
+module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
 
 A library is cached as ``<dir>/<key>.so`` where ``key`` hashes the source, the compiler's
 path and version, the flags and the CPU features; ``<key>.so.sha256`` beside it vouches for
@@ -40,6 +42,8 @@ import attrs
 from filelock import FileLock
 from torchloom.api import Activity, ArtifactStore
 
+from torchloom_codegen_cpu.entry import ENTRY_HEAD
+
 log = logging.getLogger("torchloom.codegen_cpu")
 
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fopenmp", "-fno-math-errno",
@@ -47,6 +51,10 @@ FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fopenmp", "-fno-math-errno",
 #: CPU features that decide what -march=native generates
 _ISA = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
         "avx512dq", "avx512_bf16", "avx512_fp16", "amx_bf16", "asimd", "sve")
+
+
+#: what the probe checks, in its record's key (a new check must not read an old record)
+_PROBE = "libmvec,pyentry"
 
 
 class BuildError(Exception):
@@ -92,14 +100,15 @@ def cpu_features() -> str:
 
 def probe(cc: str, directory: Path, timeout: float,
           store: ArtifactStore | None = None) -> Toolchain:
-    """The compiler's version and whether libmvec links (one tiny build), remembered in
+    """The compiler's version, whether libmvec links and whether a library may call the
+    interpreter (two tiny builds; kernels then get Python entries, entry.py), remembered in
     ``<dir>/toolchain-<key>.json`` keyed by the compiler file (path, size, mtime) and the
     CPU, so a warm process runs no compiler at all; with a ``store``, the record is read
     from it when missing here, and shared when probed here."""
     try:
         st = os.stat(cc)
         stamp = (f"{os.path.realpath(cc)}:{st.st_size}:{st.st_mtime_ns}:{cpu_features()}:"
-                 f"{' '.join(FLAGS)}")
+                 f"{' '.join(FLAGS)}:{_PROBE}")
     except OSError:
         stamp = None
     record = None
@@ -153,21 +162,32 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
     test = ("#include <math.h>\n#pragma omp declare simd notinbranch\nextern float expf(float);\n"
             "void f(float* x, int n) {\n#pragma omp simd\n"
             "  for (int i = 0; i < n; i++) x[i] = expf(x[i]);\n}\n")
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        src = Path(tmp) / "probe.c"
-        src.write_text(test)
-        try:
-            ok = subprocess.run([cc, *FLAGS, "-o", str(Path(tmp) / "probe.so"), str(src),
-                                 *libs], capture_output=True, timeout=timeout).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
+    ok = _compiles(cc, directory, timeout, test, libs)
     flags = FLAGS
     if ok:
         # gcc vectorizes calls to the prelude's `declare simd` libm declarations; clang maps
         # libm calls to libmvec itself (exp, log, sin, cos, pow as of clang 14)
         flags = (*FLAGS, "-DTL_LIBMVEC", *(("-fveclib=libmvec",) if "clang" in version else ()))
+    entry = ENTRY_HEAD + "PyObject* f(PyObject* o) { return PyLong_AsVoidPtr(o) ? " \
+        "PyCFunction_New(NULL, o) : Py_BuildValue(\"\"); }\n"
+    if _compiles(cc, directory, timeout, entry, (), ("-DTL_PYENTRY",)):
+        flags = (*flags, "-DTL_PYENTRY")  # kernels get Python entries (entry.py)
     return Toolchain(cc, version, flags, libs if ok else ("-lm",), ok, features)
+
+
+def _compiles(cc: str, directory: Path, timeout: float, source: str,
+              libs: tuple[str, ...], flags: tuple[str, ...] = ()) -> bool:
+    """Whether ``cc`` builds ``source`` into a shared library with the kernels' flags."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(source)
+        try:
+            return subprocess.run([cc, *FLAGS, *flags, "-o", str(Path(tmp) / "probe.so"),
+                                   str(src), *libs], capture_output=True,
+                                  timeout=timeout).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
 
 
 def library_path(directory: Path, source: str, tc: Toolchain) -> Path:
