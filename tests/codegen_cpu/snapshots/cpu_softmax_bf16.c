@@ -17,26 +17,46 @@ void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* 
     float acc_max1 = -INFINITY;
     int nan2 = 0;
     #pragma omp simd reduction(max:acc_max1) reduction(|:nan2)
-    for (int64_t r = 0; r < 1000; r++) {
+    for (int64_t r = 0; r < 992; r++) {
       const float a3 = tl_bf16_to_f32(in_a[x * 1000 + r]);
       acc_max1 = a3 > acc_max1 ? a3 : acc_max1;
       nan2 |= a3 != a3;
     }
+    #pragma omp simd reduction(max:acc_max1) reduction(|:nan2)
+    for (int64_t r = 984; r < 1000; r++) {
+      const float a3 = tl_bf16_to_f32(in_a[x * 1000 + r]);
+      acc_max1 = r >= 992 && (a3 > acc_max1) ? a3 : acc_max1;
+      nan2 |= r >= 992 ? (a3 != a3) : 0;
+    }
     const float max4 = nan2 ? (float)NAN : acc_max1;
     float acc_sum5 = 0;
     #pragma omp simd reduction(+:acc_sum5)
-    for (int64_t r = 0; r < 1000; r++) {
+    for (int64_t r = 0; r < 992; r++) {
       const float a6 = tl_bf16_to_f32(in_a[x * 1000 + r]);
       const float sub7 = a6 - max4;
       const float exp8 = tl_exp_nonpos(sub7);
       buf_e[r] = exp8;
       acc_sum5 += exp8;
     }
+    #pragma omp simd reduction(+:acc_sum5)
+    for (int64_t r = 984; r < 1000; r++) {
+      const float a6 = tl_bf16_to_f32(in_a[x * 1000 + r]);
+      const float sub7 = a6 - max4;
+      const float exp8 = tl_exp_nonpos(sub7);
+      buf_e[r] = r >= 992 ? exp8 : buf_e[r];
+      acc_sum5 += r >= 992 ? exp8 : 0;
+    }
     #pragma omp simd
-    for (int64_t r = 0; r < 1000; r++) {
+    for (int64_t r = 0; r < 992; r++) {
       const float e9 = buf_e[r];
       const float div10 = e9 / acc_sum5;
       out_b[x * 1000 + r] = tl_f32_to_bf16(div10);
+    }
+    #pragma omp simd
+    for (int64_t r = 984; r < 1000; r++) {
+      const float e9 = buf_e[r];
+      const float div10 = e9 / acc_sum5;
+      out_b[x * 1000 + r] = r >= 992 ? (tl_f32_to_bf16(div10)) : out_b[x * 1000 + r];
     }
   }
 }

@@ -23,6 +23,43 @@ _LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z"
                       r"|\(-\((float|double)\)INFINITY\)\Z")
 
 
+#: elements per block of a row loop: one AVX-512 vector of f32 (see Emitter.end_row_phase)
+TAIL = 16
+
+
+#: a row remainder (elements after the whole blocks) this short runs scalar
+SCALAR_REMAINDER = 4
+
+_COMPOUND = re.compile(r"(\w+) (\+=|\*=|\|=) (.+);\Z")
+_SELECT = re.compile(r"(\w+) = (.+) \? (\w+) : \1;\Z")
+_STORE = re.compile(r"(\w+\[[^;=]*\]) = ([^;]*);\Z")
+
+
+def _masked(line: str, mask: str) -> str | None:
+    """``line`` with its side effect taken only where ``mask`` holds: accumulator updates
+    as selects (``acc += mask ? v : 0``: a branch in an OpenMP reduction became masked
+    stores to gcc's lane array and 6x slower loops), stores as a blend with the element
+    there (``a[i] = mask ? v : a[i]``: the lanes masked off write back what they read, in
+    their own row; an AVX-512 masked store took 2.2x the whole kernel's time in some
+    processes), declarations as they are. None for a statement of another form."""
+    if line.startswith("const "):
+        return line
+    compound = _COMPOUND.match(line)
+    if compound:
+        acc, op, v = compound.groups()
+        neutral = {"+=": "0", "*=": "1", "|=": "0"}[op]
+        return f"{acc} {op} {mask} ? {par(v)} : {neutral};"
+    select = _SELECT.match(line)
+    if select:
+        acc, condition, v = select.groups()
+        return f"{acc} = {mask} && ({condition}) ? {v} : {acc};"
+    store = _STORE.match(line)
+    if store:
+        target, value = store.groups()
+        return f"{target} = {mask} ? {par(value)} : {target};"
+    return None
+
+
 def par(text: str) -> str:
     return text if _IDENT.fullmatch(text) or _LITERAL.match(text) else f"({text})"
 
@@ -69,6 +106,43 @@ class Emitter(writer.Statements):
         line) and ``header`` (inner coordinates) wrap the inner statements."""
         body = self.close_phase()
         assert body is not None
+        self._loop(pragma, loop, header, body)
+
+    def end_row_phase(self, pragma: str, n: int | str, header: list[str]) -> None:
+        """Close a SIMD loop over a row, ``r`` in ``[0, n)`` (``n``: an int or C text), as
+        gcc 12 cannot: its loops end in a scalar remainder of up to 15 elements, which on
+        short rows costs more than the vectors (a softmax row of 62 took 81 us a call).
+        The row runs as whole blocks of :data:`TAIL` elements, then one more loop over the
+        last ``TAIL`` (overlapping the blocks) whose side effects are masked to the elements
+        the blocks left (:func:`_masked`), so each element is stored and accumulated once.
+        Lanes masked off compute from elements in the row (loads stay in bounds) and touch
+        nothing. A remainder shorter than :data:`SCALAR_REMAINDER` stays gcc's scalar
+        remainder of the first loop (a second loop and its lane combine cost more), and a
+        row shorter than ``TAIL`` runs the second loop alone, from 0."""
+        body = self.close_phase()
+        assert body is not None
+        static = isinstance(n, int)
+        masked = [_masked(line, "r >= r_blocks") for line in body]
+        if (static and (n < TAIL or n % TAIL < SCALAR_REMAINDER)) or None in masked:
+            self._loop(pragma, f"for (int64_t r = 0; r < {n}; r++)", header, body)
+            return
+        if static:
+            blocks, start, end = str(n // TAIL * TAIL), str(n - TAIL), str(n)
+        else:  # row statements: one pair per row length, shared by its loops
+            end = par(n)
+            blocks = self.emit(f"{end} % {TAIL} < {SCALAR_REMAINDER} ? {end} : {end} / {TAIL} *"
+                               f" {TAIL}", "i64", "r_blocks", inner=False).text
+            start = self.emit(f"{blocks} == {end} ? {end} : {blocks} == 0 ? 0 : {end} - "
+                              f"{TAIL}", "i64", "r_tail", inner=False).text
+        self._loop(pragma, f"for (int64_t r = 0; r < {blocks}; r++)", header, body)
+        masked = [_masked(line, f"r >= {blocks}") for line in body]
+        if not static:  # no remainder: not even the lane setup of an empty loop
+            self.lines.append(f"if ({start} < {end}) {{")
+        self._loop(pragma, f"for (int64_t r = {start}; r < {end}; r++)", header, masked)
+        if not static:
+            self.lines.append("}")
+
+    def _loop(self, pragma: str, loop: str, header: list[str], body: list[str]) -> None:
         if pragma:
             self.lines.append(pragma)
         self.lines.append(loop + " {")

@@ -282,6 +282,9 @@ class KernelWriter(writer.ValueWalk):
         self.known[(tuple(c for c, d in zip(rs, self.red_shape) if d != 1),
                     tuple(d for d in self.red_shape if d != 1))] = "r"
         self.rloop = f"for (int64_t r = 0; r < {self.ix.size(self.rnumel)}; r++)"
+        #: the row length: an int, or C text (symbolic)
+        self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size(
+            self.rnumel)
         full = [""] * len(self.shape)
         for d, c in zip(kept, xs):
             full[d] = c
@@ -305,7 +308,7 @@ class KernelWriter(writer.ValueWalk):
             em.begin_phase()
             for name, v, coords in full_outputs:
                 self.store(name, v, coords)
-            em.end_phase("#pragma omp simd", self.rloop, self.r_header)
+            em.end_row_phase("#pragma omp simd", self.rbound, self.r_header)
         return em.lines
 
     def nest(self) -> list[str]:

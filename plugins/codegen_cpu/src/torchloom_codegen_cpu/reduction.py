@@ -69,7 +69,7 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
         last = w.rnumel - 1 if isinstance(w.rnumel, int) else f"{par(w.ix.size(w.rnumel))} - 1"
         em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {last});", True)
     accumulate(em, kind, acc, nan, v)
-    em.end_phase(f"#pragma omp simd {' '.join(clauses)}", w.rloop, w.r_header)
+    em.end_row_phase(f"#pragma omp simd {' '.join(clauses)}", w.rbound, w.r_header)
     if nan is not None:
         return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
     return Expr(acc, dtype)
