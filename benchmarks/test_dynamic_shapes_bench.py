@@ -8,13 +8,12 @@ later length runs. Gates, from one run:
 - compile count (deterministic): at most two compilations per graph (forward and
   backward: <= 4), none of them a fallback to eager, and no guard of torchloom's failing
   at any length;
-- time of one pass over the 16 lengths once compiled, torchloom / eager <= ``MAX_RATIO``,
-  a regression guard, not the issue's goal: the goal is >= eager (torchloom at least as
-  fast), and it is not met yet: measured 0.88-0.91x eager's speed (29.0 vs 25.5 ms per
-  pass, AMD EPYC, load 2) with every symbolic group compiled by the cpu codegen (sizes as
-  kernel arguments; 0.67x when they ran on eager), Dynamo's per-call overhead on these
-  small inputs being the rest (see benchmarks/RESULTS.md). Under a load of 4-5 the medians
-  give 0.63-0.65x (OpenMP workers spinning on the shared cores), so the gate stays at 2.0.
+- time of one pass over the 16 lengths once compiled, torchloom / eager <= ``MAX_RATIO``
+  (1.3). The issue's goal is >= eager (torchloom at least as fast): measured 1.05-1.07x
+  eager's speed by this gate's medians and 1.06x by the interleaved minima (Intel Xeon 2
+  vCPU, load < 1; see benchmarks/RESULTS.md), so the gate guards that with room for the
+  noise of a shared machine (medians once swung to 0.63x at a load of 4-5, OpenMP workers
+  spinning on the shared cores).
   The first pass (compiles included) is reported.
 
 Inductor (``torch.compile``'s default backend, automatic dynamic as torchloom gets it) is
@@ -42,7 +41,7 @@ from torchloom.compiler import Compiler
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 LENGTHS = list(range(6, 6 + 4 * 16, 4))  # 16 sequence lengths, 6 to 66
-MAX_RATIO = 2.0
+MAX_RATIO = 1.3
 
 
 @pytest.fixture(scope="module")

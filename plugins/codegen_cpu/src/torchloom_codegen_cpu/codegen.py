@@ -5,9 +5,10 @@ the CPU, groups with an op or dtype it has no template for, and every group when
 compiler is found (``CC``, default ``cc``). ``generate`` returns the whole translation
 unit (prelude + function) as the kernel source, which the kernel cache keeps as text, and
 JSON metadata. ``load`` builds (or finds in ``<cache>/cpu``) the shared library for that
-source (see toolchain.py), loads it with ctypes and returns ``kernel(*inputs) ->
-tuple(outputs)`` (launcher.py): outputs are allocated with ``torch.empty_strided``, the C
-function gets data pointers, the values of the group's size symbols and the thread count
+source with each kernel's CPython entry (entry.py; see toolchain.py), loads it and returns
+``kernel(*inputs) -> tuple(outputs)`` (launcher.py): outputs are allocated as
+``torch.empty_strided`` would, the C function gets data pointers, the values of the
+group's size symbols and the thread count
 (``torch.get_num_threads()`` at call time). Symbolic sizes are arguments, so one kernel
 (and one library) serves every size; its source and cache keys carry the symbolic
 structure (symbols numbered as the canonical form numbers them), never a concrete size.

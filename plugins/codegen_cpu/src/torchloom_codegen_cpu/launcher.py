@@ -2,7 +2,8 @@
 
 The function takes the inputs' data pointers (scalar inputs by value), the outputs' data
 pointers, the value of each size symbol (``int64_t S_0, ...``: kernels of groups with
-symbolic sizes) and the thread count (``torch.get_num_threads()`` at call time).
+symbolic sizes) and the thread count (``torch.get_num_threads()`` at call time). It is
+called through its CPython entry (entry.py) where the library has one, else through ctypes.
 
 A launcher copies an input whose strides are not the ones the kernel was written for
 (strides of size-1 dims never matter), allocates the outputs, and skips the call when every
