@@ -169,23 +169,28 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
         # libm calls to libmvec itself (exp, log, sin, cos, pow as of clang 14)
         flags = (*FLAGS, "-DTL_LIBMVEC", *(("-fveclib=libmvec",) if "clang" in version else ()))
     entry = ENTRY_HEAD + "PyObject* f(PyObject* o) { return PyLong_AsVoidPtr(o) ? " \
-        "PyCFunction_New(NULL, o) : Py_BuildValue(\"\"); }\n"
-    if _compiles(cc, directory, timeout, entry, (), ("-DTL_PYENTRY",)):
+        "PyCFunction_New(NULL, o) : PyErr_Format(PyExc_TypeError, \"%d\", 1); }\n"
+    # built and loaded here: the interpreter's symbols must resolve in this process
+    if _compiles(cc, directory, timeout, entry, (), ("-DTL_PYENTRY",), load=True):
         flags = (*flags, "-DTL_PYENTRY")  # kernels get Python entries (entry.py)
     return Toolchain(cc, version, flags, libs if ok else ("-lm",), ok, features)
 
 
 def _compiles(cc: str, directory: Path, timeout: float, source: str,
-              libs: tuple[str, ...], flags: tuple[str, ...] = ()) -> bool:
-    """Whether ``cc`` builds ``source`` into a shared library with the kernels' flags."""
+              libs: tuple[str, ...], flags: tuple[str, ...] = (), load: bool = False) -> bool:
+    """Whether ``cc`` builds ``source`` into a shared library with the kernels' flags
+    (and, with ``load``, whether this process loads it)."""
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        src = Path(tmp) / "probe.c"
+        src, lib = Path(tmp) / "probe.c", Path(tmp) / "probe.so"
         src.write_text(source)
         try:
-            return subprocess.run([cc, *FLAGS, *flags, "-o", str(Path(tmp) / "probe.so"),
-                                   str(src), *libs], capture_output=True,
-                                  timeout=timeout).returncode == 0
+            if subprocess.run([cc, *FLAGS, *flags, "-o", str(lib), str(src), *libs],
+                              capture_output=True, timeout=timeout).returncode != 0:
+                return False
+            if load:
+                ctypes.CDLL(str(lib))
+            return True
         except (OSError, subprocess.TimeoutExpired):
             return False
 
