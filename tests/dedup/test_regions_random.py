@@ -42,6 +42,18 @@ def build(block, copies, glue) -> Graph:
     return g
 
 
+def _short_period(block) -> bool:
+    """Whether the block's node tokens (op, and whether a binary op reads one value twice)
+    repeat with a period at most a third of its length: DedupRegions documents that it
+    does not find such blocks (``[tanh, tanh, tanh]`` copied: a period of 1)."""
+    tokens = []
+    for k, (op, picks) in enumerate(block):
+        n = 2 + k  # values the block has at this step
+        tokens.append((op, len({p % n for p in picks})))
+    return any(3 * p <= len(tokens) and all(tokens[i] == tokens[i % p] for i in range(len(tokens)))
+               for p in range(1, len(tokens)))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(block=st.lists(step, min_size=2, max_size=7), copies=st.integers(2, 5),
        glue=st.sets(st.integers(0, 4), max_size=3))
@@ -54,7 +66,7 @@ def test_dedup_regions_preserves_results(block, copies, glue):
     verify(graph, REGISTRY)
     calls = [n for n in graph.nodes if n.op == CALL_SUBGRAPH]
     assert result.changed == bool(calls)
-    if len(block) >= 2 and not glue:
+    if len(block) >= 2 and not glue and not _short_period(block):
         assert result.stats["occurrences"] >= 2  # back-to-back copies are always found
     for e, a in zip(expected, build_function(graph, REGISTRY).fn(*args)):
         torch.testing.assert_close(a, e, equal_nan=True)

@@ -66,7 +66,11 @@ class DedupRegions(Pass):
     values any occurrence uses outside the window.
 
     Skipped: windows containing a node that writes its inputs, occurrences whose inputs
-    some node mutates, and regions whose outputs alias (are views of) their inputs.
+    some node mutates, and regions whose outputs alias (are views of) their inputs. Not
+    found: a region whose own tokens repeat with a period at most a third of its length
+    (three ``tanh`` in a row, copied): windows grow to at most twice the spacing of their
+    anchor's occurrences (``_OVERLAP``), which keeps a block repeated m times from costing
+    O(m^2), so such a region is seen only as its shorter period, whose wiring differs.
 
     Stats: ``regions``, ``occurrences``, ``nodes_deduplicated`` (nodes later passes no
     longer see), ``subgraph_nodes``; the first three are also its ``Deduplication``, which
