@@ -281,7 +281,6 @@ class KernelWriter(writer.ValueWalk):
             rs.append(f"r{k}")
         self.known[(tuple(c for c, d in zip(rs, self.red_shape) if d != 1),
                     tuple(d for d in self.red_shape if d != 1))] = "r"
-        self.rloop = f"for (int64_t r = 0; r < {self.ix.size(self.rnumel)}; r++)"
         #: the row length: an int, or C text (symbolic)
         self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size(
             self.rnumel)

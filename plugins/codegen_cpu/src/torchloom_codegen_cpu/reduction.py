@@ -89,7 +89,8 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     if dtype in FLOATS:  # the first NaN wins and stays
         better = f"{best} == {best} && ({better} || {v} != {v})"
     em.statement(f"if ({better}) {{ {best} = {v}; {index} = r; }}", True)
-    em.end_phase("", w.rloop, w.r_header)  # in order: ties go to the lowest index
+    # in order, no SIMD: ties go to the lowest index
+    em.end_phase("", f"for (int64_t r = 0; r < {w.rbound}; r++)", w.r_header)
     return Expr(best, dtype), Expr(index, "i64")
 
 
