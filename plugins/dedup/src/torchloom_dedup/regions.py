@@ -8,22 +8,11 @@ from typing import ClassVar
 import attrs
 
 from torchloom.api import (CALL_SUBGRAPH, Deduplication, Graph, Node, Pass, PassContext,
-                           PassResult, TensorType, Value, canonical_text, format_attrs,
-                           mutated_values)
+                           PassResult, Value)
+
+from torchloom_dedup.scan import Candidate, Scan
 
 _positive = attrs.validators.ge(1)
-
-
-@attrs.frozen
-class Candidate:
-    """``count`` windows of ``length`` consecutive nodes that have equal tokens."""
-
-    starts: tuple[int, ...]
-    length: int
-
-    @property
-    def saved(self) -> int:
-        return self.length * (len(self.starts) - 1)
 
 
 @attrs.frozen
@@ -84,7 +73,9 @@ class DedupRegions(Pass):
     min_nodes: int = attrs.field(default=8, validator=_positive)
     min_occurrences: int = attrs.field(default=2, validator=attrs.validators.ge(2))
     #: how many regions to extract (the graph is scanned once; each extraction updates
-    #: the scan at its windows, and searches its tokens again)
+    #: the scan at its windows; the next region comes from the last search's candidates
+    #: the extraction left whole, and the tokens are searched again only when none of
+    #: those validates)
     max_regions: int = attrs.field(default=4, validator=_positive)
     #: anchor tokens tried per scan (one per distinct occurrence count)
     max_anchors: int = attrs.field(default=16, validator=_positive)
@@ -100,9 +91,10 @@ class DedupRegions(Pass):
         stats = {"regions": 0, "occurrences": 0, "nodes_deduplicated": 0, "subgraph_nodes": 0}
         if graph.parent is not None or graph.owner is not None:
             return PassResult(False, stats)  # shared subgraphs are made from the top level
-        scan = _Scan.of(graph, ctx.registry)
+        scan = Scan.of(graph, ctx.registry)
+        left: list[Candidate] = []  # the last search's untried candidates, still valid
         for _ in range(self.max_regions):
-            found = self._extract_best(graph, scan, ctx)
+            found = self._extract_best(graph, scan, left, ctx)
             if found is None:
                 break
             sub, occurrences = found
@@ -117,15 +109,24 @@ class DedupRegions(Pass):
         return PassResult(stats["regions"] > 0, stats, deduplication=made)
 
     # ---- search ----------------------------------------------------------------------
-    def _extract_best(self, graph: Graph, scan: "_Scan", ctx: PassContext):
-        candidates = sorted(self._candidates(scan.tokens),
-                            key=lambda c: (-c.saved, c.starts[0]))
-        for cand in candidates[: self.max_anchors]:
-            windows = self._validate(scan, cand, ctx)
-            if windows is not None:
-                sub, calls, replaced = _replace(graph, windows, scan.output_slots)
-                scan.update(windows, calls, replaced)
-                return sub, len(calls)
+    def _extract_best(self, graph: Graph, scan: Scan, left: list[Candidate],
+                      ctx: PassContext):
+        """Extract the best candidate that validates: first from ``left`` (what the last
+        search found and no extraction has touched since: its windows are still equal
+        tokens), then from a new search. A search costs the graph; a graph with several
+        regions (more of them the larger it is) would otherwise pay one per region."""
+        for fresh in (False, True):
+            if fresh:
+                left[:] = self._candidates(scan.tokens)
+            left.sort(key=lambda c: (-c.saved, c.starts[0]))
+            tried, left[:] = left[: self.max_anchors], left[self.max_anchors:]
+            for k, cand in enumerate(tried):
+                windows = self._validate(scan, cand, ctx)
+                if windows is not None:
+                    sub, calls, replaced = _replace(graph, windows, scan.output_slots)
+                    moved = scan.update(windows, calls, replaced)
+                    left[:] = moved.candidates(tried[k + 1:] + left, self.min_occurrences)
+                    return sub, len(calls)
         return None
 
     def _candidates(self, tokens: list[int]) -> list[Candidate]:
@@ -198,7 +199,7 @@ class DedupRegions(Pass):
             length += 1
         return found
 
-    def _validate(self, scan: "_Scan", cand: Candidate,
+    def _validate(self, scan: Scan, cand: Candidate,
                   ctx: PassContext) -> "_Windows | None":
         nodes, mutated, graph_outputs = scan.nodes, scan.mutated, scan.output_slots
         occurrences = [_Occurrence.of(nodes[s:s + cand.length], graph_outputs, s)
@@ -293,108 +294,6 @@ class _Windows:
     outputs: list[tuple[int, int]]
     #: the length of each occurrence's window (hoisted nodes included)
     length: int
-
-
-@attrs.define
-class _Scan:
-    """What a search reads, kept up to date across extractions instead of rescanning the
-    graph per region: the top-level nodes in order, their tokens, the values some node
-    writes, the graph's outputs. Extracting a region changes the graph only at its
-    windows (each becomes its hoisted views, then the call), and a node outside them keeps
-    its token (its operands become call results of the same types), so an update costs the
-    windows' nodes (and a list splice), not the graph."""
-
-    nodes: list[Node]
-    tokens: list[int]
-    mutated: set
-    #: each graph output, with its slots in ``graph.outputs``
-    output_slots: dict
-    tokenizer: "_Tokenizer"
-
-    @classmethod
-    def of(cls, graph: Graph, registry) -> "_Scan":
-        nodes = list(graph.nodes)
-        tokenizer = _Tokenizer(registry)
-        output_slots: dict[Value, list[int]] = {}
-        for i, v in enumerate(graph.outputs):
-            output_slots.setdefault(v, []).append(i)
-        return cls(nodes, [tokenizer.token(n, i) for i, n in enumerate(nodes)],
-                   mutated_values(graph, registry), output_slots, tokenizer)
-
-    def update(self, windows: _Windows, calls: list[Node], replaced: dict) -> None:
-        nodes, tokens = [], []
-        done = 0
-        for occ, call in sorted(zip(windows.occurrences, calls), key=lambda p: p[0].start):
-            nodes += self.nodes[done:occ.start]
-            tokens += self.tokens[done:occ.start]
-            hoisted = set(occ.hoisted)
-            for i in range(occ.start, occ.start + windows.length):
-                if self.nodes[i] in hoisted:
-                    nodes.append(self.nodes[i])
-                    tokens.append(self.tokens[i])
-            nodes.append(call)
-            tokens.append(self.tokenizer.token(call, len(nodes) - 1))
-            done = occ.start + windows.length
-        nodes += self.nodes[done:]
-        tokens += self.tokens[done:]
-        self.nodes, self.tokens = nodes, tokens
-        for old, new in replaced.items():  # a writer of a replaced value now writes its call's
-            if old in self.mutated:
-                self.mutated.discard(old)
-                self.mutated.add(new)
-
-
-class _Tokenizer:
-    """Equal ints for nodes that are equal but for their operands; -1-i for barriers. An
-    operand read twice by a node (``mul(x, x)``) is part of the token: occurrences of a
-    region always agree on it, and it tells apart nodes that differ only in wiring."""
-
-    def __init__(self, registry) -> None:
-        self.registry = registry
-        self.ids: dict[tuple, int] = {}
-        self.mutates: dict[str, bool] = {}
-
-    def token(self, n: Node, i: int) -> int:
-        op = n.op
-        barrier = self.mutates.get(op)
-        if barrier is None:
-            barrier = self.mutates[op] = (n.region is None and op != CALL_SUBGRAPH
-                                          and bool(self.registry.get(op).mutates))
-        if barrier:
-            return -1 - i  # a node that writes its inputs never joins a region
-        sig = [op, _attrs_key(n.attrs)]
-        inputs = n.inputs
-        for k, v in enumerate(inputs):  # the type, and which operand repeats which
-            sig.append(_type_key(v.type))
-            sig.append(inputs.index(v) if inputs.count(v) > 1 else k)
-        sig.append(None)  # inputs | outputs
-        for v in n.outputs:
-            sig.append(_type_key(v.type))
-        if n.region is not None:
-            sig.append(canonical_text(n.region))
-        key = tuple(sig)
-        token = self.ids.get(key)
-        if token is None:
-            token = self.ids[key] = len(self.ids)
-        return token
-
-
-def _type_key(t) -> object:
-    """A type as a plain tuple: hashed and compared in C, not through attrs methods."""
-    if type(t) is TensorType:
-        return (t.shape, t.dtype, t.device, t.strides)
-    return t
-
-
-def _attrs_key(attrs) -> object:
-    if not attrs:
-        return ()
-    key = tuple(sorted(attrs.items()))
-    try:
-        hash(key)
-    except TypeError:  # lists and other unhashable values: their text form
-        return format_attrs(attrs)
-    return key
 
 
 #: how far windows may grow past the smallest gap between their starts (see _grow)
