@@ -51,7 +51,11 @@ class Decompose(Pass):
         %sub = aten.sub.Tensor(%x, %amax) : f32[4, 8]
         %exp = aten.exp.default(%sub) : f32[4, 8]
         %sum = aten.sum.dim_IntList(%exp) {dim = [-1], keepdim = true} : f32[4, 1]
-        %y = aten.div.Tensor(%exp, %sum) : f32[4, 8]
+        %rcp = aten.reciprocal.default(%sum) : f32[4, 1]
+        %y = aten.mul.Tensor(%exp, %rcp) : f32[4, 8]
+
+    On the CPU, softmax over the last dim multiplies by the sum's reciprocal, as eager's
+    kernel does (torch's decomposition divides, as CUDA's kernel does; kept elsewhere).
 
     ``ops`` lists what to decompose (default: :data:`DECOMPOSED_OPS`); ``linear`` turns
     the addmm split on or off. An op whose decomposition cannot be traced is left as is.
@@ -162,7 +166,42 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     sub = imported.graph
     if any(n.op == node.op for n in sub.nodes) or len(sub.outputs) != len(node.outputs):
         return None
+    if node.op in _SOFTMAX and _over_last_dim_on_cpu(node):
+        _normalize_by_reciprocal(sub)
     return sub
+
+
+#: softmax over the last dim on the CPU: eager's kernel (``_vec_softmax_lastdim``, every
+#: dtype, in f32 for bf16 and f16) multiplies by ``1 / sum`` where torch's decomposition
+#: divides by ``sum``
+_SOFTMAX = ("aten._softmax.default", "aten.softmax.int")
+
+
+def _over_last_dim_on_cpu(node: Node) -> bool:
+    """(CUDA's softmax divides, as the decomposition does.)"""
+    t = node.inputs[0].type
+    dim = node.attrs.get("dim")
+    return isinstance(t, TensorType) and t.device == "cpu" and isinstance(dim, int) and \
+        len(t.shape) > 0 and dim % len(t.shape) == len(t.shape) - 1
+
+
+def _normalize_by_reciprocal(sub: Graph) -> None:
+    """``div(exp, sum(exp))`` -> ``mul(exp, reciprocal(sum(exp)))``, as eager computes
+    softmax on the CPU (one division per row instead of one per element; the codegens
+    compute the reciprocal once per row)."""
+    for n in list(sub.nodes):
+        if n.op != "aten.div.Tensor" or n.attrs:
+            continue
+        num, den = n.inputs
+        if den.producer is None or den.producer.op != "aten.sum.dim_IntList" or \
+                den.producer.inputs[0] is not num:
+            continue
+        rcp = sub.create("aten.reciprocal.default", [den], [den.type], names=["rcp"],
+                         before=n)
+        mul = sub.create("aten.mul.Tensor", [num, rcp.output], [n.output.type],
+                         names=[n.output.name], before=n)
+        sub.replace_all_uses(n.output, mul.output)
+        sub.erase(n)
 
 
 def _symbolic_examples(node: Node):
