@@ -80,11 +80,11 @@ class DedupRegions(Pass):
     #: anchor tokens tried per scan (one per distinct occurrence count)
     max_anchors: int = attrs.field(default=16, validator=_positive)
     #: a region reads at most one value computed outside it (graph inputs, such as
-    #: weights, and views of them not counted) per this many of its nodes. A window that reads about one
-    #: computed value per node (the add tree summing 31 values computed just before it)
-    #: is a seam through a computation, not a repeated layer: a call there makes each of
-    #: those values a tensor in memory that fusion would have kept in registers (a
-    #: layer reads the previous layer's result, and its weights)
+    #: weights, and views of them not counted) per this many of its nodes. A window
+    #: that reads about one computed value per node (the add tree summing 31 values
+    #: computed just before it) is a seam through a computation, not a repeated layer: a
+    #: call there makes each of those values a tensor in memory that fusion would have
+    #: kept in registers (a layer reads the previous layer's result, and its weights)
     min_nodes_per_input: int = attrs.field(default=2, validator=_positive)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
