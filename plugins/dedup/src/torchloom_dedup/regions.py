@@ -55,9 +55,7 @@ class DedupRegions(Pass):
     values any occurrence uses outside the window.
 
     Skipped: windows containing a node that writes its inputs, occurrences whose inputs
-    some node mutates, regions whose outputs alias (are views of) their inputs, and
-    seams: windows that read more values computed outside them than a half of their
-    nodes (``min_nodes_per_input``), as the add tree of a fan-out block does. Not
+    some node mutates, and regions whose outputs alias (are views of) their inputs. Not
     found: a region whose own tokens repeat with a period at most a third of its length
     (three ``tanh`` in a row, copied): windows grow to at most twice the spacing of their
     anchor's occurrences (``_OVERLAP``), which keeps a block repeated m times from costing
@@ -79,13 +77,6 @@ class DedupRegions(Pass):
     max_regions: int = attrs.field(default=4, validator=_positive)
     #: anchor tokens tried per scan (one per distinct occurrence count)
     max_anchors: int = attrs.field(default=16, validator=_positive)
-    #: a region reads at most one value computed outside it (graph inputs, such as
-    #: weights, and views of them not counted) per this many of its nodes. A window
-    #: that reads about one computed value per node (the add tree summing 31 values
-    #: computed just before it) is a seam through a computation, not a repeated layer: a
-    #: call there makes each of those values a tensor in memory that fusion would have
-    #: kept in registers (a layer reads the previous layer's result, and its weights)
-    min_nodes_per_input: int = attrs.field(default=2, validator=_positive)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         stats = {"regions": 0, "occurrences": 0, "nodes_deduplicated": 0, "subgraph_nodes": 0}
@@ -214,9 +205,6 @@ class DedupRegions(Pass):
             best = max(groups.values(), key=len)
             if len(best) < self.min_occurrences or len(best[0].nodes) < self.min_nodes:
                 return None
-            computed = max(occ.computed_inputs() for occ in best)
-            if computed * self.min_nodes_per_input > len(best[0].nodes):
-                return None  # a seam, not a layer (see min_nodes_per_input)
             outputs = sorted({o for occ in best for o in occ.escaping})
             if not outputs:
                 return None
@@ -246,11 +234,6 @@ class _Occurrence:
     hoisted: list[Node] = attrs.field(factory=list)
     #: the window's first position in the scanned node list
     start: int = 0
-
-    def computed_inputs(self) -> int:
-        """Inputs computed by a node (not graph inputs, nor views of them hoisted out)."""
-        hoisted = set(self.hoisted)
-        return sum(v.producer is not None and v.producer not in hoisted for v in self.inputs)
 
     def without(self, offsets: set[int], graph_outputs: Container[Value]) -> "_Occurrence":
         out = _Occurrence.of([n for i, n in enumerate(self.nodes) if i not in offsets],
