@@ -180,13 +180,24 @@ static inline float tl_erf_as(float x) {
    its coefficients (prelude.py: _GELU_P, _GELU_Q), so a vector of 16 costs 18 operations where
    erf then GELU cost 27 (the division is the one left; on the Intel Xeon of RESULTS.md
    vdivps bounds the kernel). |x| is clamped at
-   4 sqrt(2) (erf(4) rounds to 1); NaN stays NaN through the final x *, +inf gives NaN and
-   0.5 is applied last (inf above FLT_MAX / 2), as eager's vectorized kernel. Within 4 ulp +
-   2e-7 |x| of x Phi(x) in double (tests/codegen_cpu/test_vector_math.py). */
+   4 sqrt(2) (erf(4) rounds to 1) on its bits, as tl_erf_fast does (an integer min, where the
+   float comparisons cost 7 vector operations of 28: 5% of the kernel), and 1 + erf is kept
+   >= 0 (GELU of a large negative x is -0.0); NaN becomes +-4 sqrt(2) there and stays NaN
+   through the final x *, +inf gives NaN and 0.5 is applied last (inf
+   above FLT_MAX / 2), as eager's vectorized kernel. Within 4 ulp + 2e-7 |x| of x Phi(x) in
+   double (tests/codegen_cpu/test_vector_math.py). */
 static inline float tl_gelu_f32(float x) {
-  const float z = x < -5.65685425f ? -5.65685425f : (x > 5.65685425f ? 5.65685425f : x);
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  uint32_t m = u & 0x7fffffffu;
+  m = (m < 0x40B504F3u ? m : 0x40B504F3u) | (u & 0x80000000u); /* 0x40B504F3: 5.65685425f */
+  float z;
+  memcpy(&z, &m, 4);
   const float s = z * z;
-@GELU_RATIONAL@  const float y = x * (z * (p / q) + 1.0f) * 0.5f;
+@GELU_RATIONAL@  /* 1 + erf, at least 0: contracted to an fma, the rational at the clamp gives
+     -5e-8, not 0 (so -inf would give +inf, not NaN) */
+  const float e1 = z * (p / q) + 1.0f;
+  const float y = x * (e1 > 0.0f ? e1 : 0.0f) * 0.5f;
   return x == INFINITY ? NAN : y;
 }
 
