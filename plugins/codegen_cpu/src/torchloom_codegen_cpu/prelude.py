@@ -183,9 +183,9 @@ static inline float tl_erf_as(float x) {
    4 sqrt(2) (erf(4) rounds to 1) on its bits, as tl_erf_fast does (an integer min, where the
    float comparisons cost 7 vector operations of 28: 5% of the kernel), and 1 + erf is kept
    >= 0 (GELU of a large negative x is -0.0); NaN becomes +-4 sqrt(2) there and stays NaN
-   through the final x *, +inf gives NaN and 0.5 is applied last (inf
-   above FLT_MAX / 2), as eager's vectorized kernel. Within 4 ulp + 2e-7 |x| of x Phi(x) in
-   double (tests/codegen_cpu/test_vector_math.py). */
+   through the final x *, +inf gives NaN and 0.5 is applied last (inf above FLT_MAX / 2), as
+   eager's vectorized kernel. Within 4 ulp + 2e-7 |x| of x Phi(x) in double
+   (tests/codegen_cpu/test_vector_math.py). */
 static inline float tl_gelu_f32(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);
