@@ -8,8 +8,8 @@ import bisect
 
 import attrs
 
-from torchloom.api import (CALL_SUBGRAPH, Graph, Node, TensorType, canonical_text, format_attrs,
-                           mutated_values)
+from torchloom.api import (CALL_SUBGRAPH, Graph, Node, TensorType, Value, canonical_text,
+                           format_attrs, mutated_values)
 
 
 @attrs.frozen
@@ -51,6 +51,7 @@ class Scan:
                    mutated_values(graph, registry), output_slots, tokenizer)
 
     def update(self, windows, calls: list[Node], replaced: dict) -> "Moved":
+        """Splice ``windows`` (regions' ``_Windows``) out for their ``calls``."""
         nodes, tokens = [], []
         done = 0
         moved = Moved(windows.length)
