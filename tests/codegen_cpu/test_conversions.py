@@ -1,8 +1,9 @@
 """The prelude's f16 and bf16 conversions, exhaustively against torch: every f16 bit pattern
 widened, and 1M floats spread over the whole range (plus every f16 value, the overflow and
 subnormal boundaries, -0.0, inf and NaN) narrowed, bit for bit. f16 has two
-implementations (the compiler's ``_Float16``, and bit arithmetic for compilers without
-it, as clang 14): both are built and checked."""
+implementations (clang's ``_Float16``, and bit arithmetic for gcc, whose ``_Float16``
+conversions never vectorize, and for compilers without it, as clang 14): both are built
+and checked (with gcc, "native" is the bit arithmetic too)."""
 
 from __future__ import annotations
 

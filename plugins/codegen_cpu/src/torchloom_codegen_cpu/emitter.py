@@ -75,6 +75,9 @@ class Emitter(writer.Statements):
         #: name of a value rounded to bf16/f16 (kept in f32) -> the f32 value it rounds;
         #: a store converts that directly (rounding once instead of twice)
         self.unrounded: dict[str, str] = {}
+        #: C text (a table read, or the name bound to one) -> the 16-bit float dtype whose
+        #: values it holds exactly: rounding it to that dtype is the value itself
+        self.exact: dict[str, str] = {}
 
     # ---- statements --------------------------------------------------------------------
     def is_inner(self, text: str) -> bool:
@@ -90,6 +93,8 @@ class Emitter(writer.Statements):
                               lambda name: f"const {CTYPE[dtype]} {name} = {text};")
         if new and inner:
             self.inner_names.add(name)
+        if text in self.exact:
+            self.exact[name] = self.exact[text]
         return Expr(name, dtype, inner)
 
     def forget_row_values(self) -> None:
@@ -164,6 +169,8 @@ class Emitter(writer.Statements):
         target = COMPUTE[ir_dtype]
         if ir_dtype in ("bf16", "f16"):  # c10::Half also converts a double through float
             source = self.convert(e, "f32")
+            if self.exact.get(source.text) == ir_dtype:
+                return source
             text = (f"tl_round_bf16({source.text})" if ir_dtype == "bf16"
                     else f"tl_round_f16({source.text})")
             rounded = self.emit(text, "f32", "rnd")
@@ -188,12 +195,16 @@ def load_text(pointer: str, offset: str, ir_dtype: str) -> str:
 
 
 def store_text(pointer: str, offset: str, e: Expr, ir_dtype: str,
-               unrounded: str | None = None) -> str:
+               unrounded: str | None = None, exact: str | None = None) -> str:
     """C writing ``e`` to one element of storage dtype ``ir_dtype`` (rounding as eager);
-    ``unrounded``: the f32 value ``e`` is the bf16/f16 rounding of, converted directly."""
+    ``unrounded``: the f32 value ``e`` is the bf16/f16 rounding of, converted directly;
+    ``exact``: the 16-bit dtype whose values ``e`` holds exactly (a bf16 one is stored as
+    its bits, nothing to round)."""
     if unrounded is not None and ir_dtype in ("bf16", "f16"):
         e = Expr(unrounded, "f32", e.inner)
-    if ir_dtype in ("bf16", "f16"):  # from double through float, as c10 converts
+    if ir_dtype == "bf16" and exact == "bf16" and e.dtype == "f32":
+        value = f"(uint16_t)tl_bits_bf16({e.text})"
+    elif ir_dtype in ("bf16", "f16"):  # from double through float, as c10 converts
         value = (f"tl_f32_to_{ir_dtype}("
                  f"{e.text if e.dtype == 'f32' else f'(float){par(e.text)}'})")
     elif ir_dtype == "b8":

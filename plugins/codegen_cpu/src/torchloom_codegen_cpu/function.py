@@ -197,7 +197,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     header = ["/* torchloom cpu kernel for this group:"]
     header += [" *   " + line for line in _printed(region).splitlines()]
     header += [f" * {forms} */"]
-    source = [*header, f"void {kernel}({', '.join(params)}) {{"]
+    definitions = {name: text for w in nests for name, text in w.tables.items()}
+    source = [*definitions.values(), *header, f"void {kernel}({', '.join(params)}) {{"]
     if not parallel:
         source.append("  (void)nthreads;")
     source += ["  " + line for line in body]

@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchloom.api import Node, TensorType, Value, indexing, writer
+from torchloom.api import InputRef, Node, TensorType, Value, indexing, writer
 
+from torchloom_codegen_cpu import tables
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
@@ -77,6 +78,7 @@ class KernelWriter(writer.ValueWalk):
         self.outer_count = None
         self.buffers: dict[Value, str] = {}  # value -> its row buffer (see _plan_buffers)
         self.loaded: set[Value] = set()  # region inputs this nest reads
+        self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -129,8 +131,29 @@ class KernelWriter(writer.ValueWalk):
             raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
                               f"{node.attrs.get(exc.args[0])!r} has no C value") from None
         if node.op == EXP and text.startswith("tl_exp(") and minus_max(node.inputs[0]):
+            # (computing this exp costs about what a table read does: no table)
             return "tl_exp_nonpos(" + text[len("tl_exp("):]
-        return text
+        looked_up = self._tabulated(node, template, named, compute, ir_dtype, given)
+        return text if looked_up is None else looked_up
+
+    def _tabulated(self, node: Node, template: str, named: dict[str, str], compute: str,
+                   ir_dtype: str, given: dict[str, Any]) -> str | None:
+        """The op read from a table of its results (tables.py) when its one tensor input
+        and its result are bf16, else None."""
+        tensors = [name for name, value in given.items() if isinstance(value, InputRef)]
+        if (compute != "f32" or len(tensors) != 1 or len(node.inputs) != 1
+                or not isinstance(node.inputs[0].type, TensorType)
+                or tensor_type(node.inputs[0]).dtype != ir_dtype):
+            return None
+        found = tables.table(node.op, template.format(**{**named, tensors[0]: "x"}),
+                             ir_dtype)
+        if found is None:
+            return None
+        definition, function = found
+        self.tables[function] = definition
+        call = f"{function}({named[tensors[0]]})"
+        self.em.exact[call] = ir_dtype  # the table holds results rounded to ir_dtype
+        return call
 
     def _plan_buffers(self) -> None:
         """Expensive values (exp, tanh, ...) of a row that several loops read (softmax's
@@ -185,7 +208,8 @@ class KernelWriter(writer.ValueWalk):
             return  # an empty output: nothing to write
         e = self.value_at(v, coords)
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        line = store_text(name, offset, e, t.dtype, self.em.unrounded.get(e.text))
+        line = store_text(name, offset, e, t.dtype, self.em.unrounded.get(e.text),
+                          self.em.exact.get(e.text))
         self.em.statement(line, self.em.is_inner(line))
 
     def row_coords(self, index: str, shape) -> list[str]:

@@ -117,10 +117,14 @@ def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
 def _eager_f16_gelu_is_f32s() -> bool:
     """Whether eager's vectorized f16 GELU is its f32 GELU rounded on this CPU: NaN at +inf
     (seen on a CPU with AVX512-FP16) rather than inf (seen on one without; eager's scalar
-    tail, the last elements of a tensor, gives inf on both)."""
+    tail, the last elements of a tensor, gives inf on both). Real tensors even when asked
+    while torch traces with fake tensors (an f16 GELU met first under torch.compile: its
+    group was declined, DataDependentOutputException)."""
     import torch
-    return bool(torch.nn.functional.gelu(torch.full((256,), math.inf, dtype=torch.float16))
-                [0].isnan().item())
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily(), torch.no_grad():
+        inf = torch.full((256,), math.inf, dtype=torch.float16)
+        return bool(torch.nn.functional.gelu(inf)[0].isnan().item())
 
 
 def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:

@@ -37,11 +37,24 @@ static inline uint16_t tl_f32_to_bf16(float x) {
 
 static inline float tl_round_bf16(float x) { return tl_bf16_to_f32(tl_f32_to_bf16(x)); }
 
-/* f16 is stored as its 16 bits. Conversions use the compiler's _Float16 where it has one
-   (gcc >= 12, clang >= 15 on x86-64: F16C instructions), else exact bit arithmetic
-   (round to nearest even, NaN -> quiet NaN, subnormals kept; F. Giesen's half_to_float
-   and float_to_half_fast3_rtne). */
-#if defined(__FLT16_MAX__)
+/* the bits of a bf16 value held in a float (a result table's index, tables.py) */
+static inline int32_t tl_bits_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (int32_t)(u >> 16);
+}
+
+/* result tables (tables.py): defined 1 by the toolchain where table reads vectorize */
+#ifndef TL_TABLES
+#define TL_TABLES 0
+#endif
+
+/* f16 is stored as its 16 bits. Conversions use clang's _Float16 where it has one (clang
+   >= 15 on x86-64: F16C instructions, vectorized), else exact bit arithmetic (round to
+   nearest even, NaN -> quiet NaN, subnormals kept; F. Giesen's half_to_float and
+   float_to_half_fast3_rtne). gcc 12 has _Float16 but never vectorizes its conversions: a
+   loop converting f16 ran scalar, an f16 exp of 2048 x 3072 took 44 ms (6 ms this way). */
+#if defined(__FLT16_MAX__) && defined(__clang__)
 static inline float tl_f16_to_f32(uint16_t h) {
   _Float16 v;
   memcpy(&v, &h, 2);

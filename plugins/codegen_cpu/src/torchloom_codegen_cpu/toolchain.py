@@ -54,7 +54,7 @@ _ISA = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
 
 
 #: what the probe checks, in its record's key (a new check must not read an old record)
-_PROBE = "libmvec,pyentry"
+_PROBE = "libmvec,pyentry,tables"
 
 
 class BuildError(Exception):
@@ -173,7 +173,44 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
     # built and loaded here: the interpreter's symbols must resolve in this process
     if _compiles(cc, directory, timeout, entry, (), ("-DTL_PYENTRY",), load=True):
         flags = (*flags, "-DTL_PYENTRY")  # kernels get Python entries (entry.py)
+    flags = (*flags, *_table_flags(cc, directory, timeout, features))
     return Toolchain(cc, version, flags, libs if ok else ("-lm",), ok, features)
+
+
+#: a table read in a SIMD loop, as the kernels' result tables are read (tables.py)
+_GATHER_TEST = ("#include <stdint.h>\nfloat t[65536];\n"
+                "void f(const uint16_t* restrict a, float* restrict o, int n) {\n"
+                "#pragma omp simd\n  for (int i = 0; i < n; i++) o[i] = t[a[i]];\n}\n")
+
+
+def _table_flags(cc: str, directory: Path, timeout: float, features: str) -> tuple[str, ...]:
+    """``-DTL_TABLES=1`` (and the flag it needs) where ``cc`` compiles a table read in a
+    SIMD loop to AVX-512 gathers: gcc 12 tunes for no particular CPU under
+    ``-march=native`` on CPUs it does not know, and that tuning never gathers, so
+    ``-mtune-ctrl=use_gather`` is tried second. Elsewhere (AVX2 machines, whose gathers
+    are slow on some CPUs; no gathers at all) the kernels compute instead of reading tables."""
+    if "avx512f" not in features.split(":")[-1].split(","):
+        return ()
+    for extra in ((), ("-mtune-ctrl=use_gather",)):
+        if "gather" in _assembly(cc, directory, timeout, _GATHER_TEST, extra):
+            return (*extra, "-DTL_TABLES=1")
+    return ()
+
+
+def _assembly(cc: str, directory: Path, timeout: float, source: str,
+              flags: tuple[str, ...]) -> str:
+    """The assembly ``cc`` makes of ``source`` with the kernels' flags ('' on failure)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        src, asm = Path(tmp) / "probe.c", Path(tmp) / "probe.s"
+        src.write_text(source)
+        compile_only = [f for f in FLAGS if f != "-shared"]
+        try:
+            done = subprocess.run([cc, *compile_only, *flags, "-S", "-o", str(asm), str(src)],
+                                  capture_output=True, timeout=timeout)
+            return asm.read_text() if done.returncode == 0 else ""
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
 
 
 def _compiles(cc: str, directory: Path, timeout: float, source: str,
