@@ -155,12 +155,16 @@ def test_bad_toolchain_record_is_rejected_and_probed_again(redis_url, redis_clie
     first = probe(cc, tmp_path / "a", 60, store)  # probed here, and shared
     [key] = entries(redis_client, NS)
     name = key.decode().rpartition(":")[2]
-    # --version, and two builds (libmvec links; a library calling the interpreter links)
-    assert name.startswith("toolchain-") and len(runs(cc_log)) == 3
-    assert probe(cc, tmp_path / "b", 60, store) == first and len(runs(cc_log)) == 3
+    # --version, two builds (libmvec links; a library calling the interpreter links) and on
+    # an AVX-512 CPU one or two compiles to assembly (do table reads gather? tables.py)
+    probed = len(runs(cc_log))
+    assert name.startswith("toolchain-") and probed == 3 + sum(
+        "-S" in r.split() for r in runs(cc_log))
+    assert probed in (3, 4, 5)
+    assert probe(cc, tmp_path / "b", 60, store) == first and len(runs(cc_log)) == probed
     redis_client.set(key, sign(KEY.encode(), NS, name, b'{"version": "x", "flags": "-O0"}'))
     assert probe(cc, tmp_path / "c", 60, store) == first  # authentic, but no record:
-    assert len(runs(cc_log)) == 6 and remote.stats(NS)["errors"] == 1  # probed again
+    assert len(runs(cc_log)) == 2 * probed and remote.stats(NS)["errors"] == 1  # probed again
     shared = json.loads(verify_bytes(KEY.encode(), NS, name, redis_client.get(key)))
     assert shared["flags"] == list(first.flags)  # and shared again
 

@@ -186,12 +186,13 @@ _GATHER_TEST = ("#include <stdint.h>\nfloat t[65536];\n"
 def _table_flags(cc: str, directory: Path, timeout: float, features: str) -> tuple[str, ...]:
     """``-DTL_TABLES=1`` (and the flag it needs) where ``cc`` compiles a table read in a
     SIMD loop to AVX-512 gathers: gcc 12 tunes for no particular CPU under
-    ``-march=native`` on CPUs it does not know, and that tuning never gathers, so
-    ``-mtune-ctrl=use_gather`` is tried second. Elsewhere (AVX2 machines, whose gathers
-    are slow on some CPUs; no gathers at all) the kernels compute instead of reading tables."""
+    ``-march=native`` on CPUs it does not know, and that tuning never gathers, so gcc's
+    ``-mtune-ctrl=use_gather`` is tried first (one compiler run where it works; clang
+    rejects it, and is tried without). Elsewhere (AVX2 machines, whose gathers are slow
+    on some CPUs; no gathers at all) the kernels compute instead of reading tables."""
     if "avx512f" not in features.split(":")[-1].split(","):
         return ()
-    for extra in ((), ("-mtune-ctrl=use_gather",)):
+    for extra in (("-mtune-ctrl=use_gather",), ()):
         if "gather" in _assembly(cc, directory, timeout, _GATHER_TEST, extra):
             return (*extra, "-DTL_TABLES=1")
     return ()
