@@ -279,6 +279,21 @@ class ValueWalk:
     def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
         """A target's veto of a view in this kernel (none by default)."""
 
+    def _operand(self, node: Node, k: int, e, result: str):
+        """Input ``k`` of ``node`` (its value ``e``) as an op with result dtype ``result``
+        computes on it: in the result's compute dtype, rounded to a bf16/f16 result's type
+        first where eager converts it (:func:`_low_precision_operand`) and the target's
+        eager does not keep it (:meth:`keeps_operand`)."""
+        v = node.inputs[k]
+        if _low_precision_operand(v, result) and not self.keeps_operand(node, k):
+            return self.em.cast(e, result)
+        return self.em.convert(e, COMPUTE[result])
+
+    def keeps_operand(self, node: Node, k: int) -> bool:
+        """Whether eager on this target computes ``node`` with input ``k`` as it is though
+        the op's type is narrower (a target hook; none here)."""
+        return False
+
     def _pointwise(self, node: Node, v: Value, t: TensorType, coords: Coords):
         spec = self.POINTWISE[node.op]
         if len(node.outputs) != 1:
@@ -295,9 +310,10 @@ class ValueWalk:
                                     node.attrs)
             tensors = [em.convert(e, compute) for e in tensors]
         elif spec.args == "out":
-            tensors = [em.convert(e, out) for e in tensors]
+            tensors = [self._operand(node, k, e, t.dtype) for k, e in enumerate(tensors)]
         elif spec.args == "where":
-            tensors = [em.convert(e, "b8" if k == 0 else out) for k, e in enumerate(tensors)]
+            tensors = [em.convert(e, "b8") if k == 0 else self._operand(node, k, e, t.dtype)
+                       for k, e in enumerate(tensors)]
         elif tensors:  # keep: the template sees the inputs as they are
             compute = tensors[0].dtype
         named = {}
@@ -315,6 +331,14 @@ class ValueWalk:
         if t.dtype in ("f16", "bf16") and spec.args != "keep":
             e = em.cast(e, t.dtype)  # eager rounds every low-precision result
         return e
+
+
+def _low_precision_operand(v: Value, result: str) -> bool:
+    """Whether tensor ``v`` read by an op whose result is bf16/f16 ``result`` is of
+    another type: eager converts such an operand (a 0-d f32 tensor, an int tensor) to the
+    op's common type first, rounding it."""
+    return result in ("bf16", "f16") and isinstance(v.type, TensorType) \
+        and v.type.dtype != result
 
 
 def drop_unused(lines: list[str], binding: re.Pattern[str]) -> list[str]:

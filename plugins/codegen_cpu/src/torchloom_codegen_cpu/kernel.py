@@ -43,6 +43,15 @@ CHUNK = 4096
 ROW_BUFFER = 16384
 
 
+#: ops eager's CPU kernels run with a one-element second operand as an f32 scalar
+SCALAR_DIVISORS = frozenset({"aten.mul.Tensor", "aten.div.Tensor", "aten.div.Tensor_mode",
+                             "aten.true_divide.Tensor"})
+
+
+def _one_element(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and all(d == 1 for d in v.type.shape)
+
+
 class KernelWriter(writer.ValueWalk):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
@@ -122,7 +131,9 @@ class KernelWriter(writer.ValueWalk):
 
     def _render(self, node: Node, spec, named: dict[str, str], compute: str,
                 ir_dtype: str, given: dict[str, Any]) -> str:
-        template = spec.template(given, compute, ir_dtype)
+        # a scalar divisor: eager's kernel divides in f32 (no rounded quotient to trunc)
+        template = spec.template(given, compute,
+                                 "f32" if self.keeps_operand(node, 1) else ir_dtype)
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no C template")
         try:
@@ -135,6 +146,13 @@ class KernelWriter(writer.ValueWalk):
             return "tl_exp_nonpos(" + text[len("tl_exp("):]
         looked_up = self._tabulated(node, template, named, compute, ir_dtype, given)
         return text if looked_up is None else looked_up
+
+    def keeps_operand(self, node: Node, k: int) -> bool:
+        """Eager's CPU mul and div of a bf16/f16 tensor by a scalar (an operand broadcast
+        everywhere: one element) compute in f32 with the scalar's own value, a 0-d f32 or
+        int tensor unrounded (ATen's ``original_scalar_value``, BinaryOpsKernel.cpp)."""
+        return (k == 1 and node.op in SCALAR_DIVISORS and len(node.inputs) > 1
+                and _one_element(node.inputs[1]))
 
     def _tabulated(self, node: Node, template: str, named: dict[str, str], compute: str,
                    ir_dtype: str, given: dict[str, Any]) -> str | None:

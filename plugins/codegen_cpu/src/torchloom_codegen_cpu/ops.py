@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -89,11 +90,40 @@ def _pow(a: Mapping[str, Any], dtype: str = "f32") -> str:
              0.5: "sqrt$f({self})", -1: "($T)1 / {self}", -2: "($T)1 / ({self} * {self})",
              0: "($T)1"}
     if dtype == "f16":  # eager's f16 kernel calls pow itself: pow(-inf, 0.5) is inf
-        known.pop(0.5)
-    return known.get(a["exponent"], "pow$f({self}, {exponent})")
+        # (libmvec's vector powf gives NaN there, its scalar powf inf: said outright)
+        known[0.5] = "({self} == -($T)INFINITY ? ($T)INFINITY : pow$f({self}, ($T)0.5))"
+    exponent = a["exponent"]
+    if exponent in known:
+        return known[exponent]
+    if dtype in ("bf16", "f16") and isinstance(exponent, float):
+        # eager converts the exponent to the tensor's type first (1/3 -> 0.333984375)
+        return f"pow$f({{self}}, {literal(round_to(exponent, dtype), 'f32')})"
+    return "pow$f({self}, {exponent})"
+
+
+def round_to(value: float, dtype: str) -> float:
+    """``value`` rounded to bf16 or f16 (to nearest, ties to even; through float32 first,
+    as c10 converts a double)."""
+    try:
+        (bits,) = struct.unpack("<I", struct.pack("<f", value))
+        if dtype == "f16":
+            return struct.unpack("<e", struct.pack("<e", struct.unpack("<f", struct.pack(
+                "<I", bits))[0]))[0]
+    except OverflowError:  # beyond the type's range (or float32's): inf, as c10 gives
+        return math.copysign(math.inf, value)
+    if math.isnan(value) or math.isinf(value):
+        return value
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
 def _div_mode(a: Mapping[str, Any], dtype: str = "f32") -> str:
+    """Eager divides bf16/f16 in their own type: trunc of the quotient rounded to it, and
+    floor division with every step rounded (prelude.py, TL_DIV_FLOOR_LOW)."""
+    if dtype in ("bf16", "f16"):
+        return {None: "{self} / {other}",
+                "trunc": f"truncf(tl_round_{dtype}({{self}} / {{other}}))",
+                "floor": f"tl_div_floor_{dtype}({{self}}, {{other}})"}[a.get("rounding_mode")]
     return {None: "{self} / {other}", "trunc": "trunc$f({self} / {other})",
             "floor": "tl_div_floor$f({self}, {other})"}[a.get("rounding_mode")]
 

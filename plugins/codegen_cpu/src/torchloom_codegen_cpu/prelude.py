@@ -227,6 +227,21 @@ static inline float tl_gelu_f32(float x) {
   }
 TL_DIV_FLOOR(float, f)
 TL_DIV_FLOOR(double, )
+
+/* the same for bf16 and f16: eager runs div_floor_floating on c10::BFloat16 / c10::Half,
+   every step rounded to the type (R); fmod and floor are exact there */
+#define TL_DIV_FLOOR_LOW(NAME, R)                                                  \
+  static inline float NAME(float a, float b) {                                    \
+    if (b == 0) return R(a / b);                                                  \
+    float mod = fmodf(a, b);                                                      \
+    float div = R(R(a - mod) / b);                                                \
+    if (mod != 0 && (b < 0) != (mod < 0)) div = R(div - 1.0f);                    \
+    if (div == 0) return copysignf(0.0f, R(a / b));                               \
+    float floordiv = floorf(div);                                                 \
+    return R(div - floordiv) > 0.5f ? R(floordiv + 1.0f) : floordiv;              \
+  }
+TL_DIV_FLOOR_LOW(tl_div_floor_bf16, tl_round_bf16)
+TL_DIV_FLOOR_LOW(tl_div_floor_f16, tl_round_f16)
 """
 
 
