@@ -56,6 +56,32 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
                               ("f32", "bf16", "f16", "f64", "b8")],
     "prims.convert_element_type.default": [(("a",), f"{{dtype = #{d}}}") for d in
                                            ("f32", "bf16", "f16", "f64")],
+    # activations and the ops of models and optimizers (ops.ACTIVATIONS)
+    "aten.leaky_relu.default": [(("a",), ""), (("a",), "{negative_slope = 0.2}")],
+    "aten.hardtanh.default": [(("a",), ""), (("a",), "{min_val = -0.5, max_val = 2}")],
+    "aten.elu.default": [(("a",), ""), (("a",), "{alpha = 0.5, scale = 2, input_scale = 1.5}")],
+    "aten.celu.default": [(("a",), ""), (("a",), "{alpha = 2.5}")],
+    "aten.softplus.default": [(("a",), ""), (("a",), "{beta = 2, threshold = 5}")],
+    "aten.softshrink.default": [(("a",), ""), (("a",), "{lambd = 1.5}")],
+    "aten.hardshrink.default": [(("a",), ""), (("a",), "{lambd = 1.5}")],
+    "aten.logit.default": [(("a",), ""), (("a",), "{eps = 0.001}")],
+    "aten.nan_to_num.default": [(("a",), ""), (("a",), "{nan = 1.5, posinf = 7, neginf = -8}")],
+    "aten.fmod.Tensor": [(("a", "b"), "")],
+    "aten.fmod.Scalar": [(("a",), "{other = 1.5}"), (("a",), "{other = -2}")],
+    "aten.remainder.Tensor": [(("a", "b"), "")],
+    "aten.remainder.Scalar": [(("a",), "{other = 1.5}"), (("a",), "{other = -2}")],
+    "aten.copysign.Tensor": [(("a", "b"), "")],
+    "aten.copysign.Scalar": [(("a",), "{other = -1}")],
+    "aten.atan2.default": [(("a", "b"), "")],
+    "aten.hypot.default": [(("a", "b"), "")],
+    "aten.xlogy.Tensor": [(("a", "b"), "")],
+    "aten.heaviside.default": [(("a", "b"), "")],
+    "aten.logical_xor.default": [(("a", "b"), "")],
+    "aten.bitwise_xor.Tensor": [(("a", "b"), "")],
+    "aten.addcmul.default": [(("a", "b", "a"), ""), (("a", "b", "b"), "{value = 0.5}")],
+    "aten.addcdiv.default": [(("a", "b", "a"), ""), (("b", "a", "b"), "{value = 0.5}")],
+    "aten.lerp.Scalar": [(("a", "b"), "{weight = 0.25}"), (("a", "b"), "{weight = 0.75}")],
+    "aten.lerp.Tensor": [(("a", "b", "b"), "")],
 }
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
     CASES[f"aten.{_name}.Tensor"] = [(("a", "b"), "")]

@@ -191,6 +191,144 @@ def _unary(floats: str, ints: str | None = None) -> Pointwise:
 _MAXIMUM = "({self} > {other} || {self} != {self}) ? {self} : {other}"
 _MINIMUM = "({self} < {other} || {self} != {self}) ? {self} : {other}"
 
+def _num(a: Mapping[str, Any], name: str, default: float, dtype: str) -> str:
+    """Attribute ``name`` as C text for a result of IR dtype ``dtype``: its value (the
+    schema's default when absent, which the IR leaves out), or the ``{name}`` placeholder
+    when a graph value gives it."""
+    value = a.get(name)
+    if value is None:
+        value = default
+    if not isinstance(value, (bool, int, float)) or type(value).__name__ == "InputRef":
+        return f"{{{name}}}"
+    if COMPUTE.get(dtype) in ("f32", "f64"):
+        return f"($T){literal(float(value), 'f64')}"
+    return literal(int(value), COMPUTE.get(dtype, "i64"))
+
+
+def _with(template: str, **defaults: float) -> Callable[[Mapping[str, Any], str], str]:
+    """A template whose ``{attr}`` fields take the attributes' values or these defaults."""
+    def build(a: Mapping[str, Any], dtype: str = "f32") -> str:
+        text = template
+        for name, default in defaults.items():
+            text = text.replace(f"{{{name}}}", _num(a, name, default, dtype))
+        return text
+    return build
+
+
+#: eager's elu_kernel: expm1 of the scaled input times alpha * scale at or below 0
+_elu = _with("({self} <= 0 ? expm1$f({self} * {input_scale}) * ({alpha} * {scale}) : "
+             "{self} * {scale})", alpha=1.0, scale=1.0, input_scale=1.0)
+
+
+def _nan_to_num(a: Mapping[str, Any], dtype: str = "f32") -> str:
+    """NaN -> ``nan`` (0), +-inf -> ``posinf`` / ``neginf`` (the type's largest finite
+    values by default, as eager)."""
+    largest = {"f64": "DBL_MAX", "f32": "FLT_MAX", "bf16": "3.38953139e38f",
+               "f16": "65504.0f"}.get(dtype, "FLT_MAX")
+    value = {k: (literal(a[k], "f64") if a.get(k) is not None else None)
+             for k in ("nan", "posinf", "neginf")}
+    nan = value["nan"] or "0"
+    pos = value["posinf"] or f"(($T){largest})"
+    neg = value["neginf"] or f"(-($T){largest})"
+    return (f"({{self}} != {{self}} ? ($T){nan} : {{self}} == ($T)INFINITY ? ($T){pos} : "
+            f"{{self}} == -($T)INFINITY ? ($T){neg} : {{self}})")
+
+
+def _logit(a: Mapping[str, Any], dtype: str = "f32") -> str:
+    """eager's logit_kernel: x clamped to [eps, 1 - eps] (bounds in the tensor's type),
+    then log(x / (1 - x)); in bf16/f16 every step rounds to the type (Vectorized<BFloat16>
+    operations)."""
+    low = dtype in ("bf16", "f16")
+
+    def r(text: str) -> str:
+        return f"tl_round_{dtype}({text})" if low else text
+    z = "{self}"
+    if a.get("eps") is not None:
+        eps = float(a["eps"])
+        lo, hi = (round_to(eps, dtype), round_to(1 - round_to(eps, dtype), dtype)) if low \
+            else (eps, None)
+        lo_c = f"($T){literal(lo, 'f64')}"
+        hi_c = f"($T){literal(hi, 'f64')}" if hi is not None else f"(($T)1 - {lo_c})"
+        z = f"({{self}} < {lo_c} ? {lo_c} : {{self}} > {hi_c} ? {hi_c} : {{self}})"
+    quotient = r(z + " / " + r("(($T)1 - " + z + ")"))
+    return f"({z} == ($T)1 ? ($T)INFINITY : log$f({quotient}))"
+
+
+_HARDTANH = "({self} < {min_val} ? {min_val} : {self} > {max_val} ? {max_val} : {self})"
+_SIGN = "(($T)({self} > 0) - ($T)({self} < 0))"  # NaN and -0.0 give 0, as eager
+#: activations and other pointwise ops of models and optimizers, by eager's CPU kernels:
+#: NaN passes through comparisons as eager's do (checked by tests/codegen_cpu/test_ops.py
+#: on NaN, +-inf, -0.0 and denormals for every dtype)
+ACTIVATIONS: dict[str, Pointwise] = {
+    "aten.sign.default": Pointwise(_SIGN, "out", "(({self} > 0) - ({self} < 0))"),
+    "aten.sgn.default": Pointwise(_SIGN, "out", "(({self} > 0) - ({self} < 0))"),
+    "aten.leaky_relu.default": Pointwise(_with(
+        "({self} > 0 ? {self} : {self} * {negative_slope})", negative_slope=0.01)),
+    "aten.hardtanh.default": _both(_with(_HARDTANH, min_val=-1.0, max_val=1.0)),
+    "aten.relu6.default": _both(_HARDTANH.replace("{min_val}", "0").replace(
+        "{max_val}", "6")),
+    "aten.elu.default": Pointwise(_elu),
+    "aten.selu.default": Pointwise(
+        "({self} <= 0 ? expm1$f({self}) * (($T)1.6732632423543772 * ($T)1.0507009873554805)"
+        " : {self} * ($T)1.0507009873554805)"),
+    "aten.celu.default": Pointwise(_with(
+        "({self} <= 0 ? expm1$f({self} * (($T)1 / {alpha})) * {alpha} : {self})", alpha=1.0)),
+    "aten.softplus.default": Pointwise(_with(
+        "({self} * {beta} > {threshold} ? {self} : log1p$f(exp$f({self} * {beta})) / {beta})",
+        beta=1.0, threshold=20.0)),
+    "aten.hardsigmoid.default": Pointwise(
+        "({self} != {self} ? {self} : ({self} + ($T)3 < 0 ? ($T)0 : {self} + ($T)3 > 6 ? "
+        "($T)6 : {self} + ($T)3) / ($T)6)"),
+    "aten.mish.default": Pointwise("{self} * tanh$f(log1p$f(exp$f({self})))"),
+    "aten.softshrink.default": Pointwise(_with(
+        "({self} > {lambd} ? {self} - {lambd} : {self} < -{lambd} ? {self} + {lambd} : "
+        "{self} * ($T)0)", lambd=0.5)),
+    "aten.hardshrink.default": Pointwise(_with(
+        "({self} >= -{lambd} && {self} <= {lambd} ? ($T)0 : {self})", lambd=0.5)),
+    "aten.frac.default": _unary("X - trunc$f(X)"),
+    "aten.square.default": _both("{self} * {self}"),
+    "aten.sinh.default": _unary("sinh$f(X)"),
+    "aten.cosh.default": _unary("cosh$f(X)"),
+    "aten.asinh.default": _unary("asinh$f(X)"),
+    "aten.atan.default": _unary("atan$f(X)"),
+    "aten.asin.default": _unary("asin$f(X)"),
+    "aten.acos.default": _unary("acos$f(X)"),
+    "aten.erfc.default": _unary("erfc$f(X)"),
+    "aten.logit.default": Pointwise(_logit),
+    "aten.nan_to_num.default": Pointwise(_nan_to_num, "out", "{self}"),
+    "aten.isinf.default": Pointwise("({self} == INFINITY || {self} == -INFINITY)", "keep",
+                                    "0"),
+    "aten.isposinf.default": Pointwise("({self} == INFINITY)", "keep", "0"),
+    "aten.isneginf.default": Pointwise("({self} == -INFINITY)", "keep", "0"),
+    "aten.isfinite.default": Pointwise("({self} - {self} == 0)", "keep", "1"),
+    "aten.signbit.default": Pointwise("(signbit({self}) != 0)", "keep", "({self} < 0)"),
+    "aten.fmod.Tensor": Pointwise("fmod$f({self}, {other})"),
+    "aten.fmod.Scalar": Pointwise("fmod$f({self}, {other})"),
+    "aten.remainder.Tensor": Pointwise("tl_remainder$f({self}, {other})"),
+    "aten.remainder.Scalar": Pointwise("tl_remainder$f({self}, {other})"),
+    "aten.copysign.Tensor": Pointwise("copysign$f({self}, {other})"),
+    "aten.copysign.Scalar": Pointwise("copysign$f({self}, {other})"),
+    "aten.atan2.default": Pointwise("atan2$f({self}, {other})"),
+    "aten.hypot.default": Pointwise("hypot$f({self}, {other})"),
+    "aten.xlogy.Tensor": Pointwise(
+        "({other} != {other} ? {other} : {self} == 0 ? ($T)0 : {self} * log$f({other}))"),
+    "aten.heaviside.default": _both("({self} == 0 ? {values} : ({self} > 0))"),
+    "aten.logical_xor.default": _both("(({self} != 0) != ({other} != 0))", args="keep"),
+    "aten.bitwise_xor.Tensor": Pointwise(None, "out", "{self} ^ {other}"),
+    "aten.bitwise_not.default": Pointwise(
+        None, "out", lambda a, dtype: "!{self}" if dtype == "b8" else "~{self}"),
+    "aten.addcmul.default": Pointwise(_with("{self} + {value} * {tensor1} * {tensor2}",
+                                            value=1.0)),
+    "aten.addcdiv.default": Pointwise(_with("{self} + {value} * {tensor1} / {tensor2}",
+                                            value=1.0)),
+    "aten.lerp.Scalar": Pointwise(
+        "(fabs$f({weight}) < ($T)0.5 ? {self} + {weight} * ({end} - {self}) : "
+        "{end} - ({end} - {self}) * (($T)1 - {weight}))"),
+    "aten.lerp.Tensor": Pointwise(
+        "(fabs$f({weight}) < ($T)0.5 ? {self} + {weight} * ({end} - {self}) : "
+        "{end} - ({end} - {self}) * (($T)1 - {weight}))"),
+}
+
 POINTWISE: dict[str, Pointwise] = {
     **{op: _both(template) for op, template in writer.alpha_rows().items()},
     "aten.mul.Tensor": _both("{self} * {other}"),
@@ -249,6 +387,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.clone.default": _both("{self}", args="keep"),
     "aten.alias.default": _both("{self}", args="keep"),
     "aten.detach.default": _both("{self}", args="keep"),
+    **ACTIVATIONS,
     # a cast: the emitter converts (and rounds) to the result's dtype
     "aten._to_copy.default": _both("{self}", args="cast"),
     "prims.convert_element_type.default": _both("{a}", args="cast"),

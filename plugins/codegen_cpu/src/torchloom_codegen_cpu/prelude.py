@@ -18,6 +18,7 @@ from __future__ import annotations
 from torchloom_codegen_cpu.ops import VECTOR_MATH
 
 _TEMPLATE = """\
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -227,6 +228,15 @@ static inline float tl_gelu_f32(float x) {
   }
 TL_DIV_FLOOR(float, f)
 TL_DIV_FLOOR(double, )
+
+/* Python's remainder of floats exactly as eager's (fmod, moved into b's sign) */
+#define TL_REMAINDER(T, SUFFIX)                                                    \
+  static inline T tl_remainder##SUFFIX(T a, T b) {                                \
+    T mod = fmod##SUFFIX(a, b);                                                   \
+    return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;                      \
+  }
+TL_REMAINDER(float, f)
+TL_REMAINDER(double, )
 
 /* the same for bf16 and f16: eager runs div_floor_floating on c10::BFloat16 / c10::Half,
    every step rounded to the type (R); fmod and floor are exact there */
