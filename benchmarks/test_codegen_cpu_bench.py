@@ -31,8 +31,9 @@ from torchloom.tools import Compiler
 #: minimum speed-up over eager per row (what it keeps with margin under noise)
 #: (the AMD EPYC of earlier sessions held 1.0 on the GELU, bf16 and softmax rows; the Intel
 #: Xeon of 2026-11-26, whose large L3 makes eager's passes cheap, measures 0.97-1.03 on
-#: the GELU rows, and 1.30 on softmax since it multiplies by the row sum's reciprocal)
-GATES = {"gelu_bookend": 0.85, "layer_norm_residual_gelu": 1.3, "bias_gelu_bf16": 0.85,
+#: the GELU rows, and 1.30 on softmax since it multiplies by the row sum's reciprocal;
+#: bias + GELU in bf16 1.97-2.04 since GELU of a bf16 value is read from a table)
+GATES = {"gelu_bookend": 0.85, "layer_norm_residual_gelu": 1.3, "bias_gelu_bf16": 1.2,
          "softmax": 1.1, "lstm_cell": 0.75, "mlp_block_training_step": 0.75}
 #: minimum speed-up over Inductor per row (the issue asks >= 0.9 on every row; the matmul
 #: rows, the same matmuls on both sides, swing +-20% under load)
