@@ -102,3 +102,18 @@ def test_where_converts_its_other_operand_first(check, dtype):
                       f"%o = aten.where.self(%c, %a, %y) : {t}", f"%o: {t}")
     c = torch.arange(N) % 3 == 0
     check(text, c, _spread(dtype, 5), torch.tensor(0.3), exact=True)
+
+
+@pytest.mark.parametrize("target", ["i64", "i32", "i16", "i8", "u8"])
+@pytest.mark.parametrize("source", ["f32", "f64", "bf16", "f16"])
+def test_float_to_int_of_nan_inf_and_out_of_range_as_eager(check, source, target):
+    """Undefined in C; eager on x86 gives the most negative int64/int32 (narrower ints wrap
+    from int32). A fused chain gave 0 for NaN where the same cast alone gave INT32_MIN."""
+    t = f"{source}[40]"
+    text = group_text(f"%a: {t}, %b: {t}",
+                      f"%m = aten.mul.Tensor(%a, %b) : {t}\n"
+                      f"%o = aten._to_copy.default(%m) {{dtype = #{target}}} : {target}[40]",
+                      f"%o: {target}[40]")
+    x = torch.tensor([float("nan"), 300.7, -1e10, 1e10, float("inf"), -3.5, 2.5e9, -2.5e9,
+                      float("-inf"), -0.0] * 4).to(DTYPES[source])
+    check(text, x, torch.ones_like(x), exact=True)

@@ -177,8 +177,14 @@ class Emitter(writer.Statements):
             self.unrounded[rounded.text] = source.text
             return rounded
         if e.dtype in ("f32", "f64") and target not in ("f32", "f64", "b8"):
-            # float -> int truncates; out-of-range values are undefined in C and in eager
-            return self.emit(f"({CTYPE[target]}){par(e.text)}", target, "cvt")
+            # float -> int truncates; NaN, inf and out-of-range values as eager on x86
+            # (the prelude's tl_f2i32...: undefined in C)
+            source = "f" if e.dtype == "f32" else "d"
+            wide = "64" if target == "i64" else "32"
+            text = f"tl_{source}2i{wide}({e.text})"
+            if target not in ("i64", "i32"):  # narrower ints wrap from int32
+                text = f"({CTYPE[target]}){text}"
+            return self.emit(text, target, "cvt")
         return self.convert(e, target)
 
 

@@ -229,6 +229,22 @@ static inline float tl_gelu_f32(float x) {
 TL_DIV_FLOOR(float, f)
 TL_DIV_FLOOR(double, )
 
+/* float -> int as eager converts on x86 (cvtt*: NaN, inf and out-of-range values give the
+   most negative value; narrower ints wrap from int32): C leaves those undefined, and gcc
+   made 0 of a NaN in some fused chains */
+static inline int32_t tl_f2i32(float x) {
+  return x >= -2147483648.0f && x < 2147483648.0f ? (int32_t)x : INT32_MIN;
+}
+static inline int32_t tl_d2i32(double x) {
+  return x > -2147483649.0 && x < 2147483648.0 ? (int32_t)x : INT32_MIN;
+}
+static inline int64_t tl_f2i64(float x) {
+  return x >= -9223372036854775808.0f && x < 9223372036854775808.0f ? (int64_t)x : INT64_MIN;
+}
+static inline int64_t tl_d2i64(double x) {
+  return x >= -9223372036854775808.0 && x < 9223372036854775808.0 ? (int64_t)x : INT64_MIN;
+}
+
 /* Python's remainder of floats exactly as eager's (fmod, moved into b's sign) */
 #define TL_REMAINDER(T, SUFFIX)                                                    \
   static inline T tl_remainder##SUFFIX(T a, T b) {                                \
