@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from torchloom.api import parse_graph
+from torchloom.api import DTYPES, parse_graph
 from torchloom.testing.reductions import CASES as SHARED_CASES
 from torchloom.testing.reductions import cases, group_text, randn, with_nans
 
@@ -166,8 +166,9 @@ def test_column_blocks_follow_the_thread_count(check):
 
 
 @pytest.mark.parametrize("shape, dim, declined", [
-    ((256, 256), 0, True),       # rows are columns: one element per cache line
-    ((16, 64, 64), 1, True),
+    ((256, 256), 0, False),      # the column form, in walks (max, then sum, then quotient)
+    ((16, 64, 64), 1, True),     # rows are strided columns, and a block's columns are not
+                                 # contiguous: one element per cache line
     ((256, 256), 1, False),      # rows in memory order
     ((40, 64), 0, False),        # small: in the L1 cache
     ((64, 16, 4), 1, False),     # rows step over 4 elements only
@@ -175,8 +176,9 @@ def test_column_blocks_follow_the_thread_count(check):
 def test_strided_rows_of_dependent_reductions_are_declined(codegen, registry, shape, dim,
                                                            declined):
     """softmax over a dim before a long innermost one: the row form read every row with a
-    stride, 3-13x slower than eager; such groups are declined with the reason (and run on
-    eager), the others still compile."""
+    stride, 3-13x slower than eager; the column form takes it where the kept dims are
+    innermost, other such groups are declined with the reason (and run on eager), the rest
+    still compile."""
     t = f"f32[{', '.join(map(str, shape))}]"
     kept = list(shape)
     kept[dim] = 1
@@ -192,3 +194,39 @@ def test_strided_rows_of_dependent_reductions_are_declined(codegen, registry, sh
         assert reason is not None and "stride" in reason.message, reason
     else:
         assert reason is None, reason
+
+
+def _softmax_text(shape, dims, dtype, log: bool = False, extra_out: bool = False) -> str:
+    t = f"{dtype}[{', '.join(map(str, shape))}]"
+    kept = [1 if d in dims else n for d, n in enumerate(shape)]
+    k = f"{dtype}[{', '.join(map(str, kept))}]"
+    ds = ", ".join(map(str, dims))
+    tail = (f"%l = aten.log.default(%u) : {k}\n%o = aten.sub.Tensor(%s, %l) : {t}" if log
+            else f"%o = aten.div.Tensor(%e, %u) : {t}")
+    return group_text(
+        f"%a: {t}",
+        f"%m = aten.amax.default(%a) {{dim = [{ds}], keepdim = true}} : {k}\n"
+        f"%s = aten.sub.Tensor(%a, %m) : {t}\n%e = aten.exp.default(%s) : {t}\n"
+        f"%u = aten.sum.dim_IntList(%e) {{dim = [{ds}], keepdim = true}} : {k}\n{tail}",
+        f"%o: {t}" + (f", %m: {k}, %u: {k}" if extra_out else ""))
+
+
+@pytest.mark.parametrize("shape, dims", [((300, 70), [0]), ((64, 9, 33), [0]),
+                                         ((7, 5, 130), [0, 1]), ((1000, 17), [0]),
+                                         ((3, 2048), [0])])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+@pytest.mark.parametrize("log", [False, True])
+def test_dependent_column_reductions_match_eager(check, shape, dims, dtype, log):
+    """softmax / log_softmax over leading dims with the kept dims innermost: the column form
+    in walks (the max, then the sum of exp(x - max), then the outputs), each column's
+    results kept in its block's array; NaN and inf columns included; the reductions are
+    outputs too."""
+    text = _softmax_text(shape, dims, dtype, log, extra_out=True)
+    x = randn(torch.Generator().manual_seed(len(shape)), *shape) * 4
+    x[..., 1] = float("nan")
+    x[..., 2] = float("-inf")
+    x[0, ..., 3] = float("inf")
+    got, compiled = check(text, x.to(DTYPES[dtype]), rtol=2e-5, atol=1e-5) if dtype == "f32" \
+        else check(text, x.to(DTYPES[dtype]))
+    source = check.codegen.generate(compiled.choices[0].node, check.registry).source
+    assert "xb" in source  # the column form's blocks
