@@ -109,11 +109,65 @@ def test_where_converts_its_other_operand_first(check, dtype):
 def test_float_to_int_of_nan_inf_and_out_of_range_as_eager(check, source, target):
     """Undefined in C; eager on x86 gives the most negative int64/int32 (narrower ints wrap
     from int32). A fused chain gave 0 for NaN where the same cast alone gave INT32_MIN."""
-    t = f"{source}[40]"
+    t = f"{source}[52]"
     text = group_text(f"%a: {t}, %b: {t}",
                       f"%m = aten.mul.Tensor(%a, %b) : {t}\n"
-                      f"%o = aten._to_copy.default(%m) {{dtype = #{target}}} : {target}[40]",
-                      f"%o: {target}[40]")
+                      f"%o = aten._to_copy.default(%m) {{dtype = #{target}}} : {target}[52]",
+                      f"%o: {target}[52]")
     x = torch.tensor([float("nan"), 300.7, -1e10, 1e10, float("inf"), -3.5, 2.5e9, -2.5e9,
-                      float("-inf"), -0.0] * 4).to(DTYPES[source])
+                      float("-inf"), -0.0, 9999999999.0, 3000000007.0, -9999999999.0] * 4,
+                     dtype=torch.float64).to(DTYPES[source])  # (uint8 wraps from int64)
     check(text, x, torch.ones_like(x), exact=True)
+
+
+SCALAR_CASES = [
+    ("aten.add.Tensor", "{other = %s}"), ("aten.sub.Tensor", "{other = %s}"),
+    ("aten.rsub.Scalar", "{other = %s}"), ("aten.mul.Tensor", "{other = %s}"),
+    ("aten.div.Tensor", "{other = %s}"), ("aten.fmod.Scalar", "{other = %s}"),
+    ("aten.remainder.Scalar", "{other = %s}"),
+    ("aten.div.Tensor_mode", '{other = %s, rounding_mode = "trunc"}'),
+    ("aten.div.Tensor_mode", '{other = %s, rounding_mode = "floor"}'),
+]
+
+
+@pytest.mark.parametrize("value", [1.0001, 0.3, -7.77, 1 / 3, 257, 2.7])
+@pytest.mark.parametrize("op, attrs", SCALAR_CASES)
+@pytest.mark.parametrize("dtype", LOW)
+def test_a_python_number_operand_as_eager(check, dtype, op, attrs, value):
+    """bf16 x + 1.0001 adds bf16(1.0001) = 1.0 in eager (add, sub, rsub, fmod, remainder and
+    comparisons convert the number to the tensor's type); mul and div use it as it is, and
+    div's trunc / floor then work on the f32 quotient (eager's scalar path)."""
+    t = f"{dtype}[{N}]"
+    text = group_text(f"%a: {t}", f"%o = {op}(%a) {attrs % repr(value)} : {t}", f"%o: {t}")
+    check(text, _spread(dtype, 7), exact=True)
+
+
+@pytest.mark.parametrize("value", [1.0001, 0.3, -7.77, 257])
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+@pytest.mark.parametrize("dtype", LOW)
+def test_a_comparison_with_a_python_number_as_eager(check, dtype, op, value):
+    t = f"{dtype}[{N}]"
+    text = group_text(f"%a: {t}", f"%o = aten.{op}.Scalar(%a) {{other = {value!r}}} : b8[{N}]",
+                      f"%o: b8[{N}]")
+    x = _spread(dtype, 8)
+    x[8:16] = torch.tensor(float(value)).to(DTYPES[dtype])  # equal to the rounded number
+    check(text, x, exact=True)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 1.0001, -2.7])
+@pytest.mark.parametrize("dtype", LOW)
+def test_add_alpha_is_converted_as_eager(check, dtype, alpha):
+    t = f"{dtype}[{N}]"
+    text = group_text(f"%a: {t}, %b: {t}", f"%o = aten.add.Tensor(%a, %b) {{alpha = {alpha!r}}}"
+                      f" : {t}", f"%o: {t}")
+    check(text, _spread(dtype, 9), _spread(dtype, 10), exact=True)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32", "f64"])
+def test_signbit_of_a_vectorized_widened_value(check, dtype):
+    """gcc 12 hit an internal compiler error vectorizing C's signbit() of a float widened
+    from bf16 (64 elements): the sign is read from the bits."""
+    t = f"{dtype}[64]"
+    text = group_text(f"%a: {t}", f"%o = aten.signbit.default(%a) : b8[64]", "%o: b8[64]")
+    x = _spread(dtype, 11)[:64].contiguous()
+    check(text, x, exact=True)

@@ -289,6 +289,11 @@ class ValueWalk:
             return self.em.cast(e, result)
         return self.em.convert(e, COMPUTE[result])
 
+    def scalar_operand(self, node: Node, name: str, value):
+        """The value a Python-number argument ``name`` of ``node`` has for the op (a target
+        hook: eager's kernels convert some to the tensor's type; as given here)."""
+        return value
+
     def keeps_operand(self, node: Node, k: int) -> bool:
         """Whether eager on this target computes ``node`` with input ``k`` as it is though
         the op's type is narrower (a target hook; none here)."""
@@ -325,7 +330,8 @@ class ValueWalk:
                 named[name] = em.par(tensors[int(value)].text)
                 given[name] = value
             elif isinstance(value, (bool, int, float)):
-                named[name] = self._literal(node, value, compute)
+                named[name] = self._literal(node, self.scalar_operand(node, name, value),
+                                            compute)
         text = self._render(node, spec, named, compute, t.dtype, given)
         e = em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
         if t.dtype in ("f16", "bf16") and spec.args != "keep":

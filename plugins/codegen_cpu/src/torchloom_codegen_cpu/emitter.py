@@ -180,9 +180,9 @@ class Emitter(writer.Statements):
             # float -> int truncates; NaN, inf and out-of-range values as eager on x86
             # (the prelude's tl_f2i32...: undefined in C)
             source = "f" if e.dtype == "f32" else "d"
-            wide = "64" if target == "i64" else "32"
+            wide = "64" if target in ("i64", "u8") else "32"  # uint8 wraps from int64
             text = f"tl_{source}2i{wide}({e.text})"
-            if target not in ("i64", "i32"):  # narrower ints wrap from int32
+            if target not in ("i64", "i32"):  # narrower ints wrap from int32 (uint8: 64)
                 text = f"({CTYPE[target]}){text}"
             return self.emit(text, target, "cvt")
         return self.convert(e, target)

@@ -27,7 +27,7 @@ from torchloom_codegen_cpu import tables
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
-                                    literal)
+                                    literal, round_to)
 from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
@@ -51,6 +51,15 @@ STRIDED_NUMEL = 16384
 #: ops eager's CPU kernels run with a one-element second operand as an f32 scalar
 SCALAR_DIVISORS = frozenset({"aten.mul.Tensor", "aten.div.Tensor", "aten.div.Tensor_mode",
                              "aten.true_divide.Tensor"})
+
+
+#: op -> its Python-number arguments eager converts to a bf16/f16 tensor's type
+ROUNDED_SCALARS = {
+    **{f"aten.{op}.{overload}": ("other", "alpha") for op in ("add", "sub", "rsub")
+       for overload in ("Tensor", "Scalar")},
+    "aten.fmod.Scalar": ("other",), "aten.remainder.Scalar": ("other",),
+    **{f"aten.{op}.Scalar": ("other",) for op in ("eq", "ne", "lt", "le", "gt", "ge")},
+}
 
 
 def _one_element(v: Value) -> bool:
@@ -136,9 +145,11 @@ class KernelWriter(writer.ValueWalk):
 
     def _render(self, node: Node, spec, named: dict[str, str], compute: str,
                 ir_dtype: str, given: dict[str, Any]) -> str:
-        # a scalar divisor: eager's kernel divides in f32 (no rounded quotient to trunc)
-        template = spec.template(given, compute,
-                                 "f32" if self.keeps_operand(node, 1) else ir_dtype)
+        # a scalar divisor (a one-element tensor or a Python number): eager's kernel
+        # divides in f32 (no rounded quotient to trunc)
+        scalar = self.keeps_operand(node, 1) or (
+            node.op in SCALAR_DIVISORS and len(node.inputs) == 1)
+        template = spec.template(given, compute, "f32" if scalar else ir_dtype)
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no C template")
         try:
@@ -151,6 +162,17 @@ class KernelWriter(writer.ValueWalk):
             return "tl_exp_nonpos(" + text[len("tl_exp("):]
         looked_up = self._tabulated(node, template, named, compute, ir_dtype, given)
         return text if looked_up is None else looked_up
+
+    def scalar_operand(self, node: Node, name: str, value):
+        """A Python number added to, subtracted from, compared with or taken the remainder
+        by a bf16/f16 tensor is converted to the tensor's type first by eager's kernels
+        (x + 1.0001 in bf16 adds 1.0); mul, div and the activations' parameters are not."""
+        dtype = tensor_type(node.inputs[0]).dtype if node.inputs and isinstance(
+            node.inputs[0].type, TensorType) else None
+        if (dtype in ("bf16", "f16") and name in ROUNDED_SCALARS.get(node.op, ())
+                and not isinstance(value, bool) and isinstance(value, (int, float))):
+            return round_to(float(value), dtype)
+        return value
 
     def keeps_operand(self, node: Node, k: int) -> bool:
         """Eager's CPU mul and div of a bf16/f16 tensor by a scalar (an operand broadcast

@@ -301,7 +301,8 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.isposinf.default": Pointwise("({self} == INFINITY)", "keep", "0"),
     "aten.isneginf.default": Pointwise("({self} == -INFINITY)", "keep", "0"),
     "aten.isfinite.default": Pointwise("({self} - {self} == 0)", "keep", "1"),
-    "aten.signbit.default": Pointwise("(signbit({self}) != 0)", "keep", "({self} < 0)"),
+    # (the bits: gcc 12 hit an internal error vectorizing signbit() of a widened bf16)
+    "aten.signbit.default": Pointwise("tl_signbit$f({self})", "keep", "({self} < 0)"),
     "aten.fmod.Tensor": Pointwise("fmod$f({self}, {other})"),
     "aten.fmod.Scalar": Pointwise("fmod$f({self}, {other})"),
     "aten.remainder.Tensor": Pointwise("tl_remainder$f({self}, {other})"),
@@ -319,7 +320,7 @@ ACTIVATIONS: dict[str, Pointwise] = {
         None, "out", lambda a, dtype: "!{self}" if dtype == "b8" else "~{self}"),
     "aten.addcmul.default": Pointwise(_with("{self} + {value} * {tensor1} * {tensor2}",
                                             value=1.0)),
-    "aten.addcdiv.default": Pointwise(_with("{self} + {value} * {tensor1} / {tensor2}",
+    "aten.addcdiv.default": Pointwise(_with("{self} + {value} * ({tensor1} / {tensor2})",
                                             value=1.0)),
     "aten.lerp.Scalar": Pointwise(
         "(fabs$f({weight}) < ($T)0.5 ? {self} + {weight} * ({end} - {self}) : "

@@ -245,6 +245,18 @@ static inline int64_t tl_d2i64(double x) {
   return x >= -9223372036854775808.0 && x < 9223372036854775808.0 ? (int64_t)x : INT64_MIN;
 }
 
+/* the sign bit (NaN's too) */
+static inline _Bool tl_signbitf(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (u >> 31) != 0;
+}
+static inline _Bool tl_signbit(double x) {
+  uint64_t u;
+  memcpy(&u, &x, 8);
+  return (u >> 63) != 0;
+}
+
 /* Python's remainder of floats exactly as eager's (fmod, moved into b's sign) */
 #define TL_REMAINDER(T, SUFFIX)                                                    \
   static inline T tl_remainder##SUFFIX(T a, T b) {                                \
