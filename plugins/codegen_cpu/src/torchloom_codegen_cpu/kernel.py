@@ -382,13 +382,13 @@ class KernelWriter(writer.ValueWalk):
 
     def _check_row_stride(self) -> None:
         """Decline a row-form kernel whose rows are columns: reduced dims before a kept
-        innermost dim of at least ``STRIDED_ROW`` elements, over a long row. Each row then
-        reads one element per cache line, with a scalar loop, and the walks of neighbouring
-        rows read those lines again (softmax over dim 0 of 1024 x 1024 f32: 20 ms against
-        eager's 1.5; over dim 1 of 32 x 64 x 64, 0.63 against 0.11), in kernels of at
-        least ``STRIDED_NUMEL`` elements. The column form (columns.py) walks such rows in
-        memory order but takes single-pass reductions only; until it takes dependent ones
-        (a softmax's max, then its sum), eager runs these groups."""
+        innermost dim of at least ``STRIDED_ROW`` elements, over a long row, in a kernel of
+        at least ``STRIDED_NUMEL`` elements. Each row then reads one element per cache line,
+        with a scalar loop, and the walks of neighbouring rows read those lines again
+        (softmax over dim 0 of 1024 x 1024 f32 took 20 ms against eager's 1.5; over dim 1
+        of 32 x 64 x 64, 0.63 against 0.11). The column form (columns.py) walks such rows
+        in memory order, and takes dependent reductions (a softmax's max, then its sum)
+        only where the kept dims are innermost; eager runs the other such groups."""
         if not self.rdims or not isinstance(self.numel, int) or self.numel < STRIDED_NUMEL:
             return  # (small: every walk is in the L1 cache)
         inner = prod(self.shape[max(self.rdims) + 1:])
@@ -397,7 +397,8 @@ class KernelWriter(writer.ValueWalk):
             raise Unsupported(
                 f"reductions over dims {list(self.rdims)} of {list(self.shape)} read each row "
                 f"with a stride of {inner} elements and feed other ops of the group (the "
-                f"column form takes single-pass reductions only): eager's kernels are faster")
+                f"column form takes them only with the kept dims innermost): eager's kernels "
+                f"are faster")
 
     def nest(self) -> list[str]:
         """This nest's parallel loop over rows, its body inside."""
