@@ -166,6 +166,7 @@ def _walk(w: "KernelWriter", accs: list, full: list, xloop: str, x_header: list,
     full-shape outputs. Returns the reduced coordinates (declared once)."""
     em = w.em
     saved, em.lines = em.lines, []
+    known = set(w.values)
     if rs is None:
         rs = list(w.ix.delinear("r", w.red_shape))
         for k, c in enumerate(rs):
@@ -189,6 +190,8 @@ def _walk(w: "KernelWriter", accs: list, full: list, xloop: str, x_header: list,
     walk = em.lines
     em.lines = saved
     em.forget_row_values()  # they were declared inside the walk
+    for key in [k for k, (e, _) in w.values.items() if k not in known and not e.inner]:
+        del w.values[key]  # (values of a reduced element: a later walk computes them again)
     em.statement(f"for (int64_t r = 0; r < {w.ix.size(w.rnumel)}; r++) {{", False)
     for line in walk:
         em.statement("  " + line, False)
