@@ -125,11 +125,14 @@ def column_body(w: "KernelWriter") -> list[str]:
 def _levels(reductions: list) -> list[list]:
     """The reductions by walk: a reduction whose input is computed from another's result
     comes in a later walk (softmax: the max, then the sum of exp(x - max))."""
-    level: dict = {}
-    for node in reductions:  # in graph order: every dependency comes first
-        ups = writer_upstream([node.inputs[0]])
-        level[node] = 1 + max((level[n] for n in ups if n in level), default=-1)
-    depth = max(level.values(), default=0)
+    members, level = set(reductions), {}
+
+    def of(node) -> int:  # (whatever the list's order)
+        if node not in level:
+            ups = writer_upstream([node.inputs[0]]) & members
+            level[node] = 1 + max((of(n) for n in ups), default=-1)
+        return level[node]
+    depth = max((of(n) for n in reductions), default=0)
     return [[n for n in reductions if level[n] == k] for k in range(depth + 1)]
 
 
