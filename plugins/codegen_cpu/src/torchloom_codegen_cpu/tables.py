@@ -12,9 +12,10 @@ so bias + GELU in bf16 (2048 x 3072, one thread, Intel Xeon) went from 4.0 to 2.
 exp from 3.1 to 1.6 ms. Without vector gathers (AVX2 tuning, clang without them, another
 ISA) the lookups would be scalar, slower than computing, so the tables are used only where
 the toolchain probe found the compiler vectorizes a table read (``TL_TABLES``, see
-toolchain.py); elsewhere the same source computes the op. f16 has no tables: gcc 12 does
-not vectorize a read indexed by an f16 value's bits (``_Float16`` conversions give the
-index; the loop went scalar, 60 ms for a 2048 x 3072 log where computing takes 2.5).
+toolchain.py); elsewhere the same source computes the op. f16 has no tables: with the
+index from ``_Float16`` conversions gcc 12 did not vectorize the read (a 2048 x 3072 f16
+log took 60 ms); f16 conversions have since become bit arithmetic under gcc (prelude.py),
+with which f16 tables were not tried.
 
 Each table is one block of the source, guarded by a macro so a translation unit holding
 several kernels that use it defines it once; the kernel calls ``tl_t<key>(x)``, which
