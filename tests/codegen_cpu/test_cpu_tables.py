@@ -59,14 +59,14 @@ def test_tables_change_no_value(registry, tmp_path, monkeypatch, dtype):
     (NaNs included) on all 65,536 inputs."""
     with_tables = CpuCodegen(cache_dir=tmp_path / "tables")
     flags = with_tables.toolchain().flags
+    if "-DTL_TABLES=1" not in flags:
+        pytest.skip(f"no vector gathers here (toolchain flags {flags}): no tables to compare")
     monkeypatch.setattr(toolchain, "_table_flags", lambda *args: ())
     without = CpuCodegen(cache_dir=tmp_path / "computed")
     assert "-DTL_TABLES=1" not in without.toolchain().flags
     got, want = _outputs(with_tables, registry, dtype), _outputs(without, registry, dtype)
     for (op, attrs), g, w in zip(OPS, got, want):
         assert torch.equal(g.view(torch.int16), w.view(torch.int16)), (op, attrs, flags)
-    if "-DTL_TABLES=1" not in flags:  # this machine has no vector gathers: say so
-        print(f"note: no result tables on this machine (toolchain flags {flags})")
 
 
 def test_toolchain_uses_tables_where_gathers_vectorize(tmp_path):
