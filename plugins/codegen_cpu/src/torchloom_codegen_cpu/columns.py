@@ -109,16 +109,15 @@ def column_body(w: "KernelWriter") -> list[str]:
     full = [""] * len(w.shape)
     for d, c in zip(w.kept, xs):
         full[d] = c
-    rs = None
     # full-shape outputs go in the first walk when they read no reduction result, else in
     # a walk of their own after the last results (softmax's quotient)
     late = _reads_reductions(w)
     for level, nodes in enumerate(levels):
         accs = _accumulators(w, nodes, block)
-        rs = _walk(w, accs, full, xloop, x_header, level == 0 and not late, rs)
+        _walk(w, accs, full, xloop, x_header, level == 0 and not late)
         _results(w, accs, xs, xloop, x_header)
     if late:
-        _walk(w, [], full, xloop, x_header, True, rs)
+        _walk(w, [], full, xloop, x_header, True)
     return em.lines
 
 
@@ -163,23 +162,18 @@ def _accumulators(w: "KernelWriter", nodes: list, block) -> list:
 
 
 def _walk(w: "KernelWriter", accs: list, full: list, xloop: str, x_header: list,
-          store_full: bool, rs):
-    """One walk over the reduced elements in memory order, a SIMD loop over the block's
-    columns for each: accumulating ``accs`` and (``store_full``) storing the group's
-    full-shape outputs. Returns the reduced coordinates (declared once)."""
+          store_full: bool) -> None:
+    """One walk over the reduced elements in memory order (its coordinates declared in
+    it), a SIMD loop over the block's columns for each: accumulating ``accs`` and
+    (``store_full``) storing the group's full-shape outputs."""
     em = w.em
     saved, em.lines = em.lines, []
     known = set(w.values)
-    if rs is None:
-        rs = list(w.ix.delinear("r", w.red_shape))
-        for k, c in enumerate(rs):
-            if c not in ("0", "r"):
-                rs[k] = f"r{k}"
     for k, c in enumerate(w.ix.delinear("r", w.red_shape)):
         if c not in ("0", "r"):
             em.statement(f"const int64_t r{k} = {c};", False)
-    for d, c in zip(w.rdims, rs):
-        full[d] = c
+            c = f"r{k}"
+        full[w.rdims[k]] = c
     w.full = tuple(full)
     em.begin_phase()
     for node, kind, dtype, acc, nan in accs:
@@ -199,7 +193,6 @@ def _walk(w: "KernelWriter", accs: list, full: list, xloop: str, x_header: list,
     for line in walk:
         em.statement("  " + line, False)
     em.statement("}", False)
-    return rs
 
 
 def _results(w: "KernelWriter", accs: list, xs: list, xloop: str, x_header: list) -> None:

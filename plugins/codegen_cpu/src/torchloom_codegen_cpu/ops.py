@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import reductions, writer
+from torchloom.api import InputRef, reductions, writer
 
 #: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
 STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
@@ -105,12 +105,12 @@ def round_to(value: float, dtype: str) -> float:
     """``value`` rounded to bf16 or f16 (to nearest, ties to even; through float32 first,
     as c10 converts a double)."""
     try:
-        (bits,) = struct.unpack("<I", struct.pack("<f", value))
+        single = struct.pack("<f", value)
         if dtype == "f16":
-            return struct.unpack("<e", struct.pack("<e", struct.unpack("<f", struct.pack(
-                "<I", bits))[0]))[0]
+            return struct.unpack("<e", struct.pack("<e", struct.unpack("<f", single)[0]))[0]
     except OverflowError:  # beyond the type's range (or float32's): inf, as c10 gives
         return math.copysign(math.inf, value)
+    (bits,) = struct.unpack("<I", single)
     if math.isnan(value) or math.isinf(value):
         return value
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
@@ -198,7 +198,7 @@ def _num(a: Mapping[str, Any], name: str, default: float, dtype: str) -> str:
     value = a.get(name)
     if value is None:
         value = default
-    if not isinstance(value, (bool, int, float)) or type(value).__name__ == "InputRef":
+    if not isinstance(value, (bool, int, float)) or isinstance(value, InputRef):
         return f"{{{name}}}"
     if COMPUTE.get(dtype) in ("f32", "f64"):
         return f"($T){literal(float(value), 'f64')}"
@@ -255,13 +255,18 @@ def _logit(a: Mapping[str, Any], dtype: str = "f32") -> str:
 
 
 _HARDTANH = "({self} < {min_val} ? {min_val} : {self} > {max_val} ? {max_val} : {self})"
-_SIGN = "(($T)({self} > 0) - ($T)({self} < 0))"  # NaN and -0.0 give 0, as eager
+#: NaN and -0.0 give 0, as eager
+_SIGN = Pointwise("(($T)({self} > 0) - ($T)({self} < 0))", "out",
+                  "(({self} > 0) - ({self} < 0))")
+#: eager's lerp: from the nearer end
+_LERP = Pointwise("(fabs$f({weight}) < ($T)0.5 ? {self} + {weight} * ({end} - {self}) : "
+                  "{end} - ({end} - {self}) * (($T)1 - {weight}))")
 #: activations and other pointwise ops of models and optimizers, by eager's CPU kernels:
 #: NaN passes through comparisons as eager's do (checked by tests/codegen_cpu/test_ops.py
 #: on NaN, +-inf, -0.0 and denormals for every dtype)
 ACTIVATIONS: dict[str, Pointwise] = {
-    "aten.sign.default": Pointwise(_SIGN, "out", "(({self} > 0) - ({self} < 0))"),
-    "aten.sgn.default": Pointwise(_SIGN, "out", "(({self} > 0) - ({self} < 0))"),
+    "aten.sign.default": _SIGN,
+    "aten.sgn.default": _SIGN,
     "aten.leaky_relu.default": Pointwise(_with(
         "({self} > 0 ? {self} : {self} * {negative_slope})", negative_slope=0.01)),
     "aten.hardtanh.default": _both(_with(_HARDTANH, min_val=-1.0, max_val=1.0)),
@@ -322,12 +327,8 @@ ACTIVATIONS: dict[str, Pointwise] = {
                                             value=1.0)),
     "aten.addcdiv.default": Pointwise(_with("{self} + {value} * ({tensor1} / {tensor2})",
                                             value=1.0)),
-    "aten.lerp.Scalar": Pointwise(
-        "(fabs$f({weight}) < ($T)0.5 ? {self} + {weight} * ({end} - {self}) : "
-        "{end} - ({end} - {self}) * (($T)1 - {weight}))"),
-    "aten.lerp.Tensor": Pointwise(
-        "(fabs$f({weight}) < ($T)0.5 ? {self} + {weight} * ({end} - {self}) : "
-        "{end} - ({end} - {self}) * (($T)1 - {weight}))"),
+    "aten.lerp.Scalar": _LERP,
+    "aten.lerp.Tensor": _LERP,
 }
 
 POINTWISE: dict[str, Pointwise] = {

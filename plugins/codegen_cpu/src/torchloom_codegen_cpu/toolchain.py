@@ -198,39 +198,40 @@ def _table_flags(cc: str, directory: Path, timeout: float, features: str) -> tup
     return ()
 
 
-def _assembly(cc: str, directory: Path, timeout: float, source: str,
-              flags: tuple[str, ...]) -> str:
-    """The assembly ``cc`` makes of ``source`` with the kernels' flags ('' on failure)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        src, asm = Path(tmp) / "probe.c", Path(tmp) / "probe.s"
-        src.write_text(source)
-        compile_only = [f for f in FLAGS if f != "-shared"]
-        try:
-            done = subprocess.run([cc, *compile_only, *flags, "-S", "-o", str(asm), str(src)],
-                                  capture_output=True, timeout=timeout)
-            return asm.read_text() if done.returncode == 0 else ""
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-
-
 def _compiles(cc: str, directory: Path, timeout: float, source: str,
               libs: tuple[str, ...], flags: tuple[str, ...] = (), load: bool = False) -> bool:
     """Whether ``cc`` builds ``source`` into a shared library with the kernels' flags
     (and, with ``load``, whether this process loads it)."""
+    return _probe_build(cc, directory, timeout, source, libs, flags, load=load) is not None
+
+
+def _assembly(cc: str, directory: Path, timeout: float, source: str,
+              flags: tuple[str, ...]) -> str:
+    """The assembly ``cc`` makes of ``source`` with the kernels' flags ('' on failure)."""
+    return _probe_build(cc, directory, timeout, source, (), flags, assembly=True) or ""
+
+
+def _probe_build(cc: str, directory: Path, timeout: float, source: str,
+                 libs: tuple[str, ...], flags: tuple[str, ...], *, load: bool = False,
+                 assembly: bool = False) -> str | None:
+    """Build ``source`` in a temporary directory with the kernels' flags: a shared library
+    (loaded in this process with ``load``) or, with ``assembly``, its assembly. The
+    assembly text ('' for a library), or None when the compiler fails or times out or the
+    library does not load."""
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        src, lib = Path(tmp) / "probe.c", Path(tmp) / "probe.so"
+        src, out = Path(tmp) / "probe.c", Path(tmp) / ("probe.s" if assembly else "probe.so")
         src.write_text(source)
+        base = [f for f in FLAGS if f != "-shared"] + ["-S"] if assembly else list(FLAGS)
         try:
-            if subprocess.run([cc, *FLAGS, *flags, "-o", str(lib), str(src), *libs],
+            if subprocess.run([cc, *base, *flags, "-o", str(out), str(src), *libs],
                               capture_output=True, timeout=timeout).returncode != 0:
-                return False
+                return None
             if load:
-                ctypes.CDLL(str(lib))
-            return True
+                ctypes.CDLL(str(out))
+            return out.read_text() if assembly else ""
         except (OSError, subprocess.TimeoutExpired):
-            return False
+            return None
 
 
 def library_path(directory: Path, source: str, tc: Toolchain) -> Path:
