@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torchloom.api import parse_graph
 
-from conftest import compare, group_text, reduction_statement
+from conftest import as_accurate_as_eager, compare, group_text, reduction_statement
 
 UNARY = ["aten.tanh.default", "aten.relu.default", "aten.neg.default", "aten.abs.default",
          "aten.exp.default", "aten.sigmoid.default"]
@@ -77,7 +77,7 @@ def _inputs(shapes, dtype, rows, cols, seed):
             for s in shapes]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # the checker keeps no state
 @given(symbolic_group(), st.integers(0, 1000))
 def test_random_symbolic_groups_match_eager_at_every_size(check, case, seed):
@@ -91,7 +91,15 @@ def test_random_symbolic_groups_match_eager_at_every_size(check, case, seed):
             want = check.reference(text, *inputs)
         except (RuntimeError, IndexError):  # eager refuses it (amax of an empty row)
             continue
-        compare(compiled(*inputs), want, rtol=1e-4, atol=1e-4)  # sums of 9000 in any order
+        got = compiled(*inputs)
+        try:
+            compare(got, want, rtol=1e-4, atol=1e-4)  # sums of 9000 in any order
+        except AssertionError:
+            if dtype != "f32":
+                raise
+            # ill-conditioned chains (sin of exp(exp(x)): one ulp of libm apart is any
+            # value): as close to the float64 result as eager's, as the random groups
+            as_accurate_as_eager(check, text, inputs, got, want)
 
 
 def test_one_library_serves_every_size(check):
