@@ -3,7 +3,10 @@ widened, and 1M floats spread over the whole range (plus every f16 value, the ov
 subnormal boundaries, -0.0, inf and NaN) narrowed, bit for bit. f16 has two
 implementations (clang's ``_Float16``, and bit arithmetic for gcc, whose ``_Float16``
 conversions never vectorize, and for compilers without it, as clang 14): both are built
-and checked (with gcc, "native" is the bit arithmetic too)."""
+and checked (with gcc, "native" is the bit arithmetic too). The rounding in place (``tl_round_*``: a
+value rounded and kept in f32, after every low-precision op) is checked on the same floats
+and on every midpoint between adjacent 16-bit values and its two f32 neighbours (the ties
+and the values that must not tie), vectorized as the kernels use it."""
 
 from __future__ import annotations
 
@@ -21,6 +24,10 @@ void to32(const uint16_t* h, float* o, int64_t n, int bf) {
 }
 void to16(const float* f, uint16_t* o, int64_t n, int bf) {
   for (int64_t i = 0; i < n; i++) o[i] = bf ? tl_f32_to_bf16(f[i]) : tl_f32_to_f16(f[i]);
+}
+void rnd(const float* f, float* o, int64_t n, int bf) {
+  #pragma omp simd
+  for (int64_t i = 0; i < n; i++) o[i] = bf ? tl_round_bf16(f[i]) : tl_round_f16(f[i]);
 }
 '''
 
@@ -65,3 +72,24 @@ def test_narrowing_rounds_as_torch(conversions, dtype):
     want = f.to(dtype)
     same = (got == want.view(torch.int16)) | (got.view(dtype).isnan() & want.isnan())
     assert bool(same.all()), f[~same][:8]
+
+
+def _midpoints(dtype: torch.dtype) -> torch.Tensor:
+    """Every midpoint between adjacent finite values of ``dtype`` (f32 holds them exactly)
+    and the next f32 below and above each."""
+    bits = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    values = bits[torch.isfinite(bits)].unique()
+    mid = (values[:-1].double() + values[1:].double()).div(2).float()
+    return torch.cat([mid, torch.nextafter(mid, torch.tensor(-float("inf"))),
+                      torch.nextafter(mid, torch.tensor(float("inf")))])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rounding_in_place_rounds_as_torch(conversions, dtype):
+    f = torch.cat([_floats(), _midpoints(dtype)]).contiguous()
+    got = torch.empty_like(f)
+    conversions.rnd(ctypes.c_void_p(f.data_ptr()), ctypes.c_void_p(got.data_ptr()),
+                    ctypes.c_int64(f.numel()), ctypes.c_int(dtype == torch.bfloat16))
+    want = f.to(dtype).float()
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
+    assert bool(same.all()), (f[~same][:8], got[~same][:8], want[~same][:8])

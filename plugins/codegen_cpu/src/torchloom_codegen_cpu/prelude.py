@@ -36,7 +36,16 @@ static inline uint16_t tl_f32_to_bf16(float x) {
   return x != x ? (uint16_t)0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-static inline float tl_round_bf16(float x) { return tl_bf16_to_f32(tl_f32_to_bf16(x)); }
+/* rounding kept in 32-bit lanes: through uint16_t, gcc packs every vector to 16-bit words
+   and widens it back (12% of a bf16 GELU kernel) */
+static inline float tl_round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  const uint32_t r = x != x ? 0x7FC00000u : ((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+  float f;
+  memcpy(&f, &r, 4);
+  return f;
+}
 
 /* the bits of a bf16 value held in a float (a result table's index, tables.py) */
 static inline int32_t tl_bits_bf16(float x) {
@@ -67,27 +76,26 @@ static inline uint16_t tl_f32_to_f16(float x) {
   memcpy(&h, &v, 2);
   return h;
 }
+static inline float tl_round_f16(float x) { return (float)(_Float16)x; }
 #else
-static inline float tl_f16_to_f32(uint16_t h) {
-  uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
-  const uint32_t exp = o & 0x0f800000u;
-  o += (uint32_t)(127 - 15) << 23;
-  float f, magic;
-  const uint32_t magic_bits = 113u << 23;
-  memcpy(&magic, &magic_bits, 4);
-  const uint32_t special = o + ((uint32_t)(128 - 16) << 23);
-  const uint32_t tiny_bits = o + (1u << 23);
-  float tiny;
-  memcpy(&tiny, &tiny_bits, 4);
-  tiny -= magic;
-  uint32_t tiny_u;
-  memcpy(&tiny_u, &tiny, 4);
-  o = exp == 0x0f800000u ? special : (exp == 0 ? tiny_u : o);
-  o |= (uint32_t)(h & 0x8000u) << 16;
+/* the conversions on the 16 bits held in a uint32_t (see tl_round_f16). Widening: the
+   exponent and mantissa bits moved to f32's places read as a float 2^112 too small
+   (f16 subnormals as f32 subnormals) and one exact multiplication by 2^112 (F. Giesen's
+   half_to_float_fast2); inf and NaN, which it leaves at >= 2^16, get the all-ones
+   exponent back. */
+static inline float tl_f16_bits_to_f32(uint32_t h) {
+  const uint32_t o = (h & 0x7fffu) << 13;
+  float f;
   memcpy(&f, &o, 4);
+  f *= 5.192296858534828e+33f; /* 2^112 */
+  uint32_t r;
+  memcpy(&r, &f, 4);
+  r = f >= 65536.0f ? r | 0x7f800000u : r;
+  r |= (h & 0x8000u) << 16;
+  memcpy(&f, &r, 4);
   return f;
 }
-static inline uint16_t tl_f32_to_f16(float x) {
+static inline uint32_t tl_f32_to_f16_bits(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);
   const uint32_t sign = u & 0x80000000u;
@@ -103,10 +111,36 @@ static inline uint16_t tl_f32_to_f16(float x) {
   const uint32_t norm = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
   uint32_t o = u >= (uint32_t)(127 + 16) << 23 ? (u > 0x7f800000u ? 0x7e00u : 0x7c00u)
                : (u < 113u << 23 ? sub : norm);
-  return (uint16_t)(o | (sign >> 16));
+  return o | (sign >> 16);
+}
+static inline float tl_f16_to_f32(uint16_t h) { return tl_f16_bits_to_f32(h); }
+static inline uint16_t tl_f32_to_f16(float x) { return (uint16_t)tl_f32_to_f16_bits(x); }
+/* x rounded to f16 and back without the conversions (9 vector operations where they take
+   ~20): |x| + c - c with c a power of two whose ulp is the f16 ulp at |x| (2^(e + 13), at
+   least 2^-1 for f16's subnormal range), so the f32 addition rounds to nearest even on the
+   f16 grid; |x| >= 65520 (and inf) is inf, NaN stays NaN, the sign is put back. Bit for
+   bit tl_f16_bits_to_f32(tl_f32_to_f16_bits(x)) over all 2^32 floats (NaN as NaN; tested
+   by tests/codegen_cpu/test_conversions.py on every f16 value, the midpoints and the
+   edges). No multiplication: contraction to an fma cannot change it. */
+static inline float tl_round_f16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  const uint32_t ua = u & 0x7fffffffu;
+  float a;
+  memcpy(&a, &ua, 4);
+  uint32_t cb = (ua & 0x7f800000u) + (13u << 23);
+  cb = cb > 0x3f000000u ? cb : 0x3f000000u;
+  float c;
+  memcpy(&c, &cb, 4);
+  float r = (a + c) - c;
+  r = a >= 65520.0f ? INFINITY : r;
+  uint32_t ru;
+  memcpy(&ru, &r, 4);
+  ru |= u & 0x80000000u;
+  memcpy(&r, &ru, 4);
+  return r;
 }
 #endif
-static inline float tl_round_f16(float x) { return tl_f16_to_f32(tl_f32_to_f16(x)); }
 
 /* erf for GELU: a rational approximation on [-4, 4] (beyond it erf rounds to +-1 in f32),
    about twice as fast as libmvec's erff; max abs error 3.5e-7 over every float (measured,
