@@ -24,7 +24,15 @@ def registry():
 
 @pytest.fixture(scope="session")
 def codegen(tmp_path_factory):
-    return CpuCodegen(cache_dir=tmp_path_factory.mktemp("cpu-cache"))
+    return CpuCodegen(cache_dir=tmp_path_factory.mktemp("cpu-cache"), f16="compile")
+
+
+@pytest.fixture(autouse=True)
+def f16_compiled(monkeypatch):
+    """These tests check the kernels f16 groups compile to, also where the compiler's f16
+    conversions do not vectorize and the codegen would leave f16 groups to eager
+    (test_cpu_f16_policy.py checks that rule)."""
+    monkeypatch.setenv("TORCHLOOM_CPU_F16", "compile")
 
 
 def compare(got, want, exact: bool = False, **tolerances) -> None:

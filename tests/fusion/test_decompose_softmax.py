@@ -59,7 +59,11 @@ def _compiled(fn, tmp_path):
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    yield tmp_path_factory.mktemp("softmax")
+    with pytest.MonkeyPatch.context() as mp:
+        # the f16 cases check the cpu kernels, also with a compiler whose f16 conversions do
+        # not vectorize (there the cpu codegen leaves f16 groups to eager by default)
+        mp.setenv("TORCHLOOM_CPU_F16", "compile")
+        yield tmp_path_factory.mktemp("softmax")
     torch._dynamo.reset()
 
 

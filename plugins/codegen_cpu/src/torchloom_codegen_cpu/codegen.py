@@ -17,6 +17,14 @@ One library per graph: before the graph's groups compile one by one, the runtime
 codegen all of them (``prepare``), and it builds them into one translation unit with one
 compiler call; ``load`` then finds each kernel in that library.
 
+f16 groups compile only with a compiler whose f16 conversions vectorize (clang's
+``_Float16``: one F16C instruction each way). gcc 12 never vectorizes them, and the bit
+arithmetic the prelude uses instead (~6 vector operations to widen, ~16 to narrow, 9 to
+round after each op) made every f16 group measured slower than eager (0.5-0.75x: pointwise
+chains, softmax, layer_norm, GELU), so there the group runs on eager (its composites whole)
+and ``explain`` says why. ``TORCHLOOM_CPU_F16`` (or ``f16=``) chooses: ``auto`` (that
+rule, the default), ``compile`` (always), ``eager`` (never).
+
 A fleet shares the libraries: with a shared cache, the compiler compiles with
 ``with_artifacts(store)``'s copy, which looks a library up in ``store`` before running the
 compiler and puts there what it builds (see toolchain.py), so a process whose fleet built
@@ -32,8 +40,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason, Written,
-                           default_cache_dir, indexing)
+from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason, TensorType,
+                           Written, default_cache_dir, indexing)
 
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
@@ -42,6 +50,9 @@ from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, cached_library,
                                              compiler_name, fetch_library, find_compiler,
                                              probe)
+
+#: TORCHLOOM_CPU_F16's values
+F16_CHOICES = ("auto", "compile", "eager")
 
 #: a library's cache key (``toolchain.library_path``)
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -54,8 +65,14 @@ class CpuCodegen:
     version = "1"
 
     def __init__(self, *, cache_dir: str | Path | None = None, timeout: float | None = None,
-                 artifacts: ArtifactStore | None = None):
+                 artifacts: ArtifactStore | None = None, f16: str | None = None):
         base = cache_dir if cache_dir is not None else default_cache_dir()
+        #: when f16 groups compile: "auto", "compile" or "eager" (see the module's doc)
+        self.f16 = f16 if f16 is not None else (
+            os.environ.get("TORCHLOOM_CPU_F16", "").strip() or "auto")
+        if self.f16 not in F16_CHOICES:
+            raise ValueError(f"f16 (TORCHLOOM_CPU_F16) is {self.f16!r}; choose one of "
+                             f"{', '.join(F16_CHOICES)}")
         self.cache_dir = Path(base) / "cpu"
         self.timeout = timeout if timeout is not None else float(
             os.environ.get("TORCHLOOM_CC_TIMEOUT", "120"))
@@ -72,13 +89,22 @@ class CpuCodegen:
         """A copy that reads the libraries (and the toolchain probe) it needs from
         ``store`` before running the compiler, and shares what it builds there."""
         return CpuCodegen(cache_dir=self.cache_dir.parent, timeout=self.timeout,
-                          artifacts=store)
+                          artifacts=store, f16=self.f16)
 
     def available(self, group: Node) -> Reason | None:
-        """What this machine lacks for the group: a C compiler (writes nothing)."""
-        if find_compiler() is None:
+        """What this machine lacks for the group: a C compiler, and for f16 values one
+        whose f16 conversions vectorize (see the module's doc; writes nothing)."""
+        cc = find_compiler()
+        if cc is None:
             return Reason(self.name, f"no C compiler: {compiler_name()!r} is not on PATH (set "
                                      f"CC to gcc or clang)")
+        if self.f16 != "compile" and _has_f16(group) and (
+                self.f16 == "eager" or not native_f16(cc)):
+            why = ("TORCHLOOM_CPU_F16=eager" if self.f16 == "eager" else
+                   f"{os.path.basename(os.path.realpath(cc))} does not vectorize f16 "
+                   f"conversions, and its kernels would be slower than eager (CC=clang "
+                   f"compiles them; TORCHLOOM_CPU_F16=compile does anyway)")
+            return Reason(self.name, f"f16 values run on eager: {why}")
         return None
 
     def supports(self, group: Node, registry: Any) -> Reason | None:
@@ -176,3 +202,15 @@ class CpuCodegen:
             except BuildError as exc:
                 raise RuntimeError(str(exc)) from None
         return self._toolchain
+
+
+def native_f16(cc: str) -> bool:
+    """Whether ``cc`` (a resolved path) converts f16 in vector instructions: clang (its
+    ``_Float16``, which the prelude uses; clang < 15 has none on x86 and gets the bit
+    arithmetic too), judged by the file the path resolves to (no compiler run)."""
+    return "clang" in os.path.basename(os.path.realpath(cc))
+
+
+def _has_f16(group: Node) -> bool:
+    values = [*group.region.inputs, *(v for n in group.region.nodes for v in n.outputs)]
+    return any(isinstance(v.type, TensorType) and v.type.dtype == "f16" for v in values)
