@@ -27,11 +27,6 @@ _LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z"
 TAIL = 16
 
 
-#: parts a reduction's row is split into (Emitter.end_reduction_phase), and the longest
-#: loop body (statements) split
-SPLIT = 4
-SPLIT_BODY = 4
-
 #: a row remainder (elements after the whole blocks) this short runs scalar
 SCALAR_REMAINDER = 4
 
@@ -151,50 +146,6 @@ class Emitter(writer.Statements):
         self._loop(pragma, f"for (int64_t r = {start}; r < {end}; r++)", header, masked)
         if not static:
             self.lines.append("}")
-
-    def end_reduction_phase(self, accumulators: list[tuple[str, str, str, str]], n: int | str,
-                            header: list[str]) -> None:
-        """Close a SIMD loop over a row that updates ``accumulators`` (OpenMP operator
-        ``+ * max min |``, name, C type, initial value; each declared before the loop).
-
-        A short body over a long row is one chain of dependent vector operations (a max:
-        4 cycles per 16 elements where the loads allow 1): there the row is split into
-        :data:`SPLIT` contiguous parts walked side by side, each with its own copy of the
-        accumulators (``<name>_<k>``), combined after the loop. Otherwise (or rows not a
-        whole number of parts' blocks) as :meth:`end_row_phase`."""
-        pragma = "#pragma omp simd " + " ".join(
-            f"reduction({op}:{name})" for op, name, _, _ in accumulators)
-        static = isinstance(n, int)
-        if not (static and n % (SPLIT * TAIL) == 0 and n >= 4 * SPLIT * TAIL
-                and self._phase is not None and len(self._phase[1]) <= SPLIT_BODY):
-            self.end_row_phase(pragma, n, header)
-            return
-        body = self.close_phase()
-        assert body is not None
-        part = n // SPLIT
-        names = re.compile(r"\b(" + "|".join(re.escape(a[1]) for a in accumulators) + r")\b")
-        for _, name, ctype, init in accumulators:
-            copies = ", ".join(f"{name}_{k} = {init}" for k in range(1, SPLIT))
-            self.lines.append(f"{ctype} {copies};")
-        clauses = " ".join(f"reduction({op}:{name}, "
-                           f"{', '.join(f'{name}_{k}' for k in range(1, SPLIT))})"
-                           for op, name, _, _ in accumulators)
-        self.lines.append(f"#pragma omp simd {clauses}")
-        self.lines.append(f"for (int64_t r_part = 0; r_part < {part}; r_part++) {{")
-        for k in range(SPLIT):
-            lines = body if k == 0 else [names.sub(rf"\1_{k}", line) for line in body]
-            self.lines.append("  {")
-            self.lines.append(f"    const int64_t r = r_part + {k * part};")
-            self.lines.extend("    " + line for line in [*header, *lines])
-            self.lines.append("  }")
-        self.lines.append("}")
-        for op, name, _, _ in accumulators:
-            for k in range(1, SPLIT):
-                other = f"{name}_{k}"
-                self.lines.append({"+": f"{name} += {other};", "*": f"{name} *= {other};",
-                                   "|": f"{name} |= {other};",
-                                   "max": f"{name} = {other} > {name} ? {other} : {name};",
-                                   "min": f"{name} = {other} < {name} ? {other} : {name};"}[op])
 
     def _loop(self, pragma: str, loop: str, header: list[str], body: list[str]) -> None:
         if pragma:

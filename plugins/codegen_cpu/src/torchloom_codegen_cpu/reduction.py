@@ -54,22 +54,23 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     ``inf_flag`` names an int set when an infinite value comes before the row's last."""
     em = w.em
     acc = em.fresh(f"acc_{kind}")
-    accumulators = [(OMP_OP[kind], acc, CTYPE[dtype], identity(kind, dtype))]
+    em.statement(f"{CTYPE[dtype]} {acc} = {identity(kind, dtype)};", False)
+    clauses = [f"reduction({OMP_OP[kind]}:{acc})"]
     nan = None
     if kind in ("max", "min") and dtype in FLOATS:
         nan = em.fresh("nan")
-        accumulators.append(("|", nan, "int", "0"))
+        em.statement(f"int {nan} = 0;", False)
+        clauses.append(f"reduction(|:{nan})")
     if inf_flag is not None:
-        accumulators.append(("|", inf_flag, "int", "0"))
-    for _, name, ctype, init in accumulators:
-        em.statement(f"{ctype} {name} = {init};", False)
+        em.statement(f"int {inf_flag} = 0;", False)
+        clauses.append(f"reduction(|:{inf_flag})")
     em.begin_phase()
     v = em.convert(value(), dtype).text
     if inf_flag is not None:
         last = w.rnumel - 1 if isinstance(w.rnumel, int) else f"{par(w.ix.size(w.rnumel))} - 1"
         em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {last});", True)
     accumulate(em, kind, acc, nan, v)
-    em.end_reduction_phase(accumulators, w.rbound, w.r_header)
+    em.end_row_phase(f"#pragma omp simd {' '.join(clauses)}", w.rbound, w.r_header)
     if nan is not None:
         return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
     return Expr(acc, dtype)
