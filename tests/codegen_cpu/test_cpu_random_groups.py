@@ -21,7 +21,8 @@ UNARY = ["aten.tanh.default", "aten.sigmoid.default", "aten.relu.default",
 # README); test_ops checks log1p on its own
 BINARY = ["aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.maximum.default",
           "aten.minimum.default", "aten.div.Tensor"]
-REDUCE = ["aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.mean.dim"]
+REDUCE = ["aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.mean.dim",
+          "aten.var.correction", "aten.std.correction"]
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}
 PER_EXAMPLE = 20
 
@@ -79,8 +80,16 @@ def _check_batches(check, examples: int) -> None:
     def run(cases):
         codegen, registry = check.codegen, check.registry
         nodes = [next(parse_graph(text).nodes) for text, _ in cases]
-        for node in nodes:
-            assert codegen.supports(node, registry) is None
+        supported = []
+        for case, node in zip(cases, nodes):
+            reason = codegen.supports(node, registry)
+            # the one decline a random group meets: var/std (two dependent reductions)
+            # over dim 0 of a long row, whose rows are strided columns (run on eager;
+            # kernel.py _check_row_stride)
+            assert reason is None or "with a stride of" in reason.message, reason
+            if reason is None:
+                supported.append((case, node))
+        cases, nodes = [c for c, _ in supported], [n for _, n in supported]
         kernels = codegen.load_many([codegen.generate(n, registry) for n in nodes], registry)
         for (text, inputs), kernel in zip(cases, kernels):
             got = kernel(*inputs)

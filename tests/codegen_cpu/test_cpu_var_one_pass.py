@@ -141,3 +141,22 @@ def test_random_rows(check, n, dtype, offset, scale, seed):
         f"%v: {dtype}[{rows}], %m: {dtype}[{rows}]")
     got, _ = check(text, x, exact=dtype != "f32", rtol=2.5e-7, atol=0)
     _check_against_float64(got, x, 0)
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("shape,dim", [((2, 1), 0), ((5, 40), 1), ((3, 300), -1), ((40, 7), 0)])
+def test_a_kept_value_the_variance_reads_is_stored_whole(check, dtype, shape, dim):
+    """tanh(x) is both an output and var's input: kept in a row buffer by the row's first
+    loop for the loops after it. The shift's walk (r = 0 only) must not be that loop (a
+    random group found its buffer filled at one element: the output read 0 elsewhere)."""
+    t = f"{dtype}[{', '.join(map(str, shape))}]"
+    kept = [n for d, n in enumerate(shape) if d != dim % len(shape)]
+    r = f"{dtype}[{', '.join(map(str, kept))}]"
+    text = group_text(f"%a: {t}", f"""
+        %h = aten.tanh.default(%a) : {t}
+        %v = aten.var.correction(%h) {{dim = [{dim}], keepdim = false}} : {r}
+        %e = aten.exp.default(%a) : {t}
+        %s, %m = aten.var_mean.correction(%e) {{dim = [{dim}], correction = 0}} : {r}, {r}""",
+        f"%h: {t}, %v: {r}, %e: {t}, %s: {r}, %m: {r}")
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(3)).to(DTYPES[dtype])
+    check(text, x, exact=dtype != "f32", rtol=2.5e-6, atol=1e-6)

@@ -97,9 +97,14 @@ def shifted_moments(w: "KernelWriter", value: Callable[[], Expr],
     em = w.em
     shift = em.fresh("shift")
     em.statement(f"double {shift} = 0;", False)
-    em.begin_phase()  # the first value: the row's statements at r = 0
+    # the first value: the row's statements at r = 0, forgotten after (the next loop is
+    # the row's first: it fills the row buffers of values later loops read again)
+    values, buffers = w.values, w.buffers
+    w.values, w.buffers = dict(values), {}
+    em.begin_phase()
     em.statement(f"{shift} = {em.convert(value(), 'f64').text};", True)
     em.end_phase("", "for (int64_t r = 0; r < 1; r++)", w.r_header)
+    w.values, w.buffers = values, buffers
     total, squares = em.fresh("acc_sum"), em.fresh("acc_sq")
     em.statement(f"double {total} = 0, {squares} = 0;", False)
     em.begin_phase()
