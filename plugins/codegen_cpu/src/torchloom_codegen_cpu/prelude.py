@@ -30,18 +30,19 @@ static inline float tl_bf16_to_f32(uint16_t h) {
   return f;
 }
 
-static inline uint16_t tl_f32_to_bf16(float x) {
+/* x rounded to bf16 (nearest even, NaN -> quiet NaN), as the bits of an f32 whose low 16
+   are zero. tl_round_bf16 stays in these 32-bit lanes: through uint16_t, gcc packs every
+   vector to 16-bit words and widens it back (12% of a bf16 GELU kernel) */
+static inline uint32_t tl_f32_to_bf16_high(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);
-  return x != x ? (uint16_t)0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return x != x ? 0x7FC00000u : ((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
 }
 
-/* rounding kept in 32-bit lanes: through uint16_t, gcc packs every vector to 16-bit words
-   and widens it back (12% of a bf16 GELU kernel) */
+static inline uint16_t tl_f32_to_bf16(float x) { return (uint16_t)(tl_f32_to_bf16_high(x) >> 16); }
+
 static inline float tl_round_bf16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  const uint32_t r = x != x ? 0x7FC00000u : ((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+  const uint32_t r = tl_f32_to_bf16_high(x);
   float f;
   memcpy(&f, &r, 4);
   return f;
