@@ -13,6 +13,8 @@ running the pass again finds nothing to do.
 
 from __future__ import annotations
 
+import heapq
+
 from torchloom.api import Node, Value
 
 from torchloom_fusion.fusibility import is_group
@@ -74,24 +76,72 @@ class Fusion:
 
     def _absorb_producers(self, consumer: Node) -> Node:
         """Absorb producers, latest first (so the nodes between an early producer and the
-        group join before it); a failed producer is retried after each success."""
+        group join before it), until none can join; a producer that failed is tried again
+        when a later success may have changed its answer.
+
+        The producers tried and refused since the last success are all later than the
+        next success q, so q joins at the group's slot (slot ``"a"`` would put the group
+        before producers it reads) and leaves a refused producer p's answer as it was
+        (same slot, same device; reduction signatures, pinning and column reads only
+        grow), unless q read p (p has fewer other readers now) or the input limit
+        refused p (the group's input count may fall). Only those are tried again: the
+        merges are those of retrying every refusal after each success, without its
+        quadratic cost. The candidates are kept in a heap, updated by each success from
+        the inputs q brings, so a round costs O(q's inputs), not O(the group's)."""
         ed = self.ed
+        order = ed.order
         group = ed.wrap(consumer)
-        failed: set = set()
-        while True:
-            candidates = sorted({p for p in {v.producer for v in group.inputs}
-                                 if p is not None and p not in failed
-                                 and ed.kind(p) is not None},
-                                key=ed.order.__getitem__, reverse=True)
-            for producer in candidates:
-                merged = ed.try_merge(producer, group)
-                if merged is not None:
-                    group = merged
-                    failed.clear()
-                    break
+        heap: list[tuple[int, Node]] = []  # (-order, producer): candidates, latest first
+        known: set[Node] = set()   # producers of the group's inputs
+        later: set[Node] = set()   # of them, the refused and those that are no cluster
+        failed: set[Node] = set()  # refused since they were last (re)queued
+        limited: list[Node] = []   # refusals the input limit may have caused
+
+        def add(values) -> None:
+            for v in values:
+                p = v.producer
+                if p is None:
+                    continue
+                if p not in known:
+                    known.add(p)
+                    if ed.kind(p) is None:
+                        later.add(p)
+                    else:
+                        heapq.heappush(heap, (-order[p], p))
+                elif p in failed:  # q read p: p's other readers changed
+                    requeue(p)
+
+        def requeue(p: Node) -> None:
+            failed.discard(p)
+            later.discard(p)
+            heapq.heappush(heap, (-order[p], p))
+
+        add(group.inputs)
+        # slot "a" (the group moves up to the producer) needs every other input made
+        # before it: only a producer later than all refused and non-cluster ones has it
+        bar = max(map(order.__getitem__, later), default=-1)
+        while heap:
+            _, producer = heapq.heappop(heap)
+            if producer in failed:
+                continue  # (queued twice)
+            q_inputs = producer.inputs
+            merged = ed.try_merge(producer, group, order[producer] > bar)
+            if merged is None:
                 failed.add(producer)
-            else:
-                return group
+                later.add(producer)
+                bar = max(bar, order[producer])
+                if len(producer.inputs) + len(group.inputs) > ed.max_inputs:
+                    limited.append(producer)
+                continue
+            group = merged
+            known.discard(producer)
+            add(q_inputs)
+            for p in limited:
+                if p in failed:
+                    requeue(p)
+            limited.clear()
+            bar = max(map(order.__getitem__, later), default=-1)
+        return group
 
     # ---- the sibling rule ------------------------------------------------------------
     def _merge_readers(self, v: Value) -> None:

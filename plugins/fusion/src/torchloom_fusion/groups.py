@@ -195,25 +195,15 @@ class GroupEditor:
         return len(set(node.inputs)) <= self.max_inputs and \
             len(node.outputs) <= self.max_outputs
 
-    def can_merge(self, a: Node, b: Node) -> str | None:
+    def can_merge(self, a: Node, b: Node, slot_a: bool = True) -> str | None:
         """Which slot (``"a"`` or ``"b"``) merging clusters a (earlier) and b can use,
-        or None when no valid merge exists. O(inputs + uses of a's outputs)."""
-        if self.device(a) != self.device(b):
-            return None
-        sa, sb = self.signatures(a), self.signatures(b)
-        if (len(sa) > 1 or len(sb) > 1 or (sa and sb and sa != sb)) and (
-                not compatible(sa | sb) or reads_column_result(
-                    (a, b), lambda n: self.registry.get(n.op).category == REDUCTION)):
-            return None  # reductions over other rows, or a column result read in the kernel
-        if len(a.inputs) + len(b.inputs) > self.max_inputs:  # else the limit holds anyway
-            inputs = set(a.inputs)
-            inputs.update(v for v in b.inputs if v.producer is not a)
-            if len(inputs) > self.max_inputs:
-                return None
+        or None when no valid merge exists. O(inputs + uses of a's outputs).
+        ``slot_a=False``: the caller knows slot ``"a"`` is invalid (an input of b comes
+        from a node between a and b), so it is not checked again."""
         g, order = self.graph, self.order
         oa, ob = order[a], order[b]
         # a's outputs read by others than b stay group outputs ("kept"); slot b needs
-        # every such reader after b
+        # every such reader after b. (First: the usual reason to refuse, found cheaply.)
         count = len(a.outputs) + len(b.outputs) > self.max_outputs
         kept, late = 0, True
         for v in a.outputs:
@@ -227,12 +217,24 @@ class GroupEditor:
             kept += read
             if not late and not count:
                 break
-        if count and kept + len(b.outputs) > self.max_outputs:
+        if not (late or slot_a) or count and kept + len(b.outputs) > self.max_outputs:
             return None
+        if self.device(a) != self.device(b):
+            return None
+        sa, sb = self.signatures(a), self.signatures(b)
+        if (len(sa) > 1 or len(sb) > 1 or (sa and sb and sa != sb)) and (
+                not compatible(sa | sb) or reads_column_result(
+                    (a, b), lambda n: self.registry.get(n.op).category == REDUCTION)):
+            return None  # reductions over other rows, or a column result read in the kernel
+        if len(a.inputs) + len(b.inputs) > self.max_inputs:  # else the limit holds anyway
+            inputs = set(a.inputs)
+            inputs.update(v for v in b.inputs if v.producer is not a)
+            if len(inputs) > self.max_inputs:
+                return None
         blocked = self._mutation_between(oa, ob)
         if late and not (blocked and self.pinned(a)):
             return "b"
-        if not (blocked and self.pinned(b)) and all(
+        if slot_a and not (blocked and self.pinned(b)) and all(
                 v.producer is None or v.producer is a or order[v.producer] < oa
                 for v in b.inputs):
             return "a"
@@ -246,10 +248,11 @@ class GroupEditor:
         return i < len(pts) and pts[i] < hi
 
     # ---- edits -----------------------------------------------------------------------
-    def try_merge(self, x: Node, y: Node) -> Node | None:
-        """Merge two clusters into one group when valid; returns the group or None."""
+    def try_merge(self, x: Node, y: Node, slot_a: bool = True) -> Node | None:
+        """Merge two clusters into one group when valid; returns the group or None.
+        ``slot_a``: as for :meth:`can_merge`."""
         a, b = (x, y) if self.order[x] < self.order[y] else (y, x)
-        slot = self.can_merge(a, b)
+        slot = self.can_merge(a, b, slot_a)
         if slot is None:
             return None
         if slot == "b":  # a's content moves past the other readers of its producers
@@ -407,8 +410,8 @@ class GroupEditor:
         for bi, target in substitute:
             rb.replace_all_uses(bi, target)
             rb.release_name(bi.name)  # the name is free again for moved values
-        kept = [i for i, v in enumerate(a.outputs)
-                if v in self.graph_outputs or any(u is not b and u.graph is g for u in v.uses)]
+        kept = [i for i, v in enumerate(a.outputs) if _read_by_other(v, b, g)
+                or v in self.graph_outputs]
         outer_out = [a.outputs[i] for i in kept] + list(b.outputs)
         inner_out = [ra.outputs[i] for i in kept] + list(rb.outputs)
         host, guest = (a, b) if len(ra) >= len(rb) else (b, a)
@@ -458,6 +461,20 @@ class GroupEditor:
             cache.pop(guest, None)
         self.merges += 1
         return host
+
+
+def _read_by_other(v: Value, b: Node, g: Graph) -> bool:
+    """Whether a node of ``g`` other than ``b`` reads ``v`` (use lists may hold stale
+    entries; the first entry usually answers)."""
+    uses = v.uses
+    if uses:
+        u = uses[0]
+        if u is not b and u.graph is g:
+            return True
+        for u in uses:
+            if u is not b and u.graph is g:
+                return True
+    return False
 
 
 def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:
