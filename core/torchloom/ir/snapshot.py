@@ -60,20 +60,22 @@ class GraphSnapshot:
     def unchanged_regions(self, earlier: "GraphSnapshot") -> set[Graph]:
         """The regions whose recorded state, and that of every region nested in them,
         equals ``earlier``'s: ``verify`` need not look inside them again."""
+        mine, theirs = self._records, earlier._records
+        my_graphs, their_graphs, their_spans = self._graphs, earlier._graphs, earlier._spans
         same: dict[Graph, bool] = {}
-
-        def clean(g: Graph) -> bool:
-            found = same.get(g)
-            if found is None:
-                r0, r1, gi, children = self._spans[g]
-                old = earlier._spans.get(g)
-                found = old is not None and self._same(
-                    earlier, (r0, r1, gi, gi + 1), (old[0], old[1], old[2], old[2] + 1))
-                found = all([clean(c) for c in children]) and found
-                same[g] = found
-            return found
-
-        return {g for g in self._spans if g.owner is not None and clean(g)}
+        # a graph's span is recorded before its regions': in reverse, children come first
+        for g, (r0, r1, gi, children) in reversed(self._spans.items()):
+            if g.owner is None:
+                continue  # a unit (changed_since's answer), not a region
+            old = their_spans.get(g)
+            try:  # identity first, then ``==`` (types, names, attrs, copies of meta)
+                same[g] = (old is not None and r1 - r0 == old[1] - old[0]
+                           and all([same[c] for c in children])
+                           and mine[r0:r1] == theirs[old[0]:old[1]]
+                           and my_graphs[gi][:-1] == their_graphs[old[2]][:-1])
+            except Exception:  # a value whose ``==`` does not give a bool: call it changed
+                same[g] = False
+        return {g for g, found in same.items() if found}
 
     def _same(self, earlier: "GraphSnapshot", mine: tuple, theirs: tuple) -> bool:
         r0, r1, g0, g1 = mine
@@ -116,7 +118,8 @@ class GraphSnapshot:
         self._spans[graph] = (start, len(rec), len(self._graphs), regions)
         self._graphs.append((graph, list(graph.inputs), list(graph.outputs), count,
                              set(graph._names), graph._counter, graph.owner, graph.name,
-                             dict(graph.subgraphs), graph.parent, start))
+                             dict(graph.subgraphs) if graph.subgraphs else None,
+                             graph.parent, start))
         for region in regions:
             self._record(region)
 
@@ -127,7 +130,7 @@ class GraphSnapshot:
              i) in self._graphs:
             g.inputs, g.outputs, g._len, g._names = list(inputs), list(outputs), count, set(names)
             g._counter, g.owner, g.name, g._positions_valid = counter, owner, name, False
-            g.subgraphs, g.parent = dict(subgraphs), parent
+            g.subgraphs, g.parent = dict(subgraphs) if subgraphs else {}, parent
             for _ in inputs:
                 i = self._restore_value(i, None, 0, g)
             prev = None

@@ -192,8 +192,9 @@ class GroupEditor:
     # ---- checks ----------------------------------------------------------------------
     def fits(self, node: Node) -> bool:
         """A cluster alone respects the input and output limits."""
-        return len(set(node.inputs)) <= self.max_inputs and \
-            len(node.outputs) <= self.max_outputs
+        inputs = node.inputs
+        return (len(inputs) <= self.max_inputs or len(set(inputs)) <= self.max_inputs) \
+            and len(node.outputs) <= self.max_outputs
 
     def can_merge(self, a: Node, b: Node, slot_a: bool = True) -> str | None:
         """Which slot (``"a"`` or ``"b"``) merging clusters a (earlier) and b can use,
