@@ -293,6 +293,31 @@ def test_fixpoint_runs_until_nothing_changes(fake_plugins):
         ("cse", True), ("dce", True), ("cse", False), ("dce", False)]
 
 
+@pytest.mark.parametrize("idempotent, expected", [
+    # dce idempotent: after round 1 nothing changed since its run once cse finds nothing
+    ("dce", [("cse", True), ("dce", True), ("cse", False)]),
+    # cse idempotent: dce changed the graph after it, so it runs again; dce always runs
+    ("cse", [("cse", True), ("dce", True), ("cse", False), ("dce", False)]),
+    # both: round 2 runs cse (dce changed the graph since) and skips dce
+    ("both", [("cse", True), ("dce", True), ("cse", False)]),
+])
+def test_fixpoint_skips_an_idempotent_pass_while_the_graph_is_as_it_left_it(
+        fake_plugins, monkeypatch, idempotent, expected):
+    from torchloom.passes.builtin.cse import CommonSubexpressionElimination
+    from torchloom.passes.builtin.dce import DeadCodeElimination
+    for cls, name in ((CommonSubexpressionElimination, "cse"), (DeadCodeElimination, "dce")):
+        monkeypatch.setattr(cls, "idempotent", idempotent in (name, "both"))
+    pipeline = pipeline_of(fake_plugins, """
+        [[pass]]
+        fixpoint = ["cse", "dce"]
+        max_iterations = 5
+    """)
+    graph = parse_graph(CSE_IR)
+    report, _ = run(fake_plugins, pipeline, graph)
+    assert [(r.name, r.changed) for r in report.records] == expected
+    assert "%b" not in str(graph) and "%dead" not in str(graph)
+
+
 def test_fixpoint_that_does_not_converge_is_reported(fake_plugins, tmp_path, capsys):
     body = """
         [[pass]]

@@ -90,6 +90,10 @@ class Pass:
     requires: ClassVar[tuple[str, ...]] = ()
     #: passes that, when present in the pipeline, must appear earlier than this one
     after: ClassVar[tuple[str, ...]] = ()
+    #: a run right after a run of this pass (same options) never changes the graph: in a
+    #: fixpoint group the manager then skips it while no other pass changed the graph
+    #: since its last run (tests should check the claim: a wrong one leaves work undone)
+    idempotent: ClassVar[bool] = False
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -103,9 +103,17 @@ class PassManager:
 
     def _run_fixpoint(self, step: FixpointStep, graph: Graph, ctx: PassContext,
                       report: RunReport, state: "_State") -> None:
+        changes = 0
+        clean_at: dict[int, int] = {}  # pass index -> ``changes`` when it last ran
         for _ in range(step.max_iterations):
-            changed = [s.name for s in step.passes
-                       if self._run_step(s, graph, ctx, report, state)]
+            changed = []
+            for i, s in enumerate(step.passes):
+                if s.pass_.idempotent and clean_at.get(i) == changes:
+                    continue  # the graph is as its own last run left it
+                if self._run_step(s, graph, ctx, report, state):
+                    changed.append(s.name)
+                    changes += 1
+                clean_at[i] = changes
             if not changed:
                 return
         message = (f"{step.source or self.pipeline.source}:{step.line}: fixpoint group "

@@ -49,6 +49,7 @@ class HorizontalFusion(GroupLimits):
 
     name: ClassVar[str] = "fusion.horizontal"
     after: ClassVar[tuple[str, ...]] = ("fusion.decompose", "fusion.functionalize")
+    idempotent: ClassVar[bool] = True  # merges its merges made possible (closure.py)
     max_siblings: int = attrs.field(default=8, validator=POSITIVE)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:

@@ -45,6 +45,7 @@ class VerticalFusion(GroupLimits):
 
     name: ClassVar[str] = "fusion.vertical"
     after: ClassVar[tuple[str, ...]] = ("fusion.decompose", "fusion.functionalize")
+    idempotent: ClassVar[bool] = True  # merges its merges made possible (closure.py)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         ed = self.editor(graph, ctx)
