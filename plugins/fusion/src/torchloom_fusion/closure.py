@@ -79,15 +79,18 @@ class Fusion:
         group join before it), until none can join; a producer that failed is tried again
         when a later success may have changed its answer.
 
-        The producers tried and refused since the last success are all later than the
-        next success q, so q joins at the group's slot (slot ``"a"`` would put the group
-        before producers it reads) and leaves a refused producer p's answer as it was
-        (same slot, same device; reduction signatures, pinning and column reads only
-        grow), unless q read p (p has fewer other readers now) or the input limit
-        refused p (the group's input count may fall). Only those are tried again: the
-        merges are those of retrying every refusal after each success, without its
-        quadratic cost. The candidates are kept in a heap, updated by each success from
-        the inputs q brings, so a round costs O(q's inputs), not O(the group's)."""
+        A success q that joins at the group's slot leaves the answer of a refused
+        producer p later than q as it was: the group keeps its place; the inputs it
+        loses (q's results) and gains (q's inputs) are all made before q, so before p;
+        device, reduction signatures, pinning and column reads only grow; unless q read
+        p (p has fewer other readers now) or the input limit refused p (the group's
+        input count may fall). Those, the refused producers earlier than q (q may have
+        been one tried again) and, when q moved the group up to its own slot, every
+        refused producer are tried again: the merges are those of retrying every refusal
+        after each success, without its quadratic cost (candidates are taken latest
+        first, so q is usually earlier than every refusal). The candidates are kept in a
+        heap, updated by each success from the inputs q brings, so a success costs
+        O(q's inputs + the refusals), not O(the group's inputs)."""
         ed = self.ed
         order = ed.order
         group = ed.wrap(consumer)
@@ -124,19 +127,20 @@ class Fusion:
             _, producer = heapq.heappop(heap)
             if producer in failed:
                 continue  # (queued twice)
-            q_inputs = producer.inputs
-            merged = ed.try_merge(producer, group, order[producer] > bar)
+            q_inputs, q_order, slot = producer.inputs, order[producer], order[group]
+            merged = ed.try_merge(producer, group, q_order > bar)
             if merged is None:
                 failed.add(producer)
                 later.add(producer)
-                bar = max(bar, order[producer])
+                bar = max(bar, q_order)
                 if len(producer.inputs) + len(group.inputs) > ed.max_inputs:
                     limited.append(producer)
                 continue
             group = merged
             known.discard(producer)
             add(q_inputs)
-            for p in limited:
+            moved = order[group] != slot  # slot "a": the group now stands at q's place
+            for p in [p for p in failed if moved or order[p] < q_order] + limited:
                 if p in failed:
                     requeue(p)
             limited.clear()
