@@ -154,7 +154,9 @@ def test_retrying_only_what_a_success_can_change_merges_the_same(program, limits
     """Both fusion passes give the same graph, to the printed name, whether a group
     retries every refused producer after each success or only those the success may have
     changed (read by it, earlier than it, refused by the input limit, or all of them when
-    the group moved up)."""
+    the group moved up). A weak witness: settle() revisits every merged group, so even a
+    variant that never retries gave the same graphs here (session 13); it guards against
+    the incremental rule merging differently, not against it retrying too little."""
     registry = plugin_registry()
     ctx = PassContext(registry=registry)
     graph = program.graph()

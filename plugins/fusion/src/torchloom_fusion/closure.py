@@ -124,9 +124,7 @@ class Fusion:
         # before it: only a producer later than all refused and non-cluster ones has it
         bar = max(map(order.__getitem__, later), default=-1)
         while heap:
-            _, producer = heapq.heappop(heap)
-            if producer in failed:
-                continue  # (queued twice)
+            _, producer = heapq.heappop(heap)  # (never a refused one: requeue unmarks it)
             q_inputs, q_order, slot = producer.inputs, order[producer], order[group]
             merged = ed.try_merge(producer, group, q_order > bar)
             if merged is None:
