@@ -160,11 +160,13 @@ class Fusion:
         ``max_siblings``) that it can merge with, or starts one."""
         ed, graph = self.ed, self.graph
         heads: list[Node] = []
+        domains: list[tuple] = []  # heads[i]'s domain (a merge keeps it: domains agree)
         for node in siblings:
             if node.graph is not graph:  # merged away through an earlier shared value
                 continue
+            domain = ed.domain(node)
             for i, head in enumerate(heads):
-                if head.graph is not graph or ed.domain(head) != ed.domain(node):
+                if domains[i] != domain or head.graph is not graph:
                     continue
                 merged = ed.try_merge(head, node)
                 if merged is not None:
@@ -173,3 +175,4 @@ class Fusion:
             else:
                 if len(heads) < self.max_siblings:
                     heads.append(node)
+                    domains.append(domain)

@@ -220,6 +220,8 @@ class GroupEditor:
                 break
         if not (late or slot_a) or count and kept + len(b.outputs) > self.max_outputs:
             return None
+        if not late and not self._inputs_before(b, a):
+            return None  # only slot "a" could hold: checked first, siblings on a path refuse
         if self.device(a) != self.device(b):
             return None
         sa, sb = self.signatures(a), self.signatures(b)
@@ -235,11 +237,16 @@ class GroupEditor:
         blocked = self._mutation_between(oa, ob)
         if late and not (blocked and self.pinned(a)):
             return "b"
-        if slot_a and not (blocked and self.pinned(b)) and all(
-                v.producer is None or v.producer is a or order[v.producer] < oa
-                for v in b.inputs):
+        if slot_a and not (blocked and self.pinned(b)) and (
+                not late or self._inputs_before(b, a)):
             return "a"
         return None
+
+    def _inputs_before(self, b: Node, a: Node) -> bool:
+        """Every input of b is a graph input or made by a or before it (slot "a")."""
+        order, oa = self.order, self.order[a]
+        return all(v.producer is None or v.producer is a or order[v.producer] < oa
+                   for v in b.inputs)
 
     def _mutation_between(self, lo: int, hi: int) -> bool:
         pts = self.mutation_points
