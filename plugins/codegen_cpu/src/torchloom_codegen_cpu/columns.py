@@ -17,7 +17,8 @@ and at most ``CAP`` columns (the accumulators stay in the L1 cache). On one thre
 ``[1024, 2048]`` f32 walk is then one sequential stream per tensor, where 256-column blocks
 read 1 KB of every 8 KB row (GELU's backward fused with its bias gradient, one thread: 1.5
 against 2.1 ms, and 0.8 against 1.7 ms once its erf is inline). Each column still sums its
-rows in order, whatever the blocks. Reductions that combine (sum, prod, max, min, mean)
+rows in order, whatever the blocks (an f32 sum over more than ``F32_SUM_COUNT`` rows in
+double: ``reduction.sum_dtype``). Reductions that combine (sum, prod, max, min, mean)
 take this form. A reduction computed from another's result comes in a later walk (softmax
 over dim 0: the max, then the sum of exp(x - max)), each column's result kept in its
 block's array for the next walks, and full-shape outputs that read a result are stored by
@@ -33,7 +34,7 @@ from torchloom.api import writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
-from torchloom_codegen_cpu.reduction import accumulate, identity
+from torchloom_codegen_cpu.reduction import accumulate, identity, sum_dtype
 from torchloom_codegen_cpu.tensors import tensor_type
 
 if TYPE_CHECKING:
@@ -148,6 +149,8 @@ def _accumulators(w: "KernelWriter", nodes: list, block) -> list:
     for node in nodes:
         kind = REDUCTIONS[node.op].kind
         dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
+        if kind == "sum":  # a long f32 sum in double (reduction.sum_dtype)
+            dtype = sum_dtype(dtype, w.rnumel, 1)
         acc = em.fresh(f"acc_{kind}")
         em.statement(f"{CTYPE[dtype]} {acc}[{block}];", False)
         em.statement(f"for (int64_t x = 0; x < c1 - c0; x++) {acc}[x] = "
@@ -208,12 +211,13 @@ def _results(w: "KernelWriter", accs: list, xs: list, xloop: str, x_header: list
             text = f"({nan}[x - c0] ? ({CTYPE[dtype]})NAN : {text})"
         template = REDUCTIONS[node.op].outputs[0]
         text = template.format(acc=text, n=w.count(w.rnumel, dtype))
-        e = em.emit(text, dtype, kind, inner=True)
+        e = em.convert(em.emit(text, dtype, kind, inner=True), COMPUTE[ir_dtype])
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)
         if value.uses:  # read by a later walk: the block's array (its accumulator)
             em.statement(f"{acc}[x - c0] = {e.text};", True)
-            e = Expr(f"{acc}[x - c0]", dtype, True)
+            e = Expr(f"{acc}[x - c0]" if e.dtype == dtype else
+                     f"({CTYPE[e.dtype]}){acc}[x - c0]", e.dtype, True)
         keepdim = bool(node.attrs.get("keepdim", False))
         coords = tuple("0" if d in w.rdims else w.full[d] for d in range(len(w.shape))) \
             if keepdim else tuple(xs)
