@@ -146,6 +146,42 @@ def test_sizes_read_from_view_arguments_and_flattened_inputs(check):
         compare(compiled(x, bias), check.reference(text, x, bias))
 
 
+def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
+    """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
+    the group's input, so the whole stride is a size argument the launcher reads from the
+    tensor's strides (HF models pool the first token so under dynamic shapes)."""
+    text = group_text('%x: f32[s0, 16] strided["16*s1", 1], %b: f32[16]', """
+        %y = aten.mul.Tensor(%x, %b) : f32[s0, 16]""", "%y: f32[s0, 16]")
+    compiled = check.compile(text)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["inputs"][0]["strides"] == ["S_1", 1]
+    for b, s in [(3, 7), (1, 1), (2, 13), (0, 5), (5, 0)]:
+        x, bias = torch.randn(b, s, 16)[:, 0] if s else torch.randn(b, 16), torch.randn(16)
+        compare(compiled(x, bias), check.reference(text, x, bias))
+    x = torch.randn(16, 4, 3).permute(2, 1, 0)[:, 0]  # stride 1 there: copied to the layout
+    compare(compiled(x, bias), check.reference(text, x, bias))
+
+
+def test_first_token_pooling_under_dynamic_shapes_runs_on_cpu(tmp_path):
+    from torchloom.backend import torchloom_backend
+    from torchloom.tools import Compiler
+    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False, strict=True)
+    torch._dynamo.reset()
+
+    def fn(x, w):
+        return torch.tanh((x @ w)[:, 0] * 2), x[:, -1].sigmoid()
+    c = torch.compile(fn, dynamic=True, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    w = torch.randn(16, 32)
+    for s in (7, 13, 2):
+        x = torch.randn(3, s, 16)
+        for got, want in zip(c(x, w), fn(x, w)):
+            torch.testing.assert_close(got, want)
+    choices = [ch for comp in compiler.compilations for ch in comp.compiled.choices]
+    assert choices and all(ch.codegen == "cpu" for ch in choices), \
+        [(ch.codegen, [str(r) for r in ch.fallback_reasons]) for ch in choices]
+
+
 def test_a_symbol_with_no_value_is_declined_with_a_reason(registry, codegen):
     """A view that needs s0 alone, when only the product s0*s1 is an input's dim."""
     text = group_text("%x: f32[\"s0*s1\", 4]", """

@@ -60,8 +60,9 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
     int input a view gives as that dim's size (``aten.view(%x, %n) {size = [$1, 8]} :
     f32[s0, 8]``: ``%n`` is s0); else an input dim that is an expression of symbols read
     nowhere (``f32[s0*s1, 48]``, a flattened batch) is an argument of its own, which dims
-    containing that whole expression use. Numbered in that order, walking the region as the
-    canonical form does, so groups equal up to their symbols' names get one function."""
+    containing that whole expression use (and :func:`stride_arguments` names strides).
+    Numbered in that order, walking the region as the canonical form does, so groups equal
+    up to their symbols' names get one function."""
     inputs = region.inputs
     names: dict[str, str] = {}
     for v in inputs:
@@ -88,6 +89,41 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
                 if isinstance(d, str) and any(s not in names for s in symbols.symbols_of(d)):
                     names.setdefault(d, f"S_{len(names)}")
     return names, scalars
+
+
+def stride_arguments(region: Graph, names: dict[str, str]) -> dict[int, list[int]]:
+    """Name each input stride of symbols read nowhere (``x[:, 0]`` of an f32[b, s, 16]:
+    stride 16*s) as a size argument the launcher reads from the tensor's strides, where
+    that is safe: the expression is that one stride (no other stride, no dim of any value
+    in the region), and a dense copy in the input's memory order has the input's other
+    strides (what the launcher makes of a tensor in another layout, reading the argument
+    again). Returns input index -> its memory order, for each input given one."""
+    exprs: dict[str, list[tuple[int, int]]] = {}
+    dims: set[str] = set()
+    for v in [*region.inputs, *(o for n in region.nodes for o in n.outputs)]:
+        if isinstance(v.type, TensorType):
+            dims.update(d for d in v.type.shape if isinstance(d, str))
+    for i, v in enumerate(region.inputs):
+        if isinstance(v.type, TensorType):
+            for k, d in enumerate(v.type.actual_strides() or ()):
+                if isinstance(d, str):
+                    exprs.setdefault(d, []).append((i, k))
+    orders: dict[int, list[int]] = {}
+    for d, places in exprs.items():
+        if all(s in names for s in symbols.symbols_of(d)) or len(places) > 1 or d in dims:
+            continue
+        ((i, k),) = places
+        t = region.inputs[i].type
+        order = list(memory_order(t))
+        dense, acc = {}, 1
+        for j in reversed(order):
+            dense[j] = acc
+            size = t.shape[j]
+            acc = acc * max(size, 1) if isinstance(size, int) and isinstance(acc, int) else None
+        if all(j == k or dense[j] == e for j, e in enumerate(t.actual_strides())):
+            names[d] = f"S_{len(names)}"
+            orders[i] = order
+    return orders
 
 
 def _by_element_count(named: list[tuple[str, Value]]) -> list[list[tuple[str, Value]]]:
@@ -171,6 +207,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     """The C function (without the prelude) and its metadata."""
     region = group.region
     names, scalars = size_arguments(region)
+    orders = stride_arguments(region, names)
     nests = plan_nests(group, registry, names)
     body = []
     for w in nests:
@@ -211,6 +248,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 "inplace": [list(pair) for pair in inplace]}
     for i, name in ((i, n) for n, i in scalars.items()):
         metadata["inputs"][i]["size"] = name  # this int input is that size's value
+    for i, order in orders.items():  # a stride is a size argument: copies are dense so
+        metadata["inputs"][i]["order"] = order
     if not names:
         # the plan explain reports: each nest reads its inputs once from memory (a row's
         # later loops hit the cache), every output is written once; symbolic sizes have no

@@ -10,8 +10,9 @@ A launcher copies an input whose strides are not the ones the kernel was written
 output is empty. Its ``into(outs, *inputs)`` writes into the tensors ``outs`` gives (dead
 buffers the plan reuses, see ``torchloom.codegen.buffers``) where they have the output's
 dtype, shape and strides, and allocates the others. With symbolic sizes, it reads each size from the first input dim that is
-that bare size (``symbols.bind_symbols``, the binding the graph's guards use) or from the
-int input the metadata names for it, and evaluates the output shapes and the expected
+that bare size (``symbols.bind_symbols``, the binding the graph's guards use), from the
+int input the metadata names for it, or from the input stride that is that size argument
+(a view's stride of sizes no dim holds), and evaluates the output shapes and the expected
 strides from them.
 """
 
@@ -84,10 +85,18 @@ def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, A
     scalars = {d["size"]: i for i, d in enumerate(inputs) if "size" in d}
     bound = symbols.bind_symbols(shapes)
     namespace: dict[str, Any] = {**symbols.guard_namespace(), "_fn": fn, "_alloc": _alloc,
-                                 "_threads": torch.get_num_threads, "_fix": _fix}
+                                 "_threads": torch.get_num_threads, "_fix": _fix,
+                                 "_dense": _dense}
     lines = [f"def launch({', '.join(params)}):"]
     lines += [f"    sym_{s} = a{i}.shape[{k}]" for s, (i, k) in bound.items()]
     lines += [f"    sym_{s} = a{i}" for s, i in scalars.items() if s not in bound]
+    rebind: dict[int, list[str]] = {}  # input -> its size arguments read from its strides
+    for i, d in enumerate(inputs):
+        for k, e in enumerate(d.get("strides") or ()):
+            if "order" in d and symbols.is_symbol(e) and e not in bound and e not in scalars:
+                bound[e] = (i, k)
+                lines.append(f"    sym_{e} = a{i}.stride()[{k}]")
+                rebind.setdefault(i, []).append(f"sym_{e} = a{i}.stride()[{k}]")
     for s in sizes:
         if s not in bound and s not in scalars:
             raise symbols.SymbolicDimError(f"size {s} is not read from any input")
@@ -103,6 +112,10 @@ def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, A
             continue
         if d["strides"] is None:  # symbolic sizes, contiguous
             lines.append(f"    if not a{i}.is_contiguous(): a{i} = a{i}.contiguous()")
+        elif i in rebind:  # another layout: a dense copy in the kernel's order, read again
+            lines.append(f"    if a{i}.stride() != {tup(d['strides'])}:")
+            lines.append(f"        a{i} = _dense(a{i}, {tuple(d['order'])!r})")
+            lines += [f"        {line}" for line in rebind[i]]
         else:  # strides of size-1 dims never matter (torch gives them any value)
             lines.append(f"    if a{i}.stride() != (_e := {tup(d['strides'])}): "
                          f"a{i} = _fix(a{i}, _e)")
@@ -151,6 +164,15 @@ def _fix(a: torch.Tensor, expected: tuple[int, ...]) -> torch.Tensor:
     if all(n == 1 or s == e for n, s, e in zip(a.shape, a.stride(), expected)):
         return a
     return torch.empty_strided(a.shape, expected, dtype=a.dtype).copy_(a)
+
+
+def _dense(a: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """A dense copy of ``a`` whose dims lie in memory in ``order`` (outermost first)."""
+    strides, acc = [0] * a.dim(), 1
+    for d in reversed(order):
+        strides[d] = acc
+        acc *= max(a.shape[d], 1)
+    return torch.empty_strided(a.shape, strides, dtype=a.dtype).copy_(a)
 
 
 def _contiguous_source(texts: list[str], dims: list) -> str:
