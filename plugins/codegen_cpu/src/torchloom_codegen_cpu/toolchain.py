@@ -5,7 +5,12 @@
 a cache directory shared between machines never hands one a library built for another),
 ``-fopenmp`` (threads and ``#pragma omp simd``), and no fast-math: ``-fno-math-errno`` and
 ``-fno-trapping-math`` only let libm calls vectorize and never change a value; NaN, inf and
--0.0 behave as IEEE says. ``-fwrapv``: integer overflow wraps, as in eager. Where a
+-0.0 behave as IEEE says. One liberty is kept: the compiler's default contraction of
+``a * b + c`` into a fused multiply-add (the product unrounded, so such a result may differ
+from eager's by an ulp, within any f32 tolerance; Inductor's C++ and Triton's kernels do
+the same, the prelude's polynomials rely on it for speed, and a value converted to bf16 or
+f16 still rounds from the f32 result as eager's does). ``-fwrapv``: integer overflow
+wraps, as in eager. Where a
 library may call the interpreter's functions (resolved when it loads, as an extension
 module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
 
