@@ -124,6 +124,60 @@ def test_a_reduction_of_another_dims_result_is_declined(check, codegen, registry
     assert reason is not None and "reductions over other dims" in reason.message
 
 
+@pytest.mark.parametrize("shape", [(8, 6), (33, 70), (300, 17), (4, 5, 40)])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_a_reduction_of_a_stored_result_of_other_dims_reads_it_back(check, shape, dtype):
+    """A cross-entropy gradient and the bias gradient summed from it over the batch: the
+    column sum reads a value computed from row sums, which the row nest stores as an
+    output, so the column nest reads it back from there (as eager does, rounded to the
+    output's dtype) instead of declining the group."""
+    t = f"{dtype}[{', '.join(map(str, shape))}]"
+    k = f"{dtype}[{', '.join(map(str, shape[:-1]))}, 1]"
+    c = f"{dtype}[{shape[-1]}]"
+    dims = ", ".join(map(str, range(len(shape) - 1)))
+    text = group_text(f"%a: {t}, %g: {t}", f"""
+        %e = aten.exp.default(%a) : {t}
+        %s = aten.sum.dim_IntList(%g) {{dim = [-1], keepdim = true}} : {k}
+        %m = aten.mul.Tensor(%e, %s) : {t}
+        %d = aten.sub.Tensor(%g, %m) : {t}
+        %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
+    g = torch.Generator().manual_seed(len(shape))
+    a = (randn(g, *shape) - 2).to(DTYPES[dtype])
+    grad = randn(g, *shape).to(DTYPES[dtype])
+    grad.view(-1)[3] = float("nan")
+    _, compiled = check(text, a, grad)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["nests"] == 2
+    assert re.search(r"= (tl_bf16_to_f32\()?out_d\[", kernel.source)  # read back
+
+
+def test_cross_entropy_training_step_runs_on_cpu(tmp_path):
+    from torchloom.backend import torchloom_backend
+    from torchloom.tools import Compiler
+    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False, strict=True)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 5)
+
+    def fn(x, y):
+        return torch.nn.functional.cross_entropy(lin(x), y)
+    c = torch.compile(fn, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    x, y = torch.randn(6, 8), torch.randint(0, 5, (6,))
+    loss = c(x, y)
+    loss.backward()
+    got = [p.grad.clone() for p in lin.parameters()]
+    lin.zero_grad()
+    want = fn(x, y)
+    want.backward()
+    torch.testing.assert_close(loss, want)
+    for a, b in zip(got, [p.grad for p in lin.parameters()]):
+        torch.testing.assert_close(a, b)
+    choices = [ch for comp in compiler.compilations for ch in comp.compiled.choices]
+    assert choices and all(ch.codegen == "cpu" for ch in choices), \
+        [(ch.codegen, [str(r) for r in ch.fallback_reasons]) for ch in choices]
+
+
 def test_long_rows_run_in_parallel(check):
     text, inputs = CASES["softmax_bf16_long_rows_parallel"]
     _, compiled = check(text, *inputs())

@@ -9,8 +9,11 @@ counts is a nest per count, and outputs of one count but another shape or layout
 share no computed value are a nest per walk (each in its own order: no division per
 element to address them). Pointwise values both nests need are recomputed (cheap next to
 a round trip through memory). A reduction whose input depends on another class's
-result, or an output depending on two classes, would need a buffer between nests: such
-groups are declined.
+result, or an output depending on two classes, reads such values back from the outputs
+an earlier nest stored them in (a cross-entropy gradient, and the bias gradient summed
+from it over the batch: rounded to the output's dtype, as eager reads it); where no
+earlier nest stores them they would need a buffer between nests, and the group is
+declined.
 """
 
 from __future__ import annotations
@@ -36,18 +39,20 @@ def _classes(reductions: list[Node]) -> list[list[Node]]:
     return list(classes.values())
 
 
-def _depends(v: Value, memo: dict[Value, frozenset[int]], of: dict[Node, int]) -> frozenset[int]:
-    """The reduction classes ``v`` depends on (inside the region)."""
+def _depends(v: Value, memo: dict[Value, frozenset[int]], of: dict[Node, int],
+             stored: dict[Value, str] | None = None) -> frozenset[int]:
+    """The reduction classes ``v`` depends on (inside the region); a value in ``stored``
+    (an output an earlier nest wrote, read back from memory) depends on none."""
     found = memo.get(v)
     if found is not None:
         return found
     node = v.producer
     result: frozenset[int] = frozenset()
-    if node is not None:
+    if node is not None and not (stored and v in stored):
         if node in of:
             result = frozenset({of[node]})
         for i in node.inputs:
-            result |= _depends(i, memo, of)
+            result |= _depends(i, memo, of, stored)
     memo[v] = result
     return result
 
@@ -188,19 +193,37 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
         return [KernelWriter(group, registry, names=names)]
     of = {n: k for k, members in enumerate(classes) for n in members}
     memo: dict[Value, frozenset[int]] = {}
-    for n in reductions:
-        other = _depends(n.inputs[0], memo, of) - {of[n]}
-        if other:
-            raise Unsupported(f"{n.op} reduces a value computed from reductions over other "
-                              f"dims (it would need a buffer between loops)")
     parts: list[list[tuple[str, Value]]] = [[] for _ in classes]
+    pending = []  # outputs that depend on several classes
     for name, v in named:
         deps = _depends(v, memo, of)
         if len(deps) > 1:
-            raise Unsupported(f"output %{v.name} depends on reductions over different dims")
-        parts[min(deps) if deps else 0].append((name, v))
-    return [KernelWriter(group, registry, part, members, names)
-            for part, members in zip(parts, classes) if part]
+            pending.append((name, v))
+        else:
+            parts[min(deps) if deps else 0].append((name, v))
+    # a nest reads back what earlier nests stored (a cross-entropy gradient the bias
+    # gradient sums over the batch): values computed from another class's reductions
+    # are read only so, never recomputed
+    written: dict[Value, str] = {}
+    stored: list[dict[Value, str]] = []
+    for k, members in enumerate(classes):
+        stored.append(dict(written))
+        cut: dict[Value, frozenset[int]] = {}
+        for n in members:
+            if _depends(n.inputs[0], cut, of, stored[k]) - {k}:
+                raise Unsupported(f"{n.op} reduces a value computed from reductions over "
+                                  f"other dims that no earlier loop stores (it would need a "
+                                  f"buffer between loops)")
+        for name, v in list(pending):
+            if _depends(v, cut, of, stored[k]) <= {k}:
+                parts[k].append((name, v))
+                pending.remove((name, v))
+        written.update((v, name) for name, v in parts[k])
+    if pending:
+        raise Unsupported(f"output %{pending[0][1].name} depends on reductions over "
+                          f"different dims")
+    return [KernelWriter(group, registry, part, members, names, stored[k])
+            for k, (part, members) in enumerate(zip(parts, classes)) if part]
 
 
 def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:

@@ -73,11 +73,15 @@ class KernelWriter(writer.ValueWalk):
     tensor_type = staticmethod(tensor_type)
 
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
-                 reductions: list[Node] | None = None, names: dict[str, str] | None = None):
+                 reductions: list[Node] | None = None, names: dict[str, str] | None = None,
+                 stored: dict[Value, str] | None = None):
         """``outputs`` (C name, value) and ``reductions``: the part of the group this nest
         writes (default: all of it; see function.py for groups written as several nests);
-        ``names``: each size symbol's C argument (symbolic sizes are runtime arguments)."""
+        ``names``: each size symbol's C argument (symbolic sizes are runtime arguments);
+        ``stored``: outputs earlier nests of the function wrote (value -> its C name),
+        read back from there."""
         self.group = group
+        self.stored = stored or {}
         self.region = group.region
         self.registry = registry
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
@@ -100,7 +104,7 @@ class KernelWriter(writer.ValueWalk):
         #: it depends on it (columns.py); None: ``rows`` iterations
         self.outer_count = None
         self.buffers: dict[Value, str] = {}  # value -> its row buffer (see _plan_buffers)
-        self.loaded: set[Value] = set()  # region inputs this nest reads
+        self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
         self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
 
     # ---- analysis --------------------------------------------------------------------------
@@ -125,6 +129,15 @@ class KernelWriter(writer.ValueWalk):
                 self.em.statement(f"{buffer} = {e.text};", True)
         self.values[key] = (e, self.em.phase_id)
         return e
+
+    def _compute(self, v: Value, coords: Coords) -> Expr:
+        name = self.stored.get(v)
+        if name is None:
+            return super()._compute(v, coords)
+        self.loaded.add(v)  # (an output an earlier nest wrote: read from memory again)
+        t = tensor_type(v)
+        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
+        return self.em.emit(load_text(name, offset, t.dtype), COMPUTE[t.dtype], v.name)
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         self.loaded.add(v)
