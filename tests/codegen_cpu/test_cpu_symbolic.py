@@ -146,6 +146,22 @@ def test_sizes_read_from_view_arguments_and_flattened_inputs(check):
         compare(compiled(x, bias), check.reference(text, x, bias))
 
 
+def test_a_view_size_that_is_an_expression_is_read_from_its_int(check):
+    """ConvNext's downsampled feature map under dynamic shapes: the view's sizes are
+    (s0//2) and (s1//2), given as ints; each is an argument of its own."""
+    text = group_text('%x: f32["((s0//2))*((s1//2))", 32], %b: f32[32], %n: int, %m: int', """
+        %y = aten.add.Tensor(%x, %b) : f32["((s0//2))*((s1//2))", 32]
+        %v = aten.view.default(%y, %n, %m) {size = [1, $1, $2, 32]} : f32[1, "(s0//2)", "(s1//2)", 32]
+        %g = aten.gelu.default(%v) : f32[1, "(s0//2)", "(s1//2)", 32]""",
+        '%g: f32[1, "(s0//2)", "(s1//2)", 32], %v: f32[1, "(s0//2)", "(s1//2)", 32]')
+    compiled = check.compile(text)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert [d.get("size") for d in kernel.metadata["inputs"]][2:] == ["S_0", "S_1"]
+    for h, w in [(3, 5), (1, 1), (4, 0), (7, 2)]:
+        x, bias = torch.randn(h * w, 32), torch.randn(32)
+        compare(compiled(x, bias, h, w), check.reference(text, x, bias, h, w))
+
+
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
     """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
     the group's input, so the whole stride is a size argument the launcher reads from the

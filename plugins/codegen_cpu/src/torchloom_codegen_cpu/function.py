@@ -63,9 +63,11 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
 
     A symbol is read from the first tensor input dim that is that bare symbol; else from an
     int input a view gives as that dim's size (``aten.view(%x, %n) {size = [$1, 8]} :
-    f32[s0, 8]``: ``%n`` is s0); else an input dim that is an expression of symbols read
-    nowhere (``f32[s0*s1, 48]``, a flattened batch) is an argument of its own, which dims
-    containing that whole expression use (and :func:`stride_arguments` names strides).
+    f32[s0, 8]``: ``%n`` is s0; a dim that is an expression, ``(s0//2)``, is then an
+    argument of its own, read from that int); else an input dim that is an expression of
+    symbols read nowhere (``f32[s0*s1, 48]``, a flattened batch) is an argument of its
+    own, which dims containing that whole expression use (and :func:`stride_arguments`
+    names strides).
     Numbered in that order, walking the region as the canonical form does, so groups equal
     up to their symbols' names get one function."""
     inputs = region.inputs
@@ -82,7 +84,7 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
         if not isinstance(sizes, (list, tuple)) or len(node.outputs) != 1:
             continue
         for d, entry in zip(node.outputs[0].type.shape, sizes):
-            if isinstance(entry, InputRef) and symbols.is_symbol(d) and d not in names:
+            if isinstance(entry, InputRef) and isinstance(d, str) and d not in names:
                 source = node.inputs[int(entry)]
                 if source in position and isinstance(source.type, ScalarType) and \
                         source.type.kind == "int":
