@@ -115,13 +115,33 @@ def test_rows_and_columns_are_two_nests_of_one_function(check):
     assert "for (int64_t xb = 0;" in kernel.source
 
 
-def test_a_reduction_of_another_dims_result_is_declined(check, codegen, registry):
-    text = group_text("%a: f32[8, 6]", """
-        %s = aten.sum.dim_IntList(%a) {dim = [1], keepdim = true} : f32[8, 1]
-        %d = aten.div.Tensor(%a, %s) : f32[8, 6]
-        %c = aten.sum.dim_IntList(%d) {dim = [0]} : f32[6]""", "%c: f32[6]")
-    reason = codegen.supports(next(parse_graph(text).nodes), registry)
-    assert reason is not None and "reductions over other dims" in reason.message
+@pytest.mark.parametrize("shape", [(8, 6), (300, 70), (2, 8, 8, 40)])
+def test_a_reduction_of_another_dims_result_reads_it_from_scratch(check, shape):
+    """Column sums of values computed from row results that are no output (a layer_norm
+    backward whose statistics are recomputed: the weight gradient sums g * (x - mean) *
+    rstd over the batch): the row nest stores its results in scratch arrays of one value
+    per row, the column nest reads them there."""
+    t = f"f32[{', '.join(map(str, shape))}]"
+    k = f"f32[{', '.join(map(str, shape[:-1]))}, 1]"
+    c = f"f32[{shape[-1]}]"
+    dims = ", ".join(map(str, range(len(shape) - 1)))
+    text = group_text(f"%a: {t}, %g: {t}", f"""
+        %v, %m = aten.var_mean.correction(%a) {{correction = 0, dim = [-1], keepdim = true}} : {k}, {k}
+        %e = aten.add.Tensor(%v) {{other = 1e-06}} : {k}
+        %r = aten.rsqrt.default(%e) : {k}
+        %d = aten.sub.Tensor(%a, %m) : {t}
+        %n = aten.mul.Tensor(%d, %r) : {t}
+        %p = aten.mul.Tensor(%g, %n) : {t}
+        %w = aten.sum.dim_IntList(%p) {{dim = [{dims}]}} : {c}
+        %s = aten.sum.dim_IntList(%p) {{dim = [-1], keepdim = true}} : {k}
+        %o = aten.mul.Tensor(%n, %s) : {t}""", f"%w: {c}, %o: {t}")
+    g = torch.Generator().manual_seed(len(shape))
+    a, grad = randn(g, *shape) * 3 + 1, randn(g, *shape)
+    a.view(-1)[5] = float("nan")
+    _, compiled = check(text, a, grad, rtol=2e-5, atol=2e-5)
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["nests"] == 2
+    assert "malloc" in kernel.source and "free(scratch_" in kernel.source
 
 
 @pytest.mark.parametrize("shape", [(8, 6), (33, 70), (300, 17), (4, 5, 40)])

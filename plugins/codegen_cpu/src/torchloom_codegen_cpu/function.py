@@ -9,11 +9,14 @@ counts is a nest per count, and outputs of one count but another shape or layout
 share no computed value are a nest per walk (each in its own order: no division per
 element to address them). Pointwise values both nests need are recomputed (cheap next to
 a round trip through memory). A reduction whose input depends on another class's
-result, or an output depending on two classes, reads such values back from the outputs
-an earlier nest stored them in (a cross-entropy gradient, and the bias gradient summed
-from it over the batch: rounded to the output's dtype, as eager reads it); where no
-earlier nest stores them they would need a buffer between nests, and the group is
-declined.
+result, or an output depending on two classes, comes in a later nest (classes ordered so
+that producers come first; two classes reading each other's results are declined), which
+reads what earlier nests computed from memory: an output they store (a cross-entropy
+gradient, and the bias gradient summed from it over the batch: rounded to the output's
+dtype, as eager reads it), else the reduction results it needs, which their nest stores
+in a scratch array of one value per row the function allocates (a layer_norm backward
+that recomputes its statistics: the weight gradient's column sums read the mean and
+variance per row).
 """
 
 from __future__ import annotations
@@ -193,39 +196,66 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
         return [KernelWriter(group, registry, part, [], names) for part in parts]
     if len(classes) == 1:
         return [KernelWriter(group, registry, names=names)]
+    classes = _producers_first(classes)
     of = {n: k for k, members in enumerate(classes) for n in members}
     memo: dict[Value, frozenset[int]] = {}
     parts: list[list[tuple[str, Value]]] = [[] for _ in classes]
-    pending = []  # outputs that depend on several classes
-    for name, v in named:
+    for name, v in named:  # an output goes with the last class it depends on
         deps = _depends(v, memo, of)
-        if len(deps) > 1:
-            pending.append((name, v))
-        else:
-            parts[min(deps) if deps else 0].append((name, v))
-    # a nest reads back what earlier nests stored (a cross-entropy gradient the bias
-    # gradient sums over the batch): values computed from another class's reductions
-    # are read only so, never recomputed
+        parts[max(deps) if deps else 0].append((name, v))
+    # A nest reads what earlier nests computed from memory, never recomputing it: an
+    # output they store (a cross-entropy gradient the bias gradient sums over the batch),
+    # else a scratch array their nest stores the result in (the row statistics a
+    # layer_norm backward recomputes, read by the weight gradient's column sums)
     written: dict[Value, str] = {}
     stored: list[dict[Value, str]] = []
     for k, members in enumerate(classes):
+        roots = [n.inputs[0] for n in members] + [v for _, v in parts[k]]
+        for v in _foreign_results(roots, k, of, written):
+            written[v] = f"scratch_{v.name}"
+            parts[of[v.producer]].append((written[v], v))
         stored.append(dict(written))
-        cut: dict[Value, frozenset[int]] = {}
-        for n in members:
-            if _depends(n.inputs[0], cut, of, stored[k]) - {k}:
-                raise Unsupported(f"{n.op} reduces a value computed from reductions over "
-                                  f"other dims that no earlier loop stores (it would need a "
-                                  f"buffer between loops)")
-        for name, v in list(pending):
-            if _depends(v, cut, of, stored[k]) <= {k}:
-                parts[k].append((name, v))
-                pending.remove((name, v))
         written.update((v, name) for name, v in parts[k])
-    if pending:
-        raise Unsupported(f"output %{pending[0][1].name} depends on reductions over "
-                          f"different dims")
     return [KernelWriter(group, registry, part, members, names, stored[k])
             for k, (part, members) in enumerate(zip(parts, classes)) if part]
+
+
+def _producers_first(classes: list[list[Node]]) -> list[list[Node]]:
+    """The classes ordered so that each comes after those whose results it reads (else in
+    order of appearance); declined when two read each other's."""
+    of = {n: k for k, members in enumerate(classes) for n in members}
+    memo: dict[Value, frozenset[int]] = {}
+    needs = [set().union(*(_depends(n.inputs[0], memo, of) for n in members)) - {k}
+             for k, members in enumerate(classes)]
+    order: list[int] = []
+    while len(order) < len(classes):
+        ready = [k for k in range(len(classes)) if k not in order and needs[k] <= set(order)]
+        if not ready:
+            raise Unsupported("reductions over different dims read each other's results")
+        order.append(ready[0])
+    return [classes[k] for k in order]
+
+
+def _foreign_results(roots: list[Value], k: int, of: dict[Node, int],
+                     written: dict[Value, str]) -> list[Value]:
+    """Results of other classes' reductions that values ``roots`` of class ``k`` are
+    computed from, short of what is already in memory (``written``)."""
+    found: list[Value] = []
+    seen: set[Value] = set()
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        if v in seen or v in written:
+            continue
+        seen.add(v)
+        node = v.producer
+        if node is None:
+            continue
+        if node in of and of[node] != k:
+            found.append(v)
+        else:
+            stack.extend(node.inputs)
+    return found
 
 
 def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
@@ -263,7 +293,14 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     source = [*definitions.values(), *header, f"void {kernel}({', '.join(params)}) {{"]
     if not parallel:
         source.append("  (void)nthreads;")
+    scratch = {name: v for w in nests for name, v in zip(w.out_names, w.outputs)
+               if name.startswith("scratch_")}
+    for name, v in scratch.items():  # (no larger than a row result: one value per row)
+        ctype, n = STORAGE[tensor_type(v).dtype], _numel_text(v, nests[0])
+        source.append(f"  {ctype}* restrict {name} = ({ctype}*)malloc(({n}) * sizeof({ctype}) "
+                      f"+ 1);")
     source += ["  " + line for line in body]
+    source += [f"  free({name});" for name in scratch]
     source.append("}")
     metadata = {"kernel": kernel, "kind": nests[0].kind, "nests": len(nests),
                 "rows": [nests[0].dims(w.rows) for w in nests],
@@ -327,6 +364,11 @@ def _printed(region: Graph) -> str:
         return text
     pattern = re.compile(r"(?<![%@\w.$])(" + "|".join(map(re.escape, order)) + r")(?![\w.(])")
     return pattern.sub(lambda m: order[m.group(1)], text)
+
+
+def _numel_text(v: Value, writer: KernelWriter) -> str:
+    """C text of ``v``'s element count."""
+    return " * ".join(f"({writer.ix.size(d)})" for d in tensor_type(v).shape) or "1"
 
 
 def _nbytes(v: Value) -> int:

@@ -21,6 +21,7 @@ _TEMPLATE = """\
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static inline float tl_bf16_to_f32(uint16_t h) {
