@@ -214,7 +214,9 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
         for v in _foreign_results(roots, k, of, written):
             written[v] = f"scratch_{v.name}"
             parts[of[v.producer]].append((written[v], v))
-        stored.append(dict(written))
+        # (what depends on no other class is computed again, as before: no extra read)
+        stored.append({v: name for v, name in written.items()
+                       if _depends(v, memo, of) - {k}})
         written.update((v, name) for name, v in parts[k])
     return [KernelWriter(group, registry, part, members, names, stored[k])
             for k, (part, members) in enumerate(zip(parts, classes)) if part]
