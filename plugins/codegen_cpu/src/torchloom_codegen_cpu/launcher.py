@@ -95,8 +95,8 @@ def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, A
         for k, e in enumerate(d.get("strides") or ()):
             if "order" in d and symbols.is_symbol(e) and e not in bound and e not in scalars:
                 bound[e] = (i, k)
-                lines.append(f"    sym_{e} = a{i}.stride()[{k}]")
                 rebind.setdefault(i, []).append(f"sym_{e} = a{i}.stride()[{k}]")
+                lines.append(f"    {rebind[i][-1]}")
     for s in sizes:
         if s not in bound and s not in scalars:
             raise symbols.SymbolicDimError(f"size {s} is not read from any input")

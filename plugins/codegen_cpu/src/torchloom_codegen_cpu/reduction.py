@@ -6,11 +6,11 @@ the loop, as eager's vectorized reductions do; an f32 sum whose lanes would each
 than :data:`F32_SUM_COUNT` values (a long or symbolic row) accumulates in double instead,
 as accurate as eager's cascade sum (:func:`sum_dtype`). max/min carry a NaN flag beside
 the value (a NaN anywhere in the row is the result, as in eager). ``var`` accumulates in
-double: in
-one pass over a row of f32 (or narrower) values of at most :data:`ONE_PASS_ROW` elements
-(sums of the deviations from the row's first value, see :func:`shifted_moments`), else in
-two (mean, then the sum of squared deviations); argmax/argmin walk the row in order (ties
-to the lowest index, NaN counting as the largest value, as eager does).
+double: in one pass over a row of f32 (or narrower) values of at most
+:data:`ONE_PASS_ROW` elements (sums of the deviations from the row's first value, see
+:func:`shifted_moments`), else in two (mean, then the sum of squared deviations);
+argmax/argmin walk the row in order (ties to the lowest index, NaN counting as the
+largest value, as eager does).
 """
 
 from __future__ import annotations
