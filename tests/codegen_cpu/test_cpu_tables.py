@@ -71,17 +71,19 @@ def test_tables_change_no_value(registry, tmp_path, monkeypatch, dtype):
 
 def test_toolchain_uses_tables_where_gathers_vectorize(tmp_path):
     """On a CPU with AVX-512 whose compiler is gcc (this project's CI machines), the probe
-    turns tables on; on other CPUs it turns them on only if the compiler gathers."""
+    turns tables and 512-bit vectors on; on other CPUs it turns tables on only if the
+    compiler gathers, and never asks for 512-bit vectors."""
     tc = CpuCodegen(cache_dir=tmp_path).toolchain()
     have_tables = "-DTL_TABLES=1" in tc.flags
     avx512 = "avx512f" in toolchain.cpu_features()
+    assert ("-mprefer-vector-width=512" in tc.flags) == avx512
     if not avx512:
         assert not have_tables
     elif "clang" not in tc.version:  # gcc, with the gather tuning flag if it needed one
         assert have_tables
         added = [f for f in tc.flags if f not in toolchain.FLAGS]
         assert set(added) <= {"-DTL_LIBMVEC", "-DTL_PYENTRY", "-mtune-ctrl=use_gather",
-                              "-DTL_TABLES=1"}, added
+                              "-DTL_TABLES=1", "-mprefer-vector-width=512"}, added
 
 
 def _source(codegen: CpuCodegen, registry, text: str) -> str:
@@ -146,3 +148,13 @@ def test_kernels_sharing_a_table_define_it_once(codegen, registry):
     for kernel, shape in zip(loaded, ((8, 40), (3, 5, 7))):
         x = torch.randn(shape).to(torch.bfloat16)
         compare(kernel(x), [torch.nn.functional.gelu(x)])
+
+
+def test_512_bit_vectors_only_where_the_cpu_has_avx512(tmp_path):
+    """``_width_flags`` asks for 512-bit vectors on an AVX-512 CPU (when the compiler takes
+    the flag), and on no other."""
+    cc = toolchain.find_compiler()
+    assert toolchain._width_flags(cc, tmp_path, 60, "x86_64:avx,avx2,fma") == ()
+    assert toolchain._width_flags(cc, tmp_path, 60, "aarch64:asimd") == ()
+    assert toolchain._width_flags(cc, tmp_path, 60, "x86_64:avx2,avx512f,avx512bw") == \
+        ("-mprefer-vector-width=512",)

@@ -3,7 +3,8 @@
 ``CC`` names the compiler (default ``cc``; gcc and clang both work). Flags: ``-O3
 -march=native`` (the ISA it picks is recorded by the CPU's feature list in the cache key, so
 a cache directory shared between machines never hands one a library built for another),
-``-fopenmp`` (threads and ``#pragma omp simd``), and no fast-math: ``-fno-math-errno`` and
+``-fopenmp`` (threads and ``#pragma omp simd``), ``-mprefer-vector-width=512`` on AVX-512
+CPUs (``_width_flags``), and no fast-math: ``-fno-math-errno`` and
 ``-fno-trapping-math`` only let libm calls vectorize and never change a value; NaN, inf and
 -0.0 behave as IEEE says. One liberty is kept: the compiler's default contraction of
 ``a * b + c`` into a fused multiply-add (the product unrounded, so such a result may differ
@@ -59,7 +60,7 @@ _ISA = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
 
 
 #: what the probe checks, in its record's key (a new check must not read an old record)
-_PROBE = "libmvec,pyentry,tables"
+_PROBE = "libmvec,pyentry,width,tables"
 
 
 class BuildError(Exception):
@@ -178,8 +179,22 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
     # built and loaded here: the interpreter's symbols must resolve in this process
     if _compiles(cc, directory, timeout, entry, (), ("-DTL_PYENTRY",), load=True):
         flags = (*flags, "-DTL_PYENTRY")  # kernels get Python entries (entry.py)
+    flags = (*flags, *_width_flags(cc, directory, timeout, features))
     flags = (*flags, *_table_flags(cc, directory, timeout, features))
     return Toolchain(cc, version, flags, libs if ok else ("-lm",), ok, features)
+
+
+def _width_flags(cc: str, directory: Path, timeout: float, features: str) -> tuple[str, ...]:
+    """``-mprefer-vector-width=512`` where the CPU has AVX-512 and ``cc`` takes the flag:
+    gcc's tuning for recent Intel cores (``-march=native`` names Rocket Lake on a Sapphire
+    Rapids here) prefers 256-bit vectors, which made a softmax row's kernel 1.02 ms where
+    512-bit vectors take 0.79 ms (RESULTS.md, session 15); the kernels' reductions assume
+    16 f32 lanes per row (``reduction.ROW_LANES``)."""
+    if "avx512f" not in features.split(":")[-1].split(","):
+        return ()
+    flag = ("-mprefer-vector-width=512",)
+    return flag if _compiles(cc, directory, timeout, "int f(int x) { return x; }\n", (),
+                             flag) else ()
 
 
 #: a table read in a SIMD loop, as the kernels' result tables are read (tables.py)
