@@ -28,7 +28,7 @@ from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
-from torchloom_codegen_cpu.reduction import lower_reduction, reduced_dims
+from torchloom_codegen_cpu.reduction import lower_reduction, prefetch_next_row, reduced_dims
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
 Coords = indexing.Coords
@@ -387,6 +387,7 @@ class KernelWriter(writer.ValueWalk):
             else:
                 self.store(name, v, coords)
         if full_outputs:
+            prefetch_next_row(self)
             em.begin_phase()
             for name, v, coords in full_outputs:
                 self.store(name, v, coords)
