@@ -27,10 +27,10 @@ from typing import Any
 from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, indexing,
                            print_graph, structural_hash, symbols, writer)
 
-from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, memory_order, output_names
+from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.reduction import reduced_dims
-from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
+from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 
 def _classes(reductions: list[Node]) -> list[list[Node]]:

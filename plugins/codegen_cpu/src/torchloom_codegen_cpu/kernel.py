@@ -29,7 +29,7 @@ from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_t
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
 from torchloom_codegen_cpu.reduction import lower_reduction, prefetch_next_row, reduced_dims
-from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
+from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 Coords = indexing.Coords
 prod, same = indexing.prod, indexing.same
@@ -491,13 +491,3 @@ def output_names(region) -> list[str]:
         name = f"out_{v.name}"
         names.append(name if name not in names else f"{name}_{i}")
     return names
-
-
-def memory_order(t: TensorType) -> tuple[int, ...]:
-    """Dims from outermost to innermost in memory (logical order among equal strides;
-    symbolic strides compared at a representative size)."""
-    strides = t.actual_strides()
-    if strides is None:  # symbolic and contiguous
-        return tuple(range(len(t.shape)))
-    return tuple(sorted(range(len(t.shape)),
-                        key=lambda d: (-abs(indexing.sample_value(strides[d])), d)))

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from torchloom.api import Node, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
-from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, OMP_OP,
-                                       REDUCTIONS, literal)
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, ITEMSIZE,
+                                       OMP_OP, REDUCTIONS, literal)
 from torchloom_codegen_cpu.tensors import tensor_type
 
 if TYPE_CHECKING:
@@ -246,9 +246,9 @@ def prefetch_next_row(w: "KernelWriter") -> None:
         return
     for v in w.region.inputs:
         t = tensor_type(v)
-        if v not in w.loaded or tuple(t.shape) != shape or t.dtype not in CTYPE:
+        if v not in w.loaded or tuple(t.shape) != shape:
             continue
-        size = t.torch_dtype.itemsize
+        size = ITEMSIZE[t.dtype]
         if t.strides is not None or w.rnumel * size < PREFETCH_ROW_BYTES:  # (None: dense)
             return
         step, count = 64 // size, PREFETCH_ROW_BYTES // size

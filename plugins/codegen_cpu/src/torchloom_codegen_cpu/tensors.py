@@ -17,3 +17,13 @@ Unsupported = indexing.Unsupported
 def tensor_type(v: Value) -> TensorType:
     return indexing.checked_tensor_type(
         v, STORAGE, "only float, int and bool scalar inputs are supported")
+
+
+def memory_order(t: TensorType) -> tuple[int, ...]:
+    """Dims from outermost to innermost in memory (logical order among equal strides;
+    symbolic strides compared at a representative size)."""
+    strides = t.actual_strides()
+    if strides is None:  # symbolic and contiguous
+        return tuple(range(len(t.shape)))
+    return tuple(sorted(range(len(t.shape)),
+                        key=lambda d: (-abs(indexing.sample_value(strides[d])), d)))
