@@ -186,8 +186,9 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
 
 def _width_flags(cc: str, directory: Path, timeout: float, features: str) -> tuple[str, ...]:
     """``-mprefer-vector-width=512`` where the CPU has AVX-512 and ``cc`` takes the flag:
-    gcc's tuning for recent Intel cores (``-march=native`` names Rocket Lake on a Sapphire
-    Rapids here) prefers 256-bit vectors, which made a softmax row's kernel 1.02 ms where
+    gcc's tuning for recent Intel cores (``-march=native`` takes the KVM guest of
+    RESULTS.md's session 15, Sapphire Rapids' features under Rocket Lake's model number,
+    for a Rocket Lake) prefers 256-bit vectors, which made a softmax row's kernel 1.02 ms where
     512-bit vectors take 0.79 ms (RESULTS.md, session 15); the kernels' reductions assume
     16 f32 lanes per row (``reduction.ROW_LANES``)."""
     if "avx512f" not in features.split(":")[-1].split(","):
