@@ -21,7 +21,7 @@ DECOMPOSED_OPS: tuple[str, ...] = (
     "aten.native_batch_norm.default", "aten._native_batch_norm_legit_no_training.default",
     "aten.native_batch_norm_backward.default",
     "aten.silu_backward.default", "aten.layer_norm.default", "aten.softmax.int",
-    "aten.log_softmax.int", "aten.linear.default",
+    "aten.log_softmax.int", "aten.linear.default", "aten.logsumexp.default",
 )
 
 #: composites that the decompositions above call in turn; traced through as well
@@ -36,7 +36,7 @@ _ADDMM = "aten.addmm.default"
 @attrs.frozen
 class Decompose(Pass):
     """Replace composites (layer_norm, softmax, log_softmax, eval batch_norm and their
-    backward ops) by the primitives of torch's decomposition table, traced with
+    backward ops, logsumexp) by the primitives of torch's decomposition table, traced with
     ``make_fx`` on fake tensors; split ``addmm`` into ``mm`` + ``add`` so the bias add
     joins the following pointwise group (nvFuser's decomposeLinear) -- only when a
     pointwise op or a reduction reads the result, directly or through views.
