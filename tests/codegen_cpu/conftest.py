@@ -1,7 +1,9 @@
 """Shared helpers for the cpu codegen tests.
 
 ``check`` compiles a hand-written fusion-group graph with the cpu codegen, runs it, and
-compares every output with the eager codegen's. ``group_text`` writes such a graph. The
+compares every output with the eager codegen's. ``group_text`` writes such a graph.
+``compiled`` wraps a function in ``torch.compile`` with torchloom's default pipeline (end
+to end), ``codegens`` lists the codegen of each group it compiled. The
 codegen's cache directory is one per test session, so identical kernels build once.
 """
 
@@ -11,7 +13,8 @@ import pytest
 import torch
 from torchloom.api import parse_graph, verify
 from torchloom.testing.reductions import group_text  # noqa: F401  (tests import it from here)
-from torchloom.tools import EagerCodegen, load_plugins
+from torchloom.backend import torchloom_backend
+from torchloom.tools import Compiler, EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 from torchloom_codegen_cpu import CpuCodegen
@@ -101,3 +104,16 @@ class Checker:
 @pytest.fixture
 def check(registry, codegen):
     return Checker(registry, codegen)
+
+
+def compiled(fn, tmp_path, dynamic=None):
+    """(compiler, ``torch.compile(fn)`` through torchloom's default pipeline)."""
+    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False, strict=True)
+    torch._dynamo.reset()
+    return compiler, torch.compile(fn, dynamic=dynamic, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+
+
+def codegens(compiler) -> list[str]:
+    """The codegen of each group ``compiler`` compiled, in order."""
+    return [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]

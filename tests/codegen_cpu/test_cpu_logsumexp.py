@@ -12,21 +12,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torchloom.backend import torchloom_backend
-from torchloom.tools import Compiler
+from conftest import codegens, compiled
 
 INF, NAN = float("inf"), float("nan")
-
-
-def compiled(fn, tmp_path, dynamic=None):
-    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False, strict=True)
-    torch._dynamo.reset()
-    return compiler, torch.compile(fn, dynamic=dynamic, backend=lambda gm, ex: torchloom_backend(
-        gm, ex, options={"compiler": compiler}))
-
-
-def codegens(compiler) -> list[str]:
-    return [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
 
 
 def special_rows(cols: int, dtype: torch.dtype) -> torch.Tensor:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchloom.backend import torchloom_backend
-from torchloom.tools import Compiler
-
+from conftest import codegens, compiled
 from torchloom_codegen_cpu.reduction import F32_SUM_COUNT, ROW_LANES, sum_dtype
 
 CASES = {
@@ -31,13 +29,6 @@ DATA = {"one_sign": lambda g, n: torch.rand(n, generator=g) + 100,
         "cancelling": lambda g, n: torch.randn(n, generator=g) * 100}
 
 
-def compiled(fn, tmp_path, dynamic=None):
-    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False, strict=True)
-    torch._dynamo.reset()
-    return compiler, torch.compile(fn, dynamic=dynamic, backend=lambda gm, ex: torchloom_backend(
-        gm, ex, options={"compiler": compiler}))
-
-
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
     return ((got.double() - ref).abs() / ref.abs().clamp_min(1e-30)).max().item()
 
@@ -50,8 +41,7 @@ def test_long_sum_as_accurate_as_eager(tmp_path, name, data):
     compiler, c = compiled(fn, tmp_path)
     got = c(a)
     ref = fn(a.double())  # the same f32 values, summed in double
-    assert [ch.codegen for comp in compiler.compilations for ch in comp.compiled.choices] == \
-        ["cpu"]
+    assert codegens(compiler) == ["cpu"]
     bound = max(4 * relative_error(fn(a), ref), 2.5e-7)  # eager's error, or 4 ulp of f32
     if data == "cancelling":  # a sum near 0: relative to the sum of magnitudes
         scale = fn(a.double().abs()).abs()
