@@ -1,0 +1,75 @@
+"""max/min over rows shorter than a vector (reduction.short_odd_row): rows of 1-7 and 9-15
+values reduce in a plain loop, rows of 8, 16 and more in a SIMD one, and every length gives
+eager's values (NaN anywhere in a row, +-inf, -0.0 against 0.0, denormals; amax, amin,
+softmax and logsumexp, which reduce with max first)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torchloom.api import parse_graph
+
+from conftest import compiled, group_text
+
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16,
+          "f16": torch.float16}
+MAX_PRAGMA = re.compile(r"#pragma omp simd reduction\((max|min):")
+
+
+def amax(op: str, dtype: str, rows: int, cols: int) -> str:
+    return group_text(f"%a: {dtype}[{rows}, {cols}]", f"""
+        %r = aten.{op}.default(%a) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]""",
+                      f"%r: {dtype}[{rows}, 1]")
+
+
+def edge_rows(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """Random rows, and rows where NaN, +-inf, -0.0/0.0 and denormals sit at each position
+    (first, middle, last) of the row."""
+    torch.manual_seed(cols)
+    x = torch.randn(rows, cols, dtype=torch.float64) * 4
+    specials = [float("nan"), float("inf"), -float("inf"), -0.0, 1e-310, -1e-41]
+    row = 0
+    for value in specials:
+        for pos in sorted({0, cols // 2, cols - 1}):
+            x[row, pos] = value
+            row += 1
+    x[row] = -0.0  # a row of -0.0 ...
+    x[row, cols - 1] = 0.0  # ... but its last
+    x[row + 1] = -float("inf")
+    x[row + 2, :] = float("nan")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("cols", [1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24])
+@pytest.mark.parametrize("op", ["amax", "amin"])
+def test_short_rows_reduce_as_eager(codegen, registry, check, op, cols):
+    rows = 24
+    text = amax(op, "f32", rows, cols)
+    source = codegen.generate(next(parse_graph(text).nodes), registry).source
+    simd = bool(MAX_PRAGMA.search(source))
+    assert simd == (cols >= 16 or cols % 8 == 0), source
+    got, _ = check(text, edge_rows(rows, cols, torch.float32), exact=True)
+    assert got[0].isnan().any()  # the NaN rows stayed NaN
+
+
+@pytest.mark.parametrize("dtype", ["f64", "bf16", "f16"])
+@pytest.mark.parametrize("cols", [3, 6, 13])
+def test_short_rows_of_other_dtypes(check, dtype, cols):
+    rows = 24
+    check(amax("amax", dtype, rows, cols), edge_rows(rows, cols, DTYPES[dtype]), exact=True)
+
+
+@pytest.mark.parametrize("cols", [2, 4, 6, 11, 16, 33])
+@pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: torch.logsumexp(x, -1),
+                                lambda x: x.amax(-1) - x.amin(-1)],
+                         ids=["softmax", "logsumexp", "range"])
+def test_short_rows_through_torch_compile(tmp_path, fn, cols):
+    compiler, f = compiled(fn, tmp_path)
+    x = edge_rows(40, cols, torch.float32)
+    x[-4] = 88.0  # exp overflows unless the max is taken out first
+    got, want = f(x), fn(x)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert any(c.codegen == "cpu" for comp in compiler.compilations
+               for c in comp.compiled.choices)
