@@ -73,3 +73,33 @@ def test_short_rows_through_torch_compile(tmp_path, fn, cols):
     torch.testing.assert_close(got, want, equal_nan=True)
     assert any(c.codegen == "cpu" for comp in compiler.compilations
                for c in comp.compiled.choices)
+
+
+def softmax(rows: int, cols: int) -> str:
+    return group_text(f"%a: f32[{rows}, {cols}]", f"""
+        %m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : f32[{rows}, 1]
+        %s = aten.sub.Tensor(%a, %m) : f32[{rows}, {cols}]
+        %e = aten.exp.default(%s) : f32[{rows}, {cols}]
+        %t = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : f32[{rows}, 1]
+        %y = aten.div.Tensor(%e, %t) : f32[{rows}, {cols}]""", f"%y: f32[{rows}, {cols}]")
+
+
+HIDDEN = re.compile(r'__asm__\("" : "\+r"\((r_n\w*)\)\);')
+
+
+@pytest.mark.parametrize("cols, hidden", [(8, False), (16, True), (24, False), (32, True),
+                                          (48, True), (64, True), (80, False), (128, False)])
+def test_rows_of_one_to_four_vectors_hide_their_length(codegen, registry, check, cols, hidden):
+    """Every row loop of a softmax over rows of 16-64 values (whole vectors) counts to a
+    copy of the length gcc cannot see (Emitter._trip_count); other lengths count to the
+    number itself; values stay eager's either way."""
+    text = softmax(33, cols)
+    source = codegen.generate(next(parse_graph(text).nodes), registry).source
+    names = HIDDEN.findall(source)
+    loops = re.findall(r"for \(int64_t r = \w+; r < (\w+); r\+\+\)", source)
+    if hidden:
+        assert len(names) == len(loops) == 3 and sorted(loops) == sorted(names), source
+    else:
+        assert not names and str(cols) in loops, source
+    x = edge_rows(33, cols, torch.float32)
+    check(text, x)
