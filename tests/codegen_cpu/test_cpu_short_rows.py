@@ -103,3 +103,29 @@ def test_rows_of_one_to_four_vectors_hide_their_length(codegen, registry, check,
         assert not names and str(cols) in loops, source
     x = edge_rows(33, cols, torch.float32)
     check(text, x)
+
+
+def row_sum(rows: int, cols: int, dtype: str = "f32") -> str:
+    return group_text(f"%a: {dtype}[{rows}, {cols}]", f"""
+        %b = aten.mul.Tensor(%a, %a) : {dtype}[{rows}, {cols}]
+        %r = aten.sum.dim_IntList(%b) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]""",
+                      f"%r: {dtype}[{rows}, 1]")
+
+
+@pytest.mark.parametrize("cols", [24, 40, 56, 1032])
+def test_half_vector_remainders(codegen, registry, check, cols):
+    """A row of whole vectors and half a vector (n % 16 == 8) runs a cheap loop whole (gcc
+    ends it with one half-width iteration) and a costly or max/min one as blocks and a
+    masked last block (Emitter._cheap); values stay eager's either way."""
+    def loops(text):
+        source = codegen.generate(next(parse_graph(text).nodes), registry).source
+        return re.findall(r"for \(int64_t r = (\d+); r < (\d+); r\+\+\)", source)
+
+    whole, blocks = ("0", str(cols)), ("0", str(cols - 8))
+    tail = (str(cols - 16), str(cols))
+    assert loops(row_sum(24, cols)) == [whole]
+    assert loops(softmax(24, cols)) == [blocks, tail, blocks, tail, whole]  # max, exp, div
+    x = edge_rows(24, cols, torch.float32)
+    check(row_sum(24, cols), x)
+    check(softmax(24, cols), x)
+    check(row_sum(24, cols, "bf16"), x.bfloat16())
