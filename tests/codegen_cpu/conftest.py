@@ -117,3 +117,14 @@ def compiled(fn, tmp_path, dynamic=None):
 def codegens(compiler) -> list[str]:
     """The codegen of each group ``compiler`` compiled, in order."""
     return [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
+
+
+def softmax_text(dtype: str, rows: int, cols: int) -> str:
+    """A fusion group of softmax over the rows of ``%a`` (amax, sub, exp, sum, div)."""
+    return group_text(f"%a: {dtype}[{rows}, {cols}]", f"""
+        %m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]
+        %s = aten.sub.Tensor(%a, %m) : {dtype}[{rows}, {cols}]
+        %e = aten.exp.default(%s) : {dtype}[{rows}, {cols}]
+        %t = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]
+        %y = aten.div.Tensor(%e, %t) : {dtype}[{rows}, {cols}]""",
+                      f"%y: {dtype}[{rows}, {cols}]")

@@ -11,17 +11,9 @@ import torch
 from torchloom.api import parse_graph
 from torchloom.testing.reductions import group_text
 
+from conftest import softmax_text as softmax
+
 PREFETCH = re.compile(r"__builtin_prefetch\(&(\w+)\[\(x \+ 1\) \* (\d+) \+ p\], 0, 2\)")
-
-
-def softmax(dtype: str, rows: int, cols: int) -> str:
-    return group_text(f"%a: {dtype}[{rows}, {cols}]", f"""
-        %m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]
-        %s = aten.sub.Tensor(%a, %m) : {dtype}[{rows}, {cols}]
-        %e = aten.exp.default(%s) : {dtype}[{rows}, {cols}]
-        %t = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]
-        %y = aten.div.Tensor(%e, %t) : {dtype}[{rows}, {cols}]""",
-                      f"%y: {dtype}[{rows}, {cols}]")
 
 
 def add_norm(rows: int, cols: int) -> str:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torchloom.api import parse_graph
 
-from conftest import compiled, group_text
+from conftest import compiled, group_text, softmax_text
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16,
           "f16": torch.float16}
@@ -75,15 +75,6 @@ def test_short_rows_through_torch_compile(tmp_path, fn, cols):
                for c in comp.compiled.choices)
 
 
-def softmax(rows: int, cols: int) -> str:
-    return group_text(f"%a: f32[{rows}, {cols}]", f"""
-        %m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : f32[{rows}, 1]
-        %s = aten.sub.Tensor(%a, %m) : f32[{rows}, {cols}]
-        %e = aten.exp.default(%s) : f32[{rows}, {cols}]
-        %t = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : f32[{rows}, 1]
-        %y = aten.div.Tensor(%e, %t) : f32[{rows}, {cols}]""", f"%y: f32[{rows}, {cols}]")
-
-
 HIDDEN = re.compile(r'__asm__\("" : "\+r"\((r_n\w*)\)\);')
 
 
@@ -93,7 +84,7 @@ def test_rows_of_one_to_four_vectors_hide_their_length(codegen, registry, check,
     """Every row loop of a softmax over rows of 16-64 values (whole vectors) counts to a
     copy of the length gcc cannot see (Emitter._trip_count); other lengths count to the
     number itself; values stay eager's either way."""
-    text = softmax(33, cols)
+    text = softmax_text("f32", 33, cols)
     source = codegen.generate(next(parse_graph(text).nodes), registry).source
     names = HIDDEN.findall(source)
     loops = re.findall(r"for \(int64_t r = \w+; r < (\w+); r\+\+\)", source)
@@ -124,8 +115,9 @@ def test_half_vector_remainders(codegen, registry, check, cols):
     whole, blocks = ("0", str(cols)), ("0", str(cols - 8))
     tail = (str(cols - 16), str(cols))
     assert loops(row_sum(24, cols)) == [whole]
-    assert loops(softmax(24, cols)) == [blocks, tail, blocks, tail, whole]  # max, exp, div
+    # max, exp (each blocks and a masked last block), div (whole)
+    assert loops(softmax_text("f32", 24, cols)) == [blocks, tail, blocks, tail, whole]
     x = edge_rows(24, cols, torch.float32)
     check(row_sum(24, cols), x)
-    check(softmax(24, cols), x)
+    check(softmax_text("f32", 24, cols), x)
     check(row_sum(24, cols, "bf16"), x.bfloat16())
