@@ -1,7 +1,10 @@
-"""max/min over rows shorter than a vector (reduction.short_odd_row): rows of 1-7 and 9-15
-values reduce in a plain loop, rows of 8, 16 and more in a SIMD one, and every length gives
-eager's values (NaN anywhere in a row, +-inf, -0.0 against 0.0, denormals; amax, amin,
-softmax and logsumexp, which reduce with max first)."""
+"""Reductions over short rows. max/min/prod over rows shorter than a vector
+(reduction.short_odd_row): rows of 1-7 and 9-15 values reduce in a plain loop, rows of 8, 16
+and more in a SIMD one; kernels with only per-row outputs over rows of 1-4 values lose
+their SIMD row loops (reduction.across_rows); rows of 16-64 hide their length
+(Emitter._trip_count); cheap loops over rows of 16k+8 run whole (emitter._cheap). Every
+length gives eager's values (NaN anywhere in a row, +-inf, -0.0 against 0.0, denormals,
+ints, bool)."""
 
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ from torchloom.api import parse_graph
 
 from conftest import compiled, group_text, softmax_text
 
-DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16,
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16, "i32": torch.int32,
+          "i64": torch.int64,
           "f16": torch.float16}
-MAX_PRAGMA = re.compile(r"#pragma omp simd reduction\((max|min):")
+MAX_PRAGMA = re.compile(r"#pragma omp simd reduction\((max|min|\*):")
 
 
 def amax(op: str, dtype: str, rows: int, cols: int) -> str:
@@ -52,6 +56,58 @@ def test_short_rows_reduce_as_eager(codegen, registry, check, op, cols):
     assert simd == (cols >= 16 or cols % 8 == 0), source
     got, _ = check(text, edge_rows(rows, cols, torch.float32), exact=True)
     assert got[0].isnan().any()  # the NaN rows stayed NaN
+
+
+def prod_or_min(op: str, dtype: str, rows: int, cols: int) -> str:
+    """A full-row output beside the reduction keeps the row loops SIMD (across_rows)."""
+    return group_text(f"%a: {dtype}[{rows}, {cols}]", f"""
+        %r = aten.{op}(%a) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]
+        %y = aten.sub.Tensor(%a, %r) : {dtype}[{rows}, {cols}]""",
+                      f"%y: {dtype}[{rows}, {cols}], %r: {dtype}[{rows}, 1]")
+
+
+@pytest.mark.parametrize("cols", [3, 5, 7, 8, 12, 16, 21])
+@pytest.mark.parametrize("op, dtype", [("prod.dim_int", "f32"), ("amin.default", "i32"),
+                                       ("amax.default", "i64"), ("prod.dim_int", "i64")])
+def test_prod_and_integer_rows(codegen, registry, check, op, dtype, cols):
+    text = prod_or_min(op, dtype, 24, cols)
+    if op.startswith("prod"):
+        text = text.replace("{dim = [-1], keepdim = true}", "{dim = -1, keepdim = true}")
+    source = codegen.generate(next(parse_graph(text).nodes), registry).source
+    assert bool(MAX_PRAGMA.search(source)) == (cols >= 16 or cols % 8 == 0), source
+    torch.manual_seed(cols)
+    if dtype == "f32":
+        x = edge_rows(24, cols, torch.float32)
+        x[-1] = 3e38  # a product that overflows
+    else:
+        x = torch.randint(-9, 10, (24, cols), dtype=DTYPES[dtype])
+        x[0] = torch.iinfo(x.dtype).min
+        x[1] = torch.iinfo(x.dtype).max
+    check(text, x, exact=dtype != "f32")
+
+
+@pytest.mark.parametrize("cols", [2, 3, 4, 5])  # rows of 1: the output is the row's shape
+@pytest.mark.parametrize("op", ["amax", "sum", "var", "logsumexp"])
+def test_per_row_outputs_reduce_across_rows(codegen, registry, check, op, cols):
+    """Rows of 1-4 values whose kernel stores only per-row results have no SIMD row loop
+    (gcc vectorizes the rows); rows of 5 keep theirs (but a max's, short_odd_row)."""
+    text = group_text(f"%a: f32[40, {cols}]", {
+        "amax": f"%r = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : f32[40, 1]",
+        "sum": f"%r = aten.sum.dim_IntList(%a) {{dim = [-1], keepdim = true}} : f32[40, 1]",
+        "var": f"%r = aten.var.correction(%a) {{dim = [-1], correction = 1, keepdim = true}}"
+               f" : f32[40, 1]",
+        "logsumexp": f"""
+            %m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : f32[40, 1]
+            %s = aten.sub.Tensor(%a, %m) : f32[40, {cols}]
+            %e = aten.exp.default(%s) : f32[40, {cols}]
+            %t = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : f32[40, 1]
+            %l = aten.log.default(%t) : f32[40, 1]
+            %r = aten.add.Tensor(%l, %m) : f32[40, 1]"""}[op], "%r: f32[40, 1]")
+    source = codegen.generate(next(parse_graph(text).nodes), registry).source
+    simd_rows = re.findall(r"#pragma omp simd[^\n]*\n\s*for \(int64_t r", source)
+    assert bool(simd_rows) == (cols > 4 and op != "amax"), source  # amax: short_odd_row
+    x = edge_rows(40, cols, torch.float32)
+    check(text, x, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["f64", "bf16", "f16"])

@@ -28,7 +28,8 @@ from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
-from torchloom_codegen_cpu.reduction import lower_reduction, prefetch_next_row, reduced_dims
+from torchloom_codegen_cpu.reduction import (across_rows, lower_reduction, prefetch_next_row,
+                                             reduced_dims)
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 Coords = indexing.Coords
@@ -392,7 +393,7 @@ class KernelWriter(writer.ValueWalk):
             for name, v, coords in full_outputs:
                 self.store(name, v, coords)
             em.end_row_phase("#pragma omp simd", self.rbound, self.r_header)
-        return em.lines
+        return em.lines if full_outputs else across_rows(self, em.lines)
 
     def _check_row_stride(self) -> None:
         """Decline a row-form kernel whose rows are columns: reduced dims before a kept

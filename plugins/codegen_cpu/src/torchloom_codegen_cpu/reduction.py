@@ -52,12 +52,31 @@ def accumulate(em, kind: str, acc: str, nan: str | None, v: str) -> None:
 
 
 def short_odd_row(n: int | str) -> bool:
-    """Whether a max/min row of ``n`` values runs as a plain loop, not a SIMD one: gcc 12
-    keeps the lanes of a ``reduction(max:)`` with its NaN flag in a stack array when a row
-    is shorter than a vector and not 8 values long, and reloads it through a failed store
-    forward every row (amax over rows of 4-7 values: 0.43-0.49x eager; logsumexp over rows
-    of 4 to 15: 0.29-0.50x); unrolled by gcc as a plain loop it is a few compares."""
+    """Whether a max/min/prod row of ``n`` values runs as a plain loop, not a SIMD one: gcc
+    12 keeps the lanes of a ``reduction(max:)`` (with its NaN flag), ``reduction(*:)`` or an
+    integer ``reduction(min:)`` in a stack array when a row is shorter than a vector and
+    not 8 values long, and reloads it through a failed store forward every row (amax over
+    rows of 4-7 values: 0.43-0.49x eager, logsumexp over rows of 4 to 15 0.29-0.50x, prod
+    over rows of 5-7 0.20-0.22x, an int32 amin over rows of 5-15 0.27-0.61x); unrolled by
+    gcc as a plain loop it is a few instructions (1.4-4x eager). Sums keep their SIMD loop:
+    theirs was not slow."""
     return isinstance(n, int) and n < ROW_LANES and n % 8 != 0
+
+
+#: rows of at most this many values reduce across rows when a kernel has no full-row output
+ACROSS_ROWS = 4
+
+
+def across_rows(w: "KernelWriter", lines: list[str]) -> list[str]:
+    """The row body of a kernel whose outputs are all one value per row, over rows of at most
+    :data:`ACROSS_ROWS` values: its row loops lose their SIMD pragmas, so that gcc unrolls
+    them and vectorizes the loop over the rows instead (per-row statements, a logsumexp's
+    ``logf`` among them, then run on whole vectors of rows: logsumexp over rows of 2-4
+    0.75-0.95x -> 4.5-6.3x eager). Over rows of 5-15 gcc did not vectorize the rows and
+    the plain loops were slower (logsumexp rows of 5-7 0.92 -> 0.67x, 8-14 alike or worse)."""
+    if not (isinstance(w.rnumel, int) and w.rnumel <= ACROSS_ROWS):
+        return lines
+    return [line for line in lines if not line.lstrip().startswith("#pragma omp simd")]
 
 
 def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str,
@@ -83,7 +102,7 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
         em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {last});", True)
     accumulate(em, kind, acc, nan, v)
     simd = f"#pragma omp simd {' '.join(clauses)}"
-    em.end_row_phase("" if nan is not None and short_odd_row(w.rbound) else simd, w.rbound,
+    em.end_row_phase("" if kind != "sum" and short_odd_row(w.rbound) else simd, w.rbound,
                      w.r_header)
     if nan is not None:
         return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
