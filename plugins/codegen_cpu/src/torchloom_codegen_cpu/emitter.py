@@ -40,6 +40,7 @@ HIDDEN_COUNT = 64
 #: masked block (Emitter.end_row_phase, _cheap)
 _CALL = re.compile(rf"\b(tl_\w+|(?:{'|'.join(VECTOR_MATH)})f?)\(")
 
+
 def _cheap(pragma: str, body: list[str]) -> bool:
     """Whether gcc vectorizes a loop's remainder: no costly call (:data:`_CALL`), no max/min
     reduction (whose remainder ran scalar too: softmax's max loop)."""
@@ -139,8 +140,8 @@ class Emitter(writer.Statements):
         Lanes masked off compute from elements in the row (loads stay in bounds) and touch
         nothing. A remainder shorter than :data:`SCALAR_REMAINDER` stays gcc's scalar
         remainder of the first loop (a second loop and its lane combine cost more), as does
-        a remainder of half a vector in a loop gcc vectorizes to its end (:func:`_cheap`), and a
-        row shorter than ``TAIL`` runs the second loop alone, from 0."""
+        a remainder of half a vector in a loop gcc vectorizes to its end (:func:`_cheap`),
+        and a row shorter than ``TAIL`` runs the second loop alone, from 0."""
         body = self.close_phase()
         assert body is not None
         static = isinstance(n, int)

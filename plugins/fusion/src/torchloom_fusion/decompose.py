@@ -52,10 +52,11 @@ _ADDMM = "aten.addmm.default"
 @attrs.frozen
 class Decompose(Pass):
     """Replace composites (layer_norm, softmax, log_softmax, eval batch_norm and their
-    backward ops, logsumexp, vector norms over given dims) by the primitives of torch's decomposition table, traced with
-    ``make_fx`` on fake tensors; split ``addmm`` into ``mm`` + ``add`` so the bias add
-    joins the following pointwise group (nvFuser's decomposeLinear) -- only when a
-    pointwise op or a reduction reads the result, directly or through views.
+    backward ops, logsumexp, vector norms over given dims) by the primitives of torch's
+    decomposition table, traced with ``make_fx`` on fake tensors; split ``addmm`` into
+    ``mm`` + ``add`` so the bias add joins the following pointwise group (nvFuser's
+    decomposeLinear) -- only when a pointwise op or a reduction reads the result, directly
+    or through views.
 
     before::
 
