@@ -27,7 +27,7 @@ from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.fx import import_fx
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Value,
                           canonical_text, clone_graph, format_type, parse_graph, print_graph,
-                          structural_hash, symbols, verify)
+                          attrs_key, structural_hash, symbols, verify)
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
 from torchloom.ir.provenance import mark_decomposition, unmarked_attrs
 from torchloom.ir.text import format_attrs
@@ -43,7 +43,7 @@ __all__ = [
     "errors",
     # the IR
     "DTYPES", "Graph", "InputRef", "Node", "ScalarType", "TensorType", "Value",
-    "CALL_SUBGRAPH", "CONSTANT", "FUSION_GROUP", "canonical_text", "clone_graph",
+    "CALL_SUBGRAPH", "CONSTANT", "FUSION_GROUP", "attrs_key", "canonical_text", "clone_graph",
     "format_attrs", "format_type", "import_fx", "mark_decomposition", "parse_graph",
     "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
     # the op registry

@@ -87,3 +87,52 @@ def test_merges_inside_fusion_group_regions_only_when_asked():
         "            %q = aten.exp.default(%a) : f32[4, 8]\n", "").replace("%p, %q", "%p, %p"),
         [X])
     golden(CSE(regions=False), before, before, [X])
+
+
+def test_signed_zeros_and_equal_values_of_other_types_do_not_merge():
+    """0.0 == -0.0 and 1 == 1.0 == True in Python, but ``x * -0.0`` is not ``x * 0.0`` and
+    the scalar's type picks the result's dtype; the same NaN constant does merge."""
+    text = """
+        graph @g(%x: f32[4, 8]) {
+          %a = aten.mul.Tensor(%x) {other = 0.0} : f32[4, 8]
+          %b = aten.mul.Tensor(%x) {other = -0.0} : f32[4, 8]
+          %c = aten.add.Tensor(%x) {other = 1} : f32[4, 8]
+          %d = aten.add.Tensor(%x) {other = 1.0} : f32[4, 8]
+          %e = aten.add.Tensor(%x) {other = true} : f32[4, 8]
+          %f = aten.add.Tensor(%a, %b) : f32[4, 8]
+          return %f, %c, %d, %e
+        }
+    """
+    x = torch.tensor([[-1.0, 0.0, -0.0, 2.0] * 2] * 4)
+    golden(CSE(), text, text, [x])
+    result = golden(CSE(), """
+        graph @g(%x: f32[4, 8]) {
+          %a = aten.mul.Tensor(%x) {other = nan} : f32[4, 8]
+          %b = aten.mul.Tensor(%x) {other = nan} : f32[4, 8]
+          %c = aten.add.Tensor(%a, %b) : f32[4, 8]
+          return %c
+        }
+    """, """
+        graph @g(%x: f32[4, 8]) {
+          %a = aten.mul.Tensor(%x) {other = nan} : f32[4, 8]
+          %c = aten.add.Tensor(%a, %a) : f32[4, 8]
+          return %c
+        }
+    """, [x])
+    assert result.stats == {"merged": 1}
+
+
+def test_signed_zero_constants_through_torch_compile_give_eagers_signs():
+    def f(x):
+        return x * 0.0 + torch.exp(x * -0.0), (x * -0.0) * 3, x * 0.0
+
+    torch._dynamo.reset()
+    try:
+        x = torch.tensor([-1.0, 0.0, -0.0, 2.0, float("inf"), float("nan")])
+        got = torch.compile(f, backend="torchloom")(x)
+        for g, w in zip(got, f(x)):
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+            number = ~torch.isnan(w)  # a NaN's sign bit is the hardware's, not the op's
+            assert torch.equal(torch.signbit(g)[number], torch.signbit(w)[number]), (g, w)
+    finally:
+        torch._dynamo.reset()

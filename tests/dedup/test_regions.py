@@ -70,6 +70,21 @@ def test_min_nodes_leaves_small_repeats_alone():
     assert not result.changed and not graph.subgraphs
 
 
+def test_copies_differing_only_in_the_sign_of_a_zero_constant_are_not_one_region():
+    """0.0 == -0.0 in Python; as a constant they compute different signs."""
+    text = SPREAD.replace("%m2 = aten.mul.Tensor(%t, %w) : f32[4, 8]",
+                          "%n = aten.mul.Tensor(%t) {other = -0.0} : f32[4, 8]\n"
+                          "  %m2 = aten.mul.Tensor(%n, %w) : f32[4, 8]")
+    text = text.replace("%m = aten.mul.Tensor(%x, %w) : f32[4, 8]",
+                        "%n0 = aten.mul.Tensor(%x) {other = 0.0} : f32[4, 8]\n"
+                        "  %m = aten.mul.Tensor(%n0, %w) : f32[4, 8]")
+    same = text.replace("{other = -0.0}", "{other = 0.0}")
+    assert DedupRegions(min_nodes=5).run(parse_graph(same), _ctx()).changed  # the control
+    graph = parse_graph(text)
+    result = DedupRegions(min_nodes=5).run(graph, _ctx())
+    assert not result.changed and not graph.subgraphs
+
+
 MUTATED = """\
 graph @mut(%x: f32[8], %y: f32[8]) {
   %a = aten.mul.Tensor(%x, %y) : f32[8]

@@ -7,6 +7,7 @@ tensor is contiguous (the common case prints shortest), symbolic sizes included.
 
 from __future__ import annotations
 
+import struct
 from typing import Union
 
 import attrs
@@ -182,3 +183,21 @@ class InputRef(int):
 
     def __repr__(self) -> str:
         return f"${int(self)}"
+
+
+def attrs_key(attrs_: dict) -> tuple:
+    """A hashable key of a node's attributes, equal only for attributes that compute the
+    same: ``1``, ``1.0`` and ``True`` differ (they infer different dtypes), so do ``0.0``
+    and ``-0.0`` (``x * -0.0`` is not ``x * 0.0``), which compare equal in Python; floats
+    are keyed by their bits (a NaN equals the same NaN). Lists key as their items.
+    Raises TypeError for an unhashable value (callers then treat the node as unique)."""
+    return tuple(sorted((k, _value_key(v)) for k, v in attrs_.items()))
+
+
+def _value_key(v):
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, tuple(_value_key(x) for x in v))
+    hash(v)
+    return (type(v).__name__, v)

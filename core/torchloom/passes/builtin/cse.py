@@ -8,6 +8,7 @@ import attrs
 
 from torchloom.ir.aliasing import returned_storage, written_storage
 from torchloom.ir.graph import FUSION_GROUP, Graph
+from torchloom.ir.types import attrs_key
 from torchloom.passes.base import Pass, PassContext, PassResult
 from torchloom.passes.builtin.purity import is_pure
 
@@ -27,7 +28,9 @@ class CommonSubexpressionElimination(Pass):
         %a = aten.exp.default(%x) : f32[4]
         %c = aten.add.Tensor(%a, %a) : f32[4]
 
-    Random, mutating and side-effecting ops are never merged, nor are nodes that read or
+    Attributes equal in Python but not as arguments keep nodes apart (``x * -0.0`` is not
+    ``x * 0.0``: :func:`~torchloom.ir.types.attrs_key`). Random, mutating and
+    side-effecting ops are never merged, nor are nodes that read or
     produce storage written in place somewhere in the graph (through views too: the two
     would see different values), nor two nodes whose results are both
     returned, themselves or through views (the caller gets two tensors and may write one).
@@ -61,7 +64,7 @@ def merge_common_nodes(graph: Graph, registry, *, regions: bool = True) -> int:
         try:
             # a duplicate's readers key on the first node's outputs
             key = (node.op, tuple(id(replaced.get(v, v)) for v in node.inputs),
-                   tuple(sorted(node.attrs.items())),
+                   attrs_key(node.attrs),
                    tuple(v.type for v in node.outputs))
             hash(key)
         except TypeError:

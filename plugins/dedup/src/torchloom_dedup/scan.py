@@ -8,8 +8,8 @@ import bisect
 
 import attrs
 
-from torchloom.api import (CALL_SUBGRAPH, Graph, Node, TensorType, Value, canonical_text,
-                           format_attrs, mutated_values)
+from torchloom.api import (CALL_SUBGRAPH, Graph, Node, TensorType, Value, attrs_key,
+                           canonical_text, format_attrs, mutated_values)
 
 
 @attrs.frozen
@@ -151,9 +151,8 @@ def _type_key(t) -> object:
 def _attrs_key(attrs) -> object:
     if not attrs:
         return ()
-    key = tuple(sorted(attrs.items()))
     try:
-        hash(key)
+        key = attrs_key(attrs)  # 0.0 and -0.0, 1 and 1.0 differ
     except TypeError:  # lists and other unhashable values: their text form
         return format_attrs(attrs)
     return key

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
-from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, import_fx,
-                           mark_decomposition, symbols, unmarked_attrs)
+from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, attrs_key,
+                           import_fx, mark_decomposition, symbols, unmarked_attrs)
 
 #: composites traced through torch's own decomposition table. Not ``gelu_backward``: it is
 #: pointwise, so it fuses as one op exactly as its primitives would, and the native codegens
@@ -117,8 +117,7 @@ class Decompose(Pass):
 
     def _trace(self, node: Node, ctx: PassContext, traced: dict) -> Graph | None:
         try:
-            key = (node.op, tuple(v.type for v in node.inputs), tuple(sorted(node.attrs.items())))
-            hash(key)
+            key = (node.op, tuple(v.type for v in node.inputs), attrs_key(node.attrs))
         except TypeError:
             key = None
         if key is not None and key in traced:
