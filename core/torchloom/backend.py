@@ -6,10 +6,10 @@ interpreter without importing torchloom first. Forward and backward graphs from
 aot_autograd both go through one :class:`~torchloom.compiler.Compiler`.
 
 The forward/backward split is aot_autograd's min-cut rematerialization partitioner by
-default (what the backward needs is recomputed from the forward's inputs where that moves
-fewer bytes than saving it: a layer norm's output is recomputed from x, mean and rstd),
-with the norms decomposed before the split so that their pointwise parts can be
-recomputed. ``partitioner = "default"`` (backend option, or the pipeline's ``[runtime]``
+default, after torchloom's CSE of the joint graph (:mod:`torchloom.frontend.joint_cse`):
+what the backward needs is recomputed from the forward's inputs where that moves fewer
+bytes than saving it (a layer norm's output is recomputed from x, mean and rstd), with the
+norms decomposed before the split so that their pointwise parts can be recomputed. ``partitioner = "default"`` (backend option, or the pipeline's ``[runtime]``
 key) keeps aot_autograd's default partitioner, which saves every intermediate the
 backward reads. It is also what a graph gets whose groups no codegen but ``eager`` would
 take (:func:`runs_on_eager`), unless the backend option or the pipeline names one: there
@@ -140,8 +140,23 @@ def split_options(partitioner: str) -> dict[str, Any]:
         return {}
     import torch
     from torch._decomp import get_decompositions
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
     ops = [getattr(torch.ops.aten, name) for name in RECOMPUTED_COMPOSITES
            if hasattr(torch.ops.aten, name)]
-    return {"partition_fn": min_cut_rematerialization_partition,
-            "decompositions": get_decompositions(ops)}
+    return {"partition_fn": cse_then_min_cut, "decompositions": get_decompositions(ops)}
+
+
+def cse_then_min_cut(joint_module, joint_inputs, **kwargs):
+    """aot_autograd's min-cut partition of the joint graph, after torchloom's CSE
+    (:func:`torchloom.frontend.joint_cse.joint_cse`) in place of the partitioner's own,
+    which imports Inductor's lowerings (0.57 s of a first training step). Off, like the
+    partitioner's, when ``torch._functorch.config.cse`` is."""
+    from torch._functorch import config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from torchloom.frontend.joint_cse import joint_cse
+    if config.cse:
+        joint_module.graph.eliminate_dead_code()
+        joint_module.graph = joint_cse(joint_module.graph)
+        joint_module.recompile()
+    with config.patch(cse=False):
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
