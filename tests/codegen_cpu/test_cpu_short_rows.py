@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 from torchloom.api import parse_graph
+from torchloom_codegen_cpu.emitter import NARROW_ROWS, NARROW_ROWS_MIXED
 
 from conftest import compiled, group_text, softmax_text
 
@@ -117,7 +118,7 @@ def test_short_rows_of_other_dtypes(check, dtype, cols):
     check(amax("amax", dtype, rows, cols), edge_rows(rows, cols, DTYPES[dtype]), exact=True)
 
 
-@pytest.mark.parametrize("cols", [2, 4, 6, 11, 16, 33])
+@pytest.mark.parametrize("cols", [2, 4, 6, 11, 16, 24, 33, 40, 136])
 @pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: torch.logsumexp(x, -1),
                                 lambda x: x.amax(-1) - x.amin(-1)],
                          ids=["softmax", "logsumexp", "range"])
@@ -134,12 +135,13 @@ def test_short_rows_through_torch_compile(tmp_path, fn, cols):
 HIDDEN = re.compile(r'__asm__\("" : "\+r"\((r_n\w*)\)\);')
 
 
-@pytest.mark.parametrize("cols, hidden", [(8, False), (16, True), (24, False), (32, True),
+@pytest.mark.parametrize("cols, hidden", [(8, False), (16, True), (24, True), (32, True),
                                           (48, True), (64, True), (80, False), (128, False)])
 def test_rows_of_one_to_four_vectors_hide_their_length(codegen, registry, check, cols, hidden):
-    """Every row loop of a softmax over rows of 16-64 values (whole vectors) counts to a
-    copy of the length gcc cannot see (Emitter._trip_count); other lengths count to the
-    number itself; values stay eager's either way."""
+    """Every row loop of a softmax over rows of 16-64 values (whole vectors), or of an
+    8-lane row (24: emitter.narrow_row), counts to a copy of the length gcc cannot see
+    (Emitter._trip_count); other lengths count to the number itself; values stay eager's
+    either way."""
     text = softmax_text("f32", 33, cols)
     source = codegen.generate(next(parse_graph(text).nodes), registry).source
     names = HIDDEN.findall(source)
@@ -159,21 +161,41 @@ def row_sum(rows: int, cols: int, dtype: str = "f32") -> str:
                       f"%r: {dtype}[{rows}, 1]")
 
 
-@pytest.mark.parametrize("cols", [24, 40, 56, 1032])
-def test_half_vector_remainders(codegen, registry, check, cols):
-    """A row of whole vectors and half a vector (n % 16 == 8) runs a cheap loop whole (gcc
-    ends it with one half-width iteration) and a costly or max/min one as blocks and a
-    masked last block (Emitter._cheap); values stay eager's either way."""
-    def loops(text):
-        source = codegen.generate(next(parse_graph(text).nodes), registry).source
-        return re.findall(r"for \(int64_t r = (\d+); r < (\d+); r\+\+\)", source)
+def row_loops(codegen, registry, text: str) -> list[tuple[str, str, str]]:
+    """(pragma, first, bound) of each row loop of the group's C function."""
+    source = codegen.generate(next(parse_graph(text).nodes), registry).source
+    loop = r"(#pragma omp simd[^\n]*)\n\s*for \(int64_t r = (\w+); r < (\w+); r\+\+\)"
+    return re.findall(loop, source)
 
-    whole, blocks = ("0", str(cols)), ("0", str(cols - 8))
-    tail = (str(cols - 16), str(cols))
-    assert loops(row_sum(24, cols)) == [whole]
-    # max, exp (each blocks and a masked last block), div (whole)
-    assert loops(softmax_text("f32", 24, cols)) == [blocks, tail, blocks, tail, whole]
+
+@pytest.mark.parametrize("cols", [16, 24, 40, 56, 136, 152, 1032])
+def test_half_vector_remainders(codegen, registry, check, cols):
+    """A row of whole 16-lane vectors and half a vector (n % 16 == 8) up to
+    ``NARROW_ROWS`` values, and a row of 16, runs each loop whole on 8-lane vectors
+    (``simdlen(8)``) counting to a hidden copy of its length (emitter.narrow_row); kernels
+    with 2- or 8-byte elements do so up to ``NARROW_ROWS_MIXED`` values. Longer rows run a
+    cheap loop whole (gcc ends it with one half-width iteration) and a costly or max/min
+    one as blocks and a masked last block (Emitter._cheap). Values stay eager's."""
+    for dtype, limit in (("f32", NARROW_ROWS), ("bf16", NARROW_ROWS_MIXED),
+                         ("f64", NARROW_ROWS_MIXED)):
+        sums, softmax = (row_loops(codegen, registry, text)
+                         for text in (row_sum(24, cols, dtype), softmax_text(dtype, 24, cols)))
+        if cols == 16 or cols <= limit:
+            for pragma, first, bound in sums + softmax:
+                assert "simdlen(8)" in pragma and first == "0" and bound.startswith("r_n")
+            assert (len(sums), len(softmax)) == (1, 3)
+            continue
+        assert not any("simdlen" in pragma for pragma, _, _ in sums + softmax)
+        if cols % 16 == 0 or dtype != "f32":  # bf16 loads call tl_bf16_to_f32: not cheap
+            continue
+        whole, blocks = ("0", str(cols)), ("0", str(cols - 8))
+        tail = (str(cols - 16), str(cols))
+        assert [loop[1:] for loop in sums] == [whole]
+        # max, exp (each blocks and a masked last block), div (whole)
+        assert [loop[1:] for loop in softmax] == [blocks, tail, blocks, tail, whole]
     x = edge_rows(24, cols, torch.float32)
     check(row_sum(24, cols), x)
     check(softmax_text("f32", 24, cols), x)
     check(row_sum(24, cols, "bf16"), x.bfloat16())
+    check(softmax_text("bf16", 24, cols), x.bfloat16())
+    check(softmax_text("f64", 24, cols), x.double())

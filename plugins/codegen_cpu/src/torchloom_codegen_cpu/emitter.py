@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from torchloom.api import writer
+from torchloom.api import TensorType, writer
 
-from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, STORAGE, VECTOR_MATH
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE, VECTOR_MATH
 
 Expr = writer.Expr
 _IDENT = writer.IDENT
@@ -32,6 +32,36 @@ SCALAR_REMAINDER = 4
 
 #: rows of whole vectors up to this many values hide their length (Emitter._trip_count)
 HIDDEN_COUNT = 64
+
+#: rows of 8k values up to this long that are not whole AVX-512 vectors (and rows of 16) run
+#: as one loop of 8-lane vectors (Emitter.end_row_phase, narrow_row), in kernels whose
+#: tensors all hold 4-byte elements; :data:`NARROW_ROWS_MIXED` in the others
+NARROW_ROWS = 136
+NARROW_ROWS_MIXED = 40
+
+
+def narrow_row(n: int | str, limit: int = NARROW_ROWS) -> bool:
+    """Whether a static row of ``n`` values runs as one loop of 8-lane vectors
+    (``simdlen(8)``: AVX2-wide f32, a whole AVX-512 vector of f64) with its count hidden
+    (:meth:`Emitter._trip_count`): a row of 8 values more than whole 16-lane vectors ran
+    those vectors and a masked 16-lane block, two lane combines per reduction where 8-lane
+    vectors end exactly; rows of 16 combine 8 lanes, not 16. C harness, softmax over 2^20
+    f32 values, one thread: rows of 24 1.88 -> 0.67 ms, 40 1.35 -> 0.62, 72 0.89 -> 0.56,
+    136 0.61 -> 0.48, 16 1.01 -> 0.85; at 200 alike, at 264 (0.48 -> 0.53) and at 48 and
+    64 (0.56 -> 0.59, 0.49 -> 0.55) slower, so those keep 16-lane blocks. Through
+    torch.compile, f64 and bf16 rows gain up to 40 values (bf16 softmax rows of 16 0.78 ->
+    1.24x eager, 24 1.24 -> 2.35x) and lose from 72 on (f64 layer_norm rows of 104 1.56 ->
+    1.37x, bf16 softmax rows of 136 0.97 -> 0.80x): ``limit`` is the longest row."""
+    return isinstance(n, int) and (n == 16 or n % 16 == 8 and 16 < n <= limit)
+
+
+def narrow_limit(region) -> int:
+    """The longest row of :func:`narrow_row` in a kernel of ``region``: :data:`NARROW_ROWS`
+    when all its tensors hold 4-byte elements, else :data:`NARROW_ROWS_MIXED`."""
+    sizes = {ITEMSIZE[v.type.dtype] for v in (*region.inputs, *region.outputs)
+             if isinstance(v.type, TensorType)}
+    return NARROW_ROWS if sizes <= {4} else NARROW_ROWS_MIXED
+
 
 #: a call that makes a loop's elements costly (transcendentals, the prelude's functions):
 #: a remainder of half a vector after the blocks is gcc's one ymm iteration when the loop
@@ -86,7 +116,8 @@ class Emitter(writer.Statements):
 
     literal = _LITERAL
 
-    def __init__(self):
+    def __init__(self, narrow: int = NARROW_ROWS):
+        """``narrow``: the longest row of :func:`narrow_row` (see :func:`narrow_limit`)."""
         super().__init__()
         self.inner_names: set[str] = set()
         #: name of a value rounded to bf16/f16 (kept in f32) -> the f32 value it rounds;
@@ -95,6 +126,7 @@ class Emitter(writer.Statements):
         #: C text (a table read, or the name bound to one) -> the 16-bit float dtype whose
         #: values it holds exactly: rounding it to that dtype is the value itself
         self.exact: dict[str, str] = {}
+        self.narrow_limit = narrow
 
     # ---- statements --------------------------------------------------------------------
     def is_inner(self, text: str) -> bool:
@@ -141,10 +173,16 @@ class Emitter(writer.Statements):
         nothing. A remainder shorter than :data:`SCALAR_REMAINDER` stays gcc's scalar
         remainder of the first loop (a second loop and its lane combine cost more), as does
         a remainder of half a vector in a loop gcc vectorizes to its end (:func:`_cheap`),
-        and a row shorter than ``TAIL`` runs the second loop alone, from 0."""
+        and a row shorter than ``TAIL`` runs the second loop alone, from 0. Rows of
+        :func:`narrow_row` run as one loop of 8-lane vectors instead."""
         body = self.close_phase()
         assert body is not None
         static = isinstance(n, int)
+        if pragma and narrow_row(n, self.narrow_limit):
+            self._loop(f"{pragma} simdlen(8)",
+                       f"for (int64_t r = 0; r < {self._trip_count(n, pragma, True)}; r++)",
+                       header, body)
+            return
         masked = [_masked(line, "r >= r_blocks") for line in body]
         if (static and (n < TAIL or n % TAIL < SCALAR_REMAINDER or (
                 n % TAIL == TAIL // 2 and _cheap(pragma, body)))) or None in masked:
@@ -167,7 +205,7 @@ class Emitter(writer.Statements):
         if not static:
             self.lines.append("}")
 
-    def _trip_count(self, n: int | str, pragma: str) -> str:
+    def _trip_count(self, n: int | str, pragma: str, hide: bool = False) -> str:
         """The trip count of a SIMD row loop: ``n``, or for rows of whole vectors up to
         :data:`HIDDEN_COUNT` values a copy of it gcc cannot see through (an empty asm that
         "changes" it). Knowing that a loop runs 1-4 vectors, gcc 12 unrolls it completely and
@@ -175,8 +213,9 @@ class Emitter(writer.Statements):
         keeps the vector loop (C harness, one thread, rows of 16: softmax kernel 1.23 ->
         1.04 ms, sum 0.43 -> 0.26, var_mean 1.16 -> 0.93; rows of 32-64: 4-15%; rows of 128
         and more: alike, so left known). Rows shorter than a vector keep their count: hidden,
-        they ran gcc's scalar remainder (rows of 8: ten times slower)."""
-        if not (pragma and isinstance(n, int) and n % TAIL == 0 and 0 < n <= HIDDEN_COUNT):
+        they ran gcc's scalar remainder (rows of 8: ten times slower). ``hide``: hidden
+        whatever the length (8-lane rows, :func:`narrow_row`: rows of 24 0.82 -> 0.67 ms)."""
+        if not (hide or pragma and isinstance(n, int) and n % TAIL == 0 and 0 < n <= HIDDEN_COUNT):
             return str(n)
         name = self.fresh("r_n")
         self.lines += [f"int64_t {name} = {n};", f'__asm__("" : "+r"({name}));']

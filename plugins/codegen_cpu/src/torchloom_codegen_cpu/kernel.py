@@ -25,7 +25,8 @@ from torchloom.api import InputRef, Node, TensorType, Value, indexing, writer
 
 from torchloom_codegen_cpu import tables
 from torchloom_codegen_cpu.columns import column_body, column_form
-from torchloom_codegen_cpu.emitter import Emitter, Expr, load_text, par, store_text
+from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
+                                          store_text)
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
 from torchloom_codegen_cpu.reduction import (across_rows, lower_reduction, prefetch_next_row,
@@ -90,7 +91,7 @@ class KernelWriter(writer.ValueWalk):
         self.known: dict = {}  # coordinates -> the linear index they came from
         self.ix = indexing.IndexMath(indexing.C, names)
         self._as_dims = indexing.IndexMath(indexing.SYMBOLS, names)
-        self.em = Emitter()
+        self.em = Emitter(narrow_limit(self.region))
         self._check_region()
         if reductions is None:
             reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
