@@ -156,7 +156,6 @@ def cse_then_min_cut(joint_module, joint_inputs, **kwargs):
     from torchloom.frontend.joint_cse import joint_cse
     if config.cse:
         joint_module.graph.eliminate_dead_code()
-        joint_module.graph = joint_cse(joint_module.graph)
-        joint_module.recompile()
+        joint_module.graph = joint_cse(joint_module.graph)  # the setter recompiles
     with config.patch(cse=False):
         return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)

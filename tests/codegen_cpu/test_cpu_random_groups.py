@@ -23,6 +23,12 @@ BINARY = ["aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.maximum
           "aten.minimum.default", "aten.div.Tensor"]
 REDUCE = ["aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.mean.dim",
           "aten.var.correction", "aten.std.correction"]
+#: ops whose results near zero carry an absolute error, so that no value computed from them
+#: is a divisor here (the division would turn it into any relative error: gelu(x) / gelu(x)
+#: at x = -5.34 in bf16 is 1 in eager, 0 / 0 = NaN in the codegen, whose GELU is within
+#: 4 ulp + 2e-7 |x| of x Phi(x) (test_vector_math.py) and gives -0.0 there, where eager's
+#: vectorized and scalar bf16 GELU themselves give -1.6e-7 and -3.2e-7, the truth -2.5e-7)
+NEVER_DIVISORS = {"aten.gelu.default", "aten.erf.default"}
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}
 PER_EXAMPLE = 20
 
@@ -42,16 +48,23 @@ def random_group(draw):
     shapes[0] = (rows, cols)
     values = [(f"%a{i}", s) for i, s in enumerate(shapes)]
     lines = []
+    near_zero_error = set()  # values computed from a gelu or erf (see NEVER_DIVISORS)
     for k in range(draw(st.integers(1, 6))):
         if draw(st.booleans()):
             name, shape = draw(st.sampled_from(values))
             op = draw(st.sampled_from(UNARY))
             lines.append(f"%v{k} = {op}({name}) : {_type(dtype, shape)}")
+            if op in NEVER_DIVISORS or name in near_zero_error:
+                near_zero_error.add(f"%v{k}")
         else:
             (a, sa), (b, sb) = draw(st.sampled_from(values)), draw(st.sampled_from(values))
             shape = tuple(torch.broadcast_shapes(sa, sb))
             op = draw(st.sampled_from(BINARY))
+            if op == "aten.div.Tensor" and b in near_zero_error:
+                op = "aten.mul.Tensor"
             lines.append(f"%v{k} = {op}({a}, {b}) : {_type(dtype, shape)}")
+            if near_zero_error.intersection((a, b)):
+                near_zero_error.add(f"%v{k}")
         values.append((f"%v{k}", shape))
     last, shape = values[-1]
     results = [f"{last}: {_type(dtype, shape)}"]
