@@ -9,9 +9,9 @@ The forward/backward split is aot_autograd's min-cut rematerialization partition
 default, after torchloom's CSE of the joint graph (:mod:`torchloom.frontend.joint_cse`):
 what the backward needs is recomputed from the forward's inputs where that moves fewer
 bytes than saving it (a layer norm's output is recomputed from x, mean and rstd), with the
-norms decomposed before the split so that their pointwise parts can be recomputed. ``partitioner = "default"`` (backend option, or the pipeline's ``[runtime]``
-key) keeps aot_autograd's default partitioner, which saves every intermediate the
-backward reads. It is also what a graph gets whose groups no codegen but ``eager`` would
+norms decomposed before the split so that their pointwise parts can be recomputed.
+``partitioner = "default"`` (backend option, or the pipeline's ``[runtime]`` key) keeps
+aot_autograd's default partitioner, which saves every intermediate the backward reads. It is also what a graph gets whose groups no codegen but ``eager`` would
 take (:func:`runs_on_eager`), unless the backend option or the pipeline names one: there
 recomputation and norms split before the split only add kernels to what eager runs.
 

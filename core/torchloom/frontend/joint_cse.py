@@ -140,4 +140,3 @@ def _arg_key(value, env: dict):
                                            torch.layout, torch.memory_format)):
         return (type(value).__name__, value)
     raise _Incomparable(type(value))
-

@@ -51,7 +51,8 @@ def narrow_row(n: int | str, limit: int = NARROW_ROWS) -> bool:
     64 (0.56 -> 0.59, 0.49 -> 0.55) slower, so those keep 16-lane blocks. Through
     torch.compile, f64 and bf16 rows gain up to 40 values (bf16 softmax rows of 16 0.78 ->
     1.24x eager, 24 1.24 -> 2.35x) and lose from 72 on (f64 layer_norm rows of 104 1.56 ->
-    1.37x, bf16 softmax rows of 136 0.97 -> 0.80x): ``limit`` is the longest row."""
+    1.37x, bf16 softmax rows of 136 0.97 -> 0.80x): ``limit`` is the longest row. Rows of
+    8 (one 8-lane vector) measured alike, and keep their known count."""
     return isinstance(n, int) and (n == 16 or n % 16 == 8 and 16 < n <= limit)
 
 
