@@ -11,7 +11,7 @@ import pytest
 import torch
 from torchloom.api import parse_graph
 
-from torchloom_codegen_cpu.emitter import SCALAR_REMAINDER, TAIL
+from torchloom_codegen_cpu.emitter import SCALAR_REMAINDER, TAIL, narrow_odd_row
 
 from conftest import group_text
 
@@ -70,18 +70,25 @@ def test_symbolic_rows_match_eager_at_every_length(check):
                 check(text, _row(n, k + 3, special, at), atol=1e-5, rtol=1.3e-6)
 
 
-@pytest.mark.parametrize("n, tail", [(16, False), (32, False), (17, False), (19, False),
-                                     (20, True), (1000, True), (8, False)])
-def test_a_tail_loop_only_where_the_remainder_is_long_enough(codegen, registry, n, tail):
+@pytest.mark.parametrize("n, lanes", [(16, None), (32, None), (17, 8), (19, 8), (20, 8),
+                                      (100, 8), (109, 16), (1000, 16), (8, None), (98, 8)])
+def test_a_tail_loop_only_where_the_remainder_is_long_enough(codegen, registry, n, lanes):
+    """Rows of 17-104 values not a multiple of 8 run 8-lane blocks and a masked last 8
+    (emitter.narrow_odd_row); longer ones 16-lane blocks and a masked last 16 where the
+    remainder is at least SCALAR_REMAINDER; whole vectors and short rows no tail."""
     body, results = _reductions(n)
     graph = parse_graph(group_text(f"%a: f32[4, {n}]", body, results))
     source = codegen.generate(next(iter(graph.nodes)), registry).source
     masked = re.search(r"\+= r >= \d+ \?", source)  # a sum masked to the tail
-    assert bool(masked) == tail, source
-    assert tail == (n % TAIL >= SCALAR_REMAINDER and n > TAIL)
-    if tail:  # the blocks' loops end at the last whole block; the tail is the last 16
-        assert f"for (int64_t r = 0; r < {n // TAIL * TAIL}; r++)" in source
-        assert f"for (int64_t r = {n - TAIL}; r < {n}; r++)" in source
+    assert bool(masked) == (lanes is not None), source
+    if lanes == 8:
+        assert narrow_odd_row(n)
+    elif lanes == 16:
+        assert not narrow_odd_row(n) and n % TAIL >= SCALAR_REMAINDER and n > TAIL
+    if lanes:  # the blocks' loops end at the last whole block; the tail is the last block
+        assert f"for (int64_t r = 0; r < {n // lanes * lanes}; r++)" in source
+        assert f"for (int64_t r = {n - lanes}; r < {n}; r++)" in source
+        assert ("simdlen(8)" in source) == (lanes == 8)
 
 
 def test_a_bf16_row_stores_each_element_once(check):

@@ -118,7 +118,7 @@ def test_short_rows_of_other_dtypes(check, dtype, cols):
     check(amax("amax", dtype, rows, cols), edge_rows(rows, cols, DTYPES[dtype]), exact=True)
 
 
-@pytest.mark.parametrize("cols", [2, 4, 6, 11, 16, 24, 33, 40, 136])
+@pytest.mark.parametrize("cols", [2, 4, 6, 11, 16, 20, 24, 33, 40, 77, 136])
 @pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: torch.logsumexp(x, -1),
                                 lambda x: x.amax(-1) - x.amin(-1)],
                          ids=["softmax", "logsumexp", "range"])
