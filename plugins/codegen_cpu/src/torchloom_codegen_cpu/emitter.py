@@ -70,8 +70,9 @@ def narrow_odd_row(n: int | str, limit: int = NARROW_ROWS) -> bool:
 
 
 def narrow_limit(region) -> int:
-    """The longest row of :func:`narrow_row` in a kernel of ``region``: :data:`NARROW_ROWS`
-    when all its tensors hold 4-byte elements, else :data:`NARROW_ROWS_MIXED`."""
+    """The longest row of :func:`narrow_row` (and :func:`narrow_odd_row`) in a kernel of
+    ``region``: :data:`NARROW_ROWS` when all its tensors hold 4-byte elements, else
+    :data:`NARROW_ROWS_MIXED`."""
     sizes = {ITEMSIZE[v.type.dtype] for v in (*region.inputs, *region.outputs)
              if isinstance(v.type, TensorType)}
     return NARROW_ROWS if sizes <= {4} else NARROW_ROWS_MIXED
