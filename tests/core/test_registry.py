@@ -269,6 +269,16 @@ def test_inference_memo_tells_int_float_and_bool_attributes_apart(registry):
         verify(parse_graph(text.format(v="1", t="f32")), registry)
 
 
+def test_inference_memo_keys_list_attributes_by_their_items(registry):
+    # lists are memoised (by their items), so a memo hit must not cross sizes
+    text = ("graph @g() {{\n  %a = aten.full.default() {{fill_value = -0.0, size = {s}}} : f32{t}\n"
+            "  return %a\n}}\n")
+    for size in ("[2]", "[3]", "[2, 3]", "[2]"):
+        verify(parse_graph(text.format(s=size, t=size)), registry)
+    with pytest.raises(Exception, match=r"gives f32\[3\]"):
+        verify(parse_graph(text.format(s="[3]", t="[2]")), registry)
+
+
 def test_unknown_names_become_opaque_without_a_callable():
     registry = default_registry()
     for name in ("nosuchns.op.default", "aten.no_such_op.default", "python.no_such_module.f"):

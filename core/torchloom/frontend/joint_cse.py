@@ -25,12 +25,13 @@ ops, SymInt arithmetic): those are copied as they are.
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any
 
 import torch
 import torch.fx
+
+from torchloom.ir import float_key
 
 #: a Python call target in one of these modules mutates nothing (getitem, SymInt arithmetic)
 _PURE_MODULES = ("_operator", "math")
@@ -133,9 +134,8 @@ def _arg_key(value, env: dict):
         return ("dict", tuple(sorted((k, _arg_key(v, env)) for k, v in value.items())))
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("sym", id(value.node))
-    if isinstance(value, float):
-        # 0.0 and -0.0 are equal as floats but differ as arguments; NaN is unequal to itself
-        return ("float", repr(value) if not math.isnan(value) else "nan")
+    if isinstance(value, float):  # 0.0 and -0.0 differ, a NaN equals itself
+        return float_key(value)
     if value is None or isinstance(value, (bool, int, str, torch.dtype, torch.device,
                                            torch.layout, torch.memory_format)):
         return (type(value).__name__, value)

@@ -194,9 +194,15 @@ def attrs_key(attrs_: dict) -> tuple:
     return tuple(sorted((k, _value_key(v)) for k, v in attrs_.items()))
 
 
+def float_key(v: float) -> tuple:
+    """A float as a key equal only for the same bits: ``0.0`` and ``-0.0`` differ (they
+    compute differently), a NaN equals the same NaN."""
+    return ("float", struct.pack("<d", v))
+
+
 def _value_key(v):
     if isinstance(v, float):
-        return ("float", struct.pack("<d", v))
+        return float_key(v)
     if isinstance(v, (tuple, list)):
         return (type(v).__name__, tuple(_value_key(x) for x in v))
     hash(v)

@@ -16,7 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchloom.ir.graph import InputRef, Node
-from torchloom.ir.types import ScalarType, TensorType, Type, type_of
+from torchloom.ir.types import ScalarType, TensorType, Type, attrs_key, type_of
 
 CATEGORIES = ("pointwise", "reduction", "view", "layout", "opaque", "random", "mutating")
 
@@ -82,9 +82,9 @@ class OpDef:
         if self.public_fn is None:
             return self.fn
         try:
-            key = ("callable", tuple(v.type for v in node.inputs), _hashable(node.attrs))
+            key = ("callable", tuple(v.type for v in node.inputs), attrs_key(node.attrs))
             hash(key)
-        except TypeError:
+        except TypeError:  # an unhashable attribute
             return self.fn
         found = self._memo.get(key)
         if found is None:
@@ -205,12 +205,12 @@ def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
     implementations follow the device, as the FX graphs that torch.compile hands us do."""
     if op.fn is None:
         return None
-    key = (tuple(v.type for v in node.inputs), _hashable(node.attrs))
-    try:
+    try:  # 1, 1.0 and True differ in the key: they infer different dtypes
+        key = (tuple(v.type for v in node.inputs), attrs_key(node.attrs))
         return op._memo[key]
     except KeyError:
         pass
-    except TypeError:  # unhashable attribute
+    except TypeError:  # an unhashable attribute: inferred every time
         key = None
     try:
         # no fallback kernels: an op without a meta or fake kernel is not run for real
@@ -302,17 +302,6 @@ def _retarget(t: Type, device: str) -> Type:
     if isinstance(t, TensorType):
         return attrs.evolve(t, device=device)
     return t
-
-
-def _hashable(attrs_: Mapping[str, Any]):
-    """A memo key in which 1, 1.0 and True differ (they infer different dtypes)."""
-    return tuple(sorted((k, _typed(v)) for k, v in attrs_.items()))
-
-
-def _typed(v):
-    if isinstance(v, tuple):
-        return ("tuple", tuple(_typed(x) for x in v))
-    return (type(v).__name__, v)
 
 
 class OpRegistry:
