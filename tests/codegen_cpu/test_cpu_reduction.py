@@ -92,15 +92,17 @@ def test_reduction_matches_eager(check, name):
 def test_several_reductions_share_one_kernel(check):
     """softmax's two reductions and its epilogue are one group, one C function, and each
     reduction one accumulator over the row with an OpenMP reduction clause (a row of 20
-    is a loop over its whole 8-lane blocks, 16 values, and one over the last 8, the tail
-    masked: emitter.narrow_odd_row)."""
+    is one loop of three 8-lane vectors past the row's end, accumulating the first 20
+    lanes, and in each thread's last row a loop over its whole 8-lane blocks, 16 values,
+    and one over the last 8, the tail masked: emitter.narrow_odd_row, overrun.py)."""
     text, inputs = CASES["softmax"]
     _, compiled = check(text, *inputs())
     assert len(compiled.choices) == 1 and len(compiled.cache) == 1
     source = check.codegen.generate(compiled.choices[0].node, check.registry).source
     for op in ("max", "+"):
         loops = re.findall(rf"#pragma omp simd reduction\({re.escape(op)}:(\w+)\)", source)
-        assert len(set(loops)) == 1 and len(loops) == 2, loops
+        assert len(set(loops)) == 1 and len(loops) == 3, loops
+    assert "for (int64_t r = 0; r < 24; r++)" in source and "if (x != x_last)" in source
     assert "for (int64_t r = 0; r < 16; r++)" in source
     assert "for (int64_t r = 12; r < 20; r++)" in source and "simdlen(8)" in source
     assert source.count("void fused_") == 1

@@ -14,6 +14,7 @@ import re
 
 from torchloom.api import TensorType, writer
 
+from torchloom_codegen_cpu import overrun
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE, VECTOR_MATH
 
 Expr = writer.Expr
@@ -95,6 +96,9 @@ def _cheap(pragma: str, body: list[str]) -> bool:
 _COMPOUND = re.compile(r"(\w+) (\+=|\*=|\|=) (.+);\Z")
 _SELECT = re.compile(r"(\w+) = (.+) \? (\w+) : \1;\Z")
 _STORE = re.compile(r"(\w+\[[^;=]*\]) = ([^;]*);\Z")
+_ELEMENT = re.compile(r"(\w+)\[([^\[\]]*)\]")
+_INDEXED = re.compile(r"\w+\[")
+_INT_DIVISION = re.compile(r"const (u?int\d+_t|_Bool|int) \w+ = .*[/%]")
 
 
 def _masked(line: str, mask: str) -> str | None:
@@ -142,6 +146,12 @@ class Emitter(writer.Statements):
         #: values it holds exactly: rounding it to that dtype is the value itself
         self.exact: dict[str, str] = {}
         self.narrow_limit = narrow
+        #: pointer -> C offset of element (x, r), for the tensors whose rows lie end to end
+        #: (overrun.row_offsets; None: no row loop may run past its row's end)
+        self.overrun: dict[str, str] | None = None
+        #: whether a row loop ran past its row's end (the row loop then shares rows out
+        #: explicitly: overrun.chunked)
+        self.overran = False
 
     # ---- statements --------------------------------------------------------------------
     def is_inner(self, text: str) -> bool:
@@ -190,7 +200,10 @@ class Emitter(writer.Statements):
         a remainder of half a vector in a loop gcc vectorizes to its end (:func:`_cheap`),
         and a row shorter than ``TAIL`` runs the second loop alone, from 0. Rows of
         :func:`narrow_row` run as one loop of 8-lane vectors instead, rows of
-        :func:`narrow_odd_row` as 8-lane blocks and a masked 8-lane block."""
+        :func:`narrow_odd_row` as 8-lane blocks and a masked 8-lane block, or, up to
+        :data:`overrun.OVERRUN_ROWS` values where every element the loop touches lies in
+        a tensor whose rows are end to end, as one loop of whole 8-lane vectors past the
+        row's end in all rows but each thread's last (overrun.py)."""
         body = self.close_phase()
         assert body is not None
         static = isinstance(n, int)
@@ -202,6 +215,23 @@ class Emitter(writer.Statements):
         tail = TAIL
         if pragma and narrow_odd_row(n, self.narrow_limit):
             tail, pragma = 8, f"{pragma} simdlen(8)"
+            whole = self._past_the_end(body, n, pragma)
+            if whole is not None:  # all rows but each thread's last one (overrun.py)
+                self.overran = True
+                self.lines.append(f"if ({overrun.GUARD}) {{")
+                self._indented(lambda: self._loop(
+                    pragma, f"for (int64_t r = 0; r < {-(-n // 8) * 8}; r++)", header, whole))
+                self.lines.append("} else {")
+                self._indented(lambda: self._blocks(pragma, n, header, body, tail))
+                self.lines.append("}")
+                return
+        self._blocks(pragma, n, header, body, tail)
+
+    def _blocks(self, pragma: str, n: int | str, header: list[str], body: list[str],
+                tail: int) -> None:
+        """The row loop as whole blocks of ``tail`` elements and a masked last block (see
+        :meth:`end_row_phase`)."""
+        static = isinstance(n, int)
         masked = [_masked(line, "r >= r_blocks") for line in body]
         if (static and tail == TAIL and (n < TAIL or n % TAIL < SCALAR_REMAINDER or (
                 n % TAIL == TAIL // 2 and _cheap(pragma, body)))) or None in masked:
@@ -223,6 +253,41 @@ class Emitter(writer.Statements):
         self._loop(pragma, f"for (int64_t r = {start}; r < {end}; r++)", header, masked)
         if not static:
             self.lines.append("}")
+
+    def _past_the_end(self, body: list[str], n: int, pragma: str) -> list[str] | None:
+        """``body`` for a loop of whole 8-lane vectors past the row's end (overrun.py):
+        accumulator updates take the lanes ``r < n`` only; loads and stores stay whole.
+        None unless every element it touches is a row buffer's or at ``(x, r)`` of a tensor
+        whose rows lie end to end, and no integer division (which lanes past the end
+        could make divide by zero)."""
+        if self.overrun is None or n > overrun.OVERRUN_ROWS:
+            return None
+        out, keep = [], None
+        for line in body:
+            elements = _ELEMENT.findall(line)
+            if len(elements) != len(_INDEXED.findall(line)) or _INT_DIVISION.match(line):
+                return None
+            if any(not p.startswith("buf_") and self.overrun.get(p) != offset
+                   for p, offset in elements):
+                return None
+            if line.startswith("const ") or _STORE.match(line):
+                out.append(line)
+                continue
+            if keep is None:
+                # a row of 8k + 7: only the last lane is off, and gcc 12 turned the select
+                # of a known bound into a loop exit it could not vectorize (3.5x slower)
+                keep = self._trip_count(n, pragma, True) if n % 8 == 7 else str(n)
+            masked = _masked(line, f"r < {keep}")
+            if masked is None:
+                return None
+            out.append(masked)
+        return out
+
+    def _indented(self, write) -> None:
+        lines, self.lines = self.lines, []
+        write()
+        lines.extend("  " + line for line in self.lines)
+        self.lines = lines
 
     def _trip_count(self, n: int | str, pragma: str, hide: bool = False) -> str:
         """The trip count of a SIMD row loop: ``n``, or for rows of whole vectors up to

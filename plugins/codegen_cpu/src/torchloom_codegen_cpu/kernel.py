@@ -29,6 +29,7 @@ from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limi
                                           store_text)
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
+from torchloom_codegen_cpu.overrun import chunked, row_offsets
 from torchloom_codegen_cpu.reduction import (across_rows, lower_reduction, prefetch_next_row,
                                              reduced_dims)
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
@@ -243,7 +244,7 @@ class KernelWriter(writer.ValueWalk):
                 if not stack:
                     continue
                 name = f"buf_{v.name}"
-                self.em.statement(f"{ctype} {name}[{self.rnumel}];", False)
+                self.em.statement(f"{ctype} {name}[{-(-self.rnumel // 8) * 8}];", False)
                 self.buffers[v] = f"{name}[r]"
 
     def _buffer_host(self) -> tuple[str, str] | None:
@@ -375,6 +376,7 @@ class KernelWriter(writer.ValueWalk):
         for d, c in zip(self.rdims, rs):
             full[d] = c
         self.full = tuple(full)
+        self.em.overrun = row_offsets(self)
         self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
                                  for d in range(len(self.shape)))
         self.row = tuple(xs)
@@ -435,13 +437,15 @@ class KernelWriter(writer.ValueWalk):
             head = [f"const int64_t {bound} = {self.outer_count(threads)};"]
         loop = [f"for (int64_t {self.outer} = 0; {self.outer} < {bound}; {self.outer}++) {{",
                 *("  " + line for line in lines), "}"]
+        threads, one = [pragma, *loop], loop
+        if self.em.overran:  # each thread's last row known (overrun.py)
+            threads, one = (chunked(pragma, bound, lines, p) for p in (True, False))
         if not conditions:
-            return [*head, pragma, *loop] if self.parallel else [*head, *loop]
+            return [*head, *(threads if self.parallel else one)]
         # a branch, not an OpenMP if clause: entering a parallel region that the clause
         # then runs on one thread costs ~0.5 us per call, much of a small kernel's time
-        return [*head, f"if ({' && '.join(conditions)}) {{", "  " + pragma,
-                *("  " + line for line in loop), "} else {", *("  " + line for line in loop),
-                "}"]
+        return [*head, f"if ({' && '.join(conditions)}) {{", *("  " + line for line in threads),
+                "} else {", *("  " + line for line in one), "}"]
 
     def dims(self, dim):
         """``dim`` written over the size arguments (``S_0*16``), for the launcher."""

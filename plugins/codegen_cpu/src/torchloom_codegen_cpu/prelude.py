@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from torchloom_codegen_cpu.ops import VECTOR_MATH
+from torchloom_codegen_cpu.overrun import SHARE
 
 _TEMPLATE = """\
 #include <float.h>
@@ -352,4 +353,4 @@ def prelude() -> str:
         decls += ["#pragma omp declare simd notinbranch", f"extern float {fn}f(float);",
                   "#pragma omp declare simd notinbranch", f"extern double {fn}(double);"]
     decls.append("#endif")
-    return _HEADER + "\n".join(decls) + "\n"
+    return _HEADER + SHARE + "\n".join(decls) + "\n"
