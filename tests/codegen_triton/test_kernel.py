@@ -43,6 +43,15 @@ CASES = {
             %q = aten.pow.Tensor_Scalar(%a) {exponent = 1.5} : f32[5, 7]
             %r = aten.rsub.Scalar(%p) {other = 1.0} : f32[5, 7]""", "%r: f32[5, 7], %q: f32[5, 7]"),
         lambda: (randn(5, 7).abs(), randn(5, 7))),
+    "clamp_with_nan_bounds_gives_nan": (  # as eager (found on the cpu codegen, session 18)
+        group_text("%a: f32[5, 7]", """
+            %l = aten.clamp_min.default(%a) {min = nan} : f32[5, 7]
+            %h = aten.clamp_max.default(%a) {max = nan} : f32[5, 7]
+            %c = aten.clamp.default(%a) {min = -0.5, max = nan} : f32[5, 7]
+            %k = aten.clamp.default(%a) {min = 0.5, max = -0.5} : f32[5, 7]""",
+                   "%l: f32[5, 7], %h: f32[5, 7], %c: f32[5, 7], %k: f32[5, 7]"),
+        lambda: (torch.cat([randn(4, 7), torch.tensor([[float("nan"), float("inf"), -0.0, 0.0,
+                                                        -float("inf"), 1.0, -1.0]])]),)),
     "unary_table": (
         group_text("%a: f32[33]", """
             %s = aten.sigmoid.default(%a) : f32[33]

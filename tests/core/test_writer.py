@@ -54,11 +54,12 @@ def test_alpha_rows(alpha, expected):
 
 def test_clamp_rows_nest_min_inside_max():
     rows = writer.clamp_rows(lambda c, a, b: f"sel({c}, {a}, {b})")
-    assert rows["aten.clamp.default"]({"min": 0, "max": None}) == "sel({self} < {min}, {min}, {self})"
+    low = "sel({min} != {min}, {min}, sel({self} < {min}, {min}, {self}))"  # a NaN bound: NaN
+    assert rows["aten.clamp.default"]({"min": 0, "max": None}) == low
     both = rows["aten.clamp.default"]({"min": 0, "max": 1})
-    assert both == ("sel(sel({self} < {min}, {min}, {self}) > {max}, {max}, "
-                    "sel({self} < {min}, {min}, {self}))")
-    assert rows["aten.clamp_max.default"] == "sel({self} > {max}, {max}, {self})"
+    assert both == f"sel({{max}} != {{max}}, {{max}}, sel({low} > {{max}}, {{max}}, {low}))"
+    assert rows["aten.clamp_max.default"] == (
+        "sel({max} != {max}, {max}, sel({self} > {max}, {max}, {self}))")
     assert set(writer.comparisons(lambda s: s).values()) == {"==", "!=", "<", "<=", ">", ">="}
 
 

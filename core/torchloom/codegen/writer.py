@@ -89,9 +89,10 @@ def alpha_rows(other: str = "{other}") -> dict[str, Callable[..., str]]:
 
 def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
     """Templates of clamp, clamp_min and clamp_max; ``select(cond, a, b)`` spells a choice.
-    A NaN compares false both ways, so it passes through as in eager."""
-    low = select("{x} < {min}", "{min}", "{x}")
-    high = select("{x} > {max}", "{max}", "{x}")
+    A NaN compares false both ways, so it passes through as in eager; a NaN bound gives NaN,
+    as in eager (a comparison with it alone would ignore it)."""
+    low = select("{min} != {min}", "{min}", select("{x} < {min}", "{min}", "{x}"))
+    high = select("{max} != {max}", "{max}", select("{x} > {max}", "{max}", "{x}"))
 
     def clamp(a: Mapping[str, Any], *_) -> str:
         out = "{self}"

@@ -146,6 +146,8 @@ class Emitter(writer.Statements):
         #: values it holds exactly: rounding it to that dtype is the value itself
         self.exact: dict[str, str] = {}
         self.narrow_limit = narrow
+        #: names of floats converted to ints (see convert)
+        self.truncated: set[str] = set()
         #: pointer -> C offset of element (x, r), for the tensors whose rows lie end to end
         #: (overrun.row_offsets; None: no row loop may run past its row's end)
         self.overrun: dict[str, str] | None = None
@@ -319,7 +321,13 @@ class Emitter(writer.Statements):
             return e
         if dtype == "b8":
             return self.emit(f"{par(e.text)} != 0", "b8", "b")
-        return self.emit(f"({CTYPE[dtype]}){par(e.text)}", dtype, "cvt")
+        converted = self.emit(f"({CTYPE[dtype]}){par(e.text)}", dtype, "cvt")
+        if e.text in self.truncated and dtype in ("f32", "f64"):
+            # gcc folds (float)(int)x into trunc(x), which keeps -0.5's sign: -0.0 where
+            # the int was 0 (a select of a literal zero it keeps)
+            return self.emit(f"{converted.text} == 0 ? ({CTYPE[dtype]})0 : {converted.text}",
+                             dtype, "cvt")
+        return converted
 
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit cast in the program: rounds to ``ir_dtype`` exactly as eager does
@@ -342,7 +350,9 @@ class Emitter(writer.Statements):
             text = f"tl_{source}2i{wide}({e.text})"
             if target not in ("i64", "i32"):  # narrower ints wrap from int32 (uint8: 64)
                 text = f"({CTYPE[target]}){text}"
-            return self.emit(text, target, "cvt")
+            truncated = self.emit(text, target, "cvt")
+            self.truncated.add(truncated.text)
+            return truncated
         return self.convert(e, target)
 
 

@@ -86,12 +86,17 @@ def _both(template: Template, args: str = "out") -> Pointwise:
 
 
 def _pow(a: Mapping[str, Any], dtype: str = "f32") -> str:
+    # eager's own cases (rsqrt for -0.5: -0.0 gives -inf and -inf NaN, where pow gives
+    # inf and 0)
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
-             0.5: "sqrt$f({self})", -1: "($T)1 / {self}", -2: "($T)1 / ({self} * {self})",
-             0: "($T)1"}
+             0.5: "sqrt$f({self})", -0.5: "($T)1 / sqrt$f({self})", -1: "($T)1 / {self}",
+             -2: "($T)1 / ({self} * {self})", 0: "($T)1"}
     if dtype == "f16":  # eager's f16 kernel calls pow itself: pow(-inf, 0.5) is inf
         # (libmvec's vector powf gives NaN there, its scalar powf inf: said outright)
-        known[0.5] = "({self} == -($T)INFINITY ? ($T)INFINITY : pow$f({self}, ($T)0.5))"
+        # (and of -0.0 -0.0 where eager's gives 0.0)
+        known[0.5] = ("({self} == -($T)INFINITY ? ($T)INFINITY : {self} == 0 ? ($T)0 : "
+                      "pow$f({self}, ($T)0.5))")
+        del known[-0.5]
     exponent = a["exponent"]
     if exponent in known:
         return known[exponent]
@@ -254,7 +259,9 @@ def _logit(a: Mapping[str, Any], dtype: str = "f32") -> str:
     return f"({z} == ($T)1 ? ($T)INFINITY : log$f({quotient}))"
 
 
-_HARDTANH = "({self} < {min_val} ? {min_val} : {self} > {max_val} ? {max_val} : {self})"
+#: a NaN bound gives NaN, as eager
+_HARDTANH = ("({min_val} != {min_val} ? {min_val} : {max_val} != {max_val} ? {max_val} : "
+             "{self} < {min_val} ? {min_val} : {self} > {max_val} ? {max_val} : {self})")
 #: NaN and -0.0 give 0, as eager
 _SIGN = Pointwise("(($T)({self} > 0) - ($T)({self} < 0))", "out",
                   "(({self} > 0) - ({self} < 0))")
