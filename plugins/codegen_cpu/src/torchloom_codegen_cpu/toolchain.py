@@ -5,8 +5,9 @@
 a cache directory shared between machines never hands one a library built for another),
 ``-fopenmp`` (threads and ``#pragma omp simd``), ``-mprefer-vector-width=512`` on AVX-512
 CPUs (``_width_flags``), and no fast-math: ``-fno-math-errno`` and
-``-fno-trapping-math`` only let libm calls vectorize and never change a value; NaN, inf and
--0.0 behave as IEEE says. One liberty is kept: the compiler's default contraction of
+``-fno-trapping-math`` only let libm calls vectorize; NaN, inf and -0.0 behave as IEEE
+says (one fold they allow, ``(float)(int)x`` into ``trunc(x)``, is undone where it changes
+a zero's sign: ``Emitter.convert``). One liberty is kept: the compiler's default contraction of
 ``a * b + c`` into a fused multiply-add (the product unrounded, so such a result may differ
 from eager's by an ulp, within any f32 tolerance; Inductor's C++ and Triton's kernels do
 the same, the prelude's polynomials rely on it for speed, and a value converted to bf16 or
