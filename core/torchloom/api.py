@@ -31,7 +31,7 @@ from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType,
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
 from torchloom.ir.provenance import mark_decomposition, unmarked_attrs
 from torchloom.ir.text import format_attrs
-from torchloom.ops.registry import OpDef, OpRegistry
+from torchloom.ops.registry import OpDef, OpRegistry, eager_rejects
 from torchloom.passes.base import Deduplication, Pass, PassContext, PassResult
 from torchloom.passes.builtin.cse import merge_common_nodes
 from torchloom.passes.builtin.dce import remove_dead_nodes
@@ -47,7 +47,7 @@ __all__ = [
     "format_attrs", "format_type", "import_fx", "mark_decomposition", "parse_graph",
     "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
     # the op registry
-    "OpDef", "OpRegistry",
+    "OpDef", "OpRegistry", "eager_rejects",
     # passes
     "Deduplication", "Pass", "PassContext", "PassResult", "merge_common_nodes",
     "mutated_values", "remove_dead_nodes",

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import _disable_current_modes
 
 from torchloom.ir.graph import InputRef, Node
 from torchloom.ir.types import ScalarType, TensorType, Type, attrs_key, type_of
@@ -232,6 +233,55 @@ def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
     if key is not None:
         op._memo[key] = types
     return types
+
+
+def eager_rejects(op: OpDef, node: Node) -> str | None:
+    """Eager's error for ``node``'s call where its CPU kernels do not take these dtypes
+    (``"abs_cpu" not implemented for 'Bool'``: fake tensors accept such calls, so a graph
+    reaches a compiler that would compute something where eager raises). Found by running
+    ``op.fn`` on one-element CPU tensors of the node's dtypes and ranks (memoised per op);
+    None when that runs, fails otherwise (an element count it cannot take says nothing of
+    dtypes), or the node is on another device. For pure ops only: callers ask it of
+    pointwise ops, reductions and composites of them, never of collectives or I/O."""
+    if op.fn is None or _device_of(node) != "cpu":
+        return None
+    try:
+        key = ("rejects", tuple((len(v.type.shape), v.type.dtype) if isinstance(
+            v.type, TensorType) else v.type for v in node.inputs), attrs_key(node.attrs))
+        return op._memo[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable attribute
+        return None
+    tensor_types = [v.type for v in node.inputs if isinstance(v.type, TensorType)]
+    failed = _one_element_call(op, node, None)
+    found = None
+    if isinstance(failed, (NotImplementedError, RuntimeError)):
+        message = str(failed).strip().split("\n")[0]
+        # a dtype the kernel lacks: its own words, or the same call in f32 runs
+        if "not implemented for" in message or (
+                any(t.dtype != "f32" for t in tensor_types)
+                and _one_element_call(op, node, torch.float32) is None):
+            found = message
+    op._memo[key] = found
+    return found
+
+
+def _one_element_call(op: OpDef, node: Node, dtype) -> Exception | None:
+    """What calling ``op.fn`` on one-element CPU tensors of the node's ranks (and dtypes,
+    or ``dtype``) raises, or None."""
+    try:
+        # real tensors, real kernels: not the fake or tracing modes torch.compile may
+        # have active around a backend
+        with _disable_current_modes(), torch.no_grad():
+            tensors = [torch.ones((1,) * len(v.type.shape), dtype=dtype or v.type.torch_dtype)
+                       if isinstance(v.type, TensorType) else _scalar_example(v.type)
+                       for v in node.inputs]
+            args, kwargs = op.bind(tensors, node.attrs)
+            op.fn(*args, **kwargs)
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _reaches(op: OpDef, node: Node) -> bool:

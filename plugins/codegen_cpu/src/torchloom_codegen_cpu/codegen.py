@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason, TensorType,
-                           Written, default_cache_dir, indexing)
+                           Written, default_cache_dir, eager_rejects, indexing)
 
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
@@ -108,6 +108,12 @@ class CpuCodegen:
         return None
 
     def supports(self, group: Node, registry: Any) -> Reason | None:
+        for node in group.region.nodes:  # eager raises there: so must the compiled graph
+            if registry.category(node.op) in ("pointwise", "reduction"):
+                why = eager_rejects(registry.get(node.op), node)
+                if why is not None:
+                    return Reason(self.name, f"{node.op}: eager's kernel rejects these dtypes "
+                                             f"({why}); eager runs the group and raises it")
         try:
             self._write(group, registry)
         except indexing.Unsupported as exc:

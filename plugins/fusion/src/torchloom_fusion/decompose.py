@@ -9,7 +9,8 @@ import attrs
 import torch
 
 from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, attrs_key,
-                           import_fx, mark_decomposition, symbols, unmarked_attrs)
+                           eager_rejects, import_fx, mark_decomposition, symbols,
+                           unmarked_attrs)
 
 #: composites traced through torch's own decomposition table. Not ``gelu_backward``: it is
 #: pointwise, so it fuses as one op exactly as its primitives would, and the native codegens
@@ -122,8 +123,11 @@ class Decompose(Pass):
             key = None
         if key is not None and key in traced:
             return traced[key]
-        sub = _trace_decomposition(node, ctx.registry)
-        if sub is None and not all(isinstance(v.type, TensorType) and v.type.is_static
+        rejected = eager_rejects(ctx.registry.get(node.op), node)
+        sub = None if rejected else _trace_decomposition(node, ctx.registry)
+        if rejected:  # its primitives might take these dtypes: eager must run it and raise
+            ctx.note(f"fusion.decompose: eager rejects {node.op} here ({rejected}); left as is")
+        elif sub is None and not all(isinstance(v.type, TensorType) and v.type.is_static
                                    for v in node.inputs):
             ctx.note(f"fusion.decompose: {node.op} at symbolic sizes: its decomposition needs "
                      f"size expressions, symbolic strides, or a guard on a size (not valid at "
