@@ -100,3 +100,21 @@ def test_compiled_graphs_raise_eagers_error(tmp_path, name):
     with pytest.raises(type(eager.value)) as ours:
         compiled(make())
     assert str(eager.value).split("\n")[0] in str(ours.value)
+
+
+def test_the_probe_warns_nothing(tmp_path, capfd):
+    """var of one element warns (degrees of freedom, from C++ to stderr); eager's run of the
+    program does not, so neither may its compilation (found by a second hostile tester)."""
+    import warnings
+    from torchloom.backend import torchloom_backend
+    from torchloom.tools import Compiler
+    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x.var(-1) * 2 + x.std(-1), backend=lambda gm, ex:
+                       torchloom_backend(gm, ex, options={"compiler": compiler}))
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(fn(x), x.var(-1) * 2 + x.std(-1))
+    assert not [w for w in caught if "degrees of freedom" in str(w.message)], caught
+    assert "degrees of freedom" not in capfd.readouterr().err

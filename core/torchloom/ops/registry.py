@@ -8,6 +8,7 @@ knows still gets an ``opaque`` definition, so it imports and runs.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -239,9 +240,9 @@ def eager_rejects(op: OpDef, node: Node) -> str | None:
     """Eager's error for ``node``'s call where its CPU kernels do not take these dtypes
     (``"abs_cpu" not implemented for 'Bool'``: fake tensors accept such calls, so a graph
     reaches a compiler that would compute something where eager raises). Found by running
-    ``op.fn`` on one-element CPU tensors of the node's dtypes and ranks (memoised per op);
-    None when that runs, fails otherwise (an element count it cannot take says nothing of
-    dtypes), or the node is on another device. For pure ops only: callers ask it of
+    ``op.fn`` on small CPU tensors of the node's dtypes and ranks (memoised per op); None
+    when that runs, fails otherwise (a size it cannot take says nothing of dtypes), or the
+    node is on another device. For pure ops only: callers ask it of
     pointwise ops, reductions and composites of them, never of collectives or I/O."""
     if op.fn is None or _device_of(node) != "cpu":
         return None
@@ -268,13 +269,14 @@ def eager_rejects(op: OpDef, node: Node) -> str | None:
 
 
 def _one_element_call(op: OpDef, node: Node, dtype) -> Exception | None:
-    """What calling ``op.fn`` on one-element CPU tensors of the node's ranks (and dtypes,
-    or ``dtype``) raises, or None."""
+    """What calling ``op.fn`` on small CPU tensors (every dim 2: ``var`` of one element
+    prints a C++ warning) of the node's ranks (and dtypes, or ``dtype``) raises, or None."""
     try:
         # real tensors, real kernels: not the fake or tracing modes torch.compile may
-        # have active around a backend
-        with _disable_current_modes(), torch.no_grad():
-            tensors = [torch.ones((1,) * len(v.type.shape), dtype=dtype or v.type.torch_dtype)
+        # have active around a backend; no Python warnings either
+        with _disable_current_modes(), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tensors = [torch.ones((2,) * len(v.type.shape), dtype=dtype or v.type.torch_dtype)
                        if isinstance(v.type, TensorType) else _scalar_example(v.type)
                        for v in node.inputs]
             args, kwargs = op.bind(tensors, node.attrs)
