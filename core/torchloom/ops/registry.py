@@ -242,8 +242,8 @@ def eager_rejects(op: OpDef, node: Node) -> str | None:
     reaches a compiler that would compute something where eager raises). Found by running
     ``op.fn`` on small CPU tensors of the node's dtypes and ranks (memoised per op); None
     when that runs, fails otherwise (a size it cannot take says nothing of dtypes), or the
-    node is on another device. For pure ops only: callers ask it of
-    pointwise ops, reductions and composites of them, never of collectives or I/O."""
+    node is on another device. For pure ops only: callers ask it of pointwise ops,
+    reductions and composites of them, never of collectives or I/O."""
     if op.fn is None or _device_of(node) != "cpu":
         return None
     try:
@@ -255,20 +255,20 @@ def eager_rejects(op: OpDef, node: Node) -> str | None:
     except TypeError:  # an unhashable attribute
         return None
     tensor_types = [v.type for v in node.inputs if isinstance(v.type, TensorType)]
-    failed = _one_element_call(op, node, None)
+    failed = _small_call(op, node, None)
     found = None
     if isinstance(failed, (NotImplementedError, RuntimeError)):
         message = str(failed).strip().split("\n")[0]
         # a dtype the kernel lacks: its own words, or the same call in f32 runs
         if "not implemented for" in message or (
                 any(t.dtype != "f32" for t in tensor_types)
-                and _one_element_call(op, node, torch.float32) is None):
+                and _small_call(op, node, torch.float32) is None):
             found = message
     op._memo[key] = found
     return found
 
 
-def _one_element_call(op: OpDef, node: Node, dtype) -> Exception | None:
+def _small_call(op: OpDef, node: Node, dtype) -> Exception | None:
     """What calling ``op.fn`` on small CPU tensors (every dim 2: ``var`` of one element
     prints a C++ warning) of the node's ranks (and dtypes, or ``dtype``) raises, or None."""
     try:

@@ -93,7 +93,7 @@ def _pow(a: Mapping[str, Any], dtype: str = "f32") -> str:
              -2: "($T)1 / ({self} * {self})", 0: "($T)1"}
     if dtype == "f16":  # eager's f16 kernel calls pow itself: pow(-inf, 0.5) is inf
         # (libmvec's vector powf gives NaN there, its scalar powf inf: said outright)
-        # (and of -0.0 -0.0 where eager's gives 0.0)
+        # (and the vector powf of -0.0 gave -0.0 where eager's gives 0.0)
         known[0.5] = ("({self} == -($T)INFINITY ? ($T)INFINITY : {self} == 0 ? ($T)0 : "
                       "pow$f({self}, ($T)0.5))")
         del known[-0.5]

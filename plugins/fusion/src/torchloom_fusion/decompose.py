@@ -128,7 +128,7 @@ class Decompose(Pass):
         if rejected:  # its primitives might take these dtypes: eager must run it and raise
             ctx.note(f"fusion.decompose: eager rejects {node.op} here ({rejected}); left as is")
         elif sub is None and not all(isinstance(v.type, TensorType) and v.type.is_static
-                                   for v in node.inputs):
+                                     for v in node.inputs):
             ctx.note(f"fusion.decompose: {node.op} at symbolic sizes: its decomposition needs "
                      f"size expressions, symbolic strides, or a guard on a size (not valid at "
                      f"every size); left as is")
