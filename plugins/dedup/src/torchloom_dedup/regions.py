@@ -55,7 +55,8 @@ class DedupRegions(Pass):
     values any occurrence uses outside the window.
 
     Skipped: windows containing a node that writes its inputs, occurrences whose inputs
-    some node mutates, and regions whose outputs alias (are views of) their inputs. Not
+    or outputs some node mutates (an output written through a view of another one), and
+    regions whose outputs alias (are views of) their inputs. Not
     found: a region whose own tokens repeat with a period at most a third of its length
     (three ``tanh`` in a row, copied): windows grow to at most twice the spacing of their
     anchor's occurrences (``_OVERLAP``), which keeps a block repeated m times from costing
@@ -197,8 +198,9 @@ class DedupRegions(Pass):
                        for s in cand.starts]
         for _ in range(2):  # the second round runs once aliasing views were hoisted out
             groups: dict[tuple, list[_Occurrence]] = {}
-            for occ in occurrences:
-                if not any(v in mutated for v in occ.inputs):
+            for occ in occurrences:  # (an output written later may alias another one)
+                if not any(v in mutated for v in occ.inputs) and not any(
+                        occ.nodes[k].outputs[i] in mutated for k, i in occ.escaping):
                     groups.setdefault(occ.wiring, []).append(occ)
             if not groups:
                 return None
