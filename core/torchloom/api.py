@@ -2,7 +2,8 @@
 
 - the IR: :class:`Graph`, :class:`Node`, :class:`Value`, types, the text form, the
   structural hash, the verifier, size expressions (``symbols``) and the IR's own ops
-  (``FUSION_GROUP``, ``CALL_SUBGRAPH``, ``CONSTANT``);
+  (``FUSION_GROUP``, ``CALL_SUBGRAPH``, ``CONSTANT``); FX import (``import_fx``) and torch's
+  decomposition table with eager's CPU arithmetic where it differs (``decomposition_table``);
 - the op registry: :class:`OpDef`, :class:`OpRegistry`;
 - passes: :class:`Pass`, :class:`PassContext`, :class:`PassResult` (with
   :class:`Deduplication`) and the built-in passes' helpers a pass may reuse;
@@ -24,6 +25,7 @@ from torchloom.codegen import indexing, reductions, writer
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
                                     Written)
 from torchloom.environment import default_cache_dir, env_flag
+from torchloom.frontend.decompositions import decomposition_table
 from torchloom.frontend.fx import import_fx
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Value,
                           canonical_text, clone_graph, format_type, parse_graph, print_graph,
@@ -44,8 +46,8 @@ __all__ = [
     # the IR
     "DTYPES", "Graph", "InputRef", "Node", "ScalarType", "TensorType", "Value",
     "CALL_SUBGRAPH", "CONSTANT", "FUSION_GROUP", "attrs_key", "canonical_text", "clone_graph",
-    "format_attrs", "format_type", "import_fx", "mark_decomposition", "parse_graph",
-    "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
+    "decomposition_table", "format_attrs", "format_type", "import_fx", "mark_decomposition",
+    "parse_graph", "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
     # the op registry
     "OpDef", "OpRegistry", "eager_rejects",
     # passes

@@ -139,10 +139,11 @@ def split_options(partitioner: str) -> dict[str, Any]:
     if partitioner == "default":
         return {}
     import torch
-    from torch._decomp import get_decompositions
+
+    from torchloom.frontend.decompositions import decomposition_table
     ops = [getattr(torch.ops.aten, name) for name in RECOMPUTED_COMPOSITES
            if hasattr(torch.ops.aten, name)]
-    return {"partition_fn": cse_then_min_cut, "decompositions": get_decompositions(ops)}
+    return {"partition_fn": cse_then_min_cut, "decompositions": decomposition_table(ops)}
 
 
 def cse_then_min_cut(joint_module, joint_inputs, **kwargs):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from torchloom.errors import VerifyError
 from torchloom.ir import Graph, TensorType, clone_graph, parse_graph, print_graph, verify
@@ -210,3 +212,19 @@ def test_replace_uses_rewrites_many_values_and_the_outputs_once():
     assert not b.output.uses and a.output.uses.count(c) == 2
     g.erase_many([b, d])
     verify(g)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=0, max_size=4), data=st.data())
+def test_is_dense_agrees_with_torch_is_contiguous(shape, data):
+    """TensorType.is_dense (plain constructor: strides as given, not normalized) is torch's
+    is_contiguous: row-major without gaps, size-1 dims carrying any stride."""
+    import torch
+    strides = data.draw(st.one_of(
+        st.just(None),
+        st.just(list(torch.empty(shape).stride())),
+        st.lists(st.integers(0, 40), min_size=len(shape), max_size=len(shape))))
+    t = TensorType(tuple(shape), "f32", "cpu", None if strides is None else tuple(strides))
+    storage = torch.empty(1 + sum((d - 1) * s for d, s in zip(shape, strides or ())))
+    expected = True if strides is None else storage.as_strided(shape, strides).is_contiguous()
+    assert t.is_dense == expected

@@ -105,6 +105,13 @@ class TensorType:
     def actual_strides(self) -> tuple[Dim, ...] | None:
         return self.strides if self.strides is not None else contiguous_strides(self.shape)
 
+    @property
+    def is_dense(self) -> bool:
+        """Elements laid out row-major without gaps (strides None, or the contiguous ones
+        up to size-1 dims, which may carry any stride)."""
+        return self.strides is None or self.strides == contiguous_strides(self.shape) or \
+            _size1_equivalent(self.shape, self.strides)
+
     def numel(self) -> int | None:
         n = 1
         for d in self.shape:

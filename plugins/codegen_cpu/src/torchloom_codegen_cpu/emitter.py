@@ -70,6 +70,12 @@ def narrow_odd_row(n: int | str, limit: int = NARROW_ROWS) -> bool:
     return isinstance(n, int) and 16 < n <= min(limit, NARROW_ODD_ROWS) and n % 8 != 0
 
 
+def whole_vectors(n: int) -> int:
+    """``n`` rounded up to whole 8-lane vectors: the elements a loop past a row's end
+    touches (overrun.py), and so the length of a row buffer it reads."""
+    return -(-n // 8) * 8
+
+
 def narrow_limit(region) -> int:
     """The longest row of :func:`narrow_row` (and :func:`narrow_odd_row`) in a kernel of
     ``region``: :data:`NARROW_ROWS` when all its tensors hold 4-byte elements, else
@@ -99,6 +105,8 @@ _STORE = re.compile(r"(\w+\[[^;=]*\]) = ([^;]*);\Z")
 _ELEMENT = re.compile(r"(\w+)\[([^\[\]]*)\]")
 _INDEXED = re.compile(r"\w+\[")
 _INT_DIVISION = re.compile(r"const (u?int\d+_t|_Bool|int) \w+ = .*[/%]")
+#: the keep-bound of a loop past the row's end, until the loop is known to qualify
+_KEEP = "@KEEP@"
 
 
 def _masked(line: str, mask: str) -> str | None:
@@ -222,7 +230,7 @@ class Emitter(writer.Statements):
                 self.overran = True
                 self.lines.append(f"if ({overrun.GUARD}) {{")
                 self._indented(lambda: self._loop(
-                    pragma, f"for (int64_t r = 0; r < {-(-n // 8) * 8}; r++)", header, whole))
+                    pragma, f"for (int64_t r = 0; r < {whole_vectors(n)}; r++)", header, whole))
                 self.lines.append("} else {")
                 self._indented(lambda: self._blocks(pragma, n, header, body, tail))
                 self.lines.append("}")
@@ -264,7 +272,7 @@ class Emitter(writer.Statements):
         could make divide by zero)."""
         if self.overrun is None or n > overrun.OVERRUN_ROWS:
             return None
-        out, keep = [], None
+        out, masked_any = [], False
         for line in body:
             elements = _ELEMENT.findall(line)
             if len(elements) != len(_INDEXED.findall(line)) or _INT_DIVISION.match(line):
@@ -275,14 +283,16 @@ class Emitter(writer.Statements):
             if line.startswith("const ") or _STORE.match(line):
                 out.append(line)
                 continue
-            if keep is None:
-                # a row of 8k + 7: only the last lane is off, and gcc 12 turned the select
-                # of a known bound into a loop exit it could not vectorize (3.5x slower)
-                keep = self._trip_count(n, pragma, True) if n % 8 == 7 else str(n)
-            masked = _masked(line, f"r < {keep}")
+            masked = _masked(line, f"r < {_KEEP}")
             if masked is None:
                 return None
             out.append(masked)
+            masked_any = True
+        if masked_any:  # the loop qualifies: its bound declared now (none left unused)
+            # a row of 8k + 7: only the last lane is off, and gcc 12 turned the select of a
+            # known bound into a loop exit it could not vectorize (3.5x slower)
+            keep = self._trip_count(n, pragma, True) if n % 8 == 7 else str(n)
+            out = [line.replace(_KEEP, keep) for line in out]
         return out
 
     def _indented(self, write) -> None:

@@ -26,7 +26,7 @@ from torchloom.api import InputRef, Node, TensorType, Value, indexing, writer
 from torchloom_codegen_cpu import tables
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
-                                          store_text)
+                                          store_text, whole_vectors)
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
 from torchloom_codegen_cpu.overrun import chunked, row_offsets
@@ -244,7 +244,7 @@ class KernelWriter(writer.ValueWalk):
                 if not stack:
                     continue
                 name = f"buf_{v.name}"
-                self.em.statement(f"{ctype} {name}[{-(-self.rnumel // 8) * 8}];", False)
+                self.em.statement(f"{ctype} {name}[{whole_vectors(self.rnumel)}];", False)
                 self.buffers[v] = f"{name}[r]"
 
     def _buffer_host(self) -> tuple[str, str] | None:

@@ -45,21 +45,9 @@ def row_offsets(w: Any) -> dict[str, str] | None:
     offsets = {}
     for pointer, v in named:
         t = v.type
-        if isinstance(t, TensorType) and tuple(t.shape) == tuple(w.shape) and _dense(t):
+        if isinstance(t, TensorType) and tuple(t.shape) == tuple(w.shape) and t.is_dense:
             offsets[pointer] = w.ix.address(w.full, t.actual_strides(), t.shape, w.known)
     return offsets
-
-
-def _dense(t: TensorType) -> bool:
-    if t.strides is None:
-        return True
-    expected, step = [], 1
-    for d in reversed(t.shape):
-        if not isinstance(d, int):
-            return False
-        expected.append(step)
-        step *= max(d, 1)
-    return tuple(t.strides) == tuple(reversed(expected))
 
 
 def chunked(pragma: str, bound: str, body: list[str], parallel: bool) -> list[str]:

@@ -279,7 +279,7 @@ def prefetch_next_row(w: "KernelWriter") -> None:
         if v not in w.loaded or tuple(t.shape) != shape:
             continue
         size = ITEMSIZE[t.dtype]
-        if t.strides is not None or w.rnumel * size < PREFETCH_ROW_BYTES:  # (None: dense)
+        if not t.is_dense or w.rnumel * size < PREFETCH_ROW_BYTES:
             return
         step, count = 64 // size, PREFETCH_ROW_BYTES // size
         w.em.statement(f"if (x + 1 < {w.rows}) for (int64_t p = 0; p < {count}; p += {step}) "

@@ -9,8 +9,8 @@ import attrs
 import torch
 
 from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, attrs_key,
-                           eager_rejects, import_fx, mark_decomposition, symbols,
-                           unmarked_attrs)
+                           decomposition_table, eager_rejects, import_fx, mark_decomposition,
+                           symbols, unmarked_attrs)
 
 #: composites traced through torch's own decomposition table. Not ``gelu_backward``: it is
 #: pointwise, so it fuses as one op exactly as its primitives would, and the native codegens
@@ -140,7 +140,6 @@ class Decompose(Pass):
 
 
 def _trace_decomposition(node: Node, registry) -> Graph | None:
-    from torch._decomp import get_decompositions
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     opdef = registry.get(node.op)
@@ -151,7 +150,9 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     target = _overload(node.op)
     if target is None:
         return None
-    table = get_decompositions([o for o in map(_overload, (node.op, *_NESTED)) if o is not None])
+    device = next((v.type.device for v in node.inputs if isinstance(v.type, TensorType)), None)
+    table = decomposition_table([o for o in map(_overload, (node.op, *_NESTED)) if o is not None],
+                                device)
     if target not in table:
         return None
     if all(v.type.is_static for v in node.inputs):
