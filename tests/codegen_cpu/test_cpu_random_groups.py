@@ -98,7 +98,7 @@ def _check_batches(check, examples: int) -> None:
             reason = codegen.supports(node, registry)
             # the one decline a random group meets: var/std (two dependent reductions)
             # over dim 0 of a long row, whose rows are strided columns (run on eager;
-            # kernel.py _check_row_stride)
+            # reduction.check_row_stride)
             assert reason is None or "with a stride of" in reason.message, reason
             if reason is None:
                 supported.append((case, node))

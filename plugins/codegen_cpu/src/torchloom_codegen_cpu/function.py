@@ -27,6 +27,7 @@ from typing import Any
 from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, indexing,
                            print_graph, structural_hash, symbols, writer)
 
+from torchloom_codegen_cpu import colsums
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.reduction import reduced_dims
@@ -203,6 +204,12 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
     for name, v in named:  # an output goes with the last class it depends on
         deps = _depends(v, memo, of)
         parts[max(deps) if deps else 0].append((name, v))
+    folded = colsums.foldable(classes, parts, lambda v: _depends(v, memo, of))
+    if folded is not None:  # column sums carried by the row nest
+        row, col = folded
+        columns = [(name, v.producer) for name, v in parts[col]]
+        return [KernelWriter(group, registry, parts[row], classes[row], names,
+                             columns=columns)]
     # A nest reads what earlier nests computed from memory, never recomputing it: an
     # output they store (a cross-entropy gradient the bias gradient sums over the batch),
     # else a scratch array their nest stores the result in (the row statistics a

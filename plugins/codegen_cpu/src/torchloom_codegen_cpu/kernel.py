@@ -23,15 +23,15 @@ from typing import Any
 
 from torchloom.api import InputRef, Node, TensorType, Value, indexing, writer
 
-from torchloom_codegen_cpu import tables
+from torchloom_codegen_cpu import colsums, tables
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
                                           store_text, whole_vectors)
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
 from torchloom_codegen_cpu.overrun import chunked, row_offsets
-from torchloom_codegen_cpu.reduction import (across_rows, lower_reduction, prefetch_next_row,
-                                             reduced_dims)
+from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
+                                             prefetch_next_row, reduced_dims)
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 Coords = indexing.Coords
@@ -44,11 +44,6 @@ PARALLEL_MIN = 32768
 CHUNK = 4096
 #: rows up to this many elements may keep expensive values in a buffer on the stack
 ROW_BUFFER = 16384
-#: a row-form reduction whose rows step over at least this many elements, over rows at
-#: least this long, is declined (see KernelWriter._check_row_stride)
-STRIDED_ROW = 16
-#: ... in a kernel of at least this many elements
-STRIDED_NUMEL = 16384
 
 
 #: ops eager's CPU kernels run with a one-element second operand as an f32 scalar
@@ -77,13 +72,16 @@ class KernelWriter(writer.ValueWalk):
 
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
                  reductions: list[Node] | None = None, names: dict[str, str] | None = None,
-                 stored: dict[Value, str] | None = None):
+                 stored: dict[Value, str] | None = None,
+                 columns: list[tuple[str, Node]] | None = None):
         """``outputs`` (C name, value) and ``reductions``: the part of the group this nest
         writes (default: all of it; see function.py for groups written as several nests);
         ``names``: each size symbol's C argument (symbolic sizes are runtime arguments);
         ``stored``: outputs earlier nests of the function wrote (value -> its C name),
-        read back from there."""
+        read back from there; ``columns``: column sums this row nest carries (C name of the
+        output, sum node: colsums.py)."""
         self.group = group
+        self.columns = columns or []
         self.stored = stored or {}
         self.region = group.region
         self.registry = registry
@@ -353,7 +351,7 @@ class KernelWriter(writer.ValueWalk):
         self.kept = kept
         if column_form(self):
             return column_body(self)
-        self._check_row_stride()
+        check_row_stride(self)
         em = self.em
         xs = self.row_coords("x", self.kept_shape)
         em.inner_names.add("r")
@@ -390,33 +388,14 @@ class KernelWriter(writer.ValueWalk):
                 full_outputs.append((name, v, coords))
             else:
                 self.store(name, v, coords)
-        if full_outputs:
+        if full_outputs or self.columns:
             prefetch_next_row(self)
             em.begin_phase()
             for name, v, coords in full_outputs:
                 self.store(name, v, coords)
+            colsums.accumulate(self)
             em.end_row_phase("#pragma omp simd", self.rbound, self.r_header)
-        return em.lines if full_outputs else across_rows(self, em.lines)
-
-    def _check_row_stride(self) -> None:
-        """Decline a row-form kernel whose rows are columns: reduced dims before a kept
-        innermost dim of at least ``STRIDED_ROW`` elements, over a long row, in a kernel of
-        at least ``STRIDED_NUMEL`` elements. Each row then reads one element per cache line,
-        with a scalar loop, and the walks of neighbouring rows read those lines again
-        (softmax over dim 0 of 1024 x 1024 f32 took 20 ms against eager's 1.5; over dim 1
-        of 32 x 64 x 64, 0.63 against 0.11). The column form (columns.py) walks such rows
-        in memory order, and takes dependent reductions (a softmax's max, then its sum)
-        only where the kept dims are innermost; eager runs the other such groups."""
-        if not self.rdims or not isinstance(self.numel, int) or self.numel < STRIDED_NUMEL:
-            return  # (small: every walk is in the L1 cache)
-        inner = prod(self.shape[max(self.rdims) + 1:])
-        if (isinstance(inner, int) and inner >= STRIDED_ROW and isinstance(self.rnumel, int)
-                and self.rnumel >= STRIDED_ROW):
-            raise Unsupported(
-                f"reductions over dims {list(self.rdims)} of {list(self.shape)} read each row "
-                f"with a stride of {inner} elements and feed other ops of the group (the "
-                f"column form takes them only with the kept dims innermost): eager's kernels "
-                f"are faster")
+        return em.lines if full_outputs or self.columns else across_rows(self, em.lines)
 
     def nest(self) -> list[str]:
         """This nest's parallel loop over rows, its body inside."""
@@ -438,6 +417,8 @@ class KernelWriter(writer.ValueWalk):
         loop = [f"for (int64_t {self.outer} = 0; {self.outer} < {bound}; {self.outer}++) {{",
                 *("  " + line for line in lines), "}"]
         threads, one = [pragma, *loop], loop
+        if self.columns:  # each thread's partial column sums (colsums.py)
+            return colsums.nest(self, head, lines, bound)
         if self.em.overran:  # each thread's last row known (overrun.py)
             threads, one = (chunked(pragma, bound, lines, p) for p in (True, False))
         if not conditions:

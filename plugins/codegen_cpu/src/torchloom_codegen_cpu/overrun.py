@@ -80,4 +80,13 @@ static inline void tl_share(int64_t n, int64_t* first, int64_t* last) {
   *first = n * t / k;
   *last = n * (t + 1) / k - 1;
 }
+
+/* this thread's number in its parallel region (0 without OpenMP) */
+static inline int64_t tl_thread(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
 """

@@ -1,0 +1,116 @@
+"""Column sums carried by the row nest (layer_norm's backward: the weight and bias gradients).
+
+A group whose reductions are row reductions (the innermost dims of P) and sums over the
+other dims of the same P (columns) is otherwise two nests: the rows (the input gradient),
+then the columns, which read the same tensors from memory again. Eager's layer_norm
+backward reads them once, each thread adding its rows into a buffer of column partials;
+the column nest made the backward 0.71x eager's (2048 x 1024 f32, one thread: 1.69 against
+1.19 ms; RESULTS.md, session 19). Here the row nest does the same: each thread adds the
+column sums' operands of its rows into its own row of ``colparts`` (double, as the column
+form accumulates), in the loop that stores the row's outputs, and after the parallel loop
+the threads' partials are added in thread order (the same order at a given thread count;
+on one thread exactly the column form's order, so the same values).
+
+Taken where: two reduction classes over one static P, the rows' reduced dims innermost and
+the columns' the others; the column reductions are plain f32/f64 sums whose results are
+outputs read by nothing else in the group, and nothing the rows compute reads them; rows
+of a whole number of 16-lane vectors, :data:`MIN_ROW` to :data:`MAX_ROW` values (each
+thread's partials: ``MAX_ROW`` doubles per sum).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchloom.api import Node, Value, indexing
+
+from torchloom_codegen_cpu.ops import CTYPE, COMPUTE
+from torchloom_codegen_cpu.tensors import tensor_type
+
+if TYPE_CHECKING:
+    from torchloom_codegen_cpu.kernel import KernelWriter
+
+#: the shortest row that carries column sums (shorter rows keep the column nest)
+MIN_ROW = 256
+#: the longest: a thread's partials are MAX_ROW doubles per column sum
+MAX_ROW = 8192
+_SUM = "aten.sum.dim_IntList"
+
+
+def foldable(classes: list[list[Node]], parts: list[list[tuple[str, Value]]],
+             depends: Any) -> tuple[int, int] | None:
+    """(row class, column class) when the column class can ride in the row nest (see the
+    module docstring), else None. ``depends(v)``: the classes value ``v`` depends on."""
+    if len(classes) != 2:
+        return None
+    shapes = {tuple(tensor_type(n.inputs[0]).shape) for members in classes for n in members}
+    if len(shapes) != 1:
+        return None
+    (shape,) = shapes
+    if not shape or not all(isinstance(d, int) for d in shape):
+        return None
+    for row, col in ((0, 1), (1, 0)):
+        if _fits(classes[row], classes[col], parts[row], parts[col], shape, depends, col):
+            return row, col
+    return None
+
+
+def _fits(rows: list[Node], cols: list[Node], row_part, col_part, shape, depends,
+          col: int) -> bool:
+    from torchloom_codegen_cpu.reduction import reduced_dims
+    rank = len(shape)
+    rdims = reduced_dims(rows[0], rank)
+    inner = tuple(range(rank - len(rdims), rank))
+    if rdims != inner or any(reduced_dims(n, rank) != tuple(range(inner[0])) for n in cols):
+        return False
+    n = indexing.prod([shape[d] for d in rdims])
+    if n % 16 or not MIN_ROW <= n <= MAX_ROW:
+        return False
+    for node in cols:
+        (v,) = node.outputs
+        if node.op != _SUM or "dtype" in node.attrs or v.users() or \
+                not tensor_type(v).is_dense or \
+                tensor_type(node.inputs[0]).dtype not in ("f32", "f64") or \
+                tensor_type(v).dtype != tensor_type(node.inputs[0]).dtype:
+            return False
+    if sorted(v.name for _, v in col_part) != sorted(n.outputs[0].name for n in cols):
+        return False
+    # the rows read nothing of the columns' results
+    return not any(col in depends(v) for _, v in row_part) and \
+        not any(col in depends(n.inputs[0]) for n in rows)
+
+
+def accumulate(w: "KernelWriter") -> None:
+    """In the row's epilogue loop (an open phase at ``r``): add each column sum's operand at
+    ``(x, r)`` into this thread's partials."""
+    n = w.rnumel
+    for k, (_, node) in enumerate(w.columns):
+        e = w.value_at(node.inputs[0], w.full)
+        w.em.statement(f"colpart[{k * n} + r] += (double){e.text};", True)
+
+
+def nest(w: "KernelWriter", head: list[str], body: list[str], rows: str) -> list[str]:
+    """The row loop with each thread's share of rows explicit and its column partials,
+    then the partials' sums stored to the column outputs."""
+    n, count = w.rnumel, len(w.columns)
+    width = count * n
+    threads = "nthreads" if w.parallel else "1"
+    loop = ["for (int64_t x = x_first; x <= x_last; x++) {", *("  " + b for b in body), "}"]
+    lines = [*head, f"double* restrict colparts = (double*)calloc((size_t){threads} * "
+                    f"{width}, sizeof(double));"]
+    share = [f"  double* restrict colpart = colparts + tl_thread() * "
+             f"{width};", "  int64_t x_first, x_last;", f"  tl_share({rows}, &x_first, &x_last);"]
+    if w.parallel:
+        lines += ["#pragma omp parallel num_threads(nthreads)", "{", *share]
+    else:
+        lines += ["{", "  double* restrict colpart = colparts;",
+                  f"  const int64_t x_first = 0, x_last = {rows} - 1;"]
+    lines += [*("  " + line for line in loop), "}"]
+    for k, (name, node) in enumerate(w.columns):
+        ctype = CTYPE[COMPUTE[tensor_type(node.outputs[0]).dtype]]
+        lines += ["#pragma omp simd", f"for (int64_t c = 0; c < {n}; c++) {{",
+                  "  double s = 0;",
+                  f"  for (int t = 0; t < {threads}; t++) s += colparts[t * {width} + "
+                  f"{k * n} + c];",
+                  f"  {name}[c] = ({ctype})s;", "}"]
+    return [*lines, "free(colparts);"]
