@@ -1,7 +1,10 @@
-"""Differences from eager a hostile tester found (session 18), end to end through
-``torch.compile``: a NaN clamp bound ignored, ``x ** -0.5`` computed with pow where eager
-takes rsqrt, and a float -> int -> float round trip giving -0.0 (gcc folds
-``(float)(int)x`` into ``trunc(x)``). Values and signs of zero compared exactly."""
+"""Differences from eager hostile testers found, end to end through ``torch.compile``:
+a NaN clamp bound ignored, ``x ** -0.5`` computed with pow where eager takes rsqrt, and a
+float -> int -> float round trip giving -0.0 (gcc folds ``(float)(int)x`` into
+``trunc(x)``) (session 18); the variance and mean of f64 rows whose sum overflows (a row
+of 1e308: inf where eager gives 0 and 1e308), and softmax gradients of masked elements
+(+0.0 where eager's ``y * (g - sum)`` gives -0.0) (session 19). Values and signs of zero
+compared exactly where eager's arithmetic is followed."""
 
 from __future__ import annotations
 
@@ -74,3 +77,48 @@ def test_float_int_float_round_trip_keeps_positive_zero(tmp_path, n, ints, float
                      dtype=floats)
     _, compiled_fn = compiled(fn, tmp_path)
     same(compiled_fn(x), fn(x))
+
+
+@pytest.mark.parametrize("shape, dim", [((2, 5), -1), ((3, 300), -1), ((6, 40), 0),
+                                        ((2, 3, 70), 1)])
+@pytest.mark.parametrize("fill", [1e308, -1.5e308, "mixed"])
+def test_f64_var_mean_of_rows_whose_sum_overflows(tmp_path, shape, dim, fill):
+    """The mean of values near the f64 maximum is summed again as ``x / n`` where the plain
+    sum overflows; rows holding inf or NaN keep eager's inf and NaN."""
+    if fill == "mixed":
+        x = torch.randn(*shape, dtype=torch.float64) * 1e307 + 1e308
+        flat = x.view(-1)
+        flat[::7] = INF
+        flat[3::11] = NAN
+    else:
+        x = torch.full(shape, fill, dtype=torch.float64)
+    for fn in (lambda x: torch.var_mean(x, dim), lambda x: x.std(dim, correction=0),
+               lambda x: x.var(dim) + x.mean(dim)):
+        _, compiled_fn = compiled(fn, tmp_path)
+        got, want = compiled_fn(x), fn(x)
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            torch.testing.assert_close(g, w, equal_nan=True)
+            assert torch.equal(g.isinf(), w.isinf()) and torch.equal(g.isnan(), w.isnan())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("n", [3, 8, 17, 33, 1024])
+def test_softmax_gradient_of_masked_elements_has_eagers_sign(tmp_path, dtype, n):
+    """Eager's CPU softmax backward is ``y * (g - sum(g * y))``: where ``y`` is 0 (an
+    element at -inf, or far below the row's maximum) the gradient is a zero with the sign
+    of ``g - sum``."""
+    torch.manual_seed(n)
+    x = torch.randn(4, n, dtype=dtype)
+    x[:, 1] = -INF
+    x[0, 2] = -3e38
+    g = torch.randn(4, n, dtype=dtype)
+    _, compiled_fn = compiled(lambda x: torch.softmax(x, -1), tmp_path)
+    grads = []
+    for fn in (compiled_fn, lambda x: torch.softmax(x, -1)):
+        leaf = x.clone().requires_grad_()
+        grads.append(torch.autograd.grad(fn(leaf), leaf, g)[0])
+    got, want = grads
+    torch.testing.assert_close(got, want)
+    zeros = want == 0
+    assert zeros.any() and torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))

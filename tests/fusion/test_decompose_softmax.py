@@ -91,3 +91,21 @@ def test_softmax_matches_eager(cache, rows, cols, dtype, scale, specials, dead_r
     assert torch.equal(actual.isnan(), expected.isnan())
     (compilation,) = comp.compilations  # (it ran compiled, not as Dynamo's fallback)
     assert [c.codegen for c in compilation.compiled.choices] == ["cpu"]
+
+
+@pytest.mark.parametrize("device, as_eager_cpu", [("", True), (" @cuda:0", False)])
+def test_cpu_softmax_backward_is_y_times_g_minus_sum(registry, device, as_eager_cpu):
+    """Eager's CPU softmax backward computes ``y * (g - sum(g * y))``; the decomposition's
+    ``g * y - y * sum(g * y)`` gives +0.0 where eager gives -0.0 (a masked element whose
+    ``g - sum`` is negative): on the CPU the former (CUDA keeps the decomposition's)."""
+    t = f"f32[4, 16]{device}"
+    text = f"""graph @g(%g: {t}, %y: {t}) {{
+      %d = aten._softmax_backward_data.default(%g, %y) {{dim = -1, input_dtype = #f32}} : {t}
+      return %d
+    }}"""
+    graph = parse_graph(text)
+    run_passes(graph, [Decompose()], registry)
+    last = graph.outputs[0].producer
+    assert "aten._softmax_backward_data.default" not in [n.op for n in graph.nodes]
+    assert (last.op == "aten.mul.Tensor" and last.inputs[0] is graph.inputs[1] and
+            last.inputs[1].producer.op == "aten.sub.Tensor") == as_eager_cpu

@@ -7,6 +7,13 @@ from torch's decompositions (which follow the CUDA kernels).
   an element ``-0.0`` on a row whose mean is ``+0.0``. On the CPU it adds ``0.0`` last
   (one vector add per element; CUDA's kernel adds no zero, so elsewhere it does not).
 
+- ``_softmax_backward_data``: eager's CPU kernels compute ``y * (g - sum(g * y))`` where
+  the decomposition computes ``g * y - y * sum(g * y)``: where ``y`` is 0 (a masked
+  element) and ``g - sum`` is negative, eager's gradient is ``-0.0`` and the
+  decomposition's ``+0.0`` (and the two round differently elsewhere). On the CPU the
+  gradient is computed as eager's (in f32 for bf16/f16, as eager and the decomposition
+  do).
+
 Used by the backend (the composites decomposed before aot_autograd's split) and by
 ``fusion.decompose`` (through ``torchloom.api``).
 """
@@ -27,6 +34,9 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
     layer_norm = torch.ops.aten.native_layer_norm.default
     if layer_norm in table:
         table[layer_norm] = _layer_norm_as_cpu(table[layer_norm], device)
+    softmax_backward = torch.ops.aten._softmax_backward_data.default
+    if softmax_backward in table:
+        table[softmax_backward] = _softmax_backward_as_cpu(table[softmax_backward], device)
     return table
 
 
@@ -37,3 +47,19 @@ def _layer_norm_as_cpu(decomposed: Callable, device: str | None) -> Callable:
             out = out + 0.0
         return out, mean, rstd
     return native_layer_norm
+
+
+def _softmax_backward_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    import torch
+
+    def _softmax_backward_data(grad_output, output, dim, input_dtype):
+        if (device or grad_output.device.type) != "cpu":
+            return decomposed(grad_output, output, dim, input_dtype)
+        g, y = grad_output, output
+        if g.dtype in (torch.bfloat16, torch.float16):
+            g, y = g.float(), y.float()
+        grad_input = (y * (g - torch.sum(g * y, dim=dim, keepdim=True))).to(grad_output.dtype)
+        if grad_output.dtype != input_dtype:
+            grad_input = grad_input.to(input_dtype)
+        return grad_input.contiguous()
+    return _softmax_backward_data

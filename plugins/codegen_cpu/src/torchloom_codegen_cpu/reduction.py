@@ -176,6 +176,36 @@ def shifted_moments(w: "KernelWriter", value: Callable[[], Expr],
     return mean, em.emit(f"{acc.text} < 0 ? 0.0 : {acc.text}", "f64", "m2", inner=False)
 
 
+def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
+                   mean: Expr) -> tuple[Expr, str, str]:
+    """(mean, `` - base``, center) of a row of f64 values, for rows whose sum overflows
+    where their mean does not (a row of 1e308: eager's Welford gives a mean of 1e308 and a
+    variance of 0): such a row, and only such (its sum not finite), is walked again as
+    differences from its first value x0, each divided by n: ``dbar = sum((x - x0) / n)``,
+    mean ``x0 + dbar``, and the squared deviations are ``((x - x0) - dbar)^2`` (exactly 0 on
+    a row of equal values). Other rows keep ``(x - 0.0) - sum / n``, the same values as
+    ``x - mean``. A row holding inf or NaN gives the same inf or NaN either way."""
+    em = w.em
+    x0 = em.fresh("first")
+    em.statement(f"double {x0} = 0;", False)
+    em.begin_phase()
+    em.statement(f"{x0} = {value().text};", True)
+    em.end_phase("", "for (int64_t r = 0; r < 1; r++)", w.r_header)
+    scaled = em.fresh("acc_scaled")
+    em.statement(f"double {scaled} = 0;", False)
+    em.begin_phase()
+    n = w.count(w.rnumel, "f64")
+    em.statement(f"{scaled} += ({par(value().text)} - {x0}) / {n};", True)
+    em.end_phase(f"#pragma omp simd reduction(+:{scaled})",
+                 f"for (int64_t r = 0; r < (isfinite({total.text}) ? 0 : {w.rbound}); r++)",
+                 w.r_header)
+    finite = f"isfinite({total.text})"
+    base = em.emit(f"{finite} ? 0.0 : {x0}", "f64", "base", inner=False)
+    center = em.emit(f"{finite} ? {mean.text} : {scaled}", "f64", "center", inner=False)
+    mean = em.emit(f"{finite} ? {mean.text} : {x0} + {scaled}", "f64", "mean", inner=False)
+    return mean, f" - {base.text}", center.text
+
+
 def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
                dtype: str) -> tuple[Expr, Expr]:
     """The max (``argmax``) or min (``argmin``) along the row and its index (int64)."""
@@ -225,9 +255,12 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
         else:
             total = block_reduce(w, "sum", full, "f64", inf_flag)
             mean = em.emit(f"{total.text} / {fields['n']}", "f64", "mean", inner=False)
+            base, center = "", mean.text
+            if COMPUTE[tensor_type(src).dtype] == "f64":
+                mean, base, center = _past_overflow(w, full, total, mean)
 
             def squared_deviation() -> Expr:
-                d = em.emit(f"{par(em.convert(full(), 'f64').text)} - {mean.text}", "f64",
+                d = em.emit(f"{par(em.convert(full(), 'f64').text)}{base} - {center}", "f64",
                             "dev")
                 return em.emit(f"{d.text} * {d.text}", "f64", "sq")
 
