@@ -12,8 +12,9 @@ bytes than saving it (a layer norm's output is recomputed from x, mean and rstd)
 norms decomposed before the split so that their pointwise parts can be recomputed.
 ``partitioner = "default"`` (backend option, or the pipeline's ``[runtime]`` key) keeps
 aot_autograd's default partitioner, which saves every intermediate the backward reads. It is also what a graph gets whose groups no codegen but ``eager`` would
-take (:func:`runs_on_eager`), unless the backend option or the pipeline names one: there
-recomputation and norms split before the split only add kernels to what eager runs.
+take (:func:`runs_on_eager`), and an inference graph (:func:`needs_grad`), unless the
+backend option or the pipeline names one: there recomputation and norms split before the
+split only add kernels to what eager runs.
 
 ``mode`` (``torch.compile(..., mode=...)``, or the option ``mode``) is one of
 :data:`torchloom.compile_mode.MODES`: ``reduce-overhead`` turns on CUDA graphs,
@@ -74,7 +75,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
         raise PipelineError(f"torch.compile(backend='torchloom'): partitioner "
                             f"{partitioner!r} must be one of {', '.join(PARTITIONERS)}")
     if not (options.get("partitioner") or compiler.pipeline.partitioner_set) and \
-            getattr(compiler, "target", None) is None and runs_on_eager(compiler, example_inputs):
+            getattr(compiler, "target", None) is None and (
+                not needs_grad(example_inputs) or runs_on_eager(compiler, example_inputs)):
         partitioner = "default"
     return aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
                         **split_options(partitioner))(gm, example_inputs)
@@ -104,6 +106,16 @@ def donated_inputs(example_inputs) -> list[int]:
                 and storages[StorageWeakRef(x.untyped_storage())] == 1):
             donated.append(i)
     return donated
+
+
+def needs_grad(example_inputs) -> bool:
+    """Whether aot_autograd traces a joint graph: grad mode on and some input requiring a
+    gradient. An inference graph has no split to plan, so it keeps the default partitioner
+    and its norms whole (``fusion.decompose`` splits them, marked, so that groups left to
+    eager run the composite again: eager's own results)."""
+    import torch
+    return torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
 def runs_on_eager(compiler, example_inputs) -> bool:

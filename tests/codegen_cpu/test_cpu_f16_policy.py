@@ -93,11 +93,15 @@ def test_f16_models_left_to_eager_match_it_bit_for_bit(monkeypatch, tmp_path, fn
     try:
         compiled = torch.compile(fn, backend=lambda gm, ex: torchloom_backend(
             gm, ex, options={"compiler": compiler}))
-        x = torch.randn(16, 48, dtype=torch.float16) * 3
-        got = compiled(x)
+        xs = [torch.randn(16, 48, dtype=torch.float16,
+                          generator=torch.Generator().manual_seed(seed)) * 3 for seed in range(12)]
+        got = [compiled(x) for x in xs]
     finally:
         torch._dynamo.reset()
-    assert torch.equal(got, fn(x))
+    # (an inference graph keeps its norms whole before the split, so the groups left to
+    # eager run the composite: eager's own bits; a pre-split decomposition had no
+    # provenance and ran primitives, off by an f16 ulp on ~1 input in 5)
+    assert all(torch.equal(g, fn(x)) for g, x in zip(got, xs))
     choices = [c for comp in compiler.compilations for c in comp.compiled.choices]
     assert choices and all(c.codegen == "eager" for c in choices)
     assert all(any("f16 values run on eager" in str(r) for r in c.fallback_reasons)

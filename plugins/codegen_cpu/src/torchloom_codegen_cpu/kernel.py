@@ -23,7 +23,7 @@ from typing import Any
 
 from torchloom.api import InputRef, Node, TensorType, Value, indexing, writer
 
-from torchloom_codegen_cpu import colsums, tables
+from torchloom_codegen_cpu import colsums, tables, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
                                           store_text, whole_vectors)
@@ -106,6 +106,7 @@ class KernelWriter(writer.ValueWalk):
         self.outer_count = None
         self.buffers: dict[Value, str] = {}  # value -> its row buffer (see _plan_buffers)
         self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
+        self.j_strides: list[int] = []  # each load's step per j (pointwise walks: tiles.py)
         self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
 
     # ---- analysis --------------------------------------------------------------------------
@@ -142,6 +143,7 @@ class KernelWriter(writer.ValueWalk):
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         self.loaded.add(v)
+        self.j_strides.append(tiles.j_stride(coords, t.actual_strides()))
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         return self.em.emit(load_text(f"in_{v.name}", offset, t.dtype), COMPUTE[t.dtype],
                             v.name)
@@ -332,7 +334,7 @@ class KernelWriter(writer.ValueWalk):
                 self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
         em.end_phase("#pragma omp simd", loop, [])
-        return em.lines
+        return (None if chunked else tiles.tiled(self, walk, em.lines)) or em.lines
 
     def _reduction_body(self) -> list[str]:
         first = self.reductions[0]

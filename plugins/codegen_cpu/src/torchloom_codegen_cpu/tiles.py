@@ -1,0 +1,59 @@
+"""Tiles for pointwise walks that read an input across its rows (``a.t() + b``).
+
+A pointwise nest walks its first output in memory order: row ``x``, then ``j`` along the
+row. An input read transposed against that walk (``a.t()``, a permute of the last dims)
+steps over a whole row of its own per ``j``: each element of an output row lies on another
+cache line and, for rows of 4 KB or more, on another page, so the walk misses the TLB at
+nearly every element (``a.t() + b`` over 2048 x 2048 f32: 37 ms, eager's 38). Walked in
+tiles of :data:`TILE` x :data:`TILE` (the tile's rows, each a SIMD loop over the tile's
+columns), the lines and pages a tile touches are reused by its next rows: 10.1-10.4 ms in a
+C harness (RESULTS.md, session 19).
+
+Taken where a static walk of at least 2 :data:`TILE` rows and columns (one row per chunk:
+rows up to 8192 elements) loads some tensor with a step of :data:`STRIDED` elements or more
+per ``j``; the tile's rows stay in order, so each output element is computed exactly as
+before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchloom.api import indexing
+
+if TYPE_CHECKING:
+    from torchloom_codegen_cpu.kernel import KernelWriter
+
+#: rows and columns of a tile
+TILE = 32
+#: a load stepping over at least this many elements per ``j`` reads across rows
+STRIDED = 16
+
+
+def j_stride(coords, strides) -> int:
+    """Elements a load at ``coords`` steps over per ``j`` (0 when unknown or symbolic)."""
+    if strides is None:
+        return 0
+    steps = [s for c, s in zip(coords, strides) if c == "j"]
+    return sum(steps) if all(isinstance(s, int) for s in steps) else 0
+
+
+def tiled(w: "KernelWriter", walk: list, lines: list[str]) -> list[str] | None:
+    """``lines`` (a row ``x``: its statements and its SIMD loop over the whole row) as the
+    body of a loop over tiles ``xt``, or None when the walk is not worth tiling."""
+    rows, inner = indexing.prod(walk[:-1]), walk[-1]
+    if not (isinstance(rows, int) and isinstance(inner, int)) or min(rows, inner) < 2 * TILE \
+            or max(w.j_strides, default=0) < STRIDED:
+        return None
+    header = f"for (int64_t j = 0; j < {inner}; j++) {{"
+    if lines.count(header) != 1:
+        return None
+    across, down = -(-inner // TILE), -(-rows // TILE)
+    w.rows, w.outer = across * down, "xt"
+    head = [f"const int64_t xt0 = xt / {across} * {TILE};",
+            f"const int64_t xt1 = xt0 + {TILE} < {rows} ? xt0 + {TILE} : {rows};",
+            f"const int64_t jt0 = xt % {across} * {TILE};",
+            f"const int64_t jt1 = jt0 + {TILE} < {inner} ? jt0 + {TILE} : {inner};"]
+    body = [line if line != header else "for (int64_t j = jt0; j < jt1; j++) {"
+            for line in lines]
+    return [*head, "for (int64_t x = xt0; x < xt1; x++) {", *("  " + b for b in body), "}"]

@@ -1,0 +1,98 @@
+"""Pointwise walks that read an input across its rows run in tiles (tiles.py): ``a.t() + b``
+walks 32 x 32 tiles, each element computed as before (bitwise eager's), at every size
+(partial tiles), dtype and thread count; walks whose loads follow the rows, small walks
+and long (chunked) rows keep the row walk."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import compiled, group_text
+from torchloom_codegen_cpu import tiles
+
+TYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16",
+         torch.int64: "i64"}
+
+
+def _transposed_add(rows: int, cols: int, dtype: str = "f32") -> str:
+    return group_text(f"%a: {dtype}[{cols}, {rows}], %b: {dtype}[{rows}, {cols}]", f"""
+        %t = aten.t.default(%a) : {dtype}[{rows}, {cols}]
+        %s = aten.add.Tensor(%t, %b) : {dtype}[{rows}, {cols}]
+        %m = aten.mul.Tensor(%s, %b) : {dtype}[{rows}, {cols}]""",
+        f"%m: {dtype}[{rows}, {cols}]")
+
+
+def _source(check, text: str) -> str:
+    return check.codegen.generate(check.compile(text).choices[0].node, check.registry).source
+
+
+def _inputs(rows, cols, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.int64:
+        return [torch.randint(-50, 50, s, generator=g) for s in ((cols, rows), (rows, cols))]
+    return [torch.randn(*s, generator=g).to(dtype) for s in ((cols, rows), (rows, cols))]
+
+
+@pytest.mark.parametrize("dtype", list(TYPES))
+@pytest.mark.parametrize("rows, cols", [(64, 64), (100, 70), (257, 96), (2048, 2048)])
+def test_transposed_reads_walk_tiles_and_match_eager_exactly(check, dtype, rows, cols):
+    text = _transposed_add(rows, cols, TYPES[dtype])
+    assert "const int64_t xt0 = xt / " in _source(check, text)
+    check(text, *_inputs(rows, cols, dtype), exact=True)
+
+
+@pytest.mark.parametrize("rows, cols, tiled", [
+    (40, 4096, False),    # fewer than 2 tiles of rows
+    (4096, 40, False),    # fewer than 2 tiles of columns
+    (64, 9000, False),    # a chunked row
+    (128, 128, True),
+])
+def test_only_walks_of_two_tiles_each_way_and_unchunked_rows(check, rows, cols, tiled):
+    text = _transposed_add(rows, cols)
+    assert ("xt0" in _source(check, text)) == tiled
+    check(text, *_inputs(rows, cols, torch.float32), exact=True)
+
+
+def test_loads_along_the_rows_keep_the_row_walk(check):
+    text = group_text("%a: f32[256, 256], %b: f32[256]", """
+        %s = aten.add.Tensor(%a, %b) : f32[256, 256]""", "%s: f32[256, 256]")
+    assert "xt0" not in _source(check, text)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_thread_count_writes_every_element(check, threads):
+    text = _transposed_add(300, 130)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        check(text, *_inputs(300, 130, torch.float32, seed=threads), exact=True)
+    finally:
+        torch.set_num_threads(before)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 150), st.integers(1, 150)),
+       perm=st.permutations([0, 1, 2]), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_permuted_inputs_through_torch_compile_match_eager(tmp_path_factory, shape, perm,
+                                                           dtype):
+    """End to end: a permuted input combined with a contiguous one (sigmoid: within the
+    codegen's exp bound of eager's)."""
+    a = torch.randn(*shape).to(dtype)
+    b = torch.randn(*[shape[p] for p in perm]).to(dtype)
+
+    def fn(a, b):
+        return torch.sigmoid(a.permute(*perm)) * b + 1
+
+    _, compiled_fn = compiled(fn, tmp_path_factory.mktemp("tiles"))
+    torch.testing.assert_close(compiled_fn(a, b), fn(a, b))
+
+
+def test_j_stride_counts_only_the_bare_walk_coordinate():
+    assert tiles.j_stride(("j", "x"), (2048, 1)) == 2048
+    assert tiles.j_stride(("x", "j"), (2048, 1)) == 1
+    assert tiles.j_stride(("(j / 4)", "x"), (8, 1)) == 0
+    assert tiles.j_stride(("j", "x"), None) == 0
