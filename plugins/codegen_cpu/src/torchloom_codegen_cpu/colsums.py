@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from torchloom.api import Node, Value, indexing
 
 from torchloom_codegen_cpu.ops import CTYPE, COMPUTE
+from torchloom_codegen_cpu.overrun import chunked
+from torchloom_codegen_cpu.reduction import reduced_dims
 from torchloom_codegen_cpu.tensors import tensor_type
 
 if TYPE_CHECKING:
@@ -57,7 +59,6 @@ def foldable(classes: list[list[Node]], parts: list[list[tuple[str, Value]]],
 
 def _fits(rows: list[Node], cols: list[Node], row_part, col_part, shape, depends,
           col: int) -> bool:
-    from torchloom_codegen_cpu.reduction import reduced_dims
     rank = len(shape)
     rdims = reduced_dims(rows[0], rank)
     inner = tuple(range(rank - len(rdims), rank))
@@ -89,23 +90,18 @@ def accumulate(w: "KernelWriter") -> None:
         w.em.statement(f"colpart[{k * n} + r] += (double){e.text};", True)
 
 
-def nest(w: "KernelWriter", head: list[str], body: list[str], rows: str) -> list[str]:
-    """The row loop with each thread's share of rows explicit and its column partials,
-    then the partials' sums stored to the column outputs."""
+def nest(w: "KernelWriter", head: list[str], body: list[str], rows: str,
+         pragma: str) -> list[str]:
+    """The row loop with each thread's share of rows explicit (overrun.chunked) and its
+    column partials, then the partials' sums stored to the column outputs."""
     n, count = w.rnumel, len(w.columns)
     width = count * n
     threads = "nthreads" if w.parallel else "1"
-    loop = ["for (int64_t x = x_first; x <= x_last; x++) {", *("  " + b for b in body), "}"]
     lines = [*head, f"double* restrict colparts = (double*)calloc((size_t){threads} * "
                     f"{width}, sizeof(double));"]
-    share = [f"  double* restrict colpart = colparts + tl_thread() * "
-             f"{width};", "  int64_t x_first, x_last;", f"  tl_share({rows}, &x_first, &x_last);"]
-    if w.parallel:
-        lines += ["#pragma omp parallel num_threads(nthreads)", "{", *share]
-    else:
-        lines += ["{", "  double* restrict colpart = colparts;",
-                  f"  const int64_t x_first = 0, x_last = {rows} - 1;"]
-    lines += [*("  " + line for line in loop), "}"]
+    # (tl_thread() is 0 outside a parallel region: one thread's partials are the first)
+    lines += chunked(pragma, rows, body, w.parallel,
+                     (f"double* restrict colpart = colparts + tl_thread() * {width};",))
     for k, (name, node) in enumerate(w.columns):
         ctype = CTYPE[COMPUTE[tensor_type(node.outputs[0]).dtype]]
         lines += ["#pragma omp simd", f"for (int64_t c = 0; c < {n}; c++) {{",

@@ -420,7 +420,7 @@ class KernelWriter(writer.ValueWalk):
                 *("  " + line for line in lines), "}"]
         threads, one = [pragma, *loop], loop
         if self.columns:  # each thread's partial column sums (colsums.py)
-            return colsums.nest(self, head, lines, bound)
+            return colsums.nest(self, head, lines, bound, pragma)
         if self.em.overran:  # each thread's last row known (overrun.py)
             threads, one = (chunked(pragma, bound, lines, p) for p in (True, False))
         if not conditions:

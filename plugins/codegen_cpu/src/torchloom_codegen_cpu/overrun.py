@@ -50,16 +50,19 @@ def row_offsets(w: Any) -> dict[str, str] | None:
     return offsets
 
 
-def chunked(pragma: str, bound: str, body: list[str], parallel: bool) -> list[str]:
+def chunked(pragma: str, bound: str, body: list[str], parallel: bool,
+            prologue: tuple[str, ...] = ()) -> list[str]:
     """The row loop over ``x`` in ``[0, bound)`` with each thread's share of rows explicit
     (``x_last``: the share's last row): ``pragma`` opens the parallel region (``parallel``),
-    or one thread runs them all."""
+    or one thread runs them all; ``prologue``: statements each thread runs before its rows
+    (colsums.py: its partials)."""
     loop = ["for (int64_t x = x_first; x <= x_last; x++) {", *("  " + b for b in body), "}"]
+    start = [*("  " + line for line in prologue)]
     if not parallel:
-        return ["{", f"  const int64_t x_first = 0, x_last = {bound} - 1;",
+        return ["{", *start, f"  const int64_t x_first = 0, x_last = {bound} - 1;",
                 *("  " + line for line in loop), "}"]
     region = pragma.replace(" for", "").replace(" schedule(static)", "")
-    return [region, "{", "  int64_t x_first, x_last;",
+    return [region, "{", *start, "  int64_t x_first, x_last;",
             f"  tl_share({bound}, &x_first, &x_last);", *("  " + line for line in loop), "}"]
 
 

@@ -146,16 +146,7 @@ def shifted_moments(w: "KernelWriter", value: Callable[[], Expr],
     (``inf_flag``); sum d is then not finite, and only such rows (or rows holding a NaN)
     are walked again to set the flag: the common row pays no check."""
     em = w.em
-    shift = em.fresh("shift")
-    em.statement(f"double {shift} = 0;", False)
-    # the first value: the row's statements at r = 0, forgotten after (the next loop is
-    # the row's first: it fills the row buffers of values later loops read again)
-    values, buffers = w.values, w.buffers
-    w.values, w.buffers = dict(values), {}
-    em.begin_phase()
-    em.statement(f"{shift} = {em.convert(value(), 'f64').text};", True)
-    em.end_phase("", "for (int64_t r = 0; r < 1; r++)", w.r_header)
-    w.values, w.buffers = values, buffers
+    shift = first_value(w, value, "shift")
     total, squares = em.fresh("acc_sum"), em.fresh("acc_sq")
     em.statement(f"double {total} = 0, {squares} = 0;", False)
     em.begin_phase()
@@ -176,6 +167,22 @@ def shifted_moments(w: "KernelWriter", value: Callable[[], Expr],
     return mean, em.emit(f"{acc.text} < 0 ? 0.0 : {acc.text}", "f64", "m2", inner=False)
 
 
+def first_value(w: "KernelWriter", value: Callable[[], Expr], hint: str) -> str:
+    """The C name of a double holding the row's first value of ``value()``: the row's
+    statements at r = 0, forgotten after (a later loop may be the row's first, which fills
+    the row buffers of values later loops read again)."""
+    em = w.em
+    name = em.fresh(hint)
+    em.statement(f"double {name} = 0;", False)
+    values, buffers = w.values, w.buffers
+    w.values, w.buffers = dict(values), {}
+    em.begin_phase()
+    em.statement(f"{name} = {em.convert(value(), 'f64').text};", True)
+    em.end_phase("", "for (int64_t r = 0; r < 1; r++)", w.r_header)
+    w.values, w.buffers = values, buffers
+    return name
+
+
 def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
                    mean: Expr) -> tuple[Expr, str, str]:
     """(mean, `` - base``, center) of a row of f64 values, for rows whose sum overflows
@@ -186,11 +193,7 @@ def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
     a row of equal values). Other rows keep ``(x - 0.0) - sum / n``, the same values as
     ``x - mean``. A row holding inf or NaN gives the same inf or NaN either way."""
     em = w.em
-    x0 = em.fresh("first")
-    em.statement(f"double {x0} = 0;", False)
-    em.begin_phase()
-    em.statement(f"{x0} = {value().text};", True)
-    em.end_phase("", "for (int64_t r = 0; r < 1; r++)", w.r_header)
+    x0 = first_value(w, value, "first")
     scaled = em.fresh("acc_scaled")
     em.statement(f"double {scaled} = 0;", False)
     em.begin_phase()
