@@ -23,6 +23,12 @@ aot_autograd's and the call itself.
   FX-graph, AOT-autograd and C++ caches all start empty);
 - warm: a second fresh process over the same directories (every cache hits).
 
+Two floors are measured beside the warm runs, each in a fresh process: ``dynamo`` (the row
+under ``torch.compile(backend="eager")``: Dynamo's trace and guards, no aot_autograd, the
+graph run by eager: what any ``torch.compile`` backend pays before its own work) and
+``uncompiled`` (the row's first call without ``torch.compile``: its ops' own first-call
+costs, allocator and thread-pool start-up).
+
 Gates: cold first call torchloom / Inductor <= ``COLD_RATIO`` (0.3, the issue's goal for
 the MLP training step) on both rows; warm, torchloom's own part <= ``WARM_OWN_SECONDS`` and
 its whole first call <= ``WARM_RATIO`` x Inductor's (regression guards: the issue asks 0.2
@@ -93,6 +99,10 @@ def first_call(backend: str, name: str) -> dict:
                 own["compilers"].append(self)
         Compiler.compile_fx = timed
         compiled = torch.compile(fn, backend="torchloom")
+    elif backend == "dynamo":
+        compiled = torch.compile(fn, backend="eager")
+    elif backend == "uncompiled":
+        compiled = fn
     else:
         compiled = torch.compile(fn)
     step(compiled, inputs, train)()
@@ -136,7 +146,8 @@ def test_cold_and_warm_first_call(benchmark, tmp_path, name):
 
     def measure():
         cold = {b: _run(env, "--backend", b, "--row", name) for b in ("torchloom", "inductor")}
-        warm = {b: _run(env, "--backend", b, "--row", name) for b in ("torchloom", "inductor")}
+        warm = {b: _run(env, "--backend", b, "--row", name)
+                for b in ("torchloom", "inductor", "dynamo", "uncompiled")}
         return cold, warm
     cold, warm = benchmark.pedantic(measure, rounds=1, iterations=1)
     ours, theirs = cold["torchloom"], cold["inductor"]
@@ -150,7 +161,9 @@ def test_cold_and_warm_first_call(benchmark, tmp_path, name):
           f"import {warm['torchloom']['torchloom_import_s']:.3f} s, compiler "
           f"{warm['torchloom']['compiler_init_s']:.3f} s), "
           f"Inductor {warm['inductor']['first_call_s']:.2f} s (shared imports before: "
-          f"{ours['import_s']:.2f} s)")
+          f"{ours['import_s']:.2f} s); floors: Dynamo alone (backend='eager') "
+          f"{warm['dynamo']['first_call_s']:.2f} s, uncompiled "
+          f"{warm['uncompiled']['first_call_s']:.2f} s")
     assert ratio <= COLD_RATIO
     assert warm["torchloom"]["first_call_s"] <= WARM_RATIO * warm["inductor"]["first_call_s"]
     assert _own(warm["torchloom"]) <= WARM_OWN_SECONDS
@@ -163,7 +176,7 @@ def _own(side: dict) -> float:
 
 if __name__ == "__main__":  # one side's first call, in a fresh process
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", choices=("torchloom", "inductor"))
+    parser.add_argument("--backend", choices=("torchloom", "inductor", "dynamo", "uncompiled"))
     parser.add_argument("--row")
     parser.add_argument("--installed", action="store_true")
     args = parser.parse_args()
