@@ -77,6 +77,7 @@ class Pointwise:
         if dtype in ("f32", "f64"):
             tpl = tpl.replace("$erf", "tl_erf_fast" if dtype == "f32" else "erf")
             tpl = tpl.replace("$exp", "tl_exp" if dtype == "f32" else "exp")
+            tpl = tpl.replace("$tanh", "tl_tanh" if dtype == "f32" else "tanh")
             tpl = tpl.replace("$T", CTYPE[dtype]).replace("$f", "f" if dtype == "f32" else "")
         return tpl
 
@@ -140,7 +141,7 @@ INV_SQRT_2PI = "(($T)0.39894228040143267794)"  # 1 / sqrt(2 pi)
 
 def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
     if a.get("approximate", "none") == "tanh":
-        return (f"($T)0.5 * {{self}} * (($T)1 + tanh$f({SQRT_2_PI} * ({{self}} + "
+        return (f"($T)0.5 * {{self}} * (($T)1 + $tanh({SQRT_2_PI} * ({{self}} + "
                 f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
     exact = f"($T)0.5 * {{self}} * (($T)1 + $erf({{self}} * {SQRT1_2}))"
     if dtype in ("f32", "bf16") or (dtype == "f16" and _eager_f16_gelu_is_f32s()):
@@ -164,7 +165,7 @@ def _eager_f16_gelu_is_f32s() -> bool:
 
 def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:
     if a.get("approximate", "none") == "tanh":
-        inner = (f"tanh$f({SQRT_2_PI} * ({{self}} + (($T)0.044715) * {{self}} * {{self}} * "
+        inner = (f"$tanh({SQRT_2_PI} * ({{self}} + (($T)0.044715) * {{self}} * {{self}} * "
                  f"{{self}}))")
         return (f"{{grad_output}} * (($T)0.5 * (($T)1 + T_) + ($T)0.5 * {{self}} * "
                 f"(($T)1 - T_ * T_) * {SQRT_2_PI} * (($T)1 + (($T)0.134145) * {{self}} * "
@@ -178,14 +179,16 @@ def _erf(a: Mapping[str, Any], dtype: str = "f32") -> str:
 
 
 def _tanh(a: Mapping[str, Any], dtype: str = "f32") -> str:
-    """libm's tanh is 1 ulp off at small arguments (libmvec's tanhf(-3.0450031e-4) is
-    x + 1 ulp, glibc's scalar tanhf(1.52e-6) x + 1 ulp) where eager's is x: then
-    x - tanh(x) has the wrong sign. Below 2^-8 (f32; 2^-13 for f64) tanh(x) is
-    x - x^3/3 to within 2^-33 (2^-55) of x, one rounding: correctly rounded but for ties;
-    the sign is x's (tanh is odd: -0.0 stays -0.0, the sum alone would give +0.0)."""
-    small = "0x1p-13" if dtype == "f64" else "0x1p-8"
-    return (f"copysign$f(fabs$f({{self}}) < ($T){small} ? {{self}} + {{self}} * ({{self}} * "
-            f"{{self}} * (($T)-1 / ($T)3)) : tanh$f({{self}}), {{self}})")
+    """f32 (and bf16/f16, computed in f32): the prelude's ``tl_tanh``. f64: libm's, whose
+    tanh is 1 ulp off at small arguments (glibc's scalar tanh like its tanhf(1.52e-6): x + 1
+    ulp) where eager's is x: then x - tanh(x) has the wrong sign. Below 2^-13 tanh(x) is
+    x - x^3/3 to within 2^-55 of x, one rounding: correctly rounded but for ties; the sign
+    is x's (tanh is odd: -0.0 stays -0.0, the sum alone would give +0.0). tl_tanh does the
+    same below 2^-8."""
+    if dtype != "f64":
+        return "tl_tanh({self})"
+    return ("copysign(fabs({self}) < 0x1p-13 ? {self} + {self} * ({self} * {self} * "
+            "((double)-1 / (double)3)) : tanh({self}), {self})")
 
 
 def _unary(floats: str, ints: str | None = None) -> Pointwise:
