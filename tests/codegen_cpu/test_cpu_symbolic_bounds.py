@@ -117,3 +117,29 @@ def test_a_slice_whose_end_alone_is_computed_is_compiled():
                 for c in comp.compiled.choices]
     assert symbolic and all(c.codegen == "cpu" for c in symbolic), [
         str(r) for c in symbolic for r in c.fallback_reasons]
+
+
+#: slices from 0 whose end is an int graph input of its own symbol, on a tensor whose dim
+#: is another size (a HF decoder's position ids, ``pos[:, :n]`` of an ``i64[2, s0+1]``
+#: made in the graph): the kernel reads the length from that int (it was declined: "size
+#: symbol s0 has no value in the kernel").
+SLICED_BY_AN_INT = {
+    "differences": lambda x, n: (lambda p: (p[:, 1:n + 1] - p[:, :n]) != 1)(
+        torch.cumsum(torch.ones(2, n + 1, dtype=torch.int64), -1) * x),
+    "rows": lambda x, n: (torch.arange(n + 2, dtype=torch.float32)[:, None] * x)[:n].exp(),
+    "last_dim": lambda x, n: (torch.ones(3, n + 1) * x).sin()[..., :n] * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLICED_BY_AN_INT))
+def test_a_slice_length_read_from_an_int_input(name):
+    f = SLICED_BY_AN_INT[name]
+    fn, compiler = compiled(f)
+    for n in (9, 14, 1, 17, 0):
+        x = torch.randint(1, 4, (1, 1)) if name == "differences" else torch.randn(1, 1)
+        torch.testing.assert_close(fn(x, n), f(x, n))
+    choices = [c for comp in compiler.compilations if comp.compiled is not None
+               for c in comp.compiled.choices]
+    reasons = [str(r) for c in choices for r in c.fallback_reasons if r.codegen == "cpu"]
+    assert not any("has no value in the kernel" in r for r in reasons), reasons
+    assert "cpu" in {c.codegen for c in choices}, reasons

@@ -68,7 +68,8 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
     A symbol is read from the first tensor input dim that is that bare symbol; else from an
     int input a view gives as that dim's size (``aten.view(%x, %n) {size = [$1, 8]} :
     f32[s0, 8]``: ``%n`` is s0; a dim that is an expression, ``(s0//2)``, is then an
-    argument of its own, read from that int); else an input dim that is an expression of
+    argument of its own, read from that int) or a slice from 0 takes as its end (``x[:,
+    :n]`` of an ``i64[2, s0+1]``, typed ``i64[2, s0]``: ``%n`` is s0); else an input dim that is an expression of
     symbols read nowhere (``f32[s0*s1, 48]``, a flattened batch) is an argument of its
     own, which dims containing that whole expression use (and :func:`stride_arguments`
     names strides).
@@ -83,17 +84,29 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
                     names.setdefault(d, f"S_{len(names)}")
     scalars: dict[str, int] = {}
     position = {v: i for i, v in enumerate(inputs)}
+    def read_from_int(d: Any, source: Value) -> None:
+        if isinstance(d, str) and d not in names and source in position and \
+                isinstance(source.type, ScalarType) and source.type.kind == "int":
+            names[d] = f"S_{len(names)}"
+            scalars[names[d]] = position[source]
+
     for node in region.nodes:
-        sizes = node.attrs.get("size") if VIEWS.get(node.op) in ("reshape", "expand") else None
-        if not isinstance(sizes, (list, tuple)) or len(node.outputs) != 1:
+        if len(node.outputs) != 1 or not isinstance(node.outputs[0].type, TensorType):
             continue
-        for d, entry in zip(node.outputs[0].type.shape, sizes):
-            if isinstance(entry, InputRef) and isinstance(d, str) and d not in names:
-                source = node.inputs[int(entry)]
-                if source in position and isinstance(source.type, ScalarType) and \
-                        source.type.kind == "int":
-                    names[d] = f"S_{len(names)}"
-                    scalars[names[d]] = position[source]
+        shape = node.outputs[0].type.shape
+        sizes = node.attrs.get("size") if VIEWS.get(node.op) in ("reshape", "expand") else None
+        if isinstance(sizes, (list, tuple)):
+            for d, entry in zip(shape, sizes):
+                if isinstance(entry, InputRef):
+                    read_from_int(d, node.inputs[int(entry)])
+        elif (VIEWS.get(node.op) == "slice" and len(node.inputs) == 2 and "end" not in
+              node.attrs and node.attrs.get("start") == 0 and node.attrs.get("step", 1) == 1
+              and isinstance(node.attrs.get("dim", 0), int)):
+            # x[:, :n] with n an int input: the slice's length is n (its type says so: a
+            # bare symbol where the input's dim is another size, so n was not clamped)
+            dim = node.attrs.get("dim", 0)
+            if -len(shape) <= dim < len(shape) and symbols.is_symbol(shape[dim]):
+                read_from_int(shape[dim], node.inputs[1])
     for v in inputs:
         if isinstance(v.type, TensorType):
             for d in v.type.shape:
