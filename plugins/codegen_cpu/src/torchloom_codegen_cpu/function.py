@@ -69,10 +69,10 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
     int input a view gives as that dim's size (``aten.view(%x, %n) {size = [$1, 8]} :
     f32[s0, 8]``: ``%n`` is s0; a dim that is an expression, ``(s0//2)``, is then an
     argument of its own, read from that int) or a slice from 0 takes as its end (``x[:,
-    :n]`` of an ``i64[2, s0+1]``, typed ``i64[2, s0]``: ``%n`` is s0); else an input dim that is an expression of
-    symbols read nowhere (``f32[s0*s1, 48]``, a flattened batch) is an argument of its
-    own, which dims containing that whole expression use (and :func:`stride_arguments`
-    names strides).
+    :n]`` of an ``i64[2, s0+1]``, typed ``i64[2, s0]``: ``%n`` is s0); else an input dim
+    that is an expression of symbols read nowhere (``f32[s0*s1, 48]``, a flattened batch)
+    is an argument of its own, which dims containing that whole expression use (and
+    :func:`stride_arguments` names strides).
     Numbered in that order, walking the region as the canonical form does, so groups equal
     up to their symbols' names get one function."""
     inputs = region.inputs
@@ -84,6 +84,7 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
                     names.setdefault(d, f"S_{len(names)}")
     scalars: dict[str, int] = {}
     position = {v: i for i, v in enumerate(inputs)}
+
     def read_from_int(d: Any, source: Value) -> None:
         if isinstance(d, str) and d not in names and source in position and \
                 isinstance(source.type, ScalarType) and source.type.kind == "int":

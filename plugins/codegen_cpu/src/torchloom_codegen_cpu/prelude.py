@@ -223,8 +223,8 @@ static inline float tl_exp_nonpos(float x) {
    tanh kernel 1.41 -> 1.12 ms on the Intel Xeon of RESULTS.md, eager's Sleef 1.10). Within
    4.9 ulp of tanh in double over every float (measured exhaustively; libmvec's: 2.2), and
    below 2^-8 the series x - x^3/3 as before (correctly rounded but for ties, |tanh(x)| <=
-   |x|: eager's bits there). The clamp is written `c < a ? c : a` (a vminps that keeps a
-   NaN); the sign is x's (-0.0 stays -0.0, +-inf gives +-1, NaN stays NaN). */
+   |x|: eager's bits there). The clamp `c < a ? c : a` keeps a NaN (its comparison is
+   false); the sign is x's (-0.0 stays -0.0, +-inf gives +-1, NaN stays NaN). */
 static inline float tl_tanh(float x) {
   float a = fabsf(x);
   a = 7.90531110763549805f < a ? 7.90531110763549805f : a;
