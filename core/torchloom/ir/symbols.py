@@ -79,6 +79,12 @@ def rename_dim(dim: Dim, names: Mapping[str, str]) -> Dim:
     return _IDENT.sub(lambda m: names.get(m.group(0), m.group(0)), dim)
 
 
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, its middle left out when it is long (a hostile dim
+    can be thousands of characters)."""
+    return repr(text if len(text) <= 80 else f"{text[:40]}...{text[-20:]}")
+
+
 @functools.lru_cache(maxsize=4096)
 def parse_dim(text: str) -> ast.Expression:
     """The checked syntax tree of a dim expression; :class:`SymbolicDimError` when it is
@@ -86,14 +92,14 @@ def parse_dim(text: str) -> ast.Expression:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
-        raise SymbolicDimError(f"dim {text!r} is not an expression: {exc.msg}") from None
+        raise SymbolicDimError(f"dim {_shown(text)} is not an expression: {exc.msg}") from None
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Expression, ast.Load)) or type(node) in _BINOPS:
             continue
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not (
                 isinstance(node.right, ast.Constant) and 0 <= node.right.value <= 64):
-            raise SymbolicDimError(f"dim {text!r}: a power's exponent must be an int "
+            raise SymbolicDimError(f"dim {_shown(text)}: a power's exponent must be an int "
                                    f"literal from 0 to 64")
         if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd)):
             continue
@@ -104,8 +110,8 @@ def parse_dim(text: str) -> ast.Expression:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in FUNCTIONS and not node.keywords:
             continue
-        raise SymbolicDimError(f"dim {text!r}: {type(node).__name__} is not allowed in a size "
-                               f"expression")
+        raise SymbolicDimError(f"dim {_shown(text)}: {type(node).__name__} is not allowed in a "
+                               f"size expression")
     return tree
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any
 
 import torch
@@ -31,7 +32,7 @@ from torchloom.errors import ParseError
 from torchloom.ir.graph import Graph, Node, Value
 from torchloom.ir.printer import (ENUMS, format_attr, format_attrs, format_dim, format_graph_name,
                                   format_type, print_graph, print_node)
-from torchloom.ir.symbols import SymbolicDimError, parse_dim
+from torchloom.ir.symbols import SymbolicDimError, is_symbol, parse_dim
 from torchloom.ir.types import (DTYPE_NAMES, DTYPES, SCALAR_KINDS, InputRef, ScalarType, TensorType,
                                 Type)
 
@@ -45,9 +46,9 @@ _TOKEN = re.compile(r"""
   | (?P<nl>\n)
   | (?P<value>%[A-Za-z0-9_]+)
   | (?P<ref>\$[0-9]+)
-  | (?P<at>@(?:[A-Za-z0-9_:.\-]+|"(?:[^"\\]|\\.)*"))
+  | (?P<at>@(?:[A-Za-z0-9_:.\-]+|"(?:[^"\\\n]|\\[^\n])*"))
   | (?P<enum>\#[A-Za-z0-9_:.]+)
-  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<string>"(?:[^"\\\n]|\\[^\n])*")
   | (?P<number>-inf\b|-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<punct>[()\[\]{},:=?])
@@ -95,7 +96,8 @@ class _Parser:
 
     def error(self, message: str, tok=None) -> ParseError:
         kind, text, line, col = tok or self.peek()
-        found = "end of input" if kind == "eof" else repr(text)
+        found = "end of input" if kind == "eof" else repr(text if len(text) <= 80 else
+                                                          text[:60] + "...")
         return ParseError(f"{message}, found {found}", line, col, self.source)
 
     def accept(self, text: str) -> bool:
@@ -116,10 +118,29 @@ class _Parser:
         self.i += 1
         return tok[1]
 
+    def int_literal(self, tok, digits: str) -> int:
+        """``digits`` (the token's text, or its digits after ``$``) as an int; a ParseError
+        at ``tok``, not int()'s ValueError, past the digits Python converts."""
+        try:
+            return int(digits)
+        except ValueError:  # the message leaves the literal out: it is thousands of digits
+            raise ParseError(f"integer literal of {len(digits.lstrip('-'))} digits is too "
+                             f"long (at most {sys.get_int_max_str_digits()})",
+                             tok[2], tok[3], self.source) from None
+
     def take_name(self, what: str) -> str:
         """A graph name: ``@name``, or ``@"any text"`` for names with other characters."""
+        tok = self.peek()
         text = self.take("at", what)[1:]
-        return json.loads(text) if text.startswith('"') else text
+        return self.string_literal(tok, text, 1) if text.startswith('"') else text
+
+    def string_literal(self, tok, text: str, offset: int = 0) -> str:
+        """A quoted string (JSON's escapes) at ``tok``, ``offset`` characters in."""
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:  # a bad escape or a raw control character
+            raise ParseError(f"bad string literal: {exc.msg}", tok[2],
+                             tok[3] + offset + exc.pos, self.source) from None
 
     # -- grammar
     def parse_graph(self) -> Graph:
@@ -242,11 +263,11 @@ class _Parser:
         if kind == "number":
             if text == "-inf":
                 return -math.inf
-            return float(text) if any(c in text for c in ".eE") else int(text)
+            return float(text) if any(c in text for c in ".eE") else self.int_literal(tok, text)
         if kind == "string":
-            return json.loads(text)
+            return self.string_literal(tok, text)
         if kind == "ref":
-            return InputRef(int(text[1:]))
+            return InputRef(self.int_literal(tok, text[1:]))
         if kind == "enum":
             name = text[1:]
             if name in ENUMS:
@@ -293,16 +314,20 @@ class _Parser:
         if self.accept("]"):
             return ()
         while True:
-            kind, text, _, _ = self.peek()
+            kind, text, _, _ = tok = self.peek()
             self.i += 1
             if kind == "number" and text.lstrip("-").isdigit():
-                dims.append(int(text))
+                dims.append(self.int_literal(tok, text))
             elif text == "?":
                 dims.append(None)
             elif kind == "ident":
+                if not _is_size_symbol(text):  # the printer would quote it, and that fails
+                    raise ParseError(f"dim {text!r} is not a size symbol: a symbol is letters, "
+                                     f"digits and _ (no dots), neither a Python keyword nor "
+                                     f"a size function such as Max", tok[2], tok[3], self.source)
                 dims.append(text)
             elif kind == "string":
-                dims.append(json.loads(text))
+                dims.append(self.string_literal(tok, text))
                 try:  # a size expression: arithmetic over symbols, nothing else
                     parse_dim(dims[-1])
                 except SymbolicDimError as exc:
@@ -314,6 +339,17 @@ class _Parser:
             if self.accept("]"):
                 return tuple(dims)
             self.expect(",")
+
+
+def _is_size_symbol(text: str) -> bool:
+    """Whether a bare dim is one symbol that :func:`parse_dim` reads back as itself."""
+    if not is_symbol(text):
+        return False
+    try:  # keywords (if, True, None) are identifiers but no symbol
+        parse_dim(text)
+    except SymbolicDimError:
+        return False
+    return True
 
 
 def parse_graph(text: str, source: str | None = None) -> Graph:

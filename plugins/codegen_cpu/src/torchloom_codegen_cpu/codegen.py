@@ -25,6 +25,11 @@ chains, softmax, layer_norm, GELU), so there the group runs on eager (its compos
 and ``explain`` says why. ``TORCHLOOM_CPU_F16`` (or ``f16=``) chooses: ``auto`` (that
 rule, the default), ``compile`` (always), ``eager`` (never).
 
+Libraries live in ``<cache>/cpu``. Where that cannot be used (a file in its place or in
+place of the cache directory, no permission, a read-only disk), they are built in a
+temporary directory made once per codegen object and removed at exit, with one warning:
+the groups still compile, only a later process builds them again.
+
 A fleet shares the libraries: with a shared cache, the compiler compiles with
 ``with_artifacts(store)``'s copy, which looks a library up in ``store`` before running the
 compiler and puts there what it builds (see toolchain.py), so a process whose fleet built
@@ -35,8 +40,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import re
+import shutil
+import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +56,12 @@ from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher
 from torchloom_codegen_cpu.prelude import prelude
-from torchloom_codegen_cpu.toolchain import (BuildError, Toolchain, build, cached_library,
-                                             compiler_name, fetch_library, find_compiler,
-                                             probe)
+from torchloom_codegen_cpu.toolchain import (BuildError, DamageReport, Toolchain, build,
+                                             cached_library, compiler_name,
+                                             directory_problem, fetch_library,
+                                             find_compiler, probe)
+
+log = logging.getLogger("torchloom.codegen_cpu")
 
 #: TORCHLOOM_CPU_F16's values
 F16_CHOICES = ("auto", "compile", "eager")
@@ -73,7 +85,10 @@ class CpuCodegen:
         if self.f16 not in F16_CHOICES:
             raise ValueError(f"f16 (TORCHLOOM_CPU_F16) is {self.f16!r}; choose one of "
                              f"{', '.join(F16_CHOICES)}")
+        #: where libraries are kept across processes (see ``directory`` for where they are)
         self.cache_dir = Path(base) / "cpu"
+        self._directory: Path | None = None  # cache_dir, or a temporary one (``directory``)
+        self._damaged = DamageReport()  # damaged libraries, each reported once
         self.timeout = timeout if timeout is not None else float(
             os.environ.get("TORCHLOOM_CC_TIMEOUT", "120"))
         #: the fleet's libraries (None: every library is built or found here)
@@ -146,7 +161,7 @@ class CpuCodegen:
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
         path = self._prepared.get(kernel.metadata["kernel"]) or self._built(kernel.metadata)
-        if path is not None and cached_library(path):
+        if path is not None and cached_library(path, self._damaged):
             lib = ctypes.CDLL(str(path))
             if hasattr(lib, kernel.metadata["kernel"]):
                 return launcher(lib, kernel.metadata)
@@ -166,9 +181,9 @@ class CpuCodegen:
         if not isinstance(library, dict) or not _KEY.fullmatch(str(library.get("key"))) or \
                 library.get("toolchain") != self._toolchain_id():
             return None
-        path = self.cache_dir / f"{library['key']}.so"
-        if not cached_library(path) and (self.artifacts is None or
-                                         not fetch_library(self.artifacts, path)):
+        path = self.directory() / f"{library['key']}.so"
+        if not cached_library(path, self._damaged) and (
+                self.artifacts is None or not fetch_library(self.artifacts, path, self._damaged)):
             return None
         return path
 
@@ -190,11 +205,44 @@ class CpuCodegen:
         return ENTRY_HEAD + head + "".join(functions[name] for name in sorted(functions))
 
     def _build(self, source: str) -> Path:
+        toolchain = self.toolchain()
         try:
-            return build(source, self.toolchain(), self.cache_dir, self.timeout,
-                         self.artifacts)
+            return self._in_directory(lambda directory: build(
+                source, toolchain, directory, self.timeout, self.artifacts, self._damaged))
         except BuildError as exc:
             raise RuntimeError(str(exc)) from None
+
+    # ---- directory -------------------------------------------------------------------------
+    def directory(self) -> Path:
+        """Where libraries are built and found: ``cache_dir``, or when it cannot be used a
+        temporary directory (see the module's doc), decided on first use."""
+        if self._directory is None:
+            problem = directory_problem(self.cache_dir)
+            self._directory = self.cache_dir if problem is None else self._temporary(problem)
+        return self._directory
+
+    def _temporary(self, problem: str) -> Path:
+        """A directory for this object's libraries, removed when it is collected or at exit."""
+        path = Path(tempfile.mkdtemp(prefix="torchloom-cpu-"))
+        weakref.finalize(self, shutil.rmtree, path, ignore_errors=True)
+        log.warning("torchloom: cpu codegen: library directory %s is unusable (%s); libraries "
+                    "are built in %s for this process (set TORCHLOOM_CACHE_DIR to a writable "
+                    "directory to keep them)", self.cache_dir, problem, path)
+        return path
+
+    def _in_directory(self, work):
+        """``work(directory())``; if the cache directory fails it (the disk turned
+        read-only or full), again in a temporary directory, which is used from then on."""
+        directory = self.directory()
+        try:
+            return work(directory)
+        except TimeoutError:  # another process holds the build lock: not the directory
+            raise
+        except OSError as exc:
+            if directory != self.cache_dir:
+                raise
+            self._directory = self._temporary(exc.strerror or str(exc))
+            return work(self._directory)
 
     # ---- toolchain -------------------------------------------------------------------------
     def toolchain(self) -> Toolchain:
@@ -204,7 +252,8 @@ class CpuCodegen:
             if cc is None:
                 raise RuntimeError(f"no C compiler: {compiler_name()!r} is not on PATH")
             try:
-                self._toolchain = probe(cc, self.cache_dir, self.timeout, self.artifacts)
+                self._toolchain = self._in_directory(
+                    lambda directory: probe(cc, directory, self.timeout, self.artifacts))
             except BuildError as exc:
                 raise RuntimeError(str(exc)) from None
         return self._toolchain

@@ -19,9 +19,10 @@ module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
 A library is cached as ``<dir>/<key>.so`` where ``key`` hashes the source, the compiler's
 path and version, the flags and the CPU features; ``<key>.so.sha256`` beside it vouches for
 its bytes. A hit is loaded without running the compiler; a library whose digest does not
-match is rebuilt. Builds write a temporary file and ``os.replace`` it into place, so
-processes compiling at once never see a half-written library. The generated source is
-kept as ``<key>.c`` for bug reports.
+match, or which (or whose digest) is a symlink leading outside ``<dir>``, is damaged:
+reported once (:class:`DamageReport`) and rebuilt in its place. Builds write a temporary
+file and ``os.replace`` it into place, so processes compiling at once never see a
+half-written library. The generated source is kept as ``<key>.c`` for bug reports.
 
 A fleet shares libraries through an artifact store (``store``: the shared cache's
 ``artifact-cpu`` namespace, see ``with_artifacts`` in the codegen protocol): a library
@@ -44,6 +45,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import attrs
 from filelock import FileLock
@@ -66,6 +68,47 @@ _PROBE = "libmvec,pyentry,width,tables"
 
 class BuildError(Exception):
     """The compiler failed or timed out; the message names the kept source file."""
+
+
+#: told of a damaged library: ``damaged(path, why)``
+Damaged = Callable[[Path, str], None]
+
+
+class DamageReport:
+    """``damaged(path, why)`` that warns once per library: a library is looked at several
+    times before it is rebuilt (before and under the build lock, by ``load``)."""
+
+    def __init__(self):
+        self._reported: set[str] = set()
+
+    def __call__(self, path: Path, why: str) -> None:
+        if str(path) not in self._reported:
+            self._reported.add(str(path))
+            log.warning("torchloom: cached library %s is damaged (%s); rebuilding it", path, why)
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot hold libraries (it cannot be created, listed or written to:
+    a file in its place or in place of a parent, no permission, a read-only disk), or None."""
+    try:
+        if directory.exists() and not directory.is_dir():
+            return "a file is in its place"
+        directory.mkdir(parents=True, exist_ok=True)
+        os.listdir(directory)
+        fd, probe_file = tempfile.mkstemp(dir=directory, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe_file)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def within(directory: Path, path: Path) -> bool:
+    """Whether ``path``, symlinks followed, lies inside ``directory`` (itself resolved)."""
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
 
 
 @attrs.frozen
@@ -121,8 +164,9 @@ def probe(cc: str, directory: Path, timeout: float,
     record = None
     if stamp is not None:
         record = directory / f"toolchain-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
-        try:
-            return _recorded_toolchain(cc, record.read_bytes())
+        try:  # a record leading outside the directory is probed again and replaced
+            if within(directory, record):
+                return _recorded_toolchain(cc, record.read_bytes())
         except (OSError, ValueError, KeyError, TypeError):
             pass
         shared = store.get(record.stem) if store is not None else None
@@ -261,35 +305,45 @@ def library_path(directory: Path, source: str, tc: Toolchain) -> Path:
     return directory / f"{key}.so"
 
 
-def cached_library(path: Path) -> bool:
-    """True when ``path`` exists and its bytes match the digest beside it."""
+def cached_library(path: Path, damaged: Damaged | None = None) -> bool:
+    """True when ``path`` exists, it and the digest beside it lie inside its directory
+    (symlinks followed), and its bytes match that digest. A library there that fails a
+    check is told to ``damaged`` (default: a warning each time) and the caller rebuilds it;
+    a missing one (or its digest missing: a build cut short) is simply not cached."""
     sidecar = path.with_name(path.name + ".sha256")
+    if not os.path.lexists(path):
+        return False
+    damaged = damaged or DamageReport()
+    if not (within(path.parent, path) and within(path.parent, sidecar)):
+        damaged(path, "it leads outside the cache directory")
+        return False
     try:
         recorded = sidecar.read_text().strip()
         actual = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return False
     if recorded != actual:
-        log.warning("torchloom: cached library %s does not match its checksum; rebuilding it",
-                    path)
+        damaged(path, "it does not match its checksum")
         return False
     return True
 
 
 def build(source: str, tc: Toolchain, directory: Path, timeout: float,
-          store: ArtifactStore | None = None) -> Path:
+          store: ArtifactStore | None = None, damaged: Damaged | None = None) -> Path:
     """The library for ``source``: from the cache, from ``store`` (the fleet's), or built
-    (atomically), cached, and shared through ``store``."""
+    (atomically), cached, and shared through ``store``. A damaged library found in the
+    cache is told to ``damaged`` (default: one warning per call) and rebuilt."""
     path = library_path(directory, source, tc)
-    if cached_library(path):
+    damaged = damaged or DamageReport()
+    if cached_library(path, damaged):
         return path
     directory.mkdir(parents=True, exist_ok=True)
     # processes building the same library at once (DDP ranks): one builds, the others wait
     # and load it
     with FileLock(str(path.with_name(path.name + ".lock")), timeout=timeout + 60):
-        if cached_library(path):
+        if cached_library(path, damaged):
             return path
-        if store is not None and fetch_library(store, path):
+        if store is not None and fetch_library(store, path, damaged):
             _atomic_write(path.with_suffix(".c"), source.encode())  # for bug reports
             return path
         _build_locked(source, tc, path, timeout)
@@ -298,7 +352,7 @@ def build(source: str, tc: Toolchain, directory: Path, timeout: float,
         return path
 
 
-def fetch_library(store: ArtifactStore, path: Path) -> bool:
+def fetch_library(store: ArtifactStore, path: Path, damaged: Damaged | None = None) -> bool:
     """Whether ``store`` had the library ``path`` names (by its key), now at ``path`` with
     its digest, checked and loadable. An entry that does not load is rejected and removed:
     the caller builds the library."""
@@ -308,7 +362,7 @@ def fetch_library(store: ArtifactStore, path: Path) -> bool:
     _atomic_write(path, data)
     _atomic_write(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest().encode())
     try:
-        if not cached_library(path):
+        if not cached_library(path, damaged):
             raise OSError("its bytes changed on the disk as they were written")
         ctypes.CDLL(str(path))
     except OSError as exc:
