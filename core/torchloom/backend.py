@@ -32,8 +32,12 @@ from torchloom.compile_mode import check_mode
 from torchloom.errors import PipelineError
 from torchloom.passes.pipeline import PARTITIONERS
 
-OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "compiler", "partitioner",
-               "mode", "remote_cache")
+#: the options of ``torch.compile(backend="torchloom", options=...)`` the README documents
+OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "partitioner", "mode",
+               "remote_cache")
+#: accepted but not offered to users: ``compiler``, a ready :class:`Compiler` (explain,
+#: bench and tests pass one to read its compilations afterwards)
+INTERNAL_OPTION_KEYS = ("compiler",)
 
 #: composites decomposed before the forward/backward split, so that the min-cut
 #: partitioner can recompute their cheap pointwise parts in the backward
@@ -46,7 +50,7 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
 
     from torchloom.compiler import Compiler
     options = dict(options or {})
-    unknown = sorted(set(options) - set(OPTION_KEYS))
+    unknown = sorted(set(options) - set(OPTION_KEYS) - set(INTERNAL_OPTION_KEYS))
     if unknown:
         hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
                  for k in unknown for close in [difflib.get_close_matches(k, OPTION_KEYS, n=1)]]

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -105,7 +107,15 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed usage and the error on stderr
+        if exc.code == 2 and "--json" in argv:  # the one document a --json command prints
+            command = next((a for a in argv if a in _COMMANDS), None)
+            print(json.dumps({"ok": False, "command": command, "exit_code": 2,
+                              "error": "invalid command line (usage on stderr)"}, indent=2))
+        raise
     try:
         return _run(args)
     except TorchloomError as exc:
@@ -116,19 +126,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    """Run a command. With ``--json``, stdout carries exactly one JSON document: while
-    the command runs, whatever else writes to stdout (the workload's print() calls, a
-    compiler a codegen starts) goes to stderr; the document is printed afterwards."""
+    """Run a command. With ``--json``, stdout carries exactly one JSON document, an error
+    included (``{"ok": false, "error": ...}``): while the command runs, whatever else
+    writes to stdout (the workload's print() calls, a compiler a codegen starts) goes to
+    stderr; the document is printed afterwards."""
     if not getattr(args, "json", False):
         return _COMMANDS[args.command](args)
     args.document = None
     try:
         with _stdout_to_stderr():
             code = _COMMANDS[args.command](args)
-    finally:  # a document describing the error (check --json) is printed too
+    except Exception as exc:  # the command's own error document (check's) wins
+        if args.document is None:
+            _json(args, _error_document(args, exc))
+        raise
+    finally:
         if args.document is not None:
             print(args.document)
     return code
+
+
+def _error_document(args, exc: Exception, **extra) -> dict:
+    """The ``--json`` document of a command that failed: what stderr says, and the exit
+    code (2 for a user error, 1 for a failing pass or a bug in torchloom or a plugin)."""
+    user = isinstance(exc, TorchloomError)
+    return {"ok": False, "command": args.command, **extra,
+            "error": str(exc) if user else f"{type(exc).__name__}: {exc}",
+            "exit_code": exc.exit_code if user else 1}
 
 
 @contextlib.contextmanager
@@ -166,7 +190,7 @@ def _plugins(args) -> int:
         "plugins": [{"name": n, "distribution": d, "version": v}
                     for n, (d, v) in sorted(ps.plugins.items())],
         "passes": {n: {"distribution": r.distribution, "plugin": r.plugin,
-                       "doc": (r.obj.__doc__ or "").strip().split("\n")[0]}
+                       "doc": first_sentence(r.obj.__doc__)}
                    for n, r in sorted(ps.passes.items())},
         # a name several plugins register: every owner (pipelines using it fail)
         "clashes": {n: [{"distribution": r.distribution, "plugin": r.plugin,
@@ -201,6 +225,15 @@ def _plugins(args) -> int:
     return 0
 
 
+def first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring, whole: its first paragraph on one line, cut
+    after the first ``.``, ``!`` or ``?`` that a capitalised sentence follows (``e.g. x``
+    and ``1.5`` do not end one)."""
+    paragraph = inspect.cleandoc(doc or "").split("\n\n")[0]
+    text = " ".join(paragraph.split())
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z`(\"'])", text, maxsplit=1)[0]
+
+
 def _check(args) -> int:
     if not args.json:
         report = _check_report(args.pipeline)
@@ -213,7 +246,7 @@ def _check(args) -> int:
     try:
         _json(args, {"ok": True, **_check_report(args.pipeline)})
     except TorchloomError as exc:  # the document says what is wrong; stderr and exit 2 too
-        _json(args, {"ok": False, "pipeline": args.pipeline, "error": str(exc)})
+        _json(args, _error_document(args, exc, pipeline=args.pipeline))
         raise
     return 0
 
@@ -239,10 +272,16 @@ def _check_report(spec: str) -> dict:
         notes.append(f"codegen {name!r} {plugins.why_missing(name)}, {fallback} "
                      f"(installed: {', '.join(sorted(plugins.codegens))})"
                      + (f"; did you mean {close[0]!r}?" if close else ""))
+    # the pipeline is valid without them, but what they provide is missing from every run
+    notes.extend(f"plugin {e.entry_point!r} from distribution {e.distribution!r} failed to "
+                 f"load and was skipped (its passes and codegens are unavailable): "
+                 f"{e.summary}" for e in plugins.errors)
     return {"source": raw.source, "name": pipeline.name, "passes": len(pipeline.flat_steps()),
             "pass_names": [s.name for s in pipeline.flat_steps()],
             "codegens": list(pipeline.codegens), "verify": pipeline.verify,
-            "fingerprint": pipeline.fingerprint(), "notes": notes}
+            "fingerprint": pipeline.fingerprint(), "notes": notes,
+            "load_errors": [{"entry_point": e.entry_point, "distribution": e.distribution,
+                             "error": e.error} for e in plugins.errors]}
 
 
 def _explain(args) -> int:

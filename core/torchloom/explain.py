@@ -65,10 +65,42 @@ def load_workload(path: str | Path, device: str = "cpu"):
     try:
         params = inspect.signature(fn).parameters
         result = fn(device=device) if "device" in params else fn()
-        model, inputs = result
     except Exception as exc:
         raise WorkloadError(f"{path}: workload() failed: {type(exc).__name__}: {exc}") from exc
+    problem = _not_a_workload(result)
+    if problem:
+        raise WorkloadError(f"{path}: workload() must return a pair (callable, "
+                            f"example_inputs), such as `return model, [torch.randn(8, 16)]`, "
+                            f"but {problem}")
+    model, inputs = result
     return model, list(inputs)
+
+
+def _not_a_workload(result) -> str | None:
+    """What is wrong with what ``workload()`` returned, or None for a good pair."""
+    if not isinstance(result, (tuple, list)):
+        return f"it returned {_describe(result)}"
+    if len(result) != 2:
+        return f"it returned a {type(result).__name__} of {len(result)} items"
+    model, inputs = result
+    if not callable(model):
+        return f"its first item is {_describe(model)}, which is not callable"
+    if isinstance(inputs, (str, bytes, dict, torch.Tensor)) or not hasattr(inputs, "__iter__"):
+        return (f"its second item is {_describe(inputs)}, not a list or tuple of inputs "
+                f"(one tensor: [x])")
+    return None
+
+
+def _describe(value) -> str:
+    """``None``, ``a function gelu``, ``a Tensor of shape [4, 8]``, ``an int``..."""
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return f"a Tensor of shape {list(value.shape)}"
+    name = type(value).__name__
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    label = getattr(value, "__name__", None)
+    return f"{article} {name}" + (f" {label}" if isinstance(label, str) else "")
 
 
 def run_eagerly(workload, thunk):
@@ -201,6 +233,22 @@ def graph_breaks() -> list[dict[str, Any]]:
     return list(found.values())
 
 
+def _node_count_parts(graph) -> str:
+    """Why fusing can add nodes: ``" (2 ops outside groups, 1 group node, 1 op inside
+    it)"``: a group is a node of its own around the ops it holds, and views stay outside
+    groups (they move no data). Empty for a graph without groups."""
+    holders = [n for n in graph.nodes if n.region is not None]
+    if not holders:
+        return ""
+    outside = sum(1 for _ in graph.nodes) - len(holders)
+    inside = sum(n.region.num_nodes() for n in holders)
+
+    def count(n: int, what: str) -> str:
+        return f"{n} {what}{'' if n == 1 else 's'}"
+    return (f" ({count(outside, 'op')} outside groups, {count(len(holders), 'group node')}, "
+            f"{count(inside, 'op')} inside {'it' if len(holders) == 1 else 'them'})")
+
+
 def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
     d = result.data
     lines = [f"workload {d['workload']} with pipeline {d['pipeline']!r}"
@@ -216,7 +264,8 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
             lines.append(f"  {comp.name}: ran eagerly: {comp.fallback_reason}")
             continue
         from torchloom.report import count_kernels, fusion_groups
-        lines.append(f"  {comp.name}: {comp.nodes_before} nodes -> {comp.graph.num_nodes()}, "
+        lines.append(f"  {comp.name}: {comp.nodes_before} nodes -> {comp.graph.num_nodes()}"
+                     f"{_node_count_parts(comp.graph)}, "
                      f"{len(fusion_groups(comp.graph))} fusion groups, "
                      f"{count_kernels(comp.graph, result.compiler.registry)} kernels per call, "
                      f"compiled in {comp.compile_seconds * 1e3:.1f} ms")

@@ -19,10 +19,12 @@ import sys
 import tomllib
 from pathlib import Path
 
-from torchloom.errors import PipelineError, TorchloomError, VerifyError
+from torchloom.errors import PassError, PipelineError, TorchloomError, VerifyError
 
 #: what ``--passes`` is called in errors (it is the "file" they point into)
 PASSES_SOURCE = "--passes"
+#: ``PassError.pass_name`` of a failure the pass manager could not pin on one pass
+PIPELINE_FAILURE = "<pipeline>"
 
 
 def add_opt_parser(sub) -> None:
@@ -91,8 +93,41 @@ def opt(text: str, source: str, *, passes: str | None = None, pipeline: str | No
         raise VerifyError(f"{source}:{_line_of(exc, text)}: the input graph fails "
                           f"verification before any pass ran: {exc}") from None
     ctx = PassContext(registry=plugins.registry, device=device)
-    PassManager(built, plugins).run(graph, ctx)
+    try:
+        PassManager(built, plugins).run(graph, ctx)
+    except PassError as exc:
+        if exc.pass_name != PIPELINE_FAILURE:
+            raise
+        raise _name_the_pass(exc, text, source, built, plugins, device) from exc.__cause__
     return print_graph(graph)
+
+
+def _name_the_pass(exc: PassError, text: str, source: str, pipeline, plugins,
+                   device: str) -> PassError:
+    """The pipeline verifies only after its last pass (``verify = "end"``, the default of
+    ``--passes``), so its error cannot say which pass broke the graph: run it again on the
+    input with a check after every pass, as ``--verify-each`` does, and report the pass
+    that fails (IR text is small; a compilation's pipeline is not rerun this way)."""
+    import attrs
+
+    from torchloom.ir.text import parse_graph
+    from torchloom.passes.base import PassContext
+    from torchloom.passes.manager import PassManager
+    each = attrs.evolve(pipeline, verify="each")
+    try:
+        PassManager(each, plugins).run(parse_graph(text, source),
+                                       PassContext(registry=plugins.registry, device=device))
+    except PassError as named:
+        if named.pass_name != PIPELINE_FAILURE:
+            return PassError(f"{named}\n(The pipeline checks the graph only after its last "
+                             f"pass, so opt reran it with --verify-each to name the pass.)",
+                             named.pass_name, named.distribution, named.reproducer)
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return PassError(f"{pipeline.source}: the graph after the passes of pipeline "
+                     f"{pipeline.name!r} fails verification: {cause}\nRerunning them with "
+                     f"--verify-each (the pipeline checks only after its last pass) found "
+                     f"no single pass to blame; a pass may behave differently from run to "
+                     f"run.", exc.pass_name, exc.distribution, exc.reproducer)
 
 
 def passes_toml(spec: str, verify: str) -> tuple[str, list[tuple[int, str]]]:

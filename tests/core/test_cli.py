@@ -113,7 +113,8 @@ def test_explain_text_dump_and_show_ir(files, capsys):
     ("def workload():\n    raise ValueError('no data')\n", "workload() failed: ValueError: no data"),
     ("import not_a_module_xyz\n", "importing the workload failed: ModuleNotFoundError"),
     ("def workload():\n    return 42, []\n",
-     "running the workload eagerly failed: TypeError: 'int' object is not callable"),
+     "workload() must return a pair (callable, example_inputs), such as `return model, "
+     "[torch.randn(8, 16)]`, but its first item is an int, which is not callable"),
 ])
 def test_workload_errors_exit_2_with_one_message(files, capsys, source, message):
     path = files / "bad.py"

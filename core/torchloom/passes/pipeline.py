@@ -288,8 +288,10 @@ def _build_step(entry: dict, tline: int, plugins, lines: Lines, err, missing: li
             missing.append(name)
             return None
         installed = ", ".join(sorted(plugins.passes))
+        # a plugin that failed to import registers nothing: say so, not only "unknown"
+        why = getattr(plugins, "why_pass_missing", lambda _: "")(name)
         raise err(lines.key(tline, "name") if not inline else tline,
-                  f"unknown pass {name!r}{did_you_mean(name, plugins.passes)} "
+                  f"unknown pass {name!r}{why}{did_you_mean(name, plugins.passes)} "
                   f"(installed: {installed})")
     reg = plugins.passes[name]
     options = {k: v for k, v in entry.items() if k not in keys}

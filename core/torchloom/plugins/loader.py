@@ -43,6 +43,25 @@ class LoadError:
         return (f"plugin {self.entry_point!r} from distribution {self.distribution!r} failed "
                 f"to load and was skipped: {self.error}")
 
+    @property
+    def summary(self) -> str:
+        """The error on one line: its last line (``ImportError: ...``), and where a
+        ``SyntaxError`` points (``File "x.py", line 3``)."""
+        lines = [ln.strip() for ln in self.error.splitlines() if ln.strip()]
+        where = [ln for ln in lines[:-1] if ln.startswith("File ")]
+        return (lines[-1] if lines else "?") + (f" ({where[0]})" if where else "")
+
+    def names(self, word: str) -> bool:
+        """Whether this plugin's entry point or distribution names ``word`` (a pass's
+        namespace, a codegen): ``codegen_triton`` and ``torchloom-codegen-triton`` name
+        ``triton`` and ``codegen-triton``."""
+        def norm(text: str) -> str:
+            return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+        own = {norm(self.entry_point), norm(self.distribution)}
+        own |= {n.removeprefix("torchloom-") for n in own}
+        own |= {part for n in own for part in n.split("-")}
+        return norm(word) in own
+
 
 @attrs.frozen
 class Registered:
@@ -108,11 +127,28 @@ class PluginSet:
         ``codegen_triton`` / ``torchloom-codegen-triton`` name ``triton``) failed to load,
         else ``is not installed``."""
         for err in self.errors:
-            words = re.split(r"[^a-z0-9]+", f"{err.entry_point} {err.distribution}".lower())
-            if codegen.lower() in words:
+            if err.names(codegen):
                 return (f"failed to load: {err.error.splitlines()[-1]} (plugin "
                         f"{err.entry_point!r} from distribution {err.distribution!r})")
         return "is not installed"
+
+    def why_pass_missing(self, name: str) -> str:
+        """What to add to ``unknown pass 'ns.name'`` when plugins failed to load: the load
+        error of the plugin whose entry point or distribution the pass's namespace names,
+        else every load error (one of those plugins may be the one providing it)."""
+        namespace = name.split(".")[0] if "." in name else ""
+        named = [e for e in self.errors if namespace and e.names(namespace)]
+        if named:
+            return "; " + "; ".join(
+                f"plugin {e.entry_point!r} from distribution {e.distribution!r}, which its "
+                f"namespace {namespace!r} names, failed to load: {e.summary}" for e in named
+            ) + " (fix that and `torchloom plugins` lists its passes)"
+        if not self.errors:
+            return ""
+        which = "; ".join(f"plugin {e.entry_point!r} from distribution {e.distribution!r}: "
+                          f"{e.summary}" for e in self.errors)
+        count = "a plugin" if len(self.errors) == 1 else f"{len(self.errors)} plugins"
+        return f"; {count} failed to load and may provide it ({which})"
 
     def codegen_chain(self, preferred: str | Sequence[str]) -> list[Any]:
         """Codegens to try for a group: the preferred ones that are installed, in order

@@ -42,6 +42,13 @@ class Emitter(writer.Statements):
         self.xnames: set[str] = {"xindex"}
         #: a split reduction's loops cover one chunk: (start, stop) source text
         self.loop_bounds: tuple[str, str] | None = None
+        #: the module helpers (``ops.HELPERS``) the statements call: the module defines
+        #: these and no others
+        self.helpers: set[str] = set()
+
+    def use(self, *helpers: str) -> None:
+        """Ask for module helpers that a statement of this kernel calls."""
+        self.helpers.update(helpers)
 
     # ---- statements --------------------------------------------------------------------
     def depends_on_r(self, text: str) -> bool:
@@ -93,6 +100,8 @@ class Emitter(writer.Statements):
         target = COMPUTE[ir_dtype]
         if ir_dtype == "bf16":
             x = self.convert(e, "f32").text
+            if not self.hardware_bf16:
+                self.use("_round_to_bf16")
             rounded = self.emit(f"{par(x)}.to(tl.bfloat16).to(tl.float32)" if self.hardware_bf16
                                 else f"_round_to_bf16({x})", "f32", "rnd")
             self.bf16_exact[rounded.text] = x

@@ -36,8 +36,8 @@ from torchloom.api import Node, TensorType, Value, indexing, print_graph, writer
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
-from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, PRELUDE, REDUCTIONS, STORAGE, VIEWS,
-                                          literal)
+from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, REDUCTIONS, STORAGE, VIEWS,
+                                          literal, module_prelude)
 from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.metadata import kernel_metadata
 from torchloom_codegen_triton.plan import (drop_unused, next_pow2, reduction_configs,
@@ -172,6 +172,7 @@ class KernelWriter(writer.ValueWalk):
 
     def _render(self, node: Node, spec, named: dict[str, str], compute: str,
                 ir_dtype: str, given: dict[str, Any]) -> str:
+        self.em.use(*spec.helpers)
         return spec.render(named, given)
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
@@ -321,7 +322,8 @@ class KernelWriter(writer.ValueWalk):
 
     def generate(self) -> tuple[str, dict[str, Any]]:
         kernel, form, function, finish = self.function()
-        source = "\n".join([*self.header(form), *MODULE_PRELUDE, function]) + "\n" + finish
+        source = "\n".join([*self.header(form), *module_prelude(self.helpers), function]) + \
+            "\n" + finish
         return source, self.metadata(kernel, form)
 
     def header(self, form: str) -> list[str]:
@@ -346,11 +348,11 @@ class KernelWriter(writer.ValueWalk):
         params += [f"ks{k}" for k in range(len(self.symbols))]  # symbolic sizes
         params += ["kprog"] if self.col is not None and self.symbolic else []
         params += ["kchunk", "ksplits"] if self.split is not None and self.symbolic else []
-        finish = ""
+        finish, finish_helpers = "", ()
         two_stage = self.col if self.col is not None else self.split
         if two_stage is not None:
             params += [f"scratch{k}" for k in range(len(two_stage.scratch))]
-            finish, self.finish_outputs = two_stage.finish_source(names)
+            finish, self.finish_outputs, finish_helpers = two_stage.finish_source(names)
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"]
                                               if self.kind == "reduction" else [])
         params += ["YBLOCK: tl.constexpr"] if self.tiles is not None else []
@@ -358,15 +360,13 @@ class KernelWriter(writer.ValueWalk):
             "looped reduction" if self.looped else "persistent reduction")
         function = "\n".join(["@triton.jit", f"def {kernel}({', '.join(params)}):",
                               *("    " + line for line in lines)])
+        #: the module helpers this function and its finishing kernel call
+        self.helpers = self.em.helpers | set(finish_helpers)
         return kernel, form, function, finish
 
     def metadata(self, kernel: str, form: str) -> dict[str, Any]:
         return kernel_metadata(self, kernel, form)
 
-
-#: what every generated module starts with, after its header comment
-MODULE_PRELUDE = ["import triton", "import triton.language as tl",
-                  "from triton.language.extra import libdevice", "", "", PRELUDE, ""]
 
 def _max_offset(t: TensorType) -> int:
     return sum((d - 1) * abs(s) for d, s in zip(t.shape, t.actual_strides()) if d > 0) + 1

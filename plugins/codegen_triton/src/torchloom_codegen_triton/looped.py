@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from torchloom.api import Node, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
-from torchloom_codegen_triton.ops import BLOCK_REDUCE, COMBINE, COMPUTE, REDUCTIONS, STORAGE
+from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCE_HELPERS,
+                                          REDUCTIONS, STORAGE)
 from torchloom_codegen_triton.reduction import (identity_of, lower_reduction, record_outputs,
                                                 row_count, var_dof)
 from torchloom_codegen_triton.tensors import tensor_type
@@ -106,6 +107,7 @@ def _one_pass(w: "KernelWriter", nodes: list[Node], online: dict[Node, Node]) ->
 
 def _accumulate(w: "KernelWriter", kind: str, value: Expr, dtype: str):
     em = w.em
+    em.use(*REDUCE_HELPERS[kind])
     identity = identity_of(kind, dtype)
     acc = em.fresh(f"acc_{kind}")
     em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
@@ -120,6 +122,7 @@ def _accumulate(w: "KernelWriter", kind: str, value: Expr, dtype: str):
 
 def _welford(w: "KernelWriter", value: Expr, dtype: str):
     em = w.em
+    em.use("_welford_combine")
     mean, m2, count = em.fresh("wmean"), em.fresh("wm2"), em.fresh("wn")
     st = STORAGE[dtype]
     for acc in (mean, m2, count):
@@ -143,6 +146,7 @@ def _welford(w: "KernelWriter", value: Expr, dtype: str):
 def _online(w: "KernelWriter", value: Expr, s: Node):
     """Running max and rescaled sum of exp(a - max) (see the module docstring)."""
     em = w.em
+    em.use("_maximum", *REDUCE_HELPERS["sum"])  # the running max, the sum across lanes
     m_acc, s_acc = em.fresh("omax"), em.fresh("osum")
     em.statement(f"{m_acc} = tl.full([XBLOCK, RBLOCK], {_NEG_INF}, tl.float32)", False)
     em.statement(f"{s_acc} = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)", False)

@@ -11,7 +11,7 @@ converted to before the template applies: ``"out"`` (the compute dtype of the re
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -44,6 +44,8 @@ def literal(value: Any) -> str:
 class Pointwise:
     template: str | Callable[[Mapping[str, Any]], str]
     args: str = "out"
+    #: the module helpers (``HELPERS``) the template calls
+    helpers: tuple[str, ...] = ()
 
     def render(self, named: Mapping[str, str], attrs_: Mapping[str, Any]) -> str:
         """``named``: schema argument name -> source text (tensor expressions, literals)."""
@@ -122,8 +124,8 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.threshold_backward.default": Pointwise(
         "tl.where({self} <= {threshold}, 0.0, {grad_output})"),
     "aten.gelu_backward.default": Pointwise(_gelu_backward),
-    "aten.maximum.default": Pointwise("_maximum({self}, {other})"),
-    "aten.minimum.default": Pointwise("_minimum({self}, {other})"),
+    "aten.maximum.default": Pointwise("_maximum({self}, {other})", helpers=("_maximum",)),
+    "aten.minimum.default": Pointwise("_minimum({self}, {other})", helpers=("_minimum",)),
     **{op: Pointwise(template) for op, template in writer.clamp_rows(
         lambda cond, a, b: f"tl.where({cond}, {a}, {b})").items()},
     "aten.where.self": Pointwise("tl.where({condition}, {self}, {other})", args="where"),
@@ -154,22 +156,27 @@ COMBINE = {"sum": "{a} + {b}", "max": "_maximum({a}, {b})", "min": "_minimum({a}
 BLOCK_REDUCE = {"sum": "tl.reduce({x}, 1, _add, keep_dims=True)",
                 "max": "tl.reduce({x}, 1, _maximum, keep_dims=True)",
                 "min": "tl.reduce({x}, 1, _minimum, keep_dims=True)"}
+#: the helpers ``COMBINE`` and ``BLOCK_REDUCE`` of a kind call (a writer asks for them)
+REDUCE_HELPERS = {"sum": ("_add",), "max": ("_maximum",), "min": ("_minimum",)}
 
-#: helpers every generated module defines (NaN-propagating max/min, arg-reductions)
-PRELUDE = '''\
+#: helpers a generated module may define, each as ``@triton.jit`` source, in module order:
+#: NaN-propagating max/min, arg-reduction and Welford combines, bf16 rounding. A module
+#: holds those its kernels' writers asked for (``Emitter.use``), nothing else.
+HELPERS = {
+    "_add": '''\
 @triton.jit
 def _add(a, b):
     return a + b
-
-
+''',
+    "_round_to_bf16": '''\
 @triton.jit
 def _round_to_bf16(x):
     # round to nearest even bfloat16, kept in float32 (bit-exact on GPU and interpreter)
     bits = x.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
-
-
+''',
+    "_welford_combine": '''\
 @triton.jit
 def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
     # Chan et al.: merge two (mean, sum of squared deviations, count) partial results
@@ -177,26 +184,41 @@ def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
     delta = mean_b - mean_a
     frac = tl.where(n == 0, 0.0, n_b / tl.where(n == 0, 1.0, n))
     return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
-
-
+''',
+    "_maximum": '''\
 @triton.jit
 def _maximum(a, b):
     return tl.where((a > b) | (a != a), a, b)
-
-
+''',
+    "_minimum": '''\
 @triton.jit
 def _minimum(a, b):
     return tl.where((a < b) | (a != a), a, b)
-
-
+''',
+    "_argmax_combine": '''\
 @triton.jit
 def _argmax_combine(va, ia, vb, ib):
     take_a = (va > vb) | ((va == vb) & (ia < ib)) | ((va != va) & ((vb == vb) | (ia < ib)))
     return tl.where(take_a, va, vb), tl.where(take_a, ia, ib)
-
-
+''',
+    "_argmin_combine": '''\
 @triton.jit
 def _argmin_combine(va, ia, vb, ib):
     take_a = (va < vb) | ((va == vb) & (ia < ib)) | ((va != va) & ((vb == vb) | (ia < ib)))
     return tl.where(take_a, va, vb), tl.where(take_a, ia, ib)
-'''
+''',
+}
+
+
+def module_prelude(helpers: Iterable[str]) -> list[str]:
+    """What a generated module starts with, after its header comment: the imports and
+    the ``HELPERS`` named (in module order), each followed by two blank lines."""
+    wanted = set(helpers)
+    unknown = wanted - set(HELPERS)
+    assert not unknown, f"no Triton helper named {sorted(unknown)}"
+    lines = ["import triton", "import triton.language as tl",
+             "from triton.language.extra import libdevice", "", ""]
+    for name, source in HELPERS.items():
+        if name in wanted:
+            lines += [source, ""]
+    return lines

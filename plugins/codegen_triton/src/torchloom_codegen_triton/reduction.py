@@ -17,7 +17,8 @@ from torchloom.api import Node, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
-                                          INT_IDENTITY, REDUCTIONS, STORAGE, literal)
+                                          INT_IDENTITY, REDUCE_HELPERS, REDUCTIONS, STORAGE,
+                                          literal)
 from torchloom_codegen_triton.tensors import tensor_type
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def identity_of(kind: str, dtype: str) -> str:
 def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
     """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``."""
     em = w.em
+    em.use(*REDUCE_HELPERS[kind])
     identity = identity_of(kind, dtype)
     if not w.looped:
         v = em.convert(value(), dtype)
@@ -60,6 +62,7 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     em = w.em
     identity = identity_of("max" if kind == "argmax" else "min", dtype)
     combine = f"_{kind}_combine"
+    em.use(combine)
     val, ind = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
     if w.looped:
         acc_v, acc_i = em.fresh("acc_v"), em.fresh("acc_i")

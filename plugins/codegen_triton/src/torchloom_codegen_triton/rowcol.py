@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from torchloom.api import Node, Value
 
 from torchloom_codegen_triton.indexing import Unsupported
-from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS,
-                                          STORAGE, literal)
+from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
+                                          REDUCE_HELPERS, REDUCTIONS, STORAGE, literal)
 from torchloom_codegen_triton.reduction import reduced_dims
 from torchloom_codegen_triton.tensors import tensor_type
 
@@ -101,6 +101,7 @@ class ColumnPartials:
         for k, n in enumerate(self.columns):
             kind = REDUCTIONS[n.op].kind
             identity = IDENTITY[kind]
+            em.use(*REDUCE_HELPERS[kind])
             value = em.convert(w.value_at(n.inputs[0], w.full), "f32")
             masked = em.emit(f"tl.where(xmask & rmask, {value.text}, {identity})", "f32", "cm",
                              rdep=True)
@@ -120,8 +121,9 @@ class ColumnPartials:
         numel = self.programs * self.w.rnumel if isinstance(self.programs, int) else None
         return [{"dtype": "f32", "numel": numel} for _ in self.columns]
 
-    def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
-        """The finishing kernel and the region output indices it stores, in order."""
+    def finish_source(self, out_names: list[str]) -> tuple[str, list[int], set[str]]:
+        """The finishing kernel, the region output indices it stores, in order, and the
+        module helpers it calls."""
         order = sorted(self.outputs)
         entries = []
         for i in order:
@@ -132,8 +134,10 @@ class ColumnPartials:
         sizes = [f"ks{k}" for k in range(len(w.symbols))] + ["kprog"] if w.symbolic else []
         reduced = literal(float(w.rows)) if isinstance(w.rows, int) else \
             f"tl.cast({w.ix.size(w.rows)}, tl.float32)"
+        helpers = {h for _, _, kind, _, _ in entries for h in REDUCE_HELPERS[kind]}
+        helpers |= {"_round_to_bf16" for *_, dtype in entries if dtype == "bf16"}
         return finish_source(entries, len(self.columns), w.rnumel, self.programs, reduced,
-                             sizes), order
+                             sizes), order, helpers
 
     def traffic(self) -> tuple[int, int]:
         """(bytes, bytes) the scratch adds: written by the main kernel, read by _finish."""

@@ -28,7 +28,8 @@ from torchloom.api import indexing
 
 from torchloom_codegen_triton.emitter import Emitter
 from torchloom_codegen_triton.indexing import Unsupported
-from torchloom_codegen_triton.ops import BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY, REDUCTIONS
+from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
+                                          REDUCE_HELPERS, REDUCTIONS)
 from torchloom_codegen_triton.plan import drop_unused
 from torchloom_codegen_triton.reduction import block_reduce, record_outputs, row_count
 from torchloom_codegen_triton.rowcol import FINISH_BLOCK, FINISH_PARTIALS
@@ -115,9 +116,10 @@ class SplitReduction:
         numel = None if self.w.symbolic else self.splits * self.w.rows
         return [{"dtype": "f32", "numel": numel} for _ in self.w.reductions]
 
-    def finish_source(self, out_names: list[str]) -> tuple[str, list[int]]:
+    def finish_source(self, out_names: list[str]) -> tuple[str, list[int], set[str]]:
         """``_finish(inputs..., outputs..., scratch..., FBLOCK)``: combine each row's
-        partials, then compute and store every output (the epilogue) at that row."""
+        partials, then compute and store every output (the epilogue) at that row. Returns
+        its source, the outputs it stores and the module helpers it calls."""
         w = self.w
         fin = type(w)(w.group, w.registry, w.max_persistent, probe=True)
         fin.out_names = out_names
@@ -134,6 +136,7 @@ class SplitReduction:
             kind = REDUCTIONS[n.op].kind
             identity = IDENTITY[kind]
             acc = f"acc{k}"
+            em.use(*REDUCE_HELPERS[kind])
             em.statement(f"{acc} = tl.full([FBLOCK, 1], {identity}, tl.float32)", False)
             em.statement(f"for p0 in range(0, {self.splits}, {FINISH_PARTIALS}):", False)
             em.statement(f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[None, :]", False)
@@ -152,7 +155,7 @@ class SplitReduction:
         lines = drop_unused(em.lines)
         source = "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
                             *("    " + line for line in lines)]) + "\n"
-        return source, list(range(len(w.region.outputs)))
+        return source, list(range(len(w.region.outputs))), em.helpers
 
     def metadata(self) -> dict[str, Any]:
         return {"splits": self.splits, "chunk": self.chunk, "scratch": self.scratch,

@@ -33,7 +33,8 @@ from typing import Any
 
 from torchloom.api import Node
 
-from torchloom_codegen_triton.kernel import MODULE_PRELUDE, KernelWriter
+from torchloom_codegen_triton.kernel import KernelWriter
+from torchloom_codegen_triton.ops import module_prelude
 
 
 def generate_variants(group: Node, registry: Any, max_persistent: int,
@@ -82,6 +83,7 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
     header = main.header(f"{forms_text}, symbolic sizes (variants: "
                          f"{', '.join(v['kernel'] for v in variants)})")
     assert len(finishes) <= 1, "the variants' finishing kernels differ"
-    source = "\n".join([*header, *MODULE_PRELUDE, "\n\n\n".join(functions)]) + "\n" + \
-        "".join(finishes)
+    helpers = set().union(*(w.helpers for w in writers))
+    source = "\n".join([*header, *module_prelude(helpers), "\n\n\n".join(functions)]) + \
+        "\n" + "".join(finishes)
     return source, meta
