@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import compiled
+from conftest import codegens, compiled
 
 NAN, INF = float("nan"), float("inf")
 SPECIALS = [NAN, INF, -INF, -0.0, 0.0, -0.5, 0.5, -1.5, 2.5, 1e-40, -3e38, 7.0, -7.0]
@@ -122,3 +122,42 @@ def test_softmax_gradient_of_masked_elements_has_eagers_sign(tmp_path, dtype, n)
     torch.testing.assert_close(got, want)
     zeros = want == 0
     assert zeros.any() and torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+
+
+@pytest.mark.parametrize("row, dtype", [
+    ([1e30, -1e30, 0.5e30, 1.0], torch.float32),   # the squares pass f32's largest value
+    ([3e38, -3e38], torch.float32),                 # the differences do too
+    ([-3.28, 1e30], torch.bfloat16),                # computed in f32: alike
+    ([1e30, -1e30, 0.5e30, 1.0] * 9, torch.float32),  # a row longer than a vector
+])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_layer_norm_of_rows_whose_variance_overflows_is_nan(tmp_path, row, dtype, rows):
+    """Eager's layer_norm gives NaN (for rstd, every element and the gradients) on a short
+    row whose variance overflows; the decomposition's rsqrt(inf) = 0 normalized it to
+    zeros, which hides exploding activations (issue 40). NaN on every such row (eager's
+    vectorized kernel, on rows of 36, gives the silent zeros itself); other rows keep
+    eager's values."""
+    n = len(row)
+    x = torch.randn(rows, n).to(dtype)
+    x[-1] = torch.tensor(row).to(dtype)
+    w = torch.linspace(0.5, 1.5, n)
+
+    def f(x, w):
+        return torch.nn.functional.layer_norm(x.float(), (n,), w)
+
+    compiler, fn = compiled(f, tmp_path)
+    got, want = fn(x, w), f(x, w)
+    assert got[-1].isnan().all() and (n > 16 or want[-1].isnan().all())
+    torch.testing.assert_close(got[:-1], want[:-1], equal_nan=True)
+    assert "cpu" in codegens(compiler)
+
+    xs, ws = [x.float().clone().requires_grad_() for _ in range(2)], \
+        [w.clone().requires_grad_() for _ in range(2)]
+    _, train = compiled(lambda x, w: f(x, w).sum(), tmp_path)
+    train(xs[0], ws[0]).backward()
+    f(xs[1], ws[1]).sum().backward()
+    assert xs[0].grad[-1].isnan().all() and ws[0].grad.isnan().all()
+    torch.testing.assert_close(xs[0].grad[:-1], xs[1].grad[:-1], equal_nan=True)
+    if n <= 16:
+        torch.testing.assert_close(xs[0].grad, xs[1].grad, equal_nan=True)
+        torch.testing.assert_close(ws[0].grad, ws[1].grad, equal_nan=True)

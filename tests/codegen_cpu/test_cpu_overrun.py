@@ -112,6 +112,17 @@ OPS = {
 }
 
 
+def expected(op: str, x: torch.Tensor) -> torch.Tensor:
+    """Eager's result, except that layer_norm gives NaN on a row whose variance overflows
+    f32 (eager's kernel gives NaN on rows of up to 7 values and zeros on longer ones;
+    torchloom NaN on all: frontend/decompositions.py)."""
+    y = OPS[op](x)
+    if op != "layer_norm":
+        return y
+    overflowed = x.double().var(-1, correction=0, keepdim=True) > torch.finfo(torch.float32).max
+    return y.masked_fill(overflowed, float("nan"))
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 1600])
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -122,7 +133,7 @@ def test_values_match_eager_whatever_the_next_row_holds(tmp_path, op, rows, thre
         for cols in (20, 41, 47):
             x = rows_with_specials(rows, cols, torch.float32, seed=rows * cols)
             _, fn = compiled(OPS[op], tmp_path / f"{cols}")
-            compare([fn(x)], [OPS[op](x)], exact=op == "amax")
+            compare([fn(x)], [expected(op, x)], exact=op == "amax")
     finally:
         torch.set_num_threads(saved)
 
@@ -140,7 +151,7 @@ def test_random_rows_match_eager(tmp_path_factory, cols, rows, threads, dtype, s
         _, fn = compiled(OPS["softmax"], tmp_path_factory.mktemp("c"))
         compare([fn(x)], [OPS["softmax"](x)])
         _, fn = compiled(OPS["layer_norm"], tmp_path_factory.mktemp("c"))
-        compare([fn(x)], [OPS["layer_norm"](x)])
+        compare([fn(x)], [expected("layer_norm", x)])
     finally:
         torch.set_num_threads(saved)
 

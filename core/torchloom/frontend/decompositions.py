@@ -6,6 +6,11 @@ from torch's decompositions (which follow the CUDA kernels).
   a zero result is ``+0.0``; the decomposition's ``(x - mean) * rstd`` gives ``-0.0`` for
   an element ``-0.0`` on a row whose mean is ``+0.0``. On the CPU it adds ``0.0`` last
   (one vector add per element; CUDA's kernel adds no zero, so elsewhere it does not).
+  A row whose variance overflows (``[1e30, -1e30, 0.5e30, 1.0]`` in f32: the squares pass
+  f32's largest value) has NaN for ``rstd`` and every element, as eager's kernel gives,
+  where the decomposition's ``rsqrt(inf)`` is 0 and normalizes the row to zeros (which
+  hides exploding activations; the gradients were 0 too). Every device: a silent 0 is
+  never the answer.
 
 - ``_softmax_backward_data``: eager's CPU kernels compute ``y * (g - sum(g * y))`` where
   the decomposition computes ``g * y - y * sum(g * y)``: where ``y`` is 0 (a masked
@@ -41,10 +46,31 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
 
 
 def _layer_norm_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """torch's reference ``native_layer_norm`` (``torch._refs``), with an overflowed
+    variance made NaN and the CPU's ``+ 0.0`` (see the module docstring)."""
+    import torch
+
     def native_layer_norm(input, normalized_shape, weight, bias, eps):
-        out, mean, rstd = decomposed(input, normalized_shape, weight, bias, eps)
-        if bias is None and (device or input.device.type) == "cpu":
+        on_cpu = (device or input.device.type) == "cpu"
+        input = input.contiguous()
+        dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+        low = input.dtype in (torch.bfloat16, torch.float16)
+        x = input.float() if low else input
+        var, mean = torch.var_mean(x, dim=dims, unbiased=False, keepdim=True)
+        # inf - inf is NaN, finite - itself +0.0 (var + 0.0 is var): a row's overflowed
+        # variance made NaN with the ops every codegen has (no IEEE-breaking flags fold it)
+        var = var + (var - var)
+        rstd = torch.rsqrt(var + eps)
+        out = (x - mean) * rstd
+        if weight is not None:
+            out = out * weight.contiguous()
+        if bias is not None:
+            out = out + bias.contiguous()
+        elif on_cpu:
             out = out + 0.0
+        out = out.to(input.dtype)
+        if on_cpu:
+            mean, rstd = mean.to(input.dtype), rstd.to(input.dtype)
         return out, mean, rstd
     return native_layer_norm
 

@@ -127,7 +127,11 @@ class KernelWriter(writer.ValueWalk):
             e = self.em.emit(buffer, hit[0].dtype, v.name, inner=True)
         else:
             e = self._compute(v, coords)
-            if buffer is not None:
+            # a value the row loop does not change (its row holds one element, or it is
+            # broadcast along the row) is computed once before the loop: no buffer then,
+            # whose write in the loop would land after the stores hoisted out of it (the
+            # buffer can be an output's row: out[0] = tanh(x) * 0.5 + ...; then out[0] = tanh(x))
+            if buffer is not None and e.inner:
                 self.em.statement(f"{buffer} = {e.text};", True)
         self.values[key] = (e, self.em.phase_id)
         return e
