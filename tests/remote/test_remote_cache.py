@@ -279,3 +279,24 @@ def test_backend_option_remote_cache(fleet, redis_url, redis_client, monkeypatch
     torch._dynamo.reset()
     assert entries(redis_client, "graph")  # the backend compiled through the shared cache
     assert Compiler("default").remote_cache is None  # only that backend was told
+
+
+@pytest.mark.parametrize("query, why", [("timeout=abc", "timeout must be a number"),
+                                        ("ttl=-5", "ttl must be 0 (for ever) or a positive"),
+                                        ("timeout=0", "timeout must be positive"),
+                                        ("max_entry_bytes=x", "must be a number"),
+                                        ("colour=red", "unknown option(s) colour")])
+@pytest.mark.parametrize("user", ["", "admin"])
+def test_messages_about_a_bad_url_never_show_its_password(query, why, user):
+    """Found by a hostile tester (issue 40): the password was in every such message."""
+    url = f"redis://{user}:s3cretpw@host:6379/0?{query}"
+    with pytest.raises(ValueError) as info:
+        RemoteSettings.parse(url)
+    assert "s3cretpw" not in str(info.value) and why in str(info.value)
+    assert f"redis://{user}:***@host:6379/0" in str(info.value)
+    from torchloom.compiler import _remote_cache
+    from torchloom.errors import PipelineError
+    with pytest.raises(PipelineError) as info:
+        _remote_cache(url, None)
+    assert "s3cretpw" not in str(info.value)
+    assert RemoteSettings.parse(url.replace(query, "ttl=0")).ttl == 0  # 0 is allowed

@@ -63,9 +63,10 @@ class RemoteSettings:
 
     @classmethod
     def parse(cls, url: str) -> RemoteSettings:
+        shown = masked(url)  # every message names the URL without its password
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
-            raise RemoteConfigError(f"remote_cache {url!r}: expected redis://HOST:PORT/DB")
+            raise RemoteConfigError(f"remote_cache {shown!r}: expected redis://HOST:PORT/DB")
         query = parse_qs(parts.query, keep_blank_values=True)
         options: dict[str, Any] = {}
         for name, convert in (("ttl", int), ("max_entry_bytes", int), ("timeout", float)):
@@ -73,12 +74,16 @@ class RemoteSettings:
                 try:
                     options[name] = convert(query.pop(name)[-1])
                 except ValueError:
-                    raise RemoteConfigError(f"remote_cache {url!r}: {name} must be a "
+                    raise RemoteConfigError(f"remote_cache {shown!r}: {name} must be a "
                                             f"number") from None
-                if options[name] < 0 or (name != "ttl" and options[name] == 0):
-                    raise RemoteConfigError(f"remote_cache {url!r}: {name} must be positive")
+                if name == "ttl" and options[name] < 0:
+                    raise RemoteConfigError(f"remote_cache {shown!r}: ttl must be 0 (for "
+                                            f"ever) or a positive number of seconds")
+                if name != "ttl" and not options[name] > 0:
+                    raise RemoteConfigError(f"remote_cache {shown!r}: {name} must be "
+                                            f"positive")
         if query:
-            raise RemoteConfigError(f"remote_cache {url!r}: unknown option(s) "
+            raise RemoteConfigError(f"remote_cache {shown!r}: unknown option(s) "
                                     f"{', '.join(sorted(query))}; known: ttl, "
                                     f"max_entry_bytes, timeout")
         return cls(parts._replace(query="").geturl(), **options)
@@ -86,12 +91,21 @@ class RemoteSettings:
     @property
     def shown(self) -> str:
         """The URL without its password, for messages."""
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        host = parts.netloc.rpartition("@")[2]
-        user = f"{parts.username}:***@" if parts.username else ":***@"
-        return parts._replace(netloc=user + host).geturl()
+        return masked(self.url)
+
+
+def masked(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # (a malformed port, say: show the scheme alone)
+        return url.partition("://")[0] + "://***"
+    if password is None:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return parts._replace(netloc=user + host).geturl()
 
 
 def sign(key: bytes, namespace: str, name: str, text: str | bytes) -> bytes:
