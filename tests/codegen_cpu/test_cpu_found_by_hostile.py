@@ -161,3 +161,24 @@ def test_layer_norm_of_rows_whose_variance_overflows_is_nan(tmp_path, row, dtype
     if n <= 16:
         torch.testing.assert_close(xs[0].grad, xs[1].grad, equal_nan=True)
         torch.testing.assert_close(ws[0].grad, ws[1].grad, equal_nan=True)
+
+
+@pytest.mark.parametrize("row", [[1e308, -1e308, 1e308, 1.7e308], [1.7e308, -1.7e308, 1.0],
+                                 [1e308] * 3 + [-1e308] * 5, [-1.7e308, 1.7e308] * 40])
+def test_f64_var_of_rows_whose_differences_overflow(tmp_path, row):
+    """``x - x0`` overflows on such rows (issue 40): the variance came out NaN where eager's
+    is inf, and var_mean's mean -inf where its true value is finite. Now var and std are
+    inf, as eager's, and the mean is the true mean (eager's var_mean gives NaN or -inf)."""
+    x = torch.tensor([row, [1.0, 2.0] * (len(row) // 2) + [3.0] * (len(row) % 2)],
+                     dtype=torch.float64)
+    true_mean = torch.tensor([sum(v / len(row) for v in r) for r in x.tolist()],
+                             dtype=torch.float64)
+    _, var = compiled(lambda x: (x.var(1), x.std(1, correction=0)), tmp_path)
+    v, s = var(x)
+    assert v[0] == INF and s[0] == INF
+    torch.testing.assert_close(v[1:], x[1:].var(1))
+    _, var_mean = compiled(lambda x: torch.var_mean(x, 1), tmp_path)
+    v, m = var_mean(x)
+    assert v[0] == INF
+    scale = x.abs().amax(1)  # (a mean that cancels to 0 is exact to the row's scale)
+    assert ((m - true_mean).abs() <= 1e-14 * scale).all(), (m, true_mean)

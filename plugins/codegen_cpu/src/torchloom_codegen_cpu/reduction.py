@@ -188,9 +188,11 @@ def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
     """(mean, `` - base``, center) of a row of f64 values, for rows whose sum overflows
     where their mean does not (a row of 1e308: eager's Welford gives a mean of 1e308 and a
     variance of 0): such a row, and only such (its sum not finite), is walked again as
-    differences from its first value x0, each divided by n: ``dbar = sum((x - x0) / n)``,
-    mean ``x0 + dbar``, and the squared deviations are ``((x - x0) - dbar)^2`` (exactly 0 on
-    a row of equal values). Other rows keep ``(x - 0.0) - sum / n``, the same values as
+    differences from its first value x0, each divided by n: ``dbar = sum(x / n - x0 / n)``
+    (divided first: ``x - x0`` itself overflows on ``[1e308, -1e308, ...]``, and a -inf
+    ``dbar`` made the mean -inf and the variance NaN), mean ``x0 + dbar``, and the squared
+    deviations are ``((x - x0) - dbar)^2`` (exactly 0 on a row of equal values; inf where
+    ``x - x0`` overflows, so the variance is inf, as eager's). Other rows keep ``(x - 0.0) - sum / n``, the same values as
     ``x - mean``. A row holding inf or NaN gives the same inf or NaN either way."""
     em = w.em
     x0 = first_value(w, value, "first")
@@ -198,7 +200,7 @@ def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
     em.statement(f"double {scaled} = 0;", False)
     em.begin_phase()
     n = w.count(w.rnumel, "f64")
-    em.statement(f"{scaled} += ({par(value().text)} - {x0}) / {n};", True)
+    em.statement(f"{scaled} += {par(value().text)} / {n} - {x0} / {n};", True)
     em.end_phase(f"#pragma omp simd reduction(+:{scaled})",
                  f"for (int64_t r = 0; r < (isfinite({total.text}) ? 0 : {w.rbound}); r++)",
                  w.r_header)
