@@ -300,3 +300,71 @@ def test_messages_about_a_bad_url_never_show_its_password(query, why, user):
         _remote_cache(url, None)
     assert "s3cretpw" not in str(info.value)
     assert RemoteSettings.parse(url.replace(query, "ttl=0")).ttl == 0  # 0 is allowed
+
+
+def test_a_server_that_failed_is_not_asked_again_by_the_next_graphs(monkeypatch, tmp_path,
+                                                                     caplog):
+    """Found by a hostile tester (issue 40): each graph of a model (graph breaks) compiles
+    with its own cache, and each asked the dead server again: a warning and a full timeout
+    per graph. Now the first failure is the process's: one connection, one warning."""
+    import threading
+
+    import torch
+    import torch._dynamo
+
+    from torchloom.runtime.remote_cache import PROCESS_HEALTH
+
+    def f(x):
+        y = torch.tanh(x) * 2
+        torch._dynamo.graph_break()
+        y = torch.sigmoid(y) + 1
+        torch._dynamo.graph_break()
+        return torch.relu(y) - 1
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        silent.settimeout(0.2)
+        accepted, stop = [], threading.Event()
+
+        def accept():
+            while not stop.is_set():
+                try:
+                    accepted.append(silent.accept()[0])
+                except OSError:
+                    pass
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0?timeout=0.4"
+        monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE", url)
+        monkeypatch.setenv("TORCHLOOM_REMOTE_CACHE_KEY", KEY)
+        monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path / "local"))
+        torch._dynamo.reset()
+        x = torch.randn(64)
+        try:
+            with caplog.at_level(logging.WARNING, logger="torchloom"):
+                got = torch.compile(f, backend="torchloom")(x)
+        finally:
+            stop.set()
+            thread.join()
+            for conn in accepted:
+                conn.close()
+            PROCESS_HEALTH.answered(url)  # (other tests may use the port)
+    torch.testing.assert_close(got, f(x))
+    assert len([w for w in remote_warnings(caplog) if "unusable" in w]) == 1
+    assert len(accepted) == 1
+
+
+def test_server_health_retries_after_its_back_off():
+    from torchloom.runtime.remote_cache import ServerHealth
+    now = [100.0]
+    health = ServerHealth(retry_after=60, clock=lambda: now[0])
+    assert health.usable("redis://a") and health.failed("redis://a")
+    assert not health.usable("redis://a") and health.usable("redis://b")
+    now[0] += 59.9
+    assert not health.usable("redis://a")
+    now[0] += 0.2
+    assert health.usable("redis://a")  # one retry ...
+    assert not health.failed("redis://a") and not health.usable("redis://a")  # ... no news
+    health.answered("redis://a")
+    assert health.usable("redis://a") and health.failed("redis://a")  # news again

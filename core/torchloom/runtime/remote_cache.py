@@ -24,8 +24,10 @@ Nothing here ever fails a compile. An entry that fails its HMAC, is over the siz
 that the cache using it finds damaged is reported once (a warning naming the key) and
 counted in ``errors``; the caller rebuilds and rewrites it. An entry too big to write is
 not shared (said once per namespace). A server that is down, refuses,
-or does not answer within the timeout is reported once, counted, and not asked again by
-this object: caching goes on locally.
+or does not answer within the timeout is reported once per process and not asked again
+by any cache of the process (each graph of a model compiles with its own) for
+:data:`RETRY_AFTER` seconds (:class:`ServerHealth`): caching goes on locally, and graphs
+compiled meanwhile pay no timeout and log nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import hashlib
 import hmac
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -141,6 +145,45 @@ def _signed(namespace: str, name: str, payload: bytes) -> bytes:
     return f"{namespace}\0{name}\0".encode() + payload
 
 
+#: seconds a process leaves a server alone after it failed, before asking it again
+RETRY_AFTER = 60.0
+
+
+class ServerHealth:
+    """When each server last failed a request, for a whole process: a server that failed
+    is not asked again by any :class:`RemoteCache` of the process until ``retry_after``
+    seconds have passed (then one request retries it). Knowledge about a machine outside
+    the process, kept as a connection pool keeps its connections: :data:`PROCESS_HEALTH`
+    is the process's one instance, and tests pass their own."""
+
+    def __init__(self, retry_after: float = RETRY_AFTER, clock: Callable[[], float] = time.monotonic):
+        self.retry_after = retry_after
+        self._clock = clock
+        self._failed: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def usable(self, url: str) -> bool:
+        """Whether ``url`` may be asked now (it never failed, or failed long enough ago)."""
+        with self._lock:
+            when = self._failed.get(url)
+            return when is None or self._clock() - when >= self.retry_after
+
+    def failed(self, url: str) -> bool:
+        """Record a failure of ``url``; whether it is news (the server was thought well:
+        the caller warns then, and not for a retry that failed again)."""
+        with self._lock:
+            news = url not in self._failed
+            self._failed[url] = self._clock()
+            return news
+
+    def answered(self, url: str) -> None:
+        with self._lock:
+            self._failed.pop(url, None)
+
+
+PROCESS_HEALTH = ServerHealth()
+
+
 class RemoteCache:
     """Signed entries in Redis for one compiler's caches (see the module).
 
@@ -148,10 +191,12 @@ class RemoteCache:
     ``errors`` (rejected or damaged entries, and the request that found the server
     unusable)."""
 
-    def __init__(self, settings: RemoteSettings, key: bytes, client: Any = None):
+    def __init__(self, settings: RemoteSettings, key: bytes, client: Any = None,
+                 health: ServerHealth = PROCESS_HEALTH):
         self.settings = settings
         self._key = key
         self._client = client
+        self._health = health
         self.available = True
         self._reported: set[str] = set()
         self._counts: dict[tuple[str, str], int] = {}
@@ -226,20 +271,27 @@ class RemoteCache:
     def _call(self, namespace: str, *args) -> Any:
         if not self.available:
             return None
+        if not self._health.usable(self.settings.url):  # failed lately, for another cache
+            self.available = False
+            return None
         try:
             if self._client is None:
                 import redis
                 self._client = redis.Redis.from_url(
                     self.settings.url, socket_timeout=self.settings.timeout,
                     socket_connect_timeout=self.settings.timeout)
-            return self._client.execute_command(*args)
+            result = self._client.execute_command(*args)
         except Exception as exc:  # any failure of the server or client: go on locally
             self.available = False
             self._count(namespace, "errors")
-            log.warning("torchloom: remote cache %s is unusable (%s: %s); caching locally "
-                        "only, for this process", self.settings.shown, type(exc).__name__,
-                        str(exc).splitlines()[0] if str(exc) else "")
+            news = self._health.failed(self.settings.url)
+            (log.warning if news else log.info)(
+                "torchloom: remote cache %s is unusable (%s: %s); caching locally only, "
+                "asking it again in %.0f s", self.settings.shown, type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "", self._health.retry_after)
             return None
+        self._health.answered(self.settings.url)
+        return result
 
 
 @attrs.frozen
