@@ -123,6 +123,7 @@ def _flatten(x) -> list[torch.Tensor]:
 
 
 def _run(fn, inputs, backward: bool):
+    """``fn``'s outputs, and with ``backward`` the gradients of their sum."""
     args = [t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor)
             else t for t in inputs]
     out = fn(*args)
@@ -136,6 +137,20 @@ def _run(fn, inputs, backward: bool):
             results += [p.grad.clone() for p in fn.parameters() if p.grad is not None]
             fn.zero_grad(set_to_none=True)
     return results
+
+
+def needs_backward(model, inputs) -> bool:
+    """Whether running ``model`` builds a backward graph: an input or parameter needs a
+    gradient, also where ``model`` is a function closing over a model's parameters (it is
+    run once, eagerly, and its outputs asked whether they need gradients)."""
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        return True
+    if isinstance(model, torch.nn.Module):
+        return any(p.requires_grad for p in model.parameters())
+    if not torch.is_grad_enabled():
+        return False
+    args = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+    return any(t.requires_grad for t in _flatten(model(*args)))
 
 
 def max_abs_error(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> float:
@@ -187,8 +202,7 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
                         keep_ir=keep_ir, strict=True, target=target, compile_cache=cached,
                         instruments=instruments)
     model, inputs = load_workload(workload, device)
-    backward = any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or (
-        isinstance(model, torch.nn.Module) and any(p.requires_grad for p in model.parameters()))
+    backward = needs_backward(model, inputs)
     torch.manual_seed(0)
     expected = None if target else run_eagerly(workload, lambda: _run(model, inputs, backward))
     torch._dynamo.reset()

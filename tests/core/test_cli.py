@@ -94,6 +94,26 @@ def test_explain_none_pipeline_and_backward_graphs(files, capsys):
     assert data["max_abs_error"] < 1e-5
 
 
+def test_explain_shows_the_backward_of_a_function_over_a_models_parameters(files, capsys):
+    """A workload whose callable closes over a model (its parameters need gradients, its
+    inputs do not) got ``"backward": false`` and its training graph never compiled (issue
+    41): the backward runs, is compiled, counted and checked."""
+    (files / "closure.py").write_text(textwrap.dedent("""
+        import torch
+
+        def workload():
+            torch.manual_seed(0)
+            lin, ln = torch.nn.Linear(16, 16), torch.nn.LayerNorm(16)
+            return (lambda x: torch.nn.functional.gelu(ln(lin(x)))), [torch.randn(8, 16)]
+    """))
+    data = explain_json(capsys, str(files / "closure.py"))
+    assert data["backward"] is True and data["graphs"] == 2  # forward and backward
+    assert data["kernels"] >= 2 and data["max_abs_error"] < 1e-5
+    with torch.no_grad():  # nothing needs a gradient: the forward alone
+        data = explain_json(capsys, str(files / "closure.py"))
+    assert data["backward"] is False and data["graphs"] == 1
+
+
 def test_explain_text_dump_and_show_ir(files, capsys):
     dump = files / "dump"
     assert main(["explain", str(files / "work.py"), "--pipeline", str(files / "p.toml"),
