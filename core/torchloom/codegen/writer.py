@@ -259,23 +259,41 @@ class ValueWalk:
             return e
         return self._pointwise(node, v, t, coords)
 
-    def place_output(self, v: Value) -> tuple[bool, Coords]:
-        """Where a reduction kernel stores output ``v`` (the writer has ``shape`` P,
-        ``rdims``, ``kept_shape``, ``rows``, ``numel`` and the coordinates ``full``, ``row``,
-        ``row_keepdim``): (stored in the last loop over the row, at these coordinates)."""
+    def output_place(self, v: Value) -> str:
+        """Which elements a reduction kernel's output ``v`` holds (the writer has ``shape``
+        P, ``rdims``, ``kept_shape``, ``rows`` and ``numel``): ``"full"`` (P's), ``"keepdim"``
+        (a row's result, P with the reduced dims 1), ``"row"`` (the kept dims), ``"rows"``
+        (another view of the rows), ``"full view"`` (another view of P: element i goes to
+        i)."""
         shape = tuple(self.tensor_type(v).shape)
         if same_shape(shape, self.shape):
-            return True, self.full
+            return "full"
         if same_shape(shape, [1 if d in self.rdims else s for d, s in enumerate(self.shape)]):
-            return False, self.row_keepdim
+            return "keepdim"
         if same_shape(shape, self.kept_shape):
-            return False, self.row
-        if same(prod(shape), self.rows):  # another view of the rows: same element order
-            return False, self.ix.reshape(self.row, self.kept_shape, shape, self.known)
-        if same(prod(shape), self.numel):  # another view of P: element i goes to i
-            return True, self.ix.reshape(self.full, self.shape, shape, self.known)
+            return "row"
+        if same(prod(shape), self.rows):
+            return "rows"
+        if same(prod(shape), self.numel):
+            return "full view"
         raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the elements "
                           f"of the reduced shape {list(self.shape)} nor those of a row")
+
+    def place_output(self, v: Value) -> tuple[bool, Coords]:
+        """Where a reduction kernel stores output ``v`` (:meth:`output_place`; the writer
+        also has the coordinates ``full``, ``row``, ``row_keepdim``): (stored in the last
+        loop over the row, at these coordinates)."""
+        place = self.output_place(v)
+        shape = tuple(self.tensor_type(v).shape)
+        if place == "full":
+            return True, self.full
+        if place == "keepdim":
+            return False, self.row_keepdim
+        if place == "row":
+            return False, self.row
+        if place == "rows":
+            return False, self.ix.reshape(self.row, self.kept_shape, shape, self.known)
+        return True, self.ix.reshape(self.full, self.shape, shape, self.known)
 
     def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
         """A target's veto of a view in this kernel (none by default)."""

@@ -63,12 +63,22 @@ def column_form(w: "KernelWriter") -> bool:
         # (softmax over dim 1 of [8, 512, 196]: 7.3 ms, eager 0.9)
         if w.kept != list(range(len(w.shape) - len(w.kept), len(w.shape))):
             return False
-    for v in w.outputs:
-        shape = tuple(tensor_type(v).shape)
-        is_reduction = v.producer is not None and v.producer in w.reductions
-        if shape != w.shape and not is_reduction:
-            return False
-    return True
+    reductions = set(w.reductions)
+    return all(v.producer in reductions or w.output_place(v) in PER_ELEMENT
+               for v in w.outputs)  # (a value per column computed from a result: row form)
+
+
+#: outputs stored per element of a walk: the reduced shape's elements in any view of them
+#: (GELU's gradient as ``[2, 256, 1024]`` beside its bias gradient over the ``[512, 1024]``
+#: view)
+PER_ELEMENT = ("full", "full view")
+
+
+def _full_outputs(w: "KernelWriter") -> list:
+    """(C name, value) of each output stored per element of the walk."""
+    reductions = set(w.reductions)
+    return [(name, v) for name, v in zip(w.out_names, w.outputs)
+            if v.producer not in reductions and w.output_place(v) in PER_ELEMENT]
 
 
 def column_body(w: "KernelWriter") -> list[str]:
@@ -139,8 +149,7 @@ def _levels(reductions: list) -> list[list]:
 def _reads_reductions(w: "KernelWriter") -> bool:
     """Whether a full-shape output is computed from a reduction's result."""
     reductions = set(w.reductions)
-    return any(tuple(tensor_type(v).shape) == w.shape and writer_upstream([v]) & reductions
-               for v in w.outputs if v.producer not in reductions)
+    return any(writer_upstream([v]) & reductions for _, v in _full_outputs(w))
 
 
 def _accumulators(w: "KernelWriter", nodes: list, block) -> list:
@@ -183,9 +192,8 @@ def _walk(w: "KernelWriter", accs: list, full: list, xloop: str, x_header: list,
         v = em.convert(w.value_at(node.inputs[0], w.full), dtype).text
         accumulate(em, kind, f"{acc}[x - c0]", nan and f"{nan}[x - c0]", v)
     if store_full:
-        for name, v in zip(w.out_names, w.outputs):
-            if tuple(tensor_type(v).shape) == w.shape:
-                w.store(name, v, w.full)
+        for name, v in _full_outputs(w):
+            w.store(name, v, w.place_output(v)[1])  # (at this walk's coordinates)
     em.end_phase("#pragma omp simd", xloop, x_header)
     walk = em.lines
     em.lines = saved
