@@ -210,7 +210,15 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
             return [KernelWriter(group, registry, names=names)]
         return [KernelWriter(group, registry, part, [], names) for part in parts]
     if len(classes) == 1:
-        return [KernelWriter(group, registry, names=names)]
+        apart = _beside_the_rows(named, classes[0])
+        if not apart:
+            return [KernelWriter(group, registry, names=names)]
+        rest = [(name, v) for name, v in named if (name, v) not in apart]
+        nests = [KernelWriter(group, registry, walk, [], names)
+                 for part in _by_element_count(apart) for walk in _by_walk(part)]
+        # the reduction's nest reads those outputs back where it needs them
+        return nests + [KernelWriter(group, registry, rest, classes[0], names,
+                                     {v: name for name, v in apart})]
     classes = _producers_first(classes)
     of = {n: k for k, members in enumerate(classes) for n in members}
     memo: dict[Value, frozenset[int]] = {}
@@ -241,6 +249,23 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
         written.update((v, name) for name, v in parts[k])
     return [KernelWriter(group, registry, part, members, names, stored[k])
             for k, (part, members) in enumerate(zip(parts, classes)) if part]
+
+
+def _beside_the_rows(named: list[tuple[str, Value]], members: list[Node]
+                     ) -> list[tuple[str, Value]]:
+    """Outputs that depend on no reduction and hold neither the reduced shape's elements
+    nor a row's (ViT's backward: the gradient ``[2, 65, 192]`` of the token sequence and
+    the bias gradient of the class token, summed over a ``[2, 1, 192]`` slice of it): a
+    pointwise nest of their own writes them, before the reduction's."""
+    shape = tuple(tensor_type(members[0].inputs[0]).shape)
+    rdims = reduced_dims(members[0], len(shape))
+    numel = indexing.prod(shape)
+    rows = indexing.prod([d for k, d in enumerate(shape) if k not in rdims])
+    reductions = set(members)
+    return [(name, v) for name, v in named
+            if not writer.upstream_nodes([v]) & reductions
+            and not any(indexing.same(indexing.prod(tensor_type(v).shape), n)
+                        for n in (numel, rows))]
 
 
 def _producers_first(classes: list[list[Node]]) -> list[list[Node]]:
