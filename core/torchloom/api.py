@@ -12,8 +12,10 @@
   :class:`Reason`, :class:`ArtifactStore` (built artifacts shared by a fleet),
   :class:`Written` (a kernel written while judging, kept for ``generate``), and
   ``indexing`` (index math over symbolic sizes) and ``reductions`` (the reduction
-  ops' table, :func:`~torchloom.codegen.reductions.reduction_table`) and ``writer``
-  (what native kernel writers share: the value walk, numbered statements, op tables);
+  ops' table, :func:`~torchloom.codegen.reductions.reduction_table`), ``schedule`` (the
+  target-independent kernel schedule: :class:`~torchloom.codegen.schedule.ReductionNest`)
+  and ``writer`` (what native kernel writers share: the value walk, numbered statements,
+  op tables);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -21,7 +23,7 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import indexing, reductions, writer
+from torchloom.codegen import indexing, reductions, schedule, writer
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
                                     Written)
 from torchloom.environment import default_cache_dir, env_flag
@@ -57,7 +59,7 @@ __all__ = [
     "hookimpl",
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "indexing",
-    "reductions", "writer",
+    "reductions", "schedule", "writer",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchloom.api import InputRef, Node, TensorType, Value, indexing, writer
+from torchloom.api import InputRef, Node, TensorType, Value, indexing, schedule, writer
 
 from torchloom_codegen_cpu import colsums, tables, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
@@ -31,7 +31,7 @@ from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTW
                                     literal, round_to)
 from torchloom_codegen_cpu.overrun import chunked, row_offsets
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
-                                             prefetch_next_row, reduced_dims)
+                                             prefetch_next_row)
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 Coords = indexing.Coords
@@ -341,20 +341,11 @@ class KernelWriter(writer.ValueWalk):
         return (None if chunked else tiles.tiled(self, walk, em.lines)) or em.lines
 
     def _reduction_body(self) -> list[str]:
-        first = self.reductions[0]
-        self.shape = tuple(tensor_type(first.inputs[0]).shape)
-        self.rdims = reduced_dims(first, len(self.shape))
-        for n in self.reductions[1:]:
-            shape = tuple(tensor_type(n.inputs[0]).shape)
-            if shape != self.shape or reduced_dims(n, len(shape)) != self.rdims:
-                raise Unsupported(f"reductions over different shapes or dims "
-                                  f"({first.op} and {n.op})")
-        kept = [d for d in range(len(self.shape)) if d not in self.rdims]
-        self.kept_shape = [self.shape[d] for d in kept]
-        self.red_shape = [self.shape[d] for d in self.rdims]
-        self.rows, self.rnumel = prod(self.kept_shape), prod(self.red_shape)
-        self.numel = prod([self.rows, self.rnumel])
-        self.kept = kept
+        nest = schedule.ReductionNest.of(self.reductions, tensor_type)
+        self.shape, self.rdims = nest.shape, nest.rdims
+        self.kept_shape, self.red_shape = nest.kept_shape, nest.red_shape
+        self.rows, self.rnumel, self.numel = nest.rows, nest.rnumel, nest.numel
+        kept = self.kept = nest.kept
         if column_form(self):
             return column_body(self)
         check_row_stride(self)

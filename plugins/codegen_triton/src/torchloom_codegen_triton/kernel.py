@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, TensorType, Value, indexing, print_graph, writer
+from torchloom.api import Node, TensorType, Value, indexing, print_graph, schedule, writer
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
@@ -42,11 +42,11 @@ from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.metadata import kernel_metadata
 from torchloom_codegen_triton.plan import (drop_unused, next_pow2, reduction_configs,
                                            representative)
-from torchloom_codegen_triton.reduction import lower_reduction, reduced_dims
+from torchloom_codegen_triton.reduction import lower_reduction
 from torchloom_codegen_triton.rowcol import ColumnPartials, split_rows_and_columns
 from torchloom_codegen_triton.sizes import atomize, bind_symbols
 from torchloom_codegen_triton.split import SplitReduction, plan_split
-from torchloom_codegen_triton.tensors import memory_order, same_shape, tensor_type
+from torchloom_codegen_triton.tensors import memory_order, tensor_type
 from torchloom_codegen_triton.tiled import plan_tiles, tiled_body
 
 
@@ -121,23 +121,13 @@ class KernelWriter(writer.ValueWalk):
     def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
         reductions, columns = split_rows_and_columns(reductions, lambda v: tensor_type(v).shape)
         self.reductions = reductions
-        first = reductions[0]
-        self.shape = tuple(tensor_type(first.inputs[0]).shape)
-        self.rdims = reduced_dims(first, len(self.shape))
-        for n in reductions[1:]:
-            shape = tuple(tensor_type(n.inputs[0]).shape)
-            if not same_shape(shape, self.shape) or reduced_dims(n, len(shape)) != self.rdims:
-                raise Unsupported(f"reductions over different shapes or dims "
-                                  f"({first.op} and {n.op})")
-        kept = [d for d in range(len(self.shape)) if d not in self.rdims]
-        self.kept_shape = [self.shape[d] for d in kept]
-        self.red_shape = [self.shape[d] for d in self.rdims]
-        self.rows = indexing.prod(self.kept_shape)
-        self.rnumel = indexing.prod(self.red_shape)
-        self.numel = indexing.prod([self.rows, self.rnumel])
+        nest = schedule.ReductionNest.of(reductions, tensor_type)
+        self.shape, self.rdims = nest.shape, nest.rdims
+        self.kept_shape, self.red_shape = nest.kept_shape, nest.red_shape
+        self.rows, self.rnumel, self.numel = nest.rows, nest.rnumel, nest.numel
         # rows that are strided in memory (the kept dims are innermost: a column sum) are
         # read as [many rows x a short chunk] tiles, which needs the looped form
-        self.columns = bool(kept) and kept[-1] == len(self.shape) - 1
+        self.columns = nest.columns
         limit = min(max_persistent, 64) if self.columns else max_persistent
         #: the longest row (a power of two) the persistent form holds
         self.persistent_limit = limit
@@ -145,7 +135,7 @@ class KernelWriter(writer.ValueWalk):
         self.looped = self.form in ("looped", "split") if self.form else \
             next_pow2(rnumel) > limit
         self.max_persistent = max_persistent
-        self.kept = kept
+        self.kept = nest.kept
         if columns and not isinstance(self.rnumel, int):
             raise Unsupported(f"row and column reductions of the same data in one kernel "
                               f"need a static row length (it is {self.rnumel})")
