@@ -44,9 +44,14 @@ def import_workload(path: str | Path):
     module = importlib.util.module_from_spec(spec)
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
+    # registered as any imported module is: Dynamo finds a traced function's globals
+    # through sys.modules[fn.__module__] (a workload's helper called from a model failed
+    # with ModuleNotFoundError)
+    sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
+        sys.modules.pop(spec.name, None)
         raise WorkloadError(f"{path}: importing the workload failed: "
                             f"{type(exc).__name__}: {exc}") from exc
     finally:

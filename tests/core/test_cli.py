@@ -250,3 +250,36 @@ def test_a_workload_imports_the_module_beside_it_like_a_script(tmp_path):
     assert fn(*inputs).tolist() == [2.0, 2.0, 2.0]
     assert sys.path == before  # the folder is searched only while the file is imported
     sys.modules.pop("shared_layers", None)
+
+
+def test_a_workload_helper_called_from_a_compiled_model(files):
+    """A function of a workload file (examples/lstm_cell.py's ``lstm_cell``) called inside
+    a model that torch.compile traces: Dynamo looks its module up in ``sys.modules``, where
+    import_workload had not put it (ModuleNotFoundError; the GPU CUDA-graph benchmark's
+    LSTM row)."""
+    from torchloom.tools import import_workload
+    (files / "helper_wl.py").write_text(textwrap.dedent("""
+        import torch
+        SCALE = 3.0
+
+        def helper(x):
+            return torch.tanh(x) * SCALE
+
+        def workload():
+            return helper, [torch.randn(4)]
+    """))
+    helper = import_workload(files / "helper_wl.py").helper
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return helper(x) + 1
+
+    torch._dynamo.reset()
+    x = torch.randn(8)
+    torch.testing.assert_close(torch.compile(Model(), backend="torchloom")(x),
+                               torch.tanh(x) * 3 + 1)
+    with pytest.raises(Exception, match="importing the workload failed"):
+        (files / "broken_wl.py").write_text("raise RuntimeError('no')\n")
+        import_workload(files / "broken_wl.py")
+    import sys
+    assert "torchloom_workload_broken_wl" not in sys.modules
