@@ -118,9 +118,10 @@ class TorchProgram:
         inputs = [torch.randn(s, generator=gen).to(dtype) for s in self.shapes]
         if self.edges:  # NaN, inf, -inf and -0.0 at seeded places
             # (eager's own GELU of +inf is NaN in its vectorized loop and inf in its scalar
-            # one, which it takes for one-element and strided tensors: no +inf near a GELU)
-            big = float("-inf") if "gelu" in self.source else float("inf")
-            specials = torch.tensor([float("nan"), big, float("-inf"), -0.0])
+            # one, which it takes for one-element and strided tensors: no infinity where a
+            # program has a GELU, which a negation would turn into +inf)
+            big = 0.0 if "gelu" in self.source else float("inf")
+            specials = torch.tensor([float("nan"), big, -big, -0.0])
             for k, x in enumerate(inputs):
                 flat = x.view(-1)
                 if flat.numel():
