@@ -13,7 +13,8 @@
   :class:`Written` (a kernel written while judging, kept for ``generate``), and
   ``indexing`` (index math over symbolic sizes) and ``reductions`` (the reduction
   ops' table, :func:`~torchloom.codegen.reductions.reduction_table`), ``schedule`` (the
-  target-independent kernel schedule: :class:`~torchloom.codegen.schedule.ReductionNest`)
+  target-independent kernel schedule: :class:`~torchloom.codegen.schedule.ReductionNest`),
+  ``stmt`` (the structured statement IR writers build and transform before rendering)
   and ``writer`` (what native kernel writers share: the value walk, numbered statements,
   op tables);
 - ``errors``, the cache directory and environment switches, progress reporting.
@@ -23,7 +24,7 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import indexing, reductions, schedule, writer
+from torchloom.codegen import indexing, reductions, schedule, stmt, writer
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
                                     Written)
 from torchloom.environment import default_cache_dir, env_flag
@@ -59,7 +60,7 @@ __all__ = [
     "hookimpl",
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "indexing",
-    "reductions", "schedule", "writer",
+    "reductions", "schedule", "stmt", "writer",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

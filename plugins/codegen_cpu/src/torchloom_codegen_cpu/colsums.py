@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchloom.api import Node, Value, indexing
+from torchloom.api import Node, Value, indexing, stmt
 
 from torchloom_codegen_cpu.ops import CTYPE, COMPUTE
 from torchloom_codegen_cpu.overrun import chunked
@@ -87,11 +87,11 @@ def accumulate(w: "KernelWriter") -> None:
     n = w.rnumel
     for k, (_, node) in enumerate(w.columns):
         e = w.value_at(node.inputs[0], w.full)
-        w.em.statement(f"colpart[{k * n} + r] += (double){e.text};", True)
+        w.em.statement(stmt.Update(stmt.Element("colpart", f"{k * n} + r"), "+=",
+                                   f"(double){e.text}"), True)
 
 
-def nest(w: "KernelWriter", head: list[str], body: list[str], rows: str,
-         pragma: str) -> list[str]:
+def nest(w: "KernelWriter", head: list[str], body: list[str], rows: str) -> list[str]:
     """The row loop with each thread's share of rows explicit (overrun.chunked) and its
     column partials, then the partials' sums stored to the column outputs."""
     n, count = w.rnumel, len(w.columns)
@@ -100,7 +100,7 @@ def nest(w: "KernelWriter", head: list[str], body: list[str], rows: str,
     lines = [*head, f"double* restrict colparts = (double*)calloc((size_t){threads} * "
                     f"{width}, sizeof(double));"]
     # (tl_thread() is 0 outside a parallel region: one thread's partials are the first)
-    lines += chunked(pragma, rows, body, w.parallel,
+    lines += chunked(rows, body, w.parallel,
                      (f"double* restrict colpart = colparts + tl_thread() * {width};",))
     for k, (name, node) in enumerate(w.columns):
         ctype = CTYPE[COMPUTE[tensor_type(node.outputs[0]).dtype]]

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchloom.api import writer
+from torchloom.api import stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.render import Simd
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
 from torchloom_codegen_cpu.reduction import accumulate, identity, sum_dtype
 from torchloom_codegen_cpu.tensors import tensor_type
@@ -81,7 +82,7 @@ def _full_outputs(w: "KernelWriter") -> list:
             if v.producer not in reductions and w.output_place(v) in PER_ELEMENT]
 
 
-def column_body(w: "KernelWriter") -> list[str]:
+def column_body(w: "KernelWriter") -> list:
     """The statements of one block of columns ``xb`` (sets ``w.rows`` to the block count)."""
     em = w.em
     columns = w.rows
@@ -100,9 +101,9 @@ def column_body(w: "KernelWriter") -> list[str]:
         least = f"({units} + {most - 1}) / {most}"
         return f"{share} > {least} ? {share} : {least}"
     w.outer, w.outer_count = "xb", blocks
-    em.statement(f"const int64_t c0 = xb * {units} / n_xb * {UNIT};", False)
-    em.statement(f"const int64_t e1 = (xb + 1) * {units} / n_xb * {UNIT};", False)
-    em.statement(f"const int64_t c1 = e1 < {end} ? e1 : {end};", False)
+    em.statement(stmt.Declare("int64_t", "c0", f"xb * {units} / n_xb * {UNIT}"), False)
+    em.statement(stmt.Declare("int64_t", "e1", f"(xb + 1) * {units} / n_xb * {UNIT}"), False)
+    em.statement(stmt.Declare("int64_t", "c1", f"e1 < {end} ? e1 : {end}"), False)
     # inner coordinates (columns) are recomputed in every SIMD loop
     em.inner_names.add("x")
     x_header, xs = [], []
@@ -111,11 +112,11 @@ def column_body(w: "KernelWriter") -> list[str]:
             xs.append(c)
             continue
         em.inner_names.add(f"x{k}")
-        x_header.append(f"const int64_t x{k} = {c};")
+        x_header.append(stmt.Declare("int64_t", f"x{k}", c))
         xs.append(f"x{k}")
     w.known[(tuple(c for c, d in zip(xs, w.kept_shape) if d != 1),
              tuple(d for d in w.kept_shape if d != 1))] = "x"
-    xloop = "for (int64_t x = c0; x < c1; x++)"
+    xloop = ("x", "c0", "c1")  # (the loop over the block's columns)
     levels = _levels(w.reductions)
     full = [""] * len(w.shape)
     for d, c in zip(w.kept, xs):
@@ -161,52 +162,52 @@ def _accumulators(w: "KernelWriter", nodes: list, block) -> list:
         if kind == "sum":  # a long f32 sum in double (reduction.sum_dtype)
             dtype = sum_dtype(dtype, w.rnumel, 1)
         acc = em.fresh(f"acc_{kind}")
-        em.statement(f"{CTYPE[dtype]} {acc}[{block}];", False)
-        em.statement(f"for (int64_t x = 0; x < c1 - c0; x++) {acc}[x] = "
-                     f"{identity(kind, dtype)};", False)
+        em.statement(stmt.Raw(f"{CTYPE[dtype]} {acc}[{block}];"), False)
+        em.statement(stmt.Raw(f"for (int64_t x = 0; x < c1 - c0; x++) {acc}[x] = "
+                              f"{identity(kind, dtype)};"), False)
         nan = None
         if kind in ("max", "min") and dtype in FLOATS:
             nan = em.fresh("nan")
-            em.statement(f"int {nan}[{block}];", False)
-            em.statement(f"for (int64_t x = 0; x < c1 - c0; x++) {nan}[x] = 0;", False)
+            em.statement(stmt.Raw(f"int {nan}[{block}];"), False)
+            em.statement(stmt.Raw(f"for (int64_t x = 0; x < c1 - c0; x++) {nan}[x] = 0;"),
+                         False)
         accs.append((node, kind, dtype, acc, nan))
     return accs
 
 
-def _walk(w: "KernelWriter", accs: list, full: list, xloop: str, x_header: list,
+def _walk(w: "KernelWriter", accs: list, full: list, xloop: tuple, x_header: list,
           store_full: bool) -> None:
     """One walk over the reduced elements in memory order (its coordinates declared in
     it), a SIMD loop over the block's columns for each: accumulating ``accs`` and
     (``store_full``) storing the group's full-shape outputs."""
     em = w.em
-    saved, em.lines = em.lines, []
     known = set(w.values)
-    for k, c in enumerate(w.ix.delinear("r", w.red_shape)):
-        if c not in ("0", "r"):
-            em.statement(f"const int64_t r{k} = {c};", False)
-            c = f"r{k}"
-        full[w.rdims[k]] = c
-    w.full = tuple(full)
-    em.begin_phase()
-    for node, kind, dtype, acc, nan in accs:
-        v = em.convert(w.value_at(node.inputs[0], w.full), dtype).text
-        accumulate(em, kind, f"{acc}[x - c0]", nan and f"{nan}[x - c0]", v)
-    if store_full:
-        for name, v in _full_outputs(w):
-            w.store(name, v, w.place_output(v)[1])  # (at this walk's coordinates)
-    em.end_phase("#pragma omp simd", xloop, x_header)
-    walk = em.lines
-    em.lines = saved
+
+    def write() -> None:
+        for k, c in enumerate(w.ix.delinear("r", w.red_shape)):
+            if c not in ("0", "r"):
+                em.statement(stmt.Declare("int64_t", f"r{k}", c), False)
+                c = f"r{k}"
+            full[w.rdims[k]] = c
+        w.full = tuple(full)
+        em.begin_phase()
+        for node, kind, dtype, acc, nan in accs:
+            v = em.convert(w.value_at(node.inputs[0], w.full), dtype).text
+            accumulate(em, kind, stmt.Element(acc, "x - c0"),
+                       nan and stmt.Element(nan, "x - c0"), v)
+        if store_full:
+            for name, v in _full_outputs(w):
+                w.store(name, v, w.place_output(v)[1])  # (at this walk's coordinates)
+        em.end_phase(Simd(), *xloop, x_header)
+
+    walk = em.capture(write)
     em.forget_row_values()  # they were declared inside the walk
     for key in [k for k, (e, _) in w.values.items() if k not in known and not e.inner]:
         del w.values[key]  # (values of a reduced element: a later walk computes them again)
-    em.statement(f"for (int64_t r = 0; r < {w.ix.size(w.rnumel)}; r++) {{", False)
-    for line in walk:
-        em.statement("  " + line, False)
-    em.statement("}", False)
+    em.statement(stmt.Loop("r", "0", str(w.ix.size(w.rnumel)), tuple(walk)), False)
 
 
-def _results(w: "KernelWriter", accs: list, xs: list, xloop: str, x_header: list) -> None:
+def _results(w: "KernelWriter", accs: list, xs: list, xloop: tuple, x_header: list) -> None:
     """One SIMD loop over the block's columns: each reduction's result, kept in an array
     of the block when a later walk reads it, and stored when it is an output."""
     em = w.em
@@ -223,7 +224,7 @@ def _results(w: "KernelWriter", accs: list, xs: list, xloop: str, x_header: list
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)
         if value.uses:  # read by a later walk: the block's array (its accumulator)
-            em.statement(f"{acc}[x - c0] = {e.text};", True)
+            em.statement(stmt.Store(stmt.Element(acc, "x - c0"), e.text), True)
             e = Expr(f"{acc}[x - c0]" if e.dtype == dtype else
                      f"({CTYPE[e.dtype]}){acc}[x - c0]", e.dtype, True)
         keepdim = bool(node.attrs.get("keepdim", False))
@@ -233,4 +234,4 @@ def _results(w: "KernelWriter", accs: list, xs: list, xloop: str, x_header: list
         for name, out in zip(w.out_names, w.outputs):
             if out is value:
                 w.store(name, out, coords)
-    em.end_phase("#pragma omp simd", xloop, x_header)
+    em.end_phase(Simd(), *xloop, x_header)

@@ -10,19 +10,18 @@ hoisting by construction).
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 
-from torchloom.api import TensorType, writer
+import attrs
+
+from torchloom.api import TensorType, stmt, writer
 
 from torchloom_codegen_cpu import overrun
-from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE, VECTOR_MATH
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE
+from torchloom_codegen_cpu.render import LITERAL, Simd, costly, divides_integers, par
 
 Expr = writer.Expr
 _IDENT = writer.IDENT
-_LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z"
-                      r"|\(\((float|double|u?int\d+_t|_Bool)\)[^()]*\)\Z"
-                      r"|\(-\((float|double)\)INFINITY\)\Z")
-
 
 #: elements per block of a row loop: one AVX-512 vector of f32 (see Emitter.end_row_phase)
 TAIL = 16
@@ -85,63 +84,44 @@ def narrow_limit(region) -> int:
     return NARROW_ROWS if sizes <= {4} else NARROW_ROWS_MIXED
 
 
-#: a call that makes a loop's elements costly (transcendentals, the prelude's functions):
-#: a remainder of half a vector after the blocks is gcc's one ymm iteration when the loop
-#: is cheap (sum over rows of 24 0.75 -> 0.31 ms, layer_norm 1.38 -> 1.03), but a costly
-#: loop's remainder ran scalar (softmax over rows of 24 1.96 -> 3.34 ms): those keep the
-#: masked block (Emitter.end_row_phase, _cheap)
-_CALL = re.compile(rf"\b(tl_\w+|(?:{'|'.join(VECTOR_MATH)})f?)\(")
+def _cheap(annotation: Simd | None, body: list) -> bool:
+    """Whether gcc vectorizes a loop's remainder: no costly call (:func:`render.costly`:
+    transcendentals, the prelude's functions), no max/min reduction (whose remainder ran
+    scalar too: softmax's max loop). A remainder of half a vector after the blocks is gcc's
+    one ymm iteration when the loop is cheap (sum over rows of 24 0.75 -> 0.31 ms,
+    layer_norm 1.38 -> 1.03), but a costly loop's remainder ran scalar (softmax over rows
+    of 24 1.96 -> 3.34 ms): those keep the masked block (Emitter.end_row_phase)."""
+    return not any(map(costly, body)) and not (annotation is not None and annotation.min_max())
 
 
-def _cheap(pragma: str, body: list[str]) -> bool:
-    """Whether gcc vectorizes a loop's remainder: no costly call (:data:`_CALL`), no max/min
-    reduction (whose remainder ran scalar too: softmax's max loop)."""
-    return not any(map(_CALL.search, body)) and not re.search(r"reduction\((max|min):", pragma)
+def _maskable(statement) -> bool:
+    """Whether :func:`stmt.masked` takes ``statement``; a select whose value is not a name
+    or an integer (a literal such as ``1.5f``) stays unmasked, as it always was here (the
+    loop then runs unmasked: the same kernels as before the statement IR)."""
+    if isinstance(statement, stmt.Select) and not _word(statement.value):
+        return False
+    return stmt.masked(statement, "") is not None
 
 
-_COMPOUND = re.compile(r"(\w+) (\+=|\*=|\|=) (.+);\Z")
-_SELECT = re.compile(r"(\w+) = (.+) \? (\w+) : \1;\Z")
-_STORE = re.compile(r"(\w+\[[^;=]*\]) = ([^;]*);\Z")
-_ELEMENT = re.compile(r"(\w+)\[([^\[\]]*)\]")
-_INDEXED = re.compile(r"\w+\[")
-_INT_DIVISION = re.compile(r"const (u?int\d+_t|_Bool|int) \w+ = .*[/%]")
-#: the keep-bound of a loop past the row's end, until the loop is known to qualify
-_KEEP = "@KEEP@"
+def _masked(statement, mask: str):
+    """``statement`` with its side effect taken only where ``mask`` holds (see
+    :func:`stmt.masked`, rendered by render.py): accumulator updates as selects (``acc +=
+    mask ? v : 0``: a branch in an OpenMP reduction became masked stores to gcc's lane
+    array and 6x slower loops), stores as a blend with the element there (``a[i] = mask ?
+    v : a[i]``: the lanes masked off write back what they read, in their own row; an
+    AVX-512 masked store took 2.2x the whole kernel's time in some processes),
+    declarations as they are. None for a statement of another form."""
+    return stmt.masked(statement, mask) if _maskable(statement) else None
 
 
-def _masked(line: str, mask: str) -> str | None:
-    """``line`` with its side effect taken only where ``mask`` holds: accumulator updates
-    as selects (``acc += mask ? v : 0``: a branch in an OpenMP reduction became masked
-    stores to gcc's lane array and 6x slower loops), stores as a blend with the element
-    there (``a[i] = mask ? v : a[i]``: the lanes masked off write back what they read, in
-    their own row; an AVX-512 masked store took 2.2x the whole kernel's time in some
-    processes), declarations as they are. None for a statement of another form."""
-    if line.startswith("const "):
-        return line
-    compound = _COMPOUND.match(line)
-    if compound:
-        acc, op, v = compound.groups()
-        neutral = {"+=": "0", "*=": "1", "|=": "0"}[op]
-        return f"{acc} {op} {mask} ? {par(v)} : {neutral};"
-    select = _SELECT.match(line)
-    if select:
-        acc, condition, v = select.groups()
-        return f"{acc} = {mask} && ({condition}) ? {v} : {acc};"
-    store = _STORE.match(line)
-    if store:
-        target, value = store.groups()
-        return f"{target} = {mask} ? {par(value)} : {target};"
-    return None
-
-
-def par(text: str) -> str:
-    return text if _IDENT.fullmatch(text) or _LITERAL.match(text) else f"({text})"
+def _word(text: str) -> bool:
+    return bool(text) and all(c.isascii() and (c.isalnum() or c == "_") for c in text)
 
 
 class Emitter(writer.Statements):
     """Collects a row body; knows which names depend on the inner index."""
 
-    literal = _LITERAL
+    literal = LITERAL
 
     def __init__(self, narrow: int = NARROW_ROWS):
         """``narrow``: the longest row of :func:`narrow_row` (see :func:`narrow_limit`)."""
@@ -167,6 +147,10 @@ class Emitter(writer.Statements):
     def is_inner(self, text: str) -> bool:
         return any(tok in self.inner_names for tok in _IDENT.findall(text))
 
+    def reads_inner(self, statement) -> bool:
+        """Whether ``statement`` mentions a name that depends on the inner index."""
+        return not statement.names.isdisjoint(self.inner_names)
+
     def emit(self, text: str, dtype: str, hint: str = "t", inner: bool | None = None) -> Expr:
         """Bind ``text`` to a const name (reusing an identical statement in scope)."""
         inner = self.is_inner(text) if inner is None else inner
@@ -174,7 +158,7 @@ class Emitter(writer.Statements):
             return Expr(text, dtype, inner)
         inner = inner and self._phase is not None
         name, new = self.bind(text, hint, inner,
-                              lambda name: f"const {CTYPE[dtype]} {name} = {text};")
+                              lambda name: stmt.Declare(CTYPE[dtype], name, text))
         if new and inner:
             self.inner_names.add(name)
         if text in self.exact:
@@ -185,19 +169,27 @@ class Emitter(writer.Statements):
         """Row statements emitted so far are out of scope from here on (a nested loop)."""
         self._memo = {}
 
+    def capture(self, write: Callable[[], None]) -> list:
+        """The statements ``write()`` emits outside a phase, taken out of ``lines``."""
+        lines, self.lines = self.lines, []
+        write()
+        captured, self.lines = self.lines, lines
+        return captured
+
     # ---- phases --------------------------------------------------------------------------
     def begin_phase(self) -> None:
         """Start an inner loop; statements that read inner names go into it."""
         self.open_phase()
 
-    def end_phase(self, pragma: str, loop: str, header: list[str]) -> None:
-        """Close the loop: ``pragma`` (``#pragma omp simd ...``), ``loop`` (the ``for``
-        line) and ``header`` (inner coordinates) wrap the inner statements."""
+    def end_phase(self, annotation: Simd | None, var: str, start: str, end: str,
+                  head: list) -> None:
+        """Close the loop: ``var`` over ``[start, end)``, ``annotation`` its pragma (None:
+        none) and ``head`` (inner coordinates) before the inner statements."""
         body = self.close_phase()
         assert body is not None
-        self._loop(pragma, loop, header, body)
+        self._loop(annotation, var, start, end, head, body)
 
-    def end_row_phase(self, pragma: str, n: int | str, header: list[str]) -> None:
+    def end_row_phase(self, pragma: Simd | None, n: int | str, header: list) -> None:
         """Close a SIMD loop over a row, ``r`` in ``[0, n)`` (``n``: an int or C text), as
         gcc 12 cannot: its loops end in a scalar remainder of up to 15 elements, which on
         short rows costs more than the vectors (a softmax row of 62 took 81 us a call).
@@ -213,40 +205,36 @@ class Emitter(writer.Statements):
         :func:`narrow_odd_row` as 8-lane blocks and a masked 8-lane block, or, up to
         :data:`overrun.OVERRUN_ROWS` values where every element the loop touches lies in
         a tensor whose rows are end to end, as one loop of whole 8-lane vectors past the
-        row's end in all rows but each thread's last (overrun.py)."""
+        row's end in all rows but each thread's last (overrun.py). ``pragma``: the loop's
+        SIMD pragma (None: a plain loop)."""
         body = self.close_phase()
         assert body is not None
-        static = isinstance(n, int)
-        if pragma and narrow_row(n, self.narrow_limit):
-            self._loop(f"{pragma} simdlen(8)",
-                       f"for (int64_t r = 0; r < {self._trip_count(n, pragma, True)}; r++)",
-                       header, body)
+        if pragma is not None and narrow_row(n, self.narrow_limit):
+            self._loop(attrs.evolve(pragma, simdlen=8), "r", "0",
+                       self._trip_count(n, pragma, True), header, body)
             return
         tail = TAIL
-        if pragma and narrow_odd_row(n, self.narrow_limit):
-            tail, pragma = 8, f"{pragma} simdlen(8)"
+        if pragma is not None and narrow_odd_row(n, self.narrow_limit):
+            tail, pragma = 8, attrs.evolve(pragma, simdlen=8)
             whole = self._past_the_end(body, n, pragma)
             if whole is not None:  # all rows but each thread's last one (overrun.py)
                 self.overran = True
-                self.lines.append(f"if ({overrun.GUARD}) {{")
-                self._indented(lambda: self._loop(
-                    pragma, f"for (int64_t r = 0; r < {whole_vectors(n)}; r++)", header, whole))
-                self.lines.append("} else {")
-                self._indented(lambda: self._blocks(pragma, n, header, body, tail))
-                self.lines.append("}")
+                past = self.capture(lambda: self._loop(pragma, "r", "0",
+                                                       str(whole_vectors(n)), header, whole))
+                blocks = self.capture(lambda: self._blocks(pragma, n, header, body, tail))
+                self.lines.append(stmt.If(overrun.GUARD, tuple(past), tuple(blocks)))
                 return
         self._blocks(pragma, n, header, body, tail)
 
-    def _blocks(self, pragma: str, n: int | str, header: list[str], body: list[str],
+    def _blocks(self, pragma: Simd | None, n: int | str, header: list, body: list,
                 tail: int) -> None:
         """The row loop as whole blocks of ``tail`` elements and a masked last block (see
         :meth:`end_row_phase`)."""
         static = isinstance(n, int)
-        masked = [_masked(line, "r >= r_blocks") for line in body]
         if (static and tail == TAIL and (n < TAIL or n % TAIL < SCALAR_REMAINDER or (
-                n % TAIL == TAIL // 2 and _cheap(pragma, body)))) or None in masked:
-            self._loop(pragma, f"for (int64_t r = 0; r < {self._trip_count(n, pragma)}; r++)",
-                       header, body)
+                n % TAIL == TAIL // 2 and _cheap(pragma, body)))) or \
+                not all(map(_maskable, body)):
+            self._loop(pragma, "r", "0", self._trip_count(n, pragma), header, body)
             return
         if static:
             blocks, start, end = str(n // tail * tail), str(n - tail), str(n)
@@ -256,15 +244,15 @@ class Emitter(writer.Statements):
                                f" {TAIL}", "i64", "r_blocks", inner=False).text
             start = self.emit(f"{blocks} == {end} ? {end} : {blocks} == 0 ? 0 : {end} - "
                               f"{TAIL}", "i64", "r_tail", inner=False).text
-        self._loop(pragma, f"for (int64_t r = 0; r < {blocks}; r++)", header, body)
-        masked = [_masked(line, f"r >= {blocks}") for line in body]
-        if not static:  # no remainder: not even the lane setup of an empty loop
-            self.lines.append(f"if ({start} < {end}) {{")
-        self._loop(pragma, f"for (int64_t r = {start}; r < {end}; r++)", header, masked)
-        if not static:
-            self.lines.append("}")
+        self._loop(pragma, "r", "0", blocks, header, body)
+        masked = [_masked(s, f"r >= {blocks}") for s in body]
+        if static:
+            self._loop(pragma, "r", start, end, header, masked)
+        else:  # no remainder: not even the lane setup of an empty loop
+            tail_loop = self.capture(lambda: self._loop(pragma, "r", start, end, header, masked))
+            self.lines.append(stmt.If(f"{start} < {end}", tuple(tail_loop), flat=True))
 
-    def _past_the_end(self, body: list[str], n: int, pragma: str) -> list[str] | None:
+    def _past_the_end(self, body: list, n: int, pragma: Simd) -> list | None:
         """``body`` for a loop of whole 8-lane vectors past the row's end (overrun.py):
         accumulator updates take the lanes ``r < n`` only; loads and stores stay whole.
         None unless every element it touches is a row buffer's or at ``(x, r)`` of a tensor
@@ -272,36 +260,24 @@ class Emitter(writer.Statements):
         could make divide by zero)."""
         if self.overrun is None or n > overrun.OVERRUN_ROWS:
             return None
-        out, masked_any = [], False
-        for line in body:
-            elements = _ELEMENT.findall(line)
-            if len(elements) != len(_INDEXED.findall(line)) or _INT_DIVISION.match(line):
+        for s in body:
+            if s.facts.nested or divides_integers(s):
                 return None
-            if any(not p.startswith("buf_") and self.overrun.get(p) != offset
-                   for p, offset in elements):
+            if any(not e.pointer.startswith("buf_") and self.overrun.get(e.pointer) != e.offset
+                   for e in s.facts.elements):
                 return None
-            if line.startswith("const ") or _STORE.match(line):
-                out.append(line)
-                continue
-            masked = _masked(line, f"r < {_KEEP}")
-            if masked is None:
+            if not isinstance(s, (stmt.Declare, stmt.Store)) and not _maskable(s):
                 return None
-            out.append(masked)
-            masked_any = True
-        if masked_any:  # the loop qualifies: its bound declared now (none left unused)
-            # a row of 8k + 7: only the last lane is off, and gcc 12 turned the select of a
-            # known bound into a loop exit it could not vectorize (3.5x slower)
-            keep = self._trip_count(n, pragma, True) if n % 8 == 7 else str(n)
-            out = [line.replace(_KEEP, keep) for line in out]
-        return out
+        if all(isinstance(s, (stmt.Declare, stmt.Store)) for s in body):
+            return list(body)
+        # the loop qualifies: its bound declared now (none left unused); a row of 8k + 7:
+        # only the last lane is off, and gcc 12 turned the select of a known bound into a
+        # loop exit it could not vectorize (3.5x slower)
+        keep = self._trip_count(n, pragma, True) if n % 8 == 7 else str(n)
+        return [s if isinstance(s, (stmt.Declare, stmt.Store)) else _masked(s, f"r < {keep}")
+                for s in body]
 
-    def _indented(self, write) -> None:
-        lines, self.lines = self.lines, []
-        write()
-        lines.extend("  " + line for line in self.lines)
-        self.lines = lines
-
-    def _trip_count(self, n: int | str, pragma: str, hide: bool = False) -> str:
+    def _trip_count(self, n: int | str, pragma: Simd | None, hide: bool = False) -> str:
         """The trip count of a SIMD row loop: ``n``, or for rows of whole vectors up to
         :data:`HIDDEN_COUNT` values a copy of it gcc cannot see through (an empty asm that
         "changes" it). Knowing that a loop runs 1-4 vectors, gcc 12 unrolls it completely and
@@ -311,18 +287,18 @@ class Emitter(writer.Statements):
         and more: alike, so left known). Rows shorter than a vector keep their count: hidden,
         they ran gcc's scalar remainder (rows of 8: ten times slower). ``hide``: hidden
         whatever the length (8-lane rows, :func:`narrow_row`: rows of 24 0.82 -> 0.67 ms)."""
-        if not (hide or pragma and isinstance(n, int) and n % TAIL == 0 and 0 < n <= HIDDEN_COUNT):
+        if not (hide or pragma is not None and isinstance(n, int) and n % TAIL == 0
+                and 0 < n <= HIDDEN_COUNT):
             return str(n)
         name = self.fresh("r_n")
-        self.lines += [f"int64_t {name} = {n};", f'__asm__("" : "+r"({name}));']
+        self.lines += [stmt.Raw(f"int64_t {name} = {n};"),
+                       stmt.Raw(f'__asm__("" : "+r"({name}));')]
         return name
 
-    def _loop(self, pragma: str, loop: str, header: list[str], body: list[str]) -> None:
-        if pragma:
-            self.lines.append(pragma)
-        self.lines.append(loop + " {")
-        self.lines.extend("  " + line for line in [*header, *body])
-        self.lines.append("}")
+    def _loop(self, annotation: Simd | None, var: str, start: str, end: str, head: list,
+              body: list) -> None:
+        self.lines.append(stmt.Loop(var, start, str(end), tuple(body), tuple(head),
+                                    annotation))
 
     # ---- conversions ---------------------------------------------------------------------
     def convert(self, e: Expr, dtype: str) -> Expr:
@@ -378,8 +354,8 @@ def load_text(pointer: str, offset: str, ir_dtype: str) -> str:
     return element
 
 
-def store_text(pointer: str, offset: str, e: Expr, ir_dtype: str,
-               unrounded: str | None = None, exact: str | None = None) -> str:
+def store_statement(pointer: str, offset: str, e: Expr, ir_dtype: str,
+                    unrounded: str | None = None, exact: str | None = None) -> stmt.Store:
     """C writing ``e`` to one element of storage dtype ``ir_dtype`` (rounding as eager);
     ``unrounded``: the f32 value ``e`` is the bf16/f16 rounding of, converted directly;
     ``exact``: the 16-bit dtype whose values ``e`` holds exactly (a bf16 one is stored as
@@ -396,4 +372,4 @@ def store_text(pointer: str, offset: str, e: Expr, ir_dtype: str,
     else:
         value = e.text if STORAGE[ir_dtype] == CTYPE.get(e.dtype) else \
             f"({STORAGE[ir_dtype]}){par(e.text)}"
-    return f"{pointer}[{offset}] = {value};"
+    return stmt.Store(stmt.Element(pointer, offset), value)

@@ -21,11 +21,12 @@ variance per row).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, indexing,
-                           print_graph, structural_hash, symbols, writer)
+import attrs
+
+from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, clone_graph,
+                           indexing, print_graph, structural_hash, symbols, writer)
 
 from torchloom_codegen_cpu import colsums
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
@@ -407,11 +408,17 @@ def _printed(region: Graph) -> str:
             for d in (*v.type.shape, *(v.type.strides or ())):
                 for s in symbols.symbols_of(d):
                     order.setdefault(s, f"s{len(order)}")
-    text = print_graph(region)
     if not order:
-        return text
-    pattern = re.compile(r"(?<![%@\w.$])(" + "|".join(map(re.escape, order)) + r")(?![\w.(])")
-    return pattern.sub(lambda m: order[m.group(1)], text)
+        return print_graph(region)
+    renamed, _ = clone_graph(region)  # (a copy of its own: its types are renamed)
+    for v in [*renamed.inputs, *(o for n in renamed.nodes for o in n.outputs)]:
+        t = v.type
+        if isinstance(t, TensorType):
+            v.type = attrs.evolve(
+                t, shape=tuple(symbols.rename_dim(d, order) for d in t.shape),
+                strides=None if t.strides is None else tuple(
+                    symbols.rename_dim(d, order) for d in t.strides))
+    return print_graph(renamed)
 
 
 def _numel_text(v: Value, writer: KernelWriter) -> str:

@@ -18,20 +18,20 @@ op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from torchloom.api import InputRef, Node, TensorType, Value, indexing, schedule, writer
+from torchloom.api import InputRef, Node, TensorType, Value, indexing, schedule, stmt, writer
 
 from torchloom_codegen_cpu import colsums, tables, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
-                                          store_text, whole_vectors)
+                                          store_statement, whole_vectors)
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
                                     literal, round_to)
-from torchloom_codegen_cpu.overrun import chunked, row_offsets
+from torchloom_codegen_cpu.overrun import PARALLEL_FOR, chunked, row_offsets
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
+from torchloom_codegen_cpu.render import Simd, element, render
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 Coords = indexing.Coords
@@ -104,7 +104,8 @@ class KernelWriter(writer.ValueWalk):
         #: the parallel loop's trip count as C text from the thread count's C text, where
         #: it depends on it (columns.py); None: ``rows`` iterations
         self.outer_count = None
-        self.buffers: dict[Value, str] = {}  # value -> its row buffer (see _plan_buffers)
+        #: value -> the element of its row buffer at ``r`` (see _plan_buffers)
+        self.buffers: dict[Value, stmt.Element] = {}
         self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
         self.j_strides: list[int] = []  # each load's step per j (pointwise walks: tiles.py)
         self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
@@ -124,7 +125,7 @@ class KernelWriter(writer.ValueWalk):
             return hit[0]
         buffer = self.buffers.get(v) if coords == getattr(self, "full", None) else None
         if buffer is not None and hit is not None:  # computed by an earlier loop of the row
-            e = self.em.emit(buffer, hit[0].dtype, v.name, inner=True)
+            e = self.em.emit(element(buffer), hit[0].dtype, v.name, inner=True)
         else:
             e = self._compute(v, coords)
             # a value the row loop does not change (its row holds one element, or it is
@@ -132,7 +133,7 @@ class KernelWriter(writer.ValueWalk):
             # whose write in the loop would land after the stores hoisted out of it (the
             # buffer can be an output's row: out[0] = tanh(x) * 0.5 + ...; then out[0] = tanh(x))
             if buffer is not None and e.inner:
-                self.em.statement(f"{buffer} = {e.text};", True)
+                self.em.statement(stmt.Store(buffer, e.text), True)
         self.values[key] = (e, self.em.phase_id)
         return e
 
@@ -169,7 +170,10 @@ class KernelWriter(writer.ValueWalk):
         # divides in f32 (no rounded quotient to trunc)
         scalar = self.keeps_operand(node, 1) or (
             node.op in SCALAR_DIVISORS and len(node.inputs) == 1)
-        template = spec.template(given, compute, "f32" if scalar else ir_dtype)
+        # softmax's exp(x - max(x)): every argument <= 0 (or NaN), the prelude's cheaper exp
+        nonpositive = node.op == EXP and compute == "f32" and minus_max(node.inputs[0])
+        template = spec.template(given, compute, "f32" if scalar else ir_dtype,
+                                 exp="tl_exp_nonpos" if nonpositive else "tl_exp")
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no C template")
         try:
@@ -177,9 +181,8 @@ class KernelWriter(writer.ValueWalk):
         except KeyError as exc:  # an argument that is no number: a symbolic size, say
             raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
                               f"{node.attrs.get(exc.args[0])!r} has no C value") from None
-        if node.op == EXP and text.startswith("tl_exp(") and minus_max(node.inputs[0]):
-            # (computing this exp costs about what a table read does: no table)
-            return "tl_exp_nonpos(" + text[len("tl_exp("):]
+        if nonpositive:  # (computing this exp costs about what a table read does: no table)
+            return text
         looked_up = self._tabulated(node, template, named, compute, ir_dtype, given)
         return text if looked_up is None else looked_up
 
@@ -228,8 +231,7 @@ class KernelWriter(writer.ValueWalk):
         type (an f32 softmax: exp is written where its quotient goes, as eager does; the
         output is a fresh buffer, never an input's), else an array on the thread's stack.
         A row longer than ``ROW_BUFFER`` or of symbolic length (it may not fit the stack)
-        has only the output's row. ``buffers`` maps each value to its element's C text at
-        ``r``."""
+        has only the output's row. ``buffers`` maps each value to its element at ``r``."""
         stack = isinstance(self.rnumel, int) and self.rnumel <= ROW_BUFFER
         host = self._buffer_host()
         if not stack and host is None:
@@ -248,10 +250,11 @@ class KernelWriter(writer.ValueWalk):
                 if not stack:
                     continue
                 name = f"buf_{v.name}"
-                self.em.statement(f"{ctype} {name}[{whole_vectors(self.rnumel)}];", False)
-                self.buffers[v] = f"{name}[r]"
+                self.em.statement(stmt.Raw(f"{ctype} {name}[{whole_vectors(self.rnumel)}];"),
+                                  False)
+                self.buffers[v] = stmt.Element(name, "r")
 
-    def _buffer_host(self) -> tuple[str, str] | None:
+    def _buffer_host(self) -> tuple[str, stmt.Element] | None:
         """(C type, element at ``r``) of the one output the last loop of a row stores,
         if it has the reduced shape, no zero stride and a type C computes in."""
         full = [(name, v) for name, v in zip(self.out_names, self.outputs)
@@ -265,7 +268,7 @@ class KernelWriter(writer.ValueWalk):
                 s == 0 and d != 1 for s, d in zip(strides, t.shape)):
             return None
         offset = self.ix.address(self.full, strides, t.shape, self.known)
-        return CTYPE[COMPUTE[t.dtype]], f"{name}[{offset}]"
+        return CTYPE[COMPUTE[t.dtype]], stmt.Element(name, offset)
 
     def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
@@ -273,9 +276,9 @@ class KernelWriter(writer.ValueWalk):
             return  # an empty output: nothing to write
         e = self.value_at(v, coords)
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        line = store_text(name, offset, e, t.dtype, self.em.unrounded.get(e.text),
-                          self.em.exact.get(e.text))
-        self.em.statement(line, self.em.is_inner(line))
+        store = store_statement(name, offset, e, t.dtype, self.em.unrounded.get(e.text),
+                                self.em.exact.get(e.text))
+        self.em.statement(store, self.em.reads_inner(store))
 
     def row_coords(self, index: str, shape) -> list[str]:
         """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; their names."""
@@ -285,18 +288,18 @@ class KernelWriter(writer.ValueWalk):
                 names.append(c)
                 continue
             name = f"x{k}"
-            self.em.statement(f"const int64_t {name} = {c};", False)
+            self.em.statement(stmt.Declare("int64_t", name, c), False)
             names.append(name)
         self.known[(tuple(c for c, d in zip(names, shape) if d != 1),
                     tuple(d for d in shape if d != 1))] = index
         return names
 
     # ---- writing ---------------------------------------------------------------------------
-    def body(self) -> list[str]:
+    def body(self) -> list:
         """The statements of one row (``x``), and the loop header around it."""
         return self._pointwise_body() if self.kind == "pointwise" else self._reduction_body()
 
-    def _pointwise_body(self) -> list[str]:
+    def _pointwise_body(self) -> list:
         outs = [tensor_type(v) for v in self.outputs]
         first = outs[0]
         self.numel = prod(first.shape)
@@ -317,13 +320,13 @@ class KernelWriter(writer.ValueWalk):
         em = self.em
         if chunked:
             chunks, end = par(size(self.chunks)), par(size(inner))
-            em.statement(f"const int64_t row = x / {chunks};", False)
-            em.statement(f"const int64_t j0 = x % {chunks} * {self.chunk};", False)
-            em.statement(f"const int64_t j1 = j0 + {self.chunk} < {end} ? j0 + {self.chunk} "
-                         f": {end};", False)
-            row, loop = "row", "for (int64_t j = j0; j < j1; j++)"
+            em.statement(stmt.Declare("int64_t", "row", f"x / {chunks}"), False)
+            em.statement(stmt.Declare("int64_t", "j0", f"x % {chunks} * {self.chunk}"), False)
+            em.statement(stmt.Declare("int64_t", "j1", f"j0 + {self.chunk} < {end} ? j0 + "
+                                      f"{self.chunk} : {end}"), False)
+            row, bounds = "row", ("j0", "j1")
         else:
-            row, loop = "x", f"for (int64_t j = 0; j < {size(inner)}; j++)"
+            row, bounds = "x", ("0", str(size(inner)))
         em.inner_names.add("j")
         walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
         self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
@@ -337,10 +340,10 @@ class KernelWriter(writer.ValueWalk):
             coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else \
                 self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
-        em.end_phase("#pragma omp simd", loop, [])
+        em.end_phase(Simd(), "j", *bounds, [])
         return (None if chunked else tiles.tiled(self, walk, em.lines)) or em.lines
 
-    def _reduction_body(self) -> list[str]:
+    def _reduction_body(self) -> list:
         nest = schedule.ReductionNest.of(self.reductions, tensor_type)
         self.shape, self.rdims = nest.shape, nest.rdims
         self.kept_shape, self.red_shape = nest.kept_shape, nest.red_shape
@@ -358,7 +361,7 @@ class KernelWriter(writer.ValueWalk):
                 rs.append(c)
                 continue
             em.inner_names.add(f"r{k}")
-            self.r_header.append(f"const int64_t r{k} = {c};")
+            self.r_header.append(stmt.Declare("int64_t", f"r{k}", c))
             rs.append(f"r{k}")
         self.known[(tuple(c for c, d in zip(rs, self.red_shape) if d != 1),
                     tuple(d for d in self.red_shape if d != 1))] = "r"
@@ -391,12 +394,12 @@ class KernelWriter(writer.ValueWalk):
             for name, v, coords in full_outputs:
                 self.store(name, v, coords)
             colsums.accumulate(self)
-            em.end_row_phase("#pragma omp simd", self.rbound, self.r_header)
+            em.end_row_phase(Simd(), self.rbound, self.r_header)
         return em.lines if full_outputs or self.columns else across_rows(self, em.lines)
 
     def nest(self) -> list[str]:
         """This nest's parallel loop over rows, its body inside."""
-        lines = drop_unused(self.body())
+        lines = render(stmt.drop_unused(self.body()))
         rows, numel = par(self.ix.size(self.rows)), par(self.ix.size(self.numel))
         # threads when there are rows to share and work to pay for them: decided here for
         # static sizes, at run time for symbolic ones
@@ -405,7 +408,7 @@ class KernelWriter(writer.ValueWalk):
             conditions.append(f"{numel} >= {PARALLEL_MIN}")
         self.parallel = (not isinstance(self.rows, int) or self.rows > 1) and (
             not isinstance(self.numel, int) or self.numel >= PARALLEL_MIN)
-        pragma = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
+        pragma = PARALLEL_FOR
         head, bound = [], rows
         if self.outer_count is not None:  # computed once, before the loop
             bound = f"n_{self.outer}"
@@ -415,9 +418,9 @@ class KernelWriter(writer.ValueWalk):
                 *("  " + line for line in lines), "}"]
         threads, one = [pragma, *loop], loop
         if self.columns:  # each thread's partial column sums (colsums.py)
-            return colsums.nest(self, head, lines, bound, pragma)
+            return colsums.nest(self, head, lines, bound)
         if self.em.overran:  # each thread's last row known (overrun.py)
-            threads, one = (chunked(pragma, bound, lines, p) for p in (True, False))
+            threads, one = (chunked(bound, lines, p) for p in (True, False))
         if not conditions:
             return [*head, *(threads if self.parallel else one)]
         # a branch, not an OpenMP if clause: entering a parallel region that the clause
@@ -458,14 +461,6 @@ def minus_max(v: Value) -> bool:
         return False
     return top.inputs[0] is a and tensor_type(v).shape == tensor_type(a).shape and \
         tensor_type(v).dtype in FLOATS
-
-
-_DECLARATION = re.compile(r"\s*const [A-Za-z_0-9]+ ([A-Za-z_][A-Za-z0-9_]*) = ")
-
-
-def drop_unused(lines: list[str]) -> list[str]:
-    """Remove const declarations nothing reads (coordinates a walk did not need)."""
-    return writer.drop_unused(lines, _DECLARATION)
 
 
 def output_names(region) -> list[str]:

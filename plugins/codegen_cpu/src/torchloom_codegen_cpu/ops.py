@@ -67,16 +67,18 @@ class Pointwise:
     args: str = "out"
     ints: Template | None = None
 
-    def template(self, attrs_: Mapping[str, Any], dtype: str, ir_dtype: str) -> str | None:
+    def template(self, attrs_: Mapping[str, Any], dtype: str, ir_dtype: str,
+                 exp: str = "tl_exp") -> str | None:
         """The template for compute dtype ``dtype`` and result ``ir_dtype`` (None:
-        unsupported for it)."""
+        unsupported for it); ``exp``: the prelude's f32 exp it calls (``tl_exp_nonpos``
+        where every argument is <= 0)."""
         tpl = self.floats if dtype in ("f32", "f64") else self.ints
         if tpl is None:
             return None
         tpl = tpl(attrs_, ir_dtype) if callable(tpl) else tpl
         if dtype in ("f32", "f64"):
             tpl = tpl.replace("$erf", "tl_erf_fast" if dtype == "f32" else "erf")
-            tpl = tpl.replace("$exp", "tl_exp" if dtype == "f32" else "exp")
+            tpl = tpl.replace("$exp", exp if dtype == "f32" else "exp")
             tpl = tpl.replace("$tanh", "tl_tanh" if dtype == "f32" else "tanh")
             tpl = tpl.replace("$T", CTYPE[dtype]).replace("$f", "f" if dtype == "f32" else "")
         return tpl

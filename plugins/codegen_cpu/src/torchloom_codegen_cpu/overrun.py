@@ -24,6 +24,10 @@ from typing import Any
 
 from torchloom.api import TensorType
 
+#: the pragma of a nest's loop over rows shared out by OpenMP, and of a parallel region
+#: whose threads share the rows out themselves (:func:`chunked`)
+PARALLEL_FOR = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
+PARALLEL = "#pragma omp parallel num_threads(nthreads)"
 #: C condition under which a row may run past its end (see the module docstring)
 GUARD = "x != x_last"
 #: the longest row that runs past its end: through torch.compile, one thread, softmax over
@@ -50,19 +54,18 @@ def row_offsets(w: Any) -> dict[str, str] | None:
     return offsets
 
 
-def chunked(pragma: str, bound: str, body: list[str], parallel: bool,
+def chunked(bound: str, body: list[str], parallel: bool,
             prologue: tuple[str, ...] = ()) -> list[str]:
-    """The row loop over ``x`` in ``[0, bound)`` with each thread's share of rows explicit
-    (``x_last``: the share's last row): ``pragma`` opens the parallel region (``parallel``),
-    or one thread runs them all; ``prologue``: statements each thread runs before its rows
-    (colsums.py: its partials)."""
+    """The row loop over ``x`` in ``[0, bound)`` (``body``: its C lines) with each thread's
+    share of rows explicit (``x_last``: the share's last row): in a parallel region
+    (``parallel``), or one thread runs them all; ``prologue``: lines each thread runs before
+    its rows (colsums.py: its partials)."""
     loop = ["for (int64_t x = x_first; x <= x_last; x++) {", *("  " + b for b in body), "}"]
     start = [*("  " + line for line in prologue)]
     if not parallel:
         return ["{", *start, f"  const int64_t x_first = 0, x_last = {bound} - 1;",
                 *("  " + line for line in loop), "}"]
-    region = pragma.replace(" for", "").replace(" schedule(static)", "")
-    return [region, "{", *start, "  int64_t x_first, x_last;",
+    return [PARALLEL, "{", *start, "  int64_t x_first, x_last;",
             f"  tl_share({bound}, &x_first, &x_last);", *("  " + line for line in loop), "}"]
 
 

@@ -18,9 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from torchloom.api import Node, indexing, writer
+import attrs
+
+from torchloom.api import Node, indexing, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.render import Simd
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, ITEMSIZE,
                                        OMP_OP, REDUCTIONS, literal)
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
@@ -40,15 +43,17 @@ def identity(kind: str, dtype: str) -> str:
     return as_int.format(min=low, max=high)
 
 
-def accumulate(em, kind: str, acc: str, nan: str | None, v: str) -> None:
-    """The inner statements adding ``v`` to accumulator ``acc`` (an lvalue) with ``kind``,
-    and setting the NaN flag ``nan`` (an lvalue, or None) when ``v`` is NaN."""
-    update = {"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};",
-              "max": f"{acc} = {v} > {acc} ? {v} : {acc};",
-              "min": f"{acc} = {v} < {acc} ? {v} : {acc};"}[kind]
-    em.statement(update, True)
+def accumulate(em, kind: str, acc: str | stmt.Element, nan: str | stmt.Element | None,
+               v: str) -> None:
+    """The inner statements adding ``v`` to accumulator ``acc`` (a name or an element) with
+    ``kind``, and setting the NaN flag ``nan`` (the same, or None) when ``v`` is NaN."""
+    if kind in ("sum", "prod"):
+        em.statement(stmt.Update(acc, "+=" if kind == "sum" else "*=", v), True)
+    else:
+        a = acc if isinstance(acc, str) else f"{acc.pointer}[{acc.offset}]"
+        em.statement(stmt.Select(acc, f"{v} {'>' if kind == 'max' else '<'} {a}", v), True)
     if nan is not None:
-        em.statement(f"{nan} |= {v} != {v};", True)
+        em.statement(stmt.Update(nan, "|=", f"{v} != {v}"), True)
 
 
 def short_odd_row(n: int | str) -> bool:
@@ -76,7 +81,8 @@ def across_rows(w: "KernelWriter", lines: list[str]) -> list[str]:
     the plain loops were slower (logsumexp rows of 5-7 0.92 -> 0.67x, 8-14 alike or worse)."""
     if not (isinstance(w.rnumel, int) and w.rnumel <= ACROSS_ROWS):
         return lines
-    return [line for line in lines if not line.lstrip().startswith("#pragma omp simd")]
+    return stmt.map_loops(lines, lambda loop: attrs.evolve(loop, annotation=None)
+                          if isinstance(loop.annotation, Simd) else loop)
 
 
 def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str,
@@ -85,24 +91,25 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     ``inf_flag`` names an int set when an infinite value comes before the row's last."""
     em = w.em
     acc = em.fresh(f"acc_{kind}")
-    em.statement(f"{CTYPE[dtype]} {acc} = {identity(kind, dtype)};", False)
-    clauses = [f"reduction({OMP_OP[kind]}:{acc})"]
+    em.statement(stmt.Raw(f"{CTYPE[dtype]} {acc} = {identity(kind, dtype)};"), False)
+    clauses = [(OMP_OP[kind], (acc,))]
     nan = None
     if kind in ("max", "min") and dtype in FLOATS:
         nan = em.fresh("nan")
-        em.statement(f"int {nan} = 0;", False)
-        clauses.append(f"reduction(|:{nan})")
+        em.statement(stmt.Raw(f"int {nan} = 0;"), False)
+        clauses.append(("|", (nan,)))
     if inf_flag is not None:
-        em.statement(f"int {inf_flag} = 0;", False)
-        clauses.append(f"reduction(|:{inf_flag})")
+        em.statement(stmt.Raw(f"int {inf_flag} = 0;"), False)
+        clauses.append(("|", (inf_flag,)))
     em.begin_phase()
     v = em.convert(value(), dtype).text
     if inf_flag is not None:
         last = w.rnumel - 1 if isinstance(w.rnumel, int) else f"{par(w.ix.size(w.rnumel))} - 1"
-        em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {last});", True)
+        em.statement(stmt.Update(inf_flag, "|=", f"(fabs({v}) == INFINITY) & (r < {last})"),
+                     True)
     accumulate(em, kind, acc, nan, v)
-    simd = f"#pragma omp simd {' '.join(clauses)}"
-    em.end_row_phase("" if kind != "sum" and short_odd_row(w.rbound) else simd, w.rbound,
+    simd = Simd(tuple(clauses))
+    em.end_row_phase(None if kind != "sum" and short_odd_row(w.rbound) else simd, w.rbound,
                      w.r_header)
     if nan is not None:
         return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
@@ -148,19 +155,19 @@ def shifted_moments(w: "KernelWriter", value: Callable[[], Expr],
     em = w.em
     shift = first_value(w, value, "shift")
     total, squares = em.fresh("acc_sum"), em.fresh("acc_sq")
-    em.statement(f"double {total} = 0, {squares} = 0;", False)
+    em.statement(stmt.Raw(f"double {total} = 0, {squares} = 0;"), False)
     em.begin_phase()
     d = em.emit(f"{par(em.convert(value(), 'f64').text)} - {shift}", "f64", "dev")
-    em.statement(f"{total} += {d.text};", True)
-    em.statement(f"{squares} += {d.text} * {d.text};", True)
-    em.end_row_phase(f"#pragma omp simd reduction(+:{total},{squares})", w.rbound, w.r_header)
+    em.statement(stmt.Update(total, "+=", d.text), True)
+    em.statement(stmt.Update(squares, "+=", f"{d.text} * {d.text}"), True)
+    em.end_row_phase(Simd((("+", (total, squares)),)), w.rbound, w.r_header)
     if inf_flag is not None:
-        em.statement(f"int {inf_flag} = 0;", False)
+        em.statement(stmt.Raw(f"int {inf_flag} = 0;"), False)
         em.begin_phase()
         v = em.convert(value(), "f64").text
-        em.statement(f"{inf_flag} |= (fabs({v}) == INFINITY) & (r < {w.rnumel - 1});", True)
-        em.end_phase("", f"for (int64_t r = 0; r < (isfinite({total}) ? 0 : {w.rbound}); "
-                     "r++)", w.r_header)
+        em.statement(stmt.Update(inf_flag, "|=",
+                                 f"(fabs({v}) == INFINITY) & (r < {w.rnumel - 1})"), True)
+        em.end_phase(None, "r", "0", f"(isfinite({total}) ? 0 : {w.rbound})", w.r_header)
     n = w.count(w.rnumel, "f64")
     mean = em.emit(f"{shift} + {total} / {n}", "f64", "mean", inner=False)
     acc = em.emit(f"{squares} - {total} * ({total} / {n})", "f64", "m2", inner=False)
@@ -173,12 +180,12 @@ def first_value(w: "KernelWriter", value: Callable[[], Expr], hint: str) -> str:
     the row buffers of values later loops read again)."""
     em = w.em
     name = em.fresh(hint)
-    em.statement(f"double {name} = 0;", False)
+    em.statement(stmt.Raw(f"double {name} = 0;"), False)
     values, buffers = w.values, w.buffers
     w.values, w.buffers = dict(values), {}
     em.begin_phase()
-    em.statement(f"{name} = {em.convert(value(), 'f64').text};", True)
-    em.end_phase("", "for (int64_t r = 0; r < 1; r++)", w.r_header)
+    em.statement(stmt.Raw(f"{name} = {em.convert(value(), 'f64').text};"), True)
+    em.end_phase(None, "r", "0", "1", w.r_header)
     w.values, w.buffers = values, buffers
     return name
 
@@ -197,13 +204,12 @@ def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
     em = w.em
     x0 = first_value(w, value, "first")
     scaled = em.fresh("acc_scaled")
-    em.statement(f"double {scaled} = 0;", False)
+    em.statement(stmt.Raw(f"double {scaled} = 0;"), False)
     em.begin_phase()
     n = w.count(w.rnumel, "f64")
-    em.statement(f"{scaled} += {par(value().text)} / {n} - {x0} / {n};", True)
-    em.end_phase(f"#pragma omp simd reduction(+:{scaled})",
-                 f"for (int64_t r = 0; r < (isfinite({total.text}) ? 0 : {w.rbound}); r++)",
-                 w.r_header)
+    em.statement(stmt.Update(scaled, "+=", f"{par(value().text)} / {n} - {x0} / {n}"), True)
+    em.end_phase(Simd((("+", (scaled,)),)), "r", "0",
+                 f"(isfinite({total.text}) ? 0 : {w.rbound})", w.r_header)
     finite = f"isfinite({total.text})"
     base = em.emit(f"{finite} ? 0.0 : {x0}", "f64", "base", inner=False)
     center = em.emit(f"{finite} ? {mean.text} : {scaled}", "f64", "center", inner=False)
@@ -217,16 +223,16 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     em = w.em
     best, index = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
     start = identity("max" if kind == "argmax" else "min", dtype)
-    em.statement(f"{CTYPE[dtype]} {best} = {start};", False)
-    em.statement(f"int64_t {index} = 0;", False)
+    em.statement(stmt.Raw(f"{CTYPE[dtype]} {best} = {start};"), False)
+    em.statement(stmt.Raw(f"int64_t {index} = 0;"), False)
     em.begin_phase()
     v = em.convert(value(), dtype).text
     better = f"{v} > {best}" if kind == "argmax" else f"{v} < {best}"
     if dtype in FLOATS:  # the first NaN wins and stays
         better = f"{best} == {best} && ({better} || {v} != {v})"
-    em.statement(f"if ({better}) {{ {best} = {v}; {index} = r; }}", True)
+    em.statement(stmt.Raw(f"if ({better}) {{ {best} = {v}; {index} = r; }}"), True)
     # in order, no SIMD: ties go to the lowest index
-    em.end_phase("", f"for (int64_t r = 0; r < {w.rbound}; r++)", w.r_header)
+    em.end_phase(None, "r", "0", str(w.rbound), w.r_header)
     return Expr(best, dtype), Expr(index, "i64")
 
 
@@ -320,9 +326,9 @@ def prefetch_next_row(w: "KernelWriter") -> None:
         if not t.is_dense or w.rnumel * size < PREFETCH_ROW_BYTES:
             return
         step, count = 64 // size, PREFETCH_ROW_BYTES // size
-        w.em.statement(f"if (x + 1 < {w.rows}) for (int64_t p = 0; p < {count}; p += {step}) "
-                       f"__builtin_prefetch(&in_{v.name}[(x + 1) * {w.rnumel} + p], 0, 2);",
-                       False)
+        w.em.statement(stmt.Raw(
+            f"if (x + 1 < {w.rows}) for (int64_t p = 0; p < {count}; p += {step}) "
+            f"__builtin_prefetch(&in_{v.name}[(x + 1) * {w.rnumel} + p], 0, 2);"), False)
         return
 
 

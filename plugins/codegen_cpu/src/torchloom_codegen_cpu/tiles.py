@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchloom.api import indexing
+import attrs
+
+from torchloom.api import indexing, stmt
 
 if TYPE_CHECKING:
     from torchloom_codegen_cpu.kernel import KernelWriter
@@ -38,22 +40,23 @@ def j_stride(coords, strides) -> int:
     return sum(steps) if all(isinstance(s, int) for s in steps) else 0
 
 
-def tiled(w: "KernelWriter", walk: list, lines: list[str]) -> list[str] | None:
+def tiled(w: "KernelWriter", walk: list, lines: list) -> list | None:
     """``lines`` (a row ``x``: its statements and its SIMD loop over the whole row) as the
     body of a loop over tiles ``xt``, or None when the walk is not worth tiling."""
     rows, inner = indexing.prod(walk[:-1]), walk[-1]
     if not (isinstance(rows, int) and isinstance(inner, int)) or min(rows, inner) < 2 * TILE \
             or max(w.j_strides, default=0) < STRIDED:
         return None
-    header = f"for (int64_t j = 0; j < {inner}; j++) {{"
-    if lines.count(header) != 1:
+    row_loops = [s for s in lines if isinstance(s, stmt.Loop) and s.var == "j"
+                 and (s.start, s.end) == ("0", str(inner))]
+    if len(row_loops) != 1:
         return None
     across, down = -(-inner // TILE), -(-rows // TILE)
     w.rows, w.outer = across * down, "xt"
-    head = [f"const int64_t xt0 = xt / {across} * {TILE};",
-            f"const int64_t xt1 = xt0 + {TILE} < {rows} ? xt0 + {TILE} : {rows};",
-            f"const int64_t jt0 = xt % {across} * {TILE};",
-            f"const int64_t jt1 = jt0 + {TILE} < {inner} ? jt0 + {TILE} : {inner};"]
-    body = [line if line != header else "for (int64_t j = jt0; j < jt1; j++) {"
-            for line in lines]
-    return [*head, "for (int64_t x = xt0; x < xt1; x++) {", *("  " + b for b in body), "}"]
+    head = [stmt.Declare("int64_t", "xt0", f"xt / {across} * {TILE}"),
+            stmt.Declare("int64_t", "xt1", f"xt0 + {TILE} < {rows} ? xt0 + {TILE} : {rows}"),
+            stmt.Declare("int64_t", "jt0", f"xt % {across} * {TILE}"),
+            stmt.Declare("int64_t", "jt1", f"jt0 + {TILE} < {inner} ? jt0 + {TILE} : {inner}")]
+    body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loops[0] else s
+            for s in lines]
+    return [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]

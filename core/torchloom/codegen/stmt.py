@@ -1,0 +1,280 @@
+"""The structured statement IR a native kernel writer builds, and transforms over it.
+
+A writer's statements are objects, not lines of text: a codegen builds them, transforms
+them (masks a loop's side effects, drops declarations nothing reads, rebounds a loop) and
+only then renders them in its language. Expressions stay the target's text (an operand is
+a name or a literal, see :class:`torchloom.codegen.writer.Statements`); what a transform
+needs to know of one (the names it reads, the elements ``pointer[offset]`` it touches, the
+functions it calls) is found once, when its statement is built (:func:`scan`).
+
+- :class:`Declare`: ``const T name = expr;``, a value bound once;
+- :class:`Store`: ``pointer[offset] = value;``;
+- :class:`Update`: ``target op= value;``, an accumulation (``+=``, ``*=``, ``|=``);
+- :class:`Select`: ``target = cond ? value : target;``, a max/min accumulation;
+- :class:`Loop`: ``for var in [start, end)`` with the target's annotation (a SIMD pragma),
+  its per-iteration coordinates (``head``) and its body;
+- :class:`If`: a branch between two statement lists;
+- :class:`Raw`: a line of the target's own (a variable, an array, a prefetch), only
+  where nothing transforms it.
+
+A statement with a ``mask`` takes its side effect only where the mask holds
+(:func:`masked`); how that reads is the renderer's business. :func:`drop_unused` removes
+the declarations nothing after them reads; :func:`walk` and :func:`map_loops` visit and
+rewrite the loops of a statement list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Union
+
+import attrs
+
+from torchloom.codegen.writer import IDENT
+
+
+@attrs.frozen
+class Element:
+    """One element of memory, ``pointer[offset]`` (``offset`` in the target's text)."""
+
+    pointer: str
+    offset: str
+
+
+@attrs.frozen
+class Scan:
+    """What an expression's text holds: the ``names`` it mentions, the ``elements`` it
+    indexes, whether an index holds another (``nested``) and the ``calls`` it makes."""
+
+    names: frozenset[str]
+    elements: tuple[Element, ...]
+    nested: bool
+    calls: frozenset[str]
+
+
+def scan(text: str) -> Scan:
+    """The names, elements and calls of expression ``text`` (an identifier followed by
+    ``[`` indexes an element up to its matching ``]``; followed by ``(``, is a call)."""
+    names = IDENT.findall(text)
+    elements: list[Element] = []
+    calls: set[str] = set()
+    nested = False
+    for m in IDENT.finditer(text):
+        end = m.end()
+        after = text[end:end + 1]
+        if after == "(":
+            calls.add(m.group())
+        elif after == "[":
+            depth, k = 0, end
+            while k < len(text):
+                depth += {"[": 1, "]": -1}.get(text[k], 0)
+                if depth == 0:
+                    break
+                k += 1
+            offset = text[end + 1:k]
+            if "[" in offset:
+                nested = True
+            else:
+                elements.append(Element(m.group(), offset))
+    return Scan(frozenset(names), tuple(elements), nested, frozenset(calls))
+
+
+def _scanned(*texts: str) -> Scan:
+    parts = [scan(t) for t in texts]
+    return Scan(frozenset().union(*(p.names for p in parts)),
+                tuple(e for p in parts for e in p.elements), any(p.nested for p in parts),
+                frozenset().union(*(p.calls for p in parts)))
+
+
+def _target_text(target: Union[str, Element]) -> str:
+    return target if isinstance(target, str) else f"{target.pointer}[{target.offset}]"
+
+
+@attrs.frozen
+class Declare:
+    """``const ctype name = expr;``"""
+
+    ctype: str
+    name: str
+    expr: str
+    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
+                              eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every name the statement mentions (its own and its type's too)."""
+        return self.facts.names | {self.name, self.ctype}
+
+
+@attrs.frozen
+class Store:
+    """``target = value;`` to one element; with ``mask``, only where it holds."""
+
+    target: Element
+    value: str
+    mask: str | None = None
+    facts: Scan = attrs.field(
+        default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.value,
+                                                 s.mask or ""), takes_self=True),
+        eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.facts.names
+
+
+@attrs.frozen
+class Update:
+    """``target op value;`` (``op``: ``+=``, ``*=``, ``|=``): an accumulation into a name
+    or an element; with ``mask``, only where it holds."""
+
+    target: Union[str, Element]
+    op: str
+    value: str
+    mask: str | None = None
+    facts: Scan = attrs.field(
+        default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.value,
+                                                 s.mask or ""), takes_self=True),
+        eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.facts.names
+
+
+@attrs.frozen
+class Select:
+    """``target = cond ? value : target;`` (a max or min accumulation); with ``mask``,
+    only where it holds."""
+
+    target: Union[str, Element]
+    cond: str
+    value: str
+    mask: str | None = None
+    facts: Scan = attrs.field(
+        default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.cond, s.value,
+                                                 s.mask or ""), takes_self=True),
+        eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.facts.names
+
+
+@attrs.frozen
+class Raw:
+    """A line of the target's own that no transform looks into but for its names."""
+
+    text: str
+    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.text), takes_self=True),
+                              eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.facts.names
+
+
+@attrs.frozen
+class Loop:
+    """``var`` over ``[start, end)`` (C text); ``annotation``: the target's (a SIMD pragma,
+    None: none); ``head``: statements each iteration starts with (its coordinates)."""
+
+    var: str
+    start: str
+    end: str
+    body: tuple[Any, ...]
+    head: tuple[Any, ...] = ()
+    annotation: Any = None
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The names its header mentions (the body's are its statements')."""
+        return (scan(self.start).names | scan(self.end).names | {self.var}
+                | getattr(self.annotation, "names", frozenset()))
+
+
+@attrs.frozen
+class If:
+    """``if (cond) then else orelse`` (``orelse`` None: no else branch); ``flat``: its
+    branches written at its own depth (a guard around one loop), not indented."""
+
+    cond: str
+    then: tuple[Any, ...]
+    orelse: tuple[Any, ...] | None = None
+    flat: bool = False
+
+    @property
+    def names(self) -> frozenset[str]:
+        return scan(self.cond).names
+
+
+Statement = Union[Declare, Store, Update, Select, Raw, Loop, If]
+
+#: the statements :func:`masked` makes conditional
+_MASKABLE = (Update, Select)
+
+
+def masked(statement: Statement, mask: str) -> Statement | None:
+    """``statement`` with its side effect taken only where ``mask`` holds: a declaration
+    as it is (it has none), an accumulation into a name or a store with the mask; None for
+    a statement of another kind (an accumulation into an element, a loop, a raw line)."""
+    if isinstance(statement, Declare):
+        return statement
+    if isinstance(statement, Store) or (isinstance(statement, _MASKABLE)
+                                        and isinstance(statement.target, str)):
+        return attrs.evolve(statement, mask=mask)
+    return None
+
+
+def drop_unused(statements: Sequence[Statement]) -> list[Statement]:
+    """``statements`` without the declarations no statement after them (in program order,
+    at any depth) mentions: coordinates a walk did not need, so the source shows only what
+    the kernel computes."""
+    used: set[str] = set()
+    return _kept(statements, used)
+
+
+def _kept(statements: Sequence[Statement], used: set[str]) -> list[Statement]:
+    kept: list[Statement] = []
+    for s in reversed(statements):
+        if isinstance(s, Declare) and s.name not in used:
+            continue
+        if isinstance(s, Loop):
+            body = _kept(s.body, used)
+            head = _kept(s.head, used)
+            s = attrs.evolve(s, head=tuple(head), body=tuple(body))
+        elif isinstance(s, If):
+            orelse = None if s.orelse is None else tuple(_kept(s.orelse, used))
+            s = attrs.evolve(s, then=tuple(_kept(s.then, used)), orelse=orelse)
+        used.update(s.names)
+        kept.append(s)
+    return kept[::-1]
+
+
+def walk(statements: Sequence[Statement]) -> Iterator[Statement]:
+    """Every statement, in program order, nested ones after the loop or branch holding
+    them."""
+    for s in statements:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk(s.head)
+            yield from walk(s.body)
+        elif isinstance(s, If):
+            yield from walk(s.then)
+            yield from walk(s.orelse or ())
+
+
+def map_loops(statements: Sequence[Statement], change: Callable[[Loop], Loop]
+              ) -> list[Statement]:
+    """``statements`` with every loop (at any depth, inner ones first) replaced by
+    ``change(loop)``."""
+    out: list[Statement] = []
+    for s in statements:
+        if isinstance(s, Loop):
+            s = change(attrs.evolve(s, body=tuple(map_loops(s.body, change))))
+        elif isinstance(s, If):
+            s = attrs.evolve(s, then=tuple(map_loops(s.then, change)),
+                             orelse=None if s.orelse is None else
+                             tuple(map_loops(s.orelse, change)))
+        out.append(s)
+    return out

@@ -1,0 +1,133 @@
+"""C for the statement IR (``torchloom.api.stmt``): each statement's text, and the facts
+about statements only C knows (which calls are costly, which declarations divide
+integers, what a SIMD loop's pragma says).
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from torchloom.api import stmt, writer
+
+from torchloom_codegen_cpu.ops import CTYPE, VECTOR_MATH
+
+LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z"
+                      r"|\(\((float|double|u?int\d+_t|_Bool)\)[^()]*\)\Z"
+                      r"|\(-\((float|double)\)INFINITY\)\Z")
+
+#: the value an accumulation masked off adds (see :func:`stmt.masked`)
+_NEUTRAL = {"+=": "0", "*=": "1", "|=": "0"}
+#: C types of integers (a declaration of one that divides may divide by zero)
+_INTEGERS = frozenset({"int", *(c for c in CTYPE.values() if c not in ("float", "double"))})
+#: the loop variable's type
+_INDEX = "int64_t"
+
+
+def par(text: str) -> str:
+    """``text`` in parentheses unless it is a name or a literal."""
+    return text if writer.IDENT.fullmatch(text) or LITERAL.match(text) else f"({text})"
+
+
+@attrs.frozen
+class Simd:
+    """``#pragma omp simd`` with its reduction clauses (``(operator, accumulators)``) and
+    ``simdlen``."""
+
+    reductions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    simdlen: int | None = None
+
+    def text(self) -> str:
+        clauses = [f"reduction({op}:{','.join(names)})" for op, names in self.reductions]
+        if self.simdlen is not None:
+            clauses.append(f"simdlen({self.simdlen})")
+        return " ".join(["#pragma omp simd", *clauses])
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(n for _, names in self.reductions for n in names)
+
+    def min_max(self) -> bool:
+        """Whether it reduces with max or min (gcc runs such a loop's remainder scalar)."""
+        return any(op in ("max", "min") for op, _ in self.reductions)
+
+
+def element(e: stmt.Element) -> str:
+    return f"{e.pointer}[{e.offset}]"
+
+
+def _target(target: str | stmt.Element) -> str:
+    return target if isinstance(target, str) else element(target)
+
+
+def _declare(s: stmt.Declare) -> list[str]:
+    return [f"const {s.ctype} {s.name} = {s.expr};"]
+
+
+def _store(s: stmt.Store) -> list[str]:
+    t = element(s.target)
+    if s.mask is None:
+        return [f"{t} = {s.value};"]
+    # the lanes masked off write back what they read (see Emitter._blocks)
+    return [f"{t} = {s.mask} ? {par(s.value)} : {t};"]
+
+
+def _update(s: stmt.Update) -> list[str]:
+    t = _target(s.target)
+    if s.mask is None:
+        return [f"{t} {s.op} {s.value};"]
+    return [f"{t} {s.op} {s.mask} ? {par(s.value)} : {_NEUTRAL[s.op]};"]
+
+
+def _select(s: stmt.Select) -> list[str]:
+    t = _target(s.target)
+    if s.mask is None:
+        return [f"{t} = {s.cond} ? {s.value} : {t};"]
+    return [f"{t} = {s.mask} && ({s.cond}) ? {s.value} : {t};"]
+
+
+def _raw(s: stmt.Raw) -> list[str]:
+    return [s.text]
+
+
+def _loop(s: stmt.Loop) -> list[str]:
+    lines = [] if s.annotation is None else [s.annotation.text()]
+    v = s.var
+    lines.append(f"for ({_INDEX} {v} = {s.start}; {v} < {s.end}; {v}++) {{")
+    lines += indented(render([*s.head, *s.body]))
+    return [*lines, "}"]
+
+
+def _if(s: stmt.If) -> list[str]:
+    nest = (lambda lines: lines) if s.flat else indented
+    lines = [f"if ({s.cond}) {{", *nest(render(s.then))]
+    if s.orelse is not None:
+        lines += ["} else {", *nest(render(s.orelse))]
+    return [*lines, "}"]
+
+
+_RENDER = {stmt.Declare: _declare, stmt.Store: _store, stmt.Update: _update,
+           stmt.Select: _select, stmt.Raw: _raw, stmt.Loop: _loop, stmt.If: _if}
+
+
+def render(statements) -> list[str]:
+    """The C lines of ``statements``, nested ones indented by two spaces."""
+    return [line for s in statements for line in _RENDER[type(s)](s)]
+
+
+def indented(lines: list[str]) -> list[str]:
+    return ["  " + line for line in lines]
+
+
+def costly(s) -> bool:
+    """Whether a statement calls a costly function (a transcendental, the prelude's):
+    see ``Emitter._cheap``."""
+    return any(name.startswith("tl_") and len(name) > 3 or name in VECTOR_MATH or
+               name.endswith("f") and name[:-1] in VECTOR_MATH for name in s.facts.calls)
+
+
+def divides_integers(s) -> bool:
+    """Whether a declaration of an integer divides (or takes a remainder) anywhere."""
+    return isinstance(s, stmt.Declare) and s.ctype in _INTEGERS and (
+        "/" in s.expr or "%" in s.expr)

@@ -1,0 +1,46 @@
+"""C for the statement IR (render.py): each statement's text, masked forms, loops, pragmas."""
+
+from __future__ import annotations
+
+from torchloom.api import stmt
+from torchloom.codegen.stmt import Declare, Element, If, Loop, Select, Store, Update
+
+from torchloom_codegen_cpu.render import Simd, costly, divides_integers, render
+
+
+def test_statements_render_as_c_lines():
+    assert render([Declare("float", "t1", "a + b")]) == ["const float t1 = a + b;"]
+    assert render([Store(Element("out_y", "x * 8 + r"), "t1")]) == ["out_y[x * 8 + r] = t1;"]
+    assert render([Update("acc", "+=", "t1 * t1")]) == ["acc += t1 * t1;"]
+    assert render([Select("acc", "t1 > acc", "t1")]) == ["acc = t1 > acc ? t1 : acc;"]
+
+
+def test_masked_statements_take_their_side_effect_where_the_mask_holds():
+    def masked(s):
+        return render([stmt.masked(s, "r >= 16")])
+
+    assert masked(Update("acc", "+=", "t1 * t1")) == ["acc += r >= 16 ? (t1 * t1) : 0;"]
+    assert masked(Update("acc", "*=", "t1")) == ["acc *= r >= 16 ? t1 : 1;"]
+    assert masked(Select("acc", "t1 > acc", "t1")) == ["acc = r >= 16 && (t1 > acc) ? t1 : acc;"]
+    # lanes masked off write back the element they read
+    assert masked(Store(Element("o", "r"), "a + b")) == ["o[r] = r >= 16 ? (a + b) : o[r];"]
+
+
+def test_loops_and_branches_indent_their_bodies():
+    loop = Loop("r", "0", "24", (Update("acc", "+=", "t"),), (Declare("int64_t", "r0", "r / 8"),),
+                Simd((("+", ("acc",)),), simdlen=8))
+    assert render([loop]) == ["#pragma omp simd reduction(+:acc) simdlen(8)",
+                              "for (int64_t r = 0; r < 24; r++) {",
+                              "  const int64_t r0 = r / 8;", "  acc += t;", "}"]
+    assert render([If("a < b", (Update("s", "+=", "1"),), (Update("s", "+=", "2"),))]) == [
+        "if (a < b) {", "  s += 1;", "} else {", "  s += 2;", "}"]
+    assert render([If("a < b", (Update("s", "+=", "1"),), flat=True)]) == [
+        "if (a < b) {", "s += 1;", "}"]
+
+
+def test_costly_calls_and_integer_divisions_are_seen_in_the_structure():
+    assert costly(Declare("float", "t", "tl_exp(a)")) and costly(Declare("float", "t", "logf(a)"))
+    assert not costly(Declare("float", "t", "fabsf(a) + b"))
+    assert divides_integers(Declare("int64_t", "q", "a / 3"))
+    assert not divides_integers(Declare("float", "q", "a / 3"))
+    assert Simd((("max", ("m",)),)).min_max() and not Simd((("+", ("s",)),)).min_max()

@@ -1,0 +1,77 @@
+"""The statement IR (torchloom.codegen.stmt): facts found when a statement is built, masking,
+dead-declaration removal and loop rewrites over the structure."""
+
+from __future__ import annotations
+
+from torchloom.api import stmt
+from torchloom.codegen.stmt import Declare, Element, If, Loop, Raw, Select, Store, Update
+
+
+def test_scan_finds_names_elements_and_calls():
+    found = stmt.scan("tl_exp(in_a[x * 8 + r]) + b1 * expf(c)")
+    assert {"tl_exp", "in_a", "x", "r", "b1", "expf", "c"} <= found.names
+    assert found.elements == (Element("in_a", "x * 8 + r"),)
+    assert found.calls == {"tl_exp", "expf"} and not found.nested
+
+
+def test_an_index_holding_another_is_nested():
+    found = stmt.scan("a[b[i]]")
+    assert found.nested and found.elements == (Element("b", "i"),)
+
+
+def test_a_store_touches_its_target_first():
+    s = Store(Element("out_y", "x"), "in_a[x] + t1")
+    assert [e.pointer for e in s.facts.elements] == ["out_y", "in_a"]
+
+
+def test_masked_keeps_declarations_and_masks_side_effects_into_names():
+    d = Declare("float", "t1", "a + b")
+    assert stmt.masked(d, "r >= 16") is d
+    assert stmt.masked(Update("acc", "+=", "t1"), "m").mask == "m"
+    assert stmt.masked(Select("acc", "t1 > acc", "t1"), "m").mask == "m"
+    assert stmt.masked(Store(Element("o", "r"), "t1"), "m").mask == "m"
+    # an accumulation into an element (a column's partial), a raw line, a loop: no mask
+    assert stmt.masked(Update(Element("colpart", "r"), "+=", "t1"), "m") is None
+    assert stmt.masked(Raw("if (a) { b = c; }"), "m") is None
+    assert stmt.masked(Loop("r", "0", "8", ()), "m") is None
+
+
+def test_drop_unused_removes_declarations_nothing_after_reads_at_any_depth():
+    body = [Declare("int64_t", "x0", "x / 8"),        # read by the loop's store: kept
+            Declare("int64_t", "x1", "x % 8"),        # read by nothing: dropped
+            Loop("r", "0", "n", head=(Declare("int64_t", "r0", "r / 4"),),  # unread: dropped
+                 body=(Declare("float", "t", "in_a[x0 * 4 + r]"),
+                       Store(Element("out", "r"), "t")))]
+    kept = stmt.drop_unused(body)
+    assert [s.name for s in kept if isinstance(s, Declare)] == ["x0"]
+    (loop,) = [s for s in kept if isinstance(s, Loop)]
+    assert loop.head == () and [type(s) for s in loop.body] == [Declare, Store]
+
+
+def test_a_name_a_later_statement_declares_again_keeps_the_earlier_one():
+    # program order, as the lines read: a later declaration of the same name counts as a use
+    body = [Loop("r", "0", "4", head=(Declare("int64_t", "r0", "r / 2"),), body=()),
+            Loop("r", "0", "4", head=(Declare("int64_t", "r0", "r / 2"),),
+                 body=(Store(Element("o", "r0"), "1"),))]
+    kept = stmt.drop_unused(body)
+    assert [len(loop.head) for loop in kept] == [1, 1]
+
+
+def test_drop_unused_sees_names_in_loop_bounds_and_branches():
+    body = [Declare("int64_t", "n", "m * 2"), Declare("int64_t", "k", "m + 1"),
+            If("k > 0", (Loop("r", "0", "n", ()),), (Raw("q = 0;"),))]
+    assert [s.name for s in stmt.drop_unused(body) if isinstance(s, Declare)] == ["n", "k"]
+
+
+def test_map_loops_rewrites_nested_loops_inner_first():
+    inner = Loop("j", "0", "8", ())
+    outer = Loop("x", "0", "4", (inner,))
+    seen = []
+
+    def change(loop):
+        seen.append(loop.var)
+        return Loop(loop.var, loop.start, "9", loop.body, loop.head, loop.annotation)
+
+    (out,) = stmt.map_loops([If("c", (outer,))], change).pop().then
+    assert seen == ["j", "x"] and out.end == "9" and out.body[0].end == "9"
+    assert [s.var for s in stmt.walk([outer]) if isinstance(s, Loop)] == ["x", "j"]
