@@ -1,6 +1,8 @@
 """The plugin author's surface: what a plugin may import of the core (and all it may).
 
-- the IR: :class:`Graph`, :class:`Node`, :class:`Value`, types, the text form, the
+- the IR: :class:`Graph`, :class:`Node`, :class:`Value` (with their edit API), region
+  surgery (:class:`RegionEditor`: wrap, absorb, merge; adding, removing and reordering a
+  region node's inputs and outputs), types, the text form, the
   structural hash, the verifier, size expressions (``symbols``) and the IR's own ops
   (``FUSION_GROUP``, ``CALL_SUBGRAPH``, ``CONSTANT``); FX import (``import_fx``) and torch's
   decomposition table with eager's CPU arithmetic where it differs (``decomposition_table``);
@@ -35,6 +37,8 @@ from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType,
                           attrs_key, structural_hash, symbols, verify)
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
 from torchloom.ir.provenance import mark_decomposition, unmarked_attrs
+from torchloom.ir.regions import (RegionEditor, add_region_input, remove_region_input,
+                                  select_region_inputs, select_region_outputs)
 from torchloom.ir.text import format_attrs
 from torchloom.ops.registry import OpDef, OpRegistry, eager_rejects
 from torchloom.passes.base import Deduplication, Pass, PassContext, PassResult
@@ -51,6 +55,9 @@ __all__ = [
     "CALL_SUBGRAPH", "CONSTANT", "FUSION_GROUP", "attrs_key", "canonical_text", "clone_graph",
     "decomposition_table", "format_attrs", "format_type", "import_fx", "mark_decomposition",
     "parse_graph", "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
+    # region surgery
+    "RegionEditor", "add_region_input", "remove_region_input", "select_region_inputs",
+    "select_region_outputs",
     # the op registry
     "OpDef", "OpRegistry", "eager_rejects",
     # passes

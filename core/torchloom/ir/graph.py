@@ -179,6 +179,18 @@ class Graph:
     def set_outputs(self, values: Sequence[Value]) -> None:
         self.outputs = list(values)
 
+    def set_output(self, i: int, value: Value) -> None:
+        """Return ``value`` in output slot ``i``."""
+        self.outputs[i] = value
+
+    def output_slots(self) -> dict[Value, list[int]]:
+        """Each output value with its slots in ``outputs``: the index that
+        ``replace_outputs`` and ``replace_uses`` keep up to date when given it."""
+        slots: dict[Value, list[int]] = {}
+        for i, v in enumerate(self.outputs):
+            slots.setdefault(v, []).append(i)
+        return slots
+
     def create(self, op: str, inputs: Sequence[Value], out_types: Sequence[Type],
                attrs: Mapping[str, Any] | None = None, *, names: Sequence[str] | None = None,
                region: "Graph | None" = None, before: Node | None = None,
@@ -337,14 +349,33 @@ class Graph:
                     count += 1
         return count
 
-    def replace_uses(self, mapping: Mapping[Value, Value]) -> int:
+    def replace_uses(self, mapping: Mapping[Value, Value],
+                     output_slots: dict[Value, list[int]] | None = None) -> int:
         """``replace_all_uses`` for many values at once, with one scan of the graph
-        outputs (replacing values one by one scans them once per value). A value mapped
-        to must not itself be a key."""
+        outputs (replacing values one by one scans them once per value), or none with
+        ``output_slots`` (see ``replace_outputs``). A value mapped to must not itself be
+        a key."""
         count = 0
         for old, new in mapping.items():
             if old is not new:
                 count += _move_uses(old, new)
+        return count + self.replace_outputs(mapping, output_slots)
+
+    def replace_outputs(self, mapping: Mapping[Value, Value],
+                        output_slots: dict[Value, list[int]] | None = None) -> int:
+        """Output slots holding a key of ``mapping`` return its value; returns the count.
+        ``output_slots`` (from ``output_slots()``, outputs changed since only through
+        it): found there in O(1) per value, and kept up to date."""
+        count = 0
+        if output_slots is not None:
+            for old, new in mapping.items():
+                slots = output_slots.pop(old, None) if old is not new else None
+                if slots:
+                    for i in slots:
+                        self.outputs[i] = new
+                    output_slots.setdefault(new, []).extend(slots)
+                    count += len(slots)
+            return count
         for i, v in enumerate(self.outputs):
             new = mapping.get(v)
             if new is not None and new is not v:

@@ -7,7 +7,7 @@ from typing import ClassVar
 import attrs
 
 from torchloom.api import (FUSION_GROUP, Graph, Node, Pass, PassContext, PassResult,
-                           structural_hash)
+                           remove_region_input, select_region_inputs, structural_hash)
 
 #: ``node.meta`` key holding a group's canonical key (the structural hash of its region)
 KEY = "dedup.key"
@@ -94,7 +94,7 @@ def _merge_duplicate_inputs(group: Node) -> int:
         keep = first[group.inputs[i]]
         if keep != i:
             region.replace_all_uses(region.inputs[i], region.inputs[keep])
-            _remove_input(group, i)
+            remove_region_input(group, i)
             merged += 1
     return merged
 
@@ -104,15 +104,9 @@ def _drop_unused_inputs(group: Node) -> int:
     for i in range(len(group.inputs) - 1, -1, -1):
         param = region.inputs[i]
         if not param.uses and param not in region.outputs:
-            _remove_input(group, i)
+            remove_region_input(group, i)
             dropped += 1
     return dropped
-
-
-def _remove_input(group: Node, i: int) -> None:
-    outer = group.inputs.pop(i)
-    outer.uses.remove(group)
-    group.region.inputs.pop(i)
 
 
 def _order_inputs_by_first_use(group: Node) -> None:
@@ -124,8 +118,7 @@ def _order_inputs_by_first_use(group: Node) -> None:
     for v in region.outputs:
         rank.setdefault(v, len(rank))
     order = sorted(range(len(region.inputs)), key=lambda i: rank.get(region.inputs[i], len(rank)))
-    region.inputs = [region.inputs[i] for i in order]
-    group.inputs = [group.inputs[i] for i in order]
+    select_region_inputs(group, order)
 
 
 def _rename(group: Node, key: str) -> None:

@@ -359,22 +359,11 @@ def _replace(graph: Graph, windows: _Windows, output_slots: dict):
                             [v.type for v in olds], {"callee": sub.name},
                             names=[v.name for v in olds], after=occ.last)
         calls.append(call)
+        redirect: dict[Value, Value] = {}
         for old, new in zip(olds, call.outputs):
-            _redirect(graph, old, new, output_slots)
+            redirect.setdefault(old, new)
             replaced[old] = new
+        graph.replace_uses(redirect, output_slots)
     # all at once: a value every occurrence reads has its use list filtered once
     graph.erase_many([n for occ in windows.occurrences for n in occ.nodes])
     return sub, calls, replaced
-
-
-def _redirect(graph: Graph, old: Value, new: Value, output_slots: dict) -> None:
-    """``graph.replace_all_uses`` without rescanning the graph's outputs for each value."""
-    for user in old.uses:
-        user.inputs = [new if v is old else v for v in user.inputs]
-    new.uses.extend(old.uses)
-    old.uses.clear()
-    slots = output_slots.pop(old, None)
-    if slots:
-        for i in slots:
-            graph.outputs[i] = new
-        output_slots[new] = slots

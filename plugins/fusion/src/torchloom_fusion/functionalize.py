@@ -101,7 +101,7 @@ def _rewrite(graph: Graph, node: Node, target: str, x) -> None:
         for i, v in enumerate(user.inputs):
             if v is x:
                 user.set_input(i, new.output)
-    graph.outputs = [new.output if v is x else v for v in graph.outputs]
+    graph.replace_outputs({x: new.output})
     name = node.output.name
     graph.erase(node)
     new.output.name = name  # the in-place result's name is free again

@@ -13,9 +13,10 @@ so topological questions are answered without renumbering the graph:
 Either slot keeps the list topologically ordered, so no merge creates a cycle. A merge
 moves the nodes of the smaller region into the larger one (a plain producer moves
 straight into its consumer's region); inputs and outputs are reconnected in
-O(inputs + outputs), never by rebuilding the group. Use lists are edited lazily: a node
-that leaves the graph stays in its inputs' use lists until :meth:`GroupEditor.finish`
-sweeps them once, so a value read by thousands of nodes costs nothing per merge.
+O(inputs + outputs), never by rebuilding the group. The surgery itself is the IR's
+(:class:`~torchloom.ir.regions.RegionEditor`): use lists are swept once, by
+:meth:`GroupEditor.finish`, so a value read by thousands of nodes costs nothing per merge;
+this module keeps fusion's rules (which merges are valid, and at which slot).
 
 Every merge records what it may have made mergeable elsewhere
 (:meth:`GroupEditor.take_touched`), so that a pass can revisit just those clusters
@@ -33,7 +34,7 @@ import bisect
 
 import attrs
 
-from torchloom.api import FUSION_GROUP, Graph, Node, Pass, PassContext, TensorType, Value
+from torchloom.api import Graph, Node, Pass, PassContext, RegionEditor, TensorType, Value
 
 from torchloom_fusion.fusibility import REDUCTION, VIEW, compatible, is_group, node_kind, \
     numel, reads_column_result, reduction_signature
@@ -67,19 +68,16 @@ class GroupEditor:
             self.order[node] = i
             if not is_group(node) and registry.get(node.op).mutates:
                 self.mutation_points.append(i)
-        self.graph_outputs = set(graph.outputs)
-        #: graph output value -> its slots in ``graph.outputs`` (O(1) redirects)
-        self._output_slots: dict[Value, list[int]] = {}
-        for i, v in enumerate(graph.outputs):
-            self._output_slots.setdefault(v, []).append(i)
+        #: the IR's region surgery, with use lists swept by finish()
+        self.edit = RegionEditor(graph)
+        #: the graph's output values (kept up to date by the surgery)
+        self.graph_outputs = self.edit.graph_outputs
         self._kind: dict[Node, str | None] = {}
         self._sigs: dict[Node, frozenset] = {}
         self._domain: dict[Node, tuple] = {}
         self.hazard_values = self._mutated_alias_values() if self.mutation_points else set()
         self.merges = 0
         self.created = 0
-        #: values whose use lists may hold nodes that left the graph (swept by finish())
-        self._dirty: set[Value] = set()
         #: groups made by merges, and producers whose readers moved past others, since
         #: the last take_touched()
         self._merged: set[Node] = set()
@@ -87,10 +85,7 @@ class GroupEditor:
 
     def finish(self) -> None:
         """Sweep stale entries from use lists; call before anyone else reads them."""
-        for v in self._dirty:  # (a wrapped node's outputs now live in its region)
-            home = v.graph
-            v.uses[:] = [u for u in v.uses if u.graph is home]
-        self._dirty.clear()
+        self.edit.close()
 
     # ---- classification --------------------------------------------------------------
     def kind(self, node: Node) -> str | None:
@@ -291,48 +286,9 @@ class GroupEditor:
     def absorb_producer(self, p: Node, group: Node, slot: str) -> Node:
         """Move plain node ``p`` (earlier) to the start of ``group``'s region: the fast
         path of vertical fusion (no one-node group is built for ``p``)."""
-        g, region = self.graph, group.region
-        # (list scans in C: a group's inputs are few, and p has one or two inputs)
-        outer, inner = group.inputs, region.inputs
-        inner_of = {u: inner[outer.index(u)] for u in p.inputs if u in outer}
-        drop: list[int] = []
-        for out in p.outputs:
-            outer_users = [u for u in out.uses if u is not group and u.graph is g]
-            out.uses = []
-            if outer_users or out in self.graph_outputs:  # still read outside: export it
-                new = Value(out.name, out.type, group, len(group.outputs), g)
-                group.outputs.append(new)
-                region.outputs.append(out)
-                for user in dict.fromkeys(outer_users):
-                    user.inputs = [new if x is out else x for x in user.inputs]
-                new.uses.extend(outer_users)
-                self._redirect_output(out, new)
-                if out in self.hazard_values:
-                    self.hazard_values.add(new)
-            if out in outer:
-                i = outer.index(out)
-                region.replace_all_uses(inner[i], out)
-                region.release_name(inner[i].name)
-                drop.append(i)
-        for i in sorted(drop, reverse=True):  # (the lists are the group's own)
-            del outer[i], inner[i]
-        p_prev = p.prev
-        region.move_node(p, None)  # out of the graph, first in the region; claims its names
-        new_outer: list[Value] = []
-        for u in p.inputs:
-            if u not in inner_of:  # p's new inputs come first, in p's order
-                inner_of[u] = Value(region.fresh_name(u.name), u.type, graph=region)
-                new_outer.append(u)
-                u.uses.append(group)
-            self._dirty.add(u)  # p's entry goes stale
-        if new_outer:
-            outer[:0] = new_outer
-            inner[:0] = [inner_of[u] for u in new_outer]
-        p.inputs = [inner_of[u] for u in p.inputs]
-        for v in p.inputs:
-            v.uses.append(p)
+        exported = self.edit.absorb(p, group, at=p if slot == "a" else group)
+        self._inherit_hazards(exported.items())
         if slot == "a":
-            g.move_node(group, p_prev)
             self.order[group] = self.order[p]
         sp = self.signatures(p)
         if sp:
@@ -348,27 +304,9 @@ class GroupEditor:
         """The node itself if it is a group, else a new one-node group in its place."""
         if is_group(node):
             return node
-        g = self.graph
-        region = Graph(f"fused_{node.outputs[0].name}")
-        inner_inputs: dict[Value, Value] = {}
-        for v in node.inputs:
-            if v not in inner_inputs:
-                inner_inputs[v] = region.add_input(v.type, v.name)
-        group = Node(FUSION_GROUP, list(inner_inputs), region=region)
-        region.owner = group
-        group.outputs = [Value(v.name, v.type, group, i, g) for i, v in enumerate(node.outputs)]
-        g.insert(group, before=node)  # the group takes the node's place in each use list
-        for old, new in zip(node.outputs, group.outputs):
-            if old in self.hazard_values:
-                self.hazard_values.add(new)
-            self._redirect(old, new)
-        self._dirty.update(inner_inputs)  # the node's entries go stale: it moves inside
-        g.detach(node)
-        node.inputs = [inner_inputs[v] for v in node.inputs]
-        region.insert(node)  # registers the uses of the region inputs
-        for v in node.outputs:
-            v.graph = region
-        region.set_outputs(list(node.outputs))
+        olds = list(node.outputs)
+        group = self.edit.wrap(node)
+        self._inherit_hazards(zip(olds, group.outputs))
         self.order[group] = self.order.pop(node)
         self._sigs[group] = self.signatures(node)
         if node in self._domain:
@@ -377,90 +315,18 @@ class GroupEditor:
         self.created += 1
         return group
 
-    def _redirect(self, old: Value, new: Value) -> None:
-        """Point every reader of ``old`` (graph outputs included) at ``new``."""
-        g = self.graph
-        live = [u for u in old.uses if u.graph is g]
-        for user in dict.fromkeys(live):
-            user.inputs = [new if x is old else x for x in user.inputs]
-        new.uses.extend(live)
-        old.uses.clear()
-        self._redirect_output(old, new)
-
-    def _redirect_output(self, old: Value, new: Value) -> None:
-        """Graph outputs that are ``old`` become ``new`` (in O(1) per slot)."""
-        slots = self._output_slots.pop(old, None)
-        if slots is None:
-            return
-        outputs = self.graph.outputs
-        for i in slots:
-            outputs[i] = new
-        self._output_slots[new] = slots
-        self.graph_outputs.discard(old)
-        self.graph_outputs.add(new)
+    def _inherit_hazards(self, pairs) -> None:
+        """A value replacing a pinned one (old -> new pairs) is pinned too."""
+        hv = self.hazard_values
+        for old, new in pairs:
+            if old in hv:
+                hv.add(new)
 
     def merge(self, a: Node, b: Node, slot: str) -> Node:
-        """Merge group ``b`` into group ``a`` (a earlier); the result sits at ``slot``."""
-        g = self.graph
-        ra, rb = a.region, b.region
-        a_index = {v: i for i, v in enumerate(a.inputs)}
-        outer_in, inner_in = list(a.inputs), list(ra.inputs)
-        substitute: list[tuple[Value, Value]] = []
-        for u, bi in zip(b.inputs, rb.inputs):
-            if u.producer is a:
-                substitute.append((bi, ra.outputs[u.index]))
-            elif u in a_index:
-                substitute.append((bi, inner_in[a_index[u]]))
-            else:
-                a_index[u] = len(outer_in)
-                outer_in.append(u)
-                inner_in.append(bi)
-        for bi, target in substitute:
-            rb.replace_all_uses(bi, target)
-            rb.release_name(bi.name)  # the name is free again for moved values
-        kept = [i for i, v in enumerate(a.outputs) if _read_by_other(v, b, g)
-                or v in self.graph_outputs]
-        outer_out = [a.outputs[i] for i in kept] + list(b.outputs)
-        inner_out = [ra.outputs[i] for i in kept] + list(rb.outputs)
-        host, guest = (a, b) if len(ra) >= len(rb) else (b, a)
-        # use lists: only the guest's entries change (the host's stay where they are)
-        a_inputs = set(a.inputs)
-        # the guest's entries go stale (it leaves the graph) and are swept by finish()
-        dirty = self._dirty
-        if host is a:
-            for u in b.inputs:
-                dirty.add(u)
-                if u.producer is not a and u not in a_inputs:
-                    u.uses.append(a)
-        else:
-            b_inputs = set(b.inputs)
-            for u in b.inputs:
-                if u.producer is a:  # b stays but no longer reads it
-                    u.uses.remove(b)
-            for u in a.inputs:
-                dirty.add(u)
-                if u not in b_inputs:
-                    u.uses.append(b)
-        region = host.region
-        anchor = region.last if host is a else None
-        for n in list(guest.region.nodes):  # in order, to the end (or the start) of host's
-            region.move_node(n, anchor)
-            anchor = n
-        region.inputs = inner_in
-        for v in inner_in:
-            if v.graph is not region:
-                v.graph = region
-                region.claim_name(v)
-        region.outputs = inner_out
-        host.inputs = outer_in
-        host.outputs = outer_out
-        for i, v in enumerate(outer_out):
-            v.producer, v.index = host, i
+        """Merge groups ``a`` (earlier) and ``b``; the result sits at ``slot``."""
         place = a if slot == "a" else b
-        if place is not host:
-            g.move_node(host, place.prev)
-        g.detach(guest)
-        guest.region = None
+        host = self.edit.merge(a, b, at=place)
+        guest = b if host is a else a
         self.order[host] = self.order[place]
         del self.order[guest]
         self._sigs[host] = self.signatures(a) | self.signatures(b)
@@ -469,20 +335,6 @@ class GroupEditor:
             cache.pop(guest, None)
         self.merges += 1
         return host
-
-
-def _read_by_other(v: Value, b: Node, g: Graph) -> bool:
-    """Whether a node of ``g`` other than ``b`` reads ``v`` (use lists may hold stale
-    entries; the first entry usually answers)."""
-    uses = v.uses
-    if uses:
-        u = uses[0]
-        if u is not b and u.graph is g:
-            return True
-        for u in uses:
-            if u is not b and u.graph is g:
-                return True
-    return False
 
 
 def _group_aliases(group: Node, registry) -> list[tuple[Value, Value]]:

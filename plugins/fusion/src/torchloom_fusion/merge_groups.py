@@ -7,7 +7,8 @@ from typing import ClassVar
 import attrs
 
 from torchloom.api import (CONSTANT, Graph, Node, PassContext, PassResult, TensorType,
-                           merge_common_nodes, remove_dead_nodes)
+                           merge_common_nodes, remove_dead_nodes, select_region_inputs,
+                           select_region_outputs)
 
 from torchloom_fusion.fusibility import is_group
 from torchloom_fusion.groups import GroupEditor, GroupLimits
@@ -126,11 +127,7 @@ def _prune_outputs(outputs: set, group: Node) -> int:
     if len(keep) == len(group.outputs) or not keep:
         return 0
     dropped = len(group.outputs) - len(keep)
-    region = group.region
-    region.outputs = [region.outputs[i] for i in keep]
-    group.outputs = [group.outputs[i] for i in keep]
-    for i, v in enumerate(group.outputs):
-        v.index = i
+    select_region_outputs(group, keep)
     return dropped
 
 
@@ -141,10 +138,5 @@ def _prune_inputs(group: Node) -> int:
     keep = [i for i, v in enumerate(region.inputs) if v.uses or v in returned]
     if len(keep) == len(region.inputs):
         return 0
-    kept = set(keep)
-    for i, v in enumerate(group.inputs):
-        if i not in kept:
-            v.uses.remove(group)
-    region.inputs = [region.inputs[i] for i in keep]
-    group.inputs = [group.inputs[i] for i in keep]
+    select_region_inputs(group, keep)
     return len(group.inputs) - len(keep)

@@ -7,7 +7,8 @@ from typing import ClassVar
 import attrs
 
 from torchloom.api import (FUSION_GROUP, Graph, Node, Pass, PassContext, PassResult, Value,
-                           format_type)
+                           add_region_input, format_type, remove_region_input,
+                           select_region_outputs)
 from torchloom_views.view_ops import copy_bytes, is_view, is_zero_copy
 
 
@@ -71,13 +72,11 @@ def _hoist_one(graph: Graph, group: Node, ctx: PassContext, stats: dict) -> bool
                 continue
             hoisted = graph.create(user.op, [outer], [user.output.type], dict(user.attrs),
                                    names=[user.output.name], before=group)
-            inner = region.add_input(user.output.type, user.output.name + "_in")
+            inner = add_region_input(group, hoisted.output, user.output.name + "_in")
             region.replace_all_uses(user.output, inner)
             region.erase(user)
-            group.inputs.append(hoisted.output)
-            hoisted.output.uses.append(group)
             if not param.uses and param not in region.outputs:
-                _remove_input(group, i)
+                remove_region_input(group, i)
             return True
     return False
 
@@ -94,7 +93,7 @@ def _sink_one(graph: Graph, group: Node, ctx: PassContext, stats: dict) -> bool:
         # the base returned already: view that output, so that a write to it is seen
         # through the view as it was inside the group (two outputs are two tensors)
         same = [k for k, v in enumerate(region.outputs) if v is base]
-        region.outputs[j] = base
+        region.set_output(j, base)
         if not result.uses and result not in region.outputs:
             region.erase(producer)
         old = group.outputs[j]
@@ -118,13 +117,7 @@ def _redirect(graph: Graph, old: Value, new: Value, users: list[Node],
             if v is old:
                 user.set_input(k, new)
     for k in output_slots:
-        graph.outputs[k] = new
-
-
-def _remove_input(group: Node, i: int) -> None:
-    outer = group.inputs.pop(i)
-    outer.uses.remove(group)
-    group.region.inputs.pop(i)
+        graph.set_output(k, new)
 
 
 def _drop_passthrough_outputs(graph: Graph, group: Node) -> None:
@@ -138,15 +131,12 @@ def _drop_passthrough_outputs(graph: Graph, group: Node) -> None:
             out = group.outputs[j]
             _redirect(graph, out, outer_in, list(out.uses),
                       [k for k, v in enumerate(graph.outputs) if v is out])
-            group.outputs.pop(j)
-            region.outputs.pop(j)
-            for k, v in enumerate(group.outputs):
-                v.index = k
+            select_region_outputs(group, [k for k in range(len(region.outputs)) if k != j])
             continue
         j += 1
     for i in reversed(range(len(region.inputs))):
         if not region.inputs[i].uses and region.inputs[i] not in region.outputs:
-            _remove_input(group, i)
+            remove_region_input(group, i)
     if not region.outputs:  # nothing left to compute: the region's nodes are dead
         for node in reversed(list(region.nodes)):
             region.erase(node)
