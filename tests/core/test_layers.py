@@ -153,6 +153,52 @@ def test_no_private_ir_attribute_outside_ir():
     assert not uses, "private IR attributes used outside core/torchloom/ir:\n" + "\n".join(uses)
 
 
+#: the IR's lists that only ``ir/`` edits (its edit API keeps use lists consistent)
+IR_LISTS = ("inputs", "uses", "outputs")
+_LIST_METHODS = ("append", "remove", "insert", "pop", "extend", "clear", "sort", "reverse")
+#: a module handles IR objects when it imports Node, Value or Graph from torchloom
+_HANDLES_IR = re.compile(r"^from torchloom(\.\w+)* import (\([^)]*|[^\n]*)\b(Node|Value|Graph)\b",
+                         re.M)
+
+
+def ir_list_edits(tree: ast.AST) -> list[str]:
+    """Statements that assign, delete from or mutate an ``inputs``, ``uses`` or
+    ``outputs`` list of anything but ``self``/``cls``."""
+    def ir_list(e: ast.AST) -> str | None:
+        while isinstance(e, (ast.Subscript, ast.Starred)):
+            e = e.value
+        if isinstance(e, ast.Attribute) and e.attr in IR_LISTS and not (
+                isinstance(e.value, ast.Name) and e.value.id in ("self", "cls")):
+            return e.attr
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for t in targets:
+            for el in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                if (name := ir_list(el)) is not None:
+                    found.append(f"{node.lineno}: assigns .{name}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _LIST_METHODS and ir_list(node.func.value) is not None \
+                and not isinstance(node.func.value, ast.Subscript):
+            found.append(f"{node.lineno}: .{node.func.value.attr}.{node.func.attr}()")
+    return found
+
+
+def test_no_ir_list_edit_outside_ir():
+    """Passes edit ``inputs``, ``uses`` and ``outputs`` through the IR's edit API
+    (``Graph``'s methods, ``torchloom.ir.regions``), never by hand."""
+    edits = [f"{p.relative_to(ROOT)}:{e}" for p in core_modules() + plugin_modules()
+             if not p.is_relative_to(CORE / "ir") and _HANDLES_IR.search(p.read_text())
+             for e in ir_list_edits(ast.parse(p.read_text()))]
+    assert not edits, "IR lists edited outside core/torchloom/ir:\n" + "\n".join(edits)
+
+
 def plugin_pass_names() -> set[str]:
     """``name`` of every pass class (a class with a ``run`` method, its base ``Pass`` or
     another pass base such as fusion's ``GroupLimits``) and runtime wrapper (a class with a
@@ -192,6 +238,20 @@ def test_no_core_module_names_a_plugins_pass():
 
 
 # ---- the scanners themselves catch what they are for ----------------------------------
+
+@pytest.mark.parametrize("source, expected", [
+    ("v.uses[:] = [u for u in v.uses if u.graph is g]", 1),
+    ("user.inputs = [new if x is old else x for x in user.inputs]", 1),
+    ("group.outputs.append(new)", 1),
+    ("del outer.inputs[i], inner.inputs[i]", 2),
+    ("a.uses, b.outputs = [], []", 2),
+    ("group.region.inputs.pop(i)", 1),
+    ("self.inputs = []\nself.uses.append(x)", 0),
+    ("xs = [v for v in node.inputs]\nnode.inputs[0].uses.count(n)", 0),
+])
+def test_ir_list_edits_found(source, expected):
+    assert len(ir_list_edits(ast.parse(source))) == expected
+
 
 @pytest.mark.parametrize("part, source, expected", [
     ("runtime", "from torchloom.passes.manager import RunReport", 1),
