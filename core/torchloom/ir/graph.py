@@ -180,12 +180,10 @@ class Graph:
         self.outputs = list(values)
 
     def set_output(self, i: int, value: Value) -> None:
-        """Return ``value`` in output slot ``i``."""
         self.outputs[i] = value
 
     def output_slots(self) -> dict[Value, list[int]]:
-        """Each output value with its slots in ``outputs``: the index that
-        ``replace_outputs`` and ``replace_uses`` keep up to date when given it."""
+        """Each output value with its slots: an index ``replace_outputs`` can keep."""
         slots: dict[Value, list[int]] = {}
         for i, v in enumerate(self.outputs):
             slots.setdefault(v, []).append(i)
@@ -337,6 +335,20 @@ class Graph:
         self._names = set(names)
         self._counter = 0
 
+    def rename(self, names: Mapping[Value, str], *, reset: bool = False) -> None:
+        """Rename values of this graph to names no other value of it carries. ``reset``:
+        they are all its values, their names the only ones taken (see ``reset_names``)."""
+        if reset:
+            self.reset_names(list(names.values()))
+        else:
+            self._names.update(names.values())
+        for v, name in names.items():
+            v.name = name
+
+    def set_type(self, value: Value, type: Type) -> None:
+        """Retype ``value`` (its readers' types stay the caller's to keep right)."""
+        value.type = type
+
     def replace_all_uses(self, old: Value, new: Value) -> int:
         """Point every use of ``old`` (and graph outputs) at ``new``; returns the count."""
         if old is new:
@@ -364,24 +376,21 @@ class Graph:
     def replace_outputs(self, mapping: Mapping[Value, Value],
                         output_slots: dict[Value, list[int]] | None = None) -> int:
         """Output slots holding a key of ``mapping`` return its value; returns the count.
-        ``output_slots`` (from ``output_slots()``, outputs changed since only through
+        With ``output_slots`` (from ``output_slots()``, outputs changed since only through
         it): found there in O(1) per value, and kept up to date."""
-        count = 0
-        if output_slots is not None:
+        if output_slots is None:
+            slots = [(i, mapping[v]) for i, v in enumerate(self.outputs)
+                     if v in mapping and mapping[v] is not v]
+        else:
+            slots = []
             for old, new in mapping.items():
-                slots = output_slots.pop(old, None) if old is not new else None
-                if slots:
-                    for i in slots:
-                        self.outputs[i] = new
-                    output_slots.setdefault(new, []).extend(slots)
-                    count += len(slots)
-            return count
-        for i, v in enumerate(self.outputs):
-            new = mapping.get(v)
-            if new is not None and new is not v:
-                self.outputs[i] = new
-                count += 1
-        return count
+                found = output_slots.pop(old, None) if old is not new else None
+                if found:
+                    output_slots.setdefault(new, []).extend(found)
+                    slots += [(i, new) for i in found]
+        for i, new in slots:
+            self.outputs[i] = new
+        return len(slots)
 
     def renumber(self) -> None:
         """Recompute ``Node.position`` (topological order index)."""

@@ -124,14 +124,8 @@ def _order_inputs_by_first_use(group: Node) -> None:
 def _rename(group: Node, key: str) -> None:
     region = group.region
     region.name = f"k_{key[:8]}"
-    names = []
-    for i, v in enumerate(region.inputs):
-        v.name = f"in{i}"
-        names.append(v.name)
-    count = 0
-    for n in region.nodes:  # values of nested regions keep their (local) names
-        for v in n.outputs:
-            v.name = f"t{count}"
-            names.append(v.name)
-            count += 1
-    region.reset_names(names)
+    names = {v: f"in{i}" for i, v in enumerate(region.inputs)}
+    # values of nested regions keep their (local) names
+    outputs = [v for n in region.nodes for v in n.outputs]
+    names.update((v, f"t{i}") for i, v in enumerate(outputs))
+    region.rename(names, reset=True)

@@ -104,4 +104,4 @@ def _rewrite(graph: Graph, node: Node, target: str, x) -> None:
     graph.replace_outputs({x: new.output})
     name = node.output.name
     graph.erase(node)
-    new.output.name = name  # the in-place result's name is free again
+    graph.rename({new.output: name})  # the in-place result's name is free again

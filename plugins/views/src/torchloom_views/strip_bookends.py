@@ -98,7 +98,7 @@ def _sink_one(graph: Graph, group: Node, ctx: PassContext, stats: dict) -> bool:
             region.erase(producer)
         old = group.outputs[j]
         view_type = old.type
-        old.type = base.type
+        graph.set_type(old, base.type)
         users = list(old.uses)
         in_outputs = [k for k, v in enumerate(graph.outputs) if v is old]
         source = group.outputs[same[0]] if same else old
