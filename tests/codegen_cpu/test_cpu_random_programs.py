@@ -14,13 +14,33 @@ output (``out[0] = tanh(x) * 0.5 + 1 + tanh(x)``, then ``out[0] = tanh(x)``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
 
+import attrs
 import pytest
 import torch
 import torch._dynamo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torchloom.testing.torch_programs import TorchProgram, draw_program, hypothesis_draw
+from torchloom.testing.torch_programs import TorchProgram, draw_program
+
+
+@attrs.frozen
+class hypothesis_draw:
+    """A ``torch_programs.Draw`` over hypothesis's ``data.draw`` (shrinks toward the first
+    option, the low end and False)."""
+
+    draw: Callable[[Any], Any]
+
+    def pick(self, options):
+        return options[self.draw(st.integers(0, len(options) - 1))]
+
+    def integer(self, low, high):
+        return self.draw(st.integers(low, high))
+
+    def boolean(self):
+        return self.draw(st.booleans())
 
 
 def _check(program: TorchProgram, inputs=None) -> None:

@@ -16,8 +16,9 @@ reductions with and without kept dims, dead values, and several outputs::
 
 A program is drawn through a :class:`Draw` (``pick``, ``integer``, ``boolean``), so the
 same generator serves a seeded :class:`random.Random` (:func:`seeded`, for a fuzzing
-script) and hypothesis (:func:`hypothesis_draw`, which shrinks a failing program to a
-small one). :meth:`TorchProgram.function` compiles the source into a function;
+script) and hypothesis (an adapter over ``data.draw`` in the tests, which shrinks a failing
+program to a small one; hypothesis is a test dependency, not the core's).
+:meth:`TorchProgram.function` compiles the source into a function;
 :meth:`TorchProgram.example_inputs` gives seeded inputs with edge values.
 """
 
@@ -76,26 +77,6 @@ class seeded:
 
     def boolean(self):
         return self.rng.random() < 0.5
-
-
-@attrs.frozen
-class hypothesis_draw:
-    """A :class:`Draw` over hypothesis's ``data.draw`` (shrinks toward the first option,
-    the low end and False)."""
-
-    draw: Callable[[Any], Any]
-
-    def pick(self, options):
-        from hypothesis import strategies as st
-        return options[self.draw(st.integers(0, len(options) - 1))]
-
-    def integer(self, low, high):
-        from hypothesis import strategies as st
-        return self.draw(st.integers(low, high))
-
-    def boolean(self):
-        from hypothesis import strategies as st
-        return self.draw(st.booleans())
 
 
 @attrs.frozen
