@@ -1,0 +1,452 @@
+"""The model zoo of issue 41: small Hugging Face models built from configs inside the
+process (random weights, nothing downloaded), eager, Inductor and torchloom side by side in
+one run, interleaved rounds, median ms per step.
+
+Rows (``MODES``), per model and thread count:
+
+- ``train``: forward with labels, ``loss.backward()``, an AdamW step (``foreach``, eager on
+  every side: the same cost everywhere) and ``zero_grad``;
+- ``infer``: the forward under ``torch.no_grad()`` in eval mode;
+- ``dynamic``: inference over several sequence lengths per step, in the mixed order a
+  server sees them (default ``torch.compile``: the first length compiles a static graph,
+  the second one with a symbolic length that the others run); models with ``lengths``.
+
+Every side gets its own model (same seed, so the same weights) and optimizer. Compiled
+sides start cold: Inductor inside ``torch._inductor.utils.fresh_cache()`` (a new cache
+directory, its in-memory caches cleared), torchloom with a new cache directory (its kernel
+cache and the cpu codegen's libraries), and the first call (compiles included, the
+backward's at the first backward) is timed. ``torch._dynamo.reset()`` after each row.
+
+For torchloom, every fusion group that no native codegen took (it runs op by op on the
+``eager`` codegen) is counted with the reasons the codegens gave (:func:`eager_groups`);
+issue 41 wants none.
+
+Run the whole zoo and get a markdown table::
+
+    .venv/bin/python benchmarks/model_zoo.py --threads 2 1 --out table.md
+    .venv/bin/python benchmarks/model_zoo.py --models gpt2 vit --modes infer --quick
+
+Rows print as they are measured. ``benchmarks/test_model_zoo.py`` gates a few rows in CI
+(``TORCHLOOM_ZOO=full`` runs it over the whole zoo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import torch
+
+from timing import gc_paused
+
+MODES = ("train", "infer", "dynamic")
+SIDES = ("eager", "inductor", "torchloom")
+VOCAB = 8192
+TOKENS = 512  # tokens per step of the text models (batch 1)
+
+
+# ---- the zoo -------------------------------------------------------------------------------
+def _gpt2():
+    import transformers as t
+    return t.GPT2LMHeadModel(t.GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=VOCAB,
+                                          n_positions=TOKENS, bos_token_id=0, eos_token_id=0))
+
+
+def _decoder_config(config_class, **extra):
+    return config_class(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
+                        vocab_size=VOCAB, max_position_embeddings=TOKENS, **extra)
+
+
+def _llama():
+    import transformers as t
+    return t.LlamaForCausalLM(_decoder_config(t.LlamaConfig, num_key_value_heads=2,
+                                              intermediate_size=704))
+
+
+def _qwen2():
+    import transformers as t
+    return t.Qwen2ForCausalLM(_decoder_config(t.Qwen2Config, num_key_value_heads=2,
+                                              intermediate_size=704))
+
+
+def _phi():
+    import transformers as t
+    return t.PhiForCausalLM(_decoder_config(t.PhiConfig, intermediate_size=1024,
+                                            partial_rotary_factor=0.5))
+
+
+def _bert():
+    import transformers as t
+    return t.BertForMaskedLM(t.BertConfig(
+        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+        vocab_size=VOCAB, max_position_embeddings=TOKENS))
+
+
+def _t5():
+    import transformers as t
+    return t.T5ForConditionalGeneration(t.T5Config(
+        d_model=256, d_kv=32, d_ff=1024, num_layers=4, num_decoder_layers=4, num_heads=8,
+        vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0))
+
+
+def _vit():
+    import transformers as t
+    return t.ViTForImageClassification(t.ViTConfig(
+        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+        image_size=224, patch_size=16, num_labels=10))
+
+
+def _convnext():
+    import transformers as t
+    return t.ConvNextForImageClassification(t.ConvNextConfig(
+        depths=[2, 2, 4, 2], hidden_sizes=[32, 64, 128, 256], image_size=IMAGE["convnext"],
+        num_labels=10))
+
+
+def _whisper_encoder():
+    import transformers as t
+    # the encoder (two convolutions over 80 mel bins, 4 layers) with a classification head
+    return t.WhisperForAudioClassification(t.WhisperConfig(
+        d_model=256, encoder_layers=4, encoder_attention_heads=4, encoder_ffn_dim=1024,
+        decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=256, num_mel_bins=80,
+        max_source_positions=TOKENS, vocab_size=VOCAB, num_labels=10,
+        classifier_proj_size=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+        decoder_start_token_id=0))
+
+
+#: images per step and their side, per vision model
+IMAGES = {"vit": 2, "convnext": 2}
+IMAGE = {"vit": 224, "convnext": 224}
+
+
+def _text(g: torch.Generator, length: int) -> dict:
+    ids = torch.randint(1, VOCAB, (1, length), generator=g)
+    return {"input_ids": ids, "labels": ids}
+
+
+def _masked_text(g: torch.Generator, length: int) -> dict:
+    batch = _text(g, length)
+    mask = torch.ones(1, length, dtype=torch.long)
+    mask[:, length - length // 8:] = 0  # a padded tail, as in a batch of unequal texts
+    return {**batch, "attention_mask": mask}
+
+
+def _seq2seq(g: torch.Generator, length: int) -> dict:
+    target = torch.randint(1, VOCAB, (1, length // 4 + 1), generator=g)
+    return {"input_ids": torch.randint(1, VOCAB, (1, length), generator=g),
+            "decoder_input_ids": target[:, :-1], "labels": target[:, 1:]}
+
+
+def _images(name: str):
+    def batch(g: torch.Generator, length: int) -> dict:
+        n, side = IMAGES[name], IMAGE[name]
+        return {"pixel_values": torch.randn(n, 3, side, side, generator=g),
+                "labels": torch.randint(0, 10, (n,), generator=g)}
+    return batch
+
+
+def _audio(g: torch.Generator, length: int) -> dict:
+    # Whisper's encoder takes exactly 2 * max_source_positions mel frames
+    return {"input_features": torch.randn(1, 80, 2 * TOKENS, generator=g),
+            "labels": torch.randint(0, 10, (1,), generator=g)}
+
+
+@attrs.frozen
+class ZooModel:
+    """A zoo entry: ``build()`` makes the model (random weights), ``batch(generator,
+    length)`` one step's inputs with labels (dropped for inference); ``lengths``: the sequence lengths of its
+    ``dynamic`` row, in the order they arrive (none: no such row)."""
+
+    name: str
+    title: str
+    build: Callable[[], torch.nn.Module]
+    batch: Callable[[torch.Generator, int], dict]
+    lengths: tuple[int, ...] = ()
+
+
+#: a server's mix of lengths: the first two compile (static, then symbolic), the rest reuse
+SERVED_LENGTHS = (64, 320, 128, 512, 192, 448, 256, 384)
+
+ZOO = {m.name: m for m in (
+    ZooModel("gpt2", "GPT-2", _gpt2, _text, SERVED_LENGTHS),
+    ZooModel("llama", "Llama (GQA)", _llama, _text, SERVED_LENGTHS),
+    ZooModel("qwen2", "Qwen2 (GQA, qkv bias)", _qwen2, _text),
+    ZooModel("phi", "Phi (partial rotary)", _phi, _text),
+    ZooModel("bert", "BERT (MLM, padded)", _bert, _masked_text),
+    ZooModel("t5", "T5 (encoder-decoder)", _t5, _seq2seq),
+    ZooModel("vit", "ViT (224px)", _vit, _images("vit")),
+    ZooModel("convnext", "ConvNeXt (224px)", _convnext, _images("convnext")),
+    ZooModel("whisper", "Whisper encoder", _whisper_encoder, _audio),
+)}
+
+
+def rows(models, modes) -> list[tuple[str, str]]:
+    """(model, mode) pairs that exist: a ``dynamic`` row only for models with lengths."""
+    return [(m, mode) for m in models for mode in modes
+            if mode != "dynamic" or ZOO[m].lengths]
+
+
+# ---- compiling and timing ------------------------------------------------------------------
+@attrs.define
+class Side:
+    """One side of a row: ``step()`` runs one step; ``first_call_s`` timed the first."""
+
+    step: Callable[[], None]
+    first_call_s: float
+    compiler: object | None = None  # torchloom's Compiler
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
+    """Build the model, compile it for ``side`` (``eager``: not compiled), and run the
+    first step, timed. ``cache_root``: where torchloom's cold caches go."""
+    spec = ZOO[name]
+    torch.manual_seed(0)  # the same weights on every side
+    model = spec.build().train(mode == "train")
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False  # no key/value cache in the outputs
+    g = torch.Generator().manual_seed(1)
+    lengths = spec.lengths if mode == "dynamic" else (TOKENS,)
+    batches = [spec.batch(g, n) for n in lengths]
+    if mode != "train":  # a server computes no loss
+        batches = [{k: v for k, v in b.items() if k != "labels"} for b in batches]
+    compiler, fn, fresh = None, model, contextlib.nullcontext
+    if side == "inductor":
+        from torch._inductor.utils import fresh_cache
+        fn, fresh = torch.compile(model, backend="inductor"), fresh_cache
+    elif side == "torchloom":
+        from torchloom.backend import torchloom_backend
+        from torchloom.tools import Compiler
+        cache_root.mkdir(parents=True, exist_ok=True)
+        cache = Path(tempfile.mkdtemp(prefix=f"{name}-{mode}-", dir=cache_root))
+        with _env("TORCHLOOM_CACHE_DIR", str(cache)):  # the cpu codegen's libraries too
+            compiler = Compiler("default", cache_dir=cache, compile_cache=False)
+        fn = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
+            gm, ex, options={"compiler": compiler}))
+    elif side != "eager":
+        raise ValueError(f"side {side!r}: expected one of {', '.join(SIDES)}")
+    if mode == "train":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+
+        def step():
+            fn(**batches[0]).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    else:
+        def step():
+            with torch.no_grad():
+                for batch in batches:
+                    fn(**batch)
+    with fresh():
+        start = time.perf_counter()
+        step()
+        first = time.perf_counter() - start
+    return Side(step, first, compiler)
+
+
+def interleaved(steps: dict[str, Callable[[], None]], rounds: int,
+                warmup: int = 1) -> dict[str, float]:
+    """Median seconds per step of each side, over ``rounds`` rounds that run every side
+    once, the order rotated each round (drift and cache effects favour none)."""
+    names = list(steps)
+    for _ in range(warmup):
+        for n in names:
+            steps[n]()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    with gc_paused():
+        for r in range(rounds):
+            for n in names[r % len(names):] + names[:r % len(names)]:
+                start = time.perf_counter()
+                steps[n]()
+                samples[n].append(time.perf_counter() - start)
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+@attrs.frozen
+class EagerGroups:
+    """What torchloom compiled: ``groups`` fusion groups, ``on_eager`` of them run op by op,
+    ``reasons`` (why the native codegens declined each, one string per group) -> count,
+    ``fallbacks``: graphs that fell back whole to eager, with why."""
+
+    graphs: int
+    groups: int
+    on_eager: int
+    reasons: dict[str, int]
+    fallbacks: tuple[str, ...]
+
+
+def eager_groups(compiler) -> EagerGroups:
+    reasons: collections.Counter[str] = collections.Counter()
+    groups = on_eager = 0
+    for comp in compiler.compilations:
+        for choice in comp.compiled.choices if comp.compiled is not None else ():
+            groups += 1
+            if choice.codegen == "eager":
+                on_eager += 1
+                reasons["; ".join(str(r) for r in choice.fallback_reasons
+                                  if r.codegen != "eager") or "(no reason given)"] += 1
+    fallbacks = tuple(f"{c.name}: {c.fallback_reason}" for c in compiler.compilations
+                      if c.fallback_reason)
+    return EagerGroups(len(compiler.compilations), groups, on_eager, dict(reasons), fallbacks)
+
+
+@attrs.frozen
+class RowResult:
+    model: str
+    mode: str
+    threads: int
+    ms: dict[str, float]  # side -> median ms per step
+    first_call_s: dict[str, float]  # side -> seconds of the first step (compiles included)
+    groups: EagerGroups | None
+
+    def speedup(self, over: str) -> float:
+        """``over``'s time / torchloom's (above 1: torchloom is faster)."""
+        return self.ms[over] / self.ms["torchloom"]
+
+
+def measure_row(name: str, mode: str, threads: int, *, sides=SIDES, rounds: int = 7,
+                warmup: int = 1, cache_root: Path | None = None) -> RowResult:
+    """Compile every side of a row (cold), then time them in interleaved rounds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # before compiling: Inductor bakes it into its kernels
+    owned = cache_root is None
+    cache_root = Path(tempfile.mkdtemp(prefix="zoo-")) if owned else cache_root
+    try:
+        built = {side: make_side(name, mode, side, cache_root) for side in sides}
+        ms = {k: v * 1e3 for k, v in interleaved(
+            {side: b.step for side, b in built.items()}, rounds, warmup).items()}
+        compiler = built["torchloom"].compiler if "torchloom" in built else None
+        return RowResult(name, mode, threads, ms,
+                         {side: b.first_call_s for side, b in built.items()},
+                         eager_groups(compiler) if compiler is not None else None)
+    finally:
+        torch._dynamo.reset()
+        torch.set_num_threads(before)
+        if owned:
+            import shutil
+            shutil.rmtree(cache_root, ignore_errors=True)
+
+
+# ---- the table -----------------------------------------------------------------------------
+HEADER = ("| model | row | threads | eager ms | Inductor ms | torchloom ms | vs eager "
+          "| vs Inductor | first call s: Inductor | torchloom | groups on eager |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+
+def table_row(r: RowResult) -> str:
+    def ms(side):
+        return f"{r.ms[side]:.1f}" if side in r.ms else "-"
+
+    def ratio(side):
+        return f"{r.speedup(side):.2f}" if side in r.ms and "torchloom" in r.ms else "-"
+
+    def first(side):
+        return f"{r.first_call_s[side]:.1f}" if side in r.first_call_s else "-"
+    groups = f"{r.groups.on_eager} / {r.groups.groups}" if r.groups else "-"
+    if r.groups and r.groups.fallbacks:
+        groups += f" ({len(r.groups.fallbacks)} graphs on eager)"
+    row = f"{r.mode} ({len(ZOO[r.model].lengths)} lengths)" if r.mode == "dynamic" else r.mode
+    return (f"| {ZOO[r.model].title} | {row} | {r.threads} | {ms('eager')} | "
+            f"{ms('inductor')} | {ms('torchloom')} | {ratio('eager')} | "
+            f"{ratio('inductor')} | {first('inductor')} | {first('torchloom')} | {groups} |")
+
+
+def geomeans(results: list[RowResult]) -> list[str]:
+    lines = []
+    for threads in sorted({r.threads for r in results}, reverse=True):
+        for over in ("eager", "inductor"):
+            got = [r.speedup(over) for r in results
+                   if r.threads == threads and over in r.ms and "torchloom" in r.ms]
+            if got:
+                mean = math.exp(sum(map(math.log, got)) / len(got))
+                lines.append(f"- {threads} thread(s): torchloom {mean:.2f}x "
+                             f"{'Inductor' if over == 'inductor' else over} "
+                             f"(geomean of {len(got)} rows)")
+    return lines
+
+
+def reasons_section(results: list[RowResult]) -> list[str]:
+    """Per model: groups on eager with their reasons (summed over its rows at one thread
+    count: the same graphs compile at each)."""
+    lines = []
+    threads = max(r.threads for r in results)
+    for name in dict.fromkeys(r.model for r in results):
+        reasons: collections.Counter[str] = collections.Counter()
+        fallbacks: list[str] = []
+        for r in results:
+            if r.model == name and r.threads == threads and r.groups:
+                reasons.update(r.groups.reasons)
+                fallbacks += r.groups.fallbacks
+        total = sum(reasons.values())
+        lines.append(f"- **{ZOO[name].title}**: {total} group(s) on eager"
+                     + (":" if total or fallbacks else ""))
+        lines += [f"  - {n}x {reason}" for reason, n in reasons.most_common()]
+        lines += [f"  - graph on eager: {f}" for f in fallbacks]
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=list(ZOO), default=list(ZOO))
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--threads", nargs="+", type=int, default=[2, 1])
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds per row (7)")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 rounds, no warm-up round: a look, not a measurement")
+    parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    args = parser.parse_args(argv)
+    if "torchloom" not in args.sides:
+        parser.error("--sides must include torchloom (the ratios are torchloom's)")
+    rounds, warmup = (3, 0) if args.quick else (args.rounds, 1)
+    lines = [HEADER]
+    print(HEADER, flush=True)
+    results = []
+    for threads in args.threads:
+        for name, mode in rows(args.models, args.modes):
+            try:
+                result = measure_row(name, mode, threads, sides=args.sides, rounds=rounds,
+                                     warmup=warmup)
+            except Exception as exc:  # one model's failure costs its row, not the run
+                line = (f"| {ZOO[name].title} | {mode} | {threads} | failed: "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} |")
+            else:
+                results.append(result)
+                line = table_row(result)
+            lines.append(line)
+            print(line, flush=True)
+    if results:
+        tail = ["", "Speed-ups (other side's ms / torchloom's ms):", *geomeans(results), "",
+                "Groups on eager (torchloom), with the reasons the codegens gave:",
+                *reasons_section(results)]
+        print("\n".join(tail), flush=True)
+        lines += tail
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
