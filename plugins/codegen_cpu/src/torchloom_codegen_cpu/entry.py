@@ -115,7 +115,6 @@ def python_entry(lib: ctypes.CDLL, name: str):
     if not hasattr(lib, f"tl_entry_{name}"):
         return None
     # the same handle, called with the GIL held: the getter builds a Python object
-    getter = ctypes.PyDLL(lib._name, handle=lib._handle)[f"tl_entry_{name}"]
-    getter.argtypes = []
-    getter.restype = ctypes.py_object
+    getter = ctypes.PYFUNCTYPE(ctypes.py_object)(
+        (f"tl_entry_{name}", ctypes.PyDLL(lib._name, handle=lib._handle)))
     return getter()

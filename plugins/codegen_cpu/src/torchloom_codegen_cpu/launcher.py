@@ -42,13 +42,12 @@ def _function(lib: ctypes.CDLL, meta: dict[str, Any]):
     entry = python_entry(lib, meta["kernel"])
     if entry is not None:
         return entry
-    fn = getattr(lib, meta["kernel"])
     argtypes = [_SCALAR_CTYPES[d["scalar"]] if "scalar" in d else ctypes.c_void_p
                 for d in meta["inputs"]]
-    fn.argtypes = [*argtypes, *[ctypes.c_void_p] * len(meta["outputs"]),
-                   *[ctypes.c_int64] * len(meta.get("sizes", ())), ctypes.c_int]
-    fn.restype = None
-    return fn
+    # a function of its own from a prototype (the library's cached one keeps its types)
+    prototype = ctypes.CFUNCTYPE(None, *argtypes, *[ctypes.c_void_p] * len(meta["outputs"]),
+                                 *[ctypes.c_int64] * len(meta.get("sizes", ())), ctypes.c_int)
+    return prototype((meta["kernel"], lib))
 
 
 class Launcher:
