@@ -1,7 +1,7 @@
 """Softmax's shift ``a - max(a)`` (keepdim) is <= 0 or NaN, and the cpu codegen computes
 its exp with ``tl_exp_nonpos`` (one power-of-two scale instead of two, no upper clamp):
 bit for bit tl_exp's results wherever it is used, and used only where the argument is that
-shift (kernel.py ``minus_max``); a maximum of other elements, of another layout, or a
+shift (op_text.py ``minus_max``); a maximum of other elements, of another layout, or a
 scaled shift keeps ``tl_exp``. The reduction's row buffer lives in the output row where
 the last loop stores that output."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torchloom.api import parse_graph
 
 from conftest import group_text
-from torchloom_codegen_cpu.kernel import minus_max
+from torchloom_codegen_cpu.op_text import minus_max
 
 INF, NAN = float("inf"), float("nan")
 

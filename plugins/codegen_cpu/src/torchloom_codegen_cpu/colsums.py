@@ -20,17 +20,15 @@ thread's partials: ``MAX_ROW`` doubles per sum).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchloom.api import Node, Value, indexing, stmt
 
+from torchloom_codegen_cpu.nest import Writer
 from torchloom_codegen_cpu.ops import CTYPE, COMPUTE
 from torchloom_codegen_cpu.overrun import chunked
 from torchloom_codegen_cpu.reduction import reduced_dims
 from torchloom_codegen_cpu.tensors import tensor_type
-
-if TYPE_CHECKING:
-    from torchloom_codegen_cpu.kernel import KernelWriter
 
 #: the shortest row that carries column sums (shorter rows keep the column nest)
 MIN_ROW = 256
@@ -81,7 +79,7 @@ def _fits(rows: list[Node], cols: list[Node], row_part, col_part, shape, depends
         not any(col in depends(n.inputs[0]) for n in rows)
 
 
-def accumulate(w: "KernelWriter") -> None:
+def accumulate(w: Writer) -> None:
     """In the row's epilogue loop (an open phase at ``r``): add each column sum's operand at
     ``(x, r)`` into this thread's partials."""
     n = w.rnumel
@@ -91,7 +89,7 @@ def accumulate(w: "KernelWriter") -> None:
                                    f"(double){e.text}"), True)
 
 
-def nest(w: "KernelWriter", head: list[str], body: list[str], rows: str) -> list[str]:
+def nest(w: Writer, head: list[str], body: list[str], rows: str) -> list[str]:
     """The row loop with each thread's share of rows explicit (overrun.chunked) and its
     column partials, then the partials' sums stored to the column outputs."""
     n, count = w.rnumel, len(w.columns)

@@ -28,18 +28,14 @@ columns contiguous). Other groups use the row form.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torchloom.api import stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
 from torchloom_codegen_cpu.render import Simd
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
 from torchloom_codegen_cpu.reduction import accumulate, identity, sum_dtype
 from torchloom_codegen_cpu.tensors import tensor_type
-
-if TYPE_CHECKING:
-    from torchloom_codegen_cpu.kernel import KernelWriter
 
 #: columns per unit: blocks are whole units (one AVX-512 vector of f32)
 UNIT = 16
@@ -49,7 +45,7 @@ _KINDS = ("sum", "prod", "max", "min")
 writer_upstream = writer.upstream_nodes
 
 
-def column_form(w: "KernelWriter") -> bool:
+def column_form(w: Writer) -> bool:
     """Whether the group's reductions can take the column form (see the module docstring)."""
     if not w.kept or w.kept[-1] != len(w.shape) - 1 or (
             isinstance(w.rnumel, int) and w.rnumel <= 1):
@@ -75,62 +71,44 @@ def column_form(w: "KernelWriter") -> bool:
 PER_ELEMENT = ("full", "full view")
 
 
-def _full_outputs(w: "KernelWriter") -> list:
+def _full_outputs(w: Writer) -> list:
     """(C name, value) of each output stored per element of the walk."""
     reductions = set(w.reductions)
     return [(name, v) for name, v in zip(w.out_names, w.outputs)
             if v.producer not in reductions and w.output_place(v) in PER_ELEMENT]
 
 
-def column_body(w: "KernelWriter") -> list:
-    """The statements of one block of columns ``xb`` (sets ``w.rows`` to the block count)."""
+def column_body(w: Writer) -> tuple[ParallelLoop, list]:
+    """The loop over blocks of columns ``xb`` and the statements of one block."""
     em = w.em
     columns = w.rows
     if isinstance(columns, int):
-        w.rows = -(-columns // UNIT)
-        block = min(CAP, w.rows * UNIT)
+        units = -(-columns // UNIT)
+        block = min(CAP, units * UNIT)
     else:
-        block, w.rows = CAP, f"CeilDiv({columns}, {UNIT})"
-    end, units, most = par(w.ix.size(columns)), par(w.ix.size(w.rows)), CAP // UNIT
-
-    def blocks(threads: str) -> str:  # max(min(threads, units), ceil(units / most))
-        if threads == "1":  # a kernel too small for threads
-            return str(-(-w.rows // most)) if isinstance(w.rows, int) else \
-                f"({units} + {most - 1}) / {most}"
-        share = f"({threads} < {units} ? {threads} : {units})"
-        least = f"({units} + {most - 1}) / {most}"
-        return f"{share} > {least} ? {share} : {least}"
-    w.outer, w.outer_count = "xb", blocks
-    em.statement(stmt.Declare("int64_t", "c0", f"xb * {units} / n_xb * {UNIT}"), False)
-    em.statement(stmt.Declare("int64_t", "e1", f"(xb + 1) * {units} / n_xb * {UNIT}"), False)
+        block, units = CAP, f"CeilDiv({columns}, {UNIT})"
+    end, text = par(w.ix.size(columns)), par(w.ix.size(units))
+    loop = ParallelLoop("xb", units, ThreadBlocks(units, text, CAP // UNIT))
+    em.statement(stmt.Declare("int64_t", "c0", f"xb * {text} / n_xb * {UNIT}"), False)
+    em.statement(stmt.Declare("int64_t", "e1", f"(xb + 1) * {text} / n_xb * {UNIT}"), False)
     em.statement(stmt.Declare("int64_t", "c1", f"e1 < {end} ? e1 : {end}"), False)
     # inner coordinates (columns) are recomputed in every SIMD loop
-    em.inner_names.add("x")
-    x_header, xs = [], []
-    for k, c in enumerate(w.ix.delinear("x", w.kept_shape)):
-        if c in ("0", "x"):
-            xs.append(c)
-            continue
-        em.inner_names.add(f"x{k}")
-        x_header.append(stmt.Declare("int64_t", f"x{k}", c))
-        xs.append(f"x{k}")
-    w.known[(tuple(c for c, d in zip(xs, w.kept_shape) if d != 1),
-             tuple(d for d in w.kept_shape if d != 1))] = "x"
+    x_header, xs = w.inner_coords("x", w.kept_shape)
     xloop = ("x", "c0", "c1")  # (the loop over the block's columns)
     levels = _levels(w.reductions)
-    full = [""] * len(w.shape)
+    kept = [""] * len(w.shape)
     for d, c in zip(w.kept, xs):
-        full[d] = c
+        kept[d] = c
     # full-shape outputs go in the first walk when they read no reduction result, else in
     # a walk of their own after the last results (softmax's quotient)
     late = _reads_reductions(w)
     for level, nodes in enumerate(levels):
         accs = _accumulators(w, nodes, block)
-        _walk(w, accs, full, xloop, x_header, level == 0 and not late)
-        _results(w, accs, xs, xloop, x_header)
+        _walk(w, accs, kept, xloop, x_header, level == 0 and not late)
+        _results(w, accs, kept, xs, xloop, x_header)
     if late:
-        _walk(w, [], full, xloop, x_header, True)
-    return em.lines
+        _walk(w, [], kept, xloop, x_header, True)
+    return loop, em.lines
 
 
 def _levels(reductions: list) -> list[list]:
@@ -147,13 +125,13 @@ def _levels(reductions: list) -> list[list]:
     return [[n for n in reductions if level[n] == k] for k in range(depth + 1)]
 
 
-def _reads_reductions(w: "KernelWriter") -> bool:
+def _reads_reductions(w: Writer) -> bool:
     """Whether a full-shape output is computed from a reduction's result."""
     reductions = set(w.reductions)
     return any(writer_upstream([v]) & reductions for _, v in _full_outputs(w))
 
 
-def _accumulators(w: "KernelWriter", nodes: list, block) -> list:
+def _accumulators(w: Writer, nodes: list, block) -> list:
     em = w.em
     accs = []
     for node in nodes:
@@ -175,39 +153,38 @@ def _accumulators(w: "KernelWriter", nodes: list, block) -> list:
     return accs
 
 
-def _walk(w: "KernelWriter", accs: list, full: list, xloop: tuple, x_header: list,
+def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,
           store_full: bool) -> None:
     """One walk over the reduced elements in memory order (its coordinates declared in
     it), a SIMD loop over the block's columns for each: accumulating ``accs`` and
-    (``store_full``) storing the group's full-shape outputs."""
+    (``store_full``) storing the group's full-shape outputs. ``kept``: the coordinates of
+    the kept dims (a column), the reduced dims' left empty."""
     em = w.em
-    known = set(w.values)
 
     def write() -> None:
+        coords = list(kept)
         for k, c in enumerate(w.ix.delinear("r", w.red_shape)):
             if c not in ("0", "r"):
                 em.statement(stmt.Declare("int64_t", f"r{k}", c), False)
                 c = f"r{k}"
-            full[w.rdims[k]] = c
-        w.full = tuple(full)
+            coords[w.rdims[k]] = c
+        full = tuple(coords)
         em.begin_phase()
         for node, kind, dtype, acc, nan in accs:
-            v = em.convert(w.value_at(node.inputs[0], w.full), dtype).text
+            v = em.convert(w.value_at(node.inputs[0], full), dtype).text
             accumulate(em, kind, stmt.Element(acc, "x - c0"),
                        nan and stmt.Element(nan, "x - c0"), v)
         if store_full:
             for name, v in _full_outputs(w):
-                w.store(name, v, w.place_output(v)[1])  # (at this walk's coordinates)
+                w.store(name, v, w.element_coords(v, full))  # (at this walk's coordinates)
         em.end_phase(Simd(), *xloop, x_header)
 
-    walk = em.capture(write)
-    em.forget_row_values()  # they were declared inside the walk
-    for key in [k for k, (e, _) in w.values.items() if k not in known and not e.inner]:
-        del w.values[key]  # (values of a reduced element: a later walk computes them again)
+    walk = w.walk(write)
     em.statement(stmt.Loop("r", "0", str(w.ix.size(w.rnumel)), tuple(walk)), False)
 
 
-def _results(w: "KernelWriter", accs: list, xs: list, xloop: tuple, x_header: list) -> None:
+def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
+             x_header: list) -> None:
     """One SIMD loop over the block's columns: each reduction's result, kept in an array
     of the block when a later walk reads it, and stored when it is an output."""
     em = w.em
@@ -228,9 +205,9 @@ def _results(w: "KernelWriter", accs: list, xs: list, xloop: tuple, x_header: li
             e = Expr(f"{acc}[x - c0]" if e.dtype == dtype else
                      f"({CTYPE[e.dtype]}){acc}[x - c0]", e.dtype, True)
         keepdim = bool(node.attrs.get("keepdim", False))
-        coords = tuple("0" if d in w.rdims else w.full[d] for d in range(len(w.shape))) \
+        coords = tuple("0" if d in w.rdims else kept[d] for d in range(len(w.shape))) \
             if keepdim else tuple(xs)
-        w.reduced[value] = (coords, Expr(e.text, e.dtype, True))
+        w.set_result(value, coords, Expr(e.text, e.dtype, True))
         for name, out in zip(w.out_names, w.outputs):
             if out is value:
                 w.store(name, out, coords)

@@ -143,6 +143,20 @@ class Emitter(writer.Statements):
         #: explicitly: overrun.chunked)
         self.overran = False
 
+    def inner(self, name: str) -> None:
+        """``name`` depends on the inner index (a loop variable, a coordinate of it)."""
+        self.inner_names.add(name)
+
+    def holds_exactly(self, text: str, dtype: str) -> None:
+        """C text ``text`` holds values of 16-bit float dtype ``dtype`` exactly (a table
+        read: rounding it to ``dtype`` is the value itself)."""
+        self.exact[text] = dtype
+
+    def allow_overrun(self, offsets: dict[str, str] | None) -> None:
+        """Row loops may run past the row's end over the tensors ``offsets`` names (see
+        :attr:`overrun`; None: none may)."""
+        self.overrun = offsets
+
     # ---- statements --------------------------------------------------------------------
     def is_inner(self, text: str) -> bool:
         return any(tok in self.inner_names for tok in _IDENT.findall(text))

@@ -333,8 +333,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     params += [f"int64_t {name}" for name in names.values()]  # symbolic sizes, at run time
     params.append("int nthreads")
     parallel = any(w.parallel for w in nests)
-    forms = ", ".join(f"{w.kind}{' (columns)' if w.outer == 'xb' else ''} over "
-                      f"{nests[0].dims(w.rows)} rows" for w in nests)
+    forms = ", ".join(f"{w.kind}{' (columns)' if w.loop.var == 'xb' else ''} over "
+                      f"{nests[0].dims(w.loop.trips)} rows" for w in nests)
     header = ["/* torchloom cpu kernel for this group:"]
     header += [" *   " + line for line in _printed(region).splitlines()]
     header += [f" * {forms} */"]
@@ -352,7 +352,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     source += [f"  free({name});" for name in scratch]
     source.append("}")
     metadata = {"kernel": kernel, "kind": nests[0].kind, "nests": len(nests),
-                "rows": [nests[0].dims(w.rows) for w in nests],
+                "rows": [nests[0].dims(w.loop.trips) for w in nests],
                 "parallel": parallel, "sizes": list(names.values()),
                 "inputs": [_describe(v, nests[0]) for v in region.inputs],
                 "outputs": [_describe(v, nests[0]) for v in region.outputs],
@@ -365,7 +365,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         # the plan explain reports: each nest reads its inputs once from memory (a row's
         # later loops hit the cache), every output is written once; symbolic sizes have no
         # byte count before the call
-        metadata.update({"grid": [sum(w.rows for w in nests)],
+        metadata.update({"grid": [sum(w.loop.trips for w in nests)],
                          "bytes_read": sum(_nbytes(v) for w in nests for v in w.loaded),
                          "bytes_written": sum(_nbytes(v) for v in region.outputs),
                          "numel": max(w.numel for w in nests)})
@@ -414,10 +414,10 @@ def _printed(region: Graph) -> str:
     for v in [*renamed.inputs, *(o for n in renamed.nodes for o in n.outputs)]:
         t = v.type
         if isinstance(t, TensorType):
-            v.type = attrs.evolve(
+            renamed.set_type(v, attrs.evolve(
                 t, shape=tuple(symbols.rename_dim(d, order) for d in t.shape),
                 strides=None if t.strides is None else tuple(
-                    symbols.rename_dim(d, order) for d in t.strides))
+                    symbols.rename_dim(d, order) for d in t.strides)))
     return print_graph(renamed)
 
 

@@ -18,16 +18,18 @@ op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from torchloom.api import InputRef, Node, TensorType, Value, indexing, schedule, stmt, writer
+from torchloom.api import Node, TensorType, Value, indexing, schedule, stmt, writer
 
-from torchloom_codegen_cpu import colsums, tables, tiles
+from torchloom_codegen_cpu import colsums, op_text, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
                                           store_statement, whole_vectors)
-from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, POINTWISE, REDUCTIONS,
-                                    literal, round_to)
+from torchloom_codegen_cpu.nest import ParallelLoop
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS,
+                                       literal)
 from torchloom_codegen_cpu.overrun import PARALLEL_FOR, chunked, row_offsets
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
@@ -44,24 +46,6 @@ PARALLEL_MIN = 32768
 CHUNK = 4096
 #: rows up to this many elements may keep expensive values in a buffer on the stack
 ROW_BUFFER = 16384
-
-
-#: ops eager's CPU kernels run with a one-element second operand as an f32 scalar
-SCALAR_DIVISORS = frozenset({"aten.mul.Tensor", "aten.div.Tensor", "aten.div.Tensor_mode",
-                             "aten.true_divide.Tensor"})
-
-
-#: op -> its Python-number arguments eager converts to a bf16/f16 tensor's type
-ROUNDED_SCALARS = {
-    **{f"aten.{op}.{overload}": ("other", "alpha") for op in ("add", "sub", "rsub")
-       for overload in ("Tensor", "Scalar")},
-    "aten.fmod.Scalar": ("other",), "aten.remainder.Scalar": ("other",),
-    **{f"aten.{op}.Scalar": ("other",) for op in ("eq", "ne", "lt", "le", "gt", "ge")},
-}
-
-
-def _one_element(v: Value) -> bool:
-    return isinstance(v.type, TensorType) and all(d == 1 for d in v.type.shape)
 
 
 class KernelWriter(writer.ValueWalk):
@@ -100,15 +84,34 @@ class KernelWriter(writer.ValueWalk):
         self.out_names = [name for name, _ in outputs]
         self.outputs = [v for _, v in outputs]
         self.kind = "reduction" if self.reductions else "pointwise"
-        self.outer = "x"  # the parallel loop's variable (columns.py walks blocks: "xb")
-        #: the parallel loop's trip count as C text from the thread count's C text, where
-        #: it depends on it (columns.py); None: ``rows`` iterations
-        self.outer_count = None
         #: value -> the element of its row buffer at ``r`` (see _plan_buffers)
         self.buffers: dict[Value, stmt.Element] = {}
         self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
         self.j_strides: list[int] = []  # each load's step per j (pointwise walks: tiles.py)
         self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
+        # planned by body(): the rows of the nest (a pointwise walk's rows and chunks, a
+        # reduction's kept elements), its elements, and its parallel loop (over the rows,
+        # or tiles.py's tiles, or columns.py's blocks)
+        self.rows: Any = None
+        self.numel: Any = None
+        self.loop = ParallelLoop("x", None)
+        # a reduction nest (schedule.ReductionNest): its shape P, the dims it reduces and
+        # keeps, a row's length (an int; ``rbound`` as C text when symbolic) and the
+        # declarations of its coordinates from ``r`` (``r_header``)
+        self.shape: tuple = ()
+        self.rdims: tuple[int, ...] = ()
+        self.kept: list[int] = []
+        self.kept_shape: list = []
+        self.red_shape: list = []
+        self.rnumel: Any = None
+        self.rbound: Any = None
+        self.r_header: list[stmt.Declare] = []
+        #: the row form's coordinates of element (x, r), of row x, and of row x with the
+        #: reduced dims kept as 0 (keepdim results)
+        self.full: Coords | None = None
+        self.row: Coords | None = None
+        self.row_keepdim: Coords | None = None
+        self.parallel = False  # whether the nest runs on threads (decided by nest())
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -123,7 +126,7 @@ class KernelWriter(writer.ValueWalk):
         hit = self.values.get(key)
         if hit is not None and (not hit[0].inner or hit[1] == self.em.phase_id):
             return hit[0]
-        buffer = self.buffers.get(v) if coords == getattr(self, "full", None) else None
+        buffer = self.buffers.get(v) if coords == self.full else None
         if buffer is not None and hit is not None:  # computed by an earlier loop of the row
             e = self.em.emit(element(buffer), hit[0].dtype, v.name, inner=True)
         else:
@@ -166,62 +169,18 @@ class KernelWriter(writer.ValueWalk):
 
     def _render(self, node: Node, spec, named: dict[str, str], compute: str,
                 ir_dtype: str, given: dict[str, Any]) -> str:
-        # a scalar divisor (a one-element tensor or a Python number): eager's kernel
-        # divides in f32 (no rounded quotient to trunc)
-        scalar = self.keeps_operand(node, 1) or (
-            node.op in SCALAR_DIVISORS and len(node.inputs) == 1)
-        # softmax's exp(x - max(x)): every argument <= 0 (or NaN), the prelude's cheaper exp
-        nonpositive = node.op == EXP and compute == "f32" and minus_max(node.inputs[0])
-        template = spec.template(given, compute, "f32" if scalar else ir_dtype,
-                                 exp="tl_exp_nonpos" if nonpositive else "tl_exp")
-        if template is None:
-            raise Unsupported(f"{node.op} on {compute} has no C template")
-        try:
-            text = template.format(**named)
-        except KeyError as exc:  # an argument that is no number: a symbolic size, say
-            raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
-                              f"{node.attrs.get(exc.args[0])!r} has no C value") from None
-        if nonpositive:  # (computing this exp costs about what a table read does: no table)
-            return text
-        looked_up = self._tabulated(node, template, named, compute, ir_dtype, given)
-        return text if looked_up is None else looked_up
+        text, table = op_text.op_text(node, spec, named, compute, ir_dtype, given)
+        if table is not None:  # (its results are rounded to ir_dtype)
+            function, definition = table
+            self.tables[function] = definition
+            self.em.holds_exactly(text, ir_dtype)
+        return text
 
     def scalar_operand(self, node: Node, name: str, value):
-        """A Python number added to, subtracted from, compared with or taken the remainder
-        by a bf16/f16 tensor is converted to the tensor's type first by eager's kernels
-        (x + 1.0001 in bf16 adds 1.0); mul, div and the activations' parameters are not."""
-        dtype = tensor_type(node.inputs[0]).dtype if node.inputs and isinstance(
-            node.inputs[0].type, TensorType) else None
-        if (dtype in ("bf16", "f16") and name in ROUNDED_SCALARS.get(node.op, ())
-                and not isinstance(value, bool) and isinstance(value, (int, float))):
-            return round_to(float(value), dtype)
-        return value
+        return op_text.scalar_operand(node, name, value)
 
     def keeps_operand(self, node: Node, k: int) -> bool:
-        """Eager's CPU mul and div of a bf16/f16 tensor by a scalar (an operand broadcast
-        everywhere: one element) compute in f32 with the scalar's own value, a 0-d f32 or
-        int tensor unrounded (ATen's ``original_scalar_value``, BinaryOpsKernel.cpp)."""
-        return (k == 1 and node.op in SCALAR_DIVISORS and len(node.inputs) > 1
-                and _one_element(node.inputs[1]))
-
-    def _tabulated(self, node: Node, template: str, named: dict[str, str], compute: str,
-                   ir_dtype: str, given: dict[str, Any]) -> str | None:
-        """The op read from a table of its results (tables.py) when its one tensor input
-        and its result are bf16, else None."""
-        tensors = [name for name, value in given.items() if isinstance(value, InputRef)]
-        if (compute != "f32" or len(tensors) != 1 or len(node.inputs) != 1
-                or not isinstance(node.inputs[0].type, TensorType)
-                or tensor_type(node.inputs[0]).dtype != ir_dtype):
-            return None
-        found = tables.table(node.op, template.format(**{**named, tensors[0]: "x"}),
-                             ir_dtype)
-        if found is None:
-            return None
-        definition, function = found
-        self.tables[function] = definition
-        call = f"{function}({named[tensors[0]]})"
-        self.em.exact[call] = ir_dtype  # the table holds results rounded to ir_dtype
-        return call
+        return op_text.keeps_operand(node, k)
 
     def _plan_buffers(self) -> None:
         """Expensive values (exp, tanh, ...) of a row that several loops read (softmax's
@@ -294,6 +253,56 @@ class KernelWriter(writer.ValueWalk):
                     tuple(d for d in shape if d != 1))] = index
         return names
 
+    def inner_coords(self, index: str, shape) -> tuple[list[stmt.Declare], list[str]]:
+        """The coordinates of inner index ``index`` (``r`` over a row, columns.py's ``x``
+        over a block's columns), declared in each loop over it: (their declarations,
+        their names)."""
+        self.em.inner(index)
+        header, names = [], []
+        for k, c in enumerate(self.ix.delinear(index, shape)):
+            if c == "0" or c == index:
+                names.append(c)
+                continue
+            self.em.inner(f"{index}{k}")
+            header.append(stmt.Declare("int64_t", f"{index}{k}", c))
+            names.append(f"{index}{k}")
+        self.known[(tuple(c for c, d in zip(names, shape) if d != 1),
+                    tuple(d for d in shape if d != 1))] = index
+        return header, names
+
+    def element_coords(self, v: Value, full: Coords) -> Coords:
+        """The coordinates of output ``v``, of the reduced shape's elements in some view
+        (:meth:`output_place` ``"full"`` or ``"full view"``), at element ``full``."""
+        if self.output_place(v) == "full":
+            return full
+        return self.ix.reshape(full, self.shape, tuple(tensor_type(v).shape), self.known)
+
+    def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
+        """Reduction output ``value`` is ``e``, read at ``coords`` (its row)."""
+        self.reduced[value] = (coords, e)
+
+    def walk(self, write: Callable[[], None]) -> list:
+        """The statements ``write()`` emits, taken out of the row (a loop over reduced
+        elements: columns.py), and the values it computed at them forgotten (a later loop
+        computes them again; the names it declared are out of scope)."""
+        before = set(self.values)
+        statements = self.em.capture(write)
+        self.em.forget_row_values()
+        for key in [k for k, (e, _) in self.values.items() if k not in before and not e.inner]:
+            del self.values[key]
+        return statements
+
+    def aside(self, write: Callable[[], None]) -> None:
+        """``write()`` over the values computed so far and no row buffers, what it computes
+        forgotten after (a loop that reads the row's first element: a later loop may be
+        the row's first, which fills the row buffers the loops after it read)."""
+        values, buffers = self.values, self.buffers
+        self.values, self.buffers = dict(values), {}
+        try:
+            write()
+        finally:
+            self.values, self.buffers = values, buffers
+
     # ---- writing ---------------------------------------------------------------------------
     def body(self) -> list:
         """The statements of one row (``x``), and the loop header around it."""
@@ -311,23 +320,23 @@ class KernelWriter(writer.ValueWalk):
         walk = [first.shape[d] for d in order] or [1]
         inner, size = walk[-1], self.ix.size
         if isinstance(inner, int):
-            self.chunk = inner if inner <= 2 * CHUNK else CHUNK
-            self.chunks = -(-inner // self.chunk) if inner else 0
-            chunked = self.chunks > 1
+            chunk = inner if inner <= 2 * CHUNK else CHUNK
+            chunks = -(-inner // chunk) if inner else 0
+            chunked = chunks > 1
         else:  # chunks of CHUNK (one for a short row), counted at run time
-            self.chunk, self.chunks, chunked = CHUNK, f"CeilDiv({inner}, {CHUNK})", True
-        self.rows = prod([prod(walk[:-1]), self.chunks])
+            chunk, chunks, chunked = CHUNK, f"CeilDiv({inner}, {CHUNK})", True
+        self.rows = prod([prod(walk[:-1]), chunks])
         em = self.em
         if chunked:
-            chunks, end = par(size(self.chunks)), par(size(inner))
-            em.statement(stmt.Declare("int64_t", "row", f"x / {chunks}"), False)
-            em.statement(stmt.Declare("int64_t", "j0", f"x % {chunks} * {self.chunk}"), False)
-            em.statement(stmt.Declare("int64_t", "j1", f"j0 + {self.chunk} < {end} ? j0 + "
-                                      f"{self.chunk} : {end}"), False)
+            count, end = par(size(chunks)), par(size(inner))
+            em.statement(stmt.Declare("int64_t", "row", f"x / {count}"), False)
+            em.statement(stmt.Declare("int64_t", "j0", f"x % {count} * {chunk}"), False)
+            em.statement(stmt.Declare("int64_t", "j1", f"j0 + {chunk} < {end} ? j0 + "
+                                      f"{chunk} : {end}"), False)
             row, bounds = "row", ("j0", "j1")
         else:
             row, bounds = "x", ("0", str(size(inner)))
-        em.inner_names.add("j")
+        em.inner("j")
         walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
         self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
                     tuple(d for d in walk if d != 1))] = (
@@ -341,7 +350,12 @@ class KernelWriter(writer.ValueWalk):
                 self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
         em.end_phase(Simd(), "j", *bounds, [])
-        return (None if chunked else tiles.tiled(self, walk, em.lines)) or em.lines
+        tiling = None if chunked else tiles.tiled(walk, em.lines, self.j_strides)
+        if tiling is not None:
+            self.loop, lines = tiling
+            return lines
+        self.loop = ParallelLoop("x", self.rows)
+        return em.lines
 
     def _reduction_body(self) -> list:
         nest = schedule.ReductionNest.of(self.reductions, tensor_type)
@@ -350,21 +364,13 @@ class KernelWriter(writer.ValueWalk):
         self.rows, self.rnumel, self.numel = nest.rows, nest.rnumel, nest.numel
         kept = self.kept = nest.kept
         if column_form(self):
-            return column_body(self)
+            self.loop, lines = column_body(self)
+            return lines
+        self.loop = ParallelLoop("x", self.rows)
         check_row_stride(self)
         em = self.em
         xs = self.row_coords("x", self.kept_shape)
-        em.inner_names.add("r")
-        self.r_header, rs = [], []
-        for k, c in enumerate(self.ix.delinear("r", self.red_shape)):
-            if c == "0" or c == "r":
-                rs.append(c)
-                continue
-            em.inner_names.add(f"r{k}")
-            self.r_header.append(stmt.Declare("int64_t", f"r{k}", c))
-            rs.append(f"r{k}")
-        self.known[(tuple(c for c, d in zip(rs, self.red_shape) if d != 1),
-                    tuple(d for d in self.red_shape if d != 1))] = "r"
+        self.r_header, rs = self.inner_coords("r", self.red_shape)
         #: the row length: an int, or C text (symbolic)
         self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size(
             self.rnumel)
@@ -374,13 +380,13 @@ class KernelWriter(writer.ValueWalk):
         for d, c in zip(self.rdims, rs):
             full[d] = c
         self.full = tuple(full)
-        self.em.overrun = row_offsets(self)
+        em.allow_overrun(row_offsets(self))
         self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
                                  for d in range(len(self.shape)))
         self.row = tuple(xs)
         self._plan_buffers()
         for node in self.reductions:
-            lower_reduction(self, node)
+            self.reduced.update(lower_reduction(self, node))
         full_outputs = []
         for name, v in zip(self.out_names, self.outputs):
             in_loop, coords = self.place_output(v)
@@ -400,21 +406,22 @@ class KernelWriter(writer.ValueWalk):
     def nest(self) -> list[str]:
         """This nest's parallel loop over rows, its body inside."""
         lines = render(stmt.drop_unused(self.body()))
-        rows, numel = par(self.ix.size(self.rows)), par(self.ix.size(self.numel))
+        trips, var = self.loop.trips, self.loop.var
+        rows, numel = par(self.ix.size(trips)), par(self.ix.size(self.numel))
         # threads when there are rows to share and work to pay for them: decided here for
         # static sizes, at run time for symbolic ones
-        conditions = [f"{rows} > 1"] if not isinstance(self.rows, int) else []
+        conditions = [f"{rows} > 1"] if not isinstance(trips, int) else []
         if not isinstance(self.numel, int):
             conditions.append(f"{numel} >= {PARALLEL_MIN}")
-        self.parallel = (not isinstance(self.rows, int) or self.rows > 1) and (
+        self.parallel = (not isinstance(trips, int) or trips > 1) and (
             not isinstance(self.numel, int) or self.numel >= PARALLEL_MIN)
         pragma = PARALLEL_FOR
         head, bound = [], rows
-        if self.outer_count is not None:  # computed once, before the loop
-            bound = f"n_{self.outer}"
+        if self.loop.blocks is not None:  # counted once, before the loop
+            bound = f"n_{var}"
             threads = "nthreads" if self.parallel else "1"
-            head = [f"const int64_t {bound} = {self.outer_count(threads)};"]
-        loop = [f"for (int64_t {self.outer} = 0; {self.outer} < {bound}; {self.outer}++) {{",
+            head = [f"const int64_t {bound} = {self.loop.blocks.count(threads)};"]
+        loop = [f"for (int64_t {var} = 0; {var} < {bound}; {var}++) {{",
                 *("  " + line for line in lines), "}"]
         threads, one = [pragma, *loop], loop
         if self.columns:  # each thread's partial column sums (colsums.py)
@@ -438,29 +445,6 @@ class KernelWriter(writer.ValueWalk):
             return literal(dim, dtype)  # an int: integer sums (prod, sum) also ask for it
         return f"(({CTYPE[dtype]}){par(self.ix.size(dim))})"
 
-
-EXP = "aten.exp.default"
-#: the reductions whose keepdim result is >= every element it reduced (or NaN)
-_MAXIMA = {"aten.amax.default": 0, "aten.max.dim": 0}
-
-
-def minus_max(v: Value) -> bool:
-    """Whether ``v`` is ``a - max(a)`` over some dims with keepdim (softmax's shift), so
-    every element is <= 0 or NaN: ``sub.Tensor(a, m)`` with alpha 1, ``m`` the values of
-    ``amax(a, dims, keepdim=True)`` or ``max.dim(a, dim, keepdim=True)`` of the same
-    ``a``, broadcast against it as keepdim leaves it (a transposed or squeezed maximum
-    would pair elements with another row's maximum). Floats only: an integer difference
-    wraps (int8: -128 - 127 is 1)."""
-    node = v.producer
-    if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1 or \
-            len(node.inputs) != 2:  # (a scalar other is an attribute)
-        return False
-    a, m = node.inputs
-    top = m.producer
-    if top is None or _MAXIMA.get(top.op) != m.index or not top.attrs.get("keepdim", False):
-        return False
-    return top.inputs[0] is a and tensor_type(v).shape == tensor_type(a).shape and \
-        tensor_type(v).dtype in FLOATS
 
 
 def output_names(region) -> list[str]:

@@ -40,8 +40,10 @@ OVERRUN_ROWS = 55
 def row_offsets(w: Any) -> dict[str, str] | None:
     """Pointer name -> the C offset of element ``(x, r)`` for each tensor of writer ``w``
     whose rows lie end to end in memory (full shape, dense, reduced dims innermost), or
-    None when the nest's rows are not such (symbolic row length, reduced dims elsewhere)."""
-    if not isinstance(w.rnumel, int) or w.outer != "x" or \
+    None when the nest's rows are not such (symbolic row length, reduced dims elsewhere).
+    (``w`` is a ``nest.Writer``, unnamed here: nest.py imports the emitter, which imports
+    this module.)"""
+    if not isinstance(w.rnumel, int) or w.loop.var != "x" or \
             tuple(w.rdims) != tuple(range(len(w.kept), len(w.shape))):
         return None
     named = [(f"in_{v.name}", v) for v in w.region.inputs if isinstance(v.type, TensorType)]

@@ -16,20 +16,17 @@ largest value, as eager does).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import attrs
 
-from torchloom.api import Node, indexing, stmt, writer
+from torchloom.api import Node, Value, indexing, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.nest import Coords, Writer
 from torchloom_codegen_cpu.render import Simd
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, ITEMSIZE,
                                        OMP_OP, REDUCTIONS, literal)
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
-
-if TYPE_CHECKING:
-    from torchloom_codegen_cpu.kernel import KernelWriter
 
 
 reduced_dims = writer.reduced_dims
@@ -72,7 +69,7 @@ def short_odd_row(n: int | str) -> bool:
 ACROSS_ROWS = 4
 
 
-def across_rows(w: "KernelWriter", lines: list[str]) -> list[str]:
+def across_rows(w: Writer, lines: list[str]) -> list[str]:
     """The row body of a kernel whose outputs are all one value per row, over rows of at most
     :data:`ACROSS_ROWS` values: its row loops lose their SIMD pragmas, so that gcc unrolls
     them and vectorizes the loop over the rows instead (per-row statements, a logsumexp's
@@ -85,7 +82,7 @@ def across_rows(w: "KernelWriter", lines: list[str]) -> list[str]:
                           if isinstance(loop.annotation, Simd) else loop)
 
 
-def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str,
+def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str,
                  inf_flag: str | None = None) -> Expr:
     """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``;
     ``inf_flag`` names an int set when an infinite value comes before the row's last."""
@@ -138,7 +135,7 @@ def sum_dtype(dtype: str, count, lanes: int) -> str:
     return dtype
 
 
-def shifted_moments(w: "KernelWriter", value: Callable[[], Expr],
+def shifted_moments(w: Writer, value: Callable[[], Expr],
                     inf_flag: str | None) -> tuple[Expr, Expr]:
     """(mean, sum of squared deviations from it) of ``value()`` over the row, in double, in
     one pass: with ``d = x - x0`` (``x0`` the row's first value), ``sum d`` and
@@ -174,23 +171,23 @@ def shifted_moments(w: "KernelWriter", value: Callable[[], Expr],
     return mean, em.emit(f"{acc.text} < 0 ? 0.0 : {acc.text}", "f64", "m2", inner=False)
 
 
-def first_value(w: "KernelWriter", value: Callable[[], Expr], hint: str) -> str:
+def first_value(w: Writer, value: Callable[[], Expr], hint: str) -> str:
     """The C name of a double holding the row's first value of ``value()``: the row's
     statements at r = 0, forgotten after (a later loop may be the row's first, which fills
     the row buffers of values later loops read again)."""
     em = w.em
     name = em.fresh(hint)
     em.statement(stmt.Raw(f"double {name} = 0;"), False)
-    values, buffers = w.values, w.buffers
-    w.values, w.buffers = dict(values), {}
-    em.begin_phase()
-    em.statement(stmt.Raw(f"{name} = {em.convert(value(), 'f64').text};"), True)
-    em.end_phase(None, "r", "0", "1", w.r_header)
-    w.values, w.buffers = values, buffers
+
+    def write() -> None:
+        em.begin_phase()
+        em.statement(stmt.Raw(f"{name} = {em.convert(value(), 'f64').text};"), True)
+        em.end_phase(None, "r", "0", "1", w.r_header)
+    w.aside(write)
     return name
 
 
-def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
+def _past_overflow(w: Writer, value: Callable[[], Expr], total: Expr,
                    mean: Expr) -> tuple[Expr, str, str]:
     """(mean, `` - base``, center) of a row of f64 values, for rows whose sum overflows
     where their mean does not (a row of 1e308: eager's Welford gives a mean of 1e308 and a
@@ -217,7 +214,7 @@ def _past_overflow(w: "KernelWriter", value: Callable[[], Expr], total: Expr,
     return mean, f" - {base.text}", center.text
 
 
-def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
+def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
                dtype: str) -> tuple[Expr, Expr]:
     """The max (``argmax``) or min (``argmin``) along the row and its index (int64)."""
     em = w.em
@@ -236,8 +233,9 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     return Expr(best, dtype), Expr(index, "i64")
 
 
-def lower_reduction(w: "KernelWriter", node: Node) -> None:
-    """Compute ``node``'s outputs once per row and record them in ``w.reduced``."""
+def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
+    """Compute ``node``'s outputs once per row: each output -> (the coordinates of its
+    row, its value), for the writer to record."""
     spec = REDUCTIONS[node.op]
     em = w.em
     src = node.inputs[0]
@@ -290,6 +288,7 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
         fields["acc"] = index.text
         fields["value"] = value.text
     keepdim = bool(node.attrs.get("keepdim", False))
+    results = {}
     for value, template in zip(node.outputs, spec.outputs):
         ir_dtype = tensor_type(value).dtype
         dtype = COMPUTE[ir_dtype]
@@ -298,14 +297,15 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
         e = em.convert(em.emit(text, computed, node.op.split(".")[1], inner=False), dtype)
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)
-        w.reduced[value] = (w.row_keepdim if keepdim else w.row, e)
+        results[value] = (w.row_keepdim if keepdim else w.row, e)
+    return results
 
 
 #: rows of at least this many bytes get their successor's first page prefetched
 PREFETCH_ROW_BYTES = 4096
 
 
-def prefetch_next_row(w: "KernelWriter") -> None:
+def prefetch_next_row(w: Writer) -> None:
     """Before a row's last loop (its earlier loops brought the row into the L1 cache, so
     the last one computes from there), ask for the first 4 KB of the next row of the
     nest's first input into L2 (``prefetcht1``): a row of 4 KB or more starts on another
@@ -339,7 +339,7 @@ STRIDED_ROW = 16
 STRIDED_NUMEL = 16384
 
 
-def check_row_stride(w: "KernelWriter") -> None:
+def check_row_stride(w: Writer) -> None:
     """Decline a row-form kernel whose rows are columns: reduced dims before a kept
     innermost dim of at least ``STRIDED_ROW`` elements, over a long row, in a kernel of
     at least ``STRIDED_NUMEL`` elements. Each row then reads one element per cache line,

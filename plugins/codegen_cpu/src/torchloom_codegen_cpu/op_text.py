@@ -1,0 +1,115 @@
+"""A pointwise op of a group as C text, computed as eager's CPU kernels compute it: a
+scalar operand of a bf16/f16 op converted to the tensor's type or kept in f32 as ATen
+does, softmax's exp of ``x - max(x)`` with the prelude's cheaper exp, and ops of one bf16
+input read from a table of their results (tables.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchloom.api import InputRef, Node, TensorType, Value
+
+from torchloom_codegen_cpu import tables
+from torchloom_codegen_cpu.ops import FLOATS, round_to
+from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
+
+#: ops eager's CPU kernels run with a one-element second operand as an f32 scalar
+SCALAR_DIVISORS = frozenset({"aten.mul.Tensor", "aten.div.Tensor", "aten.div.Tensor_mode",
+                             "aten.true_divide.Tensor"})
+
+
+#: op -> its Python-number arguments eager converts to a bf16/f16 tensor's type
+ROUNDED_SCALARS = {
+    **{f"aten.{op}.{overload}": ("other", "alpha") for op in ("add", "sub", "rsub")
+       for overload in ("Tensor", "Scalar")},
+    "aten.fmod.Scalar": ("other",), "aten.remainder.Scalar": ("other",),
+    **{f"aten.{op}.Scalar": ("other",) for op in ("eq", "ne", "lt", "le", "gt", "ge")},
+}
+
+EXP = "aten.exp.default"
+#: the reductions whose keepdim result is >= every element it reduced (or NaN)
+_MAXIMA = {"aten.amax.default": 0, "aten.max.dim": 0}
+
+
+def _one_element(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and all(d == 1 for d in v.type.shape)
+
+
+def op_text(node: Node, spec, named: dict[str, str], compute: str, ir_dtype: str,
+            given: dict[str, Any]) -> tuple[str, tuple[str, str] | None]:
+    """(C text of ``node``'s result, the table it reads as (function, definition) or
+    None): its template from ``spec`` chosen by ``given`` (attributes, and arguments that
+    are inputs as ``InputRef``), filled with the operands' text ``named``."""
+    # a scalar divisor (a one-element tensor or a Python number): eager's kernel
+    # divides in f32 (no rounded quotient to trunc)
+    scalar = keeps_operand(node, 1) or (node.op in SCALAR_DIVISORS and len(node.inputs) == 1)
+    # softmax's exp(x - max(x)): every argument <= 0 (or NaN), the prelude's cheaper exp
+    nonpositive = node.op == EXP and compute == "f32" and minus_max(node.inputs[0])
+    template = spec.template(given, compute, "f32" if scalar else ir_dtype,
+                             exp="tl_exp_nonpos" if nonpositive else "tl_exp")
+    if template is None:
+        raise Unsupported(f"{node.op} on {compute} has no C template")
+    try:
+        text = template.format(**named)
+    except KeyError as exc:  # an argument that is no number: a symbolic size, say
+        raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
+                          f"{node.attrs.get(exc.args[0])!r} has no C value") from None
+    if nonpositive:  # (computing this exp costs about what a table read does: no table)
+        return text, None
+    return _tabulated(node, template, named, compute, ir_dtype, given) or (text, None)
+
+
+def scalar_operand(node: Node, name: str, value):
+    """A Python number added to, subtracted from, compared with or taken the remainder
+    by a bf16/f16 tensor is converted to the tensor's type first by eager's kernels
+    (x + 1.0001 in bf16 adds 1.0); mul, div and the activations' parameters are not."""
+    dtype = tensor_type(node.inputs[0]).dtype if node.inputs and isinstance(
+        node.inputs[0].type, TensorType) else None
+    if (dtype in ("bf16", "f16") and name in ROUNDED_SCALARS.get(node.op, ())
+            and not isinstance(value, bool) and isinstance(value, (int, float))):
+        return round_to(float(value), dtype)
+    return value
+
+
+def keeps_operand(node: Node, k: int) -> bool:
+    """Eager's CPU mul and div of a bf16/f16 tensor by a scalar (an operand broadcast
+    everywhere: one element) compute in f32 with the scalar's own value, a 0-d f32 or
+    int tensor unrounded (ATen's ``original_scalar_value``, BinaryOpsKernel.cpp)."""
+    return (k == 1 and node.op in SCALAR_DIVISORS and len(node.inputs) > 1
+            and _one_element(node.inputs[1]))
+
+
+def _tabulated(node: Node, template: str, named: dict[str, str], compute: str,
+               ir_dtype: str, given: dict[str, Any]
+               ) -> tuple[str, tuple[str, str]] | None:
+    """(the read of a table of the op's results, (its function, its definition)) when
+    its one tensor input and its result are bf16, else None."""
+    tensors = [name for name, value in given.items() if isinstance(value, InputRef)]
+    if (compute != "f32" or len(tensors) != 1 or len(node.inputs) != 1
+            or not isinstance(node.inputs[0].type, TensorType)
+            or tensor_type(node.inputs[0]).dtype != ir_dtype):
+        return None
+    found = tables.table(node.op, template.format(**{**named, tensors[0]: "x"}), ir_dtype)
+    if found is None:
+        return None
+    definition, function = found
+    return f"{function}({named[tensors[0]]})", (function, definition)
+
+
+def minus_max(v: Value) -> bool:
+    """Whether ``v`` is ``a - max(a)`` over some dims with keepdim (softmax's shift), so
+    every element is <= 0 or NaN: ``sub.Tensor(a, m)`` with alpha 1, ``m`` the values of
+    ``amax(a, dims, keepdim=True)`` or ``max.dim(a, dim, keepdim=True)`` of the same
+    ``a``, broadcast against it as keepdim leaves it (a transposed or squeezed maximum
+    would pair elements with another row's maximum). Floats only: an integer difference
+    wraps (int8: -128 - 127 is 1)."""
+    node = v.producer
+    if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1 or \
+            len(node.inputs) != 2:  # (a scalar other is an attribute)
+        return False
+    a, m = node.inputs
+    top = m.producer
+    if top is None or _MAXIMA.get(top.op) != m.index or not top.attrs.get("keepdim", False):
+        return False
+    return top.inputs[0] is a and tensor_type(v).shape == tensor_type(a).shape and \
+        tensor_type(v).dtype in FLOATS
