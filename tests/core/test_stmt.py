@@ -4,7 +4,7 @@ dead-declaration removal and loop rewrites over the structure."""
 from __future__ import annotations
 
 from torchloom.api import stmt
-from torchloom.codegen.stmt import Declare, Element, If, Loop, Raw, Select, Store, Update
+from torchloom.codegen.stmt import Assign, Declare, Element, If, Loop, Raw, Select, Store, Update
 
 
 def test_scan_finds_names_elements_and_calls():
@@ -75,3 +75,21 @@ def test_map_loops_rewrites_nested_loops_inner_first():
     (out,) = stmt.map_loops([If("c", (outer,))], change).pop().then
     assert seen == ["j", "x"] and out.end == "9" and out.body[0].end == "9"
     assert [s.var for s in stmt.walk([outer]) if isinstance(s, Loop)] == ["x", "j"]
+
+
+def test_assignments_are_dropped_as_declarations_and_rebinding_counts_as_a_read():
+    # a target without declarations (Triton): an accumulator bound again reads itself
+    body = [Assign("x0", "xindex // 8"), Assign("x1", "xindex % 8"),       # x1: unread
+            Assign("acc", "tl.full([8], 0.0, tl.float32)"),
+            Loop("roff", "0", "n", step="RBLOCK",
+                 head=(Assign("rindex", "roff + tl.arange(0, 8)"),),
+                 body=(Assign("acc", "acc + rindex * x0"),)),
+            Store(Element("out", "x0"), "acc", "xmask")]
+    kept = stmt.drop_unused(body)
+    assert [s.name for s in stmt.walk(kept) if isinstance(s, Assign)] == [
+        "x0", "acc", "rindex", "acc"]
+
+
+def test_a_loop_step_is_a_name_the_loop_reads():
+    body = [Assign("step", "2 * k"), Loop("i", "0", "n", (), step="step")]
+    assert [type(s) for s in stmt.drop_unused(body)] == [Assign, Loop]

@@ -42,6 +42,13 @@ def test_drop_unused_keeps_what_is_read_later():
         "a = 1", "b = a + 1", "out(b)"]
 
 
+def test_capture_takes_what_a_write_emits_out_of_the_lines():
+    em = writer.Statements()
+    em.statement("before", False)
+    assert em.capture(lambda: em.statement("captured", False)) == ["captured"]
+    assert em.lines == ["before"]
+
+
 @pytest.mark.parametrize("alpha, expected", [(1, "{self} - ({other})"),
                                              (2, "{self} - ({other}) * {alpha}")])
 def test_alpha_rows(alpha, expected):

@@ -8,19 +8,21 @@ needs to know of one (the names it reads, the elements ``pointer[offset]`` it to
 functions it calls) is found once, when its statement is built (:func:`scan`).
 
 - :class:`Declare`: ``const T name = expr;``, a value bound once;
+- :class:`Assign`: ``name = expr``, a name bound or bound again in a target without
+  declarations (Triton: a value, a coordinate, an accumulator's next value);
 - :class:`Store`: ``pointer[offset] = value;``;
 - :class:`Update`: ``target op= value;``, an accumulation (``+=``, ``*=``, ``|=``);
 - :class:`Select`: ``target = cond ? value : target;``, a max/min accumulation;
-- :class:`Loop`: ``for var in [start, end)`` with the target's annotation (a SIMD pragma),
-  its per-iteration coordinates (``head``) and its body;
+- :class:`Loop`: ``for var in [start, end)`` (by ``step``) with the target's annotation
+  (a SIMD pragma), its per-iteration coordinates (``head``) and its body;
 - :class:`If`: a branch between two statement lists;
 - :class:`Raw`: a line of the target's own (a variable, an array, a prefetch), only
   where nothing transforms it.
 
 A statement with a ``mask`` takes its side effect only where the mask holds
 (:func:`masked`); how that reads is the renderer's business. :func:`drop_unused` removes
-the declarations nothing after them reads; :func:`walk` and :func:`map_loops` visit and
-rewrite the loops of a statement list.
+the declarations and assignments nothing after them reads; :func:`walk` and
+:func:`map_loops` visit and rewrite the loops of a statement list.
 """
 
 from __future__ import annotations
@@ -107,6 +109,22 @@ class Declare:
 
 
 @attrs.frozen
+class Assign:
+    """``name = expr``: a name bound, or bound again (an accumulator), in a target whose
+    names need no declaration; :func:`drop_unused` drops it as a declaration when no
+    statement after it reads the name."""
+
+    name: str
+    expr: str
+    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
+                              eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.facts.names | {self.name}
+
+
+@attrs.frozen
 class Store:
     """``target = value;`` to one element; with ``mask``, only where it holds."""
 
@@ -176,8 +194,9 @@ class Raw:
 
 @attrs.frozen
 class Loop:
-    """``var`` over ``[start, end)`` (C text); ``annotation``: the target's (a SIMD pragma,
-    None: none); ``head``: statements each iteration starts with (its coordinates)."""
+    """``var`` over ``[start, end)`` (the target's text) by ``step`` (None: one, as the
+    target writes a unit step); ``annotation``: the target's (a SIMD pragma, None: none);
+    ``head``: statements each iteration starts with (its coordinates)."""
 
     var: str
     start: str
@@ -185,11 +204,13 @@ class Loop:
     body: tuple[Any, ...]
     head: tuple[Any, ...] = ()
     annotation: Any = None
+    step: str | None = None
 
     @property
     def names(self) -> frozenset[str]:
         """The names its header mentions (the body's are its statements')."""
         return (scan(self.start).names | scan(self.end).names | {self.var}
+                | scan(self.step or "").names
                 | getattr(self.annotation, "names", frozenset()))
 
 
@@ -208,7 +229,7 @@ class If:
         return scan(self.cond).names
 
 
-Statement = Union[Declare, Store, Update, Select, Raw, Loop, If]
+Statement = Union[Declare, Assign, Store, Update, Select, Raw, Loop, If]
 
 #: the statements :func:`masked` makes conditional
 _MASKABLE = (Update, Select)
@@ -227,9 +248,9 @@ def masked(statement: Statement, mask: str) -> Statement | None:
 
 
 def drop_unused(statements: Sequence[Statement]) -> list[Statement]:
-    """``statements`` without the declarations no statement after them (in program order,
-    at any depth) mentions: coordinates a walk did not need, so the source shows only what
-    the kernel computes."""
+    """``statements`` without the declarations (and assignments) no statement after them
+    (in program order, at any depth) mentions: coordinates a walk did not need, so the
+    source shows only what the kernel computes."""
     used: set[str] = set()
     return _kept(statements, used)
 
@@ -237,7 +258,7 @@ def drop_unused(statements: Sequence[Statement]) -> list[Statement]:
 def _kept(statements: Sequence[Statement], used: set[str]) -> list[Statement]:
     kept: list[Statement] = []
     for s in reversed(statements):
-        if isinstance(s, Declare) and s.name not in used:
+        if isinstance(s, (Declare, Assign)) and s.name not in used:
             continue
         if isinstance(s, Loop):
             body = _kept(s.body, used)

@@ -128,10 +128,11 @@ class Statements:
     literal: ClassVar[re.Pattern[str]] = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?\Z")
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        #: the statements (``torchloom.codegen.stmt``) written outside a phase
+        self.lines: list[Any] = []
         self._memo: dict[str, str] = {}
         self._phase_memo: dict[str, str] = {}
-        self._phase: tuple[list[str], list[str]] | None = None
+        self._phase: tuple[list[Any], list[Any]] | None = None
         self._count = 0
         self.phase_id = 0
 
@@ -151,7 +152,7 @@ class Statements:
         return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
 
     def bind(self, text: str, hint: str, inner: bool,
-             line: Callable[[str], str]) -> tuple[str, bool]:
+             line: Callable[[str], Any]) -> tuple[str, bool]:
         """The name bound to ``text`` in scope (the phase's, with ``inner``), binding it
         with the statement ``line(name)`` when there is none; (name, newly bound)."""
         memo = self._phase_memo if inner else self._memo
@@ -163,7 +164,7 @@ class Statements:
         self.statement(line(name), inner)
         return name, True
 
-    def statement(self, line: str, inner: bool) -> None:
+    def statement(self, line: Any, inner: bool) -> None:
         if self._phase is None:
             self.lines.append(line)
         elif inner:
@@ -171,13 +172,20 @@ class Statements:
         else:
             self._phase[0].append(line)
 
+    def capture(self, write: Callable[[], None]) -> list:
+        """The statements ``write()`` emits outside a phase, taken out of ``lines``."""
+        lines, self.lines = self.lines, []
+        write()
+        captured, self.lines = self.lines, lines
+        return captured
+
     def open_phase(self) -> None:
         """Start a loop over the inner index."""
         self._phase = ([], [])
         self._phase_memo = {}
         self.phase_id += 1
 
-    def close_phase(self) -> list[str] | None:
+    def close_phase(self) -> list[Any] | None:
         """End the loop: the hoisted statements go to ``lines``; returns the loop's body
         (None when no phase is open) for the caller to wrap in its loop."""
         if self._phase is None:
