@@ -3,8 +3,6 @@ codegens' tests run it end to end; these pin its pieces)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from torchloom.api import parse_graph, writer
 
@@ -34,12 +32,6 @@ def test_statements_number_equal_text_once_and_hoist_out_of_phases():
     assert em.emit("r * 2", inner=True) != inner  # a new loop: computed again
     assert em.close_phase() is not None and em.close_phase() is None
     assert em.par("a + b") == "(a + b)" and em.par("ab") == "ab" and em.par("-1.5") == "-1.5"
-
-
-def test_drop_unused_keeps_what_is_read_later():
-    lines = ["a = 1", "b = a + 1", "c = 2", "out(b)"]
-    assert writer.drop_unused(lines, re.compile(r"\s*([A-Za-z_]\w*) = ")) == [
-        "a = 1", "b = a + 1", "out(b)"]
 
 
 def test_capture_takes_what_a_write_emits_out_of_the_lines():

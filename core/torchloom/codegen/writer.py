@@ -17,7 +17,7 @@ its templates (:class:`PointwiseTable` rows), its literals and its statements' s
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
   its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
 - helpers: :func:`named_args`, :func:`promote_dtype`, :func:`reduced_dims`,
-  :func:`var_correction`, :func:`same_shape`, :func:`drop_unused`.
+  :func:`var_correction`, :func:`same_shape`.
 """
 
 from __future__ import annotations
@@ -372,21 +372,6 @@ def _low_precision_operand(v: Value, result: str) -> bool:
     op's common type first, rounding it."""
     return result in ("bf16", "f16") and isinstance(v.type, TensorType) \
         and v.type.dtype != result
-
-
-def drop_unused(lines: list[str], binding: re.Pattern[str]) -> list[str]:
-    """Remove the statements binding a name (``binding`` matches one, its group 1 the
-    name) that nothing after them reads: coordinates a walk did not need, so the source
-    shows only what the kernel computes."""
-    used: set[str] = set()
-    kept: list[str] = []
-    for line in reversed(lines):
-        m = binding.match(line)
-        if m and m.group(1) not in used:
-            continue
-        used.update(IDENT.findall(line))
-        kept.append(line)
-    return kept[::-1]
 
 
 def upstream_nodes(values: Sequence[Value]) -> set[Node]:

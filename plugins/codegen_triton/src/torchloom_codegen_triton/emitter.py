@@ -1,17 +1,21 @@
-"""The line emitter: SSA-style Triton statements with value numbering by source text.
+"""The statement emitter: SSA-style Triton statements (``torchloom.api.stmt``) with value
+numbering by their expression's text.
 
 A statement is either "outer" (independent of the reduction index, computed once per row
 block) or "inner" (depends on ``rindex``). In the looped form, each reduction is a *phase*:
-``for roff in range(0, R, RBLOCK)`` whose body holds the inner statements; outer statements
-met while writing a phase go before its loop. In the persistent form there are no loops
-and every statement is written once.
+a :class:`stmt.Loop` ``for roff in range(0, R, RBLOCK)`` whose body holds the inner
+statements; outer statements met while writing a phase go before its loop. In the
+persistent form there are no loops and every statement is written once. render.py prints
+the statements.
 """
 
 from __future__ import annotations
 
 import re
 
-from torchloom.api import writer
+from collections.abc import Sequence
+
+from torchloom.api import stmt, writer
 
 from torchloom_codegen_triton.ops import COMPUTE, STORAGE
 
@@ -29,7 +33,10 @@ class Emitter(writer.Statements):
 
     literal = _LITERAL
 
-    def __init__(self, looped: bool, hardware_bf16: bool = False):
+    def __init__(self, looped: bool, hardware_bf16: bool = False,
+                 loop_bounds: tuple[str, str] | None = None):
+        """``loop_bounds``: the (start, stop) text of every loop over the row (a split
+        reduction's loops cover one chunk), None: the whole row."""
         super().__init__()
         self.looped = looped
         #: round to bf16 with the GPU's conversion (round to nearest even, as eager); the
@@ -40,8 +47,9 @@ class Emitter(writer.Statements):
         self.bf16_exact: dict[str, str] = {}
         self.rnames: set[str] = set()
         self.xnames: set[str] = {"xindex"}
-        #: a split reduction's loops cover one chunk: (start, stop) source text
-        self.loop_bounds: tuple[str, str] | None = None
+        self.loop_bounds = loop_bounds
+        #: the open phase's loop: (start, stop, the statements each iteration starts with)
+        self._loop: tuple[str, str, tuple[stmt.Statement, ...]] | None = None
         #: the module helpers (``ops.HELPERS``) the statements call: the module defines
         #: these and no others
         self.helpers: set[str] = set()
@@ -49,6 +57,14 @@ class Emitter(writer.Statements):
     def use(self, *helpers: str) -> None:
         """Ask for module helpers that a statement of this kernel calls."""
         self.helpers.update(helpers)
+
+    def mark_x(self, *names: str) -> None:
+        """``names`` vary along the rows (coordinates of a program's elements)."""
+        self.xnames.update(names)
+
+    def mark_r(self, *names: str) -> None:
+        """``names`` depend on the reduction index."""
+        self.rnames.update(names)
 
     # ---- statements --------------------------------------------------------------------
     def depends_on_r(self, text: str) -> bool:
@@ -62,28 +78,30 @@ class Emitter(writer.Statements):
         rdep = self.depends_on_r(text) if rdep is None else rdep
         if self.atomic(text):
             return Expr(text, dtype, rdep)
-        name, new = self.bind(text, hint, rdep and self.looped, lambda name: f"{name} = {text}")
+        name, new = self.bind(text, hint, rdep and self.looped,
+                              lambda name: stmt.Assign(name, text))
         if new and rdep:
             self.rnames.add(name)
         return Expr(name, dtype, rdep)
 
     # ---- phases (looped form) ------------------------------------------------------------
-    def begin_phase(self, rnumel: str, header: list[str]) -> None:
+    def begin_phase(self, rnumel: str, header: Sequence[stmt.Statement]) -> None:
         """Start a loop over the reduction index; ``header`` defines rindex/rmask/r coords."""
         if not self.looped:
             return
         self.open_phase()
         start, stop = self.loop_bounds or ("0", str(rnumel))
-        self._loop_header = [f"for roff in range({start}, {stop}, RBLOCK):"] + [
-            "    " + h for h in header]
+        self._loop = (start, stop, tuple(header))
 
     def end_phase(self) -> None:
         if not self.looped:
             return
         body = self.close_phase()
-        if body is not None:
-            self.lines.extend(self._loop_header)
-            self.lines.extend("    " + line for line in body)
+        if body is not None and self._loop is not None:
+            start, stop, header = self._loop
+            self.lines.append(stmt.Loop("roff", start, stop, tuple(body), header,
+                                        step="RBLOCK"))
+            self._loop = None
 
     # ---- conversions ---------------------------------------------------------------------
     def convert(self, e: Expr, dtype: str) -> Expr:

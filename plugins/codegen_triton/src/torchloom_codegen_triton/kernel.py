@@ -25,14 +25,15 @@ op's f16/bf16 result, an explicit cast); reductions accumulate in f32.
 
 Values are computed lazily at coordinates (``value_at``): a view maps coordinates to its
 input's coordinates, a pointwise op computes its inputs at broadcast coordinates, a region
-input is a load at ``sum(coord * stride)``. Statements are value-numbered by their text.
+input is a load at ``sum(coord * stride)``. Statements (``torchloom.api.stmt``) are
+value-numbered by their expression's text and printed by render.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, TensorType, Value, indexing, print_graph, schedule, writer
+from torchloom.api import Node, TensorType, Value, indexing, print_graph, schedule, stmt, writer
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
@@ -40,14 +41,14 @@ from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, REDUCTIONS, STORAG
                                           literal, module_prelude)
 from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.metadata import kernel_metadata
-from torchloom_codegen_triton.plan import (drop_unused, next_pow2, reduction_configs,
-                                           representative)
+from torchloom_codegen_triton.plan import next_pow2, reduction_configs, representative
 from torchloom_codegen_triton.reduction import lower_reduction
+from torchloom_codegen_triton.render import function as jit_function
 from torchloom_codegen_triton.rowcol import ColumnPartials, split_rows_and_columns
 from torchloom_codegen_triton.sizes import atomize, bind_symbols
 from torchloom_codegen_triton.split import SplitReduction, plan_split
 from torchloom_codegen_triton.tensors import memory_order, tensor_type
-from torchloom_codegen_triton.tiled import plan_tiles, tiled_body
+from torchloom_codegen_triton.tiled import plan_tiles, tile_coords
 
 
 class KernelWriter(writer.ValueWalk):
@@ -59,14 +60,17 @@ class KernelWriter(writer.ValueWalk):
     tensor_type = staticmethod(tensor_type)
 
     def __init__(self, group: Node, registry: Any, max_persistent: int = 4096,
-                 probe: bool = False, form: str | None = None, wide: bool | None = None):
-        """``probe``: only to compute values at symbolic coordinates (tiled.py). Groups with
-        symbolic sizes are written once per launch variant (variants.py): ``form``
+                 probe: bool = False, form: str | None = None, wide: bool | None = None,
+                 finish: bool = False, out_names: list[str] | None = None):
+        """``probe``: only to compute values at symbolic coordinates (tiled.py); ``finish``:
+        the finishing kernel of a split reduction (split.py), a probe whose statements are
+        not looped, storing to ``out_names`` (default: ``out_<name>`` per output). Groups
+        with symbolic sizes are written once per launch variant (variants.py): ``form``
         (``"persistent"`` or ``"looped"``) fixes a reduction's form whatever its row length,
         ``wide`` its index width (else both follow from the concrete sizes)."""
         self.group = group
         self.form, self.wide = form, wide
-        self.probe = probe
+        self.probe = probe or finish
         #: the group's region; a copy naming size atoms when sizes are expressions
         #: of symbols no input carries alone (sizes.atomize)
         self.region = atomize(group.region)
@@ -81,9 +85,36 @@ class KernelWriter(writer.ValueWalk):
         self.col: ColumnPartials | None = None
         #: the plan of a split reduction (split.py), if any
         self.split: SplitReduction | None = None
-        #: (input, address) of every load emitted; the tiled form's (d0, d1) (tiled.py)
-        self.load_offsets: list[tuple[Value, str]] = []
+        #: (input, its coordinates) of every load emitted; the tiled form's (d0, d1)
+        self.load_coords: list[tuple[Value, Coords]] = []
         self.tiles: tuple[int, int] | None = None
+        #: the plan (_plan_pointwise, _plan_reduction): the iteration space, and a
+        #: reduction's shape P, reduced and kept dims, rows, row length and candidates
+        self.shape: tuple = ()
+        self.numel: Any = 0
+        self.looped = False
+        self.rdims: tuple[int, ...] = ()
+        self.kept: tuple[int, ...] = ()
+        self.kept_shape: tuple = ()
+        self.red_shape: tuple = ()
+        self.rows: Any = 0
+        self.rnumel: Any = 0
+        self.columns = False
+        self.max_persistent = self.persistent_limit = max_persistent
+        self.configs: list[dict[str, int]] = []
+        #: a reduction's coordinates, written by body(): of P's elements (``full``), of a
+        #: row (``row``; ``row_keepdim`` with the reduced dims 0) and the statements that
+        #: start each loop over a row (``r_header``)
+        self.full: Coords = ()
+        self.row: Coords = ()
+        self.row_keepdim: Coords = ()
+        self.r_header: tuple[stmt.Statement, ...] = ()
+        #: the pointer argument of each output
+        self.out_names = out_names if out_names is not None else _output_names(self.region)
+        #: written by function(): the outputs the finishing kernel stores, the module
+        #: helpers this function and its finishing kernel call
+        self.finish_outputs: list[int] = []
+        self.helpers: set[str] = set()
         self._check_region()
         #: symbol -> (input, dim) it is read from; the kernel takes it as argument ``ks<k>``
         self.symbols = bind_symbols(self.region)
@@ -97,8 +128,10 @@ class KernelWriter(writer.ValueWalk):
             self._plan_reduction(reductions, max_persistent)
         else:
             self._plan_pointwise()
-        self.em = Emitter(looped=self.looped, hardware_bf16=self.device.startswith("cuda"))
-        if self.kind == "pointwise" and not probe:
+        bounds = None if self.split is None else ("rstart", f"rstart + {self.split.chunk}")
+        self.em = Emitter(looped=self.looped and not finish,
+                          hardware_bf16=self.device.startswith("cuda"), loop_bounds=bounds)
+        if self.kind == "pointwise" and not self.probe:
             self.tiles = plan_tiles(self)
 
     # ---- analysis --------------------------------------------------------------------------
@@ -116,7 +149,6 @@ class KernelWriter(writer.ValueWalk):
                 first = self.group.region.outputs[0].type  # as written, not atomized
                 raise Unsupported(f"pointwise outputs with different element counts "
                                   f"{list(first.shape)} and {list(given.type.shape)}")
-        self.looped = False
 
     def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
         reductions, columns = split_rows_and_columns(reductions, lambda v: tensor_type(v).shape)
@@ -134,7 +166,6 @@ class KernelWriter(writer.ValueWalk):
         rnumel = representative(self.rnumel, limit)
         self.looped = self.form in ("looped", "split") if self.form else \
             next_pow2(rnumel) > limit
-        self.max_persistent = max_persistent
         self.kept = nest.kept
         if columns and not isinstance(self.rnumel, int):
             raise Unsupported(f"row and column reductions of the same data in one kernel "
@@ -165,9 +196,21 @@ class KernelWriter(writer.ValueWalk):
         self.em.use(*spec.helpers)
         return spec.render(named, given)
 
+    def record(self, outputs: dict[Value, tuple[Coords, Expr]]) -> None:
+        """Reduction results: output -> (the coordinates of its row, its value)."""
+        self.reduced.update(outputs)
+
+    def load_coordinates(self, coords: Coords) -> list[tuple[Value, Coords]]:
+        """(input, its coordinates) of every load of the outputs computed at ``coords``
+        (names the probe gives the dims, see tiled.py)."""
+        self.em.mark_x(*coords)
+        for v in self.region.outputs:
+            self.value_at(v, coords)
+        return list(self.load_coords)
+
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        self.load_offsets.append((v, offset))
+        self.load_coords.append((v, coords))
         rdep = self.em.depends_on_r(offset)
         if self.tiles is not None and self.em.depends_on_x(offset):
             offset = f"{offset} + 0 * xindex"  # every pointer block of the tile's shape
@@ -180,7 +223,8 @@ class KernelWriter(writer.ValueWalk):
         self.loads.setdefault(v, set()).add(self.em.phase_id if rdep and self.looped else 0)
         return self.em.convert(loaded, COMPUTE[t.dtype])
 
-    def _store(self, i: int, v: Value, coords: Coords) -> None:
+    def store(self, i: int, v: Value, coords: Coords) -> None:
+        """Store output ``i`` (``v``) at ``coords``."""
         t = tensor_type(v)
         e = self.value_at(v, coords)
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
@@ -196,8 +240,8 @@ class KernelWriter(writer.ValueWalk):
         elif t.dtype == "bf16" and source is None and not self.em.hardware_bf16:
             e = self.em.cast(e, "bf16")  # round exactly (the interpreter's cast truncates)
         value = e.text if e.dtype == t.dtype else f"{par(e.text)}.to({STORAGE[t.dtype]})"
-        ptr = f"{self.out_names[i]} + ({offset})"
-        self.em.statement(f"tl.store({ptr}, {value}, {mask})", rdep and self.looped)
+        target = stmt.Element(self.out_names[i], f"({offset})")
+        self.em.statement(stmt.Store(target, value, mask), rdep and self.looped)
 
     # ---- writing ---------------------------------------------------------------------------
     def coords(self, prefix: str, index: str, shape, rdep: bool) -> list[str]:
@@ -210,17 +254,17 @@ class KernelWriter(writer.ValueWalk):
             count = self._coord_count.get(prefix, 0)
             self._coord_count[prefix] = count + 1
             name = f"{prefix}{count}"
-            self.em.statement(f"{name} = {c}", rdep and self.looped)
-            if not rdep:
-                self.em.xnames.add(name)
+            self.em.statement(stmt.Assign(name, c), rdep and self.looped)
             if rdep:
-                self.em.rnames.add(name)
+                self.em.mark_r(name)
+            else:
+                self.em.mark_x(name)
             names.append(name)
         real = tuple(d for d in shape if d != 1)
         self.known[(tuple(c for c, d in zip(names, shape) if d != 1), real)] = index
         return names
 
-    def body(self) -> list[str]:
+    def body(self) -> list[stmt.Statement]:
         em = self.em
         wide = self.wide if self.symbolic else self.numel >= 2 ** 31 or any(
             _max_offset(tensor_type(v)) >= 2 ** 31 for v in [*self.region.inputs,
@@ -228,14 +272,17 @@ class KernelWriter(writer.ValueWalk):
             if isinstance(v.type, TensorType))
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         for k in range(len(self.symbols) if wide else 0):  # size math in 64 bits too
-            em.statement(f"ks{k} = tl.cast(ks{k}, tl.int64)", False)
-        numel, rows, rnumel = (self.ix.size(self.numel), self.ix.size(getattr(self, "rows", 0)),
-                               self.ix.size(getattr(self, "rnumel", 0)))
+            em.statement(stmt.Assign(f"ks{k}", f"tl.cast(ks{k}, tl.int64)"), False)
+        numel, rows, rnumel = (self.ix.size(self.numel), self.ix.size(self.rows),
+                               self.ix.size(self.rnumel))
         if self.tiles is not None:
-            return tiled_body(self, *self.tiles)
+            coords = tile_coords(self, *self.tiles)
+            for i, v in enumerate(self.region.outputs):
+                self.store(i, v, coords)
+            return em.lines
         if self.kind == "pointwise":
-            em.statement(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", False)
-            em.statement(f"xmask = xindex < {numel}", False)
+            em.statement(stmt.Assign("xindex", f"{pid} * XBLOCK + tl.arange(0, XBLOCK)"), False)
+            em.statement(stmt.Assign("xmask", f"xindex < {numel}"), False)
             walks: dict[tuple, tuple[str, ...]] = {}
             for i, v in enumerate(self.region.outputs):
                 # each output is walked in its own memory order, so that its stores (and
@@ -249,39 +296,11 @@ class KernelWriter(writer.ValueWalk):
                     for d, c in zip(order, physical):
                         logical[d] = c
                     walks[key] = tuple(logical)
-                self._store(i, v, walks[key])
+                self.store(i, v, walks[key])
             return em.lines
-        block = pid if self.col is None else f"({pid} + it * {self.col.programs})"
-        em.statement(f"xindex = ({block} * XBLOCK + tl.arange(0, XBLOCK))[:, None]", False)
-        em.statement(f"xmask = xindex < {rows}", False)
-        xs = self.coords("x", "xindex", self.kept_shape, False)
-        rheader = ["rindex = roff + tl.arange(0, RBLOCK)[None, :]" if self.looped
-                   else "rindex = tl.arange(0, RBLOCK)[None, :]",
-                   f"rmask = rindex < {rnumel}"]
-        em.rnames.update({"rindex", "rmask", "roff"})
-        if self.looped:
-            saved = em.lines
-            em.lines = []
-            rs = self.coords("r", "rindex", self.red_shape, True)
-            self.r_header = rheader + em.lines
-            em.lines = saved
-        else:
-            for line in rheader:
-                em.statement(line, False)
-            rs = self.coords("r", "rindex", self.red_shape, True)
-            self.r_header = []
-        self.full = [""] * len(self.shape)
-        for d, c in zip(self.kept, xs):
-            self.full[d] = c
-        for d, c in zip(self.rdims, rs):
-            self.full[d] = c
-        self.full = tuple(self.full)
-        self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
-                                 for d in range(len(self.shape)))
-        self.row = tuple(xs)
+        self._row_coordinates(pid, rows, rnumel)
         if self.split is not None:  # this program's chunk; _finish combines the chunks
-            em.statement(f"rstart = tl.program_id(1) * {self.split.chunk}", False)
-            em.loop_bounds = ("rstart", f"rstart + {self.split.chunk}")
+            em.statement(stmt.Assign("rstart", f"tl.program_id(1) * {self.split.chunk}"), False)
             self.split.body()
             return em.lines
         if self.looped:  # one pass per level of reductions (looped.py)
@@ -296,19 +315,62 @@ class KernelWriter(writer.ValueWalk):
             if in_loop:
                 full_outputs.append((i, v, coords))
             else:
-                self._store(i, v, coords)
+                self.store(i, v, coords)
         if full_outputs:
             em.begin_phase(rnumel, self.r_header)
             for i, v, coords in full_outputs:
-                self._store(i, v, coords)
+                self.store(i, v, coords)
             em.end_phase()
         if self.col is not None:  # every program walks its row blocks, summing columns
             init, update, store = self.col.accumulate()
             n = self.col.programs
             blocks = f"({rows} + XBLOCK * {n} - 1) // (XBLOCK * {n})"
-            return [*init, f"for it in range(0, {blocks}):",
-                    *("    " + line for line in em.lines + update), *store]
+            return [*init, stmt.Loop("it", "0", blocks, tuple(em.lines + update)), *store]
         return em.lines
+
+    def _row_coordinates(self, pid: str, rows: str, rnumel: str) -> None:
+        """Write a reduction's row and element coordinates: ``row``, ``row_keepdim``,
+        ``full`` and the ``r_header`` every loop over the row starts with."""
+        em = self.em
+        block = pid if self.col is None else f"({pid} + it * {self.col.programs})"
+        em.statement(stmt.Assign("xindex", f"({block} * XBLOCK + tl.arange(0, XBLOCK))"
+                                           f"[:, None]"), False)
+        em.statement(stmt.Assign("xmask", f"xindex < {rows}"), False)
+        xs = self.coords("x", "xindex", self.kept_shape, False)
+        rheader = [stmt.Assign("rindex", "roff + tl.arange(0, RBLOCK)[None, :]" if self.looped
+                               else "tl.arange(0, RBLOCK)[None, :]"),
+                   stmt.Assign("rmask", f"rindex < {rnumel}")]
+        em.mark_r("rindex", "rmask", "roff")
+        rs: list[str] = []
+        if self.looped:
+            inner = em.capture(lambda: rs.extend(self.coords("r", "rindex", self.red_shape,
+                                                             True)))
+            self.r_header = (*rheader, *inner)
+        else:
+            for s in rheader:
+                em.statement(s, False)
+            rs = self.coords("r", "rindex", self.red_shape, True)
+        full = [""] * len(self.shape)
+        for d, c in zip(self.kept, xs):
+            full[d] = c
+        for d, c in zip(self.rdims, rs):
+            full[d] = c
+        self.full = tuple(full)
+        self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
+                                 for d in range(len(self.shape)))
+        self.row = tuple(xs)
+
+    def finish_rows(self) -> None:
+        """The rows of a split reduction's finishing kernel (``FBLOCK`` per program):
+        ``row`` and ``row_keepdim``."""
+        em = self.em
+        em.statement(stmt.Assign("xindex", "(tl.program_id(0) * FBLOCK + "
+                                           "tl.arange(0, FBLOCK))[:, None]"), False)
+        em.statement(stmt.Assign("xmask", f"xindex < {self.ix.size(self.rows)}"), False)
+        self.row = tuple(self.coords("x", "xindex", self.kept_shape, False))
+        keep = iter(self.row)
+        self.row_keepdim = tuple("0" if d in self.rdims else next(keep)
+                                 for d in range(len(self.shape)))
 
     def generate(self) -> tuple[str, dict[str, Any]]:
         kernel, form, function, finish = self.function()
@@ -324,12 +386,8 @@ class KernelWriter(writer.ValueWalk):
 
     def function(self, suffix: str = "") -> tuple[str, str, str, str]:
         """(kernel name, form, the ``@triton.jit`` function, its finishing kernel or "")."""
-        names = []
-        for i, v in enumerate(self.region.outputs):
-            name = f"out_{v.name}"
-            names.append(name if name not in names else f"{name}_{i}")
-        self.out_names = names
-        lines = drop_unused(self.body())
+        names = self.out_names
+        statements = self.body()
         ops = [n.op.split(".")[1] for n in self.region.nodes
                if n.op not in VIEWS]
         kernel = "_".join(["fused", *dict.fromkeys(ops)])[:60].rstrip("_") or "fused_copy"
@@ -348,14 +406,22 @@ class KernelWriter(writer.ValueWalk):
         params += ["YBLOCK: tl.constexpr"] if self.tiles is not None else []
         form = "pointwise" if self.kind == "pointwise" else (
             "looped reduction" if self.looped else "persistent reduction")
-        function = "\n".join(["@triton.jit", f"def {kernel}({', '.join(params)}):",
-                              *("    " + line for line in lines)])
+        function = jit_function(kernel, params, statements)
         #: the module helpers this function and its finishing kernel call
         self.helpers = self.em.helpers | set(finish_helpers)
         return kernel, form, function, finish
 
     def metadata(self, kernel: str, form: str) -> dict[str, Any]:
         return kernel_metadata(self, kernel, form)
+
+
+def _output_names(region) -> list[str]:
+    """``out_<name>`` per output (``_<i>`` after a name already given)."""
+    names: list[str] = []
+    for i, v in enumerate(region.outputs):
+        name = f"out_{v.name}"
+        names.append(name if name not in names else f"{name}_{i}")
+    return names
 
 
 def _max_offset(t: TensorType) -> int:

@@ -18,24 +18,22 @@ argmax/argmin keep a pass of their own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
-from torchloom.api import Node, writer
+from torchloom.api import Node, stmt, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCE_HELPERS,
                                           REDUCTIONS, STORAGE)
-from torchloom_codegen_triton.reduction import (identity_of, lower_reduction, record_outputs,
-                                                row_count, var_dof)
+from torchloom_codegen_triton.protocol import Writer
+from torchloom_codegen_triton.reduction import (identity_of, lower_reduction,
+                                                reduction_outputs, row_count, var_dof)
 from torchloom_codegen_triton.tensors import tensor_type
 
-if TYPE_CHECKING:
-    from torchloom_codegen_triton.kernel import KernelWriter
 
 _NEG_INF = 'float("-inf")'
 
 
-def lower_looped(w: "KernelWriter", reductions: list[Node]) -> None:
+def lower_looped(w: Writer, reductions: list[Node]) -> None:
     """Lower ``reductions`` (looped form) level by level, one pass per level."""
     deps = {n: _reductions_read(n, set(reductions)) for n in reductions}
     done: set[Node] = set()
@@ -78,7 +76,7 @@ def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
     return None
 
 
-def _one_pass(w: "KernelWriter", nodes: list[Node], online: dict[Node, Node]) -> None:
+def _one_pass(w: Writer, nodes: list[Node], online: dict[Node, Node]) -> None:
     """One loop over the row accumulating every reduction of ``nodes`` and ``online``."""
     em = w.em
     plain = [n for n in nodes if REDUCTIONS[n.op].kind in ("sum", "max", "min", "var")
@@ -105,68 +103,73 @@ def _one_pass(w: "KernelWriter", nodes: list[Node], online: dict[Node, Node]) ->
         finish(n)
 
 
-def _accumulate(w: "KernelWriter", kind: str, value: Expr, dtype: str):
+def _accumulate(w: Writer, kind: str, value: Expr, dtype: str):
     em = w.em
     em.use(*REDUCE_HELPERS[kind])
     identity = identity_of(kind, dtype)
     acc = em.fresh(f"acc_{kind}")
-    em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
+    em.statement(stmt.Assign(acc, f"tl.full([XBLOCK, RBLOCK], {identity}, "
+                                  f"{STORAGE[dtype]})"), False)
     masked = em.emit(f"tl.where(rmask, {value.text}, {identity})", dtype, "m", rdep=True)
-    em.statement(f"{acc} = {COMBINE[kind].format(a=acc, b=masked.text)}", True)
+    em.statement(stmt.Assign(acc, COMBINE[kind].format(a=acc, b=masked.text)), True)
 
     def finish(n: Node) -> None:
-        total = em.emit(BLOCK_REDUCE[kind].format(x=acc), dtype, kind, rdep=False)
-        record_outputs(w, n, {"acc": total.text, "n": row_count(w)})
+        total = em.emit(BLOCK_REDUCE[kind].format(axis=1, x=acc), dtype, kind, rdep=False)
+        w.record(reduction_outputs(w, n, {"acc": total.text, "n": row_count(w)}))
     return finish
 
 
-def _welford(w: "KernelWriter", value: Expr, dtype: str):
+def _welford(w: Writer, value: Expr, dtype: str):
     em = w.em
     em.use("_welford_combine")
     mean, m2, count = em.fresh("wmean"), em.fresh("wm2"), em.fresh("wn")
     st = STORAGE[dtype]
     for acc in (mean, m2, count):
-        em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], 0.0, {st})", False)
+        em.statement(stmt.Assign(acc, f"tl.full([XBLOCK, RBLOCK], 0.0, {st})"), False)
     x = par(value.text)
-    em.statement(f"{count} = {count} + tl.where(rmask, 1.0, 0.0)", True)
+    em.statement(stmt.Assign(count, f"{count} + tl.where(rmask, 1.0, 0.0)"), True)
     delta = em.emit(f"{x} - {mean}", dtype, "wd", rdep=True)
-    em.statement(f"{mean} = tl.where(rmask, {mean} + {delta.text} / tl.where(rmask, {count}, "
-                 f"1.0), {mean})", True)
-    em.statement(f"{m2} = tl.where(rmask, {m2} + {delta.text} * ({x} - {mean}), {m2})", True)
+    em.statement(stmt.Assign(mean, f"tl.where(rmask, {mean} + {delta.text} / "
+                                   f"tl.where(rmask, {count}, 1.0), {mean})"), True)
+    em.statement(stmt.Assign(m2, f"tl.where(rmask, {m2} + {delta.text} * ({x} - {mean}), "
+                                 f"{m2})"), True)
 
     def finish(n: Node) -> None:
         mean_r, m2_r, n_r = em.fresh("mean"), em.fresh("m2"), em.fresh("cnt")
-        em.statement(f"{mean_r}, {m2_r}, {n_r} = tl.reduce(({mean}, {m2}, {count}), 1, "
-                     f"_welford_combine, keep_dims=True)", False)
-        record_outputs(w, n, {"acc": m2_r, "mean": mean_r, "dof": var_dof(w, n),
-                              "n": row_count(w)})
+        em.statement(stmt.Raw(f"{mean_r}, {m2_r}, {n_r} = tl.reduce(({mean}, {m2}, "
+                              f"{count}), 1, _welford_combine, keep_dims=True)"), False)
+        w.record(reduction_outputs(w, n, {"acc": m2_r, "mean": mean_r, "dof": var_dof(w, n),
+                                          "n": row_count(w)}))
     return finish
 
 
-def _online(w: "KernelWriter", value: Expr, s: Node):
+def _online(w: Writer, value: Expr, s: Node):
     """Running max and rescaled sum of exp(a - max) (see the module docstring)."""
     em = w.em
     em.use("_maximum", *REDUCE_HELPERS["sum"])  # the running max, the sum across lanes
     m_acc, s_acc = em.fresh("omax"), em.fresh("osum")
-    em.statement(f"{m_acc} = tl.full([XBLOCK, RBLOCK], {_NEG_INF}, tl.float32)", False)
-    em.statement(f"{s_acc} = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)", False)
+    em.statement(stmt.Assign(m_acc, f"tl.full([XBLOCK, RBLOCK], {_NEG_INF}, tl.float32)"),
+                 False)
+    em.statement(stmt.Assign(s_acc, "tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)"), False)
     a = em.emit(f"tl.where(rmask, {value.text}, {_NEG_INF})", "f32", "oa", rdep=True)
     new = em.emit(f"_maximum({m_acc}, {a.text})", "f32", "onew", rdep=True)
     # a lane whose max does not move keeps its sum; -inf - -inf would be NaN
-    em.statement(f"{s_acc} = {s_acc} * tl.where({m_acc} == {new.text}, 1.0, "
-                 f"tl.exp({m_acc} - {new.text})) + tl.where({a.text} == {_NEG_INF}, 0.0, "
-                 f"tl.exp({a.text} - {new.text}))", True)
-    em.statement(f"{m_acc} = {new.text}", True)
+    em.statement(stmt.Assign(s_acc, f"{s_acc} * tl.where({m_acc} == {new.text}, 1.0, "
+                                    f"tl.exp({m_acc} - {new.text})) + tl.where({a.text} == "
+                                    f"{_NEG_INF}, 0.0, tl.exp({a.text} - {new.text}))"), True)
+    em.statement(stmt.Assign(m_acc, new.text), True)
 
     def finish(m: Node) -> None:
-        big = em.emit(BLOCK_REDUCE["max"].format(x=m_acc), "f32", "max", rdep=False)
+        big = em.emit(BLOCK_REDUCE["max"].format(axis=1, x=m_acc), "f32", "max",
+                      rdep=False)
         scaled = em.emit(f"tl.where({m_acc} == {big.text}, {s_acc}, {s_acc} * "
                          f"tl.exp({m_acc} - {big.text}))", "f32", "oscaled", rdep=False)
-        total = em.emit(BLOCK_REDUCE["sum"].format(x=scaled.text), "f32", "sum", rdep=False)
+        total = em.emit(BLOCK_REDUCE["sum"].format(axis=1, x=scaled.text), "f32", "sum",
+                        rdep=False)
         # eager: a row of -inf sums exp(-inf - -inf) = NaN
         total = em.emit(f"tl.where({big.text} == {_NEG_INF}, float(\"nan\"), {total.text})",
                         "f32", "sum", rdep=False)
         n = row_count(w)
-        record_outputs(w, m, {"acc": big.text, "n": n})
-        record_outputs(w, s, {"acc": total.text, "n": n})
+        w.record(reduction_outputs(w, m, {"acc": big.text, "n": n}))
+        w.record(reduction_outputs(w, s, {"acc": total.text, "n": n}))
     return finish

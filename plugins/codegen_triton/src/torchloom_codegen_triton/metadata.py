@@ -5,20 +5,19 @@ sizes)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchloom.api import DTYPES, ScalarType, TensorType, Value, structural_hash
 
 from torchloom_codegen_triton.plan import pointwise_configs, representative
+from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.rowcol import FINISH_BLOCK
 from torchloom_codegen_triton.tensors import tensor_type
 from torchloom_codegen_triton.tiled import tile_grid, tiled_metadata
 
-if TYPE_CHECKING:
-    from torchloom_codegen_triton.kernel import KernelWriter
 
 
-def kernel_metadata(w: "KernelWriter", kernel: str, form: str) -> dict[str, Any]:
+def kernel_metadata(w: Writer, kernel: str, form: str) -> dict[str, Any]:
     def desc(v: Value) -> dict[str, Any]:
         if isinstance(v.type, ScalarType):
             return {"scalar": v.type.kind}
@@ -53,7 +52,7 @@ def kernel_metadata(w: "KernelWriter", kernel: str, form: str) -> dict[str, Any]
     return meta
 
 
-def traffic(w: "KernelWriter", config: dict[str, int]) -> dict[str, Any]:
+def traffic(w: Writer, config: dict[str, int]) -> dict[str, Any]:
     """The plan's ``grid`` and bytes: an input as large as the kernel's iteration space
     counts once per pass that loads it; a smaller (broadcast) one once, however many
     programs re-read it."""

@@ -153,9 +153,10 @@ INT_IDENTITY = {"sum": "0", "max": "-9223372036854775807 - 1", "min": "922337203
 COMBINE = {"sum": "{a} + {b}", "max": "_maximum({a}, {b})", "min": "_minimum({a}, {b})"}
 # tl.reduce with combine functions of the generated module (not tl.sum, a library @jit
 # function that the interpreter cannot call unless triton was imported in interpreter mode)
-BLOCK_REDUCE = {"sum": "tl.reduce({x}, 1, _add, keep_dims=True)",
-                "max": "tl.reduce({x}, 1, _maximum, keep_dims=True)",
-                "min": "tl.reduce({x}, 1, _minimum, keep_dims=True)"}
+# over ``{axis}``: 1 across a row's lanes, 0 across a column's
+BLOCK_REDUCE = {"sum": "tl.reduce({x}, {axis}, _add, keep_dims=True)",
+                "max": "tl.reduce({x}, {axis}, _maximum, keep_dims=True)",
+                "min": "tl.reduce({x}, {axis}, _minimum, keep_dims=True)"}
 #: the helpers ``COMBINE`` and ``BLOCK_REDUCE`` of a kind call (a writer asks for them)
 REDUCE_HELPERS = {"sum": ("_add",), "max": ("_maximum",), "min": ("_minimum",)}
 

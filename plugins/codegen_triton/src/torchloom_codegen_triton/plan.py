@@ -1,15 +1,10 @@
-"""Block configurations and source clean-up for the kernel writer.
+"""Block configurations for the kernel writer.
 
 ``reduction_configs`` lists the candidate ``XBLOCK``/``RBLOCK``/``num_warps`` of a reduction
-kernel (the first is the default; a GPU autotunes over them); ``drop_unused`` removes
-assignments nothing reads.
+kernel (the first is the default; a GPU autotunes over them).
 """
 
 from __future__ import annotations
-
-import re
-
-from torchloom.api import writer
 
 
 def next_pow2(n: int) -> int:
@@ -70,11 +65,3 @@ def wider_configs(meta: dict, max_persistent: int) -> list[dict[str, int]]:
     else:
         return own
     return own + [c for c in more if c not in own]
-
-
-_ASSIGN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*) = ")
-
-
-def drop_unused(lines: list[str]) -> list[str]:
-    """Remove single assignments nothing reads (coordinates a walk did not need)."""
-    return writer.drop_unused(lines, _ASSIGN)

@@ -11,18 +11,16 @@ break ties towards the lowest index, NaN counting as the largest value (as eager
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from torchloom.api import Node, writer
+from torchloom.api import Node, Value, stmt, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
                                           INT_IDENTITY, REDUCE_HELPERS, REDUCTIONS, STORAGE,
                                           literal)
+from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.tensors import tensor_type
 
-if TYPE_CHECKING:
-    from torchloom_codegen_triton.kernel import KernelWriter
 
 
 reduced_dims = writer.reduced_dims
@@ -32,7 +30,7 @@ def identity_of(kind: str, dtype: str) -> str:
     return IDENTITY[kind] if dtype in FLOATS else INT_IDENTITY[kind]
 
 
-def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
+def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
     """Reduce ``value()`` (computed at the full coordinates) over the row with ``kind``."""
     em = w.em
     em.use(*REDUCE_HELPERS[kind])
@@ -40,7 +38,8 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
     if not w.looped:
         v = em.convert(value(), dtype)
         masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
-        total = em.emit(BLOCK_REDUCE[kind].format(x=masked.text), dtype, kind, rdep=False)
+        total = em.emit(BLOCK_REDUCE[kind].format(axis=1, x=masked.text), dtype, kind,
+                        rdep=False)
         if kind == "sum" and dtype in FLOATS:
             # eager's sum starts from +0.0, so a row of -0.0 sums to +0.0 (the looped form's
             # accumulator does the same); a block without padding lanes would keep -0.0
@@ -48,15 +47,16 @@ def block_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr], dtype:
         return total
     acc = em.fresh(f"acc_{kind}")
     em.begin_phase(w.ix.size(w.rnumel), w.r_header)
-    em.statement(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
+    em.statement(stmt.Assign(acc, f"tl.full([XBLOCK, RBLOCK], {identity}, "
+                                  f"{STORAGE[dtype]})"), False)
     v = em.convert(value(), dtype)
     masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
-    em.statement(f"{acc} = {COMBINE[kind].format(a=acc, b=masked.text)}", True)
+    em.statement(stmt.Assign(acc, COMBINE[kind].format(a=acc, b=masked.text)), True)
     em.end_phase()
-    return em.emit(BLOCK_REDUCE[kind].format(x=acc), dtype, kind, rdep=False)
+    return em.emit(BLOCK_REDUCE[kind].format(axis=1, x=acc), dtype, kind, rdep=False)
 
 
-def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
+def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
                dtype: str) -> tuple[Expr, Expr]:
     """The max (``argmax``) or min (``argmin``) along the row and its index (int32)."""
     em = w.em
@@ -67,24 +67,27 @@ def arg_reduce(w: "KernelWriter", kind: str, value: Callable[[], Expr],
     if w.looped:
         acc_v, acc_i = em.fresh("acc_v"), em.fresh("acc_i")
         em.begin_phase(w.ix.size(w.rnumel), w.r_header)
-        em.statement(f"{acc_v} = tl.full([XBLOCK, RBLOCK], {identity}, {STORAGE[dtype]})", False)
-        em.statement(f"{acc_i} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)", False)
+        em.statement(stmt.Assign(acc_v, f"tl.full([XBLOCK, RBLOCK], {identity}, "
+                                        f"{STORAGE[dtype]})"), False)
+        em.statement(stmt.Assign(acc_i, "tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)"),
+                     False)
     v = em.convert(value(), dtype)
     masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
     index = em.emit("rindex + tl.full([XBLOCK, RBLOCK], 0, tl.int32)", "i32", "idx", rdep=True)
     if w.looped:
-        em.statement(f"{acc_v}, {acc_i} = {combine}({acc_v}, {acc_i}, {masked.text}, "
-                     f"{index.text})", True)
+        em.statement(stmt.Raw(f"{acc_v}, {acc_i} = {combine}({acc_v}, {acc_i}, "
+                              f"{masked.text}, {index.text})"), True)
         em.end_phase()
         pair = f"({acc_v}, {acc_i})"
     else:
         pair = f"({masked.text}, {index.text})"
-    em.statement(f"{val}, {ind} = tl.reduce({pair}, 1, {combine}, keep_dims=True)", False)
+    em.statement(stmt.Raw(f"{val}, {ind} = tl.reduce({pair}, 1, {combine}, keep_dims=True)"),
+                 False)
     return Expr(val, dtype), Expr(ind, "i32")
 
 
-def lower_reduction(w: "KernelWriter", node: Node) -> None:
-    """Compute ``node``'s outputs once per row and record them in ``w.reduced``."""
+def lower_reduction(w: Writer, node: Node) -> None:
+    """Compute ``node``'s outputs once per row; the writer records them (``w.record``)."""
     spec = REDUCTIONS[node.op]
     em = w.em
     src = node.inputs[0]
@@ -113,10 +116,10 @@ def lower_reduction(w: "KernelWriter", node: Node) -> None:
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
         fields["acc"] = em.convert(index, "i64").text
         fields["value"] = value.text
-    record_outputs(w, node, fields)
+    w.record(reduction_outputs(w, node, fields))
 
 
-def row_count(w: "KernelWriter") -> str:
+def row_count(w: Writer) -> str:
     """The row length as an f32 value: a literal, or computed from the size arguments."""
     if isinstance(w.rnumel, int):
         return literal(float(w.rnumel))
@@ -124,7 +127,7 @@ def row_count(w: "KernelWriter") -> str:
                      rdep=False).text
 
 
-def var_dof(w: "KernelWriter", node: Node) -> str:
+def var_dof(w: Writer, node: Node) -> str:
     """``n - correction`` of a var/std reduction (never below 0)."""
     correction = writer.var_correction(node)
     if not isinstance(w.rnumel, int):
@@ -133,8 +136,11 @@ def var_dof(w: "KernelWriter", node: Node) -> str:
     return literal(float(max(0, w.rnumel - correction)))
 
 
-def record_outputs(w: "KernelWriter", node: Node, fields: dict[str, str]) -> None:
-    """``node``'s outputs from its template over ``fields``, recorded in ``w.reduced``."""
+def reduction_outputs(w: Writer, node: Node, fields: dict[str, str]
+                      ) -> dict[Value, tuple[tuple[str, ...], Expr]]:
+    """``node``'s outputs from its template over ``fields``: output -> (the coordinates of
+    its row, its value), for the writer to record."""
+    outputs = {}
     em = w.em
     keepdim = bool(node.attrs.get("keepdim", False))
     for value, template in zip(node.outputs, REDUCTIONS[node.op].outputs):
@@ -142,4 +148,5 @@ def record_outputs(w: "KernelWriter", node: Node, fields: dict[str, str]) -> Non
         e = em.emit(template.format(**fields), dtype, node.op.split(".")[1], rdep=False)
         if tensor_type(value).dtype in ("f16", "bf16"):
             e = em.cast(e, tensor_type(value).dtype)
-        w.reduced[value] = (w.row_keepdim if keepdim else w.row, e)
+        outputs[value] = (w.row_keepdim if keepdim else w.row, e)
+    return outputs

@@ -19,18 +19,17 @@ programs an argument (``kprog``, at most ``PROGRAMS``) that the launcher compute
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
-from torchloom.api import Node, Value
+from torchloom.api import Node, Value, stmt
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
                                           REDUCE_HELPERS, REDUCTIONS, STORAGE, literal)
+from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.reduction import reduced_dims
+from torchloom_codegen_triton.render import function
 from torchloom_codegen_triton.tensors import tensor_type
 
-if TYPE_CHECKING:
-    from torchloom_codegen_triton.kernel import KernelWriter
 
 #: programs of a row + column kernel: two per SM of an H100 (132 SMs)
 PROGRAMS = 264
@@ -63,7 +62,7 @@ def split_rows_and_columns(reductions: list[Node], shape_of) -> tuple[list[Node]
 class ColumnPartials:
     """The column reductions of a row + column kernel (see the module docstring)."""
 
-    def __init__(self, writer: "KernelWriter", columns: list[Node]):
+    def __init__(self, writer: Writer, columns: list[Node]):
         self.w = writer
         self.columns = columns
         #: programs of the main kernel (no more than there are rows): with symbolic rows,
@@ -94,8 +93,9 @@ class ColumnPartials:
     def is_column_output(self, v: Value) -> bool:
         return any(n.outputs[0] is v for n in self.columns)
 
-    def accumulate(self) -> tuple[list[str], list[str], list[str]]:
-        """(lines before the row loop, lines at the end of its body, lines after it)."""
+    def accumulate(self) -> tuple[list[stmt.Statement], list[stmt.Statement],
+                                  list[stmt.Statement]]:
+        """(statements before the row loop, at the end of its body, after it)."""
         w, em = self.w, self.w.em
         init, update, store = [], [], []
         for k, n in enumerate(self.columns):
@@ -105,15 +105,17 @@ class ColumnPartials:
             value = em.convert(w.value_at(n.inputs[0], w.full), "f32")
             masked = em.emit(f"tl.where(xmask & rmask, {value.text}, {identity})", "f32", "cm",
                              rdep=True)
-            block = em.emit(BLOCK_REDUCE[kind].format(x=masked.text).replace(", 1,", ", 0,"),
+            block = em.emit(BLOCK_REDUCE[kind].format(axis=0, x=masked.text),
                             "f32", "cblk", rdep=True)
             acc = f"cacc{k}"
-            init.append(f"{acc} = tl.full([1, RBLOCK], {identity}, tl.float32)")
-            update.append(f"{acc} = {COMBINE[kind].format(a=acc, b=block.text)}")
-            store.append(f"tl.store(scratch{k} + tl.program_id(0) * {w.rnumel} + colidx, "
-                         f"{acc}, colidx < {w.rnumel})")
+            init.append(stmt.Assign(acc, f"tl.full([1, RBLOCK], {identity}, tl.float32)"))
+            update.append(stmt.Assign(acc, COMBINE[kind].format(a=acc, b=block.text)))
+            store.append(stmt.Store(stmt.Element(f"scratch{k}", f"tl.program_id(0) * "
+                                                               f"{w.rnumel} + colidx"),
+                                    acc, f"colidx < {w.rnumel}"))
         # names bound inside the loop are not defined after it (Triton's loop scoping)
-        return init, update, ["colidx = tl.arange(0, RBLOCK)[None, :]", *store]
+        colidx = stmt.Assign("colidx", "tl.arange(0, RBLOCK)[None, :]")
+        return init, update, [colidx, *store]
 
     @property
     def scratch(self) -> list[dict]:
@@ -167,20 +169,22 @@ def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
     and store the output. ``sizes``: size arguments the texts name (symbolic rows)."""
     params = [f"scratch{k}" for k in range(scratches)]
     params += [name for _, name, _, _, _ in entries] + list(sizes) + ["FBLOCK: tl.constexpr"]
-    lines = ["cindex = tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK)[None, :]",
-             f"cmask = cindex < {elements}"]
+    body: list[stmt.Statement] = [
+        stmt.Assign("cindex", "tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK)[None, :]"),
+        stmt.Assign("cmask", f"cindex < {elements}")]
     for k, name, kind, template, dtype in entries:
         identity = IDENTITY[kind]
-        block = BLOCK_REDUCE[kind].format(x="part").replace(", 1,", ", 0,")
-        lines += [f"acc{k} = tl.full([1, FBLOCK], {identity}, tl.float32)",
-                  f"for p0 in range(0, {partials}, {FINISH_PARTIALS}):",
-                  f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[:, None]",
-                  f"    part = tl.load(scratch{k} + pindex * {elements} + cindex, "
-                  f"(pindex < {partials}) & cmask, other={identity})",
-                  f"    acc{k} = {COMBINE[kind].format(a=f'acc{k}', b=block)}"]
+        block = BLOCK_REDUCE[kind].format(axis=0, x="part")
+        body += [stmt.Assign(f"acc{k}", f"tl.full([1, FBLOCK], {identity}, tl.float32)"),
+                 stmt.Loop("p0", "0", str(partials), (
+                     stmt.Assign("pindex", f"p0 + tl.arange(0, {FINISH_PARTIALS})[:, None]"),
+                     stmt.Assign("part", f"tl.load(scratch{k} + pindex * {elements} + cindex, "
+                                         f"(pindex < {partials}) & cmask, other={identity})"),
+                     stmt.Assign(f"acc{k}", COMBINE[kind].format(a=f"acc{k}", b=block))),
+                     step=str(FINISH_PARTIALS))]
         value = template.format(acc=f"acc{k}", n=reduced)
         if dtype == "bf16":
             value = f"_round_to_bf16({value})"
-        lines.append(f"tl.store({name} + cindex, ({value}).to({STORAGE[dtype]}), cmask)")
-    return "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
-                      *("    " + line for line in lines)]) + "\n"
+        body.append(stmt.Store(stmt.Element(name, "cindex"),
+                               f"({value}).to({STORAGE[dtype]})", "cmask"))
+    return "\n\n" + function("_finish", params, body) + "\n"

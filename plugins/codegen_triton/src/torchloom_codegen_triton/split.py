@@ -22,28 +22,26 @@ reduction results and pointwise math on them), with fewer row blocks than
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from torchloom.api import indexing
+from torchloom.api import indexing, stmt
 
-from torchloom_codegen_triton.emitter import Emitter
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
                                           REDUCE_HELPERS, REDUCTIONS)
-from torchloom_codegen_triton.plan import drop_unused
-from torchloom_codegen_triton.reduction import block_reduce, record_outputs, row_count
+from torchloom_codegen_triton.protocol import Writer
+from torchloom_codegen_triton.reduction import block_reduce, reduction_outputs, row_count
+from torchloom_codegen_triton.render import function
 from torchloom_codegen_triton.rowcol import FINISH_BLOCK, FINISH_PARTIALS
 from torchloom_codegen_triton.tensors import same_shape, tensor_type
 
-if TYPE_CHECKING:
-    from torchloom_codegen_triton.kernel import KernelWriter
 
 #: programs a split reduction aims for: two per SM of an H100 (132 SMs)
 TARGET_PROGRAMS = 264
 _KINDS = ("sum", "max", "min")
 
 
-def plan_split(w: "KernelWriter", configs: list[dict[str, int]]) -> "SplitReduction | None":
+def plan_split(w: Writer, configs: list[dict[str, int]]) -> "SplitReduction | None":
     """The split plan of ``w``'s reduction, or None where the ordinary form is used."""
     if not w.looped or w.col is not None or (w.symbolic and w.form != "split"):
         return None
@@ -93,7 +91,7 @@ def _checked(plan: "SplitReduction") -> "SplitReduction | None":
 class SplitReduction:
     """The main kernel's partials and the finishing kernel (see the module docstring)."""
 
-    def __init__(self, w: "KernelWriter", produced: dict, chunk: int, splits: int):
+    def __init__(self, w: Writer, produced: dict, chunk: int, splits: int):
         self.w, self.chunk, self.splits = w, chunk, splits
         self.produced = produced
 
@@ -106,9 +104,9 @@ class SplitReduction:
             dtype = COMPUTE[tensor_type(n.outputs[0]).dtype]
             acc = block_reduce(w, kind, lambda src=src: w.value_at(src, w.full), dtype)
             acc = em.convert(acc, "f32")
-            em.statement(f"tl.store(scratch{k} + tl.program_id(1) * {w.ix.size(w.rows)} + "
-                         f"xindex, "
-                         f"{acc.text}, xmask)", False)
+            target = stmt.Element(f"scratch{k}",
+                                  f"tl.program_id(1) * {w.ix.size(w.rows)} + xindex")
+            em.statement(stmt.Store(target, acc.text, "xmask"), False)
 
     @property
     def scratch(self) -> list[dict]:
@@ -121,40 +119,33 @@ class SplitReduction:
         partials, then compute and store every output (the epilogue) at that row. Returns
         its source, the outputs it stores and the module helpers it calls."""
         w = self.w
-        fin = type(w)(w.group, w.registry, w.max_persistent, probe=True)
-        fin.out_names = out_names
-        em = fin.em = Emitter(looped=False, hardware_bf16=w.em.hardware_bf16 if hasattr(
-            w, "em") else w.device.startswith("cuda"))
-        for line in ("xindex = (tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK))[:, None]",
-                     f"xmask = xindex < {w.ix.size(w.rows)}"):
-            em.statement(line, False)
-        fin.row = tuple(fin.coords("x", "xindex", w.kept_shape, False))
-        keep = iter(fin.row)
-        fin.row_keepdim = tuple("0" if d in w.rdims else next(keep)
-                                for d in range(len(w.shape)))
+        fin = type(w)(w.group, w.registry, w.max_persistent, finish=True,
+                      out_names=out_names)
+        em = fin.em
+        fin.finish_rows()
+        rows = w.ix.size(w.rows)
         for k, n in enumerate(w.reductions):
             kind = REDUCTIONS[n.op].kind
             identity = IDENTITY[kind]
             acc = f"acc{k}"
             em.use(*REDUCE_HELPERS[kind])
-            em.statement(f"{acc} = tl.full([FBLOCK, 1], {identity}, tl.float32)", False)
-            em.statement(f"for p0 in range(0, {self.splits}, {FINISH_PARTIALS}):", False)
-            em.statement(f"    pindex = p0 + tl.arange(0, {FINISH_PARTIALS})[None, :]", False)
-            em.statement(f"    part = tl.load(scratch{k} + pindex * {w.ix.size(w.rows)} + "
-                         f"xindex, "
-                         f"(pindex < {self.splits}) & xmask, other={identity})", False)
-            em.statement(f"    {acc} = " + COMBINE[kind].format(
-                a=acc, b=BLOCK_REDUCE[kind].format(x="part")), False)
-            record_outputs(fin, n, {"acc": acc, "n": row_count(fin)})
+            em.statement(stmt.Assign(acc, f"tl.full([FBLOCK, 1], {identity}, tl.float32)"),
+                         False)
+            combine = stmt.Assign(acc, COMBINE[kind].format(
+                a=acc, b=BLOCK_REDUCE[kind].format(axis=1, x="part")))
+            em.statement(stmt.Loop("p0", "0", str(self.splits), (
+                stmt.Assign("pindex", f"p0 + tl.arange(0, {FINISH_PARTIALS})[None, :]"),
+                stmt.Assign("part", f"tl.load(scratch{k} + pindex * {rows} + xindex, "
+                                    f"(pindex < {self.splits}) & xmask, other={identity})"),
+                combine), step=str(FINISH_PARTIALS)), False)
+            fin.record(reduction_outputs(fin, n, {"acc": acc, "n": row_count(fin)}))
         for i, v in enumerate(w.region.outputs):
-            fin._store(i, v, _row_coords(fin, v))
+            fin.store(i, v, _row_coords(fin, v))
         params = [f"in_{v.name}" for v in w.region.inputs] + list(out_names)
         params += [f"ks{k}" for k in range(len(w.symbols))] + (
             ["kchunk", "ksplits"] if w.symbolic else [])  # as the main kernel's
         params += [f"scratch{k}" for k in range(len(w.reductions))] + ["FBLOCK: tl.constexpr"]
-        lines = drop_unused(em.lines)
-        source = "\n".join(["", "", "@triton.jit", f"def _finish({', '.join(params)}):",
-                            *("    " + line for line in lines)]) + "\n"
+        source = "\n\n" + function("_finish", params, em.lines) + "\n"
         return source, list(range(len(w.region.outputs))), em.helpers
 
     def metadata(self) -> dict[str, Any]:

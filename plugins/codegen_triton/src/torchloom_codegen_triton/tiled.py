@@ -12,28 +12,26 @@ With symbolic sizes (variants.py) the tiled form is a variant of its own, which 
 takes when both tile dims reach ``MIN_TILE_DIM``; tile counts come from the call's sizes.
 
 ``plan_tiles`` finds ``(d0, d1)`` by probing: the group's outputs are computed at symbolic
-coordinates ``p0, p1, ...`` and every load's address is read for the dim it moves by one
-element.
+coordinates ``p0, p1, ...`` and every load's coordinates say which dim, if any, it reads
+with a unit stride.
 """
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from torchloom.api import indexing
+from torchloom.api import indexing, stmt
 
+from torchloom_codegen_triton.plan import next_pow2
+from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.tensors import at_point, memory_order, same_shape, tensor_type
 
-if TYPE_CHECKING:
-    from torchloom_codegen_triton.kernel import KernelWriter
 
 #: the shortest dims worth a tile
 MIN_TILE_DIM = 16
-_PROBE = re.compile(r"p(\d+)\Z")
 
 
-def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
+def plan_tiles(w: Writer) -> tuple[int, int] | None:
     """``(d0, d1)``: the outputs' innermost dim and the dim a large input is contiguous
     along, when they differ; None when every large input follows the outputs' walk."""
     outputs = [tensor_type(v) for v in w.region.outputs]
@@ -45,16 +43,12 @@ def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
         return None
     d0 = orders.pop()[-1]
     probe = type(w)(w.group, w.registry, probe=True)
-    coords = tuple(f"p{d}" for d in range(len(shape)))
-    probe.em.xnames.update(coords)
-    for v in w.region.outputs:
-        probe.value_at(v, coords)
-    for v, offset in probe.load_offsets:
+    dims = {f"p{d}": d for d in range(len(shape))}
+    for v, coords in probe.load_coordinates(tuple(dims)):
         t = tensor_type(v)
         if at_point(_elements(t)) * 4 < at_point(w.numel):  # small (broadcast) inputs
             continue  # stay in cache
-        unit = [int(m.group(1)) for term in offset.split(" + ")
-                if (m := _PROBE.match(term.strip()))]
+        unit = [dims[c] for c in _unit_stride(coords, t) if c in dims]
         if d0 in unit or len(unit) != 1:
             continue
         d1 = unit[0]
@@ -65,34 +59,41 @@ def plan_tiles(w: "KernelWriter") -> tuple[int, int] | None:
     return None
 
 
-def tiled_body(w: "KernelWriter", d0: int, d1: int) -> list[str]:
-    """The kernel body of the tiled form (see the module docstring)."""
+def _unit_stride(coords, t) -> list[str]:
+    """The coordinates of ``coords`` (into tensor ``t``) its address holds with stride 1."""
+    strides = t.actual_strides()
+    if strides is None:  # contiguous: the last dim that is not 1
+        real = [c for c, d in zip(coords, t.shape) if d != 1]
+        return real[-1:]
+    return [c for c, s, d in zip(coords, strides, t.shape) if d != 1 and s == 1]
+
+
+def tile_coords(w: Writer, d0: int, d1: int) -> tuple[str, ...]:
+    """Write the tiled form's program and lane coordinates (see the module docstring) to
+    ``w``'s emitter; returns the coordinates of the outputs' elements."""
     em = w.em
     s0, s1 = w.ix.size(w.shape[d0]), w.ix.size(w.shape[d1])
     tx, ty = f"(({s0} + XBLOCK - 1) // XBLOCK)", f"(({s1} + YBLOCK - 1) // YBLOCK)"
-    em.statement("pid = tl.program_id(0)", False)
-    em.statement(f"tx = pid % {tx}", False)
-    em.statement(f"ty = pid // {tx} % {ty}", False)
-    em.statement(f"to = pid // ({tx} * {ty})", False)
-    em.statement("xs = (tx * XBLOCK + tl.arange(0, XBLOCK))[None, :]", False)
-    em.statement("ys = (ty * YBLOCK + tl.arange(0, YBLOCK))[:, None]", False)
-    em.statement(f"xmask = (xs < {s0}) & (ys < {s1})", False)
-    em.statement("xindex = ys * XBLOCK + xs", False)  # a [YBLOCK, XBLOCK] block of lanes
-    em.xnames.update({"xs", "ys"})
+    for name, expr in (("pid", "tl.program_id(0)"), ("tx", f"pid % {tx}"),
+                       ("ty", f"pid // {tx} % {ty}"), ("to", f"pid // ({tx} * {ty})"),
+                       ("xs", "(tx * XBLOCK + tl.arange(0, XBLOCK))[None, :]"),
+                       ("ys", "(ty * YBLOCK + tl.arange(0, YBLOCK))[:, None]"),
+                       ("xmask", f"(xs < {s0}) & (ys < {s1})"),
+                       ("xindex", "ys * XBLOCK + xs")):  # a [YBLOCK, XBLOCK] block of lanes
+        em.statement(stmt.Assign(name, expr), False)
+    em.mark_x("xs", "ys")
     other = [d for d in range(len(w.shape)) if d not in (d0, d1)]
     coords = [""] * len(w.shape)
     coords[d0], coords[d1] = "xs", "ys"
     for k, (d, c) in enumerate(zip(other, w.ix.delinear("to", [w.shape[d] for d in other]))):
         if c != "0":
-            em.statement(f"o{k} = {c}", False)
+            em.statement(stmt.Assign(f"o{k}", c), False)
             c = f"o{k}"
         coords[d] = c
-    for i, v in enumerate(w.region.outputs):
-        w._store(i, v, tuple(coords))
-    return em.lines
+    return tuple(coords)
 
 
-def tiled_metadata(w: "KernelWriter", d0: int, d1: int) -> dict[str, Any]:
+def tiled_metadata(w: Writer, d0: int, d1: int) -> dict[str, Any]:
     """The tiled form's candidate tiles and (static sizes) tile counts; with symbolic
     sizes, the dims ``d0``/``d1`` whose sizes the launcher reads per call."""
     if w.symbolic:
@@ -106,7 +107,6 @@ def tiled_metadata(w: "KernelWriter", d0: int, d1: int) -> dict[str, Any]:
 
 def tile_configs(x: int, y: int) -> list[dict[str, int]]:
     """Candidate ``[YBLOCK, XBLOCK]`` tiles over dims of ``x`` and ``y`` elements."""
-    from torchloom_codegen_triton.plan import next_pow2
     configs = [{"XBLOCK": min(bx, next_pow2(x)), "YBLOCK": min(by, next_pow2(y)),
                 "num_warps": nw} for bx, by, nw in ((64, 32, 4), (32, 32, 4), (128, 16, 4),
                                                     (64, 64, 8))]

@@ -78,7 +78,7 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
     meta["symbols"] = [[s, i, k, c] for s, (i, k, c) in first.symbols.items()]
     meta["variants"] = variants
     meta["max_persistent"] = max_persistent
-    meta["columns"] = bool(getattr(first, "columns", False))
+    meta["columns"] = bool(first.columns)
     forms_text = " or ".join(dict.fromkeys(v["form"] for v in variants))
     header = main.header(f"{forms_text}, symbolic sizes (variants: "
                          f"{', '.join(v['kernel'] for v in variants)})")
