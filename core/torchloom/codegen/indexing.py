@@ -163,6 +163,16 @@ def sample_value(dim: Dim) -> int:
     return _points(dim)[0]
 
 
+def memory_order(t: TensorType) -> tuple[int, ...]:
+    """Dims of ``t`` from outermost to innermost in memory (logical order among equal
+    strides; symbolic strides compared at a representative size)."""
+    strides = t.actual_strides()
+    if strides is None:  # symbolic and contiguous
+        return tuple(range(len(t.shape)))
+    return tuple(sorted(range(len(t.shape)),
+                        key=lambda d: (-abs(sample_value(strides[d])), d)))
+
+
 def same(a: Dim, b: Dim) -> bool:
     """Whether dims ``a`` and ``b`` are equal at every runtime size (``2*s0``, ``s0*2``)."""
     if isinstance(a, int) and isinstance(b, int):

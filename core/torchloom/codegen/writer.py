@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
-from torchloom.codegen.indexing import Coords, Unsupported, prod, same
+from torchloom.codegen.indexing import Coords, Unsupported, memory_order, prod, same
 from torchloom.ir import DTYPES, InputRef, Node, ScalarType, TensorType, Value
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -301,7 +301,15 @@ class ValueWalk:
             return False, self.row
         if place == "rows":
             return False, self.ix.reshape(self.row, self.kept_shape, shape, self.known)
-        return True, self.ix.reshape(self.full, self.shape, shape, self.known)
+        # another view of P: P's element i goes to the output's i-th element in memory
+        # order, so a permuted output (a transposed gradient) reads its values at their
+        # own rows (in logical order, a row result would be read at other rows)
+        order = memory_order(self.tensor_type(v))
+        stored = self.ix.reshape(self.full, self.shape, [shape[d] for d in order], self.known)
+        coords = [""] * len(shape)
+        for k, d in enumerate(order):
+            coords[d] = stored[k]
+        return True, tuple(coords)
 
     def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
         """A target's veto of a view in this kernel (none by default)."""

@@ -269,6 +269,36 @@ def _beside_the_rows(named: list[tuple[str, Value]], members: list[Node]
                         for n in (numel, rows))]
 
 
+def _after_the_rows(group: Node, registry: Any, names: dict[str, str] | None
+                    ) -> list[KernelWriter] | None:
+    """The plan of a group of one reduction class whose outputs its nest cannot hold (an
+    output of another element count than the reduced shape's and the rows', a value that
+    reads a reduction result at other elements than its row: Llama's backward sums the
+    gradient over the repeated key/value heads and slices half of each head for the
+    rotary embedding; Whisper's reads a row result through a transposing reshape), or
+    None when it has no such form: the reduction's nest stores the reduction results
+    (outputs, else scratch arrays of one value per row) and pointwise nests after it write
+    every other output, reading those results back at whatever elements they need."""
+    region = group.region
+    classes = _classes([n for n in region.nodes if n.op in REDUCTIONS])
+    if len(classes) != 1:
+        return None
+    members = set(classes[0])
+    named = list(zip(output_names(region), region.outputs))
+    own = [(name, v) for name, v in named if v.producer in members]
+    rest = [(name, v) for name, v in named if v.producer not in members]
+    written = {v: name for name, v in own}
+    scratch = []
+    for v in _foreign_results([v for _, v in rest], -1, dict.fromkeys(members, 0), written):
+        written[v] = f"scratch_{v.name}"
+        scratch.append((written[v], v))
+    if not rest or not own + scratch:
+        return None
+    return [KernelWriter(group, registry, own + scratch, classes[0], names),
+            *(KernelWriter(group, registry, walk, [], names, dict(written))
+              for part in _by_element_count(rest) for walk in _by_walk(part))]
+
+
 def _producers_first(classes: list[list[Node]]) -> list[list[Node]]:
     """The classes ordered so that each comes after those whose results it reads (else in
     order of appearance); declined when two read each other's."""
@@ -313,9 +343,17 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     names, scalars = size_arguments(region)
     orders = stride_arguments(region, names)
     nests = plan_nests(group, registry, names)
-    body = []
-    for w in nests:
-        body += w.nest()
+    try:
+        body = [line for w in nests for line in w.nest()]
+    except Unsupported as declined:  # the reduction's nest cannot hold every output
+        after = _after_the_rows(group, registry, names)
+        if after is None:
+            raise
+        try:
+            body = [line for w in after for line in w.nest()]
+        except Unsupported:
+            raise declined from None  # (the first plan's reason is the one to read)
+        nests = after
     digest = structural_hash(region)
     ops = [n.op.split(".")[1] for n in region.nodes if n.op not in VIEWS]
     kernel = "_".join(["fused", *dict.fromkeys(ops)])[:48].rstrip("_") + f"_{digest[:10]}"
