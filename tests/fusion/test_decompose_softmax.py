@@ -109,3 +109,33 @@ def test_cpu_softmax_backward_is_y_times_g_minus_sum(registry, device, as_eager_
     assert "aten._softmax_backward_data.default" not in [n.op for n in graph.nodes]
     assert (last.op == "aten.mul.Tensor" and last.inputs[0] is graph.inputs[1] and
             last.inputs[1].producer.op == "aten.sub.Tensor") == as_eager_cpu
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(shape=st.sampled_from([(1, 1), (3, 1), (2, 5), (2, 3, 17), (1, 4, 64), (5, 2, 2, 9)]),
+       dim=st.integers(-1, 0),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+       dead=st.lists(st.integers(0, 50), max_size=3),
+       specials=st.lists(st.tuples(st.integers(0, 10 ** 6),
+                                   st.sampled_from([float("inf"), float("nan"), -0.0])),
+                         max_size=2))
+def test_safe_softmax_matches_eager_in_one_group(cache, shape, dim, dtype, dead, specials):
+    """SDPA's math path (training on the CPU, GPT-2's attention with dropout) calls
+    ``_safe_softmax``: softmax with rows of -inf made 0. It decomposes into one group (no
+    tensor of zeros made outside it) and matches eager, dead rows and specials included."""
+    fn, comp = _compiled(lambda x: torch.ops.aten._safe_softmax(x, dim), cache)
+    x = torch.randn(shape, dtype=torch.float64).to(dtype)
+    rows = x.movedim(dim, -1).reshape(-1, shape[dim])
+    for r in dead:
+        rows[r % rows.shape[0]] = float("-inf")
+    x = rows.reshape(x.movedim(dim, -1).shape).movedim(-1, dim).contiguous()
+    flat = x.view(-1)
+    for pos, value in specials:
+        flat[pos % flat.numel()] = value
+    expected = torch.ops.aten._safe_softmax(x, dim)
+    actual = fn(x)
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+    (compilation,) = comp.compilations
+    assert [c.codegen for c in compilation.compiled.choices] == ["cpu"]
+    assert "aten._safe_softmax.default" not in [n.op for n in compilation.graph.nodes]

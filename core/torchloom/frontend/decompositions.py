@@ -19,6 +19,11 @@ from torch's decompositions (which follow the CUDA kernels).
   gradient is computed as eager's (in f32 for bf16/f16, as eager and the decomposition
   do).
 
+- ``_safe_softmax`` (SDPA's math path, which training on the CPU takes): torch's
+  decomposition makes a tensor of zeros (``zeros_like``, a factory no group fuses) for the
+  rows of -inf; on the CPU ``masked_fill`` writes a scalar 0 there (the same values, one
+  group; the Triton codegen has no ``masked_fill``, so elsewhere torch's stays).
+
 Used by the backend (the composites decomposed before aot_autograd's split) and by
 ``fusion.decompose`` (through ``torchloom.api``).
 """
@@ -42,7 +47,23 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
     softmax_backward = torch.ops.aten._softmax_backward_data.default
     if softmax_backward in table:
         table[softmax_backward] = _softmax_backward_as_cpu(table[softmax_backward], device)
+    safe_softmax = torch.ops.aten._safe_softmax.default
+    if safe_softmax in table:
+        table[safe_softmax] = _safe_softmax_as_cpu(table[safe_softmax], device)
     return table
+
+
+def _safe_softmax_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """Softmax over ``dim`` with rows of -inf made 0: torch's decomposition, with a
+    scalar 0 in place of its tensor of zeros on the CPU (see the module docstring)."""
+    import torch
+
+    def _safe_softmax(self, dim, dtype=None):
+        if (device or self.device.type) != "cpu":
+            return decomposed(self, dim, dtype=dtype)
+        out = torch.softmax(self, dim=dim, dtype=dtype)
+        return out.masked_fill(torch.all(self.eq(float("-inf")), dim=dim, keepdim=True), 0.0)
+    return _safe_softmax
 
 
 def _layer_norm_as_cpu(decomposed: Callable, device: str | None) -> Callable:

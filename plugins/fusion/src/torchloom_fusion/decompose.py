@@ -25,6 +25,9 @@ DECOMPOSED_OPS: tuple[str, ...] = (
     "aten.silu_backward.default", "aten.layer_norm.default", "aten.softmax.int",
     "aten.log_softmax.int", "aten.linear.default", "aten.logsumexp.default",
     "aten.linalg_vector_norm.default",
+    # SDPA's math path (training on the CPU): softmax, rows of -inf made 0 (eager runs
+    # softmax, eq, all, isneginf and where as five kernels)
+    "aten._safe_softmax.default",
 )
 
 #: composites decomposed only where their attributes pass a test: a vector norm of order 0
@@ -45,6 +48,7 @@ def _always(node: Node) -> bool:
 _NESTED: tuple[str, ...] = (
     "aten._native_batch_norm_legit.default", "aten._native_batch_norm_legit_functional.default",
     "aten._native_batch_norm_legit.no_stats",
+    "aten._softmax.default",  # (_safe_softmax's)
 )
 
 _ADDMM = "aten.addmm.default"
