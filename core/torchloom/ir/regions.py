@@ -29,6 +29,7 @@ topological when the caller's slot is valid (see :meth:`RegionEditor.merge`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from torchloom.ir.graph import FUSION_GROUP, Graph, Node, Value
@@ -150,8 +151,7 @@ class RegionEditor:
             user.inputs = [new if x is old else x for x in user.inputs]
         new.uses.extend(live)
         old.uses.clear()
-        if old in self._slots:
-            self.graph.replace_outputs({old: new}, self._slots)
+        self.graph.replace_outputs({old: new}, self._slots)
 
     # ---- wrap, absorb, merge -------------------------------------------------------------
     def wrap(self, node: Node, op: str = FUSION_GROUP, name: str | None = None) -> Node:
@@ -212,8 +212,7 @@ class RegionEditor:
                 for user in dict.fromkeys(outer_users):
                     user.inputs = [new if x is out else x for x in user.inputs]
                 new.uses.extend(outer_users)
-                if out in self._slots:
-                    g.replace_outputs({out: new}, self._slots)
+                g.replace_outputs({out: new}, self._slots)
                 exported[out] = new
             if out in outer:  # the group read it: its parameter's readers read it now
                 for i, v in enumerate(outer):
@@ -292,23 +291,8 @@ class RegionEditor:
         inner_out = [ra.outputs[i] for i in kept] + list(rb.outputs)
         host, guest = (a, b) if len(ra) >= len(rb) else (b, a)
         # use lists: only the host's entries change; the guest's go stale (it leaves)
-        # (a region node's inputs are distinct: wrap, absorb and merge keep them so)
-        dirty = self._dirty
-        if host is a:  # a gains b's outer inputs; b's entries go stale
-            a_inputs = set(a.inputs)
-            for u in b.inputs:
-                dirty.add(u)
-                if u.producer is not a and u not in a_inputs:
-                    u.uses.append(a)
-        else:  # b no longer reads a's outputs and gains a's inputs; a's entries go stale
-            b_inputs = set(b.inputs)
-            for u in b.inputs:
-                if u.producer is a:
-                    u.uses.remove(b)
-            for u in a.inputs:
-                dirty.add(u)
-                if u not in b_inputs:
-                    u.uses.append(b)
+        _reread(host, outer_in)
+        self._dirty.update(guest.inputs)
         region = host.region
         anchor = region.last if host is a else None
         for n in list(guest.region.nodes):  # in order, to the end (or the start) of host's
@@ -329,3 +313,17 @@ class RegionEditor:
         g.detach(guest)
         guest.region = None
         return host
+
+
+def _reread(node: Node, inputs: list[Value]) -> None:
+    """Make ``node``'s use entries those of reading ``inputs`` (its inputs to be): entries
+    it loses go first (in its inputs' order), then those it gains (in ``inputs``' order)."""
+    have, want = Counter(node.inputs), Counter(inputs)
+    for u in node.inputs:
+        if have[u] > want[u]:
+            u.uses.remove(node)
+            have[u] -= 1
+    for u in inputs:
+        if want[u] > have[u]:
+            u.uses.append(node)
+            have[u] += 1
