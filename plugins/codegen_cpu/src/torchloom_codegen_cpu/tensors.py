@@ -19,11 +19,5 @@ def tensor_type(v: Value) -> TensorType:
         v, STORAGE, "only float, int and bool scalar inputs are supported")
 
 
-def memory_order(t: TensorType) -> tuple[int, ...]:
-    """Dims from outermost to innermost in memory (logical order among equal strides;
-    symbolic strides compared at a representative size)."""
-    strides = t.actual_strides()
-    if strides is None:  # symbolic and contiguous
-        return tuple(range(len(t.shape)))
-    return tuple(sorted(range(len(t.shape)),
-                        key=lambda d: (-abs(indexing.sample_value(strides[d])), d)))
+#: dims from outermost to innermost in memory (the core's, which reduction nests use too)
+memory_order = indexing.memory_order
