@@ -8,7 +8,10 @@
   decomposition table with eager's CPU arithmetic where it differs (``decomposition_table``);
 - the op registry: :class:`OpDef`, :class:`OpRegistry`;
 - passes: :class:`Pass`, :class:`PassContext`, :class:`PassResult` (with
-  :class:`Deduplication`) and the built-in passes' helpers a pass may reuse;
+  :class:`Deduplication`) and the built-in passes' helpers a pass may reuse; passes by
+  example (:func:`pattern_pass`, :class:`Rewrite`, :class:`Match`, :class:`PatternPass`)
+  and liveness that counts graph outputs (:func:`is_dead`, :func:`readers`,
+  :func:`dead_nodes`, :class:`GraphOutput`);
 - :data:`hookimpl`, to register passes, ops, codegens, runtime wrappers, instruments;
 - the codegen protocol: :class:`Codegen`, :class:`Kernel`, :class:`KernelSource`,
   :class:`Reason`, :class:`ArtifactStore` (built artifacts shared by a fleet),
@@ -32,10 +35,12 @@ from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.decompositions import decomposition_table
 from torchloom.frontend.fx import import_fx
+from torchloom.frontend.patterns import Rewrite, pattern_pass
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Value,
                           canonical_text, clone_graph, format_type, parse_graph, print_graph,
                           attrs_key, structural_hash, symbols, verify)
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
+from torchloom.ir.liveness import GraphOutput, dead_nodes, is_dead, readers
 from torchloom.ir.provenance import mark_decomposition, unmarked_attrs
 from torchloom.ir.regions import (RegionEditor, add_region_input, remove_region_input,
                                   select_region_inputs, select_region_outputs)
@@ -45,6 +50,7 @@ from torchloom.passes.base import Deduplication, Pass, PassContext, PassResult
 from torchloom.passes.builtin.cse import merge_common_nodes
 from torchloom.passes.builtin.dce import remove_dead_nodes
 from torchloom.passes.builtin.purity import mutated_values
+from torchloom.passes.pattern import Match, PatternPass
 from torchloom.plugins.hookspecs import hookimpl
 from torchloom.progress import Activity, Progress
 
@@ -63,6 +69,9 @@ __all__ = [
     # passes
     "Deduplication", "Pass", "PassContext", "PassResult", "merge_common_nodes",
     "mutated_values", "remove_dead_nodes",
+    # passes by example, and liveness that counts graph outputs
+    "Match", "PatternPass", "Rewrite", "pattern_pass", "GraphOutput", "dead_nodes", "is_dead",
+    "readers",
     # hooks
     "hookimpl",
     # codegens

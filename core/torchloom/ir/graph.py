@@ -268,6 +268,11 @@ class Graph:
         node.graph = None
         self._len -= 1
 
+    def is_dead(self, value: Value) -> bool:
+        """Whether nothing reads ``value``: no node and not this graph's ``return``
+        (``value.uses`` alone misses the latter; see :mod:`torchloom.ir.liveness`)."""
+        return not value.uses and not any(v is value for v in self.outputs)
+
     def erase_many(self, nodes: Sequence[Node]) -> None:
         """Remove nodes whose outputs are read only by each other (a replaced region);
         one pass over the graph's outputs instead of one per node."""
