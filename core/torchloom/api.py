@@ -22,6 +22,10 @@
   ``stmt`` (the structured statement IR writers build and transform before rendering)
   and ``writer`` (what native kernel writers share: the value walk, numbered statements,
   op tables);
+- the codegen contract a renderer implements (docs/writing-a-codegen.md): ``contract``
+  (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
+  :class:`LaunchSpec`, :class:`Lowered`, :class:`Param`, :data:`FORMS`) and ``lower``
+  (the lowering to statements, :class:`RendererCodegen`), :class:`Unsupported`;
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -29,7 +33,11 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import indexing, reductions, schedule, stmt, writer
+from torchloom.codegen import contract, indexing, lower, reductions, schedule, stmt, writer
+from torchloom.codegen.contract import (FORMS, Capabilities, LaunchSpec, Lowered, OpTemplate,
+                                        Param, Renderer, Schedule)
+from torchloom.codegen.indexing import Unsupported
+from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
                                     Written)
 from torchloom.environment import default_cache_dir, env_flag
@@ -77,6 +85,9 @@ __all__ = [
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "indexing",
     "reductions", "schedule", "stmt", "writer",
+    # the codegen contract
+    "FORMS", "Capabilities", "LaunchSpec", "Lowered", "OpTemplate", "Param", "Renderer",
+    "RendererCodegen", "Schedule", "Unsupported", "contract", "lower",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

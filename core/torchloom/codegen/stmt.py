@@ -8,6 +8,8 @@ needs to know of one (the names it reads, the elements ``pointer[offset]`` it to
 functions it calls) is found once, when its statement is built (:func:`scan`).
 
 - :class:`Declare`: ``const T name = expr;``, a value bound once;
+- :class:`Var`: ``T name = expr;``, a variable statements after it update (an
+  accumulator);
 - :class:`Assign`: ``name = expr``, a name bound or bound again in a target without
   declarations (Triton: a value, a coordinate, an accumulator's next value);
 - :class:`Store`: ``pointer[offset] = value;``;
@@ -105,6 +107,22 @@ class Declare:
     @property
     def names(self) -> frozenset[str]:
         """Every name the statement mentions (its own and its type's too)."""
+        return self.facts.names | {self.name, self.ctype}
+
+
+@attrs.frozen
+class Var:
+    """``ctype name = expr;``: a variable that statements after it update or assign (an
+    accumulator of a target with declarations); never dropped by :func:`drop_unused`."""
+
+    ctype: str
+    name: str
+    expr: str
+    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
+                              eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
         return self.facts.names | {self.name, self.ctype}
 
 
@@ -229,7 +247,7 @@ class If:
         return scan(self.cond).names
 
 
-Statement = Union[Declare, Assign, Store, Update, Select, Raw, Loop, If]
+Statement = Union[Declare, Var, Assign, Store, Update, Select, Raw, Loop, If]
 
 #: the statements :func:`masked` makes conditional
 _MASKABLE = (Update, Select)

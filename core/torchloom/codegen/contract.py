@@ -1,0 +1,261 @@
+"""The codegen contract: what the core gives a renderer for a fusion group, and what a
+renderer gives back (docs/writing-a-codegen.md walks through it with examples).
+
+A group becomes a kernel in three steps, two of them the core's::
+
+    fusion group ──Schedule.of──▶ Schedule      (frozen data: the kernel's form, its nest,
+                                                  the dtypes, devices, ops it needs)
+                 ──Capabilities.gap──▶ declined with the reason, or
+                 ──lower.lower──▶ Lowered        (statements of torchloom.codegen.stmt,
+                                                  parameters, a LaunchSpec)
+                 ──Renderer.render──▶ source     ──Renderer.build──▶ callable kernel
+
+- :class:`Schedule`: a group's kernel form (:data:`FORMS`: ``pointwise``,
+  ``row_reduction``, ``column_reduction``, ``strided_reduction``, ``several_nests``), its
+  :class:`~torchloom.codegen.schedule.ReductionNest` (None for pointwise), the dtypes,
+  devices, ops and reduction kinds it holds, its symbolic sizes;
+- :class:`Capabilities`: what a renderer renders (forms, dtypes, devices, reduction kinds,
+  ops, symbolic sizes); :meth:`Capabilities.gap` is the reason a group is declined;
+- :class:`Renderer`: the protocol a target implements (its op table and expression
+  spelling, ``render`` and ``build``);
+- :class:`~torchloom.codegen.lower.RendererCodegen` (in ``lower``): the
+  :class:`~torchloom.codegen.base.Codegen` made of a renderer (``supports``: schedule,
+  capabilities, lowering; ``generate``: render; ``load``: build);
+- :class:`LaunchSpec`: how the built kernel is called (JSON in the kernel's metadata).
+
+The ``cpu`` and ``triton`` codegens predate this contract and keep their own writers;
+``examples/third_party_codegen`` (``scalar_c``) is a renderer written against it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from torchloom.codegen.base import Kernel
+from torchloom.codegen.indexing import Language, Unsupported
+from torchloom.codegen.reductions import reduction_table
+from torchloom.codegen.schedule import ReductionNest
+from torchloom.codegen.writer import VIEWS
+from torchloom.ir import Node, TensorType, Value
+
+#: kernel forms a schedule can have, in the order a renderer usually gains them
+FORMS = ("pointwise", "row_reduction", "column_reduction", "strided_reduction",
+         "several_nests")
+#: every reduction op the core lowers (its kind by op name)
+REDUCTION_KINDS = {op: spec.kind for op, spec in reduction_table("{x}").items()}
+
+
+def _real(shape: Sequence[Any], dims: Sequence[int]) -> list[int]:
+    return [d for d in dims if shape[d] != 1]
+
+
+def _tensor_values(region) -> list[Value]:
+    values = [*region.inputs, *(v for n in region.nodes for v in n.outputs)]
+    return [v for v in values if isinstance(v.type, TensorType)]
+
+
+@attrs.frozen
+class Schedule:
+    """A fusion group's kernel, target-independent: ``form`` (one of :data:`FORMS`),
+    ``nest`` (the reduction nest; None for pointwise), ``shape`` (the nest's shape P, or
+    the first output's for pointwise), and what the group holds: ``dtypes``, ``devices``,
+    ``ops`` (pointwise op names; views are index math), ``reductions`` (op -> kind),
+    ``symbols`` (symbolic dims). ``detail`` says what makes the form, for reasons.
+
+    ``sum(a: f32[9, 7], dim=[0])`` is ``Schedule(form="column_reduction",
+    nest=ReductionNest((9, 7), (0,)), detail="reduces dims [0] of [9, 7]", ...)``."""
+
+    form: str
+    shape: tuple[Any, ...]
+    nest: ReductionNest | None
+    dtypes: frozenset[str]
+    devices: frozenset[str]
+    ops: frozenset[str]
+    reductions: Mapping[str, str]
+    symbols: frozenset[str]
+    detail: str
+
+    @classmethod
+    def of(cls, group: Node, registry: Any = None) -> Schedule:
+        """The schedule of fusion group ``group``; :class:`Unsupported` for a group no
+        kernel form holds (no outputs, a scalar output)."""
+        region = group.region
+        if not region.outputs:
+            raise Unsupported("the group has no outputs")
+        for v in region.outputs:
+            if not isinstance(v.type, TensorType):
+                raise Unsupported(f"output %{v.name} is a scalar")
+        values = _tensor_values(region)
+        nodes = list(region.nodes)
+        reds = [n for n in nodes if n.op in REDUCTION_KINDS]
+        ops = frozenset(n.op for n in nodes if n.op not in VIEWS and n.op not in REDUCTION_KINDS)
+        symbols = frozenset(str(d) for v in values for d in (*v.type.shape,
+                                                             *(v.type.strides or ()))
+                            if not isinstance(d, int))
+        common = dict(dtypes=frozenset(v.type.dtype for v in values),
+                      devices=frozenset(v.type.device for v in values), ops=ops,
+                      reductions={n.op: REDUCTION_KINDS[n.op] for n in reds}, symbols=symbols)
+        if not reds:
+            shape = tuple(region.outputs[0].type.shape)
+            return cls("pointwise", shape, None, detail=f"elementwise over {list(shape)}",
+                       **common)
+        try:
+            nest = ReductionNest.of(reds, lambda v: v.type)
+        except Unsupported as exc:
+            return cls("several_nests", (), None, detail=str(exc), **common)
+        shape = nest.shape
+        rdims, kept = _real(shape, nest.rdims), _real(shape, nest.kept)
+        detail = f"reduces dims {list(nest.rdims)} of {list(shape)}"
+        if not kept or not rdims or min(rdims) > max(kept):
+            form = "row_reduction"
+        elif min(kept) > max(rdims):
+            form = "column_reduction"
+        else:
+            form = "strided_reduction"
+        return cls(form, shape, nest, detail=detail, **common)
+
+
+@attrs.frozen
+class Capabilities:
+    """What a renderer renders: kernel ``forms`` (of :data:`FORMS`), IR ``dtypes``,
+    ``devices``, reduction ``kinds`` (sum, prod, max, min, var, argmax, argmin, any, all),
+    pointwise ``ops`` (its op table's names) and whether sizes may be ``symbolic``."""
+
+    forms: frozenset[str]
+    dtypes: frozenset[str]
+    ops: frozenset[str]
+    kinds: frozenset[str] = frozenset()
+    devices: frozenset[str] = frozenset({"cpu"})
+    symbolic: bool = False
+
+    def gap(self, schedule: Schedule) -> str | None:
+        """Why a renderer with these capabilities cannot render ``schedule`` (the first
+        thing it lacks), or None."""
+        if schedule.form not in self.forms:
+            return (f"renders {', '.join(f for f in FORMS if f in self.forms)} kernels; this "
+                    f"group is a {schedule.form} ({schedule.detail})")
+        for what, have, need in (("device", self.devices, schedule.devices),
+                                 ("dtype", self.dtypes, schedule.dtypes)):
+            if need - have:
+                return f"renders no {what} {', '.join(sorted(need - have))}"
+        if schedule.symbols and not self.symbolic:
+            return f"renders static sizes only; the group has {', '.join(sorted(schedule.symbols))}"
+        missing = sorted(schedule.ops - self.ops)
+        if missing:
+            return f"op {missing[0]} is not in its op table"
+        for op, kind in sorted(schedule.reductions.items()):
+            if kind not in self.kinds:
+                return f"reduction {op} ({kind}) is not among its reductions"
+        return None
+
+
+@attrs.frozen
+class OpTemplate:
+    """A pointwise op in a renderer's table: ``template``, the expression over the op's
+    arguments by schema name (``"{self} + {other}"``), or a function of (the op's
+    attributes, the compute dtype) giving one; ``args``: what the operands are converted
+    to first (``"out"``: the result's compute dtype; ``"promote"``: the promoted input
+    dtype, for comparisons; ``"where"``: a bool condition, the rest as the result;
+    ``"keep"``: as they are; ``"cast"``: an explicit conversion, the template unused);
+    ``ints``: whether it also serves integer and bool results."""
+
+    template: str | Callable[[Mapping[str, Any], str], str]
+    args: str = "out"
+    ints: bool = False
+
+    def text(self, attrs_: Mapping[str, Any], compute: str) -> str | None:
+        if compute not in ("f32", "f64") and not self.ints:
+            return None
+        return self.template(attrs_, compute) if callable(self.template) else self.template
+
+
+@attrs.frozen
+class Param:
+    """A kernel parameter: ``name``, ``role`` (``input``: a tensor read, ``scalar``: a
+    Python number, ``output``: a tensor written) and ``dtype`` (IR dtype; a scalar's
+    compute dtype)."""
+
+    name: str
+    role: str
+    dtype: str
+
+
+@attrs.frozen
+class LaunchSpec:
+    """How a kernel is called: ``entry`` (its function's name), ``params`` in order (the
+    group's inputs, then its outputs), and each output's ``shape``, ``strides`` and dtype
+    (static sizes) for the launcher to allocate."""
+
+    entry: str
+    params: tuple[Param, ...]
+    outputs: tuple[tuple[tuple[int, ...], tuple[int, ...], str], ...]
+
+    def to_json(self) -> dict:
+        return {"entry": self.entry, "params": [attrs.astuple(p) for p in self.params],
+                "outputs": [[list(s), list(st), d] for s, st, d in self.outputs]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
+        return cls(data["entry"], tuple(Param(*p) for p in data["params"]),
+                   tuple((tuple(s), tuple(st), d) for s, st, d in data["outputs"]))
+
+
+@attrs.frozen
+class Lowered:
+    """A group lowered for a renderer: its ``schedule``, the kernel's ``launch`` spec and
+    ``body``, statements of :mod:`torchloom.codegen.stmt` whose expressions are the
+    renderer's text (``Declare.ctype`` and ``Var.ctype`` hold compute dtypes: ``f32``)."""
+
+    schedule: Schedule
+    launch: LaunchSpec
+    body: tuple[Any, ...]
+
+
+@runtime_checkable
+class Renderer(Protocol):
+    """A codegen target, as the core lowers for it (see docs/writing-a-codegen.md).
+
+    Data: ``name``, ``version``, ``capabilities``; ``ops`` (op name -> :class:`OpTemplate`),
+    ``language`` (index arithmetic: :data:`torchloom.codegen.indexing.C`), ``sqrt`` (a
+    square root of ``{x}``, for std). Expression spelling: ``literal``, ``convert``,
+    ``round``, ``read``, ``store_value``, ``initial``, ``accumulate``. Output: ``render``
+    (a :class:`Lowered` to source) and ``build`` (source to a callable kernel)."""
+
+    name: str
+    version: str
+    capabilities: Capabilities
+    ops: Mapping[str, OpTemplate]
+    language: Language
+    sqrt: str
+
+    def literal(self, value: Any, dtype: str) -> str:
+        """A Python number as a constant of compute dtype ``dtype``."""
+
+    def convert(self, text: str, source: str, target: str) -> str:
+        """Value ``text`` of compute dtype ``source`` converted to compute dtype ``target``."""
+
+    def round(self, text: str, dtype: str) -> str:
+        """An f32 value rounded to low-precision IR dtype ``dtype`` (bf16, f16), as f32."""
+
+    def read(self, pointer: str, offset: str, dtype: str) -> str:
+        """Element ``offset`` of tensor ``pointer`` (IR dtype ``dtype``) in its compute dtype."""
+
+    def store_value(self, text: str, dtype: str) -> str:
+        """A compute value as stored in a tensor of IR dtype ``dtype``."""
+
+    def initial(self, kind: str, dtype: str) -> str:
+        """The starting value of a ``kind`` accumulator of compute dtype ``dtype``."""
+
+    def accumulate(self, kind: str, acc: str, value: str, index: str, extra: str) -> list:
+        """Statements folding ``value`` (element ``index`` of the row) into ``acc``:
+        ``extra`` is the row's mean for ``var`` and the value accumulator for
+        ``argmax``/``argmin`` (whose ``acc`` is the index)."""
+
+    def render(self, kernel: Lowered) -> str:
+        """The kernel's source."""
+
+    def build(self, source: str, launch: LaunchSpec) -> Kernel:
+        """A callable running ``source``: ``kernel(*inputs) -> tuple(outputs)``."""

@@ -1,0 +1,333 @@
+"""Lowering for renderers: a fusion group and its :class:`~torchloom.codegen.contract.Schedule`
+become statements (:mod:`torchloom.codegen.stmt`) whose expressions the
+:class:`~torchloom.codegen.contract.Renderer` spells; :class:`RendererCodegen` is the codegen
+a renderer makes (see docs/writing-a-codegen.md).
+
+The statements are scalar loops a target may render as they are (``scalar_c``) or
+transform first. A pointwise group is one loop ``x`` over the first output's elements; a
+reduction group is a loop ``x`` over the rows of its nest holding, per reduction in program
+order, an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input
+into it (``var``: a loop for the mean, one for the squares), the reduction's results
+(``Declare``), its outputs of a row's shape stored after them and those of the nest's shape
+stored by a last loop ``r``. For ``softmax`` over ``f32[8, 20]``::
+
+    Loop x in [0, 8):
+      Var f32 amax1 = <initial max>;  Loop r in [0, 20): <a[x, r]>, <accumulate max>
+      Var f32 sum2 = 0;               Loop r in [0, 20): exp(a[x, r] - amax1), <accumulate sum>
+      Loop r in [0, 20): Store out0[x * 20 + r] = exp(a[x, r] - amax1) / sum2
+
+Values are computed where they are read (:class:`~torchloom.codegen.writer.ValueWalk`):
+views are index math, broadcasts read one element, bf16/f16 results round as eager does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchloom.codegen import stmt
+from torchloom.codegen.base import Kernel, KernelSource, Reason, Written
+from torchloom.codegen.contract import (LaunchSpec, Lowered, Param, Renderer, Schedule)
+from torchloom.codegen.indexing import Coords, IndexMath, Unsupported, prod, same
+from torchloom.codegen.reductions import reduction_table
+from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, same_shape,
+                                      var_correction)
+from torchloom.ir import Node, ScalarType, TensorType, Value
+
+_LOW = ("bf16", "f16")
+
+
+def _atomic(text: str) -> bool:
+    """A name or a plain number: used as it is, never bound to a name."""
+    if text.isidentifier():
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _Scopes:
+    """Statements in nested scopes (a loop's body is one), each with the names its values
+    are bound to: a value computed in a scope is visible in the scopes inside it."""
+
+    def __init__(self, renderer: Renderer):
+        self.renderer = renderer
+        self.scopes: list[tuple[list, dict]] = [([], {})]
+        self.count = 0
+
+    def fresh(self, hint: str) -> str:
+        self.count += 1
+        hint = "".join(c if c.isalnum() or c == "_" else "_" for c in hint).strip("_") or "v"
+        return f"{hint}_{self.count}"
+
+    def lookup(self, key: Any) -> Any:
+        for _, memo in reversed(self.scopes):
+            if key in memo:
+                return memo[key]
+        return None
+
+    def remember(self, key: Any, value: Any) -> None:
+        self.scopes[-1][1][key] = value
+
+    def add(self, statement: Any) -> None:
+        self.scopes[-1][0].append(statement)
+
+    def open(self) -> None:
+        self.scopes.append(([], {}))
+
+    def close(self) -> list:
+        return self.scopes.pop()[0]
+
+    # ---- what ValueWalk asks of an emitter ---------------------------------------------
+    def emit(self, text: str, dtype: str, hint: str = "v", inner: bool = False) -> Expr:
+        if _atomic(text):
+            return Expr(text, dtype)
+        name = self.lookup(("text", text, dtype))
+        if name is None:
+            name = self.fresh(hint)
+            self.remember(("text", text, dtype), name)
+            self.add(stmt.Declare(dtype, name, text))
+        return Expr(name, dtype)
+
+    def convert(self, e: Expr, dtype: str) -> Expr:
+        if e.dtype == dtype:
+            return e
+        return Expr(self.renderer.convert(e.text, e.dtype, dtype), dtype)
+
+    def cast(self, e: Expr, ir_dtype: str) -> Expr:
+        """An explicit conversion to IR dtype ``ir_dtype``: bf16/f16 round, as f32."""
+        if ir_dtype in _LOW:
+            return self.emit(self.renderer.round(self.convert(e, "f32").text, ir_dtype),
+                             "f32", ir_dtype)
+        return self.convert(e, COMPUTE[ir_dtype])
+
+    def par(self, text: str) -> str:
+        return text if _atomic(text) else f"({text})"
+
+
+class _Lowering(ValueWalk):
+    """One group lowered for one renderer (see the module docstring)."""
+
+    tensor_type = staticmethod(lambda v: v.type)
+
+    def __init__(self, group: Node, registry: Any, schedule: Schedule, renderer: Renderer):
+        self.region, self.registry, self.schedule = group.region, registry, schedule
+        self.renderer = renderer
+        self.TARGET = renderer.name
+        self.POINTWISE = renderer.ops
+        self.REDUCTIONS = reduction_table(renderer.sqrt)
+        self.ix = IndexMath(renderer.language)
+        self.known: dict = {}
+        self.em = _Scopes(renderer)
+        self.reduced: dict[Value, tuple[Coords, Expr]] = {}
+        nest = schedule.nest
+        self.shape = tuple(nest.shape) if nest else ()
+        self.rdims = nest.rdims if nest else ()
+        self.kept_shape = nest.kept_shape if nest else []
+        self.rows = nest.rows if nest else None
+        self.numel = nest.numel if nest else None
+        self.full: Coords | None = None
+        self.row: Coords | None = None
+        self.row_keepdim: Coords | None = None
+
+    # ---- values ------------------------------------------------------------------------
+    def value_at(self, v: Value, coords: Coords) -> Expr:
+        hit = self.em.lookup(("value", v, coords))
+        if hit is None:
+            hit = self._compute(v, coords)
+            self.em.remember(("value", v, coords), hit)
+        return hit
+
+    def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
+        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
+        return self.em.emit(self.renderer.read(f"in_{v.name}", offset, t.dtype),
+                            COMPUTE[t.dtype], v.name)
+
+    def _literal(self, node: Node, value: Any, compute: str) -> str:
+        try:
+            return self.renderer.literal(value, compute)
+        except TypeError as exc:
+            raise Unsupported(f"{node.op}: {exc}") from None
+
+    def _render(self, node: Node, spec, named: dict[str, str], compute: str,
+                ir_dtype: str, given: dict[str, Any]) -> str:
+        template = spec.text(given, compute)
+        if template is None:
+            raise Unsupported(f"{node.op} on {compute} has no {self.TARGET} template")
+        try:
+            return template.format(**named)
+        except KeyError as exc:
+            raise Unsupported(f"{node.op}: argument {exc.args[0]} has no value") from None
+
+    def _know(self, coords: Coords, shape, index: str) -> None:
+        real = tuple((c, d) for c, d in zip(coords, shape) if d != 1)
+        if real:
+            self.known[(tuple(c for c, _ in real), tuple(d for _, d in real))] = index
+
+    def _store(self, k: int, v: Value, coords: Coords, e: Expr) -> None:
+        t = v.type
+        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
+        value = self.renderer.store_value(self.em.convert(e, COMPUTE[t.dtype]).text, t.dtype)
+        self.em.add(stmt.Store(stmt.Element(f"out{k}", offset), value))
+
+    # ---- the loops ---------------------------------------------------------------------
+    def pointwise(self) -> list:
+        shape = tuple(self.region.outputs[0].type.shape)
+        numel = prod(shape)
+        coords = self.ix.delinear("x", shape)
+        self._know(coords, shape, "x")
+        self.em.open()
+        for k, v in enumerate(self.region.outputs):
+            out = tuple(v.type.shape)
+            if same_shape(out, shape):
+                at = coords
+            elif same(prod(out), numel):
+                at = self.ix.reshape(coords, shape, out, self.known)
+            else:
+                raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
+                                  f"the loop over {list(shape)}")
+            self._store(k, v, at, self.value_at(v, at))
+        return [stmt.Loop("x", "0", self.ix.size(numel), tuple(self.em.close()))]
+
+    def reduction(self) -> list:
+        nest = self.schedule.nest
+        self.row = self.ix.delinear("x", nest.kept_shape)
+        self._know(self.row, nest.kept_shape, "x")
+        red = self.ix.delinear("r", nest.red_shape)
+        self._know(red, nest.red_shape, "r")
+        full = [""] * len(nest.shape)
+        for d, c in [*zip(nest.kept, self.row), *zip(nest.rdims, red)]:
+            full[d] = c
+        self.full = tuple(full)
+        self.row_keepdim = tuple("0" if d in nest.rdims else c for d, c in enumerate(full))
+        self.em.open()
+        for node in self.region.nodes:
+            if node.op in self.REDUCTIONS:
+                self._reduce(node)
+        last = []
+        for k, v in enumerate(self.region.outputs):
+            in_loop, coords = self.place_output(v)
+            if in_loop:
+                last.append((k, v, coords))
+            else:
+                self._store(k, v, coords, self.value_at(v, coords))
+        if last:
+            self.em.open()
+            for k, v, coords in last:
+                self._store(k, v, coords, self.value_at(v, coords))
+            self._loop_r(self.em.close())
+        return [stmt.Loop("x", "0", self.ix.size(nest.rows), tuple(self.em.close()))]
+
+    def _loop_r(self, body: list) -> None:
+        self.em.add(stmt.Loop("r", "0", self.ix.size(self.schedule.nest.rnumel), tuple(body)))
+
+    def _fold(self, kind: str, acc: str, src: Value, dtype: str, extra: str = "") -> None:
+        """A loop over the row folding ``src`` (as ``dtype``) into ``acc``."""
+        self.em.open()
+        x = self.em.convert(self.value_at(src, self.full), dtype)
+        for s in self.renderer.accumulate(kind, acc, x.text, "r", extra):
+            self.em.add(s)
+        self._loop_r(self.em.close())
+
+    def _var(self, kind: str, dtype: str, init: str | None = None) -> str:
+        name = self.em.fresh(kind)
+        self.em.add(stmt.Var(dtype, name, init or self.renderer.initial(kind, dtype)))
+        return name
+
+    def _reduce(self, node: Node) -> None:
+        spec = self.REDUCTIONS[node.op]
+        kind, src = spec.kind, node.inputs[0]
+        n = self.ix.size(self.schedule.nest.rnumel)
+        src_dtype = COMPUTE[src.type.dtype]
+        dtype = "b8" if kind in ("any", "all") else COMPUTE[node.outputs[0].type.dtype]
+        mean = value = ""
+        if kind == "var":
+            total = self._var("sum", dtype)
+            self._fold("sum", total, src, dtype)
+            mean = self.em.emit(f"{total} / {n}", dtype, "mean").text
+            acc = self._var("var", dtype, self.renderer.initial("sum", dtype))
+            self._fold("var", acc, src, dtype, mean)
+        elif kind in ("argmax", "argmin"):
+            value = self._var("best", src_dtype, self.renderer.initial(kind, src_dtype))
+            acc = self._var(kind, "i64", "0")
+            self._fold(kind, acc, src, src_dtype, value)
+        else:
+            acc = self._var(kind, dtype)
+            self._fold(kind, acc, src, dtype)
+        rank = len(self.shape)
+        for out, template in zip(node.outputs, spec.outputs):
+            t = out.type
+            text = template.format(acc=acc, n=n, mean=mean, value=value,
+                                   dof=f"({n} - {var_correction(node)})")
+            e = self.em.emit(text, COMPUTE[t.dtype], out.name)
+            if t.dtype in _LOW:
+                e = self.em.cast(e, t.dtype)
+            self.reduced[out] = (self.row_keepdim if len(t.shape) == rank and rank else
+                                 self.row, e)
+
+
+def _launch(region) -> LaunchSpec:
+    params = []
+    for v in region.inputs:
+        if isinstance(v.type, ScalarType):
+            if v.type.kind not in SCALAR_DTYPES:
+                raise Unsupported(f"input %{v.name} is a {v.type.kind} scalar")
+            params.append(Param(f"in_{v.name}", "scalar", SCALAR_DTYPES[v.type.kind]))
+        else:
+            params.append(Param(f"in_{v.name}", "input", v.type.dtype))
+    outputs = []
+    for k, v in enumerate(region.outputs):
+        t = v.type
+        dims = (*t.shape, *t.actual_strides())
+        if not all(isinstance(d, int) for d in dims):
+            raise Unsupported(f"output %{v.name} has symbolic sizes {list(t.shape)}")
+        params.append(Param(f"out{k}", "output", t.dtype))
+        outputs.append((tuple(t.shape), tuple(t.actual_strides()), t.dtype))
+    return LaunchSpec("kernel", tuple(params), tuple(outputs))
+
+
+def lower(group: Node, registry: Any, schedule: Schedule, renderer: Renderer) -> Lowered:
+    """``group`` (whose schedule is ``schedule``) as statements for ``renderer``;
+    :class:`Unsupported` with the reason when the lowering cannot express it."""
+    launch = _launch(group.region)
+    walk = _Lowering(group, registry, schedule, renderer)
+    body = walk.pointwise() if schedule.nest is None else walk.reduction()
+    return Lowered(schedule, launch, tuple(stmt.drop_unused(body)))
+
+
+class RendererCodegen:
+    """The :class:`~torchloom.codegen.base.Codegen` of a :class:`Renderer`: a group whose
+    schedule the renderer's capabilities do not cover is declined with
+    :meth:`~torchloom.codegen.contract.Capabilities.gap`'s reason (one the lowering cannot
+    express, with the lowering's); the others are lowered once (kept for ``generate``),
+    rendered, and built by ``load``."""
+
+    def __init__(self, renderer: Renderer):
+        self.renderer = renderer
+        self.name = renderer.name
+        self.version = renderer.version
+        self._written = Written()
+
+    def supports(self, group: Node, registry: Any) -> Reason | None:
+        try:
+            self.generate(group, registry)
+        except Unsupported as exc:
+            return Reason(self.name, str(exc))
+        return None
+
+    def generate(self, group: Node, registry: Any) -> KernelSource:
+        return self._written.get(group, registry, lambda: self._write(group, registry))
+
+    def _write(self, group: Node, registry: Any) -> KernelSource:
+        schedule = Schedule.of(group, registry)
+        gap = self.renderer.capabilities.gap(schedule)
+        if gap is not None:
+            raise Unsupported(gap)
+        lowered = lower(group, registry, schedule, self.renderer)
+        return KernelSource(self.name, self.renderer.render(lowered),
+                            {"form": schedule.form, "launch": lowered.launch.to_json()})
+
+    def load(self, kernel: KernelSource, registry: Any) -> Kernel:
+        return self.renderer.build(kernel.source,
+                                   LaunchSpec.from_json(kernel.metadata["launch"]))
