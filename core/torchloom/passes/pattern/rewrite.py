@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from torchloom.ir.graph import Graph, Value
 from torchloom.ir.liveness import dead_nodes, is_returned
+from torchloom.ir.text import format_type
 from torchloom.ir.types import TensorType
 from torchloom.passes.base import Pass, PassContext, PassResult
 from torchloom.passes.pattern.match import PatternIndex
@@ -96,7 +97,8 @@ def _rewrite(match: Match, rule: Rule, slots: dict[Value, list[int]]) -> int | s
     device = old.type.device if isinstance(old.type, TensorType) else None
     new_type = _on(result.type, device)
     if new_type != old.type:
-        return f"the replacement gives {new_type}, the matched value is {old.type}"
+        return (f"the replacement gives {format_type(new_type)}, the matched value is "
+                f"{format_type(old.type)}")
     if result.producer is None and is_returned(old, slots):
         # returning the argument itself would make a graph output alias it
         return "the replacement returns an argument unchanged and the match is returned"

@@ -5,5 +5,7 @@ from torchloom.api import hookimpl
 
 @hookimpl
 def torchloom_passes():
+    from torchloom_example.algebra import Algebra
     from torchloom_example.pow_to_mul import PowToMul
-    return [PowToMul]
+    from torchloom_example.silu import Silu
+    return [PowToMul, Silu, Algebra]
