@@ -7,6 +7,7 @@
     torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
     torchloom reproduce DIR
     torchloom opt [FILE] (--passes P1,P2{opt=v} | --pipeline P) [--verify-each] [-o OUT]
+    torchloom perf-history [GATE] [--storage DIR] [--machine ID] [--json]
 
     torchloom --version        (python -m torchloom is the same command line)
 
@@ -71,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="replay a pass-failure reproducer directory")
     p.add_argument("directory", help="a reproducer directory (as named by a pass's error)")
     from torchloom.opt import add_opt_parser
+    from torchloom.perf_history import add_perf_history_parser
     add_opt_parser(sub)
+    add_perf_history_parser(sub)
     for p in sub.choices.values():  # also accepted after the command: explain X --traceback
         _add_traceback(p, argparse.SUPPRESS)
     return parser
@@ -332,8 +335,18 @@ def _opt(args) -> int:
     return run_opt(args)
 
 
+def _perf_history(args) -> int:
+    from torchloom.perf_history import perf_history
+    gates, text = perf_history(args)
+    if args.json:
+        _json(args, {"ok": True, "gates": gates})
+    else:
+        print(text)
+    return 0
+
+
 _COMMANDS = {"plugins": _plugins, "check": _check, "explain": _explain, "bench": _bench,
-             "reproduce": _reproduce, "opt": _opt}
+             "reproduce": _reproduce, "opt": _opt, "perf-history": _perf_history}
 
 if __name__ == "__main__":
     sys.exit(main())
