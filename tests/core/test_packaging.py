@@ -37,7 +37,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = sorted(p.parent for p in (ROOT / "plugins").glob("*/pyproject.toml"))
-PROJECTS = [ROOT, *PLUGINS, ROOT / "examples" / "third_party_plugin"]
+EXAMPLES = [ROOT / "examples" / "third_party_plugin", ROOT / "examples" / "third_party_codegen"]
+PROJECTS = [ROOT, *PLUGINS, *EXAMPLES]
 ERROR_HANDLERS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
@@ -64,8 +65,7 @@ def test_the_core_version_is_defined_once():
     assert md.version("torchloom") == torchloom.__version__
 
 
-@pytest.mark.parametrize("project", [*PLUGINS, ROOT / "examples" / "third_party_plugin"],
-                         ids=ids([*PLUGINS, ROOT / "examples" / "third_party_plugin"]))
+@pytest.mark.parametrize("project", [*PLUGINS, *EXAMPLES], ids=ids([*PLUGINS, *EXAMPLES]))
 def test_plugins_require_a_range_of_core_versions_that_admits_this_core(project):
     [core] = [r for r in requirements(project) if normalized(r.name) == "torchloom"]
     assert core.specifier.contains(torchloom.__version__), core

@@ -1,0 +1,148 @@
+"""The third-party codegen ``scalar_c`` (examples/third_party_codegen/, written against
+``torchloom.api`` alone): found through its entry point (a .dist-info written from its own
+pyproject.toml, as pip would, and its src/ on sys.path), it runs the group-level case
+tables the cpu and Triton codegens' tests share (torchloom.testing.reductions and
+torchloom.testing.pointwise) and matches eager; a case it declines is declined for a
+capability it lacks (Capabilities.gap), never silently; a pipeline selects it with
+``codegen = ["scalar_c"]``."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+from torchloom.api import Reason, Schedule, parse_graph
+from torchloom.backend import torchloom_backend
+from torchloom.compiler import Compiler
+from torchloom.runtime.executor import CompiledGraph
+from torchloom.testing import pointwise, reductions
+from torchloom.tools import EagerCodegen, load_plugins
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "third_party_codegen"
+CASES = {**reductions.CASES, **pointwise.CASES}
+#: cases scalar_c renders (the others it declines for a capability; see the count test)
+RENDERED = 32
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    """Plugins loaded with the example installed as pip would install it."""
+    site = tmp_path_factory.mktemp("site")
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
+    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
+                                   f"Version: {project['version']}\n")
+    eps = "".join(f"{k} = {v}\n" for k, v in project["entry-points"]["torchloom"].items())
+    (info / "entry_points.txt").write_text(f"[torchloom]\n{eps}")
+    paths = [str(site), str(EXAMPLE / "src")]
+    sys.path[:0] = paths
+    cache = os.environ.get("TORCHLOOM_CACHE_DIR")
+    os.environ["TORCHLOOM_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        yield load_plugins()
+    finally:
+        for p in paths:
+            sys.path.remove(p)
+        if cache is None:
+            del os.environ["TORCHLOOM_CACHE_DIR"]
+        else:
+            os.environ["TORCHLOOM_CACHE_DIR"] = cache
+        for name in [m for m in sys.modules if m.startswith("torchloom_scalar_c")]:
+            del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def scalar_c(plugins):
+    return plugins.codegen("scalar_c")
+
+
+def _group(text: str):
+    return next(parse_graph(text).nodes)
+
+
+def test_registered_through_its_entry_point(plugins):
+    registered = plugins.codegens["scalar_c"]
+    assert registered.distribution == "torchloom-scalar-c"
+    assert not [e for e in plugins.errors if "scalar_c" in str(e)]
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_shared_case_matches_eager_or_is_declined_for_a_capability(plugins, scalar_c, name):
+    text, inputs = CASES[name]
+    reason = scalar_c.supports(_group(text), plugins.registry)
+    if reason is not None:  # declined: for what its capabilities lack, and said so
+        gap = scalar_c.renderer.capabilities.gap(Schedule.of(_group(text)))
+        assert gap is not None and reason == Reason("scalar_c", gap), reason
+        return
+    compiled = CompiledGraph(parse_graph(text), plugins.registry, [scalar_c, EagerCodegen()])
+    assert [c.codegen for c in compiled.choices] == ["scalar_c"]
+    got = compiled(*inputs())
+    want = CompiledGraph(parse_graph(text), plugins.registry, [EagerCodegen()])(*inputs())
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, equal_nan=True)
+
+
+def test_how_many_shared_cases_it_renders(plugins, scalar_c):
+    """32 of the 39 shared cases; the 7 others are column and strided reductions, an f16
+    input and an op outside its table (gelu_backward). Every pointwise and row-reduction
+    case whose dtypes and ops it has is rendered."""
+    rendered, declined = [], {}
+    for name, (text, _) in sorted(CASES.items()):
+        reason = scalar_c.supports(_group(text), plugins.registry)
+        (rendered.append(name) if reason is None else declined.__setitem__(name, reason))
+    assert len(CASES) == 39 and len(rendered) == RENDERED, declined
+    forms = {name: Schedule.of(_group(CASES[name][0])).form for name in declined}
+    assert sorted(forms.values()) == ["column_reduction"] * 3 + ["pointwise"] * 2 + [
+        "strided_reduction"] * 2
+    assert "renders no dtype f16" in str(declined["half_inputs_computed_in_fp32"])
+    assert "gelu_backward" in str(declined["backward_templates"])
+
+
+def test_kernels_are_plain_scalar_c(plugins, scalar_c):
+    text, _ = reductions.CASES["softmax"]
+    source = scalar_c.generate(_group(text), plugins.registry).source
+    assert "void kernel(const float* restrict in_a, float* restrict out0)" in source
+    assert "#pragma" not in source and "omp" not in source
+    assert source.count("for (int64_t r = 0; r < 20; r++)") == 3  # max, sum, the stores
+
+
+def test_the_example_imports_torchloom_api_alone():
+    sources = sorted((EXAMPLE / "src").rglob("*.py"))
+    assert sum(len(p.read_text().splitlines()) for p in sources) <= 300
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            for name in names:
+                assert not name.startswith("torchloom.") or name == "torchloom.api", (path, name)
+                assert not name.startswith("torchloom_codegen"), (path, name)
+
+
+def test_a_pipeline_selects_it(plugins, tmp_path):
+    pipeline = tmp_path / "scalar_c.toml"
+    pipeline.write_text('[pipeline]\nname = "scalar-c"\nextends = "default"\n'
+                        'codegen = ["scalar_c"]\n')
+    compiler = Compiler(str(pipeline), cache_dir=tmp_path, compile_cache=False, strict=True)
+
+    def fn(x, w):
+        return torch.softmax(x * w, dim=-1), torch.nn.functional.gelu(x + w)
+
+    x, w = torch.randn(16, 40), torch.randn(40)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    for got, want in zip(compiled(x, w), fn(x, w)):
+        torch.testing.assert_close(got, want)
+    torch._dynamo.reset()
+    choices = [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
+    assert choices and set(choices) == {"scalar_c"}, choices
