@@ -34,7 +34,7 @@ from torchloom.passes.pipeline import PARTITIONERS
 
 #: the options of ``torch.compile(backend="torchloom", options=...)`` the README documents
 OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "partitioner", "mode",
-               "remote_cache")
+               "remote_cache", "verify")
 #: accepted but not offered to users: ``compiler``, a ready :class:`Compiler` (explain,
 #: bench and tests pass one to read its compilations afterwards)
 INTERNAL_OPTION_KEYS = ("compiler",)
@@ -66,7 +66,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
                                                   cache_dir=options.get("cache_dir"),
                                                   compile_cache=options.get("compile_cache"),
                                                   mode=mode,
-                                                  remote_cache=options.get("remote_cache"))
+                                                  remote_cache=options.get("remote_cache"),
+                                                  verify=options.get("verify"))
 
     def compile_forward(fx_gm, inputs):
         return compiler.compile_fx(fx_gm, inputs, boxed=True)

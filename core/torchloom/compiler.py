@@ -23,6 +23,7 @@ from torchloom.frontend.fx import ImportedGraph, import_fx
 from torchloom.ir.graph import Graph
 from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager, RunReport
+from torchloom.passes.pipeline import VERIFY_POLICIES
 from torchloom.plugins.pipelines import load_pipeline
 from torchloom.runtime.cache import KernelCache, directory_problem
 from torchloom.runtime.executor import CompiledGraph
@@ -64,7 +65,7 @@ class Compiler:
                  device: str = "cpu", keep_ir: bool = False, strict: bool = False,
                  compile_cache: bool | None = None, target: str | None = None,
                  instruments: Sequence[Any] = (), mode: str | None = None,
-                 remote_cache: str | bool | None = None):
+                 remote_cache: str | bool | None = None, verify: str | None = None):
         """``compile_cache``: keep graphs after the pipeline on disk under ``cache_dir``
         and reuse them (see :mod:`torchloom.runtime.graph_cache`). Default: on, unless
         ``TORCHLOOM_COMPILE_CACHE=0`` or the compiler dumps or keeps IR (``explain``
@@ -77,13 +78,16 @@ class Compiler:
         a built-in name, a file, or a dict of a pipeline file's tables.
         ``remote_cache``: the shared cache's URL (``redis://HOST:PORT/DB``; default
         ``TORCHLOOM_REMOTE_CACHE``, then the pipeline's ``[runtime] remote_cache``;
-        False: none), see :mod:`torchloom.runtime.remote_cache`."""
+        False: none), see :mod:`torchloom.runtime.remote_cache`. ``verify`` overrides the
+        pipeline's policy (``"numeric"``: every pass is also checked by values; then the
+        compile cache is off by default, so the passes run)."""
         self.mode = check_mode(mode)
         loaded = load_pipeline(pipeline, plugins)
         self.plugins = loaded.plugins
         for problem in [*self.plugins.errors, *self.plugins.warnings]:
             log.warning("torchloom: %s", problem)
-        self.pipeline, mode_notes = apply_mode(loaded.pipeline, self.plugins, self.mode)
+        self.pipeline, mode_notes = apply_mode(_with_verify(loaded.pipeline, verify),
+                                               self.plugins, self.mode)
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device = device
@@ -105,7 +109,8 @@ class Compiler:
                                         remote=self.remote_cache)
         if compile_cache is None:
             compile_cache = (env_flag("TORCHLOOM_COMPILE_CACHE", True)
-                             and dump_dir is None and not keep_ir and target is None)
+                             and dump_dir is None and not keep_ir and target is None
+                             and self.pipeline.verify != "numeric")
         self.graph_cache = GraphCache(disk and disk / "graphs", {
             "pipeline": fingerprint, "device": device,
             "versions": self.plugins.versions()},
@@ -245,6 +250,16 @@ class Compiler:
         log_fallback(name, reason, nodes)
         self.compilations.append(Compilation(name, nodes, fallback_reason=reason, fn=gm))
         return boxed_call(gm) if boxed else gm
+
+
+def _with_verify(pipeline, verify: str | None):
+    """The pipeline with the ``verify`` option's policy, checked."""
+    if verify is None or verify == pipeline.verify:
+        return pipeline
+    if verify not in VERIFY_POLICIES:
+        raise PipelineError(f"torch.compile(backend='torchloom'): verify {verify!r} must be "
+                            f"one of {', '.join(VERIFY_POLICIES)}")
+    return attrs.evolve(pipeline, verify=verify)
 
 
 def _remote_cache(option: str | bool | None, pipeline) -> tuple[RemoteCache | None, str | None]:

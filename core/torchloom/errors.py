@@ -23,6 +23,15 @@ class VerifyError(TorchloomError):
     """A graph broke an IR invariant. The message shows the offending node in printed IR."""
 
 
+class NumericError(VerifyError):
+    """A pass changed the values a graph computes (``verify = "numeric"``). ``inputs`` is
+    the input set (tensors and scalars) on which the graphs before and after it differ."""
+
+    def __init__(self, message: str, inputs=()):
+        self.inputs = list(inputs)
+        super().__init__(message)
+
+
 class PipelineError(TorchloomError):
     """A pipeline file or pipeline option is wrong; the message names file and line."""
 

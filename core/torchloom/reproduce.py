@@ -12,6 +12,7 @@ from torchloom.errors import PipelineError, TorchloomError
 from torchloom.ir.text import parse_graph
 from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager
+from torchloom.passes.numeric import read_inputs
 from torchloom.passes.pipeline import VERIFY_POLICIES, PassStep, Pipeline, parse_raw
 from torchloom.passes.textfile import read_json_file, read_text_file
 from torchloom.plugins.pipelines import load_pipeline, plugins_for
@@ -56,7 +57,7 @@ def reproduce(directory: str | Path, plugins=None) -> str:
                             verify=meta.get("verify", "each"))
         what = f"pass {meta['pass']!r}"
     ctx = PassContext(registry=plugins.registry, device=meta.get("device", "cpu"))
-    PassManager(pipeline, plugins).run(graph, ctx)
+    PassManager(pipeline, plugins, numeric_inputs=read_inputs(d)).run(graph, ctx)
     return f"{what} ran without error on {d / 'before.ir'}"
 
 

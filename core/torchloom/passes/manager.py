@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.errors import PassError, PipelineError, PluginError, VerifyError
+from torchloom.errors import NumericError, PassError, PipelineError, PluginError, VerifyError
 from torchloom.ir.aliasing import AliasFacts, alias_facts, check_aliasing
 from torchloom.ir.graph import Graph
 from torchloom.ir.snapshot import GraphSnapshot
@@ -43,7 +43,7 @@ class PassManager:
 
     def __init__(self, pipeline: Pipeline, plugins, *, dump_dir: str | Path | None = None,
                  repro_dir: str | Path | None = None, instruments: list[Any] | None = None,
-                 warned: set[str] | None = None):
+                 warned: set[str] | None = None, numeric_inputs: list[Any] | None = None):
         self.pipeline = pipeline
         self.plugins = plugins
         self.dump_dir = Path(dump_dir) if dump_dir else None
@@ -53,6 +53,8 @@ class PassManager:
                              for r in plugins.instruments]
                             + [(ins, "the caller") for ins in instruments or []])
         self.warned = warned if warned is not None else set()
+        #: ``verify = "numeric"``: the inputs to compare on (a reproducer's), else seeded
+        self.numeric_inputs = numeric_inputs
         self._dumped = 0
         #: (file stem, text) of the last IR dumped, the "before" of the next diff
         self._last_dump: tuple[str, str] | None = None
@@ -62,7 +64,13 @@ class PassManager:
         for name in self.pipeline.missing_optional:
             report.notes.append(f"optional pass {name!r} is not installed; skipped")
         self._dump(graph, "input")
-        state = _State(GraphSnapshot(graph), aliases=alias_facts(graph, ctx.registry))
+        state = _State(GraphSnapshot(graph), aliases=alias_facts(graph, ctx.registry),
+                       each=self.pipeline.verify in ("each", "numeric"))
+        if self.pipeline.verify == "numeric":  # nothing of it runs under other policies
+            from torchloom.passes.numeric import NumericCheck
+            state.numeric = NumericCheck(graph, ctx.registry, self.numeric_inputs)
+            if state.numeric.skipped:
+                report.notes.append(state.numeric.skipped)
         # verify = "end" rolls the whole pipeline back: only then is the first one kept
         start = state.snapshot if self.pipeline.verify == "end" else None
         for step in self.pipeline.steps:
@@ -70,7 +78,7 @@ class PassManager:
                 self._run_step(step, graph, ctx, report, state)
             else:
                 self._run_fixpoint(step, graph, ctx, report, state)
-        if self.pipeline.verify != "each":  # "off" too: never a silent new alias
+        if not state.each:  # "off" too: never a silent new alias
             self._verify_end(graph, ctx, start, state.aliases)
         report.notes.extend(ctx.notes)
         return report
@@ -136,7 +144,7 @@ class PassManager:
             result = _checked(pass_.run(graph, ctx))
             for sub in subgraphs:  # a shared subgraph is transformed once, for all its calls
                 result = _merge(result, _run_on_subgraph(step, sub, ctx))
-            if self.pipeline.verify == "each":  # the whole graph after the first pass,
+            if state.each:  # the whole graph after the first pass,
                 after = GraphSnapshot(graph)  # then only what each pass changed
                 if state.verified:
                     changed = after.changed_since(snapshot)
@@ -148,6 +156,10 @@ class PassManager:
                 if changed:  # no new alias of an input or between outputs, no new write
                     check_aliasing(graph, ctx.registry, state.aliases)
                 state.verified = True
+                if state.numeric is not None and changed:  # the pass kept the values?
+                    note = state.numeric.check(graph)
+                    if note:
+                        report.notes.append(note)
             else:  # nothing to compare: one snapshot alive at a time (memory, collector)
                 check_order(graph)  # a cycle would hang later passes or the runtime build
                 state.snapshot = snapshot = None
@@ -203,7 +215,8 @@ class PassManager:
 
     def _failed(self, step: PassStep, before: Graph, exc: Exception, seconds: float,
                 ctx: PassContext, report: RunReport) -> bool:
-        kind = "left a graph the verifier rejects" if _is_verify(exc) else "raised"
+        kind = ("changed the values the graph computes" if isinstance(exc, NumericError)
+                else "left a graph the verifier rejects" if _is_verify(exc) else "raised")
         detail = f"{type(exc).__name__}: {exc}"
         repro, remark = self._write_reproducer(step, before, exc, ctx)
         message = (f"pass {step.name!r} (distribution {step.distribution} {step.version}) "
@@ -272,6 +285,9 @@ class PassManager:
             "traceback": "".join(traceback.format_exception(exc)),
         }, indent=2))
         (d / "versions.json").write_text(json.dumps(self.plugins.versions(), indent=2))
+        if isinstance(exc, NumericError) and exc.inputs:  # the inputs that showed it
+            from torchloom.passes.numeric import write_inputs
+            write_inputs(d, exc.inputs)
         try:
             os.rename(d, final)
         except OSError:  # another process wrote the same failure first
@@ -316,6 +332,10 @@ class _State:
     #: node -> op, attributes and types when type inference last agreed with them
     #: (``verify(typed=...)``: an unchanged node is not inferred again)
     typed: dict = attrs.field(factory=dict)
+    #: verify = "each" or "numeric": the verifier runs after every pass
+    each: bool = True
+    #: verify = "numeric": what the graph computes as the last pass left it
+    numeric: Any = None
 
 
 _EARLIER = "written by an earlier identical failure; "

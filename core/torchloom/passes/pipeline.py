@@ -4,7 +4,7 @@
 [pipeline]
 name = "default"
 codegen = ["triton", "cpu"]  # tried in order per group; "eager" runs what none takes
-verify = "each"        # each | end | off
+verify = "each"        # each | end | off | numeric
 on_error = "raise"     # raise | skip
 
 [plugins]
@@ -50,7 +50,7 @@ from torchloom.passes.pipeline_file import (Lines, RawPipeline, builtin_pipeline
                                             did_you_mean, parse_raw, read_pipeline)
 from torchloom.passes.sources import CORE_PACKAGE, SourceHashes
 
-VERIFY_POLICIES = ("each", "end", "off")
+VERIFY_POLICIES = ("each", "end", "off", "numeric")
 ON_ERROR = ("raise", "skip")
 _PIPELINE_KEYS = {"name", "codegen", "verify", "on_error", "description", "extends"}
 _PASS_KEYS = {"name", "optional"}
