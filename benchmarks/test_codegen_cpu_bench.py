@@ -47,8 +47,8 @@ GATES = {"gelu_bookend": 0.85, "layer_norm_residual_gelu": 1.3, "bias_gelu_bf16"
 INDUCTOR_GATES = {"gelu_bookend": 0.9, "layer_norm_residual_gelu": 0.9, "bias_gelu_bf16": 0.9,
                   "softmax": 0.9, "lstm_cell": 0.75, "mlp_block_training_step": 0.75}
 assert set(GATES) == set(INDUCTOR_GATES) == set(NAMES)
-#: measurements of a row below its gate taken again: a burst of load once made the GELU
-#: row 0.59x and once 0.847x, its usual 0.95-1.0x; the gate fails when both are below
+#: a burst of load once made the GELU row 0.59x and once 0.847x, its usual 0.95-1.0x: the
+#: gates decide with intervals now (issue 44), ``retries=1`` doubles their budget
 RETRIES = 1
 #: row -> (speed-up over eager, speed-up over Inductor), filled by the per-row tests
 RESULTS: dict[str, tuple[float, float]] = {}
@@ -119,10 +119,12 @@ def test_cpu_codegen_beats_eager_and_inductor(perf_gate, tmp_path, name):
     try:
         candidate, eager, inductor = compiled_row(name, tmp_path)
         iterations = _iterations(eager)
-        versus = perf_gate.measure(candidate, inductor, rounds=11, iterations=iterations)
         result = perf_gate(candidate, eager, min_speedup=GATES[name], rounds=11,
                            iterations=iterations, warmup=2, names=("torchloom", "eager"),
                            retries=RETRIES)
+        versus = perf_gate(candidate, inductor, min_speedup=INDUCTOR_GATES[name], rounds=11,
+                           iterations=iterations, names=("torchloom", "inductor"),
+                           retries=RETRIES, table=False)
     finally:
         torch._dynamo.reset()
     RESULTS[name] = (result.speedup, versus.speedup)
@@ -133,8 +135,6 @@ def test_cpu_codegen_beats_eager_and_inductor(perf_gate, tmp_path, name):
           f"(torchloom {versus.candidate_s * 1e3:.3f} ms in that pairing): "
           f"{result.speedup:.2f}x eager, {versus.speedup:.2f}x Inductor "
           f"({torch.get_num_threads()} thread)")
-    assert versus.speedup >= INDUCTOR_GATES[name], (
-        f"{name}: torchloom is {versus.speedup:.3f}x Inductor (gate {INDUCTOR_GATES[name]})")
 
 
 def _speedups(name: str, tmp_path: Path, rounds: int = 11) -> tuple[float, float]:

@@ -58,3 +58,14 @@ def test_measure_orders_each_round_at_random_with_a_seed():
     firsts = orders(1)[::2]
     assert "c" in firsts and "b" in firsts  # not a fixed alternation either
     assert firsts not in ("cb" * 8, "bc" * 8)
+
+
+def test_a_second_gate_in_a_test_keeps_out_of_the_table(perf_gate):
+    first = perf_gate(cheap, costly, min_speedup=2.0, rounds=7, iterations=5)
+    second = perf_gate(cheap, costly, min_speedup=1.5, rounds=7, iterations=5,
+                       names=("cheap", "costly"), table=False)
+    assert first.verdict == second.verdict == "pass"
+    info = perf_gate.benchmark.extra_info
+    assert info["speedup"] == first.speedup
+    assert info["gate_cheap_vs_costly"]["speedup"] == second.speedup
+    assert perf_gate.benchmark.stats.stats.rounds == first.rounds

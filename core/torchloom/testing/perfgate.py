@@ -197,9 +197,12 @@ class PerfGate:
                  level: float = 0.95, method: str = "hodges-lehmann",
                  max_rounds: int | None = None, max_time: float | None = None,
                  confirm: int = 2, seed: int = 0, min_sample: float = 1e-3,
-                 measure: str = "time", max_regression: float = 0.05) -> GateResult:
+                 measure: str = "time", max_regression: float = 0.05,
+                 table: bool = True) -> GateResult:
         """Measure, decide, record; fail (or warn, per ``--perf-gates``) on ``fail``, and
-        per ``--perf-inconclusive`` on ``inconclusive``."""
+        per ``--perf-inconclusive`` on ``inconclusive``. ``table=False``: a second gate in
+        the same test (pytest-benchmark's row is the first's); its result goes to
+        ``extra_info["gate_<candidate>_vs_<baseline>"]``."""
         if self.mode == "off":
             pytest.skip("perf gates are off (--perf-gates=off)")
         if method not in METHODS:
@@ -224,7 +227,7 @@ class PerfGate:
             cand = sampler(candidate, args, iterations, sync, clock)
             base = sampler(baseline, args, iterations, sync, clock)
             first = (self._pedantic_sample(candidate, args, iterations, sync)
-                     if counter is None and self._records() else None)
+                     if table and counter is None and self._records() else None)
             runs = [sequential(cand, base, threshold=min_speedup, budget=budget, level=level,
                                method=method, seed=seed, first_candidate=first)]
             while runs[-1].verdict == "fail" and len(runs) <= confirm:
@@ -238,7 +241,7 @@ class PerfGate:
             for run in runs:
                 for s in run.samples.candidate[1 if run is runs[0] else 0:]:
                     self.benchmark.stats.update(s * iterations)
-        self._report(result, names, runs)
+        self._report(result, names, runs, table)
         self._baseline(result, names, runs, level, max_regression)
         self._enforce(result, names)
         return result
@@ -288,12 +291,12 @@ class PerfGate:
             tuple((r.verdict, r.interval.speedup, r.interval.low, r.interval.high,
                    r.samples.rounds) for r in runs), unit, note)
 
-    def _report(self, result: GateResult, names, runs) -> None:
+    def _report(self, result: GateResult, names, runs, table: bool = True) -> None:
         if self.record is not None:
             self.record(PROPERTY, result.line(names))
         if self.benchmark is None:
             return
-        self.benchmark.extra_info.update({
+        info = {
             "verdict": result.verdict, "speedup": result.speedup, "low": result.low,
             "high": result.high, "rounds": result.rounds, "level": result.level,
             "method": result.method, "iterations": result.iterations, "unit": result.unit,
@@ -303,7 +306,11 @@ class PerfGate:
             f"{names[0]}_median_s": result.candidate_s,
             f"{names[1]}_median_s": result.baseline_s,
             "baseline_samples": [s for r in runs for s in r.samples.baseline],
-            "candidate_samples": [s for r in runs for s in r.samples.candidate]})
+            "candidate_samples": [s for r in runs for s in r.samples.candidate]}
+        if table:
+            self.benchmark.extra_info.update(info)
+        else:
+            self.benchmark.extra_info[f"gate_{names[0]}_vs_{names[1]}"] = info
 
     def _baseline(self, result: GateResult, names, runs, level, max_regression) -> None:
         mode, store = self.settings.baseline, self.settings.store
