@@ -40,6 +40,7 @@ import attrs
 from torchloom.errors import PluginError
 from torchloom.frontend.fx import import_fx
 from torchloom.ir.canon import canonical_text
+from torchloom.ir.text import format_type
 from torchloom.ir.graph import CONSTANT, Graph
 from torchloom.ir.types import TensorType, type_of
 from torchloom.passes.pattern import Match, ParamSite, PatternPass, Rule
@@ -145,8 +146,9 @@ def _trace_rule(pass_name: str, rule_name: str, rule: Rewrite) -> Rule:
         raise PluginError(f"{where}: the replacement returns {len(replacement.outputs)} "
                           f"values, the pattern 1")
     if replacement.outputs[0].type != pattern.outputs[0].type:
-        raise PluginError(f"{where}: the replacement returns {replacement.outputs[0].type}, "
-                          f"the pattern {pattern.outputs[0].type} (on the example inputs)")
+        raise PluginError(f"{where}: the replacement returns "
+                          f"{_shown(replacement.outputs[0].type)}, the pattern "
+                          f"{_shown(pattern.outputs[0].type)} (on the example inputs)")
     for p, r, arg in zip(pattern.inputs, replacement.inputs, arg_names):
         if r.uses and not p.uses:
             raise PluginError(f"{where}: the replacement reads {arg}, which the pattern "
@@ -234,6 +236,11 @@ def _sites(nodes, kinds: dict[str, str], arg_names: tuple[str, ...]):
         for key, value in node.attrs.items():
             for path, pname in walk(value, ()):
                 yield ParamSite(i, key, path, pname, kinds[pname])
+
+
+def _shown(t) -> str:
+    """A traced type as text, without the meta device it was traced on."""
+    return format_type(t.with_(device="cpu") if isinstance(t, TensorType) else t)
 
 
 def _is_tensor(x: Any) -> bool:
