@@ -22,6 +22,8 @@ views are index math, broadcasts read one element, bf16/f16 results round as eag
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from torchloom.codegen import stmt
@@ -55,6 +57,8 @@ class _Scopes:
         self.renderer = renderer
         self.scopes: list[tuple[list, dict]] = [([], {})]
         self.count = 0
+        #: the scope new statements go to (None: the innermost); see ``hoisting``
+        self.target: int | None = None
 
     def fresh(self, hint: str) -> str:
         self.count += 1
@@ -68,10 +72,19 @@ class _Scopes:
         return None
 
     def remember(self, key: Any, value: Any) -> None:
-        self.scopes[-1][1][key] = value
+        self.scopes[-1 if self.target is None else self.target][1][key] = value
 
     def add(self, statement: Any) -> None:
-        self.scopes[-1][0].append(statement)
+        self.scopes[-1 if self.target is None else self.target][0].append(statement)
+
+    @contextlib.contextmanager
+    def hoisting(self, level: int) -> Iterator[None]:
+        """Statements and values go to scope ``level`` (before the loops inside it)."""
+        saved, self.target = self.target, level
+        try:
+            yield
+        finally:
+            self.target = saved
 
     def open(self) -> None:
         self.scopes.append(([], {}))
@@ -134,9 +147,15 @@ class _Lowering(ValueWalk):
     # ---- values ------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
         hit = self.em.lookup(("value", v, coords))
-        if hit is None:
-            hit = self._compute(v, coords)
-            self.em.remember(("value", v, coords), hit)
+        if hit is not None:
+            return hit
+        if len(self.em.scopes) > 2 and self.em.target is None and not any(
+                "r" in stmt.scan(c).names for c in coords):
+            # a value of the row read in a loop over it: computed once, before the loop
+            with self.em.hoisting(1):
+                return self.value_at(v, coords)
+        hit = self._compute(v, coords)
+        self.em.remember(("value", v, coords), hit)
         return hit
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
