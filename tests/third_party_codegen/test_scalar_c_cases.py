@@ -146,3 +146,24 @@ def test_a_pipeline_selects_it(plugins, tmp_path):
     torch._dynamo.reset()
     choices = [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
     assert choices and set(choices) == {"scalar_c"}, choices
+
+
+@pytest.mark.parametrize("name", ["column_sum_long", "mean_middle_dim", "softmax_dim0",
+                                  "sum_dim0_keepdim", "sum_outer_dims"])
+def test_the_lowering_serves_a_renderer_claiming_column_and_strided_forms(plugins, name):
+    """The core's lowering walks any nest row by row: a renderer that claims every form
+    of one nest renders the cases scalar_c declines for their form, matching eager."""
+    import attrs
+    from torchloom.api import FORMS, RendererCodegen
+    from torchloom_scalar_c.renderer import ScalarC
+
+    class EveryForm(ScalarC):
+        capabilities = attrs.evolve(ScalarC.capabilities, forms=frozenset(FORMS))
+
+    text, inputs = CASES[name]
+    codegen = RendererCodegen(EveryForm())
+    compiled = CompiledGraph(parse_graph(text), plugins.registry, [codegen, EagerCodegen()])
+    assert [c.codegen for c in compiled.choices] == ["scalar_c"]
+    want = CompiledGraph(parse_graph(text), plugins.registry, [EagerCodegen()])(*inputs())
+    for g, w in zip(compiled(*inputs()), want):
+        torch.testing.assert_close(g, w)

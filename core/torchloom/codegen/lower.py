@@ -309,6 +309,8 @@ def _launch(region) -> LaunchSpec:
 def lower(group: Node, registry: Any, schedule: Schedule, renderer: Renderer) -> Lowered:
     """``group`` (whose schedule is ``schedule``) as statements for ``renderer``;
     :class:`Unsupported` with the reason when the lowering cannot express it."""
+    if schedule.form == "several_nests":
+        raise Unsupported(f"the lowering has one nest per kernel ({schedule.detail})")
     launch = _launch(group.region)
     walk = _Lowering(group, registry, schedule, renderer)
     body = walk.pointwise() if schedule.nest is None else walk.reduction()
