@@ -101,3 +101,15 @@ def test_the_cache_identity_follows_the_traced_patterns(example):
     # alpha-equivalent patterns (names, example shapes) are one identity; another op is not
     assert len(ids[3]) == 3 and ids[2] != ids[0]
     assert Silu().identity()["source"] != "" and Silu.__module__ == "torchloom_example.silu"
+
+
+def test_the_documented_rules_run_as_written():
+    """docs/writing-a-plugin.md's first two blocks (the pass in two functions, then several
+    rules in one pass), run in order as one script."""
+    import re
+    text = (ROOT / "docs" / "writing-a-plugin.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```$", text, re.S | re.M)
+    namespace: dict = {}
+    exec(compile(blocks[0] + blocks[1], "writing-a-plugin.md", "exec"), namespace)
+    assert namespace["PowToMul"].name == "square.pow-to-mul"
+    assert [r.name for r in namespace["Algebra"].rules()] == ["double", "mean"]
