@@ -3,7 +3,8 @@
 The interpreter runs a kernel's Python body on numpy arrays; it implements ``tl.*`` but not
 ``libdevice``. Generated modules refer to ``libdevice.tanh`` etc.; when a module is loaded
 for the interpreter its ``libdevice`` global is replaced by :class:`NumpyLibdevice`, which
-computes the same functions with numpy, so one source text serves GPU and CPU.
+computes the same functions with numpy, so one source text serves GPU and CPU. Its ``range``
+global is :func:`interpreter_range`, which takes bounds that are interpreter scalars.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ class NumpyLibdevice:
         return call
 
 
+def interpreter_range(*bounds):
+    """``range`` for a kernel body in the interpreter, whose scalars (program ids, size
+    arguments) are one-element arrays: Triton 3.6 turns them into loop bounds with
+    ``int(array)``, which NumPy 2.4 refuses for an array of one dimension; ``item()`` takes
+    any one-element array."""
+    import triton.language as tl
+    return range(*(int(b.handle.data.item()) if isinstance(b, tl.tensor) else b
+                   for b in bounds))
+
+
 def import_source(path: Path, name: str, interpret: bool) -> ModuleType:
     """Import the generated module at ``path``; with ``interpret``, as interpreter kernels."""
     spec = importlib.util.spec_from_file_location(name, path)
@@ -55,6 +66,7 @@ def import_source(path: Path, name: str, interpret: bool) -> ModuleType:
             sys.modules.pop(name, None)
     if interpret:
         module.libdevice = NumpyLibdevice()
+        module.range = interpreter_range
     return module
 
 
