@@ -16,8 +16,8 @@ its templates (:class:`PointwiseTable` rows), its literals and its statements' s
   :func:`clamp_rows`;
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
   its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
-- helpers: :func:`named_args`, :func:`promote_dtype`, :func:`reduced_dims`,
-  :func:`var_correction`, :func:`same_shape`.
+- helpers: :func:`named_args`, :func:`output_names`, :func:`promote_dtype`,
+  :func:`reduced_dims`, :func:`var_correction`, :func:`same_shape`.
 """
 
 from __future__ import annotations
@@ -380,6 +380,16 @@ def _low_precision_operand(v: Value, result: str) -> bool:
     op's common type first, rounding it."""
     return result in ("bf16", "f16") and isinstance(v.type, TensorType) \
         and v.type.dtype != result
+
+
+def output_names(region) -> list[str]:
+    """The kernel parameter of each region output: ``out_<value>``, with ``_<i>`` after a
+    name already given (the cpu and Triton writers name their outputs so)."""
+    names: list[str] = []
+    for i, v in enumerate(region.outputs):
+        name = f"out_{v.name}"
+        names.append(name if name not in names else f"{name}_{i}")
+    return names
 
 
 def upstream_nodes(values: Sequence[Value]) -> set[Node]:

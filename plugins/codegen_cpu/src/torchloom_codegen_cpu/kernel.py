@@ -446,11 +446,5 @@ class KernelWriter(writer.ValueWalk):
         return f"(({CTYPE[dtype]}){par(self.ix.size(dim))})"
 
 
-
-def output_names(region) -> list[str]:
-    """The C parameter name of each region output (``out_<value>``, unique)."""
-    names: list[str] = []
-    for i, v in enumerate(region.outputs):
-        name = f"out_{v.name}"
-        names.append(name if name not in names else f"{name}_{i}")
-    return names
+#: the C parameter name of each region output (function.py's nests name them alike)
+output_names = writer.output_names

@@ -110,7 +110,7 @@ class KernelWriter(writer.ValueWalk):
         self.row_keepdim: Coords = ()
         self.r_header: tuple[stmt.Statement, ...] = ()
         #: the pointer argument of each output
-        self.out_names = out_names if out_names is not None else _output_names(self.region)
+        self.out_names = out_names if out_names is not None else writer.output_names(self.region)
         #: written by function(): the outputs the finishing kernel stores, the module
         #: helpers this function and its finishing kernel call
         self.finish_outputs: list[int] = []
@@ -413,15 +413,6 @@ class KernelWriter(writer.ValueWalk):
 
     def metadata(self, kernel: str, form: str) -> dict[str, Any]:
         return kernel_metadata(self, kernel, form)
-
-
-def _output_names(region) -> list[str]:
-    """``out_<name>`` per output (``_<i>`` after a name already given)."""
-    names: list[str] = []
-    for i, v in enumerate(region.outputs):
-        name = f"out_{v.name}"
-        names.append(name if name not in names else f"{name}_{i}")
-    return names
 
 
 def _max_offset(t: TensorType) -> int:
