@@ -6,6 +6,7 @@
                       [--target sm_NN] [--cached] [--html FILE] [--dynamic]
     torchloom bench WORKLOAD [--pipeline P] [--device D] [--iters N] [--rounds R] [--json]
     torchloom reproduce DIR
+    torchloom reduce DIR
     torchloom opt [FILE] (--passes P1,P2{opt=v} | --pipeline P) [--verify-each] [-o OUT]
     torchloom perf-history [GATE] [--storage DIR] [--machine ID] [--json]
 
@@ -70,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-inductor", action="store_true", help="do not time Inductor")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p = sub.add_parser("reproduce", help="replay a pass-failure reproducer directory")
+    p.add_argument("directory", help="a reproducer directory (as named by a pass's error)")
+    p = sub.add_parser("reduce", help="shrink a failing reproducer to a small graph that "
+                                      "fails the same way",
+                       description="Delta-debug a reproducer's IR (drop outputs, replace "
+                                   "nodes by inputs, shrink shapes) while the pass fails the "
+                                   "same way; write reduced.ir and reduced.toml beside it.")
     p.add_argument("directory", help="a reproducer directory (as named by a pass's error)")
     from torchloom.opt import add_opt_parser
     from torchloom.perf_history import add_perf_history_parser
@@ -330,6 +337,12 @@ def _reproduce(args) -> int:
     return 0
 
 
+def _reduce(args) -> int:
+    from torchloom.reduce import reduce_reproducer, summary
+    sys.stdout.write(summary(reduce_reproducer(args.directory)))
+    return 0
+
+
 def _opt(args) -> int:
     from torchloom.opt import run_opt
     return run_opt(args)
@@ -346,7 +359,8 @@ def _perf_history(args) -> int:
 
 
 _COMMANDS = {"plugins": _plugins, "check": _check, "explain": _explain, "bench": _bench,
-             "reproduce": _reproduce, "opt": _opt, "perf-history": _perf_history}
+             "reproduce": _reproduce, "reduce": _reduce, "opt": _opt,
+             "perf-history": _perf_history}
 
 if __name__ == "__main__":
     sys.exit(main())

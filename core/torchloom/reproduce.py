@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from torchloom.errors import PipelineError, TorchloomError
+from torchloom.ir.graph import Graph
 from torchloom.ir.text import parse_graph
 from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager
@@ -25,6 +28,31 @@ def reproduce(directory: str | Path, plugins=None) -> str:
     Plugins are loaded with the reproducer pipeline's ``[plugins] disable``, so the same
     set of plugins is in play as when it was written.
     """
+    r = load_reproducer(directory, plugins)
+    ctx = PassContext(registry=r.plugins.registry, device=r.device)
+    PassManager(r.pipeline, r.plugins, numeric_inputs=r.inputs).run(r.graph, ctx)
+    return f"{r.what} ran without error on {r.directory / 'before.ir'}"
+
+
+@attrs.frozen
+class Reproducer:
+    """A reproducer directory, read and checked: what :func:`reproduce` runs."""
+
+    directory: Path
+    meta: dict[str, Any]
+    graph: Graph  # the IR before the pass (or the pipeline)
+    #: the failing pass alone (its options, the reproducer's verify policy), or the whole
+    #: pipeline for a failure ``verify = "end"`` could not pin on one pass
+    pipeline: Pipeline
+    plugins: Any
+    what: str  # "pass 'x'" or "pipeline 'p'"
+    inputs: list[Any] | None  # the inputs that showed a numeric difference
+    device: str
+
+
+def load_reproducer(directory: str | Path, plugins=None) -> Reproducer:
+    """Read a reproducer directory; a directory that is not one (or that the installed
+    plugins cannot replay) is a :class:`TorchloomError` naming it."""
     d = Path(directory)
     if not (d / "pass.json").exists() or not (d / "before.ir").exists():
         raise TorchloomError(f"{d} is not a reproducer directory (needs before.ir and "
@@ -54,11 +82,10 @@ def reproduce(directory: str | Path, plugins=None) -> str:
                                  f"longer fit the installed pass: {exc}") from None
         pipeline = Pipeline(name="reproduce", source=str(d / "pipeline.toml"), text=raw.text,
                             steps=(PassStep(pass_, 1, reg.distribution, reg.version),),
-                            verify=meta.get("verify", "each"))
+                            verify=meta.get("verify", "each"), disable=raw.disable)
         what = f"pass {meta['pass']!r}"
-    ctx = PassContext(registry=plugins.registry, device=meta.get("device", "cpu"))
-    PassManager(pipeline, plugins, numeric_inputs=read_inputs(d)).run(graph, ctx)
-    return f"{what} ran without error on {d / 'before.ir'}"
+    return Reproducer(d, meta, graph, pipeline, plugins, what, read_inputs(d),
+                      meta.get("device", "cpu"))
 
 
 def _reproducer_meta(path: Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ LAYERS = {
     # the face: tools built on the compiler, and the plugin author's surface
     "api": 7, "cli": 7, "explain": 7, "bench": 7, "report": 7, "html_report": 7,
     "html_graph": 7, "diagnose": 7, "progress": 7, "testing": 7, "__main__": 7, "tools": 7,
-    "opt": 7, "perf_history": 7,
+    "opt": 7, "perf_history": 7, "reduce": 7,
     "__init__": 7,
 }
 

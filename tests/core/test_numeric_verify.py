@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchloom.cli import main
-from torchloom.errors import NumericError, PassError, PipelineError, TorchloomError
+from torchloom.errors import NumericError, PassError, PipelineError, TorchloomError, VerifyError
 from torchloom.ir.graph import Graph
 from torchloom.ir.text import parse_graph
 from torchloom.ir.types import TensorType
@@ -64,9 +65,9 @@ def test_a_pass_that_changes_values_is_named_and_leaves_its_inputs(wrong_plugins
     assert "output 0 (%e)" in message and "before the pass" in message
     assert str(graph) == str(parse_graph(SILU_IR))  # rolled back
     repro = err.value.reproducer
-    saved = read_inputs(__import__("pathlib").Path(repro))
+    saved = read_inputs(Path(repro))
     assert [tuple(t.shape) for t in saved] == [(4, 8), (4, 8)]
-    assert json.loads((__import__("pathlib").Path(repro) / "pass.json").read_text())[
+    assert json.loads((Path(repro) / "pass.json").read_text())[
         "verify"] == "numeric"
     with pytest.raises(PassError, match="changed the values"):  # replays on the saved inputs
         reproduce(repro, wrong_plugins)
@@ -148,7 +149,7 @@ def test_explain_exits_1_naming_the_pass_and_its_plugin(wrong_plugins, tmp_path,
     err = capsys.readouterr().err
     assert "pass 'wrong.silu' (distribution wrong-passes 0.1.0) changed the values" in err
     repro = re.search(r"Reproducer: (\S+) \(", err).group(1)
-    assert (__import__("pathlib").Path(repro) / "inputs.json").is_file()
+    assert (Path(repro) / "inputs.json").is_file()
     write_pipeline(pipeline, verify="each")  # valid structure: explain succeeds
     assert main(["explain", str(work), "--pipeline", str(pipeline)]) == 0
 
@@ -280,4 +281,4 @@ def test_an_unknown_verify_policy_is_a_pipeline_error(wrong_plugins, tmp_path):
 
 
 def test_a_numeric_error_is_a_verify_error():
-    assert issubclass(NumericError, __import__("torchloom.errors").errors.VerifyError)
+    assert issubclass(NumericError, VerifyError)

@@ -262,6 +262,7 @@ class NumericCheck:
         self.skipped: str | None = None
         self.sets: list[tuple[str, list[Any]]] = []
         self.reference: list[list[Any]] = []
+        self.names: list[str] = []
         self._start(graph, inputs)
 
     @_real_tensors
@@ -274,6 +275,7 @@ class NumericCheck:
             self.sets = [("the reproducer's inputs", list(inputs))] if inputs is not None \
                 else input_sets(graph)
             self.reference = self._run_all(graph, before=True)
+            self.names = result_names(graph)
         except NumericSkip as why:
             self.skipped = f"numeric verification skipped for @{graph.name}: {why}"
 
@@ -313,13 +315,13 @@ class NumericCheck:
                            f"an op that draws random numbers ({op})"
             return self.skipped
         results = self._run_all(graph, before=False)
-        names = result_names(graph)
+        names = self.names  # as the graph before the pass called them
         for (label, inputs), ref, got in zip(self.sets, self.reference, results):
             problem = compare(ref, got, names)
             if problem is not None:
                 raise NumericError(f"the graph computes different values after the pass "
                                    f"(inputs: {label}, seed {SEED:#x}): {problem}", inputs)
-        self.reference = results
+        self.reference, self.names = results, result_names(graph)
         return None
 
 
