@@ -110,7 +110,7 @@ def _rewrite(match: Match, rule: Rule, slots: dict[Value, list[int]]) -> int | s
     owner.replace_uses({old: env[result]}, slots)
     doomed = dead_nodes(match.nodes, slots)
     for n in doomed:
-        owner.erase(n)
+        owner.erase(n, slots)
     return len(set(match.nodes)) - len(doomed)
 
 
