@@ -40,7 +40,10 @@ class TorchloomSpec:
 
     @hookspec
     def torchloom_codegens(self):
-        """Return a list of codegen objects (see :class:`torchloom.codegen.base.Codegen`)."""
+        """Return a list of codegen objects (see :class:`torchloom.codegen.base.Codegen`).
+
+        A renderer of the core's kernel schedule (:class:`torchloom.api.Renderer`) becomes
+        one with ``RendererCodegen(renderer)``: docs/writing-a-codegen.md."""
 
     @hookspec
     def torchloom_runtime_wrappers(self):
