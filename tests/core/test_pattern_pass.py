@@ -213,6 +213,23 @@ def test_a_replacement_returning_an_argument_is_declined_where_it_would_alias():
     assert "aten.exp.default(%x)" in print_graph(g) and "returns an argument" in ctx.notes[0]
 
 
+def test_symbolic_sizes_are_traced_as_symbols_and_expressions_declined():
+    MaxSub = pattern_pass("t.maxsub", lambda x, y: torch.maximum(x, y) - y,
+                          lambda x, y: torch.relu(x - y), [torch.randn(4), torch.randn(4)])
+    g, result, ctx = run(MaxSub, """
+        graph @g(%x: f32[s0, 8], %y: f32[s0, 8], %z: f32["2*s0"]) {
+          %a = aten.maximum.default(%x, %y) : f32[s0, 8]
+          %b = aten.sub.Tensor(%a, %y) : f32[s0, 8]
+          %c = aten.maximum.default(%z, %z) : f32["2*s0"]
+          %d = aten.sub.Tensor(%c, %z) : f32["2*s0"]
+          return %b, %d
+        }
+    """)
+    assert result.stats == {"rewritten": 1, "declined": 1}
+    assert "aten.relu.default(%sub) : f32[s0, 8]" in print_graph(g)
+    assert "2*s0" in ctx.notes[0] or "expression" in ctx.notes[0] or "symbols" in ctx.notes[0]
+
+
 # ---- errors name the pass and the rule ------------------------------------------------------
 @pytest.mark.parametrize("make, message", [
     (lambda: pattern_pass("t.bad", lambda x: x.item(), lambda x: x, [torch.randn(1)]),

@@ -41,6 +41,7 @@ from torchloom.errors import PluginError
 from torchloom.frontend.fx import import_fx
 from torchloom.ir.canon import canonical_text
 from torchloom.ir.text import format_type
+from torchloom.ir import symbols
 from torchloom.ir.graph import CONSTANT, Graph
 from torchloom.ir.types import TensorType, type_of
 from torchloom.passes.pattern import Match, ParamSite, PatternPass, Rule
@@ -169,11 +170,12 @@ def _trace_rule(pass_name: str, rule_name: str, rule: Rewrite) -> Rule:
         if values == () and types == example_types:
             return replacement
         shaped = [t for t in types if isinstance(t, TensorType)]
-        if not all(t.is_static for t in shaped):
-            return "symbolic sizes: pattern passes rewrite static shapes only"
-        examples = [_example_of(t) if isinstance(t, TensorType) else a
-                    for t, a in zip(types, args)]
         try:
+            if not all(t.is_static for t in shaped):
+                return _trace_symbolic(rule.replacement, types, args,
+                                       f"{where}: the replacement")
+            examples = [_example_of(t) if isinstance(t, TensorType) else a
+                        for t, a in zip(types, args)]
             return _trace(rule.replacement, examples, f"{where}: the replacement")
         except PluginError as exc:
             return str(exc)
@@ -253,6 +255,60 @@ def _example_of(t: TensorType):
     return torch.empty_strided(t.shape, t.actual_strides() or (), dtype=t.torch_dtype,
                                device="meta") if t.strides is not None else \
         torch.empty(t.shape, dtype=t.torch_dtype, device="meta")
+
+
+def _trace_symbolic(fn: Callable, types: tuple, args: list, what: str) -> Graph | str:
+    """``fn`` traced on fake tensors whose sizes are the types' symbols (a ShapeEnv's, each
+    with a distinct large hint), its types renamed back to the IR's symbols; a reason
+    instead when a dim is an expression or unknown, strides are given, or the trace
+    specialized a size (a guard: valid only for some sizes)."""
+    import torch
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    shaped = [t for t in types if isinstance(t, TensorType)]
+    dims = [d for t in shaped for d in t.shape]
+    if any(t.strides is not None for t in shaped) or None in dims or any(
+            isinstance(d, str) and not symbols.is_symbol(d) for d in dims):
+        return "symbolic sizes other than plain symbols of contiguous tensors"
+    shape_env = ShapeEnv(duck_shape=False)
+    fake_mode = FakeTensorMode(shape_env=shape_env)
+    sizes: dict[str, Any] = {}
+    for k, d in enumerate(dict.fromkeys(d for d in dims if isinstance(d, str))):
+        hint = 1009 + 16 * k  # larger than the static dims here, distinct
+        sizes[d] = shape_env.create_symintnode(
+            shape_env.create_symbol(hint, ConstantSource(f"torchloom_pattern_{k}")), hint=hint)
+    try:
+        with fake_mode:
+            fakes = [torch.empty([sizes.get(d, d) for d in t.shape], dtype=t.torch_dtype,
+                                 device="meta") if isinstance(t, TensorType) else a
+                     for t, a in zip(types, args)]
+            gm = _make_fx_real(fn)(*fakes)
+        imported = import_fx(gm, fakes, name="pattern")
+    except Exception as exc:
+        raise PluginError(f"{what} cannot be traced at symbolic sizes: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    if shape_env.guards or shape_env.replacements:
+        return "the replacement specializes a symbolic size"
+    names = {str(s.node.expr): d for d, s in sizes.items()}
+    graph = imported.graph
+    for v in [*graph.inputs, *(o for n in graph.nodes for o in n.outputs)]:
+        t = v.type
+        if not isinstance(t, TensorType) or t.is_static:
+            continue
+        if any(s not in names for d in (*t.shape, *(t.strides or ()))
+               for s in symbols.symbols_of(d)):
+            return "the replacement has a size that is no input's symbol"
+        strides = None if t.strides is None else tuple(symbols.rename_dim(d, names)
+                                                       for d in t.strides)
+        graph.set_type(v, TensorType(tuple(symbols.rename_dim(d, names) for d in t.shape),
+                                     t.dtype, t.device, strides))
+    return graph
+
+
+def _make_fx_real(fn: Callable):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(fn, tracing_mode="real")
 
 
 def _trace(fn: Callable, examples: list, what: str) -> Graph:
