@@ -254,6 +254,18 @@ def test_errors_name_the_pass_and_the_rule(make, message):
     assert message in str(info.value)
 
 
+def test_a_pattern_with_effects_is_refused_naming_the_rule():
+    Writes = pattern_pass("t.writes", lambda x: x.add_(1.0), lambda x: x + 1.0,
+                          [torch.randn(4)])
+    with pytest.raises(PluginError, match=r"t.writes, rule pattern: .*aten.add_.Tensor"):
+        run(Writes, """
+            graph @g(%x: f32[4]) {
+              %a = aten.exp.default(%x) : f32[4]
+              return %a
+            }
+        """)
+
+
 def test_a_bad_name_or_rule_list_fails_at_definition():
     with pytest.raises(PluginError, match="must be a pass name"):
         pattern_pass("Bad Name", lambda x: x, lambda x: x, [torch.randn(1)])

@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from torchloom.errors import PluginError
 from torchloom.ir.graph import Graph, Value
 from torchloom.ir.liveness import dead_nodes, is_returned
 from torchloom.ir.text import format_type
 from torchloom.ir.types import TensorType
 from torchloom.passes.base import Pass, PassContext, PassResult
+from torchloom.passes.builtin.purity import is_pure
 from torchloom.passes.pattern.match import PatternIndex
 from torchloom.passes.pattern.rules import Match, Rule
 from torchloom.passes.sources import SourceHashes
@@ -48,6 +50,12 @@ class PatternPass(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         rules = self.rules()
+        for rule in rules:
+            impure = [n.op for n in rule.pattern.nodes if not is_pure(n, ctx.registry)]
+            if impure:  # a write or a random draw: erasing a match would drop an effect
+                raise PluginError(f"pattern pass {self.name}, rule {rule.name}: the pattern "
+                                  f"has ops with effects ({', '.join(impure)}); patterns "
+                                  f"match pure ops only")
         index = PatternIndex(rules)
         slots: dict[Graph, dict[Value, list[int]]] = {}
         stats = {"rewritten": 0}
