@@ -47,7 +47,7 @@ def test_the_rmsnorm_example_is_what_the_code_gives(scalar_c):
     assert text == CASES["rmsnorm"][0]
     registry = load_plugins().registry
     group = next(parse_graph(text).nodes)
-    schedule = Schedule.of(group, registry)
+    schedule = Schedule.of(group)
     assert schedule.form == "row_reduction" and schedule.reductions == {"aten.mean.dim": "sum"}
     shown = [b for b in blocks("text") if b.startswith("Schedule(")][0]
     assert "detail='reduces dims [1] of [5, 16]'" in shown and schedule.detail == \
@@ -64,3 +64,12 @@ def test_the_declined_example_is_scalar_c_reason(scalar_c):
     group = next(parse_graph(CASES["sum_dim0_keepdim"][0]).nodes)
     reason = scalar_c.capabilities.gap(Schedule.of(group))
     assert f"scalar_c: {reason}\n" in blocks("text")
+
+
+def test_the_python_block_runs_as_written(scalar_c, tmp_path, monkeypatch, capsys):
+    [code] = blocks("python")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "group.ir").write_text(CASES["rmsnorm"][0])
+    exec(compile(code, "docs/writing-a-codegen.md python block", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("None\n#include <math.h>") and blocks("c")[0] in printed

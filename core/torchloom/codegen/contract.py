@@ -79,7 +79,7 @@ class Schedule:
     detail: str
 
     @classmethod
-    def of(cls, group: Node, registry: Any = None) -> Schedule:
+    def of(cls, group: Node) -> Schedule:
         """The schedule of fusion group ``group``; :class:`Unsupported` for a group no
         kernel form holds (no outputs, a scalar output)."""
         region = group.region

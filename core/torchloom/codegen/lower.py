@@ -341,7 +341,7 @@ class RendererCodegen:
         return self._written.get(group, registry, lambda: self._write(group, registry))
 
     def _write(self, group: Node, registry: Any) -> KernelSource:
-        schedule = Schedule.of(group, registry)
+        schedule = Schedule.of(group)
         gap = self.renderer.capabilities.gap(schedule)
         if gap is not None:
             raise Unsupported(gap)
