@@ -167,3 +167,10 @@ def test_the_lowering_serves_a_renderer_claiming_column_and_strided_forms(plugin
     want = CompiledGraph(parse_graph(text), plugins.registry, [EagerCodegen()])(*inputs())
     for g, w in zip(compiled(*inputs()), want):
         torch.testing.assert_close(g, w)
+
+
+def test_without_a_compiler_it_declines_and_says_why(plugins, scalar_c, monkeypatch):
+    monkeypatch.setenv("CC", "no-such-cc")
+    text, _ = reductions.CASES["softmax"]
+    reason = scalar_c.supports(_group(text), plugins.registry)
+    assert reason == Reason("scalar_c", "no C compiler: 'no-such-cc' is not on PATH (set CC)")

@@ -222,7 +222,8 @@ class Renderer(Protocol):
     ``language`` (index arithmetic: :data:`torchloom.codegen.indexing.C`), ``sqrt`` (a
     square root of ``{x}``, for std). Expression spelling: ``literal``, ``convert``,
     ``round``, ``read``, ``store_value``, ``initial``, ``accumulate``. Output: ``render``
-    (a :class:`Lowered` to source) and ``build`` (source to a callable kernel)."""
+    (a :class:`Lowered` to source) and ``build`` (source to a callable kernel). Optional:
+    ``available() -> str | None``, what this machine lacks to build kernels (a compiler)."""
 
     name: str
     version: str

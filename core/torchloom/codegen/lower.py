@@ -330,7 +330,18 @@ class RendererCodegen:
         self.version = renderer.version
         self._written = Written()
 
+    def available(self, group: Node) -> Reason | None:
+        """What this machine lacks for the renderer's kernels (its optional
+        ``available() -> str | None``: a compiler, say), writing nothing; with nothing
+        missing, the kernel cache loads a stored kernel without judging its group."""
+        check = getattr(self.renderer, "available", None)
+        missing = check() if callable(check) else None
+        return None if missing is None else Reason(self.name, missing)
+
     def supports(self, group: Node, registry: Any) -> Reason | None:
+        missing = self.available(group)
+        if missing is not None:
+            return missing
         try:
             self.generate(group, registry)
         except Unsupported as exc:

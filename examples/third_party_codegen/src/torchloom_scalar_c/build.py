@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -14,6 +15,11 @@ import torch
 from torchloom.api import DTYPES, default_cache_dir, errors
 
 _SCALARS = {"f64": ctypes.c_double, "i64": ctypes.c_int64, "b8": ctypes.c_bool}
+
+
+def compiler_missing() -> str | None:
+    cc = os.environ.get("CC", "cc")
+    return None if shutil.which(cc) else f"no C compiler: {cc!r} is not on PATH (set CC)"
 
 
 def _library(source: str) -> ctypes.CDLL:

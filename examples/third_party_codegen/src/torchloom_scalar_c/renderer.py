@@ -8,7 +8,7 @@ from typing import Any
 
 from torchloom.api import (Capabilities, OpTemplate, indexing, stmt, writer)
 
-from torchloom_scalar_c.build import build
+from torchloom_scalar_c.build import build, compiler_missing
 
 #: compute dtype -> C type; IR dtype -> C type in memory (bf16 as its bits, bool a byte)
 CTYPE = {"f64": "double", "f32": "float", "i64": "int64_t", "i32": "int32_t",
@@ -183,3 +183,6 @@ class ScalarC:
 
     def build(self, source: str, launch):
         return build(source, launch)
+
+    def available(self) -> str | None:
+        return compiler_missing()
