@@ -9,12 +9,13 @@ reduction group is a loop ``x`` over the rows of its nest holding, per reduction
 order, an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input
 into it (``var``: a loop for the mean, one for the squares), the reduction's results
 (``Declare``), its outputs of a row's shape stored after them and those of the nest's shape
-stored by a last loop ``r``. For ``softmax`` over ``f32[8, 20]``::
+stored by a last loop ``r``; a value of the row read inside a loop over it is computed
+once, before that loop. For ``softmax`` over ``f32[8, 20]``::
 
     Loop x in [0, 8):
-      Var f32 amax1 = <initial max>;  Loop r in [0, 20): <a[x, r]>, <accumulate max>
-      Var f32 sum2 = 0;               Loop r in [0, 20): exp(a[x, r] - amax1), <accumulate sum>
-      Loop r in [0, 20): Store out0[x * 20 + r] = exp(a[x, r] - amax1) / sum2
+      Var f32 max_1 = <initial max>;  Loop r in [0, 20): <a[x, r]>, <accumulate max>
+      Var f32 sum_3 = 0;              Loop r in [0, 20): exp(a[x, r] - max_1), <accumulate sum>
+      Loop r in [0, 20): Store out0[x * 20 + r] = exp(a[x, r] - max_1) / sum_3
 
 Values are computed where they are read (:class:`~torchloom.codegen.writer.ValueWalk`):
 views are index math, broadcasts read one element, bf16/f16 results round as eager does.
@@ -28,7 +29,7 @@ from typing import Any
 
 from torchloom.codegen import stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written
-from torchloom.codegen.contract import (LaunchSpec, Lowered, Param, Renderer, Schedule)
+from torchloom.codegen.contract import LaunchSpec, Lowered, Param, Renderer, Schedule
 from torchloom.codegen.indexing import Coords, IndexMath, Unsupported, prod, same
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, same_shape,
