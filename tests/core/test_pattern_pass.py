@@ -7,7 +7,8 @@
   rewrite keeps it instead of failing with ``cannot erase %sigmoid: still used``;
 - matching rules (unit level; the golden files of ``examples/third_party_plugin`` show
   them as IR): repeated names, commutativity, scalar equality, parameters, ``check``;
-- errors name the pass and the rule; random graphs stay verified and compute the same.
+- errors name the pass and the rule; random graphs (alone, or as the region of a fusion
+  group) stay verified and compute the same.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from hypothesis import strategies as st
 
 from torchloom.api import Match, Rewrite, pattern_pass
 from torchloom.errors import PluginError
-from torchloom.ir import parse_graph, print_graph, verify
+from torchloom.ir import Graph, parse_graph, print_graph, verify
+from torchloom.ir.graph import FUSION_GROUP
 from torchloom.ops.aten import default_registry
 from torchloom.passes.base import PassContext
 from torchloom.runtime.executor import build_function
@@ -286,11 +288,21 @@ RULES = pattern_pass("t.random", [
 ])
 
 
+def in_a_group(body: Graph) -> Graph:
+    """``body`` as the region of one fusion group of a graph of the same signature."""
+    outer = Graph("outer")
+    args = [outer.add_input(v.type, v.name) for v in body.inputs]
+    group = outer.create(FUSION_GROUP, args, [v.type for v in body.outputs], region=body)
+    outer.set_outputs(group.outputs)
+    return outer
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(4, 60))
-def test_rewriting_random_graphs_keeps_them_verified_and_their_values(seed, window, n):
+@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(4, 60), st.booleans())
+def test_rewriting_random_graphs_keeps_them_verified_and_their_values(seed, window, n,
+                                                                      grouped):
     program = random_program(n, seed, window=window, unary=0.6)
-    graph = program.graph()
+    graph = in_a_group(program.graph()) if grouped else program.graph()
     inputs = program.example_inputs(seed)
     expected = build_function(graph.clone(), REGISTRY).fn(*[t.clone() for t in inputs])
     result = RULES().run(graph, PassContext(registry=REGISTRY))
