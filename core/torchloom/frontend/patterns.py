@@ -223,16 +223,16 @@ def _sentinel(kind: str, i: int) -> int | float:
 
 
 def _sites(nodes, kinds: dict[str, str], arg_names: tuple[str, ...]):
-    wanted = {_sentinel(kind, arg_names.index(n)): n for n, kind in kinds.items()}
+    """Where the parameters' sentinels landed in the traced pattern's attributes."""
+    wanted = {(type(x), x): n for n, kind in kinds.items()
+              for x in [_sentinel(kind, arg_names.index(n))]}
 
     def walk(value, path):
         if isinstance(value, tuple):
             for j, x in enumerate(value):
                 yield from walk(x, path + (j,))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and value in wanted and type(value) is type(next(
-                    k for k in wanted if k == value)):
-            yield path, wanted[value]
+        elif isinstance(value, (int, float)) and (type(value), value) in wanted:
+            yield path, wanted[(type(value), value)]
 
     for i, node in enumerate(nodes):
         for key, value in node.attrs.items():
@@ -320,8 +320,8 @@ def _trace(fn: Callable, examples: list, what: str) -> Graph:
     try:
         # a fresh fake mode: static shapes even while torch traces the program
         with FakeTensorMode():
-            fakes = [_example_of(type_of(x)) if isinstance(x, torch.Tensor)
-                     else x.clone() if _is_tensor(x) else x for x in examples]
+            fakes = [_example_of(type_of(x)) if isinstance(x, torch.Tensor) else x
+                     for x in examples]
             gm = make_fx(fn, tracing_mode="real")(*fakes)
         imported = import_fx(gm, fakes, name="pattern")
     except Exception as exc:
