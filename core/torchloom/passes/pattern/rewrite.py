@@ -60,6 +60,7 @@ class PatternPass(Pass):
         slots: dict[Graph, dict[Value, list[int]]] = {}
         stats = {"rewritten": 0}
         per_rule = {rule.name: 0 for rule in rules} if len(rules) > 1 else {}
+        declined: dict[tuple[str, str], list[str]] = {}  # (rule, why) -> where
         for node in list(graph.walk()):
             owner = node.graph
             if owner is None:  # erased by an earlier rewrite
@@ -76,8 +77,8 @@ class PatternPass(Pass):
                 outcome = _rewrite(match, rule, slots[owner])
                 if isinstance(outcome, str):
                     stats["declined"] = stats.get("declined", 0) + 1
-                    ctx.note(f"{self.name}: {rule.name} at {node.outputs[0]!r} in "
-                             f"@{owner.name} not rewritten: {outcome}")
+                    declined.setdefault((rule.name, outcome), []).append(
+                        f"{node.outputs[0]!r} in @{owner.name}")
                     continue
                 stats["rewritten"] += 1
                 if outcome:
@@ -86,6 +87,10 @@ class PatternPass(Pass):
                     per_rule[rule.name] += 1
                 break
         stats.update({f"rewritten.{name}": n for name, n in per_rule.items() if n})
+        for (rule_name, why), where in declined.items():  # one note per reason, not per node
+            shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3
+                                            else "")
+            ctx.note(f"{self.name}: {rule_name} not rewritten at {shown}: {why}")
         return PassResult(stats["rewritten"] > 0, stats)
 
 
