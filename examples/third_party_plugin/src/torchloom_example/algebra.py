@@ -21,4 +21,4 @@ Algebra = pattern_pass("example.algebra", [
     Rewrite(lambda x: x ** 0.5, lambda x: torch.sqrt(x), [torch.rand(8)], name="sqrt"),
     Rewrite(lambda x, n: x.sum(-1) / n, lambda x, n: x.mean(-1), [torch.randn(4, 8), 8.0],
             params=["n"], check=_n_is_the_last_dim, name="mean"),
-])
+], doc="x + x -> x * 2.0, x ** 0.5 -> sqrt(x), x.sum(-1) / size -> x.mean(-1).")

@@ -10,4 +10,5 @@ import torch
 from torchloom.api import pattern_pass
 
 Silu = pattern_pass("example.silu", lambda x: x * torch.sigmoid(x),
-                    lambda x: torch.nn.functional.silu(x), [torch.randn(8)])
+                    lambda x: torch.nn.functional.silu(x), [torch.randn(8)],
+                    doc="x * sigmoid(x) -> silu(x), one op where there were two.")
