@@ -10,7 +10,7 @@ the statistical gate (``perf_gate``, default options) and, beside it, the gate i
 The workloads are Python spin loops (``spin(n)``: n additions), so a ratio of loop counts
 is the ratio of times. CI runs ``RUNS`` (3) runs of each on a quiet process; the full
 measurement (200 runs of each, with a CPU-hogging process spinning beside the session for
-its whole length; ~10 minutes on 2 cores) is::
+its whole length; 12.5 minutes on the loaded 2-core VM) is::
 
     TORCHLOOM_PERFGATE_ERRORS=full .venv/bin/python -m pytest \\
         benchmarks/test_perfgate_error_rates.py -s -p no:cacheprovider
