@@ -282,3 +282,14 @@ def test_an_unknown_verify_policy_is_a_pipeline_error(wrong_plugins, tmp_path):
 
 def test_a_numeric_error_is_a_verify_error():
     assert issubclass(NumericError, VerifyError)
+
+
+def test_opt_keeps_numeric_under_verify_each(wrong_plugins, tmp_path, capsys):
+    ir = tmp_path / "silu.ir"
+    ir.write_text(SILU_IR)
+    pipeline = write_pipeline(tmp_path / "wrong.toml")
+    assert main(["opt", str(ir), "--pipeline", str(pipeline), "--verify-each"]) == 1
+    assert "changed the values the graph computes" in capsys.readouterr().err
+    write_pipeline(pipeline, verify="each")
+    assert main(["opt", str(ir), "--pipeline", str(pipeline)]) == 0
+    assert "aten.relu.default" in capsys.readouterr().out

@@ -171,3 +171,16 @@ def test_the_reduced_graph_still_fails_and_is_never_larger(wrong_plugins, tmp_pa
     assert failure_of(parse_graph(result.ir_path.read_text()), r) == failure
     assert size_of(result.graph) <= size_of(original)
     assert result.nodes_after <= 2
+
+
+def test_a_whole_pipeline_failure_reduces_with_its_pipeline(fake_site, tmp_path, capsys):
+    from torchloom.plugins.loader import load_plugins
+    fake_site.add("fake-passes", version="1.2.3", modules={"tl_fake_passes": FAKE_PASSES},
+                  entry_points={"fake": "tl_fake_passes"})
+    plugins = load_plugins(entry_points=fake_site.entry_points())
+    repro = reproducer_for(chain_graph(20, ""), plugins, tmp_path, ["cse", "fake.retype"],
+                           verify="end")
+    assert repro.name.startswith("pipeline-")  # verify = "end" pins it on no pass
+    result = reduce_reproducer(repro, plugins, progress=Progress("t", delay=1e9))
+    assert result.failure.pass_name == "<pipeline>" and result.nodes_after == 1
+    assert "fake.retype" in result.pipeline_path.read_text()  # the whole pipeline replays
