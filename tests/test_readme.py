@@ -23,3 +23,20 @@ def test_dev_demo_shows_ir_check_and_triton_source():
     assert "=== generated Triton kernel" in text and "@triton.jit" in text
     assert "=== generated C kernel" in text and "#pragma omp simd" in text
     assert "torchloom" in text and "x eager" in text
+
+
+def test_ci_runs_the_readme_test_commands_and_the_compat_lane_lists_real_paths():
+    readme = (ROOT / "README.md").read_text()
+    ci = [ln.split(" ||")[0].strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+          if ln.startswith("./dev ")]
+    assert ci == ["./dev test", "./dev test-compat"]
+    for command in ci:
+        assert f"\n$ {command} " in readme, command
+    lane = [ln for ln in (ROOT / "tests" / "compat_lane.txt").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")]
+    paths = [p for ln in lane for p in ln.split()]
+    assert "tests/codegen_triton" in paths and "tests/test_device_check.py" in paths
+    assert [p for p in paths if not (ROOT / p).exists()] == []
+    for ln in lane:  # one directory per run: the directories' conftests share names
+        assert len({(ROOT / p).parent if (ROOT / p).is_file() else ROOT / p
+                    for p in ln.split()}) == 1, ln
