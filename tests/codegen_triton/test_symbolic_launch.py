@@ -85,6 +85,8 @@ def test_compiled_launchers_are_reused_per_specialisation(registry, tmp_path):
 
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
+                if self.label == "fast":  # Triton's compiled kernel: a grid of three dims
+                    grid[0], grid[1], grid[2]
                 log.append((self.label, grid))
                 return Jit("fast")
             return launch
@@ -103,6 +105,7 @@ def test_compiled_launchers_are_reused_per_specialisation(registry, tmp_path):
     # (3, 5) and (7, 3) share a specialisation and a config; 1 and 16-multiples have
     # their own
     assert [label for label, _ in log] == ["jit", "fast", "jit", "jit", "fast", "fast"]
+    assert {len(grid) for label, grid in log if label == "fast"} == {3}
 
 
 def test_max_autotune_searches_every_launch_per_bucket(registry, tmp_path):

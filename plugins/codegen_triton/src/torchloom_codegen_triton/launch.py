@@ -218,7 +218,7 @@ class SymbolicLauncher:
         aligned = all(a.data_ptr() % 16 == 0 for a in call if isinstance(a, torch.Tensor))
         if fast is not None and aligned:
             try:
-                fast[grid](*call, *blocks.values())
+                fast[compiled_grid(grid)](*call, *blocks.values())
                 return
             except Exception:  # an API this triton version lacks: the JIT path
                 del self._fast[key]
@@ -303,3 +303,10 @@ class SymbolicLauncher:
 def _extent(t: torch.Tensor) -> int:
     """A bound on the element offsets ``t`` reaches: its storage's elements."""
     return t.untyped_storage().nbytes() // t.element_size()
+
+
+def compiled_grid(grid: tuple) -> tuple:
+    """``grid`` with three dims: a compiled kernel's own launcher (``CompiledKernel[grid]``,
+    Triton 3.6 to 3.9) reads ``grid[0]``, ``grid[1]`` and ``grid[2]``; only the JIT pads a
+    shorter grid."""
+    return (*grid, 1, 1, 1)[:3]
