@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: part -> the rows the issue asks for (a part may have more)
@@ -26,6 +28,7 @@ GPU_ROWS = {
 }
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_records_the_machine_and_skips_every_gpu_row(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable)
     done = subprocess.run(["bash", "benchmarks/gpu/device_check.sh", "--dry-run"], cwd=ROOT,

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_dev_demo_shows_ir_check_and_triton_source():
     env = dict(os.environ, TORCHLOOM_VENV=sys.prefix)
     out = subprocess.run(["./dev", "demo"], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -141,6 +141,7 @@ def run_program(steps, returned, *inputs):
     return tuple(values[i] for i in returned)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(programs(), st.integers(0, 2**16))

@@ -32,6 +32,7 @@ def values(dtype: torch.dtype, n: int) -> torch.Tensor:
     return torch.tensor([SPECIALS[i % len(SPECIALS)] for i in range(n)]).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("bound", [NAN, -INF, 0.0, -0.0])
 def test_clamp_bounds_as_eager(tmp_path, dtype, bound):
@@ -52,6 +53,7 @@ def test_clamp_bounds_as_eager(tmp_path, dtype, bound):
         same(compiled_fn(x), fn(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("exponent", [-0.5, 0.5, -1, -2, 2, 3])
 def test_pow_special_exponents_as_eager(tmp_path, dtype, exponent):
@@ -67,6 +69,7 @@ def test_pow_special_exponents_as_eager(tmp_path, dtype, exponent):
         assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 6, 16, 17, 40])
 @pytest.mark.parametrize("ints", [torch.int32, torch.int64, torch.int16, torch.int8,
                                   torch.uint8])
@@ -79,6 +82,7 @@ def test_float_int_float_round_trip_keeps_positive_zero(tmp_path, n, ints, float
     same(compiled_fn(x), fn(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape, dim", [((2, 5), -1), ((3, 300), -1), ((6, 40), 0),
                                         ((2, 3, 70), 1)])
 @pytest.mark.parametrize("fill", [1e308, -1.5e308, "mixed"])
@@ -102,6 +106,7 @@ def test_f64_var_mean_of_rows_whose_sum_overflows(tmp_path, shape, dim, fill):
             assert torch.equal(g.isinf(), w.isinf()) and torch.equal(g.isnan(), w.isnan())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("n", [3, 8, 17, 33, 1024])
 def test_softmax_gradient_of_masked_elements_has_eagers_sign(tmp_path, dtype, n):

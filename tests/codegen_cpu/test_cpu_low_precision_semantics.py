@@ -76,6 +76,7 @@ def _operand_cases():
                         yield dtype, op, first, shape, other
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, op, first, shape, other", list(_operand_cases()))
 def test_an_operand_of_another_type_or_a_scalar_as_eager(check, dtype, op, first, shape, other):
     """bf16 x + 0-d f32 y: eager adds bf16(y), not y (the whole tensor moved by one ulp in
@@ -130,6 +131,7 @@ SCALAR_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [1.0001, 0.3, -7.77, 1 / 3, 257, 2.7])
 @pytest.mark.parametrize("op, attrs", SCALAR_CASES)
 @pytest.mark.parametrize("dtype", LOW)

@@ -79,6 +79,7 @@ def tolerance(t: torch.Tensor) -> dict:
     return {"rtol": 5e-2, "atol": 5e-2} if low else {"rtol": 1e-4, "atol": 1e-4}
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 50)),

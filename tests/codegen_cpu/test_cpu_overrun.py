@@ -123,6 +123,7 @@ def expected(op: str, x: torch.Tensor) -> torch.Tensor:
     return y.masked_fill(overflowed, float("nan"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 1600])
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -138,6 +139,7 @@ def test_values_match_eager_whatever_the_next_row_holds(tmp_path, op, rows, thre
         torch.set_num_threads(saved)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(cols=st.integers(17, OVERRUN_ROWS), rows=st.integers(1, 70),
        threads=st.integers(1, 3), dtype=st.sampled_from(["f32", "bf16", "f16"]),

@@ -6,6 +6,7 @@ groups in 16 compiler calls; ``--fuzz`` checks 10,000."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -117,5 +118,6 @@ def _check_batches(check, examples: int) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_random_groups_match_eager(check, fuzz):
     _check_batches(check, 500 if fuzz else 16)

@@ -59,6 +59,7 @@ def _check(program: TorchProgram, inputs=None) -> None:
                                    msg=lambda m, k=k: f"output {k} of\n{program}\n{m}")
 
 
+@pytest.mark.slow
 def test_random_programs_match_eager(fuzz):
     @settings(max_examples=10_000 if fuzz else 60, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -118,6 +119,7 @@ def _shapes_with_ones(shape: tuple[int, ...]):
         yield tuple(1 if one else d for d, one in zip(shape, ones))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", range(len(FAMILY)))
 def test_family_over_every_size_1_combination(k):
     """Each program over its input shapes at full size (7 or 33 per dim, odd: no whole

@@ -50,6 +50,7 @@ def _places(n: int) -> list[int]:
     return sorted({n - 1, max(n - TAIL, 0), max(blocks - 1, 0), blocks % max(n, 1), 0})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", LENGTHS)
 def test_static_rows_match_eager(check, n):
     body, results = _reductions(n)

@@ -118,6 +118,7 @@ def test_short_rows_of_other_dtypes(check, dtype, cols):
     check(amax("amax", dtype, rows, cols), edge_rows(rows, cols, DTYPES[dtype]), exact=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cols", [2, 4, 6, 11, 16, 20, 24, 33, 40, 77, 136])
 @pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: torch.logsumexp(x, -1),
                                 lambda x: x.amax(-1) - x.amin(-1)],
@@ -168,6 +169,7 @@ def row_loops(codegen, registry, text: str) -> list[tuple[str, str, str]]:
     return re.findall(loop, source)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cols", [16, 24, 40, 56, 136, 152, 1032])
 def test_half_vector_remainders(codegen, registry, check, cols):
     """A row of whole 16-lane vectors and half a vector (n % 16 == 8) up to

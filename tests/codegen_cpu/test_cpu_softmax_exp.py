@@ -177,6 +177,7 @@ def test_an_integer_shift_keeps_the_full_exp(codegen, registry, dtype):
     torch.testing.assert_close(got, want, rtol=2e-6, atol=0)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(rows=st.integers(1, 9), cols=st.integers(1, 40), scale=st.sampled_from([1.0, 30.0, 1e4]),
        special=st.lists(st.sampled_from([INF, -INF, NAN, -0.0, 0.0, 1e-45]), max_size=4),

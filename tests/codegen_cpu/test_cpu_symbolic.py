@@ -4,6 +4,7 @@ rows long enough to be chunked and split over threads) and compared with eager."
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -77,6 +78,7 @@ def _inputs(shapes, dtype, rows, cols, seed):
             for s in shapes]
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # the checker keeps no state
 @given(symbolic_group(), st.integers(0, 1000))

@@ -47,6 +47,7 @@ def test_clamped_indices_stay_in_bounds():
         torch.testing.assert_close(fn(x, i), clamp_indices(x, i))
 
 
+@pytest.mark.slow
 def test_bicubic_interpolate_under_dynamic_shapes():
     f = lambda x, size: torch.nn.functional.interpolate(  # noqa: E731
         x, size, mode="bicubic", align_corners=True)
@@ -72,6 +73,7 @@ DYNAMIC_VIEWS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DYNAMIC_VIEWS))
 def test_views_with_computed_arguments_match_eager(name, caplog):
     f = DYNAMIC_VIEWS[name]
@@ -131,6 +133,7 @@ SLICED_BY_AN_INT = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SLICED_BY_AN_INT))
 def test_a_slice_length_read_from_an_int_input(name):
     f = SLICED_BY_AN_INT[name]

@@ -73,6 +73,7 @@ def test_every_thread_count_writes_every_element(check, threads):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(shape=st.tuples(st.integers(1, 3), st.integers(1, 150), st.integers(1, 150)),

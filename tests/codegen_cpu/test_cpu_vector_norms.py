@@ -33,6 +33,7 @@ def special_rows(cols: int, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-12),
                                         (torch.bfloat16, 1e-2)])
 @pytest.mark.parametrize("cols", [1, 7, 64, 1000])
@@ -107,6 +108,7 @@ def test_normalize_and_its_gradient(tmp_path):
     assert "cpu" in codegens(compiler)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=st.integers(1, 9), cols=st.integers(1, 300), ord=st.sampled_from(ORDERS),
        seed=st.integers(0, 2**16))

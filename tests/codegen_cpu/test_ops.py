@@ -125,6 +125,7 @@ def op_line(registry, op: str, roles, attrs: str, dtype: str, out: str) -> str |
 DTYPE_LIST = ["f32", "f64", "bf16", "f16", "i64", "i32", "u8", "b8"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPE_LIST)
 def test_every_pointwise_op_matches_eager(registry, codegen, check, dtype):
     inputs = values(dtype)
@@ -230,6 +231,7 @@ REDUCTION_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dim", [1, 0])
 @pytest.mark.parametrize("dtype", ["f32", "f64", "bf16", "f16", "i32", "b8"])
 def test_every_reduction_op_matches_eager(registry, codegen, check, dtype, dim):

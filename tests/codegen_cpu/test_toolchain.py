@@ -91,6 +91,7 @@ def test_compiler_error_keeps_the_source_and_runs_on_eager(registry, tmp_path, m
     assert Path(kept).exists() and "void fused_" in Path(kept).read_text()
 
 
+@pytest.mark.slow
 def test_a_hanging_compiler_is_stopped(registry, tmp_path, monkeypatch):
     cc = _fake_cc(tmp_path, "sleep 60")
     monkeypatch.setenv("CC", str(cc))

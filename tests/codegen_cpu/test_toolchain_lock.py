@@ -7,6 +7,8 @@ import multiprocessing
 import stat
 from pathlib import Path
 
+import pytest
+
 from torchloom_codegen_cpu.toolchain import Toolchain, build, cached_library
 
 SOURCE = "int f(void) { return 1; }\n"
@@ -27,6 +29,7 @@ def _build_in_child(tmp: str) -> str:
     return str(build(SOURCE, _toolchain(Path(tmp)), Path(tmp) / "lib", timeout=60))
 
 
+@pytest.mark.slow
 def test_concurrent_builds_run_the_compiler_once(tmp_path):
     _toolchain(tmp_path)
     with multiprocessing.get_context("spawn").Pool(4) as pool:

@@ -8,6 +8,7 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from torchloom_codegen_triton.codegen import Launcher
@@ -41,6 +42,7 @@ def _tune_in_child(tmp: str) -> dict:
     return launcher.config
 
 
+@pytest.mark.slow
 def test_concurrent_tuners_benchmark_once(tmp_path):
     with multiprocessing.get_context("spawn").Pool(3) as pool:
         configs = pool.map_async(_tune_in_child, [str(tmp_path)] * 3).get(timeout=300)

@@ -147,6 +147,7 @@ def _run_end_to_end(name: str, device: str):
     return choices
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax", "layer_norm", "lstm_cell"])
 def test_torch_compile_end_to_end_on_the_interpreter(name):
     """Forward and backward through torch.compile(backend="torchloom"), every group on

@@ -19,6 +19,7 @@ ROWSUM = group_text("%a: f32[64, 300]",
                     "%s: f32[64]")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, form", [(POINTWISE, "pointwise"),
                                         (ROWSUM, "persistent reduction")])
 def test_max_autotune_widens_the_search_and_keeps_the_default_first(

@@ -112,6 +112,7 @@ def zero_dim_group(name: str, dim: int, keepdim: bool, masked: bool) -> str:
     return group_text(params, "\n".join(body), results)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning")
 @pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
 @pytest.mark.parametrize("keepdim", [False, True], ids=["", "keepdim"])

@@ -44,6 +44,7 @@ def randn(*shape):
     return torch.randn(*shape, generator=g)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows,cols", [(37, 50), (5, 129), (70, 7)])
 def test_layer_norm_backward_in_one_kernel(check, registry, rows, cols):
     text = ln_backward(rows, cols)
@@ -59,6 +60,7 @@ def test_layer_norm_backward_in_one_kernel(check, registry, rows, cols):
     assert meta["bytes_written"] == full + 2 * cols * 4 + 2 * scratch
 
 
+@pytest.mark.slow
 def test_column_maxima_minima_and_means_beside_row_sums(check):
     text = group_text("%a: f32[23, 45]", """
         %r = aten.sum.dim_IntList(%a) {dim = [1], keepdim = true} : f32[23, 1]
@@ -79,6 +81,7 @@ def test_a_column_result_read_inside_the_group_is_declined(registry):
     assert reason is not None and "is read inside the group" in str(reason)
 
 
+@pytest.mark.slow
 @settings(max_examples=5, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.integers(1, 40), cols=st.integers(1, 70),
@@ -108,6 +111,7 @@ def test_the_fusion_passes_may_group_rows_with_columns():
     assert not compatible([((2, 3, 4), (2,)), ((2, 3, 4), (0,))])  # not complementary
 
 
+@pytest.mark.slow
 def test_layer_norm_gelu_training_step_matches_eager(monkeypatch, tmp_path):
     from torchloom.tools import Compiler
     monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path))

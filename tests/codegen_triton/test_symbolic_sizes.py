@@ -77,6 +77,7 @@ def assert_matches(got, want, tolerance: float = 1e-4):
         torch.testing.assert_close(g, w, rtol=tolerance, atol=tolerance, equal_nan=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_persistent", [4096, 4], ids=["persistent", "looped"])
 @pytest.mark.parametrize("name", SYMBOLIC_CASES)
 def test_reductions_over_symbolic_sizes_match_eager(registry, tmp_path, name, max_persistent):
@@ -310,6 +311,7 @@ class _Block(torch.nn.Module):
         return x + torch.nn.functional.gelu(self.fc(self.ln2(x)))
 
 
+@pytest.mark.slow
 def test_a_model_over_many_sizes_compiles_once_on_triton(monkeypatch):
     import copy
     from torchloom.tools import Compiler

@@ -22,6 +22,7 @@ def step(model, x, compiler=None):
     return [out.detach(), *grads]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,make,shape", [
     ("rms_norm", lambda n: torch.nn.RMSNorm(n), (29, 40)),
     ("softmax_long_rows", lambda n: torch.nn.Softmax(dim=-1), (3, 5000)),

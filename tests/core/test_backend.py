@@ -29,6 +29,7 @@ def _(x, scale):
     return torch.empty_like(x)
 
 
+@pytest.mark.slow
 def test_backend_entry_point_works_in_a_fresh_interpreter():
     code = textwrap.dedent("""
         import sys, torch

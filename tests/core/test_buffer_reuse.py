@@ -250,6 +250,7 @@ def programs(draw):
     return g, sorted(donated), inplace
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**16))
 def test_random_programs_with_reuse_match_without(registry, program, seed):

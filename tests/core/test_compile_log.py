@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from torchloom.compiler import Compiler
@@ -94,6 +95,7 @@ def _run(script: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
     return run
 
 
+@pytest.mark.slow
 def test_torch_logs_plus_torchloom_shows_the_decisions(tmp_path):
     shown = _run(SCRIPT, tmp_path, TORCH_LOGS="+torchloom").stderr
     assert "torchloom: graph0: pipeline 'default'" in shown
@@ -102,6 +104,7 @@ def test_torch_logs_plus_torchloom_shows_the_decisions(tmp_path):
     assert "torchloom: graph0: pipeline" not in quiet
 
 
+@pytest.mark.slow
 def test_torch_trace_holds_torchloom_graphs_beside_dynamos(tmp_path):
     trace = tmp_path / "trace"
     _run(SCRIPT, tmp_path, TORCH_TRACE=str(trace))

@@ -86,6 +86,7 @@ def flat(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_forward_and_backward_match_eager(name, pipeline):
@@ -215,6 +216,7 @@ def _forward_backward(model, x, grad):
     return [out, x.grad, *(p.grad for p in model.parameters()), *model.buffers()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", sorted(LOW_PRECISION_NORMS))

@@ -76,6 +76,7 @@ def _assert_no_fallback(compiler):
         assert comp.compiled.fallback_calls == 0, comp.compiled.fallback_reason
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_many_batch_sizes_and_lengths_compile_at_most_twice_and_match_eager(dynamic, caplog):
     caplog.set_level(logging.INFO, logger="torchloom")
@@ -104,6 +105,7 @@ def test_many_batch_sizes_and_lengths_compile_at_most_twice_and_match_eager(dyna
     assert not any("symbolic" in f["reason"] for f in fallbacks), fallbacks
 
 
+@pytest.mark.slow
 def test_sizes_one_and_zero_match_eager_forward_and_backward():
     torch.manual_seed(0)
     model = Block()
@@ -134,6 +136,7 @@ def _symbolic_program(program: Program) -> Program:
     return Program(program.ops, rows="s0", cols="s1")
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(3, 30), seed=st.integers(0, 10_000), reduce_every=st.sampled_from([0, 4]),
        matmul_every=st.sampled_from([0, 7]), opaque_every=st.sampled_from([0, 9]))
@@ -156,6 +159,7 @@ def test_random_symbolic_programs_match_eager_at_several_sizes(n, seed, reduce_e
     assert comp.compiled.fallback_calls == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(3, 20), seed=st.integers(0, 10_000), reduce_every=st.sampled_from([0, 3]))
 def test_random_programs_under_torch_compile_dynamic(n, seed, reduce_every):
@@ -207,6 +211,7 @@ def test_composites_with_symbolic_sizes_are_decomposed_and_fused():
     assert sum(n.region is not None for n in comp.graph.nodes) == 1
 
 
+@pytest.mark.slow
 def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback(tmp_path):
     from pathlib import Path
 
@@ -231,6 +236,7 @@ def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback(tmp_pat
     assert sum(c.codegen == "cpu" for comp in comps for c in comp.compiled.choices) >= 8
 
 
+@pytest.mark.slow
 def test_symbolic_graphs_load_from_the_compile_cache_and_run_at_new_sizes(tmp_path):
     torch.manual_seed(0)
     model = Block()
@@ -344,6 +350,7 @@ VIEW_STEPS = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(sorted(VIEW_STEPS)), min_size=1, max_size=7))
 @example(steps=["bias", "exp", "bias", "bias", "bias", "exp", "exp"])

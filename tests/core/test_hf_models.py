@@ -61,6 +61,7 @@ def step(model, fn, inputs) -> tuple:
                                                     if p.grad is not None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
 @pytest.mark.parametrize("kind", ["gpt2", "bert", "llama", "t5", "vit"])
 def test_training_step_matches_eager(kind, dynamic):

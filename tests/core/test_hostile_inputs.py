@@ -72,6 +72,7 @@ def run(fn, make, dynamic):
     return want, want_in, got, got_in
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("name", CASES)
 def test_matches_eager_values_and_strides(name, dynamic):

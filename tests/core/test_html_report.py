@@ -61,6 +61,7 @@ def _page_of(browser, page: Path):
     return seconds
 
 
+@pytest.mark.slow
 def test_page_loads_without_errors_and_fetches_nothing(browser, transformer):
     result, page, _ = transformer
     _page_of(browser, page)

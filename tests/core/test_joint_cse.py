@@ -215,6 +215,7 @@ def test_batch_norm_training_updates_running_stats_and_grads_as_eager():
     torch.testing.assert_close(twin[1].running_var, model[1].running_var)
 
 
+@pytest.mark.slow
 def test_a_training_step_does_not_import_inductors_lowerings():
     """The reason for the pass: torch's own joint-graph CSE imports
     torch._inductor.pattern_matcher (and its lowerings), 0.57 s of a fresh process."""

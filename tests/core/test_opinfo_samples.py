@@ -112,6 +112,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", OPS)
 def test_forward_matches_eager(name):
     op = op_info(name)
@@ -130,6 +131,7 @@ def test_forward_matches_eager(name):
     assert checked > 0, f"no sample of {name} ran"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BACKWARD)
 def test_backward_matches_eager(name):
     op = op_info(name)

@@ -358,6 +358,7 @@ def workload():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["explain"], ["bench", "--iters", "1", "--rounds", "1",
                                                    "--warmup", "0", "--no-inductor"]])
 def test_json_stdout_is_one_document_whatever_the_workload_prints(tmp_path, command):

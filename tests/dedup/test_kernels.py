@@ -107,6 +107,7 @@ def _load_example(name: str):
     return import_workload(EXAMPLES / f"{name}.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grouping", ["installed", "stand-in"])
 def test_lstm_unrolled_compiles_one_kernel_per_unique_group(tmp_path, grouping):
     """8 time steps of an LSTM cell: every step's gate math is the same group. Groups come

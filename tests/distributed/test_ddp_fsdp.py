@@ -189,6 +189,7 @@ def _load(runs: Path, name: str, rank: int) -> tuple[dict, dict]:
     return data, json.loads((runs / f"{name}-{rank}.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 @pytest.mark.parametrize("rank", range(WORLD))
 def test_training_matches_eager(runs, name, rank):

@@ -67,6 +67,7 @@ def test_every_family_converges_in_two_rounds(eager_default):
         assert not any(r.changed for r in records[2:]), name
 
 
+@pytest.mark.slow
 def test_torch_compile_of_the_issue_family_is_not_run_eagerly(eager_default):
     program = family("mixed", 1_000, seed=3)
     compiler = Compiler(eager_default, compile_cache=False)
@@ -98,6 +99,7 @@ _SETTINGS = dict(deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, **_SETTINGS)
 @given(programs(), st.sampled_from([(128, 64), (3, 2), (8, 4)]))
 def test_random_programs_converge_and_match_eager(eager_default, program, limits):

@@ -70,6 +70,7 @@ def _same(actual, expected):
     assert torch.equal(torch.signbit(actual[zeros]), torch.signbit(expected[zeros]))
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(rows=st.integers(1, 5), cols=st.sampled_from([1, 3, 8, 17, 40, 64, 130]),

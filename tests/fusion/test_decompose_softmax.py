@@ -67,6 +67,7 @@ def cache(tmp_path_factory):
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(rows=st.integers(1, 9), cols=st.integers(1, 300),
@@ -111,6 +112,7 @@ def test_cpu_softmax_backward_is_y_times_g_minus_sum(registry, device, as_eager_
             last.inputs[1].producer.op == "aten.sub.Tensor") == as_eager_cpu
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(shape=st.sampled_from([(1, 1), (3, 1), (2, 5), (2, 3, 17), (1, 4, 64), (5, 2, 2, 9)]),

@@ -97,6 +97,7 @@ def test_size_expressions_keep_the_composite_with_a_note():
     assert any("symbolic sizes" in note for note in ctx.notes)
 
 
+@pytest.mark.slow
 def test_transformer_block_at_symbolic_sizes_has_no_composite_and_no_more_groups():
     """The example transformer block, forward and backward, under explain: with
     dynamic=True every composite (layer norms, softmax and their gradients) is decomposed

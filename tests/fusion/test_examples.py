@@ -37,6 +37,7 @@ def _groups(graph) -> list:
     return [n for n in graph.nodes if n.op == FUSION_GROUP]
 
 
+@pytest.mark.slow
 def test_gelu_is_one_group_through_the_cli(eager_default):
     out = subprocess.run([sys.executable, "-m", "torchloom.cli", "explain",
                           str(EXAMPLES / "gelu.py"), "--pipeline", eager_default, "--json"],

@@ -10,6 +10,7 @@ op by op, and fusing again gives the same graph. 300 examples normally; 10,000 w
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -137,6 +138,7 @@ def _property_fuzz(data):
     _check(data)
 
 
+@pytest.mark.slow
 def test_random_graphs_fuse_correctly(fuzz):
     """300 random graphs (10,000 with --fuzz): verify, limits, numerics, determinism."""
     (_property_fuzz if fuzz else _property_300)()

@@ -99,6 +99,7 @@ def test_not_expects_a_failure(tmp_path):
     assert not outcome.ok and "expected a failure" in outcome.report
 
 
+@pytest.mark.slow
 def test_run_lines_run_as_written_in_a_shell():
     """A RUN line is a shell command: run with the installed ``torchloom`` and ``filecheck``
     scripts (as lit would), it passes too."""

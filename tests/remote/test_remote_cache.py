@@ -25,6 +25,7 @@ from remote_children import (KEY, entries, explain_in_new_process, explain_on_ne
 CONCURRENT = 8  # processes compiling at once, forked from one that imported torch
 
 
+@pytest.mark.slow
 def test_second_process_compiles_nothing_the_fleet_compiled(redis_url, workload, tmp_path):
     """Two processes, each with its own empty local cache: the second loads every graph
     and kernel from Redis (``explain --json --cached``)."""
@@ -96,6 +97,7 @@ def test_entry_forged_without_the_key_is_rejected_once_and_rebuilt(
         json.loads(verify(KEY.encode(), ns, name, redis_client.get(k)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flipped byte", "signed garbage", "unsigned"])
 def test_damaged_entry_is_reported_once_and_rebuilt(fleet, workload, redis_client, caplog,
                                                     damage):
@@ -183,6 +185,7 @@ def test_redis_stopped_mid_run_degrades_to_local_with_one_warning(
     assert all(c.fallback_reason is None for c in compiler.compilations)
 
 
+@pytest.mark.slow
 def test_processes_compiling_at_once_against_one_redis(redis_url, workload, tmp_path):
     """Eight processes with empty local caches compile the same model at the same moment
     (they wait at a barrier): each gets eager's results, no entry any of them reads is

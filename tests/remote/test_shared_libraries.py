@@ -47,6 +47,7 @@ def cc_log(tmp_path, monkeypatch) -> Path:
     return log
 
 
+@pytest.mark.slow
 def test_second_process_runs_no_c_compiler(redis_url, redis_client, workload, tmp_path,
                                            cc_log):
     """Two processes, each with its own empty local cache: the first builds the libraries
