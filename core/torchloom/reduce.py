@@ -6,8 +6,8 @@ reducer replays it to learn how it fails (:class:`Failure`: the pass, and whethe
 raised, broke the graph or changed values, with the exception's type), then tries smaller
 graphs and keeps each that still fails the same way (delta debugging, chunks halving):
 
-1. drop graph outputs (what no kept output needs goes with them), and return an operand
-   of an output's producer in its place (the nodes below it go);
+1. drop graph outputs (what no kept output needs goes with them), and drop nodes from
+   the bottom up, what they read becoming outputs in their place;
 2. replace nodes' results by fresh graph inputs of their types (the nodes above them go
    too), earliest nodes first;
 3. shrink shapes: every dim size in the text becomes 1, 2 or half of it where the graph
@@ -100,9 +100,11 @@ def _numel(t) -> int:
     return 1
 
 
-def extract(graph: Graph, outputs: Sequence[Value], cut: set[Node] = frozenset()) -> Graph:
+def extract(graph: Graph, outputs: Sequence[Value], cut: set[Node] = frozenset(), *,
+            smaller: bool = False) -> Graph | None:
     """A new graph returning ``outputs`` of ``graph`` and holding only the nodes they
-    need; the results of ``cut`` nodes (and graph inputs still read) become its inputs."""
+    need; the results of ``cut`` nodes (and graph inputs still read) become its inputs.
+    With ``smaller``, None (before anything is built) when it would keep every node."""
     needed: set[Node] = set()
     stack = [v.producer for v in outputs if v.producer is not None and v.producer not in cut]
     while stack:
@@ -112,6 +114,8 @@ def extract(graph: Graph, outputs: Sequence[Value], cut: set[Node] = frozenset()
         needed.add(node)
         stack.extend(v.producer for v in node.inputs
                      if v.producer is not None and v.producer not in cut)
+    if smaller and len(needed) >= len(graph):
+        return None
     g = Graph(graph.name)
     mapping: dict[Value, Value] = {}
     read = {v for n in needed for v in n.inputs} | set(outputs)
@@ -190,31 +194,25 @@ class _Search:
     def drop_outputs(self) -> bool:
         def make(chunk):
             keep = [v for v in self.best.outputs if v not in chunk]
-            return extract(self.best, keep) if keep else None
+            return extract(self.best, keep, smaller=True) if keep else None
         return self.chunks(lambda: list(dict.fromkeys(self.best.outputs)), make)
 
     def cut_nodes(self) -> bool:
         return self.chunks(lambda: list(self.best.nodes),
-                           lambda chunk: extract(self.best, self.best.outputs, set(chunk)))
+                           lambda chunk: extract(self.best, self.best.outputs, set(chunk),
+                                                 smaller=True))
 
-    def hoist_outputs(self) -> bool:
-        """Return an operand of an output's producer instead of the output (the nodes
-        below it go), one output at a time, while that still fails."""
-        gained, progress = False, True
-        while progress:
-            progress = False
-            for i, v in enumerate(self.best.outputs):
-                node = v.producer
-                for operand in dict.fromkeys(node.inputs if node is not None else ()):
-                    if not isinstance(operand.type, TensorType):
-                        continue
-                    outputs = [operand if o is v else o for o in self.best.outputs]
-                    if self.attempt(extract(self.best, list(dict.fromkeys(outputs)))):
-                        gained = progress = True
-                        break
-                if progress:
-                    break
-        return gained
+    def drop_nodes(self) -> bool:
+        """Remove nodes from the bottom up: what a removed node read becomes an output in
+        its place (a chunk that kept outputs still need is not smaller, so not tried)."""
+        def make(chunk):
+            doomed = set(chunk)
+            outputs = [v for v in self.best.outputs if v.producer not in doomed]
+            outputs += [v for node in chunk for v in node.inputs
+                        if v.producer is not None and v.producer not in doomed]
+            outputs = list(dict.fromkeys(outputs))
+            return extract(self.best, outputs, smaller=True) if outputs else None
+        return self.chunks(lambda: list(self.best.nodes)[::-1], make)
 
     def shrink_shapes(self) -> bool:
         gained = False
@@ -261,7 +259,7 @@ def reduce_reproducer(directory: str | Path, plugins=None, *,
         search = _Search(r.graph, r, failure, progress)
         for _ in range(MAX_ROUNDS):
             gained = search.drop_outputs()
-            gained = search.hoist_outputs() or gained
+            gained = search.drop_nodes() or gained
             gained = search.cut_nodes() or gained
             gained = search.shrink_shapes() or gained
             if not gained:

@@ -184,3 +184,11 @@ def test_a_whole_pipeline_failure_reduces_with_its_pipeline(fake_site, tmp_path,
     result = reduce_reproducer(repro, plugins, progress=Progress("t", delay=1e9))
     assert result.failure.pass_name == "<pipeline>" and result.nodes_after == 1
     assert "fake.retype" in result.pipeline_path.read_text()  # the whole pipeline replays
+
+
+def test_a_long_chain_reduces_in_few_candidates(wrong_plugins, tmp_path):
+    repro = reproducer_for(chain_graph(400, "tanh"), wrong_plugins, tmp_path,
+                           ["wrong.crash-on-tanh"], verify="each")
+    result = reduce_reproducer(repro, wrong_plugins, progress=Progress("t", delay=1e9))
+    assert result.nodes_before == 401 and result.nodes_after == 1
+    assert result.tests < 80  # chunks halve: about log2(n) candidates per step, not n
