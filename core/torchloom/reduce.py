@@ -170,7 +170,7 @@ class _Search:
             verify(candidate, self.r.plugins.registry)
             if failure_of(candidate, self.r) != self.failure:
                 return False
-        except TorchloomError:
+        except Exception:  # a candidate that breaks anything else is not the same failure
             return False
         self.best, self.size = candidate, size_of(candidate)
         return True
