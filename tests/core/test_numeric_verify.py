@@ -293,3 +293,17 @@ def test_opt_keeps_numeric_under_verify_each(wrong_plugins, tmp_path, capsys):
     write_pipeline(pipeline, verify="each")
     assert main(["opt", str(ir), "--pipeline", str(pipeline)]) == 0
     assert "aten.relu.default" in capsys.readouterr().out
+
+
+def test_int_inputs_used_as_sizes_agree_with_the_tensors():
+    from torchloom.tools import load_plugins
+    graph = parse_graph("""\
+graph @g(%n: int, %x: f32[s0, s1, 4]) {
+  %v = aten.view.default(%x, %n) {size = [$1, 4]} : f32["s0*s1", 4]
+  %e = aten.exp.default(%v) : f32["s0*s1", 4]
+  return %e
+}""")
+    [(_, (n, x)), _] = input_sets(graph)
+    assert n == numeric.SYMBOL_SIZE ** 2 and x.shape == (5, 5, 4)
+    check = NumericCheck(graph, load_plugins().registry)
+    assert check.skipped is None and check.check(graph.clone()) is None

@@ -5,7 +5,8 @@ The inputs are drawn from the graph's input types (:func:`input_sets`): random v
 edge values planted (zeros, negative zero, negatives; a second set adds NaN and
 infinities where the dtype has them), integers in a range any dim of the graph can index,
 random booleans, and every symbolic size given one small concrete value
-(:data:`SYMBOL_SIZE`). The graphs run through their own eager evaluation (the plan builder
+(:data:`SYMBOL_SIZE`; an ``int`` input a node uses as a size takes that size's value). The
+graphs run through their own eager evaluation (the plan builder
 of :mod:`torchloom.codegen.plan`, op by op with torch), and :func:`compare` checks every
 output, and every input the graph writes, with dtype-aware tolerances: NaN positions and
 infinities must match exactly, integers and booleans too. The pass manager keeps one
@@ -31,7 +32,7 @@ import torch
 from torchloom.errors import NumericError, TorchloomError
 from torchloom.ir.graph import Graph
 from torchloom.ir.symbols import evaluate, symbols_of
-from torchloom.ir.types import DTYPE_NAMES, DTYPES, ScalarType, TensorType
+from torchloom.ir.types import DTYPE_NAMES, DTYPES, InputRef, ScalarType, TensorType
 
 SEED = 0x7105
 #: the value every symbolic size (and every int scalar input) takes
@@ -80,11 +81,37 @@ def input_sets(graph: Graph, seed: int = SEED) -> list[tuple[str, list[Any]]]:
     dims = [d for shape in shapes.values() for d in shape if d > 0]
     high = max(1, min([INT_RANGE, *dims]))
     gen = torch.Generator().manual_seed(seed)
-    plain = [_make(v.type, shapes.get(v), gen, high, v.name) for v in graph.inputs]
+    sizes = _int_inputs(graph, bindings)
+    plain = [sizes[v] if v in sizes else _make(v.type, shapes.get(v), gen, high, v.name)
+             for v in graph.inputs]
     sets = [("finite values with zeros and negatives", plain)]
     if any(isinstance(t, torch.Tensor) and _has_nan(t.dtype) and t.numel() > 1 for t in plain):
         sets.append(("with NaN and infinities", [_with_nonfinite(t) for t in plain]))
     return sets
+
+
+def _int_inputs(graph: Graph, bindings: dict[str, int]) -> dict[Any, int]:
+    """Values for ``int`` inputs that are sizes: one that a node's list attribute names
+    (``aten.view(%x, %n) {size = [$1, 32]}``) takes the matching dim of the node's result
+    (``s0*s1`` -> 25), so a backward graph's size arguments agree with its tensors."""
+    ints = {v for v in graph.inputs if isinstance(v.type, ScalarType) and v.type.kind == "int"}
+    found: dict[Any, int] = {}
+    if not ints:
+        return found
+    for node in graph.nodes:
+        if not node.outputs or not isinstance(node.outputs[0].type, TensorType):
+            continue
+        shape = node.outputs[0].type.shape
+        for value in node.attrs.values():
+            if not isinstance(value, (list, tuple)) or len(value) != len(shape):
+                continue
+            for item, dim in zip(value, shape):
+                if isinstance(item, InputRef) and item < len(node.inputs):
+                    v = node.inputs[item]
+                    n = dim if isinstance(dim, int) else evaluate(dim, bindings)
+                    if v in ints and v not in found and n is not None:
+                        found[v] = n
+    return found
 
 
 def _concrete(shape, bindings: dict[str, int], name: str) -> tuple[int, ...]:
