@@ -36,7 +36,7 @@ def _group(dtype: str) -> str:
 
 def test_the_tabulated_ops_are_unary_float_ops_of_the_table():
     assert tables.TABULATED <= set(POINTWISE)
-    assert all(POINTWISE[op].floats is not None for op in tables.TABULATED)
+    assert all(POINTWISE[op].template is not None for op in tables.TABULATED)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])

@@ -32,11 +32,11 @@ REFUSED = {
     "random op": (group_text("%a: f32[4, 8]", """
         %r = aten.rand_like.default(%a) : f32[4, 8]
         %s = aten.add.Tensor(%a, %r) : f32[4, 8]""", "%s: f32[4, 8]"),
-        "aten.rand_like.default (random)"),
+        "op aten.rand_like.default is not in its op table"),  # (its capabilities)
     "opaque op": (group_text("%a: f32[4, 8], %b: f32[8, 3]", """
         %m = aten.mm.default(%a, %b) : f32[4, 3]
         %s = aten.relu.default(%m) : f32[4, 3]""", "%s: f32[4, 3]"),
-        "aten.mm.default (opaque)"),
+        "op aten.mm.default is not in its op table"),
     "complex dtype": (group_text("%a: c64[4]", """
         %s = aten.add.Tensor(%a, %a) : c64[4]""", "%s: c64[4]"), "dtype c64"),
     # a size no input carries cannot be passed to the kernel (symbolic sizes are)
@@ -48,6 +48,21 @@ REFUSED = {
         %t = aten.sum.dim_IntList(%a) {dim = [2]} : f32[2, 4]""", "%s: f32[4, 8], %t: f32[2, 4]"),
         "reductions over different shapes or dims"),
 }
+
+
+@pytest.mark.parametrize("name", ["sum_last_dim", "sum_dim0_keepdim", "softmax", "rmsnorm"])
+def test_a_kernel_reports_its_schedules_form(registry, name):
+    """The core's schedule names the kernel's form in its metadata ("form" stays this
+    target's variant: persistent, looped, split, ...); its capabilities cover the group."""
+    from torchloom.api import Schedule
+    from torchloom.testing.reductions import CASES
+    from torchloom_codegen_triton.codegen import CAPABILITIES
+    from torchloom_codegen_triton.kernel import KernelWriter
+
+    group = next(parse_graph(CASES[name][0]).nodes)
+    assert CAPABILITIES.declines(group) is None
+    _, metadata = KernelWriter(group, registry).generate()
+    assert metadata["schedule"] == Schedule.of(group).form
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

@@ -36,3 +36,60 @@ def test_of_reads_the_nodes_and_refuses_different_dims():
   return %s, %m""", "%x: f32[s0, 16]")
     with pytest.raises(Unsupported, match="reductions over different shapes or dims"):
         schedule.ReductionNest.of(other, lambda v: v.type)
+
+
+def test_coordinates_place_the_kept_and_reduced_names():
+    nest = schedule.ReductionNest((2, 3, 4), (1,))
+    full, row, keepdim = nest.coordinates(["x0", "x1"], ["r"])
+    assert full == ("x0", "r", "x1") and row == ("x0", "x1") and keepdim == ("x0", "0", "x1")
+
+
+def test_a_nest_that_reduces_nothing_is_no_column_reduction():
+    # (a pointwise writer's nest: its kept dims end innermost, yet it has no columns)
+    assert schedule.ReductionNest((4, 8), ()).columns is False
+    assert schedule.ReductionNest((4, 8), ()).rnumel == 1
+
+
+def test_nest_classes_group_by_shape_and_dims_in_program_order():
+    nodes = _reductions("""
+  %a = aten.sum.dim_IntList(%x) {dim = [1]} : f32[8]
+  %b = aten.sum.dim_IntList(%x) {dim = [0]} : f32[16]
+  %c = aten.amax.default(%x) {dim = [-1]} : f32[8]
+  return %a, %b, %c""", "%x: f32[8, 16]")
+    classes = schedule.nest_classes(nodes, lambda v: v.type.shape)
+    assert [[n.outputs[0].name for n in c] for c in classes] == [["a", "c"], ["b"]]
+
+
+def test_elementwise_numel_names_the_shapes_it_was_shown():
+    assert schedule.elementwise_numel([(4, 8), (32,)]) == 32
+    assert schedule.elementwise_numel([("s0", 8)]) == "8*s0"
+    with pytest.raises(Unsupported, match=r"different element counts \[4, 8\] and \['s1'\]"):
+        schedule.elementwise_numel([(4, 8), ("a0",)], [(4, 8), ("s1",)])
+
+
+def test_planned_nest_reads_the_writers_nest():
+    class Writer(schedule.PlannedNest):
+        def __init__(self, nest):
+            self.reduction_nest = nest
+
+    w = Writer(schedule.ReductionNest((8, 512), (1,)))
+    assert (w.shape, w.rdims, w.kept, w.kept_shape, w.red_shape, w.rnumel) == (
+        (8, 512), (1,), [0], [8], [512], 512)
+    assert Writer.reduction_nest.shape == ()  # a pointwise writer's default
+
+
+def test_capabilities_match_device_types_and_decline_whole_groups():
+    from torchloom.api import Capabilities
+    from torchloom.testing.reductions import group_text
+
+    caps = Capabilities(forms=frozenset({"pointwise"}), dtypes=frozenset({"f32"}),
+                        ops=frozenset({"aten.exp.default"}), devices=frozenset({"cuda"}))
+    exp = group_text("%a: f32[4, 8] @cuda:1", "%e = aten.exp.default(%a) : f32[4, 8] @cuda:1",
+                     "%e: f32[4, 8] @cuda:1")
+    assert caps.declines(next(parse_graph(exp).nodes)) is None  # cuda covers cuda:1
+    on_cpu = exp.replace(" @cuda:1", "")
+    assert caps.declines(next(parse_graph(on_cpu).nodes)) == "renders no device cpu"
+    total = group_text("%a: f32[4, 8] @cuda:1", """
+        %s = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4] @cuda:1""", "%s: f32[4] @cuda:1")
+    assert caps.declines(next(parse_graph(total).nodes)) == (
+        "renders pointwise kernels; this group is a row_reduction (reduces dims [1] of [4, 8])")

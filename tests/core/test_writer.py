@@ -3,6 +3,8 @@ codegens' tests run it end to end; these pin its pieces)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from torchloom.api import parse_graph, writer
 
@@ -81,3 +83,11 @@ def test_promotion_and_reduced_dims_follow_torch():
 def test_same_shape_compares_symbolic_sizes_by_value():
     assert writer.same_shape(["2*s0", 4], ["s0*2", 4])
     assert not writer.same_shape(["s0", 4], ["s1", 4]) and not writer.same_shape([4], [4, 1])
+
+
+def test_op_rows_and_parentheses():
+    row = writer.OpRow(lambda a: "{self} + " + str(a["other"]))
+    assert row.args == "out" and row.resolve(row.template, {"other": 2}) == "{self} + 2"
+    assert writer.OpRow.resolve("{self}") == "{self}"
+    par = writer.parenthesizer(re.compile(r"-?\d+\Z"))
+    assert [par(t) for t in ("x_1", "-3", "a + b")] == ["x_1", "-3", "(a + b)"]

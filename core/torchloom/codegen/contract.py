@@ -23,8 +23,10 @@ A group becomes a kernel in three steps, two of them the core's::
   capabilities, lowering; ``generate``: render; ``load``: build);
 - :class:`LaunchSpec`: how the built kernel is called (JSON in the kernel's metadata).
 
-The ``cpu`` and ``triton`` codegens predate this contract and keep their own writers;
-``examples/third_party_codegen`` (``scalar_c``) is a renderer written against it alone.
+The ``cpu`` and ``triton`` codegens keep their own writers over the shared nest plan
+(:mod:`torchloom.codegen.schedule`), report the schedule's form in their kernels' metadata
+and decline through their :class:`Capabilities`; ``examples/third_party_codegen``
+(``scalar_c``) is a renderer written against this contract alone.
 """
 
 from __future__ import annotations
@@ -121,8 +123,11 @@ class Schedule:
 @attrs.frozen
 class Capabilities:
     """What a renderer renders: kernel ``forms`` (of :data:`FORMS`), IR ``dtypes``,
-    ``devices``, reduction ``kinds`` (sum, prod, max, min, var, argmax, argmin, any, all),
-    pointwise ``ops`` (its op table's names) and whether sizes may be ``symbolic``."""
+    ``devices`` (device types: ``cuda`` covers ``cuda:1``), reduction ``kinds`` (sum, prod,
+    max, min, var, argmax, argmin, any, all), pointwise ``ops`` (its op table's names) and
+    whether sizes may be ``symbolic``. The native codegens declare theirs too
+    (``torchloom_codegen_cpu.codegen.CAPABILITIES``), and their ``supports`` asks
+    :meth:`declines` first."""
 
     forms: frozenset[str]
     dtypes: frozenset[str]
@@ -137,7 +142,8 @@ class Capabilities:
         if schedule.form not in self.forms:
             return (f"renders {', '.join(f for f in FORMS if f in self.forms)} kernels; this "
                     f"group is a {schedule.form} ({schedule.detail})")
-        for what, have, need in (("device", self.devices, schedule.devices),
+        devices = frozenset(d.split(":")[0] for d in schedule.devices)
+        for what, have, need in (("device", self.devices, devices),
                                  ("dtype", self.dtypes, schedule.dtypes)):
             if need - have:
                 return f"renders no {what} {', '.join(sorted(need - have))}"
@@ -150,6 +156,15 @@ class Capabilities:
             if kind not in self.kinds:
                 return f"reduction {op} ({kind}) is not among its reductions"
         return None
+
+
+    def declines(self, group: Node) -> str | None:
+        """Why fusion group ``group`` is not rendered: :meth:`gap` of its schedule, or
+        why it has no schedule; None when these capabilities cover it."""
+        try:
+            return self.gap(Schedule.of(group))
+        except Unsupported as exc:
+            return str(exc)
 
 
 @attrs.frozen

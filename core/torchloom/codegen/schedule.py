@@ -10,6 +10,12 @@ renderer loops over. A row reduction of ``f32[8, 512]`` over dim 1::
 
 A column reduction (``sum(g, dim=0)`` of ``[512, 1024]``) has its kept dims innermost
 (:attr:`ReductionNest.columns`). Sizes may be symbols (:mod:`torchloom.ir.symbols`).
+
+What the native writers (``cpu``, ``triton``) read from here rather than derive each:
+:func:`nest_classes` (the nests of a group whose reductions differ), :meth:`ReductionNest.of`
+(one nest's plan), :meth:`ReductionNest.coordinates` (a row's coordinates from the kept
+and reduced dims' names), :func:`elementwise_numel` (a pointwise kernel's element count)
+and :class:`PlannedNest` (a writer's fields over its nest).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.codegen.indexing import Unsupported, prod
+from torchloom.codegen.indexing import Unsupported, prod, same
 from torchloom.codegen.writer import reduced_dims, same_shape
 from torchloom.ir import Node
 
@@ -46,6 +52,19 @@ class ReductionNest:
                 raise Unsupported(f"reductions over different shapes or dims "
                                   f"({first.op} and {n.op})")
         return cls(shape, rdims)
+
+    def coordinates(self, xs: Sequence[str], rs: Sequence[str]
+                    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """(``full``, ``row``, ``row_keepdim``): the coordinates of element (x, r) of P from
+        the names of the kept dims' coordinates ``xs`` and the reduced dims' ``rs``, of row
+        x, and of row x with the reduced dims kept as 0 (keepdim results)."""
+        full = [""] * len(self.shape)
+        for d, c in zip(self.kept, xs):
+            full[d] = c
+        for d, c in zip(self.rdims, rs):
+            full[d] = c
+        row_keepdim = tuple("0" if d in self.rdims else full[d] for d in range(len(self.shape)))
+        return tuple(full), tuple(xs), row_keepdim
 
     @property
     def kept(self) -> list[int]:
@@ -76,6 +95,66 @@ class ReductionNest:
     @property
     def columns(self) -> bool:
         """Whether the kept dims end innermost: each row is read with a stride (a column
-        reduction), where a renderer walks the rows in memory order instead."""
+        reduction), where a renderer walks the rows in memory order instead; never for a
+        nest that reduces nothing (a pointwise writer's)."""
         kept = self.kept
-        return bool(kept) and kept[-1] == len(self.shape) - 1
+        return bool(self.rdims) and bool(kept) and kept[-1] == len(self.shape) - 1
+
+
+def nest_classes(reductions: Sequence[Node], shape_of: Callable[[Any], Any]
+                 ) -> list[list[Node]]:
+    """``reductions`` grouped by (input shape, reduced dims), in order of first appearance:
+    one class per nest (a ``several_nests`` group has more than one); ``shape_of`` reads
+    a value's shape."""
+    classes: dict[tuple, list[Node]] = {}
+    for n in reductions:
+        shape = tuple(shape_of(n.inputs[0]))
+        classes.setdefault((shape, reduced_dims(n, len(shape))), []).append(n)
+    return list(classes.values())
+
+
+def elementwise_numel(shapes: Sequence[Sequence[Any]],
+                      shown: Sequence[Sequence[Any]] | None = None) -> Any:
+    """The element count of a pointwise kernel writing outputs of ``shapes`` (the first
+    output's); :class:`Unsupported` when they differ (``shown``: the shapes the reason
+    names, when ``shapes`` are rewritten ones)."""
+    shown = shapes if shown is None else shown
+    numel = prod(shapes[0])
+    for shape, given in zip(shapes, shown):
+        if not same(prod(shape), numel):
+            raise Unsupported(f"pointwise outputs with different element counts "
+                              f"{list(shown[0])} and {list(given)}")
+    return numel
+
+
+class PlannedNest:
+    """A kernel writer's fields over the nest it writes, ``reduction_nest`` (mixed into the
+    native writers, which set it once): P's ``shape``, ``rdims``, ``kept``, ``kept_shape``,
+    ``red_shape`` and a row's length ``rnumel``. A pointwise writer's nest reduces nothing
+    (``rdims`` empty)."""
+
+    reduction_nest: ReductionNest = ReductionNest((), ())
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        return self.reduction_nest.shape
+
+    @property
+    def rdims(self) -> tuple[int, ...]:
+        return self.reduction_nest.rdims
+
+    @property
+    def kept(self) -> list[int]:
+        return self.reduction_nest.kept
+
+    @property
+    def kept_shape(self) -> list[Any]:
+        return self.reduction_nest.kept_shape
+
+    @property
+    def red_shape(self) -> list[Any]:
+        return self.reduction_nest.red_shape
+
+    @property
+    def rnumel(self) -> Any:
+        return self.reduction_nest.rnumel

@@ -5,7 +5,7 @@ a load, a view maps coordinates to its input's, a reduction result is read where
 was reduced, and a pointwise op is its template over its inputs at broadcast coordinates.
 The dispatch, the argument conversions of a pointwise op, the value numbering of
 statements and the op tables that do not depend on the target are here; a codegen gives
-its templates (:class:`PointwiseTable` rows), its literals and its statements' spelling.
+its templates (:class:`OpRow` rows), its literals and its statements' spelling.
 
 - :class:`Expr`: a value in the kernel (its text, compute dtype, whether it depends on
   the inner (reduced or SIMD) index);
@@ -16,6 +16,7 @@ its templates (:class:`PointwiseTable` rows), its literals and its statements' s
   :func:`clamp_rows`;
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
   its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
+- :class:`OpRow`, a pointwise op's row in a target's table; :func:`parenthesizer`;
 - helpers: :func:`named_args`, :func:`output_names`, :func:`promote_dtype`,
   :func:`reduced_dims`, :func:`var_correction`, :func:`same_shape`.
 """
@@ -105,6 +106,28 @@ def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
     return {"aten.clamp.default": clamp,
             "aten.clamp_min.default": low.replace("{x}", "{self}"),
             "aten.clamp_max.default": high.replace("{x}", "{self}")}
+
+
+@attrs.frozen
+class OpRow:
+    """A pointwise op's row in a native codegen's table: ``template`` (``"{self} * {other}"``,
+    or a function of the op's attributes giving it) and ``args`` (as ``OpTemplate``'s);
+    a target's subclass adds its own (cpu: an integer template; triton: helpers)."""
+
+    template: Any
+    args: str = "out"
+
+    @staticmethod
+    def resolve(template: Any, *given: Any) -> Any:
+        """``template`` itself, or what it gives for ``given`` when it is a function."""
+        return template(*given) if callable(template) else template
+
+
+def parenthesizer(literal: re.Pattern[str]) -> Callable[[str], str]:
+    """A target's ``par``: text in parentheses unless it is a name or matches ``literal``."""
+    def par(text: str) -> str:
+        return text if IDENT.fullmatch(text) or literal.match(text) else f"({text})"
+    return par
 
 
 @attrs.frozen
@@ -286,6 +309,11 @@ class ValueWalk:
             return "full view"
         raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the elements "
                           f"of the reduced shape {list(self.shape)} nor those of a row")
+
+    def row_of(self, reduction: Node) -> Coords:
+        """The coordinates of the row where ``reduction``'s results are read (the writer's
+        ``row``, or ``row_keepdim`` for a keepdim reduction)."""
+        return self.row_keepdim if reduction.attrs.get("keepdim", False) else self.row
 
     def place_output(self, v: Value) -> tuple[bool, Coords]:
         """Where a reduction kernel stores output ``v`` (:meth:`output_place`; the writer

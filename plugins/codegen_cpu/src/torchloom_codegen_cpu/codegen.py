@@ -49,12 +49,14 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from torchloom.api import (ArtifactStore, Kernel, KernelSource, Node, Reason, TensorType,
-                           Written, default_cache_dir, eager_rejects, indexing)
+from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSource, Node,
+                           Reason, TensorType, Written, default_cache_dir, eager_rejects,
+                           indexing)
 
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher
+from torchloom_codegen_cpu.ops import POINTWISE, REDUCTIONS, STORAGE
 from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, DamageReport, Toolchain, build,
                                              cached_library, compiler_name,
@@ -65,6 +67,13 @@ log = logging.getLogger("torchloom.codegen_cpu")
 
 #: TORCHLOOM_CPU_F16's values
 F16_CHOICES = ("auto", "compile", "eager")
+
+#: what the writer renders, declared through the codegen contract: every kernel form of the
+#: core's schedule (several nests as consecutive loop nests, function.py), symbolic sizes
+CAPABILITIES = Capabilities(forms=frozenset(FORMS), dtypes=frozenset(STORAGE),
+                            ops=frozenset(POINTWISE) | frozenset(REDUCTIONS),
+                            kinds=frozenset(spec.kind for spec in REDUCTIONS.values()),
+                            devices=frozenset({"cpu"}), symbolic=True)
 
 #: a library's cache key (``toolchain.library_path``)
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -129,6 +138,9 @@ class CpuCodegen:
                 if why is not None:
                     return Reason(self.name, f"{node.op}: eager's kernel rejects these dtypes "
                                              f"({why}); eager runs the group and raises it")
+        gap = CAPABILITIES.declines(group)
+        if gap is not None:
+            return Reason(self.name, gap)
         try:
             self._write(group, registry)
         except indexing.Unsupported as exc:

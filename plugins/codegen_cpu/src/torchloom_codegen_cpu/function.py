@@ -25,8 +25,9 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import (Graph, InputRef, Node, ScalarType, TensorType, Value, clone_graph,
-                           indexing, print_graph, structural_hash, symbols, writer)
+from torchloom.api import (Graph, InputRef, Node, ScalarType, Schedule, TensorType, Value,
+                           clone_graph, indexing, print_graph, schedule, structural_hash,
+                           symbols, writer)
 
 from torchloom_codegen_cpu import colsums
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
@@ -37,11 +38,7 @@ from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 def _classes(reductions: list[Node]) -> list[list[Node]]:
     """Reductions grouped by (input shape, reduced dims), in order of first appearance."""
-    classes: dict[tuple, list[Node]] = {}
-    for n in reductions:
-        shape = tuple(tensor_type(n.inputs[0]).shape)
-        classes.setdefault((shape, reduced_dims(n, len(shape))), []).append(n)
-    return list(classes.values())
+    return schedule.nest_classes(reductions, lambda v: tensor_type(v).shape)
 
 
 def _depends(v: Value, memo: dict[Value, frozenset[int]], of: dict[Node, int],
@@ -389,7 +386,9 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     source += ["  " + line for line in body]
     source += [f"  free({name});" for name in scratch]
     source.append("}")
+    # the kernel's form as the core's schedule names it (the same for every target)
     metadata = {"kernel": kernel, "kind": nests[0].kind, "nests": len(nests),
+                "schedule": Schedule.of(group).form,
                 "rows": [nests[0].dims(w.loop.trips) for w in nests],
                 "parallel": parallel, "sizes": list(names.values()),
                 "inputs": [_describe(v, nests[0]) for v in region.inputs],

@@ -37,7 +37,7 @@ from torchloom_codegen_cpu.render import Simd, element, render
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 Coords = indexing.Coords
-prod, same = indexing.prod, indexing.same
+prod = indexing.prod
 
 SCALAR_DTYPES = writer.SCALAR_DTYPES
 #: below this many elements a kernel runs on one thread (a parallel region costs ~µs)
@@ -48,7 +48,7 @@ CHUNK = 4096
 ROW_BUFFER = 16384
 
 
-class KernelWriter(writer.ValueWalk):
+class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS = "C", POINTWISE, REDUCTIONS
@@ -95,15 +95,11 @@ class KernelWriter(writer.ValueWalk):
         self.rows: Any = None
         self.numel: Any = None
         self.loop = ParallelLoop("x", None)
-        # a reduction nest (schedule.ReductionNest): its shape P, the dims it reduces and
-        # keeps, a row's length (an int; ``rbound`` as C text when symbolic) and the
-        # declarations of its coordinates from ``r`` (``r_header``)
-        self.shape: tuple = ()
-        self.rdims: tuple[int, ...] = ()
-        self.kept: list[int] = []
-        self.kept_shape: list = []
-        self.red_shape: list = []
-        self.rnumel: Any = None
+        # a reduction nest (schedule.ReductionNest, read through schedule.PlannedNest):
+        # its shape P, the dims it reduces and keeps, a row's length (an int; ``rbound``
+        # as C text when symbolic) and the declarations of its coordinates from ``r``
+        # (``r_header``)
+        self.reduction_nest = schedule.ReductionNest((), ())
         self.rbound: Any = None
         self.r_header: list[stmt.Declare] = []
         #: the row form's coordinates of element (x, r), of row x, and of row x with the
@@ -311,11 +307,7 @@ class KernelWriter(writer.ValueWalk):
     def _pointwise_body(self) -> list:
         outs = [tensor_type(v) for v in self.outputs]
         first = outs[0]
-        self.numel = prod(first.shape)
-        for v, t in zip(self.outputs, outs):
-            if not same(prod(t.shape), self.numel):
-                raise Unsupported(f"pointwise outputs with different element counts "
-                                  f"{list(first.shape)} and {list(t.shape)}")
+        self.numel = schedule.elementwise_numel([t.shape for t in outs])
         order = memory_order(first) if first.shape else ()
         walk = [first.shape[d] for d in order] or [1]
         inner, size = walk[-1], self.ix.size
@@ -358,11 +350,8 @@ class KernelWriter(writer.ValueWalk):
         return em.lines
 
     def _reduction_body(self) -> list:
-        nest = schedule.ReductionNest.of(self.reductions, tensor_type)
-        self.shape, self.rdims = nest.shape, nest.rdims
-        self.kept_shape, self.red_shape = nest.kept_shape, nest.red_shape
-        self.rows, self.rnumel, self.numel = nest.rows, nest.rnumel, nest.numel
-        kept = self.kept = nest.kept
+        nest = self.reduction_nest = schedule.ReductionNest.of(self.reductions, tensor_type)
+        self.rows, self.numel = nest.rows, nest.numel
         if column_form(self):
             self.loop, lines = column_body(self)
             return lines
@@ -374,16 +363,8 @@ class KernelWriter(writer.ValueWalk):
         #: the row length: an int, or C text (symbolic)
         self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size(
             self.rnumel)
-        full = [""] * len(self.shape)
-        for d, c in zip(kept, xs):
-            full[d] = c
-        for d, c in zip(self.rdims, rs):
-            full[d] = c
-        self.full = tuple(full)
+        self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
         em.allow_overrun(row_offsets(self))
-        self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
-                                 for d in range(len(self.shape)))
-        self.row = tuple(xs)
         self._plan_buffers()
         for node in self.reductions:
             self.reduced.update(lower_reduction(self, node))

@@ -62,20 +62,23 @@ Template = str | Callable[[Mapping[str, Any], str], str]
 
 
 @attrs.frozen
-class Pointwise:
-    floats: Template | None
+class Pointwise(writer.OpRow):
+    """An op's row: ``template`` for float results (None: none), ``ints`` for integer and
+    bool ones (None: none)."""
+
+    template: Template | None
     args: str = "out"
     ints: Template | None = None
 
-    def template(self, attrs_: Mapping[str, Any], dtype: str, ir_dtype: str,
-                 exp: str = "tl_exp") -> str | None:
+    def template_for(self, attrs_: Mapping[str, Any], dtype: str, ir_dtype: str,
+                     exp: str = "tl_exp") -> str | None:
         """The template for compute dtype ``dtype`` and result ``ir_dtype`` (None:
         unsupported for it); ``exp``: the prelude's f32 exp it calls (``tl_exp_nonpos``
         where every argument is <= 0)."""
-        tpl = self.floats if dtype in ("f32", "f64") else self.ints
+        tpl = self.template if dtype in ("f32", "f64") else self.ints
         if tpl is None:
             return None
-        tpl = tpl(attrs_, ir_dtype) if callable(tpl) else tpl
+        tpl = self.resolve(tpl, attrs_, ir_dtype)
         if dtype in ("f32", "f64"):
             tpl = tpl.replace("$erf", "tl_erf_fast" if dtype == "f32" else "erf")
             tpl = tpl.replace("$exp", exp if dtype == "f32" else "exp")

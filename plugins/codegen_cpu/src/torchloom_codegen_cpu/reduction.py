@@ -287,7 +287,6 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
         fields["acc"] = index.text
         fields["value"] = value.text
-    keepdim = bool(node.attrs.get("keepdim", False))
     results = {}
     for value, template in zip(node.outputs, spec.outputs):
         ir_dtype = tensor_type(value).dtype
@@ -297,7 +296,7 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
         e = em.convert(em.emit(text, computed, node.op.split(".")[1], inner=False), dtype)
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)
-        results[value] = (w.row_keepdim if keepdim else w.row, e)
+        results[value] = (w.row_of(node), e)
     return results
 
 

@@ -25,9 +25,8 @@ _INTEGERS = frozenset({"int", *(c for c in CTYPE.values() if c not in ("float", 
 _INDEX = "int64_t"
 
 
-def par(text: str) -> str:
-    """``text`` in parentheses unless it is a name or a literal."""
-    return text if writer.IDENT.fullmatch(text) or LITERAL.match(text) else f"({text})"
+#: ``text`` in parentheses unless it is a name or a literal
+par = writer.parenthesizer(LITERAL)
 
 
 @attrs.frozen

@@ -37,13 +37,14 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 import torch
-from torchloom.api import (Kernel, KernelSource, Node, Progress, Reason, TensorType, Written,
-                           default_cache_dir, env_flag)
+from torchloom.api import (FORMS, Capabilities, Kernel, KernelSource, Node, Progress, Reason,
+                           TensorType, Written, default_cache_dir, env_flag)
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
 from torchloom_codegen_triton.kernel import KernelWriter
 from torchloom_codegen_triton.launch import SymbolicLauncher
+from torchloom_codegen_triton.ops import POINTWISE, REDUCTIONS, STORAGE
 from torchloom_codegen_triton.plan import wider_configs
 from torchloom_codegen_triton.tiled import tile_grid
 from torchloom_codegen_triton.variants import generate_variants
@@ -137,6 +138,9 @@ class TritonCodegen:
             self._device_reason(devices.pop()) if len(devices) == 1 else None)
         if reason is not None:
             return reason
+        gap = CAPABILITIES.declines(group)
+        if gap is not None:
+            return Reason(self.name, gap)
         try:
             written = self._write(group, registry)
         except Unsupported as exc:
@@ -379,6 +383,15 @@ class Launcher:
 
 def _aligned(tensors) -> bool:
     return all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))
+
+
+#: what the writer renders, declared through the codegen contract: every kernel form of the
+#: core's schedule (of several nests, row + column sums of one shape: rowcol.py), on CUDA
+#: or in the interpreter, symbolic sizes
+CAPABILITIES = Capabilities(forms=frozenset(FORMS), dtypes=frozenset(STORAGE),
+                            ops=frozenset(POINTWISE) | frozenset(REDUCTIONS),
+                            kinds=frozenset(spec.kind for spec in REDUCTIONS.values()),
+                            devices=frozenset({"cpu", "cuda"}), symbolic=True)
 
 
 def _devices(group: Node) -> set[str]:

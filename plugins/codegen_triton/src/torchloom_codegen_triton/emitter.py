@@ -24,8 +24,7 @@ _IDENT = writer.IDENT
 _LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?\Z|float\(\"-?(inf|nan)\"\)\Z|True\Z|False\Z")
 
 
-def par(text: str) -> str:
-    return text if _IDENT.fullmatch(text) or _LITERAL.match(text) else f"({text})"
+par = writer.parenthesizer(_LITERAL)
 
 
 class Emitter(writer.Statements):

@@ -51,7 +51,7 @@ from torchloom_codegen_triton.tensors import memory_order, tensor_type
 from torchloom_codegen_triton.tiled import plan_tiles, tile_coords
 
 
-class KernelWriter(writer.ValueWalk):
+class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS = "Triton", POINTWISE, REDUCTIONS
@@ -88,18 +88,13 @@ class KernelWriter(writer.ValueWalk):
         #: (input, its coordinates) of every load emitted; the tiled form's (d0, d1)
         self.load_coords: list[tuple[Value, Coords]] = []
         self.tiles: tuple[int, int] | None = None
-        #: the plan (_plan_pointwise, _plan_reduction): the iteration space, and a
-        #: reduction's shape P, reduced and kept dims, rows, row length and candidates
-        self.shape: tuple = ()
+        #: the plan (_plan_pointwise, _plan_reduction): the iteration space, the nest
+        #: (schedule.ReductionNest, read through schedule.PlannedNest: a reduction's shape
+        #: P, reduced and kept dims, row length), its rows and the block candidates
+        self.reduction_nest = schedule.ReductionNest((), ())
         self.numel: Any = 0
         self.looped = False
-        self.rdims: tuple[int, ...] = ()
-        self.kept: tuple[int, ...] = ()
-        self.kept_shape: tuple = ()
-        self.red_shape: tuple = ()
         self.rows: Any = 0
-        self.rnumel: Any = 0
-        self.columns = False
         self.max_persistent = self.persistent_limit = max_persistent
         self.configs: list[dict[str, int]] = []
         #: a reduction's coordinates, written by body(): of P's elements (``full``), of a
@@ -141,32 +136,32 @@ class KernelWriter(writer.ValueWalk):
             raise Unsupported(f"values on several devices {sorted(devices)}")
         self.device = devices.pop() if devices else "cpu"
 
+    @property
+    def columns(self) -> bool:
+        """Whether the nest's rows are strided in memory (a column reduction)."""
+        return self.reduction_nest.columns
+
     def _plan_pointwise(self) -> None:
-        self.shape = tuple(tensor_type(self.region.outputs[0]).shape)
-        self.numel = indexing.prod(self.shape)
-        for v, given in zip(self.region.outputs, self.group.region.outputs):
-            if not indexing.same(indexing.prod(tensor_type(v).shape), self.numel):
-                first = self.group.region.outputs[0].type  # as written, not atomized
-                raise Unsupported(f"pointwise outputs with different element counts "
-                                  f"{list(first.shape)} and {list(given.type.shape)}")
+        shape = tuple(tensor_type(self.region.outputs[0]).shape)
+        self.reduction_nest = schedule.ReductionNest(shape, ())
+        # (the reason names the shapes as written, not atomized)
+        self.numel = schedule.elementwise_numel(
+            [tensor_type(v).shape for v in self.region.outputs],
+            [v.type.shape for v in self.group.region.outputs])
 
     def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
         reductions, columns = split_rows_and_columns(reductions, lambda v: tensor_type(v).shape)
         self.reductions = reductions
-        nest = schedule.ReductionNest.of(reductions, tensor_type)
-        self.shape, self.rdims = nest.shape, nest.rdims
-        self.kept_shape, self.red_shape = nest.kept_shape, nest.red_shape
-        self.rows, self.rnumel, self.numel = nest.rows, nest.rnumel, nest.numel
+        nest = self.reduction_nest = schedule.ReductionNest.of(reductions, tensor_type)
+        self.rows, self.numel = nest.rows, nest.numel
         # rows that are strided in memory (the kept dims are innermost: a column sum) are
         # read as [many rows x a short chunk] tiles, which needs the looped form
-        self.columns = nest.columns
         limit = min(max_persistent, 64) if self.columns else max_persistent
         #: the longest row (a power of two) the persistent form holds
         self.persistent_limit = limit
         rnumel = representative(self.rnumel, limit)
         self.looped = self.form in ("looped", "split") if self.form else \
             next_pow2(rnumel) > limit
-        self.kept = nest.kept
         if columns and not isinstance(self.rnumel, int):
             raise Unsupported(f"row and column reductions of the same data in one kernel "
                               f"need a static row length (it is {self.rnumel})")
@@ -350,15 +345,7 @@ class KernelWriter(writer.ValueWalk):
             for s in rheader:
                 em.statement(s, False)
             rs = self.coords("r", "rindex", self.red_shape, True)
-        full = [""] * len(self.shape)
-        for d, c in zip(self.kept, xs):
-            full[d] = c
-        for d, c in zip(self.rdims, rs):
-            full[d] = c
-        self.full = tuple(full)
-        self.row_keepdim = tuple("0" if d in self.rdims else self.full[d]
-                                 for d in range(len(self.shape)))
-        self.row = tuple(xs)
+        self.full, self.row, self.row_keepdim = self.reduction_nest.coordinates(xs, rs)
 
     def finish_rows(self) -> None:
         """The rows of a split reduction's finishing kernel (``FBLOCK`` per program):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import DTYPES, ScalarType, TensorType, Value, structural_hash
+from torchloom.api import DTYPES, ScalarType, Schedule, TensorType, Value, structural_hash
 
 from torchloom_codegen_triton.plan import pointwise_configs, representative
 from torchloom_codegen_triton.protocol import Writer
@@ -26,7 +26,10 @@ def kernel_metadata(w: Writer, kernel: str, form: str) -> dict[str, Any]:
         return {"shape": list(t.shape), "strides": None if strides is None else
                 list(strides), "dtype": t.dtype}
     meta: dict[str, Any] = {
-        "kernel": kernel, "kind": w.kind, "form": form, "device": w.device,
+        # "form" is this target's variant of the kernel; "schedule" the core schedule's
+        # form, the same for every target
+        "kernel": kernel, "kind": w.kind, "form": form, "schedule": Schedule.of(w.group).form,
+        "device": w.device,
         "inputs": [desc(v) for v in w.region.inputs],
         "outputs": [desc(v) for v in w.region.outputs],
         "numel": w.numel, "group_hash": structural_hash(w.group.region),

@@ -41,7 +41,7 @@ def literal(value: Any) -> str:
 
 
 @attrs.frozen
-class Pointwise:
+class Pointwise(writer.OpRow):
     template: str | Callable[[Mapping[str, Any]], str]
     args: str = "out"
     #: the module helpers (``HELPERS``) the template calls
@@ -49,8 +49,7 @@ class Pointwise:
 
     def render(self, named: Mapping[str, str], attrs_: Mapping[str, Any]) -> str:
         """``named``: schema argument name -> source text (tensor expressions, literals)."""
-        tpl = self.template(attrs_) if callable(self.template) else self.template
-        return tpl.format(**named)
+        return self.resolve(self.template, attrs_).format(**named)
 
 
 def _pow(a: Mapping[str, Any]) -> str:

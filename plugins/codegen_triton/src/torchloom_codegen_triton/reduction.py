@@ -142,11 +142,10 @@ def reduction_outputs(w: Writer, node: Node, fields: dict[str, str]
     its row, its value), for the writer to record."""
     outputs = {}
     em = w.em
-    keepdim = bool(node.attrs.get("keepdim", False))
     for value, template in zip(node.outputs, REDUCTIONS[node.op].outputs):
         dtype = COMPUTE[tensor_type(value).dtype]
         e = em.emit(template.format(**fields), dtype, node.op.split(".")[1], rdep=False)
         if tensor_type(value).dtype in ("f16", "bf16"):
             e = em.cast(e, tensor_type(value).dtype)
-        outputs[value] = (w.row_keepdim if keepdim else w.row, e)
+        outputs[value] = (w.row_of(node), e)
     return outputs

@@ -20,7 +20,7 @@ programs an argument (``kprog``, at most ``PROGRAMS``) that the launcher compute
 from __future__ import annotations
 
 
-from torchloom.api import Node, Value, stmt
+from torchloom.api import Node, Value, schedule, stmt
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
@@ -41,13 +41,11 @@ _COLUMN_KINDS = ("sum", "max", "min")
 def split_rows_and_columns(reductions: list[Node], shape_of) -> tuple[list[Node], list[Node]]:
     """(row reductions, column reductions) when the group reduces one shape both ways
     (rows: the trailing dims; columns: the leading ones), else (reductions, [])."""
-    signatures: dict[tuple, list[Node]] = {}
-    for n in reductions:
-        shape = tuple(shape_of(n.inputs[0]))
-        signatures.setdefault((shape, reduced_dims(n, len(shape))), []).append(n)
-    if len(signatures) != 2:
+    classes = schedule.nest_classes(reductions, shape_of)
+    if len(classes) != 2:
         return reductions, []
-    (sa, a), (sb, b) = signatures.items()
+    a, b = classes
+    sa, sb = (_signature(c[0], shape_of) for c in classes)
     if sa[0] != sb[0] or not sa[1] or not sb[1]:
         return reductions, []
     rank = len(sa[0])
@@ -57,6 +55,12 @@ def split_rows_and_columns(reductions: list[Node], shape_of) -> tuple[list[Node]
     if reduced_dims(columns[0], rank)[0] != 0:
         return reductions, []
     return rows, columns
+
+
+def _signature(n: Node, shape_of) -> tuple[tuple, tuple[int, ...]]:
+    """(input shape, reduced dims) of reduction ``n``: its nest's."""
+    shape = tuple(shape_of(n.inputs[0]))
+    return shape, reduced_dims(n, len(shape))
 
 
 class ColumnPartials:
