@@ -39,7 +39,11 @@ def test_ci_runs_the_readme_test_commands_and_the_compat_lane_lists_real_paths()
             if ln.strip() and not ln.startswith("#")]
     paths = [p for ln in lane for p in ln.split()]
     assert "tests/codegen_triton" in paths and "tests/test_device_check.py" in paths
-    assert [p for p in paths if not (ROOT / p).exists()] == []
+    files = [ROOT / p.split("::")[0] for p in paths]
+    assert [f for f in files if not f.exists()] == []
+    for p, f in zip(paths, files):  # a test id names a test of its file
+        name = p.partition("::")[2].partition("[")[0]
+        assert not name or f"def {name}(" in f.read_text(), p
     for ln in lane:  # one directory per run: the directories' conftests share names
-        assert len({(ROOT / p).parent if (ROOT / p).is_file() else ROOT / p
-                    for p in ln.split()}) == 1, ln
+        run = [ROOT / p.split("::")[0] for p in ln.split()]
+        assert len({f.parent if f.is_file() else f for f in run}) == 1, ln
