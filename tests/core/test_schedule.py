@@ -89,6 +89,8 @@ def test_capabilities_match_device_types_and_decline_whole_groups():
     assert caps.declines(next(parse_graph(exp).nodes)) is None  # cuda covers cuda:1
     on_cpu = exp.replace(" @cuda:1", "")
     assert caps.declines(next(parse_graph(on_cpu).nodes)) == "renders no device cpu"
+    assert str(caps.reason("gpu_c", next(parse_graph(on_cpu).nodes))) == (
+        "gpu_c: renders no device cpu")
     total = group_text("%a: f32[4, 8] @cuda:1", """
         %s = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4] @cuda:1""", "%s: f32[4] @cuda:1")
     assert caps.declines(next(parse_graph(total).nodes)) == (

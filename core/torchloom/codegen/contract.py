@@ -36,7 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from torchloom.codegen.base import Kernel
+from torchloom.codegen.base import Kernel, Reason
 from torchloom.codegen.indexing import Language, Unsupported
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.schedule import ReductionNest
@@ -165,6 +165,12 @@ class Capabilities:
             return self.gap(Schedule.of(group))
         except Unsupported as exc:
             return str(exc)
+
+    def reason(self, codegen: str, group: Node) -> Reason | None:
+        """:meth:`declines` as codegen ``codegen``'s :class:`Reason` (what ``supports``
+        returns), or None."""
+        why = self.declines(group)
+        return None if why is None else Reason(codegen, why)
 
 
 @attrs.frozen

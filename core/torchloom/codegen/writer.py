@@ -310,6 +310,10 @@ class ValueWalk:
         raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the elements "
                           f"of the reduced shape {list(self.shape)} nor those of a row")
 
+    def row_input(self, reduction: Node) -> Callable[[], Any]:
+        """``reduction``'s input at element (x, r) of the row (the writer's ``full``)."""
+        return lambda: self.value_at(reduction.inputs[0], self.full)
+
     def row_of(self, reduction: Node) -> Coords:
         """The coordinates of the row where ``reduction``'s results are read (the writer's
         ``row``, or ``row_keepdim`` for a keepdim reduction)."""

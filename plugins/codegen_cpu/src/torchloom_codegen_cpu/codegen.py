@@ -138,9 +138,9 @@ class CpuCodegen:
                 if why is not None:
                     return Reason(self.name, f"{node.op}: eager's kernel rejects these dtypes "
                                              f"({why}); eager runs the group and raises it")
-        gap = CAPABILITIES.declines(group)
-        if gap is not None:
-            return Reason(self.name, gap)
+        declined = CAPABILITIES.reason(self.name, group)
+        if declined is not None:
+            return declined
         try:
             self._write(group, registry)
         except indexing.Unsupported as exc:

@@ -15,6 +15,7 @@ as many as the threads share (``xb``, columns.py)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -103,6 +104,8 @@ class Writer(Protocol):
     def inner_coords(self, index: str, shape) -> tuple[list[stmt.Declare], list[str]]: ...
 
     def row_of(self, reduction: Node) -> Coords: ...
+
+    def row_input(self, reduction: Node) -> Callable[[], writer.Expr]: ...
 
     def set_result(self, value: Value, coords: Coords, e: writer.Expr) -> None: ...
 

@@ -238,12 +238,9 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
     row, its value), for the writer to record."""
     spec = REDUCTIONS[node.op]
     em = w.em
-    src = node.inputs[0]
+    src, full = node.inputs[0], w.row_input(node)
     out_dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
     acc_dtype = out_dtype if out_dtype in ("f32", "f64") else "f64"
-
-    def full() -> Expr:
-        return w.value_at(src, w.full)
 
     wide = spec.kind == "sum" and sum_dtype(out_dtype, w.rnumel, ROW_LANES) != out_dtype
     if wide:  # (a mean divides the double sum by a double count)

@@ -135,12 +135,10 @@ class TritonCodegen:
         the kernel is written, and kept for ``generate``."""
         devices = _devices(group)
         reason = _triton_missing(self.name) or (
-            self._device_reason(devices.pop()) if len(devices) == 1 else None)
+            self._device_reason(devices.pop()) if len(devices) == 1 else None) or \
+            CAPABILITIES.reason(self.name, group)
         if reason is not None:
             return reason
-        gap = CAPABILITIES.declines(group)
-        if gap is not None:
-            return Reason(self.name, gap)
         try:
             written = self._write(group, registry)
         except Unsupported as exc:

@@ -4,6 +4,7 @@ writer imports them, and an import back would close a circle."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from torchloom.api import Node, Value, stmt
@@ -53,6 +54,8 @@ class Writer(Protocol):
     def value_at(self, v: Value, coords: Coords) -> Expr: ...
 
     def row_of(self, reduction: Node) -> Coords: ...
+
+    def row_input(self, reduction: Node) -> Callable[[], Expr]: ...
 
     def record(self, outputs: dict[Value, tuple[Coords, Expr]]) -> None: ...
 

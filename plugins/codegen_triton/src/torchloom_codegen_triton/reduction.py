@@ -90,11 +90,8 @@ def lower_reduction(w: Writer, node: Node) -> None:
     """Compute ``node``'s outputs once per row; the writer records them (``w.record``)."""
     spec = REDUCTIONS[node.op]
     em = w.em
-    src = node.inputs[0]
+    src, full = node.inputs[0], w.row_input(node)
     out_dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
-
-    def full() -> Expr:
-        return w.value_at(src, w.full)
 
     fields: dict[str, str] = {"n": row_count(w)}
     if spec.kind in ("sum", "max", "min"):
