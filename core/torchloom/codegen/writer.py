@@ -110,9 +110,8 @@ def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
 
 @attrs.frozen
 class OpRow:
-    """A pointwise op's row in a native codegen's table: ``template`` (``"{self} * {other}"``,
-    or a function of the op's attributes giving it) and ``args`` (as ``OpTemplate``'s);
-    a target's subclass adds its own (cpu: an integer template; triton: helpers)."""
+    """A pointwise op's row in a native codegen's table: ``template`` (``"{self} * {other}"``
+    or a function giving it) and ``args`` (as ``OpTemplate``'s); targets subclass it."""
 
     template: Any
     args: str = "out"
@@ -125,9 +124,7 @@ class OpRow:
 
 def parenthesizer(literal: re.Pattern[str]) -> Callable[[str], str]:
     """A target's ``par``: text in parentheses unless it is a name or matches ``literal``."""
-    def par(text: str) -> str:
-        return text if IDENT.fullmatch(text) or literal.match(text) else f"({text})"
-    return par
+    return lambda text: text if IDENT.fullmatch(text) or literal.match(text) else f"({text})"
 
 
 @attrs.frozen
@@ -315,8 +312,7 @@ class ValueWalk:
         return lambda: self.value_at(reduction.inputs[0], self.full)
 
     def row_of(self, reduction: Node) -> Coords:
-        """The coordinates of the row where ``reduction``'s results are read (the writer's
-        ``row``, or ``row_keepdim`` for a keepdim reduction)."""
+        """Where ``reduction``'s results are read: ``row``, or ``row_keepdim`` (keepdim)."""
         return self.row_keepdim if reduction.attrs.get("keepdim", False) else self.row
 
     def place_output(self, v: Value) -> tuple[bool, Coords]:
