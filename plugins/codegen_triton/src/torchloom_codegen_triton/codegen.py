@@ -43,7 +43,7 @@ from torchloom.api import (FORMS, Capabilities, Kernel, KernelSource, Node, Prog
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
 from torchloom_codegen_triton.kernel import KernelWriter
-from torchloom_codegen_triton.launch import SymbolicLauncher
+from torchloom_codegen_triton.launch import SymbolicLauncher, compiled_grid
 from torchloom_codegen_triton.ops import POINTWISE, REDUCTIONS, STORAGE
 from torchloom_codegen_triton.plan import wider_configs
 from torchloom_codegen_triton.tiled import tile_grid
@@ -325,7 +325,7 @@ class Launcher:
         fast = self._fast.get(key) if main else None
         if fast is not None and _aligned(tensors):
             try:  # the compiled kernel's own launcher: no re-binding, no cache-key hashing
-                fast[grid](*tensors, *values)
+                fast[compiled_grid(grid)](*tensors, *values)
                 return
             except Exception:  # an API this triton version lacks: use the JIT path
                 del self._fast[key]
