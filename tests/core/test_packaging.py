@@ -102,22 +102,65 @@ def test_every_third_party_import_is_declared(project):
     packages = [p for w in where for p in w.iterdir() if (p / "__init__.py").exists()]
     own = {p.name for p in packages}
     declared = {normalized(r.name) for r in requirements(project)}
-    # modules pytest loads (pytest11 entry points) run inside pytest
-    hosted = {v.split(":")[0] for v in meta["project"].get("entry-points", {})
-              .get("pytest11", {}).values()}
+    modules = {".".join(path.relative_to(package.parent).with_suffix("").parts): path
+               for package in packages for path in sorted(package.rglob("*.py"))}
+    # modules pytest loads (pytest11 entry points), and the package's modules they import,
+    # run inside pytest: they may import pytest and what the extra named after the plugin
+    # module declares (``torchloom.testing.perfgate`` -> ``torchloom[perfgate]``)
+    extras = meta["project"].get("optional-dependencies", {})
+    hosted: dict[str, set[str]] = {}
+    for entry in meta["project"].get("entry-points", {}).get("pytest11", {}).values():
+        plugin = entry.split(":")[0]
+        allowed = {"pytest"} | {normalized(Requirement(r).name)
+                                for r in extras.get(plugin.rsplit(".", 1)[-1], [])}
+        for module in _reached(plugin, modules):
+            hosted.setdefault(module, set()).update(allowed)
     providers = md.packages_distributions()
     missing = []
-    for package in packages:
-        for path in sorted(package.rglob("*.py")):
-            module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
-            for name in sorted(_imports(path) - own - set(sys.stdlib_module_names)):
-                dists = {normalized(d) for d in providers.get(name, [name])}
-                if name == "pytest" and module in hosted:
-                    continue
-                if not dists & declared:
+    for module, path in modules.items():
+        for name in sorted(_imports(path) - own - set(sys.stdlib_module_names)):
+            dists = {normalized(d) for d in providers.get(name, [name])}
+            if dists & hosted.get(module, set()) or name in hosted.get(module, set()):
+                continue
+            if not dists & declared:
                     missing.append(f"{path.relative_to(ROOT)} imports {name} "
                                    f"({', '.join(sorted(dists))})")
     assert not missing, "undeclared: " + "; ".join(missing)
+
+
+def _reached(start: str, modules: dict[str, Path]) -> set[str]:
+    """``start`` and the modules of its own package (``torchloom.testing`` for
+    ``torchloom.testing.perfgate``) that it imports, directly or not (an import anywhere in
+    a file, top level or in a function). Modules of other packages it calls into (the
+    compiler) are not hosted: they must work outside pytest."""
+    package = start.rsplit(".", 1)[0] + "."
+    seen, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        if module in seen or module not in modules or not module.startswith(package):
+            continue
+        seen.add(module)
+        for node in ast.walk(ast.parse(modules[module].read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                todo += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names]
+    return seen
+
+
+def test_the_perf_gate_plugins_imports_are_hosted_by_pytest_and_its_extra():
+    meta = pyproject(ROOT)
+    modules = {".".join(p.relative_to(ROOT / "core").with_suffix("").parts): p
+               for p in (ROOT / "core" / "torchloom").rglob("*.py")}
+    reached = _reached("torchloom.testing.perfgate", modules)
+    # the gate's modules are hosted; the compiler's are not (they must need only the core's
+    # dependencies), though the kernel gate imports them
+    assert {"torchloom.testing.perfgate", "torchloom.testing.kernelgate",
+            "torchloom.testing.perfbaseline"} <= reached
+    assert not {"torchloom.compiler", "torchloom.report", "torchloom.explain"} & reached
+    assert {normalized(Requirement(r).name) for r in
+            meta["project"]["optional-dependencies"]["perfgate"]} >= {"pytest",
+                                                                       "pytest-benchmark"}
 
 
 def test_tomli_stands_in_for_tomllib_on_the_pythons_that_lack_it():
