@@ -18,3 +18,19 @@ def test_kinds_keep_only_those_kinds_in_order():
     assert list(kept) == [op for op, spec in full.items() if spec.kind in {"sum", "var"}]
     assert "aten.prod.default" in full and "aten.prod.default" not in kept
     assert kept["aten.mean.dim"].outputs == ("{acc} / {n}",)
+
+
+def test_results_fill_each_outputs_template_in_order():
+    from torchloom.api import parse_graph
+
+    g = parse_graph("""graph @g(%x: f32[4, 8]) {
+  %v, %m = aten.var_mean.correction(%x) {dim = [1]} : f32[4], f32[4]
+  return %v, %m
+}""")
+    node = next(g.nodes)
+    spec = reductions.reduction_table("sqrt({x})")[node.op]
+    seen = []
+    out = reductions.results(node, spec, {"acc": "a", "n": "8", "mean": "mu", "dof": "7"},
+                             ("x",), lambda v, text: seen.append(v.name) or text)
+    assert seen == ["v", "m"]
+    assert out == {node.outputs[0]: (("x",), "a / 7"), node.outputs[1]: (("x",), "mu")}

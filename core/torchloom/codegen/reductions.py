@@ -8,7 +8,12 @@ template over ``{x}``, and leaves out kinds it cannot lower (Triton has no ``pro
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import attrs
+
+from torchloom.ir import Node, Value
 
 
 @attrs.frozen
@@ -54,3 +59,12 @@ def reduction_table(sqrt: str, *, kinds: frozenset[str] | None = None) -> dict[s
     if kinds is None:
         return table
     return {op: spec for op, spec in table.items() if spec.kind in kinds}
+
+
+def results(node: Node, spec: Reduction, fields: Mapping[str, str], row: Any,
+            result: Callable[[Value, str], Any]) -> dict[Value, tuple[Any, Any]]:
+    """Each output of reduction ``node`` (its table row ``spec``) -> (``row``, the
+    coordinates where it is read; ``result(output, text)``, the target's value of its
+    template in ``spec.outputs`` over ``fields``), in output order: what a writer records."""
+    return {value: (row, result(value, template.format(**fields)))
+            for value, template in zip(node.outputs, spec.outputs)}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import attrs
 
-from torchloom.api import Node, Value, indexing, stmt, writer
+from torchloom.api import Node, Value, indexing, reductions, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.nest import Coords, Writer
@@ -284,17 +284,16 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
         fields["acc"] = index.text
         fields["value"] = value.text
-    results = {}
-    for value, template in zip(node.outputs, spec.outputs):
+
+    def result(value: Value, text: str) -> Expr:
         ir_dtype = tensor_type(value).dtype
         dtype = COMPUTE[ir_dtype]
         computed = "f64" if spec.kind == "var" or wide else dtype
-        text = template.format(**fields).replace("$f", "f" if computed == "f32" else "")
+        text = text.replace("$f", "f" if computed == "f32" else "")
         e = em.convert(em.emit(text, computed, node.op.split(".")[1], inner=False), dtype)
-        if ir_dtype in ("f16", "bf16"):
-            e = em.cast(e, ir_dtype)
-        results[value] = (w.row_of(node), e)
-    return results
+        return em.cast(e, ir_dtype) if ir_dtype in ("f16", "bf16") else e
+
+    return reductions.results(node, spec, fields, w.row_of(node), result)
 
 
 #: rows of at least this many bytes get their successor's first page prefetched

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torchloom.api import Node, Value, stmt, writer
+from torchloom.api import Node, Value, reductions, stmt, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
@@ -137,12 +137,12 @@ def reduction_outputs(w: Writer, node: Node, fields: dict[str, str]
                       ) -> dict[Value, tuple[tuple[str, ...], Expr]]:
     """``node``'s outputs from its template over ``fields``: output -> (the coordinates of
     its row, its value), for the writer to record."""
-    outputs = {}
     em = w.em
-    for value, template in zip(node.outputs, REDUCTIONS[node.op].outputs):
-        dtype = COMPUTE[tensor_type(value).dtype]
-        e = em.emit(template.format(**fields), dtype, node.op.split(".")[1], rdep=False)
+
+    def result(value: Value, text: str) -> Expr:
+        e = em.emit(text, COMPUTE[tensor_type(value).dtype], node.op.split(".")[1], rdep=False)
         if tensor_type(value).dtype in ("f16", "bf16"):
             e = em.cast(e, tensor_type(value).dtype)
-        outputs[value] = (w.row_of(node), e)
-    return outputs
+        return e
+
+    return reductions.results(node, REDUCTIONS[node.op], fields, w.row_of(node), result)
