@@ -50,8 +50,8 @@ def cheap():
 def test_retries_multiply_the_budget(perf_gate):
     # identical sides at a level that practically never decides: the budget runs out
     result = perf_gate(cheap, cheap, min_speedup=1.0, rounds=6, iterations=2, retries=1,
-                       level=0.99999, max_time=60)
-    assert result.verdict == "inconclusive" and result.rounds == 2 * 10 * 6
+                       level=0.99999, fail_level=0.99999, max_time=60, max_rounds=60)
+    assert result.verdict == "inconclusive" and result.rounds == 2 * 60
 """
 
 

@@ -4,12 +4,19 @@
 A ratio gate times a *candidate* and a *baseline* in the same run, on the same inputs, in
 paired rounds (each round times both, in an order drawn at random), and decides with
 statistics (:mod:`perfstats`): the speed-up ``baseline / candidate`` and its confidence
-interval (Hodges-Lehmann over the rounds' log-ratios, or a seeded bootstrap over pairs;
-``level`` 95 % by default). ``pass`` when the interval's low end is at or above the
-threshold, ``fail`` when its high end is below it, else it measures more rounds, up to
-``max_rounds`` or ``max_time`` seconds, and ends ``inconclusive``. A ``fail`` must be
-confirmed by ``confirm`` fresh measurements that also end ``fail`` (a burst of load cannot
-fail a gate alone; an unconfirmed one is ``inconclusive``)::
+interval (Hodges-Lehmann over the rounds' log-ratios, or a seeded bootstrap over pairs).
+``pass`` when the interval's low end is at or above the threshold, ``fail`` when its high
+end is below it, else it measures more rounds, until ``max_time`` seconds (2; or
+``max_rounds``), and ends ``inconclusive``. Since it looks many times, each look's interval
+is corrected by alpha spending (:class:`perfstats.Spending`): over a whole measurement the
+pass side errs at most ``(1 - level) / 2`` (``level`` 95 %) and the fail side at most
+``1 - fail_level`` (1 %). A ``fail`` must be confirmed by ``confirm`` (2) fresh
+measurements, each after a pause of ``confirm_pause`` seconds, that also end ``fail``, their
+fail side at ``confirm_level`` (95 %, spent likewise) (a burst of load cannot fail a gate
+alone; an unconfirmed one is ``inconclusive``). Under "no difference" the measurements'
+signs are independent coin flips (each round's order is drawn at random), so a candidate
+no slower than the threshold fails all three with probability at most
+0.01 x 0.05 x 0.05 = 2.5e-5::
 
     def test_fused_softmax_beats_inductor(perf_gate):
         x = torch.randn(8192, 3072, device="cuda")
@@ -18,16 +25,19 @@ fail a gate alone; an unconfirmed one is ``inconclusive``)::
         # result.verdict, .speedup, .low, .high, .rounds
 
 The inner loop is calibrated (``iterations=None``) so one sample lasts ``min_sample``
-seconds. Every gate's verdict line is printed in pytest's terminal summary; the result is in
-pytest-benchmark's ``extra_info`` and its table holds the gate's own candidate samples (the
-first timed by pytest-benchmark, the others added to that row), not a run of its own.
+seconds (10 ms: several scheduler time slices, see :mod:`perfmeasure`). Every gate's
+verdict line is printed in pytest's terminal summary; the result is in pytest-benchmark's
+``extra_info`` and its table holds the gate's own candidate samples (the first timed by
+pytest-benchmark, the others added to that row), not a run of its own.
 
 Options: ``--perf-gates=off|warn|fail`` (ini ``perf_gates``: what a ``fail`` does),
 ``--perf-inconclusive=pass|warn|fail`` (ini ``perf_inconclusive``, default ``warn``),
 ``--perf-baseline=off|save|compare`` (:mod:`perfbaseline`), ``--perf-max-time`` (seconds a
-measurement may take, default 10). ``measure="instructions"`` counts instructions instead
+measurement may take, default 2). ``measure="instructions"`` counts instructions instead
 of time (:mod:`perfcount`) where the platform allows it, and skips, saying why, where not.
 ``retries=N`` (the gate before issue 44) multiplies the round and time budget by N + 1.
+The line and ``low``/``high`` show the interval of the deciding measurement's last look
+(corrected as above), ``rounds`` counts every round measured.
 ``pip install torchloom[perfgate]`` installs pytest-benchmark.
 """
 
@@ -46,9 +56,10 @@ import pytest
 
 from torchloom.testing import perfbaseline
 from torchloom.testing.kernelgate import kernel_gate  # noqa: F401  (fixture of this plugin)
-from torchloom.testing.perfmeasure import (Budget, Measurement, Samples, calibrate,
-                                           sampler, sequential)
-from torchloom.testing.perfstats import METHODS, interval
+from torchloom.testing.perfmeasure import (MAX_ROUNDS, MIN_SAMPLE, Budget, Measurement,
+                                           Samples, calibrate, confirmed, sampler,
+                                           sequential)
+from torchloom.testing.perfstats import METHODS, Spending
 
 MODES = ("off", "warn", "fail")
 INCONCLUSIVE = ("pass", "warn", "fail")
@@ -62,9 +73,10 @@ class PerfGateWarning(UserWarning):
 
 @attrs.frozen
 class GateResult:
-    """What a gate decided. ``speedup``/``low``/``high`` are over every round measured
-    (``rounds``); ``candidate_s``/``baseline_s`` are medians per call (instructions per
-    call in instruction mode)."""
+    """What a gate decided. ``speedup``/``low``/``high`` are the deciding measurement's
+    (the last one) at its last look, each side at that look's spent rate; ``rounds``
+    counts every round measured; ``candidate_s``/``baseline_s`` are medians per call over
+    them (instructions per call in instruction mode)."""
     verdict: str
     speedup: float
     low: float
@@ -79,13 +91,17 @@ class GateResult:
     measurements: tuple[tuple[str, float, float, float, int], ...] = ()
     unit: str = "s"
     note: str = ""
+    fail_level: float = 0.99
+    looks: int = 1
 
     def line(self, names: tuple[str, str] = ("candidate", "baseline")) -> str:
         """The verdict line: speed-up, interval, rounds, threshold."""
         per = f" x {self.iterations} calls" if self.iterations > 1 else ""
         return (f"{self.verdict.upper()}: {names[0]} {self.speedup:.3f}x {names[1]} "
                 f"[{self.low:.3f}, {self.high:.3f}] ({self.level:.0%} {self.method}, "
-                f"{self.rounds} rounds{per}{', ' + self.unit if self.unit != 's' else ''}), "
+                f"{self.rounds} rounds{per}{', ' + self.unit if self.unit != 's' else ''}, "
+                f"{self.looks} look{'s' if self.looks > 1 else ''}, fail side "
+                f"{self.fail_level:.1%}), "
                 f"requires >= {self.threshold:g}x" + (f"; {self.note}" if self.note else ""))
 
 
@@ -102,7 +118,7 @@ def pytest_addoption(parser) -> None:
                          "id), or compare each candidate with its last saved samples and "
                          "fail a significant slowdown beyond max_regression")
     group.addoption("--perf-max-time", type=float, default=None,
-                    help="seconds one gate measurement may take (default 10)")
+                    help="seconds one gate measurement may take (default 2)")
     parser.addini("perf_gates", "default of --perf-gates: off, warn or fail", default="fail")
     parser.addini("perf_inconclusive", "default of --perf-inconclusive: pass, warn or fail",
                   default="warn")
@@ -147,7 +163,7 @@ class GateSettings:
     mode: str = "fail"
     inconclusive: str = "warn"
     baseline: str = "off"
-    max_time: float = 10.0
+    max_time: float = 2.0
     store: Any = None  # a Path: pytest-benchmark's storage folder for this machine
     gate_id: str = ""
 
@@ -165,7 +181,7 @@ class PerfGate:
     def measure(self, candidate: Callable, baseline: Callable, *, args: Sequence[Any] = (),
                 rounds: int = 15, iterations: int | None = 1, warmup: int = 2,
                 sync: Callable[[], Any] | None = None, seed: int = 0,
-                min_sample: float = 1e-3) -> Samples:
+                min_sample: float = MIN_SAMPLE) -> Samples:
         """Paired rounds (random order per round) of both functions, no verdict:
         ``.candidate_s``, ``.baseline_s`` (medians) and ``.speedup`` (their ratio).
         ``iterations=None`` calibrates the inner loop."""
@@ -196,9 +212,10 @@ class PerfGate:
                  names: tuple[str, str] = ("candidate", "baseline"), retries: int = 0,
                  level: float = 0.95, method: str = "hodges-lehmann",
                  max_rounds: int | None = None, max_time: float | None = None,
-                 confirm: int = 2, seed: int = 0, min_sample: float = 1e-3,
+                 confirm: int = 2, seed: int = 0, min_sample: float = MIN_SAMPLE,
                  measure: str = "time", max_regression: float = 0.05,
-                 table: bool = True) -> GateResult:
+                 table: bool = True, fail_level: float = 0.99,
+                 confirm_level: float = 0.95, confirm_pause: float = 0.25) -> GateResult:
         """Measure, decide, record; fail (or warn, per ``--perf-gates``) on ``fail``, and
         per ``--perf-inconclusive`` on ``inconclusive``. ``table=False``: a second gate in
         the same test (pytest-benchmark's row is the first's); its result goes to
@@ -207,6 +224,8 @@ class PerfGate:
             pytest.skip("perf gates are off (--perf-gates=off)")
         if method not in METHODS:
             raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
+        spending = Spending.of(level, fail_level)
+        confirming = Spending.of(level, confirm_level)
         counter, clock, unit = None, time.perf_counter, "s"
         if measure == "instructions":
             from torchloom.testing.perfcount import CountersUnavailable, open_counter
@@ -222,21 +241,22 @@ class PerfGate:
             iterations = self._warm_and_calibrate(candidate, baseline, args, warmup,
                                                   iterations, sync, min_sample, clock)
             budget = Budget(rounds=max(rounds, 1),
-                            max_rounds=max_rounds or 10 * max(rounds, 6) * (retries + 1),
+                            max_rounds=(max_rounds or MAX_ROUNDS) * (retries + 1),
                             max_time=(max_time or self.settings.max_time) * (retries + 1))
             cand = sampler(candidate, args, iterations, sync, clock)
             base = sampler(baseline, args, iterations, sync, clock)
             first = (self._pedantic_sample(candidate, args, iterations, sync)
                      if table and counter is None and self._records() else None)
-            runs = [sequential(cand, base, threshold=min_speedup, budget=budget, level=level,
-                               method=method, seed=seed, first_candidate=first)]
-            while runs[-1].verdict == "fail" and len(runs) <= confirm:
-                runs.append(sequential(cand, base, threshold=min_speedup, budget=budget,
-                                       level=level, method=method, seed=seed + len(runs)))
+            runs = confirmed(lambda i: sequential(
+                cand, base, threshold=min_speedup, budget=budget,
+                spending=confirming if i else spending, method=method, seed=seed + i,
+                first_candidate=None if i else first),
+                confirm, pause=confirm_pause)
         finally:
             if counter is not None:
                 counter.close()
-        result = self._result(runs, min_speedup, level, method, iterations, unit, confirm)
+        result = self._result(runs, min_speedup, level, method, iterations, unit, confirm,
+                              (fail_level, confirm_level))
         if first is not None:
             for run in runs:
                 for s in run.samples.candidate[1 if run is runs[0] else 0:]:
@@ -270,18 +290,19 @@ class PerfGate:
 
     @staticmethod
     def _result(runs: list[Measurement], threshold, level, method, iterations, unit,
-                confirm) -> GateResult:
+                confirm, fail_levels: tuple[float, float]) -> GateResult:
         samples = runs[0].samples
         for run in runs[1:]:
             samples = samples.joined(run.samples)
-        iv = interval(samples.candidate, samples.baseline, level=level, method=method)
+        iv = runs[-1].interval
         decided, note = runs[0].verdict, ""
         if decided == "fail" and any(r.verdict != "fail" for r in runs[1:]):
             decided = "inconclusive"
             note = (f"a fail not confirmed: the next measurements ended "
                     f"{', '.join(r.verdict for r in runs[1:])}")
         elif decided == "fail" and confirm:
-            note = f"confirmed by {len(runs) - 1} fresh measurement(s)"
+            note = (f"confirmed by {len(runs) - 1} fresh measurement(s), their fail side at "
+                    f"{fail_levels[1]:.0%} (the interval is the last one's)")
         elif decided == "inconclusive":
             note = (f"budget spent ({samples.rounds} rounds, "
                     f"{sum(r.seconds for r in runs):.1f} s)")
@@ -289,7 +310,7 @@ class PerfGate:
             decided, iv.speedup, iv.low, iv.high, samples.rounds, threshold, level, method,
             iterations, samples.candidate_s, samples.baseline_s,
             tuple((r.verdict, r.interval.speedup, r.interval.low, r.interval.high,
-                   r.samples.rounds) for r in runs), unit, note)
+                   r.samples.rounds) for r in runs), unit, note, fail_levels[0], runs[-1].looks)
 
     def _report(self, result: GateResult, names, runs, table: bool = True) -> None:
         if self.record is not None:
@@ -299,6 +320,7 @@ class PerfGate:
         info = {
             "verdict": result.verdict, "speedup": result.speedup, "low": result.low,
             "high": result.high, "rounds": result.rounds, "level": result.level,
+            "fail_level": result.fail_level, "looks": result.looks,
             "method": result.method, "iterations": result.iterations, "unit": result.unit,
             "min_speedup": result.threshold, "measurements": [list(m) for m in
                                                               result.measurements],
@@ -380,7 +402,7 @@ def _settings(config, nodeid: str) -> GateSettings:
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
         store = root / perfbaseline.machine_id()
-    max_time = config.getoption("perf_max_time") or 10.0
+    max_time = config.getoption("perf_max_time") or GateSettings().max_time
     if not math.isfinite(max_time) or max_time <= 0:
         raise pytest.UsageError(f"--perf-max-time {max_time}: expected seconds > 0")
     return GateSettings(mode=gate_mode(config), inconclusive=inconclusive_mode(config),

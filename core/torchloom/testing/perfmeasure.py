@@ -4,7 +4,18 @@ decides or the budget is spent.
 
 A sample is the time (or, in instruction mode, the instructions) of one call, averaged over
 ``iterations`` calls timed together; calibration picks ``iterations`` so the faster side's
-sample lasts at least ``min_sample`` seconds, far above the clock's resolution.
+sample lasts at least ``min_sample`` seconds (``MIN_SAMPLE``, 10 ms). That is far above the
+clock's resolution (``perf_counter``: nanoseconds on Linux, ~100 ns on Windows) and, what
+matters more on a loaded machine, several scheduler time slices (a few ms under Linux's
+EEVDF/CFS): a sample of ~1 ms is either clean or, when preempted, several times the others;
+one of 10 ms or more is interrupted a few times and averages them. Wall time, not CPU time:
+a candidate may run on a device or in torch's worker threads, which a thread's CPU clock
+does not see and a process's CPU clock sums over threads.
+
+The time budget ends a measurement (``max_time``, 2 s by default in the gate); the round cap
+(``MAX_ROUNDS``) only binds samples shorter than ``max_time / (2 * MAX_ROUNDS)``. A ``fail``
+is confirmed by fresh measurements after a pause (:func:`confirmed`), each with its own
+order of rounds, so one burst of load cannot decide them all.
 """
 
 from __future__ import annotations
@@ -18,10 +29,16 @@ from typing import Any
 
 import attrs
 
-from torchloom.testing.perfstats import Interval, interval, median_ratio, verdict
+from torchloom.testing.perfstats import Interval, Spending, bounds, median_ratio, verdict
 
 #: the calibrated inner loop never exceeds this many calls
 MAX_ITERATIONS = 100_000
+#: default shortest sample (seconds): well above a scheduler time slice
+MIN_SAMPLE = 0.01
+#: default round cap of one measurement (the time budget binds first for samples >= 2.5 ms)
+MAX_ROUNDS = 400
+#: timings of the calibrated loop, the fastest taken (one preempted timing does not shrink it)
+CALIBRATION_REPEATS = 3
 
 
 @attrs.frozen
@@ -70,16 +87,21 @@ def sampler(fn: Callable, args: Sequence[Any], iterations: int,
 
 
 def calibrate(candidate: Callable, baseline: Callable, args: Sequence[Any], *,
-              sync: Callable[[], Any] | None, min_sample: float,
+              sync: Callable[[], Any] | None, min_sample: float = MIN_SAMPLE,
               clock: Callable[[], float] = time.perf_counter) -> int:
-    """Calls per sample so one sample of the faster side lasts ``min_sample`` seconds."""
+    """Calls per sample so one sample of the faster side lasts ``min_sample`` seconds: the
+    loop doubles until it lasts a tenth of a sample, is timed ``CALIBRATION_REPEATS`` times
+    (the fastest per call kept: interruptions only add time), then scaled."""
     resolution = time.get_clock_info("perf_counter").resolution
     n = 1
-    while True:  # double the loop until it lasts a tenth of a sample, then scale it
+    while True:
         once = min(sampler(fn, args, n, sync, clock)() for fn in (candidate, baseline))
         if once * n >= min_sample / 10 or n >= MAX_ITERATIONS:
             break
         n *= 2
+    once = min([once] + [sampler(fn, args, n, sync, clock)()
+                         for _ in range(CALIBRATION_REPEATS - 1)
+                         for fn in (candidate, baseline)])
     if once >= min_sample:
         return 1
     return min(MAX_ITERATIONS, math.ceil(min_sample / max(once, resolution)))
@@ -107,8 +129,10 @@ def paired_rounds(candidate: Callable[[], float], baseline: Callable[[], float],
 @attrs.frozen
 class Budget:
     """Where a sequential measurement starts and stops: the first look after ``rounds``,
-    then a look each time the rounds grow by half, until ``max_rounds`` rounds or
-    ``max_time`` seconds of measuring."""
+    then a look each time the rounds grow by half, until ``max_time`` seconds of measuring
+    have passed at a look with rounds enough to bound a side of the interval (samples of
+    a second still get the rounds a verdict needs), or ``max_rounds`` rounds (a cap for
+    very short samples, whose Walsh averages grow with the square of the rounds)."""
     rounds: int
     max_rounds: int
     max_time: float
@@ -121,30 +145,60 @@ class Budget:
 
 @attrs.frozen
 class Measurement:
+    """One sequential measurement: its rounds, the interval of its last look (each side at
+    that look's spent rate) and what that look decided."""
     samples: Samples
     interval: Interval
     verdict: str
     seconds: float
+    looks: int = 1
 
 
 def sequential(candidate: Callable[[], float], baseline: Callable[[], float], *,
-               threshold: float, budget: Budget, level: float, method: str, seed: int,
+               threshold: float, budget: Budget, spending: Spending, method: str, seed: int,
                first_candidate: Callable[[], float] | None = None,
                wall: Callable[[], float] = time.monotonic) -> Measurement:
-    """Measure in paired rounds until the interval is all above or all below
-    ``threshold``, or the budget is spent (then ``inconclusive``)."""
+    """Measure in paired rounds until the interval of a look is all above or all below
+    ``threshold``, or the budget is spent (then ``inconclusive``). Each side of a look's
+    interval is at ``spending.tails(k)``, ``k`` counting that side's looks with enough
+    rounds to bound it (a look that cannot reject spends nothing), so the looks together
+    keep the measurement's error rates at ``spending``'s."""
     rng = random.Random(seed)
     start = wall()
     samples = Samples((), ())
+    looks, pass_look, fail_look, spent, bounded = 0, 1, 1, 0.0, (False, False)
     while True:
         more = budget.next_look(samples.rounds) - samples.rounds
+        fit = (budget.max_time - spent) * samples.rounds / max(spent, 1e-9)
+        if any(bounded) and fit < more:  # the last look gets the rounds the time left fits
+            more = max(1, math.ceil(fit))
         samples = samples.joined(paired_rounds(
             candidate, baseline, more, rng,
             first_candidate if samples.rounds == 0 else None))
-        iv = interval(samples.candidate, samples.baseline, level=level, method=method,
-                      seed=seed)
+        looks += 1
+        iv = bounds(samples.candidate, samples.baseline,
+                    low_tail=spending.tails(pass_look)[0],
+                    high_tail=spending.tails(fail_look)[1], method=method, seed=seed)
+        # a side left unbounded (too few rounds for its rate) could not err at this look:
+        # it spent nothing, and its next look keeps the same rate
+        bounded = (iv.low > 0, math.isfinite(iv.high))
+        pass_look += bounded[0]
+        fail_look += bounded[1]
         decided = verdict(iv, threshold)
         spent = wall() - start
+        # time ends a measurement only at a look that could have decided (slow samples)
         if (decided != "inconclusive" or samples.rounds >= budget.max_rounds
-                or spent >= budget.max_time):
-            return Measurement(samples, iv, decided, spent)
+                or (spent >= budget.max_time and any(bounded))):
+            return Measurement(samples, iv, decided, spent, looks)
+
+
+def confirmed(measure: Callable[[int], Measurement], confirm: int, *, pause: float,
+              sleep: Callable[[float], Any] = time.sleep) -> list[Measurement]:
+    """``measure(0)``, then while the latest ended ``fail``, up to ``confirm`` fresh ones
+    (``measure(i)``: its own seed, so its own order of rounds), each after ``pause``
+    seconds without load of ours, so a burst that decided one need not decide the next."""
+    runs = [measure(0)]
+    while runs[-1].verdict == "fail" and len(runs) <= confirm:
+        sleep(pause)
+        runs.append(measure(len(runs)))
+    return runs
