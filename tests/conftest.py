@@ -1,6 +1,12 @@
 """Suite-wide options and markers.
 
 - ``cuda``: the test needs a CUDA GPU; it is skipped (with the reason) without one.
+- ``slow``: the test takes seconds (``./dev test --fast`` leaves it out).
+- ``serial``: the test times things through pytest-benchmark (``perf_gate``, ``benchmark``)
+  or runs pytest in-process (``pytester``); set on every test that uses one of those
+  fixtures. pytest-benchmark turns itself off in xdist workers (and an inner pytest run
+  there sees the worker's environment), and a timing wants a quiet machine: ``./dev test``
+  runs these alone, after the rest of tests/ ran on parallel workers.
 - ``--fuzz``: run the property tests with their large example counts (opt-in).
 """
 
@@ -15,7 +21,14 @@ def pytest_addoption(parser):
                      help="run property tests with 10,000 examples each")
 
 
+#: fixtures that make a test ``serial``
+SERIAL_FIXTURES = frozenset({"perf_gate", "benchmark", "pytester", "testdir"})
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.serial)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
