@@ -1,4 +1,4 @@
-"""``canonicalize``: remove views and casts that do nothing."""
+"""``canonicalize``: remove views, casts and copies that do nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from torchloom.passes.base import Pass, PassContext, PassResult
 _IDENTITY_WHEN_SAME_TYPE = frozenset({
     "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
     "aten.expand.default", "aten._to_copy.default", "aten.clone.default",
+    # the copy aot_autograd makes of a tensor constant (torch.tensor(...) in a model) on
+    # every call, so that a write to it never reaches the constant: private and unwritten,
+    # the constant itself serves
+    "aten.lift_fresh_copy.default",
 })
 
 
