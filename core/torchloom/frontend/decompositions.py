@@ -24,6 +24,22 @@ from torch's decompositions (which follow the CUDA kernels).
   rows of -inf; on the CPU ``masked_fill`` writes a scalar 0 there (the same values, one
   group; the Triton codegen has no ``masked_fill``, so elsewhere torch's stays).
 
+- ``slice_backward`` (a slice's gradient: eager fills a tensor of zeros, then copies the
+  gradient into the slice: a factory and a copy outside any kernel, twice per rotary
+  embedding): on the CPU, for a step of 1 and static sizes along the sliced dim, the
+  gradient read through views that tile it along the dim (``unsqueeze``, ``expand``,
+  ``reshape``, ``slice``: element ``c`` reads ``grad[(c - start) mod length]``, always in
+  bounds) and ``masked_fill`` with 0 outside ``[start, start + length)`` (a mask from
+  ``arange`` over the dim). Every op is pointwise or a view but ``arange``, so the zeros
+  are written by the kernel that reads the gradient.
+
+- ``nll_loss_backward`` without class weights (cross entropy's gradient: eager fills a
+  ``[N, C]`` tensor of zeros and writes one element per row): on the CPU ``-(g /
+  total_weight)`` (``-g`` without the mean) where ``arange(C) == target`` and the target
+  is not ``ignore_index``, 0 elsewhere, as eager's kernel computes it; the log_softmax
+  gradient's kernel then reads the targets instead of the zeros. A target out of range
+  gives a row of zeros where eager raises (the forward's ``nll_loss`` raises first).
+
 Used by the backend (the composites decomposed before aot_autograd's split) and by
 ``fusion.decompose`` (through ``torchloom.api``).
 """
@@ -50,7 +66,60 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
     safe_softmax = torch.ops.aten._safe_softmax.default
     if safe_softmax in table:
         table[safe_softmax] = _safe_softmax_as_cpu(table[safe_softmax], device)
+    slice_backward = torch.ops.aten.slice_backward.default
+    if slice_backward in table:
+        table[slice_backward] = _slice_backward_as_cpu(table[slice_backward], device)
+    nll_loss_backward = torch.ops.aten.nll_loss_backward.default
+    if nll_loss_backward in table:
+        table[nll_loss_backward] = _nll_loss_backward_as_cpu(table[nll_loss_backward], device)
     return table
+
+
+def _slice_backward_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """The gradient tiled along ``dim`` by views and masked outside the slice (see the
+    module docstring); torch's ``new_zeros`` + ``slice_scatter`` elsewhere."""
+    import torch
+
+    def slice_backward(grad_output, input_sizes, dim, start, end, step):
+        rank = len(input_sizes)
+        d = dim % rank
+        n, length = input_sizes[d], grad_output.shape[d]
+        # (symbolic sizes along dim, or nothing to pad: torch's)
+        if (device or grad_output.device.type) != "cpu" or step != 1 or \
+                type(n) is not int or type(length) is not int or not 0 < length < n:
+            return decomposed(grad_output, input_sizes, dim, start, end, step)
+        first = min(max(start + n if start < 0 else start, 0), n)
+        offset = (-first) % length  # tiled[offset + c] is grad[(c - first) mod length]
+        copies = -(-(offset + n) // length)
+        sizes = list(grad_output.shape)
+        tiled = grad_output.unsqueeze(d).expand(*sizes[:d], copies, *sizes[d:])
+        tiled = tiled.reshape(*sizes[:d], copies * length, *sizes[d + 1:])
+        window = tiled.narrow(d, offset, n)
+        index = torch.arange(n, device=grad_output.device)
+        outside = ((index < first) | (index >= first + length)).view(
+            [n if k == d else 1 for k in range(rank)])
+        return window.masked_fill(outside, 0)
+    return slice_backward
+
+
+def _nll_loss_backward_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """``-(g / total_weight)`` at each row's target, 0 elsewhere (see the module
+    docstring); torch's decomposition with class weights or off the CPU."""
+    import torch
+
+    def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index,
+                          total_weight):
+        if (device or self.device.type) != "cpu" or weight is not None or self.dim() != 2:
+            return decomposed(grad_output, self, target, weight, reduction, ignore_index,
+                              total_weight)
+        rows = target.unsqueeze(1)
+        classes = torch.arange(self.shape[1], device=self.device)
+        hit = (classes == rows) & (rows != ignore_index)
+        g = grad_output.unsqueeze(1) if grad_output.dim() == 1 else grad_output
+        if reduction == 1:  # mean
+            g = g / total_weight
+        return (-g).expand(self.shape).masked_fill(hit.logical_not(), 0)
+    return nll_loss_backward
 
 
 def _safe_softmax_as_cpu(decomposed: Callable, device: str | None) -> Callable:

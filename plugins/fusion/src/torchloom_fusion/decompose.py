@@ -28,6 +28,10 @@ DECOMPOSED_OPS: tuple[str, ...] = (
     # SDPA's math path (training on the CPU): softmax, rows of -inf made 0 (eager runs
     # softmax, eq, all, isneginf and where as five kernels)
     "aten._safe_softmax.default",
+    # gradients eager writes into a tensor of zeros (a factory outside every kernel): a
+    # slice's (rotary embeddings) and cross entropy's (on the CPU:
+    # torchloom.frontend.decompositions)
+    "aten.slice_backward.default", "aten.nll_loss_backward.default",
 )
 
 #: composites decomposed only where their attributes pass a test: a vector norm of order 0
@@ -57,8 +61,10 @@ _ADDMM = "aten.addmm.default"
 @attrs.frozen
 class Decompose(Pass):
     """Replace composites (layer_norm, softmax, log_softmax, eval batch_norm and their
-    backward ops, logsumexp, vector norms over given dims) by the primitives of torch's
-    decomposition table, traced with ``make_fx`` on fake tensors; split ``addmm`` into
+    backward ops, logsumexp, vector norms over given dims, the gradients of a slice and of
+    nll_loss) by the primitives of torch's decomposition table (with eager's CPU arithmetic
+    and no tensor of zeros on the CPU: ``torchloom.frontend.decompositions``), traced with
+    ``make_fx`` on fake tensors (a factory's device set to the graph's); split ``addmm`` into
     ``mm`` + ``add`` so the bias add joins the following pointwise group (nvFuser's
     decomposeLinear) -- only when a pointwise op or a reduction reads the result, directly
     or through views.
@@ -299,7 +305,10 @@ def _splice(graph: Graph, node: Node, sub: Graph) -> None:
     for n in sub.nodes:
         types = [t.with_(device=device) if isinstance(t, TensorType) else t
                  for t in (v.type for v in n.outputs)]
-        copy = graph.create(n.op, [env[v] for v in n.inputs], types, n.attrs,
+        attributes = n.attrs
+        if isinstance(attributes.get("device"), torch.device):  # a factory traced on meta
+            attributes = {**attributes, "device": torch.device(device)}
+        copy = graph.create(n.op, [env[v] for v in n.inputs], types, attributes,
                             names=[v.name for v in n.outputs], before=node)
         created.append(copy)
         env.update(zip(n.outputs, copy.outputs))
