@@ -20,7 +20,7 @@ PIPELINE = '[pipeline]\nname = "default-{v}"\nextends = "default"\nverify = "{v}
 
 
 def pass_cpu_ms(workload: Path, pipeline: Path) -> tuple[float, int, int]:
-    from torchloom.explain import explain
+    from torchloom.report.explain import explain
     with contextlib.redirect_stdout(io.StringIO()):
         result = explain(str(workload), pipeline=str(pipeline))
     passes = result.data["passes"]

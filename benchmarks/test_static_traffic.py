@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from torchloom.explain import explain  # noqa: E402
+from torchloom.report.explain import explain  # noqa: E402
 
 #: H100 copy bandwidth used for the estimated times (bytes per second)
 BANDWIDTH = 2.97e12

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchloom.explain import load_workload
+from torchloom.workloads import load_workload
 
 from gpu_common import CUDA_ONLY, EXAMPLES
 

@@ -17,7 +17,7 @@ backend option or the pipeline names one: there recomputation and norms split be
 split only add kernels to what eager runs.
 
 ``mode`` (``torch.compile(..., mode=...)``, or the option ``mode``) is one of
-:data:`torchloom.compile_mode.MODES`: ``reduce-overhead`` turns on CUDA graphs,
+:data:`torchloom.compiler.mode.MODES`: ``reduce-overhead`` turns on CUDA graphs,
 ``max-autotune`` widens autotuning too. ``pipeline`` may be a dict of a pipeline file's
 tables (``{"pipeline": {"codegen": "eager"}, "pass": [{"name": "cse"}]}``). Unknown
 option keys and modes are errors with a did-you-mean.
@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from torchloom.compile_mode import check_mode
+from torchloom.compiler.mode import check_mode
 from torchloom.errors import PipelineError
 from torchloom.passes.pipeline import PARTITIONERS
 

@@ -11,7 +11,7 @@ fn, inputs = load_workload("examples/gelu_bookend.py")
 from torchloom.codegen.eager import EagerCodegen
 from torchloom.codegen.plan import build_function
 from torchloom.compiler import Compilation, Compiler
-from torchloom.explain import import_workload, load_workload
+from torchloom.workloads import import_workload, load_workload
 from torchloom.plugins.loader import load_plugins
 from torchloom.plugins.pipelines import load_pipeline
 from torchloom.report import count_kernels, fusion_groups

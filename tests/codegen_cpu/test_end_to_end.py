@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torchloom.explain import explain, format_explain
+from torchloom.report.explain import explain, format_explain
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WORKLOADS = ["layer_norm", "softmax", "gelu_bookend", "bias_gelu", "lstm_cell", "mlp"]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torchloom.api import parse_graph
 from torchloom.tools import EagerCodegen, load_plugins
-from torchloom.explain import explain, format_explain
+from torchloom.report.explain import explain, format_explain
 from torchloom.runtime.executor import CompiledGraph
 
 from conftest import group_text

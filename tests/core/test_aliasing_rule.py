@@ -16,7 +16,7 @@ from torchloom.compiler import Compiler
 from torchloom.errors import PassError, VerifyError
 from torchloom.ir.aliasing import AliasFacts, alias_facts, check_aliasing, returned_storage
 from torchloom.ir.text import parse_graph, print_graph
-from torchloom.opt import opt
+from torchloom.cli.opt import opt
 from torchloom.plugins.loader import load_plugins
 
 from test_plugins_support import fake_site  # noqa: F401 (fixture)

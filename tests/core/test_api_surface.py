@@ -19,9 +19,8 @@ import torchloom.tools as tools
 
 ROOT = Path(__file__).resolve().parents[2]
 #: modules the plugin author's surface must not pull in
-HEAVY = ("torchloom.compiler", "torchloom.runtime", "torchloom.explain", "torchloom.report",
-         "torchloom.bench", "torchloom.cli", "torchloom.backend", "torchloom.tools",
-         "torchloom.plugins.loader", "torchloom.html_report")
+HEAVY = ("torchloom.compiler", "torchloom.runtime", "torchloom.report", "torchloom.cli",
+         "torchloom.workloads", "torchloom.backend", "torchloom.tools", "torchloom.plugins.loader")
 
 
 def modules_loaded_by(statement: str) -> list[str]:

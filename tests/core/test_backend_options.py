@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchloom.compile_mode import MODES, mode_codegens
+from torchloom.compiler.mode import MODES, mode_codegens
 from torchloom.compiler import Compiler
 from torchloom.errors import PipelineError
 from torchloom.backend import torchloom_backend

@@ -22,7 +22,7 @@ from torchloom.cli import main
 from torchloom.compiler import Compiler
 from torchloom.errors import PassError
 from torchloom.ir.text import parse_graph
-from torchloom.reproduce import reproduce
+from torchloom.compiler.reproduce import reproduce
 
 from test_plugins_support import fake_plugins, fake_site  # noqa: F401 (fixtures)
 

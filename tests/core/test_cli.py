@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from torchloom.cli import main
-from torchloom.explain import max_abs_error
+from torchloom.workloads import max_abs_error
 
 from test_plugins_support import fake_plugins, fake_site  # noqa: F401 (fixtures)
 
@@ -175,8 +175,8 @@ def test_explain_with_a_failing_plugin_pass_exits_1_with_a_replayable_reproducer
 
 
 def test_bench_reports_times_and_ratios_from_one_run(files, capsys, monkeypatch):
-    import torchloom.bench
-    monkeypatch.setattr(torchloom.bench, "inductor_unavailable",
+    import torchloom.cli.bench
+    monkeypatch.setattr(torchloom.cli.bench, "inductor_unavailable",
                         lambda device: "no C++ compiler found (Inductor needs one for CPU)")
     assert main(["bench", str(files / "work.py"), "--pipeline", str(files / "p.toml"),
                  "--iters", "3", "--rounds", "2", "--warmup", "1", "--json"]) == 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from torchloom.errors import PassError
-from torchloom.reproduce import reproduce
+from torchloom.compiler.reproduce import reproduce
 
 from test_plugins_support import fake_plugins, fake_site  # noqa: F401 (fixtures)
 

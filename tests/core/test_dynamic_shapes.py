@@ -215,8 +215,8 @@ def test_composites_with_symbolic_sizes_are_decomposed_and_fused():
 def test_explain_dynamic_compiles_symbolic_graphs_with_no_graph_fallback(tmp_path):
     from pathlib import Path
 
-    from torchloom.explain import explain, format_explain
-    from torchloom.html_report import PassIRRecorder, write_html
+    from torchloom.report.explain import explain, format_explain
+    from torchloom.report.html import PassIRRecorder, write_html
     workload = Path(__file__).resolve().parents[2] / "examples" / "transformer_block.py"
     recorder = PassIRRecorder()
     result = explain(workload, dynamic=True, keep_ir=True, instruments=[recorder])

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from torchloom.cli import main
-from torchloom.explain import explain
-from torchloom.html_graph import GraphView
-from torchloom.html_report import PassIRRecorder, render_html, write_html
+from torchloom.report.explain import explain
+from torchloom.report.html_graph import GraphView
+from torchloom.report.html import PassIRRecorder, render_html, write_html
 from torchloom.ir.text import parse_graph
 
 from browser import Browser, find_chromium
@@ -293,7 +293,7 @@ def test_the_page_assets_ship_in_the_package():
         import tomli as tomllib
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"]["torchloom"]
-    assets = ROOT / "core" / "torchloom" / "report_assets"
+    assets = ROOT / "core" / "torchloom" / "report" / "assets"
     for f in assets.iterdir():
         rel = f.relative_to(ROOT / "core" / "torchloom").as_posix()
         assert any(fnmatch.fnmatch(rel, p) for p in patterns), rel

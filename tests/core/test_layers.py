@@ -22,12 +22,12 @@ LAYERS = {
     "runtime": 3,
     "passes": 4, "pipelines": 4,
     "plugins": 5, "frontend": 5,
-    "compiler": 6, "backend": 6, "compile_mode": 6, "compile_log": 6, "reproduce": 6,
-    # the face: tools built on the compiler, and the plugin author's surface
-    "api": 7, "cli": 7, "explain": 7, "bench": 7, "report": 7, "html_report": 7,
-    "html_graph": 7, "diagnose": 7, "progress": 7, "testing": 7, "__main__": 7, "tools": 7,
-    "opt": 7, "perf_history": 7, "reduce": 7,
-    "__init__": 7,
+    # the compiler (with its mode, log and reproducers) and the torch.compile backend
+    "compiler": 6, "backend": 6,
+    # the face: the commands, the reports, workloads, the plugin author's surface and the
+    # test tools
+    "api": 7, "cli": 7, "report": 7, "workloads": 7, "progress": 7, "testing": 7,
+    "tools": 7, "__main__": 7, "__init__": 7,
 }
 
 
@@ -128,6 +128,37 @@ def test_core_imports_point_down():
     breaches = [f"{p.relative_to(ROOT)}:{b}" for p in core_modules() if layer_part(p) in LAYERS
                 for b in upward_imports(layer_part(p), ast.parse(p.read_text()), package_of(p))]
     assert not breaches, "imports that run up the layers:\n" + "\n".join(breaches)
+
+
+def private_imports(tree: ast.AST, package: str) -> list[str]:
+    """``from torchloom.x import _name`` in ``tree``: a private name taken across modules."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = dict(imported_modules(ast.Module([node], []), package)).get(node.lineno, "")
+            found += [f"{node.lineno}: {base}.{a.name}" for a in node.names
+                      if base.startswith("torchloom") and a.name.startswith("_")
+                      and not a.name.startswith("__")]
+    return found
+
+
+def test_the_top_level_shows_folders_and_no_private_name_crosses_modules():
+    top = sorted(p.stem for p in CORE.glob("*.py") if not p.stem.startswith("__"))
+    # the two faces (api for plugins, backend for torch.compile), what every layer reads,
+    # and the face's small shared parts; the rest are packages (issue 45: were 22 modules)
+    assert top == ["api", "backend", "environment", "errors", "progress", "tools", "workloads"]
+    crossing = [f"{p.relative_to(ROOT)}:{b}" for p in core_modules()
+                for b in private_imports(ast.parse(p.read_text()), package_of(p))]
+    assert not crossing, "private names imported from another module:\n" + "\n".join(crossing)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from torchloom.ops.registry import OpDef, _device_of", ["1: torchloom.ops.registry._device_of"]),
+    ("from .registry import _x as y", ["1: torchloom.ops.registry._x"]),
+    ("from torchloom.ops.registry import __all__, device_of", []),
+])
+def test_private_imports_found(source, expected):
+    assert private_imports(ast.parse(source), "torchloom.ops") == expected
 
 
 def test_plugins_import_only_the_api_and_themselves():

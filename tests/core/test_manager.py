@@ -18,7 +18,7 @@ from torchloom.ir.text import parse_graph
 from torchloom.ir.verify import verify
 from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager
-from torchloom.reproduce import reproduce
+from torchloom.compiler.reproduce import reproduce
 from torchloom.passes.pipeline import build_pipeline, parse_raw
 
 from test_plugins_support import SMALL_IR, fake_plugins, fake_site, small_graph  # noqa: F401

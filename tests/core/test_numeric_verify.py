@@ -26,7 +26,7 @@ from torchloom.passes.manager import PassManager
 from torchloom.passes.numeric import (NumericCheck, compare_values, input_sets, read_inputs,
                                       write_inputs)
 from torchloom.passes.pipeline import build_pipeline, parse_raw
-from torchloom.reproduce import reproduce
+from torchloom.compiler.reproduce import reproduce
 
 from numeric_support import WORKLOAD, wrong_plugins, write_pipeline  # noqa: F401 (fixture)
 from test_plugins_support import fake_site  # noqa: F401 (fixture)

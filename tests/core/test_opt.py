@@ -10,7 +10,7 @@ import pytest
 
 from torchloom.cli import main
 from torchloom.ir.text import parse_graph
-from torchloom.opt import passes_toml
+from torchloom.cli.opt import passes_toml
 
 CSE_IR = """\
 // a comment line, as golden files have

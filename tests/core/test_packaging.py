@@ -157,7 +157,7 @@ def test_the_perf_gate_plugins_imports_are_hosted_by_pytest_and_its_extra():
     # dependencies), though the kernel gate imports them
     assert {"torchloom.testing.perfgate", "torchloom.testing.kernelgate",
             "torchloom.testing.perfbaseline"} <= reached
-    assert not {"torchloom.compiler", "torchloom.report", "torchloom.explain"} & reached
+    assert not {"torchloom.compiler", "torchloom.report", "torchloom.report.explain"} & reached
     assert {normalized(Requirement(r).name) for r in
             meta["project"]["optional-dependencies"]["perfgate"]} >= {"pytest",
                                                                        "pytest-benchmark"}

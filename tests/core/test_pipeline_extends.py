@@ -239,7 +239,7 @@ def test_a_reproducer_of_an_extending_pipeline_replays_from_its_own_directory(
     from torchloom.errors import PassError
     from torchloom.passes.base import PassContext
     from torchloom.passes.manager import PassManager
-    from torchloom.reproduce import reproduce
+    from torchloom.compiler.reproduce import reproduce
     (tmp_path / "shared").mkdir()
     write(tmp_path / "shared", BASE, "base.toml")
     path = write(tmp_path, '[pipeline]\nextends = "shared/base.toml"\nverify = "end"\n\n'

@@ -186,7 +186,7 @@ def test_a_reproducer_of_a_clashing_pass_names_both_owners(fake_site, tmp_path):
     from test_plugins_support import SMALL_IR
 
     from torchloom.errors import TorchloomError
-    from torchloom.reproduce import reproduce
+    from torchloom.compiler.reproduce import reproduce
     add_clash(fake_site)
     (tmp_path / "before.ir").write_text(SMALL_IR)
     (tmp_path / "pass.json").write_text(json.dumps({"pass": "shared.pass", "options": {}}))

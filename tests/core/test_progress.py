@@ -62,7 +62,7 @@ def test_activity_ticks_by_itself_until_it_ends():
 
 
 def test_bench_reports_its_compiles_and_rounds(tmp_path, monkeypatch, caplog):
-    from torchloom.bench import bench
+    from torchloom.cli.bench import bench
     monkeypatch.setattr(progress, "DELAY", 0.0)
     monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path / "cache"))
     work = tmp_path / "w.py"

@@ -22,8 +22,8 @@ from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager
 from torchloom.passes.pipeline import build_pipeline, parse_raw
 from torchloom.progress import Progress
-from torchloom.reduce import failure_of, reduce_reproducer, size_of
-from torchloom.reproduce import load_reproducer
+from torchloom.cli.reduce import failure_of, reduce_reproducer, size_of
+from torchloom.compiler.reproduce import load_reproducer
 
 from numeric_support import WORKLOAD, wrong_plugins, write_pipeline  # noqa: F401 (fixture)
 from test_plugins_support import FAKE_PASSES, fake_site  # noqa: F401 (fixture)

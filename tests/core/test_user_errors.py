@@ -364,7 +364,7 @@ def workload():
 def test_json_stdout_is_one_document_whatever_the_workload_prints(tmp_path, command):
     (tmp_path / "chatty.py").write_text(CHATTY)
     env = {**os.environ, "TORCHLOOM_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-m", "torchloom.cli", command[0],
+    proc = subprocess.run([sys.executable, "-m", "torchloom", command[0],
                            str(tmp_path / "chatty.py"), "--pipeline", "none", "--json",
                            *command[1:]], capture_output=True, text=True, env=env,
                           timeout=300)

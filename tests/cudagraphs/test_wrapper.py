@@ -161,7 +161,7 @@ def test_runner_called_with_cpu_tensors_runs_the_plain_path_and_logs_once(caplog
 
 
 def test_explain_shows_the_skip_reason(tmp_path):
-    from torchloom.explain import explain, format_explain
+    from torchloom.report.explain import explain, format_explain
     workload = Path(__file__).resolve().parents[2] / "examples" / "mlp.py"
     result = explain(workload, pipeline=_pipeline(tmp_path))
     assert result.data["max_abs_error"] <= 1e-5

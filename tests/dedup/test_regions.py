@@ -222,7 +222,7 @@ def test_explain_summary_reports_dedup(stack12):
                                               for s in _stats(comp, "dedup.regions"))
     assert dedup["compile_ms_saved_estimate"] > 0
     assert summary["kernel_cache"]["hits"] > 0
-    from torchloom.explain import ExplainResult, format_explain
+    from torchloom.report.explain import ExplainResult, format_explain
     data = {**summary, "workload": "transformer_stack.py", "pipeline": "test",
             "backward": True, "max_abs_error": 0.0}
     text = format_explain(ExplainResult(data, comp))

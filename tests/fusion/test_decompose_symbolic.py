@@ -106,7 +106,7 @@ def test_transformer_block_at_symbolic_sizes_has_no_composite_and_no_more_groups
     cannot fuse with the residual add before it)."""
     from pathlib import Path
 
-    from torchloom.explain import explain
+    from torchloom.report.explain import explain
     from torchloom.report import count_kernels, fusion_groups
     workload = Path(__file__).resolve().parents[2] / "examples" / "transformer_block.py"
     counts = {}

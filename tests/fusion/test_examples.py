@@ -12,7 +12,7 @@ import pytest
 
 from torchloom.api import FUSION_GROUP
 from torchloom.tools import count_kernels
-from torchloom.explain import explain
+from torchloom.report.explain import explain
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -39,7 +39,7 @@ def _groups(graph) -> list:
 
 @pytest.mark.slow
 def test_gelu_is_one_group_through_the_cli(eager_default):
-    out = subprocess.run([sys.executable, "-m", "torchloom.cli", "explain",
+    out = subprocess.run([sys.executable, "-m", "torchloom", "explain",
                           str(EXAMPLES / "gelu.py"), "--pipeline", eager_default, "--json"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr

@@ -73,7 +73,7 @@ def explain_on_new_machine(args: tuple) -> dict:
     url, workload, cache_dir, barrier = args
     os.environ.update(TORCHLOOM_REMOTE_CACHE=url, TORCHLOOM_REMOTE_CACHE_KEY=KEY,
                       TORCHLOOM_CACHE_DIR=cache_dir)
-    from torchloom.explain import explain
+    from torchloom.report.explain import explain
 
     warnings: list[str] = []
     handler = logging.Handler(logging.WARNING)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from torchloom.errors import PipelineError
-from torchloom.explain import explain, format_explain
+from torchloom.report.explain import explain, format_explain
 from torchloom.runtime.remote_cache import (RemoteSettings, remote_cache_from, sign,
                                             verify)
 from torchloom.testing.redis_server import free_port
@@ -192,7 +192,7 @@ def test_processes_compiling_at_once_against_one_redis(redis_url, workload, tmp_
     rejected, and none logs a warning. The workers fork from a server that imported torch
     and torchloom once (an import each would cost a 2-core machine over a minute)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torchloom.explain", "remote_children"])
+    ctx.set_forkserver_preload(["torch", "torchloom.report.explain", "remote_children"])
     with ctx.Manager() as manager, ctx.Pool(CONCURRENT) as pool:
         barrier = manager.Barrier(CONCURRENT)
         jobs = [(redis_url, str(workload), str(tmp_path / f"p{i}"), barrier)

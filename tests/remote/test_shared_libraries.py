@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from torchloom.api import hookimpl, parse_graph
-from torchloom.explain import explain
+from torchloom.report.explain import explain
 from torchloom.runtime.remote_cache import (RemoteArtifacts, RemoteCache, RemoteSettings,
                                             sign, verify_bytes)
 from torchloom.tools import Compiler, EagerCodegen, load_plugins

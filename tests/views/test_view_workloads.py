@@ -11,7 +11,7 @@ import torch
 
 from torchloom.api import FUSION_GROUP
 from torchloom.tools import count_kernels
-from torchloom.explain import explain
+from torchloom.report.explain import explain
 
 ROOT = Path(__file__).resolve().parents[2]
 

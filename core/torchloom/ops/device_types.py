@@ -21,7 +21,7 @@ import attrs
 
 from torchloom.ir.graph import Node, Value
 from torchloom.ir.types import TensorType, Type
-from torchloom.ops.registry import OpDef, _device_of, meta_infer
+from torchloom.ops.registry import OpDef, device_of, meta_infer
 
 _LOW = ("bf16", "f16")
 
@@ -61,7 +61,7 @@ def with_device_rules(opdef: OpDef) -> OpDef:
 
 def _infer_batch_norm(opdef: OpDef, rule: BatchNormCpu, node: Node) -> list[Type] | None:
     types = meta_infer(opdef, node)
-    if types is None or _device_of(node) != "cpu":
+    if types is None or device_of(node) != "cpu":
         return types
     args, _ = opdef.bind(list(node.inputs), node.attrs)
     tensor = [a.type if isinstance(a, Value) and isinstance(a.type, TensorType) else None

@@ -229,7 +229,7 @@ def meta_infer(op: OpDef, node: Node) -> list[Type] | None:
         results = []
     else:
         results = list(result) if op.returns_sequence else [result]
-    device = _device_of(node)
+    device = device_of(node)
     types = [_retarget(type_of(r), device) for r in results]
     if key is not None:
         op._memo[key] = types
@@ -244,7 +244,7 @@ def eager_rejects(op: OpDef, node: Node) -> str | None:
     when that runs, fails otherwise (a size it cannot take says nothing of dtypes), or the
     node is on another device. For pure ops only: callers ask it of pointwise ops,
     reductions and composites of them, never of collectives or I/O."""
-    if op.fn is None or _device_of(node) != "cpu":
+    if op.fn is None or device_of(node) != "cpu":
         return None
     try:
         key = ("rejects", tuple((len(v.type.shape), v.type.dtype) if isinstance(
@@ -340,7 +340,9 @@ def _meta_attrs(attrs_: Mapping[str, Any]) -> dict[str, Any]:
             for k, v in attrs_.items()}
 
 
-def _device_of(node: Node) -> str:
+def device_of(node: Node) -> str:
+    """The device ``node`` runs on: its ``device`` attribute, else its first tensor
+    input's, else ``cpu``."""
     dev = node.attrs.get("device")
     if isinstance(dev, torch.device):
         return str(dev)

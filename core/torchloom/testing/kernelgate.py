@@ -78,7 +78,7 @@ def compile_and_count(fn, inputs: Sequence[Any], *, pipeline: str = "default",
 
     from torchloom.backend import torchloom_backend
     from torchloom.compiler import Compiler
-    from torchloom.explain import needs_backward
+    from torchloom.workloads import needs_backward
     from torchloom.report import count_kernels, fusion_groups, kernel_summary
     compiler = Compiler(pipeline, compile_cache=False, strict=True)
     backward = needs_backward(fn, inputs) if backward is None else backward
@@ -127,7 +127,7 @@ class KernelGate:
         """Compile and count; fail naming every count that differs from its expectation.
         ``fn`` may be a workload file (``inputs`` then come from it, built on ``device``)."""
         if isinstance(fn, (str, Path)):
-            from torchloom.explain import load_workload
+            from torchloom.workloads import load_workload
             fn, inputs = load_workload(fn, device)
         counts = compile_and_count(fn, inputs, pipeline=pipeline, backward=backward,
                                    device_class=device_class)

@@ -1,10 +1,10 @@
 """``torchloom explain WORKLOAD --html OUT.html``: one self-contained page per run.
 
 Per graph: the graph drawn with every op coloured by its fusion group (shared subgraphs
-boxed; see :mod:`torchloom.html_graph`), each group's kernel (codegen, source, measured
+boxed; see :mod:`torchloom.report.html_graph`), each group's kernel (codegen, source, measured
 time per call, bytes read, written and compulsory) and the codegens that declined it, the
 graph's fallback reason, the pass timeline (ms, changed, stats) and the IR diff of every
-pass. The page inlines its data (JSON), style and script (``report_assets/``): it loads
+pass. The page inlines its data (JSON), style and script (``report/assets/``): it loads
 nothing from the network. The script lays the graph out itself (longest-path layers,
 barycentre ordering), draws groups collapsed when a graph is large, and finds nodes by
 name.
@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from torchloom.html_graph import GraphView
+from torchloom.report.html_graph import GraphView
 from torchloom.ir.textdiff import ir_diff
 from torchloom.ir.types import TensorType
 from torchloom.report import kernel_summary
@@ -53,7 +53,7 @@ class PassIRRecorder:
 
 def write_html(result, path: str | Path, recorder: PassIRRecorder | None = None,
                graph_breaks: list[dict[str, Any]] | None = None) -> Path:
-    """Write the report of an :class:`~torchloom.explain.ExplainResult` to ``path``."""
+    """Write the report of an :class:`~torchloom.report.explain.ExplainResult` to ``path``."""
     path = Path(path)
     path.write_text(render_html(report_data(result, recorder, graph_breaks)), encoding="utf-8")
     return path
@@ -168,7 +168,7 @@ def _time_kernel(kernel, node) -> float | None:
 
 def render_html(data: dict[str, Any]) -> str:
     """The page: template with the style, the data (JSON) and the script inlined."""
-    assets = resources.files("torchloom").joinpath("report_assets")
+    assets = resources.files("torchloom").joinpath("report", "assets")
     # "</" cannot end the script element early, whatever the IR or a kernel holds
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/").replace(
         "<!--", "<\\!--")

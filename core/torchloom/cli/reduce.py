@@ -1,7 +1,7 @@
 """``torchloom reduce DIR``: shrink a failing reproducer to a small graph that fails the
 same way, as ``mlir-reduce`` and ``creduce`` do.
 
-A reproducer (:mod:`torchloom.reproduce`) holds the IR from before a failing pass. The
+A reproducer (:mod:`torchloom.compiler.reproduce`) holds the IR from before a failing pass. The
 reducer replays it to learn how it fails (:class:`Failure`: the pass, and whether it
 raised, broke the graph or changed values, with the exception's type), then tries smaller
 graphs and keeps each that still fails the same way (delta debugging, chunks halving):
@@ -37,7 +37,7 @@ from torchloom.passes.base import PassContext
 from torchloom.passes.manager import PassManager
 from torchloom.passes.pipeline_dict import pipeline_toml
 from torchloom.progress import Progress
-from torchloom.reproduce import Reproducer, load_reproducer
+from torchloom.compiler.reproduce import Reproducer, load_reproducer
 
 #: rounds of the three steps at most (each round that gains nothing ends it)
 MAX_ROUNDS = 4

@@ -14,9 +14,9 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
-from torchloom.compile_log import cache_counters, log_compilation, log_fallback
+from torchloom.compiler.log import cache_counters, log_compilation, log_fallback
 from torchloom.codegen.base import KernelSource
-from torchloom.compile_mode import apply_mode, check_mode, mode_codegens
+from torchloom.compiler.mode import apply_mode, check_mode, mode_codegens
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedError
 from torchloom.frontend.fx import ImportedGraph, import_fx
@@ -74,7 +74,7 @@ class Compiler:
         is generated and compiled ahead of time for the target, and the callable handed
         back runs the original graph (no kernel runs). ``instruments`` observe every pass
         of every graph, besides the plugins' (``explain --html`` keeps IR diffs so).
-        ``mode``: torch.compile's (see :mod:`torchloom.compile_mode`). ``pipeline`` may be
+        ``mode``: torch.compile's (see :mod:`torchloom.compiler.mode`). ``pipeline`` may be
         a built-in name, a file, or a dict of a pipeline file's tables.
         ``remote_cache``: the shared cache's URL (``redis://HOST:PORT/DB``; default
         ``TORCHLOOM_REMOTE_CACHE``, then the pipeline's ``[runtime] remote_cache``;

@@ -19,9 +19,9 @@ from typing import Any, Callable
 import attrs
 import torch
 
-from torchloom.diagnose import compiled_failure
+from torchloom.report.diagnose import compiled_failure
 from torchloom.progress import Activity, Progress
-from torchloom.explain import _flatten, load_workload, max_abs_error, run_eagerly
+from torchloom.workloads import flatten, load_workload, max_abs_error, run_eagerly
 
 VARIANTS = ("eager", "inductor", "torchloom")
 
@@ -76,7 +76,7 @@ def bench(workload: str | Path, *, pipeline: str = "default", device: str = "cpu
     reason = inductor_unavailable(device) if inductor else "disabled with --no-inductor"
     torch._dynamo.reset()
     with torch.no_grad():
-        expected = [t.detach() for t in _flatten(run_eagerly(workload, lambda: model(*inputs)))]
+        expected = [t.detach() for t in flatten(run_eagerly(workload, lambda: model(*inputs)))]
         candidates = {"torchloom": lambda: torch.compile(model, backend=lambda gm, ex:
                                                          torchloom_backend(gm, ex, options={
                                                              "compiler": compiler}))}
@@ -96,7 +96,7 @@ def bench(workload: str | Path, *, pipeline: str = "default", device: str = "cpu
                 results[name] = {"skipped": f"compilation failed: "
                                             f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
                 continue
-            error = max_abs_error(expected, [t.detach() for t in _flatten(out)])
+            error = max_abs_error(expected, [t.detach() for t in flatten(out)])
             results[name] = {"max_abs_error": error if error != float("inf") else None}
             fns[name] = fn
         for fn in fns.values():

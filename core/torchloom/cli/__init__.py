@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "nodes by inputs, shrink shapes) while the pass fails the "
                                    "same way; write reduced.ir and reduced.toml beside it.")
     p.add_argument("directory", help="a reproducer directory (as named by a pass's error)")
-    from torchloom.opt import add_opt_parser
-    from torchloom.perf_history import add_perf_history_parser
+    from torchloom.cli.opt import add_opt_parser
+    from torchloom.cli.perf_history import add_perf_history_parser
     add_opt_parser(sub)
     add_perf_history_parser(sub)
     for p in sub.choices.values():  # also accepted after the command: explain X --traceback
@@ -295,11 +295,11 @@ def _check_report(spec: str) -> dict:
 
 
 def _explain(args) -> int:
-    from torchloom.explain import explain, format_explain
+    from torchloom.report.explain import explain, format_explain
     recorder = None
     if args.html:
-        from torchloom.diagnose import check_output_file
-        from torchloom.html_report import PassIRRecorder
+        from torchloom.report.diagnose import check_output_file
+        from torchloom.report.html import PassIRRecorder
         check_output_file(args.html, "--html")
         recorder = PassIRRecorder()
     result = explain(args.workload, pipeline=args.pipeline, device=args.device,
@@ -307,7 +307,7 @@ def _explain(args) -> int:
                      cached=args.cached, instruments=[recorder] if recorder else [],
                      dynamic=args.dynamic)
     if args.html:
-        from torchloom.html_report import write_html
+        from torchloom.report.html import write_html
         write_html(result, args.html, recorder, result.data.get("graph_breaks"))
     if args.json:
         _json(args, result.data)
@@ -317,7 +317,7 @@ def _explain(args) -> int:
 
 
 def _bench(args) -> int:
-    from torchloom.bench import bench, format_bench
+    from torchloom.cli.bench import bench, format_bench
     from torchloom.errors import TorchloomError
     if args.iters < 1 or args.rounds < 1 or args.warmup < 0:
         raise TorchloomError("bench: --iters and --rounds must be >= 1, --warmup >= 0")
@@ -332,24 +332,24 @@ def _bench(args) -> int:
 
 
 def _reproduce(args) -> int:
-    from torchloom.reproduce import reproduce
+    from torchloom.compiler.reproduce import reproduce
     print(reproduce(args.directory))
     return 0
 
 
 def _reduce(args) -> int:
-    from torchloom.reduce import reduce_reproducer, summary
+    from torchloom.cli.reduce import reduce_reproducer, summary
     sys.stdout.write(summary(reduce_reproducer(args.directory)))
     return 0
 
 
 def _opt(args) -> int:
-    from torchloom.opt import run_opt
+    from torchloom.cli.opt import run_opt
     return run_opt(args)
 
 
 def _perf_history(args) -> int:
-    from torchloom.perf_history import perf_history
+    from torchloom.cli.perf_history import perf_history
     gates, text = perf_history(args)
     if args.json:
         _json(args, {"ok": True, "gates": gates})
@@ -361,6 +361,3 @@ def _perf_history(args) -> int:
 _COMMANDS = {"plugins": _plugins, "check": _check, "explain": _explain, "bench": _bench,
              "reproduce": _reproduce, "reduce": _reduce, "opt": _opt,
              "perf-history": _perf_history}
-
-if __name__ == "__main__":
-    sys.exit(main())
