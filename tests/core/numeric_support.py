@@ -2,7 +2,8 @@
 ``verify = "numeric"`` and ``torchloom reduce`` (no test functions here).
 
 ``wrong.silu`` rewrites ``x * sigmoid(x)`` (SiLU) into ``relu(x)``: the graph stays valid,
-only its values change, so only numeric verification catches it.
+only its values change, so only numeric verification catches it. ``wrong.silu-pattern`` is
+the same mistake written as a pattern pass (``pattern_pass``), as a user would write it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import Pass, PassResult, hookimpl
+import torch
+
+from torchloom.api import Pass, PassResult, hookimpl, pattern_pass
+
+WrongSiluPattern = pattern_pass("wrong.silu-pattern", lambda x: x * torch.sigmoid(x),
+                                lambda x: torch.relu(x), [torch.randn(8)])
 
 
 @attrs.frozen
@@ -53,7 +59,7 @@ class Crash(Pass):
 
 @hookimpl
 def torchloom_passes():
-    return [WrongSilu, Crash]
+    return [WrongSilu, Crash, WrongSiluPattern]
 '''
 
 PIPELINE = """\
@@ -67,7 +73,7 @@ on_error = "{on_error}"
 name = "cse"
 
 [[pass]]
-name = "wrong.silu"
+name = "{wrong}"
 """
 
 #: a SiLU MLP's forward: the SiLU sits among other ops, so reduction has work to do
@@ -98,6 +104,10 @@ def wrong_plugins(fake_site):
     return load_plugins(entry_points=fake_site.entry_points())
 
 
-def write_pipeline(path, verify="numeric", on_error="raise"):
-    path.write_text(PIPELINE.format(verify=verify, on_error=on_error))
+#: the wrong rewrite written by hand and as a pattern pass
+WRONG = ["wrong.silu", "wrong.silu-pattern"]
+
+
+def write_pipeline(path, verify="numeric", on_error="raise", wrong="wrong.silu"):
+    path.write_text(PIPELINE.format(verify=verify, on_error=on_error, wrong=wrong))
     return path

@@ -28,7 +28,7 @@ from torchloom.passes.numeric import (NumericCheck, compare_values, input_sets, 
 from torchloom.passes.pipeline import build_pipeline, parse_raw
 from torchloom.compiler.reproduce import reproduce
 
-from numeric_support import WORKLOAD, wrong_plugins, write_pipeline  # noqa: F401 (fixture)
+from numeric_support import WORKLOAD, WRONG, wrong_plugins, write_pipeline  # noqa: F401 (fixture)
 from test_plugins_support import fake_site  # noqa: F401 (fixture)
 
 SILU_IR = """\
@@ -141,16 +141,17 @@ def test_numeric_costs_nothing_under_other_policies(wrong_plugins, tmp_path, mon
 
 # ---- the CLI and the backend -----------------------------------------------------------
 
-def test_explain_exits_1_naming_the_pass_and_its_plugin(wrong_plugins, tmp_path, capsys):
+@pytest.mark.parametrize("wrong", WRONG)
+def test_explain_exits_1_naming_the_pass_and_its_plugin(wrong_plugins, tmp_path, capsys, wrong):
     work = tmp_path / "work.py"
     work.write_text(WORKLOAD)
-    pipeline = write_pipeline(tmp_path / "wrong.toml")
+    pipeline = write_pipeline(tmp_path / "wrong.toml", wrong=wrong)
     assert main(["explain", str(work), "--pipeline", str(pipeline)]) == 1
     err = capsys.readouterr().err
-    assert "pass 'wrong.silu' (distribution wrong-passes 0.1.0) changed the values" in err
+    assert f"pass '{wrong}' (distribution wrong-passes 0.1.0) changed the values" in err
     repro = re.search(r"Reproducer: (\S+) \(", err).group(1)
     assert (Path(repro) / "inputs.json").is_file()
-    write_pipeline(pipeline, verify="each")  # valid structure: explain succeeds
+    write_pipeline(pipeline, verify="each", wrong=wrong)  # valid structure: explain succeeds
     assert main(["explain", str(work), "--pipeline", str(pipeline)]) == 0
 
 

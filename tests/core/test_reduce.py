@@ -25,7 +25,7 @@ from torchloom.progress import Progress
 from torchloom.cli.reduce import failure_of, reduce_reproducer, size_of
 from torchloom.compiler.reproduce import load_reproducer
 
-from numeric_support import WORKLOAD, wrong_plugins, write_pipeline  # noqa: F401 (fixture)
+from numeric_support import WORKLOAD, WRONG, wrong_plugins, write_pipeline  # noqa: F401 (fixture)
 from test_plugins_support import FAKE_PASSES, fake_site  # noqa: F401 (fixture)
 
 
@@ -63,16 +63,17 @@ def chain_graph(n: int, middle: str) -> Graph:
     return g
 
 
+@pytest.mark.parametrize("wrong", WRONG)
 def test_explain_then_reduce_gives_a_few_nodes_that_opt_replays(wrong_plugins, tmp_path,
-                                                                capsys, monkeypatch):
+                                                                capsys, monkeypatch, wrong):
     work = tmp_path / "work.py"
     work.write_text(WORKLOAD)
-    pipeline = write_pipeline(tmp_path / "wrong.toml")
+    pipeline = write_pipeline(tmp_path / "wrong.toml", wrong=wrong)
     assert main(["explain", str(work), "--pipeline", str(pipeline)]) == 1
     repro = re.search(r"Reproducer: (\S+) \(", capsys.readouterr().err).group(1)
     assert main(["reduce", repro]) == 0
     out = capsys.readouterr().out
-    assert "still fails: pass 'wrong.silu' changes values" in out
+    assert f"still fails: pass '{wrong}' changes values" in out
     reduced = parse_graph((Path(repro) / "reduced.ir").read_text())
     assert 1 <= reduced.num_nodes() <= 3
     assert {n.op for n in reduced.nodes} >= {"aten.sigmoid.default", "aten.mul.Tensor"}
@@ -80,7 +81,7 @@ def test_explain_then_reduce_gives_a_few_nodes_that_opt_replays(wrong_plugins, t
     assert size_of(reduced) < size_of(before)
     monkeypatch.chdir(repro)  # the RUN line names reduced.toml beside it
     assert main(["opt", "reduced.ir", "--pipeline", "reduced.toml"]) == 1
-    assert "pass 'wrong.silu' (distribution wrong-passes 0.1.0) changed the values" in \
+    assert f"pass '{wrong}' (distribution wrong-passes 0.1.0) changed the values" in \
         capsys.readouterr().err
 
 
