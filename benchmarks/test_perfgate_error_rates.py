@@ -12,7 +12,7 @@ The workloads are Python spin loops (``spin(n)``: n additions), so a ratio of lo
 is the ratio of times. CI runs ``RUNS`` (3) runs of each on a quiet process, with a time
 budget of 0.5 s a measurement (``CI_OPTIONS``: the gate's default, 2 s, in the full mode); the full
 measurement (200 runs of each, with a CPU-hogging process spinning beside the session for
-its whole length; 12.5 minutes on the loaded 2-core VM) is::
+its whole length; 13 minutes on the loaded 2-core VM) is::
 
     TORCHLOOM_PERFGATE_ERRORS=full .venv/bin/python -m pytest \\
         benchmarks/test_perfgate_error_rates.py -s -p no:cacheprovider
