@@ -44,6 +44,22 @@ def _private_kernel_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path_factory.mktemp("torchloom-cache")))
 
 
+@pytest.fixture(scope="session")
+def _dynamo_debug_backends():
+    """pytester's in-process runs drop the modules each run imported; torch registers
+    Dynamo's debug backends when ``torch._dynamo.backends.debugging`` is imported (lazily,
+    by the first ``torch.compile``), so an inner run that imports it again after an earlier
+    one dropped it fails with "duplicate name: eager". Imported once by this process before
+    the first pytester's snapshot of ``sys.modules`` (a session fixture is set up before a
+    test's own), it outlives every inner run."""
+    import torch._dynamo.repro.after_dynamo  # noqa: F401
+
+
+@pytest.fixture
+def pytester(_dynamo_debug_backends, pytester):
+    return pytester
+
+
 @pytest.fixture
 def fuzz(request) -> bool:
     return request.config.getoption("--fuzz")

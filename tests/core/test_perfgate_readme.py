@@ -1,5 +1,5 @@
-"""The README's perf-gate examples run as written (a pytest session of their own) and
-print the verdict lines the README shows."""
+"""The README's perf-gate examples run as written (a pytest session of their own, in a
+process of its own) and print the verdict lines the README shows."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def readme_example() -> tuple[str, str]:
 def test_readme_perf_gate_examples_pass(pytester):
     name, code = readme_example()
     pytester.makepyfile(**{name.removesuffix(".py"): code})
-    result = pytester.runpytest("-p", "no:cacheprovider", "-s")
+    # a process of its own, as a user runs it: inside this one (pytester's in-process run)
+    # the compiled softmax measured 0.5x eager where the same file run alone measures 1.7x
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
     result.assert_outcomes(passed=2)  # an inconclusive gate warns, a failing one fails
     result.stdout.fnmatch_lines([
         "*- perf gates -*",
