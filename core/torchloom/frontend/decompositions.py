@@ -57,21 +57,15 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
     import torch
     from torch._decomp import get_decompositions
     table = get_decompositions(list(ops))
-    layer_norm = torch.ops.aten.native_layer_norm.default
-    if layer_norm in table:
-        table[layer_norm] = _layer_norm_as_cpu(table[layer_norm], device)
-    softmax_backward = torch.ops.aten._softmax_backward_data.default
-    if softmax_backward in table:
-        table[softmax_backward] = _softmax_backward_as_cpu(table[softmax_backward], device)
-    safe_softmax = torch.ops.aten._safe_softmax.default
-    if safe_softmax in table:
-        table[safe_softmax] = _safe_softmax_as_cpu(table[safe_softmax], device)
-    slice_backward = torch.ops.aten.slice_backward.default
-    if slice_backward in table:
-        table[slice_backward] = _slice_backward_as_cpu(table[slice_backward], device)
-    nll_loss_backward = torch.ops.aten.nll_loss_backward.default
-    if nll_loss_backward in table:
-        table[nll_loss_backward] = _nll_loss_backward_as_cpu(table[nll_loss_backward], device)
+    # eager's CPU arithmetic where torch's decomposition differs from it
+    as_cpu = {torch.ops.aten.native_layer_norm.default: _layer_norm_as_cpu,
+              torch.ops.aten._softmax_backward_data.default: _softmax_backward_as_cpu,
+              torch.ops.aten._safe_softmax.default: _safe_softmax_as_cpu,
+              torch.ops.aten.slice_backward.default: _slice_backward_as_cpu,
+              torch.ops.aten.nll_loss_backward.default: _nll_loss_backward_as_cpu}
+    for op, wrap in as_cpu.items():
+        if op in table:
+            table[op] = wrap(table[op], device)
     return table
 
 
