@@ -95,8 +95,8 @@ def _target_text(target: Union[str, Element]) -> str:
 
 
 @attrs.frozen
-class Declare:
-    """``const ctype name = expr;``"""
+class _Binding:
+    """A name bound to ``expr`` with a type: what :class:`Declare` and :class:`Var` share."""
 
     ctype: str
     name: str
@@ -111,19 +111,14 @@ class Declare:
 
 
 @attrs.frozen
-class Var:
+class Declare(_Binding):
+    """``const ctype name = expr;``"""
+
+
+@attrs.frozen
+class Var(_Binding):
     """``ctype name = expr;``: a variable that statements after it update or assign (an
     accumulator of a target with declarations); never dropped by :func:`drop_unused`."""
-
-    ctype: str
-    name: str
-    expr: str
-    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
-                              eq=False, repr=False)
-
-    @property
-    def names(self) -> frozenset[str]:
-        return self.facts.names | {self.name, self.ctype}
 
 
 @attrs.frozen
