@@ -99,7 +99,7 @@ CI_RATIO_FAMILIES = ("mixed", "repeated", "fanout")
 ROUNDS = 2
 #: rounds where only 10k graphs are measured (the budget): more, as a run of this 2-core
 #: machine swings by ~10% with its neighbours (the speed figure is the best of as many)
-BUDGET_ROUNDS = 5
+BUDGET_ROUNDS = 8
 
 
 #: CPU seconds inside each pass's own ``run`` (no manager work), per pass name; or, while
