@@ -16,9 +16,12 @@ snapshot after it (``PassRecord.cpu_ms``: "passes", what the table shows) and of
 Gates (issue 20):
 
 - the default pipeline on a 10k-node graph of every family takes at most ``BUDGET_10K_S``
-  CPU seconds at this machine's full speed: the time measured, scaled by how fast a fixed
-  pure-Python workload (``timing.python_speed``) ran beside it against its best on this
-  machine (``PYTHON_SPEED_REF_S``);
+  CPU seconds at this machine's full speed: the time measured, scaled down by how much
+  slower a fixed pure-Python workload (``timing.python_speed``) ran beside it than its best
+  on this machine (``PYTHON_SPEED_REF_S``); on a machine where that workload runs faster
+  than here, the raw time is held to the budget (never scaled up: the CI machine of stop
+  48 ran it 1.42x faster than this one while the pipeline ran 1.2x faster, and a raw
+  723 ms failed as "1,026 ms");
 - each pass does linear work: the function calls made inside its own run grow at most
   ``MAX_CALL_RATIO`` (5.5) times from 2k to 10k nodes, on every family (counted, so
   neither the CPU cache nor other processes move it);
@@ -257,7 +260,9 @@ def test_default_pipeline_on_10k_nodes_within_budget(benchmark, budget, name):
                        iterations=1)
     top = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in top_passes(result))
     slowdown = budget[name]["python_speed"] / PYTHON_SPEED_REF_S
-    scaled = result["total"] / slowdown
+    # a busy neighbour is forgiven (the time scaled down to full speed); a machine whose
+    # Python runs faster than this one's best is held to the raw second, never scaled up
+    scaled = result["total"] / max(slowdown, 1.0)
     print(f"\n{name}: {result['total'] * 1e3:.0f} ms CPU at 10k ({top}); Python ran at "
           f"{1 / slowdown:.2f}x this machine's full speed: {scaled * 1e3:.0f} ms at it")
     assert scaled <= BUDGET_10K_S, (name, slowdown, result)
