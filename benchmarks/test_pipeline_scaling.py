@@ -18,10 +18,9 @@ Gates (issue 20):
 - the default pipeline on a 10k-node graph of every family takes at most ``BUDGET_10K_S``
   CPU seconds at this machine's full speed: the time measured, scaled down by how much
   slower a fixed pure-Python workload (``timing.python_speed``) ran beside it than its best
-  on this machine (``PYTHON_SPEED_REF_S``); on a machine where that workload runs faster
-  than here, the raw time is held to the budget (never scaled up: the CI machine of stop
-  48 ran it 1.42x faster than this one while the pipeline ran 1.2x faster, and a raw
-  723 ms failed as "1,026 ms");
+  on this machine (``PYTHON_SPEED_REF_S``); where that workload runs faster than the
+  reference, the raw time is held to the budget (never scaled up: with session 13's
+  reference, 1.42x slower than today's machine, CI failed a raw 723 ms as "1,026 ms");
 - each pass does linear work: the function calls made inside its own run grow at most
   ``MAX_CALL_RATIO`` (5.5) times from 2k to 10k nodes, on every family (counted, so
   neither the CPU cache nor other processes move it);
@@ -35,8 +34,8 @@ Gates (issue 20):
   each pass too: see ``MAX_PASS_TIME_RATIO``.
 
 Measured in fresh interpreters (a long test session's heap weighs on large graphs): the
-budget in one that builds only 10k graphs (best of ``BUDGET_ROUNDS``), the ratios in
-another. Run
+budget in one that builds only 10k graphs (best of up to ``BUDGET_ROUNDS``, two for a
+family already clear of the bound), the ratios in another. Run
 ``python benchmarks/test_pipeline_scaling.py --full`` for the table of
 ``benchmarks/RESULTS.md`` (2k, 10k, 50k, every family).
 """
@@ -65,14 +64,14 @@ from torchloom.testing.programs import FAMILIES, family
 #: 13) 0.10-0.95 s raw by family (window64 0.88-0.95, mixed 0.87-0.94, opaque 0.74-0.80),
 #: 0.85-0.90 s scaled at worst
 BUDGET_10K_S = 1.0
-#: ``timing.python_speed()`` on this machine at its best, where ``measure`` takes it
-#: (0.1117 s: the fastest of ~55 there in session 13, 0.1117-0.1268 s, beside 10k
-#: pipelines of 0.74-0.95 s; a loop of it alone gives 0.118-0.125 s; RESULTS.md). The
-#: budget is "on this machine", whose Python runs up to ~15% slower for minutes when its
-#: neighbours are busy (the same build measured 0.87-1.03 s at 10k within an hour, the
-#: speed figure moving with it), so a 10k time is scaled to this speed by the speed
-#: measured beside it; the raw time is printed too
-PYTHON_SPEED_REF_S = 0.1117
+#: ``timing.python_speed()`` on this machine at its best, where ``measure`` takes it:
+#: 0.077 s on the AMD EPYC Zen 5 2-vCPU machine of sessions 21-24 and of CI (0.0770-0.0792
+#: beside 10k pipelines, 2026-11-29; session 13's machine measured 0.1117 at best, and the
+#: 1.42x faster figure here had scaled every 10k time up by as much). The budget is "on
+#: this machine", whose Python runs up to ~15% slower for minutes when its neighbours are
+#: busy (the pipeline at 10k and this figure move together: RESULTS.md), so a 10k time is
+#: scaled down by the slowdown measured beside it (never up); the raw time is printed too
+PYTHON_SPEED_REF_S = 0.077
 #: 50k / 10k CPU time of the whole pipeline (5 is linear; a quadratic step gives 25):
 #: measured 4.7-5.35 on every family at load 2.5-10 and 5.5-5.9 on the CI families at
 #: load ~1.2 (a quiet machine runs a 10k graph from its 32 MB L3; a 50k one never fits),
@@ -103,6 +102,11 @@ ROUNDS = 2
 #: rounds where only 10k graphs are measured (the budget): more, as a run of this 2-core
 #: machine swings by ~10% with its neighbours (the speed figure is the best of as many)
 BUDGET_ROUNDS = 8
+#: ... but a family stops after ``BUDGET_MIN_ROUNDS`` once its best so far, scaled, is
+#: within ``BUDGET_CLEAR`` of the budget: more rounds could only lower its best time, and
+#: the families far from the bound (most of them) need no eight rounds to show it
+BUDGET_MIN_ROUNDS = 2
+BUDGET_CLEAR = 0.8
 
 
 #: CPU seconds inside each pass's own ``run`` (no manager work), per pass name; or, while
@@ -188,7 +192,7 @@ def measure(names: list[str], sizes: list[int]) -> dict:
         run_pipeline(family(name, 300, seed=99).graph(), plugins, pipeline)  # warm-up
         best: dict[str, dict | None] = {k: None for k in keys}
         speed = float("inf")
-        for _ in range(ROUNDS if LARGE in sizes else BUDGET_ROUNDS):
+        for done in range(1, 1 + (ROUNDS if LARGE in sizes else BUDGET_ROUNDS)):
             speed = min(speed, python_speed())
             for key in keys:
                 n, _, copies = key.partition("x")
@@ -196,7 +200,10 @@ def measure(names: list[str], sizes: list[int]) -> dict:
                 best[key] = _min(best[key], _mean([run_pipeline(g, plugins, pipeline)
                                                    for g in graphs]))
                 del graphs
-        out[name] = {**best, "python_speed": speed}
+            if keys == [str(SMALL)] and done >= BUDGET_MIN_ROUNDS and \
+                    scaled_time(best[str(SMALL)]["total"], speed) <= BUDGET_CLEAR * BUDGET_10K_S:
+                break
+        out[name] = {**best, "python_speed": speed, "rounds": done}
     return out
 
 
@@ -225,6 +232,18 @@ def count_calls(names: list[str], sizes: tuple[int, int] = CALL_SIZES) -> dict:
                                                PassContext(registry=plugins.registry))
             out[name][str(n)] = dict(_OWN)
     return out
+
+
+def slowdown_of(speed: float) -> float:
+    """How much slower than its best this machine ran the speed figure ``speed``."""
+    return speed / PYTHON_SPEED_REF_S
+
+
+def scaled_time(total: float, speed: float) -> float:
+    """A 10k time at this machine's full speed: a busy neighbour is forgiven (the time
+    scaled down by the slowdown); a machine whose Python runs faster than this one's best
+    is held to the raw time, never scaled up."""
+    return total / max(slowdown_of(speed), 1.0)
 
 
 def top_passes(result: dict, k: int = 3) -> list[tuple[str, float]]:
@@ -259,12 +278,11 @@ def test_default_pipeline_on_10k_nodes_within_budget(benchmark, budget, name):
                        setup=lambda: ((family(name, SMALL).graph(),), {}), rounds=1,
                        iterations=1)
     top = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in top_passes(result))
-    slowdown = budget[name]["python_speed"] / PYTHON_SPEED_REF_S
-    # a busy neighbour is forgiven (the time scaled down to full speed); a machine whose
-    # Python runs faster than this one's best is held to the raw second, never scaled up
-    scaled = result["total"] / max(slowdown, 1.0)
-    print(f"\n{name}: {result['total'] * 1e3:.0f} ms CPU at 10k ({top}); Python ran at "
-          f"{1 / slowdown:.2f}x this machine's full speed: {scaled * 1e3:.0f} ms at it")
+    slowdown = slowdown_of(budget[name]["python_speed"])
+    scaled = scaled_time(result["total"], budget[name]["python_speed"])
+    print(f"\n{name}: {result['total'] * 1e3:.0f} ms CPU at 10k ({top}), best of "
+          f"{budget[name]['rounds']} rounds; Python ran at {1 / slowdown:.2f}x this "
+          f"machine's full speed: {scaled * 1e3:.0f} ms at it")
     assert scaled <= BUDGET_10K_S, (name, slowdown, result)
 
 
