@@ -22,15 +22,15 @@ Nothing read is executed: the IR is parsed and verified.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
 
-from torchloom.errors import NumericError, ParseError, PassError, TorchloomError, VerifyError
+from torchloom.errors import NumericError, PassError, TorchloomError, VerifyError
+from torchloom.ir.clone import clone_graph
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, Value
-from torchloom.ir.text import parse_graph, print_graph
+from torchloom.ir.text import print_graph
 from torchloom.ir.types import TensorType
 from torchloom.ir.verify import verify
 from torchloom.passes.base import PassContext
@@ -231,14 +231,18 @@ def _dims_of(graph: Graph) -> set[int]:
             if isinstance(d, int) and d > 1}
 
 
-def _resized(graph: Graph, dim: int, smaller: int) -> Graph | None:
-    """``graph`` with the size ``dim`` written ``smaller`` everywhere in its text (types
-    and attributes alike); None when that no longer parses."""
-    text = re.sub(rf"(?<![\w.%@]){dim}(?![\w.])", str(smaller), print_graph(graph))
-    try:
-        return parse_graph(text)
-    except (ParseError, TorchloomError):
-        return None
+def _resized(graph: Graph, dim: int, smaller: int) -> Graph:
+    """``graph`` with the size ``dim`` made ``smaller`` everywhere: in every tensor type
+    and in every int attribute equal to it (view sizes, split sizes and dims alike:
+    ``attempt`` keeps a resize only when it verifies and fails the same way)."""
+    def size(d):
+        return smaller if d == dim and type(d) is int else d
+
+    def attr(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(attr(x) for x in a)
+        return size(a)
+    return clone_graph(graph, dim=size, attr=attr)[0]
 
 
 def reduce_reproducer(directory: str | Path, plugins=None, *,

@@ -460,35 +460,11 @@ class Graph:
 
     def clone(self) -> "Graph":
         """A deep copy (regions included). Names are kept."""
+        from torchloom.ir.clone import clone_graph  # (clone builds graphs: it imports this)
         return clone_graph(self)[0]
 
     def __str__(self) -> str:
         return print_graph(self)
-
-
-def clone_graph(graph: Graph, name: str | None = None) -> tuple[Graph, dict[Value, Value]]:
-    """Deep-copy a graph; returns the copy and the value mapping old -> new."""
-    g = Graph(name or graph.name)
-    mapping: dict[Value, Value] = {}
-    for v in graph.inputs:
-        nv = Value(v.name, v.type, graph=g)
-        g._names.add(v.name)
-        g.inputs.append(nv)
-        mapping[v] = nv
-    for n in graph.nodes:
-        region = clone_graph(n.region)[0] if n.region is not None else None
-        nn = Node(n.op, [mapping[v] for v in n.inputs], n.attrs, region)
-        if region is not None:
-            region.owner = nn
-        nn.outputs = [Value(v.name, v.type, nn, i, g) for i, v in enumerate(n.outputs)]
-        nn.meta = dict(n.meta)
-        g.insert(nn)
-        mapping.update(zip(n.outputs, nn.outputs))
-    g.outputs = [mapping[v] for v in graph.outputs]
-    g._counter = graph._counter
-    for sub in graph.subgraphs.values():
-        g.add_subgraph(clone_graph(sub)[0])
-    return g, mapping
 
 
 _NAME = re.compile(r"[A-Za-z0-9_]+\Z")
