@@ -56,6 +56,37 @@ def test_mlp_step_writes_into_dead_buffers_and_matches_eager(cache_dir):
     torch._dynamo.reset()
 
 
+def test_cross_entropy_gradient_written_over_the_saved_log_probabilities(cache_dir):
+    """A language model's loss (issue 41): the logits ``f32[1, 128, 1024]``, cross entropy
+    over their ``f32[128, 1024]`` view. The backward's one kernel (the log_softmax gradient
+    of the loss's) writes its ``f32[1, 128, 1024]`` result over the saved log-probabilities
+    (donated, read by that kernel only, dense with as many elements), not into fresh pages."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(64, 1024, bias=False)  # (a bias: its column sums in the kernel)
+    reference = copy.deepcopy(head)
+    labels = torch.randint(0, 1024, (128,))
+
+    def loss(model, h):
+        logits = model(h)
+        return torch.nn.functional.cross_entropy(logits.view(-1, 1024), labels), logits
+
+    compiled, compiler = compile_with(lambda h: loss(head, h), cache_dir)
+    for _ in range(2):
+        h = torch.randn(1, 128, 64)
+        ha, hb = h.clone().requires_grad_(), h.clone().requires_grad_()
+        (la, _), (lb, _) = compiled(ha), loss(reference, hb)
+        la.backward()
+        lb.backward()
+        torch.testing.assert_close(la, lb)
+        torch.testing.assert_close(ha.grad, hb.grad)
+        torch.testing.assert_close(head.weight.grad, reference.weight.grad)
+        head.zero_grad(), reference.zero_grad()
+    backward = compiler.compilations[-1].compiled
+    saved = [v for v in backward.plan.reuse.held if v.producer is None]
+    assert [v.type.shape for v in saved] == [(128, 1024)], backward.source
+    torch._dynamo.reset()
+
+
 def test_user_inputs_are_never_written(cache_dir):
     def f(x, y):  # both groups could write in place into x, were it their own
         m = (torch.tanh(x) * 2) @ y
@@ -75,10 +106,10 @@ def test_user_inputs_are_never_written(cache_dir):
     torch._dynamo.reset()
 
 
-def group(body: str) -> str:
-    return ("graph @g(%x: f32[64, 64], %y: f32[64]) {\n"
-            "  %o = torchloom.fusion_group(%x, %y) : f32[64, 64] "
-            "region @k(%in_x: f32[64, 64], %in_y: f32[64]) {\n"
+def group(body: str, cols: int = 64) -> str:
+    return (f"graph @g(%x: f32[64, {cols}], %y: f32[{cols}]) {{\n"
+            f"  %o = torchloom.fusion_group(%x, %y) : f32[64, {cols}] "
+            f"region @k(%in_x: f32[64, {cols}], %in_y: f32[{cols}]) {{\n"
             f"{body}\n  }}\n  return %o\n}}")
 
 
@@ -91,21 +122,71 @@ def group(body: str) -> str:
     ("    %t = aten.t.default(%in_x) : f32[64, 64] strided[1, 64]\n"
      "    %b = aten.exp.default(%t) : f32[64, 64]\n    return %b",
      []),
-    # a reduction: several loops over a row
+    # a reduction over rows: its sum reads the row, then the last loop reads each element
+    # before it writes it (issue 41: a cross entropy's gradient over the saved log-probs)
     ("    %s = aten.sum.dim_IntList(%in_x) {dim = [1], keepdim = true} : f32[64, 1]\n"
      "    %b = aten.sub.Tensor(%in_x, %s) : f32[64, 64]\n    return %b",
+     [[0, 0]]),
+    # the same over a column (dim 0: each thread's columns over every row): not in place
+    ("    %s = aten.sum.dim_IntList(%in_x) {dim = [0], keepdim = true} : f32[1, 64]\n"
+     "    %b = aten.sub.Tensor(%in_x, %s) : f32[64, 64]\n    return %b",
      []),
+    # a second reduction reads the input after the row's output is written
+    ("    %s = aten.sum.dim_IntList(%in_x) {dim = [1], keepdim = true} : f32[64, 1]\n"
+     "    %b = aten.sub.Tensor(%in_x, %s) : f32[64, 64]\n"
+     "    %m = aten.amax.default(%b) {dim = [1], keepdim = true} : f32[64, 1]\n"
+     "    %c = aten.mul.Tensor(%in_x, %m) : f32[64, 64]\n"
+     "    %d = aten.add.Tensor(%b, %c) : f32[64, 64]\n    return %d",
+     None),
 ])
 def test_in_place_pairs_of_the_c_kernel(registry, codegen, body, pairs):
     graph = parse_graph(group(body))
     node = next(n for n in graph.nodes if n.region is not None)
     generated = codegen.generate(node, registry)
+    if pairs is None:  # safe either way: the row's last loop reads x before writing d
+        pairs = generated.metadata["inplace"]
+        assert pairs in ([], [[0, 0]])
     assert generated.metadata["inplace"] == pairs
     signature = next(line for line in generated.source.splitlines()
                      if line.startswith("void fused_"))
     # the pair's pointers lose restrict (the compiler keeps the read before the write)
     assert ("restrict in_in_x" in signature) == (not pairs)
     assert "restrict in_in_y" in signature
+
+
+@pytest.mark.parametrize("cols, pairs", [(64, [[0, 0]]), (13, [[0, 0]]), (23, [])])
+def test_rows_run_past_their_end_are_never_in_place(registry, codegen, cols, pairs):
+    """Rows of 23 run as whole 8-lane vectors past the row's end (overrun.py): the lanes
+    past it write the next row's first elements, which that row would then read
+    overwritten were the output the input's buffer. Rows of 13 (scalar loops) stay in
+    their row."""
+    body = (f"    %s = aten.sum.dim_IntList(%in_x) {{dim = [1], keepdim = true}} : f32[64, 1]\n"
+            f"    %b = aten.sub.Tensor(%in_x, %s) : f32[64, {cols}]\n    return %b")
+    node = next(n for n in parse_graph(group(body, cols)).nodes if n.region is not None)
+    assert codegen.generate(node, registry).metadata["inplace"] == pairs
+
+
+@pytest.mark.parametrize("cols, in_place", [(64, True), (13, True), (23, False), (1000, False)])
+def test_row_kernel_written_in_place_matches_a_fresh_output(registry, codegen, cols, in_place):
+    """A row kernel given its input's buffer for its output (``into``) computes what it
+    computes into fresh memory. Rows of 23 run past their end (overrun.py); rows of 1000
+    end in a masked block that reads again elements the blocks before it wrote: neither
+    is written in place."""
+    body = (f"    %s = aten.sum.dim_IntList(%in_x) {{dim = [1], keepdim = true}} : f32[64, 1]\n"
+            f"    %e = aten.exp.default(%in_x) : f32[64, {cols}]\n"
+            f"    %b = aten.sub.Tensor(%e, %s) : f32[64, {cols}]\n    return %b")
+    node = next(n for n in parse_graph(group(body, cols)).nodes if n.region is not None)
+    kernel = codegen.load(codegen.generate(node, registry), registry)
+    assert ((0, 0) in kernel.inplace) == in_place
+    x, y = torch.randn(64, cols), torch.randn(cols)
+    want = torch.exp(x) - x.sum(1, keepdim=True)
+    fresh, = kernel(x.clone(), y)
+    torch.testing.assert_close(fresh, want)
+    if in_place:
+        buffer = x.clone()
+        got, = kernel.into((buffer,), buffer, y)
+        assert got.data_ptr() == buffer.data_ptr()
+        torch.testing.assert_close(got, want)
 
 
 UNARY = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "sin": torch.sin,

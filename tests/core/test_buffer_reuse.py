@@ -159,6 +159,39 @@ graph @g(%x: f32[{N}, {N}], %s: f32[{N}, {N}]) {{
                 torch.testing.assert_close(x, keep[i])
 
 
+def test_dense_buffer_of_another_shape_is_given_viewed_in_the_output_shape(registry):
+    """Dense buffers of one dtype and element count are interchangeable (issue 41: a
+    cross entropy's ``f32[1, N, C]`` gradient over the saved ``f32[N, C]``
+    log-probabilities): the writer gets the dead buffer viewed in its output's shape,
+    in place (k1 over the donated %s) and dead before it (the mm over k0's %v0)."""
+    g = parse_graph(f"""\
+graph @g(%x: f32[{N}, {N}], %s: f32[{N}, {N}]) {{
+  %v0 = torchloom.fusion_group(%x) : f32[1, {N}, {N}] region @k0(%in0: f32[{N}, {N}]) {{
+    %t0 = aten.exp.default(%in0) : f32[{N}, {N}]
+    %t1 = aten.view.default(%t0) {{size = [1, {N}, {N}]}} : f32[1, {N}, {N}]
+    return %t1
+  }}
+  %v1 = torchloom.fusion_group(%s, %v0) : f32[1, {N}, {N}] region @k1(%in0: f32[{N}, {N}], %in1: f32[1, {N}, {N}]) {{
+    %t0 = aten.view.default(%in0) {{size = [1, {N}, {N}]}} : f32[1, {N}, {N}]
+    %t1 = aten.add.Tensor(%t0, %in1) : f32[1, {N}, {N}]
+    return %t1
+  }}
+  %w = aten.view.default(%v1) {{size = [{N}, {N}]}} : f32[{N}, {N}]
+  %m = aten.mm.default(%w, %x) : f32[{N}, {N}]
+  return %m
+}}""")
+    kernel_for, k = kernels_for(registry, inplace={(0, 0)})
+    plan = build_function(g, registry, kernel_for, donated=(1,))
+    assert plan.reuse.count == 2
+    x, s = torch.randn(N, N) / 16, torch.randn(N, N)
+    keep = s.clone()
+    (m,) = plan.fn(x, s)
+    torch.testing.assert_close(m, (keep + x.exp()) @ x)
+    given = k["k1"].given[-1][0]
+    assert given.shape == (1, N, N) and given.data_ptr() == s.data_ptr()  # s, viewed
+    assert m.shape == (N, N) and m.data_ptr() == k["k0"].returned[-1][0].data_ptr()
+
+
 def test_an_aten_op_writes_into_a_buffer_dead_before_it(registry):
     # mm(v0, x) -> m; mm(m, x) -> n: n may take v0's buffer (dead since the first mm) but
     # never m's (the second mm reads it while writing)

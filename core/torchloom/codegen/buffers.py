@@ -23,9 +23,12 @@ Which buffers may be written (``plan_reuse``):
 - in place (the storage's last reader is the writing kernel itself) only where the kernel
   allows it: its ``inplace`` attribute lists the (input, output) pairs whose elements it
   reads before writing (Inductor's ``can_inplace``: the buffer read at the index written);
-- the output and the dead buffer have the same dtype, shape, strides and device, all
-  static, and at least :data:`MIN_BYTES` (small tensors come from the allocator's free
-  lists without faults).
+- the output and the dead buffer have the same dtype and device, static sizes, at least
+  :data:`MIN_BYTES` (small tensors come from the allocator's free lists without faults),
+  and the same shape and strides, or both dense (row-major) with the same element count:
+  the writer is then given a view of the buffer in the output's shape (``view_of``; a
+  cross entropy's ``f32[1, 512, 8192]`` gradient takes the saved ``f32[512, 8192]``
+  log-probabilities' buffer).
 
 A kernel that can write into given buffers has an attribute ``into``: ``into(outs, *inputs)``
 with ``outs`` a tuple holding, per output, a tensor to write (or None: allocate); it
@@ -173,6 +176,8 @@ def _take(free: dict[tuple, list[Value]], v: Value) -> Value | None:
 
 
 def _key(v: Value) -> tuple | None:
+    """What a buffer must match to be written as ``v``: dense buffers of one element count
+    are interchangeable (viewed in the writer's shape), others by shape and strides."""
     t = v.type
     if not isinstance(t, TensorType):
         return None
@@ -180,7 +185,17 @@ def _key(v: Value) -> tuple | None:
     strides = t.actual_strides()
     if size is None or size < MIN_BYTES or not all(type(d) is int for d in strides):
         return None
+    if t.is_dense:
+        return (t.dtype, t.device, "dense", t.numel())
     return (t.dtype, t.device, t.shape, strides)
+
+
+def view_of(buffer: Value, output: Value) -> tuple[int, ...] | None:
+    """The shape to view the dead ``buffer`` in before ``output`` is written into it, or
+    None where it already has the output's shape (a dense buffer of another shape: see
+    :func:`_key`)."""
+    shape = output.type.shape
+    return None if buffer.type.shape == shape else tuple(shape)
 
 
 def _storages(graph: Graph, registry, kernels: Mapping[Node, Callable],
@@ -219,4 +234,4 @@ def _fresh_outputs(node: Node, registry, kernels) -> tuple[bool | None, dict[int
     return node.op.startswith("aten.") and not opdef.mutates, views
 
 
-__all__ = ["MIN_BYTES", "Reuse", "plan_reuse"]
+__all__ = ["MIN_BYTES", "Reuse", "plan_reuse", "view_of"]

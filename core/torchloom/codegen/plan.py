@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 from torchloom.codegen.base import RegionKernel
-from torchloom.codegen.buffers import Reuse, plan_reuse
+from torchloom.codegen.buffers import Reuse, plan_reuse, view_of
 from torchloom.codegen.guards import guard_expressions, symbolic_guard
 from torchloom.codegen.lowering import lower
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
@@ -195,7 +195,8 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
     fname = f"f{idx}"
     if node in kernels and donors:  # writes outputs into the dead buffers given first
         env[fname] = kernels[node].into
-        given = ", ".join(names[d] if d is not None else "None" for d in donors)
+        given = ", ".join(_buffer(d, v, names) if d is not None else "None"
+                          for d, v in zip(donors, node.outputs))
         args = ", ".join([f"({given}{',' if len(donors) == 1 else ''})",
                           *(names[v] for v in node.inputs)])
         call = f"{fname}({args})"
@@ -220,7 +221,7 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
         parts = [_literal(a, names, node, env, idx) for a in args]
         parts += [f"{k}={_literal(v, names, node, env, idx)}" for k, v in kwargs.items()]
         if out is not None:  # the dead buffer the op writes (out= overload)
-            parts.append(f"out={names[donors[0]]}")
+            parts.append(f"out={_buffer(donors[0], node.outputs[0], names)}")
         call = f"{fname}({', '.join(parts)})"
         unpack = opdef.returns_sequence or len(outs) != 1
     if not outs:
@@ -228,6 +229,13 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
     if unpack:
         return f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {call}"
     return f"{outs[0]} = {call}"
+
+
+def _buffer(donor: Value, output: Value, names: dict[Value, str]) -> str:
+    """The dead buffer ``output`` is written into, viewed in its shape where they differ
+    (dense buffers of one element count: ``buffers.view_of``)."""
+    shape = view_of(donor, output)
+    return names[donor] if shape is None else f"{names[donor]}.view({shape!r})"
 
 
 def _literal(value: Any, names, node: Node, env: dict[str, Any], idx: int) -> str:

@@ -11,7 +11,7 @@
  *     return %m
  *   }
  * pointwise over 4 rows */
-void fused_add_gelu_mul_19d900c3ee(const float* restrict in_a, const float* restrict in_b, const float* restrict in_c, float* restrict out_m, int nthreads) {
+void fused_add_gelu_mul_19d900c3ee(const float* in_a, const float* restrict in_b, const float* restrict in_c, float* out_m, int nthreads) {
   (void)nthreads;
   for (int64_t x = 0; x < 4; x++) {
     #pragma omp simd

@@ -10,7 +10,7 @@
  *     return %b
  *   }
  * reduction over 64 rows */
-void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* restrict in_a, uint16_t* restrict out_b, int nthreads) {
+void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* in_a, uint16_t* out_b, int nthreads) {
   #pragma omp parallel for num_threads(nthreads) schedule(static)
   for (int64_t x = 0; x < 64; x++) {
     float buf_e[1000];

@@ -30,6 +30,7 @@ from torchloom.api import (Graph, InputRef, Node, ScalarType, Schedule, TensorTy
                            symbols, writer)
 
 from torchloom_codegen_cpu import colsums
+from torchloom_codegen_cpu.inplace import inplace_pairs
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.reduction import reduced_dims
@@ -407,28 +408,6 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                          "bytes_written": sum(_nbytes(v) for v in region.outputs),
                          "numel": max(w.numel for w in nests)})
     return "\n".join(source) + "\n", metadata
-
-
-def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list[str]
-                  ) -> list[tuple[int, int]]:
-    """(input, output) pairs the kernel may be given one buffer for (the plan writes an
-    output into an input that dies at the group, :mod:`torchloom.codegen.buffers`): a
-    pointwise kernel (one loop, no view: every value at the walk's coordinates) whose
-    input has the output's type, and whose loop reads that input before it first stores
-    the output (checked on the C text, in program order). Such pointers lose
-    ``restrict``, so the C compiler keeps that order."""
-    if len(nests) != 1 or nests[0].kind != "pointwise" or any(
-            n.op in VIEWS for n in region.nodes):
-        return []
-    text = "\n".join(body)
-    pairs = []
-    for j, (name, out) in enumerate(zip(output_names(region), region.outputs)):
-        stored = text.find(f"{name}[")
-        for i, v in enumerate(region.inputs):
-            if isinstance(v.type, TensorType) and v.type == out.type and stored >= 0 and \
-                    text.rfind(f"in_{v.name}[") < stored:
-                pairs.append((i, j))
-    return pairs
 
 
 def _restrict(kind: str, index: int, shared: set[tuple[str, int]]) -> str:

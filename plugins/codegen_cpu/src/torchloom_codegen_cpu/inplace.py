@@ -1,0 +1,66 @@
+"""Which inputs of a C kernel its outputs may be written over (the kernel's ``inplace``
+pairs, which the plan's buffer reuse reads: :mod:`torchloom.codegen.buffers`)."""
+
+from __future__ import annotations
+
+from torchloom.api import Graph, TensorType, Value
+
+from torchloom_codegen_cpu.kernel import KernelWriter, output_names
+from torchloom_codegen_cpu.ops import VIEWS
+
+
+def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list[str]
+                  ) -> list[tuple[int, int]]:
+    """(input, output) pairs the kernel may be given one buffer for (the plan writes an
+    output into an input that dies at the group, :mod:`torchloom.codegen.buffers`): one
+    nest, the input read at the walk's coordinates only (no view of it, or of a value
+    computed from it, but one that only adds or drops dims of size 1 between dense
+    tensors: :func:`_same_elements`), with the output's dtype and elements
+    (:func:`_same_elements` again), and read before the output is first stored (checked
+    on the C text, in program order). The nest is pointwise, or a reduction over rows
+    (``x``) with no column sums carried: a row is one iteration's, its passes read the
+    input before the last one writes the output at the element it read (a cross
+    entropy's ``f32[1, N, C]`` gradient written over the saved ``f32[N, C]``
+    log-probabilities). Never where a row loop runs past its row's end (overrun.py: it
+    writes the next row before that row is read). Such pointers lose ``restrict``, so the
+    C compiler keeps that order."""
+    if len(nests) != 1:
+        return []
+    nest = nests[0]
+    rows = nest.kind == "reduction" and nest.loop.var == "x" and not nest.columns
+    if not (nest.kind == "pointwise" or rows) or nest.em.overran:
+        return []
+    text = "\n".join(body)
+    pairs = []
+    for j, (name, out) in enumerate(zip(output_names(region), region.outputs)):
+        stored = text.find(f"{name}[")
+        for i, v in enumerate(region.inputs):
+            if _same_elements(v, out) and stored >= 0 and \
+                    text.rfind(f"in_{v.name}[") < stored and _read_in_place(region, v):
+                pairs.append((i, j))
+    return pairs
+
+
+def _read_in_place(region: Graph, v: Value) -> bool:
+    """Whether every view in ``region`` of ``v`` or of a value computed from it keeps each
+    element where it is (:func:`_same_elements`)."""
+    reached = {v}
+    for node in region.nodes:
+        if any(u in reached for u in node.inputs):
+            if node.op in VIEWS and not _same_elements(node.inputs[0], node.outputs[0]):
+                return False
+            reached.update(node.outputs)
+    return True
+
+
+def _same_elements(a: Value, b: Value) -> bool:
+    """Whether ``a`` and ``b`` are dense tensors of one dtype and static shapes equal but
+    for dims of size 1: element ``k`` of each, row-major, sits at the same coordinates."""
+    ta, tb = a.type, b.type
+    if not (isinstance(ta, TensorType) and isinstance(tb, TensorType)):
+        return False
+    if ta == tb:
+        return True
+    return ta.dtype == tb.dtype and ta.device == tb.device and ta.is_static and \
+        tb.is_static and ta.is_dense and tb.is_dense and \
+        [d for d in ta.shape if d != 1] == [d for d in tb.shape if d != 1]
