@@ -19,8 +19,9 @@
   ``indexing`` (index math over symbolic sizes) and ``reductions`` (the reduction
   ops' table, :func:`~torchloom.codegen.reductions.reduction_table`), ``schedule`` (the
   target-independent kernel schedule: :class:`~torchloom.codegen.schedule.ReductionNest`),
-  ``stmt`` (the structured statement IR writers build and transform before rendering)
-  and ``writer`` (what native kernel writers share: the value walk, numbered statements,
+  ``stmt`` (the structured statement IR writers build and transform before rendering),
+  ``expr`` (expressions as nodes: names, literals, ops with their precedence) and
+  ``writer`` (what native kernel writers share: the value walk, numbered statements,
   op tables);
 - the codegen contract a renderer implements (docs/writing-a-codegen.md): ``contract``
   (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
@@ -33,7 +34,8 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import contract, indexing, lower, reductions, schedule, stmt, writer
+from torchloom.codegen import (contract, expr, indexing, lower, reductions, schedule, stmt,
+                               writer)
 from torchloom.codegen.contract import (FORMS, Capabilities, LaunchSpec, Lowered, OpTemplate,
                                         Param, Renderer, Schedule)
 from torchloom.codegen.indexing import Unsupported
@@ -83,8 +85,8 @@ __all__ = [
     # hooks
     "hookimpl",
     # codegens
-    "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "indexing",
-    "reductions", "schedule", "stmt", "writer",
+    "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
+    "indexing", "reductions", "schedule", "stmt", "writer",
     # the codegen contract
     "FORMS", "Capabilities", "LaunchSpec", "Lowered", "OpTemplate", "Param", "Renderer",
     "RendererCodegen", "Schedule", "Unsupported", "contract", "lower",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchloom.api import stmt
+from torchloom.api import expr, stmt
 from torchloom.codegen.stmt import Declare, Element, If, Loop, Select, Store, Update
 
 from torchloom_codegen_cpu.render import Simd, costly, divides_integers, render
@@ -20,7 +20,11 @@ def test_masked_statements_take_their_side_effect_where_the_mask_holds():
         return render([stmt.masked(s, "r >= 16")])
 
     assert masked(Update("acc", "+=", "t1 * t1")) == ["acc += r >= 16 ? (t1 * t1) : 0;"]
-    assert masked(Update("acc", "*=", "t1")) == ["acc *= r >= 16 ? t1 : 1;"]
+    # a value is parenthesised by what it is (a node), not by how its text looks
+    assert masked(Update("acc", "*=", expr.Name("t1"))) == ["acc *= r >= 16 ? t1 : 1;"]
+    assert masked(Update("acc", "*=", expr.Literal("((float)2.0)"))) == [
+        "acc *= r >= 16 ? ((float)2.0) : 1;"]
+    assert masked(Update("acc", "*=", "t1")) == ["acc *= r >= 16 ? (t1) : 1;"]  # text: unknown
     assert masked(Select("acc", "t1 > acc", "t1")) == ["acc = r >= 16 && (t1 > acc) ? t1 : acc;"]
     # lanes masked off write back the element they read
     assert masked(Store(Element("o", "r"), "a + b")) == ["o[r] = r >= 16 ? (a + b) : o[r];"]

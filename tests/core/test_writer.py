@@ -3,26 +3,26 @@ codegens' tests run it end to end; these pin its pieces)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from torchloom.api import parse_graph, writer
+from torchloom.api import expr, parse_graph, writer
 
 
 class Lines(writer.Statements):
     """A toy target: ``name = text`` statements."""
 
-    def emit(self, text: str, inner: bool = False) -> str:
-        if self.atomic(text):
-            return text
-        return self.bind(text, "t", inner and self._phase is not None,
-                         lambda name: f"{name} = {text}")[0]
+    def emit(self, text: expr.Code | str, inner: bool = False) -> str:
+        code = expr.code(text)
+        if code.trivial:
+            return code.text
+        return self.bind(code.text, "t", inner and self._phase is not None,
+                         lambda name: f"{name} = {code}")[0]
 
 
 def test_statements_number_equal_text_once_and_hoist_out_of_phases():
     em = Lines()
     a = em.emit("x + 1")
-    assert em.emit("x + 1") == a and em.emit("3") == "3" and em.emit("y") == "y"
+    assert em.emit("x + 1") == a and em.emit(expr.Literal("3", 3)) == "3"
+    assert em.emit(expr.Name("y")) == "y"
     em.open_phase()
     inner = em.emit("r * 2", inner=True)
     assert em.emit("r * 2", inner=True) == inner  # numbered within the phase
@@ -33,7 +33,6 @@ def test_statements_number_equal_text_once_and_hoist_out_of_phases():
     em.open_phase()
     assert em.emit("r * 2", inner=True) != inner  # a new loop: computed again
     assert em.close_phase() is not None and em.close_phase() is None
-    assert em.par("a + b") == "(a + b)" and em.par("ab") == "ab" and em.par("-1.5") == "-1.5"
 
 
 def test_capture_takes_what_a_write_emits_out_of_the_lines():
@@ -85,9 +84,14 @@ def test_same_shape_compares_symbolic_sizes_by_value():
     assert not writer.same_shape(["s0", 4], ["s1", 4]) and not writer.same_shape([4], [4, 1])
 
 
-def test_op_rows_and_parentheses():
+def test_op_rows():
     row = writer.OpRow(lambda a: "{self} + " + str(a["other"]))
     assert row.args == "out" and row.resolve(row.template, {"other": 2}) == "{self} + 2"
     assert writer.OpRow.resolve("{self}") == "{self}"
-    par = writer.parenthesizer(re.compile(r"-?\d+\Z"))
-    assert [par(t) for t in ("x_1", "-3", "a + b")] == ["x_1", "-3", "(a + b)"]
+
+
+def test_an_expr_holds_a_node_never_bare_text():
+    e = writer.Expr(expr.Name("x_1"), "f32")
+    assert e.text == "x_1" and e.code == expr.Name("x_1")
+    with pytest.raises(TypeError):
+        writer.Expr("x_1", "f32")

@@ -41,6 +41,7 @@ from typing import Any
 
 import attrs
 
+from torchloom.codegen.expr import LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name, Op, par
 from torchloom.ir.graph import Value
 from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, parse_dim, symbols_of
 from torchloom.ir.types import TensorType
@@ -180,7 +181,8 @@ def same(a: Dim, b: Dim) -> bool:
     return a == b or _points(a) == _points(b)
 
 
-_PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.FloorDiv: 2, ast.Mod: 2}
+_PRECEDENCE = {ast.Add: SUM, ast.Sub: SUM, ast.Mult: PRODUCT, ast.FloorDiv: PRODUCT,
+               ast.Mod: PRODUCT}
 
 
 class IndexMath:
@@ -202,52 +204,57 @@ class IndexMath:
     # ---- sizes -------------------------------------------------------------------------
     def size(self, dim: Dim) -> str:
         """Source text computing ``dim`` from the size arguments."""
+        return self.size_code(dim).text
+
+    def size_code(self, dim: Dim) -> Code:
+        """``dim`` as an expression node (:mod:`torchloom.codegen.expr`): a literal for an
+        int, a name for a size argument, an op with its precedence for the rest."""
         if isinstance(dim, int):
-            return str(dim)
+            return Literal(str(dim), dim)
         if dim is None:
             raise Unsupported("a dim of unknown size")
-        return self._print(parse_dim(dim).body)[0]
+        return self._print(parse_dim(dim).body)
 
-    def _print(self, node: ast.AST) -> tuple[str, int]:
-        """(text, precedence): 3 for atoms, 2 for products, 1 for sums."""
+    def _print(self, node: ast.AST) -> Code:
         if isinstance(node, ast.Constant):
-            return str(node.value), 3 if node.value >= 0 else 0
+            text = str(node.value)
+            return Literal(text, node.value) if node.value >= 0 else Op(text, LOWEST)
         if self.whole and not isinstance(node, ast.Name):
             name = self.whole.get(ast.unparse(node))
             if name is not None:
-                return name, 3
+                return Name(name)
         if isinstance(node, ast.Name):
             if self.strict and node.id not in self.names:
                 raise Unsupported(f"size symbol {node.id} has no value in the kernel (it is "
                                   f"no dim of a group input)")
-            return self.names.get(node.id, node.id), 3
+            return Name(self.names.get(node.id, node.id))
         if isinstance(node, ast.UnaryOp):
-            text, level = self._print(node.operand)
+            operand = self._print(node.operand)
             if isinstance(node.op, ast.UAdd):
-                return text, level
-            return f"-{text if level == 3 else f'({text})'}", 0
+                return operand
+            return Op(f"-{par(operand, POSTFIX)}", LOWEST)
         if isinstance(node, ast.BinOp):
             if isinstance(node.op, ast.Pow):
-                base = self._wrap(self._print(node.left), 2)
+                base = par(self._print(node.left), PRODUCT)
                 n = node.right.value
-                return (" * ".join([base] * n), 2) if n else ("1", 3)
+                return Op(" * ".join([base] * n), PRODUCT) if n else Literal("1", 1)
             level = _PRECEDENCE.get(type(node.op))
             if level is None:
                 raise Unsupported(f"size expression {ast.unparse(node)!r}: true division")
             op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%",
                   ast.FloorDiv: self.language.floor_div}[type(node.op)]
-            left = self._wrap(self._print(node.left), level)
-            right = self._wrap(self._print(node.right), level + 1)
-            return f"{left} {op} {right}", level
+            left = par(self._print(node.left), level)
+            right = par(self._print(node.right), level + 1)
+            return Op(f"{left} {op} {right}", level)
         name = node.func.id
-        args = [self._wrap(self._print(a), 3) for a in node.args]
+        args = [par(self._print(a), POSTFIX) for a in node.args]
         div = self.language.floor_div
         if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
-            return f"{args[0]} {div} {args[1]}", 2
+            return Op(f"{args[0]} {div} {args[1]}", PRODUCT)
         if name in ("Mod", "PythonMod") and len(args) == 2:
-            return f"{args[0]} % {args[1]}", 2
+            return Op(f"{args[0]} % {args[1]}", PRODUCT)
         if name == "CeilDiv" and len(args) == 2:
-            return f"({args[0]} + {args[1]} - 1) {div} {args[1]}", 2
+            return Op(f"({args[0]} + {args[1]} - 1) {div} {args[1]}", PRODUCT)
         template = self.language.functions.get(name)
         if template is None or len(args) < (1 if name == "Abs" else 2):
             raise Unsupported(f"size expression {ast.unparse(node)!r}: {name} has no "
@@ -255,12 +262,7 @@ class IndexMath:
         text = args[0]
         for arg in args[1:] or [None]:  # Max(a, b, c) = Max(Max(a, b), c)
             text = template.format(text, arg)
-        return text, 3
-
-    @staticmethod
-    def _wrap(printed: tuple[str, int], level: int) -> str:
-        text, own = printed
-        return text if own >= level else f"({text})"
+        return Op(text, POSTFIX)
 
     def _times(self, c: str, stride: Dim) -> str:
         return c if stride == 1 else f"{_par(c)} * {_par(self.size(stride))}"

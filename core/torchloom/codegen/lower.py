@@ -27,9 +27,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from torchloom.codegen import stmt
+from torchloom.codegen import expr, stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written
 from torchloom.codegen.contract import LaunchSpec, Lowered, Param, Renderer, Schedule
+from torchloom.codegen.expr import Code, Literal, Name, Op
 from torchloom.codegen.indexing import Coords, IndexMath, Unsupported, prod, same
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, same_shape,
@@ -37,17 +38,6 @@ from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, s
 from torchloom.ir import Node, ScalarType, TensorType, Value
 
 _LOW = ("bf16", "f16")
-
-
-def _atomic(text: str) -> bool:
-    """A name or a plain number: used as it is, never bound to a name."""
-    if text.isidentifier():
-        return True
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 class _Scopes:
@@ -94,20 +84,24 @@ class _Scopes:
         return self.scopes.pop()[0]
 
     # ---- what ValueWalk asks of an emitter ---------------------------------------------
-    def emit(self, text: str, dtype: str, hint: str = "v", inner: bool = False) -> Expr:
-        if _atomic(text):
-            return Expr(text, dtype)
-        name = self.lookup(("text", text, dtype))
+    def emit(self, text: Code | str, dtype: str, hint: str = "v", inner: bool = False
+             ) -> Expr:
+        """``text`` bound to a name (one per expression in scope); a name or a literal as
+        it is."""
+        code = expr.code(text)
+        if code.trivial:
+            return Expr(code, dtype)
+        name = self.lookup(("text", code.text, dtype))
         if name is None:
             name = self.fresh(hint)
-            self.remember(("text", text, dtype), name)
-            self.add(stmt.Declare(dtype, name, text))
-        return Expr(name, dtype)
+            self.remember(("text", code.text, dtype), name)
+            self.add(stmt.Declare(dtype, name, code))
+        return Expr(Name(name), dtype)
 
     def convert(self, e: Expr, dtype: str) -> Expr:
         if e.dtype == dtype:
             return e
-        return Expr(self.renderer.convert(e.text, e.dtype, dtype), dtype)
+        return Expr(Op(self.renderer.convert(e.text, e.dtype, dtype)), dtype)
 
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit conversion to IR dtype ``ir_dtype``: bf16/f16 round, as f32."""
@@ -115,9 +109,6 @@ class _Scopes:
             return self.emit(self.renderer.round(self.convert(e, "f32").text, ir_dtype),
                              "f32", ir_dtype)
         return self.convert(e, COMPUTE[ir_dtype])
-
-    def par(self, text: str) -> str:
-        return text if _atomic(text) else f"({text})"
 
 
 class _Lowering(ValueWalk):
@@ -164,19 +155,19 @@ class _Lowering(ValueWalk):
         return self.em.emit(self.renderer.read(f"in_{v.name}", offset, t.dtype),
                             COMPUTE[t.dtype], v.name)
 
-    def _literal(self, node: Node, value: Any, compute: str) -> str:
+    def _literal(self, node: Node, value: Any, compute: str) -> Literal:
         try:
-            return self.renderer.literal(value, compute)
+            return Literal(self.renderer.literal(value, compute), value)
         except TypeError as exc:
             raise Unsupported(f"{node.op}: {exc}") from None
 
-    def _render(self, node: Node, spec, named: dict[str, str], compute: str,
-                ir_dtype: str, given: dict[str, Any]) -> str:
+    def _render(self, node: Node, spec, named: dict[str, Code], compute: str,
+                ir_dtype: str, given: dict[str, Any]) -> Code:
         template = spec.text(given, compute)
         if template is None:
             raise Unsupported(f"{node.op} on {compute} has no {self.TARGET} template")
         try:
-            return template.format(**named)
+            return expr.fill(template, named)
         except KeyError as exc:
             raise Unsupported(f"{node.op}: argument {exc.args[0]} has no value") from None
 
@@ -258,7 +249,7 @@ class _Lowering(ValueWalk):
     def _reduce(self, node: Node) -> None:
         spec = self.REDUCTIONS[node.op]
         kind, src = spec.kind, node.inputs[0]
-        n = self.ix.size(self.schedule.nest.rnumel)
+        n = self.ix.size_code(self.schedule.nest.rnumel)
         src_dtype = COMPUTE[src.type.dtype]
         dtype = "b8" if kind in ("any", "all") else COMPUTE[node.outputs[0].type.dtype]
         mean = value = ""
@@ -278,9 +269,10 @@ class _Lowering(ValueWalk):
         rank = len(self.shape)
         for out, template in zip(node.outputs, spec.outputs):
             t = out.type
-            text = template.format(acc=acc, n=n, mean=mean, value=value,
-                                   dof=f"({n} - {var_correction(node)})")
-            e = self.em.emit(text, COMPUTE[t.dtype], out.name)
+            code = expr.fill(template, dict(
+                acc=Name(acc), n=n, mean=Name(mean), value=Name(value),
+                dof=Op(f"({n} - {var_correction(node)})", expr.ATOM)))
+            e = self.em.emit(code, COMPUTE[t.dtype], out.name)
             if t.dtype in _LOW:
                 e = self.em.cast(e, t.dtype)
             self.reduced[out] = (self.row_keepdim if len(t.shape) == rank and rank else

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from torchloom.codegen.expr import Code, fill
 from torchloom.ir import Node, Value
 
 
@@ -61,10 +62,13 @@ def reduction_table(sqrt: str, *, kinds: frozenset[str] | None = None) -> dict[s
     return {op: spec for op, spec in table.items() if spec.kind in kinds}
 
 
-def results(node: Node, spec: Reduction, fields: Mapping[str, str], row: Any,
-            result: Callable[[Value, str], Any]) -> dict[Value, tuple[Any, Any]]:
+def results(node: Node, spec: Reduction, fields: Mapping[str, Code | str], row: Any,
+            result: Callable[[Value, Code], Any],
+            spell: Callable[[Value, str], str] | None = None) -> dict[Value, tuple[Any, Any]]:
     """Each output of reduction ``node`` (its table row ``spec``) -> (``row``, the
-    coordinates where it is read; ``result(output, text)``, the target's value of its
-    template in ``spec.outputs`` over ``fields``), in output order: what a writer records."""
-    return {value: (row, result(value, template.format(**fields)))
+    coordinates where it is read; ``result(output, code)``, the target's value of the
+    expression of its template in ``spec.outputs`` over ``fields``, spelt for the output
+    by ``spell(output, template)`` when given), in output order: what a writer records."""
+    return {value: (row, result(value, fill(spell(value, template) if spell else template,
+                                            fields)))
             for value, template in zip(node.outputs, spec.outputs)}

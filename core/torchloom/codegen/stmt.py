@@ -2,10 +2,11 @@
 
 A writer's statements are objects, not lines of text: a codegen builds them, transforms
 them (masks a loop's side effects, drops declarations nothing reads, rebounds a loop) and
-only then renders them in its language. Expressions stay the target's text (an operand is
-a name or a literal, see :class:`torchloom.codegen.writer.Statements`); what a transform
-needs to know of one (the names it reads, the elements ``pointer[offset]`` it touches, the
-functions it calls) is found once, when its statement is built (:func:`scan`).
+only then renders them in its language. An expression is a node of
+:mod:`torchloom.codegen.expr` (a name, a literal, an op with its precedence: what a renderer
+asks to parenthesise it) or the target's text (an expression of unknown shape); what a
+transform needs to know of one (the names it reads, the elements ``pointer[offset]`` it
+touches, the functions it calls) is found once, when its statement is built (:func:`scan`).
 
 - :class:`Declare`: ``const T name = expr;``, a value bound once;
 - :class:`Var`: ``T name = expr;``, a variable statements after it update (an
@@ -34,7 +35,11 @@ from typing import Any, Union
 
 import attrs
 
+from torchloom.codegen.expr import Code
 from torchloom.codegen.writer import IDENT
+
+#: an expression of a statement: a node, or the target's text
+Text = Union[str, Code]
 
 
 @attrs.frozen
@@ -56,9 +61,10 @@ class Scan:
     calls: frozenset[str]
 
 
-def scan(text: str) -> Scan:
+def scan(text: Text) -> Scan:
     """The names, elements and calls of expression ``text`` (an identifier followed by
     ``[`` indexes an element up to its matching ``]``; followed by ``(``, is a call)."""
+    text = str(text)
     names = IDENT.findall(text)
     elements: list[Element] = []
     calls: set[str] = set()
@@ -83,7 +89,7 @@ def scan(text: str) -> Scan:
     return Scan(frozenset(names), tuple(elements), nested, frozenset(calls))
 
 
-def _scanned(*texts: str) -> Scan:
+def _scanned(*texts: Text) -> Scan:
     parts = [scan(t) for t in texts]
     return Scan(frozenset().union(*(p.names for p in parts)),
                 tuple(e for p in parts for e in p.elements), any(p.nested for p in parts),
@@ -100,7 +106,7 @@ class _Binding:
 
     ctype: str
     name: str
-    expr: str
+    expr: Text
     facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
                               eq=False, repr=False)
 
@@ -128,7 +134,7 @@ class Assign:
     statement after it reads the name."""
 
     name: str
-    expr: str
+    expr: Text
     facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
                               eq=False, repr=False)
 
@@ -142,7 +148,7 @@ class Store:
     """``target = value;`` to one element; with ``mask``, only where it holds."""
 
     target: Element
-    value: str
+    value: Text
     mask: str | None = None
     facts: Scan = attrs.field(
         default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.value,
@@ -161,7 +167,7 @@ class Update:
 
     target: Union[str, Element]
     op: str
-    value: str
+    value: Text
     mask: str | None = None
     facts: Scan = attrs.field(
         default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.value,
@@ -179,8 +185,8 @@ class Select:
     only where it holds."""
 
     target: Union[str, Element]
-    cond: str
-    value: str
+    cond: Text
+    value: Text
     mask: str | None = None
     facts: Scan = attrs.field(
         default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.cond, s.value,

@@ -7,8 +7,9 @@ The dispatch, the argument conversions of a pointwise op, the value numbering of
 statements and the op tables that do not depend on the target are here; a codegen gives
 its templates (:class:`OpRow` rows), its literals and its statements' spelling.
 
-- :class:`Expr`: a value in the kernel (its text, compute dtype, whether it depends on
-  the inner (reduced or SIMD) index);
+- :class:`Expr`: a value in the kernel (its expression, a node of
+  :mod:`torchloom.codegen.expr`; its compute dtype; whether it depends on the inner
+  (reduced or SIMD) index);
 - :class:`Statements`: SSA-style statements numbered by their text, with *phases* (loops
   over the inner index) whose loop-invariant statements go before the loop;
 - :class:`ValueWalk`: the value walk, a mixin of the target's writer;
@@ -16,7 +17,7 @@ its templates (:class:`OpRow` rows), its literals and its statements' spelling.
   :func:`clamp_rows`;
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
   its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
-- :class:`OpRow`, a pointwise op's row in a target's table; :func:`parenthesizer`;
+- :class:`OpRow`, a pointwise op's row in a target's table;
 - helpers: :func:`named_args`, :func:`output_names`, :func:`promote_dtype`,
   :func:`reduced_dims`, :func:`var_correction`, :func:`same_shape`.
 """
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
+from torchloom.codegen.expr import Code, Literal, Name, Op, wrapped
 from torchloom.codegen.indexing import Coords, Unsupported, memory_order, prod, same
 from torchloom.ir import DTYPES, InputRef, Node, ScalarType, TensorType, Value
 
@@ -122,19 +124,18 @@ class OpRow:
         return template(*given) if callable(template) else template
 
 
-def parenthesizer(literal: re.Pattern[str]) -> Callable[[str], str]:
-    """A target's ``par``: text in parentheses unless it is a name or matches ``literal``."""
-    return lambda text: text if IDENT.fullmatch(text) or literal.match(text) else f"({text})"
-
-
 @attrs.frozen
 class Expr:
-    """A value in the kernel: its text (a name or literal), its compute dtype, and whether
-    it depends on the inner index (varies along a row's loop)."""
+    """A value in the kernel: its expression ``code`` (a name or literal once bound), its
+    compute dtype, and whether it depends on the inner index (varies along a row's loop)."""
 
-    text: str
+    code: Code = attrs.field(validator=attrs.validators.instance_of((Name, Literal, Op)))
     dtype: str
     inner: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.code.text
 
 
 class Statements:
@@ -142,10 +143,8 @@ class Statements:
 
     Outside a phase statements go to ``lines``; inside one (``open_phase``), an inner
     statement goes into the loop's body and any other before the loop (hoisted by
-    construction). ``literal`` (a subclass's) matches the target's literals: those and
-    names are used as they are, never bound."""
-
-    literal: ClassVar[re.Pattern[str]] = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?\Z")
+    construction). A subclass's ``emit`` uses a trivial expression (a name, a literal:
+    :mod:`torchloom.codegen.expr`) as it is and binds any other."""
 
     def __init__(self) -> None:
         #: the statements (``torchloom.codegen.stmt``) written outside a phase
@@ -155,13 +154,6 @@ class Statements:
         self._phase: tuple[list[Any], list[Any]] | None = None
         self._count = 0
         self.phase_id = 0
-
-    def atomic(self, text: str) -> bool:
-        """Whether ``text`` is a name or a literal (needs no parentheses, no binding)."""
-        return bool(IDENT.fullmatch(text) or self.literal.match(text))
-
-    def par(self, text: str) -> str:
-        return text if self.atomic(text) else f"({text})"
 
     def fresh(self, hint: str) -> str:
         """A new name from ``hint`` (a value's name, say); never one of the names a
@@ -224,8 +216,9 @@ class ValueWalk:
     ``IndexMath``), ``known``, ``registry``, ``reduced`` (reduction output -> (coordinates
     of its row, its Expr)) and ``values``; it gives the class attributes ``TARGET`` (for
     reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods ``tensor_type``, ``_load``,
-    ``_literal`` and ``_render`` (a scalar attribute's text; a pointwise op's text from its
-    template over ``named``, the template chosen from ``given``: the attributes and the
+    ``_literal`` and ``_render`` (a scalar attribute's :class:`~torchloom.codegen.expr.Literal`;
+    a pointwise op's expression, :func:`~torchloom.codegen.expr.fill` of its template over
+    the operand nodes ``named``, the template chosen from ``given``: the attributes and the
     arguments that are inputs, as ``InputRef``)."""
 
     TARGET: ClassVar[str]
@@ -257,7 +250,7 @@ class ValueWalk:
     def _compute(self, v: Value, coords: Coords):
         node = v.producer
         if node is None and isinstance(v.type, ScalarType):
-            return Expr(f"in_{v.name}", self.SCALAR_DTYPES[v.type.kind])
+            return Expr(Name(f"in_{v.name}"), self.SCALAR_DTYPES[v.type.kind])
         t = self.tensor_type(v)
         if node is None:
             return self._load(v, t, coords)
@@ -390,13 +383,13 @@ class ValueWalk:
         given = dict(node.attrs)
         for name, value in named_args(self.registry.get(node.op), node).items():
             if isinstance(value, InputRef):
-                named[name] = em.par(tensors[int(value)].text)
+                named[name] = wrapped(tensors[int(value)].code)
                 given[name] = value
             elif isinstance(value, (bool, int, float)):
                 named[name] = self._literal(node, self.scalar_operand(node, name, value),
                                             compute)
-        text = self._render(node, spec, named, compute, t.dtype, given)
-        e = em.emit(text, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
+        code = self._render(node, spec, named, compute, t.dtype, given)
+        e = em.emit(code, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
         if t.dtype in ("f16", "bf16") and spec.args != "keep":
             e = em.cast(e, t.dtype)  # eager rounds every low-precision result
         return e

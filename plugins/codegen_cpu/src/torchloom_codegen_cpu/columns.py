@@ -28,7 +28,7 @@ columns contiguous). Other groups use the row form.
 
 from __future__ import annotations
 
-from torchloom.api import stmt, writer
+from torchloom.api import expr, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
@@ -87,7 +87,7 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
         block = min(CAP, units * UNIT)
     else:
         block, units = CAP, f"CeilDiv({columns}, {UNIT})"
-    end, text = par(w.ix.size(columns)), par(w.ix.size(units))
+    end, text = par(w.ix.size_code(columns)), par(w.ix.size_code(units))
     loop = ParallelLoop("xb", units, ThreadBlocks(units, text, CAP // UNIT))
     em.statement(stmt.Declare("int64_t", "c0", f"xb * {text} / n_xb * {UNIT}"), False)
     em.statement(stmt.Declare("int64_t", "e1", f"(xb + 1) * {text} / n_xb * {UNIT}"), False)
@@ -171,7 +171,7 @@ def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,
         full = tuple(coords)
         em.begin_phase()
         for node, kind, dtype, acc, nan in accs:
-            v = em.convert(w.value_at(node.inputs[0], full), dtype).text
+            v = em.convert(w.value_at(node.inputs[0], full), dtype).code
             accumulate(em, kind, stmt.Element(acc, "x - c0"),
                        nan and stmt.Element(nan, "x - c0"), v)
         if store_full:
@@ -196,18 +196,18 @@ def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
         if nan is not None:
             text = f"({nan}[x - c0] ? ({CTYPE[dtype]})NAN : {text})"
         template = REDUCTIONS[node.op].outputs[0]
-        text = template.format(acc=text, n=w.count(w.rnumel, dtype))
-        e = em.convert(em.emit(text, dtype, kind, inner=True), COMPUTE[ir_dtype])
+        code = expr.fill(template, {"acc": text, "n": w.count(w.rnumel, dtype)})
+        e = em.convert(em.emit(code, dtype, kind, inner=True), COMPUTE[ir_dtype])
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)
         if value.uses:  # read by a later walk: the block's array (its accumulator)
-            em.statement(stmt.Store(stmt.Element(acc, "x - c0"), e.text), True)
-            e = Expr(f"{acc}[x - c0]" if e.dtype == dtype else
-                     f"({CTYPE[e.dtype]}){acc}[x - c0]", e.dtype, True)
+            em.statement(stmt.Store(stmt.Element(acc, "x - c0"), e.code), True)
+            e = Expr(expr.Op(f"{acc}[x - c0]", expr.POSTFIX) if e.dtype == dtype else
+                     expr.Op(f"({CTYPE[e.dtype]}){acc}[x - c0]"), e.dtype, True)
         keepdim = bool(node.attrs.get("keepdim", False))
         coords = tuple("0" if d in w.rdims else kept[d] for d in range(len(w.shape))) \
             if keepdim else tuple(xs)
-        w.set_result(value, coords, Expr(e.text, e.dtype, True))
+        w.set_result(value, coords, Expr(e.code, e.dtype, True))
         for name, out in zip(w.out_names, w.outputs):
             if out is value:
                 w.store(name, out, coords)

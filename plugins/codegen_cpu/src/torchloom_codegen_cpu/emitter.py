@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import attrs
 
-from torchloom.api import TensorType, stmt, writer
+from torchloom.api import TensorType, expr, stmt, writer
 
 from torchloom_codegen_cpu import overrun
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE
-from torchloom_codegen_cpu.render import LITERAL, Simd, costly, divides_integers, par
+from torchloom_codegen_cpu.render import Simd, costly, divides_integers, par
 
 Expr = writer.Expr
 _IDENT = writer.IDENT
@@ -98,7 +98,7 @@ def _maskable(statement) -> bool:
     """Whether :func:`stmt.masked` takes ``statement``; a select whose value is not a name
     or an integer (a literal such as ``1.5f``) stays unmasked, as it always was here (the
     loop then runs unmasked: the same kernels as before the statement IR)."""
-    if isinstance(statement, stmt.Select) and not _word(statement.value):
+    if isinstance(statement, stmt.Select) and not _word(str(statement.value)):
         return False
     return stmt.masked(statement, "") is not None
 
@@ -121,15 +121,13 @@ def _word(text: str) -> bool:
 class Emitter(writer.Statements):
     """Collects a row body; knows which names depend on the inner index."""
 
-    literal = LITERAL
-
     def __init__(self, narrow: int = NARROW_ROWS):
         """``narrow``: the longest row of :func:`narrow_row` (see :func:`narrow_limit`)."""
         super().__init__()
         self.inner_names: set[str] = set()
         #: name of a value rounded to bf16/f16 (kept in f32) -> the f32 value it rounds;
         #: a store converts that directly (rounding once instead of twice)
-        self.unrounded: dict[str, str] = {}
+        self.unrounded: dict[str, expr.Code] = {}
         #: C text (a table read, or the name bound to one) -> the 16-bit float dtype whose
         #: values it holds exactly: rounding it to that dtype is the value itself
         self.exact: dict[str, str] = {}
@@ -165,19 +163,23 @@ class Emitter(writer.Statements):
         """Whether ``statement`` mentions a name that depends on the inner index."""
         return not statement.names.isdisjoint(self.inner_names)
 
-    def emit(self, text: str, dtype: str, hint: str = "t", inner: bool | None = None) -> Expr:
-        """Bind ``text`` to a const name (reusing an identical statement in scope)."""
+    def emit(self, text: expr.Code | str, dtype: str, hint: str = "t",
+             inner: bool | None = None) -> Expr:
+        """Bind ``text`` to a const name (reusing an identical statement in scope); a name
+        or a literal is used as it is."""
+        code = expr.code(text)
+        text = code.text
         inner = self.is_inner(text) if inner is None else inner
-        if self.atomic(text):
-            return Expr(text, dtype, inner)
+        if code.trivial:
+            return Expr(code, dtype, inner)
         inner = inner and self._phase is not None
         name, new = self.bind(text, hint, inner,
-                              lambda name: stmt.Declare(CTYPE[dtype], name, text))
+                              lambda name: stmt.Declare(CTYPE[dtype], name, code))
         if new and inner:
             self.inner_names.add(name)
         if text in self.exact:
             self.exact[name] = self.exact[text]
-        return Expr(name, dtype, inner)
+        return Expr(expr.Name(name), dtype, inner)
 
     def forget_row_values(self) -> None:
         """Row statements emitted so far are out of scope from here on (a nested loop)."""
@@ -320,8 +322,8 @@ class Emitter(writer.Statements):
         if e.dtype == dtype:
             return e
         if dtype == "b8":
-            return self.emit(f"{par(e.text)} != 0", "b8", "b")
-        converted = self.emit(f"({CTYPE[dtype]}){par(e.text)}", dtype, "cvt")
+            return self.emit(f"{par(e.code)} != 0", "b8", "b")
+        converted = self.emit(f"({CTYPE[dtype]}){par(e.code)}", dtype, "cvt")
         if e.text in self.truncated and dtype in ("f32", "f64"):
             # gcc folds (float)(int)x into trunc(x), which keeps -0.5's sign: -0.0 where
             # the int was 0 (a select of a literal zero it keeps)
@@ -340,7 +342,7 @@ class Emitter(writer.Statements):
             text = (f"tl_round_bf16({source.text})" if ir_dtype == "bf16"
                     else f"tl_round_f16({source.text})")
             rounded = self.emit(text, "f32", "rnd")
-            self.unrounded[rounded.text] = source.text
+            self.unrounded[rounded.text] = source.code
             return rounded
         if e.dtype in ("f32", "f64") and target not in ("f32", "f64", "b8"):
             # float -> int truncates; NaN, inf and out-of-range values as eager on x86
@@ -369,7 +371,8 @@ def load_text(pointer: str, offset: str, ir_dtype: str) -> str:
 
 
 def store_statement(pointer: str, offset: str, e: Expr, ir_dtype: str,
-                    unrounded: str | None = None, exact: str | None = None) -> stmt.Store:
+                    unrounded: expr.Code | None = None, exact: str | None = None
+                    ) -> stmt.Store:
     """C writing ``e`` to one element of storage dtype ``ir_dtype`` (rounding as eager);
     ``unrounded``: the f32 value ``e`` is the bf16/f16 rounding of, converted directly;
     ``exact``: the 16-bit dtype whose values ``e`` holds exactly (a bf16 one is stored as
@@ -380,10 +383,10 @@ def store_statement(pointer: str, offset: str, e: Expr, ir_dtype: str,
         value = f"(uint16_t)tl_bits_bf16({e.text})"
     elif ir_dtype in ("bf16", "f16"):  # from double through float, as c10 converts
         value = (f"tl_f32_to_{ir_dtype}("
-                 f"{e.text if e.dtype == 'f32' else f'(float){par(e.text)}'})")
+                 f"{e.text if e.dtype == 'f32' else f'(float){par(e.code)}'})")
     elif ir_dtype == "b8":
-        value = f"(uint8_t)({e.text} != 0)" if e.dtype != "b8" else f"(uint8_t){par(e.text)}"
+        value = f"(uint8_t)({e.text} != 0)" if e.dtype != "b8" else f"(uint8_t){par(e.code)}"
     else:
-        value = e.text if STORAGE[ir_dtype] == CTYPE.get(e.dtype) else \
-            f"({STORAGE[ir_dtype]}){par(e.text)}"
+        value = e.code if STORAGE[ir_dtype] == CTYPE.get(e.dtype) else \
+            f"({STORAGE[ir_dtype]}){par(e.code)}"
     return stmt.Store(stmt.Element(pointer, offset), value)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torchloom.api import Node, TensorType, Value, indexing, schedule, stmt, writer
+from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
 
 from torchloom_codegen_cpu import colsums, op_text, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
@@ -132,7 +132,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             # whose write in the loop would land after the stores hoisted out of it (the
             # buffer can be an output's row: out[0] = tanh(x) * 0.5 + ...; then out[0] = tanh(x))
             if buffer is not None and e.inner:
-                self.em.statement(stmt.Store(buffer, e.text), True)
+                self.em.statement(stmt.Store(buffer, e.code), True)
         self.values[key] = (e, self.em.phase_id)
         return e
 
@@ -157,20 +157,20 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             # its coordinates would all be 0: reads hoisted out of the empty loop
             raise Unsupported(f"{node.op} of an empty tensor (%{v.name}) in a reduction")
 
-    def _literal(self, node: Node, value, compute: str) -> str:
+    def _literal(self, node: Node, value, compute: str) -> expr.Literal:
         try:
             return literal(value, compute)
         except TypeError as exc:
             raise Unsupported(f"{node.op}: {exc}") from None
 
-    def _render(self, node: Node, spec, named: dict[str, str], compute: str,
-                ir_dtype: str, given: dict[str, Any]) -> str:
-        text, table = op_text.op_text(node, spec, named, compute, ir_dtype, given)
+    def _render(self, node: Node, spec, named: dict[str, expr.Code], compute: str,
+                ir_dtype: str, given: dict[str, Any]) -> expr.Code:
+        code, table = op_text.op_text(node, spec, named, compute, ir_dtype, given)
         if table is not None:  # (its results are rounded to ir_dtype)
             function, definition = table
             self.tables[function] = definition
-            self.em.holds_exactly(text, ir_dtype)
-        return text
+            self.em.holds_exactly(code.text, ir_dtype)
+        return code
 
     def scalar_operand(self, node: Node, name: str, value):
         return op_text.scalar_operand(node, name, value)
@@ -310,7 +310,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.numel = schedule.elementwise_numel([t.shape for t in outs])
         order = memory_order(first) if first.shape else ()
         walk = [first.shape[d] for d in order] or [1]
-        inner, size = walk[-1], self.ix.size
+        inner, size = walk[-1], self.ix.size_code
         if isinstance(inner, int):
             chunk = inner if inner <= 2 * CHUNK else CHUNK
             chunks = -(-inner // chunk) if inner else 0
@@ -332,7 +332,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
         self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
                     tuple(d for d in walk if d != 1))] = (
-            "j" if prod(walk[:-1]) == 1 else f"{par(row)} * {par(size(inner))} + j")
+            "j" if prod(walk[:-1]) == 1 else f"{row} * {par(size(inner))} + j")
         logical = [""] * len(order)
         for d, c in zip(order, walk_coords):
             logical[d] = c
@@ -361,7 +361,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         xs = self.row_coords("x", self.kept_shape)
         self.r_header, rs = self.inner_coords("r", self.red_shape)
         #: the row length: an int, or C text (symbolic)
-        self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size(
+        self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size_code(
             self.rnumel)
         self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
         em.allow_overrun(row_offsets(self))
@@ -388,7 +388,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         """This nest's parallel loop over rows, its body inside."""
         lines = render(stmt.drop_unused(self.body()))
         trips, var = self.loop.trips, self.loop.var
-        rows, numel = par(self.ix.size(trips)), par(self.ix.size(self.numel))
+        rows, numel = par(self.ix.size_code(trips)), par(self.ix.size_code(self.numel))
         # threads when there are rows to share and work to pay for them: decided here for
         # static sizes, at run time for symbolic ones
         conditions = [f"{rows} > 1"] if not isinstance(trips, int) else []
@@ -420,11 +420,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         """``dim`` written over the size arguments (``S_0*16``), for the launcher."""
         return dim if isinstance(dim, int) else self._as_dims.size(dim)
 
-    def count(self, dim, dtype: str) -> str:
+    def count(self, dim, dtype: str) -> expr.Literal:
         """A size as a C constant of compute dtype ``dtype`` (row lengths in means)."""
         if isinstance(dim, int):
             return literal(dim, dtype)  # an int: integer sums (prod, sum) also ask for it
-        return f"(({CTYPE[dtype]}){par(self.ix.size(dim))})"
+        return expr.Literal(f"(({CTYPE[dtype]}){par(self.ix.size_code(dim))})")
 
 
 #: the C parameter name of each region output (function.py's nests name them alike)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import InputRef, Node, TensorType, Value
+from torchloom.api import InputRef, Node, TensorType, Value, expr
 
 from torchloom_codegen_cpu import tables
 from torchloom_codegen_cpu.ops import FLOATS, round_to
@@ -35,11 +35,11 @@ def _one_element(v: Value) -> bool:
     return isinstance(v.type, TensorType) and all(d == 1 for d in v.type.shape)
 
 
-def op_text(node: Node, spec, named: dict[str, str], compute: str, ir_dtype: str,
-            given: dict[str, Any]) -> tuple[str, tuple[str, str] | None]:
-    """(C text of ``node``'s result, the table it reads as (function, definition) or
-    None): its template from ``spec`` chosen by ``given`` (attributes, and arguments that
-    are inputs as ``InputRef``), filled with the operands' text ``named``."""
+def op_text(node: Node, spec, named: dict[str, expr.Code], compute: str, ir_dtype: str,
+            given: dict[str, Any]) -> tuple[expr.Code, tuple[str, str] | None]:
+    """(the C expression of ``node``'s result, the table it reads as (function,
+    definition) or None): its template from ``spec`` chosen by ``given`` (attributes, and
+    arguments that are inputs as ``InputRef``), filled with the operands ``named``."""
     # a scalar divisor (a one-element tensor or a Python number): eager's kernel
     # divides in f32 (no rounded quotient to trunc)
     scalar = keeps_operand(node, 1) or (node.op in SCALAR_DIVISORS and len(node.inputs) == 1)
@@ -50,13 +50,13 @@ def op_text(node: Node, spec, named: dict[str, str], compute: str, ir_dtype: str
     if template is None:
         raise Unsupported(f"{node.op} on {compute} has no C template")
     try:
-        text = template.format(**named)
+        code = expr.fill(template, named)
     except KeyError as exc:  # an argument that is no number: a symbolic size, say
         raise Unsupported(f"{node.op}: argument {exc.args[0]} = "
                           f"{node.attrs.get(exc.args[0])!r} has no C value") from None
     if nonpositive:  # (computing this exp costs about what a table read does: no table)
-        return text, None
-    return _tabulated(node, template, named, compute, ir_dtype, given) or (text, None)
+        return code, None
+    return _tabulated(node, template, named, compute, ir_dtype, given) or (code, None)
 
 
 def scalar_operand(node: Node, name: str, value):
@@ -79,9 +79,9 @@ def keeps_operand(node: Node, k: int) -> bool:
             and _one_element(node.inputs[1]))
 
 
-def _tabulated(node: Node, template: str, named: dict[str, str], compute: str,
+def _tabulated(node: Node, template: str, named: dict[str, expr.Code], compute: str,
                ir_dtype: str, given: dict[str, Any]
-               ) -> tuple[str, tuple[str, str]] | None:
+               ) -> tuple[expr.Code, tuple[str, str]] | None:
     """(the read of a table of the op's results, (its function, its definition)) when
     its one tensor input and its result are bf16, else None."""
     tensors = [name for name, value in given.items() if isinstance(value, InputRef)]
@@ -93,7 +93,7 @@ def _tabulated(node: Node, template: str, named: dict[str, str], compute: str,
     if found is None:
         return None
     definition, function = found
-    return f"{function}({named[tensors[0]]})", (function, definition)
+    return expr.Op(f"{function}({named[tensors[0]]})", expr.POSTFIX), (function, definition)
 
 
 def minus_max(v: Value) -> bool:

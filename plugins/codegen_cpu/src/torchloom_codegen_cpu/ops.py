@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import InputRef, reductions, writer
+from torchloom.api import InputRef, expr, reductions, writer
 
 #: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
 STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
@@ -37,8 +37,12 @@ CTYPE = {"f64": "double", "f32": "float", "i64": "int64_t", "i32": "int32_t",
          "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "b8": "_Bool"}
 
 
-def literal(value: Any, dtype: str) -> str:
+def literal(value: Any, dtype: str) -> expr.Literal:
     """A Python scalar as a C constant of compute dtype ``dtype`` (non-finite included)."""
+    return expr.Literal(_constant(value, dtype), value)
+
+
+def _constant(value: Any, dtype: str) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if dtype in ("f32", "f64"):
@@ -215,7 +219,7 @@ def _num(a: Mapping[str, Any], name: str, default: float, dtype: str) -> str:
         return f"{{{name}}}"
     if COMPUTE.get(dtype) in ("f32", "f64"):
         return f"($T){literal(float(value), 'f64')}"
-    return literal(int(value), COMPUTE.get(dtype, "i64"))
+    return literal(int(value), COMPUTE.get(dtype, "i64")).text
 
 
 def _with(template: str, **defaults: float) -> Callable[[Mapping[str, Any], str], str]:

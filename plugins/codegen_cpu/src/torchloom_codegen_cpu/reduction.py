@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import attrs
 
-from torchloom.api import Node, Value, indexing, reductions, stmt, writer
+from torchloom.api import Node, Value, expr, indexing, reductions, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.nest import Coords, Writer
@@ -41,7 +41,7 @@ def identity(kind: str, dtype: str) -> str:
 
 
 def accumulate(em, kind: str, acc: str | stmt.Element, nan: str | stmt.Element | None,
-               v: str) -> None:
+               v: expr.Code) -> None:
     """The inner statements adding ``v`` to accumulator ``acc`` (a name or an element) with
     ``kind``, and setting the NaN flag ``nan`` (the same, or None) when ``v`` is NaN."""
     if kind in ("sum", "prod"):
@@ -99,9 +99,10 @@ def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str,
         em.statement(stmt.Raw(f"int {inf_flag} = 0;"), False)
         clauses.append(("|", (inf_flag,)))
     em.begin_phase()
-    v = em.convert(value(), dtype).text
+    v = em.convert(value(), dtype).code
     if inf_flag is not None:
-        last = w.rnumel - 1 if isinstance(w.rnumel, int) else f"{par(w.ix.size(w.rnumel))} - 1"
+        last = w.rnumel - 1 if isinstance(w.rnumel, int) else \
+            f"{par(w.ix.size_code(w.rnumel))} - 1"
         em.statement(stmt.Update(inf_flag, "|=", f"(fabs({v}) == INFINITY) & (r < {last})"),
                      True)
     accumulate(em, kind, acc, nan, v)
@@ -110,7 +111,7 @@ def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str,
                      w.r_header)
     if nan is not None:
         return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
-    return Expr(acc, dtype)
+    return Expr(expr.Name(acc), dtype)
 
 
 #: longest row whose var takes one pass (see shifted_moments for the error bound)
@@ -154,8 +155,8 @@ def shifted_moments(w: Writer, value: Callable[[], Expr],
     total, squares = em.fresh("acc_sum"), em.fresh("acc_sq")
     em.statement(stmt.Raw(f"double {total} = 0, {squares} = 0;"), False)
     em.begin_phase()
-    d = em.emit(f"{par(em.convert(value(), 'f64').text)} - {shift}", "f64", "dev")
-    em.statement(stmt.Update(total, "+=", d.text), True)
+    d = em.emit(f"{par(em.convert(value(), 'f64').code)} - {shift}", "f64", "dev")
+    em.statement(stmt.Update(total, "+=", d.code), True)
     em.statement(stmt.Update(squares, "+=", f"{d.text} * {d.text}"), True)
     em.end_row_phase(Simd((("+", (total, squares)),)), w.rbound, w.r_header)
     if inf_flag is not None:
@@ -204,7 +205,7 @@ def _past_overflow(w: Writer, value: Callable[[], Expr], total: Expr,
     em.statement(stmt.Raw(f"double {scaled} = 0;"), False)
     em.begin_phase()
     n = w.count(w.rnumel, "f64")
-    em.statement(stmt.Update(scaled, "+=", f"{par(value().text)} / {n} - {x0} / {n}"), True)
+    em.statement(stmt.Update(scaled, "+=", f"{par(value().code)} / {n} - {x0} / {n}"), True)
     em.end_phase(Simd((("+", (scaled,)),)), "r", "0",
                  f"(isfinite({total.text}) ? 0 : {w.rbound})", w.r_header)
     finite = f"isfinite({total.text})"
@@ -230,7 +231,7 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
     em.statement(stmt.Raw(f"if ({better}) {{ {best} = {v}; {index} = r; }}"), True)
     # in order, no SIMD: ties go to the lowest index
     em.end_phase(None, "r", "0", str(w.rbound), w.r_header)
-    return Expr(best, dtype), Expr(index, "i64")
+    return Expr(expr.Name(best), dtype), Expr(expr.Name(index), "i64")
 
 
 def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
@@ -245,19 +246,19 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
     wide = spec.kind == "sum" and sum_dtype(out_dtype, w.rnumel, ROW_LANES) != out_dtype
     if wide:  # (a mean divides the double sum by a double count)
         acc_dtype = "f64"
-    fields: dict[str, str] = {"n": w.count(w.rnumel, acc_dtype)}
+    fields: dict[str, expr.Code | str] = {"n": w.count(w.rnumel, acc_dtype)}
     if spec.kind in ("sum", "prod", "max", "min"):
-        fields["acc"] = block_reduce(w, spec.kind, full, acc_dtype if wide else out_dtype).text
+        fields["acc"] = block_reduce(w, spec.kind, full, acc_dtype if wide else out_dtype).code
     elif spec.kind in ("any", "all"):  # max / min of the elements as bools (x != 0)
         kind = "max" if spec.kind == "any" else "min"
-        fields["acc"] = block_reduce(w, kind, lambda: em.convert(full(), "b8"), "b8").text
+        fields["acc"] = block_reduce(w, kind, lambda: em.convert(full(), "b8"), "b8").code
     elif spec.kind == "var":  # in double, as eager's var/std (WelfordOps<.., double>)
         fields["n"] = w.count(w.rnumel, "f64")
         inf_flag = em.fresh("inf") if len(node.outputs) > 1 else None
         if (COMPUTE[tensor_type(src).dtype] == "f32" and isinstance(w.rnumel, int)
                 and 2 <= w.rnumel <= ONE_PASS_ROW):
             mean, m2 = shifted_moments(w, full, inf_flag)
-            fields["acc"] = m2.text
+            fields["acc"] = m2.code
         else:
             total = block_reduce(w, "sum", full, "f64", inf_flag)
             mean = em.emit(f"{total.text} / {fields['n']}", "f64", "mean", inner=False)
@@ -266,34 +267,38 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
                 mean, base, center = _past_overflow(w, full, total, mean)
 
             def squared_deviation() -> Expr:
-                d = em.emit(f"{par(em.convert(full(), 'f64').text)}{base} - {center}", "f64",
+                d = em.emit(f"{par(em.convert(full(), 'f64').code)}{base} - {center}", "f64",
                             "dev")
                 return em.emit(f"{d.text} * {d.text}", "f64", "sq")
 
-            fields["acc"] = block_reduce(w, "sum", squared_deviation, "f64").text
-        fields["mean"] = mean.text if inf_flag is None else em.emit(
-            f"{inf_flag} ? (double)NAN : {mean.text}", "f64", "mean", inner=False).text
+            fields["acc"] = block_reduce(w, "sum", squared_deviation, "f64").code
+        fields["mean"] = mean.code if inf_flag is None else em.emit(
+            f"{inf_flag} ? (double)NAN : {mean.text}", "f64", "mean", inner=False).code
         correction = writer.var_correction(node)
         if isinstance(w.rnumel, int):
             fields["dof"] = literal(float(max(0, w.rnumel - correction)), "f64")
         else:
-            n = par(w.ix.size(w.rnumel))
+            n = par(w.ix.size_code(w.rnumel))
             fields["dof"] = f"((double)({n} > {correction} ? {n} - {correction} : 0))"
     else:
         src_dtype = COMPUTE[tensor_type(src).dtype]
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
-        fields["acc"] = index.text
-        fields["value"] = value.text
+        fields["acc"] = index.code
+        fields["value"] = value.code
 
-    def result(value: Value, text: str) -> Expr:
+    def computed(value: Value) -> str:
+        return "f64" if spec.kind == "var" or wide else COMPUTE[tensor_type(value).dtype]
+
+    def spell(value: Value, template: str) -> str:  # libm's suffix: sqrtf, sqrt
+        return template.replace("$f", "f" if computed(value) == "f32" else "")
+
+    def result(value: Value, code: expr.Code) -> Expr:
         ir_dtype = tensor_type(value).dtype
-        dtype = COMPUTE[ir_dtype]
-        computed = "f64" if spec.kind == "var" or wide else dtype
-        text = text.replace("$f", "f" if computed == "f32" else "")
-        e = em.convert(em.emit(text, computed, node.op.split(".")[1], inner=False), dtype)
+        e = em.convert(em.emit(code, computed(value), node.op.split(".")[1], inner=False),
+                       COMPUTE[ir_dtype])
         return em.cast(e, ir_dtype) if ir_dtype in ("f16", "bf16") else e
 
-    return reductions.results(node, spec, fields, w.row_of(node), result)
+    return reductions.results(node, spec, fields, w.row_of(node), result, spell)
 
 
 #: rows of at least this many bytes get their successor's first page prefetched

@@ -5,17 +5,11 @@ integers, what a SIMD loop's pragma says).
 
 from __future__ import annotations
 
-import re
-
 import attrs
 
-from torchloom.api import stmt, writer
+from torchloom.api import expr, stmt
 
 from torchloom_codegen_cpu.ops import CTYPE, VECTOR_MATH
-
-LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?(LL)?\Z"
-                      r"|\(\((float|double|u?int\d+_t|_Bool)\)[^()]*\)\Z"
-                      r"|\(-\((float|double)\)INFINITY\)\Z")
 
 #: the value an accumulation masked off adds (see :func:`stmt.masked`)
 _NEUTRAL = {"+=": "0", "*=": "1", "|=": "0"}
@@ -25,8 +19,8 @@ _INTEGERS = frozenset({"int", *(c for c in CTYPE.values() if c not in ("float", 
 _INDEX = "int64_t"
 
 
-#: ``text`` in parentheses unless it is a name or a literal
-par = writer.parenthesizer(LITERAL)
+#: an expression's text, in parentheses unless it is a name or a literal
+par = expr.par
 
 
 @attrs.frozen
@@ -129,4 +123,4 @@ def costly(s) -> bool:
 def divides_integers(s) -> bool:
     """Whether a declaration of an integer divides (or takes a remainder) anywhere."""
     return isinstance(s, stmt.Declare) and s.ctype in _INTEGERS and (
-        "/" in s.expr or "%" in s.expr)
+        "/" in str(s.expr) or "%" in str(s.expr))

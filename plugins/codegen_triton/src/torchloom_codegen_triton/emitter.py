@@ -11,26 +11,20 @@ the statements.
 
 from __future__ import annotations
 
-import re
-
 from collections.abc import Sequence
 
-from torchloom.api import stmt, writer
+from torchloom.api import expr, stmt, writer
 
 from torchloom_codegen_triton.ops import COMPUTE, STORAGE
 
 Expr = writer.Expr
 _IDENT = writer.IDENT
-_LITERAL = re.compile(r"-?\d+(\.\d*)?(e[+-]?\d+)?\Z|float\(\"-?(inf|nan)\"\)\Z|True\Z|False\Z")
-
-
-par = writer.parenthesizer(_LITERAL)
+#: an expression's text, in parentheses unless it is a name or a literal
+par = expr.par
 
 
 class Emitter(writer.Statements):
     """Collects the kernel body; knows which names depend on the reduction index."""
-
-    literal = _LITERAL
 
     def __init__(self, looped: bool, hardware_bf16: bool = False,
                  loop_bounds: tuple[str, str] | None = None):
@@ -43,7 +37,7 @@ class Emitter(writer.Statements):
         self.hardware_bf16 = hardware_bf16
         #: names holding values already rounded to bf16 -> the f32 value they rounded (a
         #: store converts that value once instead of rounding twice)
-        self.bf16_exact: dict[str, str] = {}
+        self.bf16_exact: dict[str, expr.Code] = {}
         self.rnames: set[str] = set()
         self.xnames: set[str] = {"xindex"}
         self.loop_bounds = loop_bounds
@@ -72,16 +66,19 @@ class Emitter(writer.Statements):
     def depends_on_x(self, text: str) -> bool:
         return any(tok in self.xnames for tok in _IDENT.findall(text))
 
-    def emit(self, text: str, dtype: str, hint: str = "t", rdep: bool | None = None) -> Expr:
-        """Bind ``text`` to a name (reusing an earlier identical statement in scope)."""
-        rdep = self.depends_on_r(text) if rdep is None else rdep
-        if self.atomic(text):
-            return Expr(text, dtype, rdep)
-        name, new = self.bind(text, hint, rdep and self.looped,
-                              lambda name: stmt.Assign(name, text))
+    def emit(self, text: expr.Code | str, dtype: str, hint: str = "t",
+             rdep: bool | None = None) -> Expr:
+        """Bind ``text`` to a name (reusing an earlier identical statement in scope); a
+        name or a literal is used as it is."""
+        code = expr.code(text)
+        rdep = self.depends_on_r(code.text) if rdep is None else rdep
+        if code.trivial:
+            return Expr(code, dtype, rdep)
+        name, new = self.bind(code.text, hint, rdep and self.looped,
+                              lambda name: stmt.Assign(name, code))
         if new and rdep:
             self.rnames.add(name)
-        return Expr(name, dtype, rdep)
+        return Expr(expr.Name(name), dtype, rdep)
 
     # ---- phases (looped form) ------------------------------------------------------------
     def begin_phase(self, rnumel: str, header: Sequence[stmt.Statement]) -> None:
@@ -105,18 +102,18 @@ class Emitter(writer.Statements):
     # ---- conversions ---------------------------------------------------------------------
     def convert(self, e: Expr, dtype: str) -> Expr:
         """``e`` as compute dtype ``dtype`` (no rounding beyond the target type)."""
-        literal = bool(_LITERAL.match(e.text))
+        literal = expr.is_literal(e.code)  # a number takes the type it is used at
         if e.dtype == dtype or (literal and dtype != "b8"):
-            return Expr(e.text, dtype, e.inner) if literal else e
+            return Expr(e.code, dtype, e.inner) if literal else e
         if dtype == "b8":
-            return self.emit(f"{par(e.text)} != 0", "b8", "b")
-        return self.emit(f"{par(e.text)}.to({STORAGE[dtype]})", dtype, "cvt")
+            return self.emit(f"{par(e.code)} != 0", "b8", "b")
+        return self.emit(f"{par(e.code)}.to({STORAGE[dtype]})", dtype, "cvt")
 
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit cast in the program: rounds to ``ir_dtype`` exactly as eager does."""
         target = COMPUTE[ir_dtype]
         if ir_dtype == "bf16":
-            x = self.convert(e, "f32").text
+            x = self.convert(e, "f32").code
             if not self.hardware_bf16:
                 self.use("_round_to_bf16")
             rounded = self.emit(f"{par(x)}.to(tl.bfloat16).to(tl.float32)" if self.hardware_bf16
@@ -124,6 +121,6 @@ class Emitter(writer.Statements):
             self.bf16_exact[rounded.text] = x
             return rounded
         if ir_dtype != target:  # f16: round, keep computing in f32
-            rounded = self.emit(f"{par(e.text)}.to({STORAGE[ir_dtype]})", ir_dtype, "rnd")
+            rounded = self.emit(f"{par(e.code)}.to({STORAGE[ir_dtype]})", ir_dtype, "rnd")
             return self.emit(f"{rounded.text}.to({STORAGE[target]})", target, "cvt")
         return self.convert(e, target)

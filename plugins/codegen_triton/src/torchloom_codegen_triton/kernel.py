@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, TensorType, Value, indexing, print_graph, schedule, stmt, writer
+from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, schedule,
+                           stmt, writer)
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
@@ -183,11 +184,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.values[key] = (e, self.em.phase_id)
         return e
 
-    def _literal(self, node: Node, value, compute: str) -> str:
-        return par(literal(value))
+    def _literal(self, node: Node, value, compute: str) -> expr.Literal:
+        return literal(value)
 
-    def _render(self, node: Node, spec, named: dict[str, str], compute: str,
-                ir_dtype: str, given: dict[str, Any]) -> str:
+    def _render(self, node: Node, spec, named: dict[str, expr.Code], compute: str,
+                ir_dtype: str, given: dict[str, Any]) -> expr.Code:
         self.em.use(*spec.helpers)
         return spec.render(named, given)
 
@@ -234,7 +235,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             e = Expr(source, "f32", e.inner)  # the store's conversion is the one rounding
         elif t.dtype == "bf16" and source is None and not self.em.hardware_bf16:
             e = self.em.cast(e, "bf16")  # round exactly (the interpreter's cast truncates)
-        value = e.text if e.dtype == t.dtype else f"{par(e.text)}.to({STORAGE[t.dtype]})"
+        value = e.code if e.dtype == t.dtype else f"{par(e.code)}.to({STORAGE[t.dtype]})"
         target = stmt.Element(self.out_names[i], f"({offset})")
         self.em.statement(stmt.Store(target, value, mask), rdep and self.looped)
 

@@ -19,7 +19,7 @@ argmax/argmin keep a pass of their own.
 from __future__ import annotations
 
 
-from torchloom.api import Node, stmt, writer
+from torchloom.api import Node, expr, stmt, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCE_HELPERS,
@@ -115,7 +115,7 @@ def _accumulate(w: Writer, kind: str, value: Expr, dtype: str):
 
     def finish(n: Node) -> None:
         total = em.emit(BLOCK_REDUCE[kind].format(axis=1, x=acc), dtype, kind, rdep=False)
-        w.record(reduction_outputs(w, n, {"acc": total.text, "n": row_count(w)}))
+        w.record(reduction_outputs(w, n, {"acc": total.code, "n": row_count(w)}))
     return finish
 
 
@@ -126,7 +126,7 @@ def _welford(w: Writer, value: Expr, dtype: str):
     st = STORAGE[dtype]
     for acc in (mean, m2, count):
         em.statement(stmt.Assign(acc, f"tl.full([XBLOCK, RBLOCK], 0.0, {st})"), False)
-    x = par(value.text)
+    x = par(value.code)
     em.statement(stmt.Assign(count, f"{count} + tl.where(rmask, 1.0, 0.0)"), True)
     delta = em.emit(f"{x} - {mean}", dtype, "wd", rdep=True)
     em.statement(stmt.Assign(mean, f"tl.where(rmask, {mean} + {delta.text} / "
@@ -138,8 +138,8 @@ def _welford(w: Writer, value: Expr, dtype: str):
         mean_r, m2_r, n_r = em.fresh("mean"), em.fresh("m2"), em.fresh("cnt")
         em.statement(stmt.Raw(f"{mean_r}, {m2_r}, {n_r} = tl.reduce(({mean}, {m2}, "
                               f"{count}), 1, _welford_combine, keep_dims=True)"), False)
-        w.record(reduction_outputs(w, n, {"acc": m2_r, "mean": mean_r, "dof": var_dof(w, n),
-                                          "n": row_count(w)}))
+        w.record(reduction_outputs(w, n, {"acc": expr.Name(m2_r), "mean": expr.Name(mean_r),
+                                          "dof": var_dof(w, n), "n": row_count(w)}))
     return finish
 
 
@@ -170,6 +170,6 @@ def _online(w: Writer, value: Expr, s: Node):
         total = em.emit(f"tl.where({big.text} == {_NEG_INF}, float(\"nan\"), {total.text})",
                         "f32", "sum", rdep=False)
         n = row_count(w)
-        w.record(reduction_outputs(w, m, {"acc": big.text, "n": n}))
-        w.record(reduction_outputs(w, s, {"acc": total.text, "n": n}))
+        w.record(reduction_outputs(w, m, {"acc": big.code, "n": n}))
+        w.record(reduction_outputs(w, s, {"acc": total.code, "n": n}))
     return finish

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import reductions, writer
+from torchloom.api import expr, reductions, writer
 
 #: IR dtype -> Triton dtype of the values in memory
 STORAGE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
@@ -25,8 +25,12 @@ COMPUTE, FLOATS, VIEWS = writer.COMPUTE, writer.FLOATS, writer.VIEWS
 named_args, promote_dtype = writer.named_args, writer.promote_dtype
 
 
-def literal(value: Any) -> str:
+def literal(value: Any) -> expr.Literal:
     """A Python scalar as Triton source (non-finite floats included)."""
+    return expr.Literal(_constant(value), value)
+
+
+def _constant(value: Any) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"
     if isinstance(value, float):
@@ -47,9 +51,9 @@ class Pointwise(writer.OpRow):
     #: the module helpers (``HELPERS``) the template calls
     helpers: tuple[str, ...] = ()
 
-    def render(self, named: Mapping[str, str], attrs_: Mapping[str, Any]) -> str:
-        """``named``: schema argument name -> source text (tensor expressions, literals)."""
-        return self.resolve(self.template, attrs_).format(**named)
+    def render(self, named: Mapping[str, expr.Code], attrs_: Mapping[str, Any]) -> expr.Code:
+        """``named``: schema argument name -> its expression (tensor values, literals)."""
+        return expr.fill(self.resolve(self.template, attrs_), named)
 
 
 def _pow(a: Mapping[str, Any]) -> str:

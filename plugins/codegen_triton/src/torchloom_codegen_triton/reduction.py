@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torchloom.api import Node, Value, reductions, stmt, writer
+from torchloom.api import Node, Value, expr, reductions, stmt, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
@@ -83,7 +83,7 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
         pair = f"({masked.text}, {index.text})"
     em.statement(stmt.Raw(f"{val}, {ind} = tl.reduce({pair}, 1, {combine}, keep_dims=True)"),
                  False)
-    return Expr(val, dtype), Expr(ind, "i32")
+    return Expr(expr.Name(val), dtype), Expr(expr.Name(ind), "i32")
 
 
 def lower_reduction(w: Writer, node: Node) -> None:
@@ -93,54 +93,54 @@ def lower_reduction(w: Writer, node: Node) -> None:
     src, full = node.inputs[0], w.row_input(node)
     out_dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
 
-    fields: dict[str, str] = {"n": row_count(w)}
+    fields: dict[str, expr.Code | str] = {"n": row_count(w)}
     if spec.kind in ("sum", "max", "min"):
-        fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).text
+        fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).code
     elif spec.kind == "var":
         total = block_reduce(w, "sum", full, out_dtype)
         mean = em.emit(f"{total.text} / {fields['n']}", out_dtype, "mean", rdep=False)
 
         def squared_deviation() -> Expr:
-            d = em.emit(f"{par(em.convert(full(), out_dtype).text)} - {mean.text}", out_dtype,
+            d = em.emit(f"{par(em.convert(full(), out_dtype).code)} - {mean.text}", out_dtype,
                         "dev")
             return em.emit(f"{d.text} * {d.text}", out_dtype, "sq")
 
-        fields["acc"] = block_reduce(w, "sum", squared_deviation, out_dtype).text
-        fields["mean"] = mean.text
+        fields["acc"] = block_reduce(w, "sum", squared_deviation, out_dtype).code
+        fields["mean"] = mean.code
         fields["dof"] = var_dof(w, node)
     else:
         src_dtype = COMPUTE[tensor_type(src).dtype]
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
-        fields["acc"] = em.convert(index, "i64").text
-        fields["value"] = value.text
+        fields["acc"] = em.convert(index, "i64").code
+        fields["value"] = value.code
     w.record(reduction_outputs(w, node, fields))
 
 
-def row_count(w: Writer) -> str:
+def row_count(w: Writer) -> expr.Code:
     """The row length as an f32 value: a literal, or computed from the size arguments."""
     if isinstance(w.rnumel, int):
         return literal(float(w.rnumel))
     return w.em.emit(f"tl.cast({w.ix.size(w.rnumel)}, tl.float32)", "f32", "rn",
-                     rdep=False).text
+                     rdep=False).code
 
 
-def var_dof(w: Writer, node: Node) -> str:
+def var_dof(w: Writer, node: Node) -> expr.Code:
     """``n - correction`` of a var/std reduction (never below 0)."""
     correction = writer.var_correction(node)
     if not isinstance(w.rnumel, int):
         return w.em.emit(f"tl.maximum({row_count(w)} - {literal(float(correction))}, 0.0)",
-                         "f32", "dof", rdep=False).text
+                         "f32", "dof", rdep=False).code
     return literal(float(max(0, w.rnumel - correction)))
 
 
-def reduction_outputs(w: Writer, node: Node, fields: dict[str, str]
+def reduction_outputs(w: Writer, node: Node, fields: dict[str, expr.Code | str]
                       ) -> dict[Value, tuple[tuple[str, ...], Expr]]:
-    """``node``'s outputs from its template over ``fields``: output -> (the coordinates of
-    its row, its value), for the writer to record."""
+    """``node``'s outputs from its template over ``fields`` (names and literals as nodes):
+    output -> (the coordinates of its row, its value), for the writer to record."""
     em = w.em
 
-    def result(value: Value, text: str) -> Expr:
-        e = em.emit(text, COMPUTE[tensor_type(value).dtype], node.op.split(".")[1], rdep=False)
+    def result(value: Value, code: expr.Code) -> Expr:
+        e = em.emit(code, COMPUTE[tensor_type(value).dtype], node.op.split(".")[1], rdep=False)
         if tensor_type(value).dtype in ("f16", "bf16"):
             e = em.cast(e, tensor_type(value).dtype)
         return e

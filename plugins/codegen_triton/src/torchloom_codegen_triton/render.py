@@ -23,7 +23,7 @@ def _assign(s: stmt.Assign) -> list[str]:
 def _store(s: stmt.Store) -> list[str]:
     """``tl.store(pointer + offset, value[, mask])``: the offset as the writer spelled the
     address (a kernel's outputs parenthesise theirs, a scratch buffer's do not)."""
-    args = [f"{s.target.pointer} + {s.target.offset}", s.value]
+    args = [f"{s.target.pointer} + {s.target.offset}", str(s.value)]
     return [f"tl.store({', '.join(args + ([s.mask] if s.mask is not None else []))})"]
 
 

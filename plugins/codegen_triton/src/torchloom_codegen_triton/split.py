@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import indexing, stmt
+from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
@@ -138,7 +138,7 @@ class SplitReduction:
                 stmt.Assign("part", f"tl.load(scratch{k} + pindex * {rows} + xindex, "
                                     f"(pindex < {self.splits}) & xmask, other={identity})"),
                 combine), step=str(FINISH_PARTIALS)), False)
-            fin.record(reduction_outputs(fin, n, {"acc": acc, "n": row_count(fin)}))
+            fin.record(reduction_outputs(fin, n, {"acc": expr.Name(acc), "n": row_count(fin)}))
         for i, v in enumerate(w.region.outputs):
             fin.store(i, v, _row_coords(fin, v))
         params = [f"in_{v.name}" for v in w.region.inputs] + list(out_names)
