@@ -28,8 +28,7 @@ from pathlib import Path
 import attrs
 
 from torchloom.errors import NumericError, PassError, TorchloomError, VerifyError
-from torchloom.ir.clone import clone_graph
-from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node, Value, clone_graph
 from torchloom.ir.text import print_graph
 from torchloom.ir.types import TensorType
 from torchloom.ir.verify import verify

@@ -1,8 +1,7 @@
 """The graph IR: values, nodes, graphs, types, text form, verification and hashing."""
 
 from torchloom.ir.canon import alpha_equivalent, canonical_text, structural_hash
-from torchloom.ir.clone import clone_graph
-from torchloom.ir.graph import Graph, InputRef, Node, Value
+from torchloom.ir.graph import Graph, InputRef, Node, Value, clone_graph
 from torchloom.ir.text import format_type, parse_graph, print_graph, print_node
 from torchloom.ir.types import (DTYPES, ScalarType, TensorType, Type, attrs_key, contiguous_strides,
                                 float_key, type_of)

@@ -8,13 +8,15 @@ ordering question is asked.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from attrs import evolve as attrs_evolve
+
 from torchloom.errors import VerifyError
+from torchloom.ir.node import Node, Value
 from torchloom.ir.printer import print_graph, print_node
-from torchloom.ir.types import InputRef, Type  # noqa: F401 (InputRef: re-exported)
+from torchloom.ir.types import Dim, InputRef, TensorType, Type  # noqa: F401 (InputRef: re-exported)
 
 
 #: op of a node that calls a shared subgraph of the top-level graph: ``{callee = "name"}``
@@ -23,70 +25,6 @@ CALL_SUBGRAPH = "torchloom.call_subgraph"
 FUSION_GROUP = "torchloom.fusion_group"
 #: the IR's own leaf op: a value the compiler binds, ``{value = ...}``
 CONSTANT = "torchloom.constant"
-
-
-class Value:
-    """An SSA value: a graph input (``producer is None``) or one output of a node."""
-
-    __slots__ = ("name", "type", "producer", "index", "uses", "graph")
-
-    def __init__(self, name: str, type: Type, producer: "Node | None" = None, index: int = 0,
-                 graph: "Graph | None" = None):
-        self.name, self.type, self.producer, self.index = name, type, producer, index
-        self.graph = graph
-        #: one entry per input slot that reads this value (a node may appear twice)
-        self.uses: list[Node] = []
-
-    def users(self) -> list["Node"]:
-        """Distinct nodes reading this value, in use order."""
-        return list(dict.fromkeys(self.uses))
-
-    def __repr__(self) -> str:
-        return f"%{self.name}"
-
-
-class Node:
-    """An operation. ``op`` is a qualified name such as ``aten.add.Tensor``."""
-
-    __slots__ = ("op", "inputs", "attrs", "outputs", "region", "graph", "prev", "next",
-                 "position", "meta")
-
-    def __init__(self, op: str, inputs: Sequence[Value], attrs: Mapping[str, Any] | None = None,
-                 region: "Graph | None" = None):
-        self.op = op
-        self.inputs: list[Value] = list(inputs)
-        self.attrs: Mapping[str, Any] = MappingProxyType(dict(attrs or {}))
-        self.outputs: list[Value] = []
-        self.region = region
-        self.graph: Graph | None = None
-        self.prev: Node | None = None
-        self.next: Node | None = None
-        self.position = 0
-        #: pass-private annotations; never printed, never hashed
-        self.meta: dict[str, Any] = {}
-
-    @property
-    def output(self) -> Value:
-        if len(self.outputs) != 1:
-            raise ValueError(f"{self.op} has {len(self.outputs)} outputs, not 1")
-        return self.outputs[0]
-
-    def with_attrs(self, **changes) -> None:
-        """Replace attributes (they are immutable mappings; this swaps the mapping)."""
-        self.attrs = MappingProxyType({**self.attrs, **changes})
-
-    def set_input(self, i: int, value: Value) -> None:
-        old = self.inputs[i]
-        old.uses.remove(self)
-        self.inputs[i] = value
-        value.uses.append(self)
-
-    def users(self) -> list["Node"]:
-        return list(dict.fromkeys(u for v in self.outputs for u in v.uses))
-
-    def __repr__(self) -> str:
-        outs = ", ".join(repr(v) for v in self.outputs)
-        return f"<Node {outs} = {self.op}({', '.join(map(repr, self.inputs))})>"
 
 
 class Graph:
@@ -460,11 +398,49 @@ class Graph:
 
     def clone(self) -> "Graph":
         """A deep copy (regions included). Names are kept."""
-        from torchloom.ir.clone import clone_graph  # (clone builds graphs: it imports this)
         return clone_graph(self)[0]
 
     def __str__(self) -> str:
         return print_graph(self)
+
+
+def clone_graph(graph: Graph, name: str | None = None, *,
+                dim: Callable[[Dim], Dim] | None = None,
+                attr: Callable[[Any], Any] | None = None) -> tuple[Graph, dict[Value, Value]]:
+    """Deep-copy a graph; returns the copy and the value mapping old -> new. ``dim`` maps
+    every size of every tensor type (shapes and strides; regions and subgraphs too) and
+    ``attr`` every attribute value as stored (a list stays a list for ``attr`` to walk):
+    the same program at other sizes, built as such (``torchloom reduce`` shrinks a dim
+    so), never by editing a copy or its printed text."""
+    def retype(t: Type) -> Type:
+        if dim is None or not isinstance(t, TensorType):
+            return t
+        return attrs_evolve(t, shape=tuple(dim(d) for d in t.shape), strides=None
+                            if t.strides is None else tuple(dim(d) for d in t.strides))
+
+    g = Graph(name or graph.name)
+    mapping: dict[Value, Value] = {}
+    for v in graph.inputs:
+        nv = Value(v.name, retype(v.type), graph=g)
+        g._names.add(v.name)
+        g.inputs.append(nv)
+        mapping[v] = nv
+    for n in graph.nodes:
+        region = (clone_graph(n.region, dim=dim, attr=attr)[0]
+                  if n.region is not None else None)
+        nn = Node(n.op, [mapping[v] for v in n.inputs],
+                  n.attrs if attr is None else {k: attr(a) for k, a in n.attrs.items()}, region)
+        if region is not None:
+            region.owner = nn
+        nn.outputs = [Value(v.name, retype(v.type), nn, i, g) for i, v in enumerate(n.outputs)]
+        nn.meta = dict(n.meta)
+        g.insert(nn)
+        mapping.update(zip(n.outputs, nn.outputs))
+    g.outputs = [mapping[v] for v in graph.outputs]
+    g._counter = graph._counter
+    for sub in graph.subgraphs.values():
+        g.add_subgraph(clone_graph(sub, dim=dim, attr=attr)[0])
+    return g, mapping
 
 
 _NAME = re.compile(r"[A-Za-z0-9_]+\Z")
