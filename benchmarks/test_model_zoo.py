@@ -91,6 +91,7 @@ def _compiled(name: str, mode: str, tmp_path: Path):
     return SEEN[(name, mode)]
 
 
+@pytest.mark.counted
 @pytest.mark.parametrize("name", list(ZOO))
 def test_groups_on_eager_do_not_grow(tmp_path, name):
     """Every fusion group of the model's training step (and inference) that runs on the

@@ -303,6 +303,7 @@ def calls() -> dict:
     return in_fresh_interpreter(__file__, "--calls", ",".join(FAMILIES), timeout=900)
 
 
+@pytest.mark.counted  # function calls, counted: no timing, so beside other work
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_every_pass_does_linear_work(calls, name):
     """Function calls inside each pass's own run grow with the graph (5x the nodes: at

@@ -24,6 +24,9 @@ import textwrap
 
 import pytest
 
+#: plans and binaries read, nothing timed: ./dev test runs these beside tests/
+pytestmark = pytest.mark.counted
+
 pytest.importorskip("triton")
 
 from torchloom.report.explain import explain  # noqa: E402
