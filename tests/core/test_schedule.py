@@ -4,7 +4,7 @@ reductions, the same data both native codegens render."""
 from __future__ import annotations
 
 import pytest
-from torchloom.api import parse_graph, schedule
+from torchloom.api import Schedule, parse_graph, schedule
 from torchloom.codegen.indexing import Unsupported
 
 
@@ -95,3 +95,45 @@ def test_capabilities_match_device_types_and_decline_whole_groups():
         %s = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4] @cuda:1""", "%s: f32[4] @cuda:1")
     assert caps.declines(next(parse_graph(total).nodes)) == (
         "renders pointwise kernels; this group is a row_reduction (reduces dims [1] of [4, 8])")
+
+
+def test_rows_and_columns_of_one_shape_are_planned_once():
+    nodes = _reductions("""
+  %c = aten.sum.dim_IntList(%x) {dim = [0]} : f32[64]
+  %s = aten.sum.dim_IntList(%x) {dim = [1], keepdim = true} : f32[8, 1]
+  %m = aten.amax.default(%x) {dim = [-1], keepdim = true} : f32[8, 1]
+  return %c, %s, %m""", "%x: f32[8, 64]")
+    plan = schedule.RowsAndColumns.of(nodes, lambda v: v.type.shape)
+    c, s, m = nodes
+    assert plan.rows == (s, m) and plan.columns == (c,) and plan.shape == (8, 64)
+    assert plan.row_nest.rdims == (1,) and plan.column_nest.rdims == (0,) and plan.trailing
+    # the rows need not be innermost as a run (triton takes them); cpu asks ``trailing``
+    spread = _reductions("""
+  %r = aten.sum.dim_IntList(%x) {dim = [1, 3]} : f32[2, 4]
+  %c = aten.sum.dim_IntList(%x) {dim = [0, 2]} : f32[3, 5]
+  return %r, %c""", "%x: f32[2, 3, 4, 5]")
+    plan = schedule.RowsAndColumns.of(spread, lambda v: v.type.shape)
+    assert plan.rows == (spread[0],) and not plan.trailing
+    for body in ("""
+  %a = aten.sum.dim_IntList(%x) {dim = [1]} : f32[8]
+  %b = aten.sum.dim_IntList(%x) {dim = [0, 1]} : f32[]
+  return %a, %b""", """
+  %a = aten.sum.dim_IntList(%x) {dim = [1]} : f32[8]
+  return %a"""):  # overlapping dims; one nest
+        assert schedule.RowsAndColumns.of(_reductions(body, "%x: f32[8, 64]"),
+                                          lambda v: v.type.shape) is None
+
+
+def test_a_schedule_of_several_nests_carries_its_rows_and_columns():
+    g = parse_graph("""graph @g(%x: f32[8, 64]) {
+  %o1, %o2 = torchloom.fusion_group(%x) : f32[64], f32[8] region @k(%in_x: f32[8, 64]) {
+    %c = aten.sum.dim_IntList(%in_x) {dim = [0]} : f32[64]
+    %s = aten.sum.dim_IntList(%in_x) {dim = [1]} : f32[8]
+    return %c, %s
+  }
+  return %o1, %o2
+}""")
+    found = Schedule.of(next(g.nodes))
+    assert found.form == "several_nests"
+    assert [n.op for n in found.rows_and_columns.columns] == ["aten.sum.dim_IntList"]
+    assert found.rows_and_columns.row_nest.rdims == (1,)

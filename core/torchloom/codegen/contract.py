@@ -39,7 +39,7 @@ import attrs
 from torchloom.codegen.base import Kernel, Reason
 from torchloom.codegen.indexing import Language, Unsupported
 from torchloom.codegen.reductions import reduction_table
-from torchloom.codegen.schedule import ReductionNest
+from torchloom.codegen.schedule import ReductionNest, RowsAndColumns
 from torchloom.codegen.writer import VIEWS
 from torchloom.ir import Node, TensorType, Value
 
@@ -65,7 +65,8 @@ class Schedule:
     ``nest`` (the reduction nest; None for pointwise), ``shape`` (the nest's shape P, or
     the first output's for pointwise), and what the group holds: ``dtypes``, ``devices``,
     ``ops`` (pointwise op names; views are index math), ``reductions`` (op -> kind),
-    ``symbols`` (symbolic dims). ``detail`` says what makes the form, for reasons.
+    ``symbols`` (symbolic dims). ``detail`` says what makes the form, for reasons;
+    ``rows_and_columns``, the row + column plan of a ``several_nests`` group that has one.
 
     ``sum(a: f32[9, 7], dim=[0])`` is ``Schedule(form="column_reduction",
     nest=ReductionNest((9, 7), (0,)), detail="reduces dims [0] of [9, 7]", ...)``."""
@@ -79,6 +80,10 @@ class Schedule:
     reductions: Mapping[str, str]
     symbols: frozenset[str]
     detail: str
+    #: a ``several_nests`` group whose two nests reduce one shape by rows and by columns
+    #: (:class:`~torchloom.codegen.schedule.RowsAndColumns`): the native codegens write
+    #: them as one kernel
+    rows_and_columns: RowsAndColumns | None = None
 
     @classmethod
     def of(cls, group: Node) -> Schedule:
@@ -107,7 +112,9 @@ class Schedule:
         try:
             nest = ReductionNest.of(reds, lambda v: v.type)
         except Unsupported as exc:
-            return cls("several_nests", (), None, detail=str(exc), **common)
+            return cls("several_nests", (), None, detail=str(exc),
+                       rows_and_columns=RowsAndColumns.of(reds, lambda v: v.type.shape),
+                       **common)
         shape = nest.shape
         rdims, kept = _real(shape, nest.rdims), _real(shape, nest.kept)
         detail = f"reduces dims {list(nest.rdims)} of {list(shape)}"

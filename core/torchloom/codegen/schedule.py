@@ -14,8 +14,10 @@ A column reduction (``sum(g, dim=0)`` of ``[512, 1024]``) has its kept dims inne
 What the native writers (``cpu``, ``triton``) read from here rather than derive each:
 :func:`nest_classes` (the nests of a group whose reductions differ), :meth:`ReductionNest.of`
 (one nest's plan), :meth:`ReductionNest.coordinates` (a row's coordinates from the kept
-and reduced dims' names), :func:`elementwise_numel` (a pointwise kernel's element count)
-and :class:`PlannedNest` (a writer's fields over its nest).
+and reduced dims' names), :class:`RowsAndColumns` (two nests of one shape, one reducing
+its rows and one its columns, written as one kernel), :func:`elementwise_numel` (a
+pointwise kernel's element count) and :class:`PlannedNest` (a writer's fields over its
+nest).
 """
 
 from __future__ import annotations
@@ -111,6 +113,65 @@ def nest_classes(reductions: Sequence[Node], shape_of: Callable[[Any], Any]
         shape = tuple(shape_of(n.inputs[0]))
         classes.setdefault((shape, reduced_dims(n, len(shape))), []).append(n)
     return list(classes.values())
+
+
+@attrs.frozen
+class RowsAndColumns:
+    """One shape P reduced both ways in one kernel, the row + column form (a layer norm's
+    backward: per row the statistics of the input gradient, per column the weight and bias
+    gradients, from one read of P): ``rows``, the reductions whose reduced dims hold P's
+    last; ``columns``, those reducing the other dims, dim 0 among them; between them they
+    reduce every dim of P once. Planned here, once, for every codegen (:meth:`of`); each
+    renders it under conditions of its own (cpu: column sums carried by a row nest of whole
+    vectors, colsums.py; triton: rows held whole by one program, rowcol.py). ``sum`` of
+    ``f32[R, C]`` over dim 1 and over dim 0::
+
+        RowsAndColumns(shape=(R, C), rows=(<sum dim [1]>,), columns=(<sum dim [0]>,))
+          row_nest ReductionNest((R, C), (1,)), column_nest ReductionNest((R, C), (0,))"""
+
+    shape: tuple[Any, ...]
+    rows: tuple[Node, ...]
+    columns: tuple[Node, ...]
+
+    @classmethod
+    def of(cls, reductions: Sequence[Node], shape_of: Callable[[Any], Any]
+           ) -> RowsAndColumns | None:
+        """The row + column plan of ``reductions`` (``shape_of`` reads a value's shape), or
+        None when they are not two nests of this form."""
+        classes = nest_classes(reductions, shape_of)
+        if len(classes) != 2:
+            return None
+        (shape, a_dims), (other, b_dims) = (_signature(c[0], shape_of) for c in classes)
+        if shape != other or not a_dims or not b_dims:
+            return None
+        rank = len(shape)
+        if sorted(a_dims + b_dims) != list(range(rank)):
+            return None
+        rows, columns = classes if a_dims[-1] == rank - 1 else classes[::-1]
+        if reduced_dims(columns[0], rank)[0] != 0:
+            return None
+        return cls(shape, tuple(rows), tuple(columns))
+
+    @property
+    def row_nest(self) -> ReductionNest:
+        return ReductionNest(self.shape, reduced_dims(self.rows[0], len(self.shape)))
+
+    @property
+    def column_nest(self) -> ReductionNest:
+        return ReductionNest(self.shape, reduced_dims(self.columns[0], len(self.shape)))
+
+    @property
+    def trailing(self) -> bool:
+        """Whether the rows reduce P's innermost dims, a run (and so the columns its
+        outermost ones): each row lies whole in memory."""
+        rdims, rank = self.row_nest.rdims, len(self.shape)
+        return rdims == tuple(range(rank - len(rdims), rank))
+
+
+def _signature(n: Node, shape_of: Callable[[Any], Any]) -> tuple[tuple, tuple[int, ...]]:
+    """(input shape, reduced dims) of reduction ``n``: its nest's."""
+    shape = tuple(shape_of(n.inputs[0]))
+    return shape, reduced_dims(n, len(shape))
 
 
 def elementwise_numel(shapes: Sequence[Sequence[Any]],

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, Value, indexing, stmt
+from torchloom.api import Node, Value, schedule, stmt
 
 from torchloom_codegen_cpu.nest import Writer
 from torchloom_codegen_cpu.ops import CTYPE, COMPUTE
 from torchloom_codegen_cpu.overrun import chunked
-from torchloom_codegen_cpu.reduction import reduced_dims
 from torchloom_codegen_cpu.tensors import tensor_type
 
 #: the shortest row that carries column sums (shorter rows keep the column nest)
@@ -41,42 +40,33 @@ def foldable(classes: list[list[Node]], parts: list[list[tuple[str, Value]]],
              depends: Any) -> tuple[int, int] | None:
     """(row class, column class) when the column class can ride in the row nest (see the
     module docstring), else None. ``depends(v)``: the classes value ``v`` depends on."""
-    if len(classes) != 2:
+    plan = schedule.RowsAndColumns.of([n for members in classes for n in members],
+                                      lambda v: tensor_type(v).shape)
+    if plan is None or not plan.trailing or not all(isinstance(d, int) for d in plan.shape):
         return None
-    shapes = {tuple(tensor_type(n.inputs[0]).shape) for members in classes for n in members}
-    if len(shapes) != 1:
-        return None
-    (shape,) = shapes
-    if not shape or not all(isinstance(d, int) for d in shape):
-        return None
-    for row, col in ((0, 1), (1, 0)):
-        if _fits(classes[row], classes[col], parts[row], parts[col], shape, depends, col):
-            return row, col
+    row = next(k for k, members in enumerate(classes) if members[0] in plan.rows)
+    col = 1 - row
+    if _fits(plan, parts[row], parts[col], depends, col):
+        return row, col
     return None
 
 
-def _fits(rows: list[Node], cols: list[Node], row_part, col_part, shape, depends,
-          col: int) -> bool:
-    rank = len(shape)
-    rdims = reduced_dims(rows[0], rank)
-    inner = tuple(range(rank - len(rdims), rank))
-    if rdims != inner or any(reduced_dims(n, rank) != tuple(range(inner[0])) for n in cols):
-        return False
-    n = indexing.prod([shape[d] for d in rdims])
+def _fits(plan: schedule.RowsAndColumns, row_part, col_part, depends, col: int) -> bool:
+    n = plan.row_nest.rnumel
     if n % 16 or not MIN_ROW <= n <= MAX_ROW:
         return False
-    for node in cols:
+    for node in plan.columns:
         (v,) = node.outputs
         if node.op != _SUM or "dtype" in node.attrs or v.users() or \
                 not tensor_type(v).is_dense or \
                 tensor_type(node.inputs[0]).dtype not in ("f32", "f64") or \
                 tensor_type(v).dtype != tensor_type(node.inputs[0]).dtype:
             return False
-    if sorted(v.name for _, v in col_part) != sorted(n.outputs[0].name for n in cols):
+    if sorted(v.name for _, v in col_part) != sorted(n.outputs[0].name for n in plan.columns):
         return False
     # the rows read nothing of the columns' results
     return not any(col in depends(v) for _, v in row_part) and \
-        not any(col in depends(n.inputs[0]) for n in rows)
+        not any(col in depends(n.inputs[0]) for n in plan.rows)
 
 
 def accumulate(w: Writer) -> None:

@@ -45,7 +45,7 @@ from torchloom_codegen_triton.metadata import kernel_metadata
 from torchloom_codegen_triton.plan import next_pow2, reduction_configs, representative
 from torchloom_codegen_triton.reduction import lower_reduction
 from torchloom_codegen_triton.render import function as jit_function
-from torchloom_codegen_triton.rowcol import ColumnPartials, split_rows_and_columns
+from torchloom_codegen_triton.rowcol import ColumnPartials
 from torchloom_codegen_triton.sizes import atomize, bind_symbols
 from torchloom_codegen_triton.split import SplitReduction, plan_split
 from torchloom_codegen_triton.tensors import memory_order, tensor_type
@@ -151,7 +151,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             [v.type.shape for v in self.group.region.outputs])
 
     def _plan_reduction(self, reductions: list[Node], max_persistent: int) -> None:
-        reductions, columns = split_rows_and_columns(reductions, lambda v: tensor_type(v).shape)
+        plan = schedule.RowsAndColumns.of(reductions, lambda v: tensor_type(v).shape)
+        columns = [] if plan is None else list(plan.columns)
+        reductions = reductions if plan is None else list(plan.rows)
         self.reductions = reductions
         nest = self.reduction_nest = schedule.ReductionNest.of(reductions, tensor_type)
         self.rows, self.numel = nest.rows, nest.numel

@@ -9,9 +9,10 @@ and adds each block's column sums into a ``[1, C]`` register accumulator; at the
 writes its partial column sums to a scratch buffer ``[PROGRAMS, C]``. A small finishing
 kernel (``_finish``) combines the partials of each column and stores the column outputs.
 
-Where it applies: the group's reductions have two signatures over one shape P, one
-reducing the trailing dims (rows, held whole: no longer than the persistent limit), the
-other the leading ones (columns); the column reductions are sums, maxima or minima whose
+Where it applies: the group's reductions are the core's row + column plan
+(``schedule.RowsAndColumns``: two nests of one shape P, one reducing P's last dim, the
+rows, held whole: no longer than the persistent limit, the other the rest, dim 0 among
+them, the columns); the column reductions are sums, maxima or minima whose
 results are outputs of the group (read by nothing else in it), stored contiguously. With
 symbolic sizes the row length must be static; a symbolic row count makes the number of
 programs an argument (``kprog``, at most ``PROGRAMS``) that the launcher computes per call.
@@ -20,13 +21,12 @@ programs an argument (``kprog``, at most ``PROGRAMS``) that the launcher compute
 from __future__ import annotations
 
 
-from torchloom.api import Node, Value, schedule, stmt
+from torchloom.api import Node, Value, stmt
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
                                           REDUCE_HELPERS, REDUCTIONS, STORAGE, literal)
 from torchloom_codegen_triton.protocol import Writer
-from torchloom_codegen_triton.reduction import reduced_dims
 from torchloom_codegen_triton.render import function
 from torchloom_codegen_triton.tensors import tensor_type
 
@@ -36,31 +36,6 @@ PROGRAMS = 264
 #: columns per program of the finishing kernel, and partials combined per step
 FINISH_BLOCK, FINISH_PARTIALS = 128, 32
 _COLUMN_KINDS = ("sum", "max", "min")
-
-
-def split_rows_and_columns(reductions: list[Node], shape_of) -> tuple[list[Node], list[Node]]:
-    """(row reductions, column reductions) when the group reduces one shape both ways
-    (rows: the trailing dims; columns: the leading ones), else (reductions, [])."""
-    classes = schedule.nest_classes(reductions, shape_of)
-    if len(classes) != 2:
-        return reductions, []
-    a, b = classes
-    sa, sb = (_signature(c[0], shape_of) for c in classes)
-    if sa[0] != sb[0] or not sa[1] or not sb[1]:
-        return reductions, []
-    rank = len(sa[0])
-    if sorted(sa[1] + sb[1]) != list(range(rank)):
-        return reductions, []
-    rows, columns = (a, b) if sa[1][-1] == rank - 1 else (b, a)
-    if reduced_dims(columns[0], rank)[0] != 0:
-        return reductions, []
-    return rows, columns
-
-
-def _signature(n: Node, shape_of) -> tuple[tuple, tuple[int, ...]]:
-    """(input shape, reduced dims) of reduction ``n``: its nest's."""
-    shape = tuple(shape_of(n.inputs[0]))
-    return shape, reduced_dims(n, len(shape))
 
 
 class ColumnPartials:
