@@ -137,3 +137,22 @@ def test_a_schedule_of_several_nests_carries_its_rows_and_columns():
     assert found.form == "several_nests"
     assert [n.op for n in found.rows_and_columns.columns] == ["aten.sum.dim_IntList"]
     assert found.rows_and_columns.row_nest.rdims == (1,)
+
+
+def test_max_shift_finds_softmaxs_maximum_of_the_same_input():
+    g = parse_graph("""graph @g(%x: f32[8, 64], %y: f32[8, 64]) {
+  %m = aten.amax.default(%x) {dim = [1], keepdim = true} : f32[8, 1]
+  %d = aten.sub.Tensor(%x, %m) : f32[8, 64]
+  %v, %i = aten.max.dim(%x) {dim = 1, keepdim = true} : f32[8, 1], i64[8, 1]
+  %e = aten.sub.Tensor(%x, %v) : f32[8, 64]
+  %f = aten.sub.Tensor(%y, %m) : f32[8, 64]
+  %n = aten.amax.default(%x) {dim = [0]} : f32[64]
+  %h = aten.sub.Tensor(%x, %n) : f32[8, 64]
+  %k = aten.sub.Tensor(%x, %m) {alpha = 2} : f32[8, 64]
+  return %d, %e, %f, %h, %k
+}""")
+    m, d, mx, e, f, n, h, k = g.nodes
+    assert schedule.max_shift(d.outputs[0]) is m and schedule.max_shift(e.outputs[0]) is mx
+    # another tensor's maximum, a maximum without keepdim, alpha 2, the maximum itself
+    for node in (f, h, k, m):
+        assert schedule.max_shift(node.outputs[0]) is None

@@ -15,7 +15,8 @@ What the native writers (``cpu``, ``triton``) read from here rather than derive 
 :func:`nest_classes` (the nests of a group whose reductions differ), :meth:`ReductionNest.of`
 (one nest's plan), :meth:`ReductionNest.coordinates` (a row's coordinates from the kept
 and reduced dims' names), :class:`RowsAndColumns` (two nests of one shape, one reducing
-its rows and one its columns, written as one kernel), :func:`elementwise_numel` (a
+its rows and one its columns, written as one kernel), :func:`max_shift` (softmax's
+``a - max(a)``: cpu's cheaper exp, triton's online rows), :func:`elementwise_numel` (a
 pointwise kernel's element count) and :class:`PlannedNest` (a writer's fields over its
 nest).
 """
@@ -29,7 +30,7 @@ import attrs
 
 from torchloom.codegen.indexing import Unsupported, prod, same
 from torchloom.codegen.writer import reduced_dims, same_shape
-from torchloom.ir import Node
+from torchloom.ir import Node, Value
 
 
 @attrs.frozen
@@ -172,6 +173,27 @@ def _signature(n: Node, shape_of: Callable[[Any], Any]) -> tuple[tuple, tuple[in
     """(input shape, reduced dims) of reduction ``n``: its nest's."""
     shape = tuple(shape_of(n.inputs[0]))
     return shape, reduced_dims(n, len(shape))
+
+
+#: reductions whose keepdim result is >= every element it reduced (or NaN) -> that output
+_MAXIMA = {"aten.amax.default": 0, "aten.max.dim": 0}
+
+
+def max_shift(v: Value) -> Node | None:
+    """The maximum ``m`` when ``v`` is softmax's shift ``a - m(a)``: ``sub.Tensor(a, m)``
+    with alpha 1, ``m`` the keepdim maxima (``amax``, or ``max.dim``'s values) of that same
+    ``a``, so every element of ``v`` is <= 0 or NaN; else None. The cpu codegen takes a
+    cheaper exp of such a value, triton's looped rows accumulate ``sum(exp(v))`` online
+    beside ``m`` (the shape and dtype each needs are its own to check)."""
+    node = v.producer
+    if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1 or \
+            len(node.inputs) != 2:  # (a scalar other is an attribute)
+        return None
+    a, m = node.inputs
+    top = m.producer
+    if top is None or _MAXIMA.get(top.op) != m.index or not top.attrs.get("keepdim", False):
+        return None
+    return top if top.inputs[0] is a else None
 
 
 def elementwise_numel(shapes: Sequence[Sequence[Any]],

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import InputRef, Node, TensorType, Value, expr
+from torchloom.api import InputRef, Node, TensorType, Value, expr, schedule
 
 from torchloom_codegen_cpu import tables
 from torchloom_codegen_cpu.ops import FLOATS, round_to
@@ -27,8 +27,6 @@ ROUNDED_SCALARS = {
 }
 
 EXP = "aten.exp.default"
-#: the reductions whose keepdim result is >= every element it reduced (or NaN)
-_MAXIMA = {"aten.amax.default": 0, "aten.max.dim": 0}
 
 
 def _one_element(v: Value) -> bool:
@@ -97,19 +95,11 @@ def _tabulated(node: Node, template: str, named: dict[str, expr.Code], compute: 
 
 
 def minus_max(v: Value) -> bool:
-    """Whether ``v`` is ``a - max(a)`` over some dims with keepdim (softmax's shift), so
-    every element is <= 0 or NaN: ``sub.Tensor(a, m)`` with alpha 1, ``m`` the values of
-    ``amax(a, dims, keepdim=True)`` or ``max.dim(a, dim, keepdim=True)`` of the same
-    ``a``, broadcast against it as keepdim leaves it (a transposed or squeezed maximum
-    would pair elements with another row's maximum). Floats only: an integer difference
-    wraps (int8: -128 - 127 is 1)."""
-    node = v.producer
-    if node is None or node.op != "aten.sub.Tensor" or node.attrs.get("alpha", 1) != 1 or \
-            len(node.inputs) != 2:  # (a scalar other is an attribute)
+    """Whether ``v`` is ``a - max(a)`` over some dims with keepdim (softmax's shift, the
+    core's :func:`schedule.max_shift`), so every element is <= 0 or NaN, of ``a``'s shape
+    (a transposed or squeezed maximum would pair elements with another row's maximum).
+    Floats only: an integer difference wraps (int8: -128 - 127 is 1)."""
+    if schedule.max_shift(v) is None:
         return False
-    a, m = node.inputs
-    top = m.producer
-    if top is None or _MAXIMA.get(top.op) != m.index or not top.attrs.get("keepdim", False):
-        return False
-    return top.inputs[0] is a and tensor_type(v).shape == tensor_type(a).shape and \
-        tensor_type(v).dtype in FLOATS
+    a = v.producer.inputs[0]
+    return tensor_type(v).shape == tensor_type(a).shape and tensor_type(v).dtype in FLOATS

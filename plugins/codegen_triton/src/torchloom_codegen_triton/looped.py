@@ -19,7 +19,7 @@ argmax/argmin keep a pass of their own.
 from __future__ import annotations
 
 
-from torchloom.api import Node, expr, stmt, writer
+from torchloom.api import Node, expr, schedule, stmt, writer
 
 from torchloom_codegen_triton.emitter import Expr, par
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCE_HELPERS,
@@ -67,10 +67,8 @@ def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
         if s is m or REDUCTIONS[s.op].kind != "sum" or deps[s] != {m}:
             continue
         exp = s.inputs[0].producer
-        sub = exp.inputs[0].producer if exp is not None and exp.op == "aten.exp.default" \
-            else None
-        if sub is not None and sub.op == "aten.sub.Tensor" and list(sub.inputs) == [
-                a, m.outputs[0]] and sub.attrs.get("alpha", 1) == 1 and \
+        if exp is not None and exp.op == "aten.exp.default" and \
+                schedule.max_shift(exp.inputs[0]) is m and \
                 tensor_type(s.outputs[0]).dtype == "f32":
             return s
     return None
