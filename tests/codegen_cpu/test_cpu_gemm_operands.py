@@ -49,7 +49,6 @@ def one_step(model, fn, ids) -> Calls:
     return calls
 
 
-@pytest.mark.slow
 def test_llama_step_matmul_operands_are_eagers_and_nothing_is_copied(tmp_path):
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2,
