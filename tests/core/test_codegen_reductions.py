@@ -31,6 +31,8 @@ def test_results_fill_each_outputs_template_in_order():
     spec = reductions.reduction_table("sqrt({x})")[node.op]
     seen = []
     out = reductions.results(node, spec, {"acc": "a", "n": "8", "mean": "mu", "dof": "7"},
-                             ("x",), lambda v, text: seen.append(v.name) or text)
+                             ("x",), lambda v, code: seen.append(v.name) or code)
     assert seen == ["v", "m"]
-    assert out == {node.outputs[0]: (("x",), "a / 7"), node.outputs[1]: (("x",), "mu")}
+    # each output's template filled in as an expression node (the fields' text inside)
+    assert {v: (row, str(code)) for v, (row, code) in out.items()} == {
+        node.outputs[0]: (("x",), "a / 7"), node.outputs[1]: (("x",), "mu")}
