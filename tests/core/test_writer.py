@@ -95,3 +95,19 @@ def test_an_expr_holds_a_node_never_bare_text():
     assert e.text == "x_1" and e.code == expr.Name("x_1")
     with pytest.raises(TypeError):
         writer.Expr("x_1", "f32")
+
+
+def test_place_outputs_stores_each_row_output_as_it_comes_and_keeps_the_full_ones():
+    events = []
+
+    class Walk(writer.ValueWalk):
+        def place_output(self, v):  # "a" and "c" hold P's elements, the others a row's
+            events.append(("place", v))
+            return v in ("a", "c"), (f"{v}0",)
+
+    last = Walk().place_outputs([(0, "a"), (1, "b"), (2, "c"), (3, "d")],
+                                lambda k, v, at: events.append(("store", k, v, at)))
+    assert last == [(0, "a", ("a0",)), (2, "c", ("c0",))]
+    # a store may teach the index math (``known``) what the next placement reads
+    assert events == [("place", "a"), ("place", "b"), ("store", 1, "b", ("b0",)),
+                      ("place", "c"), ("place", "d"), ("store", 3, "d", ("d0",))]

@@ -216,13 +216,8 @@ class _Lowering(ValueWalk):
         for node in self.region.nodes:
             if node.op in self.REDUCTIONS:
                 self._reduce(node)
-        last = []
-        for k, v in enumerate(self.region.outputs):
-            in_loop, coords = self.place_output(v)
-            if in_loop:
-                last.append((k, v, coords))
-            else:
-                self._store(k, v, coords, self.value_at(v, coords))
+        last = self.place_outputs(enumerate(self.region.outputs),
+                                  lambda k, v, at: self._store(k, v, at, self.value_at(v, at)))
         if last:
             self.em.open()
             for k, v, coords in last:

@@ -25,7 +25,7 @@ its templates (:class:`OpRow` rows), its literals and its statements' spelling.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -331,6 +331,20 @@ class ValueWalk:
         for k, d in enumerate(order):
             coords[d] = stored[k]
         return True, tuple(coords)
+
+    def place_outputs(self, outputs: Iterable[tuple[Any, Value]],
+                      store: Callable[[Any, Value, Coords], None]) -> list[tuple[Any, Value, Coords]]:
+        """:meth:`place_output` of each (key, output) of ``outputs`` in turn: ``store(key, v,
+        coords)`` at once for one stored once per row; returns the others, (key, v, coords)
+        in order, for the last loop over the row."""
+        last = []
+        for key, v in outputs:
+            in_loop, coords = self.place_output(v)
+            if in_loop:
+                last.append((key, v, coords))
+            else:
+                store(key, v, coords)
+        return last
 
     def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
         """A target's veto of a view in this kernel (none by default)."""

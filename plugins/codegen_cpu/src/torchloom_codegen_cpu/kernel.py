@@ -368,13 +368,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self._plan_buffers()
         for node in self.reductions:
             self.reduced.update(lower_reduction(self, node))
-        full_outputs = []
-        for name, v in zip(self.out_names, self.outputs):
-            in_loop, coords = self.place_output(v)
-            if in_loop:
-                full_outputs.append((name, v, coords))
-            else:
-                self.store(name, v, coords)
+        full_outputs = self.place_outputs(zip(self.out_names, self.outputs), self.store)
         if full_outputs or self.columns:
             prefetch_next_row(self)
             em.begin_phase()

@@ -305,15 +305,10 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             lower_looped(self, self.reductions)
         for node in self.reductions if not self.looped else ():
             lower_reduction(self, node)
-        full_outputs = []
-        for i, v in enumerate(self.region.outputs):
-            if self.col is not None and self.col.is_column_output(v):
-                continue  # stored by the finishing kernel
-            in_loop, coords = self.place_output(v)
-            if in_loop:
-                full_outputs.append((i, v, coords))
-            else:
-                self.store(i, v, coords)
+        # (a row + column kernel's column outputs: stored by the finishing kernel)
+        full_outputs = self.place_outputs(
+            [(i, v) for i, v in enumerate(self.region.outputs)
+             if self.col is None or not self.col.is_column_output(v)], self.store)
         if full_outputs:
             em.begin_phase(rnumel, self.r_header)
             for i, v, coords in full_outputs:
