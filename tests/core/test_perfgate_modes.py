@@ -76,7 +76,9 @@ def test_retries_still_accepted_and_multiply_the_budget(pytester):
     pytester.makepyfile(test_retries=RETRIES)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, warnings=1)  # inconclusive warns by default
-    result.stdout.fnmatch_lines(["*INCONCLUSIVE: candidate 1.0*x baseline*120 rounds x 2 calls*"])
+    # the same function on both sides: a speed-up near 1 (0.998x or 1.003x), inconclusive
+    # after the whole budget, doubled by the retry (60 rounds each)
+    result.stdout.fnmatch_lines(["*INCONCLUSIVE: candidate [01].*x baseline*120 rounds x 2 calls*"])
 
 
 def test_warn_times_and_warns_instead_of_failing(gates):
