@@ -55,6 +55,9 @@ class _Printed:
     def __format__(self, spec: str) -> str:
         return format(self.text, spec)
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.text!r})"
+
 
 @attrs.frozen(repr=False)
 class Name(_Printed):
@@ -63,9 +66,6 @@ class Name(_Printed):
     text: str
     precedence = ATOM
     trivial = True
-
-    def __repr__(self) -> str:
-        return f"Name({self.text!r})"
 
 
 @attrs.frozen(repr=False)
@@ -77,9 +77,6 @@ class Literal(_Printed):
     value: Any = None
     precedence = ATOM
     trivial = True
-
-    def __repr__(self) -> str:
-        return f"Literal({self.text!r})"
 
 
 @attrs.frozen(repr=False)
