@@ -47,4 +47,24 @@ def test_costly_calls_and_integer_divisions_are_seen_in_the_structure():
     assert not costly(Declare("float", "t", "fabsf(a) + b"))
     assert divides_integers(Declare("int64_t", "q", "a / 3"))
     assert not divides_integers(Declare("float", "q", "a / 3"))
+    # a tree: asked of each node's own spelling, not of its operands' names
+    a, i = expr.Name("a"), expr.Name("i")
+    assert divides_integers(Declare("int64_t", "q", expr.Op("{0} % {1}", expr.PRODUCT, (a, i))))
+    assert divides_integers(Declare("int64_t", "q", expr.Op("{0} + 1", expr.SUM, (
+        expr.Literal("((int64_t)(ks0 / 2))"),))))
+    assert not divides_integers(Declare("int64_t", "q", expr.Op("{0}[{1}]", expr.POSTFIX, (
+        a, expr.Op("{0} * 2", expr.PRODUCT, (i,))))))
     assert Simd((("max", ("m",)),)).min_max() and not Simd((("+", ("s",)),)).min_max()
+
+
+def test_the_emitter_finds_the_inner_names_an_expression_reads_in_its_tree():
+    from torchloom_codegen_cpu.emitter import Emitter
+
+    em = Emitter()
+    em.inner("r0")
+    em.begin_phase()
+    row = expr.Op("{0} * {1}", expr.PRODUCT, (expr.Name("x0"), expr.Literal("2", 2)))
+    assert not em.emit(row, "i64").inner  # hoisted: reads no inner name
+    assert em.emit(expr.Op("{0} + {1}", expr.SUM, (expr.Name("r0"), row)), "i64").inner
+    assert em.emit("r0 * 3", "i64").inner  # opaque text: its identifiers
+    assert em.is_inner(expr.Op("tl_exp({0})", expr.POSTFIX, ("x0 + r0",)))

@@ -36,3 +36,17 @@ def test_a_function_drops_the_assignments_nothing_reads():
     assert function("k", ["out", "XBLOCK: tl.constexpr"], body).splitlines() == [
         "@triton.jit", "def k(out, XBLOCK: tl.constexpr):", "    x0 = xindex % 4",
         "    tl.store(out + (x0), 1.0, xmask)"]
+
+
+def test_the_emitter_finds_the_reduction_names_an_expression_reads_in_its_tree():
+    from torchloom.api import expr
+
+    from torchloom_codegen_triton.emitter import Emitter
+
+    em = Emitter(looped=True)
+    em.mark_r("rindex")
+    x = expr.Op("{0} // 8", expr.PRODUCT, (expr.Name("xindex"),))
+    assert em.depends_on_x(x) and not em.depends_on_r(x)
+    assert em.depends_on_r(expr.Op("tl.load({0} + {1})", expr.POSTFIX, (x, expr.Name("rindex"))))
+    bound = em.emit(expr.Op("{0} * 2.0", expr.PRODUCT, (expr.Name("rindex"),)), "f32")
+    assert bound.inner and em.depends_on_r(bound.code)  # a name bound to it depends on r

@@ -5,6 +5,10 @@ the regexes over their text gave; their tests run them end to end)."""
 
 from __future__ import annotations
 
+import operator
+
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 from torchloom.api import expr, indexing
 
@@ -38,13 +42,49 @@ def test_wrapped_keeps_trivial_nodes_and_parenthesises_the_rest():
 
 
 def test_fill_keeps_the_node_of_a_one_operand_template():
-    x, two = expr.Name("x"), expr.Literal("2", 2)
+    x = expr.Name("x")
     assert expr.fill("{self}", {"self": x}) is x  # an identity op is its operand
     assert expr.fill("{self}", {"self": "t + 1"}) == expr.Op("t + 1")
-    assert expr.fill("{self} * {other}", {"self": x, "other": two}) == expr.Op("x * 2")
     assert expr.fill("1", {"self": x}) == expr.Literal("1")  # no operand: a constant
     with pytest.raises(KeyError):
         expr.fill("{self} + {other}", {"self": x})
+
+
+def test_fill_builds_an_op_over_its_operands():
+    x, two = expr.Name("x"), expr.Literal("2", 2)
+    product = expr.fill("{self} * {other}", {"self": x, "other": two})
+    assert product == expr.Op("{0} * {1}", expr.LOWEST, (x, two))
+    assert product.operands == (x, two) and product.text == "x * 2"
+    assert product != expr.Op("x * 2")  # the same text, opaque: another tree
+    # an operand named twice is one operand; braces of the template stay text
+    clamp = expr.fill("{min} != {min} ? {{0}} : {self}", {"self": x, "min": "m + 1"})
+    assert clamp.operands == (expr.Op("m + 1"), x)
+    assert clamp.text == "m + 1 != m + 1 ? {0} : x"
+
+
+def test_an_op_prints_its_template_over_its_operands_text():
+    x = expr.Name("x")
+    inner = expr.Op("{0} + 1", expr.SUM, (x,))
+    outer = expr.Op("f({0}) * {1}", expr.PRODUCT, (inner, expr.paren(inner, expr.PRODUCT)))
+    assert str(outer) == f"{outer}" == "f(x + 1) * (x + 1)"
+    assert expr.paren(inner, expr.SUM) is inner
+    assert expr.Op("{0} + 1", expr.SUM, ("y",)).operands == (expr.Op("y"),)  # text: opaque
+    assert repr(inner) == "Op('{0} + 1', 1, (Name('x'),))" and repr(expr.Op("a")) == "Op('a')"
+    with pytest.raises(TypeError):
+        expr.Op("{0}", expr.LOWEST, (3,))  # an operand is a node or text
+
+
+def test_walk_names_and_substitute_follow_the_tree():
+    x, y, n = expr.Name("x"), expr.Name("y"), expr.Literal("((double)ks0)")
+    e = expr.Op("max({0}, {1}) / {2}", expr.PRODUCT, (x, expr.Op("y1 + r0"), n))
+    assert list(expr.walk(e)) == [e, x, expr.Op("y1 + r0"), n]
+    # names: the Name nodes and opaque text's identifiers; not the template's function
+    # names, nor a literal's text
+    assert expr.names(e) == {"x", "y1", "r0"} and expr.names("tl.exp(a)") == {"tl", "exp", "a"}
+    swapped = expr.substitute(e, {"x": y})
+    assert swapped.text == "max(y, y1 + r0) / ((double)ks0)" and swapped.operands[0] is y
+    assert expr.substitute(e, {"z": y}) is e  # nothing to replace: the same node
+    assert expr.substitute(x, {"x": n}) is n
 
 
 def test_index_math_sizes_are_nodes_with_their_precedence():
@@ -55,3 +95,48 @@ def test_index_math_sizes_are_nodes_with_their_precedence():
     assert product.precedence == expr.PRODUCT and ix.size("2*s0") == product.text
     assert expr.par(ix.size_code("s0 + s1")) == "(ks0 + ks1)"
     assert ix.size_code("Max(s0, s1)").precedence == expr.POSTFIX
+
+
+# ---- random integer-arithmetic trees print with the parentheses their precedence asks ----
+
+_OPERATORS = {"+": (expr.SUM, operator.add), "-": (expr.SUM, operator.sub),
+              "*": (expr.PRODUCT, operator.mul)}
+
+
+def _leaf(draw):
+    if draw(st.booleans()):
+        name = draw(st.sampled_from(sorted(_ENV)))
+        return expr.Name(name), _ENV[name]
+    n = draw(st.integers(0, 9))
+    return expr.Literal(str(n), n), n
+
+
+@st.composite
+def _trees(draw, depth=4):
+    """(a tree of names, literals, +, -, * and negation; its value over _ENV)."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return _leaf(draw)
+    if draw(st.integers(0, 4)) == 0:  # negation binds as an operand of nothing
+        e, v = draw(_trees(depth - 1))
+        return expr.Op("-{0}", expr.LOWEST, (expr.paren(e, expr.POSTFIX),)), -v
+    symbol = draw(st.sampled_from(sorted(_OPERATORS)))
+    level, apply = _OPERATORS[symbol]
+    (a, x), (b, y) = draw(_trees(depth - 1)), draw(_trees(depth - 1))
+    # left-associative: the right operand must bind tighter than the operator
+    e = expr.Op(f"{{0}} {symbol} {{1}}", level,
+                (expr.paren(a, level), expr.paren(b, level + 1)))
+    return e, apply(x, y)
+
+
+_ENV = {"a": 3, "b": -7, "c": 11}
+
+
+@hypothesis.given(_trees())
+@hypothesis.settings(max_examples=300, deadline=None)
+def test_random_trees_print_with_correct_parentheses(tree):
+    e, value = tree
+    assert eval(str(e), {}, dict(_ENV)) == value  # noqa: S307 (our own arithmetic)
+    assert expr.names(e) == {n.text for n in expr.walk(e) if isinstance(n, expr.Name)}
+    # substituting each name by its value as a literal keeps the value, without _ENV
+    literals = {k: expr.Literal(f"({v})", v) for k, v in _ENV.items()}
+    assert eval(str(expr.substitute(e, literals)), {}, {}) == value  # noqa: S307

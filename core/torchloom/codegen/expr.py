@@ -1,34 +1,41 @@
-"""A kernel's expressions as structure: what a writer asks of an expression (is it a
-literal, does it need parentheses, can it be used as it is or must it be bound to a name)
-is a question about the node it built, never a match over its text.
+"""A kernel's expressions as trees: what a writer asks of an expression (is it a literal,
+does it need parentheses, can it be used as it is or must it be bound to a name, which
+names does it read) is a question about the nodes it built, never a match over its text.
 
 - :class:`Name`: a name (a value bound by a statement, a parameter, a loop index);
 - :class:`Literal`: a constant the target spells inline: a number (``1.5f``, ``3LL``,
   ``float("-inf")``, ``True``), or a size argument converted to a type
   (``((double)ks0)``); ``value`` is the number when there is one;
-- :class:`Op`: any other expression (an operator, a call, a conversion), with its
-  ``precedence`` (:data:`LOWEST` .. :data:`ATOM`): how tightly it binds as an operand.
+- :class:`Op`: any other expression (an operator, a call, a conversion): its
+  ``template`` with a positional field per operand (``"{0} * {1}"``), its ``operands``
+  (nodes) and its ``precedence`` (:data:`LOWEST` .. :data:`ATOM`): how tightly it binds
+  as an operand. Its text is the template filled with its operands' texts.
 
 Names and literals are *trivial*: a writer uses them as they are (never binds them to a
 name, never puts them in parentheses). A node prints as its text (``str``, f-strings), so
 a renderer spells a statement by formatting its expressions::
 
     >>> x = Name("x"); half = Literal("0.5f", 0.5)
-    >>> e = Op(f"{x} * {half}", PRODUCT)
+    >>> e = Op("{0} * {1}", PRODUCT, (x, half))
     >>> f"{par(e)} + 1"
     '(x * 0.5f) + 1'
-    >>> par(e, PRODUCT), par(half)
-    ('x * 0.5f', '0.5f')
+    >>> par(e, PRODUCT), par(half), sorted(names(e))
+    ('x * 0.5f', '0.5f', ['x'])
+    >>> str(substitute(e, {"x": Name("y")}))
+    'y * 0.5f'
 
-:func:`fill` makes the expression of an op's template (``"{self} * {other}"``) over its
+:func:`fill` makes the tree of an op's template (``"{self} * {other}"``) over its
 operands' nodes: a template that is one operand is that operand's node (an identity op on
-a name is that name, not an expression to bind).
+a name is that name, not an expression to bind). An :class:`Op` without operands is
+opaque text (:func:`code` of a string: a writer's own spelling), a leaf whose names
+:func:`names` finds by scanning its identifiers; every other node is walked.
 """
 
 from __future__ import annotations
 
+import re
 import string
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Union
 
 import attrs
@@ -42,6 +49,9 @@ PRODUCT = 2
 POSTFIX = 3
 #: a name, a literal, text in its own parentheses
 ATOM = 4
+
+#: an identifier in a target's text (what opaque text names)
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Printed:
@@ -79,26 +89,52 @@ class Literal(_Printed):
     trivial = True
 
 
+def _operands(given: Any) -> tuple:
+    return tuple(code(e) for e in given)
+
+
+def _filled(op: Op) -> str:
+    return op.template.format(*op.operands) if op.operands else op.template
+
+
 @attrs.frozen(repr=False)
 class Op(_Printed):
-    """Any other expression, binding as tightly as ``precedence``."""
+    """An expression over ``operands``, binding as tightly as ``precedence``:
+    ``template``'s field ``{k}`` is operand k (``Op("{0} * {1}", PRODUCT, (x, y))``).
+    Without operands it is opaque text, ``template`` verbatim. Two ops are equal when
+    their trees are; ``text`` is derived once, when the op is made."""
 
-    text: str
+    template: str
     precedence: int = LOWEST
+    operands: tuple[Code, ...] = attrs.field(default=(), converter=_operands)
+    text: str = attrs.field(init=False, eq=False,
+                            default=attrs.Factory(_filled, takes_self=True))
     trivial = False
 
+    @property
+    def opaque(self) -> bool:
+        """Whether it is text of unknown shape (no operands to walk)."""
+        return not self.operands
+
     def __repr__(self) -> str:
-        level = "" if self.precedence == LOWEST else f", {self.precedence}"
-        return f"Op({self.text!r}{level})"
+        level = "" if self.precedence == LOWEST and not self.operands else \
+            f", {self.precedence}"
+        operands = f", {self.operands!r}" if self.operands else ""
+        return f"Op({self.template!r}{level}{operands})"
 
 
 Code = Union[Name, Literal, Op]
 
 
 def code(e: Code | str) -> Code:
-    """``e`` as a node: text given as a string is an expression of unknown shape (an
-    :class:`Op` of the lowest precedence, parenthesised wherever it is an operand)."""
-    return Op(e) if isinstance(e, str) else e
+    """``e`` as a node: text given as a string is an expression of unknown shape, opaque
+    (an :class:`Op` without operands, of the lowest precedence: parenthesised wherever
+    it is an operand)."""
+    if isinstance(e, str):
+        return Op(e)
+    if not isinstance(e, (Name, Literal, Op)):
+        raise TypeError(f"an expression is a node or text, not {type(e).__name__}: {e!r}")
+    return e
 
 
 def is_literal(e: Code | str) -> bool:
@@ -106,33 +142,88 @@ def is_literal(e: Code | str) -> bool:
     return isinstance(e, Literal)
 
 
-def par(e: Code | str, within: int = ATOM) -> str:
-    """``e``'s text as an operand of a place binding as tightly as ``within``: in
-    parentheses when ``e`` binds less tightly. The default, :data:`ATOM`, parenthesises
-    everything but names, literals and parenthesised text (what the codegens' kernels have
-    always read)."""
+def paren(e: Code | str, within: int = ATOM) -> Code:
+    """``e`` as an operand of a place binding as tightly as ``within``: itself, or an
+    :class:`Op` parenthesising it when ``e`` binds less tightly."""
     e = code(e)
-    return e.text if e.precedence >= within else f"({e.text})"
+    return e if e.precedence >= within else Op("({0})", ATOM, (e,))
+
+
+def par(e: Code | str, within: int = ATOM) -> str:
+    """The text of :func:`paren`: ``e``'s, in parentheses when it binds less tightly than
+    ``within``. The default, :data:`ATOM`, parenthesises everything but names, literals
+    and parenthesised text (what the codegens' kernels have always read)."""
+    return paren(e, within).text
 
 
 def wrapped(e: Code) -> Code:
-    """``e`` ready to stand as an operand anywhere: itself when trivial, else its text in
+    """``e`` ready to stand as an operand anywhere: itself when trivial, else in
     parentheses (still an expression to bind, not a name)."""
-    return e if e.trivial else Op(f"({e.text})", ATOM)
+    return e if e.trivial else Op("({0})", ATOM, (e,))
+
+
+def walk(e: Code | str) -> Iterator[Code]:
+    """``e`` and every node under it, each before its operands."""
+    stack = [code(e)]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, Op):
+            stack.extend(reversed(node.operands))
+
+
+def names(e: Code | str) -> frozenset[str]:
+    """The names ``e`` reads: its :class:`Name` nodes, and the identifiers of its opaque
+    text (a function or type such text calls is among them). A literal reads none (a
+    size argument it converts is constant over the kernel), nor does an op's template
+    (its function names are the target's, not values)."""
+    found: set[str] = set()
+    for node in walk(e):
+        if isinstance(node, Name):
+            found.add(node.text)
+        elif isinstance(node, Op) and node.opaque:
+            found.update(IDENT.findall(node.template))
+    return frozenset(found)
+
+
+def substitute(e: Code | str, replace: Mapping[str, Code]) -> Code:
+    """``e`` with each :class:`Name` in ``replace`` replaced by its node (opaque text is
+    kept as it is: its names are not nodes)."""
+    e = code(e)
+    if isinstance(e, Name):
+        return replace.get(e.text, e)
+    if isinstance(e, Op) and e.operands:
+        operands = tuple(substitute(o, replace) for o in e.operands)
+        if operands != e.operands:
+            return Op(e.template, e.precedence, operands)
+    return e
 
 
 def fill(template: str, named: Mapping[str, Code | str]) -> Code:
     """The expression of ``template`` (``"{self} * {other}"``) over the operands ``named``
     (nodes, or text: :func:`code`): the operand itself for a template that is one operand
     (``"{self}"``), a :class:`Literal` for a template without operands (``"1"``: isfinite
-    of an integer), else an :class:`Op` of its text (:data:`LOWEST`: its shape is the
-    template's); KeyError for an operand ``named`` lacks."""
+    of an integer), else an :class:`Op` over the operands it names, each once and in the
+    order it first appears (:data:`LOWEST`: its shape is the template's); KeyError for
+    an operand ``named`` lacks."""
     if template.startswith("{") and template.endswith("}") and template[1:-1] in named:
         return code(named[template[1:-1]])
-    if not any(field is not None for _, field, _, _ in string.Formatter().parse(template)):
+    fields: dict[str, int] = {}
+    parts = []
+    for text, field, spec, conversion in string.Formatter().parse(template):
+        parts.append(text.replace("{", "{{").replace("}", "}}"))
+        if field is None:
+            continue
+        if field not in named:
+            raise KeyError(field)
+        k = fields.setdefault(field, len(fields))
+        parts.append(f"{{{k}{'!' + conversion if conversion else ''}"
+                     f"{':' + spec if spec else ''}}}")
+    if not fields:
         return Literal(template.format())  # no operand: the op's value is a constant
-    return Op(template.format(**named))
+    return Op("".join(parts), LOWEST, tuple(named[f] for f in fields))
 
 
-__all__ = ["ATOM", "Code", "LOWEST", "Literal", "Name", "Op", "POSTFIX", "PRODUCT", "SUM",
-           "code", "fill", "is_literal", "par", "wrapped"]
+__all__ = ["ATOM", "Code", "IDENT", "LOWEST", "Literal", "Name", "Op", "POSTFIX", "PRODUCT",
+           "SUM", "code", "fill", "is_literal", "names", "par", "paren", "substitute",
+           "walk", "wrapped"]

@@ -41,7 +41,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.codegen.expr import LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name, Op, par
+from torchloom.codegen.expr import LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name, Op, paren
 from torchloom.ir.graph import Value
 from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, parse_dim, symbols_of
 from torchloom.ir.types import TensorType
@@ -75,7 +75,8 @@ class Language:
 
     name: str
     floor_div: str  # the integer division operator
-    #: size-expression function -> template over its (parenthesised) arguments
+    #: size-expression function -> template over its (parenthesised) arguments, ``{0}``,
+    #: ``{1}``: an :class:`~torchloom.codegen.expr.Op`'s
     functions: Mapping[str, str]
 
 
@@ -208,7 +209,8 @@ class IndexMath:
 
     def size_code(self, dim: Dim) -> Code:
         """``dim`` as an expression node (:mod:`torchloom.codegen.expr`): a literal for an
-        int, a name for a size argument, an op with its precedence for the rest."""
+        int, a name for a size argument, an op over its operands' nodes (parenthesised by
+        precedence) for the rest."""
         if isinstance(dim, int):
             return Literal(str(dim), dim)
         if dim is None:
@@ -217,8 +219,9 @@ class IndexMath:
 
     def _print(self, node: ast.AST) -> Code:
         if isinstance(node, ast.Constant):
-            text = str(node.value)
-            return Literal(text, node.value) if node.value >= 0 else Op(text, LOWEST)
+            if node.value >= 0:
+                return Literal(str(node.value), node.value)
+            return Op("-{0}", LOWEST, (Literal(str(-node.value), -node.value),))
         if self.whole and not isinstance(node, ast.Name):
             name = self.whole.get(ast.unparse(node))
             if name is not None:
@@ -232,37 +235,37 @@ class IndexMath:
             operand = self._print(node.operand)
             if isinstance(node.op, ast.UAdd):
                 return operand
-            return Op(f"-{par(operand, POSTFIX)}", LOWEST)
+            return Op("-{0}", LOWEST, (paren(operand, POSTFIX),))
         if isinstance(node, ast.BinOp):
             if isinstance(node.op, ast.Pow):
-                base = par(self._print(node.left), PRODUCT)
+                base = paren(self._print(node.left), PRODUCT)
                 n = node.right.value
-                return Op(" * ".join([base] * n), PRODUCT) if n else Literal("1", 1)
+                return Op(" * ".join(["{0}"] * n), PRODUCT, (base,)) if n else Literal("1", 1)
             level = _PRECEDENCE.get(type(node.op))
             if level is None:
                 raise Unsupported(f"size expression {ast.unparse(node)!r}: true division")
             op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%",
                   ast.FloorDiv: self.language.floor_div}[type(node.op)]
-            left = par(self._print(node.left), level)
-            right = par(self._print(node.right), level + 1)
-            return Op(f"{left} {op} {right}", level)
+            left = paren(self._print(node.left), level)
+            right = paren(self._print(node.right), level + 1)
+            return Op(f"{{0}} {op} {{1}}", level, (left, right))
         name = node.func.id
-        args = [par(self._print(a), POSTFIX) for a in node.args]
+        args = [paren(self._print(a), POSTFIX) for a in node.args]
         div = self.language.floor_div
         if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
-            return Op(f"{args[0]} {div} {args[1]}", PRODUCT)
+            return Op(f"{{0}} {div} {{1}}", PRODUCT, args)
         if name in ("Mod", "PythonMod") and len(args) == 2:
-            return Op(f"{args[0]} % {args[1]}", PRODUCT)
+            return Op("{0} % {1}", PRODUCT, args)
         if name == "CeilDiv" and len(args) == 2:
-            return Op(f"({args[0]} + {args[1]} - 1) {div} {args[1]}", PRODUCT)
+            return Op(f"({{0}} + {{1}} - 1) {div} {{1}}", PRODUCT, args)
         template = self.language.functions.get(name)
         if template is None or len(args) < (1 if name == "Abs" else 2):
             raise Unsupported(f"size expression {ast.unparse(node)!r}: {name} has no "
                               f"{self.language.name} form")
-        text = args[0]
+        e = args[0]  # the language's templates are positional: {0}, {1}
         for arg in args[1:] or [None]:  # Max(a, b, c) = Max(Max(a, b), c)
-            text = template.format(text, arg)
-        return Op(text, POSTFIX)
+            e = Op(template, POSTFIX, (e,) if arg is None else (e, arg))
+        return e
 
     def _times(self, c: str, stride: Dim) -> str:
         return c if stride == 1 else f"{_par(c)} * {_par(self.size(stride))}"

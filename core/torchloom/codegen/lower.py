@@ -101,7 +101,8 @@ class _Scopes:
     def convert(self, e: Expr, dtype: str) -> Expr:
         if e.dtype == dtype:
             return e
-        return Expr(Op(self.renderer.convert(e.text, e.dtype, dtype)), dtype)
+        # the renderer's spelling (text): an opaque node
+        return Expr(expr.code(self.renderer.convert(e.text, e.dtype, dtype)), dtype)
 
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit conversion to IR dtype ``ir_dtype``: bf16/f16 round, as f32."""
@@ -262,11 +263,12 @@ class _Lowering(ValueWalk):
             acc = self._var(kind, dtype)
             self._fold(kind, acc, src, dtype)
         rank = len(self.shape)
+        correction = var_correction(node)
+        dof = Op("({0} - {1})", expr.ATOM, (n, Literal(str(correction), correction)))
         for out, template in zip(node.outputs, spec.outputs):
             t = out.type
             code = expr.fill(template, dict(
-                acc=Name(acc), n=n, mean=Name(mean), value=Name(value),
-                dof=Op(f"({n} - {var_correction(node)})", expr.ATOM)))
+                acc=Name(acc), n=n, mean=Name(mean), value=Name(value), dof=dof))
             e = self.em.emit(code, COMPUTE[t.dtype], out.name)
             if t.dtype in _LOW:
                 e = self.em.cast(e, t.dtype)

@@ -3,10 +3,11 @@
 A writer's statements are objects, not lines of text: a codegen builds them, transforms
 them (masks a loop's side effects, drops declarations nothing reads, rebounds a loop) and
 only then renders them in its language. An expression is a node of
-:mod:`torchloom.codegen.expr` (a name, a literal, an op with its precedence: what a renderer
-asks to parenthesise it) or the target's text (an expression of unknown shape); what a
-transform needs to know of one (the names it reads, the elements ``pointer[offset]`` it
-touches, the functions it calls) is found once, when its statement is built (:func:`scan`).
+:mod:`torchloom.codegen.expr` (a name, a literal, an op over its operands with its
+precedence: what a renderer asks to parenthesise it) or the target's text (an expression
+of unknown shape); what a transform needs to know of one (the names it reads, the elements
+``pointer[offset]`` it touches, the functions it calls) is found once, when its statement
+is built (:func:`scan`, over its printed text: loads and offsets are still text).
 
 - :class:`Declare`: ``const T name = expr;``, a value bound once;
 - :class:`Var`: ``T name = expr;``, a variable statements after it update (an
@@ -35,8 +36,7 @@ from typing import Any, Union
 
 import attrs
 
-from torchloom.codegen.expr import Code
-from torchloom.codegen.writer import IDENT
+from torchloom.codegen.expr import IDENT, Code
 
 #: an expression of a statement: a node, or the target's text
 Text = Union[str, Code]

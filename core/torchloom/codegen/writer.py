@@ -24,7 +24,6 @@ its templates (:class:`OpRow` rows), its literals and its statements' spelling.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -34,8 +33,6 @@ import torch
 from torchloom.codegen.expr import Code, Literal, Name, Op, wrapped
 from torchloom.codegen.indexing import Coords, Unsupported, memory_order, prod, same
 from torchloom.ir import DTYPES, InputRef, Node, ScalarType, TensorType, Value
-
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
 COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64",

@@ -202,8 +202,9 @@ def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
             e = em.cast(e, ir_dtype)
         if value.uses:  # read by a later walk: the block's array (its accumulator)
             em.statement(stmt.Store(stmt.Element(acc, "x - c0"), e.code), True)
-            e = Expr(expr.Op(f"{acc}[x - c0]", expr.POSTFIX) if e.dtype == dtype else
-                     expr.Op(f"({CTYPE[e.dtype]}){acc}[x - c0]"), e.dtype, True)
+            element = expr.Op("{0}[{1}]", expr.POSTFIX, (expr.Name(acc), "x - c0"))
+            e = Expr(element if e.dtype == dtype else
+                     expr.Op(f"({CTYPE[e.dtype]}){{0}}", expr.LOWEST, (element,)), e.dtype, True)
         keepdim = bool(node.attrs.get("keepdim", False))
         coords = tuple("0" if d in w.rdims else kept[d] for d in range(len(w.shape))) \
             if keepdim else tuple(xs)

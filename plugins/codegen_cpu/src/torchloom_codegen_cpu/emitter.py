@@ -21,7 +21,6 @@ from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE
 from torchloom_codegen_cpu.render import Simd, costly, divides_integers, par
 
 Expr = writer.Expr
-_IDENT = writer.IDENT
 
 #: elements per block of a row loop: one AVX-512 vector of f32 (see Emitter.end_row_phase)
 TAIL = 16
@@ -156,8 +155,9 @@ class Emitter(writer.Statements):
         self.overrun = offsets
 
     # ---- statements --------------------------------------------------------------------
-    def is_inner(self, text: str) -> bool:
-        return any(tok in self.inner_names for tok in _IDENT.findall(text))
+    def is_inner(self, e: expr.Code | str) -> bool:
+        """Whether expression ``e`` reads a name that depends on the inner index."""
+        return not expr.names(e).isdisjoint(self.inner_names)
 
     def reads_inner(self, statement) -> bool:
         """Whether ``statement`` mentions a name that depends on the inner index."""
@@ -169,7 +169,7 @@ class Emitter(writer.Statements):
         or a literal is used as it is."""
         code = expr.code(text)
         text = code.text
-        inner = self.is_inner(text) if inner is None else inner
+        inner = self.is_inner(code) if inner is None else inner
         if code.trivial:
             return Expr(code, dtype, inner)
         inner = inner and self._phase is not None

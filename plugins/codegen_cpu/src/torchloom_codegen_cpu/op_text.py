@@ -91,7 +91,8 @@ def _tabulated(node: Node, template: str, named: dict[str, expr.Code], compute: 
     if found is None:
         return None
     definition, function = found
-    return expr.Op(f"{function}({named[tensors[0]]})", expr.POSTFIX), (function, definition)
+    read = expr.Op(f"{function}({{0}})", expr.POSTFIX, (named[tensors[0]],))
+    return read, (function, definition)
 
 
 def minus_max(v: Value) -> bool:

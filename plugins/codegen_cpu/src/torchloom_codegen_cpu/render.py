@@ -121,6 +121,13 @@ def costly(s) -> bool:
 
 
 def divides_integers(s) -> bool:
-    """Whether a declaration of an integer divides (or takes a remainder) anywhere."""
-    return isinstance(s, stmt.Declare) and s.ctype in _INTEGERS and (
-        "/" in str(s.expr) or "%" in str(s.expr))
+    """Whether a declaration of an integer divides (or takes a remainder) anywhere: a
+    node of its expression spells ``/`` or ``%`` (an op in its template, opaque text or a
+    literal in its text: a size converted to a constant may divide)."""
+    return isinstance(s, stmt.Declare) and s.ctype in _INTEGERS and any(
+        "/" in spelt or "%" in spelt for spelt in map(_own_text, expr.walk(s.expr)))
+
+
+def _own_text(node: expr.Code) -> str:
+    """What ``node`` itself spells, its operands' text left out (an op's template)."""
+    return node.template if isinstance(node, expr.Op) else node.text

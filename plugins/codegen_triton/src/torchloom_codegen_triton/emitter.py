@@ -18,7 +18,6 @@ from torchloom.api import expr, stmt, writer
 from torchloom_codegen_triton.ops import COMPUTE, STORAGE
 
 Expr = writer.Expr
-_IDENT = writer.IDENT
 #: an expression's text, in parentheses unless it is a name or a literal
 par = expr.par
 
@@ -60,18 +59,20 @@ class Emitter(writer.Statements):
         self.rnames.update(names)
 
     # ---- statements --------------------------------------------------------------------
-    def depends_on_r(self, text: str) -> bool:
-        return any(tok in self.rnames for tok in _IDENT.findall(text))
+    def depends_on_r(self, e: expr.Code | str) -> bool:
+        """Whether expression ``e`` reads a name that depends on the reduction index."""
+        return not expr.names(e).isdisjoint(self.rnames)
 
-    def depends_on_x(self, text: str) -> bool:
-        return any(tok in self.xnames for tok in _IDENT.findall(text))
+    def depends_on_x(self, e: expr.Code | str) -> bool:
+        """Whether expression ``e`` reads a name that varies along the rows."""
+        return not expr.names(e).isdisjoint(self.xnames)
 
     def emit(self, text: expr.Code | str, dtype: str, hint: str = "t",
              rdep: bool | None = None) -> Expr:
         """Bind ``text`` to a name (reusing an earlier identical statement in scope); a
         name or a literal is used as it is."""
         code = expr.code(text)
-        rdep = self.depends_on_r(code.text) if rdep is None else rdep
+        rdep = self.depends_on_r(code) if rdep is None else rdep
         if code.trivial:
             return Expr(code, dtype, rdep)
         name, new = self.bind(code.text, hint, rdep and self.looped,
