@@ -23,11 +23,12 @@ aot_autograd's and the call itself.
   FX-graph, AOT-autograd and C++ caches all start empty);
 - warm: a second fresh process over the same directories (every cache hits).
 
-Two floors are measured beside the warm runs, each in a fresh process: ``dynamo`` (the row
-under ``torch.compile(backend="eager")``: Dynamo's trace and guards, no aot_autograd, the
-graph run by eager: what any ``torch.compile`` backend pays before its own work) and
-``uncompiled`` (the row's first call without ``torch.compile``: its ops' own first-call
-costs, allocator and thread-pool start-up).
+With ``TORCHLOOM_BENCH_FULL=1``, two floors are measured beside the warm runs, each in a
+fresh process: ``dynamo`` (the row under ``torch.compile(backend="eager")``: Dynamo's trace
+and guards, no aot_autograd, the graph run by eager: what any ``torch.compile`` backend
+pays before its own work) and ``uncompiled`` (the row's first call without
+``torch.compile``: its ops' own first-call costs, allocator and thread-pool start-up).
+They gate nothing (about 15 s of a CI run: not there).
 
 Gates: cold first call torchloom / Inductor <= ``COLD_RATIO`` (0.3, the issue's goal for
 the MLP training step) on both rows; warm, torchloom's own part <= ``WARM_OWN_SECONDS`` and
@@ -136,18 +137,25 @@ def _installed() -> dict:
     return {"plugins": sorted(load_plugins().codegens)}
 
 
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    """torchloom imported once in a fresh interpreter (its bytecode written)."""
+    return _run({"TORCHLOOM_CACHE_DIR": str(tmp_path_factory.mktemp("installed")),
+                 "TORCHLOOM_REMOTE_CACHE": ""}, "--installed")
+
+
 @pytest.mark.parametrize("name", ROWS)
-def test_cold_and_warm_first_call(benchmark, tmp_path, name):
+def test_cold_and_warm_first_call(benchmark, tmp_path, installed, name):
     env = {"TORCHLOOM_CACHE_DIR": str(tmp_path / "torchloom"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
            "TORCHLOOM_REMOTE_CACHE": ""}
-
-    assert "cpu" in _run(env, "--installed")["plugins"]
+    assert "cpu" in installed["plugins"]
+    floors = ("dynamo", "uncompiled") if os.environ.get("TORCHLOOM_BENCH_FULL") == "1" else ()
 
     def measure():
         cold = {b: _run(env, "--backend", b, "--row", name) for b in ("torchloom", "inductor")}
         warm = {b: _run(env, "--backend", b, "--row", name)
-                for b in ("torchloom", "inductor", "dynamo", "uncompiled")}
+                for b in ("torchloom", "inductor", *floors)}
         return cold, warm
     cold, warm = benchmark.pedantic(measure, rounds=1, iterations=1)
     ours, theirs = cold["torchloom"], cold["inductor"]
@@ -161,9 +169,9 @@ def test_cold_and_warm_first_call(benchmark, tmp_path, name):
           f"import {warm['torchloom']['torchloom_import_s']:.3f} s, compiler "
           f"{warm['torchloom']['compiler_init_s']:.3f} s), "
           f"Inductor {warm['inductor']['first_call_s']:.2f} s (shared imports before: "
-          f"{ours['import_s']:.2f} s); floors: Dynamo alone (backend='eager') "
+          f"{ours['import_s']:.2f} s)" + ("; floors: Dynamo alone (backend='eager') "
           f"{warm['dynamo']['first_call_s']:.2f} s, uncompiled "
-          f"{warm['uncompiled']['first_call_s']:.2f} s")
+          f"{warm['uncompiled']['first_call_s']:.2f} s" if floors else ""))
     assert ratio <= COLD_RATIO
     assert warm["torchloom"]["first_call_s"] <= WARM_RATIO * warm["inductor"]["first_call_s"]
     assert _own(warm["torchloom"]) <= WARM_OWN_SECONDS
