@@ -6,7 +6,7 @@ reshape; Whisper's layer_norm backward whose input gradient leaves the group tra
 The first two are written as the reduction's nest (storing the reduction results, as
 outputs or scratch) and pointwise nests after it (function._after_the_rows); a permuted
 output of the reduced shape's element count is stored in its memory order, where its
-values read their own rows (writer.place_output)."""
+values read their own rows (placement.OutputPlacement.place_output)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_these_groups_were_on_eager_without_the_plan(tmp_path, monkeypatch):
 
 
 def test_the_transposed_output_was_on_eager_in_logical_order(tmp_path, monkeypatch):
-    from torchloom.codegen import writer
-    monkeypatch.setattr(writer, "memory_order", lambda t: tuple(range(len(t.shape))))
+    from torchloom.codegen import placement
+    monkeypatch.setattr(placement, "memory_order", lambda t: tuple(range(len(t.shape))))
     x, g, w = torch.randn(1, 512, 32), torch.randn(1, 512, 32), torch.randn(32)
     assert "eager" in _check(norm_backward_transposed, [x, g, w], tmp_path)

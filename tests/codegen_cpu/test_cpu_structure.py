@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import torchloom.codegen.placement
 import torchloom.codegen.schedule
 import torchloom.codegen.writer
 import torchloom_codegen_cpu
@@ -90,7 +91,8 @@ def _self_fields(function: ast.FunctionDef) -> dict[str, int]:
 
 def test_every_attribute_is_declared_in_init():
     trees = [*MODULES.values(), *(ast.parse(pathlib.Path(m.__file__).read_text()) for m in
-                                  (torchloom.codegen.writer, torchloom.codegen.schedule))]
+                                  (torchloom.codegen.writer, torchloom.codegen.schedule,
+                                   torchloom.codegen.placement))]
     classes = {c.name: c for tree in trees for c in ast.walk(tree)
                if isinstance(c, ast.ClassDef)}
 
@@ -121,7 +123,8 @@ def test_every_attribute_is_declared_in_init():
                    if isinstance(c, ast.ClassDef) and c.name == "Writer"]
     promised = {n.target.id if isinstance(n, ast.AnnAssign) else n.name
                 for n in protocol.body if isinstance(n, (ast.AnnAssign, ast.FunctionDef))}
-    # (the core's mixins: the value walk, and the nest plan's fields as properties)
-    methods = {f.name for name in ("KernelWriter", "ValueWalk", "PlannedNest")
+    # (the core's mixins: the value walk with its output placement, and the nest plan's
+    # fields as properties)
+    methods = {f.name for name in ("KernelWriter", "ValueWalk", "OutputPlacement", "PlannedNest")
                for f in classes[name].body if isinstance(f, ast.FunctionDef)}
     assert promised - declared("KernelWriter") - methods == set()

@@ -26,7 +26,7 @@ One object per kernel, bound to a language and to the names of its size argument
 of coordinates was delinearised from, so linearising them again gives that index back.
 Module functions work on dims without printing: :func:`checked_tensor_type` (a value's type
 when a native codegen can touch it), :func:`prod` (a product, an int when every
-factor is one), :func:`same` (equal at every runtime size) and :func:`sample_value` (a
+factor is one), :func:`same` (equal at every runtime size; :func:`same_shape`, every dim so) and :func:`sample_value` (a
 dim's value at a representative size, for choices that only cost speed). What the math
 cannot express raises :class:`Unsupported` with the reason (a codegen declines the group with it).
 Division and modulo are exact for the non-negative operands sizes and indices are.
@@ -180,6 +180,11 @@ def same(a: Dim, b: Dim) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     return a == b or _points(a) == _points(b)
+
+
+def same_shape(a: Sequence, b: Sequence) -> bool:
+    """Whether shapes ``a`` and ``b`` are equal at every runtime size."""
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
 _PRECEDENCE = {ast.Add: SUM, ast.Sub: SUM, ast.Mult: PRODUCT, ast.FloorDiv: PRODUCT,

@@ -12,26 +12,29 @@ its templates (:class:`OpRow` rows), its literals and its statements' spelling.
   (reduced or SIMD) index);
 - :class:`Statements`: SSA-style statements numbered by their text, with *phases* (loops
   over the inner index) whose loop-invariant statements go before the loop;
-- :class:`ValueWalk`: the value walk, a mixin of the target's writer;
+- :class:`ValueWalk`: the value walk, a mixin of the target's writer (with the output
+  placement of a reduction kernel, :class:`~torchloom.codegen.placement.OutputPlacement`);
 - rows shared by the pointwise tables: :func:`comparisons`, :func:`alpha_rows`,
   :func:`clamp_rows`;
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
   its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
 - :class:`OpRow`, a pointwise op's row in a target's table;
 - helpers: :func:`named_args`, :func:`output_names`, :func:`promote_dtype`,
-  :func:`reduced_dims`, :func:`var_correction`, :func:`same_shape`.
+  :func:`reduced_dims`, :func:`var_correction`, :func:`same_shape` (indexing's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
 import torch
 
 from torchloom.codegen.expr import Code, Literal, Name, Op, wrapped
-from torchloom.codegen.indexing import Coords, Unsupported, memory_order, prod, same
+from torchloom.codegen.indexing import Coords, Unsupported
+from torchloom.codegen.indexing import same_shape  # noqa: F401 (re-exported: writers' helper)
+from torchloom.codegen.placement import OutputPlacement
 from torchloom.ir import DTYPES, InputRef, Node, ScalarType, TensorType, Value
 
 #: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
@@ -206,7 +209,7 @@ class Statements:
         return body
 
 
-class ValueWalk:
+class ValueWalk(OutputPlacement):
     """The value walk of a kernel writer (mixed into the target's ``KernelWriter``).
 
     The writer has ``em`` (its emitter: ``emit``, ``convert``, ``cast``), ``ix`` (its
@@ -277,26 +280,6 @@ class ValueWalk:
             return e
         return self._pointwise(node, v, t, coords)
 
-    def output_place(self, v: Value) -> str:
-        """Which elements a reduction kernel's output ``v`` holds (the writer has ``shape``
-        P, ``rdims``, ``kept_shape``, ``rows`` and ``numel``): ``"full"`` (P's), ``"keepdim"``
-        (a row's result, P with the reduced dims 1), ``"row"`` (the kept dims), ``"rows"``
-        (another view of the rows), ``"full view"`` (another view of P: element i goes to
-        i)."""
-        shape = tuple(self.tensor_type(v).shape)
-        if same_shape(shape, self.shape):
-            return "full"
-        if same_shape(shape, [1 if d in self.rdims else s for d, s in enumerate(self.shape)]):
-            return "keepdim"
-        if same_shape(shape, self.kept_shape):
-            return "row"
-        if same(prod(shape), self.rows):
-            return "rows"
-        if same(prod(shape), self.numel):
-            return "full view"
-        raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the elements "
-                          f"of the reduced shape {list(self.shape)} nor those of a row")
-
     def row_input(self, reduction: Node) -> Callable[[], Any]:
         """``reduction``'s input at element (x, r) of the row (the writer's ``full``)."""
         return lambda: self.value_at(reduction.inputs[0], self.full)
@@ -304,44 +287,6 @@ class ValueWalk:
     def row_of(self, reduction: Node) -> Coords:
         """Where ``reduction``'s results are read: ``row``, or ``row_keepdim`` (keepdim)."""
         return self.row_keepdim if reduction.attrs.get("keepdim", False) else self.row
-
-    def place_output(self, v: Value) -> tuple[bool, Coords]:
-        """Where a reduction kernel stores output ``v`` (:meth:`output_place`; the writer
-        also has the coordinates ``full``, ``row``, ``row_keepdim``): (stored in the last
-        loop over the row, at these coordinates)."""
-        place = self.output_place(v)
-        shape = tuple(self.tensor_type(v).shape)
-        if place == "full":
-            return True, self.full
-        if place == "keepdim":
-            return False, self.row_keepdim
-        if place == "row":
-            return False, self.row
-        if place == "rows":
-            return False, self.ix.reshape(self.row, self.kept_shape, shape, self.known)
-        # another view of P: P's element i goes to the output's i-th element in memory
-        # order, so a permuted output (a transposed gradient) reads its values at their
-        # own rows (in logical order, a row result would be read at other rows)
-        order = memory_order(self.tensor_type(v))
-        stored = self.ix.reshape(self.full, self.shape, [shape[d] for d in order], self.known)
-        coords = [""] * len(shape)
-        for k, d in enumerate(order):
-            coords[d] = stored[k]
-        return True, tuple(coords)
-
-    def place_outputs(self, outputs: Iterable[tuple[Any, Value]],
-                      store: Callable[[Any, Value, Coords], None]) -> list[tuple[Any, Value, Coords]]:
-        """:meth:`place_output` of each (key, output) of ``outputs`` in turn: ``store(key, v,
-        coords)`` at once for one stored once per row; returns the others, (key, v, coords)
-        in order, for the last loop over the row."""
-        last = []
-        for key, v in outputs:
-            in_loop, coords = self.place_output(v)
-            if in_loop:
-                last.append((key, v, coords))
-            else:
-                store(key, v, coords)
-        return last
 
     def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
         """A target's veto of a view in this kernel (none by default)."""
@@ -435,11 +380,6 @@ def upstream_nodes(values: Sequence[Value]) -> set[Node]:
             found.add(node)
             stack.extend(node.inputs)
     return found
-
-
-def same_shape(a: Sequence, b: Sequence) -> bool:
-    """Whether shapes ``a`` and ``b`` are equal at every runtime size."""
-    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
 def _shape(v: Value) -> tuple:
