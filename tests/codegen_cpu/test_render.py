@@ -68,3 +68,16 @@ def test_the_emitter_finds_the_inner_names_an_expression_reads_in_its_tree():
     assert em.emit(expr.Op("{0} + {1}", expr.SUM, (expr.Name("r0"), row)), "i64").inner
     assert em.emit("r0 * 3", "i64").inner  # opaque text: its identifiers
     assert em.is_inner(expr.Op("tl_exp({0})", expr.POSTFIX, ("x0 + r0",)))
+
+
+def test_conversions_are_ops_over_the_value_they_convert():
+    from torchloom_codegen_cpu.emitter import Emitter, Expr
+
+    em = Emitter()
+    a = expr.Name("a")
+    converted = em.convert(Expr(a, "f64"), "f32")
+    [declared] = em.lines
+    assert declared.expr == expr.Op("(float){0}", expr.LOWEST, (a,))
+    assert f"{declared.expr}" == "(float)a" and converted.code == expr.Name(declared.name)
+    em.cast(Expr(a, "f32"), "bf16")
+    assert em.lines[-1].expr == expr.Op("tl_round_bf16({0})", expr.POSTFIX, (a,))

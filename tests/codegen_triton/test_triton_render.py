@@ -50,3 +50,16 @@ def test_the_emitter_finds_the_reduction_names_an_expression_reads_in_its_tree()
     assert em.depends_on_r(expr.Op("tl.load({0} + {1})", expr.POSTFIX, (x, expr.Name("rindex"))))
     bound = em.emit(expr.Op("{0} * 2.0", expr.PRODUCT, (expr.Name("rindex"),)), "f32")
     assert bound.inner and em.depends_on_r(bound.code)  # a name bound to it depends on r
+
+
+def test_conversions_are_ops_over_the_value_they_convert():
+    from torchloom.api import expr
+
+    from torchloom_codegen_triton.emitter import Emitter, Expr
+
+    em = Emitter(looped=False)
+    a = expr.Name("a")
+    em.convert(Expr(a, "f64"), "f32")
+    [assigned] = em.lines
+    assert assigned.expr == expr.Op("{0}.to(tl.float32)", expr.POSTFIX, (a,))
+    assert expr.substitute(assigned.expr, {"a": expr.Name("b")}).text == "b.to(tl.float32)"

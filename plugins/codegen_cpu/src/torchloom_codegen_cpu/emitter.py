@@ -321,14 +321,16 @@ class Emitter(writer.Statements):
         """``e`` as compute dtype ``dtype`` (C conversion, no rounding beyond the target)."""
         if e.dtype == dtype:
             return e
+        operand = (expr.paren(e.code),)
         if dtype == "b8":
-            return self.emit(f"{par(e.code)} != 0", "b8", "b")
-        converted = self.emit(f"({CTYPE[dtype]}){par(e.code)}", dtype, "cvt")
+            return self.emit(expr.Op("{0} != 0", expr.LOWEST, operand), "b8", "b")
+        converted = self.emit(expr.Op(f"({CTYPE[dtype]}){{0}}", expr.LOWEST, operand), dtype,
+                              "cvt")
         if e.text in self.truncated and dtype in ("f32", "f64"):
             # gcc folds (float)(int)x into trunc(x), which keeps -0.5's sign: -0.0 where
             # the int was 0 (a select of a literal zero it keeps)
-            return self.emit(f"{converted.text} == 0 ? ({CTYPE[dtype]})0 : {converted.text}",
-                             dtype, "cvt")
+            return self.emit(expr.Op(f"{{0}} == 0 ? ({CTYPE[dtype]})0 : {{0}}", expr.LOWEST,
+                                     (converted.code,)), dtype, "cvt")
         return converted
 
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
@@ -339,9 +341,8 @@ class Emitter(writer.Statements):
             source = self.convert(e, "f32")
             if self.exact.get(source.text) == ir_dtype:
                 return source
-            text = (f"tl_round_bf16({source.text})" if ir_dtype == "bf16"
-                    else f"tl_round_f16({source.text})")
-            rounded = self.emit(text, "f32", "rnd")
+            rounded = self.emit(expr.Op(f"tl_round_{ir_dtype}({{0}})", expr.POSTFIX,
+                                        (source.code,)), "f32", "rnd")
             self.unrounded[rounded.text] = source.code
             return rounded
         if e.dtype in ("f32", "f64") and target not in ("f32", "f64", "b8"):
@@ -349,10 +350,10 @@ class Emitter(writer.Statements):
             # (the prelude's tl_f2i32...: undefined in C)
             source = "f" if e.dtype == "f32" else "d"
             wide = "64" if target in ("i64", "u8") else "32"  # uint8 wraps from int64
-            text = f"tl_{source}2i{wide}({e.text})"
+            code = expr.Op(f"tl_{source}2i{wide}({{0}})", expr.POSTFIX, (e.code,))
             if target not in ("i64", "i32"):  # narrower ints wrap from int32 (uint8: 64)
-                text = f"({CTYPE[target]}){text}"
-            truncated = self.emit(text, target, "cvt")
+                code = expr.Op(f"({CTYPE[target]}){{0}}", expr.LOWEST, (code,))
+            truncated = self.emit(code, target, "cvt")
             self.truncated.add(truncated.text)
             return truncated
         return self.convert(e, target)

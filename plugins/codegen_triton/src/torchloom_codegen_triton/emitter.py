@@ -106,9 +106,11 @@ class Emitter(writer.Statements):
         literal = expr.is_literal(e.code)  # a number takes the type it is used at
         if e.dtype == dtype or (literal and dtype != "b8"):
             return Expr(e.code, dtype, e.inner) if literal else e
+        operand = (expr.paren(e.code),)
         if dtype == "b8":
-            return self.emit(f"{par(e.code)} != 0", "b8", "b")
-        return self.emit(f"{par(e.code)}.to({STORAGE[dtype]})", dtype, "cvt")
+            return self.emit(expr.Op("{0} != 0", expr.LOWEST, operand), "b8", "b")
+        return self.emit(expr.Op(f"{{0}}.to({STORAGE[dtype]})", expr.POSTFIX, operand), dtype,
+                         "cvt")
 
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit cast in the program: rounds to ``ir_dtype`` exactly as eager does."""
@@ -117,11 +119,15 @@ class Emitter(writer.Statements):
             x = self.convert(e, "f32").code
             if not self.hardware_bf16:
                 self.use("_round_to_bf16")
-            rounded = self.emit(f"{par(x)}.to(tl.bfloat16).to(tl.float32)" if self.hardware_bf16
-                                else f"_round_to_bf16({x})", "f32", "rnd")
+            rounded = self.emit(
+                expr.Op("{0}.to(tl.bfloat16).to(tl.float32)", expr.POSTFIX, (expr.paren(x),))
+                if self.hardware_bf16 else expr.Op("_round_to_bf16({0})", expr.POSTFIX, (x,)),
+                "f32", "rnd")
             self.bf16_exact[rounded.text] = x
             return rounded
         if ir_dtype != target:  # f16: round, keep computing in f32
-            rounded = self.emit(f"{par(e.code)}.to({STORAGE[ir_dtype]})", ir_dtype, "rnd")
-            return self.emit(f"{rounded.text}.to({STORAGE[target]})", target, "cvt")
+            rounded = self.emit(expr.Op(f"{{0}}.to({STORAGE[ir_dtype]})", expr.POSTFIX,
+                                        (expr.paren(e.code),)), ir_dtype, "rnd")
+            return self.emit(expr.Op(f"{{0}}.to({STORAGE[target]})", expr.POSTFIX,
+                                     (rounded.code,)), target, "cvt")
         return self.convert(e, target)
