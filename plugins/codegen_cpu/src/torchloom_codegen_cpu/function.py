@@ -335,6 +335,24 @@ def _foreign_results(roots: list[Value], k: int, of: dict[Node, int],
     return found
 
 
+#: how the header comment names a nest's parallel loop other than rows
+_FORMS = {"xb": " (columns)", "xs": " (staged)"}
+
+
+def _written(nests: list[KernelWriter]) -> tuple[list[KernelWriter], list[str]]:
+    """The nests' C lines; a nest that found tensors lying across its rows is written
+    again over staged blocks of rows (``KernelWriter.restaged``)."""
+    done, body = [], []
+    for w in nests:
+        lines = w.nest()
+        again = w.restaged()
+        if again is not None:
+            w, lines = again, again.nest()
+        done.append(w)
+        body += lines
+    return done, body
+
+
 def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     """The C function (without the prelude) and its metadata."""
     region = group.region
@@ -342,16 +360,15 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     orders = stride_arguments(region, names)
     nests = plan_nests(group, registry, names)
     try:
-        body = [line for w in nests for line in w.nest()]
+        nests, body = _written(nests)
     except Unsupported as declined:  # the reduction's nest cannot hold every output
         after = _after_the_rows(group, registry, names)
         if after is None:
             raise
         try:
-            body = [line for w in after for line in w.nest()]
+            nests, body = _written(after)
         except Unsupported:
             raise declined from None  # (the first plan's reason is the one to read)
-        nests = after
     digest = structural_hash(region)
     ops = [n.op.split(".")[1] for n in region.nodes if n.op not in VIEWS]
     kernel = "_".join(["fused", *dict.fromkeys(ops)])[:48].rstrip("_") + f"_{digest[:10]}"
@@ -369,8 +386,9 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     params += [f"int64_t {name}" for name in names.values()]  # symbolic sizes, at run time
     params.append("int nthreads")
     parallel = any(w.parallel for w in nests)
-    forms = ", ".join(f"{w.kind}{' (columns)' if w.loop.var == 'xb' else ''} over "
-                      f"{nests[0].dims(w.loop.trips)} rows" for w in nests)
+    forms = ", ".join(f"{w.kind}{_FORMS.get(w.loop.var, '')} over "
+                      f"{nests[0].dims(w.loop.trips)} {'blocks of ' * (w.loop.var == 'xs')}"
+                      f"rows" for w in nests)
     header = ["/* torchloom cpu kernel for this group:"]
     header += [" *   " + line for line in _printed(region).splitlines()]
     header += [f" * {forms} */"]

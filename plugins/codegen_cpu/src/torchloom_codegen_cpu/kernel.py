@@ -23,7 +23,7 @@ from typing import Any
 
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
 
-from torchloom_codegen_cpu import colsums, op_text, tiles
+from torchloom_codegen_cpu import colsums, op_text, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
                                           store_statement, whole_vectors)
@@ -57,13 +57,19 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
                  reductions: list[Node] | None = None, names: dict[str, str] | None = None,
                  stored: dict[Value, str] | None = None,
-                 columns: list[tuple[str, Node]] | None = None):
+                 columns: list[tuple[str, Node]] | None = None,
+                 staged: dict[str, staging.Staged] | None = None):
         """``outputs`` (C name, value) and ``reductions``: the part of the group this nest
         writes (default: all of it; see function.py for groups written as several nests);
         ``names``: each size symbol's C argument (symbolic sizes are runtime arguments);
         ``stored``: outputs earlier nests of the function wrote (value -> its C name),
         read back from there; ``columns``: column sums this row nest carries (C name of the
-        output, sum node: colsums.py)."""
+        output, sum node: colsums.py); ``staged``: C pointer -> the tensor a reduction
+        nest reads or writes through block buffers (staging.py; :meth:`restaged`)."""
+        self._args = (group, registry, outputs, reductions, names, stored, columns)
+        self.staged = staged or {}
+        #: C pointer -> what the row form found of it for staging (staging.entry)
+        self.stage_found: dict[str, staging.Staged] = {}
         self.group = group
         self.columns = columns or []
         self.stored = stored or {}
@@ -148,9 +154,21 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         self.loaded.add(v)
         self.j_strides.append(tiles.j_stride(coords, t.actual_strides()))
-        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        return self.em.emit(load_text(f"in_{v.name}", offset, t.dtype), COMPUTE[t.dtype],
-                            v.name)
+        pointer, offset = self._element(f"in_{v.name}", coords, t, False)
+        return self.em.emit(load_text(pointer, offset, t.dtype), COMPUTE[t.dtype], v.name)
+
+    def _element(self, pointer: str, coords: Coords, t: TensorType, output: bool
+                 ) -> tuple[str, str]:
+        """(pointer, offset) of the element at ``coords`` of the tensor at ``pointer``: in
+        its block buffer where the nest stages it (staging.py)."""
+        if self.kind == "reduction" and self.full is not None:
+            found = staging.entry(self.stage_found.get(pointer), pointer, coords, t, output)
+            if found is not None:
+                self.stage_found[pointer] = found
+            staged = self.staged.get(pointer)
+            if staged is not None and staged.coords == tuple(coords):
+                return staged.buffer, staging.offset(self.rnumel)
+        return pointer, self.ix.address(coords, t.actual_strides(), t.shape, self.known)
 
     def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
         if self.kind == "reduction" and (0 in t.shape or 0 in tensor_type(src).shape):
@@ -217,6 +235,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         if len(full) != 1 or sum(self.place_output(v)[0] for v in self.outputs) != 1:
             return None
         ((name, v),) = full
+        if name in self.staged:  # (its row is in a block buffer)
+            return None
         t = tensor_type(v)
         strides = t.actual_strides()
         if t.dtype not in ("f32", "f64") or strides is not None and any(
@@ -230,8 +250,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         if 0 in t.shape:
             return  # an empty output: nothing to write
         e = self.value_at(v, coords)
-        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        store = store_statement(name, offset, e, t.dtype, self.em.unrounded.get(e.text),
+        pointer, offset = self._element(name, coords, t, True)
+        store = store_statement(pointer, offset, e, t.dtype, self.em.unrounded.get(e.text),
                                 self.em.exact.get(e.text))
         self.em.statement(store, self.em.reads_inner(store))
 
@@ -376,7 +396,22 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 self.store(name, v, coords)
             colsums.accumulate(self)
             em.end_row_phase(Simd(), self.rbound, self.r_header)
-        return em.lines if full_outputs or self.columns else across_rows(self, em.lines)
+        lines = em.lines if full_outputs or self.columns else across_rows(self, em.lines)
+        if self.staged:  # blocks of rows, their staged tensors copied in and out
+            self.loop, lines = staging.blocked(
+                lines, self.rows, self.rnumel, list(self.staged.values()),
+                lambda s: self.ix.address(s.coords, s.strides, s.shape, self.known))
+        return lines
+
+    def restaged(self) -> "KernelWriter | None":
+        """This nest written again over staged blocks of rows (staging.py), after its
+        ``nest()`` found tensors lying across its rows; None where it stages none."""
+        found = staging.usable(self.stage_found)
+        if self.staged or self.kind != "reduction" or self.loop.var != "x" or \
+                self.columns or self.em.overran or \
+                not staging.worth_it(self.rows, self.rnumel, found):
+            return None
+        return KernelWriter(*self._args, staged={s.pointer: s for s in found})
 
     def nest(self) -> list[str]:
         """This nest's parallel loop over rows, its body inside."""

@@ -1,0 +1,141 @@
+"""Row-form reductions over tensors lying across their rows run over staged blocks of rows
+(staging.py): Whisper's layer_norm of its permuted residual stream, a softmax of a
+transposed input. Every element is computed as the unstaged kernel computes it (bit for
+bit, checked against the kernel with staging turned off), close to eager, at every size
+(partial blocks), dtype and thread count; tensors along the rows, small nests and rows
+shorter than a stride keep the row walk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import codegens, compiled, group_text
+from torchloom_codegen_cpu import staging
+
+
+def _norm_text(rows: int, cols: int, dtype: str = "f32") -> str:
+    """A layer_norm-like row (var_mean, then the normalized row) of ``a.t() + b``, also
+    summed, and the transposed sum as an output."""
+    t = f"{dtype}[{rows}, {cols}]"
+    return group_text(f"%a: {dtype}[{cols}, {rows}], %b: {t}", f"""
+        %t = aten.t.default(%a) : {t}
+        %h = aten.add.Tensor(%t, %b) : {t}
+        %v, %m = aten.var_mean.correction(%h) {{dim = [1], correction = 0, keepdim = true}} : {dtype}[{rows}, 1], {dtype}[{rows}, 1]
+        %d = aten.sub.Tensor(%h, %m) : {t}
+        %y = aten.mul.Tensor(%d, %v) : {t}
+        %s = aten.sum.dim_IntList(%h) {{dim = [1]}} : {dtype}[{rows}]""",
+        f"%y: {t}, %s: {dtype}[{rows}]")
+
+
+def _source(check, text: str) -> str:
+    return check.codegen.generate(check.compile(text).choices[0].node, check.registry).source
+
+
+def _inputs(rows: int, cols: int, dtype=torch.float32, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(cols, rows, generator=g).to(dtype),
+            torch.randn(rows, cols, generator=g).to(dtype)]
+
+
+@pytest.mark.parametrize("dtype, name", [(torch.float32, "f32"), (torch.bfloat16, "bf16"),
+                                         (torch.float64, "f64")])
+@pytest.mark.parametrize("rows, cols", [(32, 16), (100, 70), (512, 256), (257, 96)])
+def test_rows_read_across_are_staged_and_match_eager(check, dtype, name, rows, cols):
+    text = _norm_text(rows, cols, name)
+    source = _source(check, text)
+    staged = 16 * cols * {"f32": 4, "bf16": 2, "f64": 8}[name] <= staging.MOST_BYTES
+    assert ("(staged)" in source and "st_in_a[" in source) == staged
+    check(text, *_inputs(rows, cols, dtype), exact=name == "bf16", rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows, cols, staged", [
+    (31, 256, False),     # fewer than two blocks of rows
+    (512, 15, False),     # a row shorter than the stride that makes it worth it
+    (64, 2048, False),    # a block of rows past the buffer's bytes
+    (64, 128, True),
+])
+def test_only_nests_with_blocks_worth_staging(check, rows, cols, staged):
+    text = _norm_text(rows, cols)
+    assert ("(staged)" in _source(check, text)) == staged
+    check(text, *_inputs(rows, cols), rtol=1e-4, atol=1e-4)
+
+
+def test_rows_along_memory_keep_the_row_walk(check):
+    text = group_text("%a: f32[256, 256], %b: f32[256]", """
+        %h = aten.add.Tensor(%a, %b) : f32[256, 256]
+        %s = aten.sum.dim_IntList(%h) {dim = [1]} : f32[256]""", "%h: f32[256, 256], %s: f32[256]")
+    assert "(staged)" not in _source(check, text)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_thread_count_writes_every_row(check, threads):
+    text = _norm_text(300, 130)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        check(text, *_inputs(300, 130, seed=threads), rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _permuted_norm(a, pos, w, b):
+    """Whisper's encoder input: a [B, C, T] convolution output permuted to [B, T, C],
+    plus positions, layer-normed; the sum (the residual) kept in eager's permuted layout."""
+    h = a.permute(0, 2, 1) + pos
+    return torch.nn.functional.layer_norm(h, (a.shape[1],), w, b), h, h.softmax(-1)
+
+
+def _layout(t: torch.Tensor) -> list[int]:
+    """Strides of the dims longer than 1 (any stride addresses a dim of one element)."""
+    return [s for s, n in zip(t.stride(), t.shape) if n > 1]
+
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(batch=st.integers(1, 2), channels=st.integers(1, 300), length=st.integers(1, 200),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_permuted_layer_norms_through_torch_compile_match_unstaged_exactly(
+        check, tmp_path, monkeypatch, batch, channels, length, dtype):
+    g = torch.Generator().manual_seed(channels * 1000 + length)
+    args = [torch.randn(batch, channels, length, generator=g).to(dtype),
+            torch.randn(length, channels, generator=g).to(dtype),
+            torch.randn(channels, generator=g).to(dtype),
+            torch.randn(channels, generator=g).to(dtype)]
+    compiler, fn = compiled(_permuted_norm, tmp_path / "staged")
+    got = fn(*args)
+    assert set(codegens(compiler)) == {"cpu"}
+    # one kept dim and one reduced dim worth it: the layer_norm and softmax rows staged
+    staged = [check.codegen.generate(ch.node, check.registry).source
+              for comp in compiler.compilations for ch in comp.compiled.choices]
+    assert any("(staged)" in s for s in staged) == (
+        batch == 1 and length >= 2 * staging.BLOCK and channels >= staging.STRIDED)
+    want = _permuted_norm(*args)
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    for x, y in zip(got, want, strict=True):
+        assert _layout(x) == _layout(y)  # (eager's permuted layout kept)
+        torch.testing.assert_close(x, y, **tolerance)
+    with monkeypatch.context() as patch:  # (undone before the next example)
+        patch.setattr(staging, "worth_it", lambda *a: False)
+        plain_compiler, unstaged = compiled(_permuted_norm, tmp_path / "unstaged")
+        plain = unstaged(*args)
+        assert not any("(staged)" in check.codegen.generate(ch.node, check.registry).source
+                       for comp in plain_compiler.compilations for ch in comp.compiled.choices)
+    for x, y in zip(got, plain, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+    torch._dynamo.reset()
+
+
+def test_whisper_shaped_norm_is_staged_end_to_end(tmp_path):
+    compiler, fn = compiled(_permuted_norm, tmp_path)
+    fn(torch.randn(1, 256, 512), torch.randn(512, 256), torch.randn(256), torch.randn(256))
+    assert set(codegens(compiler)) == {"cpu"}
+    kernels = list((Path(os.environ["TORCHLOOM_CACHE_DIR"]) / "cpu").glob("*.c"))
+    assert kernels and any("(staged)" in k.read_text() for k in kernels)
+    torch._dynamo.reset()
