@@ -113,6 +113,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.full: Coords | None = None
         self.row: Coords | None = None
         self.row_keepdim: Coords | None = None
+        #: the row's coordinate name per kept dim ("0" for a dim of one)
+        self.row_names: Coords = ()
         self.parallel = False  # whether the nest runs on threads (decided by nest())
 
     # ---- analysis --------------------------------------------------------------------------
@@ -162,7 +164,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         """(pointer, offset) of the element at ``coords`` of the tensor at ``pointer``: in
         its block buffer where the nest stages it (staging.py)."""
         if self.kind == "reduction" and self.full is not None:
-            found = staging.entry(self.stage_found.get(pointer), pointer, coords, t, output)
+            found = staging.entry(self.stage_found.get(pointer), pointer, coords, t, output,
+                                  self.row_names, self.kept_shape)
             if found is not None:
                 self.stage_found[pointer] = found
             staged = self.staged.get(pointer)
@@ -378,7 +381,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.loop = ParallelLoop("x", self.rows)
         check_row_stride(self)
         em = self.em
-        xs = self.row_coords("x", self.kept_shape)
+        xs = self.row_names = tuple(self.row_coords("x", self.kept_shape))
         self.r_header, rs = self.inner_coords("r", self.red_shape)
         #: the row length: an int, or C text (symbolic)
         self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size_code(
@@ -399,9 +402,14 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         lines = em.lines if full_outputs or self.columns else across_rows(self, em.lines)
         if self.staged:  # blocks of rows, their staged tensors copied in and out
             self.loop, lines = staging.blocked(
-                lines, self.rows, self.rnumel, list(self.staged.values()),
-                lambda s: self.ix.address(s.coords, s.strides, s.shape, self.known))
+                lines, self.rows, self.rnumel, list(self.staged.values()), self._block_base)
         return lines
+
+    def _block_base(self, s: staging.Staged) -> str:
+        """The C offset of staged tensor ``s``'s element at row ``xlo`` and ``r`` = 0."""
+        at = dict(zip(self.row_names, self.ix.delinear("xlo", self.kept_shape)))
+        coords = tuple("0" if c in ("0", "r") else at[c] for c in s.coords)
+        return self.ix.address(coords, s.strides, s.shape, {})
 
     def restaged(self) -> "KernelWriter | None":
         """This nest written again over staged blocks of rows (staging.py), after its

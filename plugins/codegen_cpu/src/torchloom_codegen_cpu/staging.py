@@ -13,16 +13,22 @@ is copied into a buffer on the thread's stack in row order (``st[(x - xlo) * R +
 loop over ``r`` whose inner SIMD loop reads the block's ``BLOCK`` neighbouring elements:
 whole cache lines); the block's rows then run as before, reading and writing the buffers;
 after it, each such output is copied out the same way. Every element is computed by the
-same statements as before, so results are bit for bit those of the row form.
+same statements as before; a row's sums may take another lane order (the row loop now
+reads contiguous memory and vectorizes where, reading across the rows, it may not have),
+as any SIMD reduction does (Whisper's shape: bit for bit the unstaged results).
 
 Taken for static sizes, where the row loop did not overrun (overrun.py), without column
-sums carried, for a tensor read or written at the row form's element ``(x, r)`` (one kept
-and one reduced dim larger than 1) with a step of at least :data:`STRIDED` elements per
-``r`` and of one per ``x``, its block buffer at most :data:`MOST_BYTES`.
+sums carried, for a tensor read or written at the row form's element (one reduced dim
+larger than 1, its coordinate ``r``; the row's coordinates each at most once) with a step
+of at least :data:`STRIDED` elements per ``r`` and of one per row over a *run* of rows
+(the trailing kept dims dense in row order: ConvNeXt's [2, 56, 56] rows of channels,
+3,136 rows a run, one image's pixels), its block buffer at most :data:`MOST_BYTES`. A
+block never crosses the end of a run (7 x 7 pixels: blocks of 16, 16, 16 and 1 rows).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -44,8 +50,11 @@ MOST_BYTES = 32768
 @attrs.frozen
 class Staged:
     """One tensor of a nest read or written through a block buffer: its C pointer, its
-    buffer's name, the coordinates it is addressed at in the row form (names ``x``,
-    ``r`` and ``0``), its strides and shape, and its storage dtype."""
+    buffer's name, the coordinates it is addressed at in the row form (the row's
+    coordinate names, ``r`` and ``0``), its strides and shape, its storage dtype, and
+    ``run``: how many consecutive rows lie one element apart in it (from a row's first
+    kept dim of such a run on, every kept dim is dense in row order: a block of rows
+    within one run is one stride-1 stretch per ``r``)."""
 
     pointer: str
     buffer: str
@@ -54,17 +63,34 @@ class Staged:
     shape: tuple[int, ...]
     dtype: str
     output: bool
+    run: int = 0
 
 
-def across_rows(coords: indexing.Coords, strides, shape) -> bool:
-    """Whether a tensor addressed at ``coords`` lies across the rows: static strides, one
-    coordinate each for ``x`` and ``r`` (the others 0), a step of 1 per ``x`` and of at
-    least :data:`STRIDED` per ``r``."""
-    if strides is None or not all(isinstance(s, int) for s in (*strides, *shape)):
-        return False
-    by = {c: s for c, s in zip(coords, strides)}
-    return sorted(coords).count("x") == 1 and sorted(coords).count("r") == 1 and \
-        all(c in ("x", "r", "0") for c in coords) and by["x"] == 1 and by["r"] >= STRIDED
+def run_across(coords: indexing.Coords, strides, shape, row: Sequence[str],
+               kept_shape: Sequence[Any]) -> int:
+    """How many consecutive rows a tensor addressed at ``coords`` holds one element apart
+    while each step of ``r`` is at least :data:`STRIDED` elements (0: it does not lie
+    across the rows). ``row``: the row's coordinate name per kept dim (``"0"`` for a dim
+    of one), of sizes ``kept_shape``. Static strides; one coordinate ``r`` (one reduced dim
+    larger than one); every other coordinate 0 or one kept dim's, each at most once."""
+    if strides is None or not all(isinstance(d, int) for d in (*strides, *shape)) or \
+            not all(isinstance(d, int) for d in kept_shape):
+        return 0
+    named = [c for c in coords if c != "0"]
+    if named.count("r") != 1 or len(set(named)) != len(named) or \
+            not set(named) <= {"r", *row} - {"0"}:
+        return 0
+    by = dict(zip(coords, strides))
+    if by["r"] < STRIDED:
+        return 0
+    run, step = 1, 1
+    for name, size in reversed(list(zip(row, kept_shape))):
+        if name == "0":
+            continue  # (a dim of one)
+        if by.get(name, 0) != step:
+            break
+        run, step = run * size, step * size
+    return run if run > 1 else 0
 
 
 def buffer(pointer: str) -> str:
@@ -85,39 +111,48 @@ def worth_it(rows: Any, rnumel: Any, staged: list[Staged]) -> bool:
 
 
 def blocked(lines: list, rows: int, rnumel: int, staged: list[Staged],
-            address) -> tuple[ParallelLoop, list]:
+            base: Callable[[Staged], str]) -> tuple[ParallelLoop, list]:
     """The loop over blocks ``xs`` and its body: the block's buffers, the staged inputs
     copied in, ``lines`` (one row ``x``) over the block's rows, the staged outputs copied
-    out. ``address(s)``: the C offset of ``s``'s element at ``(x, r)``."""
-    head = [stmt.Declare("int64_t", "xlo", f"xs * {BLOCK}"),
-            stmt.Declare("int64_t", "xhi", f"xlo + {BLOCK} < {rows} ? xlo + {BLOCK} : {rows}")]
+    out. A block is at most :data:`BLOCK` rows of one run (the shortest of the staged
+    tensors': each longer run is a multiple of it, runs being products of the trailing
+    kept dims); ``base(s)``: the C offset of ``s``'s element at row ``xlo``, ``r`` = 0."""
+    run = min(s.run for s in staged)
+    per_run = -(-run // BLOCK)
+    end = f"(xs / {per_run} + 1) * {run}"
+    head = [stmt.Declare("int64_t", "xlo", f"xs / {per_run} * {run} + xs % {per_run} * {BLOCK}"),
+            stmt.Declare("int64_t", "xhi", f"xlo + {BLOCK} < {end} ? xlo + {BLOCK} : {end}")]
     for s in staged:
         head.append(stmt.Raw(f"{STORAGE[s.dtype]} {s.buffer}[{BLOCK * rnumel}];"))
+        head.append(stmt.Declare("int64_t", f"b_{s.buffer}", base(s)))
 
     def copy(s: Staged) -> stmt.Loop:
+        step = dict(zip(s.coords, s.strides))["r"]
         inner = f"{s.buffer}[{offset(rnumel)}]"
-        outer = f"{s.pointer}[{address(s)}]"
+        outer = f"{s.pointer}[b_{s.buffer} + (x - xlo) + r * {step}]"
         target, source = (outer, inner) if s.output else (inner, outer)
         return stmt.Loop("r", "0", str(rnumel), (stmt.Loop(
             "x", "xlo", "xhi", (stmt.Raw(f"{target} = {source};"),), annotation=Simd()),))
     body = [*head, *(copy(s) for s in staged if not s.output),
             stmt.Loop("x", "xlo", "xhi", tuple(lines)),
             *(copy(s) for s in staged if s.output)]
-    return ParallelLoop("xs", -(-rows // BLOCK)), body
+    return ParallelLoop("xs", rows // run * per_run), body
 
 
-def entry(known: Staged | None, pointer: str, coords, t, output: bool) -> Staged | None:
+def entry(known: Staged | None, pointer: str, coords, t, output: bool,
+          row: Sequence[str], kept_shape: Sequence[Any]) -> Staged | None:
     """What a writer records for the tensor at ``pointer`` (C name), addressed at
     ``coords`` in the row form, having recorded ``known`` before: a :class:`Staged` where
     it lies across the rows, one without coordinates (never staged) once it was addressed
     at two different ones, None where nothing is to be recorded."""
     if known is not None:
-        return None if known.coords in (coords, ()) else attrs.evolve(known, coords=())
+        return None if known.coords in (tuple(coords), ()) else attrs.evolve(known, coords=())
     strides = t.actual_strides()
-    if not across_rows(coords, strides, t.shape):
+    run = run_across(coords, strides, t.shape, row, kept_shape)
+    if not run:
         return None
     return Staged(pointer, buffer(pointer), tuple(coords), tuple(strides), tuple(t.shape),
-                  t.dtype, output)
+                  t.dtype, output, run)
 
 
 def usable(found: dict[str, Staged]) -> list[Staged]:
