@@ -53,6 +53,7 @@ from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSou
                            Reason, TensorType, Written, default_cache_dir, eager_rejects,
                            indexing)
 
+from torchloom_codegen_cpu import memory
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher
@@ -94,6 +95,7 @@ class CpuCodegen:
         if self.f16 not in F16_CHOICES:
             raise ValueError(f"f16 (TORCHLOOM_CPU_F16) is {self.f16!r}; choose one of "
                              f"{', '.join(F16_CHOICES)}")
+        memory.setting()  # TORCHLOOM_CPU_MALLOC checked before any kernel (memory.py)
         #: where libraries are kept across processes (see ``directory`` for where they are)
         self.cache_dir = Path(base) / "cpu"
         self._directory: Path | None = None  # cache_dir, or a temporary one (``directory``)
@@ -172,6 +174,7 @@ class CpuCodegen:
             self._prepared[name] = path
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
+        memory.keep_freed_memory()  # (its outputs come from the heap: memory.py)
         path = self._prepared.get(kernel.metadata["kernel"]) or self._built(kernel.metadata)
         if path is not None and cached_library(path, self._damaged):
             lib = ctypes.CDLL(str(path))
@@ -181,6 +184,7 @@ class CpuCodegen:
 
     def load_many(self, kernels: list[KernelSource], registry: Any) -> list[Kernel]:
         """Build the kernels into one library (one translation unit, one compiler call)."""
+        memory.keep_freed_memory()
         lib = ctypes.CDLL(str(self._build(self.translation_unit(kernels))))
         return [launcher(lib, k.metadata) for k in kernels]
 
