@@ -47,10 +47,11 @@ POINTWISE = [aten.add.Tensor, aten.mul.Tensor, aten.sub.Tensor]
 UNARY = [aten.exp.default, aten.neg.default, aten.tanh.default, aten.sigmoid.default,
          aten.relu.default]
 SIZES = {"1k": 1_000, "10k": 10_000, "50k": 50_000}
-#: the partitioner's time budget in its child process: 10 s (30 s before session 24) still
-#: shows the 10k gate's 5x many times over (torchloom ~0.4 s there: >= 25x) and spends a
-#: minute less of every CI run waiting for a partitioner that needs > 200 s at 5k nodes
-FX_BUDGET_S = 10.0
+#: the partitioner's time budget in its child process: 5 s (30 s before session 24, 10 s
+#: before session 25) still shows the 10k gate's 5x many times over (torchloom 0.14-0.4 s
+#: there: >= 12x) and spends less of every CI run waiting for a partitioner that needs
+#: > 200 s at 5k nodes (it takes 0.7-2.5 s at 1k, which finishes within it)
+FX_BUDGET_S = 5.0
 #: the parent's own limit on the child: its imports and graph building come on top of the
 #: budget, which the child enforces itself from the moment it starts partitioning
 FX_CHILD_TIMEOUT_S = FX_BUDGET_S + 60
