@@ -9,6 +9,8 @@ codegen's cache directory is one per test session, so identical kernels build on
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torchloom.api import parse_graph, verify
@@ -18,6 +20,17 @@ from torchloom.tools import Compiler, EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 from torchloom_codegen_cpu import CpuCodegen
+
+
+@contextlib.contextmanager
+def thread_count(n: int):
+    """torch's (and so the kernels') thread count set to ``n`` inside, restored after."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(n)
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import codegens, compiled, group_text
+from conftest import thread_count, codegens, compiled, group_text
 from torchloom_codegen_cpu import staging
 
 
@@ -78,12 +78,8 @@ def test_rows_along_memory_keep_the_row_walk(check):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_every_thread_count_writes_every_row(check, threads):
     text = _norm_text(300, 130)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
+    with thread_count(threads):
         check(text, *_inputs(300, 130, seed=threads), rtol=1e-4, atol=1e-4)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _permuted_norm(a, pos, w, b):

@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import compiled, group_text
+from conftest import thread_count, compiled, group_text
 from torchloom_codegen_cpu import tiles
 
 TYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16",
@@ -65,12 +65,8 @@ def test_loads_along_the_rows_keep_the_row_walk(check):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_every_thread_count_writes_every_element(check, threads):
     text = _transposed_add(300, 130)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
+    with thread_count(threads):
         check(text, *_inputs(300, 130, torch.float32, seed=threads), exact=True)
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.slow
