@@ -160,3 +160,10 @@ def test_channels_of_images_are_staged_per_image(tmp_path, check, shape):
                for comp in compiler.compilations for ch in comp.compiled.choices]
     assert any("(staged)" in s for s in sources)
     torch._dynamo.reset()
+
+
+def test_a_nest_stages_at_most_its_bytes_in_all():
+    found = [staging.Staged(f"in_{k}", f"st_in_{k}", ("x", "r"), (1, 1024), (1024, 512),
+                            "f32", False, 1024) for k in range(5)]
+    # each 16 x 512 f32 block is 32 KB: four of them fit, five do not
+    assert staging.worth_it(1024, 512, found[:4]) and not staging.worth_it(1024, 512, found)

@@ -45,6 +45,8 @@ BLOCK = 16
 STRIDED = 16
 #: the most bytes of one staged tensor's block buffer (on each thread's stack)
 MOST_BYTES = 32768
+#: the most bytes of all of a nest's block buffers (a thread's stack is megabytes)
+MOST_BYTES_IN_ALL = 4 * MOST_BYTES
 
 
 @attrs.frozen
@@ -107,7 +109,8 @@ def worth_it(rows: Any, rnumel: Any, staged: list[Staged]) -> bool:
     """Whether a static nest of ``rows`` rows of ``rnumel`` elements stages ``staged``."""
     return bool(staged) and isinstance(rows, int) and isinstance(rnumel, int) and \
         rows >= 2 * BLOCK and rnumel >= STRIDED and \
-        all(BLOCK * rnumel * ITEMSIZE[s.dtype] <= MOST_BYTES for s in staged)
+        all(BLOCK * rnumel * ITEMSIZE[s.dtype] <= MOST_BYTES for s in staged) and \
+        sum(BLOCK * rnumel * ITEMSIZE[s.dtype] for s in staged) <= MOST_BYTES_IN_ALL
 
 
 def blocked(lines: list, rows: int, rnumel: int, staged: list[Staged],
