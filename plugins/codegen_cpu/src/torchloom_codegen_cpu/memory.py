@@ -31,6 +31,8 @@ MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 512 << 20
 #: ``mallopt`` parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+#: ``int mallopt(int param, int value)``
+_MALLOPT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)
 #: the environment variables that set them (glibc reads them at start-up)
 GLIBC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
@@ -52,10 +54,9 @@ def keep_freed_memory(environ=os.environ) -> bool:
         return False
     try:
         libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
         libc.gnu_get_libc_version  # noqa: B018 (glibc only: another libc's mallopt differs)
+        mallopt = _MALLOPT(("mallopt", libc))
     except (OSError, AttributeError):
         return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
         bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
