@@ -85,10 +85,6 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-#: glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
 @pytest.fixture(scope="module", autouse=True)
 def kept_heap():
     """The rows measured with glibc's heap in the state a long process reaches: blocks up
@@ -97,14 +93,12 @@ def kept_heap():
     a block larger than the ones in use, so the same row measured alone and inside the
     suite differed by 2x for eager (bias + GELU bf16, AMD EPYC of session 22: 5.1 ms alone,
     eager paying page faults for its intermediate and its output each call; 2.5 ms in the
-    suite), and the gates depended on the tests run before them. Fixed here (for the rest
-    of the process: glibc has no undo, and this is the state it tends to). Not glibc (no
-    ``mallopt``): as it is."""
-    import ctypes
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        assert mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024) == 1
-        assert mallopt(_M_TRIM_THRESHOLD, 64 * 1024 * 1024) == 1
+    suite), and the gates depended on the tests run before them. The cpu codegen sets the
+    same thresholds when it loads a kernel (``codegen_cpu/memory.py``, whatever
+    ``TORCHLOOM_CPU_MALLOC`` says here: eager and Inductor are measured in that state too);
+    set here first, for the whole module. Not glibc (no ``mallopt``): as it is."""
+    from torchloom_codegen_cpu import memory
+    memory.keep_freed_memory({})
     yield
 
 
