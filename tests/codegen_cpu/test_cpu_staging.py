@@ -95,7 +95,7 @@ def _layout(t: torch.Tensor) -> list[int]:
 
 
 @pytest.mark.slow
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(batch=st.integers(1, 2), channels=st.integers(1, 300), length=st.integers(1, 200),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]))
