@@ -167,3 +167,22 @@ def test_a_nest_stages_at_most_its_bytes_in_all():
                             "f32", False, 1024) for k in range(5)]
     # each 16 x 512 f32 block is 32 KB: four of them fit, five do not
     assert staging.worth_it(1024, 512, found[:4]) and not staging.worth_it(1024, 512, found)
+
+
+def test_an_output_also_stored_along_its_rows_is_never_staged():
+    class T:  # a tensor type's strides, shape and dtype
+        def __init__(self, strides, shape):
+            self.shape, self.dtype, self._strides = shape, "f32", strides
+
+        def actual_strides(self):
+            return self._strides
+    row, kept = ("x",), (512,)
+    along = staging.entry(None, "out_t0", ("x", "r"), T((256, 1), (512, 256)), True, row, kept)
+    assert along is not None and along.coords == ()
+    across = T((1, 512), (512, 256))
+    assert staging.entry(along, "out_t0", ("x", "r"), across, True, row, kept) is None
+    assert staging.usable({"out_t0": along}) == []
+    # an input read along its rows first is recorded once it is read across them
+    assert staging.entry(None, "in_a", ("x", "r"), T((256, 1), (512, 256)), False, row,
+                         kept) is None
+    assert staging.entry(None, "in_a", ("x", "r"), across, False, row, kept).run == 512

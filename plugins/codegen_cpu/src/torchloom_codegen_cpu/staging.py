@@ -147,13 +147,15 @@ def entry(known: Staged | None, pointer: str, coords, t, output: bool,
     """What a writer records for the tensor at ``pointer`` (C name), addressed at
     ``coords`` in the row form, having recorded ``known`` before: a :class:`Staged` where
     it lies across the rows, one without coordinates (never staged) once it was addressed
-    at two different ones, None where nothing is to be recorded."""
+    at two different ones (or an output at one that does not lie across: its block would
+    be copied out over what was stored directly), None where nothing is to be recorded."""
     if known is not None:
         return None if known.coords in (tuple(coords), ()) else attrs.evolve(known, coords=())
     strides = t.actual_strides()
     run = run_across(coords, strides, t.shape, row, kept_shape)
     if not run:
-        return None
+        return Staged(pointer, buffer(pointer), (), (), (), t.dtype, output) if output \
+            else None
     return Staged(pointer, buffer(pointer), tuple(coords), tuple(strides), tuple(t.shape),
                   t.dtype, output, run)
 
