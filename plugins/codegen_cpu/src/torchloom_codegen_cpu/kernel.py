@@ -164,8 +164,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         """(pointer, offset) of the element at ``coords`` of the tensor at ``pointer``: in
         its block buffer where the nest stages it (staging.py)."""
         if self.kind == "reduction" and self.full is not None:
-            found = staging.entry(self.stage_found.get(pointer), pointer, coords, t, output,
-                                  self.row_names, self.kept_shape)
+            found = None if self.staged else staging.entry(  # (a staged nest stages no more)
+                self.stage_found.get(pointer), pointer, coords, t, output, self.row_names,
+                self.kept_shape)
             if found is not None:
                 self.stage_found[pointer] = found
             staged = self.staged.get(pointer)
