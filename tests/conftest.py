@@ -2,7 +2,6 @@
 
 - ``cuda``: the test needs a CUDA GPU; it is skipped (with the reason) without one.
 - ``slow``: the test takes seconds (``./dev test --fast`` leaves it out).
-- ``private_libraries``: the test gets C libraries of its own (``_private_kernel_cache``).
 - ``serial``: the test times things through pytest-benchmark (``perf_gate``, ``benchmark``)
   or runs pytest in-process (``pytester``); set on every test that uses one of those
   fixtures. pytest-benchmark turns itself off in xdist workers (and an inner pytest run
@@ -45,19 +44,17 @@ def _shared_libraries(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _private_kernel_cache(request, tmp_path_factory, monkeypatch):
+def _private_kernel_cache(_shared_libraries, tmp_path_factory, monkeypatch):
     """Each test gets its own on-disk cache (graphs after the pipeline, kernel sources,
     autotuning records), so no test sees what another test (or an earlier run) compiled.
     Only the cpu codegen's libraries (``cpu/``: each keyed by its C source and the
     toolchain, as every process of a user shares them) are shared by the tests of one
     process: a kernel two tests generate is built once and the compiler probed once per
-    process, not once per test (the probe alone is four compiler runs). A test marked
-    ``private_libraries`` (one that counts builds or probes, or damages, locks or removes
-    libraries) gets a ``cpu/`` of its own."""
+    process, not once per test (the probe alone is four compiler runs). The tests that
+    count builds or probes, or damage, lock or remove libraries, give their compilers and
+    codegens a ``cache_dir`` of their own (``tmp_path``)."""
     cache = tmp_path_factory.mktemp("torchloom-cache")
-    if "private_libraries" not in request.keywords:
-        shared = request.getfixturevalue("_shared_libraries")
-        (cache / "cpu").symlink_to(shared, target_is_directory=True)
+    (cache / "cpu").symlink_to(_shared_libraries, target_is_directory=True)
     monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(cache))
 
 
