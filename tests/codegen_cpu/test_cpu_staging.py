@@ -186,3 +186,59 @@ def test_an_output_also_stored_along_its_rows_is_never_staged():
     assert staging.entry(None, "in_a", ("x", "r"), T((256, 1), (512, 256)), False, row,
                          kept) is None
     assert staging.entry(None, "in_a", ("x", "r"), across, False, row, kept).run == 512
+
+
+def _norm_backward_text(rows: int, cols: int) -> str:
+    """layer_norm's backward over ``a.t()`` (lying across the rows): the row sums of the
+    input gradient, the weight and bias gradients as column sums, and ``g * w`` (of the
+    rows' shape, depending on no sum) also an output."""
+    t = f"f32[{rows}, {cols}]"
+    return group_text(f"%a: f32[{cols}, {rows}], %g: {t}, %w: f32[{cols}]", f"""
+        %t = aten.t.default(%a) : {t}
+        %gw = aten.mul.Tensor(%g, %w) : {t}
+        %p = aten.mul.Tensor(%gw, %t) : {t}
+        %s1 = aten.sum.dim_IntList(%p) {{dim = [1], keepdim = true}} : f32[{rows}, 1]
+        %s2 = aten.sum.dim_IntList(%gw) {{dim = [1], keepdim = true}} : f32[{rows}, 1]
+        %q = aten.mul.Tensor(%g, %t) : {t}
+        %c1 = aten.sum.dim_IntList(%q) {{dim = [0]}} : f32[{cols}]
+        %c2 = aten.sum.dim_IntList(%g) {{dim = [0]}} : f32[{cols}]""",
+        f"%gw: {t}, %s1: f32[{rows}, 1], %s2: f32[{rows}, 1], %c1: f32[{cols}], "
+        f"%c2: f32[{cols}]")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("rows, cols", [(512, 256), (100, 256), (48, 512)])
+def test_column_sums_ride_in_the_staged_row_nest(check, rows, cols, threads):
+    """Whisper's layer_norm backward: one nest reads each tensor once, its column sums
+    carried in each thread's partials (colsums.py) over staged blocks of rows, each
+    thread's share whole blocks; ``g * w`` (no sum of it) stored by that nest too."""
+    text = _norm_backward_text(rows, cols)
+    source = _source(check, text)
+    assert "(staged)" in source and "colpart[" in source and "st_in_a[" in source
+    assert "(columns)" not in source  # (no column nest of its own)
+    g = torch.Generator().manual_seed(rows + threads)
+    args = [torch.randn(cols, rows, generator=g), torch.randn(rows, cols, generator=g),
+            torch.randn(cols, generator=g)]
+    with thread_count(threads):
+        check(text, *args, rtol=1e-4, atol=1e-4)
+
+
+def test_whisper_shaped_norm_backward_matches_eager(tmp_path, check):
+    def norm(a, pos, w, b):
+        return torch.nn.functional.layer_norm(a.permute(0, 2, 1) + pos, (256,), w, b)
+    g = torch.Generator().manual_seed(3)
+    args = [torch.randn(1, 256, 512, generator=g), torch.randn(512, 256, generator=g),
+            torch.randn(256, generator=g), torch.randn(256, generator=g)]
+    for a in (args[0], args[2], args[3]):
+        a.requires_grad_(True)
+    compiler, fn = compiled(norm, tmp_path)
+    out = fn(*args)
+    grad = torch.randn(out.shape, generator=g)
+    got = torch.autograd.grad(out, (args[0], args[2], args[3]), grad)
+    want = torch.autograd.grad(norm(*args), (args[0], args[2], args[3]), grad)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert set(codegens(compiler)) == {"cpu"}
+    sources = [check.codegen.generate(ch.node, check.registry).source
+               for comp in compiler.compilations for ch in comp.compiled.choices]
+    assert any("(staged)" in s and "colpart[" in s for s in sources)
+    torch._dynamo.reset()

@@ -80,8 +80,8 @@ def accumulate(w: Writer) -> None:
 
 
 def nest(w: Writer, head: list[str], body: list[str], rows: str) -> list[str]:
-    """The row loop with each thread's share of rows explicit (overrun.chunked) and its
-    column partials, then the partials' sums stored to the column outputs."""
+    """The row loop (or the loop over staged blocks of rows) with each thread's share
+    explicit (overrun.chunked) and its column partials, then the partials' sums stored to the column outputs."""
     n, count = w.rnumel, len(w.columns)
     width = count * n
     threads = "nthreads" if w.parallel else "1"
@@ -89,7 +89,8 @@ def nest(w: Writer, head: list[str], body: list[str], rows: str) -> list[str]:
                     f"{width}, sizeof(double));"]
     # (tl_thread() is 0 outside a parallel region: one thread's partials are the first)
     lines += chunked(rows, body, w.parallel,
-                     (f"double* restrict colpart = colparts + tl_thread() * {width};",))
+                     (f"double* restrict colpart = colparts + tl_thread() * {width};",),
+                     w.loop.var)  # (rows, or staged blocks of rows: staging.py)
     for k, (name, node) in enumerate(w.columns):
         ctype = CTYPE[COMPUTE[tensor_type(node.outputs[0]).dtype]]
         lines += ["#pragma omp simd", f"for (int64_t c = 0; c < {n}; c++) {{",

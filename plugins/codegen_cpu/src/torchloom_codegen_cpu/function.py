@@ -225,12 +225,18 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
     for name, v in named:  # an output goes with the last class it depends on
         deps = _depends(v, memo, of)
         parts[max(deps) if deps else 0].append((name, v))
-    folded = colsums.foldable(classes, parts, lambda v: _depends(v, memo, of))
+    # outputs of P's shape that depend on no reduction (a product the row sums also read)
+    # ride in the row nest where the columns fold into it
+    shape = tensor_type(reductions[0].inputs[0]).shape
+    free = [(name, v) for name, v in named if not _depends(v, memo, of)
+            and tensor_type(v).shape == shape]
+    folded = colsums.foldable(classes, [[o for o in part if o not in free] for part in parts],
+                              lambda v: _depends(v, memo, of))
     if folded is not None:  # column sums carried by the row nest
         row, col = folded
-        columns = [(name, v.producer) for name, v in parts[col]]
-        return [KernelWriter(group, registry, parts[row], classes[row], names,
-                             columns=columns)]
+        columns = [(name, v.producer) for name, v in parts[col] if (name, v) not in free]
+        rest = [o for o in parts[row] if o not in free] + free
+        return [KernelWriter(group, registry, rest, classes[row], names, columns=columns)]
     # A nest reads what earlier nests computed from memory, never recomputing it: an
     # output they store (a cross-entropy gradient the bias gradient sums over the batch),
     # else a scratch array their nest stores the result in (the row statistics a

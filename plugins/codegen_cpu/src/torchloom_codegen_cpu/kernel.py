@@ -417,7 +417,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         ``nest()`` found tensors lying across its rows; None where it stages none."""
         found = staging.usable(self.stage_found)
         if self.staged or self.kind != "reduction" or self.loop.var != "x" or \
-                self.columns or self.em.overran or \
+                self.em.overran or \
                 not staging.worth_it(self.rows, self.rnumel, found):
             return None
         return KernelWriter(*self._args, staged={s.pointer: s for s in found})

@@ -57,18 +57,20 @@ def row_offsets(w: Any) -> dict[str, str] | None:
 
 
 def chunked(bound: str, body: list[str], parallel: bool,
-            prologue: tuple[str, ...] = ()) -> list[str]:
-    """The row loop over ``x`` in ``[0, bound)`` (``body``: its C lines) with each thread's
-    share of rows explicit (``x_last``: the share's last row): in a parallel region
-    (``parallel``), or one thread runs them all; ``prologue``: lines each thread runs before
-    its rows (colsums.py: its partials)."""
-    loop = ["for (int64_t x = x_first; x <= x_last; x++) {", *("  " + b for b in body), "}"]
+            prologue: tuple[str, ...] = (), var: str = "x") -> list[str]:
+    """The loop over ``var`` (rows ``x``, or staged blocks of rows ``xs``) in ``[0,
+    bound)`` (``body``: its C lines) with each thread's share explicit (``x_last``: the
+    share's last row): in a parallel region (``parallel``), or one thread runs them all;
+    ``prologue``: lines each thread runs before its share (colsums.py: its partials)."""
+    first, last = f"{var}_first", f"{var}_last"
+    loop = [f"for (int64_t {var} = {first}; {var} <= {last}; {var}++) {{",
+            *("  " + b for b in body), "}"]
     start = [*("  " + line for line in prologue)]
     if not parallel:
-        return ["{", *start, f"  const int64_t x_first = 0, x_last = {bound} - 1;",
+        return ["{", *start, f"  const int64_t {first} = 0, {last} = {bound} - 1;",
                 *("  " + line for line in loop), "}"]
-    return [PARALLEL, "{", *start, "  int64_t x_first, x_last;",
-            f"  tl_share({bound}, &x_first, &x_last);", *("  " + line for line in loop), "}"]
+    return [PARALLEL, "{", *start, f"  int64_t {first}, {last};",
+            f"  tl_share({bound}, &{first}, &{last});", *("  " + line for line in loop), "}"]
 
 
 #: the prelude's share of rows per thread (contiguous, in thread order, as OpenMP's static

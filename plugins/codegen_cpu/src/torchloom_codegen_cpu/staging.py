@@ -17,8 +17,11 @@ same statements as before; a row's sums may take another lane order (the row loo
 reads contiguous memory and vectorizes where, reading across the rows, it may not have),
 as any SIMD reduction does (Whisper's shape: bit for bit the unstaged results).
 
-Taken for static sizes, where the row loop did not overrun (overrun.py), without column
-sums carried, for a tensor read or written at the row form's element (one reduced dim
+Column sums carried by the row nest (colsums.py: layer_norm's backward, its weight and
+bias gradients) stay as they are: each thread's share is then a run of whole blocks, its
+rows in order, adding into its partials as before.
+
+Taken for static sizes, where the row loop did not overrun (overrun.py), for a tensor read or written at the row form's element (one reduced dim
 larger than 1, its coordinate ``r``; the row's coordinates each at most once) with a step
 of at least :data:`STRIDED` elements per ``r`` and of one per row over a *run* of rows
 (the trailing kept dims dense in row order: ConvNeXt's [2, 56, 56] rows of channels,
