@@ -39,6 +39,9 @@ ROUNDS = 6
 FIRST_STEP_MAX_RATIO = 0.97  # Dynamo and aot_autograd dominate (RESULTS.md): 0.85-0.94
 # measured; torchloom's own part has its own gate (OWN_MAX_RATIO)
 OWN_MAX_RATIO = 0.5  # see RESULTS.md for what was measured
+#: rounds of the first step (cold, then warm), each in fresh interpreters: one, and a
+#: second only when the first is above a bound (a retry: the bounds stay; each part's
+#: minimum over the rounds is gated)
 FIRST_STEP_ROUNDS = 2
 KEY = "benchmark-key"
 
@@ -148,6 +151,20 @@ def first_step(url: str, work: str) -> dict:
             "libraries": compiler.remote_cache.stats("artifact-cpu")}
 
 
+def first_step_best(runs: list) -> dict:
+    """(cold or warm, part) -> the least seconds of that part over the rounds."""
+    return {(kind, part): min(r[i][part] for r in runs)
+            for i, kind in enumerate(["cold", "warm"])
+            for part in ("seconds", "own_seconds", "cc_seconds")}
+
+
+def first_step_ratios(runs: list) -> tuple[float, float]:
+    """(warm / cold of the whole step, of torchloom's own part), each part's best."""
+    best = first_step_best(runs)
+    return (best["warm", "seconds"] / best["cold", "seconds"],
+            best["warm", "own_seconds"] / best["cold", "own_seconds"])
+
+
 def test_first_step_on_a_new_machine_warm_over_cold(benchmark, tmp_path):
     import redis
 
@@ -162,6 +179,9 @@ def test_first_step_on_a_new_machine_warm_over_cold(benchmark, tmp_path):
             runs.append([in_fresh_interpreter(__file__, "first-step", f"{url}/0",
                                               str(tmp_path / f"{kind}{r}"), timeout=900)
                          for kind in ("cold", "warm")])
+            ratio, own = first_step_ratios(runs)
+            if ratio <= FIRST_STEP_MAX_RATIO and own <= OWN_MAX_RATIO:
+                break
         return runs
     try:
         runs = benchmark.pedantic(rounds, rounds=1, iterations=1)
@@ -172,10 +192,8 @@ def test_first_step_on_a_new_machine_warm_over_cold(benchmark, tmp_path):
         assert warm["graph_remote_hits"] == 2 and warm["kernel_compiles"] == 0
         assert warm["libraries"]["hits"] == cold["libraries"]["stores"]
         assert warm["cc_seconds"] == 0 < cold["cc_seconds"]  # no compiler ran
-    best = {(kind, part): min(r[i][part] for r in runs) for i, kind in enumerate(["cold", "warm"])
-            for part in ("seconds", "own_seconds", "cc_seconds")}
-    ratio = best["warm", "seconds"] / best["cold", "seconds"]
-    own = best["warm", "own_seconds"] / best["cold", "own_seconds"]
+    best = first_step_best(runs)
+    ratio, own = first_step_ratios(runs)
     benchmark.extra_info.update({f"{k}_{p}": v for (k, p), v in best.items()}, ratio=ratio,
                                 own_ratio=own)
     print(f"\n12-layer stack, first training step on the CPU, new machine (CPU seconds, C "
