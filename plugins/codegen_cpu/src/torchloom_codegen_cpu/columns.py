@@ -34,7 +34,8 @@ from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
 from torchloom_codegen_cpu.render import Simd
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
-from torchloom_codegen_cpu.reduction import accumulate, identity, sum_dtype
+from torchloom_codegen_cpu.reduction import (accumulate, identity,
+                                              rows_lie_in_memory_order, sum_dtype)
 from torchloom_codegen_cpu.tensors import tensor_type
 
 #: columns per unit: blocks are whole units (one AVX-512 vector of f32)
@@ -48,8 +49,8 @@ writer_upstream = writer.upstream_nodes
 def column_form(w: Writer) -> bool:
     """Whether the group's reductions can take the column form (see the module docstring)."""
     if not w.kept or w.kept[-1] != len(w.shape) - 1 or (
-            isinstance(w.rnumel, int) and w.rnumel <= 1):
-        return False
+            isinstance(w.rnumel, int) and w.rnumel <= 1) or rows_lie_in_memory_order(w):
+        return False  # (rows in memory order: the row form reads them contiguously)
     for node in w.reductions:
         spec = REDUCTIONS[node.op]
         if spec.kind not in _KINDS or len(node.outputs) != 1:
