@@ -68,3 +68,23 @@ def test_contiguous_inputs_keep_the_column_form(check):
         %s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[256]""", "%s: f32[256]")
     assert "(columns)" in _source(check, text)
     check(text, torch.randn(512, 256), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch, length", [(2, 40), (3, 17)])
+def test_symbolic_sizes_compile_on_cpu(tmp_path, batch, length):
+    """At symbolic sizes a group's inputs include sizes (scalars: GPT-2's bias gradient
+    sums ``g.view(-1, 32)``, its size an input): no tensor of the reduction's shape, and
+    strides unknown, so the choice is by shape, and the group stays on ``cpu``."""
+    from conftest import codegens, compiled
+
+    def f(x, w):
+        v = (x * 2).view(-1, x.shape[-1])
+        return v.sum(0, keepdim=True), v @ w
+    compiler, fn = compiled(f, tmp_path, dynamic=True)
+    g = torch.Generator().manual_seed(batch)
+    w = torch.randn(32, 8, generator=g)
+    for b, n in ((batch, length), (batch + 1, length + 3)):
+        x = torch.randn(b, n, 32, generator=g)
+        torch.testing.assert_close(fn(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+    assert set(codegens(compiler)) == {"cpu"}
+    torch._dynamo.reset()

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import attrs
 
-from torchloom.api import Node, Value, expr, indexing, reductions, stmt, writer
+from torchloom.api import (Node, TensorType, Value, expr, indexing, reductions, stmt,
+                           writer)
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.nest import Coords, Writer
@@ -352,6 +353,8 @@ def rows_lie_in_memory_order(w: Writer) -> bool:
         return False
     found = False
     for v in [*w.region.inputs, *w.outputs]:
+        if not isinstance(v.type, TensorType):
+            continue  # (a scalar: a size at symbolic shapes)
         t = tensor_type(v)
         if tuple(t.shape) != tuple(w.shape):
             continue
