@@ -81,7 +81,8 @@ def accumulate(w: Writer) -> None:
 
 def nest(w: Writer, head: list[str], body: list[str], rows: str) -> list[str]:
     """The row loop (or the loop over staged blocks of rows) with each thread's share
-    explicit (overrun.chunked) and its column partials, then the partials' sums stored to the column outputs."""
+    explicit (overrun.chunked) and its column partials, then the partials' sums stored to
+    the column outputs."""
     n, count = w.rnumel, len(w.columns)
     width = count * n
     threads = "nthreads" if w.parallel else "1"

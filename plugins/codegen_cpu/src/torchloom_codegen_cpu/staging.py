@@ -21,12 +21,13 @@ Column sums carried by the row nest (colsums.py: layer_norm's backward, its weig
 bias gradients) stay as they are: each thread's share is then a run of whole blocks, its
 rows in order, adding into its partials as before.
 
-Taken for static sizes, where the row loop did not overrun (overrun.py), for a tensor read or written at the row form's element (one reduced dim
-larger than 1, its coordinate ``r``; the row's coordinates each at most once) with a step
-of at least :data:`STRIDED` elements per ``r`` and of one per row over a *run* of rows
-(the trailing kept dims dense in row order: ConvNeXt's [2, 56, 56] rows of channels,
-3,136 rows a run, one image's pixels), its block buffer at most :data:`MOST_BYTES`. A
-block never crosses the end of a run (7 x 7 pixels: blocks of 16, 16, 16 and 1 rows).
+Taken for static sizes, where the row loop did not overrun (overrun.py), for a tensor
+read or written at the row form's element (one reduced dim larger than 1, its coordinate
+``r``; the row's coordinates each at most once) with a step of at least
+:data:`STRIDED` elements per ``r`` and of one per row over a *run* of rows (the trailing
+kept dims dense in row order: ConvNeXt's [2, 56, 56] rows of channels, 3,136 rows a run,
+one image's pixels), its block buffer at most :data:`MOST_BYTES`. A block never crosses
+the end of a run (7 x 7 pixels: blocks of 16, 16, 16 and 1 rows).
 """
 
 from __future__ import annotations
