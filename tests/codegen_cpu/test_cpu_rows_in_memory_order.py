@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import group_text, thread_count
+from conftest import codegens, compiled, group_text, thread_count
 
 REDUCTIONS = {
     "sum": ("aten.sum.dim_IntList", "{dim = [0]}"),
@@ -75,8 +75,6 @@ def test_symbolic_sizes_compile_on_cpu(tmp_path, batch, length):
     """At symbolic sizes a group's inputs include sizes (scalars: GPT-2's bias gradient
     sums ``g.view(-1, 32)``, its size an input): no tensor of the reduction's shape, and
     strides unknown, so the choice is by shape, and the group stays on ``cpu``."""
-    from conftest import codegens, compiled
-
     def f(x, w):
         v = (x * 2).view(-1, x.shape[-1])
         return v.sum(0, keepdim=True), v @ w
