@@ -108,6 +108,15 @@ class Checker:
             str(r) for c in compiled.choices for r in c.fallback_reasons]
         return compiled
 
+    def source(self, text: str) -> str:
+        """The C source the cpu codegen writes for the one group of ``text``."""
+        return self.codegen.generate(self.compile(text).choices[0].node, self.registry).source
+
+    def sources(self, compiler) -> list[str]:
+        """The C source of every group a ``Compiler`` compiled, generated again."""
+        return [self.codegen.generate(ch.node, self.registry).source
+                for comp in compiler.compilations for ch in comp.compiled.choices]
+
     def reference(self, text: str, *inputs):
         return CompiledGraph(parse_graph(text), self.registry, [EagerCodegen()])(*inputs)
 

@@ -29,10 +29,6 @@ def _text(op: str, rows: int, cols: int, dtype: str, also_full: bool) -> str:
         %s = {name}(%p) {attrs} : {dtype}[{cols}]""", outs)
 
 
-def _source(check, text: str) -> str:
-    return check.codegen.generate(check.compile(text).choices[0].node, check.registry).source
-
-
 def _transposed(rows: int, cols: int, dtype, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(cols, rows, generator=g).to(dtype).t() for _ in range(2)]
@@ -44,7 +40,7 @@ def _transposed(rows: int, cols: int, dtype, seed: int) -> list[torch.Tensor]:
                                          (torch.bfloat16, "bf16")])
 def test_transposed_inputs_reduce_along_memory(check, op, rows, cols, dtype, name):
     text = _text(op, rows, cols, name, also_full=False)
-    source = _source(check, text)
+    source = check.source(text)
     assert "(columns)" not in source and f"reduction over {cols} rows" in source
     tol = {"rtol": 2e-2, "atol": 2e-2} if name == "bf16" else {"rtol": 1e-4, "atol": 1e-4}
     check(text, *_transposed(rows, cols, dtype, rows + cols), **tol)
@@ -59,14 +55,14 @@ def test_every_thread_count(check, threads):
 
 def test_a_full_output_stored_contiguously_keeps_the_choice_by_shape(check):
     text = _text("sum", 512, 256, "f32", also_full=True)  # %p: contiguous [512, 256]
-    assert "(columns)" in _source(check, text)
+    assert "(columns)" in check.source(text)
     check(text, *_transposed(512, 256, torch.float32, 1), rtol=1e-4, atol=1e-4)
 
 
 def test_contiguous_inputs_keep_the_column_form(check):
     text = group_text("%a: f32[512, 256]", """
         %s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[256]""", "%s: f32[256]")
-    assert "(columns)" in _source(check, text)
+    assert "(columns)" in check.source(text)
     check(text, torch.randn(512, 256), rtol=1e-4, atol=1e-4)
 
 

@@ -35,10 +35,6 @@ def _norm_text(rows: int, cols: int, dtype: str = "f32") -> str:
         f"%y: {t}, %s: {dtype}[{rows}]")
 
 
-def _source(check, text: str) -> str:
-    return check.codegen.generate(check.compile(text).choices[0].node, check.registry).source
-
-
 def _inputs(rows: int, cols: int, dtype=torch.float32, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(cols, rows, generator=g).to(dtype),
@@ -50,7 +46,7 @@ def _inputs(rows: int, cols: int, dtype=torch.float32, seed: int = 0):
 @pytest.mark.parametrize("rows, cols", [(32, 16), (100, 70), (512, 256), (257, 96)])
 def test_rows_read_across_are_staged_and_match_eager(check, dtype, name, rows, cols):
     text = _norm_text(rows, cols, name)
-    source = _source(check, text)
+    source = check.source(text)
     staged = 16 * cols * {"f32": 4, "bf16": 2, "f64": 8}[name] <= staging.MOST_BYTES
     assert ("(staged)" in source and "st_in_a[" in source) == staged
     check(text, *_inputs(rows, cols, dtype), exact=name == "bf16", rtol=1e-4, atol=1e-4)
@@ -64,7 +60,7 @@ def test_rows_read_across_are_staged_and_match_eager(check, dtype, name, rows, c
 ])
 def test_only_nests_with_blocks_worth_staging(check, rows, cols, staged):
     text = _norm_text(rows, cols)
-    assert ("(staged)" in _source(check, text)) == staged
+    assert ("(staged)" in check.source(text)) == staged
     check(text, *_inputs(rows, cols), rtol=1e-4, atol=1e-4)
 
 
@@ -72,7 +68,7 @@ def test_rows_along_memory_keep_the_row_walk(check):
     text = group_text("%a: f32[256, 256], %b: f32[256]", """
         %h = aten.add.Tensor(%a, %b) : f32[256, 256]
         %s = aten.sum.dim_IntList(%h) {dim = [1]} : f32[256]""", "%h: f32[256, 256], %s: f32[256]")
-    assert "(staged)" not in _source(check, text)
+    assert "(staged)" not in check.source(text)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -110,8 +106,7 @@ def test_permuted_layer_norms_through_torch_compile_match_unstaged_and_eager(
     got = fn(*args)
     assert set(codegens(compiler)) == {"cpu"}
     # rows (pixels of every image) worth it, the runs one image's: layer_norm, softmax
-    staged = [check.codegen.generate(ch.node, check.registry).source
-              for comp in compiler.compilations for ch in comp.compiled.choices]
+    staged = check.sources(compiler)
     assert any("(staged)" in s for s in staged) == (
         batch * length >= 2 * staging.BLOCK and length > 1 and channels >= staging.STRIDED)
     want = _permuted_norm(*args)
@@ -123,8 +118,7 @@ def test_permuted_layer_norms_through_torch_compile_match_unstaged_and_eager(
         patch.setattr(staging, "worth_it", lambda *a: False)
         plain_compiler, unstaged = compiled(_permuted_norm, tmp_path / "unstaged")
         plain = unstaged(*args)
-        assert not any("(staged)" in check.codegen.generate(ch.node, check.registry).source
-                       for comp in plain_compiler.compilations for ch in comp.compiled.choices)
+        assert not any("(staged)" in s for s in check.sources(plain_compiler))
     # (a lane order of its own: a few ulp of the row's sums; bf16 rounds them once more)
     lanes = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else \
         {"rtol": 2e-6, "atol": 1e-6}
@@ -156,8 +150,7 @@ def test_channels_of_images_are_staged_per_image(tmp_path, check, shape):
     compiler, fn = compiled(norm, tmp_path)
     got = fn(*args)
     torch.testing.assert_close(got, norm(*args), rtol=1e-5, atol=1e-5)
-    sources = [check.codegen.generate(ch.node, check.registry).source
-               for comp in compiler.compilations for ch in comp.compiled.choices]
+    sources = check.sources(compiler)
     assert any("(staged)" in s for s in sources)
     torch._dynamo.reset()
 
@@ -213,7 +206,7 @@ def test_column_sums_ride_in_the_staged_row_nest(check, rows, cols, threads):
     carried in each thread's partials (colsums.py) over staged blocks of rows, each
     thread's share whole blocks; ``g * w`` (no sum of it) stored by that nest too."""
     text = _norm_backward_text(rows, cols)
-    source = _source(check, text)
+    source = check.source(text)
     assert "(staged)" in source and "colpart[" in source and "st_in_a[" in source
     assert "(columns)" not in source  # (no column nest of its own)
     g = torch.Generator().manual_seed(rows + threads)
@@ -238,7 +231,6 @@ def test_whisper_shaped_norm_backward_matches_eager(tmp_path, check):
     want = torch.autograd.grad(norm(*args), (args[0], args[2], args[3]), grad)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert set(codegens(compiler)) == {"cpu"}
-    sources = [check.codegen.generate(ch.node, check.registry).source
-               for comp in compiler.compilations for ch in comp.compiled.choices]
+    sources = check.sources(compiler)
     assert any("(staged)" in s and "colpart[" in s for s in sources)
     torch._dynamo.reset()

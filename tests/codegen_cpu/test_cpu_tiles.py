@@ -25,10 +25,6 @@ def _transposed_add(rows: int, cols: int, dtype: str = "f32") -> str:
         f"%m: {dtype}[{rows}, {cols}]")
 
 
-def _source(check, text: str) -> str:
-    return check.codegen.generate(check.compile(text).choices[0].node, check.registry).source
-
-
 def _inputs(rows, cols, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     if dtype == torch.int64:
@@ -40,7 +36,7 @@ def _inputs(rows, cols, dtype, seed=0):
 @pytest.mark.parametrize("rows, cols", [(64, 64), (100, 70), (257, 96), (2048, 2048)])
 def test_transposed_reads_walk_tiles_and_match_eager_exactly(check, dtype, rows, cols):
     text = _transposed_add(rows, cols, TYPES[dtype])
-    assert "const int64_t xt0 = xt / " in _source(check, text)
+    assert "const int64_t xt0 = xt / " in check.source(text)
     check(text, *_inputs(rows, cols, dtype), exact=True)
 
 
@@ -52,14 +48,14 @@ def test_transposed_reads_walk_tiles_and_match_eager_exactly(check, dtype, rows,
 ])
 def test_only_walks_of_two_tiles_each_way_and_unchunked_rows(check, rows, cols, tiled):
     text = _transposed_add(rows, cols)
-    assert ("xt0" in _source(check, text)) == tiled
+    assert ("xt0" in check.source(text)) == tiled
     check(text, *_inputs(rows, cols, torch.float32), exact=True)
 
 
 def test_loads_along_the_rows_keep_the_row_walk(check):
     text = group_text("%a: f32[256, 256], %b: f32[256]", """
         %s = aten.add.Tensor(%a, %b) : f32[256, 256]""", "%s: f32[256, 256]")
-    assert "xt0" not in _source(check, text)
+    assert "xt0" not in check.source(text)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
