@@ -16,6 +16,13 @@ take (:func:`runs_on_eager`), and an inference graph (:func:`needs_grad`), unles
 backend option or the pipeline names one: there recomputation and norms split before the
 split only add kernels to what eager runs.
 
+Every graph gets the ``_foreach_*`` ops decomposed one op per tensor
+(:mod:`torchloom.frontend.foreach`), and an inference graph keeps its input mutations as
+trailing ``copy_`` nodes (``keep_inference_input_mutations``), which the plan turns into
+the kernel writing the input where it can (``codegen/buffers.py``): a compiled optimizer
+step (``torch.compile(optimizer.step)``) becomes one kernel per parameter (or per group of
+small ones) writing the parameter and its states in place.
+
 ``mode`` (``torch.compile(..., mode=...)``, or the option ``mode``) is one of
 :data:`torchloom.compiler.mode.MODES`: ``reduce-overhead`` turns on CUDA graphs,
 ``max-autotune`` widens autotuning too. ``pipeline`` may be a dict of a pipeline file's
@@ -83,7 +90,10 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
             getattr(compiler, "target", None) is None and (
                 not needs_grad(example_inputs) or runs_on_eager(compiler, example_inputs)):
         partitioner = "default"
+    # an inference graph's input mutations stay in it (a trailing copy_ the plan can turn
+    # into the kernel writing the input: an optimizer step's parameters and states)
     return aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
+                        keep_inference_input_mutations=True,
                         **split_options(partitioner))(gm, example_inputs)
 
 
@@ -152,15 +162,20 @@ def runs_on_eager(compiler, example_inputs) -> bool:
 
 
 def split_options(partitioner: str) -> dict[str, Any]:
-    """aot_autograd's arguments for ``partitioner`` (see the module docstring)."""
+    """aot_autograd's arguments for ``partitioner`` (see the module docstring). Every
+    graph gets the ``_foreach_*`` ops as one op per tensor
+    (:mod:`torchloom.frontend.foreach`: a compiled optimizer step fuses per parameter)."""
+    from torchloom.frontend.foreach import foreach_decompositions
+    table = foreach_decompositions()
     if partitioner == "default":
-        return {}
+        return {"decompositions": table}
     import torch
 
     from torchloom.frontend.decompositions import decomposition_table
     ops = [getattr(torch.ops.aten, name) for name in RECOMPUTED_COMPOSITES
            if hasattr(torch.ops.aten, name)]
-    return {"partition_fn": cse_then_min_cut, "decompositions": decomposition_table(ops)}
+    return {"partition_fn": cse_then_min_cut,
+            "decompositions": {**table, **decomposition_table(ops)}}
 
 
 def cse_then_min_cut(joint_module, joint_inputs, **kwargs):

@@ -30,6 +30,16 @@ Which buffers may be written (``plan_reuse``):
   cross entropy's ``f32[1, 512, 8192]`` gradient takes the saved ``f32[512, 8192]``
   log-probabilities' buffer).
 
+A graph input written by ``copy_`` (a mutated input kept in the graph: aot_autograd's
+``keep_inference_input_mutations``, an optimizer step's parameters and states) is written by
+the kernel computing the copied value instead, and the ``copy_`` goes (``written_inputs``):
+the value is a kernel output nothing else reads, of the input's dtype, shape and dense
+layout; nothing reads the input after that kernel; the kernel reads it only where its
+``inplace`` pairs allow writing that output over it. Any size: a copy saved is a pass over
+the tensor and a call. Such copies are listed in ``Reuse.elided``; the plan checks that the
+kernel wrote the input (it may allocate where a buffer is laid out otherwise) and copies
+if not.
+
 A kernel that can write into given buffers has an attribute ``into``: ``into(outs, *inputs)``
 with ``outs`` a tuple holding, per output, a tensor to write (or None: allocate); it
 returns the outputs as the kernel does, and allocates where a given tensor is not laid
@@ -63,6 +73,14 @@ class Reuse:
     held: frozenset[Value] = frozenset()
     #: node index -> the ``out=`` overload that op node calls instead (see ``out_variant``)
     ops: Mapping[int, Callable] = attrs.field(factory=dict)
+    #: ``copy_`` nodes (index) whose destination, a graph input, the kernel computing the
+    #: copied value writes instead (see ``written_inputs``)
+    elided: frozenset[int] = frozenset()
+    #: kernel node -> its outputs (indices) written into graph inputs for ``elided`` copies
+    inputs_written: Mapping[Node, tuple[int, ...]] = attrs.field(factory=dict)
+
+    def elided_by(self, node: Node) -> tuple[int, ...]:
+        return self.inputs_written.get(node, ())
 
     @property
     def count(self) -> int:
@@ -75,6 +93,7 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
     maps region-call nodes to their callables, ``donated`` are the input indices whose
     buffers the caller gave up."""
     root, owned, escaped = _storages(graph, registry, kernels, donated)
+    written, elided = written_inputs(graph, kernels, root, escaped)
     dies: dict[Value, int] = {}
     for idx, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -104,8 +123,9 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
         elif getattr(kernel, "into", None) is not None:
             donors = []
             for j, v in enumerate(node.outputs):
-                donor = _in_place(node, j, getattr(kernel, "inplace", ()), root,
-                                  owned - escaped - taken, dies, idx)
+                donor = written.get((idx, j)) or _in_place(
+                    node, j, getattr(kernel, "inplace", ()), root, owned - escaped - taken,
+                    dies, idx)
                 if donor is not None:
                     taken.add(donor)
                 donors.append(donor if donor is not None else _take(free, v))
@@ -115,7 +135,62 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
             if r not in taken:
                 free.setdefault(_key(r), []).append(r)
     held = frozenset(d for donors in into.values() for d in donors if d is not None)
-    return Reuse(into, held, ops)
+    nodes = list(graph.nodes)
+    by_node: dict[Node, tuple[int, ...]] = {}
+    for k, j in sorted(written):
+        by_node[nodes[k]] = by_node.get(nodes[k], ()) + (j,)
+    return Reuse(into, held, ops, frozenset(elided), by_node)
+
+
+def written_inputs(graph: Graph, kernels: Mapping[Node, Callable],
+                   root: Mapping[Value, Value], escaped: Collection[Value] = ()
+                   ) -> tuple[dict[tuple[int, int], Value], set[int]]:
+    """The graph inputs that kernels write in place of a later ``copy_``: ((kernel node
+    index, output index) -> the input, the ``copy_`` nodes' indices). See the module
+    docstring for the conditions; ``escaped``: storages that reach a node of unknown
+    aliasing (it may return a view whose later reads ``root`` cannot see)."""
+    position = {node: idx for idx, node in enumerate(graph.nodes)}
+    readers: dict[Value, list[int]] = {}
+    for idx, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            readers.setdefault(root.get(v, v), []).append(idx)
+    outputs = set(graph.outputs)
+    written: dict[tuple[int, int], Value] = {}
+    elided: set[int] = set()
+    for idx, node in enumerate(graph.nodes):
+        if node.op != "aten.copy_.default" or len(node.inputs) != 2 or node.attrs.get(
+                "non_blocking"):
+            continue
+        dst, src = node.inputs
+        producer = src.producer
+        kernel = kernels.get(producer) if producer is not None else None
+        if dst.producer is not None or root.get(dst) is not dst or dst in outputs or \
+                dst in escaped or \
+                getattr(kernel, "into", None) is None or src in outputs or \
+                list(src.uses) != [node] or any(node.outputs[0].uses) or \
+                node.outputs[0] in outputs or not _same_dense(dst, src):
+            continue
+        k = position[producer]
+        if any(r > k and r != idx for r in readers[dst]):
+            continue  # read after the kernel: it must still see the old values
+        j = src.index
+        reads = [i for i, v in enumerate(producer.inputs) if root.get(v, v) is dst]
+        if reads and (len(reads) > 1 or producer.inputs[reads[0]] is not dst or
+                      (reads[0], j) not in set(map(tuple, getattr(kernel, "inplace", ())))):
+            continue
+        if dst in written.values():
+            continue
+        written[(k, j)] = dst
+        elided.add(idx)
+    return written, elided
+
+
+def _same_dense(a: Value, b: Value) -> bool:
+    """Static, dense, row-major tensors of one dtype, device and shape."""
+    ta, tb = a.type, b.type
+    return (isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.dtype == tb.dtype
+            and ta.device == tb.device and ta.shape == tb.shape and ta.is_dense and tb.is_dense
+            and all(type(d) is int for d in ta.shape))
 
 
 def out_variant(node: Node, registry) -> Callable | None:
@@ -234,4 +309,4 @@ def _fresh_outputs(node: Node, registry, kernels) -> tuple[bool | None, dict[int
     return node.op.startswith("aten.") and not opdef.mutates, views
 
 
-__all__ = ["MIN_BYTES", "Reuse", "plan_reuse", "view_of"]
+__all__ = ["MIN_BYTES", "Reuse", "plan_reuse", "view_of", "written_inputs"]

@@ -112,7 +112,9 @@ def build_function(graph: Graph, registry: OpRegistry,
                 names[v] = f"t{count}"
                 count += 1
         out = reuse.ops.get(idx)  # an op writing into a dead buffer: its out= overload
-        lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors, out))
+        if idx not in reuse.elided:  # (a copy_ whose input the kernel before wrote)
+            lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors,
+                                             out, reuse.elided_by(node)))
         dead = reusable + [names[v] for v in dying if v.producer is node]
         inputs = [names[v] for v in dying if v.producer is None]  # boxed: keep their names
         if dead or inputs:  # not taken over by an output: drop the reference now
@@ -188,13 +190,15 @@ def _last_uses(graph: Graph, inputs: bool = False) -> dict[int, list[Value]]:
 
 def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
                registry: OpRegistry, kernels: dict[Node, Callable],
-               donors: tuple[Value | None, ...] = (), out: Callable | None = None) -> str:
+               donors: tuple[Value | None, ...] = (), out: Callable | None = None,
+               inputs_written: tuple[int, ...] = ()) -> str:
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
     fname = f"f{idx}"
     if node in kernels and donors:  # writes outputs into the dead buffers given first
-        env[fname] = kernels[node].into
+        env[fname] = kernels[node].into if not inputs_written else \
+            _writing_inputs(kernels[node].into, inputs_written)
         given = ", ".join(_buffer(d, v, names) if d is not None else "None"
                           for d, v in zip(donors, node.outputs))
         args = ", ".join([f"({given}{',' if len(donors) == 1 else ''})",
@@ -229,6 +233,19 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
     if unpack:
         return f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {call}"
     return f"{outs[0]} = {call}"
+
+
+def _writing_inputs(into: Callable, positions: tuple[int, ...]) -> Callable:
+    """``into`` for a kernel writing graph inputs in place of ``copy_`` nodes the plan
+    dropped (outputs ``positions``): where the kernel wrote a fresh tensor instead (a
+    buffer laid out otherwise than its output), the input still gets the values."""
+    def call(outs: tuple, *args):
+        results = into(outs, *args)
+        for j in positions:
+            if results[j] is not outs[j]:
+                outs[j].copy_(results[j])
+        return results
+    return call
 
 
 def _buffer(donor: Value, output: Value, names: dict[Value, str]) -> str:

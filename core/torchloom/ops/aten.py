@@ -28,6 +28,7 @@ CATEGORY_OVERRIDES: dict[str, str] = {
     "aten._to_copy.default": "pointwise",       # a cast; fusion checks that the device stays
     "aten._unsafe_view.default": "view",         # a view without alias annotations
     "aten.clone.default": "pointwise",
+    "aten.full_like.default": "pointwise",      # a constant of its input's shape
     "aten.copy.default": "layout",
     "aten.lift_fresh_copy.default": "layout",
     "aten.contiguous.default": "layout",

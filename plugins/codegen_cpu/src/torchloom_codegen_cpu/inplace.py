@@ -12,24 +12,25 @@ from torchloom_codegen_cpu.ops import VIEWS
 def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list[str]
                   ) -> list[tuple[int, int]]:
     """(input, output) pairs the kernel may be given one buffer for (the plan writes an
-    output into an input that dies at the group, :mod:`torchloom.codegen.buffers`): one
-    nest, the input read at the walk's coordinates only (no view of it, or of a value
-    computed from it, but one that only adds or drops dims of size 1 between dense
-    tensors: :func:`_same_elements`), with the output's dtype and elements
-    (:func:`_same_elements` again), and read before the output is first stored (checked
-    on the C text, in program order). The nest is pointwise, or a reduction over rows
-    (``x``) with no column sums carried: a row is one iteration's, its passes read the
-    input before the last one writes the output at the element it read (a cross
-    entropy's ``f32[1, N, C]`` gradient written over the saved ``f32[N, C]``
-    log-probabilities). Never where a row loop runs past its row's end (overrun.py: it
-    writes the next row before that row is read). Such pointers lose ``restrict``, so the
-    C compiler keeps that order."""
-    if len(nests) != 1:
-        return []
-    nest = nests[0]
-    rows = nest.kind == "reduction" and nest.loop.var == "x" and not nest.columns
-    if not (nest.kind == "pointwise" or rows) or nest.em.overran:
-        return []
+    output into an input that dies at the group, or into a graph input in place of a
+    ``copy_``: :mod:`torchloom.codegen.buffers`): the input read at the walk's coordinates
+    only (no view of it, or of a value computed from it, but one that only adds or drops
+    dims of size 1 between dense tensors: :func:`_same_elements`), with the output's dtype
+    and elements (:func:`_same_elements` again), and its last read before the output is
+    first stored (checked on the C text, in program order). Every nest is pointwise, or a
+    reduction over rows (``x``) with no column sums carried: a row is one iteration's, its
+    passes read the input before the last one writes the output at the element it read (a
+    cross entropy's ``f32[1, N, C]`` gradient written over the saved ``f32[N, C]``
+    log-probabilities). Nests run one after the other (each its own parallel loop, which
+    ends when all its threads do), so an input read by an earlier nest only is read
+    whole before a later nest writes over it (an optimizer step's ``f32[]`` step count,
+    its own nest after the parameter's). Never where a row loop runs past its row's end
+    (overrun.py: it writes the next row before that row is read). Such pointers lose
+    ``restrict``, so the C compiler keeps that order."""
+    for nest in nests:
+        rows = nest.kind == "reduction" and nest.loop.var == "x" and not nest.columns
+        if not (nest.kind == "pointwise" or rows) or nest.em.overran:
+            return []
     text = "\n".join(body)
     pairs = []
     for j, (name, out) in enumerate(zip(output_names(region), region.outputs)):

@@ -344,7 +344,7 @@ ACTIVATIONS: dict[str, Pointwise] = {
         None, "out", lambda a, dtype: "!{self}" if dtype == "b8" else "~{self}"),
     "aten.addcmul.default": Pointwise(_with("{self} + {value} * {tensor1} * {tensor2}",
                                             value=1.0)),
-    "aten.addcdiv.default": Pointwise(_with("{self} + {value} * ({tensor1} / {tensor2})",
+    "aten.addcdiv.default": Pointwise(_with("{self} + {value} * {tensor1} / {tensor2}",  # eager's order
                                             value=1.0)),
     "aten.lerp.Scalar": _LERP,
     "aten.lerp.Tensor": _LERP,
@@ -385,6 +385,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.round.default": _unary("nearbyint$f(X)", "X"),  # halves to even, as eager
     "aten.pow.Tensor_Scalar": Pointwise(_pow),
     "aten.pow.Tensor_Tensor": Pointwise("pow$f({self}, {exponent})"),
+    "aten.pow.Scalar": Pointwise("pow$f({self}, {exponent})"),  # a number to a tensor's powers
     "aten.tanh_backward.default": Pointwise("{grad_output} * (($T)1 - {output} * {output})"),
     "aten.sigmoid_backward.default": Pointwise(
         "{grad_output} * (($T)1 - {output}) * {output}"),
@@ -406,6 +407,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.bitwise_and.Tensor": Pointwise(None, "out", "{self} & {other}"),
     "aten.bitwise_or.Tensor": Pointwise(None, "out", "{self} | {other}"),
     "aten.clone.default": _both("{self}", args="keep"),
+    "aten.full_like.default": _both("{fill_value}"),  # fusion admits plain fills only
     "aten.alias.default": _both("{self}", args="keep"),
     "aten.detach.default": _both("{self}", args="keep"),
     **ACTIVATIONS,

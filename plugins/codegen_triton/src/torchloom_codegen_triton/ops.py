@@ -121,6 +121,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.round.default": _unary("libdevice.nearbyint(X)"),
     "aten.pow.Tensor_Scalar": Pointwise(_pow),
     "aten.pow.Tensor_Tensor": Pointwise("libdevice.pow({self}, {exponent})"),
+    "aten.pow.Scalar": Pointwise("libdevice.pow({self}, {exponent})"),
     "aten.tanh_backward.default": Pointwise("{grad_output} * (1.0 - {output} * {output})"),
     "aten.sigmoid_backward.default": Pointwise(
         "{grad_output} * {output} * (1.0 - {output})"),
@@ -140,6 +141,8 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.bitwise_and.Tensor": Pointwise("{self} & {other}", args="keep"),
     "aten.bitwise_or.Tensor": Pointwise("{self} | {other}", args="keep"),
     "aten.clone.default": Pointwise("{self}", args="keep"),
+    # a block of the fill (a bare constant would be a scalar, not a block)
+    "aten.full_like.default": Pointwise("tl.where({self} == {self}, {fill_value}, {fill_value})"),
     "aten.alias.default": Pointwise("{self}", args="keep"),
     "aten.detach.default": Pointwise("{self}", args="keep"),
     # a cast: the emitter converts (and rounds) to the result's dtype

@@ -54,7 +54,9 @@ class DedupRegions(Pass):
     occurrences disagree on wiring gives way to the next. The subgraph's outputs are the
     values any occurrence uses outside the window.
 
-    Skipped: windows containing a node that writes its inputs, occurrences whose inputs
+    Skipped: windows whose nodes are not one piece through the values they pass or the
+    inputs they share (side-by-side runs of unrelated ops, as a decomposed ``_foreach_*``
+    op makes), windows containing a node that writes its inputs, occurrences whose inputs
     or outputs some node mutates (an output written through a view of another one), and
     regions whose outputs alias (are views of) their inputs. Not
     found: a region whose own tokens repeat with a period at most a third of its length
@@ -207,6 +209,8 @@ class DedupRegions(Pass):
             best = max(groups.values(), key=len)
             if len(best) < self.min_occurrences or len(best[0].nodes) < self.min_nodes:
                 return None
+            if not best[0].connected():
+                return None  # unrelated pieces side by side: a call would only part them
             outputs = sorted({o for occ in best for o in occ.escaping})
             if not outputs:
                 return None
@@ -271,6 +275,25 @@ class _Occurrence:
 
     def value(self, ref: tuple[int, int]) -> Value:
         return self.nodes[ref[0]].outputs[ref[1]]
+
+    def connected(self) -> bool:
+        """Whether the window's nodes are one piece: joined through the values they pass
+        each other or the inputs they share. A run of unrelated ops (``_foreach_div``
+        decomposed: one ``div`` per tensor, then the next op's run) repeats too, but as a
+        call it would cut each tensor's chain of ops into pieces no fusion joins again."""
+        root = list(range(len(self.nodes)))
+
+        def find(i: int) -> int:
+            while root[i] != i:
+                root[i] = root[root[i]]
+                i = root[i]
+            return i
+        reader: dict[int, int] = {}  # input index -> a node reading it
+        for i, operands in enumerate(self.wiring):
+            for operand in operands:
+                other = operand[1] if operand[0] == "n" else reader.setdefault(operand[1], i)
+                root[find(i)] = find(other)
+        return len({find(i) for i in range(len(self.nodes))}) == 1
 
 
 @attrs.define

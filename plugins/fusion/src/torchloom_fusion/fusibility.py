@@ -50,6 +50,8 @@ def node_kind(node: Node, registry) -> str | None:
     if category == POINTWISE:
         if node.op == "aten._to_copy.default" and not _same_place_copy(node):
             return None
+        if node.op == "aten.full_like.default" and not _plain_fill(node):
+            return None
         return POINTWISE
     if category == REDUCTION:
         return REDUCTION if reduction_signature(node) is not None else None
@@ -70,6 +72,20 @@ def _same_place_copy(node: Node) -> bool:
         return False
     layout = node.attrs.get("layout")
     return layout is None or str(layout) == "torch.strided"
+
+
+def _plain_fill(node: Node) -> bool:
+    """A ``full_like`` of a number in its input's place and layout: a constant of the
+    output's type, as a kernel writes it (a float fill of an integer tensor is left out)."""
+    value, out = node.attrs.get("fill_value"), node.outputs[0].type
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not out.dtype.startswith(("f", "bf")):
+        return False
+    layout = node.attrs.get("layout")
+    return (node.attrs.get("device") is None and not node.attrs.get("pin_memory")
+            and (layout is None or str(layout) == "torch.strided")
+            and node.inputs[0].type.device == out.device)
 
 
 def reduction_signature(node: Node) -> tuple | None:
