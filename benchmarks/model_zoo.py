@@ -7,6 +7,9 @@ Rows (``MODES``), per model and thread count:
 - ``train``: forward with labels, ``loss.backward()``, an AdamW step (``foreach``, eager on
   every side: the same cost everywhere) and ``zero_grad``;
 - ``infer``: the forward under ``torch.no_grad()`` in eval mode;
+- ``optimizer``: the AdamW step alone (``foreach``; gradients set once), compiled on the
+  compiled sides as PyTorch's compiled-optimizer recipe does (``torch.compile(optimizer.step)``),
+  eager's ``foreach`` step on the eager side;
 - ``dynamic``: inference over several sequence lengths per step, in the mixed order a
   server sees them (default ``torch.compile``: the first length compiles a static graph,
   the second one with a symbolic length that the others run); models with ``lengths``.
@@ -49,7 +52,7 @@ import torch
 
 from timing import gc_paused
 
-MODES = ("train", "infer", "dynamic")
+MODES = ("train", "infer", "dynamic", "optimizer")
 SIDES = ("eager", "inductor", "torchloom")
 VOCAB = 8192
 TOKENS = 512  # tokens per step of the text models (batch 1)
@@ -232,10 +235,10 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
     batches = [spec.batch(g, n) for n in lengths]
     if mode != "train":  # a server computes no loss
         batches = [{k: v for k, v in b.items() if k != "labels"} for b in batches]
-    compiler, fn, fresh = None, model, contextlib.nullcontext
+    compiler, backend, fresh = None, None, contextlib.nullcontext
     if side == "inductor":
         from torch._inductor.utils import fresh_cache
-        fn, fresh = torch.compile(model, backend="inductor"), fresh_cache
+        backend, fresh = "inductor", fresh_cache
     elif side == "torchloom":
         from torchloom.backend import torchloom_backend
         from torchloom.tools import Compiler
@@ -243,11 +246,20 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
         cache = Path(tempfile.mkdtemp(prefix=f"{name}-{mode}-", dir=cache_root))
         with _env("TORCHLOOM_CACHE_DIR", str(cache)):  # the cpu codegen's libraries too
             compiler = Compiler("default", cache_dir=cache, compile_cache=False)
-        fn = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
-            gm, ex, options={"compiler": compiler}))
+        backend = lambda gm, ex: torchloom_backend(  # noqa: E731
+            gm, ex, options={"compiler": compiler})
     elif side != "eager":
         raise ValueError(f"side {side!r}: expected one of {', '.join(SIDES)}")
-    if mode == "train":
+
+    def compiled(f):
+        return f if backend is None else torch.compile(f, backend=backend)
+    if mode == "optimizer":
+        for p in model.parameters():  # the same gradients on every side
+            p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        step = compiled(optimizer.step)
+    elif mode == "train":
+        fn = compiled(model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
 
         def step():
@@ -255,6 +267,8 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     else:
+        fn = compiled(model)
+
         def step():
             with torch.no_grad():
                 for batch in batches:

@@ -102,3 +102,12 @@ def test_the_optimizers_foreach_ops_are_in_the_table():
     # per-tensor scalars given as one tensor are read on the host by eager: left whole
     assert aten._foreach_addcmul.Tensor not in TABLE
     assert not [op for op in TABLE if str(op).endswith("_")]  # in-place ones: functionalized
+
+
+def test_off_the_cpu_the_ops_stay_whole():
+    """On another device the decomposition answers NotImplemented (the tracer then keeps
+    the foreach op: a GPU runs it in one launch)."""
+    op = torch.ops.aten._foreach_mul.Scalar
+    on_meta = [torch.empty(3, device="meta"), torch.empty(2, 2, device="meta")]
+    assert TABLE[op](on_meta, 0.5) is NotImplemented
+    assert len(TABLE[op]([torch.ones(3), torch.ones(2, 2)], 0.5)) == 2

@@ -93,3 +93,37 @@ def test_assignments_are_dropped_as_declarations_and_rebinding_counts_as_a_read(
 def test_a_loop_step_is_a_name_the_loop_reads():
     body = [Assign("step", "2 * k"), Loop("i", "0", "n", (), step="step")]
     assert [type(s) for s in stmt.drop_unused(body)] == [Assign, Loop]
+
+
+def _pure(facts) -> bool:
+    return facts.calls <= {"powf", "sqrtf"} and all(e.pointer.startswith("in_")
+                                                    for e in facts.elements)
+
+
+def test_invariant_moves_declarations_no_iteration_changes():
+    from torchloom.codegen.stmt import Var
+    body = [Declare("float", "t", "in_t[0]"),
+            Declare("float", "s", "powf(0.9f, t)"),          # reads a moved name
+            Declare("int64_t", "row", "x / 4"),               # the loop variable
+            Declare("float", "a", "in_p[row] * s"),           # a coordinate
+            Declare("float", "m", "malloc(16)"),              # a call with effects
+            Declare("float", "o", "out_y[0]"),                # memory the loop writes
+            Declare("float", "q", "in_w[0]"),                 # written below
+            Var("float", "acc", "0"),
+            Declare("float", "u", "acc + s"),                 # a variable
+            Raw("float buf[16];"),
+            Declare("float", "b", "buf[0] + s"),              # a raw line's name
+            Declare("float", "k", "sqrtf(s) + 1.0f"),
+            Store(Element("out_y", "x"), "a + k + u + b + o + q + m"),
+            Store(Element("in_w", "x"), "a")]
+    moved, kept = stmt.invariant(body, "x", _pure)
+    assert [s.name for s in moved] == ["t", "s", "k"]
+    assert [getattr(s, "name", None) for s in kept] == [
+        "row", "a", "m", "o", "q", "acc", "u", None, "b", None, None]
+
+
+def test_invariant_sees_names_declared_in_nested_loops():
+    inner = Loop("j", "0", "16", (Declare("float", "v", "in_p[x * 16 + j]"),))
+    body = [inner, Declare("float", "w", "v * 2.0f"), Declare("float", "c", "in_c[0]")]
+    moved, kept = stmt.invariant(body, "x", _pure)
+    assert [s.name for s in moved] == ["c"] and kept[:2] == body[:2]

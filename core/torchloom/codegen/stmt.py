@@ -25,8 +25,9 @@ is built (:func:`scan`, over its printed text: loads and offsets are still text)
 
 A statement with a ``mask`` takes its side effect only where the mask holds
 (:func:`masked`); how that reads is the renderer's business. :func:`drop_unused` removes
-the declarations and assignments nothing after them reads; :func:`walk` and
-:func:`map_loops` visit and rewrite the loops of a statement list.
+the declarations and assignments nothing after them reads; :func:`invariant` takes a
+loop's invariant declarations out of its body; :func:`walk` and :func:`map_loops` visit
+and rewrite the loops of a statement list.
 """
 
 from __future__ import annotations
@@ -289,6 +290,42 @@ def _kept(statements: Sequence[Statement], used: set[str]) -> list[Statement]:
         used.update(s.names)
         kept.append(s)
     return kept[::-1]
+
+
+def invariant(statements: Sequence[Statement], var: str,
+              pure: Callable[[Scan], bool]) -> tuple[list[Statement], list[Statement]]:
+    """``statements`` (a loop's body over ``var``) split into the declarations that read
+    nothing the loop declares or changes, to run once before it, and the rest::
+
+        for x:  const float s = powf(0.9f, in_t[0]);     const float s = powf(0.9f, in_t[0]);
+                const float a = in_p[x] * s;       ->    for x:  const float a = in_p[x] * s;
+
+    A declaration moves when every name its expression mentions is declared outside the
+    loop or by a declaration that moved (no coordinate, loop variable, variable, or name a
+    raw line mentions) and ``pure(its scan)`` says its calls and the memory it reads give
+    the same value before the loop as in it (the target's functions without side effects,
+    inputs no statement of the loop writes)."""
+    local = {var}
+    for s in walk(statements):
+        if isinstance(s, (Declare, Var, Assign)):
+            local.add(s.name)
+        elif isinstance(s, Loop):
+            local.add(s.var)
+        elif isinstance(s, Raw):
+            local.update(s.names)
+    written = {s.target.pointer for s in walk(statements)
+               if isinstance(s, (Store, Update, Select)) and isinstance(s.target, Element)}
+    moved: list[Statement] = []
+    kept: list[Statement] = []
+    outside: set[str] = set()
+    for s in statements:
+        if isinstance(s, Declare) and not (s.facts.names & (local - outside)) and \
+                not {e.pointer for e in s.facts.elements} & written and pure(s.facts):
+            moved.append(s)
+            outside.add(s.name)
+        else:
+            kept.append(s)
+    return moved, kept
 
 
 def walk(statements: Sequence[Statement]) -> Iterator[Statement]:

@@ -13,7 +13,10 @@ Decomposed while aot_autograd traces, each becomes the same op once per tensor::
 
 so that fusion makes one group per parameter of the whole update. The CPU's ``foreach``
 kernels loop over the tensors calling exactly these ops (``foreach_tensor_*_slow``), so the
-values are eager's. Overloads with a ``Tensor`` of per-tensor scalars (``_foreach_addcmul.Tensor``)
+values are eager's. Only on the CPU: elsewhere (CUDA) an op stays whole (the decomposition
+returns ``NotImplemented``, which the tracer reads as "trace the op"), since a GPU's
+foreach kernel updates every tensor in one launch where per-tensor groups would take one
+each. Overloads with a ``Tensor`` of per-tensor scalars (``_foreach_addcmul.Tensor``)
 and the ones with no per-tensor op are left whole: they run as eager runs them.
 """
 
@@ -94,6 +97,8 @@ def _spread_arguments(schema) -> tuple[bool, ...] | None:
 
 def _per_tensor(op, spread: tuple[bool, ...], base: str) -> Callable:
     def decomposed(*args, **kwargs):
+        if not _on_cpu(args):
+            return NotImplemented  # traced whole: a GPU's foreach kernel is one launch
         lists = [a for a, s in zip(args, spread) if s]
         count = len(lists[0])
         if any(len(entries) != count for entries in lists):
@@ -103,6 +108,14 @@ def _per_tensor(op, spread: tuple[bool, ...], base: str) -> Callable:
                 for i in range(count)]
     decomposed.__name__ = f"_foreach_{base}_per_tensor"
     return decomposed
+
+
+def _on_cpu(args) -> bool:
+    """Whether every tensor among ``args`` (and in their lists) is on the CPU."""
+    import torch
+    tensors = [t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])
+               if isinstance(t, torch.Tensor)]
+    return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
 
 
 __all__ = ["foreach_decompositions"]

@@ -29,7 +29,7 @@ from torchloom.api import (Graph, InputRef, Node, ScalarType, Schedule, TensorTy
                            clone_graph, indexing, print_graph, schedule, structural_hash,
                            symbols, writer)
 
-from torchloom_codegen_cpu import colsums
+from torchloom_codegen_cpu import colsums, team
 from torchloom_codegen_cpu.inplace import inplace_pairs
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
@@ -151,9 +151,13 @@ def stride_arguments(region: Graph, names: dict[str, str]) -> dict[int, list[int
 
 
 def _by_element_count(named: list[tuple[str, Value]]) -> list[list[tuple[str, Value]]]:
-    """Outputs grouped by element count (equal at every size), in order of appearance: a
-    pointwise walk covers the elements of one count (a group that also returns a
-    broadcast operand, say [2, 1] beside [2, 8], is written as a nest per count)."""
+    """Outputs grouped by element count (equal at every size), the largest count first
+    where all are static, else in order of appearance: a pointwise walk covers the
+    elements of one count (a group that also returns a broadcast operand, say [2, 1]
+    beside [2, 8], is written as a nest per count). Largest first: an input is read by
+    nests of its count or larger only, so every nest reading it has run before the nest
+    that may write its output over it (``inplace.py``: an optimizer step's ``f32[]``
+    step counts, read by each parameter's nest, written last)."""
     parts: list[tuple[Any, list[tuple[str, Value]]]] = []
     for name, v in named:
         count = indexing.prod(tensor_type(v).shape)
@@ -163,6 +167,8 @@ def _by_element_count(named: list[tuple[str, Value]]) -> list[list[tuple[str, Va
                 break
         else:
             parts.append((count, [(name, v)]))
+    if all(isinstance(count, int) for count, _ in parts):
+        parts.sort(key=lambda counted: -counted[0])  # (stable: equal counts keep order)
     return [part for _, part in parts]
 
 
@@ -345,9 +351,10 @@ def _foreign_results(roots: list[Value], k: int, of: dict[Node, int],
 _FORMS = {"xb": " (columns)", "xs": " (staged)"}
 
 
-def _written(nests: list[KernelWriter]) -> tuple[list[KernelWriter], list[str]]:
-    """The nests' C lines; a nest that found tensors lying across its rows is written
-    again over staged blocks of rows (``KernelWriter.restaged``)."""
+def _written(nests: list[KernelWriter]) -> tuple[list[KernelWriter], list[str], bool]:
+    """The nests' C lines, and whether they share one parallel region (team.py); a nest
+    that found tensors lying across its rows is written again over staged blocks of rows
+    (``KernelWriter.restaged``)."""
     done, body = [], []
     for w in nests:
         lines = w.nest()
@@ -356,7 +363,9 @@ def _written(nests: list[KernelWriter]) -> tuple[list[KernelWriter], list[str]]:
             w, lines = again, again.nest()
         done.append(w)
         body += lines
-    return done, body
+    if team.teamable(done):
+        return done, team.team_body(done), True
+    return done, body, False
 
 
 def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
@@ -366,13 +375,13 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     orders = stride_arguments(region, names)
     nests = plan_nests(group, registry, names)
     try:
-        nests, body = _written(nests)
+        nests, body, teamed = _written(nests)
     except Unsupported as declined:  # the reduction's nest cannot hold every output
         after = _after_the_rows(group, registry, names)
         if after is None:
             raise
         try:
-            nests, body = _written(after)
+            nests, body, teamed = _written(after)
         except Unsupported:
             raise declined from None  # (the first plan's reason is the one to read)
     digest = structural_hash(region)
@@ -391,7 +400,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                for j, (name, v) in enumerate(zip(output_names(region), region.outputs))]
     params += [f"int64_t {name}" for name in names.values()]  # symbolic sizes, at run time
     params.append("int nthreads")
-    parallel = any(w.parallel for w in nests)
+    parallel = teamed or any(w.parallel for w in nests)
     forms = ", ".join(f"{w.kind}{_FORMS.get(w.loop.var, '')} over "
                       f"{nests[0].dims(w.loop.trips)} {'blocks of ' * (w.loop.var == 'xs')}"
                       f"rows" for w in nests)

@@ -28,7 +28,7 @@ from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
                                           store_statement, whole_vectors)
 from torchloom_codegen_cpu.nest import ParallelLoop
-from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS,
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, VIEWS,
                                        literal)
 from torchloom_codegen_cpu.overrun import PARALLEL_FOR, chunked, row_offsets
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
@@ -40,10 +40,15 @@ Coords = indexing.Coords
 prod = indexing.prod
 
 SCALAR_DTYPES = writer.SCALAR_DTYPES
-#: below this many elements a kernel runs on one thread (a parallel region costs ~µs)
+#: below this many elements a kernel reading and writing two arrays runs on one thread (a
+#: parallel region costs ~µs); one touching k arrays does from ``2 * PARALLEL_MIN / k``
+#: elements (the same bytes: an optimizer step's nest reads four and writes three)
 PARALLEL_MIN = 32768
 #: the innermost dim of a pointwise walk is split into chunks of this many elements
 CHUNK = 4096
+#: a walk over every element at once (``_flat``) runs in chunks of this many: rows enough
+#: for threads, each a long SIMD loop
+FLAT_CHUNK = 1024
 #: rows up to this many elements may keep expensive values in a buffer on the stack
 ROW_BUFFER = 16384
 
@@ -116,6 +121,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         #: the row's coordinate name per kept dim ("0" for a dim of one)
         self.row_names: Coords = ()
         self.parallel = False  # whether the nest runs on threads (decided by nest())
+        self.rendered: tuple[list[str], list[str], int] = ([], [], 0)  # (by nest())
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -334,9 +340,12 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.numel = schedule.elementwise_numel([t.shape for t in outs])
         order = memory_order(first) if first.shape else ()
         walk = [first.shape[d] for d in order] or [1]
+        flat = self._flat(outs)
+        if flat:  # one run over every element: the row length no longer bounds the SIMD loop
+            walk = [prod(walk)]
         inner, size = walk[-1], self.ix.size_code
         if isinstance(inner, int):
-            chunk = inner if inner <= 2 * CHUNK else CHUNK
+            chunk = min(inner, FLAT_CHUNK) if flat else inner if inner <= 2 * CHUNK else CHUNK
             chunks = -(-inner // chunk) if inner else 0
             chunked = chunks > 1
         else:  # chunks of CHUNK (one for a short row), counted at run time
@@ -353,25 +362,44 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         else:
             row, bounds = "x", ("0", str(size(inner)))
         em.inner("j")
-        walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
-        self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
-                    tuple(d for d in walk if d != 1))] = (
-            "j" if prod(walk[:-1]) == 1 else f"{row} * {par(size(inner))} + j")
-        logical = [""] * len(order)
-        for d, c in zip(order, walk_coords):
-            logical[d] = c
+        header: list = []
+        if flat:  # the element's coordinates, declared per element where a load needs them
+            header, logical = self.inner_coords("j", first.shape)
+        else:
+            walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
+            self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
+                        tuple(d for d in walk if d != 1))] = (
+                "j" if prod(walk[:-1]) == 1 else f"{row} * {par(size(inner))} + j")
+            logical = [""] * len(order)
+            for d, c in zip(order, walk_coords):
+                logical[d] = c
         em.begin_phase()
         for name, v, t in zip(self.out_names, self.outputs, outs):
             coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else \
                 self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
-        em.end_phase(Simd(), "j", *bounds, [])
-        tiling = None if chunked else tiles.tiled(walk, em.lines, self.j_strides)
+        em.end_phase(Simd(), "j", *bounds, header)
+        tiling = None if chunked or flat else tiles.tiled(walk, em.lines, self.j_strides)
         if tiling is not None:
             self.loop, lines = tiling
             return lines
         self.loop = ParallelLoop("x", self.rows)
         return em.lines
+
+    def _flat(self, outs: list[TensorType]) -> bool:
+        """Whether the walk can run over every element at once: static sizes, every output
+        of the first's shape, every tensor dense (row-major) and of that shape or a single
+        element, no views (each element then sits at the walk's index in every tensor)."""
+        shape = outs[0].shape
+        upstream = writer.upstream_nodes(self.outputs)
+        if len(shape) < 2 or not all(isinstance(d, int) for d in shape) or any(
+                n.op in VIEWS for n in upstream):
+            return False
+        read = {u for n in upstream for u in n.inputs if u.producer is None}
+        read.update(v for v in self.outputs if v.producer is None)
+        tensors = [tensor_type(v) for v in read if isinstance(v.type, TensorType)]
+        return all(t.shape == shape and t.is_dense for t in outs) and all(
+            t.is_dense and (t.shape == shape or t.numel() == 1) for t in tensors)
 
     def _reduction_body(self) -> list:
         nest = self.reduction_nest = schedule.ReductionNest.of(self.reductions, tensor_type)
@@ -423,17 +451,33 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         return KernelWriter(*self._args, staged={s.pointer: s for s in found})
 
     def nest(self) -> list[str]:
-        """This nest's parallel loop over rows, its body inside."""
-        lines = render(stmt.drop_unused(self.body()))
+        """This nest's parallel loop over rows, its body inside; the body's declarations
+        that no row changes (an optimizer step's bias corrections from its step count)
+        computed once before it, in a block of their own (``stmt.invariant``)."""
+        body = stmt.drop_unused(self.body())
+        before: list = []
+        if not (self.columns or self.em.overran):  # (those loops are colsums'/overrun's)
+            before, body = stmt.invariant(body, self.loop.var, _pure)
+        arrays = {e.pointer for s in stmt.walk(body) for e in getattr(s, "facts", stmt.scan(
+            "")).elements}
+        #: (the declarations before the loop, a row's lines, the arrays it touches): what
+        #: team.py writes the nest from where a function's nests share one parallel region
+        self.rendered = (render(before), render(body), len(arrays))
+        lines = self._loop(self.rendered[1], -(-2 * PARALLEL_MIN // max(len(arrays), 2)))
+        return in_block(self.rendered[0], lines)
+
+    def _loop(self, lines: list[str], least: int) -> list[str]:
+        """The parallel loop over rows around ``lines``, a row's statements, on threads
+        from ``least`` elements."""
         trips, var = self.loop.trips, self.loop.var
         rows, numel = par(self.ix.size_code(trips)), par(self.ix.size_code(self.numel))
         # threads when there are rows to share and work to pay for them: decided here for
         # static sizes, at run time for symbolic ones
         conditions = [f"{rows} > 1"] if not isinstance(trips, int) else []
         if not isinstance(self.numel, int):
-            conditions.append(f"{numel} >= {PARALLEL_MIN}")
+            conditions.append(f"{numel} >= {least}")
         self.parallel = (not isinstance(trips, int) or trips > 1) and (
-            not isinstance(self.numel, int) or self.numel >= PARALLEL_MIN)
+            not isinstance(self.numel, int) or self.numel >= least)
         pragma = PARALLEL_FOR
         head, bound = [], rows
         if self.loop.blocks is not None:  # counted once, before the loop
@@ -463,6 +507,27 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         if isinstance(dim, int):
             return literal(dim, dtype)  # an int: integer sums (prod, sum) also ask for it
         return expr.Literal(f"(({CTYPE[dtype]}){par(self.ix.size_code(dim))})")
+
+
+def in_block(before: list[str], lines: list[str]) -> list[str]:
+    """``lines`` after ``before`` (a nest's declarations), in a block of their own."""
+    return ["{", *("  " + line for line in [*before, *lines]), "}"] if before else lines
+
+
+#: libm functions the op tables call (``f``-suffixed in f32): none has a side effect
+_LIBM = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos",
+                   "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "atan2", "asinh",
+                   "acosh", "atanh", "erf", "erfc", "sqrt", "cbrt", "pow", "fabs", "floor",
+                   "ceil", "trunc", "nearbyint", "round", "fmin", "fmax", "fmod", "copysign",
+                   "hypot", "isnan", "isinf"})
+
+
+def _pure(facts: stmt.Scan) -> bool:
+    """Whether a declaration gives one value wherever it runs in its nest: it calls the
+    prelude's functions (``tl_``) and libm's only, and reads the kernel's inputs."""
+    return all(c.startswith("tl_") or c in _LIBM or (c.endswith("f") and c[:-1] in _LIBM)
+               for c in facts.calls) and all(e.pointer.startswith("in_")
+                                             for e in facts.elements)
 
 
 #: the C parameter name of each region output (function.py's nests name them alike)
