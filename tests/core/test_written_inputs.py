@@ -49,16 +49,21 @@ def plan_of(text: str, registry, inplace=((0, 0),), fresh=False):
     return build_function(parse_graph(text), registry, kernel_for), kernels
 
 
-def step(shape="64, 8", extra="", out="%s", dtype="f32", region_reads="%p, %g"):
-    """p <- p - 0.1 * g, as aot_autograd keeps an input mutation: a group, then copy_."""
+def step(shape="64, 8", extra="", out="", last="", result=""):
+    """p <- p - 0.1 * g, as aot_autograd keeps an input mutation: a group, then copy_.
+    ``last``: a region line making ``%t2`` (of type ``result``) from ``%t1``, the group's
+    result then; ``extra``: lines between the group and the copy."""
+    t = f"f32[{shape}]"
+    result = result or t
+    tail = f"    {last}\n    return %t2" if last else "    return %t1"
     return f"""\
-graph @g(%p: {dtype}[{shape}], %g: {dtype}[{shape}]) {{
-  %s = torchloom.fusion_group({region_reads}) : {dtype}[{shape}] region @k0(%in0: {dtype}[{shape}], %in1: {dtype}[{shape}]) {{
-    %t0 = aten.mul.Tensor(%in1) {{other = 0.1}} : {dtype}[{shape}]
-    %t1 = aten.sub.Tensor(%in0, %t0) : {dtype}[{shape}]
-    return %t1
+graph @g(%p: {t}, %g: {t}) {{
+  %s = torchloom.fusion_group(%p, %g) : {result} region @k0(%in0: {t}, %in1: {t}) {{
+    %t0 = aten.mul.Tensor(%in1) {{other = 0.1}} : {t}
+    %t1 = aten.sub.Tensor(%in0, %t0) : {t}
+{tail}
   }}
-{extra}  %c = aten.copy_.default(%p, %s) : {dtype}[{shape}]
+{extra}  %c = aten.copy_.default(%p, %s) : {t}
   return {out}
 }}"""
 
@@ -98,16 +103,11 @@ def test_the_copy_stays_where_eliding_it_would_change_the_program(registry, case
     elif case == "no_inplace_pair":  # the kernel reads p but may not write over it
         inplace = ()
     elif case == "other_dtype":  # copy_ converts f64 to the input's f32
-        text = step(out="").replace("%s = torchloom.fusion_group(%p, %g) : f32", "%s = torchloom.fusion_group(%p, %g) : f64") \
-            .replace("%t1 = aten.sub.Tensor(%in0, %t0) : f32[64, 8]",
-                     "%t2 = aten.sub.Tensor(%in0, %t0) : f32[64, 8]\n"
-                     "    %t1 = aten._to_copy.default(%t2) {dtype = #f64} : f64[64, 8]")
+        text = step(last="%t2 = aten._to_copy.default(%t1) {dtype = #f64} : f64[64, 8]",
+                    result="f64[64, 8]")
     elif case == "broadcast":  # copy_ of a row into every row of p
-        text = step(out="").replace("%s = torchloom.fusion_group(%p, %g) : f32[64, 8] region @k0(%in0: f32[64, 8], %in1: f32[64, 8])",
-                                    "%s = torchloom.fusion_group(%p, %g) : f32[8] region @k0(%in0: f32[64, 8], %in1: f32[64, 8])") \
-            .replace("%t1 = aten.sub.Tensor(%in0, %t0) : f32[64, 8]",
-                     "%t2 = aten.sub.Tensor(%in0, %t0) : f32[64, 8]\n"
-                     "    %t1 = aten.sum.dim_IntList(%t2) {dim = [0]} : f32[8]")
+        text = step(last="%t2 = aten.sum.dim_IntList(%t1) {dim = [0]} : f32[8]",
+                    result="f32[8]")
     plan, _ = plan_of(text, registry, inplace)
     assert not plan.reuse.elided
     p, g = torch.randn(dims), torch.randn(dims)

@@ -13,9 +13,9 @@ from torchloom_fusion.combine import CombineGroups
 
 def _group(i: int, shape: str, op: str = "aten.sqrt.default", device: str = "",
            read: str | None = None) -> str:
-    src = read or f"%x{i}"
-    return f"""  %o{i} = torchloom.fusion_group({src}) : f32[{shape}]{device} region @g{i}(%p: f32[{shape}]{device}) {{
-    %t = {op}(%p) : f32[{shape}]{device}
+    src, t = read or f"%x{i}", f"f32[{shape}]{device}"
+    return f"""  %o{i} = torchloom.fusion_group({src}) : {t} region @g{i}(%p: {t}) {{
+    %t = {op}(%p) : {t}
     return %t
   }}"""
 

@@ -28,13 +28,13 @@ from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
                                           store_statement, whole_vectors)
 from torchloom_codegen_cpu.nest import ParallelLoop
-from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS, VIEWS,
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS,
                                        literal)
 from torchloom_codegen_cpu.overrun import PARALLEL_FOR, chunked, row_offsets
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
-from torchloom_codegen_cpu.render import Simd, element, render
-from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
+from torchloom_codegen_cpu.render import Simd, element, in_block, pure, render
+from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type, walked_flat
 
 Coords = indexing.Coords
 prod = indexing.prod
@@ -340,7 +340,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.numel = schedule.elementwise_numel([t.shape for t in outs])
         order = memory_order(first) if first.shape else ()
         walk = [first.shape[d] for d in order] or [1]
-        flat = self._flat(outs)
+        flat = walked_flat(self.outputs)
         if flat:  # one run over every element: the row length no longer bounds the SIMD loop
             walk = [prod(walk)]
         inner, size = walk[-1], self.ix.size_code
@@ -385,21 +385,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return lines
         self.loop = ParallelLoop("x", self.rows)
         return em.lines
-
-    def _flat(self, outs: list[TensorType]) -> bool:
-        """Whether the walk can run over every element at once: static sizes, every output
-        of the first's shape, every tensor dense (row-major) and of that shape or a single
-        element, no views (each element then sits at the walk's index in every tensor)."""
-        shape = outs[0].shape
-        upstream = writer.upstream_nodes(self.outputs)
-        if len(shape) < 2 or not all(isinstance(d, int) for d in shape) or any(
-                n.op in VIEWS for n in upstream):
-            return False
-        read = {u for n in upstream for u in n.inputs if u.producer is None}
-        read.update(v for v in self.outputs if v.producer is None)
-        tensors = [tensor_type(v) for v in read if isinstance(v.type, TensorType)]
-        return all(t.shape == shape and t.is_dense for t in outs) and all(
-            t.is_dense and (t.shape == shape or t.numel() == 1) for t in tensors)
 
     def _reduction_body(self) -> list:
         nest = self.reduction_nest = schedule.ReductionNest.of(self.reductions, tensor_type)
@@ -457,7 +442,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         body = stmt.drop_unused(self.body())
         before: list = []
         if not (self.columns or self.em.overran):  # (those loops are colsums'/overrun's)
-            before, body = stmt.invariant(body, self.loop.var, _pure)
+            before, body = stmt.invariant(body, self.loop.var, pure)
         arrays = {e.pointer for s in stmt.walk(body) for e in getattr(s, "facts", stmt.scan(
             "")).elements}
         #: (the declarations before the loop, a row's lines, the arrays it touches): what
@@ -507,27 +492,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         if isinstance(dim, int):
             return literal(dim, dtype)  # an int: integer sums (prod, sum) also ask for it
         return expr.Literal(f"(({CTYPE[dtype]}){par(self.ix.size_code(dim))})")
-
-
-def in_block(before: list[str], lines: list[str]) -> list[str]:
-    """``lines`` after ``before`` (a nest's declarations), in a block of their own."""
-    return ["{", *("  " + line for line in [*before, *lines]), "}"] if before else lines
-
-
-#: libm functions the op tables call (``f``-suffixed in f32): none has a side effect
-_LIBM = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos",
-                   "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "atan2", "asinh",
-                   "acosh", "atanh", "erf", "erfc", "sqrt", "cbrt", "pow", "fabs", "floor",
-                   "ceil", "trunc", "nearbyint", "round", "fmin", "fmax", "fmod", "copysign",
-                   "hypot", "isnan", "isinf"})
-
-
-def _pure(facts: stmt.Scan) -> bool:
-    """Whether a declaration gives one value wherever it runs in its nest: it calls the
-    prelude's functions (``tl_``) and libm's only, and reads the kernel's inputs."""
-    return all(c.startswith("tl_") or c in _LIBM or (c.endswith("f") and c[:-1] in _LIBM)
-               for c in facts.calls) and all(e.pointer.startswith("in_")
-                                             for e in facts.elements)
 
 
 #: the C parameter name of each region output (function.py's nests name them alike)

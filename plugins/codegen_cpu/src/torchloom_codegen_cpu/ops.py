@@ -344,7 +344,8 @@ ACTIVATIONS: dict[str, Pointwise] = {
         None, "out", lambda a, dtype: "!{self}" if dtype == "b8" else "~{self}"),
     "aten.addcmul.default": Pointwise(_with("{self} + {value} * {tensor1} * {tensor2}",
                                             value=1.0)),
-    "aten.addcdiv.default": Pointwise(_with("{self} + {value} * {tensor1} / {tensor2}",  # eager's order
+    # eager's order: (value * tensor1) / tensor2
+    "aten.addcdiv.default": Pointwise(_with("{self} + {value} * {tensor1} / {tensor2}",
                                             value=1.0)),
     "aten.lerp.Scalar": _LERP,
     "aten.lerp.Tensor": _LERP,

@@ -131,3 +131,24 @@ def divides_integers(s) -> bool:
 def _own_text(node: expr.Code) -> str:
     """What ``node`` itself spells, its operands' text left out (an op's template)."""
     return node.template if isinstance(node, expr.Op) else node.text
+
+
+def in_block(before: list[str], lines: list[str]) -> list[str]:
+    """``lines`` after ``before`` (a nest's declarations), in a block of their own."""
+    return ["{", *("  " + line for line in [*before, *lines]), "}"] if before else lines
+
+
+#: libm functions the op tables call (``f``-suffixed in f32): none has a side effect
+_LIBM = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos",
+                   "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "atan2", "asinh",
+                   "acosh", "atanh", "erf", "erfc", "sqrt", "cbrt", "pow", "fabs", "floor",
+                   "ceil", "trunc", "nearbyint", "round", "fmin", "fmax", "fmod", "copysign",
+                   "hypot", "isnan", "isinf"})
+
+
+def pure(facts: stmt.Scan) -> bool:
+    """Whether a declaration gives one value wherever it runs in its nest: it calls the
+    prelude's functions (``tl_``) and libm's only, and reads the kernel's inputs."""
+    return all(c.startswith("tl_") or c in _LIBM or (c.endswith("f") and c[:-1] in _LIBM)
+               for c in facts.calls) and all(e.pointer.startswith("in_")
+                                             for e in facts.elements)

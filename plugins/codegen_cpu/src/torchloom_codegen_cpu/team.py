@@ -19,7 +19,8 @@ still gets every thread (in a cold cache two threads stream more than one).
 
 from __future__ import annotations
 
-from torchloom_codegen_cpu.kernel import PARALLEL_MIN, KernelWriter, in_block
+from torchloom_codegen_cpu.kernel import PARALLEL_MIN, KernelWriter
+from torchloom_codegen_cpu.render import in_block
 from torchloom_codegen_cpu.overrun import PARALLEL
 
 #: below this many element-arrays (elements times arrays touched) a nest of a team runs
