@@ -46,8 +46,8 @@ SCALAR_DTYPES = writer.SCALAR_DTYPES
 PARALLEL_MIN = 32768
 #: the innermost dim of a pointwise walk is split into chunks of this many elements
 CHUNK = 4096
-#: a walk over every element at once (``_flat``) runs in chunks of this many: rows enough
-#: for threads, each a long SIMD loop
+#: a walk over every element at once (``tensors.walked_flat``) runs in chunks of this many:
+#: rows enough for threads, each a long SIMD loop
 FLAT_CHUNK = 1024
 #: rows up to this many elements may keep expensive values in a buffer on the stack
 ROW_BUFFER = 16384
