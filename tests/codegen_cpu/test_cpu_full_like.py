@@ -13,8 +13,8 @@ from conftest import codegens, compiled
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
-@pytest.mark.parametrize("fill", [0.1, 2, -0.0, math.inf, math.nan])
-@pytest.mark.parametrize("shape", [(37,), (4, 33), (2, 3, 17)])
+@pytest.mark.parametrize("fill", [0.1, 2, -0.0, math.nan])
+@pytest.mark.parametrize("shape", [(37,), (2, 3, 17)])
 def test_full_like_fuses_with_eager_values(dtype, fill, shape, tmp_path):
     if not dtype.is_floating_point and isinstance(fill, float):
         fill = 3  # an integer tensor's fill
