@@ -122,6 +122,13 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.pow.Tensor_Scalar": Pointwise(_pow),
     "aten.pow.Tensor_Tensor": Pointwise("libdevice.pow({self}, {exponent})"),
     "aten.pow.Scalar": Pointwise("libdevice.pow({self}, {exponent})"),
+    # eager's orders: value * t1 * t2 and (value * t1) / t2, the value left out at 1
+    "aten.addcmul.default": Pointwise(
+        lambda a: "{self} + {tensor1} * {tensor2}" if a.get("value", 1) == 1
+        else "{self} + {value} * {tensor1} * {tensor2}"),
+    "aten.addcdiv.default": Pointwise(
+        lambda a: "{self} + {tensor1} / {tensor2}" if a.get("value", 1) == 1
+        else "{self} + {value} * {tensor1} / {tensor2}"),
     "aten.tanh_backward.default": Pointwise("{grad_output} * (1.0 - {output} * {output})"),
     "aten.sigmoid_backward.default": Pointwise(
         "{grad_output} * {output} * (1.0 - {output})"),
