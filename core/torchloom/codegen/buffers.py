@@ -178,8 +178,6 @@ def written_inputs(graph: Graph, kernels: Mapping[Node, Callable],
         if reads and (len(reads) > 1 or producer.inputs[reads[0]] is not dst or
                       (reads[0], j) not in set(map(tuple, getattr(kernel, "inplace", ())))):
             continue
-        if dst in written.values():
-            continue
         written[(k, j)] = dst
         elided.add(idx)
     return written, elided

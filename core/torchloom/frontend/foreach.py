@@ -89,8 +89,7 @@ def _spread_arguments(schema) -> tuple[bool, ...] | None:
         spread.append(text in _PER_TENSOR_TYPES)
     if not any(spread):
         return None
-    if schema.overload_name == "Tensor" and schema.name.startswith(
-            ("aten::_foreach_addc",)):
+    if schema.overload_name == "Tensor" and schema.name.startswith("aten::_foreach_addc"):
         return None  # scalars as a 1-D tensor: one value each, read on the host by eager
     return tuple(spread)
 

@@ -443,8 +443,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         before: list = []
         if not (self.columns or self.em.overran):  # (those loops are colsums'/overrun's)
             before, body = stmt.invariant(body, self.loop.var, pure)
-        arrays = {e.pointer for s in stmt.walk(body) for e in getattr(s, "facts", stmt.scan(
-            "")).elements}
+        arrays = {e.pointer for s in stmt.walk(body) if hasattr(s, "facts")
+                  for e in s.facts.elements}
         #: (the declarations before the loop, a row's lines, the arrays it touches): what
         #: team.py writes the nest from where a function's nests share one parallel region
         self.rendered = (render(before), render(body), len(arrays))
