@@ -116,3 +116,35 @@ def test_a_symbolic_kernel_allocates_as_torch_empty_at_size_0(registry, codegen)
         got = kernel(x)[0]
         assert got.shape == x.shape and got.stride() == torch.empty(shape).stride()
         torch.testing.assert_close(got, x.exp())
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass: the entry reads its pointer through ``data_ptr()``."""
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x,
+    lambda x: torch.nn.Parameter(x.clone(), requires_grad=False),
+    lambda x: x.clone().as_subclass(_Tagged),
+    lambda x: torch.cat([torch.zeros(5), x.flatten()])[5:].view(4, 8),  # a storage offset
+], ids=["tensor", "parameter", "subclass", "offset"])
+def test_the_entry_reads_each_kind_of_tensor_s_data_pointer(registry, codegen, make):
+    """Tensors reach the entry whole: torch's C reader for exact tensors and parameters,
+    ``data_ptr()`` for anything else, the offset of a view included."""
+    kernel = _kernel(codegen, registry)
+    assert kernel._tensors
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
+    got = kernel(make(x), 0.25, 3, True)[0]
+    torch.testing.assert_close(got, (x + 0.25) * 3, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bad", [3, None, "x", [1.0]])
+def test_the_entry_given_no_tensor_raises_that_object_s_error(registry, codegen, bad):
+    kernel = _kernel(codegen, registry)
+    out = torch.empty(4, 8)
+    with pytest.raises(AttributeError, match="data_ptr"):
+        kernel.fn(bad, 1.0, 2, True, out, 1)
+    x = torch.randn(4, 8)
+    with pytest.raises(AttributeError, match="data_ptr"):
+        kernel.fn(x, 1.0, 2, True, bad, 1)
+    torch.testing.assert_close(kernel(x, 1.0, 2, True)[0], (x + 1.0) * 2)  # still works

@@ -41,6 +41,14 @@ reads each element of the input before it writes that element of the output). Th
 gives it buffers that died before the group, or that die at it for those pairs
 (:mod:`torchloom.codegen.buffers`), so a step does not fault in fresh memory per output.
 
+Skipping checks the caller made: a kernel may have ``trusting(inputs, outputs) -> kernel``,
+``inputs`` and ``outputs`` mapping positions to static tensor types: the caller
+promises that the tensor at input position i (the buffer given for output j) has that
+type's dtype, shape and strides (strides of dims of size 1 aside) on every call. The
+kernel returned (with ``__call__`` and ``into``) leaves out the layout checks it would make
+there where the type is the layout it was written for. The plan asks it for the graph's
+inputs, which its guards have checked, when they reach a kernel unchanged.
+
 Autotuning shared by a fleet (the remote cache, :mod:`torchloom.runtime.remote_cache`): a
 kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result tuned
 elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and an

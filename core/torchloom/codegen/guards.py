@@ -10,6 +10,11 @@ graph was compiled with (two dims equal, one twice another) fall back rather tha
 something wrong; strides the same way (``is_contiguous`` when they are the contiguous
 ones). Torch's own guards (Dynamo's) already pin what the user's inputs may be; these
 check what this graph assumed, for any caller.
+
+Static inputs are first checked in one C call (:class:`FastGuard`, over torch's
+``TensorGuards``, the check Dynamo's guards are made of): ~50 ns a tensor against ~180 ns
+for the Python expressions, which then run only when it fails (a graph of 550 inputs, an
+optimizer step's, saves ~70 us a call).
 """
 
 from __future__ import annotations
@@ -46,6 +51,53 @@ def guard_expressions(inputs: Sequence[Value], env: dict[str, Any]):
         else:
             checks.append(_stride_check(f"a{i}", t))
         yield i, " or ".join(checks)
+
+
+def _tensor_guards():
+    """torch's C tensor check (``torch._C._dynamo.guards.TensorGuards``), or None in a torch
+    without it."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:
+        return None
+    return TensorGuards
+
+
+class FastGuard:
+    """A C check that the static inputs are laid out as on the last call that passed the
+    exact guards: ``check(*tensors)`` is True only when every tensor has that call's dtype,
+    device, dispatch keys and ``requires_grad`` and the shapes and strides of its type
+    (strides of dims of size <= 1 unchecked, as :func:`guard_expressions`'s). It is
+    stricter than the expressions, never looser: a False sends the call to them, and one
+    that passes them is learnt (``learn``, at most :attr:`LEARNS` times, so inputs that
+    alternate cost the expressions only)."""
+
+    LEARNS = 4
+
+    def __init__(self, types: Sequence[TensorType]):
+        self._sizes = [list(t.shape) for t in types]
+        self._strides = [[s if n > 1 else None for n, s in zip(t.shape, t.actual_strides())]
+                         for t in types]
+        self._learnt = 0
+        self.check = _never
+
+    @classmethod
+    def of(cls, types: Sequence[TensorType]) -> "FastGuard | None":
+        """None where torch has no C check."""
+        return None if _tensor_guards() is None else cls(types)
+
+    def learn(self, *tensors) -> None:
+        """Check later calls against these tensors (which passed the exact guards)."""
+        if self._learnt >= self.LEARNS:
+            return
+        self._learnt += 1
+        guards = _tensor_guards()(*tensors, dynamic_dims_sizes=self._sizes,
+                                  dynamic_dims_strides=self._strides)
+        self.check = guards.check
+
+
+def _never(*tensors) -> bool:
+    return False
 
 
 def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:

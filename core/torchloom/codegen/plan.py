@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 from torchloom.codegen.base import RegionKernel
 from torchloom.codegen.buffers import Reuse, plan_reuse, view_of
-from torchloom.codegen.guards import guard_expressions, symbolic_guard
+from torchloom.codegen.guards import FastGuard, guard_expressions, symbolic_guard
 from torchloom.codegen.lowering import lower
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
 from torchloom.ops.registry import OpRegistry
@@ -73,6 +73,7 @@ def build_function(graph: Graph, registry: OpRegistry,
         names[v] = f"a{i}"
         params.append(f"a{i}")
     header = f"def run({', '.join(params)}):"
+    checks: list[tuple[int, str]] = []
     if guards and fallback is not None:
         checks = list(guard_expressions(guarded, env))
         if checks:
@@ -80,14 +81,25 @@ def build_function(graph: Graph, registry: OpRegistry,
             # (a branch per input, each passing every input, would be quadratic). The slow
             # path finds which input failed.
             env["_fallback"] = _first_failing(checks, env, fallback)
-            lines.append(f"    if {' or '.join(f'({expr})' for _, expr in checks)}:")
-            lines.append(f"        return _fallback(({', '.join(params)},))")
+            condition = " or ".join(f"({expr})" for _, expr in checks)
+            fast = FastGuard.of([guarded[i].type for i, _ in checks])
+            indent = "    "
+            if fast is not None:  # one C check first; the expressions when it fails
+                env["_fast"] = fast
+                tensors = ", ".join(f"a{i}" for i, _ in checks)
+                lines.append(f"    if not _fast.check({tensors}):")
+                indent = "        "
+            lines.append(f"{indent}if {condition}:")
+            lines.append(f"{indent}    return _fallback(({', '.join(params)},))")
+            if fast is not None:
+                lines.append(f"        _fast.learn({tensors})")
         symbolic = symbolic_guard(guarded, env)
         if symbolic is not None:  # inputs with symbolic sizes: one generated check
             env["_guard_failed"] = fallback
             lines.append(f"    if (_failed := {symbolic}) is not None:")
             lines.append(f"        return _guard_failed(({', '.join(params)},), _failed)")
     reuse = plan_reuse(graph, registry, kernels, donated)
+    trusted = _trusted(graph, [graph.inputs[i] for i, _ in checks])
     last_use = _last_uses(graph, inputs=boxed)
     unread = [names[v] for v in last_use.get(-1, ()) if v not in reuse.held]
     if unread:  # inputs nothing reads (boxed): dropped once the guards passed
@@ -114,7 +126,7 @@ def build_function(graph: Graph, registry: OpRegistry,
         out = reuse.ops.get(idx)  # an op writing into a dead buffer: its out= overload
         if idx not in reuse.elided:  # (a copy_ whose input the kernel before wrote)
             lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors,
-                                             out, reuse.elided_by(node)))
+                                             out, reuse.elided_by(node), trusted))
         dead = reusable + [names[v] for v in dying if v.producer is node]
         inputs = [names[v] for v in dying if v.producer is None]  # boxed: keep their names
         if dead or inputs:  # not taken over by an output: drop the reference now
@@ -188,17 +200,47 @@ def _last_uses(graph: Graph, inputs: bool = False) -> dict[int, list[Value]]:
     return result
 
 
+#: in-place aten ops that change a tensor's shape or strides: a graph input one of them
+#: reads is not laid out as its guard checked for the rest of the plan
+_RESHAPING = frozenset(("resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_",
+                        "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "detach_"))
+
+
+def _trusted(graph: Graph, checked: list[Value]) -> frozenset[Value]:
+    """The guarded graph inputs (``checked``, static types) whose layout holds for the
+    whole call: no op reshaping a tensor in place reads them."""
+    reshaped = {v for node in graph.nodes if node.op.split(".")[:2][-1] in _RESHAPING
+                for v in node.inputs}
+    return frozenset(v for v in checked if v not in reshaped)
+
+
+def _trusting(kernel: Callable, node: Node, donors: tuple[Value | None, ...],
+              trusted: frozenset[Value], names: dict[Value, str]) -> Callable:
+    """``kernel`` without the layout checks of the guarded inputs it is given as they are
+    (and of those given as output buffers unviewed), where it can leave them out
+    (``trusting``, the codegen protocol: :mod:`torchloom.codegen.base`)."""
+    method = getattr(kernel, "trusting", None)
+    if method is None or not trusted:
+        return kernel
+    inputs = {i: v.type for i, v in enumerate(node.inputs) if v in trusted}
+    outputs = {j: d.type for j, (d, v) in enumerate(zip(donors, node.outputs))
+               if d in trusted and view_of(d, v) is None}
+    return method(inputs, outputs) if inputs or outputs else kernel
+
+
 def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
                registry: OpRegistry, kernels: dict[Node, Callable],
                donors: tuple[Value | None, ...] = (), out: Callable | None = None,
-               inputs_written: tuple[int, ...] = ()) -> str:
+               inputs_written: tuple[int, ...] = (),
+               trusted: frozenset[Value] = frozenset()) -> str:
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
     fname = f"f{idx}"
     if node in kernels and donors:  # writes outputs into the dead buffers given first
-        env[fname] = kernels[node].into if not inputs_written else \
-            _writing_inputs(kernels[node].into, inputs_written)
+        kernel = _trusting(kernels[node], node, donors, trusted, names)
+        env[fname] = kernel.into if not inputs_written else \
+            _writing_inputs(kernel.into, inputs_written)
         given = ", ".join(_buffer(d, v, names) if d is not None else "None"
                           for d, v in zip(donors, node.outputs))
         args = ", ".join([f"({given}{',' if len(donors) == 1 else ''})",
@@ -206,7 +248,7 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
         call = f"{fname}({args})"
         unpack = True
     elif node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
-        env[fname] = kernels[node]
+        env[fname] = _trusting(kernels[node], node, (), trusted, names)
         call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
         unpack = True
     else:

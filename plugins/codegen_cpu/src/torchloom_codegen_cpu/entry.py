@@ -6,9 +6,9 @@ of 12 arguments, where a ``METH_FASTCALL`` function reading the same Python ints
 such costs, so where the toolchain builds a library calling the interpreter (its probe
 then defines ``TL_PYENTRY``; see toolchain.py) the translation unit gets, per kernel ``k``:
 
-- ``tl_py_k(self, args, nargs)``: checks the argument count, converts each argument as the
-  ctypes signature would (data pointers ``PyLong_AsVoidPtr``, float scalars
-  ``PyFloat_AsDouble``, ints and sizes ``PyLong_AsLongLong``, bools ``PyObject_IsTrue``),
+- ``tl_py_k(self, args, nargs)``: checks the argument count, converts each argument (a
+  tensor to its data pointer, see below; float scalars ``PyFloat_AsDouble``, ints and
+  sizes ``PyLong_AsLongLong``, bools ``PyObject_IsTrue``),
   raises the Python error a conversion set, calls ``k`` with the GIL released (as ctypes
   does) and returns None;
 - ``tl_entry_k()``: a new builtin function object for it (``PyCFunction_New`` over a static
@@ -16,6 +16,15 @@ then defines ``TL_PYENTRY``; see toolchain.py) the translation unit gets, per ke
 
 :func:`python_entry` loads it (``None`` when the library has none: built without
 ``TL_PYENTRY``, or by an earlier version), and the launcher falls back to ctypes.
+
+Tensors are passed to the entry whole, and their data pointers read in C: a
+``tensor.data_ptr()`` in the launcher's Python costs ~45 ns a tensor (an optimizer step's
+graph passes ~1,000 a call). For a tensor whose type is exactly ``torch.Tensor`` or
+``torch.nn.Parameter`` the entry calls torch's own C reader (the one Inductor's generated
+modules call, ``torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr``), handed
+to the library once when it loads (``tl_set_tensors``); any other object (a subclass, or
+where this torch has no such reader) gets its ``data_ptr()`` method called, so an object
+that is no tensor raises the Python error that method raises.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from __future__ import annotations
 import ctypes
 import re
 from typing import Any
+
+import torch
 
 #: CPython's stable ABI, declared here instead of including ``Python.h`` (whose parsing
 #: cost ~0.25 s per library): every name below is in the limited API of Python >= 3.10
@@ -50,6 +61,27 @@ extern void* PyEval_SaveThread(void);
 extern void PyEval_RestoreThread(void*);
 extern PyObject* Py_BuildValue(const char*, ...);
 extern PyObject* PyCFunction_New(tl_py_method*, PyObject*);
+extern PyObject* PyObject_Type(PyObject*);
+extern PyObject* PyObject_CallMethod(PyObject*, const char*, const char*, ...);
+extern void Py_DecRef(PyObject*);
+static void* (*tl_tensor_data)(PyObject*);
+static PyObject* tl_tensor_types[2];
+void tl_set_tensors(void* data, PyObject* tensor, PyObject* parameter) {
+  tl_tensor_data = (void* (*)(PyObject*))data;
+  tl_tensor_types[0] = tensor;
+  tl_tensor_types[1] = parameter;
+}
+static void* tl_data_ptr(PyObject* o) {
+  PyObject* type = PyObject_Type(o);
+  int exact = type == tl_tensor_types[0] || type == tl_tensor_types[1];
+  Py_DecRef(type);
+  if (exact && tl_tensor_data) return tl_tensor_data(o);
+  PyObject* p = PyObject_CallMethod(o, "data_ptr", NULL);
+  if (!p) return NULL;
+  void* v = PyLong_AsVoidPtr(p);
+  Py_DecRef(p);
+  return v;
+}
 #endif
 """
 
@@ -57,7 +89,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: argument kind -> (C declaration converting ``args[i]``, its own error test or "")
 _CONVERT = {
-    "pointer": ("void* v{i} = PyLong_AsVoidPtr(args[{i}]);", ""),
+    "pointer": ("void* v{i} = tl_data_ptr(args[{i}]);", ""),
     "float": ("double v{i} = PyFloat_AsDouble(args[{i}]);", ""),
     "int": ("int64_t v{i} = (int64_t)PyLong_AsLongLong(args[{i}]);", ""),
     "bool": ("int t{i} = PyObject_IsTrue(args[{i}]);", "t{i} < 0"),
@@ -111,10 +143,22 @@ def entry_source(meta: dict[str, Any]) -> str:
 
 
 def python_entry(lib: ctypes.CDLL, name: str):
-    """The builtin function ``tl_entry_<name>`` of ``lib`` makes, or None without one."""
-    if not hasattr(lib, f"tl_entry_{name}"):
+    """The builtin function ``tl_entry_<name>`` of ``lib`` makes (taking tensors where the
+    kernel takes data pointers), or None without one."""
+    if not hasattr(lib, f"tl_entry_{name}") or not hasattr(lib, "tl_set_tensors"):
+        return None  # (a library of an earlier version took the pointers as ints)
+    # the same handle, called with the GIL held: these read and build Python objects
+    pylib = ctypes.PyDLL(lib._name, handle=lib._handle)
+    setter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.py_object, ctypes.py_object)(
+        ("tl_set_tensors", pylib))
+    setter(_tensor_reader(), torch.Tensor, torch.nn.Parameter)
+    return ctypes.PYFUNCTYPE(ctypes.py_object)((f"tl_entry_{name}", pylib))()
+
+
+def _tensor_reader() -> int | None:
+    """The address of torch's C function reading a tensor's data pointer, or None."""
+    try:
+        from torch._C._dynamo.guards import _torchinductor_pyobject_tensor_data_ptr as address
+    except ImportError:
         return None
-    # the same handle, called with the GIL held: the getter builds a Python object
-    getter = ctypes.PYFUNCTYPE(ctypes.py_object)(
-        (f"tl_entry_{name}", ctypes.PyDLL(lib._name, handle=lib._handle)))
-    return getter()
+    return int(address)

@@ -37,17 +37,18 @@ def launcher(lib: ctypes.CDLL, meta: dict[str, Any]) -> "Launcher":
     return Launcher(lib, meta)
 
 
-def _function(lib: ctypes.CDLL, meta: dict[str, Any]):
-    """The kernel's Python entry (entry.py), else its ctypes function."""
+def _function(lib: ctypes.CDLL, meta: dict[str, Any]) -> tuple[Any, bool]:
+    """The kernel's Python entry (entry.py), which takes tensors whole, else its ctypes
+    function, which takes their data pointers; and whether it takes tensors."""
     entry = python_entry(lib, meta["kernel"])
     if entry is not None:
-        return entry
+        return entry, True
     argtypes = [_SCALAR_CTYPES[d["scalar"]] if "scalar" in d else ctypes.c_void_p
                 for d in meta["inputs"]]
     # a function of its own from a prototype (the library's cached one keeps its types)
     prototype = ctypes.CFUNCTYPE(None, *argtypes, *[ctypes.c_void_p] * len(meta["outputs"]),
                                  *[ctypes.c_int64] * len(meta.get("sizes", ())), ctypes.c_int)
-    return prototype((meta["kernel"], lib))
+    return prototype((meta["kernel"], lib)), False
 
 
 class Launcher:
@@ -60,8 +61,8 @@ class Launcher:
     def __init__(self, lib: ctypes.CDLL, meta: dict[str, Any]):
         self.lib = lib  # keeps the library loaded
         self.meta = meta
-        self.fn = _function(lib, meta)
-        self.source, self._call = _launch_source(meta, self.fn)
+        self.fn, self._tensors = _function(lib, meta)
+        self.source, self._call = _launch_source(meta, self.fn, self._tensors)
         self._into = None
         #: (input, output) pairs ``into`` may be given one tensor for (the C function
         #: reads the input's element before it writes the output's)
@@ -70,14 +71,59 @@ class Launcher:
     def into(self, outs: tuple, *args):
         """The kernel writing output j into ``outs[j]`` (a tensor, or None: allocated)."""
         if self._into is None:  # built on first use: most kernels are never given buffers
-            self._into = _launch_source(self.meta, self.fn, into=True)[1]
+            self._into = _launch_source(self.meta, self.fn, self._tensors, into=True)[1]
+        return self._into(outs, *args)
+
+    def __call__(self, *args):
+        return self._call(*args)
+
+    def trusting(self, inputs: dict[int, Any], outputs: dict[int, Any]) -> "Launcher":
+        """This kernel without the layout checks of the inputs (given output buffers) at
+        the positions of ``inputs`` (``outputs``) whose type, which the caller guarantees
+        (the codegen protocol, ``torchloom.codegen.base``), is the layout it expects."""
+        ins = frozenset(i for i, t in inputs.items() if _expected(t, self.meta["inputs"][i]))
+        outs = frozenset(j for j, t in outputs.items()
+                         if _expected(t, self.meta["outputs"][j]))
+        return self if not ins and not outs else _Trusting(self, ins, outs)
+
+
+class _Trusting:
+    """A :class:`Launcher` trusting the layouts of some inputs and given outputs."""
+
+    def __init__(self, base: Launcher, inputs: frozenset[int], outputs: frozenset[int]):
+        self.meta, self.inplace = base.meta, base.inplace
+        self._base, self._inputs, self._outputs = base, inputs, outputs
+        self.source, self._call = _launch_source(base.meta, base.fn, base._tensors,
+                                                 trusted=inputs) if inputs else \
+            (base.source, base)
+        self._into = None
+
+    def into(self, outs: tuple, *args):
+        if self._into is None:
+            self._into = _launch_source(self.meta, self._base.fn, self._base._tensors,
+                                        into=True, trusted=self._inputs,
+                                        given=self._outputs)[1]
         return self._into(outs, *args)
 
     def __call__(self, *args):
         return self._call(*args)
 
 
-def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, Any]:
+def _expected(t: Any, d: dict[str, Any]) -> bool:
+    """Whether a tensor of the static type ``t`` has the layout the kernel's parameter
+    ``d`` (metadata) takes, strides of dims of size 1 aside."""
+    if "scalar" in d or d.get("strides") is None or not getattr(t, "is_static", False):
+        return False
+    if t.dtype != d["dtype"] or list(t.shape) != list(d["shape"]):
+        return False
+    return all(n == 1 or s == e for n, s, e in zip(t.shape, t.actual_strides(), d["strides"]))
+
+
+def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
+                   trusted: frozenset[int] = frozenset(),
+                   given: frozenset[int] = frozenset()) -> tuple[str, Any]:
+    """The launch function's source and the function; no layout checks of the inputs
+    ``trusted`` and of the output buffers ``given`` (``into``: used as they are)."""
     inputs, outputs, sizes = meta["inputs"], meta["outputs"], meta.get("sizes", [])
     params = ["_outs"] * into + [f"a{i}" for i in range(len(inputs))]
     shapes = [None if "scalar" in d else d["shape"] for d in inputs]
@@ -107,7 +153,7 @@ def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, A
         return f"({', '.join(items(dims))}{',' if len(dims) == 1 else ''})"
 
     for i, d in enumerate(inputs):
-        if "scalar" in d:
+        if "scalar" in d or i in trusted:
             continue
         if d["strides"] is None:  # symbolic sizes, contiguous
             lines.append(f"    if not a{i}.is_contiguous(): a{i} = a{i}.contiguous()")
@@ -126,6 +172,8 @@ def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, A
         strides = tup(o["strides"]) if o["strides"] is not None else \
             _contiguous_source(items(o["shape"]), o["shape"])
         indent = "    "
+        if j in given:
+            continue  # the caller's buffer, laid out as the output
         if into:  # a given buffer is used only when it is laid out as the output
             layout = (f"o{j}.is_contiguous()" if o["strides"] is None else
                       f"o{j}.stride() == {tup(o['strides'])}")
@@ -133,8 +181,10 @@ def _launch_source(meta: dict[str, Any], fn, into: bool = False) -> tuple[str, A
                          f"o{j}.shape != {tup(o['shape'])} or not {layout}:")
             indent = "        "
         lines.append(f"{indent}o{j} = _alloc({tup(o['shape'])}, {strides}, _d{j})")
-    pointers = [f"a{i}" if "scalar" in d else f"a{i}.data_ptr()" for i, d in enumerate(inputs)]
-    pointers += [f"o{j}.data_ptr()" for j in range(len(outputs))]
+    pointer = "{}" if tensors else "{}.data_ptr()"  # the entry reads them in C
+    pointers = [f"a{i}" if "scalar" in d else pointer.format(f"a{i}")
+                for i, d in enumerate(inputs)]
+    pointers += [pointer.format(f"o{j}") for j in range(len(outputs))]
     pointers += [f"sym_{s}" for s in sizes]
     call = f"_fn({', '.join(pointers)}, _threads())"
     # skipped when every output is empty: sizes are >= 0, so an output has elements when
