@@ -94,7 +94,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     # into the kernel writing the input: an optimizer step's parameters and states)
     return aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
                         keep_inference_input_mutations=True,
-                        **split_options(partitioner))(gm, example_inputs)
+                        **split_options(partitioner, compiler.foreach_decompositions))(
+                            gm, example_inputs)
 
 
 def donated_inputs(example_inputs) -> list[int]:
@@ -161,12 +162,11 @@ def runs_on_eager(compiler, example_inputs) -> bool:
     return True
 
 
-def split_options(partitioner: str) -> dict[str, Any]:
+def split_options(partitioner: str, foreach: dict) -> dict[str, Any]:
     """aot_autograd's arguments for ``partitioner`` (see the module docstring). Every
-    graph gets the ``_foreach_*`` ops as one op per tensor
+    graph gets ``foreach``, the ``_foreach_*`` ops as one op per tensor
     (:mod:`torchloom.frontend.foreach`: a compiled optimizer step fuses per parameter)."""
-    from torchloom.frontend.foreach import foreach_decompositions
-    table = foreach_decompositions()
+    table = foreach
     if partitioner == "default":
         return {"decompositions": table}
     import torch

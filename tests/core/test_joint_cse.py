@@ -89,7 +89,7 @@ def joint_graphs(model, shape):
 
     backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
                            partition_fn=record,
-                           decompositions=split_options("min_cut")["decompositions"])
+                           decompositions=split_options("min_cut", {})["decompositions"])
     out = torch.compile(model, backend=backend)(torch.randn(*shape, requires_grad=True))
     sum(o.sum() for o in (out if isinstance(out, tuple) else (out,))).backward()
     assert graphs

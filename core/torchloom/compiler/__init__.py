@@ -6,6 +6,7 @@ and ``torchloom explain`` call for every aten graph.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -125,6 +126,15 @@ class Compiler:
     @property
     def registry(self):
         return self.plugins.registry
+
+    @functools.cached_property
+    def foreach_decompositions(self) -> dict:
+        """The ``_foreach_*`` ops as one op per tensor
+        (:func:`torchloom.frontend.foreach.foreach_decompositions`, a walk over every torch
+        schema, ~10 ms), made once per compiler: each frame ``torch.compile`` hands the
+        backend passes it to aot_autograd."""
+        from torchloom.frontend.foreach import foreach_decompositions
+        return foreach_decompositions()
 
     def kernel_source(self, choice) -> KernelSource:
         """The source of the kernel a group compiled to (a ``GroupChoice``): what the
