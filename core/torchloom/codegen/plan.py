@@ -215,7 +215,7 @@ def _trusted(graph: Graph, checked: list[Value]) -> frozenset[Value]:
 
 
 def _trusting(kernel: Callable, node: Node, donors: tuple[Value | None, ...],
-              trusted: frozenset[Value], names: dict[Value, str]) -> Callable:
+              trusted: frozenset[Value]) -> Callable:
     """``kernel`` without the layout checks of the guarded inputs it is given as they are
     (and of those given as output buffers unviewed), where it can leave them out
     (``trusting``, the codegen protocol: :mod:`torchloom.codegen.base`)."""
@@ -238,7 +238,7 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
     fname = f"f{idx}"
     if node in kernels and donors:  # writes outputs into the dead buffers given first
-        kernel = _trusting(kernels[node], node, donors, trusted, names)
+        kernel = _trusting(kernels[node], node, donors, trusted)
         env[fname] = kernel.into if not inputs_written else \
             _writing_inputs(kernel.into, inputs_written)
         given = ", ".join(_buffer(d, v, names) if d is not None else "None"
@@ -248,7 +248,7 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
         call = f"{fname}({args})"
         unpack = True
     elif node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
-        env[fname] = _trusting(kernels[node], node, (), trusted, names)
+        env[fname] = _trusting(kernels[node], node, (), trusted)
         call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
         unpack = True
     else:
