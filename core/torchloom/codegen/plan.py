@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 from torchloom.codegen.base import RegionKernel
 from torchloom.codegen.buffers import Reuse, plan_reuse, view_of
+from torchloom.codegen.constants import fold_constants
 from torchloom.codegen.guards import FastGuard, guard_expressions, symbolic_guard
 from torchloom.codegen.lowering import lower
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
@@ -65,6 +66,7 @@ def build_function(graph: Graph, registry: OpRegistry,
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
     guarded = graph.inputs[:guarded_inputs]
     graph, kernels = lower(graph, registry, _kernel_of(registry, kernel_for, recompose), recompose)
+    fold_constants(graph, registry, kernels)  # factories only kernels read: made once
     names: dict[Value, str] = {}
     env: dict[str, Any] = {}
     lines: list[str] = []

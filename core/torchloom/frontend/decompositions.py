@@ -40,6 +40,14 @@ from torch's decompositions (which follow the CUDA kernels).
   gradient's kernel then reads the targets instead of the zeros. A target out of range
   gives a row of zeros where eager raises (the forward's ``nll_loss`` raises first).
 
+- ``cat`` of tensors of one rank along a dim of static sizes (rotary embeddings'
+  ``rotate_half``, ``cat((-x2, x1), -1)``, four per layer): on the CPU each piece read
+  through the views that tile it along the dim (as the slice's gradient above: element
+  ``c`` reads ``piece[(c - offset) mod length]``) and the pieces chosen by ``where`` on the
+  dim's index, each first cast to the result's dtype. The kernel reading the
+  concatenation (``q * cos + rotate_half(q) * sin``) computes it, where eager (and a
+  codegen given the ``cat``) writes it out and reads it back.
+
 Used by the backend (the composites decomposed before aot_autograd's split) and by
 ``fusion.decompose`` (through ``torchloom.api``).
 """
@@ -62,18 +70,36 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
               torch.ops.aten._softmax_backward_data.default: _softmax_backward_as_cpu,
               torch.ops.aten._safe_softmax.default: _safe_softmax_as_cpu,
               torch.ops.aten.slice_backward.default: _slice_backward_as_cpu,
-              torch.ops.aten.nll_loss_backward.default: _nll_loss_backward_as_cpu}
+              torch.ops.aten.nll_loss_backward.default: _nll_loss_backward_as_cpu,
+              torch.ops.aten.cat.default: _cat_as_cpu}
     for op, wrap in as_cpu.items():
         if op in table:
             table[op] = wrap(table[op], device)
     return table
 
 
+def _tiled(t, d: int, first: int, n: int):
+    """``t`` read along dim ``d`` as ``n`` elements of which element ``c`` is
+    ``t[(c - first) mod length]`` (``length``: ``t``'s size there): views only, every
+    element in bounds."""
+    length = t.shape[d]
+    offset = (-first) % length  # tiled[offset + c] is t[(c - first) mod length]
+    copies = -(-(offset + n) // length)
+    sizes = list(t.shape)
+    tiled = t.unsqueeze(d).expand(*sizes[:d], copies, *sizes[d:])
+    tiled = tiled.reshape(*sizes[:d], copies * length, *sizes[d + 1:])
+    return tiled.narrow(d, offset, n)
+
+
+def _dim_index(n: int, d: int, rank: int, device):
+    """``arange(n)`` along dim ``d`` of a tensor of ``rank`` dims (size 1 elsewhere)."""
+    import torch
+    return torch.arange(n, device=device).view([n if k == d else 1 for k in range(rank)])
+
+
 def _slice_backward_as_cpu(decomposed: Callable, device: str | None) -> Callable:
     """The gradient tiled along ``dim`` by views and masked outside the slice (see the
     module docstring); torch's ``new_zeros`` + ``slice_scatter`` elsewhere."""
-    import torch
-
     def slice_backward(grad_output, input_sizes, dim, start, end, step):
         rank = len(input_sizes)
         d = dim % rank
@@ -83,17 +109,48 @@ def _slice_backward_as_cpu(decomposed: Callable, device: str | None) -> Callable
                 type(n) is not int or type(length) is not int or not 0 < length < n:
             return decomposed(grad_output, input_sizes, dim, start, end, step)
         first = min(max(start + n if start < 0 else start, 0), n)
-        offset = (-first) % length  # tiled[offset + c] is grad[(c - first) mod length]
-        copies = -(-(offset + n) // length)
-        sizes = list(grad_output.shape)
-        tiled = grad_output.unsqueeze(d).expand(*sizes[:d], copies, *sizes[d:])
-        tiled = tiled.reshape(*sizes[:d], copies * length, *sizes[d + 1:])
-        window = tiled.narrow(d, offset, n)
-        index = torch.arange(n, device=grad_output.device)
-        outside = ((index < first) | (index >= first + length)).view(
-            [n if k == d else 1 for k in range(rank)])
-        return window.masked_fill(outside, 0)
+        index = _dim_index(n, d, rank, grad_output.device)
+        outside = (index < first) | (index >= first + length)
+        return _tiled(grad_output, d, first, n).masked_fill(outside, 0)
     return slice_backward
+
+
+def _cat_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """Each piece tiled along ``dim`` by views, chosen by ``where`` on the dim's index (see
+    the module docstring); torch's ``cat`` where the sizes along ``dim`` are not ints, a
+    piece is empty or of another rank, or off the CPU."""
+    import torch
+
+    def cat(tensors, dim=0):
+        tensors = list(tensors)
+        rank = tensors[0].dim() if tensors else 0
+        if not tensors or rank == 0 or \
+                (device or tensors[0].device.type) != "cpu" or len(tensors) < 2 or \
+                any(t.dim() != rank or type(t.shape[dim % rank]) is not int or
+                    t.shape[dim % rank] == 0 for t in tensors):
+            return torch.ops.aten.cat.default(tensors, dim)
+        d = dim % rank
+        dtype = _promoted(tensors)  # (every piece has dims: no 0-dim tensor's lower rank)
+        firsts, n = [], 0
+        for t in tensors:
+            firsts.append(n)
+            n += t.shape[d]
+        index = _dim_index(n, d, rank, tensors[0].device)
+        pieces = [_tiled(t.to(dtype), d, first, n) for t, first in zip(tensors, firsts)]
+        result = pieces[-1]
+        for piece, first in zip(pieces[-2::-1], firsts[-1:0:-1]):
+            result = torch.where(index < first, piece, result)
+        return result
+    return cat
+
+
+def _promoted(tensors):
+    """The dtype ``cat`` gives ``tensors`` (all of rank >= 1)."""
+    import torch
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
 
 
 def _nll_loss_backward_as_cpu(decomposed: Callable, device: str | None) -> Callable:

@@ -151,9 +151,12 @@ def _time_kernel(kernel, node) -> float | None:
         t = v.type
         if not isinstance(t, TensorType) or not t.is_static or t.device == "meta":
             return None
-        x = torch.empty_strided(tuple(t.shape), tuple(t.actual_strides()),
-                                dtype=t.torch_dtype, device=t.device)
-        args.append(x.normal_() if x.is_floating_point() else x.zero_())
+        # filled through its storage: a broadcast input (stride 0) shares elements
+        shape, strides = tuple(t.shape), tuple(t.actual_strides())
+        size = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+        base = torch.empty(size, dtype=t.torch_dtype, device=t.device)
+        base = base.normal_() if base.is_floating_point() else base.zero_()
+        args.append(base.as_strided(shape, strides))
     sync = torch.cuda.synchronize if any(a.is_cuda for a in args) else (lambda: None)
     kernel(*args)  # warm-up (first-call builds)
     times = []

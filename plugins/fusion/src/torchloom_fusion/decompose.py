@@ -32,6 +32,9 @@ DECOMPOSED_OPS: tuple[str, ...] = (
     # slice's (rotary embeddings) and cross entropy's (on the CPU:
     # torchloom.frontend.decompositions)
     "aten.slice_backward.default", "aten.nll_loss_backward.default",
+    # rotary embeddings' rotate_half: the concatenation computed by the kernel reading it
+    # (on the CPU: torchloom.frontend.decompositions)
+    "aten.cat.default",
 )
 
 #: composites decomposed only where their attributes pass a test: a vector norm of order 0
@@ -41,7 +44,24 @@ DECOMPOSED_OPS: tuple[str, ...] = (
 _ONLY_WHEN: dict[str, Callable[[Node], bool]] = {
     "aten.linalg_vector_norm.default":
         lambda node: node.attrs.get("ord", 2) != 0 and bool(node.attrs.get("dim")),
+    "aten.cat.default": lambda node: _cat_on_cpu_of_int_sizes(node),
 }
+
+
+def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
+    """A ``cat`` of CPU tensors of static sizes and one rank, none empty along the dim (what
+    its CPU decomposition takes; others are not traced, and get no note: at symbolic sizes
+    its views would need size expressions)."""
+    types = [v.type for v in node.inputs]
+    if not types or not all(isinstance(t, TensorType) and t.device == "cpu" and t.is_static
+                            for t in types):
+        return False
+    rank = len(types[0].shape)
+    if rank == 0 or any(len(t.shape) != rank for t in types):
+        return False
+    dim = node.attrs.get("dim", 0)
+    return isinstance(dim, int) and all(
+        isinstance(t.shape[dim % rank], int) and t.shape[dim % rank] > 0 for t in types)
 
 
 def _always(node: Node) -> bool:

@@ -15,7 +15,10 @@ from torchloom_views.view_ops import copy_bytes, is_view, is_zero_copy
 @attrs.frozen
 class StripBookendViews(Pass):
     """Hoist views of group inputs out of the group, sink views producing group outputs
-    after it; outside a group a view is a zero-copy metadata change.
+    after it; outside a group a view is a zero-copy metadata change. Views of an input
+    the group also reads itself stay: the kernel has that tensor already, and outside each
+    view would be one more op a call runs and one more tensor the kernel is handed (rotary
+    embeddings read ``q`` and two slices of it).
 
     before::
 
@@ -63,6 +66,8 @@ class StripBookendViews(Pass):
 def _hoist_one(graph: Graph, group: Node, ctx: PassContext, stats: dict) -> bool:
     region = group.region
     for i, param in enumerate(region.inputs):
+        if param in region.outputs or any(not is_view(u) for u in param.users()):
+            continue  # the kernel reads the tensor itself anyway: its views stay index math
         for user in param.users():
             if not is_view(user) or user.inputs[0] is not param:
                 continue

@@ -1,0 +1,120 @@
+"""fusion.decompose of ``cat`` on the CPU: each piece read through views that tile it along
+the dim, chosen by ``where`` on the dim's index, so the kernel reading the concatenation
+computes it (rotary embeddings' ``rotate_half``: ``q * cos + cat(-x2, x1) * sin`` is one
+kernel, no ``cat`` and no ``neg`` kernel between). Bit for bit eager's ``cat`` at every
+rank, dim, piece count and dtype mix; the op itself where the decomposition does not
+apply (an empty piece, sizes that are not ints, another device)."""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torchloom.api import decomposition_table
+from torchloom.tools import Compiler
+
+CAT = torch.ops.aten.cat.default
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+          torch.int32, torch.bool)
+
+
+def _values(shape, dtype, g):
+    x = torch.randn(shape, generator=g, dtype=torch.float64) * 4
+    x[x.abs() < 0.5] = -0.0
+    if x.numel():
+        x.view(-1)[0] = float("nan")
+    return x.to(dtype) if dtype != torch.bool else x > 0
+
+
+@st.composite
+def _cats(draw):
+    rank = draw(st.integers(1, 4))
+    shape = draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank))
+    dim = draw(st.integers(-rank, rank - 1))
+    pieces = []
+    for _ in range(draw(st.integers(1, 4))):
+        piece = list(shape)
+        piece[dim] = draw(st.integers(1, 7))
+        pieces.append((piece, draw(st.sampled_from(DTYPES))))
+    return pieces, dim, draw(st.integers(0, 2 ** 16))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_cats())
+def test_the_decomposition_is_eager_s_cat_bit_for_bit(case):
+    pieces, dim, seed = case
+    g = torch.Generator().manual_seed(seed)
+    tensors = [_values(shape, dtype, g) for shape, dtype in pieces]
+    expected = CAT(tensors, dim)
+    actual = decomposition_table([CAT], "cpu")[CAT](tensors, dim)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+    if actual.dtype.is_floating_point:  # -0.0 as -0.0
+        assert torch.equal(torch.signbit(actual), torch.signbit(expected))
+
+
+def test_cat_itself_where_the_decomposition_does_not_apply():
+    table = decomposition_table([CAT], "cpu")
+    empty = [torch.randn(3, 0), torch.randn(3, 4)]  # an empty piece
+    legacy = [torch.randn(0), torch.randn(3, 4)]  # a 1-D empty tensor beside 2-D ones
+    for tensors, dim in ((empty, 1), (legacy, 0)):
+        torch.testing.assert_close(table[CAT](tensors, dim), CAT(tensors, dim))
+    on_cuda = decomposition_table([CAT], "cuda")[CAT]
+    tensors = [torch.randn(2, 3), torch.randn(2, 5)]
+    from torch.fx.experimental.proxy_tensor import make_fx
+    traced = make_fx(lambda a, b: on_cuda([a, b], 1))(*tensors)
+    assert [n.target for n in traced.graph.nodes if n.op == "call_function"] == [CAT]
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rotary(q, cos, sin):
+    return q * cos + _rotate_half(q) * sin
+
+
+def _ops(compiler):
+    found: collections.Counter[str] = collections.Counter()
+    for comp in compiler.compilations:
+        for graph in (comp.graph, *comp.graph.subgraphs.values()):
+            found.update(n.op for n in graph.nodes)
+    return found
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from([(1, 2, 8, 8), (2, 3, 5, 16), (1, 8, 33, 32), (3, 64)]),
+       st.sampled_from([torch.float32, torch.float64]), st.integers(0, 99))
+def test_rotary_embeddings_are_one_kernel_as_eager(shape, dtype, seed):
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(shape, generator=g, dtype=dtype)
+    cos, sin = (torch.randn(shape[-2:], generator=g, dtype=dtype) for _ in range(2))
+    compiler = Compiler(keep_ir=True)
+    compiled = torch.compile(_rotary, backend="torchloom", options={"compiler": compiler})
+    torch.testing.assert_close(compiled(q, cos, sin), _rotary(q, cos, sin), rtol=1e-6,
+                               atol=1e-6)
+    ops = _ops(compiler)
+    assert ops["aten.cat.default"] == 0 and ops["torchloom.fusion_group"] == 1
+    assert [c.codegen for c in compiler.compilations[-1].compiled.choices] == ["cpu"]
+
+
+def test_rotary_gradients_as_eager():
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 16, 32, generator=g, requires_grad=True)
+    cos, sin = torch.randn(16, 32, generator=g), torch.randn(16, 32, generator=g)
+    ref = q.detach().clone().requires_grad_()
+    compiler = Compiler(keep_ir=True)
+    compiled = torch.compile(_rotary, backend="torchloom", options={"compiler": compiler})
+    out, expected = compiled(q, cos, sin), _rotary(ref, cos, sin)
+    torch.testing.assert_close(out, expected)
+    (out * out).sum().backward()
+    (expected * expected).sum().backward()
+    torch.testing.assert_close(q.grad, ref.grad)
+    assert _ops(compiler)["aten.cat.default"] == 0
