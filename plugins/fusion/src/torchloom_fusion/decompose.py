@@ -82,7 +82,7 @@ _ADDMM = "aten.addmm.default"
 class Decompose(Pass):
     """Replace composites (layer_norm, softmax, log_softmax, eval batch_norm and their
     backward ops, logsumexp, vector norms over given dims, the gradients of a slice and of
-    nll_loss) by the primitives of torch's decomposition table (with eager's CPU arithmetic
+    nll_loss, ``cat`` on the CPU at static sizes) by the primitives of torch's decomposition table (with eager's CPU arithmetic
     and no tensor of zeros on the CPU: ``torchloom.frontend.decompositions``), traced with
     ``make_fx`` on fake tensors (a factory's device set to the graph's); split ``addmm`` into
     ``mm`` + ``add`` so the bias add joins the following pointwise group (nvFuser's
