@@ -118,3 +118,20 @@ def test_rotary_gradients_as_eager():
     (expected * expected).sum().backward()
     torch.testing.assert_close(q.grad, ref.grad)
     assert _ops(compiler)["aten.cat.default"] == 0
+
+
+def test_a_concatenation_a_gemm_or_a_reduction_reads_stays_a_cat():
+    """(An LSTM's gate gradients: written out either way; as tiles the group would carry
+    outputs of the pieces' shape beside a reduction over the whole.)"""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(8, 32, generator=g), torch.randn(8, 96, generator=g)
+    w = torch.randn(128, 16, generator=g)
+
+    def fn(a, b, w):
+        c = torch.cat([a.sigmoid(), b.tanh()], 1)
+        return c @ w, c.sum(0)
+    compiler = Compiler(keep_ir=True)
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler})
+    torch.testing.assert_close(compiled(a, b, w), fn(a, b, w))
+    assert _ops(compiler)["aten.cat.default"] == 1

@@ -41,11 +41,22 @@ DECOMPOSED_OPS: tuple[str, ...] = (
 #: (a count of nonzero values) or over every dim ran slower compiled than eager's own kernel
 #: (2048 x 1024: order 0 2.0 against 1.7 ms, f64 2.5 against 1.4; every dim 0.40 against
 #: 0.31, bf16 0.29 against 0.16), other orders over given dims 1.7-36x faster in f32/bf16/f64
-_ONLY_WHEN: dict[str, Callable[[Node], bool]] = {
+_ONLY_WHEN: dict[str, Callable[[Node, Any], bool]] = {
     "aten.linalg_vector_norm.default":
-        lambda node: node.attrs.get("ord", 2) != 0 and bool(node.attrs.get("dim")),
-    "aten.cat.default": lambda node: _cat_on_cpu_of_int_sizes(node),
+        lambda node, registry: node.attrs.get("ord", 2) != 0 and bool(node.attrs.get("dim")),
+    # where a pointwise op reads it (rotary embeddings); a concatenation that a GEMM or a
+    # reduction reads (an LSTM's gate gradients) is written out either way
+    "aten.cat.default": lambda node, registry: _cat_on_cpu_of_int_sizes(node) and
+    _read_pointwise(node.output, registry),
 }
+
+
+def _read_pointwise(value, registry) -> bool:
+    """Every reader of ``value`` is a pointwise op; no graph output."""
+    graph = value.graph
+    return value not in graph.outputs and bool(value.uses) and all(
+        (opdef := registry.lookup(user.op)) is not None and opdef.category == "pointwise"
+        for user in value.users())
 
 
 def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
@@ -64,7 +75,7 @@ def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
         isinstance(t.shape[dim % rank], int) and t.shape[dim % rank] > 0 for t in types)
 
 
-def _always(node: Node) -> bool:
+def _always(node: Node, registry: Any) -> bool:
     return True
 
 
@@ -135,7 +146,7 @@ class Decompose(Pass):
         done = addmm = 0
         graph_outputs = set(graph.outputs)
         for node in list(graph.nodes):
-            if node.op in wanted and _ONLY_WHEN.get(node.op, _always)(node):
+            if node.op in wanted and _ONLY_WHEN.get(node.op, _always)(node, ctx.registry):
                 sub = self._trace(node, ctx, traced)
                 if sub is not None and _fits(sub, node, graph_outputs):
                     _splice(graph, node, sub)
