@@ -10,6 +10,9 @@ Rows (``MODES``), per model and thread count:
 - ``optimizer``: the AdamW step alone (``foreach``; gradients set once), compiled on the
   compiled sides as PyTorch's compiled-optimizer recipe does (``torch.compile(optimizer.step)``),
   eager's ``foreach`` step on the eager side;
+- ``step``: ``train`` with that recipe: the model and the AdamW step compiled on the
+  compiled sides (what a user compiling both runs), eager's ``foreach`` step on the eager
+  side;
 - ``dynamic``: inference over several sequence lengths per step, in the mixed order a
   server sees them (default ``torch.compile``: the first length compiles a static graph,
   the second one with a symbolic length that the others run); models with ``lengths``.
@@ -52,7 +55,9 @@ import torch
 
 from timing import gc_paused
 
-MODES = ("train", "infer", "dynamic", "optimizer")
+MODES = ("train", "infer", "dynamic", "optimizer", "step")
+#: modes whose step computes a loss and its gradients
+TRAINING = ("train", "step")
 SIDES = ("eager", "inductor", "torchloom")
 VOCAB = 8192
 TOKENS = 512  # tokens per step of the text models (batch 1)
@@ -227,13 +232,13 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
     first step, timed. ``cache_root``: where torchloom's cold caches go."""
     spec = ZOO[name]
     torch.manual_seed(0)  # the same weights on every side
-    model = spec.build().train(mode == "train")
+    model = spec.build().train(mode in TRAINING)
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no key/value cache in the outputs
     g = torch.Generator().manual_seed(1)
     lengths = spec.lengths if mode == "dynamic" else (TOKENS,)
     batches = [spec.batch(g, n) for n in lengths]
-    if mode != "train":  # a server computes no loss
+    if mode not in TRAINING:  # a server computes no loss
         batches = [{k: v for k, v in b.items() if k != "labels"} for b in batches]
     compiler, backend, fresh = None, None, contextlib.nullcontext
     if side == "inductor":
@@ -258,13 +263,14 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
             p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         step = compiled(optimizer.step)
-    elif mode == "train":
+    elif mode in TRAINING:
         fn = compiled(model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        update = compiled(optimizer.step) if mode == "step" else optimizer.step
 
         def step():
             fn(**batches[0]).loss.backward()
-            optimizer.step()
+            update()
             optimizer.zero_grad(set_to_none=True)
     else:
         fn = compiled(model)
