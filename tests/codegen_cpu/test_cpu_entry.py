@@ -127,18 +127,22 @@ class _Tagged(torch.Tensor):
     lambda x: torch.nn.Parameter(x.clone(), requires_grad=False),
     lambda x: x.clone().as_subclass(_Tagged),
     lambda x: torch.cat([torch.zeros(5), x.flatten()])[5:].view(4, 8),  # a storage offset
-], ids=["tensor", "parameter", "subclass", "offset"])
-def test_the_entry_reads_each_kind_of_tensor_s_data_pointer(registry, codegen, make):
-    """Tensors reach the entry whole: torch's C reader for exact tensors and parameters,
-    ``data_ptr()`` for anything else, the offset of a view included."""
+    lambda x: x.data_ptr(),  # an int, as the launcher passes a tensor it was given
+], ids=["tensor", "parameter", "subclass", "offset", "int"])
+def test_the_entry_reads_each_kind_of_pointer_argument(registry, codegen, make):
+    """Torch's C reader for exact tensors and parameters, ``data_ptr()`` for anything
+    else, the int itself for an int; a view's offset included."""
     kernel = _kernel(codegen, registry)
     assert kernel._tensors
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
-    got = kernel(make(x), 0.25, 3, True)[0]
-    torch.testing.assert_close(got, (x + 0.25) * 3, rtol=0, atol=0)
+    out = torch.full((4, 8), float("nan"))
+    given = make(x)  # (an int input: the output given as an int too)
+    kernel.fn(given, 0.25, 3, True, out.data_ptr() if isinstance(given, int) else out, 1)
+    torch.testing.assert_close(out, (x + 0.25) * 3, rtol=0, atol=0)
+    torch.testing.assert_close(kernel(x, 0.25, 3, True)[0], (x + 0.25) * 3, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("bad", [3, None, "x", [1.0]])
+@pytest.mark.parametrize("bad", [None, "x", [1.0], 1.5])
 def test_the_entry_given_no_tensor_raises_that_object_s_error(registry, codegen, bad):
     kernel = _kernel(codegen, registry)
     out = torch.empty(4, 8)
@@ -148,3 +152,15 @@ def test_the_entry_given_no_tensor_raises_that_object_s_error(registry, codegen,
     with pytest.raises(AttributeError, match="data_ptr"):
         kernel.fn(x, 1.0, 2, True, bad, 1)
     torch.testing.assert_close(kernel(x, 1.0, 2, True)[0], (x + 1.0) * 2)  # still works
+
+
+def test_a_tensor_without_storage_raises_instead_of_aborting(registry, codegen):
+    """Under ``vmap`` the kernel is handed batched tensors (type ``torch.Tensor``, no
+    storage): torch's C reader would throw through C frames and abort the process; the
+    launcher reads given tensors with ``data_ptr()``, which raises."""
+    kernel = _kernel(codegen, registry, group_text("%x: f32[8]", """
+    %y = aten.exp.default(%x) : f32[8]""", "%y: f32[8]"))
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(kernel(x[1])[0], x[1].exp())
+    with pytest.raises(RuntimeError, match="storage"):
+        torch.func.vmap(lambda t: kernel(t)[0])(x)

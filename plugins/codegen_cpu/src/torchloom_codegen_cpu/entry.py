@@ -17,14 +17,15 @@ then defines ``TL_PYENTRY``; see toolchain.py) the translation unit gets, per ke
 :func:`python_entry` loads it (``None`` when the library has none: built without
 ``TL_PYENTRY``, or by an earlier version), and the launcher falls back to ctypes.
 
-Tensors are passed to the entry whole, and their data pointers read in C: a
-``tensor.data_ptr()`` in the launcher's Python costs ~45 ns a tensor (an optimizer step's
-graph passes ~1,000 a call). For a tensor whose type is exactly ``torch.Tensor`` or
-``torch.nn.Parameter`` the entry calls torch's own C reader (the one Inductor's generated
-modules call, ``torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr``), handed
-to the library once when it loads (``tl_set_tensors``); any other object (a subclass, or
-where this torch has no such reader) gets its ``data_ptr()`` method called, so an object
-that is no tensor raises the Python error that method raises.
+A data pointer argument is an int (``tensor.data_ptr()`` in the launcher) or a tensor the
+launcher allocated itself, whose pointer is read in C (a ``data_ptr()`` in Python costs ~45
+ns): for a tensor whose type is exactly ``torch.Tensor`` or ``torch.nn.Parameter`` through
+torch's own C reader (the one Inductor's generated modules call,
+``torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr``), handed to the library
+once when it loads (``tl_set_tensors``); any other object gets its ``data_ptr()`` method
+called. Only fresh tensors go whole: torch's reader throws a C++ exception, which would
+abort the process through these C frames, for a tensor without storage (a ``vmap``'s
+batched tensor is of type ``torch.Tensor``), where ``data_ptr()`` raises a Python error.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ extern void PyEval_RestoreThread(void*);
 extern PyObject* Py_BuildValue(const char*, ...);
 extern PyObject* PyCFunction_New(tl_py_method*, PyObject*);
 extern PyObject* PyObject_Type(PyObject*);
+typedef struct _typeobject tl_py_type;
+extern tl_py_type PyLong_Type;
 extern PyObject* PyObject_CallMethod(PyObject*, const char*, const char*, ...);
 extern void Py_DecRef(PyObject*);
 static void* (*tl_tensor_data)(PyObject*);
@@ -73,8 +76,10 @@ void tl_set_tensors(void* data, PyObject* tensor, PyObject* parameter) {
 }
 static void* tl_data_ptr(PyObject* o) {
   PyObject* type = PyObject_Type(o);
+  int integer = type == (PyObject*)&PyLong_Type;
   int exact = type == tl_tensor_types[0] || type == tl_tensor_types[1];
   Py_DecRef(type);
+  if (integer) return PyLong_AsVoidPtr(o);
   if (exact && tl_tensor_data) return tl_tensor_data(o);
   PyObject* p = PyObject_CallMethod(o, "data_ptr", NULL);
   if (!p) return NULL;
@@ -143,8 +148,8 @@ def entry_source(meta: dict[str, Any]) -> str:
 
 
 def python_entry(lib: ctypes.CDLL, name: str):
-    """The builtin function ``tl_entry_<name>`` of ``lib`` makes (taking tensors where the
-    kernel takes data pointers), or None without one."""
+    """The builtin function ``tl_entry_<name>`` of ``lib`` makes (taking ints or tensors
+    where the kernel takes data pointers), or None without one."""
     if not hasattr(lib, f"tl_entry_{name}") or not hasattr(lib, "tl_set_tensors"):
         return None  # (a library of an earlier version took the pointers as ints)
     # the same handle, called with the GIL held: these read and build Python objects

@@ -38,8 +38,8 @@ def launcher(lib: ctypes.CDLL, meta: dict[str, Any]) -> "Launcher":
 
 
 def _function(lib: ctypes.CDLL, meta: dict[str, Any]) -> tuple[Any, bool]:
-    """The kernel's Python entry (entry.py), which takes tensors whole, else its ctypes
-    function, which takes their data pointers; and whether it takes tensors."""
+    """The kernel's Python entry (entry.py), which takes a tensor whole for a data pointer
+    too, else its ctypes function, which takes ints; and whether it takes tensors."""
     entry = python_entry(lib, meta["kernel"])
     if entry is not None:
         return entry, True
@@ -181,10 +181,11 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
                          f"o{j}.shape != {tup(o['shape'])} or not {layout}:")
             indent = "        "
         lines.append(f"{indent}o{j} = _alloc({tup(o['shape'])}, {strides}, _d{j})")
-    pointer = "{}" if tensors else "{}.data_ptr()"  # the entry reads them in C
-    pointers = [f"a{i}" if "scalar" in d else pointer.format(f"a{i}")
-                for i, d in enumerate(inputs)]
-    pointers += [pointer.format(f"o{j}") for j in range(len(outputs))]
+    # the entry reads the pointers of tensors allocated here in C (entry.py: never a
+    # tensor the caller gave, which might have no storage)
+    fresh = "{}" if tensors and not into else "{}.data_ptr()"
+    pointers = [f"a{i}" if "scalar" in d else f"a{i}.data_ptr()" for i, d in enumerate(inputs)]
+    pointers += [fresh.format(f"o{j}") for j in range(len(outputs))]
     pointers += [f"sym_{s}" for s in sizes]
     call = f"_fn({', '.join(pointers)}, _threads())"
     # skipped when every output is empty: sizes are >= 0, so an output has elements when
