@@ -121,3 +121,22 @@ graph @g(%x: f32[4, 8], %y: f32[4, 8]) {
 """)
     x, y = graph.inputs
     assert _trusted(graph, [x, y]) == frozenset({y})
+
+
+def test_only_the_c_checked_path_hands_tensors_whole(compiled):
+    """A call the C check passed hands the guarded inputs to the kernels whole (their data
+    pointers read in C); a call it refused runs the checked plan, which hands over
+    ``data_ptr()`` ints, so a tensor without storage raises instead of aborting."""
+    graph, _ = compiled
+    first = _kernels(graph)[0]
+    assert "_fn(a0, a1, a2," in first.source  # whole
+    checked = graph.plan.fn.__globals__["_checked"]
+    plain = [checked.__globals__[k] for k in sorted(checked.__globals__)
+             if k[:1] == "f" and k[1:].isdigit()][0]
+    assert isinstance(plain, _Trusting) and "a0.data_ptr()" in plain.source
+    x, t, u, v = (torch.empty_strided(shape, typed).normal_() for shape, typed in SHAPES)
+    torch.testing.assert_close(graph(x, t, u, v), eager(x, t, u, v))  # learnt
+    xs = torch.stack([x, x + 1])
+    with pytest.raises(RuntimeError, match="storage"):  # vmap's batched tensors
+        torch.func.vmap(lambda a: graph(a, t, u, v)[0])(xs)
+    torch.testing.assert_close(graph(x, t, u, v), eager(x, t, u, v))

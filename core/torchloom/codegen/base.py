@@ -46,8 +46,11 @@ Skipping checks the caller made: a kernel may have ``trusting(inputs, outputs) -
 promises that the tensor at input position i (the buffer given for output j) has that
 type's dtype, shape and strides (strides of dims of size 1 aside) on every call. The
 kernel returned (with ``__call__`` and ``into``) leaves out the layout checks it would make
-there where the type is the layout it was written for. The plan asks it for the graph's
-inputs, which its guards have checked, when they reach a kernel unchanged.
+there where the type is the layout it was written for. With ``whole=True`` the caller also
+promises tensors with storage there (no functorch wrapper, fake or functional tensor),
+which the kernel may read without asking Python. The plan asks it for the graph's inputs,
+which its guards have checked, when they reach a kernel unchanged (``whole`` on the path
+its C check passed: ``guards.FastGuard`` learns only from such tensors).
 
 Autotuning shared by a fleet (the remote cache, :mod:`torchloom.runtime.remote_cache`): a
 kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result tuned

@@ -87,8 +87,10 @@ class FastGuard:
         return None if _tensor_guards() is None else cls(types)
 
     def learn(self, *tensors) -> None:
-        """Check later calls against these tensors (which passed the exact guards)."""
-        if self._learnt >= self.LEARNS:
+        """Check later calls against these tensors (which passed the exact guards), if
+        they are plain tensors with storage: a call the C check passes hands its inputs to
+        kernels whole (``Launcher.trusting``), whose data pointers are read in C."""
+        if self._learnt >= self.LEARNS or not all(map(_plain, tensors)):
             return
         self._learnt += 1
         guards = _tensor_guards()(*tensors, dynamic_dims_sizes=self._sizes,
@@ -98,6 +100,14 @@ class FastGuard:
 
 def _never(*tensors) -> bool:
     return False
+
+
+def _plain(t) -> bool:
+    """A dense tensor (or parameter) with storage: not a subclass (fake, functional), not
+    a functorch wrapper (``vmap``'s batched tensors are of type ``torch.Tensor``)."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and \
+        not torch._C._functorch.is_functorch_wrapped_tensor(t) and \
+        not torch._is_functional_tensor(t)
 
 
 def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:

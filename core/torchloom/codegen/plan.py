@@ -67,15 +67,14 @@ def build_function(graph: Graph, registry: OpRegistry,
     guarded = graph.inputs[:guarded_inputs]
     graph, kernels = lower(graph, registry, _kernel_of(registry, kernel_for, recompose), recompose)
     fold_constants(graph, registry, kernels)  # factories only kernels read: made once
-    names: dict[Value, str] = {}
+    names: dict[Value, str] = {v: f"a{i}" for i, v in enumerate(graph.inputs)}
+    params = [names[v] for v in graph.inputs]
     env: dict[str, Any] = {}
-    lines: list[str] = []
-    params = []
-    for i, v in enumerate(graph.inputs):
-        names[v] = f"a{i}"
-        params.append(f"a{i}")
     header = f"def run({', '.join(params)}):"
     checks: list[tuple[int, str]] = []
+    exact: list[str] = []  # the guard expressions' two lines
+    symbolic_lines: list[str] = []
+    fast = None
     if guards and fallback is not None:
         checks = list(guard_expressions(guarded, env))
         if checks:
@@ -84,64 +83,94 @@ def build_function(graph: Graph, registry: OpRegistry,
             # path finds which input failed.
             env["_fallback"] = _first_failing(checks, env, fallback)
             condition = " or ".join(f"({expr})" for _, expr in checks)
+            exact = [f"    if {condition}:", f"        return _fallback(({', '.join(params)},))"]
             fast = FastGuard.of([guarded[i].type for i, _ in checks])
-            indent = "    "
-            if fast is not None:  # one C check first; the expressions when it fails
-                env["_fast"] = fast
-                tensors = ", ".join(f"a{i}" for i, _ in checks)
-                lines.append(f"    if not _fast.check({tensors}):")
-                indent = "        "
-            lines.append(f"{indent}if {condition}:")
-            lines.append(f"{indent}    return _fallback(({', '.join(params)},))")
-            if fast is not None:
-                lines.append(f"        _fast.learn({tensors})")
         symbolic = symbolic_guard(guarded, env)
         if symbolic is not None:  # inputs with symbolic sizes: one generated check
             env["_guard_failed"] = fallback
-            lines.append(f"    if (_failed := {symbolic}) is not None:")
-            lines.append(f"        return _guard_failed(({', '.join(params)},), _failed)")
+            symbolic_lines = [f"    if (_failed := {symbolic}) is not None:",
+                              f"        return _guard_failed(({', '.join(params)},), _failed)"]
     reuse = plan_reuse(graph, registry, kernels, donated)
     trusted = _trusted(graph, [graph.inputs[i] for i, _ in checks])
-    last_use = _last_uses(graph, inputs=boxed)
-    unread = [names[v] for v in last_use.get(-1, ()) if v not in reuse.held]
-    if unread:  # inputs nothing reads (boxed): dropped once the guards passed
-        lines.append("    " + " = ".join(unread) + " = None")
-    # Locals are reused like registers: an output takes the name of an input that dies at
-    # its node (as ``x = torch.mm(x, w)`` does), so dead values cost no extra statement.
-    free: list[str] = []
-    count = 0
-    for idx, node in enumerate(graph.nodes):
-        # a buffer written later stays referenced until then, under its name
-        dying = [v for v in last_use.get(idx, ()) if v not in reuse.held]
-        reusable = [names[v] for v in dying if v.producer not in (node, None)]
-        donors = reuse.into.get(idx, ())
-        for j, v in enumerate(node.outputs):
-            if j < len(donors) and donors[j] is not None:
-                names[v] = names[donors[j]]  # the output is that buffer
-            elif reusable:
-                names[v] = reusable.pop()
-            elif free:
-                names[v] = free.pop()
-            else:
-                names[v] = f"t{count}"
-                count += 1
-        out = reuse.ops.get(idx)  # an op writing into a dead buffer: its out= overload
-        if idx not in reuse.elided:  # (a copy_ whose input the kernel before wrote)
-            lines.append("    " + _statement(node, idx, names, env, registry, kernels, donors,
-                                             out, reuse.elided_by(node), trusted))
-        dead = reusable + [names[v] for v in dying if v.producer is node]
-        inputs = [names[v] for v in dying if v.producer is None]  # boxed: keep their names
-        if dead or inputs:  # not taken over by an output: drop the reference now
-            lines.append("    " + " = ".join(dead + inputs) + " = None")
-            free.extend(dead)
-    outs = ", ".join(names[v] for v in graph.outputs)
-    lines.append(f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})")
-    source = "\n".join([header, *lines]) + "\n"
+    body = _Body(graph, registry, kernels, reuse, trusted, boxed)
     namespace = dict(env)
+    if fast is None:
+        lines = exact + symbolic_lines + body.lines(dict(names), namespace, whole=False)
+    else:
+        # The C check passed: the static inputs are plain tensors laid out as their types
+        # say, which the kernels are handed whole (their data pointers read in C). Else the
+        # expressions check them, the kernels read nothing whole, and a call that passes
+        # them is learnt. Both functions have two guard lines: body lines number the same.
+        tensors = ", ".join(f"a{i}" for i, _ in checks)
+        checked_ns = {**env, "_fast": fast}
+        checked = [f"    if {condition}: return _fallback(({', '.join(params)},))",
+                   f"    _fast.learn({tensors})", *symbolic_lines,
+                   *body.lines(dict(names), checked_ns, whole=False)]
+        exec(compile("\n".join([header, *checked]) + "\n", f"<torchloom @{graph.name}>",
+                     "exec"), checked_ns)
+        namespace.update(_fast=fast, _checked=checked_ns["run"])
+        lines = [f"    if not _fast.check({tensors}):",
+                 f"        return _checked({', '.join(params)})", *symbolic_lines,
+                 *body.lines(dict(names), namespace, whole=True)]
+    source = "\n".join([header, *lines]) + "\n"
     exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
     run_boxed = _boxed(params, lines, f"<torchloom @{graph.name}>", namespace) if boxed \
         else None
     return Plan(namespace["run"], source, run_boxed, reuse)
+
+
+@attrs.frozen
+class _Body:
+    """The statements after a plan's guards."""
+
+    graph: Graph
+    registry: OpRegistry
+    kernels: dict
+    reuse: Reuse
+    trusted: frozenset
+    boxed: bool
+
+    def lines(self, names: dict[Value, str], env: dict[str, Any], whole: bool) -> list[str]:
+        """The body's lines, naming values in ``names`` and binding callables in ``env``
+        (both filled here); ``whole``: kernels may take trusted inputs whole."""
+        graph, reuse = self.graph, self.reuse
+        lines: list[str] = []
+        last_use = _last_uses(graph, inputs=self.boxed)
+        unread = [names[v] for v in last_use.get(-1, ()) if v not in reuse.held]
+        if unread:  # inputs nothing reads (boxed): dropped once the guards passed
+            lines.append("    " + " = ".join(unread) + " = None")
+        # Locals are reused like registers: an output takes the name of an input that dies
+        # at its node (as ``x = torch.mm(x, w)`` does), so dead values cost no statement.
+        free: list[str] = []
+        count = 0
+        for idx, node in enumerate(graph.nodes):
+            # a buffer written later stays referenced until then, under its name
+            dying = [v for v in last_use.get(idx, ()) if v not in reuse.held]
+            reusable = [names[v] for v in dying if v.producer not in (node, None)]
+            donors = reuse.into.get(idx, ())
+            for j, v in enumerate(node.outputs):
+                if j < len(donors) and donors[j] is not None:
+                    names[v] = names[donors[j]]  # the output is that buffer
+                elif reusable:
+                    names[v] = reusable.pop()
+                elif free:
+                    names[v] = free.pop()
+                else:
+                    names[v] = f"t{count}"
+                    count += 1
+            out = reuse.ops.get(idx)  # an op writing into a dead buffer: its out= overload
+            if idx not in reuse.elided:  # (a copy_ whose input the kernel before wrote)
+                lines.append("    " + _statement(node, idx, names, env, self.registry,
+                                                 self.kernels, donors, out,
+                                                 reuse.elided_by(node), self.trusted, whole))
+            dead = reusable + [names[v] for v in dying if v.producer is node]
+            inputs = [names[v] for v in dying if v.producer is None]  # boxed: keep names
+            if dead or inputs:  # not taken over by an output: drop the reference now
+                lines.append("    " + " = ".join(dead + inputs) + " = None")
+                free.extend(dead)
+        outs = ", ".join(names[v] for v in graph.outputs)
+        lines.append(f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})")
+        return lines
 
 
 def _boxed(params: list[str], lines: list[str], filename: str,
@@ -217,7 +246,7 @@ def _trusted(graph: Graph, checked: list[Value]) -> frozenset[Value]:
 
 
 def _trusting(kernel: Callable, node: Node, donors: tuple[Value | None, ...],
-              trusted: frozenset[Value]) -> Callable:
+              trusted: frozenset[Value], whole: bool) -> Callable:
     """``kernel`` without the layout checks of the guarded inputs it is given as they are
     (and of those given as output buffers unviewed), where it can leave them out
     (``trusting``, the codegen protocol: :mod:`torchloom.codegen.base`)."""
@@ -227,20 +256,20 @@ def _trusting(kernel: Callable, node: Node, donors: tuple[Value | None, ...],
     inputs = {i: v.type for i, v in enumerate(node.inputs) if v in trusted}
     outputs = {j: d.type for j, (d, v) in enumerate(zip(donors, node.outputs))
                if d in trusted and view_of(d, v) is None}
-    return method(inputs, outputs) if inputs or outputs else kernel
+    return method(inputs, outputs, whole=whole) if inputs or outputs else kernel
 
 
 def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any],
                registry: OpRegistry, kernels: dict[Node, Callable],
                donors: tuple[Value | None, ...] = (), out: Callable | None = None,
                inputs_written: tuple[int, ...] = (),
-               trusted: frozenset[Value] = frozenset()) -> str:
+               trusted: frozenset[Value] = frozenset(), whole: bool = False) -> str:
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
     fname = f"f{idx}"
     if node in kernels and donors:  # writes outputs into the dead buffers given first
-        kernel = _trusting(kernels[node], node, donors, trusted)
+        kernel = _trusting(kernels[node], node, donors, trusted, whole)
         env[fname] = kernel.into if not inputs_written else \
             _writing_inputs(kernel.into, inputs_written)
         given = ", ".join(_buffer(d, v, names) if d is not None else "None"
@@ -250,7 +279,7 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
         call = f"{fname}({args})"
         unpack = True
     elif node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
-        env[fname] = _trusting(kernels[node], node, (), trusted)
+        env[fname] = _trusting(kernels[node], node, (), trusted, whole)
         call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
         unpack = True
     else:

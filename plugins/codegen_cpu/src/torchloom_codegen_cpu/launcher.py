@@ -77,32 +77,36 @@ class Launcher:
     def __call__(self, *args):
         return self._call(*args)
 
-    def trusting(self, inputs: dict[int, Any], outputs: dict[int, Any]) -> "Launcher":
+    def trusting(self, inputs: dict[int, Any], outputs: dict[int, Any],
+                 whole: bool = False) -> "Launcher":
         """This kernel without the layout checks of the inputs (given output buffers) at
         the positions of ``inputs`` (``outputs``) whose type, which the caller guarantees
-        (the codegen protocol, ``torchloom.codegen.base``), is the layout it expects."""
+        (the codegen protocol, ``torchloom.codegen.base``), is the layout it expects; with
+        ``whole`` (the caller guarantees plain tensors with storage) their data pointers
+        are read in C."""
         ins = frozenset(i for i, t in inputs.items() if _expected(t, self.meta["inputs"][i]))
         outs = frozenset(j for j, t in outputs.items()
                          if _expected(t, self.meta["outputs"][j]))
-        return self if not ins and not outs else _Trusting(self, ins, outs)
+        return self if not ins and not outs else _Trusting(self, ins, outs, whole)
 
 
 class _Trusting:
     """A :class:`Launcher` trusting the layouts of some inputs and given outputs."""
 
-    def __init__(self, base: Launcher, inputs: frozenset[int], outputs: frozenset[int]):
+    def __init__(self, base: Launcher, inputs: frozenset[int], outputs: frozenset[int],
+                 whole: bool):
         self.meta, self.inplace = base.meta, base.inplace
-        self._base, self._inputs, self._outputs = base, inputs, outputs
+        self._base, self._inputs, self._outputs, self._whole = base, inputs, outputs, whole
         self.source, self._call = _launch_source(base.meta, base.fn, base._tensors,
-                                                 trusted=inputs) if inputs else \
-            (base.source, base)
+                                                 trusted=inputs, whole=whole) \
+            if inputs else (base.source, base)
         self._into = None
 
     def into(self, outs: tuple, *args):
         if self._into is None:
             self._into = _launch_source(self.meta, self._base.fn, self._base._tensors,
                                         into=True, trusted=self._inputs,
-                                        given=self._outputs)[1]
+                                        given=self._outputs, whole=self._whole)[1]
         return self._into(outs, *args)
 
     def __call__(self, *args):
@@ -121,9 +125,11 @@ def _expected(t: Any, d: dict[str, Any]) -> bool:
 
 def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
                    trusted: frozenset[int] = frozenset(),
-                   given: frozenset[int] = frozenset()) -> tuple[str, Any]:
+                   given: frozenset[int] = frozenset(),
+                   whole: bool = False) -> tuple[str, Any]:
     """The launch function's source and the function; no layout checks of the inputs
-    ``trusted`` and of the output buffers ``given`` (``into``: used as they are)."""
+    ``trusted`` and of the output buffers ``given`` (``into``: used as they are), and with
+    ``whole`` those handed to the entry as tensors (``tensors``: it takes them)."""
     inputs, outputs, sizes = meta["inputs"], meta["outputs"], meta.get("sizes", [])
     params = ["_outs"] * into + [f"a{i}" for i in range(len(inputs))]
     shapes = [None if "scalar" in d else d["shape"] for d in inputs]
@@ -181,11 +187,15 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
                          f"o{j}.shape != {tup(o['shape'])} or not {layout}:")
             indent = "        "
         lines.append(f"{indent}o{j} = _alloc({tup(o['shape'])}, {strides}, _d{j})")
-    # the entry reads the pointers of tensors allocated here in C (entry.py: never a
-    # tensor the caller gave, which might have no storage)
-    fresh = "{}" if tensors and not into else "{}.data_ptr()"
-    pointers = [f"a{i}" if "scalar" in d else f"a{i}.data_ptr()" for i, d in enumerate(inputs)]
-    pointers += [fresh.format(f"o{j}") for j in range(len(outputs))]
+    # the entry reads in C the pointers of tensors allocated here, and of those the
+    # caller vouches for (``whole``); never of another tensor it was given, which might
+    # have no storage (entry.py)
+    def pointer(name: str, whole_here: bool) -> str:
+        return name if tensors and whole_here else f"{name}.data_ptr()"
+    pointers = [f"a{i}" if "scalar" in d else pointer(f"a{i}", whole and i in trusted)
+                for i, d in enumerate(inputs)]
+    pointers += [pointer(f"o{j}", not into or (whole and j in given))
+                 for j in range(len(outputs))]
     pointers += [f"sym_{s}" for s in sizes]
     call = f"_fn({', '.join(pointers)}, _threads())"
     # skipped when every output is empty: sizes are >= 0, so an output has elements when
