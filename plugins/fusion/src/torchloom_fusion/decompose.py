@@ -64,9 +64,9 @@ def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
     its CPU decomposition takes; others are not traced, and get no note: at symbolic sizes
     its views would need size expressions)."""
     types = [v.type for v in node.inputs]
-    if not types or not all(isinstance(t, TensorType) and t.device == "cpu" and t.is_static
-                            for t in types):
-        return False
+    if len(types) < 2 or not all(isinstance(t, TensorType) and t.device == "cpu" and
+                                 t.is_static for t in types):
+        return False  # (one piece: a copy, which the decomposition leaves to cat)
     rank = len(types[0].shape)
     if rank == 0 or any(len(t.shape) != rank for t in types):
         return False
