@@ -43,10 +43,6 @@ def _compile(registry, codegen, text):
                          lambda *args: eager(*args))
 
 
-def _calls(compiled, op):
-    return compiled.plan.source.count(op)
-
-
 def test_a_mask_s_arange_is_made_once_and_stays_what_it_was(registry, codegen):
     compiled = _compile(registry, codegen, _graph("", "%y, %z"))
     namespace = compiled.plan.fn.__globals__

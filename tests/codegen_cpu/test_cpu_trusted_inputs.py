@@ -47,14 +47,15 @@ def compiled(registry, codegen):
     return CompiledGraph(parse_graph(GRAPH), registry, [codegen], KernelCache(), fallback), calls
 
 
-def _kernels(compiled):
-    namespace = compiled.plan.fn.__globals__
+def _kernels(fn):
+    """The kernels a plan's generated function calls, in the order of their nodes."""
+    namespace = fn.__globals__
     return [namespace[k] for k in sorted(namespace) if k[:1] == "f" and k[1:].isdigit()]
 
 
 def test_kernels_given_guarded_inputs_leave_their_checks_out(compiled):
     graph, _ = compiled
-    first, second = _kernels(graph)
+    first, second = _kernels(graph.plan.fn)
     assert isinstance(first, _Trusting) and isinstance(second, _Trusting)
     # the first takes three guarded inputs: no stride check is left
     assert ".stride()" not in first.source and "_fix" not in first.source
@@ -128,11 +129,9 @@ def test_only_the_c_checked_path_hands_tensors_whole(compiled):
     pointers read in C); a call it refused runs the checked plan, which hands over
     ``data_ptr()`` ints, so a tensor without storage raises instead of aborting."""
     graph, _ = compiled
-    first = _kernels(graph)[0]
+    first = _kernels(graph.plan.fn)[0]
     assert "_fn(a0, a1, a2," in first.source  # whole
-    checked = graph.plan.fn.__globals__["_checked"]
-    plain = [checked.__globals__[k] for k in sorted(checked.__globals__)
-             if k[:1] == "f" and k[1:].isdigit()][0]
+    plain = _kernels(graph.plan.fn.__globals__["_checked"])[0]
     assert isinstance(plain, _Trusting) and "a0.data_ptr()" in plain.source
     x, t, u, v = (torch.empty_strided(shape, typed).normal_() for shape, typed in SHAPES)
     torch.testing.assert_close(graph(x, t, u, v), eager(x, t, u, v))  # learnt

@@ -83,7 +83,8 @@ def build_function(graph: Graph, registry: OpRegistry,
             # path finds which input failed.
             env["_fallback"] = _first_failing(checks, env, fallback)
             condition = " or ".join(f"({expr})" for _, expr in checks)
-            exact = [f"    if {condition}:", f"        return _fallback(({', '.join(params)},))"]
+            back = f"return _fallback(({', '.join(params)},))"
+            exact = [f"    if {condition}:", f"        {back}"]
             fast = FastGuard.of([guarded[i].type for i, _ in checks])
         symbolic = symbolic_guard(guarded, env)
         if symbolic is not None:  # inputs with symbolic sizes: one generated check
@@ -103,7 +104,7 @@ def build_function(graph: Graph, registry: OpRegistry,
         # them is learnt. Both functions have two guard lines: body lines number the same.
         tensors = ", ".join(f"a{i}" for i, _ in checks)
         checked_ns = {**env, "_fast": fast}
-        checked = [f"    if {condition}: return _fallback(({', '.join(params)},))",
+        checked = [f"    if {condition}: {back}",
                    f"    _fast.learn({tensors})", *symbolic_lines,
                    *body.lines(dict(names), checked_ns, whole=False)]
         exec(compile("\n".join([header, *checked]) + "\n", f"<torchloom @{graph.name}>",

@@ -120,7 +120,12 @@ def _expected(t: Any, d: dict[str, Any]) -> bool:
         return False
     if t.dtype != d["dtype"] or list(t.shape) != list(d["shape"]):
         return False
-    return all(n == 1 or s == e for n, s, e in zip(t.shape, t.actual_strides(), d["strides"]))
+    return _same_strides(t.shape, t.actual_strides(), d["strides"])
+
+
+def _same_strides(shape, strides, expected) -> bool:
+    """``strides`` are ``expected`` but at dims of size 1 (which torch gives any stride)."""
+    return all(n == 1 or s == e for n, s, e in zip(shape, strides, expected))
 
 
 def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
@@ -221,7 +226,7 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
 def _fix(a: torch.Tensor, expected: tuple[int, ...]) -> torch.Tensor:
     """``a`` itself when its strides differ from ``expected`` only at size-1 dims, else a
     copy with the ``expected`` strides."""
-    if all(n == 1 or s == e for n, s, e in zip(a.shape, a.stride(), expected)):
+    if _same_strides(a.shape, a.stride(), expected):
         return a
     return torch.empty_strided(a.shape, expected, dtype=a.dtype).copy_(a)
 
