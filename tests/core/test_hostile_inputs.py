@@ -97,3 +97,22 @@ def test_integer_division_by_zero_raises_as_in_eager(op):
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         compiled(a, b)
     torch._dynamo.reset()
+
+
+def test_input_with_its_negative_bit_set_gives_eagers_values():
+    """``z.conj().imag`` is a view whose negation torch applies lazily (``is_neg()``): a
+    kernel reading its memory would compute with the values negated, so such a graph runs
+    eagerly (hostile tester, session 29)."""
+    g = gen()
+    x = torch.randn(16, 32, dtype=torch.cfloat, generator=g).conj().imag
+    w = torch.randn(16, 32, generator=g)
+    assert x.is_neg()
+
+    def fn(x, w):
+        return torch.exp(x - w) * 2 + x.sin()
+    torch._dynamo.reset()
+    compiler = Compiler("default")
+    got = torch.compile(fn, backend="torchloom", options={"compiler": compiler})(x, w)
+    torch.testing.assert_close(got, fn(x, w))
+    assert any("negative bit" in (c.fallback_reason or "") for c in compiler.compilations)
+    torch._dynamo.reset()

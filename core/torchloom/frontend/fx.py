@@ -131,6 +131,11 @@ def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,
         val = n.meta.get("val", n.meta.get("example_value"))
         if val is None and example_inputs is not None and i < len(example_inputs):
             val = example_inputs[i]
+        if isinstance(val, torch.Tensor) and (val.is_neg() or val.is_conj()):
+            # a lazy negation or conjugation (``z.conj().imag``): kernels would read the
+            # memory without applying it
+            raise UnsupportedError(f"input {n.name} is a view with its "
+                                   f"{'negative' if val.is_neg() else 'conjugate'} bit set")
         t = type_of(val)
         symbolic |= _is_symbolic(t, val)
         env[n] = graph.add_input(t, n.name)
