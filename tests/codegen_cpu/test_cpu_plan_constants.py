@@ -76,3 +76,30 @@ def test_factories_read_outside_kernels_are_made_on_every_call(registry, codegen
     for a, b in zip(first, second):
         assert a is not b or not isinstance(a, torch.Tensor)
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("body, shape", [
+    ("  return %p\n", "i64[32]"),
+    ("  %o = aten.alias.default(%p) : i64[32]\n  return %o\n", "i64[32]"),
+    ("  %o = aten.view.default(%p) {size = [4, 8]} : i64[4, 8]\n  return %o\n", "i64[4, 8]"),
+])
+def test_a_factory_a_shared_subgraph_reads_is_made_on_every_call(registry, codegen, body,
+                                                                 shape):
+    """A shared subgraph's call runs ops, which may hand its input back (hostile tester,
+    session 29: the folded ``arange`` reached the caller, who changed the next call's
+    result by writing it)."""
+    text = f"""\
+graph @main(%x: f32[32]) {{
+  %r = {ARANGE}
+  %a = torchloom.call_subgraph(%r) {{callee = "layer"}} : {shape}
+  return %a
+}}
+graph @layer(%p: i64[32]) {{
+{body}}}
+"""
+    compiled = CompiledGraph(parse_graph(text), registry, [codegen], KernelCache(), None)
+    x = torch.randn(32)
+    (first,) = compiled(x)
+    first.mul_(0)  # the caller's tensor: the next call's is another
+    (second,) = compiled(x)
+    torch.testing.assert_close(second, torch.arange(32).view(second.shape))

@@ -3,7 +3,8 @@
 A graph's factories without inputs (``arange(32)`` for a mask along a dim, the
 ``scalar_tensor(-inf)`` of an attention mask, ``full``/``zeros``/``ones`` of a literal
 shape) make the same tensor on every call; so do the views of them (``arange(32).view(1,
-1, 1, 32)``). Where only kernels read the result, directly or through such views, nothing
+1, 1, 32)``). Where only fusion groups' kernels read the result (not a shared subgraph's
+call, whose ops may return or write it), directly or through such views, nothing
 can change it between calls, and it cannot reach the caller: :func:`fold_constants` turns
 each into a ``torchloom.constant`` node of the plan's own (lowered) copy of the graph,
 computed once. Constants are never buffers the plan reuses (``buffers._fresh_outputs``).
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torchloom.ir.graph import CONSTANT, Graph, InputRef, Node, Value
+from torchloom.ir.graph import CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
 
 #: factories whose result depends on their attributes alone
 FACTORIES = frozenset(("aten.arange.default", "aten.arange.start", "aten.arange.start_step",
@@ -75,13 +76,13 @@ def _foldable(node: Node, registry: Any, kernels: Mapping[Node, Callable],
 
 def _read_only_by_kernels(value: Value, registry: Any, kernels: Mapping[Node, Callable],
                           outputs: set[Value]) -> bool:
-    """Every reader of ``value`` is a kernel, or a view whose readers are (recursively);
-    it reaches no graph output."""
+    """Every reader of ``value`` is a fusion group's kernel, or a view whose readers are
+    (recursively); it reaches no graph output."""
     if value in outputs:
         return False
     for user in value.users():
-        if user in kernels:
-            continue
+        if user in kernels and user.op == FUSION_GROUP:
+            continue  # (a shared subgraph's call runs ops: it may return or write it)
         opdef = registry.lookup(user.op)
         if opdef is None or not opdef.is_view or opdef.mutates or len(user.outputs) != 1 or \
                 not _read_only_by_kernels(user.output, registry, kernels, outputs):
