@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torchloom.api import indexing, symbols
+from torchloom.api import expr, indexing, symbols
 from torchloom.codegen.indexing import C, TRITON, IndexMath, Unsupported, prod, same
 
 
@@ -20,10 +20,17 @@ class _Tl:  # what Triton's size functions are, in Python
     maximum, minimum, abs = max, min, abs
 
 
-def _python(text: str, language) -> str:
-    """C integer division is Python's floor division for the non-negative values here."""
+def _python(text, language) -> str:
+    """C integer division is Python's floor division for the non-negative values here
+    (``text``: an index expression's node or its text)."""
+    text = str(text)
     return re.sub(r"(?<=[\w)]) / (?=[\w(])", " // ", text) if language.floor_div == "/" \
         else text
+
+
+def texts(coords) -> tuple[str, ...]:
+    """Coordinates (expression nodes) as the text they print."""
+    return tuple(map(str, coords))
 
 
 def _eval(text: str, language, env: dict) -> int:
@@ -74,7 +81,7 @@ def test_delinear_and_linear_round_trip(language):
     ix = IndexMath(language)
     shape = (3, 1, 4, 5)
     exprs = ix.delinear("i", shape)
-    assert exprs[1] == "0"
+    assert exprs[1] == indexing.ZERO and indexing.is_zero(exprs[1])
     for i in range(60):
         coords = tuple(_eval(e, language, {"i": i}) for e in exprs)
         assert coords == tuple(torch.unravel_index(torch.tensor(i), shape))
@@ -83,15 +90,16 @@ def test_delinear_and_linear_round_trip(language):
 
 
 def test_division_is_the_language_s():
-    assert IndexMath(C).delinear("x", (4, 6)) == ("x / 6", "x % 6")
-    assert IndexMath(TRITON).delinear("x", (4, 6)) == ("x // 6", "x % 6")
+    assert texts(IndexMath(C).delinear("x", (4, 6))) == ("x / 6", "x % 6")
+    assert texts(IndexMath(TRITON).delinear("x", (4, 6))) == ("x // 6", "x % 6")
 
 
 def test_known_linear_index_is_reused():
     ix = IndexMath(TRITON)
-    known = {(("x0", "x1"), (4, 6)): "xindex"}
-    assert ix.linear(("x0", "x1"), (4, 6), known) == "xindex"
-    assert ix.reshape(("x0", "x1"), (4, 6), (24,), known) == ("xindex",)
+    known: dict = {}
+    ix.remember(known, ("x0", "x1"), (4, 6), "xindex")
+    assert str(ix.linear(("x0", "x1"), (4, 6), known)) == "xindex"
+    assert ix.reshape(("x0", "x1"), (4, 6), (24,), known) == (expr.Name("xindex"),)
     # a dense but permuted layout is addressed in memory order
     assert ix.address(("x1", "x0"), (1, 6), (6, 4),
                       {(("x0", "x1"), (4, 6)): "xindex"}) == "xindex"
@@ -112,16 +120,14 @@ def test_runs_of_known_coordinates_linearise_to_their_index(shape, split, langua
     ix = IndexMath(language, NAMES)
     known: dict = {}
     xs = ix.delinear("x", rows)
-    known[(tuple(c for c, d in zip(xs, rows) if d != 1),
-           tuple(d for d in rows if d != 1))] = "x"
+    ix.remember(known, xs, rows, "x")
     rs = ix.delinear("r", red)
-    known[(tuple(c for c, d in zip(rs, red) if d != 1),
-           tuple(d for d in red if d != 1))] = "r"
+    ix.remember(known, rs, red, "r")
     coords, full = tuple(xs) + tuple(rs), shape
     if merge and len(rows) >= 2:  # viewed as (rows merged, red...)
         merged = (prod(list(rows)),) + red
         coords, full = ix.reshape(coords, shape, merged, known), merged
-    text = ix.linear(coords, full, known)
+    text = str(ix.linear(coords, full, known))
     if any(d != 1 for d in rows) and any(d != 1 for d in red):
         assert "x" in text and "r" in text and language.floor_div not in text, text
     values = {"s0": s0, "s1": s1}
@@ -139,9 +145,9 @@ def test_all_size_one_coordinates_are_element_zero(language):
     a loop over another all-size-1 shape was recorded under (a [1, 1] sum stored at
     ``out[r]`` once did that)."""
     ix = IndexMath(language)
-    known = {((), ()): "r"}
-    assert ix.linear(("0", "0"), (1, 1), known) == "0"
-    assert ix.address(("0",), (1,), (1,), known) == "0"
+    known = {((), ()): expr.Name("r")}
+    assert ix.linear(("0", "0"), (1, 1), known) == indexing.ZERO
+    assert ix.address(("0",), (1,), (1,), known) == indexing.ZERO
 
 
 @LANGUAGES
@@ -295,7 +301,7 @@ def test_symbolic_delinear_and_strided_address(case, language, s0, s1):
 
 def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
     ix = IndexMath(C, NAMES)
-    assert ix.broadcast(("a", "b"), ("s0", "s1"), (1, "s1")) == ("0", "b")
+    assert texts(ix.broadcast(("a", "b"), ("s0", "s1"), (1, "s1"))) == ("0", "b")
     with pytest.raises(Unsupported, match="may differ"):
         ix.broadcast(("a",), ("s0",), ("s1",))
     with pytest.raises(Unsupported, match="may differ"):
@@ -314,7 +320,7 @@ def test_a_whole_expression_may_be_a_size_argument():
     ix = IndexMath(C, {"s0*s1": "S_0", "s2": "S_1"})
     assert ix.size("s0*s1") == "S_0"
     assert ix.size(prod(["s0*s1", 48])) == "48 * S_0"
-    assert ix.linear(("a", "b"), ("s0*s1", "s2")) == "a * S_1 + b"
+    assert str(ix.linear(("a", "b"), ("s0*s1", "s2"))) == "a * S_1 + b"
     with pytest.raises(Unsupported, match="s0 has no value"):
         ix.size("s0")
     assert IndexMath(C).size("s0") == "s0"  # no names given: symbols print as themselves

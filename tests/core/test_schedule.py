@@ -4,7 +4,7 @@ reductions, the same data both native codegens render."""
 from __future__ import annotations
 
 import pytest
-from torchloom.api import Schedule, parse_graph, schedule
+from torchloom.api import Schedule, expr, indexing, parse_graph, schedule
 from torchloom.codegen.indexing import Unsupported
 
 
@@ -41,7 +41,8 @@ def test_of_reads_the_nodes_and_refuses_different_dims():
 def test_coordinates_place_the_kept_and_reduced_names():
     nest = schedule.ReductionNest((2, 3, 4), (1,))
     full, row, keepdim = nest.coordinates(["x0", "x1"], ["r"])
-    assert full == ("x0", "r", "x1") and row == ("x0", "x1") and keepdim == ("x0", "0", "x1")
+    x0, x1, r = expr.Name("x0"), expr.Name("x1"), expr.Name("r")
+    assert full == (x0, r, x1) and row == (x0, x1) and keepdim == (x0, indexing.ZERO, x1)
 
 
 def test_a_nest_that_reduces_nothing_is_no_column_reduction():

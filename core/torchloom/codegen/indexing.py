@@ -1,9 +1,14 @@
-"""Index math for the native codegens: coordinates and sizes as source text.
+"""Index math for the native codegens: coordinates, offsets and sizes as expression nodes.
 
-A coordinate is a source expression of the target language (``"x0"``, ``"r / 8 % 4"``,
-``"0"``), one per dim. Views never move data: a view's element at output coordinates is its
-input's element at coordinates these functions compute (tinygrad's ShapeTracker idea, done
-eagerly on source text). Dims of size 1 always have coordinate ``"0"``.
+A coordinate is an expression of :mod:`torchloom.codegen.expr`, one per dim: a
+:class:`~torchloom.codegen.expr.Name` (``x0``), :data:`ZERO`, or an
+:class:`~torchloom.codegen.expr.Op` tree over them (``r / 8 % 4``) that prints in the target
+language; callers may pass names as strings (:func:`node`). Views never move data: a
+view's element at output coordinates is its input's element at coordinates these functions
+compute (tinygrad's ShapeTracker idea, done eagerly on expression trees). Dims of size 1
+always have coordinate :data:`ZERO` (:func:`is_zero`). What the math returns is a tree,
+never text to parse again: a writer puts it in its statements as it is (the offset of a
+``Store``'s element, an operand of a load).
 
 Dims are ints or size expressions (``"s0"``, ``"2*s0"``; see :mod:`torchloom.ir.symbols`).
 A symbolic dim prints as source text over the kernel's runtime size arguments, and is never
@@ -15,15 +20,17 @@ One object per kernel, bound to a language and to the names of its size argument
 
     ix = IndexMath(C, {"s0": "S_0"})     # or TRITON; symbols not named print as themselves
     ix.size("2*s0")                      # "2 * S_0"
-    ix.delinear("x", (4, "s0"))          # ("x / S_0", "x % S_0")
-    ix.linear(("a", "b"), (4, "s0"))     # "a * S_0 + b"
+    ix.delinear("x", (4, "s0"))          # nodes printing ("x / S_0", "x % S_0")
+    ix.linear(("a", "b"), (4, "s0"))     # a node printing "a * S_0 + b"
     ix.address(coords, strides, shape)   # offset of an element (strides None: contiguous)
     ix.broadcast(coords, out_shape, in_shape)
     ix.reshape(coords, out_shape, in_shape)
     ix.view_coords(rule, coords, attrs, out_shape, in_shape, known, output)
 
-``known`` (optional, a dict the caller keeps per kernel) remembers which linear index a set
-of coordinates was delinearised from, so linearising them again gives that index back.
+``known`` (optional, a dict the caller keeps per kernel, filled by :meth:`IndexMath.remember`
+and the math itself) remembers which linear index a set of coordinates was delinearised
+from, so linearising them again gives that index back (keyed by the coordinates' printed
+text: two trees that print alike are one coordinate).
 Module functions work on dims without printing: :func:`checked_tensor_type` (a value's type
 when a native codegen can touch it), :func:`prod` (a product, an int when every
 factor is one), :func:`same` (equal at every runtime size; :func:`same_shape`, every dim so) and :func:`sample_value` (a
@@ -41,14 +48,14 @@ from typing import Any
 
 import attrs
 
-from torchloom.codegen.expr import LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name, Op, paren
+from torchloom.codegen.coords import ZERO, Coords, enclosed, is_zero, key, node, operand, total
+from torchloom.codegen.expr import ATOM, LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name, Op, paren
 from torchloom.ir.graph import Value
 from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, parse_dim, symbols_of
 from torchloom.ir.types import TensorType
 
-Coords = tuple[str, ...]
-#: (coords, shape) with size-1 dims dropped -> the index they were delinearised from
-Known = dict[tuple[tuple[str, ...], tuple[Dim, ...]], str]
+#: (coords' texts, shape) with size-1 dims dropped -> the index they were delinearised from
+Known = dict[tuple[tuple[str, ...], tuple[Dim, ...]], Code]
 
 
 class Unsupported(Exception):
@@ -89,16 +96,16 @@ SYMBOLS = Language("symbols", "//", {"Max": "Max({0}, {1})", "Min": "Min({0}, {1
                                      "Abs": "Abs({0})"})
 
 
-def _known_runs(coords: tuple[str, ...], shape: tuple[Dim, ...],
-                known: Known) -> tuple[list[str], list[Dim]]:
+def _known_runs(coords: tuple[Code, ...], shape: tuple[Dim, ...],
+                known: Known) -> tuple[list[Code], list[Dim]]:
     """``coords`` over ``shape`` with each longest run that ``known`` maps to an index
     replaced by that index (over the run's product of sizes), from the outermost dim."""
-    out_c: list[str] = []
+    out_c: list[Code] = []
     out_d: list[Dim] = []
     i, n = 0, len(coords)
     while i < n:
         for j in range(n, i + 1, -1):  # runs of two or more dims, the longest first
-            index = known.get((coords[i:j], shape[i:j]))
+            index = known.get((key(coords[i:j]), shape[i:j]))
             if index is not None:
                 out_c.append(index)
                 out_d.append(prod(shape[i:j]))
@@ -109,22 +116,6 @@ def _known_runs(coords: tuple[str, ...], shape: tuple[Dim, ...],
             out_d.append(shape[i])
             i += 1
     return out_c, out_d
-
-
-def _par(e: str) -> str:
-    return e if e.isidentifier() or e.isdigit() or _enclosed(e) else f"({e})"
-
-
-def _enclosed(e: str) -> bool:
-    """Whether ``e`` is one parenthesised whole: ``(a ? b : c)``, not ``(a) + (b)``."""
-    if not e.startswith("("):
-        return False
-    depth = 0
-    for k, ch in enumerate(e):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth == 0:
-            return k == len(e) - 1
-    return False
 
 
 def prod(dims: Sequence[Dim]) -> Dim:
@@ -267,37 +258,48 @@ class IndexMath:
         if template is None or len(args) < (1 if name == "Abs" else 2):
             raise Unsupported(f"size expression {ast.unparse(node)!r}: {name} has no "
                               f"{self.language.name} form")
+        level = ATOM if enclosed(template) else POSTFIX  # C's (a > b ? a : b): a whole
         e = args[0]  # the language's templates are positional: {0}, {1}
         for arg in args[1:] or [None]:  # Max(a, b, c) = Max(Max(a, b), c)
-            e = Op(template, POSTFIX, (e,) if arg is None else (e, arg))
+            e = Op(template, level, (e,) if arg is None else (e, arg))
         return e
 
-    def _times(self, c: str, stride: Dim) -> str:
-        return c if stride == 1 else f"{_par(c)} * {_par(self.size(stride))}"
+    def remember(self, known: Known, coords: Sequence[Code | str], shape: Sequence[Dim],
+                 index: Code | str) -> None:
+        """Record in ``known`` that ``coords`` over ``shape`` were delinearised from
+        ``index`` (:meth:`linear` of them gives ``index`` back); nothing for no real dims."""
+        real = [(c, d) for c, d in zip(coords, shape) if d != 1]
+        if real:
+            known[(key([c for c, _ in real]), tuple(d for _, d in real))] = node(index)
+
+    def _times(self, c: Code, stride: Dim) -> Code:
+        return c if stride == 1 else Op("{0} * {1}", PRODUCT,
+                                        (operand(c), operand(self.size_code(stride))))
 
     # ---- coordinates -------------------------------------------------------------------
-    def linear(self, coords: Sequence[str], shape: Sequence[Dim],
-               known: Known | None = None) -> str:
+    def linear(self, coords: Sequence[Code | str], shape: Sequence[Dim],
+               known: Known | None = None) -> Code:
         """Row-major linear index of ``coords`` within ``shape`` (size-1 dims skipped).
         With ``known``, a run of coordinates delinearised from one index (the row
         coordinates ``x0, x1, x2`` of ``x``) is that index again: ``x * S_0 + r``, not
         ``(x / (4 * S_0)) * (4 * S_0 * S_0) + ...``, which a C compiler keeps as divisions
         when the sizes are runtime arguments."""
+        coords = [node(c) for c in coords]
         if known:
             cs = tuple(c for c, d in zip(coords, shape) if d != 1)
             ds = tuple(d for d in shape if d != 1)
-            if cs and (cs, ds) in known:  # no real dims: element 0 (never a loop's index)
-                return known[(cs, ds)]
+            if cs and (key(cs), ds) in known:  # no real dims: element 0 (never a loop's)
+                return known[(key(cs), ds)]
             coords, shape = _known_runs(cs, ds, known)
-        terms: list[str] = []
+        terms: list[Code] = []
         stride: Dim = 1
         for c, d in reversed(list(zip(coords, shape))):
-            if d != 1 and c != "0":
+            if d != 1 and not is_zero(c):
                 terms.append(self._times(c, stride))
             stride = prod([stride, d])
-        return " + ".join(reversed(terms)) if terms else "0"
+        return total(terms[::-1])
 
-    def delinear(self, index: str, shape: Sequence[Dim]) -> Coords:
+    def delinear(self, index: Code | str, shape: Sequence[Dim]) -> Coords:
         """Coordinates of the row-major ``index`` within ``shape``."""
         out = []
         real = [i for i, d in enumerate(shape) if d != 1]
@@ -308,19 +310,22 @@ class IndexMath:
             stride = prod([stride, shape[i]])
         for i, d in enumerate(shape):
             if d == 1:
-                out.append("0")
+                out.append(ZERO)
                 continue
-            e = _par(index)
+            e = operand(index)
             if strides[i] != 1:
-                e = f"{e} {self.language.floor_div} {_par(self.size(strides[i]))}"
+                e = Op(f"{{0}} {self.language.floor_div} {{1}}", PRODUCT,
+                       (e, operand(self.size_code(strides[i]))))
             if i != real[0]:
-                e = f"{_par(e) if strides[i] != 1 else e} % {_par(self.size(d))}"
+                e = Op("{0} % {1}", PRODUCT, (operand(e) if strides[i] != 1 else e,
+                                              operand(self.size_code(d))))
             out.append(e)
         return tuple(out)
 
-    def address(self, coords: Sequence[str], strides: Sequence[Dim] | None,
-                shape: Sequence[Dim], known: Known | None = None) -> str:
+    def address(self, coords: Sequence[Code | str], strides: Sequence[Dim] | None,
+                shape: Sequence[Dim], known: Known | None = None) -> Code:
         """Element offset of ``coords`` in a tensor with ``strides`` (None: contiguous)."""
+        coords = [node(c) for c in coords]
         if strides is None:
             return self.linear(coords, shape, known)
         real = sorted(((c, s, d) for c, s, d in zip(coords, strides, shape) if d != 1),
@@ -332,11 +337,10 @@ class IndexMath:
             expected = prod([expected, d])
         else:  # row-major: the linear index (often the very index the coords came from)
             return self.linear([c for c, _, _ in real], [d for _, _, d in real], known)
-        terms = [self._times(c, s) for c, s, d in zip(coords, strides, shape)
-                 if d != 1 and s != 0 and c != "0"]
-        return " + ".join(terms) if terms else "0"
+        return total([self._times(c, s) for c, s, d in zip(coords, strides, shape)
+                     if d != 1 and s != 0 and not is_zero(c)])
 
-    def broadcast(self, coords: Sequence[str], out_shape: Sequence[Dim],
+    def broadcast(self, coords: Sequence[Code | str], out_shape: Sequence[Dim],
                   in_shape: Sequence[Dim]) -> Coords:
         """Coordinates in an input that broadcasts (right-aligned) to ``out_shape``."""
         offset = len(out_shape) - len(in_shape)
@@ -349,15 +353,16 @@ class IndexMath:
             if d != 1 and not (isinstance(d, int) and isinstance(out, int)) and \
                     not same(d, out):
                 raise Unsupported(f"dim {d} broadcast to {out}: the sizes may differ")
-            result.append("0" if d == 1 else coords[offset + i])
+            result.append(ZERO if d == 1 else node(coords[offset + i]))
         return tuple(result)
 
-    def reshape(self, coords: Sequence[str], out_shape: Sequence[Dim],
+    def reshape(self, coords: Sequence[Code | str], out_shape: Sequence[Dim],
                 in_shape: Sequence[Dim], known: Known | None = None) -> Coords:
         """Coordinates in the input of a view/reshape/squeeze/unsqueeze (logical order)."""
+        coords = [node(c) for c in coords]
         if 0 in out_shape or 0 in in_shape:
-            return tuple("0" for _ in in_shape)
-        result = ["0"] * len(in_shape)
+            return tuple(ZERO for _ in in_shape)
+        result: list[Code] = [ZERO] * len(in_shape)
         outs = [i for i, d in enumerate(out_shape) if d != 1]
         ins = [j for j, d in enumerate(in_shape) if d != 1]
         i = j = 0
@@ -388,14 +393,14 @@ class IndexMath:
             pieces = self.delinear(lin, [in_shape[k] for k in group_i])
             if known is not None:
                 sizes = tuple(in_shape[k] for k in group_i)
-                known[(tuple(c for c, d in zip(pieces, sizes) if d != 1),
+                known[(key([c for c, d in zip(pieces, sizes) if d != 1]),
                        tuple(d for d in sizes if d != 1))] = lin
             for k, c in zip(group_i, pieces):
                 result[k] = c
         if known is not None:  # a view keeps the row-major index of every element
             real = tuple((c, d) for c, d in zip(result, in_shape) if d != 1)
             if len(real) > 1:
-                known.setdefault((tuple(c for c, _ in real), tuple(d for _, d in real)),
+                known.setdefault((key([c for c, _ in real]), tuple(d for _, d in real)),
                                  self.linear(coords, out_shape, known))
         return tuple(result)
 
@@ -406,17 +411,18 @@ class IndexMath:
         index rule (reshape, expand, permute, transpose, slice, split, split_with_sizes,
         unbind, select), ``output`` the index of the output for multi-output views."""
         rank = len(in_shape)
-        for key in ("start", "step", "index", "split_size", "split_sizes"):
-            value = attrs_.get(key)
+        coords = tuple(node(c) for c in coords)
+        for attr in ("start", "step", "index", "split_size", "split_sizes"):
+            value = attrs_.get(attr)
             if isinstance(value, str) or (isinstance(value, (list, tuple)) and any(
                     isinstance(v, str) for v in value)):
-                raise Unsupported(f"{rule} with a symbolic {key} ({value})")
+                raise Unsupported(f"{rule} with a symbolic {attr} ({value})")
         if rule == "reshape":
             return self.reshape(coords, out_shape, in_shape, known)
         if rule == "expand":
             return self.broadcast(coords, out_shape, in_shape)
         if rule == "permute":
-            result = [""] * rank
+            result: list[Code] = [ZERO] * rank
             for i, d in enumerate(attrs_["dims"]):
                 result[_norm(d, rank)] = coords[i]
             return tuple(result)
@@ -432,13 +438,15 @@ class IndexMath:
             size = in_shape[dim]
             start = attrs_.get("start") or 0
             step = attrs_.get("step", 1) or 1
-            c = coords[dim] if step == 1 else f"{_par(coords[dim])} * {step}"
+            c = coords[dim] if step == 1 else Op("{0} * {1}", PRODUCT, (
+                operand(coords[dim]), Literal(str(step), step)))
             if isinstance(size, int):
                 start = min(max(start + size if start < 0 else start, 0), size)
             elif start < 0:  # from the end of a symbolic dim
-                start = self.size(f"Max({size} - {-start}, 0)")
+                start = self.size_code(f"Max({size} - {-start}, 0)")
             if start:  # a start past a symbolic end leaves nothing to read
-                c = str(start) if c == "0" else f"{c} + {_par(str(start))}"
+                first = start if not isinstance(start, int) else Literal(str(start), start)
+                c = first if is_zero(c) else Op("{0} + {1}", SUM, (c, operand(first)))
             return tuple(coords[:dim]) + (c,) + tuple(coords[dim + 1:])
         if rule in ("split", "split_with_sizes"):  # output ``output`` is one piece along dim
             dim = _norm(attrs_.get("dim", 0), rank)
@@ -446,19 +454,22 @@ class IndexMath:
                 start = output * attrs_["split_size"]
             else:
                 start = sum(attrs_["split_sizes"][:output])
-            c = coords[dim] if not start else (str(start) if coords[dim] == "0"
-                                               else f"{coords[dim]} + {start}")
+            first = Literal(str(start), start)
+            c = coords[dim] if not start else (first if is_zero(coords[dim]) else
+                                               Op("{0} + {1}", SUM, (coords[dim], first)))
             return tuple(coords[:dim]) + (c,) + tuple(coords[dim + 1:])
         if rule == "unbind":
             dim = _norm(attrs_.get("dim", 0), rank)
-            return tuple(coords[:dim]) + (str(output),) + tuple(coords[dim:])
+            return tuple(coords[:dim]) + (Literal(str(output), output),) + tuple(coords[dim:])
         if rule == "select":
             dim = _norm(attrs_["dim"], rank)
             index = attrs_["index"]
-            if index < 0:
-                index = index + in_shape[dim] if isinstance(in_shape[dim], int) else \
-                    self.size(f"{in_shape[dim]} - {-index}")
-            return tuple(coords[:dim]) + (str(index),) + tuple(coords[dim:])
+            if index < 0 and not isinstance(in_shape[dim], int):
+                at = self.size_code(f"{in_shape[dim]} - {-index}")
+            else:
+                index = index + in_shape[dim] if index < 0 else index
+                at = Literal(str(index), index)
+            return tuple(coords[:dim]) + (at,) + tuple(coords[dim:])
         raise Unsupported(f"no index rule {rule!r}")
 
 
@@ -467,5 +478,5 @@ def _norm(dim: int, rank: int) -> int:
 
 
 __all__ = ["Coords", "Known", "Unsupported", "Language", "C", "TRITON", "SYMBOLS", "IndexMath",
-           "prod",
+           "ZERO", "is_zero", "node", "prod",
            "same", "sample_value"]

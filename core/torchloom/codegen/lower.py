@@ -31,7 +31,7 @@ from torchloom.codegen import expr, stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written
 from torchloom.codegen.contract import LaunchSpec, Lowered, Param, Renderer, Schedule
 from torchloom.codegen.expr import Code, Literal, Name, Op
-from torchloom.codegen.indexing import Coords, IndexMath, Unsupported, prod, same
+from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod, same
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, same_shape,
                                       var_correction)
@@ -173,9 +173,7 @@ class _Lowering(ValueWalk):
             raise Unsupported(f"{node.op}: argument {exc.args[0]} has no value") from None
 
     def _know(self, coords: Coords, shape, index: str) -> None:
-        real = tuple((c, d) for c, d in zip(coords, shape) if d != 1)
-        if real:
-            self.known[(tuple(c for c, _ in real), tuple(d for _, d in real))] = index
+        self.ix.remember(self.known, coords, shape, index)
 
     def _store(self, k: int, v: Value, coords: Coords, e: Expr) -> None:
         t = v.type
@@ -212,7 +210,7 @@ class _Lowering(ValueWalk):
         for d, c in [*zip(nest.kept, self.row), *zip(nest.rdims, red)]:
             full[d] = c
         self.full = tuple(full)
-        self.row_keepdim = tuple("0" if d in nest.rdims else c for d, c in enumerate(full))
+        self.row_keepdim = tuple(ZERO if d in nest.rdims else c for d, c in enumerate(full))
         self.em.open()
         for node in self.region.nodes:
             if node.op in self.REDUCTIONS:

@@ -28,7 +28,8 @@ from typing import Any
 
 import attrs
 
-from torchloom.codegen.indexing import Unsupported, prod, same
+from torchloom.codegen.expr import Code
+from torchloom.codegen.indexing import ZERO, Coords, Unsupported, node, prod, same
 from torchloom.codegen.writer import reduced_dims, same_shape
 from torchloom.ir import Node, Value
 
@@ -56,17 +57,18 @@ class ReductionNest:
                                   f"({first.op} and {n.op})")
         return cls(shape, rdims)
 
-    def coordinates(self, xs: Sequence[str], rs: Sequence[str]
-                    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    def coordinates(self, xs: Sequence[Code | str], rs: Sequence[Code | str]
+                    ) -> tuple[Coords, Coords, Coords]:
         """(``full``, ``row``, ``row_keepdim``): the coordinates of element (x, r) of P from
         the names of the kept dims' coordinates ``xs`` and the reduced dims' ``rs``, of row
         x, and of row x with the reduced dims kept as 0 (keepdim results)."""
-        full = [""] * len(self.shape)
+        xs, rs = [node(c) for c in xs], [node(c) for c in rs]
+        full: list[Code] = [ZERO] * len(self.shape)
         for d, c in zip(self.kept, xs):
             full[d] = c
         for d, c in zip(self.rdims, rs):
             full[d] = c
-        row_keepdim = tuple("0" if d in self.rdims else full[d] for d in range(len(self.shape)))
+        row_keepdim = tuple(ZERO if d in self.rdims else full[d] for d in range(len(self.shape)))
         return tuple(full), tuple(xs), row_keepdim
 
     @property

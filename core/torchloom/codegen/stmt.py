@@ -7,7 +7,8 @@ only then renders them in its language. An expression is a node of
 precedence: what a renderer asks to parenthesise it) or the target's text (an expression
 of unknown shape); what a transform needs to know of one (the names it reads, the elements
 ``pointer[offset]`` it touches, the functions it calls) is found once, when its statement
-is built (:func:`scan`, over its printed text: loads and offsets are still text).
+is built (:func:`scan`, over its printed text: offsets are trees of
+:mod:`torchloom.codegen.indexing`, but a load is an op whose text holds ``pointer[offset]``).
 
 - :class:`Declare`: ``const T name = expr;``, a value bound once;
 - :class:`Var`: ``T name = expr;``, a variable statements after it update (an

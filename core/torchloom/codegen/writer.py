@@ -276,7 +276,7 @@ class ValueWalk(OutputPlacement):
             expected, e = self.reduced[v]
             if coords != expected:
                 raise Unsupported(f"reduction result %{v.name} is read at other elements than "
-                                  f"its row ({', '.join(coords)})")
+                                  f"its row ({', '.join(map(str, coords))})")
             return e
         return self._pointwise(node, v, t, coords)
 

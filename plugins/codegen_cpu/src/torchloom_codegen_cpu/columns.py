@@ -28,7 +28,7 @@ columns contiguous). Other groups use the row form.
 
 from __future__ import annotations
 
-from torchloom.api import expr, stmt, writer
+from torchloom.api import expr, indexing, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr, par
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
@@ -97,7 +97,7 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
     x_header, xs = w.inner_coords("x", w.kept_shape)
     xloop = ("x", "c0", "c1")  # (the loop over the block's columns)
     levels = _levels(w.reductions)
-    kept = [""] * len(w.shape)
+    kept: list[expr.Code] = [indexing.ZERO] * len(w.shape)
     for d, c in zip(w.kept, xs):
         kept[d] = c
     # full-shape outputs go in the first walk when they read no reduction result, else in
@@ -165,9 +165,9 @@ def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,
     def write() -> None:
         coords = list(kept)
         for k, c in enumerate(w.ix.delinear("r", w.red_shape)):
-            if c not in ("0", "r"):
+            if not indexing.is_zero(c) and c != expr.Name("r"):
                 em.statement(stmt.Declare("int64_t", f"r{k}", c), False)
-                c = f"r{k}"
+                c = expr.Name(f"r{k}")
             coords[w.rdims[k]] = c
         full = tuple(coords)
         em.begin_phase()
@@ -207,7 +207,7 @@ def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
             e = Expr(element if e.dtype == dtype else
                      expr.Op(f"({CTYPE[e.dtype]}){{0}}", expr.LOWEST, (element,)), e.dtype, True)
         keepdim = bool(node.attrs.get("keepdim", False))
-        coords = tuple("0" if d in w.rdims else kept[d] for d in range(len(w.shape))) \
+        coords = tuple(indexing.ZERO if d in w.rdims else kept[d] for d in range(len(w.shape))) \
             if keepdim else tuple(xs)
         w.set_result(value, coords, Expr(e.code, e.dtype, True))
         for name, out in zip(w.out_names, w.outputs):

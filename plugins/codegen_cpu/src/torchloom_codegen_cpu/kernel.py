@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
+ZERO, is_zero = indexing.ZERO, indexing.is_zero
 
 from torchloom_codegen_cpu import colsums, op_text, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
@@ -265,18 +266,18 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                                 self.em.exact.get(e.text))
         self.em.statement(store, self.em.reads_inner(store))
 
-    def row_coords(self, index: str, shape) -> list[str]:
-        """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; their names."""
-        names = []
+    def row_coords(self, index: str, shape) -> list[expr.Code]:
+        """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; return them
+        (names, 0)."""
+        names: list[expr.Code] = []
         for k, c in enumerate(self.ix.delinear(index, shape)):
-            if c == "0" or c == index:
+            if is_zero(c) or c == expr.Name(index):
                 names.append(c)
                 continue
             name = f"x{k}"
             self.em.statement(stmt.Declare("int64_t", name, c), False)
-            names.append(name)
-        self.known[(tuple(c for c, d in zip(names, shape) if d != 1),
-                    tuple(d for d in shape if d != 1))] = index
+            names.append(expr.Name(name))
+        self.ix.remember(self.known, names, shape, index)
         return names
 
     def inner_coords(self, index: str, shape) -> tuple[list[stmt.Declare], list[str]]:
@@ -284,16 +285,16 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         over a block's columns), declared in each loop over it: (their declarations,
         their names)."""
         self.em.inner(index)
-        header, names = [], []
+        header: list[stmt.Declare] = []
+        names: list[expr.Code] = []
         for k, c in enumerate(self.ix.delinear(index, shape)):
-            if c == "0" or c == index:
+            if is_zero(c) or c == expr.Name(index):
                 names.append(c)
                 continue
             self.em.inner(f"{index}{k}")
             header.append(stmt.Declare("int64_t", f"{index}{k}", c))
-            names.append(f"{index}{k}")
-        self.known[(tuple(c for c, d in zip(names, shape) if d != 1),
-                    tuple(d for d in shape if d != 1))] = index
+            names.append(expr.Name(f"{index}{k}"))
+        self.ix.remember(self.known, names, shape, index)
         return header, names
 
     def element_coords(self, v: Value, full: Coords) -> Coords:
@@ -366,11 +367,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         if flat:  # the element's coordinates, declared per element where a load needs them
             header, logical = self.inner_coords("j", first.shape)
         else:
-            walk_coords = [*self.row_coords(row, walk[:-1]), "j" if inner != 1 else "0"]
-            self.known[(tuple(c for c, d in zip(walk_coords, walk) if d != 1),
-                        tuple(d for d in walk if d != 1))] = (
-                "j" if prod(walk[:-1]) == 1 else f"{row} * {par(size(inner))} + j")
-            logical = [""] * len(order)
+            walk_coords = [*self.row_coords(row, walk[:-1]),
+                           expr.Name("j") if inner != 1 else ZERO]
+            self.ix.remember(self.known, walk_coords, walk, (
+                "j" if prod(walk[:-1]) == 1 else f"{row} * {par(size(inner))} + j"))
+            logical: list[expr.Code] = [ZERO] * len(order)
             for d, c in zip(order, walk_coords):
                 logical[d] = c
         em.begin_phase()
@@ -422,7 +423,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     def _block_base(self, s: staging.Staged) -> str:
         """The C offset of staged tensor ``s``'s element at row ``xlo`` and ``r`` = 0."""
         at = dict(zip(self.row_names, self.ix.delinear("xlo", self.kept_shape)))
-        coords = tuple("0" if c in ("0", "r") else at[c] for c in s.coords)
+        coords = tuple(ZERO if is_zero(c) or c == expr.Name("r") else at[c]
+                       for c in s.coords)
         return self.ix.address(coords, s.strides, s.shape, {})
 
     def restaged(self) -> "KernelWriter | None":

@@ -52,7 +52,7 @@ def row_offsets(w: Any) -> dict[str, str] | None:
     for pointer, v in named:
         t = v.type
         if isinstance(t, TensorType) and tuple(t.shape) == tuple(w.shape) and t.is_dense:
-            offsets[pointer] = w.ix.address(w.full, t.actual_strides(), t.shape, w.known)
+            offsets[pointer] = str(w.ix.address(w.full, t.actual_strides(), t.shape, w.known))
     return offsets
 
 

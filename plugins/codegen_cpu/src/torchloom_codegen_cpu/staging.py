@@ -37,7 +37,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import indexing, stmt
+from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.ops import ITEMSIZE, STORAGE
@@ -72,7 +72,7 @@ class Staged:
     run: int = 0
 
 
-def run_across(coords: indexing.Coords, strides, shape, row: Sequence[str],
+def run_across(coords: indexing.Coords, strides, shape, row: indexing.Coords,
                kept_shape: Sequence[Any]) -> int:
     """How many consecutive rows a tensor addressed at ``coords`` holds one element apart
     while each step of ``r`` is at least :data:`STRIDED` elements (0: it does not lie
@@ -82,6 +82,7 @@ def run_across(coords: indexing.Coords, strides, shape, row: Sequence[str],
     if strides is None or not all(isinstance(d, int) for d in (*strides, *shape)) or \
             not all(isinstance(d, int) for d in kept_shape):
         return 0
+    coords, row = [str(c) for c in coords], [str(c) for c in row]  # (names: their texts)
     named = [c for c in coords if c != "0"]
     if named.count("r") != 1 or len(set(named)) != len(named) or \
             not set(named) <= {"r", *row} - {"0"}:
@@ -134,7 +135,7 @@ def blocked(lines: list, rows: int, rnumel: int, staged: list[Staged],
         head.append(stmt.Declare("int64_t", f"b_{s.buffer}", base(s)))
 
     def copy(s: Staged) -> stmt.Loop:
-        step = dict(zip(s.coords, s.strides))["r"]
+        step = dict(zip(s.coords, s.strides))[expr.Name("r")]
         inner = f"{s.buffer}[{offset(rnumel)}]"
         outer = f"{s.pointer}[b_{s.buffer} + (x - xlo) + r * {step}]"
         target, source = (outer, inner) if s.output else (inner, outer)

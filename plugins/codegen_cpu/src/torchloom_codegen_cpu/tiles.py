@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from torchloom.api import indexing, stmt
+from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_cpu.nest import ParallelLoop
 
@@ -33,7 +33,7 @@ def j_stride(coords, strides) -> int:
     """Elements a load at ``coords`` steps over per ``j`` (0 when unknown or symbolic)."""
     if strides is None:
         return 0
-    steps = [s for c, s in zip(coords, strides) if c == "j"]
+    steps = [s for c, s in zip(coords, strides) if indexing.node(c) == expr.Name("j")]
     return sum(steps) if all(isinstance(s, int) for s in steps) else 0
 
 

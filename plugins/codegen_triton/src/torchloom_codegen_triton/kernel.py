@@ -35,6 +35,7 @@ from typing import Any
 
 from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, schedule,
                            stmt, writer)
+ZERO, is_zero = indexing.ZERO, indexing.is_zero
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
@@ -201,7 +202,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     def load_coordinates(self, coords: Coords) -> list[tuple[Value, Coords]]:
         """(input, its coordinates) of every load of the outputs computed at ``coords``
         (names the probe gives the dims, see tiled.py)."""
-        self.em.mark_x(*coords)
+        self.em.mark_x(*map(str, coords))
         for v in self.region.outputs:
             self.value_at(v, coords)
         return list(self.load_coords)
@@ -242,11 +243,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.em.statement(stmt.Store(target, value, mask), rdep and self.looped)
 
     # ---- writing ---------------------------------------------------------------------------
-    def coords(self, prefix: str, index: str, shape, rdep: bool) -> list[str]:
-        """Emit ``x0 = xindex // 8 % 4``-style coordinates; returns their names."""
-        names = []
+    def coords(self, prefix: str, index: str, shape, rdep: bool) -> list[expr.Code]:
+        """Emit ``x0 = xindex // 8 % 4``-style coordinates; returns them (names, 0)."""
+        names: list[expr.Code] = []
         for c in self.ix.delinear(index, shape):
-            if c == "0" or c == index:
+            if is_zero(c) or c == expr.Name(index):
                 names.append(c)
                 continue
             count = self._coord_count.get(prefix, 0)
@@ -257,9 +258,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 self.em.mark_r(name)
             else:
                 self.em.mark_x(name)
-            names.append(name)
-        real = tuple(d for d in shape if d != 1)
-        self.known[(tuple(c for c, d in zip(names, shape) if d != 1), real)] = index
+            names.append(expr.Name(name))
+        self.ix.remember(self.known, names, shape, index)
         return names
 
     def body(self) -> list[stmt.Statement]:
@@ -354,7 +354,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         em.statement(stmt.Assign("xmask", f"xindex < {self.ix.size(self.rows)}"), False)
         self.row = tuple(self.coords("x", "xindex", self.kept_shape, False))
         keep = iter(self.row)
-        self.row_keepdim = tuple("0" if d in self.rdims else next(keep)
+        self.row_keepdim = tuple(ZERO if d in self.rdims else next(keep)
                                  for d in range(len(self.shape)))
 
     def generate(self) -> tuple[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import indexing, stmt
+from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_triton.plan import next_pow2
 from torchloom_codegen_triton.protocol import Writer
@@ -43,7 +43,7 @@ def plan_tiles(w: Writer) -> tuple[int, int] | None:
         return None
     d0 = orders.pop()[-1]
     probe = type(w)(w.group, w.registry, probe=True)
-    dims = {f"p{d}": d for d in range(len(shape))}
+    dims = {expr.Name(f"p{d}"): d for d in range(len(shape))}
     for v, coords in probe.load_coordinates(tuple(dims)):
         t = tensor_type(v)
         if at_point(_elements(t)) * 4 < at_point(w.numel):  # small (broadcast) inputs
@@ -68,27 +68,27 @@ def _unit_stride(coords, t) -> list[str]:
     return [c for c, s, d in zip(coords, strides, t.shape) if d != 1 and s == 1]
 
 
-def tile_coords(w: Writer, d0: int, d1: int) -> tuple[str, ...]:
+def tile_coords(w: Writer, d0: int, d1: int) -> indexing.Coords:
     """Write the tiled form's program and lane coordinates (see the module docstring) to
     ``w``'s emitter; returns the coordinates of the outputs' elements."""
     em = w.em
     s0, s1 = w.ix.size(w.shape[d0]), w.ix.size(w.shape[d1])
     tx, ty = f"(({s0} + XBLOCK - 1) // XBLOCK)", f"(({s1} + YBLOCK - 1) // YBLOCK)"
-    for name, expr in (("pid", "tl.program_id(0)"), ("tx", f"pid % {tx}"),
+    for name, value in (("pid", "tl.program_id(0)"), ("tx", f"pid % {tx}"),
                        ("ty", f"pid // {tx} % {ty}"), ("to", f"pid // ({tx} * {ty})"),
                        ("xs", "(tx * XBLOCK + tl.arange(0, XBLOCK))[None, :]"),
                        ("ys", "(ty * YBLOCK + tl.arange(0, YBLOCK))[:, None]"),
                        ("xmask", f"(xs < {s0}) & (ys < {s1})"),
                        ("xindex", "ys * XBLOCK + xs")):  # a [YBLOCK, XBLOCK] block of lanes
-        em.statement(stmt.Assign(name, expr), False)
+        em.statement(stmt.Assign(name, value), False)
     em.mark_x("xs", "ys")
     other = [d for d in range(len(w.shape)) if d not in (d0, d1)]
-    coords = [""] * len(w.shape)
-    coords[d0], coords[d1] = "xs", "ys"
+    coords: list[expr.Code] = [indexing.ZERO] * len(w.shape)
+    coords[d0], coords[d1] = expr.Name("xs"), expr.Name("ys")
     for k, (d, c) in enumerate(zip(other, w.ix.delinear("to", [w.shape[d] for d in other]))):
-        if c != "0":
+        if not indexing.is_zero(c):
             em.statement(stmt.Assign(f"o{k}", c), False)
-            c = f"o{k}"
+            c = expr.Name(f"o{k}")
         coords[d] = c
     return tuple(coords)
 
