@@ -324,3 +324,24 @@ def test_a_whole_expression_may_be_a_size_argument():
     with pytest.raises(Unsupported, match="s0 has no value"):
         ix.size("s0")
     assert IndexMath(C).size("s0") == "s0"  # no names given: symbols print as themselves
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 5, "s0", "s1"]), min_size=1, max_size=4),
+       st.sampled_from([C, TRITON]), st.data())
+def test_coordinates_and_offsets_are_trees_without_text(shape, language, data):
+    """From names, every coordinate, view coordinate and offset the math returns is a
+    tree of names, literals and operators: nothing in it is text to read again."""
+    ix = IndexMath(language, NAMES)
+    known: dict = {}
+    coords = ix.delinear("x", shape)
+    ix.remember(known, coords, shape, "x")
+    perm = data.draw(st.permutations(range(len(shape))))
+    permuted = ix.view_coords("permute", coords, {"dims": perm}, [shape[d] for d in perm],
+                              shape, known)
+    offsets = [ix.linear(coords, shape, known), ix.address(permuted, None, shape),
+               ix.address(coords, [prod(shape[k + 1:]) for k in range(len(shape))], shape)]
+    for e in (*coords, *permuted, *offsets):
+        assert isinstance(e, (expr.Name, expr.Literal, expr.Op)), e
+        assert not any(isinstance(n, expr.Op) and n.opaque for n in expr.walk(e)), e
+    assert all(indexing.is_zero(c) for c, d in zip(coords, shape) if d == 1)

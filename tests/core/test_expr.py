@@ -87,6 +87,21 @@ def test_walk_names_and_substitute_follow_the_tree():
     assert expr.substitute(x, {"x": n}) is n
 
 
+def test_a_load_is_an_element_of_a_tensor_at_an_offset_tree():
+    offset = expr.Op("{0} * {1}", expr.PRODUCT, (expr.Name("x"), expr.Literal("16", 16)))
+    load = expr.Load("in_a", offset)
+    assert load.text == "in_a[x * 16]" and load.precedence == expr.POSTFIX
+    assert not load.trivial and expr.par(load) == "(in_a[x * 16])"
+    assert expr.par(load, expr.POSTFIX) == "in_a[x * 16]"
+    assert list(expr.walk(load)) == [load, offset, expr.Name("x"), expr.Literal("16", 16)]
+    assert expr.names(load) == {"in_a", "x"}  # the array it reads is a name too
+    moved = expr.substitute(load, {"x": expr.Name("row")})
+    assert moved == expr.Load("in_a", expr.Op("{0} * {1}", expr.PRODUCT, (
+        expr.Name("row"), expr.Literal("16", 16)))) and moved.text == "in_a[row * 16]"
+    assert expr.substitute(load, {"r": expr.Name("j")}) is load
+    assert expr.code(load) is load and expr.Load("b", "r / 4").offset == expr.Op("r / 4")
+
+
 def test_index_math_sizes_are_nodes_with_their_precedence():
     ix = indexing.IndexMath(indexing.C, {"s0": "ks0", "s1": "ks1"})
     assert ix.size_code(8) == expr.Literal("8", 8)

@@ -3,7 +3,10 @@ dead-declaration removal and loop rewrites over the structure."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torchloom.api import stmt
+from torchloom.codegen.expr import POSTFIX, PRODUCT, SUM, Literal, Load, Name, Op, paren
 from torchloom.codegen.stmt import Assign, Declare, Element, If, Loop, Raw, Select, Store, Update
 
 
@@ -127,3 +130,71 @@ def test_invariant_sees_names_declared_in_nested_loops():
     body = [inner, Declare("float", "w", "v * 2.0f"), Declare("float", "c", "in_c[0]")]
     moved, kept = stmt.invariant(body, "x", _pure)
     assert [s.name for s in moved] == ["c"] and kept[:2] == body[:2]
+
+
+# ---- expressions as trees: what a statement reads is found by walking its nodes ----
+
+def _x16_r():
+    return Op("{0} + {1}", SUM, (Op("{0} * {1}", PRODUCT, (Name("x"), Literal("16", 16))),
+                                  Name("r")))
+
+
+def test_scan_walks_a_tree_loads_are_elements_with_their_offset_node():
+    offset = _x16_r()
+    e = Op("tl_exp({0}) * {1}", PRODUCT, (Load("in_a", offset), Name("b1")))
+    found = stmt.scan(e)
+    assert found.names == {"tl_exp", "in_a", "x", "r", "b1"}  # no literal's digits
+    assert found.elements == (Element("in_a", offset),) and found.elements[0].offset is offset
+    assert found.calls == {"tl_exp"} and not found.nested
+
+
+def test_a_load_whose_offset_loads_is_nested_and_not_an_element():
+    found = stmt.scan(Load("a", Load("b", Name("i"))))
+    assert found.nested and found.elements == (Element("b", Name("i")),)
+
+
+def test_a_literal_cast_names_nothing_so_invariant_moves_its_declaration():
+    # a raw line declaring with the literal's cast type ("float") used to pin the
+    # declaration in the loop: text scanning counted the cast as a name
+    add = Declare("float", "add8", Op("{0} + {1}", SUM, (Name("add7"),
+                                                        Literal("((float)1e-05)", 1e-05))))
+    body = [Raw("float acc_sum1 = 0;"), add, Store(Element("out", Name("x")), Name("add8"))]
+    moved, kept = stmt.invariant(body, "x", _pure)
+    assert moved == [add] and add not in kept
+
+
+def test_a_store_target_is_an_element_of_the_tree_offset():
+    s = Store(Element("out0", _x16_r()), Load("in_a", Name("r")))
+    assert [(e.pointer, str(e.offset)) for e in s.facts.elements] == [
+        ("out0", "x * 16 + r"), ("in_a", "r")]
+
+
+_POINTERS = ("in_a", "in_b", "out_c")
+
+
+@st.composite
+def _reads(draw, depth=3):
+    """A tree of names, loads at tree offsets, calls and operators (no literals: a
+    literal's spelling names nothing, its text may)."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return Name(draw(st.sampled_from(["x", "r", "t1", "acc"])))
+    kind = draw(st.sampled_from(["load", "call", "op", "opaque"]))
+    if kind == "load":
+        return Load(draw(st.sampled_from(_POINTERS)), draw(_reads(depth - 1)))
+    if kind == "opaque":
+        return Op(draw(st.sampled_from(["xmask & rmask", "r / 4", "in_b[j0]"])))
+    a, b = draw(_reads(depth - 1)), draw(_reads(depth - 1))
+    if kind == "call":
+        return Op(f"{draw(st.sampled_from(['expf', 'tl_exp', 'fmaxf']))}({{0}}, {{1}})",
+                  POSTFIX, (a, b))
+    return Op("{0} * {1}", PRODUCT, (paren(a, PRODUCT), paren(b, PRODUCT + 1)))
+
+
+@given(_reads())
+@settings(max_examples=300, deadline=None)
+def test_scanning_a_tree_finds_what_its_text_holds(e):
+    tree, text = stmt.scan(e), stmt.lexed(str(e))
+    assert tree.names == text.names and tree.calls == text.calls
+    assert tree.nested == text.nested
+    assert sorted((p.pointer, str(p.offset)) for p in tree.elements) == \
+        sorted((p.pointer, str(p.offset)) for p in text.elements)

@@ -6,6 +6,7 @@ names does it read) is a question about the nodes it built, never a match over i
 - :class:`Literal`: a constant the target spells inline: a number (``1.5f``, ``3LL``,
   ``float("-inf")``, ``True``), or a size argument converted to a type
   (``((double)ks0)``); ``value`` is the number when there is one;
+- :class:`Load`: element ``offset`` of the tensor at ``pointer`` (``in_x[x * 16 + r]``);
 - :class:`Op`: any other expression (an operator, a call, a conversion): its
   ``template`` with a positional field per operand (``"{0} * {1}"``), its ``operands``
   (nodes) and its ``precedence`` (:data:`LOWEST` .. :data:`ATOM`): how tightly it binds
@@ -123,7 +124,24 @@ class Op(_Printed):
         return f"Op({self.template!r}{level}{operands})"
 
 
-Code = Union[Name, Literal, Op]
+@attrs.frozen(repr=False)
+class Load(_Printed):
+    """Element ``offset`` (a node) of the tensor at ``pointer`` (a name), written
+    ``pointer[offset]``: a read of memory whose element a transform can ask for (which
+    array, which offset) without reading text."""
+
+    pointer: str
+    offset: "Code" = attrs.field(converter=lambda e: code(e))
+    text: str = attrs.field(init=False, eq=False, default=attrs.Factory(
+        lambda s: f"{s.pointer}[{s.offset}]", takes_self=True))
+    precedence = POSTFIX
+    trivial = False
+
+    def __repr__(self) -> str:
+        return f"Load({self.pointer!r}, {self.offset!r})"
+
+
+Code = Union[Name, Literal, Op, Load]
 
 
 def code(e: Code | str) -> Code:
@@ -132,7 +150,7 @@ def code(e: Code | str) -> Code:
     it is an operand)."""
     if isinstance(e, str):
         return Op(e)
-    if not isinstance(e, (Name, Literal, Op)):
+    if not isinstance(e, (Name, Literal, Op, Load)):
         raise TypeError(f"an expression is a node or text, not {type(e).__name__}: {e!r}")
     return e
 
@@ -170,6 +188,8 @@ def walk(e: Code | str) -> Iterator[Code]:
         yield node
         if isinstance(node, Op):
             stack.extend(reversed(node.operands))
+        elif isinstance(node, Load):
+            stack.append(node.offset)
 
 
 def names(e: Code | str) -> frozenset[str]:
@@ -181,6 +201,8 @@ def names(e: Code | str) -> frozenset[str]:
     for node in walk(e):
         if isinstance(node, Name):
             found.add(node.text)
+        elif isinstance(node, Load):
+            found.add(node.pointer)
         elif isinstance(node, Op) and node.opaque:
             found.update(IDENT.findall(node.template))
     return frozenset(found)
@@ -192,6 +214,9 @@ def substitute(e: Code | str, replace: Mapping[str, Code]) -> Code:
     e = code(e)
     if isinstance(e, Name):
         return replace.get(e.text, e)
+    if isinstance(e, Load):
+        offset = substitute(e.offset, replace)
+        return e if offset == e.offset else Load(e.pointer, offset)
     if isinstance(e, Op) and e.operands:
         operands = tuple(substitute(o, replace) for o in e.operands)
         if operands != e.operands:
@@ -224,6 +249,6 @@ def fill(template: str, named: Mapping[str, Code | str]) -> Code:
     return Op("".join(parts), LOWEST, tuple(named[f] for f in fields))
 
 
-__all__ = ["ATOM", "Code", "IDENT", "LOWEST", "Literal", "Name", "Op", "POSTFIX", "PRODUCT",
+__all__ = ["ATOM", "Code", "IDENT", "LOWEST", "Literal", "Load", "Name", "Op", "POSTFIX", "PRODUCT",
            "SUM", "code", "fill", "is_literal", "names", "par", "paren", "substitute",
            "walk", "wrapped"]

@@ -7,8 +7,10 @@ only then renders them in its language. An expression is a node of
 precedence: what a renderer asks to parenthesise it) or the target's text (an expression
 of unknown shape); what a transform needs to know of one (the names it reads, the elements
 ``pointer[offset]`` it touches, the functions it calls) is found once, when its statement
-is built (:func:`scan`, over its printed text: offsets are trees of
-:mod:`torchloom.codegen.indexing`, but a load is an op whose text holds ``pointer[offset]``).
+is built (:func:`scan`: a walk of its nodes, loads being
+:class:`~torchloom.codegen.expr.Load` nodes over offset trees of
+:mod:`torchloom.codegen.indexing`; only opaque text and the templates' own spelling are
+read as text, :func:`lexed`).
 
 - :class:`Declare`: ``const T name = expr;``, a value bound once;
 - :class:`Var`: ``T name = expr;``, a variable statements after it update (an
@@ -33,11 +35,13 @@ and rewrite the loops of a statement list.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
 import attrs
 
+from torchloom.codegen import expr
 from torchloom.codegen.expr import IDENT, Code
 
 #: an expression of a statement: a node, or the target's text
@@ -46,10 +50,11 @@ Text = Union[str, Code]
 
 @attrs.frozen
 class Element:
-    """One element of memory, ``pointer[offset]`` (``offset`` in the target's text)."""
+    """One element of memory, ``pointer[offset]`` (``offset``: an expression node, or the
+    target's text where it was found in opaque text)."""
 
     pointer: str
-    offset: str
+    offset: Text
 
 
 @attrs.frozen
@@ -63,10 +68,46 @@ class Scan:
     calls: frozenset[str]
 
 
-def scan(text: Text) -> Scan:
-    """The names, elements and calls of expression ``text`` (an identifier followed by
-    ``[`` indexes an element up to its matching ``]``; followed by ``(``, is a call)."""
-    text = str(text)
+def scan(e: Text) -> Scan:
+    """The names, elements and calls of expression ``e``. A node is walked: its
+    :class:`~torchloom.codegen.expr.Name` nodes are names, its
+    :class:`~torchloom.codegen.expr.Load` nodes elements (a load whose offset holds a load
+    is ``nested``), and the identifiers of an op's template (the target's own spelling) are
+    names, or calls when ``(`` follows; only opaque text, and text given as a string, is
+    read as text (:func:`lexed`)."""
+    if isinstance(e, str):
+        return lexed(e)
+    names: set[str] = set()
+    elements: list[Element] = []
+    calls: set[str] = set()
+    nested = False
+    for node in expr.walk(e):
+        if isinstance(node, expr.Name):
+            names.add(node.text)
+        elif isinstance(node, expr.Load):
+            names.add(node.pointer)
+            if any(isinstance(n, expr.Load) or (isinstance(n, expr.Op) and n.opaque and
+                                                "[" in n.text) for n in expr.walk(node.offset)):
+                nested = True
+            else:
+                elements.append(Element(node.pointer, node.offset))
+        elif isinstance(node, expr.Op):
+            part = lexed(node.template if node.opaque else _literal_text(node.template))
+            names |= part.names
+            elements.extend(part.elements)
+            calls |= part.calls
+            nested = nested or part.nested
+    return Scan(frozenset(names), tuple(elements), nested, frozenset(calls))
+
+
+def _literal_text(template: str) -> str:
+    """An op template's own text, its operand fields left out (a space each)."""
+    return " ".join(text for text, *_ in string.Formatter().parse(template))
+
+
+def lexed(text: str) -> Scan:
+    """:func:`scan` of text: an identifier followed by ``[`` indexes an element up to its
+    matching ``]``; followed by ``(``, is a call; every identifier is a name."""
     names = IDENT.findall(text)
     elements: list[Element] = []
     calls: set[str] = set()
@@ -98,8 +139,9 @@ def _scanned(*texts: Text) -> Scan:
                 frozenset().union(*(p.calls for p in parts)))
 
 
-def _target_text(target: Union[str, Element]) -> str:
-    return target if isinstance(target, str) else f"{target.pointer}[{target.offset}]"
+def _target(target: Union[str, Element]) -> Text:
+    """A statement's target as an expression: a name's text, an element's load."""
+    return target if isinstance(target, str) else expr.Load(target.pointer, target.offset)
 
 
 @attrs.frozen
@@ -151,9 +193,9 @@ class Store:
 
     target: Element
     value: Text
-    mask: str | None = None
+    mask: Text | None = None
     facts: Scan = attrs.field(
-        default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.value,
+        default=attrs.Factory(lambda s: _scanned(_target(s.target), s.value,
                                                  s.mask or ""), takes_self=True),
         eq=False, repr=False)
 
@@ -170,9 +212,9 @@ class Update:
     target: Union[str, Element]
     op: str
     value: Text
-    mask: str | None = None
+    mask: Text | None = None
     facts: Scan = attrs.field(
-        default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.value,
+        default=attrs.Factory(lambda s: _scanned(_target(s.target), s.value,
                                                  s.mask or ""), takes_self=True),
         eq=False, repr=False)
 
@@ -189,9 +231,9 @@ class Select:
     target: Union[str, Element]
     cond: Text
     value: Text
-    mask: str | None = None
+    mask: Text | None = None
     facts: Scan = attrs.field(
-        default=attrs.Factory(lambda s: _scanned(_target_text(s.target), s.cond, s.value,
+        default=attrs.Factory(lambda s: _scanned(_target(s.target), s.cond, s.value,
                                                  s.mask or ""), takes_self=True),
         eq=False, repr=False)
 
@@ -256,7 +298,7 @@ Statement = Union[Declare, Var, Assign, Store, Update, Select, Raw, Loop, If]
 _MASKABLE = (Update, Select)
 
 
-def masked(statement: Statement, mask: str) -> Statement | None:
+def masked(statement: Statement, mask: Text) -> Statement | None:
     """``statement`` with its side effect taken only where ``mask`` holds: a declaration
     as it is (it has none), an accumulation into a name or a store with the mask; None for
     a statement of another kind (an accumulation into an element, a loop, a raw line)."""

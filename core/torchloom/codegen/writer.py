@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
-from torchloom.codegen.expr import Code, Literal, Name, Op, wrapped
+from torchloom.codegen.expr import Code, Literal, Load, Name, Op, wrapped
 from torchloom.codegen.indexing import Coords, Unsupported
 from torchloom.codegen.indexing import same_shape  # noqa: F401 (re-exported: writers' helper)
 from torchloom.codegen.placement import OutputPlacement
@@ -129,7 +129,7 @@ class Expr:
     """A value in the kernel: its expression ``code`` (a name or literal once bound), its
     compute dtype, and whether it depends on the inner index (varies along a row's loop)."""
 
-    code: Code = attrs.field(validator=attrs.validators.instance_of((Name, Literal, Op)))
+    code: Code = attrs.field(validator=attrs.validators.instance_of((Name, Literal, Op, Load)))
     dtype: str
     inner: bool = False
 

@@ -38,6 +38,9 @@ from torchloom_codegen_cpu.reduction import (accumulate, identity,
                                               rows_lie_in_memory_order, sum_dtype)
 from torchloom_codegen_cpu.tensors import tensor_type
 
+#: a column's element in its block's arrays (``x - c0``: ``c0`` the block's first column)
+_IN_BLOCK = expr.Op("{0} - {1}", expr.SUM, (expr.Name("x"), expr.Name("c0")))
+
 #: columns per unit: blocks are whole units (one AVX-512 vector of f32)
 UNIT = 16
 #: columns at most per block
@@ -173,8 +176,8 @@ def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,
         em.begin_phase()
         for node, kind, dtype, acc, nan in accs:
             v = em.convert(w.value_at(node.inputs[0], full), dtype).code
-            accumulate(em, kind, stmt.Element(acc, "x - c0"),
-                       nan and stmt.Element(nan, "x - c0"), v)
+            accumulate(em, kind, stmt.Element(acc, _IN_BLOCK),
+                       nan and stmt.Element(nan, _IN_BLOCK), v)
         if store_full:
             for name, v in _full_outputs(w):
                 w.store(name, v, w.element_coords(v, full))  # (at this walk's coordinates)
@@ -193,17 +196,18 @@ def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
     for node, kind, dtype, acc, nan in accs:
         (value,) = node.outputs
         ir_dtype = tensor_type(value).dtype
-        text = f"{acc}[x - c0]"
+        text: expr.Code = expr.Load(acc, _IN_BLOCK)
         if nan is not None:
-            text = f"({nan}[x - c0] ? ({CTYPE[dtype]})NAN : {text})"
+            text = expr.Op(f"({{0}} ? ({CTYPE[dtype]})NAN : {{1}})", expr.ATOM,
+                           (expr.Load(nan, _IN_BLOCK), text))
         template = REDUCTIONS[node.op].outputs[0]
         code = expr.fill(template, {"acc": text, "n": w.count(w.rnumel, dtype)})
         e = em.convert(em.emit(code, dtype, kind, inner=True), COMPUTE[ir_dtype])
         if ir_dtype in ("f16", "bf16"):
             e = em.cast(e, ir_dtype)
         if value.uses:  # read by a later walk: the block's array (its accumulator)
-            em.statement(stmt.Store(stmt.Element(acc, "x - c0"), e.code), True)
-            element = expr.Op("{0}[{1}]", expr.POSTFIX, (expr.Name(acc), "x - c0"))
+            em.statement(stmt.Store(stmt.Element(acc, _IN_BLOCK), e.code), True)
+            element = expr.Load(acc, _IN_BLOCK)
             e = Expr(element if e.dtype == dtype else
                      expr.Op(f"({CTYPE[e.dtype]}){{0}}", expr.LOWEST, (element,)), e.dtype, True)
         keepdim = bool(node.attrs.get("keepdim", False))

@@ -279,7 +279,8 @@ class Emitter(writer.Statements):
         for s in body:
             if s.facts.nested or divides_integers(s):
                 return None
-            if any(not e.pointer.startswith("buf_") and self.overrun.get(e.pointer) != e.offset
+            if any(not e.pointer.startswith("buf_") and
+                   self.overrun.get(e.pointer) != str(e.offset)
                    for e in s.facts.elements):
                 return None
             if not isinstance(s, (stmt.Declare, stmt.Store)) and not _maskable(s):
@@ -359,15 +360,15 @@ class Emitter(writer.Statements):
         return self.convert(e, target)
 
 
-def load_text(pointer: str, offset: str, ir_dtype: str) -> str:
-    """C reading one element of storage dtype ``ir_dtype`` as its compute dtype."""
-    element = f"{pointer}[{offset}]"
-    if ir_dtype == "bf16":
-        return f"tl_bf16_to_f32({element})"
-    if ir_dtype == "f16":
-        return f"tl_f16_to_f32({element})"
+def load_element(pointer: str, offset: expr.Code | str, ir_dtype: str) -> expr.Code:
+    """C reading one element of storage dtype ``ir_dtype`` as its compute dtype: the
+    element's :class:`~torchloom.codegen.expr.Load`, converted where the storage is not
+    the compute dtype."""
+    element = expr.Load(pointer, offset)
+    if ir_dtype in ("bf16", "f16"):
+        return expr.Op(f"tl_{ir_dtype}_to_f32({{0}})", expr.POSTFIX, (element,))
     if ir_dtype == "b8":
-        return f"({element} != 0)"
+        return expr.Op("({0} != 0)", expr.ATOM, (element,))
     return element
 
 

@@ -26,7 +26,7 @@ ZERO, is_zero = indexing.ZERO, indexing.is_zero
 
 from torchloom_codegen_cpu import colsums, op_text, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
-from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_text, narrow_limit, par,
+from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit, par,
                                           store_statement, whole_vectors)
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS,
@@ -34,7 +34,7 @@ from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, RED
 from torchloom_codegen_cpu.overrun import PARALLEL_FOR, chunked, row_offsets
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
-from torchloom_codegen_cpu.render import Simd, element, in_block, pure, render
+from torchloom_codegen_cpu.render import Simd, in_block, pure, render
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type, walked_flat
 
 Coords = indexing.Coords
@@ -139,7 +139,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return hit[0]
         buffer = self.buffers.get(v) if coords == self.full else None
         if buffer is not None and hit is not None:  # computed by an earlier loop of the row
-            e = self.em.emit(element(buffer), hit[0].dtype, v.name, inner=True)
+            e = self.em.emit(expr.Load(buffer.pointer, buffer.offset), hit[0].dtype, v.name,
+                             inner=True)
         else:
             e = self._compute(v, coords)
             # a value the row loop does not change (its row holds one element, or it is
@@ -158,13 +159,13 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.loaded.add(v)  # (an output an earlier nest wrote: read from memory again)
         t = tensor_type(v)
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        return self.em.emit(load_text(name, offset, t.dtype), COMPUTE[t.dtype], v.name)
+        return self.em.emit(load_element(name, offset, t.dtype), COMPUTE[t.dtype], v.name)
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         self.loaded.add(v)
         self.j_strides.append(tiles.j_stride(coords, t.actual_strides()))
         pointer, offset = self._element(f"in_{v.name}", coords, t, False)
-        return self.em.emit(load_text(pointer, offset, t.dtype), COMPUTE[t.dtype], v.name)
+        return self.em.emit(load_element(pointer, offset, t.dtype), COMPUTE[t.dtype], v.name)
 
     def _element(self, pointer: str, coords: Coords, t: TensorType, output: bool
                  ) -> tuple[str, str]:

@@ -48,10 +48,11 @@ def accumulate(em, kind: str, acc: str | stmt.Element, nan: str | stmt.Element |
     if kind in ("sum", "prod"):
         em.statement(stmt.Update(acc, "+=" if kind == "sum" else "*=", v), True)
     else:
-        a = acc if isinstance(acc, str) else f"{acc.pointer}[{acc.offset}]"
-        em.statement(stmt.Select(acc, f"{v} {'>' if kind == 'max' else '<'} {a}", v), True)
+        a = expr.Name(acc) if isinstance(acc, str) else expr.Load(acc.pointer, acc.offset)
+        em.statement(stmt.Select(acc, expr.Op(f"{{0}} {'>' if kind == 'max' else '<'} {{1}}",
+                                              expr.LOWEST, (v, a)), v), True)
     if nan is not None:
-        em.statement(stmt.Update(nan, "|=", f"{v} != {v}"), True)
+        em.statement(stmt.Update(nan, "|=", expr.Op("{0} != {0}", expr.LOWEST, (v,))), True)
 
 
 def short_odd_row(n: int | str) -> bool:

@@ -53,6 +53,20 @@ from torchloom_codegen_triton.tensors import memory_order, tensor_type
 from torchloom_codegen_triton.tiled import plan_tiles, tile_coords
 
 
+
+_XINDEX = expr.Name("xindex")
+
+
+def _every_lane(offset: expr.Code, index: expr.Name) -> expr.Code:
+    """``offset + 0 * index``: the offset as a block of the lanes' shape along ``index``."""
+    return expr.Op("{0} + 0 * {1}", expr.SUM, (offset, index))
+
+
+def _mask(rdep: bool) -> expr.Code:
+    """The lanes a load or store touches: the row's, and the reduction's when ``rdep``."""
+    xmask = expr.Name("xmask")
+    return expr.Op("{0} & {1}", expr.LOWEST, (xmask, expr.Name("rmask"))) if rdep else xmask
+
 class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
 
@@ -211,13 +225,15 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         self.load_coords.append((v, coords))
         rdep = self.em.depends_on_r(offset)
+        pointer = expr.Name(f"in_{v.name}")
         if self.tiles is not None and self.em.depends_on_x(offset):
-            offset = f"{offset} + 0 * xindex"  # every pointer block of the tile's shape
+            offset = _every_lane(offset, _XINDEX)  # every pointer block of the tile's shape
         if not rdep and not self.em.depends_on_x(offset):  # one element for every lane
-            text = f"tl.load(in_{v.name} + {offset} + 0 * xindex)"
+            text = expr.Op("tl.load({0} + {1} + 0 * {2})", expr.POSTFIX,
+                           (pointer, offset, _XINDEX))
         else:
-            mask = "xmask & rmask" if rdep else "xmask"
-            text = f"tl.load(in_{v.name} + ({offset}), {mask}, other=0)"
+            text = expr.Op("tl.load({0} + ({1}), {2}, other=0)", expr.POSTFIX,
+                           (pointer, offset, _mask(rdep)))
         loaded = self.em.emit(text, t.dtype, v.name, rdep)
         self.loads.setdefault(v, set()).add(self.em.phase_id if rdep and self.looped else 0)
         return self.em.convert(loaded, COMPUTE[t.dtype])
@@ -228,18 +244,18 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         e = self.value_at(v, coords)
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         if not self.em.depends_on_x(offset) or self.tiles is not None:
-            offset = f"{offset} + 0 * xindex"  # a block of pointers, even for one element
+            offset = _every_lane(offset, _XINDEX)  # a block of pointers, even for one element
         if e.inner and not self.em.depends_on_r(offset):
-            offset = f"{offset} + 0 * rindex"
+            offset = _every_lane(offset, expr.Name("rindex"))
         rdep = self.em.depends_on_r(offset)
-        mask = "xmask & rmask" if rdep else "xmask"
+        mask = _mask(rdep)
         source = self.em.bf16_exact.get(e.text)
         if t.dtype == "bf16" and self.em.hardware_bf16 and source is not None:
             e = Expr(source, "f32", e.inner)  # the store's conversion is the one rounding
         elif t.dtype == "bf16" and source is None and not self.em.hardware_bf16:
             e = self.em.cast(e, "bf16")  # round exactly (the interpreter's cast truncates)
         value = e.code if e.dtype == t.dtype else f"{par(e.code)}.to({STORAGE[t.dtype]})"
-        target = stmt.Element(self.out_names[i], f"({offset})")
+        target = stmt.Element(self.out_names[i], expr.Op("({0})", expr.ATOM, (offset,)))
         self.em.statement(stmt.Store(target, value, mask), rdep and self.looped)
 
     # ---- writing ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def _store(s: stmt.Store) -> list[str]:
     """``tl.store(pointer + offset, value[, mask])``: the offset as the writer spelled the
     address (a kernel's outputs parenthesise theirs, a scratch buffer's do not)."""
     args = [f"{s.target.pointer} + {s.target.offset}", str(s.value)]
-    return [f"tl.store({', '.join(args + ([s.mask] if s.mask is not None else []))})"]
+    return [f"tl.store({', '.join(args + ([str(s.mask)] if s.mask is not None else []))})"]
 
 
 def _raw(s: stmt.Raw) -> list[str]:
