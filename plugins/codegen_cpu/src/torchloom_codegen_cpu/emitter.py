@@ -198,12 +198,12 @@ class Emitter(writer.Statements):
         self.open_phase()
 
     def end_phase(self, annotation: Simd | None, var: str, start: str, end: str,
-                  head: list) -> None:
+                  head: list) -> stmt.Loop:
         """Close the loop: ``var`` over ``[start, end)``, ``annotation`` its pragma (None:
-        none) and ``head`` (inner coordinates) before the inner statements."""
+        none) and ``head`` (inner coordinates) before the inner statements; the loop."""
         body = self.close_phase()
         assert body is not None
-        self._loop(annotation, var, start, end, head, body)
+        return self._loop(annotation, var, start, end, head, body)
 
     def end_row_phase(self, pragma: Simd | None, n: int | str, header: list) -> None:
         """Close a SIMD loop over a row, ``r`` in ``[0, n)`` (``n``: an int or C text), as
@@ -313,9 +313,10 @@ class Emitter(writer.Statements):
         return name
 
     def _loop(self, annotation: Simd | None, var: str, start: str, end: str, head: list,
-              body: list) -> None:
-        self.lines.append(stmt.Loop(var, start, str(end), tuple(body), tuple(head),
-                                    annotation))
+              body: list) -> stmt.Loop:
+        loop = stmt.Loop(var, start, str(end), tuple(body), tuple(head), annotation)
+        self.lines.append(loop)
+        return loop
 
     # ---- conversions ---------------------------------------------------------------------
     def convert(self, e: Expr, dtype: str) -> Expr:

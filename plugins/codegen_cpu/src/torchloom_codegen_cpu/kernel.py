@@ -380,8 +380,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else \
                 self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
-        em.end_phase(Simd(), "j", *bounds, header)
-        tiling = None if chunked or flat else tiles.tiled(walk, em.lines, self.j_strides)
+        row_loop = em.end_phase(Simd(), "j", *bounds, header)
+        tiling = None if chunked or flat else tiles.tiled(walk, em.lines, row_loop,
+                                                          self.j_strides)
         if tiling is not None:
             self.loop, lines = tiling
             return lines

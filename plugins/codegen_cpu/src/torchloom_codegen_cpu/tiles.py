@@ -37,24 +37,20 @@ def j_stride(coords, strides) -> int:
     return sum(steps) if all(isinstance(s, int) for s in steps) else 0
 
 
-def tiled(walk: list, lines: list, j_strides: list[int]
+def tiled(walk: list, lines: list, row_loop: stmt.Loop, j_strides: list[int]
           ) -> tuple[ParallelLoop, list] | None:
     """The loop over tiles ``xt`` and its body: ``lines`` (a row ``x``: its statements and
-    its SIMD loop over the whole row) in a loop over the tile's rows; None when the walk
-    is not worth tiling (``j_strides``: each load's step per ``j``, :func:`j_stride`)."""
+    ``row_loop``, its SIMD loop over the whole row) in a loop over the tile's rows, the row
+    loop over the tile's columns; None when the walk is not worth tiling (``j_strides``:
+    each load's step per ``j``, :func:`j_stride`)."""
     rows, inner = indexing.prod(walk[:-1]), walk[-1]
     if not (isinstance(rows, int) and isinstance(inner, int)) or min(rows, inner) < 2 * TILE \
-            or max(j_strides, default=0) < STRIDED:
-        return None
-    row_loops = [s for s in lines if isinstance(s, stmt.Loop) and s.var == "j"
-                 and (s.start, s.end) == ("0", str(inner))]
-    if len(row_loops) != 1:
+            or max(j_strides, default=0) < STRIDED or not any(s is row_loop for s in lines):
         return None
     across, down = -(-inner // TILE), -(-rows // TILE)
     head = [stmt.Declare("int64_t", "xt0", f"xt / {across} * {TILE}"),
             stmt.Declare("int64_t", "xt1", f"xt0 + {TILE} < {rows} ? xt0 + {TILE} : {rows}"),
             stmt.Declare("int64_t", "jt0", f"xt % {across} * {TILE}"),
             stmt.Declare("int64_t", "jt1", f"jt0 + {TILE} < {inner} ? jt0 + {TILE} : {inner}")]
-    body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loops[0] else s
-            for s in lines]
+    body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loop else s for s in lines]
     return ParallelLoop("xt", across * down), [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]
