@@ -105,9 +105,10 @@ def buffer(pointer: str) -> str:
     return f"st_{pointer}"
 
 
-def offset(rnumel: int) -> str:
-    """The block buffer's element of row ``x`` at ``r``."""
-    return f"(x - xlo) * {rnumel} + r"
+def offset(rnumel: int) -> expr.Code:
+    """The block buffer's element of row ``x`` at ``r``: ``(x - xlo) * rnumel + r``."""
+    return expr.Op("({0} - {1}) * {2} + {3}", expr.SUM, (
+        expr.Name("x"), expr.Name("xlo"), expr.Literal(str(rnumel), rnumel), expr.Name("r")))
 
 
 def worth_it(rows: Any, rnumel: Any, staged: list[Staged]) -> bool:
@@ -136,11 +137,14 @@ def blocked(lines: list, rows: int, rnumel: int, staged: list[Staged],
 
     def copy(s: Staged) -> stmt.Loop:
         step = dict(zip(s.coords, s.strides))[expr.Name("r")]
-        inner = f"{s.buffer}[{offset(rnumel)}]"
-        outer = f"{s.pointer}[b_{s.buffer} + (x - xlo) + r * {step}]"
+        inner = stmt.Element(s.buffer, offset(rnumel))
+        outer = stmt.Element(s.pointer, expr.Op("{0} + ({1} - {2}) + {3} * {4}", expr.SUM, (
+            expr.Name(f"b_{s.buffer}"), expr.Name("x"), expr.Name("xlo"), expr.Name("r"),
+            expr.Literal(str(step), step))))
         target, source = (outer, inner) if s.output else (inner, outer)
+        copy = stmt.Store(target, expr.Load(source.pointer, source.offset))
         return stmt.Loop("r", "0", str(rnumel), (stmt.Loop(
-            "x", "xlo", "xhi", (stmt.Raw(f"{target} = {source};"),), annotation=Simd()),))
+            "x", "xlo", "xhi", (copy,), annotation=Simd()),))
     body = [*head, *(copy(s) for s in staged if not s.output),
             stmt.Loop("x", "xlo", "xhi", tuple(lines)),
             *(copy(s) for s in staged if s.output)]
