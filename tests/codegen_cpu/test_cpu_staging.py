@@ -203,7 +203,7 @@ def _norm_backward_text(rows: int, cols: int) -> str:
 @pytest.mark.parametrize("rows, cols", [(512, 256), (100, 256), (48, 512)])
 def test_column_sums_ride_in_the_staged_row_nest(check, rows, cols, threads):
     """Whisper's layer_norm backward: one nest reads each tensor once, its column sums
-    carried in each thread's partials (colsums.py) over staged blocks of rows, each
+    carried in each thread's partials (rows_and_columns.py) over staged blocks of rows, each
     thread's share whole blocks; ``g * w`` (no sum of it) stored by that nest too."""
     text = _norm_backward_text(rows, cols)
     source = check.source(text)

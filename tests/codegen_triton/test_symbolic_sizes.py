@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from conftest import group_text, on_device
 from test_random_groups import _type, pointwise_chain
 from test_reduction import CASES as REDUCTIONS
-from test_rowcol import ln_backward
+from test_rows_and_columns import ln_backward
 from torchloom.api import parse_graph, verify
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.tools import EagerCodegen
@@ -167,7 +167,7 @@ def test_sizes_carried_by_expressions_and_int_inputs(registry, tmp_path):
 
 
 def test_row_and_column_reductions_over_symbolic_rows(registry, tmp_path):
-    """The layer-norm backward (rowcol.py) with a symbolic row count: the launcher sizes
+    """The layer-norm backward (rows_and_columns.py) with a symbolic row count: the launcher sizes
     the programs (``kprog``) and the partials per call; 0 rows still give column sums."""
     text = ln_backward("s0", 24)
     codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
@@ -368,7 +368,7 @@ def test_long_reductions_with_few_rows_are_split_per_call(registry, tmp_path):
 
 
 def test_transposed_inputs_take_the_tiled_variant_when_dims_are_long(registry, tmp_path):
-    """tiled.py over symbolic sizes: x.t() + y in [YBLOCK, XBLOCK] tiles where both tile
+    """tiles.py over symbolic sizes: x.t() + y in [YBLOCK, XBLOCK] tiles where both tile
     dims reach MIN_TILE_DIM at the call, the plain walk otherwise; one kernel."""
     text = group_text("%a: f32[s1, s0], %b: f32[s0, s1]", """
         %t = aten.t.default(%a) : f32[s0, s1] strided[1, s0]

@@ -125,9 +125,9 @@ class RowsAndColumns:
     gradients, from one read of P): ``rows``, the reductions whose reduced dims hold P's
     last; ``columns``, those reducing the other dims, dim 0 among them; between them they
     reduce every dim of P once. Planned here, once, for every codegen (:meth:`of`); each
-    renders it under conditions of its own (cpu: column sums carried by a row nest of whole
-    vectors, colsums.py; triton: rows held whole by one program, rowcol.py). ``sum`` of
-    ``f32[R, C]`` over dim 1 and over dim 0::
+    renders it under conditions of its own in its ``rows_and_columns.py`` (cpu: column sums
+    carried by a row nest of whole vectors; triton: rows held whole by one program).
+    ``sum`` of ``f32[R, C]`` over dim 1 and over dim 0::
 
         RowsAndColumns(shape=(R, C), rows=(<sum dim [1]>,), columns=(<sum dim [0]>,))
           row_nest ReductionNest((R, C), (1,)), column_nest ReductionNest((R, C), (0,))"""

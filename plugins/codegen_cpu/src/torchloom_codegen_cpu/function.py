@@ -29,7 +29,7 @@ from torchloom.api import (Graph, InputRef, Node, ScalarType, Schedule, TensorTy
                            clone_graph, indexing, print_graph, schedule, structural_hash,
                            symbols, writer)
 
-from torchloom_codegen_cpu import colsums, team
+from torchloom_codegen_cpu import rows_and_columns, team
 from torchloom_codegen_cpu.inplace import inplace_pairs
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
@@ -236,8 +236,9 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
     shape = tensor_type(reductions[0].inputs[0]).shape
     free = [(name, v) for name, v in named if not _depends(v, memo, of)
             and tensor_type(v).shape == shape]
-    folded = colsums.foldable(classes, [[o for o in part if o not in free] for part in parts],
-                              lambda v: _depends(v, memo, of))
+    folded = rows_and_columns.foldable(
+        classes, [[o for o in part if o not in free] for part in parts],
+        lambda v: _depends(v, memo, of))
     if folded is not None:  # column sums carried by the row nest
         row, col = folded
         columns = [(name, v.producer) for name, v in parts[col] if (name, v) not in free]

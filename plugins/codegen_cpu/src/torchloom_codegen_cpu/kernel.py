@@ -24,7 +24,7 @@ from typing import Any
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
 ZERO, is_zero = indexing.ZERO, indexing.is_zero
 
-from torchloom_codegen_cpu import colsums, op_text, staging, tiles
+from torchloom_codegen_cpu import op_text, rows_and_columns, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit, par,
                                           store_statement, whole_vectors)
@@ -70,7 +70,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         ``names``: each size symbol's C argument (symbolic sizes are runtime arguments);
         ``stored``: outputs earlier nests of the function wrote (value -> its C name),
         read back from there; ``columns``: column sums this row nest carries (C name of the
-        output, sum node: colsums.py); ``staged``: C pointer -> the tensor a reduction
+        output, sum node: rows_and_columns.py); ``staged``: C pointer -> the tensor a reduction
         nest reads or writes through block buffers (staging.py; :meth:`restaged`)."""
         self._args = (group, registry, outputs, reductions, names, stored, columns)
         self.staged = staged or {}
@@ -414,7 +414,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             em.begin_phase()
             for name, v, coords in full_outputs:
                 self.store(name, v, coords)
-            colsums.accumulate(self)
+            rows_and_columns.accumulate(self)
             em.end_row_phase(Simd(), self.rbound, self.r_header)
         lines = em.lines if full_outputs or self.columns else across_rows(self, em.lines)
         if self.staged:  # blocks of rows, their staged tensors copied in and out
@@ -445,7 +445,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         computed once before it, in a block of their own (``stmt.invariant``)."""
         body = stmt.drop_unused(self.body())
         before: list = []
-        if not (self.columns or self.em.overran):  # (those loops are colsums'/overrun's)
+        if not (self.columns or self.em.overran):  # (those loops are rows_and_columns'/overrun's)
             before, body = stmt.invariant(body, self.loop.var, pure)
         arrays = {e.pointer for s in stmt.walk(body) if hasattr(s, "facts")
                   for e in s.facts.elements}
@@ -476,8 +476,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         loop = [f"for (int64_t {var} = 0; {var} < {bound}; {var}++) {{",
                 *("  " + line for line in lines), "}"]
         threads, one = [pragma, *loop], loop
-        if self.columns:  # each thread's partial column sums (colsums.py)
-            return colsums.nest(self, head, lines, bound)
+        if self.columns:  # each thread's partial column sums (rows_and_columns.py)
+            return rows_and_columns.nest(self, head, lines, bound)
         if self.em.overran:  # each thread's last row known (overrun.py)
             threads, one = (chunked(bound, lines, p) for p in (True, False))
         if not conditions:

@@ -1,6 +1,7 @@
-"""What the kernel writer (kernel.py) and its helpers (tiles, columns, colsums, reduction,
-overrun) exchange: the plan of a nest's parallel loop, frozen, which a helper returns and
-the writer keeps, and :class:`Writer`, what a helper may read of the writer it is given.
+"""What the kernel writer (kernel.py) and its helpers (tiles, columns, rows_and_columns,
+reduction, overrun) exchange: the plan of a nest's parallel loop, frozen, which a helper
+returns and the writer keeps, and :class:`Writer`, what a helper may read of the writer it
+is given.
 Helpers name this module, never kernel.py, so the package has no import cycle.
 
 A nest is one parallel loop over rows (``x``); a pointwise walk read across its rows

@@ -61,7 +61,7 @@ def chunked(bound: str, body: list[str], parallel: bool,
     """The loop over ``var`` (rows ``x``, or staged blocks of rows ``xs``) in ``[0,
     bound)`` (``body``: its C lines) with each thread's share explicit (``x_last``: the
     share's last row): in a parallel region (``parallel``), or one thread runs them all;
-    ``prologue``: lines each thread runs before its share (colsums.py: its partials)."""
+    ``prologue``: lines each thread runs before its share (rows_and_columns.py: its partials)."""
     first, last = f"{var}_first", f"{var}_last"
     loop = [f"for (int64_t {var} = {first}; {var} <= {last}; {var}++) {{",
             *("  " + b for b in body), "}"]

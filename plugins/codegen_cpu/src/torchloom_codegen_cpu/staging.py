@@ -17,7 +17,7 @@ same statements as before; a row's sums may take another lane order (the row loo
 reads contiguous memory and vectorizes where, reading across the rows, it may not have),
 as any SIMD reduction does (Whisper's shape: bit for bit the unstaged results).
 
-Column sums carried by the row nest (colsums.py: layer_norm's backward, its weight and
+Column sums carried by the row nest (rows_and_columns.py: layer_norm's backward, its weight and
 bias gradients) stay as they are: each thread's share is then a run of whole blocks, its
 rows in order, adding into its partials as before.
 

@@ -46,7 +46,7 @@ from torchloom_codegen_triton.kernel import KernelWriter
 from torchloom_codegen_triton.launch import SymbolicLauncher, compiled_grid
 from torchloom_codegen_triton.ops import POINTWISE, REDUCTIONS, STORAGE
 from torchloom_codegen_triton.plan import wider_configs
-from torchloom_codegen_triton.tiled import tile_grid
+from torchloom_codegen_triton.tiles import tile_grid
 from torchloom_codegen_triton.variants import generate_variants
 
 log = logging.getLogger("torchloom.codegen_triton")
@@ -384,7 +384,7 @@ def _aligned(tensors) -> bool:
 
 
 #: what the writer renders, declared through the codegen contract: every kernel form of the
-#: core's schedule (of several nests, row + column sums of one shape: rowcol.py), on CUDA
+#: core's schedule (of several nests, row + column sums of one shape: rows_and_columns.py), on CUDA
 #: or in the interpreter, symbolic sizes
 CAPABILITIES = Capabilities(forms=frozenset(FORMS), dtypes=frozenset(STORAGE),
                             ops=frozenset(POINTWISE) | frozenset(REDUCTIONS),

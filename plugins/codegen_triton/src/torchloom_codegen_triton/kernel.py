@@ -5,7 +5,7 @@ Two kernel kinds share one writer:
 - *pointwise*: a 1-D grid over the elements of the outputs (all of one element count);
   each output is walked in its own memory order (coalesced stores, and loads of inputs
   laid out alike), every value computed at coordinates delinearised from ``xindex``. An
-  input laid out across that walk (transposed) makes it a grid of 2-D tiles (tiled.py).
+  input laid out across that walk (transposed) makes it a grid of 2-D tiles (tiles.py).
 - *reduction*: all reductions of the group reduce the same dims of the same shape P; a
   program handles ``XBLOCK`` rows (the kept dims) x the reduced dims (``rindex``). Rows up
   to ``max_persistent`` elements are held whole in registers (persistent form); longer
@@ -14,7 +14,7 @@ Two kernel kinds share one writer:
   innermost) loop over tiles of many rows x a short chunk. Every output has the shape P
   (stored per element) or a row shape (stored per row). Reductions with a small output
   are split into chunks (split.py), and row reductions may share the kernel with column
-  reductions of the same P (rowcol.py); both finish in a second, small kernel.
+  reductions of the same P (rows_and_columns.py); both finish in a second, small kernel.
 
 Sizes may be symbolic (``f32[s0, 64]``): the kernel then takes the symbols as scalar
 arguments ``ks0, ks1...`` (sizes.py) and every size in its text is computed from them
@@ -46,11 +46,11 @@ from torchloom_codegen_triton.metadata import kernel_metadata
 from torchloom_codegen_triton.plan import next_pow2, reduction_configs, representative
 from torchloom_codegen_triton.reduction import lower_reduction
 from torchloom_codegen_triton.render import function as jit_function
-from torchloom_codegen_triton.rowcol import ColumnPartials
+from torchloom_codegen_triton.rows_and_columns import ColumnPartials
 from torchloom_codegen_triton.sizes import atomize, bind_symbols
 from torchloom_codegen_triton.split import SplitReduction, plan_split
 from torchloom_codegen_triton.tensors import memory_order, tensor_type
-from torchloom_codegen_triton.tiled import plan_tiles, tile_coords
+from torchloom_codegen_triton.tiles import plan_tiles, tile_coords
 
 
 
@@ -78,7 +78,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     def __init__(self, group: Node, registry: Any, max_persistent: int = 4096,
                  probe: bool = False, form: str | None = None, wide: bool | None = None,
                  finish: bool = False, out_names: list[str] | None = None):
-        """``probe``: only to compute values at symbolic coordinates (tiled.py); ``finish``:
+        """``probe``: only to compute values at symbolic coordinates (tiles.py); ``finish``:
         the finishing kernel of a split reduction (split.py), a probe whose statements are
         not looped, storing to ``out_names`` (default: ``out_<name>`` per output). Groups
         with symbolic sizes are written once per launch variant (variants.py): ``form``
@@ -97,7 +97,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.known: dict = {}  # coordinates -> the linear index they came from
         #: region input -> the passes that load it (0: once per program, outside loops)
         self.loads: dict[Value, set[int]] = {}
-        #: the column reductions of a row + column kernel (rowcol.py), if any
+        #: the column reductions of a row + column kernel (rows_and_columns.py), if any
         self.col: ColumnPartials | None = None
         #: the plan of a split reduction (split.py), if any
         self.split: SplitReduction | None = None
@@ -215,7 +215,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
 
     def load_coordinates(self, coords: Coords) -> list[tuple[Value, Coords]]:
         """(input, its coordinates) of every load of the outputs computed at ``coords``
-        (names the probe gives the dims, see tiled.py)."""
+        (names the probe gives the dims, see tiles.py)."""
         self.em.mark_x(*map(str, coords))
         for v in self.region.outputs:
             self.value_at(v, coords)

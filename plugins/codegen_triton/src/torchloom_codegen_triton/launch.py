@@ -29,9 +29,9 @@ from torchloom.api import Progress
 
 from torchloom_codegen_triton.plan import (next_pow2, pointwise_configs, reduction_configs,
                                            wider_configs)
-from torchloom_codegen_triton.rowcol import PROGRAMS
+from torchloom_codegen_triton.rows_and_columns import PROGRAMS
 from torchloom_codegen_triton.split import split_shape
-from torchloom_codegen_triton.tiled import MIN_TILE_DIM, tile_configs, tile_grid
+from torchloom_codegen_triton.tiles import MIN_TILE_DIM, tile_configs, tile_grid
 from torchloom_codegen_triton.sizes import size_function
 
 _WIDE = 2 ** 31
@@ -49,7 +49,7 @@ class SymbolicLauncher:
         self.meta = meta
         self.variants = meta["variants"]
         self.fns = {v["kernel"]: getattr(module, v["kernel"]) for v in self.variants}
-        #: row + column form (rowcol.py): the finishing kernel and its spec
+        #: row + column form (rows_and_columns.py): the finishing kernel and its spec
         self.finish = getattr(module, meta["finish"]["kernel"]) if "finish" in meta else None
         #: the split variants' finishing kernel (split.py), if the group has them
         self.split_finish = next((getattr(module, v["finish"]["kernel"]) for v in self.variants
@@ -125,14 +125,14 @@ class SymbolicLauncher:
         variant, split = self._variant(wide, rows, rnumel, rbucket)
         bucket = f"{variant['kernel']}:{next_pow2(programs)}:{rbucket}"
         tiles = self._tiles(wide, shape, numel) if self.pointwise else None
-        if tiles is not None:  # a transposed input: 2-D tiles (tiled.py)
+        if tiles is not None:  # a transposed input: 2-D tiles (tiles.py)
             variant, tiles = tiles
             bucket = f"{variant['kernel']}:{next_pow2(tiles['x'])}:{next_pow2(tiles['y'])}"
         return variant, bucket, split, tiles
 
     def _tiles(self, wide: bool, shape, numel: int):
         """(the tiled variant, its tile counts) when the call's tile dims are long enough
-        (as tiled.plan_tiles asks of static sizes), else None."""
+        (as tiles.plan_tiles asks of static sizes), else None."""
         tiled = next((v for v in self.variants if v.get("tiles") and v["wide"] == wide), None)
         if tiled is None:
             return None

@@ -11,9 +11,9 @@ from torchloom.api import DTYPES, ScalarType, Schedule, TensorType, Value, struc
 
 from torchloom_codegen_triton.plan import pointwise_configs, representative
 from torchloom_codegen_triton.protocol import Writer
-from torchloom_codegen_triton.rowcol import FINISH_BLOCK
+from torchloom_codegen_triton.rows_and_columns import FINISH_BLOCK
 from torchloom_codegen_triton.tensors import tensor_type
-from torchloom_codegen_triton.tiled import tile_grid, tiled_metadata
+from torchloom_codegen_triton.tiles import tile_grid, tiled_metadata
 
 
 

@@ -1,4 +1,4 @@
-"""What the kernel forms (looped.py, reduction.py, rowcol.py, split.py, tiled.py,
+"""What the kernel forms (looped.py, reduction.py, rows_and_columns.py, split.py, tiles.py,
 metadata.py) see of the kernel writer (kernel.py), so that they need not import it: the
 writer imports them, and an import back would close a circle."""
 

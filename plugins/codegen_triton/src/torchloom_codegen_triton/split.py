@@ -32,7 +32,7 @@ from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTI
 from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.reduction import block_reduce, reduction_outputs, row_count
 from torchloom_codegen_triton.render import function
-from torchloom_codegen_triton.rowcol import FINISH_BLOCK, FINISH_PARTIALS
+from torchloom_codegen_triton.rows_and_columns import FINISH_BLOCK, FINISH_PARTIALS
 from torchloom_codegen_triton.tensors import same_shape, tensor_type
 
 

@@ -1,7 +1,7 @@
 """What the writer asks of every tensor it touches (its static type, its memory order).
 
 Kept apart from kernel.py so that the helpers kernel.py calls (reduction, looped, split,
-rowcol, tiled) can use them without importing the writer back (no import cycle).
+rows_and_columns, tiles) can use them without importing the writer back (no import cycle).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ and strides are computed from them in the kernel:
   (``_split``: chunk length and count are arguments ``kchunk``/``ksplits``, and a
   ``_finish`` kernel), which a call takes when its rows make fewer row blocks than the
   split form aims for programs;
-- a pointwise group with an input laid out across the outputs' walk (tiled.py) also gets
+- a pointwise group with an input laid out across the outputs' walk (tiles.py) also gets
   a tiled variant (``_tiled``, 32-bit only), taken when both tile dims reach
   ``MIN_TILE_DIM`` at the call;
 - each of those has a 64-bit twin (``_i64``: program ids and size arguments widened) for
@@ -57,7 +57,7 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
                 continue  # tiles index in 32 bits: wide calls walk untiled
             w = KernelWriter(group, registry, max_persistent, form=form, wide=wide)
             if form == "split" and w.split is None or form == "tiled" and w.tiles is None:
-                continue  # not split.py's or tiled.py's kind
+                continue  # not split.py's or tiles.py's kind
             suffix = (f"_{form}" if form in ("looped", "split", "tiled") else "") + (
                 "_i64" if wide else "")
             kernel, kind, function, finish = w.function(suffix)

@@ -1,5 +1,5 @@
-"""Column sums carried by the row nest (colsums.py): a group of row reductions and sums over
-the other dims of the same shape (layer_norm's backward) is one nest whose threads add
+"""Column sums carried by the row nest (rows_and_columns.py): a group of row reductions and
+sums over the other dims of the same shape (layer_norm's backward) is one nest whose threads add
 their rows' column operands into partials; the values match eager (and, on one thread,
 are bitwise the two-nest form's: the same double sums in the same order), at every thread
 count and for the shapes the rule takes; other shapes keep the column nest."""
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import compiled
 from torchloom.testing.reductions import group_text, randn, with_nans
-from torchloom_codegen_cpu import colsums
+from torchloom_codegen_cpu import rows_and_columns as colsums
 
 F = torch.nn.functional
 

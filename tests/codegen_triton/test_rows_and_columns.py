@@ -1,4 +1,4 @@
-"""rowcol.py: row and column reductions of one shape in one kernel (row statistics and
+"""rows_and_columns.py: row and column reductions of one shape in one kernel (row statistics and
 per-program partial column sums, then a finishing kernel), on the Triton interpreter
 against eager: hand-written groups, random ones (hypothesis), and the layer-norm -> GELU
 training step end to end (forward and backward)."""

@@ -1,4 +1,4 @@
-"""tiled.py: a pointwise group with an input laid out across the outputs' walk (a
+"""tiles.py: a pointwise group with an input laid out across the outputs' walk (a
 transposed input) runs in [YBLOCK, XBLOCK] tiles, so that both that input's loads and the
 stores are contiguous along one axis; on the Triton interpreter against eager, and built
 for sm_90."""
