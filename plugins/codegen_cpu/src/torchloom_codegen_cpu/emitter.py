@@ -308,7 +308,7 @@ class Emitter(writer.Statements):
                 and 0 < n <= HIDDEN_COUNT):
             return str(n)
         name = self.fresh("r_n")
-        self.lines += [stmt.Raw(f"int64_t {name} = {n};"),
+        self.lines += [stmt.Var("int64_t", name, str(n)),
                        stmt.Raw(f'__asm__("" : "+r"({name}));')]
         return name
 

@@ -90,15 +90,15 @@ def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str,
     ``inf_flag`` names an int set when an infinite value comes before the row's last."""
     em = w.em
     acc = em.fresh(f"acc_{kind}")
-    em.statement(stmt.Raw(f"{CTYPE[dtype]} {acc} = {identity(kind, dtype)};"), False)
+    em.statement(stmt.Var(CTYPE[dtype], acc, identity(kind, dtype)), False)
     clauses = [(OMP_OP[kind], (acc,))]
     nan = None
     if kind in ("max", "min") and dtype in FLOATS:
         nan = em.fresh("nan")
-        em.statement(stmt.Raw(f"int {nan} = 0;"), False)
+        em.statement(stmt.Var("int", nan, "0"), False)
         clauses.append(("|", (nan,)))
     if inf_flag is not None:
-        em.statement(stmt.Raw(f"int {inf_flag} = 0;"), False)
+        em.statement(stmt.Var("int", inf_flag, "0"), False)
         clauses.append(("|", (inf_flag,)))
     em.begin_phase()
     v = em.convert(value(), dtype).code
@@ -162,7 +162,7 @@ def shifted_moments(w: Writer, value: Callable[[], Expr],
     em.statement(stmt.Update(squares, "+=", f"{d.text} * {d.text}"), True)
     em.end_row_phase(Simd((("+", (total, squares)),)), w.rbound, w.r_header)
     if inf_flag is not None:
-        em.statement(stmt.Raw(f"int {inf_flag} = 0;"), False)
+        em.statement(stmt.Var("int", inf_flag, "0"), False)
         em.begin_phase()
         v = em.convert(value(), "f64").text
         em.statement(stmt.Update(inf_flag, "|=",
@@ -180,7 +180,7 @@ def first_value(w: Writer, value: Callable[[], Expr], hint: str) -> str:
     the row buffers of values later loops read again)."""
     em = w.em
     name = em.fresh(hint)
-    em.statement(stmt.Raw(f"double {name} = 0;"), False)
+    em.statement(stmt.Var("double", name, "0"), False)
 
     def write() -> None:
         em.begin_phase()
@@ -204,7 +204,7 @@ def _past_overflow(w: Writer, value: Callable[[], Expr], total: Expr,
     em = w.em
     x0 = first_value(w, value, "first")
     scaled = em.fresh("acc_scaled")
-    em.statement(stmt.Raw(f"double {scaled} = 0;"), False)
+    em.statement(stmt.Var("double", scaled, "0"), False)
     em.begin_phase()
     n = w.count(w.rnumel, "f64")
     em.statement(stmt.Update(scaled, "+=", f"{par(value().code)} / {n} - {x0} / {n}"), True)
@@ -223,8 +223,8 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
     em = w.em
     best, index = em.fresh(f"{kind}_v"), em.fresh(f"{kind}_i")
     start = identity("max" if kind == "argmax" else "min", dtype)
-    em.statement(stmt.Raw(f"{CTYPE[dtype]} {best} = {start};"), False)
-    em.statement(stmt.Raw(f"int64_t {index} = 0;"), False)
+    em.statement(stmt.Var(CTYPE[dtype], best, start), False)
+    em.statement(stmt.Var("int64_t", index, "0"), False)
     em.begin_phase()
     v = em.convert(value(), dtype).text
     better = f"{v} > {best}" if kind == "argmax" else f"{v} < {best}"
