@@ -198,3 +198,15 @@ def test_scanning_a_tree_finds_what_its_text_holds(e):
     assert tree.nested == text.nested
     assert sorted((p.pointer, str(p.offset)) for p in tree.elements) == \
         sorted((p.pointer, str(p.offset)) for p in text.elements)
+
+
+def test_an_array_declares_its_name_and_touches_no_element():
+    from torchloom.codegen.stmt import Array
+    arr = Array("float", "acc_sum1", Op("{0} * {1}", PRODUCT, (Name("n"), Literal("16", 16))))
+    assert arr.facts.elements == () and arr.names == {"acc_sum1", "n"}
+    read = Declare("float", "v", Load("acc_sum1", Name("r")))
+    # the array is the loop's own: a declaration reading it stays in the loop
+    moved, kept = stmt.invariant([arr, read], "x", _pure)
+    assert moved == [] and kept == [arr, read]
+    # never dropped as unused (a store after it may be its only mention)
+    assert stmt.drop_unused([arr]) == [arr]

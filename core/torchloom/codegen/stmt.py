@@ -23,7 +23,8 @@ read as text, :func:`lexed`).
 - :class:`Loop`: ``for var in [start, end)`` (by ``step``) with the target's annotation
   (a SIMD pragma), its per-iteration coordinates (``head``) and its body;
 - :class:`If`: a branch between two statement lists;
-- :class:`Raw`: a line of the target's own (a variable, an array, a prefetch), only
+- :class:`Array`: ``T name[size];``, an array on the stack (a target with declarations);
+- :class:`Raw`: a line of the target's own (a prefetch, a one-line loop), only
   where nothing transforms it.
 
 A statement with a ``mask`` takes its side effect only where the mask holds
@@ -243,6 +244,23 @@ class Select:
 
 
 @attrs.frozen
+class Array:
+    """``ctype name[size];``: an array of ``size`` elements a target with declarations keeps
+    on the stack (a block's accumulators, a row's buffer, a staged block of rows); loads and
+    stores touch its elements, the declaration none."""
+
+    ctype: str
+    name: str
+    size: Text
+    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.size), takes_self=True),
+                              eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.facts.names | {self.name}
+
+
+@attrs.frozen
 class Raw:
     """A line of the target's own that no transform looks into but for its names."""
 
@@ -292,7 +310,7 @@ class If:
         return scan(self.cond).names
 
 
-Statement = Union[Declare, Var, Assign, Store, Update, Select, Raw, Loop, If]
+Statement = Union[Declare, Var, Assign, Store, Update, Select, Array, Raw, Loop, If]
 
 #: the statements :func:`masked` makes conditional
 _MASKABLE = (Update, Select)
@@ -350,7 +368,7 @@ def invariant(statements: Sequence[Statement], var: str,
     inputs no statement of the loop writes)."""
     local = {var}
     for s in walk(statements):
-        if isinstance(s, (Declare, Var, Assign)):
+        if isinstance(s, (Declare, Var, Assign, Array)):
             local.add(s.name)
         elif isinstance(s, Loop):
             local.add(s.var)

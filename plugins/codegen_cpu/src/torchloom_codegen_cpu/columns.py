@@ -144,13 +144,13 @@ def _accumulators(w: Writer, nodes: list, block) -> list:
         if kind == "sum":  # a long f32 sum in double (reduction.sum_dtype)
             dtype = sum_dtype(dtype, w.rnumel, 1)
         acc = em.fresh(f"acc_{kind}")
-        em.statement(stmt.Raw(f"{CTYPE[dtype]} {acc}[{block}];"), False)
+        em.statement(stmt.Array(CTYPE[dtype], acc, str(block)), False)
         em.statement(stmt.Raw(f"for (int64_t x = 0; x < c1 - c0; x++) {acc}[x] = "
                               f"{identity(kind, dtype)};"), False)
         nan = None
         if kind in ("max", "min") and dtype in FLOATS:
             nan = em.fresh("nan")
-            em.statement(stmt.Raw(f"int {nan}[{block}];"), False)
+            em.statement(stmt.Array("int", nan, str(block)), False)
             em.statement(stmt.Raw(f"for (int64_t x = 0; x < c1 - c0; x++) {nan}[x] = 0;"),
                          False)
         accs.append((node, kind, dtype, acc, nan))

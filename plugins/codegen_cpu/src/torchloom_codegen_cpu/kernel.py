@@ -235,9 +235,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 if not stack:
                     continue
                 name = f"buf_{v.name}"
-                self.em.statement(stmt.Raw(f"{ctype} {name}[{whole_vectors(self.rnumel)}];"),
+                self.em.statement(stmt.Array(ctype, name, str(whole_vectors(self.rnumel))),
                                   False)
-                self.buffers[v] = stmt.Element(name, "r")
+                self.buffers[v] = stmt.Element(name, expr.Name("r"))
 
     def _buffer_host(self) -> tuple[str, stmt.Element] | None:
         """(C type, element at ``r``) of the one output the last loop of a row stores,

@@ -62,6 +62,10 @@ def _var(s: stmt.Var) -> list[str]:
     return [f"{s.ctype} {s.name} = {s.expr};"]
 
 
+def _array(s: stmt.Array) -> list[str]:
+    return [f"{s.ctype} {s.name}[{s.size}];"]
+
+
 def _store(s: stmt.Store) -> list[str]:
     t = element(s.target)
     if s.mask is None:
@@ -104,7 +108,7 @@ def _if(s: stmt.If) -> list[str]:
     return [*lines, "}"]
 
 
-_RENDER = {stmt.Declare: _declare, stmt.Var: _var, stmt.Store: _store, stmt.Update: _update,
+_RENDER = {stmt.Declare: _declare, stmt.Var: _var, stmt.Array: _array, stmt.Store: _store, stmt.Update: _update,
            stmt.Select: _select, stmt.Raw: _raw, stmt.Loop: _loop, stmt.If: _if}
 
 

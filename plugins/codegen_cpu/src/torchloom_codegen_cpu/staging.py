@@ -132,7 +132,7 @@ def blocked(lines: list, rows: int, rnumel: int, staged: list[Staged],
     head = [stmt.Declare("int64_t", "xlo", f"xs / {per_run} * {run} + xs % {per_run} * {BLOCK}"),
             stmt.Declare("int64_t", "xhi", f"xlo + {BLOCK} < {end} ? xlo + {BLOCK} : {end}")]
     for s in staged:
-        head.append(stmt.Raw(f"{STORAGE[s.dtype]} {s.buffer}[{BLOCK * rnumel}];"))
+        head.append(stmt.Array(STORAGE[s.dtype], s.buffer, str(BLOCK * rnumel)))
         head.append(stmt.Declare("int64_t", f"b_{s.buffer}", base(s)))
 
     def copy(s: Staged) -> stmt.Loop:
