@@ -49,7 +49,8 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.coords import ZERO, Coords, enclosed, is_zero, key, node, operand, total
-from torchloom.codegen.expr import ATOM, LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name, Op, paren
+from torchloom.codegen.expr import (ATOM, LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name,
+                                    Op, paren)
 from torchloom.ir.graph import Value
 from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, parse_dim, symbols_of
 from torchloom.ir.types import TensorType

@@ -108,8 +108,9 @@ def _if(s: stmt.If) -> list[str]:
     return [*lines, "}"]
 
 
-_RENDER = {stmt.Declare: _declare, stmt.Var: _var, stmt.Array: _array, stmt.Store: _store, stmt.Update: _update,
-           stmt.Select: _select, stmt.Raw: _raw, stmt.Loop: _loop, stmt.If: _if}
+_RENDER = {stmt.Declare: _declare, stmt.Var: _var, stmt.Array: _array, stmt.Store: _store,
+           stmt.Update: _update, stmt.Select: _select, stmt.Raw: _raw, stmt.Loop: _loop,
+           stmt.If: _if}
 
 
 def render(statements) -> list[str]:
