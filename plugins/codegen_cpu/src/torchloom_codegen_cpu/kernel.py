@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
-ZERO, is_zero = indexing.ZERO, indexing.is_zero
 
 from torchloom_codegen_cpu import op_text, rows_and_columns, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
@@ -38,6 +37,7 @@ from torchloom_codegen_cpu.render import Simd, in_block, pure, render
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type, walked_flat
 
 Coords = indexing.Coords
+ZERO, is_zero = indexing.ZERO, indexing.is_zero
 prod = indexing.prod
 
 SCALAR_DTYPES = writer.SCALAR_DTYPES
@@ -168,7 +168,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         return self.em.emit(load_element(pointer, offset, t.dtype), COMPUTE[t.dtype], v.name)
 
     def _element(self, pointer: str, coords: Coords, t: TensorType, output: bool
-                 ) -> tuple[str, str]:
+                 ) -> tuple[str, expr.Code]:
         """(pointer, offset) of the element at ``coords`` of the tensor at ``pointer``: in
         its block buffer where the nest stages it (staging.py)."""
         if self.kind == "reduction" and self.full is not None:
@@ -268,8 +268,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.em.statement(store, self.em.reads_inner(store))
 
     def row_coords(self, index: str, shape) -> list[expr.Code]:
-        """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; return them
-        (names, 0)."""
+        """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; return them."""
         names: list[expr.Code] = []
         for k, c in enumerate(self.ix.delinear(index, shape)):
             if is_zero(c) or c == expr.Name(index):
@@ -281,13 +280,12 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.ix.remember(self.known, names, shape, index)
         return names
 
-    def inner_coords(self, index: str, shape) -> tuple[list[stmt.Declare], list[str]]:
+    def inner_coords(self, index: str, shape) -> tuple[list[stmt.Declare], list[expr.Code]]:
         """The coordinates of inner index ``index`` (``r`` over a row, columns.py's ``x``
         over a block's columns), declared in each loop over it: (their declarations,
         their names)."""
         self.em.inner(index)
-        header: list[stmt.Declare] = []
-        names: list[expr.Code] = []
+        header, names = [], []  # (declarations, coordinates: names and 0)
         for k, c in enumerate(self.ix.delinear(index, shape)):
             if is_zero(c) or c == expr.Name(index):
                 names.append(c)
@@ -422,7 +420,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 lines, self.rows, self.rnumel, list(self.staged.values()), self._block_base)
         return lines
 
-    def _block_base(self, s: staging.Staged) -> str:
+    def _block_base(self, s: staging.Staged) -> expr.Code:
         """The C offset of staged tensor ``s``'s element at row ``xlo`` and ``r`` = 0."""
         at = dict(zip(self.row_names, self.ix.delinear("xlo", self.kept_shape)))
         coords = tuple(ZERO if is_zero(c) or c == expr.Name("r") else at[c]

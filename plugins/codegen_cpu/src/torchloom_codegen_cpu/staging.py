@@ -120,7 +120,7 @@ def worth_it(rows: Any, rnumel: Any, staged: list[Staged]) -> bool:
 
 
 def blocked(lines: list, rows: int, rnumel: int, staged: list[Staged],
-            base: Callable[[Staged], str]) -> tuple[ParallelLoop, list]:
+            base: Callable[[Staged], expr.Code]) -> tuple[ParallelLoop, list]:
     """The loop over blocks ``xs`` and its body: the block's buffers, the staged inputs
     copied in, ``lines`` (one row ``x``) over the block's rows, the staged outputs copied
     out. A block is at most :data:`BLOCK` rows of one run (the shortest of the staged

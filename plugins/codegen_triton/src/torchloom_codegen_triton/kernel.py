@@ -35,7 +35,6 @@ from typing import Any
 
 from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, schedule,
                            stmt, writer)
-ZERO, is_zero = indexing.ZERO, indexing.is_zero
 
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
@@ -52,8 +51,7 @@ from torchloom_codegen_triton.split import SplitReduction, plan_split
 from torchloom_codegen_triton.tensors import memory_order, tensor_type
 from torchloom_codegen_triton.tiles import plan_tiles, tile_coords
 
-
-
+ZERO, is_zero = indexing.ZERO, indexing.is_zero
 _XINDEX = expr.Name("xindex")
 
 
