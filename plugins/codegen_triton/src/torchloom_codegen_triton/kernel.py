@@ -60,6 +60,11 @@ def _every_lane(offset: expr.Code, index: expr.Name) -> expr.Code:
     return expr.Op("{0} + 0 * {1}", expr.SUM, (offset, index))
 
 
+def _below(index: expr.Code, size: expr.Code) -> expr.Code:
+    """``index < size``: the lanes inside a dim (a mask)."""
+    return expr.Op("{0} < {1}", expr.LOWEST, (index, size))
+
+
 def _mask(rdep: bool) -> expr.Code:
     """The lanes a load or store touches: the row's, and the reduction's when ``rdep``."""
     xmask = expr.Name("xmask")
@@ -285,8 +290,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         for k in range(len(self.symbols) if wide else 0):  # size math in 64 bits too
             em.statement(stmt.Assign(f"ks{k}", f"tl.cast(ks{k}, tl.int64)"), False)
-        numel, rows, rnumel = (self.ix.size(self.numel), self.ix.size(self.rows),
-                               self.ix.size(self.rnumel))
+        rows, rnumel = self.ix.size(self.rows), self.ix.size(self.rnumel)
         if self.tiles is not None:
             coords = tile_coords(self, *self.tiles)
             for i, v in enumerate(self.region.outputs):
@@ -294,8 +298,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return em.lines
         if self.kind == "pointwise":
             em.statement(stmt.Assign("xindex", f"{pid} * XBLOCK + tl.arange(0, XBLOCK)"), False)
-            em.statement(stmt.Assign("xmask", f"xindex < {numel}"), False)
-            walks: dict[tuple, tuple[str, ...]] = {}
+            em.statement(stmt.Assign("xmask", _below(_XINDEX, self.ix.size_code(self.numel))),
+                         False)
+            walks: dict[tuple, Coords] = {}
             for i, v in enumerate(self.region.outputs):
                 # each output is walked in its own memory order, so that its stores (and
                 # the loads of inputs laid out alike) are coalesced
@@ -304,13 +309,13 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 key = (tuple(t.shape), order)
                 if key not in walks:
                     physical = self.coords("x", "xindex", [t.shape[d] for d in order], False)
-                    logical = [""] * len(order)
+                    logical: list[expr.Code] = [ZERO] * len(order)
                     for d, c in zip(order, physical):
                         logical[d] = c
                     walks[key] = tuple(logical)
                 self.store(i, v, walks[key])
             return em.lines
-        self._row_coordinates(pid, rows, rnumel)
+        self._row_coordinates(pid)
         if self.split is not None:  # this program's chunk; _finish combines the chunks
             em.statement(stmt.Assign("rstart", f"tl.program_id(1) * {self.split.chunk}"), False)
             self.split.body()
@@ -335,20 +340,21 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return [*init, stmt.Loop("it", "0", blocks, tuple(em.lines + update)), *store]
         return em.lines
 
-    def _row_coordinates(self, pid: str, rows: str, rnumel: str) -> None:
+    def _row_coordinates(self, pid: str) -> None:
         """Write a reduction's row and element coordinates: ``row``, ``row_keepdim``,
         ``full`` and the ``r_header`` every loop over the row starts with."""
         em = self.em
         block = pid if self.col is None else f"({pid} + it * {self.col.programs})"
         em.statement(stmt.Assign("xindex", f"({block} * XBLOCK + tl.arange(0, XBLOCK))"
                                            f"[:, None]"), False)
-        em.statement(stmt.Assign("xmask", f"xindex < {rows}"), False)
+        em.statement(stmt.Assign("xmask", _below(_XINDEX, self.ix.size_code(self.rows))), False)
         xs = self.coords("x", "xindex", self.kept_shape, False)
         rheader = [stmt.Assign("rindex", "roff + tl.arange(0, RBLOCK)[None, :]" if self.looped
                                else "tl.arange(0, RBLOCK)[None, :]"),
-                   stmt.Assign("rmask", f"rindex < {rnumel}")]
+                   stmt.Assign("rmask", _below(expr.Name("rindex"),
+                                               self.ix.size_code(self.rnumel)))]
         em.mark_r("rindex", "rmask", "roff")
-        rs: list[str] = []
+        rs: list[expr.Code] = []
         if self.looped:
             inner = em.capture(lambda: rs.extend(self.coords("r", "rindex", self.red_shape,
                                                              True)))
@@ -365,7 +371,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         em = self.em
         em.statement(stmt.Assign("xindex", "(tl.program_id(0) * FBLOCK + "
                                            "tl.arange(0, FBLOCK))[:, None]"), False)
-        em.statement(stmt.Assign("xmask", f"xindex < {self.ix.size(self.rows)}"), False)
+        em.statement(stmt.Assign("xmask", _below(_XINDEX, self.ix.size_code(self.rows))), False)
         self.row = tuple(self.coords("x", "xindex", self.kept_shape, False))
         keep = iter(self.row)
         self.row_keepdim = tuple(ZERO if d in self.rdims else next(keep)
