@@ -116,3 +116,34 @@ def test_input_with_its_negative_bit_set_gives_eagers_values():
     torch.testing.assert_close(got, fn(x, w))
     assert any("negative bit" in (c.fallback_reason or "") for c in compiler.compilations)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_call_under_a_fake_tensor_mode_runs_the_original_graph(dynamic):
+    """A fake tensor has no memory for a kernel to read (its data pointer is garbage: the
+    process crashed): a plan called under a fake tensor mode runs its original graph, whose
+    ops give fake results of eager's shapes; real calls after it run the kernels again."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    def f(x, w):
+        return torch.exp(x - w) * 2 + x.sin(), (x * w).sum(-1)
+    torch._dynamo.reset()
+    compiler = Compiler("default", compile_cache=False)
+    compiled = torch.compile(f, backend="torchloom", dynamic=dynamic,
+                             options={"compiler": compiler})
+    g = gen()
+    for rows in (6, 9, 12):
+        x, w = torch.randn(rows, 8, generator=g), torch.randn(rows, 8, generator=g)
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+    assert all(c.compiled.fallback_calls == 0 for c in compiler.compilations)
+    with FakeTensorMode():
+        x, w = torch.randn(12, 8), torch.randn(12, 8)
+        fakes = compiled(x, w)
+        expected = f(x, w)
+    assert all(isinstance(t, FakeTensor) for t in fakes)
+    assert [t.shape for t in fakes] == [t.shape for t in expected]
+    assert sum(c.compiled.fallback_calls for c in compiler.compilations) == 1
+    x, w = torch.randn(12, 8, generator=g), torch.randn(12, 8, generator=g)
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+    assert sum(c.compiled.fallback_calls for c in compiler.compilations) == 1
+    torch._dynamo.reset()

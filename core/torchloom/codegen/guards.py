@@ -102,6 +102,12 @@ def _never(*tensors) -> bool:
     return False
 
 
+def faking() -> bool:
+    """Whether a fake tensor mode is active: the tensors a call is given then have no
+    memory a kernel could read (a plan runs its original graph under the mode instead)."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
 def _plain(t) -> bool:
     """A dense tensor (or parameter) with storage: not a subclass (fake, functional), not
     a functorch wrapper (``vmap``'s batched tensors are of type ``torch.Tensor``)."""

@@ -18,7 +18,7 @@ import attrs
 from torchloom.codegen.base import RegionKernel
 from torchloom.codegen.buffers import Reuse, plan_reuse, view_of
 from torchloom.codegen.constants import fold_constants
-from torchloom.codegen.guards import FastGuard, guard_expressions, symbolic_guard
+from torchloom.codegen.guards import FastGuard, faking, guard_expressions, symbolic_guard
 from torchloom.codegen.lowering import lower
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
 from torchloom.ops.registry import OpRegistry
@@ -82,15 +82,20 @@ def build_function(graph: Graph, registry: OpRegistry,
             # (a branch per input, each passing every input, would be quadratic). The slow
             # path finds which input failed.
             env["_fallback"] = _first_failing(checks, env, fallback)
-            condition = " or ".join(f"({expr})" for _, expr in checks)
+            # (a fake tensor mode's tensors pass the expressions: nothing to read in them)
+            env["_faking"] = faking
+            condition = " or ".join([*(f"({expr})" for _, expr in checks), "_faking()"])
             back = f"return _fallback(({', '.join(params)},))"
             exact = [f"    if {condition}:", f"        {back}"]
             fast = FastGuard.of([guarded[i].type for i, _ in checks])
         symbolic = symbolic_guard(guarded, env)
         if symbolic is not None:  # inputs with symbolic sizes: one generated check
-            env["_guard_failed"] = fallback
-            symbolic_lines = [f"    if (_failed := {symbolic}) is not None:",
-                              f"        return _guard_failed(({', '.join(params)},), _failed)"]
+            env["_guard_failed"], env["_faking"] = fallback, faking
+            args = f"({', '.join(params)},)"
+            symbolic_lines = [] if checks else [  # (else the exact condition asks it)
+                f"    if _faking(): return _guard_failed({args}, None)"]
+            symbolic_lines += [f"    if (_failed := {symbolic}) is not None:",
+                               f"        return _guard_failed({args}, _failed)"]
     reuse = plan_reuse(graph, registry, kernels, donated)
     trusted = _trusted(graph, [graph.inputs[i] for i, _ in checks])
     body = _Body(graph, registry, kernels, reuse, trusted, boxed)
@@ -205,11 +210,14 @@ def _kernel_of(registry: OpRegistry, kernel_for, recompose: bool) -> Callable:
 
 def _first_failing(checks: list[tuple[int, str]], env: dict[str, Any],
                    fallback: Callable) -> Callable:
-    """``fallback(args, index)`` with the index of the first input whose guard fails."""
+    """``fallback(args, index)`` with the index of the first input whose guard fails
+    (None: none does, a fake tensor mode is active)."""
     def run(args: tuple):
         for i, expr in checks:
             if eval(expr, env, {f"a{i}": args[i]}):
                 return fallback(args, i)
+        if faking():
+            return fallback(args, None)
         raise AssertionError("a guard failed, but none fails when re-checked")
     return run
 

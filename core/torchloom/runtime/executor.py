@@ -153,8 +153,11 @@ class CompiledGraph:
     def __call__(self, *args):
         return self.plan.fn(*args)
 
-    def _guard_failed(self, args: tuple, index: int):
-        reason = describe_mismatch(self.graph.inputs[index], args[index])
+    def _guard_failed(self, args: tuple, index: int | None):
+        """Run the original graph: input ``index`` breaks its guard (None: a fake tensor
+        mode is active, whose tensors have no memory for the kernels)."""
+        reason = "a fake tensor mode is active" if index is None else \
+            describe_mismatch(self.graph.inputs[index], args[index])
         if self.fallback_reason is None:
             self.fallback_reason = reason
             log.warning("torchloom: guard failed on @%s (%s); running the original graph "
