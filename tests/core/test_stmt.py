@@ -203,7 +203,7 @@ def test_scanning_a_tree_finds_what_its_text_holds(e):
 def test_an_array_declares_its_name_and_touches_no_element():
     from torchloom.codegen.stmt import Array
     arr = Array("float", "acc_sum1", Op("{0} * {1}", PRODUCT, (Name("n"), Literal("16", 16))))
-    assert arr.facts.elements == () and arr.names == {"acc_sum1", "n"}
+    assert arr.facts.elements == () and arr.names == {"acc_sum1", "n", "float"}
     read = Declare("float", "v", Load("acc_sum1", Name("r")))
     # the array is the loop's own: a declaration reading it stays in the loop
     moved, kept = stmt.invariant([arr, read], "x", _pure)

@@ -244,20 +244,10 @@ class Select:
 
 
 @attrs.frozen
-class Array:
-    """``ctype name[size];``: an array of ``size`` elements a target with declarations keeps
+class Array(_Binding):
+    """``ctype name[expr];``: an array of ``expr`` elements a target with declarations keeps
     on the stack (a block's accumulators, a row's buffer, a staged block of rows); loads and
-    stores touch its elements, the declaration none."""
-
-    ctype: str
-    name: str
-    size: Text
-    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.size), takes_self=True),
-                              eq=False, repr=False)
-
-    @property
-    def names(self) -> frozenset[str]:
-        return self.facts.names | {self.name}
+    stores touch its elements, the declaration none; never dropped by :func:`drop_unused`."""
 
 
 @attrs.frozen

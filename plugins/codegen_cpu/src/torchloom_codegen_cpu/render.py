@@ -63,7 +63,7 @@ def _var(s: stmt.Var) -> list[str]:
 
 
 def _array(s: stmt.Array) -> list[str]:
-    return [f"{s.ctype} {s.name}[{s.size}];"]
+    return [f"{s.ctype} {s.name}[{s.expr}];"]
 
 
 def _store(s: stmt.Store) -> list[str]:
