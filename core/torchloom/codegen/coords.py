@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchloom.codegen.expr import ATOM, SUM, Code, Literal, Name, Op
+from torchloom.codegen.expr import SUM, Code, Literal, Name, Op, paren
 
 Coords = tuple[Code, ...]
 
@@ -43,10 +43,7 @@ def operand(e: Code | str) -> Code:
     """``e`` as an operand of index arithmetic: as it is when it is a name, a literal or
     one parenthesised whole, else in parentheses."""
     e = node(e)
-    if e.trivial or e.precedence == ATOM or (isinstance(e, Op) and e.opaque
-                                             and enclosed(e.text)):
-        return e
-    return Op("({0})", ATOM, (e,))
+    return e if isinstance(e, Op) and e.opaque and enclosed(e.text) else paren(e)
 
 
 def enclosed(e: str) -> bool:
