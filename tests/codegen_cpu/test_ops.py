@@ -274,17 +274,21 @@ def test_every_reduction_op_matches_eager(registry, codegen, check, dtype, dim):
     assert checked >= (3 if dtype == "b8" else 8)
 
 
-def test_f16_gelu_probe_runs_under_fake_tensor_tracing(codegen, registry):
-    """The probe of eager's f16 GELU (ops._eager_f16_gelu_is_f32s) first asked while torch
-    traces with fake tensors (an f16 GELU under torch.compile) declined the group with
-    DataDependentOutputException; it computes on real tensors whatever mode is active."""
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_gelu_probe_runs_under_fake_tensor_tracing(codegen, registry, dtype):
+    """The probe of eager's GELU (ops.eager_gelu_form) first asked while torch traces with
+    fake tensors (a GELU under torch.compile) declined the group with
+    DataDependentOutputException; it computes on real tensors whatever mode is active, and
+    names the form whose +inf is eager's."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from torchloom_codegen_cpu import ops
-    ops._eager_f16_gelu_is_f32s.cache_clear()
+    ops.eager_gelu_form.cache_clear()
     with FakeTensorMode():
-        text = group_text("%a: f16[4, 40]", "%o = aten.gelu.default(%a) : f16[4, 40]",
-                          "%o: f16[4, 40]")
+        text = group_text(f"%a: {dtype}[4, 40]", f"%o = aten.gelu.default(%a) : {dtype}[4, 40]",
+                          f"%o: {dtype}[4, 40]")
         assert codegen.supports(next(parse_graph(text).nodes), registry) is None
-    inf = torch.full((256,), float("inf"), dtype=torch.float16)
-    assert ops._eager_f16_gelu_is_f32s() == bool(torch.nn.functional.gelu(inf)[0].isnan())
+    form = ops.eager_gelu_form(dtype)
+    assert form in ops.GELU_FORMS
+    inf = torch.full((256,), float("inf"), dtype=DTYPES[dtype])
+    assert (form == "tl_gelu_f32") == bool(torch.nn.functional.gelu(inf)[0].isnan())

@@ -6,7 +6,7 @@ schema name (``{self}``, ``{other}``, ``{alpha}``...). ``$T`` is the C type the 
 in (``float`` or ``double`` for floats) and ``$f`` the libm suffix (``expf`` vs ``exp``), so
 one row serves f32 and f64; ``$exp`` and ``$erf`` are the prelude's inline f32 versions
 (``tl_exp``, within 1.03 ulp; ``tl_erf_fast``, GELU's gradient's; f32 GELU itself is
-``tl_gelu_f32``) and libm's in f64; constants are
+one of ``GELU_FORMS``, the one eager's kernel is on this CPU) and libm's in f64; constants are
 written ``(($T)0.797...)`` so f32 code never computes in double. ``args`` says which dtype the inputs are converted to first: ``"out"``
 (the compute dtype of the result), ``"promote"`` (the promoted input dtype, comparisons),
 ``"keep"`` (as they are), ``"where"`` (condition as bool, the rest as the result) or
@@ -153,23 +153,38 @@ def _gelu(a: Mapping[str, Any], dtype: str = "f32") -> str:
         return (f"($T)0.5 * {{self}} * (($T)1 + $tanh({SQRT_2_PI} * ({{self}} + "
                 f"(($T)0.044715) * {{self}} * {{self}} * {{self}})))")
     exact = f"($T)0.5 * {{self}} * (($T)1 + $erf({{self}} * {SQRT1_2}))"
-    if dtype in ("f32", "bf16") or (dtype == "f16" and _eager_f16_gelu_is_f32s()):
-        return "tl_gelu_f32({self})"  # NaN at +inf and 0.5 applied last, as eager's
-    return exact  # vectorized f32 GELU (prelude.py)
+    if dtype in ("f32", "bf16"):
+        return f"{eager_gelu_form(dtype)}({{self}})"  # the vectorized f32 GELU eager runs
+    if dtype == "f16" and eager_gelu_form("f16") == "tl_gelu_f32":  # its f32 one, rounded
+        return "tl_gelu_f32({self})"
+    return exact
+
+
+#: the prelude's f32 GELUs, by how eager's vectorized kernels treat special values
+#: (prelude.py): NaN at +inf and 0.5 applied last (inf above FLT_MAX / 2), seen on CPUs
+#: with AVX-512; x / 2 * erf + x / 2 (+0.0 at large negative x), eager's f32 on AVX2;
+#: x / 2 * (1 + erf) (-0.0 there), its bf16 and f16 on AVX2
+GELU_FORMS = ("tl_gelu_f32", "tl_gelu_f32_fma", "tl_gelu_f32_half_first")
 
 
 @functools.cache
-def _eager_f16_gelu_is_f32s() -> bool:
-    """Whether eager's vectorized f16 GELU is its f32 GELU rounded on this CPU: NaN at +inf
-    (seen on a CPU with AVX512-FP16) rather than inf (seen on one without; eager's scalar
-    tail, the last elements of a tensor, gives inf on both). Real tensors even when asked
-    while torch traces with fake tensors (an f16 GELU met first under torch.compile: its
-    group was declined, DataDependentOutputException)."""
+def eager_gelu_form(dtype: str) -> str:
+    """Which of :data:`GELU_FORMS` eager's vectorized GELU of ``dtype`` computes on this CPU,
+    told by its values at +inf and -100 (whole vectors: eager's scalar tail, the last
+    elements of a tensor, differs). Real tensors even when asked while torch traces with
+    fake tensors (a GELU met first under torch.compile: its group was declined,
+    DataDependentOutputException)."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily(), torch.no_grad():
-        inf = torch.full((256,), math.inf, dtype=torch.float16)
-        return bool(torch.nn.functional.gelu(inf)[0].isnan().item())
+        x = torch.tensor([math.inf, -100.0] * 128, dtype=getattr(torch, _TORCH_NAMES[dtype]))
+        at_inf, negative = torch.nn.functional.gelu(x)[:2].float().tolist()
+    if math.isnan(at_inf):
+        return "tl_gelu_f32"
+    return "tl_gelu_f32_fma" if math.copysign(1.0, negative) > 0 else "tl_gelu_f32_half_first"
+
+
+_TORCH_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 
 def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:

@@ -251,12 +251,16 @@ static inline float tl_erf_as(float x) {
    erf then GELU cost 27 (the division is the one left; on the Intel Xeon of RESULTS.md
    vdivps bounds the kernel). |x| is clamped at
    4 sqrt(2) (erf(4) rounds to 1) on its bits, as tl_erf_fast does (an integer min, where the
-   float comparisons cost 7 vector operations of 28: 5% of the kernel), and 1 + erf is kept
-   >= 0 (GELU of a large negative x is -0.0); NaN becomes +-4 sqrt(2) there and stays NaN
-   through the final x *, +inf gives NaN and 0.5 is applied last (inf above FLT_MAX / 2), as
-   eager's vectorized kernel. Within 4 ulp + 2e-7 |x| of x Phi(x) in double
-   (tests/codegen_cpu/test_vector_math.py). */
-static inline float tl_gelu_f32(float x) {
+   float comparisons cost 7 vector operations of 28: 5% of the kernel); NaN becomes
+   +-4 sqrt(2) there and stays NaN through the final x *. tl_gelu_erf is erf(x / sqrt 2);
+   at the clamp it is 1 + 5e-8 in magnitude, so 1 + erf is kept >= 0 (GELU of a large
+   negative x is then -0.0, and -inf gives NaN). Three forms, one per way eager's vectorized
+   kernels treat special values (ops.py: GELU_FORMS, told by probing eager): tl_gelu_f32
+   gives NaN at +inf and applies 0.5 last (inf above FLT_MAX / 2), as eager on AVX-512;
+   tl_gelu_f32_fma is x/2 erf + x/2 with erf clamped to [-1, 1] (+0.0 at large negative x),
+   eager's f32 on AVX2; tl_gelu_f32_half_first is x/2 (1 + erf), eager's bf16 on AVX2.
+   Within 4 ulp + 2e-7 |x| of x Phi(x) in double (tests/codegen_cpu/test_vector_math.py). */
+static inline float tl_gelu_erf(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);
   uint32_t m = u & 0x7fffffffu;
@@ -264,11 +268,25 @@ static inline float tl_gelu_f32(float x) {
   float z;
   memcpy(&z, &m, 4);
   const float s = z * z;
-@GELU_RATIONAL@  /* 1 + erf, at least 0: contracted to an fma, the rational at the clamp gives
-     -5e-8, not 0 (so -inf would give +inf, not NaN) */
-  const float e1 = z * (p / q) + 1.0f;
+@GELU_RATIONAL@  return z * (p / q);
+}
+
+static inline float tl_gelu_f32(float x) {
+  /* 1 + erf, at least 0: contracted to an fma */
+  const float e1 = tl_gelu_erf(x) + 1.0f;
   const float y = x * (e1 > 0.0f ? e1 : 0.0f) * 0.5f;
   return x == INFINITY ? NAN : y;
+}
+
+static inline float tl_gelu_f32_fma(float x) {
+  const float e = tl_gelu_erf(x);
+  const float h = x * 0.5f;
+  return h * (e > 1.0f ? 1.0f : e < -1.0f ? -1.0f : e) + h;
+}
+
+static inline float tl_gelu_f32_half_first(float x) {
+  const float e1 = tl_gelu_erf(x) + 1.0f;
+  return x * 0.5f * (e1 > 0.0f ? e1 : 0.0f);
 }
 
 /* floor division of floats exactly as eager's div_floor_floating (Python semantics) */
