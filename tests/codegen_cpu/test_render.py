@@ -13,6 +13,7 @@ def test_statements_render_as_c_lines():
     assert render([Store(Element("out_y", "x * 8 + r"), "t1")]) == ["out_y[x * 8 + r] = t1;"]
     assert render([Update("acc", "+=", "t1 * t1")]) == ["acc += t1 * t1;"]
     assert render([Select("acc", "t1 > acc", "t1")]) == ["acc = t1 > acc ? t1 : acc;"]
+    assert render([Update("best", "=", "t1")]) == ["best = t1;"]  # set (arg reductions)
 
 
 def test_masked_statements_take_their_side_effect_where_the_mask_holds():
@@ -26,6 +27,8 @@ def test_masked_statements_take_their_side_effect_where_the_mask_holds():
         "acc *= r >= 16 ? ((float)2.0) : 1;"]
     assert masked(Update("acc", "*=", "t1")) == ["acc *= r >= 16 ? (t1) : 1;"]  # text: unknown
     assert masked(Select("acc", "t1 > acc", "t1")) == ["acc = r >= 16 && (t1 > acc) ? t1 : acc;"]
+    # a set keeps the value where the mask fails (no neutral value to set)
+    assert masked(Update("best", "=", expr.Name("t1"))) == ["best = r >= 16 ? t1 : best;"]
     # lanes masked off write back the element they read
     assert masked(Store(Element("o", "r"), "a + b")) == ["o[r] = r >= 16 ? (a + b) : o[r];"]
 

@@ -18,7 +18,8 @@ read as text, :func:`lexed`).
 - :class:`Assign`: ``name = expr``, a name bound or bound again in a target without
   declarations (Triton: a value, a coordinate, an accumulator's next value);
 - :class:`Store`: ``pointer[offset] = value;``;
-- :class:`Update`: ``target op= value;``, an accumulation (``+=``, ``*=``, ``|=``);
+- :class:`Update`: ``target op= value;``, an accumulation (``+=``, ``*=``, ``|=``), or
+  ``target = value;`` (``=``) into a variable declared before (an arg reduction's best);
 - :class:`Select`: ``target = cond ? value : target;``, a max/min accumulation;
 - :class:`Loop`: ``for var in [start, end)`` (by ``step``) with the target's annotation
   (a SIMD pragma), its per-iteration coordinates (``head``) and its body;
@@ -207,8 +208,9 @@ class Store:
 
 @attrs.frozen
 class Update:
-    """``target op value;`` (``op``: ``+=``, ``*=``, ``|=``): an accumulation into a name
-    or an element; with ``mask``, only where it holds."""
+    """``target op value;`` (``op``: ``+=``, ``*=``, ``|=``; ``=``: set, a variable a
+    branch changes): an accumulation into a name or an element; with ``mask``, only where
+    it holds."""
 
     target: Union[str, Element]
     op: str

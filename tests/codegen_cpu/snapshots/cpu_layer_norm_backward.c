@@ -75,9 +75,13 @@ void fused_mul_sum_sub_div_add_c797fe3819(const float* restrict in_g, const floa
     const int64_t e1 = (xb + 1) * 3 / n_xb * 16;
     const int64_t c1 = e1 < 48 ? e1 : 48;
     float acc_sum1[48];
-    for (int64_t x = 0; x < c1 - c0; x++) acc_sum1[x] = 0;
+    for (int64_t x = 0; x < c1 - c0; x++) {
+      acc_sum1[x] = 0;
+    }
     float acc_sum2[48];
-    for (int64_t x = 0; x < c1 - c0; x++) acc_sum2[x] = 0;
+    for (int64_t x = 0; x < c1 - c0; x++) {
+      acc_sum2[x] = 0;
+    }
     for (int64_t r = 0; r < 64; r++) {
       const float m5 = in_m[r];
       const float vr7 = in_r[r];

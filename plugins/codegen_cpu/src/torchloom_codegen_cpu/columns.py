@@ -145,16 +145,20 @@ def _accumulators(w: Writer, nodes: list, block) -> list:
             dtype = sum_dtype(dtype, w.rnumel, 1)
         acc = em.fresh(f"acc_{kind}")
         em.statement(stmt.Array(CTYPE[dtype], acc, str(block)), False)
-        em.statement(stmt.Raw(f"for (int64_t x = 0; x < c1 - c0; x++) {acc}[x] = "
-                              f"{identity(kind, dtype)};"), False)
+        em.statement(_fill(acc, identity(kind, dtype)), False)
         nan = None
         if kind in ("max", "min") and dtype in FLOATS:
             nan = em.fresh("nan")
             em.statement(stmt.Array("int", nan, str(block)), False)
-            em.statement(stmt.Raw(f"for (int64_t x = 0; x < c1 - c0; x++) {nan}[x] = 0;"),
-                         False)
+            em.statement(_fill(nan, "0"), False)
         accs.append((node, kind, dtype, acc, nan))
     return accs
+
+
+def _fill(array: str, value: str) -> stmt.Loop:
+    """The loop setting a block's ``c1 - c0`` accumulators to ``value``."""
+    x = expr.Name("x")
+    return stmt.Loop("x", "0", "c1 - c0", (stmt.Store(stmt.Element(array, x), value),))
 
 
 def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,

@@ -155,7 +155,8 @@ def shifted_moments(w: Writer, value: Callable[[], Expr],
     em = w.em
     shift = first_value(w, value, "shift")
     total, squares = em.fresh("acc_sum"), em.fresh("acc_sq")
-    em.statement(stmt.Raw(f"double {total} = 0, {squares} = 0;"), False)
+    em.statement(stmt.Var("double", total, "0"), False)
+    em.statement(stmt.Var("double", squares, "0"), False)
     em.begin_phase()
     d = em.emit(f"{par(em.convert(value(), 'f64').code)} - {shift}", "f64", "dev")
     em.statement(stmt.Update(total, "+=", d.code), True)
@@ -184,7 +185,7 @@ def first_value(w: Writer, value: Callable[[], Expr], hint: str) -> str:
 
     def write() -> None:
         em.begin_phase()
-        em.statement(stmt.Raw(f"{name} = {em.convert(value(), 'f64').text};"), True)
+        em.statement(stmt.Update(name, "=", em.convert(value(), "f64").code), True)
         em.end_phase(None, "r", "0", "1", w.r_header)
     w.aside(write)
     return name
@@ -230,7 +231,8 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
     better = f"{v} > {best}" if kind == "argmax" else f"{v} < {best}"
     if dtype in FLOATS:  # the first NaN wins and stays
         better = f"{best} == {best} && ({better} || {v} != {v})"
-    em.statement(stmt.Raw(f"if ({better}) {{ {best} = {v}; {index} = r; }}"), True)
+    em.statement(stmt.If(better, (stmt.Update(best, "=", v), stmt.Update(index, "=", "r"))),
+                 True)
     # in order, no SIMD: ties go to the lowest index
     em.end_phase(None, "r", "0", str(w.rbound), w.r_header)
     return Expr(expr.Name(best), dtype), Expr(expr.Name(index), "i64")

@@ -78,6 +78,8 @@ def _update(s: stmt.Update) -> list[str]:
     t = _target(s.target)
     if s.mask is None:
         return [f"{t} {s.op} {s.value};"]
+    if s.op == "=":  # a value set where the mask holds, kept elsewhere
+        return [f"{t} = {s.mask} ? {par(s.value)} : {t};"]
     return [f"{t} {s.op} {s.mask} ? {par(s.value)} : {_NEUTRAL[s.op]};"]
 
 
