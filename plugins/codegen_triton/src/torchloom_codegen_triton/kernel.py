@@ -36,6 +36,7 @@ from typing import Any
 from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, schedule,
                            stmt, writer)
 
+from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Emitter, Expr, par
 from torchloom_codegen_triton.indexing import Coords, Unsupported
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, REDUCTIONS, STORAGE, VIEWS,
@@ -287,9 +288,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             _max_offset(tensor_type(v)) >= 2 ** 31 for v in [*self.region.inputs,
                                                               *self.region.outputs]
             if isinstance(v.type, TensorType))
-        pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        pid = lanes.program(0, wide)
         for k in range(len(self.symbols) if wide else 0):  # size math in 64 bits too
-            em.statement(stmt.Assign(f"ks{k}", f"tl.cast(ks{k}, tl.int64)"), False)
+            em.statement(stmt.Assign(f"ks{k}", lanes.to_int64(f"ks{k}")), False)
         rows, rnumel = self.ix.size(self.rows), self.ix.size(self.rnumel)
         if self.tiles is not None:
             coords = tile_coords(self, *self.tiles)
@@ -297,7 +298,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 self.store(i, v, coords)
             return em.lines
         if self.kind == "pointwise":
-            em.statement(stmt.Assign("xindex", f"{pid} * XBLOCK + tl.arange(0, XBLOCK)"), False)
+            em.statement(stmt.Assign("xindex", lanes.block_lanes(pid, "XBLOCK")), False)
             em.statement(stmt.Assign("xmask", _below(_XINDEX, self.ix.size_code(self.numel))),
                          False)
             walks: dict[tuple, Coords] = {}
@@ -317,7 +318,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return em.lines
         self._row_coordinates(pid)
         if self.split is not None:  # this program's chunk; _finish combines the chunks
-            em.statement(stmt.Assign("rstart", f"tl.program_id(1) * {self.split.chunk}"), False)
+            em.statement(stmt.Assign("rstart", lanes.times(lanes.program(1), self.split.chunk)),
+                         False)
             self.split.body()
             return em.lines
         if self.looped:  # one pass per level of reductions (looped.py)
@@ -340,17 +342,18 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return [*init, stmt.Loop("it", "0", blocks, tuple(em.lines + update)), *store]
         return em.lines
 
-    def _row_coordinates(self, pid: str) -> None:
+    def _row_coordinates(self, pid: expr.Code) -> None:
         """Write a reduction's row and element coordinates: ``row``, ``row_keepdim``,
         ``full`` and the ``r_header`` every loop over the row starts with."""
         em = self.em
-        block = pid if self.col is None else f"({pid} + it * {self.col.programs})"
-        em.statement(stmt.Assign("xindex", f"({block} * XBLOCK + tl.arange(0, XBLOCK))"
-                                           f"[:, None]"), False)
+        block = pid if self.col is None else \
+            lanes.plus(pid, lanes.times("it", self.col.programs))
+        em.statement(stmt.Assign("xindex", lanes.column(lanes.block_lanes(block, "XBLOCK"))),
+                     False)
         em.statement(stmt.Assign("xmask", _below(_XINDEX, self.ix.size_code(self.rows))), False)
         xs = self.coords("x", "xindex", self.kept_shape, False)
-        rheader = [stmt.Assign("rindex", "roff + tl.arange(0, RBLOCK)[None, :]" if self.looped
-                               else "tl.arange(0, RBLOCK)[None, :]"),
+        lane = lanes.row(lanes.arange("RBLOCK"))
+        rheader = [stmt.Assign("rindex", lanes.plus("roff", lane) if self.looped else lane),
                    stmt.Assign("rmask", _below(expr.Name("rindex"),
                                                self.ix.size_code(self.rnumel)))]
         em.mark_r("rindex", "rmask", "roff")
@@ -369,8 +372,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         """The rows of a split reduction's finishing kernel (``FBLOCK`` per program):
         ``row`` and ``row_keepdim``."""
         em = self.em
-        em.statement(stmt.Assign("xindex", "(tl.program_id(0) * FBLOCK + "
-                                           "tl.arange(0, FBLOCK))[:, None]"), False)
+        em.statement(stmt.Assign("xindex", lanes.column(lanes.block_lanes(lanes.program(0),
+                                                                          "FBLOCK"))), False)
         em.statement(stmt.Assign("xmask", _below(_XINDEX, self.ix.size_code(self.rows))), False)
         self.row = tuple(self.coords("x", "xindex", self.kept_shape, False))
         keep = iter(self.row)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from torchloom.api import Node, Value, stmt
 
+from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
                                           REDUCE_HELPERS, REDUCTIONS, STORAGE, literal)
@@ -89,11 +90,12 @@ class ColumnPartials:
             acc = f"cacc{k}"
             init.append(stmt.Assign(acc, f"tl.full([1, RBLOCK], {identity}, tl.float32)"))
             update.append(stmt.Assign(acc, COMBINE[kind].format(a=acc, b=block.text)))
-            store.append(stmt.Store(stmt.Element(f"scratch{k}", f"tl.program_id(0) * "
-                                                               f"{w.rnumel} + colidx"),
+            offset = lanes.plus(lanes.times(lanes.program(0), w.ix.size_code(w.rnumel)),
+                                "colidx")
+            store.append(stmt.Store(stmt.Element(f"scratch{k}", offset),
                                     acc, f"colidx < {w.rnumel}"))
         # names bound inside the loop are not defined after it (Triton's loop scoping)
-        colidx = stmt.Assign("colidx", "tl.arange(0, RBLOCK)[None, :]")
+        colidx = stmt.Assign("colidx", lanes.row(lanes.arange("RBLOCK")))
         return init, update, [colidx, *store]
 
     @property
@@ -149,14 +151,16 @@ def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
     params = [f"scratch{k}" for k in range(scratches)]
     params += [name for _, name, _, _, _ in entries] + list(sizes) + ["FBLOCK: tl.constexpr"]
     body: list[stmt.Statement] = [
-        stmt.Assign("cindex", "tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK)[None, :]"),
+        stmt.Assign("cindex", lanes.plus(lanes.times(lanes.program(0), "FBLOCK"),
+                                         lanes.row(lanes.arange("FBLOCK")))),
         stmt.Assign("cmask", f"cindex < {elements}")]
     for k, name, kind, template, dtype in entries:
         identity = IDENTITY[kind]
         block = BLOCK_REDUCE[kind].format(axis=0, x="part")
         body += [stmt.Assign(f"acc{k}", f"tl.full([1, FBLOCK], {identity}, tl.float32)"),
                  stmt.Loop("p0", "0", str(partials), (
-                     stmt.Assign("pindex", f"p0 + tl.arange(0, {FINISH_PARTIALS})[:, None]"),
+                     stmt.Assign("pindex", lanes.plus("p0", lanes.column(
+                         lanes.arange(FINISH_PARTIALS)))),
                      stmt.Assign("part", f"tl.load(scratch{k} + pindex * {elements} + cindex, "
                                          f"(pindex < {partials}) & cmask, other={identity})"),
                      stmt.Assign(f"acc{k}", COMBINE[kind].format(a=f"acc{k}", b=block))),

@@ -26,6 +26,7 @@ from typing import Any
 
 from torchloom.api import expr, indexing, stmt
 
+from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
                                           REDUCE_HELPERS, REDUCTIONS)
@@ -104,8 +105,8 @@ class SplitReduction:
             dtype = COMPUTE[tensor_type(n.outputs[0]).dtype]
             acc = block_reduce(w, kind, lambda src=src: w.value_at(src, w.full), dtype)
             acc = em.convert(acc, "f32")
-            target = stmt.Element(f"scratch{k}",
-                                  f"tl.program_id(1) * {w.ix.size(w.rows)} + xindex")
+            target = stmt.Element(f"scratch{k}", lanes.plus(
+                lanes.times(lanes.program(1), w.ix.size_code(w.rows)), "xindex"))
             em.statement(stmt.Store(target, acc.text, "xmask"), False)
 
     @property
@@ -134,7 +135,7 @@ class SplitReduction:
             combine = stmt.Assign(acc, COMBINE[kind].format(
                 a=acc, b=BLOCK_REDUCE[kind].format(axis=1, x="part")))
             em.statement(stmt.Loop("p0", "0", str(self.splits), (
-                stmt.Assign("pindex", f"p0 + tl.arange(0, {FINISH_PARTIALS})[None, :]"),
+                stmt.Assign("pindex", lanes.plus("p0", lanes.row(lanes.arange(FINISH_PARTIALS)))),
                 stmt.Assign("part", f"tl.load(scratch{k} + pindex * {rows} + xindex, "
                                     f"(pindex < {self.splits}) & xmask, other={identity})"),
                 combine), step=str(FINISH_PARTIALS)), False)

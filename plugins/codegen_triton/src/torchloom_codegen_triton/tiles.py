@@ -22,6 +22,7 @@ from typing import Any
 
 from torchloom.api import expr, indexing, stmt
 
+from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.plan import next_pow2
 from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.tensors import at_point, memory_order, same_shape, tensor_type
@@ -74,12 +75,13 @@ def tile_coords(w: Writer, d0: int, d1: int) -> indexing.Coords:
     em = w.em
     s0, s1 = w.ix.size(w.shape[d0]), w.ix.size(w.shape[d1])
     tx, ty = f"(({s0} + XBLOCK - 1) // XBLOCK)", f"(({s1} + YBLOCK - 1) // YBLOCK)"
-    for name, value in (("pid", "tl.program_id(0)"), ("tx", f"pid % {tx}"),
+    for name, value in (("pid", lanes.program(0)), ("tx", f"pid % {tx}"),
                        ("ty", f"pid // {tx} % {ty}"), ("to", f"pid // ({tx} * {ty})"),
-                       ("xs", "(tx * XBLOCK + tl.arange(0, XBLOCK))[None, :]"),
-                       ("ys", "(ty * YBLOCK + tl.arange(0, YBLOCK))[:, None]"),
+                       ("xs", lanes.row(lanes.block_lanes("tx", "XBLOCK"))),
+                       ("ys", lanes.column(lanes.block_lanes("ty", "YBLOCK"))),
                        ("xmask", f"(xs < {s0}) & (ys < {s1})"),
-                       ("xindex", "ys * XBLOCK + xs")):  # a [YBLOCK, XBLOCK] block of lanes
+                       # a [YBLOCK, XBLOCK] block of lanes
+                       ("xindex", lanes.plus(lanes.times("ys", "XBLOCK"), "xs"))):
         em.statement(stmt.Assign(name, value), False)
     em.mark_x("xs", "ys")
     other = [d for d in range(len(w.shape)) if d not in (d0, d1)]
