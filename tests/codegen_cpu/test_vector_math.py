@@ -14,6 +14,7 @@ import torch
 from torchloom.api import parse_graph
 
 from conftest import group_text
+from torchloom_codegen_cpu import ops
 from torchloom_codegen_cpu.toolchain import build
 
 N = 1 << 16
@@ -91,6 +92,25 @@ def test_gelu_error_bound(results):
     err = (got["gelu"].double() - ref).abs()
     bound = 4 * _ulp(ref) + 2e-7 * xd.abs()
     assert (err <= bound).all(), (err - bound).max().item()
+
+
+@pytest.mark.parametrize("form", ops.GELU_FORMS)
+def test_every_gelu_form_within_the_bound(registry, codegen, monkeypatch, form):
+    """Each of the prelude's GELUs (a kernel calls the one eager's vectorized kernel is on
+    the CPU it is built for: ``ops.eager_gelu_form``) within 4 ulp + 2e-7 |x| of x Phi(x)
+    on every finite input, whichever form this CPU's eager has."""
+    monkeypatch.setattr(ops, "eager_gelu_form", lambda dtype: form)
+    text = group_text(f"%a: f32[{N}]", f"%o = aten.gelu.default(%a) : f32[{N}]",
+                      f"%o: f32[{N}]")
+    kernel = codegen.generate(next(parse_graph(text).nodes), registry)
+    assert f"{form}(" in kernel.source
+    x = _inputs()
+    (got,) = codegen.load_many([kernel], registry)[0](x)
+    xd = x.double()
+    ref = 0.5 * xd * (1 + torch.erf(xd / 2 ** 0.5))
+    err = (got.double() - ref).abs()
+    bound = 4 * _ulp(ref) + 2e-7 * xd.abs()
+    assert (err <= bound).all(), (form, (err - bound).max().item())
 
 
 def test_transcendentals_call_vector_variants(results, codegen):
