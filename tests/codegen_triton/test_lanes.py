@@ -13,7 +13,8 @@ from torchloom_codegen_triton import lanes
 
 def test_coordinates_print_as_triton_reads_them():
     pid = lanes.program(0)
-    assert str(lanes.block_lanes(pid, "XBLOCK")) == "tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)"
+    assert str(lanes.block_lanes(pid, "XBLOCK")) == \
+        "tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)"
     assert str(lanes.program(0, wide=True)) == "tl.program_id(0).to(tl.int64)"
     assert str(lanes.column(lanes.block_lanes(pid, "FBLOCK"))) == \
         "(tl.program_id(0) * FBLOCK + tl.arange(0, FBLOCK))[:, None]"
