@@ -292,3 +292,20 @@ def test_gelu_probe_runs_under_fake_tensor_tracing(codegen, registry, dtype):
     assert form in ops.GELU_FORMS
     inf = torch.full((256,), float("inf"), dtype=DTYPES[dtype])
     assert (form == "tl_gelu_f32") == bool(torch.nn.functional.gelu(inf)[0].isnan())
+
+
+def test_kernels_are_cached_apart_per_gelu_form(codegen, monkeypatch):
+    """A kernel's C source calls the GELU form of the machine that generated it: the codegen's
+    version names the forms, so the kernel cache's keys (disk, shared) differ between
+    machines whose eager GELUs differ (an AVX-512 and an AVX2 one sharing a cache)."""
+    from torchloom.runtime.cache import KernelCache
+
+    from torchloom_codegen_cpu import ops
+    text = group_text("%a: f32[4, 40]", "%o = aten.gelu.default(%a) : f32[4, 40]",
+                      "%o: f32[4, 40]")
+    group = next(parse_graph(text).nodes)
+    here = KernelCache.key(codegen, group)
+    assert ops.eager_gelu_form("f32") in codegen.version
+    other = next(f for f in ops.GELU_FORMS if f != ops.eager_gelu_form("f32"))
+    monkeypatch.setattr(ops, "eager_gelu_form", lambda dtype: other)
+    assert KernelCache.key(codegen, group) != here

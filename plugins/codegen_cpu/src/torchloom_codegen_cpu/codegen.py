@@ -53,7 +53,7 @@ from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSou
                            Reason, TensorType, Written, default_cache_dir, eager_rejects,
                            indexing)
 
-from torchloom_codegen_cpu import memory
+from torchloom_codegen_cpu import memory, ops
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher
@@ -84,7 +84,14 @@ class CpuCodegen:
     """Compiles CPU fusion groups to C (OpenMP threads, SIMD loops) with ``$CC``."""
 
     name = "cpu"
-    version = "1"
+
+    @property
+    def version(self) -> str:
+        """"1" and the forms of eager's GELU this machine's kernels reproduce
+        (``ops.eager_gelu_form``, which differ by CPU): a kernel's C source depends on them,
+        so kernels cached on disk or in a shared cache are kept apart per form, never loaded
+        on a machine whose eager computes another."""
+        return "1:" + ",".join(ops.eager_gelu_form(d) for d in ("f32", "bf16", "f16"))
 
     def __init__(self, *, cache_dir: str | Path | None = None, timeout: float | None = None,
                  artifacts: ArtifactStore | None = None, f16: str | None = None):
