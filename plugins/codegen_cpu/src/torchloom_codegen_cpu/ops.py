@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import InputRef, expr, reductions, writer
+from torchloom.api import DTYPES, InputRef, expr, reductions, writer
 
 #: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
 STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
@@ -177,14 +177,11 @@ def eager_gelu_form(dtype: str) -> str:
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily(), torch.no_grad():
-        x = torch.tensor([math.inf, -100.0] * 128, dtype=getattr(torch, _TORCH_NAMES[dtype]))
+        x = torch.tensor([math.inf, -100.0] * 128, dtype=DTYPES[dtype])
         at_inf, negative = torch.nn.functional.gelu(x)[:2].float().tolist()
     if math.isnan(at_inf):
         return "tl_gelu_f32"
     return "tl_gelu_f32_fma" if math.copysign(1.0, negative) > 0 else "tl_gelu_f32_half_first"
-
-
-_TORCH_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 
 def _gelu_backward(a: Mapping[str, Any], dtype: str = "f32") -> str:

@@ -14,21 +14,20 @@ from __future__ import annotations
 
 from typing import Union
 
-from torchloom.api import expr
+from torchloom.api import expr, indexing
 
 #: an operand: a node, a name (a block size, an index, a size argument) or an int
 Operand = Union[expr.Code, str, int]
 
 
 def node(v: Operand) -> expr.Code:
-    """``v`` as a node: an int is a literal, a string a name (never opaque text)."""
+    """``v`` as a node (``indexing.node``): an int is a literal, a string a name, never
+    opaque text."""
     if isinstance(v, bool) or not isinstance(v, (int, str)):
         return expr.code(v)
-    if isinstance(v, int):
-        return expr.Literal(str(v), v)
-    if not v.isidentifier():
+    if isinstance(v, str) and not v.isidentifier():
         raise ValueError(f"not a name: {v!r}")
-    return expr.Name(v)
+    return indexing.node(str(v))
 
 
 def program(axis: int, wide: bool = False) -> expr.Code:
