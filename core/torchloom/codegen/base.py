@@ -52,6 +52,11 @@ which the kernel may read without asking Python. The plan asks it for the graph'
 which its guards have checked, when they reach a kernel unchanged (``whole`` on the path
 its C check passed: ``guards.FastGuard`` learns only from such tensors).
 
+Outputs laid out as their types: a kernel may have ``exact_layouts = True``: every output
+it returns has its type's strides (dims of size 1 aside), whatever buffers it was given.
+The plan then makes each view of such an output from the output's type alone, in one call
+(:mod:`torchloom.codegen.restride`), instead of calling the view ops one by one.
+
 Autotuning shared by a fleet (the remote cache, :mod:`torchloom.runtime.remote_cache`): a
 kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result tuned
 elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and an

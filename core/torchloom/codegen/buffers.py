@@ -56,6 +56,7 @@ from collections.abc import Callable, Collection, Mapping
 
 import attrs
 
+from torchloom.codegen.restride import RESTRIDE
 from torchloom.ir.graph import CONSTANT, Graph, Node, Value
 from torchloom.ir.types import TensorType
 
@@ -297,6 +298,8 @@ def _fresh_outputs(node: Node, registry, kernels) -> tuple[bool | None, dict[int
         return (True if getattr(kernels[node], "into", None) is not None else None), {}
     if node.op == CONSTANT:
         return False, {}  # one tensor shared by every call
+    if node.op == RESTRIDE:
+        return False, {0: 0}  # a view of its base (restride.py)
     opdef = registry.lookup(node.op)
     if opdef is None or opdef.fn is None:
         return None, {}

@@ -153,6 +153,18 @@ def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:
     return f"_symbolic_guard({', '.join(f'a{i}' for i, _ in symbolic)})"
 
 
+def layout_checked(inputs: Sequence[Value]) -> list[Value]:
+    """The inputs with symbolic sizes whose every size and stride :func:`symbolic_guard`
+    checks (over the same ``inputs``): their layout is their type's once it passed."""
+    symbolic = [v for v in inputs if isinstance(v.type, TensorType) and not v.type.is_static]
+    bound = bind_symbols([v.type.shape if isinstance(v.type, TensorType) else None
+                          for v in inputs])
+    return [v for v in symbolic
+            if all(_checkable(d, bound) for d in v.type.shape) and (
+                v.type.strides is None or symbolic_contiguous(v.type.shape, v.type.strides)
+                or all(_checkable(s, bound) for s in v.type.strides))]
+
+
 def _source(d) -> str:
     return python_source(d, lambda s: f"sym_{s}")
 

@@ -18,9 +18,13 @@ import attrs
 from torchloom.codegen.base import RegionKernel
 from torchloom.codegen.buffers import Reuse, plan_reuse, view_of
 from torchloom.codegen.constants import fold_constants
-from torchloom.codegen.guards import FastGuard, faking, guard_expressions, symbolic_guard
+from torchloom.codegen.guards import (FastGuard, faking, guard_expressions, layout_checked,
+                                      symbolic_guard)
 from torchloom.codegen.lowering import lower
+from torchloom.codegen.restride import RESTRIDE, binding_lines, fold_views, make_restride, \
+    symbols as restride_symbols, source as restride_source
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
+from torchloom.ir.symbols import guard_namespace
 from torchloom.ops.registry import OpRegistry
 
 _LITERAL_TYPES = (int, bool, str, type(None))
@@ -96,8 +100,11 @@ def build_function(graph: Graph, registry: OpRegistry,
                 f"    if _faking(): return _guard_failed({args}, None)"]
             symbolic_lines += [f"    if (_failed := {symbolic}) is not None:",
                                f"        return _guard_failed({args}, _failed)"]
-    reuse = plan_reuse(graph, registry, kernels, donated)
     trusted = _trusted(graph, [graph.inputs[i] for i, _ in checks])
+    # views of tensors laid out as their types say: one strided view each (restride.py)
+    checked_whole = layout_checked(graph.inputs[:len(guarded)]) if symbolic_lines else []
+    fold_views(graph, registry, kernels, trusted | _trusted(graph, checked_whole))
+    reuse = plan_reuse(graph, registry, kernels, donated)
     body = _Body(graph, registry, kernels, reuse, trusted, boxed)
     namespace = dict(env)
     if fast is None:
@@ -142,6 +149,12 @@ class _Body:
         graph, reuse = self.graph, self.reuse
         lines: list[str] = []
         last_use = _last_uses(graph, inputs=self.boxed)
+        views = [node for node in graph.nodes if node.op == RESTRIDE]
+        if views:  # the sizes the views' statements read, and their function
+            env["_restride"] = make_restride()
+            env.update(guard_namespace())
+            lines += binding_lines(graph, names, {s for node in views
+                                                  for s in restride_symbols(node)})
         unread = [names[v] for v in last_use.get(-1, ()) if v not in reuse.held]
         if unread:  # inputs nothing reads (boxed): dropped once the guards passed
             lines.append("    " + " = ".join(unread) + " = None")
@@ -276,6 +289,8 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
+    if node.op == RESTRIDE:
+        return f"{outs[0]} = {restride_source(node, names[node.inputs[0]])}"
     fname = f"f{idx}"
     if node in kernels and donors:  # writes outputs into the dead buffers given first
         kernel = _trusting(kernels[node], node, donors, trusted, whole)

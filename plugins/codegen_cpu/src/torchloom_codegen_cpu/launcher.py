@@ -58,6 +58,10 @@ class Launcher:
     arithmetic only) and fixed templates: metadata read back from a cache never writes
     code."""
 
+    #: its outputs are laid out as their types (the codegen protocol): allocated so, or
+    #: given buffers used only when they are
+    exact_layouts = True
+
     def __init__(self, lib: ctypes.CDLL, meta: dict[str, Any]):
         self.lib = lib  # keeps the library loaded
         self.meta = meta
@@ -92,6 +96,8 @@ class Launcher:
 
 class _Trusting:
     """A :class:`Launcher` trusting the layouts of some inputs and given outputs."""
+
+    exact_layouts = True
 
     def __init__(self, base: Launcher, inputs: frozenset[int], outputs: frozenset[int],
                  whole: bool):

@@ -232,6 +232,9 @@ class Launcher:
     """``kernel(*inputs) -> outputs``: allocates outputs, fixes unexpected input strides,
     launches; the first call autotunes when asked to."""
 
+    #: its outputs are allocated with their types' strides (the codegen protocol)
+    exact_layouts = True
+
     def __init__(self, fn, meta: dict[str, Any], config: dict[str, int], tune_path: Path | None,
                  verbose: bool, interpret: bool = False, finish=None):
         self.fn, self.meta, self.config = fn, meta, config

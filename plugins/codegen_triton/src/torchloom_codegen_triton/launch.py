@@ -40,6 +40,9 @@ _WIDE = 2 ** 31
 class SymbolicLauncher:
     """``kernel(*inputs) -> outputs`` for a kernel with symbolic sizes."""
 
+    #: its outputs are allocated with their types' strides (the codegen protocol)
+    exact_layouts = True
+
     def __init__(self, module, meta: dict[str, Any], dtypes: dict[str, torch.dtype],
                  tune_stem: Path | None, verbose: bool, interpret: bool,
                  wide_search: bool = False):
