@@ -30,7 +30,8 @@ from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_l
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS,
                                        literal)
-from torchloom_codegen_cpu.overrun import PARALLEL_FOR, chunked, row_offsets
+from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, row_offsets,
+                                          work)
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
 from torchloom_codegen_cpu.render import Simd, in_block, pure, render
@@ -41,10 +42,6 @@ ZERO, is_zero = indexing.ZERO, indexing.is_zero
 prod = indexing.prod
 
 SCALAR_DTYPES = writer.SCALAR_DTYPES
-#: below this many elements a kernel reading and writing two arrays runs on one thread (a
-#: parallel region costs ~µs); one touching k arrays does from ``2 * PARALLEL_MIN / k``
-#: elements (the same bytes: an optimizer step's nest reads four and writes three)
-PARALLEL_MIN = 32768
 #: the innermost dim of a pointwise walk is split into chunks of this many elements
 CHUNK = 4096
 #: a walk over every element at once (``tensors.walked_flat``) runs in chunks of this many:
@@ -450,7 +447,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         #: (the declarations before the loop, a row's lines, the arrays it touches): what
         #: team.py writes the nest from where a function's nests share one parallel region
         self.rendered = (render(before), render(body), len(arrays))
-        lines = self._loop(self.rendered[1], -(-2 * PARALLEL_MIN // max(len(arrays), 2)))
+        lines = self._loop(self.rendered[1], -(-2 * PARALLEL_MIN // work(1, len(arrays))))
         return in_block(self.rendered[0], lines)
 
     def _loop(self, lines: list[str], least: int) -> list[str]:

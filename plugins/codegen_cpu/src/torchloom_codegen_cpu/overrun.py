@@ -28,6 +28,18 @@ from torchloom.api import TensorType
 #: whose threads share the rows out themselves (:func:`chunked`)
 PARALLEL_FOR = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
 PARALLEL = "#pragma omp parallel num_threads(nthreads)"
+#: below this many elements a kernel reading and writing two arrays runs on one thread (a
+#: parallel region costs ~µs); one touching k arrays does from ``2 * PARALLEL_MIN / k``
+#: elements (the same bytes: an optimizer step's nest reads four and writes three)
+PARALLEL_MIN = 32768
+
+
+def work(numel: int, arrays: int) -> int:
+    """A nest's work in element-arrays: its elements times the arrays it touches (at least
+    two); threads pay from ``2 * PARALLEL_MIN`` of it (kernel.py and team.py both ask)."""
+    return numel * max(arrays, 2)
+
+
 #: C condition under which a row may run past its end (see the module docstring)
 GUARD = "x != x_last"
 #: the longest row that runs past its end: through torch.compile, one thread, softmax over

@@ -19,9 +19,9 @@ still gets every thread (in a cold cache two threads stream more than one).
 
 from __future__ import annotations
 
-from torchloom_codegen_cpu.kernel import PARALLEL_MIN, KernelWriter
+from torchloom_codegen_cpu.kernel import KernelWriter
 from torchloom_codegen_cpu.render import in_block
-from torchloom_codegen_cpu.overrun import PARALLEL
+from torchloom_codegen_cpu.overrun import PARALLEL, PARALLEL_MIN, work
 
 #: below this many element-arrays (elements times arrays touched) a nest of a team runs
 #: on one thread: a barrier's cost against a share of the work
@@ -38,7 +38,7 @@ def teamable(nests: list[KernelWriter]) -> bool:
                 or w.staged or not isinstance(w.loop.trips, int) or \
                 not isinstance(w.numel, int):
             return False
-    return sum(w.numel * max(w.rendered[2], 2) for w in nests) >= 2 * PARALLEL_MIN
+    return sum(work(w.numel, w.rendered[2]) for w in nests) >= 2 * PARALLEL_MIN
 
 
 def team_body(nests: list[KernelWriter]) -> list[str]:
@@ -48,7 +48,7 @@ def team_body(nests: list[KernelWriter]) -> list[str]:
         before, body, arrays = w.rendered
         loop = [f"for (int64_t x = 0; x < {w.loop.trips}; x++) {{",
                 *("  " + line for line in body), "}"]
-        shared = w.loop.trips > 1 and w.numel * max(arrays, 2) >= SHARED_MIN
+        shared = w.loop.trips > 1 and work(w.numel, arrays) >= SHARED_MIN
         pragma = "#pragma omp for schedule(static)" if shared else "#pragma omp single"
         lines += ["  " + line for line in in_block(before, [pragma, *loop])]
     return lines + ["}"]
