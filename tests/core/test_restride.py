@@ -112,6 +112,21 @@ def test_a_view_written_in_place_writes_its_base():
     assert w.storage_offset() == 2 and w.stride() == (6,)
 
 
+def test_a_graph_reshaping_a_tensor_in_place_folds_nothing():
+    """After ``t_`` the view it transposed is no longer laid out as its type said: a
+    graph with such an op keeps its view ops."""
+    def fn(a, b):
+        m = a @ b
+        v = m.view(2, 12)
+        v.t_()
+        return v.view(-1, 4) if v.is_contiguous() else v.unsqueeze(0), m.t()
+    a, b = torch.randn(4, 3), torch.randn(3, 6)
+    plan = _plan(fn, [a, b])
+    assert "_restride" not in plan.source, plan.source
+    for g, w in zip(plan.fn(a, b), fn(a, b)):
+        _same_view(g, w)
+
+
 def test_guarded_inputs_are_bases_and_symbolic_sizes_read_from_them():
     """A compiled graph's guarded inputs are laid out as their types: their views fold,
     symbolic sizes (``s0``) read from the input's shape."""

@@ -22,6 +22,7 @@ from torchloom.codegen.guards import (FastGuard, faking, guard_expressions, layo
                                       symbolic_guard)
 from torchloom.codegen.lowering import lower
 from torchloom.codegen.restride import RESTRIDE, binding_lines, fold_views, make_restride, \
+    reshapes, \
     symbols as restride_symbols, source as restride_source
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
 from torchloom.ir.symbols import guard_namespace
@@ -253,16 +254,10 @@ def _last_uses(graph: Graph, inputs: bool = False) -> dict[int, list[Value]]:
     return result
 
 
-#: in-place aten ops that change a tensor's shape or strides: a graph input one of them
-#: reads is not laid out as its guard checked for the rest of the plan
-_RESHAPING = frozenset(("resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_",
-                        "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "detach_"))
-
-
 def _trusted(graph: Graph, checked: list[Value]) -> frozenset[Value]:
     """The guarded graph inputs (``checked``, static types) whose layout holds for the
     whole call: no op reshaping a tensor in place reads them."""
-    reshaped = {v for node in graph.nodes if node.op.split(".")[:2][-1] in _RESHAPING
+    reshaped = {v for node in graph.nodes if reshapes(node)
                 for v in node.inputs}
     return frozenset(v for v in checked if v not in reshaped)
 

@@ -62,12 +62,25 @@ DENSE_RESULTS = frozenset(("aten.mm.default", "aten.bmm.default", "aten.addmm.de
 
 Offset = tuple[tuple[int, Dim], ...]
 
+#: in-place aten ops that change a tensor's shape or strides: a graph input one of them
+#: reads is not laid out as its guard checked for the rest of the plan, and no value of a
+#: graph holding one is folded here (a view may be restrided in place after it was made)
+RESHAPING = frozenset(("resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_",
+                       "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "detach_"))
+
+
+def reshapes(node: Node) -> bool:
+    """Whether ``node`` is an op of :data:`RESHAPING`."""
+    return node.op.split(".")[:2][-1] in RESHAPING
+
 
 def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
                exact_inputs: Collection[Value]) -> int:
     """Replace the views of bases of known layout (module docstring) by ``torchloom.restride``
     nodes reading the base; views nothing else reads go. ``graph`` is the plan's own flat
     copy (``lowering.lower``). Returns how many view nodes were replaced."""
+    if any(reshapes(node) for node in graph.nodes):
+        return 0
     bound = set(bind_symbols([v.type.shape if isinstance(v.type, TensorType) else None
                               for v in graph.inputs]))
     exact = set(exact_inputs)
@@ -257,5 +270,5 @@ def make_restride() -> Callable:
     return restride
 
 
-__all__ = ["RESTRIDE", "SAME_START", "MOVED_START", "DENSE_RESULTS", "fold_views",
+__all__ = ["RESTRIDE", "RESHAPING", "reshapes", "SAME_START", "MOVED_START", "DENSE_RESULTS", "fold_views",
            "strides_of", "symbols", "source", "binding_lines", "make_restride"]
