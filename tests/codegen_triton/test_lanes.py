@@ -67,3 +67,52 @@ def test_block_lanes_evaluate_as_python_does(axis, wide, size):
     text = str(lanes.times(lanes.program(axis, wide), size))
     assert eval(text, env) == (axis + 3) * n
     assert eval(str(lanes.arange(size)), env) == list(range(n))
+
+
+def test_blocks_masks_and_calls_print_as_triton_reads_them():
+    acc = lanes.full(["XBLOCK", "RBLOCK"], lanes.constant('float("-inf")'), "tl.float32")
+    assert str(acc) == 'tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)'
+    assert str(lanes.full([1, "FBLOCK"], 0, "tl.int32")) == "tl.full([1, FBLOCK], 0, tl.int32)"
+    masked = lanes.where(lanes.both("xmask", "rmask"), "x", lanes.constant("0.0"))
+    assert str(masked) == "tl.where(xmask & rmask, x, 0.0)"
+    assert str(lanes.plus("rindex", lanes.full(["XBLOCK", "RBLOCK"], 0, "tl.int32"))) == \
+        "rindex + tl.full([XBLOCK, RBLOCK], 0, tl.int32)"
+    running = lanes.times("osum", lanes.where(lanes.equal("omax", "onew"), lanes.constant("1.0"),
+                                              lanes.call("tl.exp", lanes.minus("omax", "onew"))))
+    assert str(running) == "osum * tl.where(omax == onew, 1.0, tl.exp(omax - onew))"
+    assert str(lanes.over("d", lanes.plus("n", 1))) == "d / (n + 1)"
+    assert str(lanes.minus("a", lanes.minus("b", "c"))) == "a - (b - c)"
+    assert {"omax", "onew", "osum"} <= stmt.Assign("osum", running).names
+    with pytest.raises(ValueError, match="not a function name"):
+        lanes.call("tl.exp(x) + f", "y")
+
+
+@st.composite
+def _trees(draw, depth=3):
+    """A random tree of the arithmetic nodes over small ints, and its value."""
+    if depth == 0 or draw(st.booleans()):
+        n = draw(st.integers(-4, 9))
+        return lanes.node(n) if n >= 0 else lanes.constant(f"({n})"), n
+    kind = draw(st.sampled_from(["plus", "minus", "times", "over", "where"]))
+    (a, x), (b, y) = draw(_trees(depth - 1)), draw(_trees(depth - 1))
+    if kind == "over" and y == 0:
+        return a, x
+    if kind == "where":
+        (c, z), _ = draw(_trees(depth - 1)), None
+        return lanes.where(lanes.equal(c, a), b, a), (y if z == x else x)
+    values = {"plus": x + y, "minus": x - y, "times": x * y, "over": x / y if y else 0}
+    return getattr(lanes, kind)(a, b), values[kind]
+
+
+@given(_trees())
+def test_arithmetic_nodes_are_parenthesised_as_python_evaluates_them(tree):
+    """Printed, a tree evaluates (Python's precedence is Triton's) to the value its
+    structure gives: no operand loses the parentheses it needs."""
+    node, value = tree
+
+    class Tl:
+        @staticmethod
+        def where(c, a, b):
+            return a if c else b
+    got = eval(str(node), {"tl": Tl})  # noqa: S307 (the test's own trees)
+    assert got == pytest.approx(value)

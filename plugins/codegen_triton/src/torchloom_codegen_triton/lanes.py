@@ -8,10 +8,15 @@ precedence, whose names (``XBLOCK``, ``roff``, ``it``) a statement's scan finds 
     '(tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK))[:, None]'
     >>> str(plus("p0", row(arange(32))))
     'p0 + tl.arange(0, 32)[None, :]'
+    >>> str(full(["XBLOCK", "RBLOCK"], constant('float("-inf")'), "tl.float32"))
+    'tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)'
+    >>> str(where("rmask", "x", constant("0.0")))
+    'tl.where(rmask, x, 0.0)'
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Union
 
 from torchloom.api import expr, indexing
@@ -51,6 +56,32 @@ def plus(a: Operand, b: Operand) -> expr.Code:
                                            expr.paren(node(b), expr.PRODUCT)))
 
 
+def minus(a: Operand, b: Operand) -> expr.Code:
+    return expr.Op("{0} - {1}", expr.SUM, (expr.paren(node(a), expr.SUM),
+                                           expr.paren(node(b), expr.PRODUCT)))
+
+
+def over(a: Operand, b: Operand) -> expr.Code:
+    """``a / b``."""
+    return expr.Op("{0} / {1}", expr.PRODUCT, (expr.paren(node(a), expr.PRODUCT),
+                                               expr.paren(node(b), expr.POSTFIX)))
+
+
+def equal(a: Operand, b: Operand) -> expr.Code:
+    """``a == b`` (arithmetic binds tighter: its operands need no parentheses)."""
+    return expr.Op("{0} == {1}", expr.LOWEST, (expr.paren(node(a), expr.SUM),
+                                               expr.paren(node(b), expr.SUM)))
+
+
+def call(function: str, *args: Operand) -> expr.Code:
+    """``function(args...)``: a call of a Triton function (``tl.exp``) or of a helper the
+    generated module defines (``_maximum``); ``function`` is the writer's own name."""
+    if not all(part.isidentifier() for part in function.split(".")):
+        raise ValueError(f"not a function name: {function!r}")
+    fields = ", ".join(f"{{{k}}}" for k in range(len(args)))
+    return expr.Op(f"{function}({fields})", expr.POSTFIX, tuple(map(node, args)))
+
+
 def times(a: Operand, b: Operand) -> expr.Code:
     return expr.Op("{0} * {1}", expr.PRODUCT, (expr.paren(node(a), expr.PRODUCT),
                                                expr.paren(node(b), expr.POSTFIX)))
@@ -69,3 +100,29 @@ def column(v: Operand) -> expr.Code:
 def row(v: Operand) -> expr.Code:
     """``v[None, :]``: a block of lanes laid along a 2-D block's second axis."""
     return expr.Op("{0}[None, :]", expr.POSTFIX, (expr.paren(node(v), expr.POSTFIX),))
+
+
+def constant(text: str) -> expr.Code:
+    """A constant as the kernel spells it (``0.0``, ``float("-inf")``, an integer type's
+    least value ``-9223372036854775807 - 1``): a literal, for a call's argument."""
+    return expr.Literal(text)
+
+
+def full(shape: Sequence[Operand], value: Operand, dtype: str) -> expr.Code:
+    """``tl.full([a, b], value, dtype)``: a block of one value (an accumulator's start);
+    ``dtype`` a Triton dtype (``tl.float32``)."""
+    dims = ", ".join(f"{{{k}}}" for k in range(len(shape)))
+    n = len(shape)
+    return expr.Op(f"tl.full([{dims}], {{{n}}}, {{{n + 1}}})", expr.POSTFIX,
+                   (*map(node, shape), node(value), expr.Literal(dtype)))
+
+
+def where(condition: Operand, a: Operand, b: Operand) -> expr.Code:
+    """``tl.where(condition, a, b)``: ``a`` in the lanes where ``condition`` holds, else ``b``."""
+    return expr.Op("tl.where({0}, {1}, {2})", expr.POSTFIX, tuple(map(node, (condition, a, b))))
+
+
+def both(a: Operand, b: Operand) -> expr.Code:
+    """``a & b``: two masks' lanes in common."""
+    return expr.Op("{0} & {1}", expr.LOWEST, (expr.paren(node(a), expr.POSTFIX),
+                                              expr.paren(node(b), expr.POSTFIX)))

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from torchloom.api import Node, expr, schedule, stmt, writer
 
-from torchloom_codegen_triton.emitter import Expr, par
-from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, REDUCE_HELPERS,
-                                          REDUCTIONS, STORAGE)
+from torchloom_codegen_triton import lanes
+from torchloom_codegen_triton.emitter import Expr
+from torchloom_codegen_triton.ops import (COMPUTE, REDUCE_HELPERS, REDUCTIONS, STORAGE,
+                                          combined, reduced_block)
 from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.reduction import (identity_of, lower_reduction,
                                                 reduction_outputs, row_count, var_dof)
@@ -106,13 +107,14 @@ def _accumulate(w: Writer, kind: str, value: Expr, dtype: str):
     em.use(*REDUCE_HELPERS[kind])
     identity = identity_of(kind, dtype)
     acc = em.fresh(f"acc_{kind}")
-    em.statement(stmt.Assign(acc, f"tl.full([XBLOCK, RBLOCK], {identity}, "
-                                  f"{STORAGE[dtype]})"), False)
-    masked = em.emit(f"tl.where(rmask, {value.text}, {identity})", dtype, "m", rdep=True)
-    em.statement(stmt.Assign(acc, COMBINE[kind].format(a=acc, b=masked.text)), True)
+    em.statement(stmt.Assign(acc, lanes.full(["XBLOCK", "RBLOCK"], lanes.constant(identity),
+                                             STORAGE[dtype])), False)
+    masked = em.emit(lanes.where("rmask", value.code, lanes.constant(identity)), dtype, "m",
+                     rdep=True)
+    em.statement(stmt.Assign(acc, combined(kind, acc, masked.code)), True)
 
     def finish(n: Node) -> None:
-        total = em.emit(BLOCK_REDUCE[kind].format(axis=1, x=acc), dtype, kind, rdep=False)
+        total = em.emit(reduced_block(kind, acc, 1), dtype, kind, rdep=False)
         w.record(reduction_outputs(w, n, {"acc": total.code, "n": row_count(w)}))
     return finish
 
@@ -123,14 +125,17 @@ def _welford(w: Writer, value: Expr, dtype: str):
     mean, m2, count = em.fresh("wmean"), em.fresh("wm2"), em.fresh("wn")
     st = STORAGE[dtype]
     for acc in (mean, m2, count):
-        em.statement(stmt.Assign(acc, f"tl.full([XBLOCK, RBLOCK], 0.0, {st})"), False)
-    x = par(value.code)
-    em.statement(stmt.Assign(count, f"{count} + tl.where(rmask, 1.0, 0.0)"), True)
-    delta = em.emit(f"{x} - {mean}", dtype, "wd", rdep=True)
-    em.statement(stmt.Assign(mean, f"tl.where(rmask, {mean} + {delta.text} / "
-                                   f"tl.where(rmask, {count}, 1.0), {mean})"), True)
-    em.statement(stmt.Assign(m2, f"tl.where(rmask, {m2} + {delta.text} * ({x} - {mean}), "
-                                 f"{m2})"), True)
+        em.statement(stmt.Assign(acc, lanes.full(["XBLOCK", "RBLOCK"], lanes.constant("0.0"),
+                                                 st)), False)
+    x, one = expr.paren(value.code), lanes.constant("1.0")
+    em.statement(stmt.Assign(count, lanes.plus(count, lanes.where("rmask", one,
+                                                                  lanes.constant("0.0")))),
+                 True)
+    delta = em.emit(lanes.minus(x, mean), dtype, "wd", rdep=True)
+    step = lanes.over(delta.code, lanes.where("rmask", count, one))
+    em.statement(stmt.Assign(mean, lanes.where("rmask", lanes.plus(mean, step), mean)), True)
+    spread = lanes.times(delta.code, lanes.minus(x, mean))
+    em.statement(stmt.Assign(m2, lanes.where("rmask", lanes.plus(m2, spread), m2)), True)
 
     def finish(n: Node) -> None:
         mean_r, m2_r, n_r = em.fresh("mean"), em.fresh("m2"), em.fresh("cnt")
@@ -146,26 +151,32 @@ def _online(w: Writer, value: Expr, s: Node):
     em = w.em
     em.use("_maximum", *REDUCE_HELPERS["sum"])  # the running max, the sum across lanes
     m_acc, s_acc = em.fresh("omax"), em.fresh("osum")
-    em.statement(stmt.Assign(m_acc, f"tl.full([XBLOCK, RBLOCK], {_NEG_INF}, tl.float32)"),
+    neg_inf = lanes.constant(_NEG_INF)
+    em.statement(stmt.Assign(m_acc, lanes.full(["XBLOCK", "RBLOCK"], neg_inf, "tl.float32")),
                  False)
-    em.statement(stmt.Assign(s_acc, "tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)"), False)
-    a = em.emit(f"tl.where(rmask, {value.text}, {_NEG_INF})", "f32", "oa", rdep=True)
-    new = em.emit(f"_maximum({m_acc}, {a.text})", "f32", "onew", rdep=True)
+    em.statement(stmt.Assign(s_acc, lanes.full(["XBLOCK", "RBLOCK"], lanes.constant("0.0"),
+                                               "tl.float32")), False)
+    a = em.emit(lanes.where("rmask", value.code, neg_inf), "f32", "oa", rdep=True)
+    new = em.emit(lanes.call("_maximum", m_acc, a.code), "f32", "onew", rdep=True)
     # a lane whose max does not move keeps its sum; -inf - -inf would be NaN
-    em.statement(stmt.Assign(s_acc, f"{s_acc} * tl.where({m_acc} == {new.text}, 1.0, "
-                                    f"tl.exp({m_acc} - {new.text})) + tl.where({a.text} == "
-                                    f"{_NEG_INF}, 0.0, tl.exp({a.text} - {new.text}))"), True)
-    em.statement(stmt.Assign(m_acc, new.text), True)
+    kept = lanes.where(lanes.equal(m_acc, new.code), lanes.constant("1.0"),
+                       lanes.call("tl.exp", lanes.minus(m_acc, new.code)))
+    added = lanes.where(lanes.equal(a.code, neg_inf), lanes.constant("0.0"),
+                        lanes.call("tl.exp", lanes.minus(a.code, new.code)))
+    em.statement(stmt.Assign(s_acc, lanes.plus(lanes.times(s_acc, kept), added)), True)
+    em.statement(stmt.Assign(m_acc, new.code), True)
 
     def finish(m: Node) -> None:
-        big = em.emit(BLOCK_REDUCE["max"].format(axis=1, x=m_acc), "f32", "max",
+        big = em.emit(reduced_block("max", m_acc, 1), "f32", "max",
                       rdep=False)
-        scaled = em.emit(f"tl.where({m_acc} == {big.text}, {s_acc}, {s_acc} * "
-                         f"tl.exp({m_acc} - {big.text}))", "f32", "oscaled", rdep=False)
-        total = em.emit(BLOCK_REDUCE["sum"].format(axis=1, x=scaled.text), "f32", "sum",
+        rescaled = lanes.times(s_acc, lanes.call("tl.exp", lanes.minus(m_acc, big.code)))
+        scaled = em.emit(lanes.where(lanes.equal(m_acc, big.code), s_acc, rescaled), "f32",
+                         "oscaled", rdep=False)
+        total = em.emit(reduced_block("sum", scaled.code, 1), "f32", "sum",
                         rdep=False)
         # eager: a row of -inf sums exp(-inf - -inf) = NaN
-        total = em.emit(f"tl.where({big.text} == {_NEG_INF}, float(\"nan\"), {total.text})",
+        total = em.emit(lanes.where(lanes.equal(big.code, neg_inf),
+                                    lanes.constant('float("nan")'), total.code),
                         "f32", "sum", rdep=False)
         n = row_count(w)
         w.record(reduction_outputs(w, m, {"acc": big.code, "n": n}))

@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 from torchloom.api import expr, reductions, writer
 
+from torchloom_codegen_triton import lanes
+
 #: IR dtype -> Triton dtype of the values in memory
 STORAGE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
            "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
@@ -163,14 +165,28 @@ REDUCTIONS = reductions.reduction_table(
 #: per reduction kind: identity element (masked lanes), combine for the looped accumulator
 IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
 INT_IDENTITY = {"sum": "0", "max": "-9223372036854775807 - 1", "min": "9223372036854775807"}
-COMBINE = {"sum": "{a} + {b}", "max": "_maximum({a}, {b})", "min": "_minimum({a}, {b})"}
-# tl.reduce with combine functions of the generated module (not tl.sum, a library @jit
-# function that the interpreter cannot call unless triton was imported in interpreter mode)
-# over ``{axis}``: 1 across a row's lanes, 0 across a column's
-BLOCK_REDUCE = {"sum": "tl.reduce({x}, {axis}, _add, keep_dims=True)",
-                "max": "tl.reduce({x}, {axis}, _maximum, keep_dims=True)",
-                "min": "tl.reduce({x}, {axis}, _minimum, keep_dims=True)"}
-#: the helpers ``COMBINE`` and ``BLOCK_REDUCE`` of a kind call (a writer asks for them)
+#: the generated module's helper a kind combines two values with (``combined``) and a block
+#: with (``reduced_block``: ``tl.reduce`` with the module's own combine functions, not
+#: ``tl.sum``, a library @jit function that the interpreter cannot call unless triton was
+#: imported in interpreter mode)
+_HELPER = {"sum": "_add", "max": "_maximum", "min": "_minimum"}
+
+
+def combined(kind: str, a: lanes.Operand, b: lanes.Operand) -> expr.Code:
+    """``a`` and ``b`` combined by ``kind`` (``a + b``, ``_maximum(a, b)``, ...)."""
+    if kind == "sum":
+        return lanes.plus(a, b)
+    return expr.Op(f"{_HELPER[kind]}({{0}}, {{1}})", expr.POSTFIX, (lanes.node(a), lanes.node(b)))
+
+
+def reduced_block(kind: str, x: lanes.Operand, axis: int) -> expr.Code:
+    """``tl.reduce(x, axis, <helper>, keep_dims=True)``: a block reduced by ``kind`` over
+    ``axis``: 1 across a row's lanes, 0 across a column's."""
+    return expr.Op(f"tl.reduce({{0}}, {axis}, {_HELPER[kind]}, keep_dims=True)", expr.POSTFIX,
+                   (lanes.node(x),))
+
+
+#: the helpers ``combined`` and ``reduced_block`` of a kind call (a writer asks for them)
 REDUCE_HELPERS = {"sum": ("_add",), "max": ("_maximum",), "min": ("_minimum",)}
 
 #: helpers a generated module may define, each as ``@triton.jit`` source, in module order:

@@ -14,10 +14,11 @@ from collections.abc import Callable
 
 from torchloom.api import Node, Value, expr, reductions, stmt, writer
 
+from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Expr, par
-from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, FLOATS, IDENTITY,
-                                          INT_IDENTITY, REDUCE_HELPERS, REDUCTIONS, STORAGE,
-                                          literal)
+from torchloom_codegen_triton.ops import (COMPUTE, FLOATS, IDENTITY, INT_IDENTITY,
+                                          REDUCE_HELPERS, REDUCTIONS, STORAGE,
+                                          combined, literal, reduced_block)
 from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.tensors import tensor_type
 
@@ -37,23 +38,25 @@ def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str) ->
     identity = identity_of(kind, dtype)
     if not w.looped:
         v = em.convert(value(), dtype)
-        masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
-        total = em.emit(BLOCK_REDUCE[kind].format(axis=1, x=masked.text), dtype, kind,
-                        rdep=False)
+        masked = em.emit(lanes.where("rmask", v.code, lanes.constant(identity)), dtype, "m",
+                         rdep=True)
+        total = em.emit(reduced_block(kind, masked.code, 1), dtype, kind, rdep=False)
         if kind == "sum" and dtype in FLOATS:
             # eager's sum starts from +0.0, so a row of -0.0 sums to +0.0 (the looped form's
             # accumulator does the same); a block without padding lanes would keep -0.0
-            total = em.emit(f"{total.text} + 0.0", dtype, kind, rdep=False)
+            total = em.emit(lanes.plus(total.code, lanes.constant("0.0")), dtype, kind,
+                            rdep=False)
         return total
     acc = em.fresh(f"acc_{kind}")
     em.begin_phase(w.ix.size(w.rnumel), w.r_header)
-    em.statement(stmt.Assign(acc, f"tl.full([XBLOCK, RBLOCK], {identity}, "
-                                  f"{STORAGE[dtype]})"), False)
+    em.statement(stmt.Assign(acc, lanes.full(["XBLOCK", "RBLOCK"], lanes.constant(identity),
+                                             STORAGE[dtype])), False)
     v = em.convert(value(), dtype)
-    masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
-    em.statement(stmt.Assign(acc, COMBINE[kind].format(a=acc, b=masked.text)), True)
+    masked = em.emit(lanes.where("rmask", v.code, lanes.constant(identity)), dtype, "m",
+                     rdep=True)
+    em.statement(stmt.Assign(acc, combined(kind, acc, masked.code)), True)
     em.end_phase()
-    return em.emit(BLOCK_REDUCE[kind].format(axis=1, x=acc), dtype, kind, rdep=False)
+    return em.emit(reduced_block(kind, acc, 1), dtype, kind, rdep=False)
 
 
 def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
@@ -67,13 +70,16 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
     if w.looped:
         acc_v, acc_i = em.fresh("acc_v"), em.fresh("acc_i")
         em.begin_phase(w.ix.size(w.rnumel), w.r_header)
-        em.statement(stmt.Assign(acc_v, f"tl.full([XBLOCK, RBLOCK], {identity}, "
-                                        f"{STORAGE[dtype]})"), False)
-        em.statement(stmt.Assign(acc_i, "tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)"),
+        em.statement(stmt.Assign(acc_v, lanes.full(["XBLOCK", "RBLOCK"],
+                                                   lanes.constant(identity), STORAGE[dtype])),
                      False)
+        em.statement(stmt.Assign(acc_i, lanes.full(["XBLOCK", "RBLOCK"], 2147483647,
+                                                   "tl.int32")), False)
     v = em.convert(value(), dtype)
-    masked = em.emit(f"tl.where(rmask, {v.text}, {identity})", dtype, "m", rdep=True)
-    index = em.emit("rindex + tl.full([XBLOCK, RBLOCK], 0, tl.int32)", "i32", "idx", rdep=True)
+    masked = em.emit(lanes.where("rmask", v.code, lanes.constant(identity)), dtype, "m",
+                     rdep=True)
+    index = em.emit(lanes.plus("rindex", lanes.full(["XBLOCK", "RBLOCK"], 0, "tl.int32")),
+                    "i32", "idx", rdep=True)
     if w.looped:
         em.statement(stmt.Raw(f"{acc_v}, {acc_i} = {combine}({acc_v}, {acc_i}, "
                               f"{masked.text}, {index.text})"), True)

@@ -25,8 +25,8 @@ from torchloom.api import Node, Value, stmt
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.indexing import Unsupported
-from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
-                                          REDUCE_HELPERS, REDUCTIONS, STORAGE, literal)
+from torchloom_codegen_triton.ops import (COMPUTE, IDENTITY, REDUCE_HELPERS, REDUCTIONS,
+                                          STORAGE, combined, literal, reduced_block)
 from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.render import function
 from torchloom_codegen_triton.tensors import tensor_type
@@ -83,13 +83,14 @@ class ColumnPartials:
             identity = IDENTITY[kind]
             em.use(*REDUCE_HELPERS[kind])
             value = em.convert(w.value_at(n.inputs[0], w.full), "f32")
-            masked = em.emit(f"tl.where(xmask & rmask, {value.text}, {identity})", "f32", "cm",
-                             rdep=True)
-            block = em.emit(BLOCK_REDUCE[kind].format(axis=0, x=masked.text),
+            masked = em.emit(lanes.where(lanes.both("xmask", "rmask"), value.code,
+                                         lanes.constant(identity)), "f32", "cm", rdep=True)
+            block = em.emit(reduced_block(kind, masked.code, 0),
                             "f32", "cblk", rdep=True)
             acc = f"cacc{k}"
-            init.append(stmt.Assign(acc, f"tl.full([1, RBLOCK], {identity}, tl.float32)"))
-            update.append(stmt.Assign(acc, COMBINE[kind].format(a=acc, b=block.text)))
+            init.append(stmt.Assign(acc, lanes.full([1, "RBLOCK"], lanes.constant(identity),
+                                                    "tl.float32")))
+            update.append(stmt.Assign(acc, combined(kind, acc, block.code)))
             offset = lanes.plus(lanes.times(lanes.program(0), w.ix.size_code(w.rnumel)),
                                 "colidx")
             store.append(stmt.Store(stmt.Element(f"scratch{k}", offset),
@@ -156,14 +157,15 @@ def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
         stmt.Assign("cmask", f"cindex < {elements}")]
     for k, name, kind, template, dtype in entries:
         identity = IDENTITY[kind]
-        block = BLOCK_REDUCE[kind].format(axis=0, x="part")
-        body += [stmt.Assign(f"acc{k}", f"tl.full([1, FBLOCK], {identity}, tl.float32)"),
+        block = reduced_block(kind, "part", 0)
+        body += [stmt.Assign(f"acc{k}", lanes.full([1, "FBLOCK"], lanes.constant(identity),
+                                                   "tl.float32")),
                  stmt.Loop("p0", "0", str(partials), (
                      stmt.Assign("pindex", lanes.plus("p0", lanes.column(
                          lanes.arange(FINISH_PARTIALS)))),
                      stmt.Assign("part", f"tl.load(scratch{k} + pindex * {elements} + cindex, "
                                          f"(pindex < {partials}) & cmask, other={identity})"),
-                     stmt.Assign(f"acc{k}", COMBINE[kind].format(a=f"acc{k}", b=block))),
+                     stmt.Assign(f"acc{k}", combined(kind, f"acc{k}", block))),
                      step=str(FINISH_PARTIALS))]
         value = template.format(acc=f"acc{k}", n=reduced)
         if dtype == "bf16":

@@ -28,8 +28,8 @@ from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.indexing import Unsupported
-from torchloom_codegen_triton.ops import (BLOCK_REDUCE, COMBINE, COMPUTE, IDENTITY,
-                                          REDUCE_HELPERS, REDUCTIONS)
+from torchloom_codegen_triton.ops import (COMPUTE, IDENTITY, REDUCE_HELPERS, REDUCTIONS,
+                                          combined, reduced_block)
 from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.reduction import block_reduce, reduction_outputs, row_count
 from torchloom_codegen_triton.render import function
@@ -130,10 +130,9 @@ class SplitReduction:
             identity = IDENTITY[kind]
             acc = f"acc{k}"
             em.use(*REDUCE_HELPERS[kind])
-            em.statement(stmt.Assign(acc, f"tl.full([FBLOCK, 1], {identity}, tl.float32)"),
-                         False)
-            combine = stmt.Assign(acc, COMBINE[kind].format(
-                a=acc, b=BLOCK_REDUCE[kind].format(axis=1, x="part")))
+            em.statement(stmt.Assign(acc, lanes.full(["FBLOCK", 1], lanes.constant(identity),
+                                                     "tl.float32")), False)
+            combine = stmt.Assign(acc, combined(kind, acc, reduced_block(kind, "part", 1)))
             em.statement(stmt.Loop("p0", "0", str(self.splits), (
                 stmt.Assign("pindex", lanes.plus("p0", lanes.row(lanes.arange(FINISH_PARTIALS)))),
                 stmt.Assign("part", f"tl.load(scratch{k} + pindex * {rows} + xindex, "
