@@ -122,6 +122,23 @@ def where(condition: Operand, a: Operand, b: Operand) -> expr.Code:
     return expr.Op("tl.where({0}, {1}, {2})", expr.POSTFIX, tuple(map(node, (condition, a, b))))
 
 
+def less(a: Operand, b: Operand) -> expr.Code:
+    """``a < b`` (arithmetic binds tighter: its operands need no parentheses)."""
+    return expr.Op("{0} < {1}", expr.LOWEST, (expr.paren(node(a), expr.SUM),
+                                              expr.paren(node(b), expr.SUM)))
+
+
+def cast(v: Operand, dtype: str) -> expr.Code:
+    """``tl.cast(v, dtype)``: ``v`` converted to the Triton dtype ``dtype``."""
+    return expr.Op(f"tl.cast({{0}}, {dtype})", expr.POSTFIX, (node(v),))
+
+
+def masked_load(address: Operand, mask: Operand, other: Operand) -> expr.Code:
+    """``tl.load(address, mask, other=other)``: ``other`` in the lanes ``mask`` leaves out."""
+    return expr.Op("tl.load({0}, {1}, other={2})", expr.POSTFIX,
+                   tuple(map(node, (address, mask, other))))
+
+
 def both(a: Operand, b: Operand) -> expr.Code:
     """``a & b``: two masks' lanes in common."""
     return expr.Op("{0} & {1}", expr.LOWEST, (expr.paren(node(a), expr.POSTFIX),

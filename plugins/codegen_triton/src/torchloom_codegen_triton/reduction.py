@@ -104,12 +104,12 @@ def lower_reduction(w: Writer, node: Node) -> None:
         fields["acc"] = block_reduce(w, spec.kind, full, out_dtype).code
     elif spec.kind == "var":
         total = block_reduce(w, "sum", full, out_dtype)
-        mean = em.emit(f"{total.text} / {fields['n']}", out_dtype, "mean", rdep=False)
+        mean = em.emit(lanes.over(total.code, fields["n"]), out_dtype, "mean", rdep=False)
 
         def squared_deviation() -> Expr:
-            d = em.emit(f"{par(em.convert(full(), out_dtype).code)} - {mean.text}", out_dtype,
-                        "dev")
-            return em.emit(f"{d.text} * {d.text}", out_dtype, "sq")
+            x = expr.paren(em.convert(full(), out_dtype).code)
+            d = em.emit(lanes.minus(x, mean.code), out_dtype, "dev")
+            return em.emit(lanes.times(d.code, d.code), out_dtype, "sq")
 
         fields["acc"] = block_reduce(w, "sum", squared_deviation, out_dtype).code
         fields["mean"] = mean.code
@@ -126,7 +126,7 @@ def row_count(w: Writer) -> expr.Code:
     """The row length as an f32 value: a literal, or computed from the size arguments."""
     if isinstance(w.rnumel, int):
         return literal(float(w.rnumel))
-    return w.em.emit(f"tl.cast({w.ix.size(w.rnumel)}, tl.float32)", "f32", "rn",
+    return w.em.emit(lanes.cast(w.ix.size_code(w.rnumel), "tl.float32"), "f32", "rn",
                      rdep=False).code
 
 
@@ -134,8 +134,9 @@ def var_dof(w: Writer, node: Node) -> expr.Code:
     """``n - correction`` of a var/std reduction (never below 0)."""
     correction = writer.var_correction(node)
     if not isinstance(w.rnumel, int):
-        return w.em.emit(f"tl.maximum({row_count(w)} - {literal(float(correction))}, 0.0)",
-                         "f32", "dof", rdep=False).code
+        less = lanes.minus(row_count(w), literal(float(correction)))
+        return w.em.emit(lanes.call("tl.maximum", less, lanes.constant("0.0")), "f32", "dof",
+                         rdep=False).code
     return literal(float(max(0, w.rnumel - correction)))
 
 

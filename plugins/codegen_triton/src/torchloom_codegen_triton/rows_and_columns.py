@@ -21,7 +21,7 @@ programs an argument (``kprog``, at most ``PROGRAMS``) that the launcher compute
 from __future__ import annotations
 
 
-from torchloom.api import Node, Value, stmt
+from torchloom.api import Node, Value, expr, stmt
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.indexing import Unsupported
@@ -117,7 +117,7 @@ class ColumnPartials:
         w = self.w
         sizes = [f"ks{k}" for k in range(len(w.symbols))] + ["kprog"] if w.symbolic else []
         reduced = literal(float(w.rows)) if isinstance(w.rows, int) else \
-            f"tl.cast({w.ix.size(w.rows)}, tl.float32)"
+            lanes.cast(w.ix.size_code(w.rows), "tl.float32")
         helpers = {h for _, _, kind, _, _ in entries for h in REDUCE_HELPERS[kind]}
         helpers |= {"_round_to_bf16" for *_, dtype in entries if dtype == "bf16"}
         return finish_source(entries, len(self.columns), w.rnumel, self.programs, reduced,
@@ -142,7 +142,7 @@ def _contiguous(shape) -> list[int]:
 
 
 def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
-                  elements: int, partials: int | str, reduced: str,
+                  elements: int, partials: int | str, reduced: expr.Code,
                   sizes: list[str] = ()) -> str:
     """``_finish(scratch..., outs..., sizes..., FBLOCK)``: for each ``(scratch index,
     output name, kind, output template, dtype)``, combine the ``partials`` rows of the
@@ -154,7 +154,7 @@ def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
     body: list[stmt.Statement] = [
         stmt.Assign("cindex", lanes.plus(lanes.times(lanes.program(0), "FBLOCK"),
                                          lanes.row(lanes.arange("FBLOCK")))),
-        stmt.Assign("cmask", f"cindex < {elements}")]
+        stmt.Assign("cmask", lanes.less("cindex", elements))]
     for k, name, kind, template, dtype in entries:
         identity = IDENTITY[kind]
         block = reduced_block(kind, "part", 0)
@@ -163,13 +163,16 @@ def finish_source(entries: list[tuple[int, str, str, str, str]], scratches: int,
                  stmt.Loop("p0", "0", str(partials), (
                      stmt.Assign("pindex", lanes.plus("p0", lanes.column(
                          lanes.arange(FINISH_PARTIALS)))),
-                     stmt.Assign("part", f"tl.load(scratch{k} + pindex * {elements} + cindex, "
-                                         f"(pindex < {partials}) & cmask, other={identity})"),
+                     stmt.Assign("part", lanes.masked_load(
+                         lanes.plus(lanes.plus(f"scratch{k}", lanes.times("pindex", elements)),
+                                    "cindex"),
+                         lanes.both(lanes.less("pindex", partials), "cmask"),
+                         lanes.constant(identity))),
                      stmt.Assign(f"acc{k}", combined(kind, f"acc{k}", block))),
                      step=str(FINISH_PARTIALS))]
-        value = template.format(acc=f"acc{k}", n=reduced)
+        value = expr.fill(template, {"acc": expr.Name(f"acc{k}"), "n": reduced})
         if dtype == "bf16":
-            value = f"_round_to_bf16({value})"
-        body.append(stmt.Store(stmt.Element(name, "cindex"),
-                               f"({value}).to({STORAGE[dtype]})", "cmask"))
+            value = lanes.call("_round_to_bf16", value)
+        stored = expr.Op(f"({{0}}).to({STORAGE[dtype]})", expr.POSTFIX, (value,))
+        body.append(stmt.Store(stmt.Element(name, "cindex"), stored, "cmask"))
     return "\n\n" + function("_finish", params, body) + "\n"

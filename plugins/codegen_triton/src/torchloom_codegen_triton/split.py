@@ -124,7 +124,7 @@ class SplitReduction:
                       out_names=out_names)
         em = fin.em
         fin.finish_rows()
-        rows = w.ix.size(w.rows)
+        rows = w.ix.size_code(w.rows)
         for k, n in enumerate(w.reductions):
             kind = REDUCTIONS[n.op].kind
             identity = IDENTITY[kind]
@@ -135,8 +135,10 @@ class SplitReduction:
             combine = stmt.Assign(acc, combined(kind, acc, reduced_block(kind, "part", 1)))
             em.statement(stmt.Loop("p0", "0", str(self.splits), (
                 stmt.Assign("pindex", lanes.plus("p0", lanes.row(lanes.arange(FINISH_PARTIALS)))),
-                stmt.Assign("part", f"tl.load(scratch{k} + pindex * {rows} + xindex, "
-                                    f"(pindex < {self.splits}) & xmask, other={identity})"),
+                stmt.Assign("part", lanes.masked_load(
+                    lanes.plus(lanes.plus(f"scratch{k}", lanes.times("pindex", rows)), "xindex"),
+                    lanes.both(lanes.less("pindex", self.splits), "xmask"),
+                    lanes.constant(identity))),
                 combine), step=str(FINISH_PARTIALS)), False)
             fin.record(reduction_outputs(fin, n, {"acc": expr.Name(acc), "n": row_count(fin)}))
         for i, v in enumerate(w.region.outputs):
