@@ -15,7 +15,7 @@ from collections.abc import Callable
 from torchloom.api import Node, Value, expr, reductions, stmt, writer
 
 from torchloom_codegen_triton import lanes
-from torchloom_codegen_triton.emitter import Expr, par
+from torchloom_codegen_triton.emitter import Expr
 from torchloom_codegen_triton.ops import (COMPUTE, FLOATS, IDENTITY, INT_IDENTITY,
                                           REDUCE_HELPERS, REDUCTIONS, STORAGE,
                                           combined, literal, reduced_block)
