@@ -83,6 +83,8 @@ def test_blocks_masks_and_calls_print_as_triton_reads_them():
     assert str(lanes.over("d", lanes.plus("n", 1))) == "d / (n + 1)"
     assert str(lanes.minus("a", lanes.minus("b", "c"))) == "a - (b - c)"
     assert {"omax", "onew", "osum"} <= stmt.Assign("osum", running).names
+    assert str(lanes.reduce_tuple(("m", "idx"), 1, "_argmax_combine")) == \
+        "tl.reduce((m, idx), 1, _argmax_combine, keep_dims=True)"
     with pytest.raises(ValueError, match="not a function name"):
         lanes.call("tl.exp(x) + f", "y")
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchloom.api import stmt
 from torchloom.codegen.expr import POSTFIX, PRODUCT, SUM, Literal, Load, Name, Op, paren
-from torchloom.codegen.stmt import Assign, Declare, Element, If, Loop, Raw, Select, Store, Update
+from torchloom.codegen.stmt import (Assign, Declare, Element, If, Loop, Raw, Select, Store, Unpack,
+                                    Update)
 
 
 def test_scan_finds_names_elements_and_calls():
@@ -91,6 +92,25 @@ def test_assignments_are_dropped_as_declarations_and_rebinding_counts_as_a_read(
     kept = stmt.drop_unused(body)
     assert [s.name for s in stmt.walk(kept) if isinstance(s, Assign)] == [
         "x0", "acc", "rindex", "acc"]
+
+
+def test_an_unpacking_stays_while_any_of_its_names_is_read():
+    """``a, b = expr`` binds its names together: kept when a later statement reads one of
+    them, dropped when none; its expression's names count as read; an accumulator pair
+    bound again in a loop reads itself."""
+    pair = Op("tl.reduce(({0}, {1}), 1, _argmax_combine, keep_dims=True)", POSTFIX,
+              (Name("m"), Name("idx")))
+    used = [Assign("m", "x"), Assign("idx", "r"), Unpack(("v", "i"), pair),
+            Store(Element("out", "x0"), "i", None)]
+    assert [type(s) for s in stmt.drop_unused(used)] == [Assign, Assign, Unpack, Store]
+    unread = [Assign("m", "x"), Assign("idx", "r"), Unpack(("v", "i"), pair)]
+    assert stmt.drop_unused(unread) == []
+    loop = [Assign("a", "0"), Assign("b", "0"),
+            Loop("r", "0", "n", body=(Unpack(("a", "b"), "_combine(a, b, r)"),)),
+            Store(Element("out", "x0"), "b", None)]
+    kept = stmt.drop_unused(loop)
+    assert [s.name for s in kept if isinstance(s, Assign)] == ["a", "b"]
+    assert {"a", "b", "r", "_combine"} <= Unpack(("a", "b"), "_combine(a, b, r)").names
 
 
 def test_a_loop_step_is_a_name_the_loop_reads():

@@ -17,6 +17,8 @@ read as text, :func:`lexed`).
   accumulator);
 - :class:`Assign`: ``name = expr``, a name bound or bound again in a target without
   declarations (Triton: a value, a coordinate, an accumulator's next value);
+- :class:`Unpack`: ``a, b = expr``, names bound together from one expression of several
+  values (Triton: ``tl.reduce`` over a tuple, a combine helper returning a pair);
 - :class:`Store`: ``pointer[offset] = value;``;
 - :class:`Update`: ``target op= value;``, an accumulation (``+=``, ``*=``, ``|=``), or
   ``target = value;`` (``=``) into a variable declared before (an arg reduction's best);
@@ -190,6 +192,22 @@ class Assign:
 
 
 @attrs.frozen
+class Unpack:
+    """``a, b = expr``: ``targets`` bound together (again, for accumulators) from one
+    expression giving as many values, in a target without declarations; dropped by
+    :func:`drop_unused` when no statement after it reads any of them."""
+
+    targets: tuple[str, ...] = attrs.field(converter=tuple)
+    expr: Text
+    facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
+                              eq=False, repr=False)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.facts.names | set(self.targets)
+
+
+@attrs.frozen
 class Store:
     """``target = value;`` to one element; with ``mask``, only where it holds."""
 
@@ -302,7 +320,7 @@ class If:
         return scan(self.cond).names
 
 
-Statement = Union[Declare, Var, Assign, Store, Update, Select, Array, Raw, Loop, If]
+Statement = Union[Declare, Var, Assign, Unpack, Store, Update, Select, Array, Raw, Loop, If]
 
 #: the statements :func:`masked` makes conditional
 _MASKABLE = (Update, Select)
@@ -331,7 +349,8 @@ def drop_unused(statements: Sequence[Statement]) -> list[Statement]:
 def _kept(statements: Sequence[Statement], used: set[str]) -> list[Statement]:
     kept: list[Statement] = []
     for s in reversed(statements):
-        if isinstance(s, (Declare, Assign)) and s.name not in used:
+        if isinstance(s, (Declare, Assign)) and s.name not in used or \
+                isinstance(s, Unpack) and not used.intersection(s.targets):
             continue
         if isinstance(s, Loop):
             body = _kept(s.body, used)
@@ -362,6 +381,8 @@ def invariant(statements: Sequence[Statement], var: str,
     for s in walk(statements):
         if isinstance(s, (Declare, Var, Assign, Array)):
             local.add(s.name)
+        elif isinstance(s, Unpack):
+            local.update(s.targets)
         elif isinstance(s, Loop):
             local.add(s.var)
         elif isinstance(s, Raw):

@@ -139,6 +139,16 @@ def masked_load(address: Operand, mask: Operand, other: Operand) -> expr.Code:
                    tuple(map(node, (address, mask, other))))
 
 
+def reduce_tuple(values: Sequence[Operand], axis: int, combine: str) -> expr.Code:
+    """``tl.reduce((a, b, ...), axis, combine, keep_dims=True)``: blocks reduced together
+    by the generated module's helper ``combine`` (its values unpack: ``stmt.Unpack``)."""
+    if not combine.isidentifier():
+        raise ValueError(f"not a function name: {combine!r}")
+    fields = ", ".join(f"{{{k}}}" for k in range(len(values)))
+    return expr.Op(f"tl.reduce(({fields}), {axis}, {combine}, keep_dims=True)", expr.POSTFIX,
+                   tuple(map(node, values)))
+
+
 def both(a: Operand, b: Operand) -> expr.Code:
     """``a & b``: two masks' lanes in common."""
     return expr.Op("{0} & {1}", expr.LOWEST, (expr.paren(node(a), expr.POSTFIX),

@@ -139,8 +139,8 @@ def _welford(w: Writer, value: Expr, dtype: str):
 
     def finish(n: Node) -> None:
         mean_r, m2_r, n_r = em.fresh("mean"), em.fresh("m2"), em.fresh("cnt")
-        em.statement(stmt.Raw(f"{mean_r}, {m2_r}, {n_r} = tl.reduce(({mean}, {m2}, "
-                              f"{count}), 1, _welford_combine, keep_dims=True)"), False)
+        em.statement(stmt.Unpack((mean_r, m2_r, n_r), lanes.reduce_tuple(
+            (mean, m2, count), 1, "_welford_combine")), False)
         w.record(reduction_outputs(w, n, {"acc": expr.Name(m2_r), "mean": expr.Name(mean_r),
                                           "dof": var_dof(w, n), "n": row_count(w)}))
     return finish

@@ -81,14 +81,13 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
     index = em.emit(lanes.plus("rindex", lanes.full(["XBLOCK", "RBLOCK"], 0, "tl.int32")),
                     "i32", "idx", rdep=True)
     if w.looped:
-        em.statement(stmt.Raw(f"{acc_v}, {acc_i} = {combine}({acc_v}, {acc_i}, "
-                              f"{masked.text}, {index.text})"), True)
+        em.statement(stmt.Unpack((acc_v, acc_i), lanes.call(combine, acc_v, acc_i, masked.code,
+                                                            index.code)), True)
         em.end_phase()
-        pair = f"({acc_v}, {acc_i})"
+        pair = (acc_v, acc_i)
     else:
-        pair = f"({masked.text}, {index.text})"
-    em.statement(stmt.Raw(f"{val}, {ind} = tl.reduce({pair}, 1, {combine}, keep_dims=True)"),
-                 False)
+        pair = (masked.code, index.code)
+    em.statement(stmt.Unpack((val, ind), lanes.reduce_tuple(pair, 1, combine)), False)
     return Expr(expr.Name(val), dtype), Expr(expr.Name(ind), "i32")
 
 

@@ -1,8 +1,8 @@
 """Triton for the statement IR (``torchloom.api.stmt``): each statement's lines of Python.
 
 A kernel writer builds statements (``Assign`` for every ``name = expr``, ``Store`` for a
-``tl.store``, ``Loop`` for a ``for ... in range(...)``, ``Raw`` for a line binding several
-names at once); :func:`stmt.drop_unused` removes the assignments nothing reads, and only
+``tl.store``, ``Loop`` for a ``for ... in range(...)``, ``Unpack`` for ``a, b = ...``, a line
+binding several names at once); :func:`stmt.drop_unused` removes the assignments nothing reads, and only
 then are they printed here.
 """
 
@@ -27,6 +27,10 @@ def _store(s: stmt.Store) -> list[str]:
     return [f"tl.store({', '.join(args + ([str(s.mask)] if s.mask is not None else []))})"]
 
 
+def _unpack(s: stmt.Unpack) -> list[str]:
+    return [f"{', '.join(s.targets)} = {s.expr}"]
+
+
 def _raw(s: stmt.Raw) -> list[str]:
     return [s.text]
 
@@ -37,7 +41,8 @@ def _loop(s: stmt.Loop) -> list[str]:
                                                                              *s.body]))]
 
 
-_RENDER = {stmt.Assign: _assign, stmt.Store: _store, stmt.Raw: _raw, stmt.Loop: _loop}
+_RENDER = {stmt.Assign: _assign, stmt.Unpack: _unpack, stmt.Store: _store, stmt.Raw: _raw,
+           stmt.Loop: _loop}
 
 
 def render(statements: Sequence[stmt.Statement]) -> list[str]:
