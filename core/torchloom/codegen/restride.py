@@ -23,7 +23,8 @@ A base's layout is known (``exact``) when it is:
 
 The sizes and strides of a view of such a base are the view's type (view ops compute them
 from their input's with the same code on meta and real tensors; strides of dims of size 1
-may differ, and never address an element). Symbolic sizes are read from the plan's inputs
+may differ, and never address an element). A view with a dim of size 0 is left to its op
+(its type keeps no strides). Symbolic sizes are read from the plan's inputs
 (``symbols.bind_symbols``: the first input dim that is that bare size); a view whose type
 names a symbol no input dim holds is left as it is.
 
@@ -202,10 +203,12 @@ def _arguments(node: Node, registry: Any) -> dict[str, Any]:
 
 
 def _expressible(node: Node, starts: list[Offset], bound: set[str]) -> bool:
-    """Every output's sizes, strides and start are known in terms of bound symbols."""
+    """Every output's sizes, strides and start are known in terms of bound symbols, and
+    no output is empty (an empty tensor's type keeps no strides: torch's, which a view
+    would give it and ops reading it follow, are left to the view op)."""
     for out, start in zip(node.outputs, starts):
         t = out.type
-        if not isinstance(t, TensorType):
+        if not isinstance(t, TensorType) or 0 in t.shape:
             return False
         dims = [*t.shape, *strides_of(t), *(d for _, d in start)]
         if any(d is None for d in dims) or any(s not in bound for d in dims
