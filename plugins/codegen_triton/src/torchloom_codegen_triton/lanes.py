@@ -51,26 +51,33 @@ def arange(block: Operand) -> expr.Code:
     return expr.Op("tl.arange(0, {0})", expr.POSTFIX, (node(block),))
 
 
+def _binary(symbol: str, level: int, a: Operand, b: Operand, left: int | None = None,
+            right: int | None = None) -> expr.Code:
+    """``a symbol b``, binding as ``level``: the left operand in parentheses where it binds
+    less tightly than ``left`` (default ``level``), the right one than ``right`` (default
+    one level tighter: ``a - (b - c)``, ``a / (b * c)``)."""
+    left = level if left is None else left
+    right = level + 1 if right is None else right
+    return expr.Op(f"{{0}} {symbol} {{1}}", level, (expr.paren(node(a), left),
+                                                   expr.paren(node(b), right)))
+
+
 def plus(a: Operand, b: Operand) -> expr.Code:
-    return expr.Op("{0} + {1}", expr.SUM, (expr.paren(node(a), expr.SUM),
-                                           expr.paren(node(b), expr.PRODUCT)))
+    return _binary("+", expr.SUM, a, b)
 
 
 def minus(a: Operand, b: Operand) -> expr.Code:
-    return expr.Op("{0} - {1}", expr.SUM, (expr.paren(node(a), expr.SUM),
-                                           expr.paren(node(b), expr.PRODUCT)))
+    return _binary("-", expr.SUM, a, b)
 
 
 def over(a: Operand, b: Operand) -> expr.Code:
     """``a / b``."""
-    return expr.Op("{0} / {1}", expr.PRODUCT, (expr.paren(node(a), expr.PRODUCT),
-                                               expr.paren(node(b), expr.POSTFIX)))
+    return _binary("/", expr.PRODUCT, a, b)
 
 
 def equal(a: Operand, b: Operand) -> expr.Code:
     """``a == b`` (arithmetic binds tighter: its operands need no parentheses)."""
-    return expr.Op("{0} == {1}", expr.LOWEST, (expr.paren(node(a), expr.SUM),
-                                               expr.paren(node(b), expr.SUM)))
+    return _binary("==", expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
 
 
 def call(function: str, *args: Operand) -> expr.Code:
@@ -83,8 +90,7 @@ def call(function: str, *args: Operand) -> expr.Code:
 
 
 def times(a: Operand, b: Operand) -> expr.Code:
-    return expr.Op("{0} * {1}", expr.PRODUCT, (expr.paren(node(a), expr.PRODUCT),
-                                               expr.paren(node(b), expr.POSTFIX)))
+    return _binary("*", expr.PRODUCT, a, b)
 
 
 def block_lanes(block: Operand, size: Operand) -> expr.Code:
@@ -124,8 +130,7 @@ def where(condition: Operand, a: Operand, b: Operand) -> expr.Code:
 
 def less(a: Operand, b: Operand) -> expr.Code:
     """``a < b`` (arithmetic binds tighter: its operands need no parentheses)."""
-    return expr.Op("{0} < {1}", expr.LOWEST, (expr.paren(node(a), expr.SUM),
-                                              expr.paren(node(b), expr.SUM)))
+    return _binary("<", expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
 
 
 def cast(v: Operand, dtype: str) -> expr.Code:
