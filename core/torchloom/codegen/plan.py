@@ -21,9 +21,10 @@ from torchloom.codegen.constants import fold_constants
 from torchloom.codegen.guards import (FastGuard, faking, guard_expressions, layout_checked,
                                       symbolic_guard)
 from torchloom.codegen.lowering import lower
-from torchloom.codegen.restride import RESTRIDE, binding_lines, fold_views, make_restride, \
-    reshapes, \
-    symbols as restride_symbols, source as restride_source
+from torchloom.codegen.restride import (RESTRIDE, binding_lines, fold_views, make_restride,
+                                        reshapes)
+from torchloom.codegen.restride import source as restride_source
+from torchloom.codegen.restride import symbols as restride_symbols
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, InputRef, Node, Value
 from torchloom.ir.symbols import guard_namespace
 from torchloom.ops.registry import OpRegistry
