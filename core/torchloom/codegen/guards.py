@@ -121,8 +121,7 @@ def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:
     tensor input with symbolic sizes whose metadata breaks its type, or None when all
     agree; None instead of an expression when no input has symbolic sizes. Parameters
     are named ``a{i}`` after the input's position, as :func:`guard_expressions`'s."""
-    symbolic = [(i, v.type) for i, v in enumerate(inputs)
-                if isinstance(v.type, TensorType) and not v.type.is_static]
+    symbolic, bound = _symbolic(inputs)
     if not symbolic:
         return None
     ns: dict[str, Any] = dict(guard_namespace())
@@ -133,18 +132,9 @@ def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:
                   f"a{i}.device.type != {torch.device(t.device).type!r}")
         lines.append(f"    if a{i}.dtype is not g_dtype{i} or {device} or a{i}.dim() != "
                      f"{t.rank}: return {i}")
-    types = dict(symbolic)
-    shapes = [types[i].shape if i in types else None for i in range(len(inputs))]
-    bound = {d: f"a{i}.shape[{k}]" for d, (i, k) in bind_symbols(shapes).items()}
     lines += [f"    sym_{d} = {read}" for d, read in bound.items()]
     for i, t in symbolic:
-        checks = [f"a{i}.shape[{k}] != {_source(d)}" for k, d in enumerate(t.shape)
-                  if _checkable(d, bound) and bound.get(d) != f"a{i}.shape[{k}]"]
-        if t.strides is None or symbolic_contiguous(t.shape, t.strides):
-            checks.append(f"not a{i}.is_contiguous()")
-        else:
-            checks += [f"(a{i}.shape[{k}] > 1 and a{i}.stride({k}) != {_source(s)})"
-                       for k, s in enumerate(t.strides) if _checkable(s, bound)]
+        checks, _ = _layout_checks(i, t, bound)
         if checks:
             lines.append(f"    if {' or '.join(checks)}: return {i}")
     lines.append("    return None")
@@ -156,13 +146,33 @@ def symbolic_guard(inputs: Sequence[Value], env: dict[str, Any]) -> str | None:
 def layout_checked(inputs: Sequence[Value]) -> list[Value]:
     """The inputs with symbolic sizes whose every size and stride :func:`symbolic_guard`
     checks (over the same ``inputs``): their layout is their type's once it passed."""
-    symbolic = [v for v in inputs if isinstance(v.type, TensorType) and not v.type.is_static]
-    bound = bind_symbols([v.type.shape if isinstance(v.type, TensorType) else None
-                          for v in inputs])
-    return [v for v in symbolic
-            if all(_checkable(d, bound) for d in v.type.shape) and (
-                v.type.strides is None or symbolic_contiguous(v.type.shape, v.type.strides)
-                or all(_checkable(s, bound) for s in v.type.strides))]
+    symbolic, bound = _symbolic(inputs)
+    return [inputs[i] for i, t in symbolic if _layout_checks(i, t, bound)[1]]
+
+
+def _symbolic(inputs: Sequence[Value]) -> tuple[list[tuple[int, TensorType]], dict[str, str]]:
+    """The tensor inputs with symbolic sizes, by position, and where each symbol is read
+    (``a{i}.shape[k]``: the first dim of theirs that is that bare symbol)."""
+    symbolic = [(i, v.type) for i, v in enumerate(inputs)
+                if isinstance(v.type, TensorType) and not v.type.is_static]
+    types = dict(symbolic)
+    shapes = [types[i].shape if i in types else None for i in range(len(inputs))]
+    return symbolic, {d: f"a{i}.shape[{k}]" for d, (i, k) in bind_symbols(shapes).items()}
+
+
+def _layout_checks(i: int, t: TensorType, bound: dict[str, str]) -> tuple[list[str], bool]:
+    """The conditions under which input ``a{i}`` breaks the sizes and strides of ``t``, and
+    whether they check all of them (each dim and stride an int or of bound symbols)."""
+    checks = [f"a{i}.shape[{k}] != {_source(d)}" for k, d in enumerate(t.shape)
+              if _checkable(d, bound) and bound.get(d) != f"a{i}.shape[{k}]"]
+    whole = all(_checkable(d, bound) for d in t.shape)
+    if t.strides is None or symbolic_contiguous(t.shape, t.strides):
+        checks.append(f"not a{i}.is_contiguous()")
+    else:
+        checks += [f"(a{i}.shape[{k}] > 1 and a{i}.stride({k}) != {_source(s)})"
+                   for k, s in enumerate(t.strides) if _checkable(s, bound)]
+        whole = whole and all(_checkable(s, bound) for s in t.strides)
+    return checks, whole
 
 
 def _source(d) -> str:

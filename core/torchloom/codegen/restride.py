@@ -82,8 +82,7 @@ def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
     copy (``lowering.lower``). Returns how many view nodes were replaced."""
     if any(reshapes(node) for node in graph.nodes):
         return 0
-    bound = set(bind_symbols([v.type.shape if isinstance(v.type, TensorType) else None
-                              for v in graph.inputs]))
+    bound = set(_bindings(graph))
     exact = set(exact_inputs)
     folded = 0
     made: list[Node] = []
@@ -240,13 +239,18 @@ def source(node: Node, base: str) -> str:
     return f"_restride({base}, {tup(t.shape)}, {tup(strides_of(t))}, {start})"
 
 
-def binding_lines(graph: Graph, names: Mapping[Value, str], wanted: Collection[str]) -> list[str]:
+def binding_lines(graph: Graph, names: Mapping[Value, str],
+                  wanted: Collection[str]) -> list[str]:
     """``sym_<s> = <input>.shape[k]`` for each symbol in ``wanted``, read from the first
     graph input dim that is that bare symbol (the binding :func:`fold_views` assumed)."""
-    bound = bind_symbols([v.type.shape if isinstance(v.type, TensorType) else None
-                          for v in graph.inputs])
     return [f"    sym_{s} = {names[graph.inputs[i]]}.shape[{k}]"
-            for s, (i, k) in bound.items() if s in wanted]
+            for s, (i, k) in _bindings(graph).items() if s in wanted]
+
+
+def _bindings(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Symbol -> (input, dim) it is read from: the first input dim that is that bare symbol."""
+    return bind_symbols([v.type.shape if isinstance(v.type, TensorType) else None
+                         for v in graph.inputs])
 
 
 def _reinterpret() -> Callable | None:
@@ -273,5 +277,5 @@ def make_restride() -> Callable:
     return restride
 
 
-__all__ = ["RESTRIDE", "RESHAPING", "reshapes", "SAME_START", "MOVED_START", "DENSE_RESULTS", "fold_views",
-           "strides_of", "symbols", "source", "binding_lines", "make_restride"]
+__all__ = ["RESTRIDE", "RESHAPING", "reshapes", "SAME_START", "MOVED_START", "DENSE_RESULTS",
+           "fold_views", "strides_of", "symbols", "source", "binding_lines", "make_restride"]
