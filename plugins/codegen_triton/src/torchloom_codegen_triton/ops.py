@@ -168,26 +168,22 @@ INT_IDENTITY = {"sum": "0", "max": "-9223372036854775807 - 1", "min": "922337203
 #: the generated module's helper a kind combines two values with (``combined``) and a block
 #: with (``reduced_block``: ``tl.reduce`` with the module's own combine functions, not
 #: ``tl.sum``, a library @jit function that the interpreter cannot call unless triton was
-#: imported in interpreter mode)
-_HELPER = {"sum": "_add", "max": "_maximum", "min": "_minimum"}
+#: imported in interpreter mode); a writer asks for them (``Emitter.use``)
+REDUCE_HELPERS = {"sum": ("_add",), "max": ("_maximum",), "min": ("_minimum",)}
 
 
 def combined(kind: str, a: lanes.Operand, b: lanes.Operand) -> expr.Code:
     """``a`` and ``b`` combined by ``kind`` (``a + b``, ``_maximum(a, b)``, ...)."""
     if kind == "sum":
         return lanes.plus(a, b)
-    return expr.Op(f"{_HELPER[kind]}({{0}}, {{1}})", expr.POSTFIX, (lanes.node(a), lanes.node(b)))
+    return lanes.call(REDUCE_HELPERS[kind][0], a, b)
 
 
 def reduced_block(kind: str, x: lanes.Operand, axis: int) -> expr.Code:
     """``tl.reduce(x, axis, <helper>, keep_dims=True)``: a block reduced by ``kind`` over
     ``axis``: 1 across a row's lanes, 0 across a column's."""
-    return expr.Op(f"tl.reduce({{0}}, {axis}, {_HELPER[kind]}, keep_dims=True)", expr.POSTFIX,
-                   (lanes.node(x),))
-
-
-#: the helpers ``combined`` and ``reduced_block`` of a kind call (a writer asks for them)
-REDUCE_HELPERS = {"sum": ("_add",), "max": ("_maximum",), "min": ("_minimum",)}
+    return expr.Op(f"tl.reduce({{0}}, {axis}, {REDUCE_HELPERS[kind][0]}, keep_dims=True)",
+                   expr.POSTFIX, (lanes.node(x),))
 
 #: helpers a generated module may define, each as ``@triton.jit`` source, in module order:
 #: NaN-propagating max/min, arg-reduction and Welford combines, bf16 rounding. A module

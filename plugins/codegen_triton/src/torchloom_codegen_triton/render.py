@@ -1,9 +1,9 @@
 """Triton for the statement IR (``torchloom.api.stmt``): each statement's lines of Python.
 
 A kernel writer builds statements (``Assign`` for every ``name = expr``, ``Store`` for a
-``tl.store``, ``Loop`` for a ``for ... in range(...)``, ``Unpack`` for ``a, b = ...``, a line
-binding several names at once); :func:`stmt.drop_unused` removes the assignments nothing reads, and only
-then are they printed here.
+``tl.store``, ``Loop`` for a ``for ... in range(...)``, ``Unpack`` for ``a, b = ...``, a
+line binding several names at once); :func:`stmt.drop_unused` removes the assignments
+nothing reads, and only then are they printed here.
 """
 
 from __future__ import annotations
