@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchloom.api import stmt
 from torchloom.codegen.expr import POSTFIX, PRODUCT, SUM, Literal, Load, Name, Op, paren
-from torchloom.codegen.stmt import (Assign, Declare, Element, If, Loop, Raw, Select, Store, Unpack,
-                                    Update)
+from torchloom.codegen.stmt import (Assign, Block, Declare, Element, If, Loop, Raw, Select, Store,
+                                    Unpack, Update)
 
 
 def test_scan_finds_names_elements_and_calls():
@@ -79,6 +79,27 @@ def test_map_loops_rewrites_nested_loops_inner_first():
     (out,) = stmt.map_loops([If("c", (outer,))], change).pop().then
     assert seen == ["j", "x"] and out.end == "9" and out.body[0].end == "9"
     assert [s.var for s in stmt.walk([outer]) if isinstance(s, Loop)] == ["x", "j"]
+
+
+def test_a_block_is_walked_kept_and_rewritten_like_a_branch():
+    """A scope of its own (a parallel region): its statements are walked in program order,
+    what nothing reads is dropped inside it, a read inside it keeps a declaration before
+    it, its loops are rewritten, and its annotation's names count as mentioned."""
+    class Pragma:
+        names = frozenset({"nthreads"})
+
+    body = [Declare("int64_t", "n", "m * 2"), Declare("int64_t", "nthreads", "4"),
+            Declare("int64_t", "unused", "m + 1"),
+            Block((Declare("int64_t", "dead", "n + 1"),
+                   Loop("x", "0", "n", (Store(Element("out", "x"), "1"),))), Pragma())]
+    kept = stmt.drop_unused(body)
+    assert [s.name for s in kept if isinstance(s, Declare)] == ["n", "nthreads"]
+    (block,) = [s for s in kept if isinstance(s, Block)]
+    assert [type(s) for s in block.body] == [Loop] and block.annotation is body[-1].annotation
+    assert [type(s) for s in stmt.walk(body)][3:] == [Block, Declare, Loop, Store]
+    (changed,) = stmt.map_loops([body[-1]], lambda loop: Loop(loop.var, "1", loop.end,
+                                                              loop.body))
+    assert changed.body[1].start == "1" and changed.body[0] == body[-1].body[0]
 
 
 def test_assignments_are_dropped_as_declarations_and_rebinding_counts_as_a_read():

@@ -174,6 +174,23 @@ def par(e: Code | str, within: int = ATOM) -> str:
     return paren(e, within).text
 
 
+def infix(symbol: str, level: int, a: Code | str, b: Code | str, left: int | None = None,
+          right: int | None = None) -> Code:
+    """``a symbol b`` (an operator both C and Python spell alike: ``+``, ``*``, ``%``,
+    ``<``, ``==``), binding as ``level``: the left operand in parentheses where it binds
+    less tightly than ``left`` (default ``level``), the right one where it binds less
+    tightly than ``right`` (default one level tighter: ``a - (b - c)``, ``a / (b * c)``).
+    A comparison binds as :data:`LOWEST` over operands of :data:`SUM`::
+
+        >>> str(infix("<", LOWEST, infix("%", PRODUCT, Name("n"), Literal("16", 16)),
+        ...           Literal("4", 4), left=SUM, right=SUM))
+        'n % 16 < 4'
+    """
+    left = level if left is None else left
+    right = level + 1 if right is None else right
+    return Op(f"{{0}} {symbol} {{1}}", level, (paren(a, left), paren(b, right)))
+
+
 def wrapped(e: Code) -> Code:
     """``e`` ready to stand as an operand anywhere: itself when trivial, else in
     parentheses (still an expression to bind, not a name)."""
@@ -250,5 +267,5 @@ def fill(template: str, named: Mapping[str, Code | str]) -> Code:
 
 
 __all__ = ["ATOM", "Code", "IDENT", "LOWEST", "Literal", "Load", "Name", "Op", "POSTFIX", "PRODUCT",
-           "SUM", "code", "fill", "is_literal", "names", "par", "paren", "substitute",
-           "walk", "wrapped"]
+           "SUM", "code", "fill", "infix", "is_literal", "names", "par", "paren",
+           "substitute", "walk", "wrapped"]

@@ -26,6 +26,7 @@ read as text, :func:`lexed`).
 - :class:`Loop`: ``for var in [start, end)`` (by ``step``) with the target's annotation
   (a SIMD pragma), its per-iteration coordinates (``head``) and its body;
 - :class:`If`: a branch between two statement lists;
+- :class:`Block`: a scope of its own, with the target's annotation (a parallel region);
 - :class:`Array`: ``T name[size];``, an array on the stack (a target with declarations);
 - :class:`Raw`: a line of the target's own (a prefetch, a one-line loop), only
   where nothing transforms it.
@@ -285,17 +286,18 @@ class Raw:
 
 @attrs.frozen
 class Loop:
-    """``var`` over ``[start, end)`` (the target's text) by ``step`` (None: one, as the
-    target writes a unit step); ``annotation``: the target's (a SIMD pragma, None: none);
-    ``head``: statements each iteration starts with (its coordinates)."""
+    """``var`` over ``[start, end)`` (expressions: nodes, or the target's text) by
+    ``step`` (None: one, as the target writes a unit step); ``annotation``: the target's
+    (a SIMD pragma, None: none); ``head``: statements each iteration starts with (its
+    coordinates)."""
 
     var: str
-    start: str
-    end: str
+    start: Text
+    end: Text
     body: tuple[Any, ...]
     head: tuple[Any, ...] = ()
     annotation: Any = None
-    step: str | None = None
+    step: Text | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -307,10 +309,11 @@ class Loop:
 
 @attrs.frozen
 class If:
-    """``if (cond) then else orelse`` (``orelse`` None: no else branch); ``flat``: its
-    branches written at its own depth (a guard around one loop), not indented."""
+    """``if (cond) then else orelse`` (``cond``: a node, or the target's text; ``orelse``
+    None: no else branch); ``flat``: its branches written at its own depth (a guard
+    around one loop), not indented."""
 
-    cond: str
+    cond: Text
     then: tuple[Any, ...]
     orelse: tuple[Any, ...] | None = None
     flat: bool = False
@@ -320,7 +323,23 @@ class If:
         return scan(self.cond).names
 
 
-Statement = Union[Declare, Var, Assign, Unpack, Store, Update, Select, Array, Raw, Loop, If]
+@attrs.frozen
+class Block:
+    """``{ body }``: statements in a scope of their own (a nest's declarations with its
+    loop); ``annotation``: the target's, before it (a parallel region's pragma; None:
+    none)."""
+
+    body: tuple[Any, ...]
+    annotation: Any = None
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The names its annotation mentions (the body's are its statements')."""
+        return getattr(self.annotation, "names", frozenset())
+
+
+Statement = Union[Declare, Var, Assign, Unpack, Store, Update, Select, Array, Raw, Loop, If,
+                  Block]
 
 #: the statements :func:`masked` makes conditional
 _MASKABLE = (Update, Select)
@@ -359,6 +378,8 @@ def _kept(statements: Sequence[Statement], used: set[str]) -> list[Statement]:
         elif isinstance(s, If):
             orelse = None if s.orelse is None else tuple(_kept(s.orelse, used))
             s = attrs.evolve(s, then=tuple(_kept(s.then, used)), orelse=orelse)
+        elif isinstance(s, Block):
+            s = attrs.evolve(s, body=tuple(_kept(s.body, used)))
         used.update(s.names)
         kept.append(s)
     return kept[::-1]
@@ -403,8 +424,8 @@ def invariant(statements: Sequence[Statement], var: str,
 
 
 def walk(statements: Sequence[Statement]) -> Iterator[Statement]:
-    """Every statement, in program order, nested ones after the loop or branch holding
-    them."""
+    """Every statement, in program order, nested ones after the loop, branch or block
+    holding them."""
     for s in statements:
         yield s
         if isinstance(s, Loop):
@@ -413,6 +434,8 @@ def walk(statements: Sequence[Statement]) -> Iterator[Statement]:
         elif isinstance(s, If):
             yield from walk(s.then)
             yield from walk(s.orelse or ())
+        elif isinstance(s, Block):
+            yield from walk(s.body)
 
 
 def map_loops(statements: Sequence[Statement], change: Callable[[Loop], Loop]
@@ -427,5 +450,7 @@ def map_loops(statements: Sequence[Statement], change: Callable[[Loop], Loop]
             s = attrs.evolve(s, then=tuple(map_loops(s.then, change)),
                              orelse=None if s.orelse is None else
                              tuple(map_loops(s.orelse, change)))
+        elif isinstance(s, Block):
+            s = attrs.evolve(s, body=tuple(map_loops(s.body, change)))
         out.append(s)
     return out

@@ -18,7 +18,7 @@ from torchloom.api import TensorType, expr, stmt, writer
 
 from torchloom_codegen_cpu import overrun
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE
-from torchloom_codegen_cpu.render import Simd, costly, divides_integers, par
+from torchloom_codegen_cpu.render import Simd, compare, costly, divides_integers, par, ternary
 
 Expr = writer.Expr
 
@@ -111,6 +111,20 @@ def _masked(statement, mask: str):
     AVX-512 masked store took 2.2x the whole kernel's time in some processes),
     declarations as they are. None for a statement of another form."""
     return stmt.masked(statement, mask) if _maskable(statement) else None
+
+
+#: the row loop's index
+_R = expr.Name("r")
+
+
+def _int(n: int | expr.Code) -> expr.Code:
+    """A row length or bound as a node: an int as its literal, a node as it is."""
+    return expr.Literal(str(n), n) if isinstance(n, int) else expr.code(n)
+
+
+def _product(symbol: str, a: expr.Code, b: expr.Code) -> expr.Code:
+    """``a symbol b`` for ``*``, ``/``, ``%`` (left to right: ``a / b * c``)."""
+    return expr.infix(symbol, expr.PRODUCT, a, b)
 
 
 def _word(text: str) -> bool:
@@ -206,7 +220,7 @@ class Emitter(writer.Statements):
         return self._loop(annotation, var, start, end, head, body)
 
     def end_row_phase(self, pragma: Simd | None, n: int | str, header: list) -> None:
-        """Close a SIMD loop over a row, ``r`` in ``[0, n)`` (``n``: an int or C text), as
+        """Close a SIMD loop over a row, ``r`` in ``[0, n)`` (``n``: an int or a node), as
         gcc 12 cannot: its loops end in a scalar remainder of up to 15 elements, which on
         short rows costs more than the vectors (a softmax row of 62 took 81 us a call).
         The row runs as whole blocks of :data:`TAIL` elements, then one more loop over the
@@ -226,7 +240,7 @@ class Emitter(writer.Statements):
         body = self.close_phase()
         assert body is not None
         if pragma is not None and narrow_row(n, self.narrow_limit):
-            self._loop(attrs.evolve(pragma, simdlen=8), "r", "0",
+            self._loop(attrs.evolve(pragma, simdlen=8), "r", _int(0),
                        self._trip_count(n, pragma, True), header, body)
             return
         tail = TAIL
@@ -235,8 +249,8 @@ class Emitter(writer.Statements):
             whole = self._past_the_end(body, n, pragma)
             if whole is not None:  # all rows but each thread's last one (overrun.py)
                 self.overran = True
-                past = self.capture(lambda: self._loop(pragma, "r", "0",
-                                                       str(whole_vectors(n)), header, whole))
+                past = self.capture(lambda: self._loop(pragma, "r", _int(0),
+                                                       _int(whole_vectors(n)), header, whole))
                 blocks = self.capture(lambda: self._blocks(pragma, n, header, body, tail))
                 self.lines.append(stmt.If(overrun.GUARD, tuple(past), tuple(blocks)))
                 return
@@ -250,23 +264,26 @@ class Emitter(writer.Statements):
         if (static and tail == TAIL and (n < TAIL or n % TAIL < SCALAR_REMAINDER or (
                 n % TAIL == TAIL // 2 and _cheap(pragma, body)))) or \
                 not all(map(_maskable, body)):
-            self._loop(pragma, "r", "0", self._trip_count(n, pragma), header, body)
+            self._loop(pragma, "r", _int(0), self._trip_count(n, pragma), header, body)
             return
         if static:
-            blocks, start, end = str(n // tail * tail), str(n - tail), str(n)
+            blocks, start, end = _int(n // tail * tail), _int(n - tail), _int(n)
         else:  # row statements: one pair per row length, shared by its loops
-            end = par(n)
-            blocks = self.emit(f"{end} % {TAIL} < {SCALAR_REMAINDER} ? {end} : {end} / {TAIL} *"
-                               f" {TAIL}", "i64", "r_blocks", inner=False).text
-            start = self.emit(f"{blocks} == {end} ? {end} : {blocks} == 0 ? 0 : {end} - "
-                              f"{TAIL}", "i64", "r_tail", inner=False).text
-        self._loop(pragma, "r", "0", blocks, header, body)
-        masked = [_masked(s, f"r >= {blocks}") for s in body]
+            end, whole = expr.paren(n), _int(TAIL)
+            blocks = self.emit(ternary(
+                compare("<", _product("%", end, whole), _int(SCALAR_REMAINDER)), end,
+                _product("*", _product("/", end, whole), whole)),
+                "i64", "r_blocks", inner=False).code
+            start = self.emit(ternary(compare("==", blocks, end), end, ternary(
+                compare("==", blocks, _int(0)), _int(0),
+                expr.infix("-", expr.SUM, end, whole))), "i64", "r_tail", inner=False).code
+        self._loop(pragma, "r", _int(0), blocks, header, body)
+        masked = [_masked(s, compare(">=", _R, blocks)) for s in body]
         if static:
             self._loop(pragma, "r", start, end, header, masked)
         else:  # no remainder: not even the lane setup of an empty loop
             tail_loop = self.capture(lambda: self._loop(pragma, "r", start, end, header, masked))
-            self.lines.append(stmt.If(f"{start} < {end}", tuple(tail_loop), flat=True))
+            self.lines.append(stmt.If(compare("<", start, end), tuple(tail_loop), flat=True))
 
     def _past_the_end(self, body: list, n: int, pragma: Simd) -> list | None:
         """``body`` for a loop of whole 8-lane vectors past the row's end (overrun.py):
@@ -290,11 +307,12 @@ class Emitter(writer.Statements):
         # the loop qualifies: its bound declared now (none left unused); a row of 8k + 7:
         # only the last lane is off, and gcc 12 turned the select of a known bound into a
         # loop exit it could not vectorize (3.5x slower)
-        keep = self._trip_count(n, pragma, True) if n % 8 == 7 else str(n)
-        return [s if isinstance(s, (stmt.Declare, stmt.Store)) else _masked(s, f"r < {keep}")
-                for s in body]
+        keep = self._trip_count(n, pragma, True) if n % 8 == 7 else _int(n)
+        return [s if isinstance(s, (stmt.Declare, stmt.Store)) else
+                _masked(s, compare("<", _R, keep)) for s in body]
 
-    def _trip_count(self, n: int | str, pragma: Simd | None, hide: bool = False) -> str:
+    def _trip_count(self, n: int | expr.Code, pragma: Simd | None, hide: bool = False
+                    ) -> expr.Code:
         """The trip count of a SIMD row loop: ``n``, or for rows of whole vectors up to
         :data:`HIDDEN_COUNT` values a copy of it gcc cannot see through (an empty asm that
         "changes" it). Knowing that a loop runs 1-4 vectors, gcc 12 unrolls it completely and
@@ -306,15 +324,15 @@ class Emitter(writer.Statements):
         whatever the length (8-lane rows, :func:`narrow_row`: rows of 24 0.82 -> 0.67 ms)."""
         if not (hide or pragma is not None and isinstance(n, int) and n % TAIL == 0
                 and 0 < n <= HIDDEN_COUNT):
-            return str(n)
+            return _int(n)
         name = self.fresh("r_n")
-        self.lines += [stmt.Var("int64_t", name, str(n)),
+        self.lines += [stmt.Var("int64_t", name, _int(n)),
                        stmt.Raw(f'__asm__("" : "+r"({name}));')]
-        return name
+        return expr.Name(name)
 
-    def _loop(self, annotation: Simd | None, var: str, start: str, end: str, head: list,
-              body: list) -> stmt.Loop:
-        loop = stmt.Loop(var, start, str(end), tuple(body), tuple(head), annotation)
+    def _loop(self, annotation: Simd | None, var: str, start: expr.Code | str,
+              end: expr.Code | str, head: list, body: list) -> stmt.Loop:
+        loop = stmt.Loop(var, start, end, tuple(body), tuple(head), annotation)
         self.lines.append(loop)
         return loop
 

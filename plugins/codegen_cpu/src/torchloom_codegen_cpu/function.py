@@ -34,6 +34,7 @@ from torchloom_codegen_cpu.inplace import inplace_pairs
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.reduction import reduced_dims
+from torchloom_codegen_cpu.render import indented, render
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
 
 
@@ -352,18 +353,18 @@ def _foreign_results(roots: list[Value], k: int, of: dict[Node, int],
 _FORMS = {"xb": " (columns)", "xs": " (staged)"}
 
 
-def _written(nests: list[KernelWriter]) -> tuple[list[KernelWriter], list[str], bool]:
-    """The nests' C lines, and whether they share one parallel region (team.py); a nest
+def _written(nests: list[KernelWriter]) -> tuple[list[KernelWriter], list, bool]:
+    """The nests' statements, and whether they share one parallel region (team.py); a nest
     that found tensors lying across its rows is written again over staged blocks of rows
     (``KernelWriter.restaged``)."""
     done, body = [], []
     for w in nests:
-        lines = w.nest()
+        statements = w.nest()
         again = w.restaged()
         if again is not None:
-            w, lines = again, again.nest()
+            w, statements = again, again.nest()
         done.append(w)
-        body += lines
+        body += statements
     if team.teamable(done):
         return done, team.team_body(done), True
     return done, body, False
@@ -418,7 +419,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         ctype, n = STORAGE[tensor_type(v).dtype], _numel_text(v, nests[0])
         source.append(f"  {ctype}* restrict {name} = ({ctype}*)malloc(({n}) * sizeof({ctype}) "
                       f"+ 1);")
-    source += ["  " + line for line in body]
+    source += indented(render(body))
     source += [f"  free({name});" for name in scratch]
     source.append("}")
     # the kernel's form as the core's schedule names it (the same for every target)

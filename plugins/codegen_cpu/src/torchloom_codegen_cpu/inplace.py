@@ -3,13 +3,13 @@ pairs, which the plan's buffer reuse reads: :mod:`torchloom.codegen.buffers`).""
 
 from __future__ import annotations
 
-from torchloom.api import Graph, TensorType, Value
+from torchloom.api import Graph, TensorType, Value, stmt
 
 from torchloom_codegen_cpu.kernel import KernelWriter, output_names
 from torchloom_codegen_cpu.ops import VIEWS
 
 
-def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list[str]
+def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list
                   ) -> list[tuple[int, int]]:
     """(input, output) pairs the kernel may be given one buffer for (the plan writes an
     output into an input that dies at the group, or into a graph input in place of a
@@ -17,7 +17,7 @@ def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list[str]
     only (no view of it, or of a value computed from it, but one that only adds or drops
     dims of size 1 between dense tensors: :func:`_same_elements`), with the output's dtype
     and elements (:func:`_same_elements` again), and its last read before the output is
-    first stored (checked on the C text, in program order). Every nest is pointwise, or a
+    first stored (in program order: :func:`_touched`). Every nest is pointwise, or a
     reduction over rows (``x``) with no column sums carried: a row is one iteration's, its
     passes read the input before the last one writes the output at the element it read (a
     cross entropy's ``f32[1, N, C]`` gradient written over the saved ``f32[N, C]``
@@ -31,15 +31,27 @@ def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list[str]
         rows = nest.kind == "reduction" and nest.loop.var == "x" and not nest.columns
         if not (nest.kind == "pointwise" or rows) or nest.em.overran:
             return []
-    text = "\n".join(body)
+    touched = _touched(body)
     pairs = []
     for j, (name, out) in enumerate(zip(output_names(region), region.outputs)):
-        stored = text.find(f"{name}[")
+        stored = touched.get(name, (-1, -1))[0]
         for i, v in enumerate(region.inputs):
             if _same_elements(v, out) and stored >= 0 and \
-                    text.rfind(f"in_{v.name}[") < stored and _read_in_place(region, v):
+                    touched.get(f"in_{v.name}", (-1, -1))[1] < stored and \
+                    _read_in_place(region, v):
                 pairs.append((i, j))
     return pairs
+
+
+def _touched(body: list) -> dict[str, tuple[int, int]]:
+    """Pointer -> the first and last place the statements ``body`` touch an element of
+    it, places counted in program order (nested statements after the loop or branch
+    holding them; in a statement, its target first, then what its value reads)."""
+    places: dict[str, tuple[int, int]] = {}
+    elements = (e for s in stmt.walk(body) for e in getattr(s, "facts", stmt.scan("")).elements)
+    for k, e in enumerate(elements):
+        places[e.pointer] = (places.get(e.pointer, (k, k))[0], k)
+    return places
 
 
 def _read_in_place(region: Graph, v: Value) -> bool:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
 
 from torchloom_codegen_cpu import op_text, rows_and_columns, staging, tiles
@@ -34,7 +36,7 @@ from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, 
                                           work)
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
-from torchloom_codegen_cpu.render import Simd, in_block, pure, render
+from torchloom_codegen_cpu.render import Pragma, Simd, in_block, pure
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type, walked_flat
 
 Coords = indexing.Coords
@@ -119,7 +121,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         #: the row's coordinate name per kept dim ("0" for a dim of one)
         self.row_names: Coords = ()
         self.parallel = False  # whether the nest runs on threads (decided by nest())
-        self.rendered: tuple[list[str], list[str], int] = ([], [], 0)  # (by nest())
+        #: (the declarations before the loop, a row's statements, the arrays it touches):
+        #: what team.py writes the nest from where a function's nests share one region
+        self.planned: tuple[list, list, int] = ([], [], 0)  # (by nest())
 
     # ---- analysis --------------------------------------------------------------------------
     def _check_region(self) -> None:
@@ -434,7 +438,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return None
         return KernelWriter(*self._args, staged={s.pointer: s for s in found})
 
-    def nest(self) -> list[str]:
+    def nest(self) -> list:
         """This nest's parallel loop over rows, its body inside; the body's declarations
         that no row changes (an optimizer step's bias corrections from its step count)
         computed once before it, in a block of their own (``stmt.invariant``)."""
@@ -444,14 +448,12 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             before, body = stmt.invariant(body, self.loop.var, pure)
         arrays = {e.pointer for s in stmt.walk(body) if hasattr(s, "facts")
                   for e in s.facts.elements}
-        #: (the declarations before the loop, a row's lines, the arrays it touches): what
-        #: team.py writes the nest from where a function's nests share one parallel region
-        self.rendered = (render(before), render(body), len(arrays))
-        lines = self._loop(self.rendered[1], -(-2 * PARALLEL_MIN // work(1, len(arrays))))
-        return in_block(self.rendered[0], lines)
+        self.planned = (before, body, len(arrays))
+        loop = self._loop(body, -(-2 * PARALLEL_MIN // work(1, len(arrays))))
+        return in_block(before, loop)
 
-    def _loop(self, lines: list[str], least: int) -> list[str]:
-        """The parallel loop over rows around ``lines``, a row's statements, on threads
+    def _loop(self, body: list, least: int) -> list:
+        """The parallel loop over rows around ``body``, a row's statements, on threads
         from ``least`` elements."""
         trips, var = self.loop.trips, self.loop.var
         rows, numel = par(self.ix.size_code(trips)), par(self.ix.size_code(self.numel))
@@ -462,25 +464,23 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             conditions.append(f"{numel} >= {least}")
         self.parallel = (not isinstance(trips, int) or trips > 1) and (
             not isinstance(self.numel, int) or self.numel >= least)
-        pragma = PARALLEL_FOR
         head, bound = [], rows
         if self.loop.blocks is not None:  # counted once, before the loop
             bound = f"n_{var}"
             threads = "nthreads" if self.parallel else "1"
-            head = [f"const int64_t {bound} = {self.loop.blocks.count(threads)};"]
-        loop = [f"for (int64_t {var} = 0; {var} < {bound}; {var}++) {{",
-                *("  " + line for line in lines), "}"]
-        threads, one = [pragma, *loop], loop
+            head = [stmt.Declare("int64_t", bound, self.loop.blocks.count(threads))]
         if self.columns:  # each thread's partial column sums (rows_and_columns.py)
-            return rows_and_columns.nest(self, head, lines, bound)
+            return rows_and_columns.nest(self, head, body, bound)
         if self.em.overran:  # each thread's last row known (overrun.py)
-            threads, one = (chunked(bound, lines, p) for p in (True, False))
+            shared, one = (chunked(bound, body, p) for p in (True, False))
+        else:
+            one = [stmt.Loop(var, "0", bound, tuple(body))]
+            shared = [attrs.evolve(one[0], annotation=Pragma(PARALLEL_FOR))]
         if not conditions:
-            return [*head, *(threads if self.parallel else one)]
+            return [*head, *(shared if self.parallel else one)]
         # a branch, not an OpenMP if clause: entering a parallel region that the clause
         # then runs on one thread costs ~0.5 us per call, much of a small kernel's time
-        return [*head, f"if ({' && '.join(conditions)}) {{", *("  " + line for line in threads),
-                "} else {", *("  " + line for line in one), "}"]
+        return [*head, stmt.If(" && ".join(conditions), tuple(shared), tuple(one))]
 
     def dims(self, dim):
         """``dim`` written over the size arguments (``S_0*16``), for the launcher."""

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import TensorType
+from torchloom.api import TensorType, stmt
+
+from torchloom_codegen_cpu.render import Pragma
 
 #: the pragma of a nest's loop over rows shared out by OpenMP, and of a parallel region
 #: whose threads share the rows out themselves (:func:`chunked`)
@@ -68,21 +70,21 @@ def row_offsets(w: Any) -> dict[str, str] | None:
     return offsets
 
 
-def chunked(bound: str, body: list[str], parallel: bool,
-            prologue: tuple[str, ...] = (), var: str = "x") -> list[str]:
+def chunked(bound: str, body: list, parallel: bool, prologue: tuple = (),
+            var: str = "x") -> list:
     """The loop over ``var`` (rows ``x``, or staged blocks of rows ``xs``) in ``[0,
-    bound)`` (``body``: its C lines) with each thread's share explicit (``x_last``: the
+    bound)`` (``body``: its statements) with each thread's share explicit (``x_last``: the
     share's last row): in a parallel region (``parallel``), or one thread runs them all;
-    ``prologue``: lines each thread runs before its share (rows_and_columns.py: its partials)."""
+    ``prologue``: statements each thread runs before its share (rows_and_columns.py: its
+    partials)."""
     first, last = f"{var}_first", f"{var}_last"
-    loop = [f"for (int64_t {var} = {first}; {var} <= {last}; {var}++) {{",
-            *("  " + b for b in body), "}"]
-    start = [*("  " + line for line in prologue)]
+    loop = stmt.Loop(var, first, f"{last} + 1", tuple(body))
     if not parallel:
-        return ["{", *start, f"  const int64_t {first} = 0, {last} = {bound} - 1;",
-                *("  " + line for line in loop), "}"]
-    return [PARALLEL, "{", *start, f"  int64_t {first}, {last};",
-            f"  tl_share({bound}, &{first}, &{last});", *("  " + line for line in loop), "}"]
+        return [stmt.Block((*prologue, stmt.Declare("int64_t", first, "0"),
+                            stmt.Declare("int64_t", last, f"{bound} - 1"), loop))]
+    return [stmt.Block((*prologue, stmt.Raw(f"int64_t {first}, {last};"),
+                        stmt.Raw(f"tl_share({bound}, &{first}, &{last});"), loop),
+                       Pragma(PARALLEL))]
 
 
 #: the prelude's share of rows per thread (contiguous, in thread order, as OpenMP's static

@@ -46,6 +46,41 @@ class Simd:
         return any(op in ("max", "min") for op, _ in self.reductions)
 
 
+@attrs.frozen
+class Pragma:
+    """An OpenMP pragma other than SIMD before a loop or a block: a parallel loop, a
+    parallel region, a loop of a region shared out or run by one thread (``line``: its
+    text)."""
+
+    line: str
+
+    def text(self) -> str:
+        return self.line
+
+    @property
+    def names(self) -> frozenset[str]:
+        return stmt.lexed(self.line).names
+
+
+#: the template of C's conditional expression (:func:`ternary`)
+_TERNARY = "{0} ? {1} : {2}"
+
+
+def ternary(cond: expr.Code, a: expr.Code, b: expr.Code) -> expr.Code:
+    """C's ``cond ? a : b``, binding least of all: a branch needs no parentheses (C reads
+    ``c ? a : d ? b : e`` as ``c ? a : (d ? b : e)``), a condition that is itself a
+    conditional does."""
+    nested = isinstance(cond, expr.Op) and cond.template == _TERNARY
+    return expr.Op(_TERNARY, expr.LOWEST, (expr.paren(cond, expr.ATOM if nested else
+                                                      expr.LOWEST), a, b))
+
+
+def compare(symbol: str, a: expr.Code, b: expr.Code) -> expr.Code:
+    """``a symbol b`` for a comparison (``<``, ``>=``, ``==``): arithmetic operands bind
+    tighter and need no parentheses."""
+    return expr.infix(symbol, expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
+
+
 def element(e: stmt.Element) -> str:
     return f"{e.pointer}[{e.offset}]"
 
@@ -102,6 +137,11 @@ def _loop(s: stmt.Loop) -> list[str]:
     return [*lines, "}"]
 
 
+def _block(s: stmt.Block) -> list[str]:
+    lines = [] if s.annotation is None else [s.annotation.text()]
+    return [*lines, "{", *indented(render(s.body)), "}"]
+
+
 def _if(s: stmt.If) -> list[str]:
     nest = (lambda lines: lines) if s.flat else indented
     lines = [f"if ({s.cond}) {{", *nest(render(s.then))]
@@ -112,7 +152,7 @@ def _if(s: stmt.If) -> list[str]:
 
 _RENDER = {stmt.Declare: _declare, stmt.Var: _var, stmt.Array: _array, stmt.Store: _store,
            stmt.Update: _update, stmt.Select: _select, stmt.Raw: _raw, stmt.Loop: _loop,
-           stmt.If: _if}
+           stmt.If: _if, stmt.Block: _block}
 
 
 def render(statements) -> list[str]:
@@ -144,9 +184,9 @@ def _own_text(node: expr.Code) -> str:
     return node.template if isinstance(node, expr.Op) else node.text
 
 
-def in_block(before: list[str], lines: list[str]) -> list[str]:
-    """``lines`` after ``before`` (a nest's declarations), in a block of their own."""
-    return ["{", *("  " + line for line in [*before, *lines]), "}"] if before else lines
+def in_block(before: list, statements: list) -> list:
+    """``statements`` after ``before`` (a nest's declarations), in a block of their own."""
+    return [stmt.Block((*before, *statements))] if before else list(statements)
 
 
 #: libm functions the op tables call (``f``-suffixed in f32): none has a side effect

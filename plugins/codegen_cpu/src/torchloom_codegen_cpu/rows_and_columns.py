@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, Value, schedule, stmt
+from torchloom.api import Node, Value, expr, schedule, stmt
 
 from torchloom_codegen_cpu.nest import Writer
 from torchloom_codegen_cpu.ops import CTYPE, COMPUTE
 from torchloom_codegen_cpu.overrun import chunked
+from torchloom_codegen_cpu.render import Simd
 from torchloom_codegen_cpu.tensors import tensor_type
 
 #: the shortest row that carries column sums (shorter rows keep the column nest)
@@ -79,24 +80,25 @@ def accumulate(w: Writer) -> None:
                                    f"(double){e.text}"), True)
 
 
-def nest(w: Writer, head: list[str], body: list[str], rows: str) -> list[str]:
+def nest(w: Writer, head: list, body: list, rows: str) -> list:
     """The row loop (or the loop over staged blocks of rows) with each thread's share
     explicit (overrun.chunked) and its column partials, then the partials' sums stored to
     the column outputs."""
     n, count = w.rnumel, len(w.columns)
     width = count * n
     threads = "nthreads" if w.parallel else "1"
-    lines = [*head, f"double* restrict colparts = (double*)calloc((size_t){threads} * "
-                    f"{width}, sizeof(double));"]
+    statements = [*head, stmt.Var("double* restrict", "colparts",
+                                  f"(double*)calloc((size_t){threads} * {width}, "
+                                  f"sizeof(double))")]
     # (tl_thread() is 0 outside a parallel region: one thread's partials are the first)
-    lines += chunked(rows, body, w.parallel,
-                     (f"double* restrict colpart = colparts + tl_thread() * {width};",),
-                     w.loop.var)  # (rows, or staged blocks of rows: staging.py)
+    own = stmt.Var("double* restrict", "colpart", f"colparts + tl_thread() * {width}")
+    statements += chunked(rows, body, w.parallel, (own,),
+                          w.loop.var)  # (rows, or staged blocks of rows: staging.py)
     for k, (name, node) in enumerate(w.columns):
         ctype = CTYPE[COMPUTE[tensor_type(node.outputs[0]).dtype]]
-        lines += ["#pragma omp simd", f"for (int64_t c = 0; c < {n}; c++) {{",
-                  "  double s = 0;",
-                  f"  for (int t = 0; t < {threads}; t++) s += colparts[t * {width} + "
-                  f"{k * n} + c];",
-                  f"  {name}[c] = ({ctype})s;", "}"]
-    return [*lines, "free(colparts);"]
+        partial = expr.Load("colparts", f"t * {width} + {k * n} + c")
+        statements.append(stmt.Loop("c", "0", str(n), (
+            stmt.Var("double", "s", "0"),
+            stmt.Loop("t", "0", threads, (stmt.Update("s", "+=", partial),)),
+            stmt.Store(stmt.Element(name, "c"), f"({ctype})s")), annotation=Simd()))
+    return [*statements, stmt.Raw("free(colparts);")]

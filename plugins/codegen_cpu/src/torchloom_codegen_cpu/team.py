@@ -19,8 +19,10 @@ still gets every thread (in a cold cache two threads stream more than one).
 
 from __future__ import annotations
 
+from torchloom.api import stmt
+
 from torchloom_codegen_cpu.kernel import KernelWriter
-from torchloom_codegen_cpu.render import in_block
+from torchloom_codegen_cpu.render import Pragma, in_block
 from torchloom_codegen_cpu.overrun import PARALLEL, PARALLEL_MIN, work
 
 #: below this many element-arrays (elements times arrays touched) a nest of a team runs
@@ -38,17 +40,16 @@ def teamable(nests: list[KernelWriter]) -> bool:
                 or w.staged or not isinstance(w.loop.trips, int) or \
                 not isinstance(w.numel, int):
             return False
-    return sum(work(w.numel, w.rendered[2]) for w in nests) >= 2 * PARALLEL_MIN
+    return sum(work(w.numel, w.planned[2]) for w in nests) >= 2 * PARALLEL_MIN
 
 
-def team_body(nests: list[KernelWriter]) -> list[str]:
-    """The nests' lines in one parallel region (see the module docstring)."""
-    lines = [PARALLEL, "{"]
+def team_body(nests: list[KernelWriter]) -> list:
+    """The nests' statements in one parallel region (see the module docstring)."""
+    body: list = []
     for w in nests:
-        before, body, arrays = w.rendered
-        loop = [f"for (int64_t x = 0; x < {w.loop.trips}; x++) {{",
-                *("  " + line for line in body), "}"]
+        before, rows, arrays = w.planned
         shared = w.loop.trips > 1 and work(w.numel, arrays) >= SHARED_MIN
-        pragma = "#pragma omp for schedule(static)" if shared else "#pragma omp single"
-        lines += ["  " + line for line in in_block(before, [pragma, *loop])]
-    return lines + ["}"]
+        pragma = Pragma("#pragma omp for schedule(static)" if shared else "#pragma omp single")
+        body += in_block(before, [stmt.Loop("x", "0", str(w.loop.trips), tuple(rows),
+                                            annotation=pragma)])
+    return [stmt.Block(tuple(body), Pragma(PARALLEL))]

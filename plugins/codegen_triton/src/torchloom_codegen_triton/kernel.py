@@ -130,7 +130,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         #: helpers this function and its finishing kernel call
         self.finish_outputs: list[int] = []
         self.helpers: set[str] = set()
-        self._check_region()
+        #: the one device of the group's values
+        self.device = self._device()
         #: symbol -> (input, dim) it is read from; the kernel takes it as argument ``ks<k>``
         self.symbols = bind_symbols(self.region)
         self.symbolic = bool(self.symbols)
@@ -150,11 +151,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             self.tiles = plan_tiles(self)
 
     # ---- analysis --------------------------------------------------------------------------
-    def _check_region(self) -> None:
+    def _device(self) -> str:
         devices = self.region_devices(self.region)
         if len(devices) > 1:
             raise Unsupported(f"values on several devices {sorted(devices)}")
-        self.device = devices.pop() if devices else "cpu"
+        return devices.pop() if devices else "cpu"
 
     @property
     def columns(self) -> bool:

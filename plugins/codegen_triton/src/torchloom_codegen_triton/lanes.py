@@ -53,13 +53,8 @@ def arange(block: Operand) -> expr.Code:
 
 def _binary(symbol: str, level: int, a: Operand, b: Operand, left: int | None = None,
             right: int | None = None) -> expr.Code:
-    """``a symbol b``, binding as ``level``: the left operand in parentheses where it binds
-    less tightly than ``left`` (default ``level``), the right one than ``right`` (default
-    one level tighter: ``a - (b - c)``, ``a / (b * c)``)."""
-    left = level if left is None else left
-    right = level + 1 if right is None else right
-    return expr.Op(f"{{0}} {symbol} {{1}}", level, (expr.paren(node(a), left),
-                                                   expr.paren(node(b), right)))
+    """``a symbol b`` over the operands' nodes (:func:`expr.infix`)."""
+    return expr.infix(symbol, level, node(a), node(b), left, right)
 
 
 def plus(a: Operand, b: Operand) -> expr.Code:
