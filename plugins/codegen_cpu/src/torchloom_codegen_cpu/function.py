@@ -27,7 +27,7 @@ import attrs
 
 from torchloom.api import (Graph, InputRef, Node, ScalarType, Schedule, TensorType, Value,
                            clone_graph, indexing, print_graph, schedule, structural_hash,
-                           symbols, writer)
+                           stmt, symbols, writer)
 
 from torchloom_codegen_cpu import rows_and_columns, team
 from torchloom_codegen_cpu.inplace import inplace_pairs
@@ -415,13 +415,13 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         source.append("  (void)nthreads;")
     scratch = {name: v for w in nests for name, v in zip(w.out_names, w.outputs)
                if name.startswith("scratch_")}
+    allocated = []
     for name, v in scratch.items():  # (no larger than a row result: one value per row)
         ctype, n = STORAGE[tensor_type(v).dtype], _numel_text(v, nests[0])
-        source.append(f"  {ctype}* restrict {name} = ({ctype}*)malloc(({n}) * sizeof({ctype}) "
-                      f"+ 1);")
-    source += indented(render(body))
-    source += [f"  free({name});" for name in scratch]
-    source.append("}")
+        allocated.append(stmt.Var(f"{ctype}* restrict", name,
+                                  f"({ctype}*)malloc(({n}) * sizeof({ctype}) + 1)"))
+    freed = [stmt.Raw(f"free({name});") for name in scratch]
+    source += [*indented(render([*allocated, *body, *freed])), "}"]
     # the kernel's form as the core's schedule names it (the same for every target)
     metadata = {"kernel": kernel, "kind": nests[0].kind, "nests": len(nests),
                 "schedule": Schedule.of(group).form,
