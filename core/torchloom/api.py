@@ -19,6 +19,8 @@
   ``indexing`` (index math over symbolic sizes) and ``reductions`` (the reduction
   ops' table, :func:`~torchloom.codegen.reductions.reduction_table`), ``schedule`` (the
   target-independent kernel schedule: :class:`~torchloom.codegen.schedule.ReductionNest`),
+  ``nests`` (the schedule's nest plan: which loop nests a kernel runs, what each stores,
+  computes and reads back, :func:`~torchloom.codegen.nests.plan`),
   ``stmt`` (the structured statement IR writers build and transform before rendering),
   ``expr`` (expressions as nodes: names, literals, ops with their precedence) and
   ``writer`` (what native kernel writers share: the value walk, numbered statements,
@@ -34,8 +36,8 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import (contract, expr, indexing, lower, reductions, schedule, stmt,
-                               writer)
+from torchloom.codegen import (contract, expr, indexing, lower, nests, reductions, schedule,
+                               stmt, writer)
 from torchloom.codegen.contract import (FORMS, Capabilities, LaunchSpec, Lowered, OpTemplate,
                                         Param, Renderer, Schedule)
 from torchloom.codegen.indexing import Unsupported
@@ -86,7 +88,7 @@ __all__ = [
     "hookimpl",
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
-    "indexing", "reductions", "schedule", "stmt", "writer",
+    "indexing", "nests", "reductions", "schedule", "stmt", "writer",
     # the codegen contract
     "FORMS", "Capabilities", "LaunchSpec", "Lowered", "OpTemplate", "Param", "Renderer",
     "RendererCodegen", "Schedule", "Unsupported", "contract", "lower",

@@ -1,0 +1,287 @@
+"""The loop nests of a group's kernel, planned once as frozen data (the kernel schedule's
+nest plan; see DESIGN.md, "Codegen and runtime"): which nests a kernel runs one after
+the other, which outputs each stores, which reductions it computes and which values it
+reads back from memory that an earlier nest stored.
+
+Reductions of a group that reduce different dims (layer_norm's backward: row sums for the
+input gradient, column sums for the weight and bias gradients) cannot share one loop. They
+are consecutive nests of one kernel, one per (input shape, reduced dims) class, each
+storing the outputs that depend on its reductions; outputs depending on no reduction go
+with the first nest. A pointwise group whose outputs have different element counts is a
+nest per count, and outputs of one count but another shape or layout that share no
+computed value are a nest per walk (each in its own order: no division per element to
+address them). Pointwise values both nests need are recomputed (cheap next to a round
+trip through memory). A reduction whose input depends on another class's result, or an
+output depending on two classes, comes in a later nest (classes ordered so that producers
+come first; two classes reading each other's results are declined), which reads what
+earlier nests computed from memory: an output they store (a cross-entropy gradient, and
+the bias gradient summed from it over the batch: rounded to the output's dtype, as eager
+reads it), else the reduction results it needs, which their nest stores in a scratch
+array (``scratch_<value>``) of one value per row (a layer_norm backward that recomputes
+its statistics: the weight gradient's column sums read the mean and variance per row).
+
+A target says what it reduces (``is_reduction``), how it reads a value's type (its own
+``tensor_type``, raising its own reason for a tensor it cannot hold) and whether a column
+class rides in the row nest (``fold``: cpu's ``rows_and_columns.foldable``)::
+
+    plan(region, is_reduction, tensor_type)      -> (Nest(outputs=None, reductions=None),)
+        a group of one nest: every output, every reduction
+    plan(...) of a layer_norm backward           -> (Nest(row outputs, row sums),
+                                                     Nest(column outputs, column sums,
+                                                          read_back=...))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import attrs
+
+from torchloom.codegen import indexing
+from torchloom.codegen.schedule import nest_classes
+from torchloom.codegen.writer import VIEWS, output_names, reduced_dims, upstream_nodes
+from torchloom.ir import Graph, Node, TensorType, Value
+
+Named = tuple[tuple[str, Value], ...]
+#: (row class, column class) of a row nest carrying column sums, or None
+Fold = Callable[[list, list, Callable[[Value], frozenset]], Optional[tuple[int, int]]]
+
+
+@attrs.frozen
+class Nest:
+    """One nest: the ``outputs`` it stores (pointer name, value; None: every output of the
+    region), the ``reductions`` it computes (empty: a pointwise walk; None: every reduction
+    of the region), the values earlier nests stored that it reads back (``read_back``:
+    value, pointer name) and the column sums it carries (``columns``: pointer name, sum).
+    """
+
+    outputs: Optional[Named] = None
+    reductions: Optional[tuple[Node, ...]] = None
+    read_back: tuple[tuple[Value, str], ...] = ()
+    columns: tuple[tuple[str, Node], ...] = ()
+
+
+def _nest(outputs, reductions, read_back: dict | None = None, columns=()) -> Nest:
+    return Nest(tuple(outputs), tuple(reductions), tuple((read_back or {}).items()),
+                tuple(columns))
+
+
+def plan(region: Graph, is_reduction: Callable[[Node], bool],
+         tensor_type: Callable[[Value], TensorType], fold: Fold | None = None
+         ) -> tuple[Nest, ...]:
+    """The nests of ``region``'s kernel (see the module docstring)."""
+    reductions = [n for n in region.nodes if is_reduction(n)]
+    named = list(zip(output_names(region), region.outputs))
+    classes = nest_classes(reductions, lambda v: tensor_type(v).shape)
+    if not classes:  # pointwise: a nest per element count of the outputs
+        parts = [walk for part in _by_element_count(named, tensor_type)
+                 for walk in _by_walk(part, tensor_type)]
+        if len(parts) == 1:
+            return (Nest(),)
+        return tuple(_nest(part, ()) for part in parts)
+    if len(classes) == 1:
+        apart = _beside_the_rows(named, classes[0], tensor_type)
+        if not apart:
+            return (Nest(),)
+        rest = [(name, v) for name, v in named if (name, v) not in apart]
+        nests = [_nest(walk, ()) for part in _by_element_count(apart, tensor_type)
+                 for walk in _by_walk(part, tensor_type)]
+        # the reduction's nest reads those outputs back where it needs them
+        return (*nests, _nest(rest, classes[0], {v: name for name, v in apart}))
+    classes = _producers_first(classes)
+    of = {n: k for k, members in enumerate(classes) for n in members}
+    memo: dict[Value, frozenset[int]] = {}
+    parts: list[list[tuple[str, Value]]] = [[] for _ in classes]
+    for name, v in named:  # an output goes with the last class it depends on
+        deps = _depends(v, memo, of)
+        parts[max(deps) if deps else 0].append((name, v))
+    # outputs of P's shape that depend on no reduction (a product the row sums also read)
+    # ride in the row nest where the columns fold into it
+    shape = tensor_type(reductions[0].inputs[0]).shape
+    free = [(name, v) for name, v in named if not _depends(v, memo, of)
+            and tensor_type(v).shape == shape]
+    folded = None if fold is None else fold(
+        classes, [[o for o in part if o not in free] for part in parts],
+        lambda v: _depends(v, memo, of))
+    if folded is not None:  # column sums carried by the row nest
+        row, col = folded
+        columns = [(name, v.producer) for name, v in parts[col] if (name, v) not in free]
+        rest = [o for o in parts[row] if o not in free] + free
+        return (_nest(rest, classes[row], columns=columns),)
+    # A nest reads what earlier nests computed from memory, never recomputing it: an
+    # output they store, else a scratch array their nest stores the result in
+    written: dict[Value, str] = {}
+    stored: list[dict[Value, str]] = []
+    for k, members in enumerate(classes):
+        roots = [n.inputs[0] for n in members] + [v for _, v in parts[k]]
+        for v in _foreign_results(roots, k, of, written):
+            written[v] = f"scratch_{v.name}"
+            parts[of[v.producer]].append((written[v], v))
+        # (what depends on no other class is computed again, as before: no extra read)
+        stored.append({v: name for v, name in written.items()
+                       if _depends(v, memo, of) - {k}})
+        written.update((v, name) for name, v in parts[k])
+    return tuple(_nest(part, members, stored[k])
+                 for k, (part, members) in enumerate(zip(parts, classes)) if part)
+
+
+def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
+                   tensor_type: Callable[[Value], TensorType]) -> tuple[Nest, ...] | None:
+    """The plan of a group of one reduction class whose outputs its nest cannot hold (an
+    output of another element count than the reduced shape's and the rows', a value that
+    reads a reduction result at other elements than its row: Llama's backward sums the
+    gradient over the repeated key/value heads and slices half of each head for the
+    rotary embedding; Whisper's reads a row result through a transposing reshape), or
+    None when it has no such form: the reduction's nest stores the reduction results
+    (outputs, else scratch arrays of one value per row) and pointwise nests after it write
+    every other output, reading those results back at whatever elements they need."""
+    classes = nest_classes([n for n in region.nodes if is_reduction(n)],
+                           lambda v: tensor_type(v).shape)
+    if len(classes) != 1:
+        return None
+    members = set(classes[0])
+    named = list(zip(output_names(region), region.outputs))
+    own = [(name, v) for name, v in named if v.producer in members]
+    rest = [(name, v) for name, v in named if v.producer not in members]
+    written = {v: name for name, v in own}
+    scratch = []
+    for v in _foreign_results([v for _, v in rest], -1, dict.fromkeys(members, 0), written):
+        written[v] = f"scratch_{v.name}"
+        scratch.append((written[v], v))
+    if not rest or not own + scratch:
+        return None
+    return (_nest(own + scratch, classes[0]),
+            *(_nest(walk, (), dict(written)) for part in _by_element_count(rest, tensor_type)
+              for walk in _by_walk(part, tensor_type)))
+
+
+def _depends(v: Value, memo: dict[Value, frozenset[int]], of: dict[Node, int]
+             ) -> frozenset[int]:
+    """The reduction classes ``v`` depends on (inside the region)."""
+    found = memo.get(v)
+    if found is not None:
+        return found
+    node = v.producer
+    result: frozenset[int] = frozenset()
+    if node is not None:
+        if node in of:
+            result = frozenset({of[node]})
+        for i in node.inputs:
+            result |= _depends(i, memo, of)
+    memo[v] = result
+    return result
+
+
+def _by_element_count(named: Sequence[tuple[str, Value]], tensor_type
+                      ) -> list[list[tuple[str, Value]]]:
+    """Outputs grouped by element count (equal at every size), the largest count first
+    where all are static, else in order of appearance: a pointwise walk covers the
+    elements of one count (a group that also returns a broadcast operand, say [2, 1]
+    beside [2, 8], is written as a nest per count). Largest first: an input is read by
+    nests of its count or larger only, so every nest reading it has run before the nest
+    that may write its output over it (cpu's ``inplace.py``: an optimizer step's ``f32[]``
+    step counts, read by each parameter's nest, written last)."""
+    parts: list[tuple[Any, list[tuple[str, Value]]]] = []
+    for name, v in named:
+        count = indexing.prod(tensor_type(v).shape)
+        for known, part in parts:
+            if indexing.same(known, count):
+                part.append((name, v))
+                break
+        else:
+            parts.append((count, [(name, v)]))
+    if all(isinstance(count, int) for count, _ in parts):
+        parts.sort(key=lambda counted: -counted[0])  # (stable: equal counts keep order)
+    return [part for _, part in parts]
+
+
+def _computed(v: Value) -> set[Node]:
+    """The region nodes ``v`` is computed from, views (index math, free) left out."""
+    return {n for n in upstream_nodes([v]) if n.op not in VIEWS}
+
+
+def _by_walk(part: list[tuple[str, Value]], tensor_type) -> list[list[tuple[str, Value]]]:
+    """Outputs of one element count split by walk (shape and memory order) where they
+    share no computed value: a walk follows its first output, and an output of another
+    shape or layout is addressed by delinearising the walk's index, a division per element
+    when sizes are runtime arguments (q, k transposed and v copied to contiguous by one
+    group: k's copy is its own nest, in its own order). Outputs sharing a computed (not
+    view) node stay in one walk: splitting them would compute it twice."""
+    keys = [(tuple(tensor_type(v).shape), indexing.memory_order(tensor_type(v)))
+            for _, v in part]
+    if len(set(keys)) == 1:
+        return [part]
+    walks: list[tuple[list, set[Node], list[tuple[str, Value]]]] = []
+    for (name, v), key in zip(part, keys):
+        cone = _computed(v)
+        joined = [w for w in walks if key in w[0] or w[1] & cone]
+        keys_, nodes, members = [key], set(cone), [(name, v)]
+        for w in joined:  # (in order: the first output keeps the first walk)
+            keys_ += w[0]
+            nodes |= w[1]
+            members = w[2] + members
+            walks.remove(w)
+        walks.append((keys_, nodes, members))
+    order = {name: i for i, (name, _) in enumerate(part)}
+    nests = [sorted(w[2], key=lambda m: order[m[0]]) for w in walks]
+    return sorted(nests, key=lambda m: order[m[0][0]])
+
+
+def _beside_the_rows(named: list[tuple[str, Value]], members: list[Node], tensor_type
+                     ) -> list[tuple[str, Value]]:
+    """Outputs that depend on no reduction and hold neither the reduced shape's elements
+    nor a row's (ViT's backward: the gradient ``[2, 65, 192]`` of the token sequence and
+    the bias gradient of the class token, summed over a ``[2, 1, 192]`` slice of it): a
+    pointwise nest of their own writes them, before the reduction's."""
+    shape = tuple(tensor_type(members[0].inputs[0]).shape)
+    rdims = reduced_dims(members[0], len(shape))
+    numel = indexing.prod(shape)
+    rows = indexing.prod([d for k, d in enumerate(shape) if k not in rdims])
+    reductions = set(members)
+    return [(name, v) for name, v in named
+            if not upstream_nodes([v]) & reductions
+            and not any(indexing.same(indexing.prod(tensor_type(v).shape), n)
+                        for n in (numel, rows))]
+
+
+def _producers_first(classes: list[list[Node]]) -> list[list[Node]]:
+    """The classes ordered so that each comes after those whose results it reads (else in
+    order of appearance); declined when two read each other's."""
+    of = {n: k for k, members in enumerate(classes) for n in members}
+    memo: dict[Value, frozenset[int]] = {}
+    needs = [set().union(*(_depends(n.inputs[0], memo, of) for n in members)) - {k}
+             for k, members in enumerate(classes)]
+    order: list[int] = []
+    while len(order) < len(classes):
+        ready = [k for k in range(len(classes)) if k not in order and needs[k] <= set(order)]
+        if not ready:
+            raise indexing.Unsupported("reductions over different dims read each other's "
+                                       "results")
+        order.append(ready[0])
+    return [classes[k] for k in order]
+
+
+def _foreign_results(roots: list[Value], k: int, of: dict[Node, int],
+                     written: dict[Value, str]) -> list[Value]:
+    """Results of other classes' reductions that values ``roots`` of class ``k`` are
+    computed from, short of what is already in memory (``written``)."""
+    found: list[Value] = []
+    seen: set[Value] = set()
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        if v in seen or v in written:
+            continue
+        seen.add(v)
+        node = v.producer
+        if node is None:
+            continue
+        if node in of and of[node] != k:
+            found.append(v)
+        else:
+            stack.extend(node.inputs)
+    return found
+
+
+__all__ = ["Nest", "after_the_rows", "plan"]
