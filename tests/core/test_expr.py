@@ -158,3 +158,50 @@ def test_random_trees_print_with_correct_parentheses(tree):
     # substituting each name by its value as a literal keeps the value, without _ENV
     literals = {k: expr.Literal(f"({v})", v) for k, v in _ENV.items()}
     assert eval(str(expr.substitute(e, literals)), {}, {}) == value  # noqa: S307
+
+
+def test_arithmetic_builders_parenthesise_by_precedence_only_where_needed():
+    # staging.py's block bounds, as its C has always read
+    end = expr.times(expr.plus(expr.over("xs", 4), 1), 512)
+    assert str(end) == "(xs / 4 + 1) * 512"
+    assert str(expr.plus(expr.times(expr.over("xs", 4), 512),
+                         expr.times(expr.modulo("xs", 4), 16))) == "xs / 4 * 512 + xs % 4 * 16"
+    assert str(expr.minus("a", expr.minus("b", "c"))) == "a - (b - c)"
+    assert str(expr.over("a", expr.times("b", "c"))) == "a / (b * c)"
+    assert expr.names(end) == {"xs"}
+    # operands: ints and digits are literals, identifiers names, other text opaque
+    assert expr.as_node(3) == expr.Literal("3", 3) and expr.as_node("7") == expr.Literal("7", 7)
+    assert expr.as_node("n_xb") == expr.Name("n_xb") and expr.as_node("a + b").opaque
+    with pytest.raises(TypeError):
+        expr.as_node(True)
+
+
+_BUILDERS = {"+": (expr.plus, operator.add), "-": (expr.minus, operator.sub),
+             "*": (expr.times, operator.mul), "/": (expr.over, operator.floordiv),
+             "%": (expr.modulo, operator.mod)}
+
+
+def _arithmetic_trees(depth: int):
+    leaf = st.integers(min_value=1, max_value=9).map(lambda n: (expr.as_node(n), n))
+    if depth == 0:
+        return leaf
+
+    def combine(parts):
+        symbol, (a, va), (b, vb) = parts
+        build, op = _BUILDERS[symbol]
+        if symbol in "/%" and vb == 0:
+            return a, va
+        return build(a, b), op(va, vb)
+    return st.one_of(leaf, st.tuples(st.sampled_from(sorted(_BUILDERS)), _arithmetic_trees(depth - 1),
+                                     _arithmetic_trees(depth - 1)).map(combine))
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(_arithmetic_trees(4))
+def test_a_tree_of_builders_prints_text_that_computes_its_value(tree):
+    """Random trees of ``+ - * / %`` over small positive ints: the printed text, read
+    with ``/`` as integer division (Python's floor division on both sides: a ``-`` can
+    make an operand negative), computes what the tree computes: parentheses are never
+    missing where precedence or left associativity needs them."""
+    node, value = tree
+    assert eval(str(node).replace("/", "//")) == value  # noqa: S307 (digits and operators)

@@ -191,6 +191,46 @@ def infix(symbol: str, level: int, a: Code | str, b: Code | str, left: int | Non
     return Op(f"{{0}} {symbol} {{1}}", level, (paren(a, left), paren(b, right)))
 
 
+def as_node(v: Code | str | int) -> Code:
+    """``v`` as a node: an int as its :class:`Literal`, an identifier as a :class:`Name`,
+    digits as a literal, other text as opaque text (:func:`code`), a node as it is."""
+    if isinstance(v, bool):
+        raise TypeError(f"an operand is a node, a name or an int, not {v!r}")
+    if isinstance(v, int):
+        return Literal(str(v), v)
+    if isinstance(v, str):
+        if v.isidentifier():
+            return Name(v)
+        if v.isdigit():
+            return Literal(v, int(v))
+    return code(v)
+
+
+def plus(a: Code | str | int, b: Code | str | int) -> Code:
+    """``a + b`` (operands taken by :func:`as_node`)."""
+    return infix("+", SUM, as_node(a), as_node(b))
+
+
+def minus(a: Code | str | int, b: Code | str | int) -> Code:
+    """``a - b``."""
+    return infix("-", SUM, as_node(a), as_node(b))
+
+
+def times(a: Code | str | int, b: Code | str | int) -> Code:
+    """``a * b``."""
+    return infix("*", PRODUCT, as_node(a), as_node(b))
+
+
+def over(a: Code | str | int, b: Code | str | int) -> Code:
+    """``a / b`` (C's division; an integer one between integers)."""
+    return infix("/", PRODUCT, as_node(a), as_node(b))
+
+
+def modulo(a: Code | str | int, b: Code | str | int) -> Code:
+    """``a % b``."""
+    return infix("%", PRODUCT, as_node(a), as_node(b))
+
+
 def wrapped(e: Code) -> Code:
     """``e`` ready to stand as an operand anywhere: itself when trivial, else in
     parentheses (still an expression to bind, not a name)."""
@@ -267,5 +307,5 @@ def fill(template: str, named: Mapping[str, Code | str]) -> Code:
 
 
 __all__ = ["ATOM", "Code", "IDENT", "LOWEST", "Literal", "Load", "Name", "Op", "POSTFIX", "PRODUCT",
-           "SUM", "code", "fill", "infix", "is_literal", "names", "par", "paren",
-           "substitute", "walk", "wrapped"]
+           "SUM", "as_node", "code", "fill", "infix", "is_literal", "minus", "modulo", "names",
+           "over", "par", "paren", "plus", "substitute", "times", "walk", "wrapped"]

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from torchloom.api import expr, indexing, stmt, writer
 
-from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
-from torchloom_codegen_cpu.render import Simd
+from torchloom_codegen_cpu.render import Simd, smaller
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
 from torchloom_codegen_cpu.reduction import (accumulate, identity,
                                               rows_lie_in_memory_order, sum_dtype)
@@ -91,11 +91,13 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
         block = min(CAP, units * UNIT)
     else:
         block, units = CAP, f"CeilDiv({columns}, {UNIT})"
-    end, text = par(w.ix.size_code(columns)), par(w.ix.size_code(units))
-    loop = ParallelLoop("xb", units, ThreadBlocks(units, text, CAP // UNIT))
-    em.statement(stmt.Declare("int64_t", "c0", f"xb * {text} / n_xb * {UNIT}"), False)
-    em.statement(stmt.Declare("int64_t", "e1", f"(xb + 1) * {text} / n_xb * {UNIT}"), False)
-    em.statement(stmt.Declare("int64_t", "c1", f"e1 < {end} ? e1 : {end}"), False)
+    end, count = expr.paren(w.ix.size_code(columns)), expr.paren(w.ix.size_code(units))
+    loop = ParallelLoop("xb", units, ThreadBlocks(units, count, CAP // UNIT))
+    em.statement(stmt.Declare("int64_t", "c0", expr.times(
+        expr.over(expr.times("xb", count), "n_xb"), UNIT)), False)
+    em.statement(stmt.Declare("int64_t", "e1", expr.times(
+        expr.over(expr.times(expr.plus("xb", 1), count), "n_xb"), UNIT)), False)
+    em.statement(stmt.Declare("int64_t", "c1", smaller(expr.Name("e1"), end)), False)
     # inner coordinates (columns) are recomputed in every SIMD loop
     x_header, xs = w.inner_coords("x", w.kept_shape)
     xloop = ("x", "c0", "c1")  # (the loop over the block's columns)

@@ -36,7 +36,7 @@ from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, 
                                           work)
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
-from torchloom_codegen_cpu.render import Pragma, Simd, in_block, pure
+from torchloom_codegen_cpu.render import Pragma, Simd, in_block, pure, smaller
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type, walked_flat
 
 Coords = indexing.Coords
@@ -354,11 +354,12 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.rows = prod([prod(walk[:-1]), chunks])
         em = self.em
         if chunked:
-            count, end = par(size(chunks)), par(size(inner))
-            em.statement(stmt.Declare("int64_t", "row", f"x / {count}"), False)
-            em.statement(stmt.Declare("int64_t", "j0", f"x % {count} * {chunk}"), False)
-            em.statement(stmt.Declare("int64_t", "j1", f"j0 + {chunk} < {end} ? j0 + "
-                                      f"{chunk} : {end}"), False)
+            count, end = expr.paren(size(chunks)), expr.paren(size(inner))
+            em.statement(stmt.Declare("int64_t", "row", expr.over("x", count)), False)
+            em.statement(stmt.Declare("int64_t", "j0", expr.times(expr.modulo("x", count),
+                                                                  chunk)), False)
+            em.statement(stmt.Declare("int64_t", "j1", smaller(expr.plus("j0", chunk), end)),
+                         False)
             row, bounds = "row", ("j0", "j1")
         else:
             row, bounds = "x", ("0", str(size(inner)))

@@ -10,7 +10,7 @@ as many as the threads share (``xb``, columns.py)::
 
     ParallelLoop("x", 8)                              for (x = 0; x < 8; x++)
     ParallelLoop("xt", 4096)                          for (xt = 0; xt < 4096; xt++)
-    ParallelLoop("xb", 64, ThreadBlocks(64, "64", 128))
+    ParallelLoop("xb", 64, ThreadBlocks(64, Literal("64"), 128))
                                 const int64_t n_xb = ...;  for (xb = 0; xb < n_xb; xb++)
 """
 
@@ -21,31 +21,34 @@ from typing import Any, Protocol
 
 import attrs
 
-from torchloom.api import Node, Value, indexing, stmt, writer
+from torchloom.api import Node, Value, expr, indexing, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Emitter
+from torchloom_codegen_cpu.render import compare, smaller, ternary
 
 Coords = indexing.Coords
 
 
 @attrs.frozen
 class ThreadBlocks:
-    """A loop over blocks of ``units`` units (an int, or a size; ``text``: its C text in
-    parentheses where needed), one block per thread where there are units enough, and at
-    most ``most`` units a block: ``max(min(threads, units), ceil(units / most))`` blocks."""
+    """A loop over blocks of ``units`` units (an int, or a size; ``size``: its C expression,
+    in parentheses where needed), one block per thread where there are units enough, and
+    at most ``most`` units a block: ``max(min(threads, units), ceil(units / most))``
+    blocks."""
 
     units: Any
-    text: str
+    size: expr.Code
     most: int
 
-    def count(self, threads: str) -> str:
-        """The block count as C text, ``threads`` the thread count's (``"1"``: a kernel
-        too small for threads)."""
-        least = f"({self.text} + {self.most - 1}) / {self.most}"
+    def count(self, threads: str) -> expr.Code:
+        """The block count, ``threads`` the thread count's C (``"1"``: a kernel too small
+        for threads)."""
+        least = expr.over(expr.plus(self.size, self.most - 1), self.most)
         if threads == "1":
-            return str(-(-self.units // self.most)) if isinstance(self.units, int) else least
-        share = f"({threads} < {self.text} ? {threads} : {self.text})"
-        return f"{share} > {least} ? {share} : {least}"
+            return expr.as_node(-(-self.units // self.most)) if isinstance(self.units, int) \
+                else least
+        share = expr.wrapped(smaller(expr.as_node(threads), self.size))
+        return ternary(compare(">", share, least), share, least)
 
 
 @attrs.frozen

@@ -81,6 +81,12 @@ def compare(symbol: str, a: expr.Code, b: expr.Code) -> expr.Code:
     return expr.infix(symbol, expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
 
 
+def smaller(a: expr.Code, b: expr.Code) -> expr.Code:
+    """``a < b ? a : b``, the smaller of two integers (a block's end clipped to the
+    range's)."""
+    return ternary(compare("<", a, b), a, b)
+
+
 def element(e: stmt.Element) -> str:
     return f"{e.pointer}[{e.offset}]"
 

@@ -41,7 +41,7 @@ from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.ops import ITEMSIZE, STORAGE
-from torchloom_codegen_cpu.render import Simd
+from torchloom_codegen_cpu.render import Simd, smaller
 
 #: rows a block stages (a cache line of f32 across the rows)
 BLOCK = 16
@@ -128,9 +128,11 @@ def blocked(lines: list, rows: int, rnumel: int, staged: list[Staged],
     kept dims); ``base(s)``: the C offset of ``s``'s element at row ``xlo``, ``r`` = 0."""
     run = min(s.run for s in staged)
     per_run = -(-run // BLOCK)
-    end = f"(xs / {per_run} + 1) * {run}"
-    head = [stmt.Declare("int64_t", "xlo", f"xs / {per_run} * {run} + xs % {per_run} * {BLOCK}"),
-            stmt.Declare("int64_t", "xhi", f"xlo + {BLOCK} < {end} ? xlo + {BLOCK} : {end}")]
+    end = expr.times(expr.plus(expr.over("xs", per_run), 1), run)
+    head = [stmt.Declare("int64_t", "xlo", expr.plus(expr.times(expr.over("xs", per_run), run),
+                                                     expr.times(expr.modulo("xs", per_run),
+                                                                BLOCK))),
+            stmt.Declare("int64_t", "xhi", smaller(expr.plus("xlo", BLOCK), end))]
     for s in staged:
         head.append(stmt.Array(STORAGE[s.dtype], s.buffer, str(BLOCK * rnumel)))
         head.append(stmt.Declare("int64_t", f"b_{s.buffer}", base(s)))

@@ -22,6 +22,7 @@ import attrs
 from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_cpu.nest import ParallelLoop
+from torchloom_codegen_cpu.render import smaller
 
 #: rows and columns of a tile
 TILE = 32
@@ -48,9 +49,10 @@ def tiled(walk: list, lines: list, row_loop: stmt.Loop, j_strides: list[int]
             or max(j_strides, default=0) < STRIDED or not any(s is row_loop for s in lines):
         return None
     across, down = -(-inner // TILE), -(-rows // TILE)
-    head = [stmt.Declare("int64_t", "xt0", f"xt / {across} * {TILE}"),
-            stmt.Declare("int64_t", "xt1", f"xt0 + {TILE} < {rows} ? xt0 + {TILE} : {rows}"),
-            stmt.Declare("int64_t", "jt0", f"xt % {across} * {TILE}"),
-            stmt.Declare("int64_t", "jt1", f"jt0 + {TILE} < {inner} ? jt0 + {TILE} : {inner}")]
+    head = [stmt.Declare("int64_t", "xt0", expr.times(expr.over("xt", across), TILE)),
+            stmt.Declare("int64_t", "xt1", smaller(expr.plus("xt0", TILE), expr.as_node(rows))),
+            stmt.Declare("int64_t", "jt0", expr.times(expr.modulo("xt", across), TILE)),
+            stmt.Declare("int64_t", "jt1", smaller(expr.plus("jt0", TILE),
+                                                   expr.as_node(inner)))]
     body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loop else s for s in lines]
     return ParallelLoop("xt", across * down), [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]
