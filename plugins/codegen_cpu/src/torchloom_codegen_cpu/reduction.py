@@ -22,9 +22,9 @@ import attrs
 from torchloom.api import (Node, TensorType, Value, expr, indexing, reductions, stmt,
                            writer)
 
-from torchloom_codegen_cpu.emitter import Expr, par
+from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import Coords, Writer
-from torchloom_codegen_cpu.render import Simd
+from torchloom_codegen_cpu.render import Simd, compare, ternary
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, FLOATS, IDENTITY, INT_LIMITS, ITEMSIZE,
                                        OMP_OP, REDUCTIONS, VIEWS, literal)
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
@@ -104,15 +104,15 @@ def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str,
     v = em.convert(value(), dtype).code
     if inf_flag is not None:
         last = w.rnumel - 1 if isinstance(w.rnumel, int) else \
-            f"{par(w.ix.size_code(w.rnumel))} - 1"
-        em.statement(stmt.Update(inf_flag, "|=", f"(fabs({v}) == INFINITY) & (r < {last})"),
-                     True)
+            expr.minus(expr.paren(w.ix.size_code(w.rnumel)), 1)
+        em.statement(stmt.Update(inf_flag, "|=", _infinite_before(v, last)), True)
     accumulate(em, kind, acc, nan, v)
     simd = Simd(tuple(clauses))
     em.end_row_phase(None if kind != "sum" and short_odd_row(w.rbound) else simd, w.rbound,
                      w.r_header)
     if nan is not None:
-        return em.emit(f"{nan} ? ({CTYPE[dtype]})NAN : {acc}", dtype, kind, inner=False)
+        return em.emit(ternary(expr.Name(nan), expr.Literal(f"({CTYPE[dtype]})NAN"),
+                               expr.Name(acc)), dtype, kind, inner=False)
     return Expr(expr.Name(acc), dtype)
 
 
@@ -158,21 +158,39 @@ def shifted_moments(w: Writer, value: Callable[[], Expr],
     em.statement(stmt.Var("double", total, "0"), False)
     em.statement(stmt.Var("double", squares, "0"), False)
     em.begin_phase()
-    d = em.emit(f"{par(em.convert(value(), 'f64').code)} - {shift}", "f64", "dev")
+    d = em.emit(expr.minus(expr.paren(em.convert(value(), "f64").code), shift), "f64", "dev")
     em.statement(stmt.Update(total, "+=", d.code), True)
-    em.statement(stmt.Update(squares, "+=", f"{d.text} * {d.text}"), True)
+    em.statement(stmt.Update(squares, "+=", expr.times(d.code, d.code)), True)
     em.end_row_phase(Simd((("+", (total, squares)),)), w.rbound, w.r_header)
     if inf_flag is not None:
         em.statement(stmt.Var("int", inf_flag, "0"), False)
         em.begin_phase()
-        v = em.convert(value(), "f64").text
-        em.statement(stmt.Update(inf_flag, "|=",
-                                 f"(fabs({v}) == INFINITY) & (r < {w.rnumel - 1})"), True)
-        em.end_phase(None, "r", "0", f"(isfinite({total}) ? 0 : {w.rbound})", w.r_header)
+        v = em.convert(value(), "f64").code
+        em.statement(stmt.Update(inf_flag, "|=", _infinite_before(v, w.rnumel - 1)), True)
+        em.end_phase(None, "r", "0", _unless_finite(total, w.rbound), w.r_header)
     n = w.count(w.rnumel, "f64")
-    mean = em.emit(f"{shift} + {total} / {n}", "f64", "mean", inner=False)
-    acc = em.emit(f"{squares} - {total} * ({total} / {n})", "f64", "m2", inner=False)
-    return mean, em.emit(f"{acc.text} < 0 ? 0.0 : {acc.text}", "f64", "m2", inner=False)
+    mean = em.emit(expr.plus(shift, expr.over(total, n)), "f64", "mean", inner=False)
+    acc = em.emit(expr.minus(squares, expr.times(total, expr.over(total, n))), "f64", "m2",
+                  inner=False)
+    return mean, em.emit(ternary(compare("<", acc.code, expr.as_node(0)), expr.Literal("0.0"),
+                                 acc.code), "f64", "m2", inner=False)
+
+
+def _isfinite(v: expr.Code | str) -> expr.Code:
+    return expr.Op("isfinite({0})", expr.POSTFIX, (expr.as_node(v),))
+
+
+def _unless_finite(total: expr.Code | str, n) -> expr.Code:
+    """``(isfinite(total) ? 0 : n)``: a loop's bound that walks a row (of ``n`` values)
+    again only where its sum is not finite."""
+    return expr.wrapped(ternary(_isfinite(total), expr.as_node(0), expr.as_node(n)))
+
+
+def _infinite_before(v: expr.Code, last) -> expr.Code:
+    """``(fabs(v) == INFINITY) & (r < last)``: an infinite value before the row's last
+    (which turns eager's Welford mean NaN)."""
+    return expr.Op("(fabs({0}) == INFINITY) & ({1})", expr.LOWEST,
+                   (v, compare("<", expr.Name("r"), expr.as_node(last))))
 
 
 def first_value(w: Writer, value: Callable[[], Expr], hint: str) -> str:
@@ -192,8 +210,8 @@ def first_value(w: Writer, value: Callable[[], Expr], hint: str) -> str:
 
 
 def _past_overflow(w: Writer, value: Callable[[], Expr], total: Expr,
-                   mean: Expr) -> tuple[Expr, str, str]:
-    """(mean, `` - base``, center) of a row of f64 values, for rows whose sum overflows
+                   mean: Expr) -> tuple[Expr, expr.Code, expr.Code]:
+    """(mean, base, center) of a row of f64 values, for rows whose sum overflows
     where their mean does not (a row of 1e308: eager's Welford gives a mean of 1e308 and a
     variance of 0): such a row, and only such (its sum not finite), is walked again as
     differences from its first value x0, each divided by n: ``dbar = sum(x / n - x0 / n)``
@@ -208,14 +226,18 @@ def _past_overflow(w: Writer, value: Callable[[], Expr], total: Expr,
     em.statement(stmt.Var("double", scaled, "0"), False)
     em.begin_phase()
     n = w.count(w.rnumel, "f64")
-    em.statement(stmt.Update(scaled, "+=", f"{par(value().code)} / {n} - {x0} / {n}"), True)
-    em.end_phase(Simd((("+", (scaled,)),)), "r", "0",
-                 f"(isfinite({total.text}) ? 0 : {w.rbound})", w.r_header)
-    finite = f"isfinite({total.text})"
-    base = em.emit(f"{finite} ? 0.0 : {x0}", "f64", "base", inner=False)
-    center = em.emit(f"{finite} ? {mean.text} : {scaled}", "f64", "center", inner=False)
-    mean = em.emit(f"{finite} ? {mean.text} : {x0} + {scaled}", "f64", "mean", inner=False)
-    return mean, f" - {base.text}", center.text
+    em.statement(stmt.Update(scaled, "+=", expr.minus(expr.over(expr.paren(value().code), n),
+                                                      expr.over(x0, n))), True)
+    em.end_phase(Simd((("+", (scaled,)),)), "r", "0", _unless_finite(total.code, w.rbound),
+                 w.r_header)
+    finite = _isfinite(total.code)
+    base = em.emit(ternary(finite, expr.Literal("0.0"), expr.Name(x0)), "f64", "base",
+                   inner=False)
+    center = em.emit(ternary(finite, mean.code, expr.Name(scaled)), "f64", "center",
+                     inner=False)
+    mean = em.emit(ternary(finite, mean.code, expr.plus(x0, scaled)), "f64", "mean",
+                   inner=False)
+    return mean, base.code, center.code
 
 
 def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
@@ -227,10 +249,10 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
     em.statement(stmt.Var(CTYPE[dtype], best, start), False)
     em.statement(stmt.Var("int64_t", index, "0"), False)
     em.begin_phase()
-    v = em.convert(value(), dtype).text
-    better = f"{v} > {best}" if kind == "argmax" else f"{v} < {best}"
+    v, held = em.convert(value(), dtype).code, expr.Name(best)
+    better = compare(">" if kind == "argmax" else "<", v, held)
     if dtype in FLOATS:  # the first NaN wins and stays
-        better = f"{best} == {best} && ({better} || {v} != {v})"
+        better = expr.Op("{0} == {0} && ({1} || {2} != {2})", expr.LOWEST, (held, better, v))
     em.statement(stmt.If(better, (stmt.Update(best, "=", v), stmt.Update(index, "=", "r"))),
                  True)
     # in order, no SIMD: ties go to the lowest index
@@ -265,25 +287,29 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
             fields["acc"] = m2.code
         else:
             total = block_reduce(w, "sum", full, "f64", inf_flag)
-            mean = em.emit(f"{total.text} / {fields['n']}", "f64", "mean", inner=False)
-            base, center = "", mean.text
+            mean = em.emit(expr.over(total.code, fields["n"]), "f64", "mean", inner=False)
+            base, center = None, mean.code
             if COMPUTE[tensor_type(src).dtype] == "f64":
                 mean, base, center = _past_overflow(w, full, total, mean)
 
             def squared_deviation() -> Expr:
-                d = em.emit(f"{par(em.convert(full(), 'f64').code)}{base} - {center}", "f64",
-                            "dev")
-                return em.emit(f"{d.text} * {d.text}", "f64", "sq")
+                d = expr.paren(em.convert(full(), "f64").code)
+                d = em.emit(expr.minus(d if base is None else expr.minus(d, base), center),
+                            "f64", "dev")
+                return em.emit(expr.times(d.code, d.code), "f64", "sq")
 
             fields["acc"] = block_reduce(w, "sum", squared_deviation, "f64").code
-        fields["mean"] = mean.code if inf_flag is None else em.emit(
-            f"{inf_flag} ? (double)NAN : {mean.text}", "f64", "mean", inner=False).code
+        fields["mean"] = mean.code if inf_flag is None else em.emit(ternary(
+            expr.Name(inf_flag), expr.Literal("(double)NAN"), mean.code), "f64", "mean",
+            inner=False).code
         correction = writer.var_correction(node)
         if isinstance(w.rnumel, int):
             fields["dof"] = literal(float(max(0, w.rnumel - correction)), "f64")
         else:
-            n = par(w.ix.size_code(w.rnumel))
-            fields["dof"] = f"((double)({n} > {correction} ? {n} - {correction} : 0))"
+            n = expr.paren(w.ix.size_code(w.rnumel))
+            fields["dof"] = expr.Op("((double)({0}))", expr.ATOM, (ternary(
+                compare(">", n, expr.as_node(correction)), expr.minus(n, correction),
+                expr.as_node(0)),))
     else:
         src_dtype = COMPUTE[tensor_type(src).dtype]
         value, index = arg_reduce(w, spec.kind, full, src_dtype)
