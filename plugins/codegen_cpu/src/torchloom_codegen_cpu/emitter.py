@@ -18,7 +18,7 @@ from torchloom.api import TensorType, expr, stmt, writer
 
 from torchloom_codegen_cpu import overrun
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE
-from torchloom_codegen_cpu.render import Simd, compare, costly, divides_integers, par, ternary
+from torchloom_codegen_cpu.render import Simd, compare, costly, divides_integers, ternary
 
 Expr = writer.Expr
 
@@ -400,14 +400,21 @@ def store_statement(pointer: str, offset: str, e: Expr, ir_dtype: str,
     its bits, nothing to round)."""
     if unrounded is not None and ir_dtype in ("bf16", "f16"):
         e = Expr(unrounded, "f32", e.inner)
+    value: expr.Code
     if ir_dtype == "bf16" and exact == "bf16" and e.dtype == "f32":
-        value = f"(uint16_t)tl_bits_bf16({e.text})"
+        value = expr.Op("(uint16_t)tl_bits_bf16({0})", expr.LOWEST, (e.code,))
     elif ir_dtype in ("bf16", "f16"):  # from double through float, as c10 converts
-        value = (f"tl_f32_to_{ir_dtype}("
-                 f"{e.text if e.dtype == 'f32' else f'(float){par(e.code)}'})")
+        single = e.code if e.dtype == "f32" else _cast("float", e.code)
+        value = expr.Op(f"tl_f32_to_{ir_dtype}({{0}})", expr.POSTFIX, (single,))
     elif ir_dtype == "b8":
-        value = f"(uint8_t)({e.text} != 0)" if e.dtype != "b8" else f"(uint8_t){par(e.code)}"
+        value = expr.Op("(uint8_t)({0} != 0)", expr.LOWEST, (e.code,)) if e.dtype != "b8" \
+            else _cast("uint8_t", e.code)
     else:
         value = e.code if STORAGE[ir_dtype] == CTYPE.get(e.dtype) else \
-            f"({STORAGE[ir_dtype]}){par(e.code)}"
+            _cast(STORAGE[ir_dtype], e.code)
     return stmt.Store(stmt.Element(pointer, offset), value)
+
+
+def _cast(ctype: str, e: expr.Code) -> expr.Code:
+    """``(ctype)e``, ``e`` in parentheses unless a name or a literal."""
+    return expr.Op(f"({ctype}){{0}}", expr.LOWEST, (expr.paren(e),))

@@ -27,7 +27,7 @@ from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stm
 
 from torchloom_codegen_cpu import op_text, rows_and_columns, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
-from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit, par,
+from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit,
                                           store_statement, whole_vectors)
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS,
@@ -36,7 +36,8 @@ from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, 
                                           work)
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
                                              prefetch_next_row)
-from torchloom_codegen_cpu.render import Pragma, Simd, in_block, pure, smaller
+from torchloom_codegen_cpu.render import (Pragma, Simd, compare, every, in_block, par, pure,
+                                         smaller)
 from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type, walked_flat
 
 Coords = indexing.Coords
@@ -457,12 +458,13 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         """The parallel loop over rows around ``body``, a row's statements, on threads
         from ``least`` elements."""
         trips, var = self.loop.trips, self.loop.var
-        rows, numel = par(self.ix.size_code(trips)), par(self.ix.size_code(self.numel))
+        rows = expr.paren(self.ix.size_code(trips))
+        numel = expr.paren(self.ix.size_code(self.numel))
         # threads when there are rows to share and work to pay for them: decided here for
         # static sizes, at run time for symbolic ones
-        conditions = [f"{rows} > 1"] if not isinstance(trips, int) else []
+        conditions = [compare(">", rows, expr.as_node(1))] if not isinstance(trips, int) else []
         if not isinstance(self.numel, int):
-            conditions.append(f"{numel} >= {least}")
+            conditions.append(compare(">=", numel, expr.as_node(least)))
         self.parallel = (not isinstance(trips, int) or trips > 1) and (
             not isinstance(self.numel, int) or self.numel >= least)
         head, bound = [], rows
@@ -481,7 +483,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return [*head, *(shared if self.parallel else one)]
         # a branch, not an OpenMP if clause: entering a parallel region that the clause
         # then runs on one thread costs ~0.5 us per call, much of a small kernel's time
-        return [*head, stmt.If(" && ".join(conditions), tuple(shared), tuple(one))]
+        return [*head, stmt.If(every(conditions), tuple(shared), tuple(one))]
 
     def dims(self, dim):
         """``dim`` written over the size arguments (``S_0*16``), for the launcher."""

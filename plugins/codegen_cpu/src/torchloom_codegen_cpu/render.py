@@ -81,6 +81,12 @@ def compare(symbol: str, a: expr.Code, b: expr.Code) -> expr.Code:
     return expr.infix(symbol, expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
 
 
+def every(conditions: list[expr.Code]) -> expr.Code:
+    """``a && b && ...``: conditions (comparisons, binding tighter) that all hold."""
+    fields = " && ".join(f"{{{k}}}" for k in range(len(conditions)))
+    return expr.Op(fields, expr.LOWEST, tuple(conditions))
+
+
 def smaller(a: expr.Code, b: expr.Code) -> expr.Code:
     """``a < b ? a : b``, the smaller of two integers (a block's end clipped to the
     range's)."""

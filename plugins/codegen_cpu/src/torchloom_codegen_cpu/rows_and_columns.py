@@ -76,8 +76,13 @@ def accumulate(w: Writer) -> None:
     n = w.rnumel
     for k, (_, node) in enumerate(w.columns):
         e = w.value_at(node.inputs[0], w.full)
-        w.em.statement(stmt.Update(stmt.Element("colpart", f"{k * n} + r"), "+=",
-                                   f"(double){e.text}"), True)
+        w.em.statement(stmt.Update(stmt.Element("colpart", expr.plus(k * n, "r")), "+=",
+                                   _double(e.code)), True)
+
+
+def _double(e: expr.Code) -> expr.Code:
+    """``(double)e``: a column sum's operand, added in double."""
+    return expr.Op("(double){0}", expr.LOWEST, (expr.paren(e, expr.POSTFIX),))
 
 
 def nest(w: Writer, head: list, body: list, rows: str) -> list:
@@ -87,18 +92,22 @@ def nest(w: Writer, head: list, body: list, rows: str) -> list:
     n, count = w.rnumel, len(w.columns)
     width = count * n
     threads = "nthreads" if w.parallel else "1"
-    statements = [*head, stmt.Var("double* restrict", "colparts",
-                                  f"(double*)calloc((size_t){threads} * {width}, "
-                                  f"sizeof(double))")]
+    statements = [*head, stmt.Var("double* restrict", "colparts", expr.Op(
+        "(double*)calloc((size_t){0} * {1}, sizeof(double))", expr.LOWEST,
+        (expr.as_node(threads), expr.as_node(width))))]
     # (tl_thread() is 0 outside a parallel region: one thread's partials are the first)
-    own = stmt.Var("double* restrict", "colpart", f"colparts + tl_thread() * {width}")
+    own = stmt.Var("double* restrict", "colpart", expr.plus("colparts", expr.times(
+        expr.Op("tl_thread()", expr.POSTFIX), width)))
     statements += chunked(rows, body, w.parallel, (own,),
                           w.loop.var)  # (rows, or staged blocks of rows: staging.py)
     for k, (name, node) in enumerate(w.columns):
         ctype = CTYPE[COMPUTE[tensor_type(node.outputs[0]).dtype]]
-        partial = expr.Load("colparts", f"t * {width} + {k * n} + c")
+        partial = expr.Load("colparts", expr.plus(expr.plus(expr.times("t", width), k * n),
+                                                  "c"))
         statements.append(stmt.Loop("c", "0", str(n), (
             stmt.Var("double", "s", "0"),
             stmt.Loop("t", "0", threads, (stmt.Update("s", "+=", partial),)),
-            stmt.Store(stmt.Element(name, "c"), f"({ctype})s")), annotation=Simd()))
+            stmt.Store(stmt.Element(name, expr.Name("c")),
+                       expr.Op(f"({ctype}){{0}}", expr.LOWEST, (expr.Name("s"),)))),
+            annotation=Simd()))
     return [*statements, stmt.Raw("free(colparts);")]
