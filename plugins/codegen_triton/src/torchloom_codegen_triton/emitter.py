@@ -26,8 +26,8 @@ class Emitter(writer.Statements):
     """Collects the kernel body; knows which names depend on the reduction index."""
 
     def __init__(self, looped: bool, hardware_bf16: bool = False,
-                 loop_bounds: tuple[str, str] | None = None):
-        """``loop_bounds``: the (start, stop) text of every loop over the row (a split
+                 loop_bounds: tuple[expr.Code, expr.Code] | None = None):
+        """``loop_bounds``: the (start, stop) of every loop over the row (a split
         reduction's loops cover one chunk), None: the whole row."""
         super().__init__()
         self.looped = looped

@@ -37,7 +37,7 @@ from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph,
                            stmt, writer)
 
 from torchloom_codegen_triton import lanes
-from torchloom_codegen_triton.emitter import Emitter, Expr, par
+from torchloom_codegen_triton.emitter import Emitter, Expr
 from torchloom_codegen_triton.indexing import Coords, Unsupported
 from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, REDUCTIONS, STORAGE, VIEWS,
                                           literal, module_prelude)
@@ -144,7 +144,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             self._plan_reduction(reductions, max_persistent)
         else:
             self._plan_pointwise()
-        bounds = None if self.split is None else ("rstart", f"rstart + {self.split.chunk}")
+        bounds = None if self.split is None else (
+            expr.Name("rstart"), lanes.plus("rstart", self.split.chunk))
         self.em = Emitter(looped=self.looped and not finish,
                           hardware_bf16=self.device.startswith("cuda"), loop_bounds=bounds)
         if self.kind == "pointwise" and not self.probe:
@@ -259,7 +260,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             e = Expr(source, "f32", e.inner)  # the store's conversion is the one rounding
         elif t.dtype == "bf16" and source is None and not self.em.hardware_bf16:
             e = self.em.cast(e, "bf16")  # round exactly (the interpreter's cast truncates)
-        value = e.code if e.dtype == t.dtype else f"{par(e.code)}.to({STORAGE[t.dtype]})"
+        value = e.code if e.dtype == t.dtype else \
+            expr.Op(f"{{0}}.to({STORAGE[t.dtype]})", expr.POSTFIX, (expr.paren(e.code),))
         target = stmt.Element(self.out_names[i], expr.Op("({0})", expr.ATOM, (offset,)))
         self.em.statement(stmt.Store(target, value, mask), rdep and self.looped)
 
@@ -339,7 +341,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         if self.col is not None:  # every program walks its row blocks, summing columns
             init, update, store = self.col.accumulate()
             n = self.col.programs
-            blocks = f"({rows} + XBLOCK * {n} - 1) // (XBLOCK * {n})"
+            blocks = lanes.blocks(self.ix.size_code(self.rows), lanes.times("XBLOCK", n))
             return [*init, stmt.Loop("it", "0", blocks, tuple(em.lines + update)), *store]
         return em.lines
 

@@ -88,6 +88,21 @@ def times(a: Operand, b: Operand) -> expr.Code:
     return _binary("*", expr.PRODUCT, a, b)
 
 
+def floor_over(a: Operand, b: Operand) -> expr.Code:
+    """``a // b``: integer division (a block count)."""
+    return _binary("//", expr.PRODUCT, a, b)
+
+
+def modulo(a: Operand, b: Operand) -> expr.Code:
+    """``a % b``."""
+    return _binary("%", expr.PRODUCT, a, b)
+
+
+def blocks(n: Operand, block: Operand) -> expr.Code:
+    """``(n + block - 1) // block``: blocks of ``block`` lanes covering ``n``."""
+    return floor_over(minus(plus(n, block), 1), block)
+
+
 def block_lanes(block: Operand, size: Operand) -> expr.Code:
     """``block * size + tl.arange(0, size)``: the lanes of block number ``block``."""
     return plus(times(block, size), arange(size))

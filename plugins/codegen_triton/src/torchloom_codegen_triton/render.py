@@ -36,7 +36,7 @@ def _raw(s: stmt.Raw) -> list[str]:
 
 
 def _loop(s: stmt.Loop) -> list[str]:
-    bounds = [s.start, s.end] + ([s.step] if s.step is not None else [])
+    bounds = [str(b) for b in (s.start, s.end, *(() if s.step is None else (s.step,)))]
     return [f"for {s.var} in range({', '.join(bounds)}):", *indented(render([*s.head,
                                                                              *s.body]))]
 

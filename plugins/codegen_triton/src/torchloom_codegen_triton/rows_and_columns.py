@@ -94,7 +94,7 @@ class ColumnPartials:
             offset = lanes.plus(lanes.times(lanes.program(0), w.ix.size_code(w.rnumel)),
                                 "colidx")
             store.append(stmt.Store(stmt.Element(f"scratch{k}", offset),
-                                    acc, f"colidx < {w.rnumel}"))
+                                    acc, lanes.less("colidx", w.ix.size_code(w.rnumel))))
         # names bound inside the loop are not defined after it (Triton's loop scoping)
         colidx = stmt.Assign("colidx", lanes.row(lanes.arange("RBLOCK")))
         return init, update, [colidx, *store]

@@ -73,13 +73,15 @@ def tile_coords(w: Writer, d0: int, d1: int) -> indexing.Coords:
     """Write the tiled form's program and lane coordinates (see the module docstring) to
     ``w``'s emitter; returns the coordinates of the outputs' elements."""
     em = w.em
-    s0, s1 = w.ix.size(w.shape[d0]), w.ix.size(w.shape[d1])
-    tx, ty = f"(({s0} + XBLOCK - 1) // XBLOCK)", f"(({s1} + YBLOCK - 1) // YBLOCK)"
-    for name, value in (("pid", lanes.program(0)), ("tx", f"pid % {tx}"),
-                       ("ty", f"pid // {tx} % {ty}"), ("to", f"pid // ({tx} * {ty})"),
+    s0, s1 = w.ix.size_code(w.shape[d0]), w.ix.size_code(w.shape[d1])
+    tx = expr.wrapped(lanes.blocks(s0, "XBLOCK"))
+    ty = expr.wrapped(lanes.blocks(s1, "YBLOCK"))
+    for name, value in (("pid", lanes.program(0)), ("tx", lanes.modulo("pid", tx)),
+                       ("ty", lanes.modulo(lanes.floor_over("pid", tx), ty)),
+                       ("to", lanes.floor_over("pid", lanes.times(tx, ty))),
                        ("xs", lanes.row(lanes.block_lanes("tx", "XBLOCK"))),
                        ("ys", lanes.column(lanes.block_lanes("ty", "YBLOCK"))),
-                       ("xmask", f"(xs < {s0}) & (ys < {s1})"),
+                       ("xmask", lanes.both(lanes.less("xs", s0), lanes.less("ys", s1))),
                        # a [YBLOCK, XBLOCK] block of lanes
                        ("xindex", lanes.plus(lanes.times("ys", "XBLOCK"), "xs"))):
         em.statement(stmt.Assign(name, value), False)
