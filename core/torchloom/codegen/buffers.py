@@ -119,8 +119,9 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
             if node.op not in variants:
                 variants[node.op] = out_variant(node, registry)
             if variants[node.op] is not None:  # an op: a buffer dead before it, never in place
-                ops[idx] = variants[node.op]
-                into[idx] = (_take(free, node.outputs[0]),)
+                donor = _take(free, node.outputs[0])
+                ops[idx] = variants[node.op](node.outputs[0], donor)
+                into[idx] = (donor,)
         elif getattr(kernel, "into", None) is not None:
             donors = []
             for j, v in enumerate(node.outputs):
@@ -193,9 +194,11 @@ def _same_dense(a: Value, b: Value) -> bool:
 
 
 def out_variant(node: Node, registry) -> Callable | None:
-    """``torch.ops.aten.<op>.out`` for a one-output aten op whose ``out`` overload takes
+    """For a one-output aten op whose ``out`` overload (``torch.ops.aten.<op>.out``) takes
     exactly the node's overload's arguments and then ``out`` (``mm``, ``add.Tensor``,
-    ``gelu``): called with the same arguments and ``out=`` a dead buffer."""
+    ``gelu``): ``variant(output, donor)``, the call writing ``output`` into the dead
+    buffer of ``donor`` (:func:`_writing`), called with the same arguments and ``out=``
+    that buffer; else None."""
     opdef = registry.lookup(node.op)
     parts = node.op.split(".")
     if opdef is None or opdef.schema is None or opdef.aliases or opdef.mutates or \
@@ -213,19 +216,38 @@ def out_variant(node: Node, registry) -> Callable | None:
     if described(schema.arguments) != described(opdef.schema.arguments) + [
             ("out", "Tensor", True)] or len(schema.returns) != 1:
         return None
-    return _writing(packet.out, opdef.fn, torch)
+    return lambda output, donor: _writing(packet.out, opdef.fn, torch, output, donor)
 
 
-def _writing(out_op: Callable, op: Callable, torch) -> Callable:
-    """``out_op`` called with ``out=``, unless autograd would record the call (grad mode on
-    and an input requiring grad: out= overloads refuse that): then ``op`` allocates."""
+def _writing(out_op: Callable, op: Callable, torch, output: Value, donor: Value) -> Callable:
+    """``out_op`` called with ``out=`` the dead buffer (viewed in ``output``'s shape where
+    :func:`view_of` says), where that buffer is laid out as ``output``'s type; else ``op``
+    allocates: when autograd would record the call (grad mode on and an input requiring
+    grad: out= overloads refuse that), and when the buffer holds another layout than its
+    type's (a kernel that does not promise exact layouts, ``exact_layouts`` unset, wrote
+    it so). Written into such a buffer, the op's result would take its layout, where the
+    plan's view fold (``restride``) trusts an ``mm``'s result to be dense."""
     grad_enabled, tensor = torch.is_grad_enabled, torch.Tensor
+    shape, strides = view_of(donor, output), tuple(output.type.actual_strides())
 
     def call(*args, out, **kwargs):
         if grad_enabled() and any(isinstance(a, tensor) and a.requires_grad for a in args):
             return op(*args, **kwargs)
+        if shape is not None:
+            if not out.is_contiguous():
+                return op(*args, **kwargs)
+            out = out.view(shape)
+        if out.stride() != strides:
+            return op(*args, **kwargs)
         return out_op(*args, out=out, **kwargs)
     return call
+
+
+def given(buffer, shape: tuple[int, ...]):
+    """A dead dense ``buffer`` viewed in a kernel output's ``shape`` (``view_of``), or None
+    (the kernel allocates) where it is not dense: a kernel that does not promise exact
+    layouts wrote it in another layout than its type's."""
+    return buffer.view(shape) if buffer.is_contiguous() else None
 
 
 def _in_place(node: Node, j: int, pairs: Collection[tuple[int, int]],

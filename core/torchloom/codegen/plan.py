@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 from torchloom.codegen.base import RegionKernel
-from torchloom.codegen.buffers import Reuse, plan_reuse, view_of
+from torchloom.codegen.buffers import Reuse, given, plan_reuse, view_of
 from torchloom.codegen.constants import fold_constants
 from torchloom.codegen.guards import (FastGuard, faking, guard_expressions, layout_checked,
                                       symbolic_guard)
@@ -151,6 +151,7 @@ class _Body:
         graph, reuse = self.graph, self.reuse
         lines: list[str] = []
         last_use = _last_uses(graph, inputs=self.boxed)
+        env["_given"] = given  # (a dead buffer viewed in a kernel output's shape)
         views = [node for node in graph.nodes if node.op == RESTRIDE]
         if views:  # the sizes the views' statements read, and their function
             env["_restride"] = make_restride()
@@ -317,8 +318,8 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
                                 f"identifier")
         parts = [_literal(a, names, node, env, idx) for a in args]
         parts += [f"{k}={_literal(v, names, node, env, idx)}" for k, v in kwargs.items()]
-        if out is not None:  # the dead buffer the op writes (out= overload)
-            parts.append(f"out={_buffer(donors[0], node.outputs[0], names)}")
+        if out is not None:  # the dead buffer the op writes (out= overload, which views it)
+            parts.append(f"out={names[donors[0]]}")
         call = f"{fname}({', '.join(parts)})"
         unpack = opdef.returns_sequence or len(outs) != 1
     if not outs:
@@ -343,9 +344,10 @@ def _writing_inputs(into: Callable, positions: tuple[int, ...]) -> Callable:
 
 def _buffer(donor: Value, output: Value, names: dict[Value, str]) -> str:
     """The dead buffer ``output`` is written into, viewed in its shape where they differ
-    (dense buffers of one element count: ``buffers.view_of``)."""
+    (dense buffers of one element count: ``buffers.view_of``; ``buffers.given``: None, the
+    kernel allocating, where the buffer is not dense after all)."""
     shape = view_of(donor, output)
-    return names[donor] if shape is None else f"{names[donor]}.view({shape!r})"
+    return names[donor] if shape is None else f"_given({names[donor]}, {shape!r})"
 
 
 def _literal(value: Any, names, node: Node, env: dict[str, Any], idx: int) -> str:
