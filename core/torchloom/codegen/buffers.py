@@ -28,7 +28,10 @@ Which buffers may be written (``plan_reuse``):
   and the same shape and strides, or both dense (row-major) with the same element count:
   the writer is then given a view of the buffer in the output's shape (``view_of``; a
   cross entropy's ``f32[1, 512, 8192]`` gradient takes the saved ``f32[512, 8192]``
-  log-probabilities' buffer).
+  log-probabilities' buffer). The layout is checked again where the call runs: a kernel
+  that does not promise exact layouts (``exact_layouts`` unset) may have left a buffer
+  laid out otherwise than its type, which an op then does not write (it allocates) and a
+  kernel is not given viewed in another shape (``given``: None).
 
 A graph input written by ``copy_`` (a mutated input kept in the graph: aot_autograd's
 ``keep_inference_input_mutations``, an optimizer step's parameters and states) is written by
@@ -103,7 +106,11 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
             dies.setdefault(root[v], idx)
     escaped |= {root[v] for v in graph.outputs}
     free_at: dict[int, list[Value]] = {}
-    for r in owned - escaped:
+    # in program order: the same graph gets the same plan in every process (a set's order
+    # follows the values' ids)
+    order = {v: k for k, v in enumerate([*graph.inputs,
+                                         *(v for n in graph.nodes for v in n.outputs)])}
+    for r in sorted(owned - escaped, key=lambda v: order.get(v, -1)):
         if _key(r) is not None:
             free_at.setdefault(dies.get(r, -1), []).append(r)
     free: dict[tuple, list[Value]] = {}
