@@ -236,17 +236,14 @@ def _writing(out_op: Callable, op: Callable, torch, output: Value, donor: Value)
     plan's view fold (``restride``) trusts an ``mm``'s result to be dense."""
     grad_enabled, tensor = torch.is_grad_enabled, torch.Tensor
     shape, strides = view_of(donor, output), tuple(output.type.actual_strides())
+    dense = output.type.is_dense  # (then any strides of size-1 dims will do, as torch says)
 
     def call(*args, out, **kwargs):
         if grad_enabled() and any(isinstance(a, tensor) and a.requires_grad for a in args):
             return op(*args, **kwargs)
-        if shape is not None:
-            if not out.is_contiguous():
-                return op(*args, **kwargs)
-            out = out.view(shape)
-        if out.stride() != strides:
+        if not (out.is_contiguous() if dense else out.stride() == strides):
             return op(*args, **kwargs)
-        return out_op(*args, out=out, **kwargs)
+        return out_op(*args, out=out if shape is None else out.view(shape), **kwargs)
     return call
 
 
