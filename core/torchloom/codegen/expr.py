@@ -191,6 +191,12 @@ def infix(symbol: str, level: int, a: Code | str, b: Code | str, left: int | Non
     return Op(f"{{0}} {symbol} {{1}}", level, (paren(a, left), paren(b, right)))
 
 
+def compare(symbol: str, a: Code | str, b: Code | str) -> Code:
+    """``a symbol b`` for a comparison (``<``, ``>=``, ``==``, ...), spelt alike in C and
+    Python: arithmetic operands bind tighter and need no parentheses."""
+    return infix(symbol, LOWEST, a, b, left=SUM, right=SUM)
+
+
 def as_node(v: Code | str | int) -> Code:
     """``v`` as a node: an int as its :class:`Literal`, an identifier as a :class:`Name`,
     digits as a literal, other text as opaque text (:func:`code`), a node as it is."""
@@ -307,5 +313,5 @@ def fill(template: str, named: Mapping[str, Code | str]) -> Code:
 
 
 __all__ = ["ATOM", "Code", "IDENT", "LOWEST", "Literal", "Load", "Name", "Op", "POSTFIX", "PRODUCT",
-           "SUM", "as_node", "code", "fill", "infix", "is_literal", "minus", "modulo", "names",
+           "SUM", "as_node", "code", "compare", "fill", "infix", "is_literal", "minus", "modulo", "names",
            "over", "par", "paren", "plus", "substitute", "times", "walk", "wrapped"]

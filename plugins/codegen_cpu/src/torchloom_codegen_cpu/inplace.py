@@ -48,7 +48,7 @@ def _touched(body: list) -> dict[str, tuple[int, int]]:
     it, places counted in program order (nested statements after the loop or branch
     holding them; in a statement, its target first, then what its value reads)."""
     places: dict[str, tuple[int, int]] = {}
-    elements = (e for s in stmt.walk(body) for e in getattr(s, "facts", stmt.scan("")).elements)
+    elements = (e for s in stmt.walk(body) if hasattr(s, "facts") for e in s.facts.elements)
     for k, e in enumerate(elements):
         places[e.pointer] = (places.get(e.pointer, (k, k))[0], k)
     return places

@@ -75,10 +75,8 @@ def ternary(cond: expr.Code, a: expr.Code, b: expr.Code) -> expr.Code:
                                                       expr.LOWEST), a, b))
 
 
-def compare(symbol: str, a: expr.Code, b: expr.Code) -> expr.Code:
-    """``a symbol b`` for a comparison (``<``, ``>=``, ``==``): arithmetic operands bind
-    tighter and need no parentheses."""
-    return expr.infix(symbol, expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
+#: a comparison, ``a < b`` (the core's: C spells it as Python does)
+compare = expr.compare
 
 
 def every(conditions: list[expr.Code]) -> expr.Code:

@@ -51,10 +51,9 @@ def arange(block: Operand) -> expr.Code:
     return expr.Op("tl.arange(0, {0})", expr.POSTFIX, (node(block),))
 
 
-def _binary(symbol: str, level: int, a: Operand, b: Operand, left: int | None = None,
-            right: int | None = None) -> expr.Code:
+def _binary(symbol: str, level: int, a: Operand, b: Operand) -> expr.Code:
     """``a symbol b`` over the operands' nodes (:func:`expr.infix`)."""
-    return expr.infix(symbol, level, node(a), node(b), left, right)
+    return expr.infix(symbol, level, node(a), node(b))
 
 
 def plus(a: Operand, b: Operand) -> expr.Code:
@@ -72,7 +71,7 @@ def over(a: Operand, b: Operand) -> expr.Code:
 
 def equal(a: Operand, b: Operand) -> expr.Code:
     """``a == b`` (arithmetic binds tighter: its operands need no parentheses)."""
-    return _binary("==", expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
+    return expr.compare("==", node(a), node(b))
 
 
 def call(function: str, *args: Operand) -> expr.Code:
@@ -91,11 +90,6 @@ def times(a: Operand, b: Operand) -> expr.Code:
 def floor_over(a: Operand, b: Operand) -> expr.Code:
     """``a // b``: integer division (a block count)."""
     return _binary("//", expr.PRODUCT, a, b)
-
-
-def modulo(a: Operand, b: Operand) -> expr.Code:
-    """``a % b``."""
-    return _binary("%", expr.PRODUCT, a, b)
 
 
 def blocks(n: Operand, block: Operand) -> expr.Code:
@@ -140,7 +134,7 @@ def where(condition: Operand, a: Operand, b: Operand) -> expr.Code:
 
 def less(a: Operand, b: Operand) -> expr.Code:
     """``a < b`` (arithmetic binds tighter: its operands need no parentheses)."""
-    return _binary("<", expr.LOWEST, a, b, left=expr.SUM, right=expr.SUM)
+    return expr.compare("<", node(a), node(b))
 
 
 def cast(v: Operand, dtype: str) -> expr.Code:

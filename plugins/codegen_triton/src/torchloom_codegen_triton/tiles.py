@@ -76,8 +76,8 @@ def tile_coords(w: Writer, d0: int, d1: int) -> indexing.Coords:
     s0, s1 = w.ix.size_code(w.shape[d0]), w.ix.size_code(w.shape[d1])
     tx = expr.wrapped(lanes.blocks(s0, "XBLOCK"))
     ty = expr.wrapped(lanes.blocks(s1, "YBLOCK"))
-    for name, value in (("pid", lanes.program(0)), ("tx", lanes.modulo("pid", tx)),
-                       ("ty", lanes.modulo(lanes.floor_over("pid", tx), ty)),
+    for name, value in (("pid", lanes.program(0)), ("tx", expr.modulo("pid", tx)),
+                       ("ty", expr.modulo(lanes.floor_over("pid", tx), ty)),
                        ("to", lanes.floor_over("pid", lanes.times(tx, ty))),
                        ("xs", lanes.row(lanes.block_lanes("tx", "XBLOCK"))),
                        ("ys", lanes.column(lanes.block_lanes("ty", "YBLOCK"))),
