@@ -28,6 +28,9 @@ small ones) writing the parameter and its states in place.
 ``max-autotune`` widens autotuning too. ``pipeline`` may be a dict of a pipeline file's
 tables (``{"pipeline": {"codegen": "eager"}, "pass": [{"name": "cse"}]}``). Unknown
 option keys and modes are errors with a did-you-mean.
+
+A graph whose inputs include efficient zero tensors (``torch._efficientzerotensor``: no
+memory) is handed real zeros in their place (:func:`materializing_zeros`).
 """
 
 from __future__ import annotations
@@ -92,10 +95,51 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
         partitioner = "default"
     # an inference graph's input mutations stay in it (a trailing copy_ the plan can turn
     # into the kernel writing the input: an optimizer step's parameters and states)
-    return aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
-                        keep_inference_input_mutations=True,
-                        **split_options(partitioner, compiler.foreach_decompositions))(
-                            gm, example_inputs)
+    compiled = aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
+                            keep_inference_input_mutations=True,
+                            **split_options(partitioner, compiler.foreach_decompositions))(
+                                gm, example_inputs)
+    return materializing_zeros(compiled, example_inputs, boxed=_flattened(gm))
+
+
+def _flattened(gm) -> bool:
+    """Whether Dynamo flattened the graph's inputs (``GmWrapper``): then aot_autograd's
+    function takes them as one list."""
+    try:
+        from torch._dynamo.utils import GmWrapper
+    except ImportError:  # another torch
+        return False
+    return isinstance(gm, GmWrapper)
+
+
+def materializing_zeros(compiled, example_inputs, boxed: bool = False):
+    """``compiled``, given real zeros where the graph's inputs are efficient zero tensors
+    (``torch._efficientzerotensor``, what autograd formulas pass for gradients known to be
+    zero): such a tensor has no memory (its data pointer is 0), which eager's kernels know
+    by its dispatch key and a compiled kernel would read. Dynamo guards that key, so only
+    the graphs compiled for them pay the check. ``boxed``: ``compiled`` takes one list."""
+    import torch
+    zeros = [i for i, x in enumerate(example_inputs)
+             if isinstance(x, torch.Tensor) and x._is_zerotensor()]
+    if not zeros:
+        return compiled
+
+    def real(args) -> list:
+        args = list(args)
+        for i in zeros:
+            x = args[i]
+            if isinstance(x, torch.Tensor) and x._is_zerotensor():
+                args[i] = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+        return args
+
+    def run_boxed(args: list):
+        given = real(args)
+        args.clear()  # the caller's list is handed over (aot_autograd frees from it)
+        return compiled(given)
+
+    def run(*args):
+        return compiled(*real(args))
+    return run_boxed if boxed else run
 
 
 def donated_inputs(example_inputs) -> list[int]:

@@ -99,3 +99,42 @@ def test_higher_order_cond_runs_with_its_branches_as_constants(pipeline):
     assert comp.fallback_reason is None
     ops = [n.op for n in comp.graph.walk()]
     assert "higher_order.cond" in ops and "python.operator.getitem" in ops
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 5), (0, 4)])
+def test_efficient_zero_tensor_inputs_are_read_as_zeros(shape):
+    # an efficient zero tensor has no memory (data pointer 0): a C kernel reading it
+    # crashed the process; now such inputs are zeros for the compiled graph
+    def f(x, y):
+        return (x.exp() + y) * 2, (y * x).sum(-1)
+
+    compiled = torch.compile(f, backend="torchloom", options={"pipeline": "default"})
+    x = torch.randn(shape, requires_grad=True)
+    z = torch._efficientzerotensor(shape)
+    got, want = compiled(x, z), f(x, z)
+    torch.testing.assert_close(got, want)
+    sum(o.sum() for o in got).backward()
+    grad, x.grad = x.grad, None
+    sum(o.sum() for o in want).backward()
+    torch.testing.assert_close(grad, x.grad)
+    ones = torch.ones(shape)  # another graph (Dynamo guards the key): not zeros there
+    torch.testing.assert_close(compiled(x, ones), f(x, ones))
+
+
+@pytest.mark.parametrize("boxed", [False, True])
+def test_materializing_zeros_keeps_the_calling_convention(boxed):
+    from torchloom.backend import materializing_zeros
+    seen = []
+
+    def compiled(*args):
+        seen.append([a._is_zerotensor() if isinstance(a, torch.Tensor) else a
+                     for a in (args[0] if boxed else args)])
+        return "done"
+
+    z, x = torch._efficientzerotensor(2), torch.ones(2)
+    wrapped = materializing_zeros(compiled, [x, z, 3], boxed=boxed)
+    args = [x, z, 3]
+    assert (wrapped(args) if boxed else wrapped(*args)) == "done"
+    assert seen == [[False, False, 3]]
+    assert args == [] if boxed else len(args) == 3  # a boxed call hands its list over
+    assert materializing_zeros(compiled, [x, 3]) is compiled  # no zeros: as it was
