@@ -51,22 +51,18 @@ def arange(block: Operand) -> expr.Code:
     return expr.Op("tl.arange(0, {0})", expr.POSTFIX, (node(block),))
 
 
-def _binary(symbol: str, level: int, a: Operand, b: Operand) -> expr.Code:
-    """``a symbol b`` over the operands' nodes (:func:`expr.infix`)."""
-    return expr.infix(symbol, level, node(a), node(b))
-
-
 def plus(a: Operand, b: Operand) -> expr.Code:
-    return _binary("+", expr.SUM, a, b)
+    """``a + b`` (:func:`torchloom.api.expr.plus` over the operands' nodes)."""
+    return expr.plus(node(a), node(b))
 
 
 def minus(a: Operand, b: Operand) -> expr.Code:
-    return _binary("-", expr.SUM, a, b)
+    return expr.minus(node(a), node(b))
 
 
 def over(a: Operand, b: Operand) -> expr.Code:
     """``a / b``."""
-    return _binary("/", expr.PRODUCT, a, b)
+    return expr.over(node(a), node(b))
 
 
 def equal(a: Operand, b: Operand) -> expr.Code:
@@ -84,12 +80,12 @@ def call(function: str, *args: Operand) -> expr.Code:
 
 
 def times(a: Operand, b: Operand) -> expr.Code:
-    return _binary("*", expr.PRODUCT, a, b)
+    return expr.times(node(a), node(b))
 
 
 def floor_over(a: Operand, b: Operand) -> expr.Code:
     """``a // b``: integer division (a block count)."""
-    return _binary("//", expr.PRODUCT, a, b)
+    return expr.infix("//", expr.PRODUCT, node(a), node(b))
 
 
 def blocks(n: Operand, block: Operand) -> expr.Code:
