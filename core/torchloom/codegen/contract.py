@@ -39,7 +39,7 @@ import attrs
 from torchloom.codegen.base import Kernel, Reason
 from torchloom.codegen.indexing import Language, Unsupported
 from torchloom.codegen.reductions import reduction_table
-from torchloom.codegen.schedule import ReductionNest, RowsAndColumns
+from torchloom.codegen.schedule import ReductionNest, RowsAndColumns, nest_classes
 from torchloom.codegen.writer import VIEWS
 from torchloom.ir import Node, TensorType, Value
 
@@ -54,6 +54,16 @@ def _real(shape: Sequence[Any], dims: Sequence[int]) -> list[int]:
     return [d for d in dims if shape[d] != 1]
 
 
+def _form(nest: ReductionNest) -> str:
+    """A reduction nest's form: its rows contiguous (``row_reduction``), its reduced dims
+    outermost (``column_reduction``), or interleaved (``strided_reduction``)."""
+    shape = nest.shape
+    rdims, kept = _real(shape, nest.rdims), _real(shape, nest.kept)
+    if not kept or not rdims or min(rdims) > max(kept):
+        return "row_reduction"
+    return "column_reduction" if min(kept) > max(rdims) else "strided_reduction"
+
+
 def _tensor_values(region) -> list[Value]:
     values = [*region.inputs, *(v for n in region.nodes for v in n.outputs)]
     return [v for v in values if isinstance(v.type, TensorType)]
@@ -66,7 +76,8 @@ class Schedule:
     the first output's for pointwise), and what the group holds: ``dtypes``, ``devices``,
     ``ops`` (pointwise op names; views are index math), ``reductions`` (op -> kind),
     ``symbols`` (symbolic dims). ``detail`` says what makes the form, for reasons;
-    ``rows_and_columns``, the row + column plan of a ``several_nests`` group that has one.
+    ``rows_and_columns``, the row + column plan of a ``several_nests`` group that has one;
+    ``parts``, the forms of its reduction nests (a renderer must render each).
 
     ``sum(a: f32[9, 7], dim=[0])`` is ``Schedule(form="column_reduction",
     nest=ReductionNest((9, 7), (0,)), detail="reduces dims [0] of [9, 7]", ...)``."""
@@ -84,6 +95,9 @@ class Schedule:
     #: (:class:`~torchloom.codegen.schedule.RowsAndColumns`): the native codegens write
     #: them as one kernel
     rows_and_columns: RowsAndColumns | None = None
+    #: a ``several_nests`` group's reduction nests' forms (``row_reduction``, ...), in the
+    #: order their classes come (:func:`~torchloom.codegen.schedule.nest_classes`)
+    parts: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, group: Node) -> Schedule:
@@ -112,19 +126,13 @@ class Schedule:
         try:
             nest = ReductionNest.of(reds, lambda v: v.type)
         except Unsupported as exc:
+            classes = nest_classes(reds, lambda v: v.type.shape)
             return cls("several_nests", (), None, detail=str(exc),
                        rows_and_columns=RowsAndColumns.of(reds, lambda v: v.type.shape),
-                       **common)
-        shape = nest.shape
-        rdims, kept = _real(shape, nest.rdims), _real(shape, nest.kept)
-        detail = f"reduces dims {list(nest.rdims)} of {list(shape)}"
-        if not kept or not rdims or min(rdims) > max(kept):
-            form = "row_reduction"
-        elif min(kept) > max(rdims):
-            form = "column_reduction"
-        else:
-            form = "strided_reduction"
-        return cls(form, shape, nest, detail=detail, **common)
+                       parts=tuple(_form(ReductionNest.of(c, lambda v: v.type))
+                                   for c in classes), **common)
+        detail = f"reduces dims {list(nest.rdims)} of {list(nest.shape)}"
+        return cls(_form(nest), nest.shape, nest, detail=detail, **common)
 
 
 @attrs.frozen
@@ -149,6 +157,10 @@ class Capabilities:
         if schedule.form not in self.forms:
             return (f"renders {', '.join(f for f in FORMS if f in self.forms)} kernels; this "
                     f"group is a {schedule.form} ({schedule.detail})")
+        for part in schedule.parts:  # each nest of several is a form of its own
+            if part not in self.forms:
+                return (f"renders {', '.join(f for f in FORMS if f in self.forms)} nests; "
+                        f"this group's nests include a {part} ({schedule.detail})")
         devices = frozenset(d.split(":")[0] for d in schedule.devices)
         for what, have, need in (("device", self.devices, devices),
                                  ("dtype", self.dtypes, schedule.dtypes)):
@@ -203,8 +215,9 @@ class OpTemplate:
 @attrs.frozen
 class Param:
     """A kernel parameter: ``name``, ``role`` (``input``: a tensor read, ``scalar``: a
-    Python number, ``output``: a tensor written) and ``dtype`` (IR dtype; a scalar's
-    compute dtype)."""
+    Python number, ``output``: a tensor written, ``scratch``: an array the kernel writes
+    and reads back, one value per row of a nest, that the launcher allocates) and
+    ``dtype`` (IR dtype; a scalar's compute dtype)."""
 
     name: str
     role: str
@@ -214,21 +227,36 @@ class Param:
 @attrs.frozen
 class LaunchSpec:
     """How a kernel is called: ``entry`` (its function's name), ``params`` in order (the
-    group's inputs, then its outputs), and each output's ``shape``, ``strides`` and dtype
-    (static sizes) for the launcher to allocate."""
+    group's inputs, then its outputs, then its scratch arrays), each output's ``shape``,
+    ``strides`` and dtype (static sizes) for the launcher to allocate, each scratch
+    array's element count and dtype (``scratch``: a kernel of several nests whose later
+    nests read row results an earlier one computed; any contents will do, nothing is
+    read before it is written), and the ``shape`` and ``strides`` the kernel reads each
+    tensor input at (``inputs``, one per input, None for a scalar: the codegen made of
+    the renderer hands the kernel a copy laid out so where a tensor comes otherwise)."""
 
     entry: str
     params: tuple[Param, ...]
     outputs: tuple[tuple[tuple[int, ...], tuple[int, ...], str], ...]
+    scratch: tuple[tuple[int, str], ...] = ()
+    inputs: tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...] = ()
 
     def to_json(self) -> dict:
-        return {"entry": self.entry, "params": [attrs.astuple(p) for p in self.params],
-                "outputs": [[list(s), list(st), d] for s, st, d in self.outputs]}
+        data = {"entry": self.entry, "params": [attrs.astuple(p) for p in self.params],
+                "outputs": [[list(s), list(st), d] for s, st, d in self.outputs],
+                "inputs": [None if i is None else [list(i[0]), list(i[1])]
+                           for i in self.inputs]}
+        if self.scratch:
+            data["scratch"] = [list(entry) for entry in self.scratch]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
         return cls(data["entry"], tuple(Param(*p) for p in data["params"]),
-                   tuple((tuple(s), tuple(st), d) for s, st, d in data["outputs"]))
+                   tuple((tuple(s), tuple(st), d) for s, st, d in data["outputs"]),
+                   tuple((int(n), d) for n, d in data.get("scratch", ())),
+                   tuple(None if i is None else (tuple(i[0]), tuple(i[1]))
+                         for i in data.get("inputs", ())))
 
 
 @attrs.frozen

@@ -4,7 +4,10 @@ become statements (:mod:`torchloom.codegen.stmt`) whose expressions the
 a renderer makes (see docs/writing-a-codegen.md).
 
 The statements are scalar loops a target may render as they are (``scalar_c``) or
-transform first. A pointwise group is one loop ``x`` over the first output's elements; a
+transform first, a loop nest per nest of the core's nest plan (:mod:`torchloom.codegen.nests`,
+the plan the cpu codegen writes too), one after the other: a later nest reads what an
+earlier one stored (an output, or a reduction's results in a scratch array of one value
+per row, which the launch spec names and the launcher allocates). A pointwise group is one loop ``x`` over the first output's elements; a
 reduction group is a loop ``x`` over the rows of its nest holding, per reduction in program
 order, an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input
 into it (``var``: a loop for the mean, one for the squares), the reduction's results
@@ -27,14 +30,16 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from torchloom.codegen import expr, stmt
+from torchloom.codegen import expr, nests, stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written
-from torchloom.codegen.contract import LaunchSpec, Lowered, Param, Renderer, Schedule
+from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
+                                        Schedule)
 from torchloom.codegen.expr import Code, Literal, Name, Op
 from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod, same
 from torchloom.codegen.reductions import reduction_table
-from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, same_shape,
-                                      var_correction)
+from torchloom.codegen.schedule import ReductionNest
+from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
+                                      same_shape, var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value
 
 _LOW = ("bf16", "f16")
@@ -113,21 +118,27 @@ class _Scopes:
 
 
 class _Lowering(ValueWalk):
-    """One group lowered for one renderer (see the module docstring)."""
+    """One nest of a group lowered for one renderer (see the module docstring): it stores
+    ``outputs`` (pointer, value), computes ``reductions`` over ``nest`` (None: a pointwise
+    walk over its first output) and reads the values of ``read_back`` from the pointer an
+    earlier nest stored them to."""
 
     tensor_type = staticmethod(lambda v: v.type)
 
-    def __init__(self, group: Node, registry: Any, schedule: Schedule, renderer: Renderer):
-        self.region, self.registry, self.schedule = group.region, registry, schedule
+    def __init__(self, group: Node, registry: Any, renderer: Renderer, em: _Scopes,
+                 nest: ReductionNest | None, outputs: list[tuple[str, Value]],
+                 reductions: list[Node], read_back: dict[Value, str]):
+        self.region, self.registry = group.region, registry
         self.renderer = renderer
         self.TARGET = renderer.name
         self.POINTWISE = renderer.ops
         self.REDUCTIONS = reduction_table(renderer.sqrt)
         self.ix = IndexMath(renderer.language)
         self.known: dict = {}
-        self.em = _Scopes(renderer)
+        self.em = em
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
-        nest = schedule.nest
+        self.nest, self.outputs, self.reductions = nest, outputs, reductions
+        self.read_back = read_back
         self.shape = tuple(nest.shape) if nest else ()
         self.rdims = nest.rdims if nest else ()
         self.kept_shape = nest.kept_shape if nest else []
@@ -151,10 +162,19 @@ class _Lowering(ValueWalk):
         self.em.remember(("value", v, coords), hit)
         return hit
 
+    def _compute(self, v: Value, coords: Coords) -> Expr:
+        pointer = self.read_back.get(v)
+        if pointer is None:
+            return super()._compute(v, coords)
+        return self._read(pointer, v.type, coords, v.name)  # stored by an earlier nest
+
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
+        return self._read(f"in_{v.name}", t, coords, v.name)
+
+    def _read(self, pointer: str, t: TensorType, coords: Coords, hint: str) -> Expr:
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        return self.em.emit(self.renderer.read(f"in_{v.name}", offset, t.dtype),
-                            COMPUTE[t.dtype], v.name)
+        return self.em.emit(self.renderer.read(pointer, offset, t.dtype), COMPUTE[t.dtype],
+                            hint)
 
     def _literal(self, node: Node, value: Any, compute: str) -> Literal:
         try:
@@ -175,20 +195,20 @@ class _Lowering(ValueWalk):
     def _know(self, coords: Coords, shape, index: str) -> None:
         self.ix.remember(self.known, coords, shape, index)
 
-    def _store(self, k: int, v: Value, coords: Coords, e: Expr) -> None:
+    def _store(self, pointer: str, v: Value, coords: Coords, e: Expr) -> None:
         t = v.type
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
         value = self.renderer.store_value(self.em.convert(e, COMPUTE[t.dtype]).text, t.dtype)
-        self.em.add(stmt.Store(stmt.Element(f"out{k}", offset), value))
+        self.em.add(stmt.Store(stmt.Element(pointer, offset), value))
 
     # ---- the loops ---------------------------------------------------------------------
     def pointwise(self) -> list:
-        shape = tuple(self.region.outputs[0].type.shape)
+        shape = tuple(self.outputs[0][1].type.shape)
         numel = prod(shape)
         coords = self.ix.delinear("x", shape)
         self._know(coords, shape, "x")
         self.em.open()
-        for k, v in enumerate(self.region.outputs):
+        for pointer, v in self.outputs:
             out = tuple(v.type.shape)
             if same_shape(out, shape):
                 at = coords
@@ -197,11 +217,11 @@ class _Lowering(ValueWalk):
             else:
                 raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
                                   f"the loop over {list(shape)}")
-            self._store(k, v, at, self.value_at(v, at))
+            self._store(pointer, v, at, self.value_at(v, at))
         return [stmt.Loop("x", "0", self.ix.size(numel), tuple(self.em.close()))]
 
     def reduction(self) -> list:
-        nest = self.schedule.nest
+        nest = self.nest
         self.row = self.ix.delinear("x", nest.kept_shape)
         self._know(self.row, nest.kept_shape, "x")
         red = self.ix.delinear("r", nest.red_shape)
@@ -212,20 +232,19 @@ class _Lowering(ValueWalk):
         self.full = tuple(full)
         self.row_keepdim = tuple(ZERO if d in nest.rdims else c for d, c in enumerate(full))
         self.em.open()
-        for node in self.region.nodes:
-            if node.op in self.REDUCTIONS:
-                self._reduce(node)
-        last = self.place_outputs(enumerate(self.region.outputs),
-                                  lambda k, v, at: self._store(k, v, at, self.value_at(v, at)))
+        for node in self.reductions:
+            self._reduce(node)
+        last = self.place_outputs(self.outputs, lambda pointer, v, at: self._store(
+            pointer, v, at, self.value_at(v, at)))
         if last:
             self.em.open()
-            for k, v, coords in last:
-                self._store(k, v, coords, self.value_at(v, coords))
+            for pointer, v, coords in last:
+                self._store(pointer, v, coords, self.value_at(v, coords))
             self._loop_r(self.em.close())
         return [stmt.Loop("x", "0", self.ix.size(nest.rows), tuple(self.em.close()))]
 
     def _loop_r(self, body: list) -> None:
-        self.em.add(stmt.Loop("r", "0", self.ix.size(self.schedule.nest.rnumel), tuple(body)))
+        self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body)))
 
     def _fold(self, kind: str, acc: str, src: Value, dtype: str, extra: str = "") -> None:
         """A loop over the row folding ``src`` (as ``dtype``) into ``acc``."""
@@ -243,7 +262,7 @@ class _Lowering(ValueWalk):
     def _reduce(self, node: Node) -> None:
         spec = self.REDUCTIONS[node.op]
         kind, src = spec.kind, node.inputs[0]
-        n = self.ix.size_code(self.schedule.nest.rnumel)
+        n = self.ix.size_code(self.nest.rnumel)
         src_dtype = COMPUTE[src.type.dtype]
         dtype = "b8" if kind in ("any", "all") else COMPUTE[node.outputs[0].type.dtype]
         mean = value = ""
@@ -274,15 +293,20 @@ class _Lowering(ValueWalk):
                                  self.row, e)
 
 
-def _launch(region) -> LaunchSpec:
-    params = []
+def _launch(region, scratch: list[tuple[str, Value]]) -> LaunchSpec:
+    params, inputs = [], []
     for v in region.inputs:
         if isinstance(v.type, ScalarType):
             if v.type.kind not in SCALAR_DTYPES:
                 raise Unsupported(f"input %{v.name} is a {v.type.kind} scalar")
             params.append(Param(f"in_{v.name}", "scalar", SCALAR_DTYPES[v.type.kind]))
+            inputs.append(None)
         else:
-            params.append(Param(f"in_{v.name}", "input", v.type.dtype))
+            t = v.type
+            if not all(isinstance(d, int) for d in (*t.shape, *t.actual_strides())):
+                raise Unsupported(f"input %{v.name} has symbolic sizes {list(t.shape)}")
+            params.append(Param(f"in_{v.name}", "input", t.dtype))
+            inputs.append((tuple(t.shape), tuple(t.actual_strides())))
     outputs = []
     for k, v in enumerate(region.outputs):
         t = v.type
@@ -291,18 +315,54 @@ def _launch(region) -> LaunchSpec:
             raise Unsupported(f"output %{v.name} has symbolic sizes {list(t.shape)}")
         params.append(Param(f"out{k}", "output", t.dtype))
         outputs.append((tuple(t.shape), tuple(t.actual_strides()), t.dtype))
-    return LaunchSpec("kernel", tuple(params), tuple(outputs))
+    params += [Param(name, "scratch", v.type.dtype) for name, v in scratch]
+    return LaunchSpec("kernel", tuple(params), tuple(outputs),
+                      tuple((prod(v.type.shape), v.type.dtype) for _, v in scratch),
+                      tuple(inputs))
+
+
+def _is_reduction(node: Node) -> bool:
+    return node.op in REDUCTION_KINDS
+
+
+def _lower_nests(group: Node, registry: Any, renderer: Renderer,
+                 planned: tuple[nests.Nest, ...]) -> tuple[list, list[tuple[str, Value]]]:
+    """The statements of the planned nests, one after the other, and the scratch arrays
+    they store row results to (pointer, value). Outputs are the kernel's ``out<k>``."""
+    region = group.region
+    pointer = {name: f"out{k}" for k, name in enumerate(output_names(region))}
+    em, body, scratch = _Scopes(renderer), [], []
+    for nest in planned:
+        outputs = [(pointer.get(name, name), v) for name, v in (
+            nest.outputs if nest.outputs is not None else zip(output_names(region),
+                                                              region.outputs))]
+        members = set(region.nodes if nest.reductions is None else nest.reductions)
+        reductions = [n for n in region.nodes if n in members and _is_reduction(n)]
+        scratch += [(name, v) for name, v in outputs if name.startswith("scratch_")]
+        shape = ReductionNest.of(reductions, lambda v: v.type) if reductions else None
+        walk = _Lowering(group, registry, renderer, em, shape, outputs, reductions,
+                         {v: pointer.get(name, name) for v, name in nest.read_back})
+        body += walk.reduction() if reductions else walk.pointwise()
+    return body, scratch
 
 
 def lower(group: Node, registry: Any, schedule: Schedule, renderer: Renderer) -> Lowered:
-    """``group`` (whose schedule is ``schedule``) as statements for ``renderer``;
-    :class:`Unsupported` with the reason when the lowering cannot express it."""
-    if schedule.form == "several_nests":
-        raise Unsupported(f"the lowering has one nest per kernel ({schedule.detail})")
-    launch = _launch(group.region)
-    walk = _Lowering(group, registry, schedule, renderer)
-    body = walk.pointwise() if schedule.nest is None else walk.reduction()
-    return Lowered(schedule, launch, tuple(stmt.drop_unused(body)))
+    """``group`` (whose schedule is ``schedule``) as statements for ``renderer``: the
+    loop nests the core's nest plan gives it (:mod:`torchloom.codegen.nests`), one after
+    the other; :class:`Unsupported` with the reason when the lowering cannot express it."""
+    region = group.region
+    planned = nests.plan(region, _is_reduction, lambda v: v.type)
+    try:
+        body, scratch = _lower_nests(group, registry, renderer, planned)
+    except Unsupported as declined:  # the reduction's nest cannot hold every output
+        after = nests.after_the_rows(region, _is_reduction, lambda v: v.type)
+        if after is None:
+            raise
+        try:
+            body, scratch = _lower_nests(group, registry, renderer, after)
+        except Unsupported:
+            raise declined from None  # (the first plan's reason is the one to read)
+    return Lowered(schedule, _launch(region, scratch), tuple(stmt.drop_unused(body)))
 
 
 class RendererCodegen:
@@ -349,5 +409,28 @@ class RendererCodegen:
                             {"form": schedule.form, "launch": lowered.launch.to_json()})
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
-        return self.renderer.build(kernel.source,
-                                   LaunchSpec.from_json(kernel.metadata["launch"]))
+        launch = LaunchSpec.from_json(kernel.metadata["launch"])
+        return laid_out(self.renderer.build(kernel.source, launch), launch)
+
+
+def laid_out(run: Kernel, launch: LaunchSpec) -> Kernel:
+    """``run``, handed each tensor input at the strides its kernel reads it with
+    (``launch.inputs``; a dense copy so laid out where a tensor comes with others, as a
+    graph's intermediate may: eager's ops choose their outputs' strides), strides of
+    dims of size 1 aside."""
+    import torch
+    checks = [(i, shape, strides) for i, layout in enumerate(launch.inputs)
+              if layout is not None for shape, strides in [layout]]
+    if len(checks) != sum(p.role == "input" for p in launch.params):
+        raise ValueError(f"kernel {launch.entry}: its launch spec has no layout for every "
+                         f"tensor input (made by an older torchloom): compile it again")
+
+    def kernel(*args):
+        args = list(args)
+        for i, shape, strides in checks:
+            a = args[i]
+            if a.stride() != strides and any(n != 1 and s != e for n, s, e in
+                                             zip(shape, a.stride(), strides)):
+                args[i] = torch.empty_strided(shape, strides, dtype=a.dtype).copy_(a)
+        return run(*args)
+    return kernel

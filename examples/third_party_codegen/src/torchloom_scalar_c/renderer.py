@@ -103,7 +103,8 @@ def _lines(s: Any) -> list[str]:
 
 
 class ScalarC:
-    """Plain scalar C for pointwise groups and row reductions (see the module)."""
+    """Plain scalar C for pointwise groups and row reductions, one nest or several (see
+    the module)."""
 
     name = "scalar_c"
     version = "0.1.0"
@@ -111,7 +112,7 @@ class ScalarC:
     language = indexing.C
     sqrt = "sqrt({x})"
     capabilities = Capabilities(
-        forms=frozenset({"pointwise", "row_reduction"}),
+        forms=frozenset({"pointwise", "row_reduction", "several_nests"}),
         dtypes=frozenset({"f64", "f32", "bf16", "i64", "i32", "b8"}), ops=frozenset(OPS),
         kinds=frozenset({"sum", "prod", "max", "min", "var", "argmax", "argmin", "any", "all"}))
 

@@ -1,0 +1,210 @@
+"""The core's lowering writes every kernel the nest plan gives (``codegen/nests.py``, the
+plan the cpu codegen writes too): reductions of several classes one nest after the other,
+row results a later nest reads from scratch arrays, outputs read back where a later nest
+sums them, pointwise outputs of several element counts, and the nests after a reduction
+whose nest cannot hold an output. Each group runs on ``scalar_c`` (claiming every form:
+its column nests are row-by-row loops reading with a stride) and matches eager."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+import torch
+
+from torchloom.api import (DTYPES, FORMS, Reason, RendererCodegen, Schedule, lower,
+                           parse_graph)
+from torchloom.runtime.executor import CompiledGraph
+from torchloom.testing.reductions import group_text, randn
+from torchloom.tools import EagerCodegen, load_plugins
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "third_party_codegen" / "src"
+
+
+@pytest.fixture(scope="module")
+def scalar_c(tmp_path_factory):
+    """(the example's renderer class, the registry), the example imported from its tree."""
+    sys.path.insert(0, str(EXAMPLE))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    try:
+        from torchloom_scalar_c.renderer import ScalarC
+        yield ScalarC, load_plugins().registry
+    finally:
+        mp.undo()
+        sys.path.remove(str(EXAMPLE))
+        for name in [m for m in sys.modules if m.startswith("torchloom_scalar_c")]:
+            del sys.modules[name]
+
+
+def _every_form(scalar_class):
+    class EveryForm(scalar_class):
+        capabilities = attrs.evolve(scalar_class.capabilities, forms=frozenset(FORMS))
+    return EveryForm()
+
+
+def _run(scalar_c, text, inputs, rtol=1.3e-6, atol=1e-5, renderer=None):
+    cls, registry = scalar_c
+    codegen = RendererCodegen(renderer or _every_form(cls))
+    compiled = CompiledGraph(parse_graph(text), registry, [codegen, EagerCodegen()])
+    assert [c.codegen for c in compiled.choices] == ["scalar_c"], compiled.choices
+    got = compiled(*inputs)
+    want = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])(*inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True)
+    group = next(parse_graph(text).nodes)
+    return lower.lower(group, registry, Schedule.of(group), codegen.renderer)
+
+
+def _t(dtype: str, shape) -> str:
+    return f"{dtype}[{', '.join(map(str, shape))}]"
+
+
+@pytest.mark.parametrize("shape", [(8, 6), (33, 7), (1, 5), (2, 4, 9), (3, 1, 1)])
+def test_row_results_a_column_nest_reads_come_from_scratch(scalar_c, shape):
+    """A layer_norm backward recomputing its statistics: the weight gradient's column sums
+    read mean and rstd per row, which the row nest stores in scratch arrays."""
+    t, k, c = _t("f32", shape), _t("f32", (*shape[:-1], 1)), _t("f32", shape[-1:])
+    dims = ", ".join(map(str, range(len(shape) - 1)))
+    text = group_text(f"%a: {t}, %g: {t}", f"""
+        %v, %m = aten.var_mean.correction(%a) {{correction = 0, dim = [-1], keepdim = true}} : {k}, {k}
+        %e = aten.add.Tensor(%v) {{other = 1e-06}} : {k}
+        %r = aten.rsqrt.default(%e) : {k}
+        %d = aten.sub.Tensor(%a, %m) : {t}
+        %n = aten.mul.Tensor(%d, %r) : {t}
+        %p = aten.mul.Tensor(%g, %n) : {t}
+        %w = aten.sum.dim_IntList(%p) {{dim = [{dims}]}} : {c}
+        %s = aten.sum.dim_IntList(%p) {{dim = [-1], keepdim = true}} : {k}
+        %o = aten.mul.Tensor(%n, %s) : {t}""", f"%w: {c}, %o: {t}")
+    g = torch.Generator().manual_seed(sum(shape))
+    a, grad = randn(g, *shape) * 3 + 1, randn(g, *shape)
+    a.view(-1)[-1] = float("nan")
+    lowered = _run(scalar_c, text, (a, grad), rtol=2e-5, atol=2e-5)
+    scratch = [p.name for p in lowered.launch.params if p.role == "scratch"]
+    assert scratch and len(lowered.launch.scratch) == len(scratch)
+    assert all(numel == max(1, torch.Size(shape[:-1]).numel())
+               for numel, _ in lowered.launch.scratch)
+    assert len([s for s in lowered.body if type(s).__name__ == "Loop"]) == 2  # two nests
+
+
+@pytest.mark.parametrize("shape", [(8, 6), (33, 70), (4, 5, 3)])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_a_stored_output_is_read_back_by_a_later_nest(scalar_c, shape, dtype):
+    """A cross-entropy gradient and the bias gradient summed from it over the batch: the
+    column nest reads the gradient the row nest stored (rounded to its dtype, as eager
+    reads it)."""
+    t, k, c = _t(dtype, shape), _t(dtype, (*shape[:-1], 1)), _t(dtype, shape[-1:])
+    dims = ", ".join(map(str, range(len(shape) - 1)))
+    text = group_text(f"%a: {t}, %g: {t}", f"""
+        %e = aten.exp.default(%a) : {t}
+        %s = aten.sum.dim_IntList(%g) {{dim = [-1], keepdim = true}} : {k}
+        %m = aten.mul.Tensor(%e, %s) : {t}
+        %d = aten.sub.Tensor(%g, %m) : {t}
+        %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
+    g = torch.Generator().manual_seed(len(shape))
+    a = (randn(g, *shape) - 2).to(DTYPES[dtype])
+    grad = randn(g, *shape).to(DTYPES[dtype])
+    grad.view(-1)[3] = float("nan")
+    tol = (1.6e-2, 1e-2) if dtype == "bf16" else (1e-5, 1e-5)
+    lowered = _run(scalar_c, text, (a, grad), *tol)
+    assert not lowered.launch.scratch  # (what it reads back is an output)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_row_and_column_sums_of_one_shape_are_two_nests(scalar_c, rows):
+    t, k = _t("f32", (rows, 48)), _t("f32", (rows, 1))
+    text = group_text(f"%g: {t}, %w: f32[48], %x: {t}, %m: {k}, %r: {k}", f"""
+        %t0 = aten.mul.Tensor(%g, %w) : {t}
+        %t2 = aten.sum.dim_IntList(%t0) {{dim = [1], keepdim = true}} : {k}
+        %t3 = aten.sub.Tensor(%x, %m) : {t}
+        %t4 = aten.mul.Tensor(%t3, %r) : {t}
+        %t7 = aten.mul.Tensor(%t4, %t2) : {t}
+        %t9 = aten.sub.Tensor(%t0, %t7) : {t}
+        %t13 = aten.mul.Tensor(%g, %t4) : {t}
+        %t14 = aten.sum.dim_IntList(%t13) {{dim = [0]}} : f32[48]
+        %t15 = aten.sum.dim_IntList(%g) {{dim = [0]}} : f32[48]""",
+                      f"%t9: {t}, %t14: f32[48], %t15: f32[48]")
+    g = torch.Generator().manual_seed(rows)
+    inputs = (randn(g, rows, 48), randn(g, 48), randn(g, rows, 48), randn(g, rows, 1),
+              randn(g, rows, 1).abs())
+    _run(scalar_c, text, inputs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 6, 37])
+def test_pointwise_outputs_of_several_element_counts(scalar_c, n):
+    text = group_text(f"%a: f32[4, {n}], %b: f32[{n}]", f"""
+        %x = aten.exp.default(%a) : f32[4, {n}]
+        %y = aten.mul.Tensor(%b) {{other = 3}} : f32[{n}]
+        %z = aten.add.Tensor(%x, %y) : f32[4, {n}]""", f"%z: f32[4, {n}], %y: f32[{n}]")
+    g = torch.Generator().manual_seed(n)
+    lowered = _run(scalar_c, text, (randn(g, 4, n), randn(g, n)))
+    assert len(lowered.body) == 2
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 8), (1, 1, 4), (3, 2, 6)])
+def test_outputs_of_another_count_after_the_reduction(scalar_c, shape):
+    """Llama's backward: the gradient summed over the repeated heads, then half of each
+    head sliced for the rotary embedding (nests.after_the_rows)."""
+    b, h, d = shape
+    half = d // 2
+    text = group_text(f"%g: f32[{b}, {h}, 5, {d}]", f"""
+        %s = aten.sum.dim_IntList(%g) {{dim = [2]}} : f32[{b}, {h}, {d}]
+        %l = aten.slice.Tensor(%s) {{dim = 2, start = 0, end = {half}}} : f32[{b}, {h}, {half}]
+        %o = aten.mul.Tensor(%l) {{other = 2}} : f32[{b}, {h}, {half}]
+        %h = aten.mul.Tensor(%g) {{other = 0.5}} : f32[{b}, {h}, 5, {d}]""",
+                      f"%o: f32[{b}, {h}, {half}], %s: f32[{b}, {h}, {d}], "
+                      f"%h: f32[{b}, {h}, 5, {d}]")
+    g = torch.Generator().manual_seed(d)
+    grad = randn(g, b, h, 5, d)
+    grad.view(-1)[0] = float("nan")
+    _run(scalar_c, text, (grad,))
+
+
+def test_the_example_renders_row_nests_and_declines_a_column_one(scalar_c):
+    """scalar_c claims several nests of rows; a group with a column nest is declined for
+    that nest's form, said so."""
+    cls, registry = scalar_c
+    two_rows = group_text("%a: f32[4, 6], %b: f32[3, 5]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4]
+        %m = aten.amax.default(%b) {dim = [1]} : f32[3]""", "%s: f32[4], %m: f32[3]")
+    g = torch.Generator().manual_seed(0)
+    assert Schedule.of(next(parse_graph(two_rows).nodes)).parts == ("row_reduction",) * 2
+    _run(scalar_c, two_rows, (randn(g, 4, 6), randn(g, 3, 5)), renderer=cls())
+    rows_and_columns = group_text("%a: f32[4, 6]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4]
+        %c = aten.sum.dim_IntList(%a) {dim = [0]} : f32[6]""", "%s: f32[4], %c: f32[6]")
+    group = next(parse_graph(rows_and_columns).nodes)
+    schedule = Schedule.of(group)
+    assert schedule.parts == ("row_reduction", "column_reduction")
+    assert RendererCodegen(cls()).supports(group, registry) == Reason(
+        "scalar_c", f"renders pointwise, row_reduction, several_nests nests; this group's "
+                    f"nests include a column_reduction ({schedule.detail})")
+
+
+@pytest.mark.parametrize("given", ["contiguous", "typed", "sliced"])
+def test_an_input_laid_out_otherwise_than_its_type_is_read_as_its_type(scalar_c, given):
+    """A graph's intermediate may come from eager's op in other strides than its IR type
+    says: the kernel reads each input at its type's strides, so the codegen made of a
+    renderer hands it a copy laid out so (a renderer's build never sees another)."""
+    cls, registry = scalar_c
+    text = group_text("%a: f32[4, 6] strided[1, 4], %b: f32[4, 1]", """
+        %e = aten.exp.default(%a) : f32[4, 6]
+        %s = aten.sum.dim_IntList(%e) {dim = [1], keepdim = true} : f32[4, 1]
+        %y = aten.div.Tensor(%e, %s) : f32[4, 6]
+        %z = aten.mul.Tensor(%y, %b) : f32[4, 6]""", "%z: f32[4, 6]")
+    group = next(parse_graph(text).nodes)
+    codegen = RendererCodegen(cls())
+    kernel = codegen.load(codegen.generate(group, registry), registry)
+    g = torch.Generator().manual_seed(0)
+    a = randn(g, 6, 4).t()  # the type's layout
+    if given == "contiguous":
+        a = a.contiguous()
+    elif given == "sliced":
+        a = randn(g, 4, 12)[:, ::2]
+    b = randn(g, 4, 1)
+    (got,) = kernel(a, b)
+    torch.testing.assert_close(got, torch.softmax(a, 1) * b)
