@@ -146,3 +146,25 @@ def test_a_slice_length_read_from_an_int_input(name):
     reasons = [str(r) for c in choices for r in c.fallback_reasons if r.codegen == "cpu"]
     assert not any("has no value in the kernel" in r for r in reasons), reasons
     assert "cpu" in {c.codegen for c in choices}, reasons
+
+
+def _positional_conv(a, w0, w1):
+    """Wav2Vec2's positional convolution: a strided conv (length s//20 - 1), a padded one
+    (length s//20) sliced by one (``SamePad``), GELU, transposed, added."""
+    h = torch.nn.functional.conv1d(a, w0, stride=20)
+    p = torch.nn.functional.conv1d(h, w1, padding=8, groups=4)[:, :, :-1]
+    return h.transpose(1, 2) + torch.nn.functional.gelu(p).transpose(1, 2)
+
+
+def test_a_stride_naming_part_of_a_dims_expression_compiles(tmp_path):
+    """The group's input is [2, 64, s//20 - 1] with strides of s//20 (the slice keeps the
+    unsliced length's): s//20 is the size argument plus one, not a symbol the kernel lacks
+    (was: "size symbol s0 has no value in the kernel": the group ran on eager)."""
+    from conftest import codegens, compiled
+    compiler, fn = compiled(_positional_conv, tmp_path, dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    w0, w1 = torch.randn(64, 1, 40, generator=g), torch.randn(64, 16, 16, generator=g)
+    for length in (680, 1600, 2570, 100):
+        a = torch.randn(2, 1, length, generator=g)
+        torch.testing.assert_close(fn(a, w0, w1), _positional_conv(a, w0, w1))
+    assert codegens(compiler) and set(codegens(compiler)) == {"cpu"}, codegens(compiler)

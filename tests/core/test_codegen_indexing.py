@@ -326,6 +326,23 @@ def test_a_whole_expression_may_be_a_size_argument():
     assert IndexMath(C).size("s0") == "s0"  # no names given: symbols print as themselves
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([("s0 + 1", "16*s0 + 16"), ("(s0//20) - 1", "Max(1, (s0//20))"),
+                        ("(s0//20) - 1", "64*Max(1, (s0//20))"), ("1 + s0", "s0*s1"),
+                        ("s0 - 3", "2*s0")]),
+       st.integers(4, 200), st.integers(1, 9))
+def test_a_part_of_a_whole_expression_is_its_argument_plus_a_constant(case, s0, s1):
+    """A dim ``s0 + 1`` is an argument; a stride naming ``s0`` alone (a cache grown by one
+    token, a slice's stride over its unsliced length) is that argument minus 1."""
+    whole, stride = case
+    ix = IndexMath(TRITON, {whole: "S_0", "s1": "S_1"})
+    argument = symbols.evaluate(whole, {"s0": s0})
+    assert _eval(ix.size(stride), TRITON, {"S_0": argument, "S_1": s1}) == \
+        symbols.evaluate(stride, {"s0": s0, "s1": s1})
+    with pytest.raises(Unsupported, match="has no value"):
+        IndexMath(C, {"2*s0": "S_0"}).size("s0")  # a multiple: no constant offset
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from([1, 2, 3, 5, "s0", "s1"]), min_size=1, max_size=4),
        st.sampled_from([C, TRITON]), st.data())

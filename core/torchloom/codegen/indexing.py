@@ -179,6 +179,18 @@ def same_shape(a: Sequence, b: Sequence) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
+def _offset_part(e: ast.AST) -> tuple[ast.AST | None, str, int]:
+    """(``part``, op, c) where expression ``e`` is ``part + c`` or ``part - c`` (c a
+    positive int): ``part`` is then ``e - c`` (op ``-``) or ``e + c`` (``+``); (None, "",
+    0) for another expression."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
+        for part, other, flip in ((e.left, e.right, False), (e.right, e.left, True)):
+            if isinstance(other, ast.Constant) and type(other.value) is int and \
+                    other.value > 0 and not (flip and isinstance(e.op, ast.Sub)):
+                return part, "-" if isinstance(e.op, ast.Add) else "+", other.value
+    return None, "", 0
+
+
 _PRECEDENCE = {ast.Add: SUM, ast.Sub: SUM, ast.Mult: PRODUCT, ast.FloorDiv: PRODUCT,
                ast.Mod: PRODUCT}
 
@@ -198,6 +210,12 @@ class IndexMath:
         self.names = dict(names or {})
         self.whole = {ast.unparse(parse_dim(k).body): v for k, v in self.names.items()
                       if not k.isidentifier()}
+        #: a part of a whole expression that differs from it by a constant (``s0`` of
+        #: ``s0+1``, ``s0//20`` of ``s0//20 - 1``) -> its value from the argument, for
+        #: strides and dims that name the part (a slice's strides keep the sliced length)
+        self.parts = {ast.unparse(part): Op(f"{{0}} {op} {{1}}", SUM, (Name(v), Literal(
+            str(c), c))) for k, v in self.names.items() if not k.isidentifier()
+            for part, op, c in [_offset_part(parse_dim(k).body)] if part is not None}
 
     # ---- sizes -------------------------------------------------------------------------
     def size(self, dim: Dim) -> str:
@@ -223,6 +241,11 @@ class IndexMath:
             name = self.whole.get(ast.unparse(node))
             if name is not None:
                 return Name(name)
+        if isinstance(node, ast.Name) and node.id not in self.names and \
+                node.id in self.parts:
+            return self.parts[node.id]
+        if self.parts and not isinstance(node, ast.Name) and ast.unparse(node) in self.parts:
+            return self.parts[ast.unparse(node)]
         if isinstance(node, ast.Name):
             if self.strict and node.id not in self.names:
                 raise Unsupported(f"size symbol {node.id} has no value in the kernel (it is "
