@@ -190,3 +190,23 @@ def test_f64_var_of_rows_whose_differences_overflow(tmp_path, row):
     assert v[0] == INF
     scale = x.abs().amax(1)  # (a mean that cancels to 0 is exact to the row's scale)
     assert ((m - true_mean).abs() <= 1e-14 * scale).all(), (m, true_mean)
+
+
+@pytest.mark.parametrize("fn", [lambda x: (x + 1).max(-1), lambda x: x.min(-1),
+                                lambda x: (x * 2).max(-1, keepdim=True)[0] + 1,
+                                lambda x: x.t().min(0)])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_max_and_min_over_an_empty_dim_raise_as_eager(tmp_path, fn, dynamic):
+    """``max(dim)``/``min(dim)`` over a dim of size 0: eager raises IndexError (fake
+    tensors do not, so the graph reaches the codegens); a kernel returned -inf/inf and
+    index 0. The group now runs on eager, which raises (found by a hostile sweep)."""
+    compiler, compiled_fn = compiled(fn, tmp_path, dynamic=dynamic)
+    if dynamic:  # compiled first at sizes of 2 or more (symbolic)
+        compiled_fn(torch.randn(5, 7))
+    x = torch.randn(4, 0)
+    with pytest.raises(IndexError):
+        fn(x)
+    with pytest.raises(IndexError, match="non-zero size"):
+        compiled_fn(x)
+    ok = torch.randn(3, 6)
+    torch.testing.assert_close(tuple(compiled_fn(ok)), tuple(fn(ok)))  # other sizes run

@@ -40,7 +40,7 @@ from torchloom.codegen.base import Kernel, Reason
 from torchloom.codegen.indexing import Language, Unsupported
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.schedule import ReductionNest, RowsAndColumns, nest_classes
-from torchloom.codegen.writer import VIEWS
+from torchloom.codegen.writer import VIEWS, reduced_dims
 from torchloom.ir import Node, TensorType, Value
 
 #: kernel forms a schedule can have, in the order a renderer usually gains them
@@ -62,6 +62,24 @@ def _form(nest: ReductionNest) -> str:
     if not kept or not rdims or min(rdims) > max(kept):
         return "row_reduction"
     return "column_reduction" if min(kept) > max(rdims) else "strided_reduction"
+
+
+#: reduction kinds without an identity: eager raises over an empty dim
+_NO_IDENTITY = ("max", "min", "argmax", "argmin")
+
+
+def _raises_when_empty(node: Node) -> str | None:
+    """Why eager raises on reduction ``node`` (a max, min, argmax or argmin over a dim of
+    size 0: ``IndexError``, which only running it gives), or None. A kernel would return
+    its accumulator's start, so the group is left to the ``eager`` codegen, which raises."""
+    t = node.inputs[0].type
+    if REDUCTION_KINDS[node.op] not in _NO_IDENTITY or not isinstance(t, TensorType):
+        return None
+    empty = [d for d in reduced_dims(node, len(t.shape)) if t.shape[d] == 0]
+    if not empty:
+        return None
+    return (f"{node.op} reduces dim {empty[0]} of {list(t.shape)}, of size 0: eager raises "
+            f"(IndexError: expected reduction dim to have non-zero size)")
 
 
 def _tensor_values(region) -> list[Value]:
@@ -112,6 +130,10 @@ class Schedule:
         values = _tensor_values(region)
         nodes = list(region.nodes)
         reds = [n for n in nodes if n.op in REDUCTION_KINDS]
+        for n in reds:
+            why = _raises_when_empty(n)
+            if why is not None:
+                raise Unsupported(why)
         ops = frozenset(n.op for n in nodes if n.op not in VIEWS and n.op not in REDUCTION_KINDS)
         symbols = frozenset(str(d) for v in values for d in (*v.type.shape,
                                                              *(v.type.strides or ()))
