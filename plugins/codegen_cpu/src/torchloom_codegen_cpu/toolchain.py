@@ -9,9 +9,15 @@ CPUs (``_width_flags``), and no fast-math: ``-fno-math-errno`` and
 says (one fold they allow, ``(float)(int)x`` into ``trunc(x)``, is undone where it changes
 a zero's sign: ``Emitter.convert``). One liberty is kept: the compiler's default contraction of
 ``a * b + c`` into a fused multiply-add (the product unrounded, so such a result may differ
-from eager's by an ulp, within any f32 tolerance; Inductor's C++ and Triton's kernels do
-the same, the prelude's polynomials rely on it for speed, and a value converted to bf16 or
-f16 still rounds from the f32 result as eager's does). ``-fwrapv``: integer overflow
+from eager's by an ulp of the product: within any f32 tolerance, but not where the sum
+cancels, ``a * b - c`` of a ``c`` equal to the rounded ``a * b`` is that rounding error
+where eager gives 0, nor where the product alone overflows: ``x + x * -4`` of 1e38 is
+-3e38 where eager gives -inf). Triton's kernels contract too; Inductor's C++ does not by
+default in torch 2.13 (``cpp.enable_floating_point_contract_flag = "off"``). The prelude's
+polynomials were measured with it (their ulp bounds in tests/codegen_cpu/test_vector_math.py;
+``-ffp-contract=off`` takes tl_tanh past its bound, 6.0 ulp against 4.9), and what gcc
+contracts depends on its tuning (on Zen it fuses no Horner chain). A value converted to
+bf16 or f16 still rounds from the f32 result as eager's does. ``-fwrapv``: integer overflow
 wraps, as in eager. Where a
 library may call the interpreter's functions (resolved when it loads, as an extension
 module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
