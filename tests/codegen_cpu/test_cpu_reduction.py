@@ -12,7 +12,9 @@ import torch
 
 from torchloom.api import DTYPES, parse_graph
 from torchloom.testing.reductions import CASES as SHARED_CASES
-from torchloom.testing.reductions import cases, group_text, randn, with_nans
+from torchloom.testing.reductions import (cases, group_text, randn,
+                                          row_results_for_columns, stored_output_for_columns,
+                                          with_nans)
 
 CASES = {**SHARED_CASES, **cases({
     "prod_and_std": (group_text("%a: f32[5, 7]", """
@@ -124,20 +126,7 @@ def test_a_reduction_of_another_dims_result_reads_it_from_scratch(check, shape):
     backward whose statistics are recomputed: the weight gradient sums g * (x - mean) *
     rstd over the batch): the row nest stores its results in scratch arrays of one value
     per row, the column nest reads them there."""
-    t = f"f32[{', '.join(map(str, shape))}]"
-    k = f"f32[{', '.join(map(str, shape[:-1]))}, 1]"
-    c = f"f32[{shape[-1]}]"
-    dims = ", ".join(map(str, range(len(shape) - 1)))
-    text = group_text(f"%a: {t}, %g: {t}", f"""
-        %v, %m = aten.var_mean.correction(%a) {{correction = 0, dim = [-1], keepdim = true}} : {k}, {k}
-        %e = aten.add.Tensor(%v) {{other = 1e-06}} : {k}
-        %r = aten.rsqrt.default(%e) : {k}
-        %d = aten.sub.Tensor(%a, %m) : {t}
-        %n = aten.mul.Tensor(%d, %r) : {t}
-        %p = aten.mul.Tensor(%g, %n) : {t}
-        %w = aten.sum.dim_IntList(%p) {{dim = [{dims}]}} : {c}
-        %s = aten.sum.dim_IntList(%p) {{dim = [-1], keepdim = true}} : {k}
-        %o = aten.mul.Tensor(%n, %s) : {t}""", f"%w: {c}, %o: {t}")
+    text = row_results_for_columns(shape)
     g = torch.Generator().manual_seed(len(shape))
     a, grad = randn(g, *shape) * 3 + 1, randn(g, *shape)
     a.view(-1)[5] = float("nan")
@@ -154,16 +143,7 @@ def test_a_reduction_of_a_stored_result_of_other_dims_reads_it_back(check, shape
     column sum reads a value computed from row sums, which the row nest stores as an
     output, so the column nest reads it back from there (as eager does, rounded to the
     output's dtype) instead of declining the group."""
-    t = f"{dtype}[{', '.join(map(str, shape))}]"
-    k = f"{dtype}[{', '.join(map(str, shape[:-1]))}, 1]"
-    c = f"{dtype}[{shape[-1]}]"
-    dims = ", ".join(map(str, range(len(shape) - 1)))
-    text = group_text(f"%a: {t}, %g: {t}", f"""
-        %e = aten.exp.default(%a) : {t}
-        %s = aten.sum.dim_IntList(%g) {{dim = [-1], keepdim = true}} : {k}
-        %m = aten.mul.Tensor(%e, %s) : {t}
-        %d = aten.sub.Tensor(%g, %m) : {t}
-        %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
+    text = stored_output_for_columns(shape, dtype)
     g = torch.Generator().manual_seed(len(shape))
     a = (randn(g, *shape) - 2).to(DTYPES[dtype])
     grad = randn(g, *shape).to(DTYPES[dtype])

@@ -17,7 +17,8 @@ import torch
 from torchloom.api import (DTYPES, FORMS, Reason, RendererCodegen, Schedule, lower,
                            parse_graph)
 from torchloom.runtime.executor import CompiledGraph
-from torchloom.testing.reductions import group_text, randn
+from torchloom.testing.reductions import (group_text, randn, row_results_for_columns,
+                                          stored_output_for_columns)
 from torchloom.tools import EagerCodegen, load_plugins
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "third_party_codegen" / "src"
@@ -68,18 +69,7 @@ def _t(dtype: str, shape) -> str:
 def test_row_results_a_column_nest_reads_come_from_scratch(scalar_c, shape):
     """A layer_norm backward recomputing its statistics: the weight gradient's column sums
     read mean and rstd per row, which the row nest stores in scratch arrays."""
-    t, k, c = _t("f32", shape), _t("f32", (*shape[:-1], 1)), _t("f32", shape[-1:])
-    dims = ", ".join(map(str, range(len(shape) - 1)))
-    text = group_text(f"%a: {t}, %g: {t}", f"""
-        %v, %m = aten.var_mean.correction(%a) {{correction = 0, dim = [-1], keepdim = true}} : {k}, {k}
-        %e = aten.add.Tensor(%v) {{other = 1e-06}} : {k}
-        %r = aten.rsqrt.default(%e) : {k}
-        %d = aten.sub.Tensor(%a, %m) : {t}
-        %n = aten.mul.Tensor(%d, %r) : {t}
-        %p = aten.mul.Tensor(%g, %n) : {t}
-        %w = aten.sum.dim_IntList(%p) {{dim = [{dims}]}} : {c}
-        %s = aten.sum.dim_IntList(%p) {{dim = [-1], keepdim = true}} : {k}
-        %o = aten.mul.Tensor(%n, %s) : {t}""", f"%w: {c}, %o: {t}")
+    text = row_results_for_columns(shape)
     g = torch.Generator().manual_seed(sum(shape))
     a, grad = randn(g, *shape) * 3 + 1, randn(g, *shape)
     a.view(-1)[-1] = float("nan")
@@ -97,14 +87,7 @@ def test_a_stored_output_is_read_back_by_a_later_nest(scalar_c, shape, dtype):
     """A cross-entropy gradient and the bias gradient summed from it over the batch: the
     column nest reads the gradient the row nest stored (rounded to its dtype, as eager
     reads it)."""
-    t, k, c = _t(dtype, shape), _t(dtype, (*shape[:-1], 1)), _t(dtype, shape[-1:])
-    dims = ", ".join(map(str, range(len(shape) - 1)))
-    text = group_text(f"%a: {t}, %g: {t}", f"""
-        %e = aten.exp.default(%a) : {t}
-        %s = aten.sum.dim_IntList(%g) {{dim = [-1], keepdim = true}} : {k}
-        %m = aten.mul.Tensor(%e, %s) : {t}
-        %d = aten.sub.Tensor(%g, %m) : {t}
-        %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
+    text = stored_output_for_columns(shape, dtype)
     g = torch.Generator().manual_seed(len(shape))
     a = (randn(g, *shape) - 2).to(DTYPES[dtype])
     grad = randn(g, *shape).to(DTYPES[dtype])

@@ -169,3 +169,41 @@ CASES = cases({
         %d = aten.sub.Tensor(%a, %s) : f32[1, 5, 1]""", "%d: f32[1, 5, 1], %s: f32[1, 1, 1]"),
         lambda g: (randn(g, 1, 5, 1),)),
 })
+
+
+def _typed(dtype: str, shape) -> str:
+    return f"{dtype}[{', '.join(map(str, shape))}]"
+
+
+def row_results_for_columns(shape) -> str:
+    """A layer_norm backward recomputing its statistics over the rows of ``shape``: the
+    weight gradient's column sums read mean and rstd per row (a nest plan's scratch arrays);
+    inputs ``%a``, ``%g`` of ``shape``; outputs the column sums and ``n * (row sum)``."""
+    t, k = _typed("f32", shape), _typed("f32", (*shape[:-1], 1))
+    c = _typed("f32", shape[-1:])
+    dims = ", ".join(map(str, range(len(shape) - 1)))
+    return group_text(f"%a: {t}, %g: {t}", f"""
+        %v, %m = aten.var_mean.correction(%a) {{correction = 0, dim = [-1], keepdim = true}} : {k}, {k}
+        %e = aten.add.Tensor(%v) {{other = 1e-06}} : {k}
+        %r = aten.rsqrt.default(%e) : {k}
+        %d = aten.sub.Tensor(%a, %m) : {t}
+        %n = aten.mul.Tensor(%d, %r) : {t}
+        %p = aten.mul.Tensor(%g, %n) : {t}
+        %w = aten.sum.dim_IntList(%p) {{dim = [{dims}]}} : {c}
+        %s = aten.sum.dim_IntList(%p) {{dim = [-1], keepdim = true}} : {k}
+        %o = aten.mul.Tensor(%n, %s) : {t}""", f"%w: {c}, %o: {t}")
+
+
+def stored_output_for_columns(shape, dtype: str) -> str:
+    """A cross-entropy gradient and the bias gradient summed from it over the batch: the
+    column sum reads an output the row nest stores (read back, rounded to its dtype);
+    inputs ``%a``, ``%g`` of ``shape``; outputs ``%b``, ``%d``, ``%s``."""
+    t, k = _typed(dtype, shape), _typed(dtype, (*shape[:-1], 1))
+    c = _typed(dtype, shape[-1:])
+    dims = ", ".join(map(str, range(len(shape) - 1)))
+    return group_text(f"%a: {t}, %g: {t}", f"""
+        %e = aten.exp.default(%a) : {t}
+        %s = aten.sum.dim_IntList(%g) {{dim = [-1], keepdim = true}} : {k}
+        %m = aten.mul.Tensor(%e, %s) : {t}
+        %d = aten.sub.Tensor(%g, %m) : {t}
+        %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
