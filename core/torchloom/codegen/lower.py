@@ -4,10 +4,11 @@ become statements (:mod:`torchloom.codegen.stmt`) whose expressions the
 a renderer makes (see docs/writing-a-codegen.md).
 
 The statements are scalar loops a target may render as they are (``scalar_c``) or
-transform first, a loop nest per nest of the core's nest plan (:mod:`torchloom.codegen.nests`,
-the plan the cpu codegen writes too), one after the other: a later nest reads what an
-earlier one stored (an output, or a reduction's results in a scratch array of one value
-per row, which the launch spec names and the launcher allocates). A pointwise group is one loop ``x`` over the first output's elements; a
+transform first, a loop nest per nest of the core's nest plan
+(:mod:`torchloom.codegen.nests`, the plan the cpu codegen writes too), one after the
+other: a later nest reads what an earlier one stored (an output, or a reduction's results
+in a scratch array of one value per row, which the launch spec names and the launcher
+allocates). A pointwise nest is one loop ``x`` over its first output's elements; a
 reduction group is a loop ``x`` over the rows of its nest holding, per reduction in program
 order, an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input
 into it (``var``: a loop for the mean, one for the squares), the reduction's results

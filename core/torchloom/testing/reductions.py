@@ -178,7 +178,8 @@ def _typed(dtype: str, shape) -> str:
 def row_results_for_columns(shape) -> str:
     """A layer_norm backward recomputing its statistics over the rows of ``shape``: the
     weight gradient's column sums read mean and rstd per row (a nest plan's scratch arrays);
-    inputs ``%a``, ``%g`` of ``shape``; outputs the column sums and ``n * (row sum)``."""
+    inputs ``%a``, ``%g`` of ``shape``; outputs the column sums ``%w`` and ``%o``, the
+    normalized input times its row's sum of ``g * normalized``."""
     t, k = _typed("f32", shape), _typed("f32", (*shape[:-1], 1))
     c = _typed("f32", shape[-1:])
     dims = ", ".join(map(str, range(len(shape) - 1)))
