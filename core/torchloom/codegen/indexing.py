@@ -237,15 +237,15 @@ class IndexMath:
             if node.value >= 0:
                 return Literal(str(node.value), node.value)
             return Op("-{0}", LOWEST, (Literal(str(-node.value), -node.value),))
-        if self.whole and not isinstance(node, ast.Name):
-            name = self.whole.get(ast.unparse(node))
-            if name is not None:
-                return Name(name)
+        if (self.whole or self.parts) and not isinstance(node, ast.Name):
+            text = ast.unparse(node)
+            if text in self.whole:
+                return Name(self.whole[text])
+            if text in self.parts:
+                return self.parts[text]
         if isinstance(node, ast.Name) and node.id not in self.names and \
                 node.id in self.parts:
             return self.parts[node.id]
-        if self.parts and not isinstance(node, ast.Name) and ast.unparse(node) in self.parts:
-            return self.parts[ast.unparse(node)]
         if isinstance(node, ast.Name):
             if self.strict and node.id not in self.names:
                 raise Unsupported(f"size symbol {node.id} has no value in the kernel (it is "
