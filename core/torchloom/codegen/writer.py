@@ -73,17 +73,29 @@ def comparisons(row: Callable[[str], Any]) -> dict[str, Any]:
             for kind in ("Tensor", "Scalar")}
 
 
-def alpha_rows(other: str = "{other}") -> dict[str, Callable[..., str]]:
+def alpha_rows(other: str = "{other}", fused: Callable[[str, str, str], str] | None = None
+               ) -> dict[str, Callable[..., str]]:
     """Templates (functions of the op's attributes) of add, sub and rsub (``.Tensor`` and
-    ``.Scalar``), ``other`` spelling the second operand: ``self + other * alpha``."""
+    ``.Scalar``), ``other`` spelling the second operand: ``self + other * alpha``.
+    ``fused(a, b, c)`` spells ``a * b + c`` rounded once: given, ``other`` times an alpha
+    other than 1 is added in one rounding, as eager's vectorized kernels do
+    (``vec::fmadd(other, alpha, self)``: ``x + y * 2`` of -3e38 and 3e38 is 3e38, not inf;
+    eager's scalar loop over the last elements of a row shorter than two vectors rounds
+    twice, a number times alpha there rounded first)."""
     def binary(sign: str) -> Callable[..., str]:
         def template(a: Mapping[str, Any], *_) -> str:
-            rhs = other if a.get("alpha", 1) == 1 else f"{other} * {{alpha}}"
-            return f"{{self}} {sign} {rhs}"
+            if a.get("alpha", 1) == 1:
+                return f"{{self}} {sign} {other}"
+            if fused is not None:
+                return fused(other, "{alpha}" if sign == "+" else "-({alpha})", "{self}")
+            return f"{{self}} {sign} {other} * {{alpha}}"
         return template
 
     def rsub(a: Mapping[str, Any], *_) -> str:
-        return "{other} - {self}" if a.get("alpha", 1) == 1 else "{other} - {self} * {alpha}"
+        if a.get("alpha", 1) == 1:
+            return "{other} - {self}"
+        return ("{other} - {self} * {alpha}" if fused is None
+                else fused("{self}", "-({alpha})", "{other}"))
 
     rows = {f"aten.{name}.{kind}": binary(sign) for name, sign in (("add", "+"), ("sub", "-"))
             for kind in ("Tensor", "Scalar")}

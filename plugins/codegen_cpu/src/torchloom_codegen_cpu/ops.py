@@ -208,8 +208,8 @@ def _tanh(a: Mapping[str, Any], dtype: str = "f32") -> str:
     same below 2^-8."""
     if dtype != "f64":
         return "tl_tanh({self})"
-    return ("copysign(fabs({self}) < 0x1p-13 ? {self} + {self} * ({self} * {self} * "
-            "((double)-1 / (double)3)) : tanh({self}), {self})")
+    return ("copysign(fabs({self}) < 0x1p-13 ? tl_fma({self}, {self} * {self} * "
+            "((double)-1 / (double)3), {self}) : tanh({self}), {self})")
 
 
 def _unary(floats: str, ints: str | None = None) -> Pointwise:
@@ -289,9 +289,10 @@ _HARDTANH = ("({min_val} != {min_val} ? {min_val} : {max_val} != {max_val} ? {ma
 #: NaN and -0.0 give 0, as eager
 _SIGN = Pointwise("(($T)({self} > 0) - ($T)({self} < 0))", "out",
                   "(({self} > 0) - ({self} < 0))")
-#: eager's lerp: from the nearer end
-_LERP = Pointwise("(fabs$f({weight}) < ($T)0.5 ? {self} + {weight} * ({end} - {self}) : "
-                  "{end} - ({end} - {self}) * (($T)1 - {weight}))")
+#: eager's vectorized lerp: fmadd(w, end - self, self), or fmadd(w - 1, end - self, end)
+#: from a weight of 0.5 in magnitude (the latter's scalar form: end - (end - self) (1 - w))
+_LERP = Pointwise("(fabs$f({weight}) < ($T)0.5 ? tl_fma$f({weight}, {end} - {self}, {self}) : "
+                  "tl_fma$f({weight} - ($T)1, {end} - {self}, {end}))")
 #: activations and other pointwise ops of models and optimizers, by eager's CPU kernels:
 #: NaN passes through comparisons as eager's do (checked by tests/codegen_cpu/test_ops.py
 #: on NaN, +-inf, -0.0 and denormals for every dtype)
@@ -354,7 +355,8 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.bitwise_xor.Tensor": Pointwise(None, "out", "{self} ^ {other}"),
     "aten.bitwise_not.default": Pointwise(
         None, "out", lambda a, dtype: "!{self}" if dtype == "b8" else "~{self}"),
-    "aten.addcmul.default": Pointwise(_with("{self} + {value} * {tensor1} * {tensor2}",
+    # eager's self + value * t1 * t2, the last product fused with the sum (as gcc builds it)
+    "aten.addcmul.default": Pointwise(_with("tl_fma$f({value} * {tensor1}, {tensor2}, {self})",
                                             value=1.0)),
     # eager's order: (value * tensor1) / tensor2
     "aten.addcdiv.default": Pointwise(_with("{self} + {value} * {tensor1} / {tensor2}",
@@ -364,7 +366,9 @@ ACTIVATIONS: dict[str, Pointwise] = {
 }
 
 POINTWISE: dict[str, Pointwise] = {
-    **{op: _both(template) for op, template in writer.alpha_rows().items()},
+    **{op: Pointwise(fused, "out", plain) for (op, fused), plain in zip(
+        writer.alpha_rows(fused=lambda a, b, c: f"tl_fma$f({a}, {b}, {c})").items(),
+        writer.alpha_rows().values())},
     "aten.mul.Tensor": _both("{self} * {other}"),
     "aten.mul.Scalar": _both("{self} * {other}"),
     "aten.div.Tensor": Pointwise("{self} / {other}"),  # int inputs divide as floats
@@ -399,7 +403,9 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.pow.Tensor_Scalar": Pointwise(_pow),
     "aten.pow.Tensor_Tensor": Pointwise("pow$f({self}, {exponent})"),
     "aten.pow.Scalar": Pointwise("pow$f({self}, {exponent})"),  # a number to a tensor's powers
-    "aten.tanh_backward.default": Pointwise("{grad_output} * (($T)1 - {output} * {output})"),
+    # eager's g * (1 - y * y), its 1 - y * y fused (as gcc builds it)
+    "aten.tanh_backward.default": Pointwise(
+        "{grad_output} * tl_fma$f(-{output}, {output}, ($T)1)"),
     "aten.sigmoid_backward.default": Pointwise(
         "{grad_output} * (($T)1 - {output}) * {output}"),
     "aten.threshold_backward.default": _both("({self} <= {threshold} ? 0 : {grad_output})"),

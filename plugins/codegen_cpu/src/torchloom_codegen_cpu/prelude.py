@@ -25,6 +25,19 @@ _TEMPLATE = """\
 #include <stdlib.h>
 #include <string.h>
 
+/* a * b + c rounded once where the CPU fuses multiply-adds, else twice. The kernels are
+   built with -ffp-contract=off (toolchain.py): these are the only fused ones, where the
+   prelude's polynomials were measured with them and where eager's kernels call fmadd */
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+static inline float tl_fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+static inline double tl_fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
+#define TL_TANH_CLAMP 7.99881172180175781f
+#else
+static inline float tl_fmaf(float a, float b, float c) { return a * b + c; }
+static inline double tl_fma(double a, double b, double c) { return a * b + c; }
+#define TL_TANH_CLAMP 7.90531110763549805f
+#endif
+
 static inline float tl_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
@@ -172,18 +185,18 @@ static inline float tl_erf_fast(float a) {
    tl_exp_core: p(r) for a clamped x, and the float whose low bits hold n (bits - 0x4B400000). */
 static inline float tl_exp_core(float xc, int32_t* n_bits) {
   const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-  const float t = xc * 1.44269504088896341f + shifter;
+  const float t = tl_fmaf(xc, 1.44269504088896341f, shifter);
   const float n = t - shifter;
-  float r = n * -0.693359375f + xc;
-  r = n * 2.12194440e-4f + r;
+  float r = tl_fmaf(n, -0.693359375f, xc);
+  r = tl_fmaf(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  p = tl_fmaf(p, r, 1.3981999507e-3f);
+  p = tl_fmaf(p, r, 8.3334519073e-3f);
+  p = tl_fmaf(p, r, 4.1665795894e-2f);
+  p = tl_fmaf(p, r, 1.6666665459e-1f);
+  p = tl_fmaf(p, r, 5.0000001201e-1f);
   memcpy(n_bits, &t, 4);
-  return (p * r) * r + r + 1.0f;
+  return tl_fmaf(p * r, r, r) + 1.0f;
 }
 
 static inline float tl_exp(float x) {
@@ -218,7 +231,9 @@ static inline float tl_exp_nonpos(float x) {
 }
 
 /* tanh in f32: an odd rational x P(x^2) / Q(x^2) (degrees 13 and 6, Eigen's
-   coefficients for ptanh_float) on |x| clamped to 7.9053111 (where it rounds to 1), one
+   coefficients for ptanh_float) on |x| clamped to TL_TANH_CLAMP, where the rational gives
+   exactly 1: 7.9988117 with fused multiply-adds, 7.9053111 without (Eigen's two clamps;
+   between them the fused rational is 1 - 4 ulp, tanh itself 1 - 4.5 ulp), one
    division and 13 vector operations where libmvec's tanhf is a call per vector (a 12 MB
    tanh kernel 1.41 -> 1.12 ms on the Intel Xeon of RESULTS.md, eager's Sleef 1.10). Within
    4.9 ulp of tanh in double over every float (measured exhaustively; libmvec's: 2.2), and
@@ -227,9 +242,9 @@ static inline float tl_exp_nonpos(float x) {
    false); the sign is x's (-0.0 stays -0.0, +-inf gives +-1, NaN stays NaN). */
 static inline float tl_tanh(float x) {
   float a = fabsf(x);
-  a = 7.90531110763549805f < a ? 7.90531110763549805f : a;
+  a = TL_TANH_CLAMP < a ? TL_TANH_CLAMP : a;
   const float s = a * a;
-@TANH_RATIONAL@  const float r = a < 0x1p-8f ? a + a * (s * (-1.0f / 3.0f)) : a * p / q;
+@TANH_RATIONAL@  const float r = a < 0x1p-8f ? tl_fmaf(a, s * (-1.0f / 3.0f), a) : a * p / q;
   return copysignf(r, x);
 }
 
@@ -239,10 +254,12 @@ static inline float tl_tanh(float x) {
    zero's sign: the low-precision erf follows eager, f32 and f64 use libm's. */
 static inline float tl_erf_as(float x) {
   const float a = fabsf(x);
-  const float t = 1.0f / (0.3275911f * a + 1.0f);
-  const float r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f)
-                  * t + 0.254829592f;
-  const float y = -(r * t) * expf(-(x * x)) + 1.0f;
+  const float t = 1.0f / tl_fmaf(0.3275911f, a, 1.0f);
+  float r = tl_fmaf(1.061405429f, t, -1.453152027f);
+  r = tl_fmaf(r, t, 1.421413741f);
+  r = tl_fmaf(r, t, -0.284496736f);
+  r = tl_fmaf(r, t, 0.254829592f);
+  const float y = tl_fmaf(-(r * t), expf(-(x * x)), 1.0f);
   return copysignf(y, x);
 }
 
@@ -260,7 +277,7 @@ static inline float tl_erf_as(float x) {
    tl_gelu_f32_fma is x/2 erf + x/2 with erf clamped to [-1, 1] (+0.0 at large negative x),
    eager's f32 on AVX2; tl_gelu_f32_half_first is x/2 (1 + erf), eager's bf16 on AVX2.
    Within 4 ulp + 2e-7 |x| of x Phi(x) in double (tests/codegen_cpu/test_vector_math.py). */
-static inline float tl_gelu_erf(float x) {
+static inline float tl_gelu_ratio(float x, float* zp) {
   uint32_t u;
   memcpy(&u, &x, 4);
   uint32_t m = u & 0x7fffffffu;
@@ -268,12 +285,26 @@ static inline float tl_gelu_erf(float x) {
   float z;
   memcpy(&z, &m, 4);
   const float s = z * z;
-@GELU_RATIONAL@  return z * (p / q);
+@GELU_RATIONAL@  *zp = z;
+  return p / q;
+}
+
+static inline float tl_gelu_erf(float x) {
+  float z;
+  const float w = tl_gelu_ratio(x, &z);
+  return z * w;
+}
+
+/* 1 + tl_gelu_erf(x), rounded once */
+static inline float tl_gelu_erf1(float x) {
+  float z;
+  const float w = tl_gelu_ratio(x, &z);
+  return tl_fmaf(z, w, 1.0f);
 }
 
 static inline float tl_gelu_f32(float x) {
-  /* 1 + erf, at least 0: contracted to an fma */
-  const float e1 = tl_gelu_erf(x) + 1.0f;
+  /* 1 + erf, at least 0 */
+  const float e1 = tl_gelu_erf1(x);
   const float y = x * (e1 > 0.0f ? e1 : 0.0f) * 0.5f;
   return x == INFINITY ? NAN : y;
 }
@@ -285,7 +316,7 @@ static inline float tl_gelu_f32_fma(float x) {
 }
 
 static inline float tl_gelu_f32_half_first(float x) {
-  const float e1 = tl_gelu_erf(x) + 1.0f;
+  const float e1 = tl_gelu_erf1(x);
   return x * 0.5f * (e1 > 0.0f ? e1 : 0.0f);
 }
 
@@ -378,8 +409,8 @@ _TANH_Q = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04,
 def _horner(var: str, arg: str, coefficients: tuple[float, ...], digits: int) -> str:
     """C statements evaluating the polynomial into ``float var`` (Horner's rule, in f32)."""
     c = [f"{x:.{digits}e}f" for x in reversed(coefficients)]
-    lines = [f"  float {var} = {arg} * {c[0]} + {c[1]};"]
-    lines += [f"  {var} = {arg} * {var} + {x};" for x in c[2:]]
+    lines = [f"  float {var} = tl_fmaf({arg}, {c[0]}, {c[1]});"]
+    lines += [f"  {var} = tl_fmaf({arg}, {var}, {x});" for x in c[2:]]
     return "\n".join(lines) + "\n"
 
 

@@ -174,11 +174,16 @@ def indented(lines: list[str]) -> list[str]:
     return ["  " + line for line in lines]
 
 
+#: the prelude's functions that are one instruction: a fused multiply-add
+_ONE_INSTRUCTION = frozenset({"tl_fma", "tl_fmaf"})
+
+
 def costly(s) -> bool:
-    """Whether a statement calls a costly function (a transcendental, the prelude's):
-    see ``Emitter._cheap``."""
-    return any(name.startswith("tl_") and len(name) > 3 or name in VECTOR_MATH or
-               name.endswith("f") and name[:-1] in VECTOR_MATH for name in s.facts.calls)
+    """Whether a statement calls a costly function (a transcendental, the prelude's but a
+    multiply-add): see ``Emitter._cheap``."""
+    return any(name.startswith("tl_") and len(name) > 3 and name not in _ONE_INSTRUCTION or
+               name in VECTOR_MATH or name.endswith("f") and name[:-1] in VECTOR_MATH
+               for name in s.facts.calls)
 
 
 def divides_integers(s) -> bool:

@@ -7,19 +7,17 @@ a cache directory shared between machines never hands one a library built for an
 CPUs (``_width_flags``), and no fast-math: ``-fno-math-errno`` and
 ``-fno-trapping-math`` only let libm calls vectorize; NaN, inf and -0.0 behave as IEEE
 says (one fold they allow, ``(float)(int)x`` into ``trunc(x)``, is undone where it changes
-a zero's sign: ``Emitter.convert``). One liberty is kept: the compiler's default contraction of
-``a * b + c`` into a fused multiply-add (the product unrounded, so such a result may differ
-from eager's by an ulp of the product: within any f32 tolerance, but not where the sum
-cancels, ``a * b - c`` of a ``c`` equal to the rounded ``a * b`` is that rounding error
-where eager gives 0, nor where the product alone overflows: ``x + x * -4`` of 1e38 is
--3e38 where eager gives -inf). Triton's kernels contract too; Inductor's C++ does not by
-default in torch 2.13 (``cpp.enable_floating_point_contract_flag = "off"``). The prelude's
-polynomials were measured with it (their ulp bounds in tests/codegen_cpu/test_vector_math.py;
-``-ffp-contract=off`` takes tl_tanh past its bound, 6.0 ulp against 4.9), and what gcc
-contracts depends on its tuning (on Zen it fuses no Horner chain). A value converted to
-bf16 or f16 still rounds from the f32 result as eager's does. ``-fwrapv``: integer overflow
-wraps, as in eager. Where a
-library may call the interpreter's functions (resolved when it loads, as an extension
+a zero's sign: ``Emitter.convert``). ``-ffp-contract=off``: ``a * b + c`` rounds the
+product and the sum, as eager's kernels (ATen is built in ISO C++ mode, which does not
+contract) and Inductor's C++ (``cpp.enable_floating_point_contract_flag = "off"`` in torch
+2.13) compute it. gcc's default fused it, so ``a * b - c`` of a ``c`` equal to the rounded
+``a * b`` gave that rounding error where eager gives 0, and ``x + x * -4`` of 1e38 gave -3e38
+where eager gives -inf. The multiply-adds eager fuses itself (``vec::fmadd``: add and sub
+with an alpha, lerp) are spelt ``tl_fmaf``/``tl_fma`` (the prelude: one fused operation
+where the CPU has it), as are the prelude's polynomials, whose results are bit for bit
+those they were measured with under gcc's contraction (tl_tanh's clamp aside: see there).
+A value converted to bf16 or f16 still rounds from the f32 result as eager's does.
+``-fwrapv``: integer overflow wraps, as in eager. Where a library may call the interpreter's functions (resolved when it loads, as an extension
 module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
 
 A library is cached as ``<dir>/<key>.so`` where ``key`` hashes the source, the compiler's
@@ -62,7 +60,7 @@ from torchloom_codegen_cpu.entry import ENTRY_HEAD
 log = logging.getLogger("torchloom.codegen_cpu")
 
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fopenmp", "-fno-math-errno",
-         "-fno-trapping-math", "-fwrapv", "-fPIC", "-shared")
+         "-fno-trapping-math", "-ffp-contract=off", "-fwrapv", "-fPIC", "-shared")
 #: CPU features that decide what -march=native generates
 _ISA = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
         "avx512dq", "avx512_bf16", "avx512_fp16", "amx_bf16", "asimd", "sve")
