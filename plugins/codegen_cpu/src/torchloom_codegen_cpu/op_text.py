@@ -43,7 +43,8 @@ def op_text(node: Node, spec, named: dict[str, expr.Code], compute: str, ir_dtyp
     scalar = keeps_operand(node, 1) or (node.op in SCALAR_DIVISORS and len(node.inputs) == 1)
     # softmax's exp(x - max(x)): every argument <= 0 (or NaN), the prelude's cheaper exp
     nonpositive = node.op == EXP and compute == "f32" and minus_max(node.inputs[0])
-    template = spec.template_for(given, compute, "f32" if scalar else ir_dtype,
+    template = spec.template_for(given, compute,
+                                 "f32" if scalar and compute in ("f32", "f64") else ir_dtype,
                                  exp="tl_exp_nonpos" if nonpositive else "tl_exp")
     if template is None:
         raise Unsupported(f"{node.op} on {compute} has no C template")

@@ -25,6 +25,8 @@ from typing import Any
 import attrs
 from torchloom.api import DTYPES, InputRef, expr, reductions, writer
 
+from torchloom_codegen_cpu import int_division
+
 #: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
 STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
            "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
@@ -340,10 +342,13 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.isfinite.default": Pointwise("({self} - {self} == 0)", "keep", "1"),
     # (the bits: gcc 12 hit an internal error vectorizing signbit() of a widened bf16)
     "aten.signbit.default": Pointwise("tl_signbit$f({self})", "keep", "({self} < 0)"),
-    "aten.fmod.Tensor": Pointwise("fmod$f({self}, {other})"),
-    "aten.fmod.Scalar": Pointwise("fmod$f({self}, {other})"),
-    "aten.remainder.Tensor": Pointwise("tl_remainder$f({self}, {other})"),
-    "aten.remainder.Scalar": Pointwise("tl_remainder$f({self}, {other})"),
+    # integers: by a Python int only (int_division.py)
+    "aten.fmod.Tensor": Pointwise("fmod$f({self}, {other})", "out", int_division.template("fmod")),
+    "aten.fmod.Scalar": Pointwise("fmod$f({self}, {other})", "out", int_division.template("fmod")),
+    "aten.remainder.Tensor": Pointwise("tl_remainder$f({self}, {other})", "out",
+                                       int_division.template("remainder")),
+    "aten.remainder.Scalar": Pointwise("tl_remainder$f({self}, {other})", "out",
+                                       int_division.template("remainder")),
     "aten.copysign.Tensor": Pointwise("copysign$f({self}, {other})"),
     "aten.copysign.Scalar": Pointwise("copysign$f({self}, {other})"),
     "aten.atan2.default": Pointwise("atan2$f({self}, {other})"),
@@ -374,7 +379,8 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.div.Tensor": Pointwise("{self} / {other}"),  # int inputs divide as floats
     "aten.div.Scalar": Pointwise("{self} / {other}"),
     "aten.true_divide.Tensor": Pointwise("{self} / {other}"),  # div's alias (HF GPT-2)
-    "aten.div.Tensor_mode": Pointwise(_div_mode),  # integer division by 0 raises in eager
+    # integers: by a Python int only (int_division.py: eager raises on a zero divisor)
+    "aten.div.Tensor_mode": Pointwise(_div_mode, "out", int_division.template("mode")),
     "aten.neg.default": _unary("-X", "-X"),
     "aten.abs.default": _unary("fabs$f(X)", "(X < 0 ? -X : X)"),
     "aten.exp.default": _unary("$exp(X)"),
