@@ -70,7 +70,8 @@ def test_cancellation_and_overflow_as_eager(program):
     assert (got[0][:-1] == 0).all() and got[1][-1].item() == -float("inf")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=64,
                 max_size=64))
 def test_drawn_values_round_as_eager(program, values):

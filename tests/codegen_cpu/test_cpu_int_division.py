@@ -1,10 +1,11 @@
 """Integer division and remainder by a Python int in the cpu kernels (int_division.py):
 ``div`` with rounding_mode trunc and floor, ``//``, ``%`` (remainder) and ``fmod``, for
-every signed integer dtype, by divisors of both signs, 1, -1 (``INT64_MIN / -1`` traps in
-C: eager gives INT64_MIN) and the dtype's extremes, on values including the extremes;
-bit for bit as eager, in one kernel (eager's trunc division of INT64_MIN or INT32_MIN by -1
-traps, SIGFPE: the kernels give the negation, which wraps, as eager's floor division does). A tensor divisor stays with eager, which raises on a
-zero as eager does. One compiled function per dtype (every divisor in it)."""
+every signed integer dtype, by divisors of both signs, 1, -1 and the dtype's extremes, on
+values including the extremes; bit for bit as eager, in one kernel. ``INT64_MIN / -1``
+traps in C: the kernels give the negation, which wraps, as eager's floor division does
+(eager's trunc division of INT64_MIN or INT32_MIN by -1 traps too, SIGFPE). A tensor
+divisor stays with eager, which raises on a zero as eager does. One compiled function per
+dtype (every divisor in it)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_edge_values_as_eager(divided):
     _same(divided, edge_values(divided[0]))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_drawn_values_as_eager(divided, data):
     info = torch.iinfo(divided[0])

@@ -8,17 +8,19 @@ CPUs (``_width_flags``), and no fast-math: ``-fno-math-errno`` and
 ``-fno-trapping-math`` only let libm calls vectorize; NaN, inf and -0.0 behave as IEEE
 says (one fold they allow, ``(float)(int)x`` into ``trunc(x)``, is undone where it changes
 a zero's sign: ``Emitter.convert``). ``-ffp-contract=off``: ``a * b + c`` rounds the
-product and the sum, as eager's kernels (ATen is built in ISO C++ mode, which does not
-contract) and Inductor's C++ (``cpp.enable_floating_point_contract_flag = "off"`` in torch
-2.13) compute it. gcc's default fused it, so ``a * b - c`` of a ``c`` equal to the rounded
-``a * b`` gave that rounding error where eager gives 0, and ``x + x * -4`` of 1e38 gave -3e38
-where eager gives -inf. The multiply-adds eager fuses itself (``vec::fmadd``: add and sub
-with an alpha, lerp) are spelt ``tl_fmaf``/``tl_fma`` (the prelude: one fused operation
-where the CPU has it), as are the prelude's polynomials, whose results are bit for bit
-those they were measured with under gcc's contraction (tl_tanh's clamp aside: see there).
-A value converted to bf16 or f16 still rounds from the f32 result as eager's does.
-``-fwrapv``: integer overflow wraps, as in eager. Where a library may call the interpreter's functions (resolved when it loads, as an extension
-module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
+product and the sum where they are two ops, as eager (each op its own kernel, its result
+rounded) and Inductor's C++ (``cpp.enable_floating_point_contract_flag = "off"`` in torch
+2.13) compute it. gcc's default fused them, so ``x * y - x * y`` gave the product's
+rounding error where eager gives 0, and ``x + x * -4`` of 1e38 gave -3e38 where eager
+gives -inf. Within one op eager's kernels do fuse: they call ``vec::fmadd`` (add, sub and
+rsub with an alpha, lerp) or gcc contracts their expression as it builds ATen (addcmul's
+``self + value * t1 * t2``, tanh_backward's ``1 - y * y``): those templates spell
+``tl_fmaf``/``tl_fma`` (the prelude: one fused operation where the CPU has it), as do the
+prelude's polynomials, whose results are bit for bit those they were measured with under
+gcc's contraction (tl_tanh's clamp aside: see there). A value converted to bf16 or f16
+still rounds from the f32 result as eager's does. ``-fwrapv``: integer overflow wraps, as
+in eager. Where a library may call the interpreter's functions (resolved when it loads, as
+an extension module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
 
 A library is cached as ``<dir>/<key>.so`` where ``key`` hashes the source, the compiler's
 path and version, the flags and the CPU features; ``<key>.so.sha256`` beside it vouches for
