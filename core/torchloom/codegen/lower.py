@@ -339,7 +339,7 @@ def _lower_nests(group: Node, registry: Any, renderer: Renderer,
                                                               region.outputs))]
         members = set(region.nodes if nest.reductions is None else nest.reductions)
         reductions = [n for n in region.nodes if n in members and _is_reduction(n)]
-        scratch += [(name, v) for name, v in outputs if name.startswith("scratch_")]
+        scratch += [(name, v) for name, v in outputs if nests.is_scratch(name)]
         shape = ReductionNest.of(reductions, lambda v: v.type) if reductions else None
         walk = _Lowering(group, registry, renderer, em, shape, outputs, reductions,
                          {v: pointer.get(name, name) for v, name in nest.read_back})

@@ -62,6 +62,17 @@ class Nest:
     columns: tuple[tuple[str, Node], ...] = ()
 
 
+def scratch_name(v: Value) -> str:
+    """The pointer name of the scratch array a nest stores ``v`` (a row result) in."""
+    return f"scratch_{v.name}"
+
+
+def is_scratch(name: str) -> bool:
+    """Whether a nest's output pointer ``name`` is a scratch array (:func:`scratch_name`):
+    the kernel allocates it, one value per row, and frees it."""
+    return name.startswith("scratch_")
+
+
 def _nest(outputs, reductions, read_back: dict | None = None, columns=()) -> Nest:
     return Nest(tuple(outputs), tuple(reductions), tuple((read_back or {}).items()),
                 tuple(columns))
@@ -116,7 +127,7 @@ def plan(region: Graph, is_reduction: Callable[[Node], bool],
     for k, members in enumerate(classes):
         roots = [n.inputs[0] for n in members] + [v for _, v in parts[k]]
         for v in _foreign_results(roots, k, of, written):
-            written[v] = f"scratch_{v.name}"
+            written[v] = scratch_name(v)
             parts[of[v.producer]].append((written[v], v))
         # (what depends on no other class is computed again, as before: no extra read)
         stored.append({v: name for v, name in written.items()
@@ -147,7 +158,7 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
     written = {v: name for name, v in own}
     scratch = []
     for v in _foreign_results([v for _, v in rest], -1, dict.fromkeys(members, 0), written):
-        written[v] = f"scratch_{v.name}"
+        written[v] = scratch_name(v)
         scratch.append((written[v], v))
     if not rest or not own + scratch:
         return None

@@ -205,7 +205,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     if not parallel:
         source.append("  (void)nthreads;")
     scratch = {name: v for w in nests for name, v in zip(w.out_names, w.outputs)
-               if name.startswith("scratch_")}
+               if nest_plan.is_scratch(name)}
     allocated = []
     for name, v in scratch.items():  # (no larger than a row result: one value per row)
         ctype, n = STORAGE[tensor_type(v).dtype], _numel_text(v, nests[0])
