@@ -43,7 +43,7 @@ from torchloom.codegen.contract import (FORMS, Capabilities, LaunchSpec, Lowered
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
-                                    Written)
+                                    Written, laid_out_as, same_strides)
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.decompositions import decomposition_table
 from torchloom.frontend.fx import import_fx
@@ -88,6 +88,7 @@ __all__ = [
     "hookimpl",
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
+    "laid_out_as", "same_strides",
     "indexing", "nests", "reductions", "schedule", "stmt", "writer",
     # the codegen contract
     "FORMS", "Capabilities", "LaunchSpec", "Lowered", "OpTemplate", "Param", "Renderer",

@@ -187,3 +187,19 @@ class Written:
 
 def compile_group(codegen: Codegen, group: Node, registry: Any) -> Kernel:
     return codegen.load(codegen.generate(group, registry), registry)
+
+
+def same_strides(shape, strides, expected) -> bool:
+    """Whether ``strides`` are ``expected`` but at dims of size 1 (which torch gives any
+    stride, and which address no other element): a tensor so laid out is read right by a
+    kernel addressing it with ``expected``."""
+    return all(n == 1 or s == e for n, s, e in zip(shape, strides, expected))
+
+
+def laid_out_as(a: Any, expected: tuple[int, ...]) -> Any:
+    """Tensor ``a`` itself where its strides are ``expected`` (:func:`same_strides`), else
+    a copy with those strides: what a kernel reading fixed strides is handed."""
+    if same_strides(a.shape, a.stride(), expected):
+        return a
+    import torch
+    return torch.empty_strided(a.shape, expected, dtype=a.dtype, device=a.device).copy_(a)

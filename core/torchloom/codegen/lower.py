@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from torchloom.codegen import expr, nests, stmt
-from torchloom.codegen.base import Kernel, KernelSource, Reason, Written
+from torchloom.codegen.base import Kernel, KernelSource, Reason, Written, laid_out_as
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
                                         Schedule)
 from torchloom.codegen.expr import Code, Literal, Name, Op
@@ -419,19 +419,14 @@ def laid_out(run: Kernel, launch: LaunchSpec) -> Kernel:
     (``launch.inputs``; a dense copy so laid out where a tensor comes with others, as a
     graph's intermediate may: eager's ops choose their outputs' strides), strides of
     dims of size 1 aside."""
-    import torch
-    checks = [(i, shape, strides) for i, layout in enumerate(launch.inputs)
-              if layout is not None for shape, strides in [layout]]
+    checks = [(i, layout[1]) for i, layout in enumerate(launch.inputs) if layout is not None]
     if len(checks) != sum(p.role == "input" for p in launch.params):
         raise ValueError(f"kernel {launch.entry}: its launch spec has no layout for every "
                          f"tensor input (made by an older torchloom): compile it again")
 
     def kernel(*args):
         args = list(args)
-        for i, shape, strides in checks:
-            a = args[i]
-            if a.stride() != strides and any(n != 1 and s != e for n, s, e in
-                                             zip(shape, a.stride(), strides)):
-                args[i] = torch.empty_strided(shape, strides, dtype=a.dtype).copy_(a)
+        for i, strides in checks:
+            args[i] = laid_out_as(args[i], strides)
         return run(*args)
     return kernel

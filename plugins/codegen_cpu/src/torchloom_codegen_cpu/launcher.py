@@ -22,7 +22,7 @@ import ctypes
 from typing import Any
 
 import torch
-from torchloom.api import symbols
+from torchloom.api import laid_out_as, same_strides, symbols
 
 from torchloom_codegen_cpu.entry import python_entry
 
@@ -126,12 +126,7 @@ def _expected(t: Any, d: dict[str, Any]) -> bool:
         return False
     if t.dtype != d["dtype"] or list(t.shape) != list(d["shape"]):
         return False
-    return _same_strides(t.shape, t.actual_strides(), d["strides"])
-
-
-def _same_strides(shape, strides, expected) -> bool:
-    """``strides`` are ``expected`` but at dims of size 1 (which torch gives any stride)."""
-    return all(n == 1 or s == e for n, s, e in zip(shape, strides, expected))
+    return same_strides(t.shape, t.actual_strides(), d["strides"])
 
 
 def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
@@ -147,7 +142,7 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
     scalars = {d["size"]: i for i, d in enumerate(inputs) if "size" in d}
     bound = symbols.bind_symbols(shapes)
     namespace: dict[str, Any] = {**symbols.guard_namespace(), "_fn": fn, "_alloc": _alloc,
-                                 "_threads": torch.get_num_threads, "_fix": _fix,
+                                 "_threads": torch.get_num_threads, "_fix": laid_out_as,
                                  "_dense": _dense}
     lines = [f"def launch({', '.join(params)}):"]
     lines += [f"    sym_{s} = a{i}.shape[{k}]" for s, (i, k) in bound.items()]
@@ -227,14 +222,6 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<torchloom launch {meta['kernel']}>", "exec"), namespace)
     return source, namespace["launch"]
-
-
-def _fix(a: torch.Tensor, expected: tuple[int, ...]) -> torch.Tensor:
-    """``a`` itself when its strides differ from ``expected`` only at size-1 dims, else a
-    copy with the ``expected`` strides."""
-    if _same_strides(a.shape, a.stride(), expected):
-        return a
-    return torch.empty_strided(a.shape, expected, dtype=a.dtype).copy_(a)
 
 
 def _dense(a: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
