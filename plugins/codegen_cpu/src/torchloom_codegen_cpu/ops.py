@@ -329,6 +329,18 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.sinh.default": _unary("sinh$f(X)"),
     "aten.cosh.default": _unary("cosh$f(X)"),
     "aten.asinh.default": _unary("asinh$f(X)"),
+    "aten.acosh.default": _unary("acosh$f(X)"),
+    "aten.atanh.default": _unary("atanh$f(X)"),
+    # eager multiplies by the double constant converted to the tensor's compute type
+    "aten.deg2rad.default": _unary("X * (($T)0.017453292519943295)"),
+    "aten.rad2deg.default": _unary("X * (($T)57.295779513082323)"),
+    # eager's: 1 at 0, else sin(pi x) / (pi x) with pi x rounded to the compute type
+    "aten.sinc.default": _unary("(X == 0 ? ($T)1 : sin$f(($T)3.14159265358979323846 * X) / "
+                                "(($T)3.14159265358979323846 * X))"),
+    # eager's: an infinity added to itself is itself (inf - inf would be NaN)
+    "aten.logaddexp.default": Pointwise(
+        "({self} == {other} && isinf({self}) ? {self} : ({self} > {other} ? {self} : {other})"
+        " + log1p$f($exp(-fabs$f({self} - {other}))))"),
     "aten.atan.default": _unary("atan$f(X)"),
     "aten.asin.default": _unary("asin$f(X)"),
     "aten.acos.default": _unary("acos$f(X)"),
