@@ -3,8 +3,10 @@ graph) again with a fresh ``Compiler`` over the same cache directory, as a secon
 does, against compiling it cold. Same run, interleaved rounds, CPU seconds, measured in a
 fresh interpreter (see ``test_dedup_compile.measure``).
 
-Gate: warm / cold <= ``MAX_RATIO``. A warm compile parses and verifies the cached graph
-and builds the runtime (kernels come from the kernel cache); no pass runs.
+Gate: warm / cold <= ``MAX_RATIO`` (minimum of each over interleaved rounds). A warm
+compile parses and verifies the cached graph and builds the runtime (kernels come from the
+kernel cache); no pass runs. The ratio has measured 0.35-0.51 on the 2-core machine and
+0.61 once in CI's timed phase; a warm compile that ran the passes again would measure ~1.
 
 Run: ``python -m pytest benchmarks/test_compile_cache.py -s``; results are recorded in
 ``benchmarks/RESULTS.md``.
@@ -22,8 +24,8 @@ from torchloom.tools import load_plugins
 
 from test_dedup_compile import PIPELINE, aten_graphs, compile_seconds
 
-MAX_RATIO = 0.6
-ROUNDS = 6
+MAX_RATIO = 0.7
+ROUNDS = 10
 
 
 def measure() -> dict:
