@@ -98,3 +98,28 @@ def test_unsigned_and_out_of_range_divisors_stay_as_eager(tmp_path):
     i = torch.arange(-64, 64, 2).to(torch.int8)
     for got, want in zip(fn(u, i), f(u, i), strict=True):
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("value", [-2 ** 63, -2 ** 63 + 1, 2 ** 63 - 1, 2 ** 53 + 1, -1, 0])
+def test_int_constants_spelt_within_long_long(value):
+    """Python ints as C constants (constants.int_constant): INT64_MIN as ``-MAX - 1``
+    (``9223372036854775808LL`` does not fit a long long: gcc warns and types it unsigned),
+    the same text in i64 and f64 literals, no constant outside a long long's range."""
+    from torchloom_codegen_cpu.constants import int_constant, literal
+    text = int_constant(value)
+    assert "9223372036854775808" not in text
+    assert eval(text.replace("LL", "")) == value  # noqa: S307 (our own integer text)
+    assert int_constant(value) in literal(value, "i64").text
+
+
+def test_int64_extremes_as_constants_in_a_kernel(tmp_path):
+    """An i64 kernel with INT64_MIN and INT64_MAX as operands: eager's values (wrapping)."""
+    def f(x):
+        y = x + 0
+        return (torch.where(y > 0, y, -2 ** 63), y + (2 ** 63 - 1), y.clamp(min=-2 ** 63 + 5),
+                torch.remainder(y, -2 ** 63))
+    x = torch.tensor([-2 ** 63, -5, -1, 0, 1, 7, 2 ** 63 - 1] * 9)
+    compiler, fn = compiled(f, tmp_path)
+    for got, want in zip(fn(x), f(x)):
+        assert torch.equal(got, want)
+    assert codegens(compiler) == ["cpu"]

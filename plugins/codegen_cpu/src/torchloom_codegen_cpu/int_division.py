@@ -18,24 +18,17 @@ from typing import Any
 
 from torchloom.api import InputRef
 
-#: signed integer dtype -> its range
-_RANGE = {"i64": (-2 ** 63, 2 ** 63 - 1), "i32": (-2 ** 31, 2 ** 31 - 1),
-          "i16": (-2 ** 15, 2 ** 15 - 1), "i8": (-2 ** 7, 2 ** 7 - 1)}
+from torchloom_codegen_cpu.constants import int_constant, signed_range
 
 
 def divisor(a: Mapping[str, Any], dtype: str) -> int | None:
     """The op's divisor ``other`` where it is a Python int other than 0 within ``dtype``'s
     range (a signed integer dtype), else None."""
-    b = a.get("other")
-    if (dtype not in _RANGE or isinstance(b, (bool, InputRef)) or not isinstance(b, int)
-            or b == 0 or not _RANGE[dtype][0] <= b <= _RANGE[dtype][1]):
+    b, within = a.get("other"), signed_range(dtype)
+    if (within is None or isinstance(b, (bool, InputRef)) or not isinstance(b, int)
+            or b == 0 or not within[0] <= b <= within[1]):
         return None
     return b
-
-
-def _c(b: int) -> str:
-    """``b`` as a C constant of type int64_t (the most negative one without overflow)."""
-    return "(-9223372036854775807LL - 1)" if b == -2 ** 63 else f"({b}LL)"
 
 
 def template(kind: str) -> Callable[..., str | None]:
@@ -48,7 +41,7 @@ def template(kind: str) -> Callable[..., str | None]:
             return None
         if b == -1:
             return "-{self}" if how in ("trunc", "floor") else "({self} - {self})"
-        c = _c(b)
+        c = f"({int_constant(b)})"
         other_sign = "< 0" if b > 0 else "> 0"  # a remainder of the other sign than b
         return {"trunc": f"{{self}} / {c}",
                 "floor": f"({{self}} / {c} - ({{self}} % {c} {other_sign}))",

@@ -26,41 +26,10 @@ import attrs
 from torchloom.api import DTYPES, InputRef, expr, reductions, writer
 
 from torchloom_codegen_cpu import int_division
+from torchloom_codegen_cpu.constants import (  # noqa: F401 (re-exported)
+    CTYPE, INT_LIMITS, ITEMSIZE, STORAGE, literal)
 
-#: IR dtype -> C type of the values in memory (bf16 and f16 as their bits; bool as a byte)
-STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
-           "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
-           "u8": "uint8_t", "b8": "uint8_t"}
-ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
-            "u8": 1, "b8": 1}
 COMPUTE, FLOATS, VIEWS = writer.COMPUTE, writer.FLOATS, writer.VIEWS
-#: compute dtype -> C type
-CTYPE = {"f64": "double", "f32": "float", "i64": "int64_t", "i32": "int32_t",
-         "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "b8": "_Bool"}
-
-
-def literal(value: Any, dtype: str) -> expr.Literal:
-    """A Python scalar as a C constant of compute dtype ``dtype`` (non-finite included)."""
-    return expr.Literal(_constant(value, dtype), value)
-
-
-def _constant(value: Any, dtype: str) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if dtype in ("f32", "f64"):
-        ctype = CTYPE[dtype]
-        if isinstance(value, float) and math.isnan(value):
-            return f"(({ctype})NAN)"
-        if isinstance(value, float) and math.isinf(value):
-            return f"(({ctype})INFINITY)" if value > 0 else f"(-({ctype})INFINITY)"
-        if isinstance(value, int):
-            return f"(({ctype}){value}.0)" if abs(value) < 2 ** 53 else f"(({ctype}){value}LL)"
-        return f"(({ctype}){value!r})"
-    if isinstance(value, float):
-        raise TypeError(f"float attribute {value!r} in an integer computation")
-    if isinstance(value, int):  # converted to the tensor's type (wrapping), as eager does
-        return f"(({CTYPE[dtype]}){value}LL)"
-    raise TypeError(f"attribute value {value!r} is not a scalar")
 
 
 #: a template, or a function of the op's attributes and its result's IR dtype giving one
@@ -382,10 +351,12 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.lerp.Tensor": _LERP,
 }
 
+#: add, sub and rsub: floats fused as eager's vector loop (tl_fma), integers as written
+_ALPHA_FLOATS = writer.alpha_rows(fused=lambda a, b, c: f"tl_fma$f({a}, {b}, {c})")
+_ALPHA_INTS = writer.alpha_rows()
+
 POINTWISE: dict[str, Pointwise] = {
-    **{op: Pointwise(fused, "out", plain) for (op, fused), plain in zip(
-        writer.alpha_rows(fused=lambda a, b, c: f"tl_fma$f({a}, {b}, {c})").items(),
-        writer.alpha_rows().values())},
+    **{op: Pointwise(_ALPHA_FLOATS[op], "out", _ALPHA_INTS[op]) for op in _ALPHA_INTS},
     "aten.mul.Tensor": _both("{self} * {other}"),
     "aten.mul.Scalar": _both("{self} * {other}"),
     "aten.div.Tensor": Pointwise("{self} / {other}"),  # int inputs divide as floats
@@ -470,6 +441,3 @@ REDUCTIONS = reductions.reduction_table("sqrt$f({x})")
 IDENTITY = {"sum": ("0", "0"), "prod": ("1", "1"), "max": ("-INFINITY", "{min}"),
             "min": ("INFINITY", "{max}")}
 OMP_OP = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
-INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX"),
-              "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
-              "u8": ("0", "UINT8_MAX"), "b8": ("0", "1")}
