@@ -89,6 +89,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", default="train", choices=("train", "infer"))
     parser.add_argument("--sides", nargs="+", default=list(zoo.SIDES), choices=zoo.SIDES)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--ops", action="store_true", help="also every aten op's calls per step")
     args = parser.parse_args(argv)
     for side in args.sides:
         calls, faults = count(args.model, args.mode, side, args.steps)
@@ -98,6 +99,9 @@ def main(argv=None) -> int:
               f"{faults:.0f} minor faults per step")
         for signature, k in sorted(calls.gemms.items()):
             print(f"{k // n:4d}  {signature}")
+        if args.ops:
+            print("aten calls per step: " + ", ".join(
+                f"{op} {k / n:g}" for op, k in calls.calls.most_common()))
         copies = {c: calls.calls[c] // n for c in COPIES if calls.calls[c]}
         print(f"copies between kernels per step: {copies or 0}")
         top = [(op, f / n) for op, f in calls.faults.most_common(6) if f]

@@ -92,10 +92,12 @@ class Reuse:
 
 
 def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
-               donated: Collection[int] = ()) -> Reuse:
+               donated: Collection[int] = (),
+               calls: Mapping[Node, Callable] | None = None) -> Reuse:
     """The reuse plan of a flat graph (the plan builder's, after lowering): ``kernels``
     maps region-call nodes to their callables, ``donated`` are the input indices whose
-    buffers the caller gave up."""
+    buffers the caller gave up, ``calls`` op nodes that call another function than their
+    op's, taking the same arguments and ``out=`` (a blocked ``mm``)."""
     root, owned, escaped = _storages(graph, registry, kernels, donated)
     written, elided = written_inputs(graph, kernels, root, escaped)
     dies: dict[Value, int] = {}
@@ -127,7 +129,9 @@ def plan_reuse(graph: Graph, registry, kernels: Mapping[Node, Callable],
                 variants[node.op] = out_variant(node, registry)
             if variants[node.op] is not None:  # an op: a buffer dead before it, never in place
                 donor = _take(free, node.outputs[0])
-                ops[idx] = variants[node.op](node.outputs[0], donor)
+                fn = calls.get(node) if calls else None
+                ops[idx] = variants[node.op](node.outputs[0], donor) if fn is None else \
+                    _writing(fn, fn, _torch(), node.outputs[0], donor)
                 into[idx] = (donor,)
         elif getattr(kernel, "into", None) is not None:
             donors = []
@@ -198,6 +202,11 @@ def _same_dense(a: Value, b: Value) -> bool:
     return (isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.dtype == tb.dtype
             and ta.device == tb.device and ta.shape == tb.shape and ta.is_dense and tb.is_dense
             and all(type(d) is int for d in ta.shape))
+
+
+def _torch():
+    import torch
+    return torch
 
 
 def out_variant(node: Node, registry) -> Callable | None:

@@ -18,6 +18,7 @@ import attrs
 from torchloom.codegen.base import RegionKernel
 from torchloom.codegen.buffers import Reuse, given, plan_reuse, view_of
 from torchloom.codegen.constants import fold_constants
+from torchloom.codegen.gemm import GemmBlocks
 from torchloom.codegen.guards import (FastGuard, faking, guard_expressions, layout_checked,
                                       symbolic_guard)
 from torchloom.codegen.lowering import lower
@@ -51,7 +52,7 @@ def build_function(graph: Graph, registry: OpRegistry,
                    guards: bool = False, fallback: Callable | None = None,
                    tuple_result: bool = True, guarded_inputs: int | None = None,
                    recompose: bool = True, boxed: bool = False,
-                   donated: Collection[int] = ()) -> Plan:
+                   donated: Collection[int] = (), gemms: GemmBlocks | None = None) -> Plan:
     """Generate ``run(*inputs) -> tuple`` for ``graph``.
 
     ``kernel_for(node)`` supplies the callable of each region node (default: the region
@@ -67,7 +68,8 @@ def build_function(graph: Graph, registry: OpRegistry,
     ``run(args)`` that empties the list it is given, so an input is freed after its last
     use too. Kernel outputs are written into buffers that died before them
     (:func:`~torchloom.codegen.buffers.plan_reuse`; ``donated``: inputs whose buffers the
-    caller gave up).
+    caller gave up). ``gemms`` says which ``mm`` nodes run in blocks of columns
+    (:mod:`torchloom.codegen.gemm`: measured faster there, the same bits).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
     guarded = graph.inputs[:guarded_inputs]
@@ -106,8 +108,10 @@ def build_function(graph: Graph, registry: OpRegistry,
     # views of tensors laid out as their types say: one strided view each (restride.py)
     checked_whole = layout_checked(graph.inputs[:len(guarded)]) if symbolic_lines else []
     fold_views(graph, registry, kernels, trusted | _trusted(graph, checked_whole))
-    reuse = plan_reuse(graph, registry, kernels, donated)
-    body = _Body(graph, registry, kernels, reuse, trusted, boxed)
+    calls = {} if gemms is None else {
+        node: fn for node in graph.nodes if (fn := gemms.callable_for(node)) is not None}
+    reuse = plan_reuse(graph, registry, kernels, donated, calls)
+    body = _Body(graph, registry, kernels, reuse, trusted, boxed, calls)
     namespace = dict(env)
     if fast is None:
         lines = exact + symbolic_lines + body.lines(dict(names), namespace, whole=False)
@@ -144,6 +148,8 @@ class _Body:
     reuse: Reuse
     trusted: frozenset
     boxed: bool
+    #: op nodes calling another function than their op's (a blocked ``mm``)
+    calls: dict[Node, Callable]
 
     def lines(self, names: dict[Value, str], env: dict[str, Any], whole: bool) -> list[str]:
         """The body's lines, naming values in ``names`` and binding callables in ``env``
@@ -184,7 +190,8 @@ class _Body:
             if idx not in reuse.elided:  # (a copy_ whose input the kernel before wrote)
                 lines.append("    " + _statement(node, idx, names, env, self.registry,
                                                  self.kernels, donors, out,
-                                                 reuse.elided_by(node), self.trusted, whole))
+                                                 reuse.elided_by(node), self.trusted, whole,
+                                                 self.calls.get(node)))
             dead = reusable + [names[v] for v in dying if v.producer is node]
             inputs = [names[v] for v in dying if v.producer is None]  # boxed: keep names
             if dead or inputs:  # not taken over by an output: drop the reference now
@@ -282,7 +289,8 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
                registry: OpRegistry, kernels: dict[Node, Callable],
                donors: tuple[Value | None, ...] = (), out: Callable | None = None,
                inputs_written: tuple[int, ...] = (),
-               trusted: frozenset[Value] = frozenset(), whole: bool = False) -> str:
+               trusted: frozenset[Value] = frozenset(), whole: bool = False,
+               call_as: Callable | None = None) -> str:
     outs = [names[v] for v in node.outputs]
     if node.op == CONSTANT:
         return f"{outs[0]} = {_literal(node.attrs['value'], names, node, env, idx)}"
@@ -310,7 +318,8 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
                 raise TypeError(f"op {node.op} is not registered: IR text never names "
                                 f"Python to call")
             raise TypeError(f"op {node.op} has no callable; it must be lowered by a pass")
-        env[fname] = opdef.callable_for(node) if out is None else out
+        env[fname] = out if out is not None else \
+            call_as if call_as is not None else opdef.callable_for(node)
         args, kwargs = opdef.call_template(node)
         for k in kwargs:  # keywords become source text: never let an attribute write code
             if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)):

@@ -17,6 +17,7 @@ import attrs
 
 from torchloom.compiler.log import cache_counters, log_compilation, log_fallback
 from torchloom.codegen.base import KernelSource
+from torchloom.codegen.gemm import GemmBlocks
 from torchloom.compiler.mode import apply_mode, check_mode, mode_codegens
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.errors import PassError, PipelineError, PluginError, UnsupportedError
@@ -116,6 +117,9 @@ class Compiler:
             "pipeline": fingerprint, "device": device,
             "versions": self.plugins.versions()},
             remote=self.remote_cache) if compile_cache else None
+        #: which matrix products run in blocks of columns (measured once per shape here;
+        #: ``TORCHLOOM_GEMM_BLOCKS=0``: none)
+        self.gemms = GemmBlocks(enabled=env_flag("TORCHLOOM_GEMM_BLOCKS", True))
         self.compilations: list[Compilation] = []
         self.notes: list[str] = list(mode_notes) + ([remote_note] if remote_note else [])
         for name in self.pipeline.codegens or (self.pipeline.codegen,):
@@ -201,7 +205,8 @@ class Compiler:
                                       repro_dir=self.cache_dir / "reproducers",
                                       warned=self.warned, boxed=boxed,
                                       # a wrapper (CUDA graphs) may keep inputs as its own
-                                      donated=() if self.pipeline.runtime else donated)
+                                      donated=() if self.pipeline.runtime else donated,
+                                      gemms=self.gemms)
         fn = comp.compiled.plan.fn
         if constants:
             fn = _bind_constants(fn, tuple(constants))

@@ -84,13 +84,14 @@ class CompiledGraph:
     def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
                  cache=None, fallback: Callable | None = None, user_inputs: int | None = None,
                  repro_dir: Path | None = None, warned: set[str] | None = None,
-                 boxed: bool = False, donated: Sequence[int] = ()):
+                 boxed: bool = False, donated: Sequence[int] = (), gemms=None):
         """``fallback(*user_args)`` runs the original graph when a guard fails; the graph's
         inputs after the first ``user_inputs`` are constants it does not take. A codegen
         that raises on a group costs only that group (:mod:`.group_failure`: its IR goes
         to ``repro_dir``, each distinct error is logged once per ``warned`` set).
         ``boxed`` and ``donated`` (input indices whose buffers the caller gives up): see
-        :func:`~torchloom.codegen.plan.build_function`."""
+        :func:`~torchloom.codegen.plan.build_function`, as is ``gemms`` (a
+        :class:`~torchloom.codegen.gemm.GemmBlocks`: which products run in column blocks)."""
         from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
@@ -108,10 +109,10 @@ class CompiledGraph:
                 callee = node.attrs["callee"]
                 if callee not in self.subgraph_fns:
                     self.subgraph_fns[callee] = build_function(
-                        graph.root.subgraphs[callee], registry, kernel_for).fn
+                        graph.root.subgraphs[callee], registry, kernel_for, gemms=gemms).fn
                 return self.subgraph_fns[callee]
             if node.op != FUSION_GROUP:  # other regions (shared subgraphs) run their body
-                return build_function(node.region, registry, kernel_for).fn
+                return build_function(node.region, registry, kernel_for, gemms=gemms).fn
             choice = GroupChoice(node, "eager")
             self.choices.append(choice)
             shared = _shared_and_written(node, registry, written)
@@ -148,7 +149,7 @@ class CompiledGraph:
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
                                    guarded_inputs=self._user_inputs, boxed=boxed,
-                                   donated=donated)
+                                   donated=donated, gemms=gemms)
 
     def __call__(self, *args):
         return self.plan.fn(*args)

@@ -1,0 +1,155 @@
+"""Matrix products the plan calls in blocks of columns or rows, where that was measured
+faster and gives the same bits.
+
+A library GEMM is not equally fast at every shape: on the 2-vCPU AMD Zen 3 machine of
+``benchmarks/RESULTS.md``, MKL's ``mm`` of ``[512, 256] x [256, 8192]`` (a language model's
+head) ran at 72 GFLOP/s where ``[512, 256] x [256, 704]`` ran at 123; called on blocks of
+1,024 columns (each block's result written in place into the output, a strided view) the
+same product took 18-20 instead of 23-30 ms, and every element was the same (each output
+element is the same dot product, summed by the same kernel). The head's weight gradient,
+``[8192, 512] x [512, 256]``, gained the same way in blocks of 1,024 rows (21.5 against
+25.2 ms). Eager and Inductor call them whole.
+
+:class:`GemmBlocks` decides per static ``aten.mm`` node of a plan, once per shape, layout,
+dtype and thread count: it times the whole call against blocks of about 512, 1,024 and
+2,048 columns and rows (as many as the product has twice over) on random operands of the
+node's layout (interleaved rounds, the minimum of each), and takes the fastest blocks
+only where they are at least ``MIN_GAIN`` faster and their result is bit for bit the
+whole call's (else the node calls ``mm`` as it is: a block of a few columns, or of one
+row, is multiplied by another kernel than the whole, with other bits). Only products big
+enough to gain (``MIN_MACS``) and small enough to time in a fraction of a second
+(``MAX_MACS``) are timed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from torchloom.ir import Node, TensorType
+
+MM = "aten.mm.default"
+#: multiply-adds below which a product is not timed (per-call costs dominate)
+MIN_MACS = 1 << 26
+#: multiply-adds above which a product is not timed (the timing would cost seconds)
+MAX_MACS = 1 << 32
+#: a block width is taken where it is this much faster than the whole call (time ratio)
+MIN_GAIN = 0.9
+SIZES = (512, 1024, 2048)
+ROUNDS = 5
+
+
+#: how a product is cut: ("cols" or "rows", about how many per block)
+Blocks = tuple[str, int]
+
+
+def blocked_mm(blocks: Blocks) -> Callable[..., torch.Tensor]:
+    """``mm(a, b, out=None)`` computed in ``blocks``: about ``size`` columns of ``b`` (rows
+    of ``a``) at a time, equal blocks of a multiple of 16 but for the last (no narrow
+    remainder, which the library would multiply by another kernel), each block's result
+    written into its part of the output (MKL takes the strided view as its output).
+    Where autograd would record the product (out= refuses that), the whole ``mm``."""
+    axis, size = blocks
+
+    def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None):
+        if out is None:
+            if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+                return torch.mm(a, b)
+            out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+        n = b.shape[1] if axis == "cols" else a.shape[0]
+        step = -(-n // -(-n // size))  # ceil(n / count), count = ceil(n / size)
+        step = -(-step // 16) * 16
+        for j in range(0, n, step):
+            if axis == "cols":
+                torch.mm(a, b[:, j:j + step], out=out[:, j:j + step])
+            else:
+                torch.mm(a[j:j + step], b, out=out[j:j + step])
+        return out
+    mm.__name__ = f"mm_{axis}_of_{size}"
+    return mm
+
+
+def _dense(t: Any) -> bool:
+    """A static 2-D tensor type laid out densely (row- or column-major), on the CPU."""
+    if not isinstance(t, TensorType) or len(t.shape) != 2 or t.device != "cpu":
+        return False
+    if not t.is_static:
+        return False
+    rows, cols = t.shape
+    return tuple(t.actual_strides()) in ((cols, 1), (1, rows))
+
+
+def _operand(t: TensorType, generator: torch.Generator) -> torch.Tensor:
+    dtype = t.torch_dtype
+    x = torch.empty_strided(t.shape, t.actual_strides(), dtype=dtype)
+    return x.copy_(torch.randn(t.shape, generator=generator, dtype=torch.float32).to(dtype))
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+@attrs.define
+class GemmBlocks:
+    """The blocks each ``aten.mm`` shape is called in (None: whole), measured once
+    per shape, layouts, dtype and thread count in this process (a :class:`Compiler`
+    holds one for all its graphs)."""
+
+    enabled: bool = True
+    #: (shapes, strides, dtype, threads) -> the blocks chosen (None: the whole call)
+    chosen: dict[tuple, Blocks | None] = attrs.field(factory=dict)
+    #: ``measure(a, b)``: the blocks for a product of operand types ``a`` and ``b``
+    measure: Callable[[TensorType, TensorType], Blocks | None] = attrs.field(
+        factory=lambda: measure)
+
+    def callable_for(self, node: Node) -> Callable | None:
+        """The blocked ``mm`` to call for ``node`` in place of ``aten.mm``, or None."""
+        if not self.enabled or node.op != MM or len(node.inputs) != 2:
+            return None
+        a, b = (v.type for v in node.inputs)
+        if not (_dense(a) and _dense(b)) or a.dtype != b.dtype or a.dtype not in (
+                "f32", "f64", "bf16"):
+            return None
+        (m, k), n = a.shape, b.shape[1]
+        if not MIN_MACS <= m * k * n <= MAX_MACS or max(m, n) < 2 * SIZES[0]:
+            return None
+        key = (a.shape, a.actual_strides(), b.shape, b.actual_strides(), a.dtype,
+               torch.get_num_threads())
+        if key not in self.chosen:
+            # (plans are built under the tracer's fake tensor mode: real tensors here)
+            with _disable_current_modes(), torch.no_grad():
+                self.chosen[key] = self.measure(a, b)
+        blocks = self.chosen[key]
+        return None if blocks is None else blocked_mm(blocks)
+
+
+def measure(a: TensorType, b: TensorType) -> Blocks | None:
+    """The fastest blocks for ``a @ b`` if they beat the whole call by ``MIN_GAIN`` and
+    give its bits, else None."""
+    generator = torch.Generator().manual_seed(0)
+    x, y = _operand(a, generator), _operand(b, generator)
+    whole = torch.mm(x, y)
+    candidates = [(axis, size) for axis, n in (("cols", b.shape[1]), ("rows", a.shape[0]))
+                  for size in SIZES if 2 * size <= n]
+    variants: dict[Blocks | None, Callable[[], Any]] = {
+        None: lambda: torch.mm(x, y, out=whole)}
+    outs = {c: torch.empty_like(whole) for c in candidates}
+    for c in candidates:
+        variants[c] = (lambda f, o: lambda: f(x, y, out=o))(blocked_mm(c), outs[c])
+    best = {c: float("inf") for c in variants}
+    for fn in variants.values():  # warm-up: first-touch of the outputs, library set-up
+        fn()
+    for _ in range(ROUNDS):
+        for c, fn in variants.items():
+            best[c] = min(best[c], _seconds(fn))
+    chosen = min(candidates, key=lambda c: best[c], default=None)
+    if chosen is None or best[chosen] > MIN_GAIN * best[None]:
+        return None
+    return chosen if torch.equal(outs[chosen], torch.mm(x, y)) else None

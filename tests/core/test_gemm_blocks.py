@@ -1,0 +1,185 @@
+"""Matrix products in blocks of columns (torchloom.codegen.gemm): the blocked ``mm`` gives
+the whole call's bits (every shape, layout, dtype, block width, with and without ``out=``),
+the plan calls it only for the ``mm`` nodes ``GemmBlocks`` chose (measured once per
+shape), through the plan's buffer reuse too, and where autograd records the product it
+calls ``mm`` whole. The measurement (speed) is not asserted here: it is a benchmark's
+(RESULTS.md); its contract (a width only where the blocks gave the whole call's bits) is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchloom.codegen.gemm import MAX_MACS, MIN_MACS, SIZES, GemmBlocks, blocked_mm, measure
+from torchloom.codegen.plan import build_function
+from torchloom.ir import parse_graph
+from torchloom.ir.types import TensorType
+from torchloom.ops.aten import default_registry
+
+
+def test_blocks_are_equal_and_leave_no_narrow_remainder():
+    seen = []
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket is torch.ops.aten.mm:
+                seen.append(args[1].shape[1])
+            return func(*args, **(kwargs or {}))
+    a, b = operands(64, 32, 50257, torch.float32, True)
+    with Recording():
+        blocked_mm(("cols", 1024))(a, b)
+    assert sum(seen) == 50257 and len(seen) == 50 and all(w % 16 == 0 for w in seen[:-1])
+    assert max(seen) - min(seen) < 160
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return default_registry()
+
+
+def operands(m, k, n, dtype, transposed, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(n, k, generator=g).to(dtype).t() if transposed else \
+        torch.randn(k, n, generator=g).to(dtype)
+    return a, b
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 2100),
+       size=st.sampled_from([1, 7, 64, 512, 1024, 4096]), axis=st.sampled_from(["cols", "rows"]),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+       transposed=st.booleans(), into=st.booleans())
+def test_blocked_mm_gives_the_whole_calls_values(m, k, n, size, axis, dtype, transposed,
+                                                 into):
+    """Values (the bits are not a library guarantee: a block of a few columns is
+    multiplied by another kernel than the whole; ``measure`` compares the bits of each
+    shape it chooses blocks for, see the last test)."""
+    a, b = operands(m, k, n, dtype, transposed)
+    want = torch.mm(a, b)
+    out = torch.full((m, n), float("nan"), dtype=dtype) if into else None
+    got = blocked_mm((axis, size))(a, b, out=out)
+    tolerance = {torch.bfloat16: 2e-2}.get(dtype, 1e-5)
+    torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance * k ** 0.5)
+    assert got.is_contiguous()
+    if into:
+        assert got is out
+
+
+def test_blocked_mm_leaves_products_autograd_records_whole():
+    a, b = operands(8, 16, 1100, torch.float32, True)
+    a.requires_grad_()
+    got = blocked_mm(("cols", 512))(a, b)
+    assert got.grad_fn is not None  # (out= would have refused)
+    got.sum().backward()
+    torch.testing.assert_close(a.grad, b.sum(1).expand(8, 16))
+
+
+def mm_graph(m, k, n, b_strides="", dtype="f32", dims=None) -> str:
+    a_dims, b_dims = dims or (f"{m}, {k}", f"{k}, {n}")
+    return f"""\
+graph @g(%a: {dtype}[{a_dims}], %b: {dtype}[{b_dims}]{b_strides}) {{
+  %y = aten.mm.default(%a, %b) : {dtype}[{m}, {n}]
+  return %y
+}}"""
+
+
+def node_of(text: str):
+    g = parse_graph(text)
+    return next(n for n in g.nodes if n.op == "aten.mm.default")
+
+
+def test_only_large_static_dense_products_are_measured():
+    asked = []
+    blocks = GemmBlocks(measure=lambda a, b: asked.append((a, b)) or ("cols", 512))
+    m, k = 64, 256
+    n = -(-MIN_MACS // (m * k))  # the smallest product measured
+    assert blocks.callable_for(node_of(mm_graph(m, k, n))) is not None
+    assert blocks.callable_for(node_of(mm_graph(m, k, n - 1))) is None  # below MIN_MACS
+    big = MAX_MACS // (512 * 256) + 1
+    assert blocks.callable_for(node_of(mm_graph(512, 256, big))) is None  # too long to time
+    assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dims=("s0, 256", "256, 4096")
+                                                ).replace("s0", "512"))) is not None
+    symbolic = mm_graph(512, 256, 4096).replace("f32[512, 256]", "f32[s0, 256]", 1) \
+        .replace(": f32[512, 4096]", ": f32[s0, 4096]")
+    assert blocks.callable_for(node_of(symbolic)) is None
+    gappy = mm_graph(512, 256, 4096, " strided[8192, 1]")  # rows with gaps: not dense
+    assert blocks.callable_for(node_of(gappy)) is None
+    assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dtype="i64"))) is None
+    assert len(asked) == 2  # two shapes measured; the equal ones after them asked nothing
+    assert GemmBlocks(enabled=False, measure=lambda a, b: ("cols", 512)).callable_for(
+        node_of(mm_graph(512, 256, 4096))) is None
+
+
+def test_measured_once_per_shape_layout_and_threads():
+    asked = []
+    blocks = GemmBlocks(measure=lambda a, b: asked.append(b.actual_strides()) or None)
+    plain, transposed = mm_graph(512, 256, 4096), mm_graph(512, 256, 4096, " strided[1, 256]")
+    for text in (plain, plain, transposed, transposed):
+        assert blocks.callable_for(node_of(text)) is None
+    assert asked == [(4096, 1), (1, 256)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        blocks.callable_for(node_of(plain))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(asked) == 3
+
+
+class MatrixProducts(TorchDispatchMode):
+    """Counts the ``aten.mm`` calls (``.default`` and ``.out``) under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func.overloadpacket is torch.ops.aten.mm
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_plan_calls_the_chosen_blocks_and_reuses_buffers(registry):
+    # two products: the second's output goes into the first's dead buffer (out=)
+    text = """\
+graph @g(%a: f32[512, 256], %b: f32[256, 2048] strided[1, 256], %c: f32[2048, 256]) {
+  %y = aten.mm.default(%a, %b) : f32[512, 2048]
+  %z = aten.mm.default(%y, %c) : f32[512, 256]
+  %e = aten.neg.default(%z) : f32[512, 256]
+  %w = aten.mm.default(%e, %b) : f32[512, 2048]
+  return %w
+}"""
+    calls = []
+
+    def chosen(a, b):
+        calls.append(b.shape)
+        return "cols", 512
+    blocks = GemmBlocks(measure=chosen)
+    plan = build_function(parse_graph(text), registry, gemms=blocks)
+    assert calls == [(256, 2048)]  # y and w: one shape; z: 512 x 256, no two blocks either way
+    a, b, c = torch.randn(512, 256), torch.randn(2048, 256).t(), torch.randn(2048, 256)
+    want = torch.mm(torch.mm(a, b), c).neg().mm(b)
+    with MatrixProducts() as counted:
+        (got,) = plan.fn(a, b, c)
+    assert torch.equal(got, want)
+    assert counted.calls == 4 + 1 + 4  # y and w in blocks of 512 columns, z whole
+    assert plan.reuse.ops  # (w is written into y's dead buffer: the blocks take out=)
+    plain = build_function(parse_graph(text), registry, gemms=GemmBlocks(enabled=False))
+    with MatrixProducts() as counted:
+        assert torch.equal(plain.fn(a, b, c)[0], want)
+    assert counted.calls == 3
+
+
+@pytest.mark.parametrize("m, n", [(256, 4096), (4096, 256)])
+def test_measure_chooses_blocks_only_with_the_whole_calls_bits(m, n):
+    a = TensorType.make((m, 256), "f32")
+    b = TensorType.make((256, n), "f32", strides=(1, 256))
+    blocks = measure(a, b)
+    assert blocks is None or blocks in [(axis, size) for axis in ("cols", "rows")
+                                        for size in SIZES]
+    if blocks is not None:
+        x, y = operands(m, 256, n, torch.float32, True, seed=3)
+        assert torch.equal(blocked_mm(blocks)(x, y), torch.mm(x, y))
