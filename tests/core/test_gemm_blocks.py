@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchloom.codegen.gemm import MAX_MACS, MIN_MACS, SIZES, GemmBlocks, blocked_mm, measure
+from torchloom.codegen.gemm import MAX_ELEMENTS, MAX_MACS, MIN_MACS, SIZES, GemmBlocks, blocked_mm, measure
 from torchloom.codegen.plan import build_function
 from torchloom.ir import parse_graph
 from torchloom.ir.types import TensorType
@@ -101,6 +101,8 @@ def test_only_large_static_dense_products_are_measured():
     assert blocks.callable_for(node_of(mm_graph(m, k, n - 1))) is None  # below MIN_MACS
     big = MAX_MACS // (512 * 256) + 1
     assert blocks.callable_for(node_of(mm_graph(512, 256, big))) is None  # too long to time
+    assert blocks.callable_for(node_of(mm_graph(8192, 8, 8192))) is None  # too much memory
+    assert MAX_ELEMENTS < 2 * 8192 * 8192
     assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dims=("s0, 256", "256, 4096")
                                                 ).replace("s0", "512"))) is not None
     symbolic = mm_graph(512, 256, 4096).replace("f32[512, 256]", "f32[s0, 256]", 1) \

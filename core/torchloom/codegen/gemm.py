@@ -18,7 +18,7 @@ only where they are at least ``MIN_GAIN`` faster and their result is bit for bit
 whole call's (else the node calls ``mm`` as it is: a block of a few columns, or of one
 row, is multiplied by another kernel than the whole, with other bits). Only products big
 enough to gain (``MIN_MACS``) and small enough to time in a fraction of a second
-(``MAX_MACS``) are timed.
+(``MAX_MACS``) and in little memory (``MAX_ELEMENTS``) are timed.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ MM = "aten.mm.default"
 MIN_MACS = 1 << 26
 #: multiply-adds above which a product is not timed (the timing would cost seconds)
 MAX_MACS = 1 << 32
+#: elements of the operands and two results above which a product is not timed (memory)
+MAX_ELEMENTS = 1 << 25
 #: a block width is taken where it is this much faster than the whole call (time ratio)
 MIN_GAIN = 0.9
 SIZES = (512, 1024, 2048)
@@ -118,7 +120,8 @@ class GemmBlocks:
                 "f32", "f64", "bf16"):
             return None
         (m, k), n = a.shape, b.shape[1]
-        if not MIN_MACS <= m * k * n <= MAX_MACS or max(m, n) < 2 * SIZES[0]:
+        if not MIN_MACS <= m * k * n <= MAX_MACS or max(m, n) < 2 * SIZES[0] or \
+                m * k + k * n + 2 * m * n > MAX_ELEMENTS:
             return None
         key = (a.shape, a.actual_strides(), b.shape, b.actual_strides(), a.dtype,
                torch.get_num_threads())
@@ -140,9 +143,9 @@ def measure(a: TensorType, b: TensorType) -> Blocks | None:
                   for size in SIZES if 2 * size <= n]
     variants: dict[Blocks | None, Callable[[], Any]] = {
         None: lambda: torch.mm(x, y, out=whole)}
-    outs = {c: torch.empty_like(whole) for c in candidates}
+    out = torch.empty_like(whole)
     for c in candidates:
-        variants[c] = (lambda f, o: lambda: f(x, y, out=o))(blocked_mm(c), outs[c])
+        variants[c] = (lambda f: lambda: f(x, y, out=out))(blocked_mm(c))
     best = {c: float("inf") for c in variants}
     for fn in variants.values():  # warm-up: first-touch of the outputs, library set-up
         fn()
@@ -152,4 +155,4 @@ def measure(a: TensorType, b: TensorType) -> Blocks | None:
     chosen = min(candidates, key=lambda c: best[c], default=None)
     if chosen is None or best[chosen] > MIN_GAIN * best[None]:
         return None
-    return chosen if torch.equal(outs[chosen], torch.mm(x, y)) else None
+    return chosen if torch.equal(variants[chosen](), torch.mm(x, y)) else None
