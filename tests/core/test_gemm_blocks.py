@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchloom.codegen.gemm import MAX_ELEMENTS, MAX_MACS, MIN_MACS, SIZES, GemmBlocks, blocked_mm, measure
+from torchloom.codegen.gemm import (MAX_ELEMENTS, MAX_MACS, MIN_MACS, SIZES, GemmBlocks,
+                                    blocked_addmm, blocked_mm, measure)
 from torchloom.codegen.plan import build_function
 from torchloom.ir import parse_graph
 from torchloom.ir.types import TensorType
@@ -94,7 +95,7 @@ def node_of(text: str):
 
 def test_only_large_static_dense_products_are_measured():
     asked = []
-    blocks = GemmBlocks(measure=lambda a, b: asked.append((a, b)) or ("cols", 512))
+    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append((a, b)) or ("cols", 512))
     m, k = 64, 256
     n = -(-MIN_MACS // (m * k))  # the smallest product measured
     assert blocks.callable_for(node_of(mm_graph(m, k, n))) is not None
@@ -112,13 +113,13 @@ def test_only_large_static_dense_products_are_measured():
     assert blocks.callable_for(node_of(gappy)) is None
     assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dtype="i64"))) is None
     assert len(asked) == 2  # two shapes measured; the equal ones after them asked nothing
-    assert GemmBlocks(enabled=False, measure=lambda a, b: ("cols", 512)).callable_for(
+    assert GemmBlocks(enabled=False, measure=lambda a, b, bias: ("cols", 512)).callable_for(
         node_of(mm_graph(512, 256, 4096))) is None
 
 
 def test_measured_once_per_shape_layout_and_threads():
     asked = []
-    blocks = GemmBlocks(measure=lambda a, b: asked.append(b.actual_strides()) or None)
+    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(b.actual_strides()) or None)
     plain, transposed = mm_graph(512, 256, 4096), mm_graph(512, 256, 4096, " strided[1, 256]")
     for text in (plain, plain, transposed, transposed):
         assert blocks.callable_for(node_of(text)) is None
@@ -133,14 +134,14 @@ def test_measured_once_per_shape_layout_and_threads():
 
 
 class MatrixProducts(TorchDispatchMode):
-    """Counts the ``aten.mm`` calls (``.default`` and ``.out``) under it."""
+    """Counts the calls of ``packet`` (``aten.mm`` by default; every overload) under it."""
 
-    def __init__(self):
+    def __init__(self, packet=torch.ops.aten.mm):
         super().__init__()
-        self.calls = 0
+        self.calls, self.packet = 0, packet
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += func.overloadpacket is torch.ops.aten.mm
+        self.calls += func.overloadpacket is self.packet
         return func(*args, **(kwargs or {}))
 
 
@@ -156,7 +157,7 @@ graph @g(%a: f32[512, 256], %b: f32[256, 2048] strided[1, 256], %c: f32[2048, 25
 }"""
     calls = []
 
-    def chosen(a, b):
+    def chosen(a, b, bias):
         calls.append(b.shape)
         return "cols", 512
     blocks = GemmBlocks(measure=chosen)
@@ -175,13 +176,52 @@ graph @g(%a: f32[512, 256], %b: f32[256, 2048] strided[1, 256], %c: f32[2048, 25
     assert counted.calls == 3
 
 
-@pytest.mark.parametrize("m, n", [(256, 4096), (4096, 256)])
-def test_measure_chooses_blocks_only_with_the_whole_calls_bits(m, n):
+@pytest.mark.parametrize("m, n, bias", [(256, 4096, None), (4096, 256, None),
+                                        (256, 4096, (4096,))])
+def test_measure_chooses_blocks_only_with_the_whole_calls_bits(m, n, bias):
     a = TensorType.make((m, 256), "f32")
     b = TensorType.make((256, n), "f32", strides=(1, 256))
-    blocks = measure(a, b)
+    blocks = measure(a, b, bias)
     assert blocks is None or blocks in [(axis, size) for axis in ("cols", "rows")
                                         for size in SIZES]
     if blocks is not None:
         x, y = operands(m, 256, n, torch.float32, True, seed=3)
-        assert torch.equal(blocked_mm(blocks)(x, y), torch.mm(x, y))
+        if bias is None:
+            assert torch.equal(blocked_mm(blocks)(x, y), torch.mm(x, y))
+        else:
+            c = torch.randn(bias)
+            assert torch.equal(blocked_addmm(blocks)(c, x, y), torch.addmm(c, x, y))
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 200), k=st.integers(1, 100), n=st.integers(1, 1500),
+       size=st.sampled_from([1, 64, 512]), axis=st.sampled_from(["cols", "rows"]),
+       bias=st.sampled_from(["n", "1n", "mn", "m1", "1", "scalar"]),
+       beta=st.sampled_from([1, 0.5]), into=st.booleans())
+def test_blocked_addmm_gives_the_whole_calls_values(m, k, n, size, axis, bias, beta, into):
+    a, b = operands(m, k, n, torch.float32, True)
+    c = torch.randn({"n": (n,), "1n": (1, n), "mn": (m, n), "m1": (m, 1), "1": (1,),
+                     "scalar": ()}[bias])
+    want = torch.addmm(c, a, b, beta=beta)
+    out = torch.empty(m, n) if into else None
+    got = blocked_addmm((axis, size))(c, a, b, beta=beta, out=out)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * k ** 0.5)
+    assert got is out or not into
+
+
+def test_the_plan_calls_addmm_in_blocks_where_chosen(registry):
+    text = """\
+graph @g(%c: f32[2048], %a: f32[512, 256], %b: f32[256, 2048] strided[1, 256]) {
+  %y = aten.addmm.default(%c, %a, %b) : f32[512, 2048]
+  %z = aten.addmm.default(%c, %a, %b) {beta = 2.0} : f32[512, 2048]
+  return %y, %z
+}"""
+    asked = []
+    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(bias) or ("cols", 512))
+    plan = build_function(parse_graph(text), registry, gemms=blocks)
+    assert asked == [(2048,)]  # z (beta 2) is called whole, unmeasured
+    c, a, b = torch.randn(2048), torch.randn(512, 256), torch.randn(2048, 256).t()
+    with MatrixProducts(torch.ops.aten.addmm) as counted:
+        y, z = plan.fn(c, a, b)
+    assert counted.calls == 4 + 1
+    assert torch.equal(y, torch.addmm(c, a, b)) and torch.equal(z, torch.addmm(c, a, b, beta=2))

@@ -10,7 +10,8 @@ element is the same dot product, summed by the same kernel). The head's weight g
 ``[8192, 512] x [512, 256]``, gained the same way in blocks of 1,024 rows (21.5 against
 25.2 ms). Eager and Inductor call them whole.
 
-:class:`GemmBlocks` decides per static ``aten.mm`` node of a plan, once per shape, layout,
+:class:`GemmBlocks` decides per static ``aten.mm`` and ``aten.addmm`` node of a plan (the
+head of a model whose head has a bias, Phi's), once per shape, layout,
 dtype and thread count: it times the whole call against blocks of about 512, 1,024 and
 2,048 columns and rows (as many as the product has twice over) on random operands of the
 node's layout (interleaved rounds, the minimum of each), and takes the fastest blocks
@@ -34,6 +35,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torchloom.ir import Node, TensorType
 
 MM = "aten.mm.default"
+ADDMM = "aten.addmm.default"
 #: multiply-adds below which a product is not timed (per-call costs dominate)
 MIN_MACS = 1 << 26
 #: multiply-adds above which a product is not timed (the timing would cost seconds)
@@ -50,30 +52,65 @@ ROUNDS = 5
 Blocks = tuple[str, int]
 
 
+def _steps(n: int, size: int) -> range:
+    """Starts of equal blocks of about ``size`` of ``n``, a multiple of 16 but for the
+    last (no narrow remainder, which the library would multiply by another kernel)."""
+    step = -(-n // -(-n // size))  # ceil(n / count), count = ceil(n / size)
+    step = -(-step // 16) * 16
+    return range(0, n, step)
+
+
 def blocked_mm(blocks: Blocks) -> Callable[..., torch.Tensor]:
     """``mm(a, b, out=None)`` computed in ``blocks``: about ``size`` columns of ``b`` (rows
-    of ``a``) at a time, equal blocks of a multiple of 16 but for the last (no narrow
-    remainder, which the library would multiply by another kernel), each block's result
-    written into its part of the output (MKL takes the strided view as its output).
-    Where autograd would record the product (out= refuses that), the whole ``mm``."""
-    axis, size = blocks
+    of ``a``) at a time (:func:`_steps`), each block's result written into its part of
+    the output (MKL takes the strided view as its output). Where autograd would record
+    the product (out= refuses that), the whole ``mm``."""
+    addmm = blocked_addmm(blocks)
 
     def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None):
-        if out is None:
-            if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-                return torch.mm(a, b)
-            out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-        n = b.shape[1] if axis == "cols" else a.shape[0]
-        step = -(-n // -(-n // size))  # ceil(n / count), count = ceil(n / size)
-        step = -(-step // 16) * 16
-        for j in range(0, n, step):
-            if axis == "cols":
-                torch.mm(a, b[:, j:j + step], out=out[:, j:j + step])
-            else:
-                torch.mm(a[j:j + step], b, out=out[j:j + step])
-        return out
-    mm.__name__ = f"mm_{axis}_of_{size}"
+        return addmm(None, a, b, out=out)
+    mm.__name__ = f"mm_{blocks[0]}_of_{blocks[1]}"
     return mm
+
+
+def blocked_addmm(blocks: Blocks) -> Callable[..., torch.Tensor]:
+    """``addmm(bias, a, b, beta=1, alpha=1, out=None)`` in ``blocks`` as
+    :func:`blocked_mm` (bias None: ``mm``), each block with its part of ``bias`` (the
+    bias as it is along a dim it broadcasts)."""
+    axis, size = blocks
+
+    def addmm(bias, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1,
+              out: torch.Tensor | None = None):
+        m, n = a.shape[0], b.shape[1]
+        if out is None:
+            if torch.is_grad_enabled() and any(
+                    t is not None and t.requires_grad for t in (bias, a, b)):
+                return torch.mm(a, b) if bias is None else torch.addmm(
+                    bias, a, b, beta=beta, alpha=alpha)
+            out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+        cols = axis == "cols"
+        starts = _steps(n if cols else m, size)
+        for j in starts:
+            part = slice(j, j + starts.step)
+            x, y = (a, b[:, part]) if cols else (a[part], b)
+            into = out[:, part] if cols else out[part]
+            if bias is None:
+                torch.mm(x, y, out=into)
+            else:
+                torch.addmm(_bias_part(bias, cols, part, m, n), x, y, beta=beta,
+                            alpha=alpha, out=into)
+        return out
+    addmm.__name__ = f"addmm_{axis}_of_{size}"
+    return addmm
+
+
+def _bias_part(bias: Any, cols: bool, part: slice, m: int, n: int) -> Any:
+    """The part of ``addmm``'s ``bias`` (broadcast to ``[m, n]``) a block adds."""
+    if not isinstance(bias, torch.Tensor) or bias.dim() == 0:
+        return bias
+    if cols:
+        return bias[..., part] if bias.shape[-1] == n and n > 1 else bias
+    return bias[part] if bias.dim() == 2 and bias.shape[0] == m and m > 1 else bias
 
 
 def _dense(t: Any) -> bool:
@@ -100,22 +137,29 @@ def _seconds(fn: Callable[[], Any]) -> float:
 
 @attrs.define
 class GemmBlocks:
-    """The blocks each ``aten.mm`` shape is called in (None: whole), measured once
-    per shape, layouts, dtype and thread count in this process (a :class:`Compiler`
-    holds one for all its graphs)."""
+    """The blocks each ``aten.mm`` and ``aten.addmm`` shape is called in (None: whole),
+    measured once per shape, layouts, dtype and thread count in this process (a
+    :class:`Compiler` holds one for all its graphs)."""
 
     enabled: bool = True
-    #: (shapes, strides, dtype, threads) -> the blocks chosen (None: the whole call)
+    #: (shapes, strides, bias shape, dtype, threads) -> the blocks chosen (None: whole)
     chosen: dict[tuple, Blocks | None] = attrs.field(factory=dict)
-    #: ``measure(a, b)``: the blocks for a product of operand types ``a`` and ``b``
-    measure: Callable[[TensorType, TensorType], Blocks | None] = attrs.field(
-        factory=lambda: measure)
+    #: ``measure(a, b, bias)``: the blocks for a product of operand types ``a`` and ``b``
+    #: (``bias``: addmm's bias shape, None for mm)
+    measure: Callable[..., Blocks | None] = attrs.field(factory=lambda: measure)
 
     def callable_for(self, node: Node) -> Callable | None:
-        """The blocked ``mm`` to call for ``node`` in place of ``aten.mm``, or None."""
-        if not self.enabled or node.op != MM or len(node.inputs) != 2:
+        """The blocked ``mm``/``addmm`` to call for ``node`` in place of its op, or None."""
+        if not self.enabled or node.op not in (MM, ADDMM) or any(
+                node.attrs.get(k, 1) != 1 for k in ("beta", "alpha")):
             return None
-        a, b = (v.type for v in node.inputs)
+        types = [v.type for v in node.inputs]
+        bias = types.pop(0) if node.op == ADDMM else None
+        if len(types) != 2 or (bias is not None and not (
+                isinstance(bias, TensorType) and bias.is_static and len(bias.shape) <= 2
+                and bias.dtype == types[0].dtype)):
+            return None
+        a, b = types
         if not (_dense(a) and _dense(b)) or a.dtype != b.dtype or a.dtype not in (
                 "f32", "f64", "bf16"):
             return None
@@ -123,36 +167,45 @@ class GemmBlocks:
         if not MIN_MACS <= m * k * n <= MAX_MACS or max(m, n) < 2 * SIZES[0] or \
                 m * k + k * n + 2 * m * n > MAX_ELEMENTS:
             return None
-        key = (a.shape, a.actual_strides(), b.shape, b.actual_strides(), a.dtype,
+        shape = None if bias is None else tuple(bias.shape)
+        key = (a.shape, a.actual_strides(), b.shape, b.actual_strides(), shape, a.dtype,
                torch.get_num_threads())
         if key not in self.chosen:
             # (plans are built under the tracer's fake tensor mode: real tensors here)
             with _disable_current_modes(), torch.no_grad():
-                self.chosen[key] = self.measure(a, b)
+                self.chosen[key] = self.measure(a, b, shape)
         blocks = self.chosen[key]
-        return None if blocks is None else blocked_mm(blocks)
+        if blocks is None:
+            return None
+        return blocked_mm(blocks) if bias is None else blocked_addmm(blocks)
 
 
-def measure(a: TensorType, b: TensorType) -> Blocks | None:
-    """The fastest blocks for ``a @ b`` if they beat the whole call by ``MIN_GAIN`` and
-    give its bits, else None."""
+def measure(a: TensorType, b: TensorType, bias: tuple[int, ...] | None = None
+            ) -> Blocks | None:
+    """The fastest blocks for ``a @ b`` (``bias + a @ b``: addmm with a contiguous bias
+    of that shape) if they beat the whole call by ``MIN_GAIN`` and give its bits, else
+    None."""
     generator = torch.Generator().manual_seed(0)
     x, y = _operand(a, generator), _operand(b, generator)
-    whole = torch.mm(x, y)
+    c = None if bias is None else torch.randn(bias, generator=generator).to(x.dtype)
+
+    def whole(out=None):
+        return torch.mm(x, y, out=out) if c is None else torch.addmm(c, x, y, out=out)
+    reference = whole()
     candidates = [(axis, size) for axis, n in (("cols", b.shape[1]), ("rows", a.shape[0]))
                   for size in SIZES if 2 * size <= n]
     variants: dict[Blocks | None, Callable[[], Any]] = {
-        None: lambda: torch.mm(x, y, out=whole)}
-    out = torch.empty_like(whole)
-    for c in candidates:
-        variants[c] = (lambda f: lambda: f(x, y, out=out))(blocked_mm(c))
-    best = {c: float("inf") for c in variants}
+        None: lambda: whole(out=reference)}
+    out = torch.empty_like(reference)
+    for blocks in candidates:
+        variants[blocks] = (lambda f: lambda: f(c, x, y, out=out))(blocked_addmm(blocks))
+    best = {key: float("inf") for key in variants}
     for fn in variants.values():  # warm-up: first-touch of the outputs, library set-up
         fn()
     for _ in range(ROUNDS):
-        for c, fn in variants.items():
-            best[c] = min(best[c], _seconds(fn))
-    chosen = min(candidates, key=lambda c: best[c], default=None)
+        for key, fn in variants.items():
+            best[key] = min(best[key], _seconds(fn))
+    chosen = min(candidates, key=lambda key: best[key], default=None)
     if chosen is None or best[chosen] > MIN_GAIN * best[None]:
         return None
-    return chosen if torch.equal(variants[chosen](), torch.mm(x, y)) else None
+    return chosen if torch.equal(variants[chosen](), whole()) else None
