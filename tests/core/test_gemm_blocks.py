@@ -7,6 +7,8 @@ calls ``mm`` whole. The measurement (speed) is not asserted here: it is a benchm
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -103,6 +105,7 @@ def test_only_large_static_dense_products_are_measured():
     big = MAX_MACS // (512 * 256) + 1
     assert blocks.callable_for(node_of(mm_graph(512, 256, big))) is None  # too long to time
     assert blocks.callable_for(node_of(mm_graph(8192, 8, 8192))) is None  # too much memory
+    assert blocks.callable_for(node_of(mm_graph(2048, 2048, 2048))) is None  # sides < MIN_SIDE
     assert MAX_ELEMENTS < 2 * 8192 * 8192
     assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dims=("s0, 256", "256, 4096")
                                                 ).replace("s0", "512"))) is not None
@@ -113,6 +116,9 @@ def test_only_large_static_dense_products_are_measured():
     assert blocks.callable_for(node_of(gappy)) is None
     assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dtype="i64"))) is None
     assert len(asked) == 2  # two shapes measured; the equal ones after them asked nothing
+    spent = GemmBlocks(measure=lambda a, b, bias: asked.append(1) or ("cols", 512), budget_s=0)
+    assert spent.callable_for(node_of(mm_graph(512, 256, 4096))) is None  # no time left
+    assert len(asked) == 2
     assert GemmBlocks(enabled=False, measure=lambda a, b, bias: ("cols", 512)).callable_for(
         node_of(mm_graph(512, 256, 4096))) is None
 
@@ -148,11 +154,11 @@ class MatrixProducts(TorchDispatchMode):
 def test_the_plan_calls_the_chosen_blocks_and_reuses_buffers(registry):
     # two products: the second's output goes into the first's dead buffer (out=)
     text = """\
-graph @g(%a: f32[512, 256], %b: f32[256, 2048] strided[1, 256], %c: f32[2048, 256]) {
-  %y = aten.mm.default(%a, %b) : f32[512, 2048]
+graph @g(%a: f32[512, 256], %b: f32[256, 4096] strided[1, 256], %c: f32[4096, 256]) {
+  %y = aten.mm.default(%a, %b) : f32[512, 4096]
   %z = aten.mm.default(%y, %c) : f32[512, 256]
   %e = aten.neg.default(%z) : f32[512, 256]
-  %w = aten.mm.default(%e, %b) : f32[512, 2048]
+  %w = aten.mm.default(%e, %b) : f32[512, 4096]
   return %w
 }"""
     calls = []
@@ -162,13 +168,13 @@ graph @g(%a: f32[512, 256], %b: f32[256, 2048] strided[1, 256], %c: f32[2048, 25
         return "cols", 512
     blocks = GemmBlocks(measure=chosen)
     plan = build_function(parse_graph(text), registry, gemms=blocks)
-    assert calls == [(256, 2048)]  # y and w: one shape; z: 512 x 256, no two blocks either way
-    a, b, c = torch.randn(512, 256), torch.randn(2048, 256).t(), torch.randn(2048, 256)
+    assert calls == [(256, 4096)]  # y and w: one shape; z: 512 x 256, too narrow
+    a, b, c = torch.randn(512, 256), torch.randn(4096, 256).t(), torch.randn(4096, 256)
     want = torch.mm(torch.mm(a, b), c).neg().mm(b)
     with MatrixProducts() as counted:
         (got,) = plan.fn(a, b, c)
     assert torch.equal(got, want)
-    assert counted.calls == 4 + 1 + 4  # y and w in blocks of 512 columns, z whole
+    assert counted.calls == 8 + 1 + 8  # y and w in blocks of 512 columns, z whole
     assert plan.reuse.ops  # (w is written into y's dead buffer: the blocks take out=)
     plain = build_function(parse_graph(text), registry, gemms=GemmBlocks(enabled=False))
     with MatrixProducts() as counted:
@@ -211,17 +217,62 @@ def test_blocked_addmm_gives_the_whole_calls_values(m, k, n, size, axis, bias, b
 
 def test_the_plan_calls_addmm_in_blocks_where_chosen(registry):
     text = """\
-graph @g(%c: f32[2048], %a: f32[512, 256], %b: f32[256, 2048] strided[1, 256]) {
-  %y = aten.addmm.default(%c, %a, %b) : f32[512, 2048]
-  %z = aten.addmm.default(%c, %a, %b) {beta = 2.0} : f32[512, 2048]
+graph @g(%c: f32[4096], %a: f32[512, 256], %b: f32[256, 4096] strided[1, 256]) {
+  %y = aten.addmm.default(%c, %a, %b) : f32[512, 4096]
+  %z = aten.addmm.default(%c, %a, %b) {beta = 2.0} : f32[512, 4096]
   return %y, %z
 }"""
     asked = []
     blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(bias) or ("cols", 512))
     plan = build_function(parse_graph(text), registry, gemms=blocks)
-    assert asked == [(2048,)]  # z (beta 2) is called whole, unmeasured
-    c, a, b = torch.randn(2048), torch.randn(512, 256), torch.randn(2048, 256).t()
+    assert asked == [(4096,)]  # z (beta 2) is called whole, unmeasured
+    c, a, b = torch.randn(4096), torch.randn(512, 256), torch.randn(4096, 256).t()
     with MatrixProducts(torch.ops.aten.addmm) as counted:
         y, z = plan.fn(c, a, b)
-    assert counted.calls == 4 + 1
+    assert counted.calls == 8 + 1
     assert torch.equal(y, torch.addmm(c, a, b)) and torch.equal(z, torch.addmm(c, a, b, beta=2))
+
+
+def test_measurements_are_kept_for_the_next_process_on_this_machine(tmp_path):
+    path = tmp_path / "cache" / "gemm-blocks.json"
+    asked = []
+
+    def counting(choice):
+        return lambda a, b, bias: asked.append(b.shape) or choice
+    node = node_of(mm_graph(512, 256, 4096))
+    first = GemmBlocks(measure=counting(("rows", 512)), path=path)
+    assert first.callable_for(node) is not None and len(asked) == 1
+    second = GemmBlocks(measure=counting(None), path=path)  # a new process, the same machine
+    assert second.callable_for(node).__name__ == "mm_rows_of_512" and len(asked) == 1
+    other = node_of(mm_graph(512, 256, 8192))
+    assert second.callable_for(other) is None and len(asked) == 2  # added to the file
+    third = GemmBlocks(measure=counting(("cols", 1024)), path=path)
+    assert third.callable_for(node) is not None and third.callable_for(other) is None
+    assert len(asked) == 2
+    data = json.loads(path.read_text())
+    assert sorted(map(str, data["chosen"].values())) == ["None", "['rows', 512]"]
+
+
+@pytest.mark.parametrize("damage", ["not json {", "[]", '{"machine": "another", "chosen": {}}',
+                                    "entry"])
+def test_a_damaged_or_foreign_file_is_measured_again(tmp_path, damage):
+    path = tmp_path / "gemm-blocks.json"
+    node = node_of(mm_graph(512, 256, 4096))
+    GemmBlocks(measure=lambda a, b, bias: ("cols", 512), path=path).callable_for(node)
+    if damage == "entry":  # a value that is no choice: measured again, never called
+        data = json.loads(path.read_text())
+        data["chosen"] = {k: ["cols", 7] for k in data["chosen"]}
+        path.write_text(json.dumps(data))
+    else:
+        path.write_text(damage)
+    asked = []
+    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(1) or None, path=path)
+    assert blocks.callable_for(node) is None and asked == [1]
+
+
+def test_an_unwritable_cache_directory_costs_only_the_keeping(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    blocks = GemmBlocks(measure=lambda a, b, bias: ("cols", 512),
+                        path=blocker / "gemm-blocks.json")
+    assert blocks.callable_for(node_of(mm_graph(512, 256, 4096))) is not None

@@ -12,20 +12,27 @@ element is the same dot product, summed by the same kernel). The head's weight g
 
 :class:`GemmBlocks` decides per static ``aten.mm`` and ``aten.addmm`` node of a plan (the
 head of a model whose head has a bias, Phi's), once per shape, layout,
-dtype and thread count: it times the whole call against blocks of about 512, 1,024 and
-2,048 columns and rows (as many as the product has twice over) on random operands of the
+dtype and thread count: it times the whole call against blocks of about 512 and 1,024
+columns and rows (as many as the product has twice over) on random operands of the
 node's layout (interleaved rounds, the minimum of each), and takes the fastest blocks
 only where they are at least ``MIN_GAIN`` faster and their result is bit for bit the
 whole call's (else the node calls ``mm`` as it is: a block of a few columns, or of one
 row, is multiplied by another kernel than the whole, with other bits). Only products big
-enough to gain (``MIN_MACS``) and small enough to time in a fraction of a second
-(``MAX_MACS``) and in little memory (``MAX_ELEMENTS``) are timed.
+enough to gain (``MIN_MACS``, ``MIN_SIDE``), small enough to time in a fraction of a
+second (``MAX_MACS``) and in little memory (``MAX_ELEMENTS``) are timed, for at most
+``BUDGET_S`` seconds per compiler (about 0.4 s for a language model's head; what was
+measured is kept in the cache directory for the next process).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -44,8 +51,13 @@ MAX_MACS = 1 << 32
 MAX_ELEMENTS = 1 << 25
 #: a block width is taken where it is this much faster than the whole call (time ratio)
 MIN_GAIN = 0.9
-SIZES = (512, 1024, 2048)
-ROUNDS = 5
+SIZES = (512, 1024)
+ROUNDS = 4
+#: the side (rows of the result, or columns) below which a product is not timed: the
+#: gains measured were on 8,192 (a vocabulary); an MLP's 2,048 costs time to measure
+MIN_SIDE = 4096
+#: seconds of measuring a compiler spends at most (shapes after that are called whole)
+BUDGET_S = 2.0
 
 
 #: how a product is cut: ("cols" or "rows", about how many per block)
@@ -138,8 +150,10 @@ def _seconds(fn: Callable[[], Any]) -> float:
 @attrs.define
 class GemmBlocks:
     """The blocks each ``aten.mm`` and ``aten.addmm`` shape is called in (None: whole),
-    measured once per shape, layouts, dtype and thread count in this process (a
-    :class:`Compiler` holds one for all its graphs)."""
+    measured once per shape, layouts, dtype and thread count (a :class:`Compiler` holds
+    one for all its graphs). With a ``path`` (``<cache_dir>/gemm-blocks.json``) what was
+    measured is kept for later processes on this machine: a warm start measures nothing.
+    The file is data (JSON): an entry that is not a known choice is measured again."""
 
     enabled: bool = True
     #: (shapes, strides, bias shape, dtype, threads) -> the blocks chosen (None: whole)
@@ -147,6 +161,32 @@ class GemmBlocks:
     #: ``measure(a, b, bias)``: the blocks for a product of operand types ``a`` and ``b``
     #: (``bias``: addmm's bias shape, None for mm)
     measure: Callable[..., Blocks | None] = attrs.field(factory=lambda: measure)
+    path: Path | None = None
+    #: the measurements read from ``path`` (key text -> choice), read on first need
+    stored: dict[str, Blocks | None] | None = None
+    #: seconds of measuring left (``BUDGET_S``): a compiler of many shapes (dynamic
+    #: sizes recompiled) stops measuring, and calls the shapes after that whole
+    budget_s: float = BUDGET_S
+
+    def _decided(self, key: tuple, a: TensorType, b: TensorType,
+                 bias: tuple[int, ...] | None) -> Blocks | None:
+        if key in self.chosen:
+            return self.chosen[key]
+        if self.stored is None:
+            self.stored = _read(self.path)
+        text = repr(key)
+        if text in self.stored:
+            self.chosen[key] = self.stored[text]
+            return self.chosen[key]
+        if self.budget_s <= 0:
+            return None  # (not kept: a later compiler measures it)
+        start = time.perf_counter()
+        # (plans are built under the tracer's fake tensor mode: real tensors here)
+        with _disable_current_modes(), torch.no_grad():
+            self.chosen[key] = self.stored[text] = self.measure(a, b, bias)
+        self.budget_s -= time.perf_counter() - start
+        _write(self.path, text, self.chosen[key])
+        return self.chosen[key]
 
     def callable_for(self, node: Node) -> Callable | None:
         """The blocked ``mm``/``addmm`` to call for ``node`` in place of its op, or None."""
@@ -164,20 +204,65 @@ class GemmBlocks:
                 "f32", "f64", "bf16"):
             return None
         (m, k), n = a.shape, b.shape[1]
-        if not MIN_MACS <= m * k * n <= MAX_MACS or max(m, n) < 2 * SIZES[0] or \
+        if not MIN_MACS <= m * k * n <= MAX_MACS or max(m, n) < MIN_SIDE or \
                 m * k + k * n + 2 * m * n > MAX_ELEMENTS:
             return None
         shape = None if bias is None else tuple(bias.shape)
         key = (a.shape, a.actual_strides(), b.shape, b.actual_strides(), shape, a.dtype,
                torch.get_num_threads())
-        if key not in self.chosen:
-            # (plans are built under the tracer's fake tensor mode: real tensors here)
-            with _disable_current_modes(), torch.no_grad():
-                self.chosen[key] = self.measure(a, b, shape)
-        blocks = self.chosen[key]
+        blocks = self._decided(key, a, b, shape)
         if blocks is None:
             return None
         return blocked_mm(blocks) if bias is None else blocked_addmm(blocks)
+
+
+def _machine() -> str:
+    """What the measurements hold for: this CPU, torch (and its BLAS) and its threads."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        model = next((line.split(":", 1)[1].strip() for line in
+                      Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), model)
+    return f"{model} | torch {torch.__version__} | {os.cpu_count()} cpus"
+
+
+def _choice(value: Any) -> Blocks | None | bool:
+    """A stored choice read back (None: whole), or False where it is not one."""
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("cols", "rows") and \
+            value[1] in SIZES:
+        return value[0], value[1]
+    return False
+
+
+def _read(path: Path | None) -> dict[str, Blocks | None]:
+    """The choices stored at ``path`` for this machine (none where unreadable)."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("machine") != _machine() or \
+            not isinstance(data.get("chosen"), dict):
+        return {}
+    return {k: c for k, v in data["chosen"].items() if (c := _choice(v)) is not False}
+
+
+def _write(path: Path | None, key: str, blocks: Blocks | None) -> None:
+    """Add one choice to the file at ``path`` (written whole, then renamed: readers see
+    the old file or the new one); a file that cannot be written is left as it is."""
+    if path is None:
+        return
+    chosen = _read(path) | {key: blocks}
+    text = json.dumps({"machine": _machine(), "chosen": {
+        k: None if v is None else list(v) for k, v in sorted(chosen.items())}}, indent=1)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
 
 
 def measure(a: TensorType, b: TensorType, bias: tuple[int, ...] | None = None

@@ -117,9 +117,10 @@ class Compiler:
             "pipeline": fingerprint, "device": device,
             "versions": self.plugins.versions()},
             remote=self.remote_cache) if compile_cache else None
-        #: which matrix products run in blocks of columns (measured once per shape here;
-        #: ``TORCHLOOM_GEMM_BLOCKS=0``: none)
-        self.gemms = GemmBlocks(enabled=env_flag("TORCHLOOM_GEMM_BLOCKS", True))
+        #: which matrix products run in blocks (measured once per shape on this machine,
+        #: kept in the cache directory; ``TORCHLOOM_GEMM_BLOCKS=0``: none)
+        self.gemms = GemmBlocks(enabled=env_flag("TORCHLOOM_GEMM_BLOCKS", True),
+                                path=disk and disk / "gemm-blocks.json")
         self.compilations: list[Compilation] = []
         self.notes: list[str] = list(mode_notes) + ([remote_note] if remote_note else [])
         for name in self.pipeline.codegens or (self.pipeline.codegen,):
