@@ -276,3 +276,20 @@ def test_an_unwritable_cache_directory_costs_only_the_keeping(tmp_path):
     blocks = GemmBlocks(measure=lambda a, b, bias: ("cols", 512),
                         path=blocker / "gemm-blocks.json")
     assert blocks.callable_for(node_of(mm_graph(512, 256, 4096))) is not None
+
+
+def test_a_failing_measurement_leaves_the_product_whole(caplog):
+    def broken(a, b, bias):
+        raise RuntimeError("out of memory")
+    blocks = GemmBlocks(measure=broken)
+    with caplog.at_level("WARNING", logger="torchloom.runtime"):
+        assert blocks.callable_for(node_of(mm_graph(512, 256, 4096))) is None
+    assert "out of memory" in caplog.text
+
+
+def test_measured_on_the_cpu_under_a_device_context():
+    a = TensorType.make((512, 256), "f32")
+    b = TensorType.make((256, 4096), "f32")
+    with torch.device("meta"):
+        blocks = measure(a, b, (4096,))
+    assert blocks is None or blocks[0] in ("cols", "rows")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import platform
 import time
@@ -40,6 +41,8 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from torchloom.ir import Node, TensorType
+
+log = logging.getLogger("torchloom.runtime")
 
 MM = "aten.mm.default"
 ADDMM = "aten.addmm.default"
@@ -136,9 +139,10 @@ def _dense(t: Any) -> bool:
 
 
 def _operand(t: TensorType, generator: torch.Generator) -> torch.Tensor:
-    dtype = t.torch_dtype
-    x = torch.empty_strided(t.shape, t.actual_strides(), dtype=dtype)
-    return x.copy_(torch.randn(t.shape, generator=generator, dtype=torch.float32).to(dtype))
+    dtype = t.torch_dtype  # (devices explicit: a ``torch.device`` context may be active)
+    x = torch.empty_strided(t.shape, t.actual_strides(), dtype=dtype, device="cpu")
+    return x.copy_(torch.randn(t.shape, generator=generator, dtype=torch.float32,
+                               device="cpu").to(dtype))
 
 
 def _seconds(fn: Callable[[], Any]) -> float:
@@ -183,7 +187,12 @@ class GemmBlocks:
         start = time.perf_counter()
         # (plans are built under the tracer's fake tensor mode: real tensors here)
         with _disable_current_modes(), torch.no_grad():
-            self.chosen[key] = self.stored[text] = self.measure(a, b, bias)
+            try:
+                self.chosen[key] = self.stored[text] = self.measure(a, b, bias)
+            except Exception as exc:  # (a library's error, memory): the whole call, as ever
+                log.warning("torchloom: timing mm of %s x %s failed (%s: %s); it is called "
+                            "whole", a.shape, b.shape, type(exc).__name__, exc)
+                self.chosen[key] = self.stored[text] = None
         self.budget_s -= time.perf_counter() - start
         _write(self.path, text, self.chosen[key])
         return self.chosen[key]
@@ -272,7 +281,8 @@ def measure(a: TensorType, b: TensorType, bias: tuple[int, ...] | None = None
     None."""
     generator = torch.Generator().manual_seed(0)
     x, y = _operand(a, generator), _operand(b, generator)
-    c = None if bias is None else torch.randn(bias, generator=generator).to(x.dtype)
+    c = None if bias is None else torch.randn(bias, generator=generator, device="cpu").to(
+        x.dtype)
 
     def whole(out=None):
         return torch.mm(x, y, out=out) if c is None else torch.addmm(c, x, y, out=out)
