@@ -17,7 +17,8 @@ columns and rows (as many as the product has twice over) on random operands of t
 node's layout (interleaved rounds, the minimum of each), and takes the fastest blocks
 only where they are at least ``MIN_GAIN`` faster and their result is bit for bit the
 whole call's (else the node calls ``mm`` as it is: a block of a few columns, or of one
-row, is multiplied by another kernel than the whole, with other bits). Only products big
+row, is multiplied by another kernel than the whole, with other bits; the bits are
+compared at the thread count measured, and a plan keeps its choice if the count changes). Only products big
 enough to gain (``MIN_MACS``, ``MIN_SIDE``), small enough to time in a fraction of a
 second (``MAX_MACS``) and in little memory (``MAX_ELEMENTS``) are timed, for at most
 ``BUDGET_S`` seconds per compiler (about 0.4 s for a language model's head; what was
