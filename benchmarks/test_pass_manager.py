@@ -67,13 +67,23 @@ def make_graph(n: int) -> Graph:
     return g
 
 
+def graphs_by_size() -> dict[int, list[Graph]]:
+    """One 50k-node graph, and five 10k-node ones (the same 50k nodes of live objects: both
+    sizes in the same CPU-cache regime)."""
+    return {LARGE: [make_graph(LARGE)],
+            SMALL: [make_graph(SMALL) for _ in range(LARGE // SMALL)]}
+
+
+def noop_pipeline() -> Pipeline:
+    return Pipeline("noop", "<bench>", "", steps=tuple(
+        PassStep(NoOp(), i + 1, "bench", "0") for i in range(NOOP_PASSES)), verify="off")
+
+
 @pytest.fixture(scope="module")
 def setup():
     plugins = load_plugins(entry_points=[])
-    graphs = {LARGE: [make_graph(LARGE)],
-              SMALL: [make_graph(SMALL) for _ in range(LARGE // SMALL)]}
-    pipeline = Pipeline("noop", "<bench>", "", steps=tuple(
-        PassStep(NoOp(), i + 1, "bench", "0") for i in range(NOOP_PASSES)), verify="off")
+    graphs = graphs_by_size()
+    pipeline = noop_pipeline()
     return plugins, graphs, pipeline
 
 
@@ -94,10 +104,8 @@ def interleaved_min(fn, graphs: dict[int, list[Graph]], rounds: int = 5) -> dict
 def manager_per_pass_seconds() -> dict[int, float]:
     """CPU seconds per no-op pass at both sizes (interleaved rounds, minimum kept)."""
     plugins = load_plugins(entry_points=[])
-    graphs = {LARGE: [make_graph(LARGE)],
-              SMALL: [make_graph(SMALL) for _ in range(LARGE // SMALL)]}
-    pipeline = Pipeline("noop", "<bench>", "", steps=tuple(
-        PassStep(NoOp(), i + 1, "bench", "0") for i in range(NOOP_PASSES)), verify="off")
+    graphs = graphs_by_size()
+    pipeline = noop_pipeline()
 
     def run(graph):
         ctx = PassContext(registry=plugins.registry)
@@ -112,8 +120,7 @@ def verify_seconds() -> dict[int, float]:
     """CPU seconds of ``verify()`` at both sizes (interleaved rounds, minimum kept), after
     one warm-up call per graph (the type-inference memo: the steady state is measured)."""
     plugins = load_plugins(entry_points=[])
-    graphs = {LARGE: [make_graph(LARGE)],
-              SMALL: [make_graph(SMALL) for _ in range(LARGE // SMALL)]}
+    graphs = graphs_by_size()
     for gs in graphs.values():
         for g in gs:
             verify(g, plugins.registry)

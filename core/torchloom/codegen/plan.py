@@ -68,8 +68,8 @@ def build_function(graph: Graph, registry: OpRegistry,
     ``run(args)`` that empties the list it is given, so an input is freed after its last
     use too. Kernel outputs are written into buffers that died before them
     (:func:`~torchloom.codegen.buffers.plan_reuse`; ``donated``: inputs whose buffers the
-    caller gave up). ``gemms`` says which ``mm`` nodes run in blocks of columns
-    (:mod:`torchloom.codegen.gemm`: measured faster there, the same bits).
+    caller gave up). ``gemms`` says which ``mm``/``addmm`` nodes run in blocks of
+    columns or rows (:mod:`torchloom.codegen.gemm`: measured faster there, the same bits).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
     guarded = graph.inputs[:guarded_inputs]

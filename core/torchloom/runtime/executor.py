@@ -91,7 +91,7 @@ class CompiledGraph:
         to ``repro_dir``, each distinct error is logged once per ``warned`` set).
         ``boxed`` and ``donated`` (input indices whose buffers the caller gives up): see
         :func:`~torchloom.codegen.plan.build_function`, as is ``gemms`` (a
-        :class:`~torchloom.codegen.gemm.GemmBlocks`: which products run in column blocks)."""
+        :class:`~torchloom.codegen.gemm.GemmBlocks`: which products run in blocks)."""
         from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
