@@ -19,6 +19,7 @@ from conftest import group_text, on_device
 from test_random_groups import _type, pointwise_chain
 from test_reduction import CASES as REDUCTIONS
 from test_rows_and_columns import ln_backward
+from torchloom.testing.reductions import EMPTY_ROWS
 from torchloom.api import parse_graph, verify
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.tools import EagerCodegen
@@ -91,7 +92,9 @@ def test_reductions_over_symbolic_sizes_match_eager(registry, tmp_path, name, ma
         inputs = inputs_for(graph, bindings)
         try:
             want = eager(text, registry, inputs)
-        except (RuntimeError, IndexError):  # eager refuses (amax of an empty row)
+        except (RuntimeError, IndexError) as refused:  # amax of an empty row: the launch too
+            with pytest.raises(type(refused), match=re.escape(str(refused))):
+                kernel(*inputs)
             continue
         assert_matches(kernel(*inputs), want)
         compared += 1
@@ -104,6 +107,23 @@ def test_reductions_over_symbolic_sizes_match_eager(registry, tmp_path, name, ma
         assert variant.endswith(("_looped", "_split")) == looped, (variant, bucket)
     if max_persistent == 4:
         assert {v.endswith(("_looped", "_split")) for v, _ in kernel.launches} == {True, False}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_ROWS))
+def test_empty_symbolic_rows_raise_as_eager(registry, tmp_path, name):
+    """A max, min, argmax or argmin over rows of symbolic length empty at a call: the
+    launch raises eager's error (a kernel would return -inf); other sizes match eager."""
+    text, empty = EMPTY_ROWS[name]
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    _, kernel = compile_group(codegen, registry, text)
+    a = torch.empty(empty)
+    with pytest.raises((IndexError, RuntimeError)) as want:
+        eager(text, registry, [a])
+    with pytest.raises(want.type) as got:
+        kernel(a)
+    assert str(got.value) == str(want.value)
+    a = torch.randn(3, 5)
+    assert_matches(kernel(a), eager(text, registry, [a]))
 
 
 def test_one_kernel_serves_every_size_and_empty_launches_nothing(registry, tmp_path):

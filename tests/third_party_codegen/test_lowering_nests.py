@@ -7,16 +7,20 @@ its column nests are row-by-row loops reading with a stride) and matches eager."
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import attrs
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from torchloom.api import (DTYPES, FORMS, Reason, RendererCodegen, Schedule, lower,
-                           parse_graph)
+from torchloom.api import (DTYPES, FORMS, LaunchSpec, Reason, RendererCodegen, Schedule,
+                           lower, parse_graph, size_param)
 from torchloom.runtime.executor import CompiledGraph
+from torchloom.testing import pointwise, reductions
 from torchloom.testing.reductions import (group_text, randn, row_results_for_columns,
                                           stored_output_for_columns)
 from torchloom.tools import EagerCodegen, load_plugins
@@ -191,3 +195,119 @@ def test_an_input_laid_out_otherwise_than_its_type_is_read_as_its_type(scalar_c,
     b = randn(g, 4, 1)
     (got,) = kernel(a, b)
     torch.testing.assert_close(got, torch.softmax(a, 1) * b)
+
+
+SHARED = {**reductions.CASES, **pointwise.CASES}
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning")
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_shared_cases_at_symbolic_sizes(scalar_c, name):
+    """Each shared case with its dims as size symbols (``f32[s8, s20]``) is rendered once
+    for every size, taking the sizes as ``size`` arguments the launcher reads from the
+    inputs, and matches eager at the case's sizes; or it is declined with a reason (a
+    form or dtype the renderer lacks, a view whose sizes may differ at some sizes)."""
+    cls, registry = scalar_c
+    text, inputs = SHARED[name]
+    symbolic = reductions.symbolic_sizes(text)
+    group = next(parse_graph(symbolic).nodes)
+    codegen = RendererCodegen(_every_form(cls))
+    reason = codegen.supports(group, registry)
+    if reason is not None:
+        assert name in SYMBOLIC_DECLINED, reason
+        assert SYMBOLIC_DECLINED[name] in reason.message, reason
+        return
+    assert name not in SYMBOLIC_DECLINED
+    launch = lower.lower(group, registry, Schedule.of(group), codegen.renderer).launch
+    assert [p.name for p in launch.params if p.role == "size"] == [
+        size_param(s) for s in sorted(Schedule.of(group).symbols)]
+    _run(scalar_c, symbolic, inputs(), rtol=1.3e-6 if "f32" in text else None,
+         atol=1e-5 if "f32" in text else None)
+
+
+#: shared cases declined at symbolic sizes, and what their reason says
+SYMBOLIC_DECLINED = {
+    "backward_templates": "gelu_backward", "half_inputs_computed_in_fp32": "f16",
+    "outputs_viewed_to_other_shapes": "neither the elements of the reduced shape",
+    "views_as_index_math": "the sizes may differ"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(0, 9), cols=st.integers(0, 70), dtype=st.sampled_from(["f32", "bf16"]))
+def test_one_kernel_serves_every_size(scalar_c, rows, cols, dtype):
+    """Layer norm and softmax of ``x * w`` over ``[s0, s1]``: one kernel, called at sizes
+    drawn (no rows, rows of one element, empty rows among them), matches eager at each,
+    and raises eager's ``IndexError`` where the softmax's max reduces empty rows."""
+    cls, registry = scalar_c
+    t, row = f"{dtype}[s0, s1]", f"{dtype}[s0, 1]"
+    text = group_text(f"%a: {t}, %w: {dtype}[s1]", f"""
+        %m = aten.mul.Tensor(%a, %w) : {t}
+        %x = aten.amax.default(%m) {{dim = [-1], keepdim = true}} : {row}
+        %s = aten.sub.Tensor(%m, %x) : {t}
+        %e = aten.exp.default(%s) : {t}
+        %u = aten.sum.dim_IntList(%e) {{dim = [-1], keepdim = true}} : {row}
+        %y = aten.div.Tensor(%e, %u) : {t}
+        %v, %mu = aten.var_mean.correction(%a) {{dim = [-1], correction = 0, keepdim = true}} : {row}, {row}
+        %c = aten.sub.Tensor(%a, %mu) : {t}
+        %n = aten.mul.Tensor(%c, %v) : {t}""", f"%y: {t}, %n: {t}")
+    codegen = RendererCodegen(cls())
+    kernel = codegen.load(codegen.generate(next(parse_graph(text).nodes), registry), registry)
+    g = torch.Generator().manual_seed(rows * 100 + cols)
+    a, w = randn(g, rows, cols, dtype=DTYPES[dtype]), randn(g, cols, dtype=DTYPES[dtype])
+    eager = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])
+    if cols == 0:  # amax over empty rows: eager raises, and so does the launcher
+        with pytest.raises(IndexError) as want:
+            eager(a, w)
+        with pytest.raises(IndexError) as got:
+            kernel(a, w)
+        assert str(got.value) == str(want.value)
+        return
+    for got, expected in zip(kernel(a, w), eager(a, w)):
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        torch.testing.assert_close(got, expected)
+
+
+def test_a_size_read_from_no_input_is_declined(scalar_c):
+    """A symbol only inside size expressions (``f32[2*s0]``) has no input dim to read it
+    from: the group is declined, said so."""
+    cls, registry = scalar_c
+    t = 'f32["2*s0"]'
+    text = group_text(f"%a: {t}", f"%e = aten.exp.default(%a) : {t}", f"%e: {t}")
+    reason = RendererCodegen(cls()).supports(next(parse_graph(text).nodes), registry)
+    assert reason is not None and "size s0 is no input's dim" in reason.message, reason
+
+
+def test_a_symbolic_launch_spec_round_trips_and_binds(scalar_c):
+    """A launch spec of symbolic dims survives its JSON (the kernel cache's metadata) and
+    binds a call's sizes: outputs, scratch arrays and input layouts at those sizes."""
+    cls, registry = scalar_c
+    group = next(parse_graph(reductions.symbolic_sizes(
+        row_results_for_columns((8, 6)))).nodes)
+    launch = lower.lower(group, registry, Schedule.of(group), _every_form(cls)).launch
+    assert LaunchSpec.from_json(json.loads(json.dumps(launch.to_json()))) == launch
+    assert launch.sizes == (("s6", 0, 1), ("s8", 0, 0))
+    bound = launch.bind((torch.empty(5, 3), torch.empty(5, 3)))
+    assert bound.sizes == (3, 5)
+    assert [o[0] for o in bound.outputs] == [(3,), (5, 3)]
+    assert bound.inputs == (((5, 3), (3, 1)), ((5, 3), (3, 1)))
+    assert {n for n, _ in bound.scratch} == {5}
+
+
+@pytest.mark.parametrize("name", sorted(reductions.EMPTY_ROWS))
+def test_empty_symbolic_rows_raise_as_eager(scalar_c, name):
+    """A max, min, argmax or argmin over rows of symbolic length empty at a call: the
+    launch (``LaunchSpec.bind``) raises eager's error, where the kernel would return its
+    accumulator's start; other sizes match eager."""
+    cls, registry = scalar_c
+    text, empty = reductions.EMPTY_ROWS[name]
+    compiled = CompiledGraph(parse_graph(text), registry,
+                             [RendererCodegen(_every_form(cls)), EagerCodegen()])
+    assert [c.codegen for c in compiled.choices] == ["scalar_c"]
+    eager = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])
+    with pytest.raises((IndexError, RuntimeError)) as want:
+        eager(torch.empty(empty))
+    with pytest.raises(want.type) as got:
+        compiled(torch.empty(empty))
+    assert str(got.value) == str(want.value)
+    a = torch.randn(3, 5)
+    torch.testing.assert_close(compiled(a), eager(a))

@@ -128,11 +128,19 @@ def test_the_example_imports_torchloom_api_alone():
                 assert not name.startswith("torchloom_codegen"), (path, name)
 
 
-def test_a_pipeline_selects_it(plugins, tmp_path):
+def _scalar_c_compiler(tmp_path) -> Compiler:
     pipeline = tmp_path / "scalar_c.toml"
     pipeline.write_text('[pipeline]\nname = "scalar-c"\nextends = "default"\n'
                         'codegen = ["scalar_c"]\n')
-    compiler = Compiler(str(pipeline), cache_dir=tmp_path, compile_cache=False, strict=True)
+    return Compiler(str(pipeline), cache_dir=tmp_path, compile_cache=False, strict=True)
+
+
+def _codegens(compiler: Compiler) -> list[str]:
+    return [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
+
+
+def test_a_pipeline_selects_it(plugins, tmp_path):
+    compiler = _scalar_c_compiler(tmp_path)
 
     def fn(x, w):
         return torch.softmax(x * w, dim=-1), torch.nn.functional.gelu(x + w)
@@ -144,8 +152,35 @@ def test_a_pipeline_selects_it(plugins, tmp_path):
     for got, want in zip(compiled(x, w), fn(x, w)):
         torch.testing.assert_close(got, want)
     torch._dynamo.reset()
-    choices = [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
+    choices = _codegens(compiler)
     assert choices and set(choices) == {"scalar_c"}, choices
+
+
+def test_dynamic_shapes_compile_once_on_it(plugins, scalar_c, tmp_path):
+    """``torch.compile(dynamic=True)``: one graph and one kernel of symbolic sizes serve
+    every batch and row length (sizes 2 and up: Dynamo specialises 0 and 1), on
+    scalar_c, matching eager: softmax, layer norm, RMSNorm, GELU, argmax, var."""
+    compiler = _scalar_c_compiler(tmp_path)
+
+    def fn(x, w):
+        rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (torch.softmax(x * w, dim=-1), torch.nn.functional.layer_norm(x, w.shape, w),
+                rms, torch.nn.functional.gelu(x + w), x.argmax(-1), x.var(-1))
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, dynamic=True, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    for rows, cols in [(16, 40), (5, 7), (33, 129), (2, 2)]:
+        x, w = torch.randn(rows, cols), torch.randn(cols)
+        for got, want in zip(compiled(x, w), fn(x, w)):
+            torch.testing.assert_close(got, want)
+    torch._dynamo.reset()
+    assert len(compiler.compilations) == 1
+    assert _codegens(compiler) == ["scalar_c"]
+    (choice,) = compiler.compilations[0].compiled.choices
+    source = scalar_c.generate(choice.node, plugins.registry).source
+    sizes = ", ".join(f"int64_t size_{s}" for s in sorted(Schedule.of(choice.node).symbols))
+    assert sizes and source.count(f"{sizes}) {{") == 1, source
 
 
 @pytest.mark.parametrize("name", ["column_sum_long", "mean_middle_dim", "softmax_dim0",

@@ -41,7 +41,7 @@ from torchloom.codegen.indexing import Language, Unsupported
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.schedule import ReductionNest, RowsAndColumns, nest_classes
 from torchloom.codegen.writer import VIEWS, reduced_dims
-from torchloom.ir import Node, TensorType, Value
+from torchloom.ir import Node, TensorType, Value, symbols
 
 #: kernel forms a schedule can have, in the order a renderer usually gains them
 FORMS = ("pointwise", "row_reduction", "column_reduction", "strided_reduction",
@@ -80,6 +80,41 @@ def _raises_when_empty(node: Node) -> str | None:
         return None
     return (f"{node.op} reduces dim {empty[0]} of {list(t.shape)}, of size 0: eager raises "
             f"(IndexError: expected reduction dim to have non-zero size)")
+
+
+#: the exceptions a launcher raises for :func:`nonempty_dims` (metadata names them)
+EMPTY_ERRORS = {"IndexError": IndexError, "RuntimeError": RuntimeError}
+
+
+def nonempty_dims(region) -> tuple[tuple[str, str, str], ...]:
+    """What a launcher checks before a call where a max, min, argmax or argmin of
+    ``region`` reduces symbolic dims (a static 0 is :func:`_raises_when_empty`'s, a
+    decline): ``(dim, error, message)``, a size expression that is 0 when eager raises
+    ``error`` (a name of :data:`EMPTY_ERRORS`) with ``message``. A kernel would return its
+    accumulator's start over an empty row instead."""
+    checks: list[tuple[str, str, str]] = []
+    for node in region.nodes:
+        t = node.inputs[0].type if node.inputs else None
+        kind = REDUCTION_KINDS.get(node.op)
+        if kind not in _NO_IDENTITY or not isinstance(t, TensorType) or not t.shape:
+            continue
+        name, rank = node.op.split(".")[1], len(t.shape)
+        given = node.attrs.get("dim")
+        if given is None or given == []:  # every dim: eager checks the element count
+            numel = "*".join(f"({d})" for d in t.shape)
+            if not all(isinstance(d, int) for d in t.shape):
+                arg = kind.startswith("arg")
+                checks.append((numel, "IndexError" if arg else "RuntimeError",
+                               f"{name}(): Expected reduction dim to be specified for "
+                               f"input.numel() == 0." + ("" if arg else " Specify the "
+                               "reduction dim with the 'dim' argument.")))
+            continue
+        for g in [given] if isinstance(given, int) else given:
+            d = t.shape[g + rank if g < 0 else g]
+            if not isinstance(d, int):
+                checks.append((str(d), "IndexError", f"{name}(): Expected reduction dim {g} "
+                                                     f"to have non-zero size."))
+    return tuple(dict.fromkeys(checks))
 
 
 def _tensor_values(region) -> list[Value]:
@@ -238,47 +273,102 @@ class OpTemplate:
 class Param:
     """A kernel parameter: ``name``, ``role`` (``input``: a tensor read, ``scalar``: a
     Python number, ``output``: a tensor written, ``scratch``: an array the kernel writes
-    and reads back, one value per row of a nest, that the launcher allocates) and
-    ``dtype`` (IR dtype; a scalar's compute dtype)."""
+    and reads back, one value per row of a nest, that the launcher allocates; ``size``:
+    the value of a size symbol, an ``i64`` the launcher reads from an input's shape,
+    :meth:`LaunchSpec.bind`) and ``dtype`` (IR dtype; a scalar's compute dtype)."""
 
     name: str
     role: str
     dtype: str
 
 
+def size_param(symbol: str) -> str:
+    """The name of the ``size`` parameter holding size symbol ``symbol`` (``size_s0``)."""
+    return f"size_{symbol}"
+
+
+@attrs.frozen
+class Bound:
+    """A :class:`LaunchSpec` at one call's sizes (:meth:`LaunchSpec.bind`): the ``size``
+    arguments' values in the order of their params, and every output's, scratch array's
+    and input's dims as ints."""
+
+    sizes: tuple[int, ...]
+    outputs: tuple[tuple[tuple[int, ...], tuple[int, ...], str], ...]
+    scratch: tuple[tuple[int, str], ...]
+    inputs: tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...]
+
+
+def _dims(dims: Sequence[Any]) -> tuple[Any, ...]:
+    """Dims as stored in JSON: ints as they are, size expressions as their text."""
+    return tuple(d if isinstance(d, int) else str(d) for d in dims)
+
+
 @attrs.frozen
 class LaunchSpec:
     """How a kernel is called: ``entry`` (its function's name), ``params`` in order (the
-    group's inputs, then its outputs, then its scratch arrays), each output's ``shape``,
-    ``strides`` and dtype (static sizes) for the launcher to allocate, each scratch
+    group's inputs, then its outputs, its scratch arrays, its size arguments), each
+    output's ``shape``, ``strides`` and dtype for the launcher to allocate, each scratch
     array's element count and dtype (``scratch``: a kernel of several nests whose later
     nests read row results an earlier one computed; any contents will do, nothing is
     read before it is written), and the ``shape`` and ``strides`` the kernel reads each
     tensor input at (``inputs``, one per input, None for a scalar: the codegen made of
-    the renderer hands the kernel a copy laid out so where a tensor comes otherwise)."""
+    the renderer hands the kernel a copy laid out so where a tensor comes otherwise).
+
+    Dims are ints, or size expressions (``"s0"``, ``"16*s0"``) for a group with symbolic
+    sizes: ``sizes`` then says where each size argument's symbol is read, ``(symbol, i,
+    k)``, dim ``k`` of the kernel's argument ``i``, and :meth:`bind` gives a call's
+    values; ``nonempty``, the dims :meth:`bind` checks are not 0 (:func:`nonempty_dims`),
+    each with the error it raises, as eager does."""
 
     entry: str
     params: tuple[Param, ...]
-    outputs: tuple[tuple[tuple[int, ...], tuple[int, ...], str], ...]
-    scratch: tuple[tuple[int, str], ...] = ()
-    inputs: tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...] = ()
+    outputs: tuple[tuple[tuple[Any, ...], tuple[Any, ...], str], ...]
+    scratch: tuple[tuple[Any, str], ...] = ()
+    inputs: tuple[tuple[tuple[Any, ...], tuple[Any, ...]] | None, ...] = ()
+    sizes: tuple[tuple[str, int, int], ...] = ()
+    nonempty: tuple[tuple[str, str, str], ...] = ()
+
+    def bind(self, args: Sequence[Any]) -> Bound:
+        """This spec at the sizes of the call's arguments ``args`` (the group's inputs,
+        tensors and scalars, in order): symbols read from the tensors' shapes, every dim
+        evaluated. ``SymbolicDimError`` for an expression that is no integer there, and
+        eager's error for a ``nonempty`` dim of 0."""
+        env = {s: int(args[i].shape[k]) for s, i, k in self.sizes}
+        for dim, error, message in self.nonempty:
+            if symbols.evaluate(dim, env) == 0:
+                raise EMPTY_ERRORS[error](message)
+
+        def ints(dims):
+            return tuple(symbols.evaluate(d, env) for d in dims)
+        return Bound(tuple(env[s] for s, _, _ in self.sizes),
+                     tuple((ints(s), ints(st), d) for s, st, d in self.outputs),
+                     tuple((symbols.evaluate(n, env), d) for n, d in self.scratch),
+                     tuple(None if i is None else (ints(i[0]), ints(i[1]))
+                           for i in self.inputs))
 
     def to_json(self) -> dict:
         data = {"entry": self.entry, "params": [attrs.astuple(p) for p in self.params],
-                "outputs": [[list(s), list(st), d] for s, st, d in self.outputs],
-                "inputs": [None if i is None else [list(i[0]), list(i[1])]
+                "outputs": [[list(_dims(s)), list(_dims(st)), d] for s, st, d in self.outputs],
+                "inputs": [None if i is None else [list(_dims(i[0])), list(_dims(i[1]))]
                            for i in self.inputs]}
         if self.scratch:
-            data["scratch"] = [list(entry) for entry in self.scratch]
+            data["scratch"] = [[_dims((n,))[0], d] for n, d in self.scratch]
+        if self.sizes:
+            data["sizes"] = [list(entry) for entry in self.sizes]
+        if self.nonempty:
+            data["nonempty"] = [list(entry) for entry in self.nonempty]
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
         return cls(data["entry"], tuple(Param(*p) for p in data["params"]),
                    tuple((tuple(s), tuple(st), d) for s, st, d in data["outputs"]),
-                   tuple((int(n), d) for n, d in data.get("scratch", ())),
+                   tuple((n, d) for n, d in data.get("scratch", ())),
                    tuple(None if i is None else (tuple(i[0]), tuple(i[1]))
-                         for i in data.get("inputs", ())))
+                         for i in data.get("inputs", ())),
+                   tuple((s, int(i), int(k)) for s, i, k in data.get("sizes", ())),
+                   tuple((d, e, m) for d, e, m in data.get("nonempty", ())))
 
 
 @attrs.frozen

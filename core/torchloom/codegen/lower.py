@@ -34,14 +34,15 @@ from typing import Any
 from torchloom.codegen import expr, nests, stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written, laid_out_as
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
-                                        Schedule)
+                                        Schedule, nonempty_dims, size_param)
 from torchloom.codegen.expr import Code, Literal, Name, Op
 from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod, same
 from torchloom.codegen.reductions import reduction_table
+from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
                                       same_shape, var_correction)
-from torchloom.ir import Node, ScalarType, TensorType, Value
+from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
 
 _LOW = ("bf16", "f16")
 
@@ -134,7 +135,8 @@ class _Lowering(ValueWalk):
         self.TARGET = renderer.name
         self.POINTWISE = renderer.ops
         self.REDUCTIONS = reduction_table(renderer.sqrt)
-        self.ix = IndexMath(renderer.language)
+        self.ix = IndexMath(renderer.language,
+                            {s: size_param(s) for s in _region_symbols(self.region)})
         self.known: dict = {}
         self.em = em
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
@@ -294,6 +296,14 @@ class _Lowering(ValueWalk):
                                  self.row, e)
 
 
+def _region_symbols(region) -> list[str]:
+    """The size symbols in the region's tensor types (in shapes, strides), sorted."""
+    values = [*region.inputs, *(v for n in region.nodes for v in n.outputs)]
+    return sorted({s for v in values if isinstance(v.type, TensorType)
+                   for d in (*v.type.shape, *strides_of(v.type))
+                   for s in symbols.symbols_of(d)})
+
+
 def _launch(region, scratch: list[tuple[str, Value]]) -> LaunchSpec:
     params, inputs = [], []
     for v in region.inputs:
@@ -304,22 +314,25 @@ def _launch(region, scratch: list[tuple[str, Value]]) -> LaunchSpec:
             inputs.append(None)
         else:
             t = v.type
-            if not all(isinstance(d, int) for d in (*t.shape, *t.actual_strides())):
-                raise Unsupported(f"input %{v.name} has symbolic sizes {list(t.shape)}")
             params.append(Param(f"in_{v.name}", "input", t.dtype))
-            inputs.append((tuple(t.shape), tuple(t.actual_strides())))
+            inputs.append((tuple(t.shape), strides_of(t)))
     outputs = []
     for k, v in enumerate(region.outputs):
         t = v.type
-        dims = (*t.shape, *t.actual_strides())
-        if not all(isinstance(d, int) for d in dims):
-            raise Unsupported(f"output %{v.name} has symbolic sizes {list(t.shape)}")
         params.append(Param(f"out{k}", "output", t.dtype))
-        outputs.append((tuple(t.shape), tuple(t.actual_strides()), t.dtype))
+        outputs.append((tuple(t.shape), strides_of(t), t.dtype))
     params += [Param(name, "scratch", v.type.dtype) for name, v in scratch]
+    bound = symbols.bind_symbols([None if i is None else i[0] for i in inputs])
+    sizes = []
+    for s in _region_symbols(region):
+        if s not in bound:
+            raise Unsupported(f"size {s} is no input's dim (it is only part of size "
+                              f"expressions or strides): the launcher cannot read it")
+        params.append(Param(size_param(s), "size", "i64"))
+        sizes.append((s, *bound[s]))
     return LaunchSpec("kernel", tuple(params), tuple(outputs),
                       tuple((prod(v.type.shape), v.type.dtype) for _, v in scratch),
-                      tuple(inputs))
+                      tuple(inputs), tuple(sizes), nonempty_dims(region))
 
 
 def _is_reduction(node: Node) -> bool:
@@ -416,17 +429,18 @@ class RendererCodegen:
 
 def laid_out(run: Kernel, launch: LaunchSpec) -> Kernel:
     """``run``, handed each tensor input at the strides its kernel reads it with
-    (``launch.inputs``; a dense copy so laid out where a tensor comes with others, as a
-    graph's intermediate may: eager's ops choose their outputs' strides), strides of
-    dims of size 1 aside."""
-    checks = [(i, layout[1]) for i, layout in enumerate(launch.inputs) if layout is not None]
-    if len(checks) != sum(p.role == "input" for p in launch.params):
+    (``launch.inputs``, at the call's sizes where they are symbolic; a dense copy so laid
+    out where a tensor comes with others, as a graph's intermediate may: eager's ops choose
+    their outputs' strides), strides of dims of size 1 aside."""
+    tensors = [i for i, layout in enumerate(launch.inputs) if layout is not None]
+    if len(tensors) != sum(p.role == "input" for p in launch.params):
         raise ValueError(f"kernel {launch.entry}: its launch spec has no layout for every "
                          f"tensor input (made by an older torchloom): compile it again")
 
-    def kernel(*args):
+    def kernel(*args):  # (bind raises IndexError where eager would, before any copy)
+        layouts = launch.bind(args).inputs if launch.sizes else launch.inputs
         args = list(args)
-        for i, strides in checks:
-            args[i] = laid_out_as(args[i], strides)
+        for i in tensors:
+            args[i] = laid_out_as(args[i], layouts[i][1])
         return run(*args)
     return kernel

@@ -5,7 +5,7 @@ per row (softmax, layer norm, RMSNorm), edge values, low precision, size-1 dims.
 ``CASES``: name -> ``(graph text, inputs)``; ``inputs()`` makes the inputs from a generator
 seeded afresh, so a case's inputs do not depend on which tests ran before. A codegen's test
 file adds its own cases with :func:`cases`. ``group_text`` writes a graph holding one fusion
-group.
+group; ``symbolic_sizes``, a case's graph at symbolic sizes.
 """
 
 from __future__ import annotations
@@ -33,6 +33,20 @@ def group_text(params: str, body: str, results: str) -> str:
     return (f"graph @g({outer_in}) {{\n"
             f"  {outs} = torchloom.fusion_group({args}) : {types} region @group0({params}) {{\n"
             f"{lines}\n    return {names}\n  }}\n  return {outs}\n}}\n")
+
+
+#: a tensor type's dims in graph text (``f32[8, 20]``)
+_TYPE_DIMS = re.compile(r"\b(f64|f32|f16|bf16|i64|i32|i16|i8|u8|b8)\[([0-9, ]+)\]")
+
+
+def symbolic_sizes(text: str) -> str:
+    """Graph ``text`` with every tensor type's dims above 1 made size symbols named by
+    their size (``f32[8, 20]`` -> ``f32[s8, s20]``; strides and attributes as they are):
+    the same group at symbolic sizes, which the case's inputs bind to their own."""
+    def symbols(m: re.Match) -> str:
+        dims = [d.strip() for d in m.group(2).split(",")]
+        return f"{m.group(1)}[{', '.join(f's{d}' if int(d) > 1 else d for d in dims)}]"
+    return _TYPE_DIMS.sub(symbols, text)
 
 
 def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -208,3 +222,21 @@ def stored_output_for_columns(shape, dtype: str) -> str:
         %m = aten.mul.Tensor(%e, %s) : {t}
         %d = aten.sub.Tensor(%g, %m) : {t}
         %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
+
+
+#: groups whose max, min, argmax or argmin reduce symbolic dims, and a shape of ``%a``
+#: (``[s0, s1]``) where those dims are empty: eager raises there (an ``IndexError`` or a
+#: ``RuntimeError``, by op and form), and so must a kernel's launcher
+EMPTY_ROWS = {
+    "amax_last_dim": (group_text("%a: f32[s0, s1]", """
+        %x = aten.amax.default(%a) {dim = [-1], keepdim = true} : f32[s0, 1]
+        %y = aten.sub.Tensor(%a, %x) : f32[s0, s1]""", "%y: f32[s0, s1]"), (3, 0)),
+    "argmax_dim1": (group_text("%a: f32[s0, s1]", """
+        %x = aten.argmax.default(%a) {dim = 1} : i64[s0]""", "%x: i64[s0]"), (4, 0)),
+    "amin_dim0": (group_text("%a: f32[s0, s1]", """
+        %x = aten.amin.default(%a) {dim = [0]} : f32[s1]""", "%x: f32[s1]"), (0, 5)),
+    "amin_every_dim": (group_text("%a: f32[s0, s1]", """
+        %x = aten.amin.default(%a) : f32[]""", "%x: f32[]"), (0, 3)),
+    "argmin_every_dim": (group_text("%a: f32[s0, s1]", """
+        %x = aten.argmin.default(%a) : i64[]""", "%x: i64[]"), (2, 0)),
+}

@@ -1,7 +1,7 @@
 """``scalar_c``'s toolchain and launcher: the system compiler (``$CC``, default ``cc``)
 builds each kernel's C into a shared library under the cache directory, named by the
 digest of its source; ctypes calls it with the inputs' and fresh outputs' (and scratch
-arrays') pointers."""
+arrays') pointers, then the call's sizes (``LaunchSpec.bind``)."""
 
 from __future__ import annotations
 
@@ -48,18 +48,17 @@ def build(source: str, launch):
     """A callable running the kernel ``source``: ``kernel(*inputs) -> tuple(outputs)``."""
     function = getattr(_library(source), launch.entry)
     inputs = [p for p in launch.params if p.role in ("input", "scalar")]
-    prototype = ctypes.CFUNCTYPE(None, *(_SCALARS[p.dtype] if p.role == "scalar" else
-                                         ctypes.c_void_p for p in launch.params))
+    prototype = ctypes.CFUNCTYPE(None, *(_SCALARS[p.dtype] if p.role in ("scalar", "size")
+                                         else ctypes.c_void_p for p in launch.params))
     call = prototype(ctypes.cast(function, ctypes.c_void_p).value)
-    outputs = [(shape, strides, DTYPES[dtype]) for shape, strides, dtype in launch.outputs]
-    scratch = [(numel, DTYPES[dtype]) for numel, dtype in launch.scratch]
 
     def kernel(*args):
-        outs = tuple(torch.empty_strided(shape, strides, dtype=dtype)
-                     for shape, strides, dtype in outputs)
-        rows = [torch.empty(numel, dtype=dtype) for numel, dtype in scratch]
+        bound = launch.bind(args)  # this call's sizes: outputs' shapes, size arguments
+        outs = tuple(torch.empty_strided(shape, strides, dtype=DTYPES[dtype])
+                     for shape, strides, dtype in bound.outputs)
+        rows = [torch.empty(numel, dtype=DTYPES[dtype]) for numel, dtype in bound.scratch]
         values = [a.data_ptr() if p.role == "input" else a for p, a in zip(inputs, args)]
-        call(*values, *(o.data_ptr() for o in (*outs, *rows)))
+        call(*values, *(o.data_ptr() for o in (*outs, *rows)), *bound.sizes)
         return outs
 
     return kernel

@@ -114,7 +114,8 @@ class ScalarC:
     capabilities = Capabilities(
         forms=frozenset({"pointwise", "row_reduction", "several_nests"}),
         dtypes=frozenset({"f64", "f32", "bf16", "i64", "i32", "b8"}), ops=frozenset(OPS),
-        kinds=frozenset({"sum", "prod", "max", "min", "var", "argmax", "argmin", "any", "all"}))
+        kinds=frozenset({"sum", "prod", "max", "min", "var", "argmax", "argmin", "any", "all"}),
+        symbolic=True)
 
     def literal(self, value: Any, dtype: str) -> str:
         if isinstance(value, bool):
@@ -173,7 +174,7 @@ class ScalarC:
     def render(self, kernel) -> str:
         params = []
         for p in kernel.launch.params:
-            if p.role == "scalar":
+            if p.role in ("scalar", "size"):
                 params.append(f"{CTYPE[p.dtype]} {p.name}")
             else:
                 const = "const " if p.role == "input" else ""

@@ -87,13 +87,14 @@ class CpuCodegen:
 
     @property
     def version(self) -> str:
-        """"2" (session 34: kernels built without contraction, whose sources spell their
-        fused multiply-adds: sources cached by "1" assumed gcc's) and the forms of eager's
+        """"3" (session 36: a kernel's metadata says which symbolic rows a max may not
+        find empty; "2", session 34: kernels built without contraction, whose sources spell
+        their fused multiply-adds: sources cached by "1" assumed gcc's) and the forms of eager's
         GELU this machine's kernels reproduce (``ops.eager_gelu_form``, which differ by
         CPU): a kernel's C source depends on them, so kernels cached on disk or in a shared
         cache are kept apart per form, never loaded on a machine whose eager computes
         another."""
-        return "2:" + ",".join(ops.eager_gelu_form(d) for d in ("f32", "bf16", "f16"))
+        return "3:" + ",".join(ops.eager_gelu_form(d) for d in ("f32", "bf16", "f16"))
 
     def __init__(self, *, cache_dir: str | Path | None = None, timeout: float | None = None,
                  artifacts: ArtifactStore | None = None, f16: str | None = None):

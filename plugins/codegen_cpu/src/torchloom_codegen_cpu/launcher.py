@@ -13,16 +13,18 @@ dtype, shape and strides, and allocates the others. With symbolic sizes, it read
 that bare size (``symbols.bind_symbols``, the binding the graph's guards use), from the
 int input the metadata names for it, or from the input stride that is that size argument
 (a view's stride of sizes no dim holds), and evaluates the output shapes and the expected
-strides from them.
+strides from them, and raises eager's error where a max, min, argmax or argmin reduces a
+row of symbolic length that is 0 at the call (``nonempty`` in the metadata).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 import torch
-from torchloom.api import laid_out_as, same_strides, symbols
+from torchloom.api import EMPTY_ERRORS, laid_out_as, same_strides, symbols
 
 from torchloom_codegen_cpu.entry import python_entry
 
@@ -160,6 +162,10 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
 
     def items(dims) -> list[str]:
         return [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
+
+    for k, (dim, error, message) in enumerate(meta.get("nonempty", ())):  # eager's error
+        namespace[f"_empty{k}"] = functools.partial(EMPTY_ERRORS[error], message)
+        lines.append(f"    if {items([dim])[0]} == 0: raise _empty{k}()")
 
     def tup(dims) -> str:
         return f"({', '.join(items(dims))}{',' if len(dims) == 1 else ''})"

@@ -17,11 +17,13 @@ strides, the inputs' expected strides and the iteration space. Size expressions 
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Callable
 
 import attrs
-from torchloom.api import Graph, InputRef, ScalarType, TensorType, clone_graph, symbols
+from torchloom.api import (EMPTY_ERRORS, Graph, InputRef, ScalarType, TensorType, clone_graph,
+                           symbols)
 
 from torchloom_codegen_triton.indexing import Unsupported
 
@@ -151,7 +153,8 @@ def size_function(meta: dict[str, Any]) -> Callable:
     """``sizes(*args) -> (symbol values, output shapes, output strides, input strides,
     numel, rows, rnumel)`` for a kernel with symbolic sizes (its ``meta["symbols"]``:
     ``[symbol, input, dim, c]`` in argument order: the symbol is that dim over c). Strides are None where contiguous; rows
-    and rnumel are 0 for a pointwise kernel."""
+    and rnumel are 0 for a pointwise kernel. Eager's error where a dim of
+    ``meta["nonempty"]`` (rows a max, min, argmax or argmin reduces) is 0."""
     ns: dict[str, Any] = dict(symbols.guard_namespace())
 
     def src(d) -> str:
@@ -170,6 +173,9 @@ def size_function(meta: dict[str, Any]) -> Callable:
         per = f" // {int(c)}" if int(c) != 1 else ""
         read = f"a{int(i)}" if int(k) < 0 else f"a{int(i)}.shape[{int(k)}]"  # an int input
         lines.append(f"    sym_{name} = {read}{per}")
+    for k, (dim, error, message) in enumerate(meta.get("nonempty", ())):  # eager's error
+        ns[f"_empty{k}"] = functools.partial(EMPTY_ERRORS[error], message)
+        lines.append(f"    if {src(dim)} == 0: raise _empty{k}()")
     values = ", ".join(f"sym_{name}" for name, *_ in meta["symbols"])
     outs = [o for o in meta["outputs"]]
     ins = [d for d in meta["inputs"] if "scalar" not in d]
