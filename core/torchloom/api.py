@@ -38,9 +38,10 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 from torchloom import errors
 from torchloom.codegen import (contract, expr, indexing, lower, nests, reductions, schedule,
                                stmt, writer)
-from torchloom.codegen.contract import (EMPTY_ERRORS, FORMS, Bound, Capabilities,
+from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
-                                        Schedule, nonempty_dims, size_param)
+                                        Schedule, size_param)
+from torchloom.codegen.empty_rows import EMPTY_ERRORS, nonempty_dims
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
@@ -92,8 +93,8 @@ __all__ = [
     "laid_out_as", "same_strides",
     "indexing", "nests", "reductions", "schedule", "stmt", "writer",
     # the codegen contract
-    "EMPTY_ERRORS", "FORMS", "Bound", "Capabilities", "LaunchSpec", "Lowered", "OpTemplate",
-    "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported", "contract", "lower",
+    "EMPTY_ERRORS", "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec",
+    "Lowered", "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported", "contract", "lower",
     "nonempty_dims", "size_param",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",

@@ -236,8 +236,9 @@ SYMBOLIC_DECLINED = {
 @given(rows=st.integers(0, 9), cols=st.integers(0, 70), dtype=st.sampled_from(["f32", "bf16"]))
 def test_one_kernel_serves_every_size(scalar_c, rows, cols, dtype):
     """Layer norm and softmax of ``x * w`` over ``[s0, s1]``: one kernel, called at sizes
-    drawn (no rows, rows of one element, empty rows among them), matches eager at each,
-    and raises eager's ``IndexError`` where the softmax's max reduces empty rows."""
+    drawn (no rows, rows of one element, empty rows among them), matches eager at each;
+    over empty rows it writes empty outputs, as ``torch.softmax`` does (the group's
+    decomposed ``amax`` raises in eager, but its result reaches no element)."""
     cls, registry = scalar_c
     t, row = f"{dtype}[s0, s1]", f"{dtype}[s0, 1]"
     text = group_text(f"%a: {t}, %w: {dtype}[s1]", f"""
@@ -255,12 +256,10 @@ def test_one_kernel_serves_every_size(scalar_c, rows, cols, dtype):
     g = torch.Generator().manual_seed(rows * 100 + cols)
     a, w = randn(g, rows, cols, dtype=DTYPES[dtype]), randn(g, cols, dtype=DTYPES[dtype])
     eager = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])
-    if cols == 0:  # amax over empty rows: eager raises, and so does the launcher
-        with pytest.raises(IndexError) as want:
+    if cols == 0:  # the decomposed amax over empty rows raises; torch.softmax does not
+        with pytest.raises(IndexError):
             eager(a, w)
-        with pytest.raises(IndexError) as got:
-            kernel(a, w)
-        assert str(got.value) == str(want.value)
+        assert [o.shape for o in kernel(a, w)] == [(rows, 0)] * 2
         return
     for got, expected in zip(kernel(a, w), eager(a, w)):
         assert got.shape == expected.shape and got.dtype == expected.dtype

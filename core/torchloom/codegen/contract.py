@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from torchloom.codegen.base import Kernel, Reason
+from torchloom.codegen.empty_rows import raise_if_empty, raises_when_empty
 from torchloom.codegen.indexing import Language, Unsupported
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.schedule import ReductionNest, RowsAndColumns, nest_classes
@@ -62,59 +63,6 @@ def _form(nest: ReductionNest) -> str:
     if not kept or not rdims or min(rdims) > max(kept):
         return "row_reduction"
     return "column_reduction" if min(kept) > max(rdims) else "strided_reduction"
-
-
-#: reduction kinds without an identity: eager raises over an empty dim
-_NO_IDENTITY = ("max", "min", "argmax", "argmin")
-
-
-def _raises_when_empty(node: Node) -> str | None:
-    """Why eager raises on reduction ``node`` (a max, min, argmax or argmin over a dim of
-    size 0: ``IndexError``, which only running it gives), or None. A kernel would return
-    its accumulator's start, so the group is left to the ``eager`` codegen, which raises."""
-    t = node.inputs[0].type
-    if REDUCTION_KINDS[node.op] not in _NO_IDENTITY or not isinstance(t, TensorType):
-        return None
-    empty = [d for d in reduced_dims(node, len(t.shape)) if t.shape[d] == 0]
-    if not empty:
-        return None
-    return (f"{node.op} reduces dim {empty[0]} of {list(t.shape)}, of size 0: eager raises "
-            f"(IndexError: expected reduction dim to have non-zero size)")
-
-
-#: the exceptions a launcher raises for :func:`nonempty_dims` (metadata names them)
-EMPTY_ERRORS = {"IndexError": IndexError, "RuntimeError": RuntimeError}
-
-
-def nonempty_dims(region) -> tuple[tuple[str, str, str], ...]:
-    """What a launcher checks before a call where a max, min, argmax or argmin of
-    ``region`` reduces symbolic dims (a static 0 is :func:`_raises_when_empty`'s, a
-    decline): ``(dim, error, message)``, a size expression that is 0 when eager raises
-    ``error`` (a name of :data:`EMPTY_ERRORS`) with ``message``. A kernel would return its
-    accumulator's start over an empty row instead."""
-    checks: list[tuple[str, str, str]] = []
-    for node in region.nodes:
-        t = node.inputs[0].type if node.inputs else None
-        kind = REDUCTION_KINDS.get(node.op)
-        if kind not in _NO_IDENTITY or not isinstance(t, TensorType) or not t.shape:
-            continue
-        name, rank = node.op.split(".")[1], len(t.shape)
-        given = node.attrs.get("dim")
-        if given is None or given == []:  # every dim: eager checks the element count
-            numel = "*".join(f"({d})" for d in t.shape)
-            if not all(isinstance(d, int) for d in t.shape):
-                arg = kind.startswith("arg")
-                checks.append((numel, "IndexError" if arg else "RuntimeError",
-                               f"{name}(): Expected reduction dim to be specified for "
-                               f"input.numel() == 0." + ("" if arg else " Specify the "
-                               "reduction dim with the 'dim' argument.")))
-            continue
-        for g in [given] if isinstance(given, int) else given:
-            d = t.shape[g + rank if g < 0 else g]
-            if not isinstance(d, int):
-                checks.append((str(d), "IndexError", f"{name}(): Expected reduction dim {g} "
-                                                     f"to have non-zero size."))
-    return tuple(dict.fromkeys(checks))
 
 
 def _tensor_values(region) -> list[Value]:
@@ -166,7 +114,7 @@ class Schedule:
         nodes = list(region.nodes)
         reds = [n for n in nodes if n.op in REDUCTION_KINDS]
         for n in reds:
-            why = _raises_when_empty(n)
+            why = raises_when_empty(n, REDUCTION_KINDS[n.op])
             if why is not None:
                 raise Unsupported(why)
         ops = frozenset(n.op for n in nodes if n.op not in VIEWS and n.op not in REDUCTION_KINDS)
@@ -318,8 +266,8 @@ class LaunchSpec:
     Dims are ints, or size expressions (``"s0"``, ``"16*s0"``) for a group with symbolic
     sizes: ``sizes`` then says where each size argument's symbol is read, ``(symbol, i,
     k)``, dim ``k`` of the kernel's argument ``i``, and :meth:`bind` gives a call's
-    values; ``nonempty``, the dims :meth:`bind` checks are not 0 (:func:`nonempty_dims`),
-    each with the error it raises, as eager does."""
+    values; ``nonempty``, the reductions of empty rows :meth:`bind` raises eager's error
+    for (:func:`~torchloom.codegen.empty_rows.nonempty_dims`)."""
 
     entry: str
     params: tuple[Param, ...]
@@ -327,7 +275,7 @@ class LaunchSpec:
     scratch: tuple[tuple[Any, str], ...] = ()
     inputs: tuple[tuple[tuple[Any, ...], tuple[Any, ...]] | None, ...] = ()
     sizes: tuple[tuple[str, int, int], ...] = ()
-    nonempty: tuple[tuple[str, str, str], ...] = ()
+    nonempty: tuple[tuple[Any, tuple[Any, ...], str, str], ...] = ()
 
     def bind(self, args: Sequence[Any]) -> Bound:
         """This spec at the sizes of the call's arguments ``args`` (the group's inputs,
@@ -335,9 +283,7 @@ class LaunchSpec:
         evaluated. ``SymbolicDimError`` for an expression that is no integer there, and
         eager's error for a ``nonempty`` dim of 0."""
         env = {s: int(args[i].shape[k]) for s, i, k in self.sizes}
-        for dim, error, message in self.nonempty:
-            if symbols.evaluate(dim, env) == 0:
-                raise EMPTY_ERRORS[error](message)
+        raise_if_empty(self.nonempty, env)
 
         def ints(dims):
             return tuple(symbols.evaluate(d, env) for d in dims)
@@ -357,7 +303,7 @@ class LaunchSpec:
         if self.sizes:
             data["sizes"] = [list(entry) for entry in self.sizes]
         if self.nonempty:
-            data["nonempty"] = [list(entry) for entry in self.nonempty]
+            data["nonempty"] = [[d, list(seen), e, m] for d, seen, e, m in self.nonempty]
         return data
 
     @classmethod
@@ -368,7 +314,7 @@ class LaunchSpec:
                    tuple(None if i is None else (tuple(i[0]), tuple(i[1]))
                          for i in data.get("inputs", ())),
                    tuple((s, int(i), int(k)) for s, i, k in data.get("sizes", ())),
-                   tuple((d, e, m) for d, e, m in data.get("nonempty", ())))
+                   tuple((d, tuple(seen), e, m) for d, seen, e, m in data.get("nonempty", ())))
 
 
 @attrs.frozen

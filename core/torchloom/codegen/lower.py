@@ -34,7 +34,8 @@ from typing import Any
 from torchloom.codegen import expr, nests, stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written, laid_out_as
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
-                                        Schedule, nonempty_dims, size_param)
+                                        Schedule, size_param)
+from torchloom.codegen.empty_rows import nonempty_dims
 from torchloom.codegen.expr import Code, Literal, Name, Op
 from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod, same
 from torchloom.codegen.reductions import reduction_table
@@ -332,7 +333,8 @@ def _launch(region, scratch: list[tuple[str, Value]]) -> LaunchSpec:
         sizes.append((s, *bound[s]))
     return LaunchSpec("kernel", tuple(params), tuple(outputs),
                       tuple((prod(v.type.shape), v.type.dtype) for _, v in scratch),
-                      tuple(inputs), tuple(sizes), nonempty_dims(region))
+                      tuple(inputs), tuple(sizes),
+                      nonempty_dims(region, REDUCTION_KINDS))
 
 
 def _is_reduction(node: Node) -> bool:

@@ -224,13 +224,18 @@ def stored_output_for_columns(shape, dtype: str) -> str:
         %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
 
 
-#: groups whose max, min, argmax or argmin reduce symbolic dims, and a shape of ``%a``
-#: (``[s0, s1]``) where those dims are empty: eager raises there (an ``IndexError`` or a
-#: ``RuntimeError``, by op and form), and so must a kernel's launcher
+#: groups whose max, min, argmax or argmin reduce symbolic dims into an output, and a shape
+#: of ``%a`` (``[s0, s1]``) where those dims are empty: eager raises there (an
+#: ``IndexError`` or a ``RuntimeError``, by op and form), and so must a kernel's launcher
+#: (a softmax over empty rows raises nothing: its output is empty)
 EMPTY_ROWS = {
     "amax_last_dim": (group_text("%a: f32[s0, s1]", """
         %x = aten.amax.default(%a) {dim = [-1], keepdim = true} : f32[s0, 1]
-        %y = aten.sub.Tensor(%a, %x) : f32[s0, s1]""", "%y: f32[s0, s1]"), (3, 0)),
+        %y = aten.sub.Tensor(%a, %x) : f32[s0, s1]""", "%x: f32[s0, 1], %y: f32[s0, s1]"),
+        (3, 0)),
+    "amax_times_two": (group_text("%a: f32[s0, s1]", """
+        %x = aten.amax.default(%a) {dim = [1]} : f32[s0]
+        %y = aten.mul.Tensor(%x) {other = 2.0} : f32[s0]""", "%y: f32[s0]"), (3, 0)),
     "argmax_dim1": (group_text("%a: f32[s0, s1]", """
         %x = aten.argmax.default(%a) {dim = 1} : i64[s0]""", "%x: i64[s0]"), (4, 0)),
     "amin_dim0": (group_text("%a: f32[s0, s1]", """

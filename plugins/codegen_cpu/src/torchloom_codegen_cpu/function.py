@@ -11,9 +11,9 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import (Graph, InputRef, Node, ScalarType, Schedule, TensorType, Value,
-                           clone_graph, nonempty_dims, print_graph, stmt, structural_hash,
-                           symbols)
+from torchloom.api import (REDUCTION_KINDS, Graph, InputRef, Node, ScalarType, Schedule,
+                           TensorType, Value, clone_graph, nonempty_dims, print_graph, stmt,
+                           structural_hash, symbols)
 from torchloom.api import nests as nest_plan
 
 from torchloom_codegen_cpu import rows_and_columns, team
@@ -223,8 +223,9 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 "outputs": [_describe(v, nests[0]) for v in region.outputs],
                 "inplace": [list(pair) for pair in inplace]}
     if names:  # a max over a row of symbolic length: the launcher raises on 0, as eager
-        metadata["nonempty"] = [[nests[0].dims(d), error, message]
-                                for d, error, message in nonempty_dims(region)]
+        metadata["nonempty"] = [
+            [nests[0].dims(d), [nests[0].dims(n) for n in counts], error, message]
+            for d, counts, error, message in nonempty_dims(region, REDUCTION_KINDS)]
     for i, name in ((i, n) for n, i in scalars.items()):
         metadata["inputs"][i]["size"] = name  # this int input is that size's value
     for i, order in orders.items():  # a stride is a size argument: copies are dense so

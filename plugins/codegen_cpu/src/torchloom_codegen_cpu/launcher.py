@@ -163,9 +163,10 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
     def items(dims) -> list[str]:
         return [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
 
-    for k, (dim, error, message) in enumerate(meta.get("nonempty", ())):  # eager's error
+    for k, (dim, counts, error, message) in enumerate(meta.get("nonempty", ())):
         namespace[f"_empty{k}"] = functools.partial(EMPTY_ERRORS[error], message)
-        lines.append(f"    if {items([dim])[0]} == 0: raise _empty{k}()")
+        seen = " or ".join(items(counts))  # (an output the reduction reaches has elements)
+        lines.append(f"    if {items([dim])[0]} == 0 and ({seen}): raise _empty{k}()")
 
     def tup(dims) -> str:
         return f"({', '.join(items(dims))}{',' if len(dims) == 1 else ''})"

@@ -173,9 +173,10 @@ def size_function(meta: dict[str, Any]) -> Callable:
         per = f" // {int(c)}" if int(c) != 1 else ""
         read = f"a{int(i)}" if int(k) < 0 else f"a{int(i)}.shape[{int(k)}]"  # an int input
         lines.append(f"    sym_{name} = {read}{per}")
-    for k, (dim, error, message) in enumerate(meta.get("nonempty", ())):  # eager's error
+    for k, (dim, counts, error, message) in enumerate(meta.get("nonempty", ())):
         ns[f"_empty{k}"] = functools.partial(EMPTY_ERRORS[error], message)
-        lines.append(f"    if {src(dim)} == 0: raise _empty{k}()")
+        seen = " or ".join(map(src, counts))  # (an output the reduction reaches has elements)
+        lines.append(f"    if {src(dim)} == 0 and ({seen}): raise _empty{k}()")
     values = ", ".join(f"sym_{name}" for name, *_ in meta["symbols"])
     outs = [o for o in meta["outputs"]]
     ins = [d for d in meta["inputs"] if "scalar" not in d]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, nonempty_dims
+from torchloom.api import REDUCTION_KINDS, Node, nonempty_dims
 
 from torchloom_codegen_triton.kernel import KernelWriter
 from torchloom_codegen_triton.ops import module_prelude
@@ -77,7 +77,8 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
     meta = main.metadata(variants[0]["kernel"], variants[0]["form"])
     meta["symbols"] = [[s, i, k, c] for s, (i, k, c) in first.symbols.items()]
     # a max over a row of symbolic length: the launch raises on 0, as eager does
-    meta["nonempty"] = [list(check) for check in nonempty_dims(first.region)]
+    meta["nonempty"] = [[d, list(counts), error, message] for d, counts, error, message
+                        in nonempty_dims(first.region, REDUCTION_KINDS)]
     meta["variants"] = variants
     meta["max_persistent"] = max_persistent
     meta["columns"] = bool(first.columns)
