@@ -222,10 +222,10 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 "inputs": [_describe(v, nests[0]) for v in region.inputs],
                 "outputs": [_describe(v, nests[0]) for v in region.outputs],
                 "inplace": [list(pair) for pair in inplace]}
-    if names:  # a max over a row of symbolic length: the launcher raises on 0, as eager
-        metadata["nonempty"] = [
-            [nests[0].dims(d), [nests[0].dims(n) for n in counts], error, message]
-            for d, counts, error, message in nonempty_dims(region, REDUCTION_KINDS)]
+    nonempty = [[nests[0].dims(d), [nests[0].dims(n) for n in counts], error, message]
+                for d, counts, error, message in nonempty_dims(region, REDUCTION_KINDS)]
+    if nonempty:  # a max over rows of symbolic length: the launcher raises on 0, as eager
+        metadata["nonempty"] = nonempty
     for i, name in ((i, n) for n, i in scalars.items()):
         metadata["inputs"][i]["size"] = name  # this int input is that size's value
     for i, order in orders.items():  # a stride is a size argument: copies are dense so

@@ -76,9 +76,10 @@ def generate_variants(group: Node, registry: Any, max_persistent: int,
     main = writers[0]
     meta = main.metadata(variants[0]["kernel"], variants[0]["form"])
     meta["symbols"] = [[s, i, k, c] for s, (i, k, c) in first.symbols.items()]
-    # a max over a row of symbolic length: the launch raises on 0, as eager does
-    meta["nonempty"] = [[d, list(counts), error, message] for d, counts, error, message
-                        in nonempty_dims(first.region, REDUCTION_KINDS)]
+    nonempty = [[d, list(counts), error, message] for d, counts, error, message
+                in nonempty_dims(first.region, REDUCTION_KINDS)]
+    if nonempty:  # a max over rows of symbolic length: the launch raises on 0, as eager
+        meta["nonempty"] = nonempty
     meta["variants"] = variants
     meta["max_persistent"] = max_persistent
     meta["columns"] = bool(first.columns)
