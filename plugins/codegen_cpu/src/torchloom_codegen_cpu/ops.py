@@ -314,6 +314,12 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.asin.default": _unary("asin$f(X)"),
     "aten.acos.default": _unary("acos$f(X)"),
     "aten.erfc.default": _unary("erfc$f(X)"),
+    # (special.py: written from the mathematics; within a few ulp of eager's)
+    "aten.lgamma.default": _unary("lgamma$f(X)"),
+    "aten.digamma.default": _unary("tl_digamma$f(X)"),
+    "aten.erfinv.default": _unary("tl_erfinv$f(X)"),
+    "aten.special_entr.default": _unary(
+        "(X != X ? X : X > 0 ? -X * log$f(X) : X == 0 ? ($T)0 : -($T)INFINITY)"),
     "aten.logit.default": Pointwise(_logit),
     "aten.nan_to_num.default": Pointwise(_nan_to_num, "out", "{self}"),
     "aten.isinf.default": Pointwise("({self} == INFINITY || {self} == -INFINITY)", "keep",
@@ -336,6 +342,9 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.hypot.default": Pointwise("hypot$f({self}, {other})"),
     "aten.xlogy.Tensor": Pointwise(
         "({other} != {other} ? {other} : {self} == 0 ? ($T)0 : {self} * log$f({other}))"),
+    **{f"aten.special_xlog1py.{k}": Pointwise(
+        "({other} != {other} ? {other} : {self} == 0 ? ($T)0 : {self} * log1p$f({other}))")
+       for k in ("default", "self_scalar", "other_scalar")},
     "aten.heaviside.default": _both("({self} == 0 ? {values} : ({self} > 0))"),
     "aten.logical_xor.default": _both("(({self} != 0) != ({other} != 0))", args="keep"),
     "aten.bitwise_xor.Tensor": Pointwise(None, "out", "{self} ^ {other}"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from torchloom_codegen_cpu.ops import VECTOR_MATH
 from torchloom_codegen_cpu.overrun import SHARE
+from torchloom_codegen_cpu.special import SPECIAL
 
 _TEMPLATE = """\
 #include <float.h>
@@ -428,4 +429,4 @@ def prelude() -> str:
         decls += ["#pragma omp declare simd notinbranch", f"extern float {fn}f(float);",
                   "#pragma omp declare simd notinbranch", f"extern double {fn}(double);"]
     decls.append("#endif")
-    return _HEADER + SHARE + "\n".join(decls) + "\n"
+    return _HEADER + SPECIAL + SHARE + "\n".join(decls) + "\n"
