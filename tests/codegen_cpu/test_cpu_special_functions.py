@@ -1,5 +1,5 @@
-"""lgamma, digamma, erfinv, special_entr and special_xlog1py in the cpu kernels (their
-groups ran on eager): on special values (NaN, +-inf, +-0.0, the poles 0, -1, -2, the ends
+"""lgamma, digamma, erfinv, special_entr, special_xlog1py and the Bessel functions i0,
+i0e, i1, i1e in the cpu kernels (their groups ran on eager): on special values (NaN, +-inf, +-0.0, the poles 0, -1, -2, the ends
 +-1 of erfinv's domain and values just inside them, denormals, +-3e38) and random ones in
 f32, f64 and bf16, against eager: NaN where eager has NaN, infinities of its signs, values
 within f32's tolerance (digamma and erfinv are written from their mathematics, special.py,
@@ -16,7 +16,8 @@ from conftest import codegens, compiled
 
 SPECIAL = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, -1.0, -2.0, -3.0, 0.5,
            -0.5, -2.5, 1e-40, -1e-40, 3e38, -3e38, 9.999999, 10.0, 10.000001, 1e-7, 0.9999999,
-           -0.9999999, 1 - 2 ** -24, -1 + 2 ** -24, 1e17, 1e20, -1e8 - 0.5, 123.456]
+           -0.9999999, 1 - 2 ** -24, -1 + 2 ** -24, 1e17, 1e20, -1e8 - 0.5, 123.456, 29.99,
+           30.0, 30.01, -31.0, 88.0, 88.7, 89.0, 700.0, -709.0, 710.0]
 FNS = {
     "lgamma": lambda x, y: torch.lgamma(x),
     "digamma": lambda x, y: torch.digamma(x),
@@ -24,6 +25,10 @@ FNS = {
     "entr": lambda x, y: torch.special.entr(x),
     "xlog1py": lambda x, y: torch.special.xlog1py(x, y),
     "xlog1py_scalar": lambda x, y: torch.special.xlog1py(x, 0.5),
+    "i0": lambda x, y: torch.special.i0(x),
+    "i0e": lambda x, y: torch.special.i0e(x),
+    "i1": lambda x, y: torch.special.i1(x),
+    "i1e": lambda x, y: torch.special.i1e(x),
 }
 
 
@@ -65,7 +70,9 @@ def test_values_as_eager(tmp_path, dtype):
 def wide(tmp_path_factory):
     """One compiled function over the ops, for values hypothesis draws."""
     def f(x):
-        return torch.lgamma(x), torch.digamma(x), torch.erfinv(x.tanh()), torch.special.entr(x)
+        return (torch.lgamma(x), torch.digamma(x), torch.erfinv(x.tanh()), torch.special.entr(x),
+                torch.special.i0(x), torch.special.i0e(x), torch.special.i1(x),
+                torch.special.i1e(x))
     return f, compiled(f, tmp_path_factory.mktemp("special"))[1]
 
 
@@ -75,7 +82,8 @@ def wide(tmp_path_factory):
 def test_drawn_values_as_eager(wide, values):
     f, fn = wide
     x = torch.tensor(values, dtype=torch.float32)
-    for name, got, want in zip(("lgamma", "digamma", "erfinv", "entr"), fn(x), f(x)):
+    names = ("lgamma", "digamma", "erfinv", "entr", "i0", "i0e", "i1", "i1e")
+    for name, got, want in zip(names, fn(x), f(x), strict=True):
         _assert_as_eager(name, got, want, False)
 
 
@@ -85,7 +93,8 @@ def test_gradients_as_eager(tmp_path):
         # (digamma's gradient is polygamma(1, x), which stays on eager: its values at the
         # poles are eager's formula's, large finite numbers, not the mathematics')
         out = (torch.lgamma(x.abs() + 0.5) + torch.erfinv(x * 0.9) + torch.special.entr(x.abs())
-               + torch.special.xlog1py(x, y.abs())).sum()
+               + torch.special.xlog1py(x, y.abs()) + torch.special.i0(x)
+               + torch.special.i1e(x * 40)).sum()
         return torch.autograd.grad(out, (x, y))
 
     g = torch.Generator().manual_seed(1)

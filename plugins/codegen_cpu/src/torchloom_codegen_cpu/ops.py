@@ -318,6 +318,8 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.lgamma.default": _unary("lgamma$f(X)"),
     "aten.digamma.default": _unary("tl_digamma$f(X)"),
     "aten.erfinv.default": _unary("tl_erfinv$f(X)"),
+    "aten.i0.default": _unary("tl_i0$f(X)"),
+    **{f"aten.special_{f}.default": _unary(f"tl_{f}$f(X)") for f in ("i0e", "i1", "i1e")},
     "aten.special_entr.default": _unary(
         "(X != X ? X : X > 0 ? -X * log$f(X) : X == 0 ? ($T)0 : -($T)INFINITY)"),
     "aten.logit.default": Pointwise(_logit),

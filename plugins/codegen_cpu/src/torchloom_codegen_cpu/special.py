@@ -1,5 +1,6 @@
-"""C for the special functions the cpu kernels compute where libm has none: digamma and
-erfinv (the prelude appends :data:`SPECIAL`). lgamma, entr and xlog1py are libm calls in
+"""C for the special functions the cpu kernels compute where libm has none: digamma,
+erfinv and the modified Bessel functions i0, i0e, i1, i1e (the prelude appends
+:data:`SPECIAL`). lgamma, entr and xlog1py are libm calls in
 their op rows (ops.py).
 
 Each is written from its mathematics, not from eager's source, so values agree with eager
@@ -16,6 +17,13 @@ values exactly: NaN, the infinities and their signs, the poles):
   approximation of erfinv in w = -ln(1 - y^2)), then Newton steps on erf(x) - y where
   |y| <= 0.5 and on erfc(x) - (1 - y) above, where 1 - y is exact and erf would have lost
   the tail.
+- ``tl_i0``, ``tl_i0e``, ``tl_i1``, ``tl_i1e`` (and their float ones): at |x| <= 30 the
+  power series sum (x^2 / 4)^k / (k! (k + nu)!) (times x / 2 for nu = 1), all terms
+  positive; above, the asymptotic expansion e^x / sqrt(2 pi x) sum_k prod_j ((2j - 1)^2 -
+  4 nu^2) / (k! (8x)^k), summed while its terms fall. e^x is taken in the result's type,
+  so the float ones overflow past 88.7 as eager's do, and an infinite x gives inf * 0 =
+  NaN for i0 and i1 (eager's too), 0 for the scaled ones. i1 and i1e are odd (-0.0 gives
+  +0.0, as eager), i0 and i0e even.
 """
 
 from __future__ import annotations
@@ -92,4 +100,41 @@ static inline double tl_erfinv(double y) {
   return copysign(x, y);
 }
 static inline float tl_erfinvf(float y) { return (float)tl_erfinv((double)y); }
+
+/* modified Bessel functions of the first kind, orders nu = 0 and 1, see special.py */
+static inline double tl_bessel_series(double a, int nu) {  /* I_nu(a), 0 <= a <= 30 */
+  double q = a * a / 4, t = nu ? a / 2 : 1, sum = t;
+  for (int k = 1; k < 200 && t > sum * 1e-17; k++) {
+    t *= q / (k * (double)(k + nu));
+    sum += t;
+  }
+  return sum;
+}
+static inline double tl_bessel_tail(double a, int nu) {  /* e^-a sqrt(2 pi a) I_nu(a), a > 30 */
+  double mu = 4.0 * nu * nu, t = 1, sum = 1;
+  for (int k = 1; k < 100; k++) {
+    double next = t * ((2.0 * k - 1) * (2.0 * k - 1) - mu) / (8.0 * k * a);
+    if (!(fabs(next) >= 1e-17 * fabs(sum))) break;
+    t = next;
+    sum += t;
+  }
+  return sum / sqrt(6.28318530717958647692 * a);
+}
+/* EXP: e^a in the result's type (eager's f32 overflows with expf); SCALED: times e^-a */
+#define TL_BESSEL(NAME, T, NU, ODD, SCALED, EXP)                                     \
+  static inline T NAME(T x) {                                                        \
+    double a = fabs((double)x), r;                                                   \
+    if (a != a) return x;                                                            \
+    if (a <= 30) r = tl_bessel_series(a, NU) * (SCALED ? exp(-a) : 1);               \
+    else r = SCALED ? tl_bessel_tail(a, NU) : (double)(EXP((T)a) * (T)tl_bessel_tail(a, NU)); \
+    return (T)(ODD && x < 0 ? -r : r);                                               \
+  }
+TL_BESSEL(tl_i0, double, 0, 0, 0, exp)
+TL_BESSEL(tl_i0f, float, 0, 0, 0, expf)
+TL_BESSEL(tl_i0e, double, 0, 0, 1, exp)
+TL_BESSEL(tl_i0ef, float, 0, 0, 1, expf)
+TL_BESSEL(tl_i1, double, 1, 1, 0, exp)
+TL_BESSEL(tl_i1f, float, 1, 1, 0, expf)
+TL_BESSEL(tl_i1e, double, 1, 1, 1, exp)
+TL_BESSEL(tl_i1ef, float, 1, 1, 1, expf)
 """
