@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import DTYPES, InputRef, expr, reductions, writer
+from torchloom.api import DTYPES, InputRef, Unsupported, expr, reductions, writer
 
 from torchloom_codegen_cpu import int_division
 from torchloom_codegen_cpu.constants import (  # noqa: F401 (re-exported)
@@ -54,6 +54,8 @@ class Pointwise(writer.OpRow):
         if tpl is None:
             return None
         tpl = self.resolve(tpl, attrs_, ir_dtype)
+        if tpl is None:  # (a template function declining this dtype)
+            return None
         if dtype in ("f32", "f64"):
             tpl = tpl.replace("$erf", "tl_erf_fast" if dtype == "f32" else "erf")
             tpl = tpl.replace("$exp", exp if dtype == "f32" else "exp")
@@ -188,6 +190,21 @@ def _unary(floats: str, ints: str | None = None) -> Pointwise:
                      ints.replace("X", "{self}") if ints is not None else None)
 
 
+def _special(template: str) -> Pointwise:
+    """A special function's row (special.py): f32, f64 and bf16; f16 left to eager, whose
+    f16 kernels of these compute in half precision step by step (i0e(0.001) is 0.99756
+    there, 0.99902 rounded from f32): a group computing one in f16 is declined, said so."""
+    text = template.replace("X", "{self}")
+
+    def build(a: Mapping[str, Any], dtype: str = "f32") -> str:
+        if dtype == "f16":
+            raise Unsupported("special functions (lgamma, digamma, erfinv, entr, xlog1py, "
+                              "i0, i0e, i1, i1e) in f16 are left to eager, whose f16 "
+                              "kernels compute them in half precision step by step")
+        return text
+    return Pointwise(build)
+
+
 _MAXIMUM = "({self} > {other} || {self} != {self}) ? {self} : {other}"
 _MINIMUM = "({self} < {other} || {self} != {self}) ? {self} : {other}"
 
@@ -264,6 +281,23 @@ _SIGN = Pointwise("(($T)({self} > 0) - ($T)({self} < 0))", "out",
 #: from a weight of 0.5 in magnitude (the latter's scalar form: end - (end - self) (1 - w))
 _LERP = Pointwise("(fabs$f({weight}) < ($T)0.5 ? tl_fma$f({weight}, {end} - {self}, {self}) : "
                   "tl_fma$f({weight} - ($T)1, {end} - {self}, {end}))")
+#: special functions (special.py: written from the mathematics, within a few ulp of
+#: eager's), f16 left to eager (:func:`_special`)
+_SPECIALS = {
+    "aten.lgamma.default": "lgamma$f(X)",
+    "aten.digamma.default": "tl_digamma$f(X)",
+    "aten.erfinv.default": "tl_erfinv$f(X)",
+    "aten.i0.default": "tl_i0$f(X)",
+    **{f"aten.special_{f}.default": f"tl_{f}$f(X)" for f in ("i0e", "i1", "i1e")},
+    "aten.special_entr.default":
+        "(X != X ? X : X > 0 ? -X * log$f(X) : X == 0 ? ($T)0 : -($T)INFINITY)",
+    **{f"aten.special_xlog1py.{k}":
+       "({other} != {other} ? {other} : X == 0 ? ($T)0 : X * log1p$f({other}))"
+       for k in ("default", "self_scalar", "other_scalar")},
+}
+#: the ops whose f16 groups are declined on purpose
+F16_TO_EAGER = frozenset(_SPECIALS)
+
 #: activations and other pointwise ops of models and optimizers, by eager's CPU kernels:
 #: NaN passes through comparisons as eager's do (checked by tests/codegen_cpu/test_ops.py
 #: on NaN, +-inf, -0.0 and denormals for every dtype)
@@ -314,14 +348,7 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.asin.default": _unary("asin$f(X)"),
     "aten.acos.default": _unary("acos$f(X)"),
     "aten.erfc.default": _unary("erfc$f(X)"),
-    # (special.py: written from the mathematics; within a few ulp of eager's)
-    "aten.lgamma.default": _unary("lgamma$f(X)"),
-    "aten.digamma.default": _unary("tl_digamma$f(X)"),
-    "aten.erfinv.default": _unary("tl_erfinv$f(X)"),
-    "aten.i0.default": _unary("tl_i0$f(X)"),
-    **{f"aten.special_{f}.default": _unary(f"tl_{f}$f(X)") for f in ("i0e", "i1", "i1e")},
-    "aten.special_entr.default": _unary(
-        "(X != X ? X : X > 0 ? -X * log$f(X) : X == 0 ? ($T)0 : -($T)INFINITY)"),
+    **{op: _special(template) for op, template in _SPECIALS.items()},
     "aten.logit.default": Pointwise(_logit),
     "aten.nan_to_num.default": Pointwise(_nan_to_num, "out", "{self}"),
     "aten.isinf.default": Pointwise("({self} == INFINITY || {self} == -INFINITY)", "keep",
@@ -344,9 +371,6 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.hypot.default": Pointwise("hypot$f({self}, {other})"),
     "aten.xlogy.Tensor": Pointwise(
         "({other} != {other} ? {other} : {self} == 0 ? ($T)0 : {self} * log$f({other}))"),
-    **{f"aten.special_xlog1py.{k}": Pointwise(
-        "({other} != {other} ? {other} : {self} == 0 ? ($T)0 : {self} * log1p$f({other}))")
-       for k in ("default", "self_scalar", "other_scalar")},
     "aten.heaviside.default": _both("({self} == 0 ? {values} : ({self} > 0))"),
     "aten.logical_xor.default": _both("(({self} != 0) != ({other} != 0))", args="keep"),
     "aten.bitwise_xor.Tensor": Pointwise(None, "out", "{self} ^ {other}"),
