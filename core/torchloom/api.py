@@ -41,7 +41,7 @@ from torchloom.codegen import (contract, expr, indexing, lower, nests, reduction
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
-from torchloom.codegen.empty_rows import EMPTY_ERRORS, nonempty_dims
+from torchloom.codegen.empty_rows import EMPTY_ERRORS, empty_error, nonempty_dims
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
@@ -95,7 +95,7 @@ __all__ = [
     # the codegen contract
     "EMPTY_ERRORS", "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec",
     "Lowered", "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported", "contract", "lower",
-    "nonempty_dims", "size_param",
+    "empty_error", "nonempty_dims", "size_param",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

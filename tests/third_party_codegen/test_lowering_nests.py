@@ -292,6 +292,19 @@ def test_a_symbolic_launch_spec_round_trips_and_binds(scalar_c):
     assert {n for n, _ in bound.scratch} == {5}
 
 
+def test_a_launch_spec_naming_another_error_is_refused(scalar_c):
+    """A launch spec read back from a cache is data: an empty-row check naming an error
+    outside EMPTY_ERRORS is refused when it is read, never looked up as a name."""
+    cls, registry = scalar_c
+    text, _ = reductions.EMPTY_ROWS["amax_times_two"]
+    group = next(parse_graph(text).nodes)
+    data = lower.lower(group, registry, Schedule.of(group), cls()).launch.to_json()
+    assert data["nonempty"][0][2] == "IndexError"
+    data["nonempty"][0][2] = "SystemExit"
+    with pytest.raises(ValueError, match="names error 'SystemExit'.*damaged"):
+        LaunchSpec.from_json(data)
+
+
 @pytest.mark.parametrize("name", sorted(reductions.EMPTY_ROWS))
 def test_empty_symbolic_rows_raise_as_eager(scalar_c, name):
     """A max, min, argmax or argmin over rows of symbolic length empty at a call: the

@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from torchloom.codegen.base import Kernel, Reason
-from torchloom.codegen.empty_rows import raise_if_empty, raises_when_empty
+from torchloom.codegen.empty_rows import empty_error, raise_if_empty, raises_when_empty
 from torchloom.codegen.indexing import Language, Unsupported
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.schedule import ReductionNest, RowsAndColumns, nest_classes
@@ -308,6 +308,10 @@ class LaunchSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
+        """The spec ``to_json`` wrote (a kernel's metadata, read back from a cache: data,
+        checked where it names something: an error of ``EMPTY_ERRORS``)."""
+        for check in data.get("nonempty", ()):
+            empty_error(check[2])
         return cls(data["entry"], tuple(Param(*p) for p in data["params"]),
                    tuple((tuple(s), tuple(st), d) for s, st, d in data["outputs"]),
                    tuple((n, d) for n, d in data.get("scratch", ())),

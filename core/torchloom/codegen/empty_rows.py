@@ -93,8 +93,18 @@ def nonempty_dims(region, kinds: Mapping[str, str]) -> tuple[Check, ...]:
     return tuple(dict.fromkeys(checks))
 
 
+def empty_error(name: Any) -> type[Exception]:
+    """The exception class ``name`` (a check's, read back from metadata: data) names;
+    ValueError when it names none of :data:`EMPTY_ERRORS`."""
+    error = EMPTY_ERRORS.get(name) if isinstance(name, str) else None
+    if error is None:
+        raise ValueError(f"an empty-row check names error {name!r}, not one of "
+                         f"{sorted(EMPTY_ERRORS)}: the metadata is damaged")
+    return error
+
+
 def raise_if_empty(checks: Sequence[Check], env: Mapping[str, int]) -> None:
     """Eager's error for the first of ``checks`` that fails at sizes ``env``."""
     for dim, counts, error, message in checks:
         if symbols.evaluate(dim, env) == 0 and any(symbols.evaluate(n, env) for n in counts):
-            raise EMPTY_ERRORS[error](message)
+            raise empty_error(error)(message)

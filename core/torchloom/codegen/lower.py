@@ -439,7 +439,7 @@ def laid_out(run: Kernel, launch: LaunchSpec) -> Kernel:
         raise ValueError(f"kernel {launch.entry}: its launch spec has no layout for every "
                          f"tensor input (made by an older torchloom): compile it again")
 
-    def kernel(*args):  # (bind raises IndexError where eager would, before any copy)
+    def kernel(*args):  # (bind raises eager's error for empty rows, before any copy)
         layouts = launch.bind(args).inputs if launch.sizes else launch.inputs
         args = list(args)
         for i in tensors:

@@ -24,7 +24,7 @@ import functools
 from typing import Any
 
 import torch
-from torchloom.api import EMPTY_ERRORS, laid_out_as, same_strides, symbols
+from torchloom.api import empty_error, laid_out_as, same_strides, symbols
 
 from torchloom_codegen_cpu.entry import python_entry
 
@@ -164,7 +164,7 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
         return [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
 
     for k, (dim, counts, error, message) in enumerate(meta.get("nonempty", ())):
-        namespace[f"_empty{k}"] = functools.partial(EMPTY_ERRORS[error], message)
+        namespace[f"_empty{k}"] = functools.partial(empty_error(error), message)
         seen = " or ".join(items(counts))  # (an output the reduction reaches has elements)
         lines.append(f"    if {items([dim])[0]} == 0 and ({seen}): raise _empty{k}()")
 

@@ -22,7 +22,7 @@ import random
 from typing import Any, Callable
 
 import attrs
-from torchloom.api import (EMPTY_ERRORS, Graph, InputRef, ScalarType, TensorType, clone_graph,
+from torchloom.api import (Graph, InputRef, ScalarType, TensorType, clone_graph, empty_error,
                            symbols)
 
 from torchloom_codegen_triton.indexing import Unsupported
@@ -174,7 +174,7 @@ def size_function(meta: dict[str, Any]) -> Callable:
         read = f"a{int(i)}" if int(k) < 0 else f"a{int(i)}.shape[{int(k)}]"  # an int input
         lines.append(f"    sym_{name} = {read}{per}")
     for k, (dim, counts, error, message) in enumerate(meta.get("nonempty", ())):
-        ns[f"_empty{k}"] = functools.partial(EMPTY_ERRORS[error], message)
+        ns[f"_empty{k}"] = functools.partial(empty_error(error), message)
         seen = " or ".join(map(src, counts))  # (an output the reduction reaches has elements)
         lines.append(f"    if {src(dim)} == 0 and ({seen}): raise _empty{k}()")
     values = ", ".join(f"sym_{name}" for name, *_ in meta["symbols"])
