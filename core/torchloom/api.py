@@ -27,8 +27,10 @@
   op tables);
 - the codegen contract a renderer implements (docs/writing-a-codegen.md): ``contract``
   (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
-  :class:`LaunchSpec`, :class:`Lowered`, :class:`Param`, :data:`FORMS`) and ``lower``
-  (the lowering to statements, :class:`RendererCodegen`), :class:`Unsupported`;
+  :class:`LaunchSpec` and its :class:`Bound`, :class:`Lowered`, :class:`Param`,
+  :func:`size_param`, :data:`FORMS`, :data:`REDUCTION_KINDS`) and ``lower`` (the lowering
+  to statements, :class:`RendererCodegen`), :class:`Unsupported`; the empty-row checks
+  every launcher makes (:func:`nonempty_dims`, :func:`empty_error`);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -41,7 +43,7 @@ from torchloom.codegen import (contract, expr, indexing, lower, nests, reduction
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
-from torchloom.codegen.empty_rows import EMPTY_ERRORS, empty_error, nonempty_dims
+from torchloom.codegen.empty_rows import empty_error, nonempty_dims
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
@@ -93,9 +95,9 @@ __all__ = [
     "laid_out_as", "same_strides",
     "indexing", "nests", "reductions", "schedule", "stmt", "writer",
     # the codegen contract
-    "EMPTY_ERRORS", "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec",
-    "Lowered", "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported", "contract", "lower",
-    "empty_error", "nonempty_dims", "size_param",
+    "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
+    "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",
+    "contract", "lower", "empty_error", "nonempty_dims", "size_param",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]
