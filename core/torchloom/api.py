@@ -30,7 +30,7 @@
   :class:`LaunchSpec` and its :class:`Bound`, :class:`Lowered`, :class:`Param`,
   :func:`size_param`, :data:`FORMS`, :data:`REDUCTION_KINDS`) and ``lower`` (the lowering
   to statements, :class:`RendererCodegen`), :class:`Unsupported`; the empty-row checks
-  every launcher makes (:func:`nonempty_dims`, :func:`empty_error`);
+  every launcher makes (:func:`nonempty_dims`, :func:`check_source`);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -43,7 +43,7 @@ from torchloom.codegen import (contract, expr, indexing, lower, nests, reduction
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
-from torchloom.codegen.empty_rows import empty_error, nonempty_dims
+from torchloom.codegen.empty_rows import check_source, nonempty_dims
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
@@ -97,7 +97,7 @@ __all__ = [
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",
-    "contract", "lower", "empty_error", "nonempty_dims", "size_param",
+    "contract", "lower", "check_source", "nonempty_dims", "size_param",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

@@ -6,8 +6,8 @@ Expected reduction dim -1 to have non-zero size.``; a ``RuntimeError`` for ``ama
 every dim). A static 0 is known when a group is judged: :func:`raises_when_empty` is the
 reason a codegen declines it, and the ``eager`` codegen raises. A symbolic dim is 0 or not
 at a call: :func:`nonempty_dims` lists what a launcher checks first, and
-:func:`raise_if_empty` is that check (``LaunchSpec.bind``; the cpu and triton launchers
-generate it from the same list).
+:func:`raise_if_empty` is that check (``LaunchSpec.bind``), :func:`check_source` its text in
+the cpu and triton launchers' generated Python.
 
 The check raises only where the reduction's result reaches an output that has elements at
 the call: a softmax decomposed into ``amax``, ``sub``, ``exp``, ``sum``, ``div`` over
@@ -16,7 +16,8 @@ empty rows writes an empty output and raises nothing, as ``torch.softmax`` does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torchloom.codegen.indexing import prod
@@ -101,6 +102,20 @@ def empty_error(name: Any) -> type[Exception]:
         raise ValueError(f"an empty-row check names error {name!r}, not one of "
                          f"{sorted(EMPTY_ERRORS)}: the metadata is damaged")
     return error
+
+
+def check_source(checks: Sequence[Any], source: Callable[[Any], str]
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """The checks as lines of a generated Python launcher (indented for a function body)
+    and the names those lines call: ``source(dim)`` spells a size expression over the
+    launcher's local size variables (``symbols.python_source``); the messages and error
+    classes are values in the namespace, never text in the code."""
+    namespace, lines = {}, []
+    for k, (dim, counts, error, message) in enumerate(checks):
+        namespace[f"_empty{k}"] = functools.partial(empty_error(error), message)
+        seen = " or ".join(source(n) for n in counts)  # an output it reaches has elements
+        lines.append(f"    if {source(dim)} == 0 and ({seen}): raise _empty{k}()")
+    return namespace, lines
 
 
 def raise_if_empty(checks: Sequence[Check], env: Mapping[str, int]) -> None:

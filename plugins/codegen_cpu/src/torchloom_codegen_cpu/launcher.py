@@ -20,11 +20,10 @@ row of symbolic length that is 0 at the call (``nonempty`` in the metadata).
 from __future__ import annotations
 
 import ctypes
-import functools
 from typing import Any
 
 import torch
-from torchloom.api import empty_error, laid_out_as, same_strides, symbols
+from torchloom.api import check_source, laid_out_as, same_strides, symbols
 
 from torchloom_codegen_cpu.entry import python_entry
 
@@ -163,10 +162,9 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
     def items(dims) -> list[str]:
         return [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
 
-    for k, (dim, counts, error, message) in enumerate(meta.get("nonempty", ())):
-        namespace[f"_empty{k}"] = functools.partial(empty_error(error), message)
-        seen = " or ".join(items(counts))  # (an output the reduction reaches has elements)
-        lines.append(f"    if {items([dim])[0]} == 0 and ({seen}): raise _empty{k}()")
+    checks, checked = check_source(meta.get("nonempty", ()), lambda d: items([d])[0])
+    namespace.update(checks)  # eager's error for empty rows a max reduces
+    lines += checked
 
     def tup(dims) -> str:
         return f"({', '.join(items(dims))}{',' if len(dims) == 1 else ''})"

@@ -17,12 +17,11 @@ strides, the inputs' expected strides and the iteration space. Size expressions 
 
 from __future__ import annotations
 
-import functools
 import random
 from typing import Any, Callable
 
 import attrs
-from torchloom.api import (Graph, InputRef, ScalarType, TensorType, clone_graph, empty_error,
+from torchloom.api import (Graph, InputRef, ScalarType, TensorType, check_source, clone_graph,
                            symbols)
 
 from torchloom_codegen_triton.indexing import Unsupported
@@ -173,10 +172,9 @@ def size_function(meta: dict[str, Any]) -> Callable:
         per = f" // {int(c)}" if int(c) != 1 else ""
         read = f"a{int(i)}" if int(k) < 0 else f"a{int(i)}.shape[{int(k)}]"  # an int input
         lines.append(f"    sym_{name} = {read}{per}")
-    for k, (dim, counts, error, message) in enumerate(meta.get("nonempty", ())):
-        ns[f"_empty{k}"] = functools.partial(empty_error(error), message)
-        seen = " or ".join(map(src, counts))  # (an output the reduction reaches has elements)
-        lines.append(f"    if {src(dim)} == 0 and ({seen}): raise _empty{k}()")
+    checks, checked = check_source(meta.get("nonempty", ()), src)
+    ns.update(checks)  # eager's error for empty rows a max reduces
+    lines += checked
     values = ", ".join(f"sym_{name}" for name, *_ in meta["symbols"])
     outs = [o for o in meta["outputs"]]
     ins = [d for d in meta["inputs"] if "scalar" not in d]
