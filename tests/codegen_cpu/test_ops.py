@@ -41,6 +41,7 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "aten.gelu_backward.default": [(("b", "a"), ""), (("b", "a"), '{approximate = "tanh"}')],
     "aten.tanh_backward.default": [(("b", "a"), "")],
     "aten.sigmoid_backward.default": [(("b", "a"), "")],
+    "aten.silu_backward.default": [(("b", "a"), "")],
     "aten.clamp.default": [(("a",), "{min = -1, max = 2}"), (("a",), "{min = 0}")],
     "aten.clamp_min.default": [(("a",), "{min = 0}")],
     "aten.clamp_max.default": [(("a",), "{max = 1}")],

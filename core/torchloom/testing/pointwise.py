@@ -108,8 +108,10 @@ CASES = cases({
             %c = aten.tanh_backward.default(%g, %t) : f32[40]
             %s = aten.sigmoid.default(%x) : f32[40]
             %d = aten.sigmoid_backward.default(%g, %s) : f32[40]
-            %e = aten.threshold_backward.default(%g, %x) {threshold = 0} : f32[40]""",
-                   "%a: f32[40], %b: f32[40], %c: f32[40], %d: f32[40], %e: f32[40]"),
+            %e = aten.threshold_backward.default(%g, %x) {threshold = 0} : f32[40]
+            %f = aten.silu_backward.default(%g, %x) : f32[40]""",
+                   "%a: f32[40], %b: f32[40], %c: f32[40], %d: f32[40], %e: f32[40], "
+                   "%f: f32[40]"),
         lambda g: (randn(g, 40), randn(g, 40) * 3)),
     "scalar_arguments": (
         group_text("%a: f32[4, 6], %s: float, %n: int", """

@@ -434,6 +434,10 @@ POINTWISE: dict[str, Pointwise] = {
         "{grad_output} * (($T)1 - {output}) * {output}"),
     "aten.threshold_backward.default": _both("({self} <= {threshold} ? 0 : {grad_output})"),
     "aten.gelu_backward.default": Pointwise(_gelu_backward),
+    # eager's dy * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)) (the sigmoid's own spelling)
+    "aten.silu_backward.default": Pointwise(
+        "{grad_output} * S_ * (($T)1 + {self} * (($T)1 - S_))".replace(
+            "S_", "(($T)1 / (($T)1 + $exp(-{self})))")),
     "aten.maximum.default": _both(_MAXIMUM),
     "aten.minimum.default": _both(_MINIMUM),
     **{op: _both(template) for op, template in writer.clamp_rows(
@@ -462,7 +466,8 @@ POINTWISE: dict[str, Pointwise] = {
 #: ops worth keeping in a row buffer rather than computing twice (kernel._plan_buffers)
 EXPENSIVE = frozenset(f"aten.{name}.default" for name in (
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
-    "erf", "sigmoid", "silu", "gelu", "gelu_backward")) | {"aten.pow.Tensor_Tensor"}
+    "erf", "sigmoid", "silu", "silu_backward", "gelu", "gelu_backward")) | {
+        "aten.pow.Tensor_Tensor"}
 
 #: transcendental libm functions whose vector variants (glibc libmvec) the prelude
 #: declares, so ``#pragma omp simd`` loops call e.g. ``_ZGVdN8v_expf`` on 8 lanes

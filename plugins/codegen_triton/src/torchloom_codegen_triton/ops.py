@@ -137,6 +137,9 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.threshold_backward.default": Pointwise(
         "tl.where({self} <= {threshold}, 0.0, {grad_output})"),
     "aten.gelu_backward.default": Pointwise(_gelu_backward),
+    "aten.silu_backward.default": Pointwise(
+        "{grad_output} * S_ * (1.0 + {self} * (1.0 - S_))".replace(
+            "S_", "(1.0 / (1.0 + tl.exp(-{self})))")),
     "aten.maximum.default": Pointwise("_maximum({self}, {other})", helpers=("_maximum",)),
     "aten.minimum.default": Pointwise("_minimum({self}, {other})", helpers=("_minimum",)),
     **{op: Pointwise(template) for op, template in writer.clamp_rows(
