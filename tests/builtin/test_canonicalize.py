@@ -4,7 +4,13 @@ that do more than change dtype."""
 
 from __future__ import annotations
 
+import textwrap
+
 import torch
+from torchloom.ir import parse_graph
+from torchloom.ops.aten import default_registry
+from torchloom.passes.base import PassContext
+from torchloom.runtime.executor import build_function
 
 from torchloom.passes.builtin.canonicalize import Canonicalize
 
@@ -67,3 +73,29 @@ def test_keeps_copies_of_values_written_in_place():
     """
     # %k must keep the values from before the write; folding it would read the new %x
     golden(Canonicalize(), text, text, [X, Y])
+
+
+
+def test_keeps_copies_and_views_of_unknown_sizes():
+    """Dims of unknown size (``?``: Dynamo's ``math.ceil`` of a size, as MobileViT's
+    unfolding computes it) make two types print alike without being alike: the clone
+    below makes the transposed tensor contiguous, and folding it failed the view after it
+    at run time (found by the model survey, session 37). The graph is Dynamo's (its size
+    arithmetic made inputs)."""
+    text = textwrap.dedent("""
+        graph @g(%n: int, %k: int, %x: f32[s0, 3]) {
+          %v = aten.view.default(%x, %n, %n) {size = [$1, $2, 2]} : f32[?, ?, ?] strided[?, ?, 1]
+          %t = aten.transpose.int(%v) {dim0 = 0, dim1 = 1} : f32[?, ?, ?] strided[?, ?, 1]
+          %c = aten.clone.default(%t) {memory_format = #contiguous_format} : f32[?, ?, ?] strided[?, ?, 1]
+          %f = aten._unsafe_view.default(%c, %k) {size = [$1]} : f32[?] strided[1]
+          %e = aten.mul.Tensor(%f) {other = 2} : f32[?] strided[1]
+          return %e
+        }
+    """).lstrip()
+    graph = parse_graph(text)
+    registry = default_registry()
+    result = Canonicalize().run(graph, PassContext(registry=registry))
+    assert not result.changed and str(graph) == text
+    x = torch.randn(6, 3)
+    (got,) = build_function(graph, registry).fn(3, 18, x)
+    torch.testing.assert_close(got, x.view(3, 3, 2).transpose(0, 1).reshape(18) * 2)

@@ -8,9 +8,15 @@ eager; session 37) found, reduced to the pattern each came from.
   the projection, is strided: decompositions at symbolic sizes take contiguous inputs
   only), and the cpu codegen had no template for it: the group ran on eager, saying
   ``op aten.silu_backward.default is not in its op table``.
+- MobileViT unfolds its feature maps into patches with sizes from ``math.ceil``, which the
+  IR cannot spell (``?``); ``canonicalize`` folded the clone that makes a transposed
+  tensor contiguous (its type printed like its input's), and the view after it failed at
+  run time at the second image size (tests/builtin/test_canonicalize.py has the graph).
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -68,3 +74,24 @@ def test_silu_backward_matches_eager_on_edge_values():
         torch._dynamo.reset()
         torch.testing.assert_close(f(dy, x), torch.ops.aten.silu_backward(dy, x),
                                    equal_nan=True)
+
+
+def _fold(x: torch.Tensor) -> torch.Tensor:
+    """MobileViT's unfolding into 2x2 patches and folding back, reduced."""
+    b, c, h, w = x.shape
+    nh, nw = int(math.ceil(h / 2)), int(math.ceil(w / 2))
+    y = x.reshape(b * c * nh, 2, nw, 2).transpose(1, 2)
+    y = y.reshape(b, c, nh * nw, 4).transpose(1, 3)
+    y = y.reshape(b, 4, nh * nw, c) + 1
+    y = y.transpose(1, 3).reshape(b * c * nh, nw, 2, 2).transpose(1, 2)
+    return y.reshape(b, c, h, w) * 2
+
+
+@pytest.mark.slow
+def test_patches_of_ceil_sizes_fold_back():
+    torch._dynamo.reset()
+    f = torch.compile(_fold, backend="torchloom", dynamic=True)
+    g = torch.Generator().manual_seed(2)
+    for shape in ((2, 16, 6, 6), (1, 8, 4, 10), (3, 4, 8, 8)):
+        x = torch.randn(shape, generator=g)
+        torch.testing.assert_close(f(x), _fold(x))

@@ -37,7 +37,10 @@ class Canonicalize(Pass):
 
     A result that is returned (itself or through views), or a value written in place, is
     kept: replacing it would change which tensors alias (a folded clone under a returned
-    view would hand the caller a view of the input).
+    view would hand the caller a view of the input). So is one whose type has a dim or a
+    stride of unknown size (``?``: a size Dynamo computed with ``math.ceil``): two such
+    types print alike without being alike (a clone of a transposed tensor, both
+    ``f32[?, ?] strided[?, 1]``, makes it contiguous; a view may regroup its dims).
     """
 
     name: ClassVar[str] = "canonicalize"
@@ -50,7 +53,8 @@ class Canonicalize(Pass):
             if node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1:
                 continue
             src, dst = node.inputs[0], node.output
-            if not isinstance(src.type, TensorType) or src.type != dst.type:
+            if not isinstance(src.type, TensorType) or src.type != dst.type or \
+                    not _known(src.type):
                 continue
             if dst in returned or src in written or dst in written:
                 continue
@@ -60,3 +64,8 @@ class Canonicalize(Pass):
             graph.erase(node)
             folded += 1
         return PassResult(folded > 0, {"folded": folded})
+
+
+def _known(t: TensorType) -> bool:
+    """Whether every dim and stride of ``t`` is an int or a size expression (not ``?``)."""
+    return None not in t.shape and (t.strides is None or None not in t.strides)
