@@ -1,8 +1,9 @@
 """Groups whose outputs the reduction's nest cannot hold ran on eager (issue 41's zoo):
 Llama's and Qwen2's backward sum the gradient over the repeated key/value heads and slice
 half of each head for the rotary embedding (an output of another element count than the
-reduced shape's and the rows'); a value that reads a row result through a transposing
-reshape; Whisper's layer_norm backward whose input gradient leaves the group transposed.
+reduced shape's and the rows'); a value that reads a row result at other rows (a
+permutation; a reshape that only regroups the rows now reads its own row); Whisper's
+layer_norm backward whose input gradient leaves the group transposed.
 The first two are written as the reduction's nest (storing the reduction results, as
 outputs or scratch) and pointwise nests after it (function._after_the_rows); a permuted
 output of the reduced shape's element count is stored in its memory order, where its
@@ -27,6 +28,13 @@ def row_max_read_transposed(x):
     m = x.amax(-1, keepdim=True)
     a, b = x.shape[0], x.shape[1]
     t = m.reshape(b, a, 1) * x[:1, :, :1].reshape(b, 1, 1)
+    return t, m, torch.exp(x - m)
+
+
+def row_max_read_permuted(x):
+    m = x.amax(-1, keepdim=True)
+    b = x.shape[1]
+    t = m.squeeze(-1).t().unsqueeze(-1) * x[:1, :, :1].reshape(b, 1, 1)
     return t, m, torch.exp(x - m)
 
 
@@ -64,6 +72,7 @@ def test_outputs_of_another_count_after_the_reduction(tmp_path, shape):
 def test_row_results_read_at_other_rows_after_the_reduction(tmp_path, shape):
     x = torch.randn(shape)
     assert _check(row_max_read_transposed, [x], tmp_path) == ["cpu"]
+    assert _check(row_max_read_permuted, [x], tmp_path / "permuted") == ["cpu"]
 
 
 @pytest.mark.parametrize("shape", SHAPES_3D + [(1, 512, 32)])
@@ -76,8 +85,12 @@ def test_these_groups_were_on_eager_without_the_plan(tmp_path, monkeypatch):
     """The nests after the rows are what compiles them (not some other form)."""
     monkeypatch.setattr(function, "_after_the_rows", lambda *args: None)
     assert _check(summed_heads_sliced, [torch.randn(1, 2, 4, 6, 8)], tmp_path) == ["eager"]
-    assert _check(row_max_read_transposed, [torch.randn(4, 6, 5)],
+    assert _check(row_max_read_permuted, [torch.randn(4, 6, 5)],
                   tmp_path / "b") == ["eager"]
+    # a reshape that regroups the rows ([4, 6] as [6, 4]) reads each row result at its
+    # own row (x0 = x / 6, x1 = x % 6 again: ValueWalk.same_elements): the row nest holds it
+    assert _check(row_max_read_transposed, [torch.randn(4, 6, 5)],
+                  tmp_path / "c") == ["cpu"]
 
 
 def test_the_transposed_output_was_on_eager_in_logical_order(tmp_path, monkeypatch):

@@ -79,11 +79,12 @@ def _nest(outputs, reductions, read_back: dict | None = None, columns=()) -> Nes
 
 
 def plan(region: Graph, is_reduction: Callable[[Node], bool],
-         tensor_type: Callable[[Value], TensorType], fold: Fold | None = None
-         ) -> tuple[Nest, ...]:
-    """The nests of ``region``'s kernel (see the module docstring)."""
+         tensor_type: Callable[[Value], TensorType], fold: Fold | None = None,
+         named: Sequence[tuple[str, Value]] | None = None) -> tuple[Nest, ...]:
+    """The nests of ``region``'s kernel (see the module docstring); ``named``: the
+    (pointer name, value) pairs to store, when not every output (:func:`after_the_rows`)."""
     reductions = [n for n in region.nodes if is_reduction(n)]
-    named = list(zip(output_names(region), region.outputs))
+    named = list(zip(output_names(region), region.outputs)) if named is None else list(named)
     classes = nest_classes(reductions, lambda v: tensor_type(v).shape)
     if not classes:  # pointwise: a nest per element count of the outputs
         parts = [walk for part in _by_element_count(named, tensor_type)
@@ -138,7 +139,8 @@ def plan(region: Graph, is_reduction: Callable[[Node], bool],
 
 
 def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
-                   tensor_type: Callable[[Value], TensorType]) -> tuple[Nest, ...] | None:
+                   tensor_type: Callable[[Value], TensorType], fold: Fold | None = None
+                   ) -> tuple[Nest, ...] | None:
     """The plan of a group of one reduction class whose outputs its nest cannot hold (an
     output of another element count than the reduced shape's and the rows', a value that
     reads a reduction result at other elements than its row: Llama's backward sums the
@@ -149,6 +151,8 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
     every other output, reading those results back at whatever elements they need."""
     classes = nest_classes([n for n in region.nodes if is_reduction(n)],
                            lambda v: tensor_type(v).shape)
+    if len(classes) > 1:
+        return _after_the_nests(region, classes, is_reduction, tensor_type, fold)
     if len(classes) != 1:
         return None
     members = set(classes[0])
@@ -165,6 +169,37 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
     return (_nest(own + scratch, classes[0]),
             *(_nest(walk, (), dict(written)) for part in _by_element_count(rest, tensor_type)
               for walk in _by_walk(part, tensor_type)))
+
+
+def _after_the_nests(region: Graph, classes: list, is_reduction, tensor_type,
+                     fold: Fold | None) -> tuple[Nest, ...] | None:
+    """:func:`after_the_rows` for several reduction classes: the outputs of an element
+    count no class's nest holds (neither its reduced shape's nor a row's: Mixtral's
+    RMSNorm gradient ``[16, 32]`` repeated for two experts, ``[16, 2, 32]``, beside the
+    weight gradient's column sums) are written by pointwise nests after :func:`plan`'s,
+    reading back the outputs those store, and the reduction results they need from
+    scratch arrays their class's nest stores; None where no output is of such a count."""
+    named = list(zip(output_names(region), region.outputs))
+    counts = []
+    for members in classes:
+        shape = tensor_type(members[0].inputs[0]).shape
+        rdims = reduced_dims(members[0], len(shape))
+        kept = [d for k, d in enumerate(shape) if k not in rdims]
+        counts += [indexing.prod(shape), indexing.prod(kept)]
+    odd = [(name, v) for name, v in named
+           if not any(indexing.same(indexing.prod(tensor_type(v).shape), c) for c in counts)]
+    if not odd or len(odd) == len(named):
+        return None
+    rest = [(name, v) for name, v in named if (name, v) not in odd]
+    written = {v: name for name, v in rest}
+    of = {n: k for k, members in enumerate(classes) for n in members}
+    for v in _foreign_results([v for _, v in odd], -1, of, written):
+        written[v] = scratch_name(v)
+        rest.append((written[v], v))
+    planned = plan(region, is_reduction, tensor_type, fold, named=rest)
+    return (*planned, *(_nest(walk, (), dict(written))
+                        for part in _by_element_count(odd, tensor_type)
+                        for walk in _by_walk(part, tensor_type)))
 
 
 def _depends(v: Value, memo: dict[Value, frozenset[int]], of: dict[Node, int]

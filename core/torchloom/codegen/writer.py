@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
-from torchloom.codegen.expr import Code, Literal, Load, Name, Op, wrapped
+from torchloom.codegen.expr import Code, Literal, Load, Name, Op, substitute, wrapped
 from torchloom.codegen.indexing import Coords, Unsupported
 from torchloom.codegen.indexing import same_shape  # noqa: F401 (re-exported: writers' helper)
 from torchloom.codegen.placement import OutputPlacement
@@ -286,11 +286,29 @@ class ValueWalk(OutputPlacement):
             return self.value_at(src, in_coords)
         if node.op in self.REDUCTIONS:
             expected, e = self.reduced[v]
-            if coords != expected:
+            if coords != expected and not self.same_elements(coords, expected):
                 raise Unsupported(f"reduction result %{v.name} is read at other elements than "
                                   f"its row ({', '.join(map(str, coords))})")
             return e
         return self._pointwise(node, v, t, coords)
+
+    def same_elements(self, a: Coords, b: Coords) -> bool:
+        """Whether coordinates ``a`` and ``b`` name the same element: equal once the
+        coordinate names the writer declared stand for their values
+        (:meth:`coordinate_values`: ``x0`` for ``x / 8``). A reduction result read
+        through views that take the row apart and put it together again (OPT's dropout
+        gradient reads layer_norm's row sums of ``[2, 8, 32]`` through a ``[16, 32]``
+        view: ``(x / 8, x % 8, 0)``) is read at its row."""
+        values = self.coordinate_values()
+        if not values:
+            return False
+        return all(substitute(c, values) == substitute(d, values)
+                   for c, d in zip(a, b)) and len(a) == len(b)
+
+    def coordinate_values(self) -> Mapping[str, Code]:
+        """The coordinate names the writer declared -> the index math they stand for
+        (none by default: a target that names coordinates says so)."""
+        return {}
 
     def row_input(self, reduction: Node) -> Callable[[], Any]:
         """``reduction``'s input at element (x, r) of the row (the writer's ``full``)."""

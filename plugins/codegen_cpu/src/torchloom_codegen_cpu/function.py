@@ -137,7 +137,8 @@ def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
 def _after_the_rows(group: Node, registry: Any, names: dict[str, str] | None
                     ) -> list[KernelWriter] | None:
     """The writers of ``torchloom.codegen.nests.after_the_rows``'s plan, None where it has none."""
-    planned = nest_plan.after_the_rows(group.region, _is_reduction, tensor_type)
+    planned = nest_plan.after_the_rows(group.region, _is_reduction, tensor_type,
+                                       rows_and_columns.foldable)
     return None if planned is None else _writers(group, registry, planned, names)
 
 

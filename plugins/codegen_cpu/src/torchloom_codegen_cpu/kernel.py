@@ -84,6 +84,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self.known: dict = {}  # coordinates -> the linear index they came from
+        #: the row coordinates' names -> their index math (``x0`` -> ``x / 8``)
+        self.row_values: dict[str, expr.Code] = {}
         self.ix = indexing.IndexMath(indexing.C, names)
         self._as_dims = indexing.IndexMath(indexing.SYMBOLS, names)
         self.em = Emitter(narrow_limit(self.region))
@@ -278,9 +280,13 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 continue
             name = f"x{k}"
             self.em.statement(stmt.Declare("int64_t", name, c), False)
+            self.row_values[name] = c
             names.append(expr.Name(name))
         self.ix.remember(self.known, names, shape, index)
         return names
+
+    def coordinate_values(self) -> dict[str, expr.Code]:
+        return self.row_values
 
     def inner_coords(self, index: str, shape) -> tuple[list[stmt.Declare], list[expr.Code]]:
         """The coordinates of inner index ``index`` (``r`` over a row, columns.py's ``x``
