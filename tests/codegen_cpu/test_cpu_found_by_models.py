@@ -195,3 +195,48 @@ def test_outputs_of_another_count_after_row_and_column_nests(check, outputs):
     check(text, *inputs)
     source = check.source(text)
     assert ("scratch_t3" in source) == (outputs == "no row output"), source
+
+
+#: Swin's layer_norm gradient (row sums, and the weight and bias gradients' column sums)
+#: with the residual added, then partitioned into windows: [2, 64, 16] read as
+#: [2, 2, 4, 2, 4, 16] with dims 2 and 3 swapped, copied contiguous (the row sums read at
+#: other rows)
+SWIN_INPUTS = ("%g: f32[2, 64, 16], %w: f32[16], %xh: f32[2, 64, 16], %rstd: f32[2, 64, 1], "
+               "%res: f32[2, 64, 16]")
+SWIN_WINDOWS = """
+    %t0 = aten.mul.Tensor(%g, %w) : f32[2, 64, 16]
+    %t1 = aten.mul.Tensor(%t0) {other = 16} : f32[2, 64, 16]
+    %t2 = aten.sum.dim_IntList(%t0) {dim = [2], keepdim = true} : f32[2, 64, 1]
+    %t3 = aten.mul.Tensor(%t0, %xh) : f32[2, 64, 16]
+    %t4 = aten.sum.dim_IntList(%t3) {dim = [2], keepdim = true} : f32[2, 64, 1]
+    %t5 = aten.mul.Tensor(%xh, %t4) : f32[2, 64, 16]
+    %t6 = aten.sub.Tensor(%t1, %t2) : f32[2, 64, 16]
+    %t7 = aten.sub.Tensor(%t6, %t5) : f32[2, 64, 16]
+    %t8 = aten.mul.Tensor(%rstd, %t7) : f32[2, 64, 16]
+    %t9 = aten.add.Tensor(%res, %t8) : f32[2, 64, 16]
+    %t10 = aten.view.default(%t9) {size = [2, 2, 4, 2, 4, 16]} : f32[2, 2, 4, 2, 4, 16]
+    %t11 = aten.transpose.int(%t10) {dim0 = 2, dim1 = 3} : f32[2, 2, 2, 4, 4, 16] strided[1024, 512, 64, 128, 16, 1]
+    %t12 = aten.clone.default(%t11) {memory_format = #contiguous_format} : f32[2, 2, 2, 4, 4, 16]
+    %t13 = aten.sum.dim_IntList(%g) {dim = [0, 1]} : f32[16]
+    %t14 = aten.mul.Tensor(%g, %xh) : f32[2, 64, 16]
+    %t15 = aten.sum.dim_IntList(%t14) {dim = [0, 1]} : f32[16]"""  # noqa: E501
+
+
+@pytest.mark.parametrize("outputs", ["with the gradient", "windows only"])
+def test_row_results_read_at_other_rows_beside_column_sums(check, outputs):
+    """Every output no reduction computes (the input gradient, its windows) is written by a
+    pointwise nest after the row and column nests, from the row sums those store in
+    scratch arrays (was declined: ``reduction result %t2 is read at other elements than
+    its row``)."""
+    results = ["%t12: f32[2, 2, 2, 4, 4, 16]", "%t9: f32[2, 64, 16]", "%t13: f32[16]",
+               "%t15: f32[16]"]
+    if outputs == "windows only":
+        del results[1]
+    text = group_text(SWIN_INPUTS, SWIN_WINDOWS, ", ".join(results))
+    g = torch.Generator().manual_seed(5)
+    inputs = (torch.randn(2, 64, 16, generator=g), torch.randn(16, generator=g),
+              torch.randn(2, 64, 16, generator=g), torch.rand(2, 64, 1, generator=g) + 0.5,
+              torch.randn(2, 64, 16, generator=g))
+    check(text, *inputs)
+    source = check.source(text)
+    assert "scratch_t2" in source and "scratch_t4" in source, source

@@ -176,9 +176,10 @@ def _after_the_nests(region: Graph, classes: list, is_reduction, tensor_type,
     """:func:`after_the_rows` for several reduction classes: the outputs of an element
     count no class's nest holds (neither its reduced shape's nor a row's: Mixtral's
     RMSNorm gradient ``[16, 32]`` repeated for two experts, ``[16, 2, 32]``, beside the
-    weight gradient's column sums) are written by pointwise nests after :func:`plan`'s,
+    weight gradient's column sums), else every output no reduction computes (one reads a
+    row result at other rows), are written by pointwise nests after :func:`plan`'s,
     reading back the outputs those store, and the reduction results they need from
-    scratch arrays their class's nest stores; None where no output is of such a count."""
+    scratch arrays their class's nest stores; None where that leaves no nest to a side."""
     named = list(zip(output_names(region), region.outputs))
     counts = []
     for members in classes:
@@ -188,6 +189,10 @@ def _after_the_nests(region: Graph, classes: list, is_reduction, tensor_type,
         counts += [indexing.prod(shape), indexing.prod(kept)]
     odd = [(name, v) for name, v in named
            if not any(indexing.same(indexing.prod(tensor_type(v).shape), c) for c in counts)]
+    if not odd:  # a row result read at other rows (Swin's window partition of the input
+        # gradient, Gemma3's heads transposed): what no reduction computes goes after
+        odd = [(name, v) for name, v in named
+               if v.producer is None or not is_reduction(v.producer)]
     if not odd or len(odd) == len(named):
         return None
     rest = [(name, v) for name, v in named if (name, v) not in odd]
