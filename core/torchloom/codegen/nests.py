@@ -148,7 +148,8 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
     rotary embedding; Whisper's reads a row result through a transposing reshape), or
     None when it has no such form: the reduction's nest stores the reduction results
     (outputs, else scratch arrays of one value per row) and pointwise nests after it write
-    every other output, reading those results back at whatever elements they need."""
+    every other output, reading those results back at whatever elements they need.
+    Several classes: :func:`_after_the_nests`."""
     classes = nest_classes([n for n in region.nodes if is_reduction(n)],
                            lambda v: tensor_type(v).shape)
     if len(classes) > 1:
