@@ -101,20 +101,26 @@ def test_patches_of_ceil_sizes_fold_back():
         torch.testing.assert_close(f(x), _fold(x))
 
 
+def _norm_gradient(p: str, row: str, n: int) -> str:
+    """The input gradient of a layer_norm over the last dim of ``f32[{p}]`` (row sums of
+    ``f32[{row}]``, ``n`` elements a row), ``%t8``, as aot_autograd writes it."""
+    return f"""
+    %t0 = aten.mul.Tensor(%g, %w) : f32[{p}]
+    %t1 = aten.mul.Tensor(%t0) {{other = {n}}} : f32[{p}]
+    %t2 = aten.sum.dim_IntList(%t0) {{dim = [2], keepdim = true}} : f32[{row}]
+    %t3 = aten.mul.Tensor(%t0, %xh) : f32[{p}]
+    %t4 = aten.sum.dim_IntList(%t3) {{dim = [2], keepdim = true}} : f32[{row}]
+    %t5 = aten.mul.Tensor(%xh, %t4) : f32[{p}]
+    %t6 = aten.sub.Tensor(%t1, %t2) : f32[{p}]
+    %t7 = aten.sub.Tensor(%t6, %t5) : f32[{p}]
+    %t8 = aten.mul.Tensor(%rstd, %t7) : f32[{p}]"""
+
+
 #: OPT's layer_norm gradient beside its dropout's (training with dropout): the row sums
 #: of [2, 8, 32] read back through the [16, 32] view the dropout gradient takes
 OPT_DROPOUT = group_text(
     "%g: f32[2, 8, 32], %w: f32[32], %xh: f32[2, 8, 32], %rstd: f32[2, 8, 1], "
-    "%mask: b8[16, 32]", """
-    %t0 = aten.mul.Tensor(%g, %w) : f32[2, 8, 32]
-    %t1 = aten.mul.Tensor(%t0) {other = 32} : f32[2, 8, 32]
-    %t2 = aten.sum.dim_IntList(%t0) {dim = [2], keepdim = true} : f32[2, 8, 1]
-    %t3 = aten.mul.Tensor(%t0, %xh) : f32[2, 8, 32]
-    %t4 = aten.sum.dim_IntList(%t3) {dim = [2], keepdim = true} : f32[2, 8, 1]
-    %t5 = aten.mul.Tensor(%xh, %t4) : f32[2, 8, 32]
-    %t6 = aten.sub.Tensor(%t1, %t2) : f32[2, 8, 32]
-    %t7 = aten.sub.Tensor(%t6, %t5) : f32[2, 8, 32]
-    %t8 = aten.mul.Tensor(%rstd, %t7) : f32[2, 8, 32]
+    "%mask: b8[16, 32]", _norm_gradient("2, 8, 32", "2, 8, 1", 32) + """
     %t9 = aten.view.default(%t8) {size = [16, 32]} : f32[16, 32]
     %t10 = aten.native_dropout_backward.default(%t9, %mask) {scale = 1.25} : f32[16, 32]
     %t11 = aten.sum.dim_IntList(%g) {dim = [0, 1]} : f32[32]
@@ -203,16 +209,7 @@ def test_outputs_of_another_count_after_row_and_column_nests(check, outputs):
 #: other rows)
 SWIN_INPUTS = ("%g: f32[2, 64, 16], %w: f32[16], %xh: f32[2, 64, 16], %rstd: f32[2, 64, 1], "
                "%res: f32[2, 64, 16]")
-SWIN_WINDOWS = """
-    %t0 = aten.mul.Tensor(%g, %w) : f32[2, 64, 16]
-    %t1 = aten.mul.Tensor(%t0) {other = 16} : f32[2, 64, 16]
-    %t2 = aten.sum.dim_IntList(%t0) {dim = [2], keepdim = true} : f32[2, 64, 1]
-    %t3 = aten.mul.Tensor(%t0, %xh) : f32[2, 64, 16]
-    %t4 = aten.sum.dim_IntList(%t3) {dim = [2], keepdim = true} : f32[2, 64, 1]
-    %t5 = aten.mul.Tensor(%xh, %t4) : f32[2, 64, 16]
-    %t6 = aten.sub.Tensor(%t1, %t2) : f32[2, 64, 16]
-    %t7 = aten.sub.Tensor(%t6, %t5) : f32[2, 64, 16]
-    %t8 = aten.mul.Tensor(%rstd, %t7) : f32[2, 64, 16]
+SWIN_WINDOWS = _norm_gradient("2, 64, 16", "2, 64, 1", 16) + """
     %t9 = aten.add.Tensor(%res, %t8) : f32[2, 64, 16]
     %t10 = aten.view.default(%t9) {size = [2, 2, 4, 2, 4, 16]} : f32[2, 2, 4, 2, 4, 16]
     %t11 = aten.transpose.int(%t10) {dim0 = 2, dim1 = 3} : f32[2, 2, 2, 4, 4, 16] strided[1024, 512, 64, 128, 16, 1]

@@ -167,9 +167,7 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
         scratch.append((written[v], v))
     if not rest or not own + scratch:
         return None
-    return (_nest(own + scratch, classes[0]),
-            *(_nest(walk, (), dict(written)) for part in _by_element_count(rest, tensor_type)
-              for walk in _by_walk(part, tensor_type)))
+    return (_nest(own + scratch, classes[0]), *_pointwise_after(rest, written, tensor_type))
 
 
 def _after_the_nests(region: Graph, classes: list, is_reduction, tensor_type,
@@ -203,9 +201,15 @@ def _after_the_nests(region: Graph, classes: list, is_reduction, tensor_type,
         written[v] = scratch_name(v)
         rest.append((written[v], v))
     planned = plan(region, is_reduction, tensor_type, fold, named=rest)
-    return (*planned, *(_nest(walk, (), dict(written))
-                        for part in _by_element_count(odd, tensor_type)
-                        for walk in _by_walk(part, tensor_type)))
+    return (*planned, *_pointwise_after(odd, written, tensor_type))
+
+
+def _pointwise_after(named: list[tuple[str, Value]], written: dict[Value, str], tensor_type
+                     ) -> tuple[Nest, ...]:
+    """Pointwise nests writing ``named`` (a nest per element count and walk), reading
+    back what earlier nests stored (``written``)."""
+    return tuple(_nest(walk, (), dict(written)) for part in _by_element_count(named, tensor_type)
+                 for walk in _by_walk(part, tensor_type))
 
 
 def _depends(v: Value, memo: dict[Value, frozenset[int]], of: dict[Node, int]
