@@ -132,7 +132,7 @@ def test_sizes_read_from_view_arguments_and_flattened_inputs(check):
         %g = aten.relu.default(%v) : f32[s0, s1, 16]""", "%g: f32[s0, s1, 16], %y: f32[\"s0*s1\", 16]")
     compiled = check.compile(text)
     kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
-    assert [d.get("size") for d in kernel.metadata["inputs"]] == [None, None, "S_0", "S_1"]
+    assert [d.get("sizes") for d in kernel.metadata["inputs"]] == [None, None, ["S_0"], ["S_1"]]
     for b, s in [(2, 3), (1, 5), (3, 1), (0, 4)]:
         x, bias = torch.randn(b * s, 16), torch.randn(16)
         compare(compiled(x, bias, b, s), check.reference(text, x, bias, b, s))
@@ -158,10 +158,31 @@ def test_a_view_size_that_is_an_expression_is_read_from_its_int(check):
         '%g: f32[1, "(s0//2)", "(s1//2)", 32], %v: f32[1, "(s0//2)", "(s1//2)", 32]')
     compiled = check.compile(text)
     kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
-    assert [d.get("size") for d in kernel.metadata["inputs"]][2:] == ["S_0", "S_1"]
+    assert [d.get("sizes") for d in kernel.metadata["inputs"]][2:] == [["S_0"], ["S_1"]]
     for h, w in [(3, 5), (1, 1), (4, 0), (7, 2)]:
         x, bias = torch.randn(h * w, 32), torch.randn(32)
         compare(compiled(x, bias, h, w), check.reference(text, x, bias, h, w))
+
+
+def test_one_int_that_is_two_differently_spelled_sizes_gives_both(check):
+    """Swin's window reverse under ``dynamic=True`` (square images: height and width are
+    one int): a view takes the same int twice and Dynamo spells the two dims differently.
+    Each spelling is a size argument read from that int (the launcher raised "size S_0 is
+    not read from any input" at load, the int naming only the last)."""
+    text = group_text('%x: f32["2*s1*s2", 8], %b: f32[8], %n: int', """
+        %y = aten.mul.Tensor(%x, %b) : f32["2*s1*s2", 8]
+        %v = aten.view.default(%y, %n, %n) {size = [-1, $1, $2, 8]} : f32[2, s1, s2, 8]
+        %t = aten.transpose.int(%v) {dim0 = 1, dim1 = 2} : f32[2, s2, s1, 8]
+        %g = aten.clone.default(%t) : f32[2, s2, s1, 8]
+        %s = aten.sum.dim_IntList(%g) {dim = [2], keepdim = false} : f32[2, s2, 8]""",
+        '%g: f32[2, s2, s1, 8], %s: f32[2, s2, 8]')
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu"
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["inputs"][2]["sizes"] == ["S_0", "S_1"]
+    for n in (3, 1, 7):  # (n = 0: eager's view raises, -1 is ambiguous)
+        x, bias = torch.randn(2 * n * n, 8), torch.randn(8)
+        compare(compiled(x, bias, n), check.reference(text, x, bias, n))
 
 
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):

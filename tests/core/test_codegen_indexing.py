@@ -201,6 +201,15 @@ def test_prod_and_same():
     assert not same("s0", "s1") and not same("s0", 2)
 
 
+def test_a_size_dividing_by_zero_at_sample_sizes_is_declined_in_words():
+    """A Swin-like window reverse at dynamic shapes: ``s1 // (16*(s0//4)**2)`` is 0 where
+    the symbols are drawn one by one (their relation is Dynamo's, not the IR's)."""
+    size = "s0//((s1*s0)//(16*((s0//4))**2))"
+    with pytest.raises(Unsupported, match="divides by zero at sample sizes") as caught:
+        same(size, "s0")
+    assert "Fraction" not in str(caught.value) and size in str(caught.value)
+
+
 def _symbolic_shape(draw, rank):
     return tuple(draw(st.sampled_from([1, 2, 3, "s0", "s1"])) for _ in range(rank))
 

@@ -146,8 +146,12 @@ def _points(dim: Dim) -> tuple[int, int, int]:
         point = {s: random.Random(f"{k}:{s}").randrange(2, 1 << 20) for s in symbols_of(dim)}
         try:
             values.append(evaluate(dim, point))
-        except (SymbolicDimError, ZeroDivisionError) as exc:
+        except SymbolicDimError as exc:
             raise Unsupported(f"size {dim!r}: {exc}") from None
+        except ZeroDivisionError:  # (its symbols are related in ways the IR does not say)
+            raise Unsupported(f"size {dim!r} divides by zero at sample sizes of its "
+                              f"symbols taken one by one: its value cannot be compared "
+                              f"with other sizes") from None
     return tuple(values)
 
 

@@ -51,12 +51,12 @@ from typing import Any
 
 from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSource, Node,
                            Reason, TensorType, Written, default_cache_dir, eager_rejects,
-                           indexing)
+                           indexing, symbols)
 
 from torchloom_codegen_cpu import memory, ops
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
-from torchloom_codegen_cpu.launcher import launcher
+from torchloom_codegen_cpu.launcher import launcher, size_sources
 from torchloom_codegen_cpu.ops import POINTWISE, REDUCTIONS, STORAGE
 from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, DamageReport, Toolchain, build,
@@ -154,8 +154,8 @@ class CpuCodegen:
         if declined is not None:
             return declined
         try:
-            self._write(group, registry)
-        except indexing.Unsupported as exc:
+            size_sources(self._write(group, registry)[1])
+        except (indexing.Unsupported, symbols.SymbolicDimError) as exc:
             return Reason(self.name, str(exc))
         return self.available(group)
 

@@ -227,8 +227,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 for d, counts, error, message in nonempty_dims(region, REDUCTION_KINDS)]
     if nonempty:  # a max over rows of symbolic length: the launcher raises on 0, as eager
         metadata["nonempty"] = nonempty
-    for i, name in ((i, n) for n, i in scalars.items()):
-        metadata["inputs"][i]["size"] = name  # this int input is that size's value
+    for name, i in scalars.items():  # this int input is those sizes' value
+        metadata["inputs"][i].setdefault("sizes", []).append(name)
     for i, order in orders.items():  # a stride is a size argument: copies are dense so
         metadata["inputs"][i]["order"] = order
     if not names:

@@ -130,6 +130,28 @@ def _expected(t: Any, d: dict[str, Any]) -> bool:
     return same_strides(t.shape, t.actual_strides(), d["strides"])
 
 
+def size_sources(meta: dict[str, Any]) -> dict[str, tuple[int, str, int]]:
+    """Where the launcher reads each size argument of a kernel (metadata): size -> (input,
+    ``"shape"`` / ``"int"`` / ``"stride"``, dim); a dim of an input's shape first, then an
+    int input that is the size's value, then an input's stride (inputs copied dense in
+    their ``order`` when laid out otherwise). Raises SymbolicDimError naming a size read
+    from nowhere: ``supports`` declines such a group, so no kernel fails at load."""
+    inputs = meta["inputs"]
+    shapes = [None if "scalar" in d else d["shape"] for d in inputs]
+    found = {s: (i, "shape", k) for s, (i, k) in symbols.bind_symbols(shapes).items()}
+    for i, d in enumerate(inputs):
+        for s in d.get("sizes", ()):
+            found.setdefault(s, (i, "int", 0))
+    for i, d in enumerate(inputs):
+        for k, e in enumerate(d.get("strides") or ()):
+            if "order" in d and symbols.is_symbol(e):
+                found.setdefault(e, (i, "stride", k))
+    for s in meta.get("sizes", []):
+        if s not in found:
+            raise symbols.SymbolicDimError(f"size {s} is not read from any input")
+    return found
+
+
 def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
                    trusted: frozenset[int] = frozenset(),
                    given: frozenset[int] = frozenset(),
@@ -137,27 +159,19 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
     """The launch function's source and the function; no layout checks of the inputs
     ``trusted`` and of the output buffers ``given`` (``into``: used as they are), and with
     ``whole`` those handed to the entry as tensors (``tensors``: it takes them)."""
-    inputs, outputs, sizes = meta["inputs"], meta["outputs"], meta.get("sizes", [])
+    inputs, outputs = meta["inputs"], meta["outputs"]
     params = ["_outs"] * into + [f"a{i}" for i in range(len(inputs))]
-    shapes = [None if "scalar" in d else d["shape"] for d in inputs]
-    scalars = {d["size"]: i for i, d in enumerate(inputs) if "size" in d}
-    bound = symbols.bind_symbols(shapes)
     namespace: dict[str, Any] = {**symbols.guard_namespace(), "_fn": fn, "_alloc": _alloc,
                                  "_threads": torch.get_num_threads, "_fix": laid_out_as,
                                  "_dense": _dense}
     lines = [f"def launch({', '.join(params)}):"]
-    lines += [f"    sym_{s} = a{i}.shape[{k}]" for s, (i, k) in bound.items()]
-    lines += [f"    sym_{s} = a{i}" for s, i in scalars.items() if s not in bound]
     rebind: dict[int, list[str]] = {}  # input -> its size arguments read from its strides
-    for i, d in enumerate(inputs):
-        for k, e in enumerate(d.get("strides") or ()):
-            if "order" in d and symbols.is_symbol(e) and e not in bound and e not in scalars:
-                bound[e] = (i, k)
-                rebind.setdefault(i, []).append(f"sym_{e} = a{i}.stride()[{k}]")
-                lines.append(f"    {rebind[i][-1]}")
-    for s in sizes:
-        if s not in bound and s not in scalars:
-            raise symbols.SymbolicDimError(f"size {s} is not read from any input")
+    for s, (i, place, k) in size_sources(meta).items():
+        read = f"sym_{s} = a{i}" + {"shape": f".shape[{k}]", "int": "",
+                                    "stride": f".stride()[{k}]"}[place]
+        lines.append(f"    {read}")
+        if place == "stride":
+            rebind.setdefault(i, []).append(read)
 
     def items(dims) -> list[str]:
         return [symbols.python_source(d, lambda s: f"sym_{s}") for d in dims]
@@ -207,7 +221,7 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
                 for i, d in enumerate(inputs)]
     pointers += [pointer(f"o{j}", not into or (whole and j in given))
                  for j in range(len(outputs))]
-    pointers += [f"sym_{s}" for s in sizes]
+    pointers += [f"sym_{s}" for s in meta.get("sizes", ())]
     call = f"_fn({', '.join(pointers)}, _threads())"
     # skipped when every output is empty: sizes are >= 0, so an output has elements when
     # no int dim is 0 and each symbolic dim is nonzero
