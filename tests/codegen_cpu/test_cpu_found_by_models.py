@@ -8,6 +8,11 @@ eager; session 37) found, reduced to the pattern each came from.
   the projection, is strided: decompositions at symbolic sizes take contiguous inputs
   only), and the cpu codegen had no template for it: the group ran on eager, saying
   ``op aten.silu_backward.default is not in its op table``.
+- SegFormer embeds patches with a strided convolution and normalises them flattened: at
+  dynamic sizes its layer_norm gradient reads an input whose dim is ``A*B`` (the conv's
+  output sizes, ``(s0-1)//4 + 1`` and so on) and whose stride is ``16*A*B``: the stride
+  held no argument as a whole (``size symbol s0 has no value in the kernel``); a product
+  holding all of an argument's factors is now that argument times the rest.
 - MobileViT unfolds its feature maps into patches with sizes from ``math.ceil``, which the
   IR cannot spell (``?``); ``canonicalize`` folded the clone that makes a transposed
   tensor contiguous (its type printed like its input's), and the view after it failed at
@@ -16,6 +21,7 @@ eager; session 37) found, reduced to the pattern each came from.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -237,3 +243,41 @@ def test_row_results_read_at_other_rows_beside_column_sums(check, outputs):
     check(text, *inputs)
     source = check.source(text)
     assert "scratch_t2" in source and "scratch_t4" in source, source
+
+
+
+class _PatchEmbed(torch.nn.Module):
+    """SegFormer's overlapping patch embedding: a strided conv, flattened, normalised."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 7, stride=4, padding=3)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, img):
+        x = self.conv(img)
+        batch, c, h, w = x.shape
+        x = self.norm(x.flatten(2).transpose(1, 2))
+        return x.reshape(batch, h, w, c).permute(0, 3, 1, 2).contiguous()
+
+
+def test_patch_embedding_gradient_at_dynamic_sizes_compiles():
+    compiler = Compiler("default", compile_cache=False)
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    eager = _PatchEmbed()
+    torch.nn.init.uniform_(eager.norm.weight, 0.5, 1.5)
+    model = copy.deepcopy(eager)
+    f = torch.compile(model, dynamic=True, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    for h, w in ((32, 36), (21, 40), (9, 9)):
+        img = torch.randn(2, 3, h, w)
+        weight = torch.randn(2, 16, (h - 1) // 4 + 1, (w - 1) // 4 + 1)
+        got, want = img.clone().requires_grad_(), img.clone().requires_grad_()
+        (f(got) * weight).sum().backward()
+        (eager(want) * weight).sum().backward()
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
+    for (name, a), b in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4, msg=name)
+    assert len(compiler.compilations) == 2  # forward and backward, symbolic from the start
+    assert _groups_on_eager(compiler) == []

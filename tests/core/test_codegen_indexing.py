@@ -352,6 +352,37 @@ def test_a_part_of_a_whole_expression_is_its_argument_plus_a_constant(case, s0, 
         IndexMath(C, {"2*s0": "S_0"}).size("s0")  # a multiple: no constant offset
 
 
+_SEGFORMER = "((((s0-1)//4))+1)*((((s1-1)//4))+1)"  # a strided conv's output, flattened
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([f"16*{_SEGFORMER}", f"{_SEGFORMER}*16", "3*s2*(s0*s1)",
+                        "(s1*s0)*(s2 // 3)*s2", f"2*{_SEGFORMER}*(s2 + 1)"]),
+       st.sampled_from([C, TRITON]), st.integers(1, 300), st.integers(1, 300),
+       st.integers(1, 50))
+def test_a_product_holding_a_whole_expression_is_its_argument_times_the_rest(
+        stride, language, s0, s1, s2):
+    """SegFormer's layer_norm over a flattened strided-conv output at dynamic shapes: the
+    input's stride ``16*A*B`` holds the argument ``A*B`` (its dim): it prints as 16 times
+    the argument (was "size symbol s0 has no value in the kernel")."""
+    names = {_SEGFORMER: "S_0", "s2": "S_1"} if "s0-1" in stride else \
+        {"s0*s1": "S_0", "s2": "S_1"}
+    whole = next(k for k in names if not k.isidentifier())
+    ix = IndexMath(language, names)
+    point = {"s0": s0, "s1": s1, "s2": s2}
+    got = _eval(ix.size(stride), language, {"S_0": symbols.evaluate(whole, point), "S_1": s2})
+    assert got == symbols.evaluate(stride, point)
+    assert "s0" not in ix.size(stride)
+
+
+def test_a_product_without_all_of_a_whole_expression_has_no_value():
+    ix = IndexMath(C, {"s0*s1*s2": "S_0"})
+    with pytest.raises(Unsupported, match="has no value"):
+        ix.size("4*s0*s1")
+    with pytest.raises(Unsupported, match="has no value"):
+        IndexMath(C, {"s0*s0": "S_0"}).size("s0*s1")
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from([1, 2, 3, 5, "s0", "s1"]), min_size=1, max_size=4),
        st.sampled_from([C, TRITON]), st.data())

@@ -135,6 +135,14 @@ def prod(dims: Sequence[Dim]) -> Dim:
     return "*".join(([str(const)] if const != 1 else []) + factors)
 
 
+def _factors(node: ast.AST) -> list[str]:
+    """The factors of a product (``16*A*B``: ``16``, ``A``, ``B``) as printed text; one
+    factor for anything else."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _factors(node.left) + _factors(node.right)
+    return [ast.unparse(node)]
+
+
 def _points(dim: Dim) -> tuple[int, int, int]:
     """``dim`` at three fixed pseudo-random points (every symbol from 2 to 2**20)."""
     if isinstance(dim, int):
@@ -220,6 +228,10 @@ class IndexMath:
         self.parts = {ast.unparse(part): Op(f"{{0}} {op} {{1}}", SUM, (Name(v), Literal(
             str(c), c))) for k, v in self.names.items() if not k.isidentifier()
             for part, op, c in [_offset_part(parse_dim(k).body)] if part is not None}
+        #: whole expressions that are products, by their factors: a product holding them
+        #: all (``16*A*B`` of the argument ``A*B``) prints as the argument times the rest
+        self.products = [(sorted(f), v) for k, v in self.whole.items()
+                         for f in [_factors(parse_dim(k).body)] if len(f) > 1]
 
     # ---- sizes -------------------------------------------------------------------------
     def size(self, dim: Dim) -> str:
@@ -247,6 +259,10 @@ class IndexMath:
                 return Name(self.whole[text])
             if text in self.parts:
                 return self.parts[text]
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+                found = self._product_of_whole(node)
+                if found is not None:
+                    return found
         if isinstance(node, ast.Name) and node.id not in self.names and \
                 node.id in self.parts:
             return self.parts[node.id]
@@ -291,6 +307,29 @@ class IndexMath:
         for arg in args[1:] or [None]:  # Max(a, b, c) = Max(Max(a, b), c)
             e = Op(template, level, (e,) if arg is None else (e, arg))
         return e
+
+    def _product_of_whole(self, node: ast.BinOp) -> Code | None:
+        """``node`` (a product) as a whole expression's argument times its other factors,
+        where its factors include all of one's (the one with the most factors)."""
+        factors = _factors(node)
+        for whole, name in sorted(self.products, key=lambda p: -len(p[0])):
+            taken: list[int] = []  # the factors the argument stands for
+            for f in whole:
+                at = next((i for i, g in enumerate(factors) if g == f and i not in taken),
+                          None)
+                if at is None:
+                    break
+                taken.append(at)
+            else:  # in their order, the argument where its first factor was
+                codes = [Name(name) if i == min(taken) else
+                         self._print(ast.parse(f, mode="eval").body)
+                         for i, f in enumerate(factors) if i == min(taken) or i not in taken]
+                code = codes[0]
+                for factor in codes[1:]:
+                    code = Op("{0} * {1}", PRODUCT, (paren(code, PRODUCT),
+                                                    paren(factor, PRODUCT + 1)))
+                return code
+        return None
 
     def remember(self, known: Known, coords: Sequence[Code | str], shape: Sequence[Dim],
                  index: Code | str) -> None:
