@@ -375,6 +375,36 @@ def test_a_product_holding_a_whole_expression_is_its_argument_times_the_rest(
     assert "s0" not in ix.size(stride)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([("s0 - s1", "48*s0 - 48*s1"), ("s0 - s1", "16*Max(1, s0 - s1)"),
+                        ("s0 - s1", "3 - s0 + s1"), ("s0 + 2*s1", "4*s1 + 2*s0 + 6"),
+                        ("s0*s1 - 1", "8*s1*s0 - 8")]),
+       st.sampled_from([C_EVAL, TRITON]), st.integers(0, 300), st.integers(0, 300))
+def test_a_polynomial_affine_in_a_whole_expression_is_printed_from_it(case, language, s0,
+                                                                     s1):
+    """Falcon's cache at dynamic lengths: a dim ``s0 - s1`` (positions after the past
+    tokens) is an argument, its tensor's stride ``48*s0 - 48*s1`` is 48 times it (was "size
+    symbol s0 has no value in the kernel")."""
+    whole, dim = case
+    ix = IndexMath(language, {whole: "S_0"})
+    point = {"s0": s0, "s1": s1}
+    printed = ix.size(dim)
+    assert "s0" not in printed and "s1" not in printed
+    assert _eval(printed, language, {"S_0": symbols.evaluate(whole, point)}) == \
+        symbols.evaluate(dim, point)
+
+
+@pytest.mark.parametrize("whole, dim", [
+    ("s0 - s1", "s0*s0 - s1*s1"),  # a polynomial, not affine in it
+    ("s0 - s1", "2*s0 - s1"),  # not a function of it
+    ("s0 - s1", "s0 - s1 + s2"),  # a symbol it does not hold
+    ("(s0//20) - 1", "2*(s0//20)*2 + s0"),  # floor division: equal at large sizes only
+])
+def test_what_is_not_affine_in_a_whole_expression_has_no_value(whole, dim):
+    with pytest.raises(Unsupported, match="has no value"):
+        IndexMath(C, {whole: "S_0"}).size(dim)
+
+
 def test_a_product_without_all_of_a_whole_expression_has_no_value():
     ix = IndexMath(C, {"s0*s1*s2": "S_0"})
     with pytest.raises(Unsupported, match="has no value"):

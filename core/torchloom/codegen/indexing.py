@@ -49,6 +49,7 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.coords import ZERO, Coords, enclosed, is_zero, key, node, operand, total
+from torchloom.codegen.wholes import Wholes
 from torchloom.codegen.expr import (ATOM, LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name,
                                     Op, paren)
 from torchloom.ir.graph import Value
@@ -135,14 +136,6 @@ def prod(dims: Sequence[Dim]) -> Dim:
     return "*".join(([str(const)] if const != 1 else []) + factors)
 
 
-def _factors(node: ast.AST) -> list[str]:
-    """The factors of a product (``16*A*B``: ``16``, ``A``, ``B``) as printed text; one
-    factor for anything else."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        return _factors(node.left) + _factors(node.right)
-    return [ast.unparse(node)]
-
-
 def _points(dim: Dim) -> tuple[int, int, int]:
     """``dim`` at three fixed pseudo-random points (every symbol from 2 to 2**20)."""
     if isinstance(dim, int):
@@ -191,18 +184,6 @@ def same_shape(a: Sequence, b: Sequence) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
-def _offset_part(e: ast.AST) -> tuple[ast.AST | None, str, int]:
-    """(``part``, op, c) where expression ``e`` is ``part + c`` or ``part - c`` (c a
-    positive int): ``part`` is then ``e - c`` (op ``-``) or ``e + c`` (``+``); (None, "",
-    0) for another expression."""
-    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
-        for part, other, flip in ((e.left, e.right, False), (e.right, e.left, True)):
-            if isinstance(other, ast.Constant) and type(other.value) is int and \
-                    other.value > 0 and not (flip and isinstance(e.op, ast.Sub)):
-                return part, "-" if isinstance(e.op, ast.Add) else "+", other.value
-    return None, "", 0
-
-
 _PRECEDENCE = {ast.Add: SUM, ast.Sub: SUM, ast.Mult: PRODUCT, ast.FloorDiv: PRODUCT,
                ast.Mod: PRODUCT}
 
@@ -220,18 +201,7 @@ class IndexMath:
         self.language = language
         self.strict = names is not None
         self.names = dict(names or {})
-        self.whole = {ast.unparse(parse_dim(k).body): v for k, v in self.names.items()
-                      if not k.isidentifier()}
-        #: a part of a whole expression that differs from it by a constant (``s0`` of
-        #: ``s0+1``, ``s0//20`` of ``s0//20 - 1``) -> its value from the argument, for
-        #: strides and dims that name the part (a slice's strides keep the sliced length)
-        self.parts = {ast.unparse(part): Op(f"{{0}} {op} {{1}}", SUM, (Name(v), Literal(
-            str(c), c))) for k, v in self.names.items() if not k.isidentifier()
-            for part, op, c in [_offset_part(parse_dim(k).body)] if part is not None}
-        #: whole expressions that are products, by their factors: a product holding them
-        #: all (``16*A*B`` of the argument ``A*B``) prints as the argument times the rest
-        self.products = [(sorted(f), v) for k, v in self.whole.items()
-                         for f in [_factors(parse_dim(k).body)] if len(f) > 1]
+        self.wholes = Wholes(self.names)  # arguments holding whole expressions
 
     # ---- sizes -------------------------------------------------------------------------
     def size(self, dim: Dim) -> str:
@@ -253,19 +223,12 @@ class IndexMath:
             if node.value >= 0:
                 return Literal(str(node.value), node.value)
             return Op("-{0}", LOWEST, (Literal(str(-node.value), -node.value),))
-        if (self.whole or self.parts) and not isinstance(node, ast.Name):
-            text = ast.unparse(node)
-            if text in self.whole:
-                return Name(self.whole[text])
-            if text in self.parts:
-                return self.parts[text]
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-                found = self._product_of_whole(node)
-                if found is not None:
-                    return found
-        if isinstance(node, ast.Name) and node.id not in self.names and \
-                node.id in self.parts:
-            return self.parts[node.id]
+        if self.wholes and not isinstance(node, ast.Name):
+            found = self.wholes.match(node, self._print)
+            if found is not None:
+                return found
+        if isinstance(node, ast.Name) and self.wholes.part(node.id) is not None:
+            return self.wholes.part(node.id)
         if isinstance(node, ast.Name):
             if self.strict and node.id not in self.names:
                 raise Unsupported(f"size symbol {node.id} has no value in the kernel (it is "
@@ -307,29 +270,6 @@ class IndexMath:
         for arg in args[1:] or [None]:  # Max(a, b, c) = Max(Max(a, b), c)
             e = Op(template, level, (e,) if arg is None else (e, arg))
         return e
-
-    def _product_of_whole(self, node: ast.BinOp) -> Code | None:
-        """``node`` (a product) as a whole expression's argument times its other factors,
-        where its factors include all of one's (the one with the most factors)."""
-        factors = _factors(node)
-        for whole, name in sorted(self.products, key=lambda p: -len(p[0])):
-            taken: list[int] = []  # the factors the argument stands for
-            for f in whole:
-                at = next((i for i, g in enumerate(factors) if g == f and i not in taken),
-                          None)
-                if at is None:
-                    break
-                taken.append(at)
-            else:  # in their order, the argument where its first factor was
-                codes = [Name(name) if i == min(taken) else
-                         self._print(ast.parse(f, mode="eval").body)
-                         for i, f in enumerate(factors) if i == min(taken) or i not in taken]
-                code = codes[0]
-                for factor in codes[1:]:
-                    code = Op("{0} * {1}", PRODUCT, (paren(code, PRODUCT),
-                                                    paren(factor, PRODUCT + 1)))
-                return code
-        return None
 
     def remember(self, known: Known, coords: Sequence[Code | str], shape: Sequence[Dim],
                  index: Code | str) -> None:

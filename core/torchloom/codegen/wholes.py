@@ -1,0 +1,175 @@
+"""Size arguments that hold whole expressions, and the dims printed from them.
+
+A kernel's size argument may hold a whole size expression (``"s0*s1"``, ``"s2-s3"``) when
+the symbols in it have no argument of their own (a flattened batch, a cache's length
+less the tokens before it). :class:`Wholes` prints, from such arguments, the dims and
+strides that are not that expression as a whole but follow from it:
+
+- the expression itself, wherever it occurs as a sub-expression (``Max(1, s2-s3)``);
+- a part that differs from it by a constant (``s0`` of ``s0+1``: the argument minus 1);
+- a product holding all of its factors (``16*A*B`` of ``A*B``: 16 times the argument);
+- a polynomial equal to ``c * whole + d`` for ints ``c`` and ``d``, the whole a polynomial
+  too (``48*s2-48*s3`` of ``s2-s3``: 48 times the argument), judged at five pseudo-random
+  points (two polynomials of low degree equal there are equal everywhere; floor division,
+  ``Max`` and ``Mod`` are left out, being equal at large sizes only, as ``Max(1, s0//20)``
+  and ``s0//20`` are).
+
+:class:`~torchloom.codegen.indexing.IndexMath` asks :meth:`Wholes.match` before printing a
+sub-expression itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from collections.abc import Callable, Mapping
+
+from torchloom.codegen.expr import PRODUCT, SUM, Code, Literal, Name, Op, paren
+from torchloom.ir.symbols import SymbolicDimError, evaluate, parse_dim, symbols_of
+
+
+class Wholes:
+    """The whole-expression keys of ``names`` (a kernel's size arguments: symbol or
+    expression -> argument name)."""
+
+    def __init__(self, names: Mapping[str, str]):
+        self.symbols = frozenset(k for k in names if k.isidentifier())
+        keys = {k: v for k, v in names.items() if not k.isidentifier()}
+        self.whole = {ast.unparse(parse_dim(k).body): v for k, v in keys.items()}
+        #: a part that differs from a whole expression by a constant (``s0`` of ``s0+1``,
+        #: ``s0//20`` of ``s0//20 - 1``) -> its value from the argument, for strides and
+        #: dims that name the part (a slice's strides keep the sliced length)
+        self.parts = {ast.unparse(part): Op(f"{{0}} {op} {{1}}", SUM, (Name(v), Literal(
+            str(c), c))) for k, v in keys.items()
+            for part, op, c in [_offset_part(parse_dim(k).body)] if part is not None}
+        #: whole expressions that are products, by their factors, the most factors first
+        self.products = sorted(((_factors(parse_dim(k).body), v) for k, v in keys.items()),
+                               key=lambda p: -len(p[0]))
+        self.products = [p for p in self.products if len(p[0]) > 1]
+        #: for the affine rule: each whole expression that is a polynomial (no floor
+        #: division, Max or Mod: equal at random points is then equal everywhere), its
+        #: symbols and its sample values
+        self.affine = [(k, v, frozenset(symbols_of(k)), _samples(k)) for k, v in keys.items()
+                       if _polynomial(parse_dim(k).body)]
+
+    def __bool__(self) -> bool:
+        return bool(self.whole or self.parts)
+
+    def part(self, symbol: str) -> Code | None:
+        """A bare symbol that is a part of a whole expression, from its argument."""
+        return self.parts.get(symbol) if symbol not in self.symbols else None
+
+    def match(self, node: ast.AST, print_: Callable[[ast.AST], Code]) -> Code | None:
+        """``node`` (not a bare symbol) from a whole-expression argument, or None;
+        ``print_`` prints the other factors of a product."""
+        text = ast.unparse(node)
+        if text in self.whole:
+            return Name(self.whole[text])
+        if text in self.parts:
+            return self.parts[text]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            found = self._product(node, print_)
+            if found is not None:
+                return found
+        if _polynomial(node) and any(s not in self.symbols for s in symbols_of(text)):
+            return self._affine(text)
+        return None
+
+    def _product(self, node: ast.BinOp, print_: Callable[[ast.AST], Code]) -> Code | None:
+        """A product holding all factors of a whole expression: the argument where its
+        first factor was, the other factors in their order."""
+        factors = _factors(node)
+        for whole, name in self.products:
+            taken: list[int] = []  # the factors the argument stands for
+            for f in whole:
+                at = next((i for i, g in enumerate(factors) if g == f and i not in taken),
+                          None)
+                if at is None:
+                    break
+                taken.append(at)
+            else:
+                first = min(taken)
+                codes = [Name(name) if i == first else
+                         print_(ast.parse(f, mode="eval").body)
+                         for i, f in enumerate(factors) if i == first or i not in taken]
+                code = codes[0]
+                for factor in codes[1:]:
+                    code = Op("{0} * {1}", PRODUCT, (paren(code, PRODUCT),
+                                                    paren(factor, PRODUCT + 1)))
+                return code
+        return None
+
+    def _affine(self, text: str) -> Code | None:
+        """``text`` as ``c * argument + d`` (ints, c not 0) where it is so at every sample
+        point of a whole expression holding all its symbols."""
+        names = frozenset(symbols_of(text))
+        for key, name, held, samples in self.affine:
+            if not names <= held or samples is None:
+                continue
+            values = _samples(text, held)
+            if values is None:
+                continue
+            (w0, e0), (w1, e1) = (samples[0], values[0]), (samples[1], values[1])
+            if w0 == w1 or (e1 - e0) % (w1 - w0):
+                continue
+            c = (e1 - e0) // (w1 - w0)
+            d = e0 - c * w0
+            if c == 0 or any(e != c * w + d for w, e in zip(samples, values)):
+                continue
+            code: Code = Name(name)
+            if c != 1:
+                code = Op("{0} * {1}", PRODUCT, (Literal(str(c), c), code)) if c > 0 else \
+                    Op("-{0} * {1}", SUM, (Literal(str(-c), -c), code))
+            if d:
+                code = Op(f"{{0}} {'+' if d > 0 else '-'} {{1}}", SUM,
+                          (code, Literal(str(abs(d)), abs(d))))
+            return code
+        return None
+
+
+def _polynomial(node: ast.AST) -> bool:
+    """Whether ``node`` is built of symbols and ints by ``+``, ``-`` and ``*`` only."""
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)) and \
+            _polynomial(node.left) and _polynomial(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, (ast.USub, ast.UAdd)) and _polynomial(node.operand)
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Constant) and
+                                          type(node.value) is int)
+
+
+def _samples(dim: str, symbols: frozenset[str] | None = None) -> tuple[int, ...] | None:
+    """``dim`` at five pseudo-random points of ``symbols`` (its own by default), each
+    symbol's value fixed by its name and the point; None where it cannot be evaluated."""
+    names = sorted(symbols if symbols is not None else symbols_of(dim))
+    values = []
+    for k in range(5):
+        point = {s: random.Random(f"whole {k}:{s}").randrange(2, 1 << 20) for s in names}
+        try:
+            values.append(evaluate(dim, point))
+        except (SymbolicDimError, ZeroDivisionError):
+            return None
+    return tuple(values)
+
+
+def _factors(node: ast.AST) -> list[str]:
+    """The factors of a product (``16*A*B``: ``16``, ``A``, ``B``) as printed text; one
+    factor for anything else."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _factors(node.left) + _factors(node.right)
+    return [ast.unparse(node)]
+
+
+def _offset_part(e: ast.AST) -> tuple[ast.AST | None, str, int]:
+    """(``part``, op, c) where expression ``e`` is ``part + c`` or ``part - c`` (c a
+    positive int): ``part`` is then ``e - c`` (op ``-``) or ``e + c`` (``+``); (None, "",
+    0) for another expression."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
+        for part, other, flip in ((e.left, e.right, False), (e.right, e.left, True)):
+            if isinstance(other, ast.Constant) and type(other.value) is int and \
+                    other.value > 0 and not (flip and isinstance(e.op, ast.Sub)):
+                return part, "-" if isinstance(e.op, ast.Add) else "+", other.value
+    return None, "", 0
+
+
+__all__ = ["Wholes"]
