@@ -185,6 +185,23 @@ def test_one_int_that_is_two_differently_spelled_sizes_gives_both(check):
         compare(compiled(x, bias, n), check.reference(text, x, bias, n))
 
 
+def test_a_stride_affine_in_a_whole_expression_dim_is_printed_from_it(check):
+    """Falcon's rotary half of a query at dynamic lengths: ``s0 - s1`` (the new tokens) is
+    a dim, so an argument; the stride ``48*s0 - 48*s1`` is 48 times it (was "size symbol
+    s0 has no value in the kernel")."""
+    text = group_text('%x: f32[s2, 4, "s0-s1", 4] strided["48*s0-48*s1", 8, 48, 1]', """
+        %y = aten.neg.default(%x) : f32[s2, 4, "s0-s1", 4]""", '%y: f32[s2, 4, "s0-s1", 4]')
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu"
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["inputs"][0]["strides"] == ["48 * S_1", 8, 48, 1]
+    for b, n in [(2, 5), (1, 1), (3, 0), (0, 4)]:
+        x = torch.randn(b, n, 48).view(b, n, 6, 8).transpose(1, 2)[:, :4, :, :4]
+        compare(compiled(x), check.reference(text, x))
+    x = torch.randn(2, 4, 3, 4)  # another layout: copied to the kernel's
+    compare(compiled(x), check.reference(text, x))
+
+
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
     """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
     the group's input, so the whole stride is a size argument the launcher reads from the
