@@ -202,6 +202,22 @@ def test_a_stride_affine_in_a_whole_expression_dim_is_printed_from_it(check):
     compare(compiled(x), check.reference(text, x))
 
 
+def test_a_symbol_that_is_a_whole_expression_divided_is_printed_from_it(check):
+    """DeBERTa-v2's heads under ``dynamic=True``: an input of ``2*s0`` rows split as
+    ``[s0, 2]``: ``s0`` is the argument ``2*s0`` halved (was "size symbol s0 has no value
+    in the kernel")."""
+    text = group_text('%x: f32["2*s0", s1, 16], %n: int', """
+        %v = aten.view.default(%x, %n) {size = [-1, 2, $1, 16]} : f32[s0, 2, s1, 16]
+        %t = aten.permute.default(%v) {dims = [0, 2, 1, 3]} : f32[s0, s1, 2, 16] strided["32*s1", 16, "16*s1", 1]
+        %y = aten.clone.default(%t) {memory_format = #contiguous_format} : f32[s0, s1, 2, 16]""",  # noqa: E501
+        "%y: f32[s0, s1, 2, 16]")
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu"
+    for b, n in [(3, 5), (1, 1), (2, 7)]:
+        x = torch.randn(2 * b, n, 16)
+        compare(compiled(x, n), check.reference(text, x, n))
+
+
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
     """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
     the group's input, so the whole stride is a size argument the launcher reads from the

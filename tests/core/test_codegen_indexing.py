@@ -349,7 +349,8 @@ def test_a_part_of_a_whole_expression_is_its_argument_plus_a_constant(case, s0, 
     assert _eval(ix.size(stride), TRITON, {"S_0": argument, "S_1": s1}) == \
         symbols.evaluate(stride, {"s0": s0, "s1": s1})
     with pytest.raises(Unsupported, match="has no value"):
-        IndexMath(C, {"2*s0": "S_0"}).size("s0")  # a multiple: no constant offset
+        IndexMath(C, {"s0//2": "S_0"}).size("s0")  # a floor division: no constant offset
+    assert IndexMath(C, {"2*s0": "S_0"}).size("s0") == "S_0 / 2"  # (an exact division)
 
 
 _SEGFORMER = "((((s0-1)//4))+1)*((((s1-1)//4))+1)"  # a strided conv's output, flattened
@@ -378,13 +379,15 @@ def test_a_product_holding_a_whole_expression_is_its_argument_times_the_rest(
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from([("s0 - s1", "48*s0 - 48*s1"), ("s0 - s1", "16*Max(1, s0 - s1)"),
                         ("s0 - s1", "3 - s0 + s1"), ("s0 + 2*s1", "4*s1 + 2*s0 + 6"),
-                        ("s0*s1 - 1", "8*s1*s0 - 8")]),
+                        ("s0*s1 - 1", "8*s1*s0 - 8"), ("2*s0", "s0"), ("4*s0 + 2", "6*s0 + 3"),
+                        ("2*s0*s1", "s1*s0*3")]),
        st.sampled_from([C_EVAL, TRITON]), st.integers(0, 300), st.integers(0, 300))
 def test_a_polynomial_affine_in_a_whole_expression_is_printed_from_it(case, language, s0,
                                                                      s1):
     """Falcon's cache at dynamic lengths: a dim ``s0 - s1`` (positions after the past
     tokens) is an argument, its tensor's stride ``48*s0 - 48*s1`` is 48 times it (was "size
-    symbol s0 has no value in the kernel")."""
+    symbol s0 has no value in the kernel"); DeBERTa-v2's heads ``2*s0`` split in two: ``s0``
+    is the argument halved (an exact division)."""
     whole, dim = case
     ix = IndexMath(language, {whole: "S_0"})
     point = {"s0": s0, "s1": s1}

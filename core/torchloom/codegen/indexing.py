@@ -201,7 +201,7 @@ class IndexMath:
         self.language = language
         self.strict = names is not None
         self.names = dict(names or {})
-        self.wholes = Wholes(self.names)  # arguments holding whole expressions
+        self.wholes = Wholes(self.names, language.floor_div)  # whole-expression arguments
 
     # ---- sizes -------------------------------------------------------------------------
     def size(self, dim: Dim) -> str:
@@ -223,12 +223,10 @@ class IndexMath:
             if node.value >= 0:
                 return Literal(str(node.value), node.value)
             return Op("-{0}", LOWEST, (Literal(str(-node.value), -node.value),))
-        if self.wholes and not isinstance(node, ast.Name):
+        if self.wholes and not (isinstance(node, ast.Name) and node.id in self.names):
             found = self.wholes.match(node, self._print)
             if found is not None:
                 return found
-        if isinstance(node, ast.Name) and self.wholes.part(node.id) is not None:
-            return self.wholes.part(node.id)
         if isinstance(node, ast.Name):
             if self.strict and node.id not in self.names:
                 raise Unsupported(f"size symbol {node.id} has no value in the kernel (it is "

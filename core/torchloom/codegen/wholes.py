@@ -8,8 +8,9 @@ strides that are not that expression as a whole but follow from it:
 - the expression itself, wherever it occurs as a sub-expression (``Max(1, s2-s3)``);
 - a part that differs from it by a constant (``s0`` of ``s0+1``: the argument minus 1);
 - a product holding all of its factors (``16*A*B`` of ``A*B``: 16 times the argument);
-- a polynomial equal to ``c * whole + d`` for ints ``c`` and ``d``, the whole a polynomial
-  too (``48*s2-48*s3`` of ``s2-s3``: 48 times the argument), judged at five pseudo-random
+- a polynomial equal to ``(c * whole + d) / q`` for ints ``c``, ``d`` and ``q``, the
+  whole a polynomial too (``48*s2-48*s3`` of ``s2-s3``: 48 times the argument; ``s0`` of
+  ``2*s0``: the argument halved), judged at five pseudo-random
   points (two polynomials of low degree equal there are equal everywhere; floor division,
   ``Max`` and ``Mod`` are left out, being equal at large sizes only, as ``Max(1, s0//20)``
   and ``s0//20`` are).
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import ast
 import random
+from fractions import Fraction
+from math import lcm
 from collections.abc import Callable, Mapping
 
 from torchloom.codegen.expr import PRODUCT, SUM, Code, Literal, Name, Op, paren
@@ -32,7 +35,8 @@ class Wholes:
     """The whole-expression keys of ``names`` (a kernel's size arguments: symbol or
     expression -> argument name)."""
 
-    def __init__(self, names: Mapping[str, str]):
+    def __init__(self, names: Mapping[str, str], floor_div: str = "//"):
+        self.floor_div = floor_div  # the target language's integer division
         self.symbols = frozenset(k for k in names if k.isidentifier())
         keys = {k: v for k, v in names.items() if not k.isidentifier()}
         self.whole = {ast.unparse(parse_dim(k).body): v for k, v in keys.items()}
@@ -55,13 +59,9 @@ class Wholes:
     def __bool__(self) -> bool:
         return bool(self.whole or self.parts)
 
-    def part(self, symbol: str) -> Code | None:
-        """A bare symbol that is a part of a whole expression, from its argument."""
-        return self.parts.get(symbol) if symbol not in self.symbols else None
-
     def match(self, node: ast.AST, print_: Callable[[ast.AST], Code]) -> Code | None:
-        """``node`` (not a bare symbol) from a whole-expression argument, or None;
-        ``print_`` prints the other factors of a product."""
+        """``node`` (not a symbol with an argument of its own) from a whole-expression
+        argument, or None; ``print_`` prints the other factors of a product."""
         text = ast.unparse(node)
         if text in self.whole:
             return Name(self.whole[text])
@@ -100,22 +100,22 @@ class Wholes:
         return None
 
     def _affine(self, text: str) -> Code | None:
-        """``text`` as ``c * argument + d`` (ints, c not 0) where it is so at every sample
-        point of a whole expression holding all its symbols."""
+        """``text`` as ``(c * argument + d) / q`` (ints, c not 0, q > 0, the division
+        exact) where it is so at every sample point of a polynomial whole expression
+        holding all its symbols."""
         names = frozenset(symbols_of(text))
         for key, name, held, samples in self.affine:
             if not names <= held or samples is None:
                 continue
             values = _samples(text, held)
-            if values is None:
+            if values is None or samples[0] == samples[1]:
                 continue
-            (w0, e0), (w1, e1) = (samples[0], values[0]), (samples[1], values[1])
-            if w0 == w1 or (e1 - e0) % (w1 - w0):
+            slope = Fraction(values[1] - values[0], samples[1] - samples[0])
+            offset = values[0] - slope * samples[0]
+            if slope == 0 or any(e != slope * w + offset for w, e in zip(samples, values)):
                 continue
-            c = (e1 - e0) // (w1 - w0)
-            d = e0 - c * w0
-            if c == 0 or any(e != c * w + d for w, e in zip(samples, values)):
-                continue
+            q = lcm(slope.denominator, offset.denominator)
+            c, d = int(slope * q), int(offset * q)
             code: Code = Name(name)
             if c != 1:
                 code = Op("{0} * {1}", PRODUCT, (Literal(str(c), c), code)) if c > 0 else \
@@ -123,6 +123,9 @@ class Wholes:
             if d:
                 code = Op(f"{{0}} {'+' if d > 0 else '-'} {{1}}", SUM,
                           (code, Literal(str(abs(d)), abs(d))))
+            if q != 1:  # exact: (c * argument + d) is q times an int at every size
+                code = Op(f"{{0}} {self.floor_div} {{1}}", PRODUCT,
+                          (paren(code, PRODUCT), Literal(str(q), q)))
             return code
         return None
 
