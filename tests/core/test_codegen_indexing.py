@@ -313,10 +313,31 @@ def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
     assert texts(ix.broadcast(("a", "b"), ("s0", "s1"), (1, "s1"))) == ("0", "b")
     with pytest.raises(Unsupported, match="may differ"):
         ix.broadcast(("a",), ("s0",), ("s1",))
-    with pytest.raises(Unsupported, match="may differ"):
-        ix.reshape(("a",), ("s0",), ("s1",))
     with pytest.raises(Unsupported, match="symbolic start"):
         ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, ("s0 - s1",), ("s0",))
+
+
+_HALF = "CeilToInt(IntTrueDiv(s0, 2))"  # math.ceil(s0 / 2) of a size (MobileViT's patches)
+
+
+@pytest.mark.parametrize("language", [C_EVAL, TRITON], ids=["c", "triton"])
+def test_views_whose_sizes_line_up_only_under_guards_are_one_group(language):
+    """A view of ``[s0, s1]`` as ``[ceil(s0/2), s0//ceil(s0/2), s1]`` has equal sizes only
+    where ``s0`` is even (Dynamo guards it; the IR does not say it): its dims are one group,
+    each element at its row-major index (was declined: "the sizes may differ"); a view of
+    ``[s1]`` as ``[s0]`` (equal where it is valid) reads the same index."""
+    ix = IndexMath(language, NAMES)
+    assert texts(ix.reshape(("a",), ("s0",), ("s1",))) == ("a",)
+    out_shape = (_HALF, f"(s0//({_HALF}))", "s1")
+    got = ix.reshape(("a", "b", "c"), out_shape, ("s0", "s1"))
+    for s0, s1 in [(2, 3), (8, 5), (14, 1), (6, 4)]:
+        sizes = {"S_0": s0, "S_1": s1}
+        half = symbols.evaluate(_HALF, {"s0": s0})
+        for a, b, c in itertools.product(range(half), range(s0 // half), range(s1)):
+            env = {**sizes, "a": a, "b": b, "c": c}
+            flat = (a * (s0 // half) + b) * s1 + c  # the element's row-major index
+            assert [_eval(x, language, env) for x in got] == [flat // s1, flat % s1]
+    assert IndexMath(language, NAMES).size(_HALF) in ("(S_0 + 2 - 1) / 2", "(S_0 + 2 - 1) // 2")
 
 
 def test_the_api_exposes_the_module():

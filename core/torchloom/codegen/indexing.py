@@ -136,6 +136,37 @@ def prod(dims: Sequence[Dim]) -> Dim:
     return "*".join(([str(const)] if const != 1 else []) + factors)
 
 
+def _view_groups(outs: list[int], ins: list[int], out_shape: Sequence[Dim],
+                 in_shape: Sequence[Dim]) -> list[tuple[list[int], list[int]]]:
+    """The dims ``outs`` of a view's output and ``ins`` of its input in groups of equal
+    size products, the fewest dims each (judged at sample points); one group of them all
+    where sizes do not line up at the points (``[s0]`` as ``[ceil(s0/2), s0//ceil(s0/2)]``:
+    equal only at the sizes Dynamo's guards keep, even ones): a view keeps every element's
+    row-major index, so one group is right wherever the view is valid, at the cost of more
+    division."""
+    groups = []
+    i = j = 0
+    while i < len(outs):
+        if j >= len(ins):
+            return [(outs, ins)] if ins else []
+        group_o, group_i = [outs[i]], [ins[j]]
+        po, pi = _points(out_shape[outs[i]]), _points(in_shape[ins[j]])
+        i, j = i + 1, j + 1
+        while po != pi:
+            if po[0] < pi[0] and i < len(outs):
+                group_o.append(outs[i])
+                po = tuple(a * b for a, b in zip(po, _points(out_shape[outs[i]])))
+                i += 1
+            elif po[0] >= pi[0] and j < len(ins):
+                group_i.append(ins[j])
+                pi = tuple(a * b for a, b in zip(pi, _points(in_shape[ins[j]])))
+                j += 1
+            else:
+                return [(outs, ins)]
+        groups.append((group_o, group_i))
+    return groups
+
+
 def _points(dim: Dim) -> tuple[int, int, int]:
     """``dim`` at three fixed pseudo-random points (every symbol from 2 to 2**20)."""
     if isinstance(dim, int):
@@ -251,8 +282,16 @@ class IndexMath:
             right = paren(self._print(node.right), level + 1)
             return Op(f"{{0}} {op} {{1}}", level, (left, right))
         name = node.func.id
-        args = [paren(self._print(a), POSTFIX) for a in node.args]
         div = self.language.floor_div
+        inner = node.args[0] if len(node.args) == 1 else None
+        if name in ("CeilToInt", "FloorToInt") and isinstance(inner, ast.Call) and \
+                inner.func.id == "IntTrueDiv" and len(inner.args) == 2:
+            # math.ceil(h / 2) of a size: a ceiling (floor) division of non-negative sizes
+            a, b = (paren(self._print(x), POSTFIX) for x in inner.args)
+            if name == "FloorToInt":
+                return Op(f"{{0}} {div} {{1}}", PRODUCT, (a, b))
+            return Op(f"({{0}} + {{1}} - 1) {div} {{1}}", PRODUCT, (a, b))
+        args = [paren(self._print(a), POSTFIX) for a in node.args]
         if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
             return Op(f"{{0}} {div} {{1}}", PRODUCT, args)
         if name in ("Mod", "PythonMod") and len(args) == 2:
@@ -370,26 +409,7 @@ class IndexMath:
         result: list[Code] = [ZERO] * len(in_shape)
         outs = [i for i, d in enumerate(out_shape) if d != 1]
         ins = [j for j, d in enumerate(in_shape) if d != 1]
-        i = j = 0
-        while i < len(outs):
-            if j >= len(ins):
-                raise Unsupported(f"view of {list(in_shape)} as {list(out_shape)}: the sizes "
-                                  f"may differ")
-            group_o, group_i = [outs[i]], [ins[j]]
-            po, pi = _points(out_shape[outs[i]]), _points(in_shape[ins[j]])
-            i, j = i + 1, j + 1
-            while po != pi:
-                if po[0] < pi[0] and i < len(outs):
-                    group_o.append(outs[i])
-                    po = tuple(a * b for a, b in zip(po, _points(out_shape[outs[i]])))
-                    i += 1
-                elif po[0] >= pi[0] and j < len(ins):
-                    group_i.append(ins[j])
-                    pi = tuple(a * b for a, b in zip(pi, _points(in_shape[ins[j]])))
-                    j += 1
-                else:
-                    raise Unsupported(f"view of {list(in_shape)} as {list(out_shape)}: the "
-                                      f"sizes may differ")
+        for group_o, group_i in _view_groups(outs, ins, out_shape, in_shape):
             if len(group_o) == 1 and len(group_i) == 1:
                 result[group_i[0]] = coords[group_o[0]]
                 continue

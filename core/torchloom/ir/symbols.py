@@ -45,6 +45,7 @@ def _mod(a, b):
 FUNCTIONS: dict[str, Callable] = {
     "Max": max, "Min": min, "Abs": abs,
     "floor": math.floor, "ceiling": math.ceil, "TruncToInt": math.trunc,
+    "CeilToInt": math.ceil, "FloorToInt": math.floor,  # math.ceil(h / 2) of a size h
     "FloorDiv": _floor_div, "CleanDiv": _floor_div, "CeilDiv": _ceil_div,
     "Mod": _mod, "PythonMod": _mod, "IntTrueDiv": lambda a, b: Fraction(a) / Fraction(b),
 }
