@@ -218,6 +218,26 @@ def test_a_symbol_that_is_a_whole_expression_divided_is_printed_from_it(check):
         compare(compiled(x, n), check.reference(text, x, n))
 
 
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_a_dim_that_is_the_output_s_or_one_broadcasts_by_its_size(check, rows):
+    """A broadcast dim ``s1//s2`` to ``s1``: valid where it is ``s1`` or 1 (the tracer's
+    guards keep the rest out); read modulo its size, it is right in both (was declined:
+    "the sizes may differ"); a row sum over it too."""
+    text = group_text('%x: f32[s0, s1], %y: f32[s0, "s1//s2"], %z: f32[s2]', """
+        %a = aten.add.Tensor(%x, %y) : f32[s0, s1]
+        %b = aten.mul.Tensor(%a, %y) : f32[s0, s1]
+        %c = aten.sum.dim_IntList(%b) {dim = [1]} : f32[s0]""",
+        "%a: f32[s0, s1], %c: f32[s0]")
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu"
+    assert "r % (S_1 / S_2)" in check.source(text)  # (the coordinate modulo the size)
+    for cols, s2 in [(5, 1), (5, 4), (5, 5), (67, 1), (67, 40), (1, 1), (16, 16), (16, 1)]:
+        x = torch.randn(rows, cols)
+        y = torch.randn(rows, cols // s2)
+        z = torch.randn(s2)
+        compare(compiled(x, y, z), check.reference(text, x, y, z))
+
+
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
     """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
     the group's input, so the whole stride is a size argument the launcher reads from the

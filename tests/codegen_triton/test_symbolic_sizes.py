@@ -190,6 +190,19 @@ def test_sizes_carried_by_expressions_and_int_inputs(registry, tmp_path):
         torch.testing.assert_close(kernel(a, s0, s1)[0], a.view(s0, s1, 8).sum(-1))
 
 
+def test_a_dim_that_is_the_output_s_or_one_broadcasts_by_its_size(registry, tmp_path):
+    """A broadcast dim ``s1//s2`` to ``s1`` (valid where it is ``s1`` or 1): read modulo
+    its size, right in both (the cpu codegen's test has the same group)."""
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    text = group_text('%x: f32[s0, s1], %y: f32[s0, "s1//s2"], %z: f32[s2]', """
+        %a = aten.add.Tensor(%x, %y) : f32[s0, s1]
+        %b = aten.mul.Tensor(%a, %y) : f32[s0, s1]""", "%b: f32[s0, s1]")
+    _, kernel = compile_group(codegen, registry, text)
+    for rows, cols, s2 in [(3, 5, 1), (3, 5, 4), (1, 67, 40), (2, 16, 16), (0, 4, 1)]:
+        x, y, z = torch.randn(rows, cols), torch.randn(rows, cols // s2), torch.randn(s2)
+        torch.testing.assert_close(kernel(x, y, z)[0], (x + y) * y)
+
+
 def test_row_and_column_reductions_over_symbolic_rows(registry, tmp_path):
     """The layer-norm backward (rows_and_columns.py) with a symbolic row count: the launcher sizes
     the programs (``kprog``) and the partials per call; 0 rows still give column sums."""

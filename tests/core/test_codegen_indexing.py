@@ -311,8 +311,8 @@ def test_symbolic_delinear_and_strided_address(case, language, s0, s1):
 def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
     ix = IndexMath(C, NAMES)
     assert texts(ix.broadcast(("a", "b"), ("s0", "s1"), (1, "s1"))) == ("0", "b")
-    with pytest.raises(Unsupported, match="may differ"):
-        ix.broadcast(("a",), ("s0",), ("s1",))
+    with pytest.raises(Unsupported, match="sizes differ"):
+        ix.broadcast(("a",), (4,), (3,))
     with pytest.raises(Unsupported, match="symbolic start"):
         ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, ("s0 - s1",), ("s0",))
 
@@ -338,6 +338,28 @@ def test_views_whose_sizes_line_up_only_under_guards_are_one_group(language):
             flat = (a * (s0 // half) + b) * s1 + c  # the element's row-major index
             assert [_eval(x, language, env) for x in got] == [flat // s1, flat % s1]
     assert IndexMath(language, NAMES).size(_HALF) in ("(S_0 + 2 - 1) / 2", "(S_0 + 2 - 1) // 2")
+
+
+@pytest.mark.parametrize("language", [C_EVAL, TRITON], ids=["c", "triton"])
+@pytest.mark.parametrize("dim, out", [("s1", "s0"), (f"2*{_HALF}", "s0"), (_HALF, 1),
+                                      (2, "s0"), ("s1", 3)])
+def test_a_broadcast_dim_not_judged_equal_reads_modulo_its_size(language, dim, out):
+    """MobileViT's ``2*ceil(n/2)`` broadcast to ``n`` (equal where ``n`` is even, as
+    Dynamo guards): the dim is the output's or 1 wherever the op is valid, and the
+    coordinate modulo its size is right in both cases (was declined: "the sizes may
+    differ")."""
+    ix = IndexMath(language, NAMES)
+    (got,) = ix.broadcast(("a",), (out,), (dim,))
+    for s0 in (2, 4, 10):
+        sizes = {"S_0": s0, "S_1": s0 if out == "s0" else 3}
+        size = symbols.evaluate(dim, {"s0": s0, "s1": sizes["S_1"]})
+        n = symbols.evaluate(out, {"s0": s0})
+        if size not in (1, n):
+            continue  # (the op is invalid there: eager raises, Dynamo's guards keep it out)
+        for a in range(n):
+            assert _eval(got, language, {**sizes, "a": a}) == (a if size == n else 0)
+    with pytest.raises(Unsupported, match="sizes differ"):
+        ix.broadcast(("a",), (4,), (3,))
 
 
 def test_the_api_exposes_the_module():

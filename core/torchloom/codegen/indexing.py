@@ -386,7 +386,11 @@ class IndexMath:
 
     def broadcast(self, coords: Sequence[Code | str], out_shape: Sequence[Dim],
                   in_shape: Sequence[Dim]) -> Coords:
-        """Coordinates in an input that broadcasts (right-aligned) to ``out_shape``."""
+        """Coordinates in an input that broadcasts (right-aligned) to ``out_shape``. A
+        symbolic dim not judged equal to the output's (``2*ceil(s0/2)`` to ``s0``: equal
+        under Dynamo's guards, which the IR does not hold) is either it or 1 wherever the
+        op is valid: its coordinate is the output's modulo the dim, right in both cases
+        and never out of bounds."""
         offset = len(out_shape) - len(in_shape)
         if offset < 0:
             raise Unsupported(f"input of rank {len(in_shape)} broadcast to rank "
@@ -394,9 +398,14 @@ class IndexMath:
         result = []
         for i, d in enumerate(in_shape):
             out = out_shape[offset + i]
+            if isinstance(d, int) and isinstance(out, int) and d not in (1, out):
+                raise Unsupported(f"dim {d} broadcast to {out}: the sizes differ")
             if d != 1 and not (isinstance(d, int) and isinstance(out, int)) and \
                     not same(d, out):
-                raise Unsupported(f"dim {d} broadcast to {out}: the sizes may differ")
+                result.append(Op("{0} % {1}", PRODUCT, (
+                    paren(node(coords[offset + i]), PRODUCT),
+                    paren(self.size_code(d), PRODUCT + 1))))
+                continue
             result.append(ZERO if d == 1 else node(coords[offset + i]))
         return tuple(result)
 
