@@ -227,6 +227,9 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 for d, counts, error, message in nonempty_dims(region, REDUCTION_KINDS)]
     if nonempty:  # a max over rows of symbolic length: the launcher raises on 0, as eager
         metadata["nonempty"] = nonempty
+    for i, v in enumerate(region.inputs):  # a size carrier: read for its shape only
+        if isinstance(v.type, TensorType) and not v.uses and v not in region.outputs:
+            metadata["inputs"][i]["unread"] = True
     for name, i in scalars.items():  # this int input is those sizes' value
         metadata["inputs"][i].setdefault("sizes", []).append(name)
     for i, order in orders.items():  # a stride is a size argument: copies are dense so

@@ -123,6 +123,8 @@ class _Trusting:
 def _expected(t: Any, d: dict[str, Any]) -> bool:
     """Whether a tensor of the static type ``t`` has the layout the kernel's parameter
     ``d`` (metadata) takes, strides of dims of size 1 aside."""
+    if d.get("unread"):
+        return True  # (read for its shape only: any layout)
     if "scalar" in d or d.get("strides") is None or not getattr(t, "is_static", False):
         return False
     if t.dtype != d["dtype"] or list(t.shape) != list(d["shape"]):
@@ -184,8 +186,8 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
         return f"({', '.join(items(dims))}{',' if len(dims) == 1 else ''})"
 
     for i, d in enumerate(inputs):
-        if "scalar" in d or i in trusted:
-            continue
+        if "scalar" in d or i in trusted or d.get("unread"):
+            continue  # (an input read for its shape only: any layout)
         if d["strides"] is None:  # symbolic sizes, contiguous
             lines.append(f"    if not a{i}.is_contiguous(): a{i} = a{i}.contiguous()")
         elif i in rebind:  # another layout: a dense copy in the kernel's order, read again

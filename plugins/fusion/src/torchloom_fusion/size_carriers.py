@@ -1,0 +1,119 @@
+"""``fusion.size-carriers``: a group that needs a size symbol none of its inputs holds as
+a dim is passed a tensor of the graph that does, for its shape only."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from torchloom.api import (Graph, InputRef, Node, Pass, PassContext, PassResult,
+                           ScalarType, TensorType, Value, add_region_input, symbols)
+
+from torchloom_fusion.fusibility import is_group
+
+#: dtypes every codegen takes as an input (a carrier's elements are never read)
+_CARRIER_DTYPES = frozenset({"f32", "f64", "f16", "bf16", "i64", "i32", "i16", "i8", "u8",
+                             "bool"})
+
+
+@attrs.frozen
+class SizeCarriers(Pass):
+    """Under dynamic shapes a group's types may name a size symbol only inside
+    expressions (MobileViT's patches: ``CeilToInt(IntTrueDiv(s4, 2))`` dims with ``s4``
+    the image height, a dim of no tensor the group reads): a kernel then has no value for
+    it and the group ran on eager ("size symbol s4 has no value in the kernel"). This pass
+    passes such a group a tensor input of its graph that has the symbol as a dim: a
+    *carrier*, read for its shape only (codegens check no layout of an input nothing
+    reads, and load nothing from it).
+
+    before::
+
+        graph @g(%x: f32[s0, 4], %y: f32["CeilToInt(IntTrueDiv(s0,2))", 4]) {
+          %z = torchloom.fusion_group(%y) : f32["2*CeilToInt(IntTrueDiv(s0,2))", 4] region @k(%p: f32["CeilToInt(IntTrueDiv(s0,2))", 4]) {
+            ...
+          }
+
+    after::
+
+        graph @g(%x: f32[s0, 4], %y: f32["CeilToInt(IntTrueDiv(s0,2))", 4]) {
+          %z = torchloom.fusion_group(%y, %x) : f32["2*CeilToInt(IntTrueDiv(s0,2))", 4] region @k(%p: f32["CeilToInt(IntTrueDiv(s0,2))", 4], %x_size: f32[s0, 4]) {
+            ...
+          }
+
+    A symbol an int input gives (a view's size, as Dynamo passes SymInts) needs no
+    carrier. Carriers are the graph's inputs (alive for the whole call anyway) on the
+    group's device.
+    """
+
+    name: ClassVar[str] = "fusion.size-carriers"
+    after: ClassVar[tuple[str, ...]] = ("fusion.merge-groups", "fusion.combine",
+                                        "dedup.kernels")
+    idempotent: ClassVar[bool] = True
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        holders = _holders(graph)
+        added = 0
+        for node in list(graph.nodes):
+            if is_group(node) and holders:
+                added += _carry(node, holders)
+        return PassResult(added > 0, {"carriers": added})
+
+
+def _holders(graph: Graph) -> dict[tuple[str, str], Value]:
+    """(symbol, device) -> the first tensor input of ``graph`` with that symbol as a dim."""
+    found: dict[tuple[str, str], Value] = {}
+    for v in graph.inputs:
+        t = v.type
+        if isinstance(t, TensorType) and t.dtype in _CARRIER_DTYPES:
+            for d in t.shape:
+                if symbols.is_symbol(d):
+                    found.setdefault((d, t.device), v)
+    return found
+
+
+def needed_symbols(group: Node) -> list[str]:
+    """The size symbols in ``group``'s region types that are no dim of a tensor input of
+    the region and no size a view inside takes from an int input."""
+    region = group.region
+    held: set[str] = set()
+    named: dict[str, None] = {}
+
+    def note(t) -> None:
+        if isinstance(t, TensorType):
+            for d in (*t.shape, *(t.actual_strides() or ())):
+                named.update(dict.fromkeys(symbols.symbols_of(d)))
+
+    for v in region.inputs:
+        note(v.type)
+        if isinstance(v.type, TensorType):
+            held.update(d for d in v.type.shape if symbols.is_symbol(d))
+    for n in region.nodes:
+        for o in n.outputs:
+            note(o.type)
+        sizes = n.attrs.get("size")
+        if isinstance(sizes, (list, tuple)) and len(n.outputs) == 1 and \
+                isinstance(n.outputs[0].type, TensorType):
+            for d, entry in zip(n.outputs[0].type.shape, sizes):
+                if isinstance(entry, InputRef) and symbols.is_symbol(d) and \
+                        isinstance(n.inputs[int(entry)].type, ScalarType):
+                    held.add(d)
+    return [s for s in named if s not in held]
+
+
+def _carry(group: Node, holders: dict[tuple[str, str], Value]) -> int:
+    devices = {v.type.device for v in group.inputs if isinstance(v.type, TensorType)}
+    if len(devices) != 1:
+        return 0
+    (device,) = devices
+    added = 0
+    for s in needed_symbols(group):
+        carrier = holders.get((s, device))
+        if carrier is None or carrier in group.inputs:
+            continue
+        add_region_input(group, carrier, f"{carrier.name}_size")
+        added += 1
+    return added
+
+
+__all__ = ["SizeCarriers", "needed_symbols"]
