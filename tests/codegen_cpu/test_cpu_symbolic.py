@@ -238,6 +238,22 @@ def test_a_dim_that_is_the_output_s_or_one_broadcasts_by_its_size(check, rows):
         compare(compiled(x, y, z), check.reference(text, x, y, z))
 
 
+def test_a_size_carrier_is_read_for_its_shape_only(check, monkeypatch):
+    """A group passed a graph input for its shape (fusion.size-carriers): ``s0`` is read
+    from it, nothing is loaded from it, and it is never copied to a layout."""
+    half = "CeilToInt(IntTrueDiv(s0,2))"
+    text = group_text(f'%p: f32["{half}", 4], %c: f32[s0, 4]', f"""
+        %t = aten.mul.Tensor(%p) {{other = 2}} : f32["{half}", 4]""", f'%t: f32["{half}", 4]')
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu"
+    kernel = check.codegen.generate(compiled.choices[0].node, check.registry)
+    assert kernel.metadata["inputs"][1]["unread"] and "in_c[" not in kernel.source
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda *a, **k: pytest.fail("copied"))
+    for n in (1, 6, 7, 40):
+        p, carrier = torch.randn((n + 1) // 2, 4), torch.randn(4, n).t()  # (not contiguous)
+        compare(compiled(p, carrier), (p * 2,))
+
+
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
     """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
     the group's input, so the whole stride is a size argument the launcher reads from the

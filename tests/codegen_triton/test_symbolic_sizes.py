@@ -203,6 +203,21 @@ def test_a_dim_that_is_the_output_s_or_one_broadcasts_by_its_size(registry, tmp_
         torch.testing.assert_close(kernel(x, y, z)[0], (x + y) * y)
 
 
+def test_a_size_carrier_is_read_for_its_shape_only(registry, tmp_path, monkeypatch):
+    """A group passed a graph input for its shape (fusion.size-carriers): ``s0`` is read
+    from it, nothing is loaded from it, and it is never copied to a layout."""
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    half = "CeilToInt(IntTrueDiv(s0,2))"
+    text = group_text(f'%p: f32["{half}", 4], %c: f32[s0, 4]', f"""
+        %t = aten.mul.Tensor(%p) {{other = 2}} : f32["{half}", 4]""", f'%t: f32["{half}", 4]')
+    _, kernel = compile_group(codegen, registry, text)
+    assert kernel.meta["inputs"][1]["unread"]
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda *a, **k: pytest.fail("copied"))
+    for n in (1, 6, 7, 40):
+        p, carrier = torch.randn((n + 1) // 2, 4), torch.randn(4, n).t()  # (not contiguous)
+        torch.testing.assert_close(kernel(p, carrier)[0], p * 2)
+
+
 def test_row_and_column_reductions_over_symbolic_rows(registry, tmp_path):
     """The layer-norm backward (rows_and_columns.py) with a symbolic row count: the launcher sizes
     the programs (``kprog``) and the partials per call; 0 rows still give column sums."""

@@ -61,6 +61,8 @@ class SymbolicLauncher:
         self.pointwise = meta["kind"] == "pointwise"
         self.out_dtypes = [dtypes[o["dtype"]] for o in meta["outputs"]]
         self.tensors = [i for i, d in enumerate(meta["inputs"]) if "scalar" not in d]
+        #: size carriers (fusion.size-carriers): read for their shape, never copied
+        self.unread = frozenset(i for i in self.tensors if meta["inputs"][i].get("unread"))
         self.device = meta["device"]
         self.tune_stem, self.verbose, self.interpret = tune_stem, verbose, interpret
         self.wide_search = wide_search
@@ -191,6 +193,8 @@ class SymbolicLauncher:
         """Inputs laid out otherwise than the kernel reads them are copied (rare)."""
         for i, want in zip(self.tensors, expected):
             a = args[i]
+            if i in self.unread:
+                continue
             if want is None:
                 if a.is_contiguous():
                     continue

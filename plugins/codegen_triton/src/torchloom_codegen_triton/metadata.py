@@ -23,8 +23,11 @@ def kernel_metadata(w: Writer, kernel: str, form: str) -> dict[str, Any]:
             return {"scalar": v.type.kind}
         t = tensor_type(v)
         strides = t.actual_strides()  # None: contiguous with symbolic sizes
-        return {"shape": list(t.shape), "strides": None if strides is None else
-                list(strides), "dtype": t.dtype}
+        d = {"shape": list(t.shape), "strides": None if strides is None else list(strides),
+             "dtype": t.dtype}
+        if v in w.region.inputs and not v.uses and v not in w.region.outputs:
+            d["unread"] = True  # a size carrier (fusion.size-carriers): its shape only
+        return d
     meta: dict[str, Any] = {
         # "form" is this target's variant of the kernel; "schedule" the core schedule's
         # form, the same for every target
