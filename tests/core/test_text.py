@@ -76,9 +76,11 @@ def test_types_strided_devices_symbolic_unknown_and_scalars_round_trip():
         g.add_input(TensorType.make(["2*s0 + 1", "(s1//2)"], "f32", "meta"), "expr"),
         g.add_input(TensorType.make([], "f64"), "scalar_tensor"),
         *[g.add_input(ScalarType(k), k) for k in ("int", "float", "bool", "str", "none", "any")],
+        g.add_input(ScalarType("int", size="s0"), "height"),
     ]
     g.set_outputs(ins)
     text = print_graph(g)
+    assert "%int: int, " in text and "%height: int[s0])" in text
     assert 'f32[4, 8] strided[1, 4]' in text
     assert 'bf16[4, 8] @cuda:0' in text
     assert 'f16[2, 3] strided[1, 2] @cuda:1' in text
@@ -87,6 +89,28 @@ def test_types_strided_devices_symbolic_unknown_and_scalars_round_trip():
     back = parse_graph(text)
     assert [v.type for v in back.inputs] == [v.type for v in ins]
     assert print_graph(back) == text
+
+
+@pytest.mark.parametrize("bad", ["int[4]", "int[s0, s1]", 'int["2*s0"]', "int[?]",
+                                 "float[s0]", "bool[s0]"])
+def test_only_an_int_is_a_size_and_only_one_bare_symbol(bad):
+    with pytest.raises(ParseError):
+        parse_graph(f"graph @g(%n: {bad}) {{\n  return %n\n}}")
+    with pytest.raises(ValueError, match="only an int is a size"):
+        ScalarType("float", size="s0")
+    with pytest.raises(ValueError, match="only an int is a size"):
+        ScalarType("int", size="2*s0")
+
+
+def test_a_symint_s_type_is_the_size_it_is():
+    """Dynamo passes a graph its sizes as SymInts: one that is a bare symbol types as
+    ``int[s0]``; an expression or a plain int as ``int``."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torchloom.ir.types import type_of
+    env = ShapeEnv()
+    s = env.create_unbacked_symint()
+    assert type_of(s) == ScalarType("int", size=str(s.node.expr))
+    assert type_of(s * 2) == ScalarType("int") and type_of(3) == ScalarType("int")
 
 
 def test_attribute_values_round_trip():

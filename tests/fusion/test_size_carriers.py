@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fusion_testing import groups
-from torchloom.api import PassContext, parse_graph, print_graph, verify
+from torchloom.api import PassContext, ScalarType, parse_graph, print_graph, verify
 from torchloom.backend import torchloom_backend
 from torchloom.tools import Compiler
 from torchloom_fusion.size_carriers import SizeCarriers, needed_symbols
@@ -41,6 +41,16 @@ def test_a_graph_input_holding_the_symbol_is_passed_for_its_shape(registry):
     before = print_graph(graph)  # idempotent: a second run changes nothing
     assert not SizeCarriers().run(graph, PassContext(registry=registry)).changed
     assert print_graph(graph) == before
+
+
+def test_an_int_that_is_the_symbol_is_the_carrier_first(registry):
+    graph = parse_graph(GRAPH.replace("%w: f32[s1] @meta", "%n: int[s0]"))
+    (group,) = groups(graph)
+    assert SizeCarriers().run(graph, PassContext(registry=registry)).changed
+    verify(graph, registry)
+    assert [v.name for v in group.inputs] == ["y", "n"]
+    assert str(group.region.inputs[1].type) == "ScalarType(kind='int', size='s0')"
+    assert "%n_size: int[s0]" in print_graph(graph)
 
 
 @pytest.mark.parametrize("case", ["held", "from an int", "other device", "no holder"])
@@ -77,9 +87,10 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_patches_of_ceil_sizes_compile_at_dynamic_sizes():
-    """The forward groups of MobileViT's fold need the image's height and width, dims of
-    no tensor the groups read: with a carrier each compiles on cpu (the backward's
-    sizes come as ints only: its last group stays on eager, values equal)."""
+    """The groups of MobileViT's fold need the image's height and width, dims of no
+    tensor the groups read: each compiles on cpu, the backward's with carriers, int
+    inputs of the graph that are the symbols (``int[s0]``: Dynamo passes them; the
+    forward's groups take them as their views' sizes)."""
     compiler = Compiler("default", compile_cache=False)
     torch._dynamo.reset()
     f = torch.compile(_fold, dynamic=True, backend=lambda gm, ex: torchloom_backend(
@@ -94,8 +105,8 @@ def test_patches_of_ceil_sizes_compile_at_dynamic_sizes():
         (out * weight).sum().backward()
         (_fold(want) * weight).sum().backward()
         torch.testing.assert_close(got.grad, want.grad)
-    forward = compiler.compilations[0].compiled
-    assert [ch.codegen for ch in forward.choices] == ["cpu"] * len(forward.choices)
-    carried = [n for n in forward.graph.nodes if n.op == "torchloom.fusion_group" and
-               any(not v.uses for v in n.region.inputs)]
-    assert carried  # (the check above is about groups that needed one)
+    choices = [ch for c in compiler.compilations for ch in c.compiled.choices]
+    assert [ch.codegen for ch in choices] == ["cpu"] * len(choices)
+    carried = [v.type for c in compiler.compilations for n in c.compiled.graph.nodes
+               if n.op == "torchloom.fusion_group" for v in n.region.inputs if not v.uses]
+    assert carried and all(isinstance(t, ScalarType) and t.size for t in carried)

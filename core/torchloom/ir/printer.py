@@ -43,7 +43,7 @@ def format_graph_name(name: str) -> str:
 
 def format_type(t: Type) -> str:
     if isinstance(t, ScalarType):
-        return t.kind
+        return t.kind if t.size is None else f"{t.kind}[{t.size}]"
     s = f"{t.dtype}[{', '.join(map(format_dim, t.shape))}]"
     if t.strides is not None:
         s += f" strided[{', '.join(map(format_dim, t.strides))}]"

@@ -296,6 +296,13 @@ class _Parser:
         tok = self.peek()
         word = self.take("ident", "a type like f32[4, 4] or int")
         if word in SCALAR_KINDS:
+            if word == "int" and self.peek()[1] == "[":  # int[s4]: the size symbol it is
+                tok = self.peek()
+                dims = self.parse_dims()
+                if len(dims) != 1 or not isinstance(dims[0], str) or \
+                        not is_symbol(dims[0]):
+                    raise self.error("an int's size is one size symbol, as in int[s4]", tok)
+                return ScalarType(word, size=dims[0])
             return ScalarType(word)
         if word not in DTYPES:
             raise self.error(f"unknown dtype {word!r} (known: {', '.join(DTYPES)})", tok)

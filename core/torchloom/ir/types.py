@@ -13,7 +13,7 @@ from typing import Union
 import attrs
 import torch
 
-from torchloom.ir.symbols import SymbolicDimError, parse_dim, symbolic_contiguous
+from torchloom.ir.symbols import SymbolicDimError, is_symbol, parse_dim, symbolic_contiguous
 
 Dim = Union[int, str, None]
 
@@ -130,9 +130,20 @@ class TensorType:
 
 @attrs.frozen(cache_hash=True)
 class ScalarType:
-    """A non-tensor value: ``int``, ``float``, ``bool``, ``str``, ``none`` or ``any``."""
+    """A non-tensor value: ``int``, ``float``, ``bool``, ``str``, ``none`` or ``any``.
+
+    ``size``: the size symbol an ``int`` is (``int[s4]``: a SymInt Dynamo passes a graph,
+    the image height of whose ceiling half a tensor has a dim), so that a kernel needing
+    the symbol can read it from the int (``fusion.size-carriers``); None when unknown."""
 
     kind: str = attrs.field(validator=attrs.validators.in_(SCALAR_KINDS))
+    size: str | None = attrs.field(default=None, kw_only=True)
+
+    @size.validator
+    def _check_size(self, attribute, value) -> None:
+        if value is not None and (self.kind != "int" or not is_symbol(value)):
+            raise ValueError(f"only an int is a size, and a bare symbol ({value!r} for "
+                             f"{self.kind})")
 
 
 Type = Union[TensorType, ScalarType]
@@ -169,7 +180,10 @@ def type_of(value) -> Type:
         return TensorType.of(value)
     if isinstance(value, bool):
         return ScalarType("bool")
-    if isinstance(value, (int, torch.SymInt)):
+    if isinstance(value, torch.SymInt):
+        size = _dim_of(value)
+        return ScalarType("int", size=size if is_symbol(size) else None)
+    if isinstance(value, int):
         return ScalarType("int")
     if isinstance(value, (float, torch.SymFloat)):
         return ScalarType("float")

@@ -47,6 +47,11 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
                     names.setdefault(d, f"S_{len(names)}")
     scalars: dict[str, int] = {}
     position = {v: i for i, v in enumerate(inputs)}
+    for v in inputs:  # an int that is a size symbol (int[s4]: a size carrier)
+        if isinstance(v.type, ScalarType) and v.type.size is not None and \
+                v.type.size not in names:
+            names[v.type.size] = f"S_{len(names)}"
+            scalars[names[v.type.size]] = position[v]
 
     def read_from_int(d: Any, source: Value) -> None:
         if isinstance(d, str) and d not in names and source in position and \

@@ -42,8 +42,9 @@ class SizeCarriers(Pass):
           }
 
     A symbol an int input gives (a view's size, as Dynamo passes SymInts) needs no
-    carrier. Carriers are the graph's inputs (alive for the whole call anyway) on the
-    group's device.
+    carrier. Carriers are the graph's inputs (alive for the whole call anyway): an int
+    that is the symbol (``int[s4]``, a SymInt input of the graph: backward graphs take
+    their sizes so) where there is one, else a tensor on the group's device.
     """
 
     name: ClassVar[str] = "fusion.size-carriers"
@@ -60,12 +61,15 @@ class SizeCarriers(Pass):
         return PassResult(added > 0, {"carriers": added})
 
 
-def _holders(graph: Graph) -> dict[tuple[str, str], Value]:
-    """(symbol, device) -> the first tensor input of ``graph`` with that symbol as a dim."""
-    found: dict[tuple[str, str], Value] = {}
+def _holders(graph: Graph) -> dict[tuple[str, str | None], Value]:
+    """(symbol, device) -> the first tensor input of ``graph`` with that symbol as a dim;
+    (symbol, None) -> the first int input that is the symbol (``int[s4]``)."""
+    found: dict[tuple[str, str | None], Value] = {}
     for v in graph.inputs:
         t = v.type
-        if isinstance(t, TensorType) and t.dtype in _CARRIER_DTYPES:
+        if isinstance(t, ScalarType) and t.size is not None:
+            found.setdefault((t.size, None), v)
+        elif isinstance(t, TensorType) and t.dtype in _CARRIER_DTYPES:
             for d in t.shape:
                 if symbols.is_symbol(d):
                     found.setdefault((d, t.device), v)
@@ -88,6 +92,8 @@ def needed_symbols(group: Node) -> list[str]:
         note(v.type)
         if isinstance(v.type, TensorType):
             held.update(d for d in v.type.shape if symbols.is_symbol(d))
+        elif isinstance(v.type, ScalarType) and v.type.size is not None:
+            held.add(v.type.size)
     for n in region.nodes:
         for o in n.outputs:
             note(o.type)
@@ -108,7 +114,7 @@ def _carry(group: Node, holders: dict[tuple[str, str], Value]) -> int:
     (device,) = devices
     added = 0
     for s in needed_symbols(group):
-        carrier = holders.get((s, device))
+        carrier = holders.get((s, None), holders.get((s, device)))  # an int first
         if carrier is None or carrier in group.inputs:
             continue
         add_region_input(group, carrier, f"{carrier.name}_size")
