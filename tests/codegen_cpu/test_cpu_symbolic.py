@@ -252,6 +252,13 @@ def test_a_size_carrier_is_read_for_its_shape_only(check, monkeypatch):
     for n in (1, 6, 7, 40):
         p, carrier = torch.randn((n + 1) // 2, 4), torch.randn(4, n).t()  # (not contiguous)
         compare(compiled(p, carrier), (p * 2,))
+    text = group_text(f'%p: f32["{half}", 4], %n: int[s0]', f"""
+        %t = aten.mul.Tensor(%p) {{other = 2}} : f32["{half}", 4]""", f'%t: f32["{half}", 4]')
+    compiled = check.compile(text)  # an int that is s0 carries it
+    assert compiled.choices[0].codegen == "cpu"
+    for n in (1, 6, 7, 40):
+        p = torch.randn((n + 1) // 2, 4)
+        compare(compiled(p, n), (p * 2,))
 
 
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):

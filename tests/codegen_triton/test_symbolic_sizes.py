@@ -216,6 +216,12 @@ def test_a_size_carrier_is_read_for_its_shape_only(registry, tmp_path, monkeypat
     for n in (1, 6, 7, 40):
         p, carrier = torch.randn((n + 1) // 2, 4), torch.randn(4, n).t()  # (not contiguous)
         torch.testing.assert_close(kernel(p, carrier)[0], p * 2)
+    text = group_text(f'%p: f32["{half}", 4], %n: int[s0]', f"""
+        %t = aten.mul.Tensor(%p) {{other = 2}} : f32["{half}", 4]""", f'%t: f32["{half}", 4]')
+    _, kernel = compile_group(codegen, registry, text)  # an int that is s0 carries it
+    for n in (1, 6, 7, 40):
+        p = torch.randn((n + 1) // 2, 4)
+        torch.testing.assert_close(kernel(p, n)[0], p * 2)
 
 
 def test_row_and_column_reductions_over_symbolic_rows(registry, tmp_path):

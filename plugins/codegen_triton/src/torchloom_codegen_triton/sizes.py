@@ -82,10 +82,12 @@ def _bindable(region: Graph) -> dict[str, tuple[int, int, int]]:
 
 
 def _scalar_sizes(region: Graph) -> list[tuple[int, int, str]]:
-    """(input, -1, dim) for int inputs of the group that a view takes as a size
-    (``aten.view(%x, %in1) {size = [$1, 64]} : f32[s0, 64]``: ``%in1`` is s0)."""
+    """(input, -1, dim) for int inputs of the group that are a size symbol (``int[s0]``)
+    or that a view takes as a size (``aten.view(%x, %in1) {size = [$1, 64]} : f32[s0,
+    64]``: ``%in1`` is s0)."""
     position = {v: i for i, v in enumerate(region.inputs)}
-    found = []
+    found = [(i, -1, v.type.size) for i, v in enumerate(region.inputs)  # int[s4]: a carrier
+             if isinstance(v.type, ScalarType) and v.type.size is not None]
     for n in region.nodes:
         size = n.attrs.get("size")
         if not isinstance(size, (list, tuple)) or len(n.outputs) != 1 or not isinstance(
