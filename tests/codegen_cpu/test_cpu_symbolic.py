@@ -261,6 +261,22 @@ def test_a_size_carrier_is_read_for_its_shape_only(check, monkeypatch):
         compare(compiled(p, n), (p * 2,))
 
 
+def test_a_slice_of_the_last_positions_is_strided_below_its_threshold(check):
+    """MPT's ALiBi bias at dynamic lengths: ``alibi[:, :, -s:]`` of 64 positions is
+    ``f32[4, 1, 64 - Max(0, 64 - s)] strided[64, 64, 1]``, contiguous only where ``s`` >=
+    64 (judged at large sizes alone, it was taken as contiguous and read with stride ``s``:
+    wrong values at ``s`` = 5 once its broadcast to ``s`` compiled)."""
+    text = group_text('%x: f32[s0, 4, s1, s1], %b: f32[4, 1, "64-Max(0,64-s1)"] '
+                      'strided[64, 64, 1]', """
+        %y = aten.add.Tensor(%x, %b) : f32[s0, 4, s1, s1]""", "%y: f32[s0, 4, s1, s1]")
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu"
+    alibi = torch.randn(4, 1, 64)
+    for batch, n in [(2, 5), (1, 13), (2, 64), (1, 63), (3, 1)]:
+        x = torch.randn(batch, 4, n, n)
+        compare(compiled(x, alibi[:, :, -n:]), check.reference(text, x, alibi[:, :, -n:]))
+
+
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
     """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
     the group's input, so the whole stride is a size argument the launcher reads from the

@@ -201,6 +201,15 @@ def test_prod_and_same():
     assert not same("s0", "s1") and not same("s0", 2)
 
 
+def test_sizes_equal_past_a_threshold_only_are_not_the_same():
+    """``64 - Max(0, 64 - s0)`` (the last ``s0`` of 64 positions) is ``s0`` only below 64,
+    and strides ``[64, 1]`` are its contiguous ones only above: both were judged at large
+    sizes alone."""
+    assert not same("64-Max(0,64-s0)", "s0") and not same("64-Max(0,64-s0)", 64)
+    assert not symbols.symbolic_contiguous([4, "64-Max(0,64-s0)"], [64, 1])
+    assert symbols.symbolic_contiguous([4, "s0"], ["s0", 1])
+
+
 def test_a_size_dividing_by_zero_at_sample_sizes_is_declined_in_words():
     """A Swin-like window reverse at dynamic shapes: ``s1 // (16*(s0//4)**2)`` is 0 where
     the symbols are drawn one by one (their relation is Dynamo's, not the IR's)."""

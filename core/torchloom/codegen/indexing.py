@@ -168,14 +168,18 @@ def _view_groups(outs: list[int], ins: list[int], out_shape: Sequence[Dim],
 
 
 def _points(dim: Dim) -> tuple[int, int, int]:
-    """``dim`` at three fixed pseudo-random points (every symbol from 2 to 2**20)."""
+    """``dim`` at three fixed pseudo-random points: every symbol from 2 to 2**20 at two,
+    from 8 to 63 at the third, so that sizes equal only past a threshold are told apart
+    (``64 - Max(0, 64 - s)``, a slice of the last ``s`` of 64 positions, is ``s`` only up
+    to 64: at large points alone it looked like 64)."""
     if isinstance(dim, int):
         return (dim, dim, dim)
     if dim is None:
         raise Unsupported("a dim of unknown size")
     values = []
     for k in range(3):
-        point = {s: random.Random(f"{k}:{s}").randrange(2, 1 << 20) for s in symbols_of(dim)}
+        low, high = (8, 64) if k == 2 else (2, 1 << 20)
+        point = {s: random.Random(f"{k}:{s}").randrange(low, high) for s in symbols_of(dim)}
         try:
             values.append(evaluate(dim, point))
         except SymbolicDimError as exc:

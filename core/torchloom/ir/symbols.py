@@ -146,8 +146,9 @@ def _eval(node: ast.AST, env: Mapping[str, int]):
 
 def symbolic_contiguous(shape, strides) -> bool:
     """Whether symbolic ``strides`` are the row-major ones of ``shape`` (dims of size 1
-    aside, as torch's ``is_contiguous``): equal at three pseudo-random points with every
-    symbol > 1, which two different polynomials of sizes practically never are. No
+    aside, as torch's ``is_contiguous``): equal at four pseudo-random points with every
+    symbol > 1 (the last with symbols below 64), which two different polynomials of sizes
+    practically never are. No
     symbolic algebra runs, so any printed form torch gives (``32*s0``, ``s0*32``) agrees.
     False when a dim or stride is unknown or cannot be evaluated."""
     if len(shape) != len(strides) or None in shape or None in strides:
@@ -155,8 +156,9 @@ def symbolic_contiguous(shape, strides) -> bool:
     names = {s for d in (*shape, *strides) for s in symbols_of(d)}
     rng = random.Random(len(names))
     try:
-        for _ in range(3):
-            point = {s: rng.randrange(2, 1 << 20) for s in sorted(names)}
+        for k in range(4):  # the last point small: 64 - Max(0, 64 - s) is s only below 64
+            point = {s: rng.randrange(*((8, 64) if k == 3 else (2, 1 << 20)))
+                     for s in sorted(names)}
             expected = 1
             for d, stride in zip(reversed(shape), reversed(strides)):
                 size = evaluate(d, point)
