@@ -163,6 +163,7 @@ def test_strided_address_matches_torch(language):
 # ---- symbolic sizes --------------------------------------------------------------------
 
 NAMES = {"s0": "S_0", "s1": "S_1", "s2": "S_2"}
+_HALF = "CeilToInt(IntTrueDiv(s0, 2))"  # math.ceil(s0 / 2) of a size (MobileViT's patches)
 
 
 def test_sizes_print_over_the_size_arguments():
@@ -199,6 +200,18 @@ def test_prod_and_same():
     assert prod([0, "s0"]) == 0
     assert same("2*s0", "s0*2") and same(prod(["s0", "s1"]), "s1*s0")
     assert not same("s0", "s1") and not same("s0", 2)
+
+
+@pytest.mark.parametrize("language", [C_EVAL, TRITON], ids=["c", "triton"])
+@pytest.mark.parametrize("dim", ["(s0//2)**2", f"{_HALF}**2", "3*(s0//4)**3 + 1",
+                                 "(s0 + 1)**2", "(s0*s1)**2"])
+def test_a_power_of_a_division_prints_each_factor_whole(language, dim):
+    """MobileViT's ``CeilToInt(IntTrueDiv(A, 2))**2`` patches printed ``a / 2 * a / 2``,
+    which is ``((a / 2) * a) / 2``: an output allocated 5 rows where 4 were due."""
+    ix = IndexMath(language, NAMES)
+    for s0, s1 in [(32, 3), (7, 2), (9, 9), (2, 5)]:
+        assert _eval(ix.size(dim), language, {"S_0": s0, "S_1": s1}) == \
+            symbols.evaluate(dim, {"s0": s0, "s1": s1})
 
 
 def test_sizes_equal_past_a_threshold_only_are_not_the_same():
@@ -324,9 +337,6 @@ def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
         ix.broadcast(("a",), (4,), (3,))
     with pytest.raises(Unsupported, match="symbolic start"):
         ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, ("s0 - s1",), ("s0",))
-
-
-_HALF = "CeilToInt(IntTrueDiv(s0, 2))"  # math.ceil(s0 / 2) of a size (MobileViT's patches)
 
 
 @pytest.mark.parametrize("language", [C_EVAL, TRITON], ids=["c", "triton"])

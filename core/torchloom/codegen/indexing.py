@@ -274,7 +274,8 @@ class IndexMath:
             return Op("-{0}", LOWEST, (paren(operand, POSTFIX),))
         if isinstance(node, ast.BinOp):
             if isinstance(node.op, ast.Pow):
-                base = paren(self._print(node.left), PRODUCT)
+                # (a base that is a division is whole in each factor: (a / 2) * (a / 2))
+                base = paren(self._print(node.left), PRODUCT + 1)
                 n = node.right.value
                 return Op(" * ".join(["{0}"] * n), PRODUCT, (base,)) if n else Literal("1", 1)
             level = _PRECEDENCE.get(type(node.op))
