@@ -28,7 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torchloom.backend import torchloom_backend
-from torchloom.api import parse_graph, verify
+from torchloom.api import ScalarType, parse_graph, verify
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.testing.reductions import group_text
 from torchloom.tools import EagerCodegen
@@ -97,14 +97,29 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
     return y.reshape(b, c, h, w) * 2
 
 
-@pytest.mark.slow
-def test_patches_of_ceil_sizes_fold_back():
+def test_patches_of_ceil_sizes_fold_back_on_cpu():
+    """MobileViT's fold at dynamic sizes, forward and backward: every group compiles on
+    cpu (sizes from ``math.ceil`` are ``CeilToInt(IntTrueDiv(h, 2))``, views and
+    broadcasts whose sizes agree under Dynamo's guards only, and the backward's groups
+    need the image's sizes, passed as ``int[sN]`` carriers by fusion.size-carriers)."""
+    compiler = Compiler("default", compile_cache=False)
     torch._dynamo.reset()
-    f = torch.compile(_fold, backend="torchloom", dynamic=True)
+    f = torch.compile(_fold, dynamic=True, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
     g = torch.Generator().manual_seed(2)
-    for shape in ((2, 16, 6, 6), (1, 8, 4, 10), (3, 4, 8, 8)):
+    for shape in ((2, 16, 6, 6), (1, 8, 4, 10), (3, 4, 8, 8), (2, 8, 10, 4)):
         x = torch.randn(shape, generator=g)
-        torch.testing.assert_close(f(x), _fold(x))
+        weight = torch.randn(shape, generator=g)
+        got, want = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out = f(got)
+        torch.testing.assert_close(out, _fold(want))
+        (out * weight).sum().backward()
+        (_fold(want) * weight).sum().backward()
+        torch.testing.assert_close(got.grad, want.grad)
+    assert _groups_on_eager(compiler) == []
+    carried = [v.type for c in compiler.compilations for n in c.compiled.graph.nodes
+               if n.op == "torchloom.fusion_group" for v in n.region.inputs if not v.uses]
+    assert carried and all(isinstance(t, ScalarType) and t.size for t in carried)
 
 
 def _norm_gradient(p: str, row: str, n: int) -> str:
