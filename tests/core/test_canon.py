@@ -156,3 +156,18 @@ def test_a_plain_string_attribute_is_not_a_symbol():
     assert structural_hash(parse_graph(text)) != structural_hash(parse_graph(other))
     assert structural_hash(parse_graph(text.replace("A", "Z"))) == \
         structural_hash(parse_graph(text))
+
+
+def test_an_int_that_is_a_size_is_numbered_with_the_tensor_symbols():
+    """``int[s4]`` renames with the dims: the same group over other symbol names hashes
+    equal, and one whose int is another size than its tensor's dim hashes apart (a kernel
+    cached for the one would read the wrong size for the other)."""
+    text = """graph @g(%x: f32[{a}, 4], %n: int[{b}]) {{
+  %y = aten.mul.Tensor(%x) {{other = 2}} : f32[{a}, 4]
+  return %y
+}}"""
+    same = structural_hash(parse_graph(text.format(a="s4", b="s4")))
+    assert structural_hash(parse_graph(text.format(a="s7", b="s7"))) == same
+    assert structural_hash(parse_graph(text.format(a="s5", b="s4"))) != same
+    assert structural_hash(parse_graph(text.format(a="s5", b="s4"))) == \
+        structural_hash(parse_graph(text.format(a="s0", b="s9")))

@@ -4,7 +4,7 @@ node outputs, regions) and attribute, verifies, and the original is untouched.""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchloom.ir import clone_graph, parse_graph, print_graph, verify
+from torchloom.ir import ScalarType, clone_graph, parse_graph, print_graph, verify
 
 TEXT = """graph @g(%x: f32[4, 6], %s: f32[24]) {
   %t = aten.exp.default(%x) : f32[4, 6]
@@ -59,3 +59,16 @@ def test_any_size_consistent_everywhere_verifies(n):
     copy, _ = clone_graph(graph, dim=dim, attr=attr)
     verify(copy)
     assert {v.type.shape for v in copy.inputs} == {(n,)}
+
+
+def test_a_dim_map_maps_an_int_that_is_a_size_too():
+    """``int[s0]`` follows the dims it is one of: renamed with them, and a plain int
+    where the map makes the size a number (``torchloom reduce``)."""
+    g = parse_graph("""graph @g(%x: f32[s0, 4], %n: int[s0]) {
+  %y = aten.mul.Tensor(%x) {other = 2} : f32[s0, 4]
+  return %y
+}""")
+    renamed = clone_graph(g, dim=lambda d: "s7" if d == "s0" else d)[0]
+    assert [str(v.type) for v in renamed.inputs][1] == "ScalarType(kind='int', size='s7')"
+    fixed = clone_graph(g, dim=lambda d: 5 if d == "s0" else d)[0]
+    assert fixed.inputs[1].type == ScalarType("int")

@@ -18,7 +18,7 @@ import hashlib
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph
 from torchloom.ir.symbols import SymbolicDimError, parse_dim, rename_dim, symbols_of
 from torchloom.ir.text import format_attr, format_attrs, format_type
-from torchloom.ir.types import TensorType
+from torchloom.ir.types import ScalarType, TensorType
 
 
 def canonical_text(graph: Graph) -> str:
@@ -123,6 +123,8 @@ def _type_symbols(graph: Graph) -> frozenset:
             if isinstance(t, TensorType) and not t.is_static:
                 for d in (*t.shape, *(t.strides or ())):
                     found.update(symbols_of(d))
+            elif isinstance(t, ScalarType) and t.size is not None:
+                found.add(t.size)
         for n in g.nodes:
             if n.region is not None:
                 graphs.append(n.region)
@@ -134,7 +136,10 @@ def _type_symbols(graph: Graph) -> frozenset:
 
 
 def _renamed(t, symbols: dict[str, str]):
-    """``t`` with its size symbols numbered by first appearance (``symbols`` grows)."""
+    """``t`` with its size symbols numbered by first appearance (``symbols`` grows); an
+    ``int[s4]`` (an int that is a size) in the same numbering as the tensors' dims."""
+    if isinstance(t, ScalarType) and t.size is not None:
+        return ScalarType(t.kind, size=symbols.setdefault(t.size, f"s{len(symbols)}"))
     if not isinstance(t, TensorType) or t.is_static:
         return t
     dims = t.shape + (t.strides or ())

@@ -16,7 +16,9 @@ from attrs import evolve as attrs_evolve
 from torchloom.errors import VerifyError
 from torchloom.ir.node import Node, Value
 from torchloom.ir.printer import print_graph, print_node
-from torchloom.ir.types import Dim, InputRef, TensorType, Type  # noqa: F401 (InputRef: re-exported)
+from torchloom.ir.symbols import is_symbol
+from torchloom.ir.types import (  # noqa: F401 (InputRef: re-exported)
+    Dim, InputRef, ScalarType, TensorType, Type)
 
 
 #: op of a node that calls a shared subgraph of the top-level graph: ``{callee = "name"}``
@@ -413,6 +415,9 @@ def clone_graph(graph: Graph, name: str | None = None, *,
     the same program at other sizes, built as such (``torchloom reduce`` shrinks a dim
     so), never by editing a copy or its printed text."""
     def retype(t: Type) -> Type:
+        if dim is not None and isinstance(t, ScalarType) and t.size is not None:
+            size = dim(t.size)  # an int that is a size: mapped with the dims
+            return ScalarType(t.kind, size=size if is_symbol(size) else None)
         if dim is None or not isinstance(t, TensorType):
             return t
         return attrs_evolve(t, shape=tuple(dim(d) for d in t.shape), strides=None

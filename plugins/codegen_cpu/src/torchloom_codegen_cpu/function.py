@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from torchloom.api import (REDUCTION_KINDS, Graph, InputRef, Node, ScalarType, Schedule,
                            TensorType, Value, clone_graph, nonempty_dims, print_graph, stmt,
                            structural_hash, symbols)
@@ -264,17 +262,12 @@ def _printed(region: Graph) -> str:
             for d in (*v.type.shape, *(v.type.strides or ())):
                 for s in symbols.symbols_of(d):
                     order.setdefault(s, f"s{len(order)}")
+        elif isinstance(v.type, ScalarType) and v.type.size is not None:  # int[s4]
+            order.setdefault(v.type.size, f"s{len(order)}")
     if not order:
         return print_graph(region)
-    renamed, _ = clone_graph(region)  # (a copy of its own: its types are renamed)
-    for v in [*renamed.inputs, *(o for n in renamed.nodes for o in n.outputs)]:
-        t = v.type
-        if isinstance(t, TensorType):
-            renamed.set_type(v, attrs.evolve(
-                t, shape=tuple(symbols.rename_dim(d, order) for d in t.shape),
-                strides=None if t.strides is None else tuple(
-                    symbols.rename_dim(d, order) for d in t.strides)))
-    return print_graph(renamed)
+    # (a copy of its own: its types are renamed, int[s4] sizes too)
+    return print_graph(clone_graph(region, dim=lambda d: symbols.rename_dim(d, order))[0])
 
 
 def _numel_text(v: Value, writer: KernelWriter) -> str:
