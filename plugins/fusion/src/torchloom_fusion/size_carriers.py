@@ -14,7 +14,7 @@ from torchloom_fusion.fusibility import is_group
 
 #: dtypes every codegen takes as an input (a carrier's elements are never read)
 _CARRIER_DTYPES = frozenset({"f32", "f64", "f16", "bf16", "i64", "i32", "i16", "i8", "u8",
-                             "bool"})
+                             "b8"})
 
 
 @attrs.frozen
@@ -30,14 +30,14 @@ class SizeCarriers(Pass):
     before::
 
         graph @g(%x: f32[s0, 4], %y: f32["CeilToInt(IntTrueDiv(s0,2))", 4]) {
-          %z = torchloom.fusion_group(%y) : f32["2*CeilToInt(IntTrueDiv(s0,2))", 4] region @k(%p: f32["CeilToInt(IntTrueDiv(s0,2))", 4]) {
+          %z = torchloom.fusion_group(%y) : f32["CeilToInt(IntTrueDiv(s0,2))", 4] region @k(%p: f32["CeilToInt(IntTrueDiv(s0,2))", 4]) {
             ...
           }
 
     after::
 
         graph @g(%x: f32[s0, 4], %y: f32["CeilToInt(IntTrueDiv(s0,2))", 4]) {
-          %z = torchloom.fusion_group(%y, %x) : f32["2*CeilToInt(IntTrueDiv(s0,2))", 4] region @k(%p: f32["CeilToInt(IntTrueDiv(s0,2))", 4], %x_size: f32[s0, 4]) {
+          %z = torchloom.fusion_group(%y, %x) : f32["CeilToInt(IntTrueDiv(s0,2))", 4] region @k(%p: f32["CeilToInt(IntTrueDiv(s0,2))", 4], %x_size: f32[s0, 4]) {
             ...
           }
 
