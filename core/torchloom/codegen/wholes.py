@@ -47,9 +47,9 @@ class Wholes:
             str(c), c))) for k, v in keys.items()
             for part, op, c in [_offset_part(parse_dim(k).body)] if part is not None}
         #: whole expressions that are products, by their factors, the most factors first
-        self.products = sorted(((_factors(parse_dim(k).body), v) for k, v in keys.items()),
+        self.products = sorted(((f, v) for k, v in keys.items()
+                                for f in [_factors(parse_dim(k).body)] if len(f) > 1),
                                key=lambda p: -len(p[0]))
-        self.products = [p for p in self.products if len(p[0]) > 1]
         #: for the affine rule: each whole expression that is a polynomial (no floor
         #: division, Max or Mod: equal at random points is then equal everywhere), its
         #: symbols and its sample values
