@@ -44,6 +44,7 @@ from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilit
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
 from torchloom.codegen.empty_rows import check_source, nonempty_dims
+from torchloom.codegen.int_sizes import int_sizes, unread_inputs
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
@@ -97,7 +98,8 @@ __all__ = [
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",
-    "contract", "lower", "check_source", "nonempty_dims", "size_param",
+    "contract", "lower", "check_source", "nonempty_dims", "int_sizes", "unread_inputs",
+    "size_param",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

@@ -329,8 +329,7 @@ class IndexMath:
             out = out_shape[offset + i]
             if isinstance(d, int) and isinstance(out, int) and d not in (1, out):
                 raise Unsupported(f"dim {d} broadcast to {out}: the sizes differ")
-            if d != 1 and not (isinstance(d, int) and isinstance(out, int)) and \
-                    not same(d, out):
+            if d != 1 and not same(d, out):  # (two ints here are equal)
                 result.append(Op("{0} % {1}", PRODUCT, (
                     paren(node(coords[offset + i]), PRODUCT),
                     paren(self.size_code(d), PRODUCT + 1))))

@@ -148,8 +148,8 @@ def symbolic_contiguous(shape, strides) -> bool:
     """Whether symbolic ``strides`` are the row-major ones of ``shape`` (dims of size 1
     aside, as torch's ``is_contiguous``): equal at four pseudo-random points with every
     symbol > 1 (the last with symbols below 64), which two different polynomials of sizes
-    practically never are. No
-    symbolic algebra runs, so any printed form torch gives (``32*s0``, ``s0*32``) agrees.
+    practically never are. No symbolic algebra runs, so any printed form torch gives
+    (``32*s0``, ``s0*32``) agrees.
     False when a dim or stride is unknown or cannot be evaluated."""
     if len(shape) != len(strides) or None in shape or None in strides:
         return False

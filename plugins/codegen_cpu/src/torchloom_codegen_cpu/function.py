@@ -11,7 +11,7 @@ from typing import Any
 
 from torchloom.api import (REDUCTION_KINDS, Graph, InputRef, Node, ScalarType, Schedule,
                            TensorType, Value, clone_graph, nonempty_dims, print_graph, stmt,
-                           structural_hash, symbols)
+                           structural_hash, symbols, unread_inputs)
 from torchloom.api import nests as nest_plan
 
 from torchloom_codegen_cpu import rows_and_columns, team
@@ -230,9 +230,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 for d, counts, error, message in nonempty_dims(region, REDUCTION_KINDS)]
     if nonempty:  # a max over rows of symbolic length: the launcher raises on 0, as eager
         metadata["nonempty"] = nonempty
-    for i, v in enumerate(region.inputs):  # a size carrier: read for its shape only
-        if isinstance(v.type, TensorType) and not v.uses and v not in region.outputs:
-            metadata["inputs"][i]["unread"] = True
+    for i in unread_inputs(region):  # a size carrier: read for its shape only
+        metadata["inputs"][i]["unread"] = True
     for name, i in scalars.items():  # this int input is those sizes' value
         metadata["inputs"][i].setdefault("sizes", []).append(name)
     for i, order in orders.items():  # a stride is a size argument: copies are dense so

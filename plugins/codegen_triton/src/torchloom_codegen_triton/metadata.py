@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import DTYPES, ScalarType, Schedule, TensorType, Value, structural_hash
+from torchloom.api import (DTYPES, ScalarType, Schedule, TensorType, Value, structural_hash,
+                           unread_inputs)
 
 from torchloom_codegen_triton.plan import pointwise_configs, representative
 from torchloom_codegen_triton.protocol import Writer
@@ -18,6 +19,8 @@ from torchloom_codegen_triton.tiles import tile_grid, tiled_metadata
 
 
 def kernel_metadata(w: Writer, kernel: str, form: str) -> dict[str, Any]:
+    unread = {w.region.inputs[i] for i in unread_inputs(w.region)}
+
     def desc(v: Value) -> dict[str, Any]:
         if isinstance(v.type, ScalarType):
             return {"scalar": v.type.kind}
@@ -25,7 +28,7 @@ def kernel_metadata(w: Writer, kernel: str, form: str) -> dict[str, Any]:
         strides = t.actual_strides()  # None: contiguous with symbolic sizes
         d = {"shape": list(t.shape), "strides": None if strides is None else list(strides),
              "dtype": t.dtype}
-        if v in w.region.inputs and not v.uses and v not in w.region.outputs:
+        if v in unread:
             d["unread"] = True  # a size carrier (fusion.size-carriers): its shape only
         return d
     meta: dict[str, Any] = {

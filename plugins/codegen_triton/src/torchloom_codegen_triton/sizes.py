@@ -21,7 +21,7 @@ import random
 from typing import Any, Callable
 
 import attrs
-from torchloom.api import (Graph, InputRef, ScalarType, TensorType, check_source, clone_graph,
+from torchloom.api import (Graph, TensorType, check_source, clone_graph, int_sizes,
                            symbols)
 
 from torchloom_codegen_triton.indexing import Unsupported
@@ -82,23 +82,9 @@ def _bindable(region: Graph) -> dict[str, tuple[int, int, int]]:
 
 
 def _scalar_sizes(region: Graph) -> list[tuple[int, int, str]]:
-    """(input, -1, dim) for int inputs of the group that are a size symbol (``int[s0]``)
-    or that a view takes as a size (``aten.view(%x, %in1) {size = [$1, 64]} : f32[s0,
-    64]``: ``%in1`` is s0)."""
-    position = {v: i for i, v in enumerate(region.inputs)}
-    found = [(i, -1, v.type.size) for i, v in enumerate(region.inputs)  # int[s4]: a carrier
-             if isinstance(v.type, ScalarType) and v.type.size is not None]
-    for n in region.nodes:
-        size = n.attrs.get("size")
-        if not isinstance(size, (list, tuple)) or len(n.outputs) != 1 or not isinstance(
-                n.outputs[0].type, TensorType) or len(size) != n.outputs[0].type.rank:
-            continue
-        for ref, d in zip(size, n.outputs[0].type.shape):
-            if isinstance(ref, InputRef) and isinstance(d, str):
-                v = n.inputs[int(ref)]
-                if v in position and isinstance(v.type, ScalarType) and v.type.kind == "int":
-                    found.append((position[v], -1, d))
-    return found
+    """(input, -1, dim) for int inputs of the group that are a size (``int_sizes``: an
+    ``int[s0]``, or an int a view takes as a size)."""
+    return [(i, -1, d) for i, d in int_sizes(region)]
 
 
 def _all_dims(region: Graph):

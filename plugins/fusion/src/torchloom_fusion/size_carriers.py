@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import attrs
 
-from torchloom.api import (Graph, InputRef, Node, Pass, PassContext, PassResult,
-                           ScalarType, TensorType, Value, add_region_input, symbols)
+from torchloom.api import (Graph, Node, Pass, PassContext, PassResult, ScalarType,
+                           TensorType, Value, add_region_input, int_sizes, symbols)
 
 from torchloom_fusion.fusibility import is_group
 
@@ -78,7 +78,8 @@ def _holders(graph: Graph) -> dict[tuple[str, str | None], Value]:
 
 def needed_symbols(group: Node) -> list[str]:
     """The size symbols in ``group``'s region types that are no dim of a tensor input of
-    the region and no size a view inside takes from an int input."""
+    the region and no int input's size (``int_sizes``: an ``int[sN]``, or an int a view
+    inside takes as a size)."""
     region = group.region
     held: set[str] = set()
     named: dict[str, None] = {}
@@ -92,18 +93,10 @@ def needed_symbols(group: Node) -> list[str]:
         note(v.type)
         if isinstance(v.type, TensorType):
             held.update(d for d in v.type.shape if symbols.is_symbol(d))
-        elif isinstance(v.type, ScalarType) and v.type.size is not None:
-            held.add(v.type.size)
     for n in region.nodes:
         for o in n.outputs:
             note(o.type)
-        sizes = n.attrs.get("size")
-        if isinstance(sizes, (list, tuple)) and len(n.outputs) == 1 and \
-                isinstance(n.outputs[0].type, TensorType):
-            for d, entry in zip(n.outputs[0].type.shape, sizes):
-                if isinstance(entry, InputRef) and symbols.is_symbol(d) and \
-                        isinstance(n.inputs[int(entry)].type, ScalarType):
-                    held.add(d)
+    held.update(d for _, d in int_sizes(region) if symbols.is_symbol(d))
     return [s for s in named if s not in held]
 
 
