@@ -31,6 +31,7 @@ from torchloom.backend import torchloom_backend
 from torchloom.api import ScalarType, parse_graph, verify
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.testing.reductions import group_text
+from conftest import compare
 from torchloom.tools import EagerCodegen
 from torchloom.tools import Compiler
 
@@ -296,3 +297,28 @@ def test_patch_embedding_gradient_at_dynamic_sizes_compiles():
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4, msg=name)
     assert len(compiler.compilations) == 2  # forward and backward, symbolic from the start
     assert _groups_on_eager(compiler) == []
+
+
+_GRID = "CeilToInt(IntTrueDiv((((s1-1)//16))+1,2))*CeilToInt(IntTrueDiv((((s2-1)//16))+1,2))"
+
+
+def test_heads_over_a_patch_grid_of_an_image_size_no_input_holds(check):
+    """MobileViT's attention at dynamic image sizes (its backward): the width ``s1`` is no
+    dim of any input, only inside the patch grid ``G`` (a dim: a whole-expression size
+    argument); the heads' permuted strides hold ``G`` with the batch's ``4*s0``
+    (``(4*s0)*G``): each whole is its own argument (was "size symbol s1 has no value")."""
+    rows = f'"4*s0", "{_GRID}"'  # the heads' rows: batch times heads, the patch grid
+    strided = f'strided["24*Max(1,{_GRID})", 12, "12*Max(1,{_GRID})", 1]'
+    text = group_text(f'%x: f32["8*s0", "{_GRID}", 12], %a: int, %b: int', f"""
+        %v = aten.view.default(%x, %a, %b) {{size = [$1, 2, $2, 12]}} : f32["4*s0", 2, "{_GRID}", 12]
+        %p = aten.permute.default(%v) {{dims = [0, 2, 1, 3]}} : f32[{rows}, 2, 12] {strided}
+        %c = aten.clone.default(%p) {{memory_format = #contiguous_format}} : f32[{rows}, 2, 12]
+        %m, %r = aten.var_mean.correction(%c) {{correction = 0, dim = [3], keepdim = true}} : \
+            f32[{rows}, 2, 1], f32[{rows}, 2, 1]
+        %y = aten.sub.Tensor(%c, %r) : f32[{rows}, 2, 12]""",
+                      f'%c: f32[{rows}, 2, 12], %y: f32[{rows}, 2, 12], %m: f32[{rows}, 2, 1]')
+    compiled = check.compile(text)
+    for batch, h, w in [(1, 32, 32), (2, 48, 40), (1, 100, 17), (3, 16, 200)]:
+        grid = math.ceil(((w - 1) // 16 + 1) / 2) * math.ceil(((h - 1) // 16 + 1) / 2)
+        x = torch.randn(8 * batch, grid, 12)
+        compare(compiled(x, 4 * batch, grid), check.reference(text, x, 4 * batch, grid))

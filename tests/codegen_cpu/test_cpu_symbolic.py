@@ -277,6 +277,32 @@ def test_a_slice_of_the_last_positions_is_strided_below_its_threshold(check):
         compare(compiled(x, alibi[:, :, -n:]), check.reference(text, x, alibi[:, :, -n:]))
 
 
+@pytest.mark.parametrize("end, length, start_of", [
+    (9223372036854775807, "64-Max(0,64-s1)", lambda n: max(0, 64 - n)),  # MPT's ALiBi
+    (-2, "Max(0,62-Max(0,64-s1))", lambda n: max(0, 64 - n)),
+    (40, "Max(0,40-Max(0,64-s1))", lambda n: max(0, 64 - n)),
+    (9223372036854775807, "Min(64,s1)", lambda n: -n)])  # from the end
+def test_a_slice_whose_start_is_a_graph_value_reads_from_its_type(check, end, length,
+                                                                   start_of):
+    """MPT's ALiBi bias at dynamic lengths: ``bias[:, :, max(0, 64 - s):]`` takes its start
+    from a graph value; a step-1 slice's start is its end (clamped as Python clamps it)
+    less the length its type holds."""
+    text = group_text(f'%b: f32[4, 1, 64], %st: int, %x: f32[4, 1, "{length}"], '
+                      '%n: int[s1]', f"""
+        %v = aten.slice.Tensor(%b, %st) {{dim = 2, end = {end}}} : f32[4, 1, "{length}"]
+        %y = aten.add.Tensor(%x, %v) : f32[4, 1, "{length}"]""", f'%y: f32[4, 1, "{length}"]')
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu", compiled.choices[0].fallback_reasons
+    bias = torch.randn(4, 1, 64)
+    for n in (5, 13, 63, 64, 65, 100):
+        start = start_of(n)
+        x = torch.randn_like(bias[:, :, start:end])
+        want = x + bias[:, :, start:end]
+        got = compiled(bias, start, x, n)
+        compare(got, (want,))
+        compare(got, check.reference(text, bias, start, x, n))
+
+
 def test_a_stride_of_symbols_no_dim_holds_is_read_from_the_tensor(check):
     """``x[:, 0]`` of an f32[b, s, 16] is f32[b, 16] with strides (16*s, 1): s is no dim of
     the group's input, so the whole stride is a size argument the launcher reads from the

@@ -224,6 +224,22 @@ def test_a_size_carrier_is_read_for_its_shape_only(registry, tmp_path, monkeypat
         torch.testing.assert_close(kernel(p, n)[0], p * 2)
 
 
+def test_a_slice_whose_start_is_a_graph_value_reads_from_its_type(registry, tmp_path):
+    """MPT's ALiBi bias at dynamic lengths: ``bias[:, max(0, 64 - s):]``, its start a graph
+    value, is read at the slice's end less the length its type holds."""
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    length = "64-Max(0,64-s1)"
+    text = group_text(f'%b: f32[4, 64], %st: int, %x: f32[4, "{length}"], %n: int[s1]', f"""
+        %v = aten.slice.Tensor(%b, %st) {{dim = 1, end = 9223372036854775807}} : f32[4, "{length}"]
+        %y = aten.add.Tensor(%x, %v) : f32[4, "{length}"]""", f'%y: f32[4, "{length}"]')
+    _, kernel = compile_group(codegen, registry, text)
+    bias = torch.randn(4, 64)
+    for n in (5, 63, 64, 100):
+        start = max(0, 64 - n)
+        x = torch.randn_like(bias[:, start:])
+        torch.testing.assert_close(kernel(bias, start, x, n)[0], x + bias[:, start:])
+
+
 def test_row_and_column_reductions_over_symbolic_rows(registry, tmp_path):
     """The layer-norm backward (rows_and_columns.py) with a symbolic row count: the launcher sizes
     the programs (``kprog``) and the partials per call; 0 rows still give column sums."""

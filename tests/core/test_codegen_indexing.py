@@ -335,8 +335,38 @@ def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
     assert texts(ix.broadcast(("a", "b"), ("s0", "s1"), (1, "s1"))) == ("0", "b")
     with pytest.raises(Unsupported, match="sizes differ"):
         ix.broadcast(("a",), (4,), (3,))
-    with pytest.raises(Unsupported, match="symbolic start"):
-        ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, ("s0 - s1",), ("s0",))
+    with pytest.raises(Unsupported, match="symbolic start"):  # (a length not start's)
+        ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1", "step": 2},
+                       ("(s0 - s1 + 1)//2",), ("s0",))
+    with pytest.raises(Unsupported, match="known only at run time"):
+        ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1", "end": "s2"},
+                       ("s2 - s1",), ("s0",))
+    # a step-1 slice starts at its end less its length
+    assert texts(ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, ("s0 - s1",),
+                                ("s0",))) == ("a + S_1",)
+
+
+def _clamped(bound: int | None, size: str, past: str) -> str:
+    """Python's clamp of a slice bound to a dim of ``size``, as a size expression."""
+    if bound is None:
+        return past
+    return f"Max({size} - {-bound}, 0)" if bound < 0 else f"Min({size}, {bound})"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-80, 80), st.one_of(st.none(), st.integers(-80, 80)), st.integers(0, 70),
+       st.sampled_from([C_EVAL, TRITON]))
+def test_a_slice_start_known_at_run_time_is_its_end_less_its_length(start, end, n, language):
+    """A step-1 slice's start given by a graph value: wherever the slice holds an element,
+    the derived start is where Python's slicing starts."""
+    ix = IndexMath(language, NAMES)
+    first, last = _clamped(start, "s0", "0"), _clamped(end, "s0", "s0")
+    length = f"Max(0, ({last}) - ({first}))"
+    attrs = {"dim": 0, "start": "%t's start", "end": end}
+    (c,) = ix.view_coords("slice", ("a",), attrs, (length,), ("s0",))
+    want = list(range(n))[start:end]
+    for a, element in enumerate(want):
+        assert _eval(str(c), language, {"a": a, "S_0": n}) == element
 
 
 @pytest.mark.parametrize("language", [C_EVAL, TRITON], ids=["c", "triton"])
@@ -468,6 +498,32 @@ def test_a_polynomial_affine_in_a_whole_expression_is_printed_from_it(case, lang
 def test_what_is_not_affine_in_a_whole_expression_has_no_value(whole, dim):
     with pytest.raises(Unsupported, match="has no value"):
         IndexMath(C, {whole: "S_0"}).size(dim)
+
+
+_CEIL = "CeilToInt(IntTrueDiv((((s1-1)//8))+1,2))*CeilToInt(IntTrueDiv((((s2-1)//8))+1,2))"
+_PATCHES = ("s0*((((((s1-1)//8))+1)//(CeilToInt(IntTrueDiv((((s1-1)//8))+1,2)))))"
+            "*((((((s2-1)//8))+1)//(CeilToInt(IntTrueDiv((((s2-1)//8))+1,2)))))")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([f"({_PATCHES})*({_CEIL})", f"(2*({_PATCHES})*({_CEIL}))*({_CEIL})",
+                        f"(2*({_PATCHES})*({_CEIL}))*CeilDiv({_CEIL}, 4096)",
+                        f"({_CEIL})*({_CEIL})*3"]),
+       st.sampled_from([C_EVAL, TRITON]), st.integers(1, 5), st.integers(1, 300),
+       st.integers(1, 300))
+def test_a_product_of_several_whole_expressions_is_their_arguments_product(
+        stride, language, s0, s1, s2):
+    """MobileViT's attention over patches at dynamic image sizes: ``s1``, the width, is no
+    dim of any input; the dims are the patch count and the patch grid, and a contiguous
+    stride is their product (the grid twice): each whole is its argument (was "size symbol
+    s1 has no value in the kernel")."""
+    ix = IndexMath(language, {_PATCHES: "P", _CEIL: "G", "s0": "S_0"})
+    printed = ix.size(stride)
+    assert "s1" not in printed and "s2" not in printed
+    point = {"s0": s0, "s1": s1, "s2": s2}
+    env = {"P": symbols.evaluate(_PATCHES, point), "G": symbols.evaluate(_CEIL, point),
+           "S_0": s0}
+    assert _eval(printed, language, env) == symbols.evaluate(stride, point)
 
 
 def test_a_product_without_all_of_a_whole_expression_has_no_value():

@@ -376,6 +376,8 @@ class IndexMath:
         coords = tuple(node(c) for c in coords)
         for attr in ("start", "step", "index", "split_size", "split_sizes"):
             value = attrs_.get(attr)
+            if attr == "start" and rule == "slice" and attrs_.get("step", 1) in (1, None):
+                continue  # read from the types (:meth:`slice_start`)
             if isinstance(value, str) or (isinstance(value, (list, tuple)) and any(
                     isinstance(v, str) for v in value)):
                 raise Unsupported(f"{rule} with a symbolic {attr} ({value})")
@@ -402,7 +404,9 @@ class IndexMath:
             step = attrs_.get("step", 1) or 1
             c = coords[dim] if step == 1 else Op("{0} * {1}", PRODUCT, (
                 operand(coords[dim]), Literal(str(step), step)))
-            if isinstance(size, int):
+            if not isinstance(start, int):
+                start = self.slice_start(attrs_.get("end"), size, out_shape[dim], start)
+            elif isinstance(size, int):
                 start = min(max(start + size if start < 0 else start, 0), size)
             elif start < 0:  # from the end of a symbolic dim
                 start = self.size_code(f"Max({size} - {-start}, 0)")
@@ -433,6 +437,29 @@ class IndexMath:
                 at = Literal(str(index), index)
             return tuple(coords[:dim]) + (at,) + tuple(coords[dim:])
         raise Unsupported(f"no index rule {rule!r}")
+
+    def slice_start(self, end: Any, size: Dim, length: Dim, start: str) -> Code | int:
+        """The first element a step-1 slice of a dim of ``size`` reads, where its start
+        (``start``: a symbolic attribute or a graph value's name) is known only at run time:
+        the slice's end, clamped as Python clamps it, less the ``length`` its type holds
+        (the type was computed from the same start: MPT's ALiBi bias
+        ``bias[:, Max(0, 64 - s):]`` of length ``64 - Max(0, 64 - s)``)."""
+        if end is None or (isinstance(end, int) and end >= 2 ** 62):
+            last: Dim = size
+        elif not isinstance(end, int):
+            raise Unsupported(f"slice with a start ({start}) and an end ({end}) known only "
+                              f"at run time")
+        elif isinstance(size, int):
+            last = min(max(end + size if end < 0 else end, 0), size)
+        else:
+            last = f"Max({size} - {-end}, 0)" if end < 0 else f"Min({size}, {end})"
+        if isinstance(last, int) and isinstance(length, int):
+            return last - length
+        body = parse_dim(str(length)).body  # ``last - start`` as a type spells it: ``start``
+        if (isinstance(body, ast.BinOp) and isinstance(body.op, ast.Sub) and
+                ast.dump(body.left) == ast.dump(parse_dim(str(last)).body)):
+            return self._print(body.right)
+        return self.size_code(f"({last}) - ({length})")
 
 
 def _norm(dim: int, rank: int) -> int:

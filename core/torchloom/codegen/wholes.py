@@ -7,7 +7,8 @@ strides that are not that expression as a whole but follow from it:
 
 - the expression itself, wherever it occurs as a sub-expression (``Max(1, s2-s3)``);
 - a part that differs from it by a constant (``s0`` of ``s0+1``: the argument minus 1);
-- a product holding all of its factors (``16*A*B`` of ``A*B``: 16 times the argument);
+- a product holding all of its factors (``16*A*B`` of ``A*B``: 16 times the argument), or
+  those of several (``2*A*B*B`` of ``A`` and ``B``);
 - a polynomial equal to ``(c * whole + d) / q`` for ints ``c``, ``d`` and ``q``, the
   whole a polynomial too (``48*s2-48*s3`` of ``s2-s3``: 48 times the argument; ``s0`` of
   ``2*s0``: the argument halved), judged at five pseudo-random
@@ -76,28 +77,34 @@ class Wholes:
         return None
 
     def _product(self, node: ast.BinOp, print_: Callable[[ast.AST], Code]) -> Code | None:
-        """A product holding all factors of a whole expression: the argument where its
-        first factor was, the other factors in their order."""
+        """A product holding all factors of one or more whole expressions (the most
+        factors first, each as often as it occurs: ``A*B*B`` of ``A`` and ``B``): each
+        argument where its first factor was, the other factors in their order."""
         factors = _factors(node)
+        taken: set[int] = set()  # the factors the arguments stand for
+        heads: dict[int, str] = {}  # an argument's first factor -> its name
         for whole, name in self.products:
-            taken: list[int] = []  # the factors the argument stands for
-            for f in whole:
-                at = next((i for i, g in enumerate(factors) if g == f and i not in taken),
-                          None)
-                if at is None:
-                    break
-                taken.append(at)
-            else:
-                first = min(taken)
-                codes = [Name(name) if i == first else
-                         print_(ast.parse(f, mode="eval").body)
-                         for i, f in enumerate(factors) if i == first or i not in taken]
-                code = codes[0]
-                for factor in codes[1:]:
-                    code = Op("{0} * {1}", PRODUCT, (paren(code, PRODUCT),
-                                                    paren(factor, PRODUCT + 1)))
-                return code
-        return None
+            while True:
+                found: list[int] = []
+                for f in whole:
+                    at = next((i for i, g in enumerate(factors)
+                               if g == f and i not in taken and i not in found), None)
+                    if at is None:
+                        break
+                    found.append(at)
+                else:
+                    taken.update(found)
+                    heads[min(found)] = name
+                    continue
+                break
+        if not heads:
+            return None
+        codes = [Name(heads[i]) if i in heads else print_(ast.parse(f, mode="eval").body)
+                 for i, f in enumerate(factors) if i in heads or i not in taken]
+        code = codes[0]
+        for factor in codes[1:]:
+            code = Op("{0} * {1}", PRODUCT, (paren(code, PRODUCT), paren(factor, PRODUCT + 1)))
+        return code
 
     def _affine(self, text: str) -> Code | None:
         """``text`` as ``(c * argument + d) / q`` (ints, c not 0, q > 0, the division

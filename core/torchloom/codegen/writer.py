@@ -267,21 +267,25 @@ class ValueWalk(OutputPlacement):
         if node is None:
             return self._load(v, t, coords)
         if node.op in VIEWS:
-            src = node.inputs[0]
+            src, attrs = node.inputs[0], node.attrs
             if len(node.inputs) > 1 and VIEWS[node.op] in _OFFSET_VIEWS:
                 # a start, index or split size known only at run time (a reshape's sizes
                 # may be: its coordinates follow from the types' symbolic shapes)
-                computed = [name for name, value in named_args(self.registry.get(node.op),
-                                                               node).items()
+                args = named_args(self.registry.get(node.op), node)
+                computed = [name for name, value in args.items()
                             if name not in ("self", "end") and (
                                 isinstance(value, InputRef) or (
                                     isinstance(value, (list, tuple)) and
                                     any(isinstance(e, InputRef) for e in value)))]
-                if computed:  # (a slice's end only shapes its type, known from the sizes)
+                if computed == ["start"] and VIEWS[node.op] == "slice":
+                    end = args.get("end")  # the start is read from the types
+                    attrs = {**attrs, "start": f"%{v.name}'s start",
+                             "end": f"%{v.name}'s end" if isinstance(end, InputRef) else end}
+                elif computed:  # (a slice's end only shapes its type, known from the sizes)
                     raise Unsupported(f"{node.op} of %{v.name} takes {', '.join(computed)} "
                                       f"from a graph value, not an attribute")
             self._check_view(node, v, t, src)
-            in_coords = self.ix.view_coords(VIEWS[node.op], coords, node.attrs, t.shape,
+            in_coords = self.ix.view_coords(VIEWS[node.op], coords, attrs, t.shape,
                                             self.tensor_type(src).shape, self.known, v.index)
             return self.value_at(src, in_coords)
         if node.op in self.REDUCTIONS:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import (REDUCTION_KINDS, Graph, InputRef, Node, ScalarType, Schedule,
-                           TensorType, Value, clone_graph, nonempty_dims, print_graph, stmt,
+from torchloom.api import (REDUCTION_KINDS, Graph, Node, ScalarType, Schedule, TensorType,
+                           Value, clone_graph, int_sizes, nonempty_dims, print_graph, stmt,
                            structural_hash, symbols, unread_inputs)
 from torchloom.api import nests as nest_plan
 
@@ -44,36 +44,10 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
                 if symbols.is_symbol(d):
                     names.setdefault(d, f"S_{len(names)}")
     scalars: dict[str, int] = {}
-    position = {v: i for i, v in enumerate(inputs)}
-    for v in inputs:  # an int that is a size symbol (int[s4]: a size carrier)
-        if isinstance(v.type, ScalarType) and v.type.size is not None and \
-                v.type.size not in names:
-            names[v.type.size] = f"S_{len(names)}"
-            scalars[names[v.type.size]] = position[v]
-
-    def read_from_int(d: Any, source: Value) -> None:
-        if isinstance(d, str) and d not in names and source in position and \
-                isinstance(source.type, ScalarType) and source.type.kind == "int":
+    for i, d in int_sizes(region):  # int[s4] carriers, view sizes, slice ends
+        if d not in names:
             names[d] = f"S_{len(names)}"
-            scalars[names[d]] = position[source]
-
-    for node in region.nodes:
-        if len(node.outputs) != 1 or not isinstance(node.outputs[0].type, TensorType):
-            continue
-        shape = node.outputs[0].type.shape
-        sizes = node.attrs.get("size") if VIEWS.get(node.op) in ("reshape", "expand") else None
-        if isinstance(sizes, (list, tuple)):
-            for d, entry in zip(shape, sizes):
-                if isinstance(entry, InputRef):
-                    read_from_int(d, node.inputs[int(entry)])
-        elif (VIEWS.get(node.op) == "slice" and len(node.inputs) == 2 and "end" not in
-              node.attrs and node.attrs.get("start") == 0 and node.attrs.get("step", 1) == 1
-              and isinstance(node.attrs.get("dim", 0), int)):
-            # x[:, :n] with n an int input: the slice's length is n (its type says so: a
-            # bare symbol where the input's dim is another size, so n was not clamped)
-            dim = node.attrs.get("dim", 0)
-            if -len(shape) <= dim < len(shape) and symbols.is_symbol(shape[dim]):
-                read_from_int(shape[dim], node.inputs[1])
+            scalars[names[d]] = i
     for v in inputs:
         if isinstance(v.type, TensorType):
             for d in v.type.shape:
