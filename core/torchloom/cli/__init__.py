@@ -142,17 +142,17 @@ def _run(args) -> int:
     stderr; the document is printed afterwards."""
     if not getattr(args, "json", False):
         return _COMMANDS[args.command](args)
-    args.document = None
+    args = argparse.Namespace(**vars(args), document=[])  # where _json puts the document
     try:
         with _stdout_to_stderr():
             code = _COMMANDS[args.command](args)
     except Exception as exc:  # the command's own error document (check's) wins
-        if args.document is None:
+        if not args.document:
             _json(args, _error_document(args, exc))
         raise
     finally:
-        if args.document is not None:
-            print(args.document)
+        if args.document:
+            print(args.document[-1])
     return code
 
 
@@ -190,7 +190,7 @@ def _stdout_to_stderr():
 
 def _json(args, data) -> None:
     """The one JSON document of a ``--json`` command (printed by :func:`_run`)."""
-    args.document = json.dumps(data, indent=2)
+    args.document.append(json.dumps(data, indent=2))
 
 
 def _plugins(args) -> int:

@@ -213,6 +213,7 @@ def _boxed(params: list[str], lines: list[str], filename: str,
                  filename, "exec"), namespace)
     fn = namespace.pop("run_boxed")
     fn.__code__ = fn.__code__.replace(co_firstlineno=fn.__code__.co_firstlineno - 1)
+    fn._boxed_call = True  # (what aot_autograd reads to call it boxed)
     return fn
 
 

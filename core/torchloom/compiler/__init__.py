@@ -166,8 +166,9 @@ class Compiler:
         key = self.graph_cache.key(graph) if self.graph_cache is not None else None
         cached = self.graph_cache.load(key, self.registry) if key is not None else None
         if cached is not None:
-            graph = comp.graph = cached.graph
-            graph.name = comp.name  # messages name this compilation's graph
+            loaded = cached.graph
+            loaded.name = comp.name  # messages name this compilation's graph
+            graph = comp.graph = loaded
             comp.cached = True
             comp.report = RunReport(cached.report.records, [
                 f"loaded from the compile cache ({cached.path}): no pass ran; the pass "
@@ -316,10 +317,7 @@ def _owning(boxed: Callable, constants: tuple) -> Callable:
         args.extend(constants)
         return boxed(args)
     run._boxed_call = True
-    if not constants:
-        boxed._boxed_call = True
-        return boxed
-    return run
+    return run if constants else boxed  # (the plan's boxed entry says it is boxed)
 
 
 def _bind_constants(fn: Callable, constants: tuple) -> Callable:

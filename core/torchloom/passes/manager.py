@@ -64,13 +64,14 @@ class PassManager:
         for name in self.pipeline.missing_optional:
             report.notes.append(f"optional pass {name!r} is not installed; skipped")
         self._dump(graph, "input")
-        state = _State(GraphSnapshot(graph), aliases=alias_facts(graph, ctx.registry),
-                       each=self.pipeline.verify in ("each", "numeric"))
+        numeric = None
         if self.pipeline.verify == "numeric":  # nothing of it runs under other policies
             from torchloom.passes.numeric import NumericCheck
-            state.numeric = NumericCheck(graph, ctx.registry, self.numeric_inputs)
-            if state.numeric.skipped:
-                report.notes.append(state.numeric.skipped)
+            numeric = NumericCheck(graph, ctx.registry, self.numeric_inputs)
+            if numeric.skipped:
+                report.notes.append(numeric.skipped)
+        state = _State(GraphSnapshot(graph), aliases=alias_facts(graph, ctx.registry),
+                       each=self.pipeline.verify in ("each", "numeric"), numeric=numeric)
         # verify = "end" rolls the whole pipeline back: only then is the first one kept
         start = state.snapshot if self.pipeline.verify == "end" else None
         for step in self.pipeline.steps:
@@ -155,16 +156,17 @@ class PassManager:
                     verify(graph, ctx.registry, typed=state.typed)
                 if changed:  # no new alias of an input or between outputs, no new write
                     check_aliasing(graph, ctx.registry, state.aliases)
-                state.verified = True
+                state.mark_verified()
                 if state.numeric is not None and changed:  # the pass kept the values?
                     note = state.numeric.check(graph)
                     if note:
                         report.notes.append(note)
             else:  # nothing to compare: one snapshot alive at a time (memory, collector)
                 check_order(graph)  # a cycle would hang later passes or the runtime build
-                state.snapshot = snapshot = None
+                state.forget()
+                snapshot = None
                 after = GraphSnapshot(graph)
-            state.snapshot = after
+            state.keep(after)
         except Exception as exc:  # the pass's fault: roll back and name it
             seconds = time.perf_counter() - t0
             if snapshot is None:  # the pass had finished: only taking its snapshot failed
@@ -324,7 +326,7 @@ class _State:
     """The pass manager's rolling snapshot: the graph after the last pass that kept its
     changes, taken once per pass (it is also how the next pass is rolled back)."""
 
-    snapshot: GraphSnapshot
+    snapshot: GraphSnapshot | None
     #: whether the whole graph has been verified (once, after the first pass)
     verified: bool = False
     #: what the graph the pipeline received aliases and writes (passes may not add to it)
@@ -336,6 +338,17 @@ class _State:
     each: bool = True
     #: verify = "numeric": what the graph computes as the last pass left it
     numeric: Any = None
+
+    def mark_verified(self) -> None:
+        self.verified = True
+
+    def forget(self) -> None:
+        """Drop the snapshot (one alive at a time: memory, the collector)."""
+        self.snapshot = None
+
+    def keep(self, after: GraphSnapshot) -> None:
+        """The graph as the last pass left it: the next pass's rollback."""
+        self.snapshot = after
 
 
 _EARLIER = "written by an earlier identical failure; "

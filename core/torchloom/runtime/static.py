@@ -149,21 +149,15 @@ def retarget(graph: Graph, device: str) -> None:
     """Every tensor value of ``graph`` (regions and shared subgraphs too) on ``device``:
     a graph traced on one device, compiled for another."""
     def walk(g: Graph) -> None:
-        for v in g.inputs:
-            _move(v, device)
+        for v in [*g.inputs, *(v for n in g.nodes for v in n.outputs)]:
+            if isinstance(v.type, TensorType) and v.type.device != device:
+                g.set_type(v, attrs.evolve(v.type, device=device))
         for n in g.nodes:
-            for v in n.outputs:
-                _move(v, device)
             if n.region is not None:
                 walk(n.region)
     walk(graph)
     for sub in graph.subgraphs.values():
         walk(sub)
-
-
-def _move(v: Value, device: str) -> None:
-    if isinstance(v.type, TensorType) and v.type.device != device:
-        v.type = attrs.evolve(v.type, device=device)
 
 
 class StaticPlan:

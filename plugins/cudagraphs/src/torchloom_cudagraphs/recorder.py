@@ -92,6 +92,36 @@ class _Recording:
         self.held = args
         self.warm_calls += 1
 
+    def restart(self) -> None:
+        """Warm up again (a layout that cannot be recorded stays on the plain path)."""
+        self.warm_calls = 0
+
+    def release(self) -> None:
+        """Let the last warm-up's arguments go (before a capture)."""
+        self.held = ()
+
+    def demote(self, args: tuple) -> None:
+        """Static arguments that moved since the recording are copied from now on: the
+        recording is dropped and the layout warms up again from ``args``."""
+        self.demoted.update(i for i, p in zip(self.static, self.static_ptrs)
+                            if args[i].data_ptr() != p)
+        self.graph, self.inputs, self.outputs, self.static, self.static_ptrs = \
+            None, [], (), [], []
+        self.held, self.warm_calls = (), 0
+        self.stable = [i not in self.demoted for i in range(len(args))]
+        self.observe(args)
+
+    def keep(self, graph: torch.cuda.CUDAGraph, inputs: list, static: list[int],
+             copied: list[int], static_ptrs: list[int], outputs: tuple,
+             plan: list[tuple[str, int, tuple]]) -> None:
+        """A capture that succeeded: what it reads and writes, and how outputs go out."""
+        self.inputs, self.static, self.copied, self.static_ptrs = \
+            inputs, static, copied, static_ptrs
+        self.outputs, self.plan = outputs, plan
+        kinds = {kind for kind, _, _ in plan}
+        self.mode = kinds.pop() if len(kinds) == 1 and kinds <= {_CLONE, _KEEP} else None
+        self.graph = graph
+
 
 class CudaGraphRunner:
     """Callable replacing a compiled graph's function; see the module docstring."""
@@ -166,18 +196,13 @@ class CudaGraphRunner:
         if self.stopped is not None:  # a recording that exists keeps replaying
             return self._plain(args, self.stopped)
         if rec.graph is not None:  # a static argument moved: demote it, warm up, record again
-            rec.demoted.update(i for i, p in zip(rec.static, rec.static_ptrs)
-                               if args[i].data_ptr() != p)
-            rec.graph, rec.inputs, rec.outputs, rec.static, rec.static_ptrs = None, [], (), [], []
-            rec.held, rec.warm_calls = (), 0
-            rec.stable = [i not in rec.demoted for i in range(len(args))]
-            rec.observe(args)
+            rec.demote(args)
             return self._plain(args, None)
         rec.observe(args)
         overlapping = [i for i, a in enumerate(args)
                        if not rec.stable[i] and has_internal_overlap(a)]
         if overlapping:
-            rec.warm_calls = 0  # not recordable; stay on the plain path for this layout
+            rec.restart()  # not recordable; stay on the plain path for this layout
             return self._plain(args, f"@{self.name}: argument {overlapping[0]} is an expanded "
                                      f"tensor (shared elements), which cannot be copied into a "
                                      f"static buffer")
@@ -186,8 +211,7 @@ class CudaGraphRunner:
             self._record(rec, args)
         except Exception as exc:  # a capture the static checks did not foresee
             # torch.cuda.graph leaves its capture stream current when capture_end raises
-            torch.cuda.set_stream(caller_stream)
-            rec.graph = None
+            torch.cuda.set_stream(caller_stream)  # (the recording keeps no graph)
             self.stopped = (f"@{self.name}: recording failed ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}); running "
                             f"without CUDA graphs")
@@ -195,16 +219,15 @@ class CudaGraphRunner:
         return self._replay(rec, args)
 
     def _record(self, rec: _Recording, args: tuple) -> None:
-        rec.static = [i for i in range(len(args)) if rec.stable[i]]
-        rec.copied = [i for i in range(len(args)) if not rec.stable[i]]
+        static = [i for i in range(len(args)) if rec.stable[i]]
+        copied = [i for i in range(len(args)) if not rec.stable[i]]
         inputs = list(args)
-        for i in rec.copied:
+        for i in copied:
             a = args[i]
             inputs[i] = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
             inputs[i].copy_(a)
-        rec.inputs = inputs
-        rec.static_ptrs = [args[i].data_ptr() for i in rec.static]
-        rec.held = ()
+        static_ptrs = [args[i].data_ptr() for i in static]
+        rec.release()
         if self._stream is None:
             self._stream = torch.cuda.Stream()
         stream = self._stream
@@ -215,29 +238,27 @@ class CudaGraphRunner:
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
-                outputs = self.fn(*inputs)
-        rec.outputs = tuple(outputs)
-        rec.plan = self._output_plan(rec, len(args))
-        kinds = {kind for kind, _, _ in rec.plan}
-        rec.mode = kinds.pop() if len(kinds) == 1 and kinds <= {_CLONE, _KEEP} else None
-        rec.graph = graph
+                outputs = tuple(self.fn(*inputs))
+        plan = self._output_plan(outputs, inputs, len(args))
+        rec.keep(graph, inputs, static, copied, static_ptrs, outputs, plan)
         self.records += 1
         log.debug("torchloom: cudagraphs recorded @%s (%d copied, %d static inputs)",
-                  self.name, len(rec.copied), len(rec.static))
+                  self.name, len(copied), len(static))
 
-    def _output_plan(self, rec: _Recording, n_args: int) -> list[tuple[str, int, tuple]]:
+    def _output_plan(self, outputs: tuple, inputs: list,
+                     n_args: int) -> list[tuple[str, int, tuple]]:
         """How each recorded output is handed out: a copy (default), the recording's own
         tensor (``reuse_outputs``, non-tensors, views of bound constants), the caller's
         argument itself, the same view of the caller's argument, or the same view of
         another output's copy (outputs sharing memory keep sharing it)."""
         plan = []
-        for k, out in enumerate(rec.outputs):
+        for k, out in enumerate(outputs):
             j = self.aliases.get(k)
             if j is None or j >= n_args:
                 copy = isinstance(out, torch.Tensor) and not self.reuse_outputs and j is None
                 plan.append((_CLONE if copy else _KEEP, -1, ()))
                 continue
-            src = rec.inputs[j]
+            src = inputs[j]
             if out is src:
                 plan.append((_ARG, j, ()))
                 continue
@@ -246,7 +267,7 @@ class CudaGraphRunner:
                 raise Unrecordable(f"output {k} should be a view of argument {j} but does not "
                                    f"share its memory with the same dtype")
             plan.append((_VIEW, j, _view_of(out, src)))
-        _derive_shared_outputs(rec.outputs, plan)
+        _derive_shared_outputs(outputs, plan)
         return plan
 
     def _plain(self, args: tuple, reason: str | None):
