@@ -12,7 +12,7 @@ from torchloom.codegen.eager import EagerCodegen
 from torchloom.errors import ParseError
 from torchloom.ir import parse_graph, print_graph, structural_hash
 from torchloom.ir.symbols import (SymbolicDimError, evaluate, guard_namespace, parse_dim,
-                                  python_source, rename_dim, symbols_of)
+                                  python_source, rename_dim, sample_points, symbols_of)
 from torchloom.ops.aten import default_registry
 from torchloom.runtime.executor import CompiledGraph
 
@@ -209,3 +209,16 @@ def test_only_a_division_or_power_is_checked_for_an_integer(text, wrapped):
     """Integer arithmetic gives integers: only expressions that can give a fraction are
     passed through ``_sym_int`` (which raises on a non-integer), the rest run bare."""
     assert ("_sym_int" in python_source(text, lambda s: f"v_{s}")) == wrapped
+
+
+def test_sample_points_fix_each_symbol_by_its_name_and_point():
+    """One point generator serves every judgment at sample sizes (indexing's ``points``,
+    wholes, ``symbolic_contiguous``): a symbol's value depends on its name, the point and
+    the salt only, and the last point is small where asked."""
+    a = sample_points({"s0", "s1"}, 4, small_last=True)
+    b = sample_points({"s1", "s7", "s0"}, 4, small_last=True)
+    assert [p["s0"] for p in a] == [p["s0"] for p in b] and len(a) == 4
+    assert all(2 <= p[s] < 1 << 20 for p in a[:3] for s in p)
+    assert all(8 <= v < 64 for v in a[-1].values())
+    assert sample_points({"s0"}, 2, salt="x") != sample_points({"s0"}, 2)
+    assert sample_points(set(), 3) == [{}, {}, {}]

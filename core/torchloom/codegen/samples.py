@@ -11,10 +11,9 @@ view's output and input in groups of equal size. What cannot be judged raises
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
-from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, symbols_of
+from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, sample_points, symbols_of
 
 
 class Unsupported(Exception):
@@ -62,9 +61,7 @@ def points(dim: Dim) -> tuple[int, int, int]:
     if dim is None:
         raise Unsupported("a dim of unknown size")
     values = []
-    for k in range(3):
-        low, high = (8, 64) if k == 2 else (2, 1 << 20)
-        point = {s: random.Random(f"{k}:{s}").randrange(low, high) for s in symbols_of(dim)}
+    for point in sample_points(symbols_of(dim), 3, small_last=True):
         try:
             values.append(evaluate(dim, point))
         except SymbolicDimError as exc:

@@ -23,13 +23,13 @@ sub-expression itself.
 from __future__ import annotations
 
 import ast
-import random
 from fractions import Fraction
 from math import lcm
 from collections.abc import Callable, Mapping
 
 from torchloom.codegen.expr import PRODUCT, SUM, Code, Literal, Name, Op, paren
-from torchloom.ir.symbols import SymbolicDimError, evaluate, parse_dim, symbols_of
+from torchloom.ir.symbols import (SymbolicDimError, evaluate, parse_dim, sample_points,
+                                  symbols_of)
 
 
 class Wholes:
@@ -151,10 +151,9 @@ def _polynomial(node: ast.AST) -> bool:
 def _samples(dim: str, symbols: frozenset[str] | None = None) -> tuple[int, ...] | None:
     """``dim`` at five pseudo-random points of ``symbols`` (its own by default), each
     symbol's value fixed by its name and the point; None where it cannot be evaluated."""
-    names = sorted(symbols if symbols is not None else symbols_of(dim))
     values = []
-    for k in range(5):
-        point = {s: random.Random(f"whole {k}:{s}").randrange(2, 1 << 20) for s in names}
+    for point in sample_points(symbols if symbols is not None else symbols_of(dim), 5,
+                               salt="whole "):
         try:
             values.append(evaluate(dim, point))
         except (SymbolicDimError, ZeroDivisionError):

@@ -144,6 +144,19 @@ def _eval(node: ast.AST, env: Mapping[str, int]):
     return FUNCTIONS[node.func.id](*(_eval(a, env) for a in node.args))
 
 
+def sample_points(names, count: int, small_last: bool = False,
+                  salt: str = "") -> list[dict[str, int]]:
+    """``count`` pseudo-random points of the symbols ``names``, each symbol's value fixed
+    by its name, the point's index and ``salt`` (a symbol takes the same value wherever it
+    is drawn, whatever other symbols are): from 2 to 2**20, the last point from 8 to 63
+    where ``small_last`` (sizes equal only past a threshold are told apart there:
+    ``64 - Max(0, 64 - s)``, the last ``s`` of 64 positions, is ``s`` only below 64)."""
+    def bounds(k: int) -> tuple[int, int]:
+        return (8, 64) if small_last and k == count - 1 else (2, 1 << 20)
+    return [{s: random.Random(f"{salt}{k}:{s}").randrange(*bounds(k)) for s in sorted(names)}
+            for k in range(count)]
+
+
 def symbolic_contiguous(shape, strides) -> bool:
     """Whether symbolic ``strides`` are the row-major ones of ``shape`` (dims of size 1
     aside, as torch's ``is_contiguous``): equal at four pseudo-random points with every
@@ -154,11 +167,8 @@ def symbolic_contiguous(shape, strides) -> bool:
     if len(shape) != len(strides) or None in shape or None in strides:
         return False
     names = {s for d in (*shape, *strides) for s in symbols_of(d)}
-    rng = random.Random(len(names))
     try:
-        for k in range(4):  # the last point small: 64 - Max(0, 64 - s) is s only below 64
-            point = {s: rng.randrange(*((8, 64) if k == 3 else (2, 1 << 20)))
-                     for s in sorted(names)}
+        for point in sample_points(names, 4, small_last=True, salt="contiguous "):
             expected = 1
             for d, stride in zip(reversed(shape), reversed(strides)):
                 size = evaluate(d, point)
