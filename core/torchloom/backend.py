@@ -227,14 +227,15 @@ def cse_then_min_cut(joint_module, joint_inputs, **kwargs):
     (:func:`torchloom.frontend.joint_cse.joint_cse`) in place of the partitioner's own,
     which imports Inductor's lowerings (0.57 s of a first training step). Off, like the
     partitioner's, when ``torch._functorch.config.cse`` is."""
-    import torch
     from torch._functorch import config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch.fx._lazy_graph_module import _make_graph_module
 
     from torchloom.frontend.joint_cse import joint_cse
     if config.cse:
         graph = joint_cse(joint_module.graph)  # a new graph
         graph.eliminate_dead_code()
-        joint_module = torch.fx.GraphModule(joint_module, graph)
+        # as aot_autograd makes its modules: lazy (code made on first call) where it is
+        joint_module = _make_graph_module(joint_module, graph)
     with config.patch(cse=False):
         return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)

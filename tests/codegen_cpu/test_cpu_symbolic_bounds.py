@@ -148,6 +148,22 @@ def test_a_slice_length_read_from_an_int_input(name):
     assert "cpu" in {c.codegen for c in choices}, reasons
 
 
+def _sliced_past_its_end(a, b, n):
+    return torch.cat([a, b]).sin().view(2, -1)[:, :n] * 2
+
+
+def test_a_slice_end_past_the_dim_is_not_read_as_the_dim():
+    """``x[:, :n]`` with ``n`` at least the dim is typed with the dim itself (Dynamo's
+    guard): the kernel must not take the dim's size from ``n`` (it wrote ``n`` columns of a
+    result of 5)."""
+    fn, compiler = compiled(_sliced_past_its_end)
+    for size, n in [(5, 7), (4, 4), (6, 2), (3, 100), (5, 0)]:
+        a, b = torch.randn(size), torch.randn(size)
+        torch.testing.assert_close(fn(a, b, n), _sliced_past_its_end(a, b, n))
+    choices = [c for comp in compiler.compilations for c in comp.compiled.choices]
+    assert "cpu" in {c.codegen for c in choices}
+
+
 def _positional_conv(a, w0, w1):
     """Wav2Vec2's positional convolution: a strided conv (length s//20 - 1), a padded one
     (length s//20) sliced by one (``SamePad``), GELU, transposed, added."""

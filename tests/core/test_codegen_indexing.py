@@ -341,6 +341,8 @@ def test_symbolic_broadcast_and_views_that_may_differ_are_declined():
     with pytest.raises(Unsupported, match="known only at run time"):
         ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1", "end": "s2"},
                        ("s2 - s1",), ("s0",))
+    with pytest.raises(Unsupported, match="unknown size"):
+        ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, (None,), ("s0",))
     # a step-1 slice starts at its end less its length
     assert texts(ix.view_coords("slice", ("a",), {"dim": 0, "start": "s1"}, ("s0 - s1",),
                                 ("s0",))) == ("a + S_1",)

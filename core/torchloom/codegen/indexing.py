@@ -444,6 +444,8 @@ class IndexMath:
         the slice's end, clamped as Python clamps it, less the ``length`` its type holds
         (the type was computed from the same start: MPT's ALiBi bias
         ``bias[:, Max(0, 64 - s):]`` of length ``64 - Max(0, 64 - s)``)."""
+        if size is None or length is None:
+            raise Unsupported("a slice of a dim of unknown size")
         if end is None or (isinstance(end, int) and end >= 2 ** 62):
             last: Dim = size
         elif not isinstance(end, int):

@@ -10,39 +10,29 @@
 
 from __future__ import annotations
 
-from torchloom.ir import Graph, InputRef, ScalarType, TensorType, Value, symbols
-from torchloom.ir.symbols import Dim
+from torchloom.ir import Graph, InputRef, ScalarType, TensorType
 
 
 def int_sizes(region: Graph) -> list[tuple[int, str]]:
     """(input index, dim) for each int input of ``region`` that is a size: ``int[sN]``
-    inputs first, then, in node order, those a node's ``size`` takes for a symbolic dim
-    and those a slice from 0 takes as its end where its type's dim there is a bare symbol
-    (``x[:, :n]`` of an ``i64[2, s0+1]``, typed ``i64[2, s0]``: ``n`` is ``s0``, not
-    clamped, as the input's dim is another size)."""
+    inputs first, then those a node's ``size`` takes for a symbolic dim, in node order.
+
+    A slice's end is no such size: ``x[:, :n]`` typed with a bare symbol is that symbol
+    only where ``n`` did not reach the dim (Dynamo types ``Min(s0, n)`` as ``s0`` under
+    its guard ``n >= s0``); a bare SymInt ``n`` arrives as ``int[sN]`` anyway."""
     position = {v: i for i, v in enumerate(region.inputs)}
     found = [(i, v.type.size) for i, v in enumerate(region.inputs)
              if isinstance(v.type, ScalarType) and v.type.size is not None]
-
-    def take(v: Value, d: Dim) -> None:
-        if v in position and isinstance(v.type, ScalarType) and v.type.kind == "int" and \
-                isinstance(d, str):
-            found.append((position[v], d))
-
     for n in region.nodes:
-        if len(n.outputs) != 1 or not isinstance(n.outputs[0].type, TensorType):
+        size = n.attrs.get("size")
+        if not isinstance(size, (list, tuple)) or len(n.outputs) != 1 or not isinstance(
+                n.outputs[0].type, TensorType) or len(size) != n.outputs[0].type.rank:
             continue
-        shape, size = n.outputs[0].type.shape, n.attrs.get("size")
-        if isinstance(size, (list, tuple)) and len(size) == len(shape):
-            for ref, d in zip(size, shape):
-                if isinstance(ref, InputRef):
-                    take(n.inputs[int(ref)], d)
-        elif n.op == "aten.slice.Tensor" and len(n.inputs) == 2 and "end" not in n.attrs \
-                and n.attrs.get("start") == 0 and n.attrs.get("step", 1) == 1:
-            dim = n.attrs.get("dim", 0)
-            if isinstance(dim, int) and -len(shape) <= dim < len(shape) and \
-                    symbols.is_symbol(shape[dim]):
-                take(n.inputs[1], shape[dim])
+        for ref, d in zip(size, n.outputs[0].type.shape):
+            if isinstance(ref, InputRef) and isinstance(d, str):
+                v = n.inputs[int(ref)]
+                if v in position and isinstance(v.type, ScalarType) and v.type.kind == "int":
+                    found.append((position[v], d))
     return found
 
 

@@ -27,10 +27,10 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
     argument, argument -> the scalar region input it is read from).
 
     A symbol is read from the first tensor input dim that is that bare symbol; else from an
-    int input a view gives as that dim's size (``aten.view(%x, %n) {size = [$1, 8]} :
-    f32[s0, 8]``: ``%n`` is s0; a dim that is an expression, ``(s0//2)``, is then an
-    argument of its own, read from that int) or a slice from 0 takes as its end (``x[:,
-    :n]`` of an ``i64[2, s0+1]``, typed ``i64[2, s0]``: ``%n`` is s0); else an input dim
+    int input that is a size (``int_sizes``: an ``int[s4]``, or an int a view gives as
+    that dim's size, ``aten.view(%x, %n) {size = [$1, 8]} : f32[s0, 8]``: ``%n`` is s0; a
+    dim that is an expression, ``(s0//2)``, is then an argument of its own, read from that
+    int); else an input dim
     that is an expression of symbols read nowhere (``f32[s0*s1, 48]``, a flattened batch)
     is an argument of its own, which dims containing that whole expression use (and
     :func:`stride_arguments` names strides).
@@ -44,7 +44,7 @@ def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
                 if symbols.is_symbol(d):
                     names.setdefault(d, f"S_{len(names)}")
     scalars: dict[str, int] = {}
-    for i, d in int_sizes(region):  # int[s4] carriers, view sizes, slice ends
+    for i, d in int_sizes(region):  # int[s4] carriers, view sizes
         if d not in names:
             names[d] = f"S_{len(names)}"
             scalars[names[d]] = i
