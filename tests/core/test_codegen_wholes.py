@@ -130,3 +130,16 @@ def test_a_product_without_all_of_a_whole_expression_has_no_value():
         ix.size("4*s0*s1")
     with pytest.raises(Unsupported, match="has no value"):
         IndexMath(C, {"s0*s0": "S_0"}).size("s0*s1")
+
+
+@pytest.mark.parametrize("order", [0, 1])
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 300), st.integers(1, 300))
+def test_wholes_that_share_a_factor_are_taken_so_the_rest_has_values(order, s0, s1, s2):
+    """``s0*s1*s2`` of the arguments ``s0*s1``, ``s1*s2`` and ``s0``: taking ``s0*s1``
+    first leaves ``s2``, which has no value; ``s1*s2`` first leaves ``s0``, which has. The
+    wholes' order (the kernel's argument order) does not decide."""
+    names = [("s0*s1", "X"), ("s1*s2", "Y")]
+    ix = IndexMath(C_EVAL, {**dict(names[::-1] if order else names), "s0": "S_0"})
+    printed = ix.size("s0*s1*s2")
+    assert _eval(printed, C_EVAL, {"X": s0 * s1, "Y": s1 * s2, "S_0": s0}) == s0 * s1 * s2

@@ -77,13 +77,32 @@ class Wholes:
         return None
 
     def _product(self, node: ast.BinOp, print_: Callable[[ast.AST], Code]) -> Code | None:
-        """A product holding all factors of one or more whole expressions (the most
-        factors first, each as often as it occurs: ``A*B*B`` of ``A`` and ``B``): each
-        argument where its first factor was, the other factors in their order."""
+        """A product holding all factors of one or more whole expressions (each as often
+        as it occurs: ``A*B*B`` of ``A`` and ``B``): each argument where its first factor
+        was, the other factors in their order. The wholes are taken greedily, the most
+        factors first, or each one first in turn where that leaves fewer factors naming a
+        symbol without an argument (``s0*s1*s2`` of ``s0*s1``, ``s1*s2`` and ``s0``)."""
         factors = _factors(node)
-        taken: set[int] = set()  # the factors the arguments stand for
-        heads: dict[int, str] = {}  # an argument's first factor -> its name
-        for whole, name in self.products:
+        orders = [self.products] + [[p, *(q for q in self.products if q is not p)]
+                                    for p in self.products[1:]]
+        taken, heads = min((self._cover(factors, order) for order in orders),
+                           key=lambda c: self._unheld(factors, c[0]))
+        if not heads:
+            return None
+        codes = [Name(heads[i]) if i in heads else print_(ast.parse(f, mode="eval").body)
+                 for i, f in enumerate(factors) if i in heads or i not in taken]
+        code = codes[0]
+        for factor in codes[1:]:
+            code = Op("{0} * {1}", PRODUCT, (paren(code, PRODUCT), paren(factor, PRODUCT + 1)))
+        return code
+
+    @staticmethod
+    def _cover(factors: list[str], order) -> tuple[set[int], dict[int, str]]:
+        """The factors the wholes of ``order`` (factors, argument) stand for, taken greedily,
+        and each argument's first factor -> its name."""
+        taken: set[int] = set()
+        heads: dict[int, str] = {}
+        for whole, name in order:
             while True:
                 found: list[int] = []
                 for f in whole:
@@ -97,14 +116,12 @@ class Wholes:
                     heads[min(found)] = name
                     continue
                 break
-        if not heads:
-            return None
-        codes = [Name(heads[i]) if i in heads else print_(ast.parse(f, mode="eval").body)
-                 for i, f in enumerate(factors) if i in heads or i not in taken]
-        code = codes[0]
-        for factor in codes[1:]:
-            code = Op("{0} * {1}", PRODUCT, (paren(code, PRODUCT), paren(factor, PRODUCT + 1)))
-        return code
+        return taken, heads
+
+    def _unheld(self, factors: list[str], taken: set[int]) -> int:
+        """How many factors outside ``taken`` name a symbol without an argument."""
+        return sum(1 for i, f in enumerate(factors) if i not in taken and
+                   any(s not in self.symbols for s in symbols_of(f)))
 
     def _affine(self, text: str) -> Code | None:
         """``text`` as ``(c * argument + d) / q`` (ints, c not 0, q > 0, the division
