@@ -49,7 +49,7 @@ def test_autotuning_is_keyed_by_size_bucket(registry, tmp_path, monkeypatch):
     kernel = SymbolicLauncher(_Module(meta, log), meta, {"f32": torch.float32}, stem, False,
                               False)
     shared = []
-    kernel.on_tuned = shared.append
+    kernel.share_tuning(shared.append)
     kernel(torch.randn(40, 100))
     first = len(benched)
     candidates = kernel.candidates("fused_sum:64:128")

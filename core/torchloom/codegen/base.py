@@ -59,9 +59,9 @@ The plan then makes each view of such an output from the output's type alone, in
 
 Autotuning shared by a fleet (the remote cache, :mod:`torchloom.runtime.remote_cache`): a
 kernel that tunes itself may have ``apply_tuning(record: dict)`` (use a result tuned
-elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and an
-attribute ``on_tuned`` (None, or a callable the kernel calls with its JSON-able result
-once it has tuned). The kernel cache sets ``on_tuned`` when the shared cache has no result.
+elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and
+``share_tuning(callback)`` (the kernel calls ``callback`` with its JSON-able result once it
+has tuned). The kernel cache calls ``share_tuning`` when the shared cache has no result.
 
 Built artifacts shared by a fleet: a codegen that builds something costly beside its source
 (the ``cpu`` codegen's shared libraries) may have ``with_artifacts(store) -> Codegen``, a

@@ -296,8 +296,9 @@ class KernelCache(DiskCache):
                 return
             except Exception as exc:  # tuned again here, and rewritten
                 self.remote.reject("tune", name, f"{type(exc).__name__}: {exc}")
-        remote = self.remote
-        kernel.on_tuned = lambda record: remote.put("tune", name, json.dumps(record))
+        if hasattr(kernel, "share_tuning"):
+            remote = self.remote
+            kernel.share_tuning(lambda record: remote.put("tune", name, json.dumps(record)))
 
     def _share(self, name: str, key: tuple[str, str, str], generated: KernelSource,
                seconds: float) -> None:

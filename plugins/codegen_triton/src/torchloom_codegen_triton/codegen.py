@@ -374,6 +374,11 @@ class Launcher:
         if self.on_tuned is not None:
             self.on_tuned(record)
 
+    def share_tuning(self, callback) -> None:
+        """Call ``callback`` with the autotune result once tuned (the kernel cache shares
+        it with the fleet)."""
+        self.on_tuned = callback
+
     def apply_tuning(self, record: dict) -> None:
         """Use an autotune result found elsewhere (the shared cache) instead of tuning,
         before the first call: its config must be one of this kernel's candidates."""

@@ -9,7 +9,7 @@ power of two>``. On a GPU with autotuning on, the first call of each bucket benc
 bucket's candidates and keeps the winner in ``<kernel>.<bucket>.tune.json`` beside the
 source (a file lock makes concurrent processes tune once); other sizes of the bucket reuse
 it. The fleet's shared cache exchanges every bucket's result at once
-(``on_tuned``/``apply_tuning`` with ``{"buckets": {bucket: config}}``). A call's plan is
+(``share_tuning``/``apply_tuning`` with ``{"buckets": {bucket: config}}``). A call's plan is
 kept per size values, and on a GPU the compiled kernel's own launcher is reused per
 specialisation of the size arguments, so a repeated size costs little Python.
 """
@@ -291,6 +291,11 @@ class SymbolicLauncher:
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, path)
         return best
+
+    def share_tuning(self, callback) -> None:
+        """Call ``callback`` with the autotune result once tuned (the kernel cache shares
+        it with the fleet)."""
+        self.on_tuned = callback
 
     def apply_tuning(self, record: dict) -> None:
         """Use buckets tuned elsewhere (the shared cache): ``{"buckets": {bucket:
