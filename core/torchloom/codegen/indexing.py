@@ -54,7 +54,7 @@ from torchloom.codegen.wholes import Wholes
 from torchloom.codegen.expr import (ATOM, LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name,
                                     Op, paren)
 from torchloom.ir.graph import Value
-from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, parse_dim, symbols_of
+from torchloom.ir.symbols import Dim, parse_dim
 from torchloom.ir.types import TensorType
 
 #: (coords' texts, shape) with size-1 dims dropped -> the index they were delinearised from
