@@ -83,10 +83,16 @@ class Wholes:
         factors first, or each one first in turn where that leaves fewer factors naming a
         symbol without an argument (``s0*s1*s2`` of ``s0*s1``, ``s1*s2`` and ``s0``)."""
         factors = _factors(node)
-        orders = [self.products] + [[p, *(q for q in self.products if q is not p)]
-                                    for p in self.products[1:]]
-        taken, heads = min((self._cover(factors, order) for order in orders),
-                           key=lambda c: self._unheld(factors, c[0]))
+        best = None  # (factors left without a value, taken, heads): the first fewest
+        for order in [self.products] + [[p, *(q for q in self.products if q is not p)]
+                                        for p in self.products[1:]]:
+            taken, heads = self._cover(factors, order)
+            unheld = self._unheld(factors, taken)
+            if best is None or unheld < best[0]:
+                best = (unheld, taken, heads)
+            if unheld == 0:
+                break  # (the greedy order usually: the others are not tried)
+        _, taken, heads = best
         if not heads:
             return None
         codes = [Name(heads[i]) if i in heads else print_(ast.parse(f, mode="eval").body)
