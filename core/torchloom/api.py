@@ -38,14 +38,15 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import (contract, expr, indexing, lower, nests, reductions, schedule,
-                               stmt, writer)
+from torchloom.codegen import (contract, expr, indexing, lower, nests, reductions, row_forms,
+                               schedule, stmt, writer)
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
 from torchloom.codegen.empty_rows import check_source, nonempty_dims
 from torchloom.codegen.int_sizes import int_sizes, unread_inputs
 from torchloom.codegen.indexing import Unsupported
+from torchloom.codegen.tiles import Tiles
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
                                     Written, laid_out_as, same_strides)
@@ -94,12 +95,12 @@ __all__ = [
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
     "laid_out_as", "same_strides",
-    "indexing", "nests", "reductions", "schedule", "stmt", "writer",
+    "indexing", "nests", "reductions", "row_forms", "schedule", "stmt", "writer",
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",
     "contract", "lower", "check_source", "nonempty_dims", "int_sizes", "unread_inputs",
-    "size_param",
+    "size_param", "Tiles",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

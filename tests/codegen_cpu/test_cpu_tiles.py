@@ -84,8 +84,16 @@ def test_permuted_inputs_through_torch_compile_match_eager(tmp_path_factory, sha
     torch.testing.assert_close(compiled_fn(a, b), fn(a, b))
 
 
-def test_j_stride_counts_only_the_bare_walk_coordinate():
-    assert tiles.j_stride(("j", "x"), (2048, 1)) == 2048
-    assert tiles.j_stride(("x", "j"), (2048, 1)) == 1
-    assert tiles.j_stride(("(j / 4)", "x"), (8, 1)) == 0
-    assert tiles.j_stride(("j", "x"), None) == 0
+def test_the_core_plan_decides_and_short_steps_keep_the_row_walk(check):
+    """cpu renders the core's tile plan (torchloom.codegen.tiles.Tiles) where the input
+    read across the walk steps over at least STRIDED elements per element of the row:
+    ``a.permute(0, 2, 1)`` of ``[16, 128, c]`` walked as ``[16, c, 128]`` steps ``c``
+    elements per element; at c = 8 two elements share a cache line and the row walk stays,
+    at c = 32 it is tiled. Both walks are 2 tiles or more each way."""
+    for c, tiled in ((8, False), (32, True)):
+        text = group_text(f"%a: f32[16, 128, {c}]", f"""
+        %p = aten.permute.default(%a) {{dims = [0, 2, 1]}} : f32[16, {c}, 128] strided[{128 * c}, 1, {c}]
+        %e = aten.exp.default(%p) : f32[16, {c}, 128]""", f"%e: f32[16, {c}, 128]")
+        assert ("xt0" in check.source(text)) == tiled
+        g = torch.Generator().manual_seed(c)
+        check(text, torch.randn(16, 128, c, generator=g))

@@ -101,7 +101,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         #: value -> the element of its row buffer at ``r`` (see _plan_buffers)
         self.buffers: dict[Value, stmt.Element] = {}
         self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
-        self.j_strides: list[int] = []  # each load's step per j (pointwise walks: tiles.py)
         self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
         # planned by body(): the rows of the nest (a pointwise walk's rows and chunks, a
         # reduction's kept elements), its elements, and its parallel loop (over the rows,
@@ -167,7 +166,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         self.loaded.add(v)
-        self.j_strides.append(tiles.j_stride(coords, t.actual_strides()))
         pointer, offset = self._element(f"in_{v.name}", coords, t, False)
         return self.em.emit(load_element(pointer, offset, t.dtype), COMPUTE[t.dtype], v.name)
 
@@ -388,8 +386,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                 self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
             self.store(name, v, coords)
         row_loop = em.end_phase(Simd(), "j", *bounds, header)
-        tiling = None if chunked or flat else tiles.tiled(walk, em.lines, row_loop,
-                                                          self.j_strides)
+        tiling = None if chunked or flat else tiles.tiled(
+            walk, em.lines, row_loop,
+            lambda: tiles.plan(self.region, self.registry, self.outputs, order[-1]))
         if tiling is not None:
             self.loop, lines = tiling
             return lines

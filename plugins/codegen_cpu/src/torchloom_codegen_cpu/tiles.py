@@ -10,19 +10,23 @@ columns), the lines and pages a tile touches are reused by its next rows: 10.1-1
 C harness (RESULTS.md, session 19).
 
 Taken where a static walk of at least 2 :data:`TILE` rows and columns (one row per chunk:
-rows up to 8192 elements) loads some tensor with a step of :data:`STRIDED` elements or more
-per ``j``; the tile's rows stay in order, so each output element is computed exactly as
-before.
+rows up to 8192 elements) has the core's tile plan (``torchloom.codegen.tiles.Tiles``: an
+input, of any size, laid out innermost along another dim than the walk's) and an input
+read across the walk steps over :data:`STRIDED` elements or more per ``j``; the
+tile's rows stay in order, so each output element is computed exactly as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
-from torchloom.api import expr, indexing, stmt
+from torchloom.api import Tiles, expr, indexing, stmt
 
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.render import smaller
+from torchloom_codegen_cpu.tensors import tensor_type
 
 #: rows and columns of a tile
 TILE = 32
@@ -30,23 +34,25 @@ TILE = 32
 STRIDED = 16
 
 
-def j_stride(coords, strides) -> int:
-    """Elements a load at ``coords`` steps over per ``j`` (0 when unknown or symbolic)."""
-    if strides is None:
-        return 0
-    steps = [s for c, s in zip(coords, strides) if indexing.node(c) == expr.Name("j")]
-    return sum(steps) if all(isinstance(s, int) for s in steps) else 0
+def plan(region, registry, outputs, d0: int) -> Tiles | None:
+    """The core's tile plan of a walk of ``outputs`` whose innermost dim is ``d0``."""
+    found = Tiles.of(region, registry, tensor_type, None, outputs, cached=None, unit=False)
+    return found if found is not None and found.d0 == d0 else None
 
 
-def tiled(walk: list, lines: list, row_loop: stmt.Loop, j_strides: list[int]
+def tiled(walk: list, lines: list, row_loop: stmt.Loop, plan: Callable[[], Tiles | None]
           ) -> tuple[ParallelLoop, list] | None:
     """The loop over tiles ``xt`` and its body: ``lines`` (a row ``x``: its statements and
     ``row_loop``, its SIMD loop over the whole row) in a loop over the tile's rows, the row
-    loop over the tile's columns; None when the walk is not worth tiling (``j_strides``:
-    each load's step per ``j``, :func:`j_stride`)."""
+    loop over the tile's columns; None when the walk is not worth tiling: ``plan()``, the
+    core's tile plan of the walk (its ``d0`` the walk's innermost dim), is None or its
+    input steps fewer than :data:`STRIDED` elements per ``j``."""
     rows, inner = indexing.prod(walk[:-1]), walk[-1]
     if not (isinstance(rows, int) and isinstance(inner, int)) or min(rows, inner) < 2 * TILE \
-            or max(j_strides, default=0) < STRIDED or not any(s is row_loop for s in lines):
+            or not any(s is row_loop for s in lines):
+        return None
+    found = plan()
+    if found is None or found.step < STRIDED:
         return None
     across, down = -(-inner // TILE), -(-rows // TILE)
     head = [stmt.Declare("int64_t", "xt0", expr.times(expr.over("xt", across), TILE)),

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, schedule,
-                           stmt, writer)
+from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, row_forms,
+                           schedule, stmt, writer)
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Emitter, Expr
@@ -43,7 +43,7 @@ from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, REDUCTIONS, STORAG
                                           literal, module_prelude)
 from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.metadata import kernel_metadata
-from torchloom_codegen_triton.plan import next_pow2, reduction_configs, representative
+from torchloom_codegen_triton.plan import reduction_configs, representative
 from torchloom_codegen_triton.reduction import lower_reduction
 from torchloom_codegen_triton.render import function as jit_function
 from torchloom_codegen_triton.rows_and_columns import ColumnPartials
@@ -185,7 +185,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.persistent_limit = limit
         rnumel = representative(self.rnumel, limit)
         self.looped = self.form in ("looped", "split") if self.form else \
-            next_pow2(rnumel) > limit
+            row_forms.looped(rnumel, limit)
         if columns and not isinstance(self.rnumel, int):
             raise Unsupported(f"row and column reductions of the same data in one kernel "
                               f"need a static row length (it is {self.rnumel})")

@@ -6,12 +6,9 @@ kernel (the first is the default; a GPU autotunes over them).
 
 from __future__ import annotations
 
+from torchloom.api import row_forms
 
-def next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+next_pow2 = row_forms.next_pow2
 
 
 def representative(dim, default: int) -> int:

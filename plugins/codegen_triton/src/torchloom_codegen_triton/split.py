@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import expr, indexing, stmt
+from torchloom.api import expr, row_forms, stmt
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.indexing import Unsupported
@@ -43,22 +43,22 @@ _KINDS = ("sum", "max", "min")
 
 
 def plan_split(w: Writer, configs: list[dict[str, int]]) -> "SplitReduction | None":
-    """The split plan of ``w``'s reduction, or None where the ordinary form is used."""
+    """The split plan of ``w``'s reduction, or None where the ordinary form is used: the
+    core's conditions and shape (``torchloom.codegen.row_forms``), this renderer's
+    reductions (sums, maxima, minima combined in f32) and epilogue."""
     if not w.looped or w.col is not None or (w.symbolic and w.form != "split"):
         return None
     if not w.symbolic:
         row_blocks = -(-w.rows // configs[0]["XBLOCK"])
         if row_blocks >= TARGET_PROGRAMS:
             return None
-    produced = {v: n for n in w.reductions for v in n.outputs}
     for n in w.reductions:
         if REDUCTIONS[n.op].kind not in _KINDS or \
-                COMPUTE[tensor_type(n.outputs[0]).dtype] not in ("f32",) or \
-                _reads_any(n.inputs[0], set(produced)):
+                COMPUTE[tensor_type(n.outputs[0]).dtype] not in ("f32",):
             return None
-    if any(not indexing.same(indexing.prod(tensor_type(v).shape), w.rows)
-           for v in w.region.outputs):
-        return None  # an output over the reduced dims: the row pass is needed
+    if not row_forms.splittable(w.reductions, w.region.outputs, w.rows, tensor_type):
+        return None
+    produced = {v: n for n in w.reductions for v in n.outputs}
     if w.symbolic:  # chunks and their count are arguments the launcher computes
         return _checked(SplitReduction(w, produced, "kchunk", "ksplits"))
     shape = split_shape(w.rows, w.rnumel, configs[0]["XBLOCK"],
@@ -71,14 +71,10 @@ def plan_split(w: Writer, configs: list[dict[str, int]]) -> "SplitReduction | No
 
 def split_shape(rows: int, rnumel: int, xblock: int, rblock: int) -> tuple[int, int] | None:
     """(chunk, splits) of a reduction of ``rows`` rows of ``rnumel`` in blocks of
-    ``xblock`` rows, chunks a multiple of ``rblock``; None where it is not split."""
-    row_blocks = -(-rows // xblock)
-    if row_blocks >= TARGET_PROGRAMS or rnumel <= 0:
-        return None
-    wanted = -(-TARGET_PROGRAMS // row_blocks)
-    chunk = max(rblock, (rnumel // wanted) // rblock * rblock)
-    splits = -(-rnumel // chunk)
-    return (chunk, splits) if splits >= 2 else None
+    ``xblock`` rows, chunks a multiple of ``rblock``, for :data:`TARGET_PROGRAMS`; None
+    where it is not split (``row_forms.Split.shape``)."""
+    split = row_forms.Split.shape(rows, rnumel, xblock, rblock, TARGET_PROGRAMS)
+    return None if split is None else (split.chunk, split.splits)
 
 
 def _checked(plan: "SplitReduction") -> "SplitReduction | None":
@@ -172,17 +168,3 @@ def _row_coords(fin, v) -> tuple[str, ...]:
     if same_shape(shape, [1 if d in fin.rdims else s for d, s in enumerate(fin.shape)]):
         return fin.row_keepdim
     return fin.ix.reshape(fin.row, w_shape, shape, fin.known)
-
-
-def _reads_any(v, values: set) -> bool:
-    """Whether ``v`` depends on any of ``values`` inside the region."""
-    stack, seen = [v], set()
-    while stack:
-        x = stack.pop()
-        if x in values:
-            return True
-        p = x.producer
-        if p is not None and p not in seen:
-            seen.add(p)
-            stack.extend(p.inputs)
-    return False

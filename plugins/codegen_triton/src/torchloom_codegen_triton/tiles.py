@@ -11,21 +11,21 @@ memory on a GPU) turns the tile between them.
 With symbolic sizes (variants.py) the tiled form is a variant of its own, which a call
 takes when both tile dims reach ``MIN_TILE_DIM``; tile counts come from the call's sizes.
 
-``plan_tiles`` finds ``(d0, d1)`` by probing: the group's outputs are computed at symbolic
-coordinates ``p0, p1, ...`` and every load's coordinates say which dim, if any, it reads
-with a unit stride.
+Which ``(d0, d1)`` is the core's plan (``torchloom.codegen.tiles.Tiles``: the group's
+outputs probed at symbolic coordinates ``p0, p1, ...``, every input's coordinates saying
+which dim, if any, it reads with a unit stride).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import expr, indexing, stmt
+from torchloom.api import Tiles, expr, indexing, stmt
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.plan import next_pow2
 from torchloom_codegen_triton.protocol import Writer
-from torchloom_codegen_triton.tensors import at_point, memory_order, same_shape, tensor_type
+from torchloom_codegen_triton.tensors import tensor_type
 
 
 #: the shortest dims worth a tile
@@ -33,40 +33,12 @@ MIN_TILE_DIM = 16
 
 
 def plan_tiles(w: Writer) -> tuple[int, int] | None:
-    """``(d0, d1)``: the outputs' innermost dim and the dim a large input is contiguous
-    along, when they differ; None when every large input follows the outputs' walk."""
-    outputs = [tensor_type(v) for v in w.region.outputs]
-    shape = tuple(outputs[0].shape)
-    if len(shape) < 2 or any(not same_shape(t.shape, shape) for t in outputs):
+    """``(d0, d1)``: the core's tile plan of ``w``'s group (``codegen.tiles.Tiles``);
+    with symbolic sizes only for the tiled variant, which calls with short dims pass over."""
+    if w.symbolic and w.form != "tiled":
         return None
-    orders = {memory_order(t) for t in outputs}
-    if len(orders) != 1:
-        return None
-    d0 = orders.pop()[-1]
-    probe = type(w)(w.group, w.registry, probe=True)
-    dims = {expr.Name(f"p{d}"): d for d in range(len(shape))}
-    for v, coords in probe.load_coordinates(tuple(dims)):
-        t = tensor_type(v)
-        if at_point(_elements(t)) * 4 < at_point(w.numel):  # small (broadcast) inputs
-            continue  # stay in cache
-        unit = [dims[c] for c in _unit_stride(coords, t) if c in dims]
-        if d0 in unit or len(unit) != 1:
-            continue
-        d1 = unit[0]
-        if w.symbolic:  # the tiled variant; calls with short dims take the plain one
-            return (d0, d1) if w.form == "tiled" else None
-        if min(shape[d0], shape[d1]) >= MIN_TILE_DIM:
-            return d0, d1
-    return None
-
-
-def _unit_stride(coords, t) -> list[str]:
-    """The coordinates of ``coords`` (into tensor ``t``) its address holds with stride 1."""
-    strides = t.actual_strides()
-    if strides is None:  # contiguous: the last dim that is not 1
-        real = [c for c, d in zip(coords, t.shape) if d != 1]
-        return real[-1:]
-    return [c for c, s, d in zip(coords, strides, t.shape) if d != 1 and s == 1]
+    plan = Tiles.of(w.region, w.registry, tensor_type, None if w.symbolic else MIN_TILE_DIM)
+    return None if plan is None else (plan.d0, plan.d1)
 
 
 def tile_coords(w: Writer, d0: int, d1: int) -> indexing.Coords:
@@ -121,8 +93,3 @@ def tile_grid(tiles: dict[str, int], config: dict[str, int]) -> int:
     """Programs of a tiled kernel under ``config``."""
     return tiles["other"] * -(-tiles["y"] // config["YBLOCK"]) * -(-tiles["x"] //
                                                                     config["XBLOCK"])
-
-
-def _elements(t):
-    strides = t.actual_strides() or [1] * len(t.shape)
-    return indexing.prod([d for d, s in zip(t.shape, strides) if s != 0])
