@@ -6,7 +6,7 @@ rows_and_columns, tiles) can use them without importing the writer back (no impo
 
 from __future__ import annotations
 
-from torchloom.api import TensorType, Value, indexing, symbols, writer
+from torchloom.api import TensorType, Value, indexing, writer
 
 from torchloom_codegen_triton.ops import STORAGE
 
@@ -16,22 +16,9 @@ def tensor_type(v: Value) -> TensorType:
     return indexing.checked_tensor_type(v, STORAGE, "scalar group inputs are not supported")
 
 
-def memory_order(t: TensorType) -> tuple[int, ...]:
-    """Dims from outermost to innermost in memory (logical order among equal strides);
-    symbolic strides are ordered by their value at a point where every size is > 1."""
-    strides = t.actual_strides()
-    if strides is None:  # contiguous, with symbolic sizes
-        return tuple(range(len(t.shape)))
-    key = [at_point(s) for s in strides]
-    return tuple(sorted(range(len(t.shape)), key=lambda d: (-abs(key[d]), d)))
+#: dims from outermost to innermost in memory (logical order among equal strides; symbolic
+#: strides ordered at the core's representative sizes, as the tile plan orders them)
+memory_order = indexing.memory_order
 
 
 same_shape = writer.same_shape
-
-
-def at_point(dim) -> int:
-    """``dim``'s value where every size is a distinct number > 1000 (orders dims)."""
-    if isinstance(dim, int):
-        return dim
-    return symbols.evaluate(dim, {s: 1021 + 2 * k for k, s in enumerate(
-        sorted(symbols.symbols_of(dim)))})
