@@ -97,3 +97,19 @@ def test_the_core_plan_decides_and_short_steps_keep_the_row_walk(check):
         assert ("xt0" in check.source(text)) == tiled
         g = torch.Generator().manual_seed(c)
         check(text, torch.randn(16, 128, c, generator=g))
+
+
+def test_a_nest_after_the_rows_reads_their_results_and_a_transposed_input(check):
+    """A pointwise nest after a row nest reads the rows' sums back from memory beside an
+    input read across its walk: the tile plan's probe stops at the stored sums (it would
+    otherwise broadcast the walk's coordinates into the sum's input) and the walk is
+    tiled, every element as eager's."""
+    text = group_text("%x: f32[128, 300], %y: f32[128, 96]", """
+        %s = aten.sum.dim_IntList(%x) {dim = [1], keepdim = true} : f32[128, 1]
+        %e = aten.expand.default(%s) {size = [128, 96]} : f32[128, 96] strided[1, 0]
+        %t = aten.t.default(%e) : f32[96, 128] strided[0, 1]
+        %u = aten.t.default(%y) : f32[96, 128] strided[1, 96]
+        %z = aten.add.Tensor(%t, %u) : f32[96, 128]""", "%z: f32[96, 128], %s: f32[128, 1]")
+    assert "xt0" in check.source(text)
+    g = torch.Generator().manual_seed(3)
+    check(text, torch.randn(128, 300, generator=g), torch.randn(128, 96, generator=g))

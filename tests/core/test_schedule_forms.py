@@ -176,3 +176,24 @@ def test_the_step_is_the_longest_of_the_reads_across():
   %y = aten.add.Tensor(%s, %w) : f32[64, 128]
   return %y""", "%a: f32[128, 64], %b: f32[128, 64], %c: f32[128, 200]")
     assert _plan(g) == Tiles(d0=1, d1=0, step=200)
+
+
+def test_reduction_results_and_values_read_back_are_reads_from_memory():
+    # a pointwise nest after the rows reads the row sums from memory (an earlier nest
+    # stored them), here transposed against the walk: the probe stops there
+    g = _group("""
+  %s = aten.sum.dim_IntList(%x) {dim = [1], keepdim = true} : f32[128, 1]
+  %e = aten.expand.default(%s) {size = [128, 64]} : f32[128, 64] strided[1, 0]
+  %t = aten.t.default(%e) : f32[64, 128] strided[0, 1]
+  %u = aten.t.default(%y) : f32[64, 128] strided[1, 64]
+  %z = aten.add.Tensor(%t, %u) : f32[64, 128]
+  return %z, %s""", "%x: f32[128, 300], %y: f32[128, 64]")
+    p = (expr.Name("p0"), expr.Name("p1"))
+    reads = input_reads([g.outputs[0]], REGISTRY, lambda v: v.type, p)
+    sums = list(g.nodes)[0].outputs[0]
+    assert [v for v, _ in reads] == [sums, g.inputs[1]]
+    assert _plan(g, outputs=[g.outputs[0]]) == Tiles(d0=1, d1=0, step=64)
+    # the same sums named as a value an earlier nest stored
+    stored = sums
+    reads = input_reads([g.outputs[0]], REGISTRY, lambda v: v.type, p, stops=[stored])
+    assert reads[0][0] is stored

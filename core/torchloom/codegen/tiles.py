@@ -22,7 +22,7 @@ coordinates as functions of the outputs' (``p0, p1, ...``), through the group's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
@@ -40,16 +40,18 @@ _NOTHING = Expr(Name("_"), "f32")
 
 
 class _Reads(ValueWalk):
-    """A value walk that emits nothing: each region input's coordinates wherever the
-    outputs at given coordinates read it (views followed, pointwise ops' inputs broadcast)."""
+    """A value walk that emits nothing: where the outputs at given coordinates read each
+    value a kernel reads from memory (a region input, a value in ``stops``, a reduction's
+    result), views followed and pointwise ops' inputs broadcast."""
 
     TARGET = "schedule"
     POINTWISE: dict = {}
     REDUCTIONS: dict = {}
 
-    def __init__(self, registry: Any, type_of: TypeOf):
+    def __init__(self, registry: Any, type_of: TypeOf, stops: Collection[Value] = ()):
         self.registry = registry
         self._type_of = type_of
+        self._stops = frozenset(stops)
         self.ix = IndexMath(C)
         self.known: dict = {}
         self.reduced: dict = {}
@@ -60,9 +62,14 @@ class _Reads(ValueWalk):
         return self._type_of(v)
 
     def value_at(self, v: Value, coords: Coords) -> Expr:
-        if (v, coords) not in self._seen:
-            self._seen.add((v, coords))
-            self._compute(v, coords)
+        if (v, coords) in self._seen:
+            return _NOTHING
+        self._seen.add((v, coords))
+        node = v.producer
+        if v in self._stops or (node is not None and self.registry.category(node.op)
+                                not in ("pointwise", "view")):
+            return self._load(v, self.tensor_type(v), coords)  # read from memory
+        self._compute(v, coords)
         return _NOTHING
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
@@ -76,13 +83,14 @@ class _Reads(ValueWalk):
         return _NOTHING
 
 
-def input_reads(outputs: Sequence[Value], registry: Any, type_of: TypeOf, coords: Coords
-                ) -> list[tuple[Value, Coords]]:
-    """(region input, its coordinates) of every read that computing ``outputs`` (values of
-    one region) at ``coords`` (names, say ``p0, p1, ...``) makes, in the order a writer
-    would load them; ``type_of`` reads a value's type (a target's, raising its own
-    reason)."""
-    probe = _Reads(registry, type_of)
+def input_reads(outputs: Sequence[Value], registry: Any, type_of: TypeOf, coords: Coords,
+                stops: Collection[Value] = ()) -> list[tuple[Value, Coords]]:
+    """(value, its coordinates) of every read from memory that computing ``outputs`` (values
+    of one region) at ``coords`` (names, say ``p0, p1, ...``) makes, in the order a writer
+    would load them: region inputs, values of ``stops`` (an earlier nest's outputs, read
+    back) and reductions' results; ``type_of`` reads a value's type (a target's, raising
+    its own reason)."""
+    probe = _Reads(registry, type_of, stops)
     for v in outputs:
         probe.value_at(v, coords)
     return probe.reads
@@ -137,7 +145,7 @@ class Tiles:
     @classmethod
     def of(cls, region, registry: Any, type_of: TypeOf, min_dim: int | None,
            outputs: Sequence[Value] | None = None, cached: int | None = 4,
-           unit: bool = True) -> Tiles | None:
+           unit: bool = True, stops: Collection[Value] = ()) -> Tiles | None:
         """The tile plan of pointwise ``region`` writing ``outputs`` (default: every
         output of the region), or None. ``min_dim``: the shortest static ``d0``/``d1``
         worth a tile (a pair with a shorter one is passed over for the next input's; a
@@ -146,7 +154,8 @@ class Tiles:
         in the target's cache and are passed over (None: none is). ``unit``: ``d1`` is the
         one dim the input is read along with a unit stride (a GPU's coalesced loads), else
         the dim it steps least along. ``step`` is the longest step along ``d0`` of the
-        inputs read across the walk."""
+        inputs read across the walk. ``stops``: values the kernel reads back from memory
+        (:func:`input_reads`)."""
         values = list(region.outputs if outputs is None else outputs)
         types = [type_of(v) for v in values]
         shape = tuple(types[0].shape)
@@ -159,7 +168,7 @@ class Tiles:
         dims = {Name(f"p{d}"): d for d in range(len(shape))}
         numel = sample_value(prod(shape))
         found, step = None, 0
-        for v, coords in input_reads(values, registry, type_of, tuple(dims)):
+        for v, coords in input_reads(values, registry, type_of, tuple(dims), stops):
             t = type_of(v)
             if cached is not None and sample_value(_elements(t)) * cached < numel:
                 continue  # small (broadcast) inputs stay in cache

@@ -388,7 +388,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         row_loop = em.end_phase(Simd(), "j", *bounds, header)
         tiling = None if chunked or flat else tiles.tiled(
             walk, em.lines, row_loop,
-            lambda: tiles.plan(self.region, self.registry, self.outputs, order[-1]))
+            lambda: tiles.plan(self.region, self.registry, self.outputs, order[-1],
+                               self.stored))
         if tiling is not None:
             self.loop, lines = tiling
             return lines

@@ -34,9 +34,11 @@ TILE = 32
 STRIDED = 16
 
 
-def plan(region, registry, outputs, d0: int) -> Tiles | None:
-    """The core's tile plan of a walk of ``outputs`` whose innermost dim is ``d0``."""
-    found = Tiles.of(region, registry, tensor_type, None, outputs, cached=None, unit=False)
+def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
+    """The core's tile plan of a walk of ``outputs`` whose innermost dim is ``d0``
+    (``stored``: values earlier nests wrote, which it reads back)."""
+    found = Tiles.of(region, registry, tensor_type, None, outputs, cached=None, unit=False,
+                     stops=stored)
     return found if found is not None and found.d0 == d0 else None
 
 
