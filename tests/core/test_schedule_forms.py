@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from torchloom.api import Tiles, expr, parse_graph, row_forms
+from torchloom.api import Tiles, expr, parse_graph, row_forms, schedule
 from torchloom.codegen.tiles import input_reads
 from torchloom.ops.aten import default_registry
 
@@ -197,3 +197,21 @@ def test_reduction_results_and_values_read_back_are_reads_from_memory():
     stored = sums
     reads = input_reads([g.outputs[0]], REGISTRY, lambda v: v.type, p, stops=[stored])
     assert reads[0][0] is stored
+
+
+def test_levels_put_a_reduction_after_those_its_input_reads():
+    g = _group("""
+  %m = aten.amax.default(%x) {dim = [1], keepdim = true} : f32[4, 1]
+  %d = aten.sub.Tensor(%x, %m) : f32[4, 64]
+  %e = aten.exp.default(%d) : f32[4, 64]
+  %s = aten.sum.dim_IntList(%e) {dim = [1], keepdim = true} : f32[4, 1]
+  %q = aten.div.Tensor(%e, %s) : f32[4, 64]
+  %n = aten.sum.dim_IntList(%q) {dim = [1]} : f32[4]
+  %k = aten.amin.default(%x) {dim = [1]} : f32[4]
+  return %n, %k""", "%x: f32[4, 64]")
+    reds = [n for n in g.nodes if n.op.split(".")[1] in ("amax", "sum", "amin")]
+    m, s, n, k = reds
+    assert schedule.levels(reds) == [[m, k], [s], [n]]
+    assert schedule.levels(list(reversed(reds))) == [[k, m], [s], [n]]  # (any order given)
+    assert schedule.reductions_read(n, reds) == {m, s} and schedule.reductions_read(m, reds) == set()
+    assert schedule.levels([]) == [[]]

@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.indexing import prod, same
+from torchloom.codegen.schedule import reductions_read
 from torchloom.ir import Node, TensorType, Value
 
 
@@ -75,21 +76,6 @@ def splittable(reductions: Sequence[Node], outputs: Sequence[Value], rows: Any,
     another's result (a partial of it would not be its value), and every output is one
     element per row (``rows`` of them: the results and pointwise math on them), computable
     from the combined partials alone."""
-    produced = {v for n in reductions for v in n.outputs}
-    if any(_reads_any(n.inputs[0], produced) for n in reductions):
+    if any(reductions_read(n, reductions) for n in reductions):
         return False
     return all(same(prod(type_of(v).shape), rows) for v in outputs)
-
-
-def _reads_any(v: Value, values: set) -> bool:
-    """Whether ``v`` depends on any of ``values`` inside its region."""
-    stack, seen = [v], set()
-    while stack:
-        x = stack.pop()
-        if x in values:
-            return True
-        p = x.producer
-        if p is not None and p not in seen:
-            seen.add(p)
-            stack.extend(p.inputs)
-    return False

@@ -23,14 +23,14 @@ nest).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
 
 from torchloom.codegen.expr import Code
 from torchloom.codegen.indexing import ZERO, Coords, Unsupported, node, prod, same
-from torchloom.codegen.writer import reduced_dims, same_shape
+from torchloom.codegen.writer import reduced_dims, same_shape, upstream_nodes
 from torchloom.ir import Node, Value
 
 
@@ -179,6 +179,26 @@ def _signature(n: Node, shape_of: Callable[[Any], Any]) -> tuple[tuple, tuple[in
 
 #: reductions whose keepdim result is >= every element it reduced (or NaN) -> that output
 _MAXIMA = {"aten.amax.default": 0, "aten.max.dim": 0}
+
+
+def reductions_read(node: Node, reductions: Collection[Node]) -> set[Node]:
+    """The reductions of ``reductions`` that ``node``'s input is computed from inside the
+    region (softmax's sum of ``exp(x - max)`` reads the max)."""
+    return upstream_nodes(node.inputs[:1]) & set(reductions)
+
+
+def levels(reductions: Sequence[Node]) -> list[list[Node]]:
+    """``reductions`` by pass over the rows: one reading another's result comes in a
+    pass after it (softmax: the max, then the sum of ``exp(x - max)``); each level in
+    the order ``reductions`` lists them. cpu's column walks and triton's looped passes."""
+    members, level = set(reductions), {}
+
+    def of(n: Node) -> int:  # (whatever the list's order)
+        if n not in level:
+            level[n] = 1 + max((of(m) for m in reductions_read(n, members)), default=-1)
+        return level[n]
+    depth = max((of(n) for n in reductions), default=0)
+    return [[n for n in reductions if level[n] == k] for k in range(depth + 1)]
 
 
 def max_shift(v: Value) -> Node | None:

@@ -28,7 +28,7 @@ columns contiguous). Other groups use the row form.
 
 from __future__ import annotations
 
-from torchloom.api import expr, indexing, stmt, writer
+from torchloom.api import expr, indexing, schedule, stmt, writer
 
 from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
@@ -58,7 +58,7 @@ def column_form(w: Writer) -> bool:
         spec = REDUCTIONS[node.op]
         if spec.kind not in _KINDS or len(node.outputs) != 1:
             return False
-    if len(_levels(w.reductions)) > 1 or _reads_reductions(w):
+    if len(schedule.levels(w.reductions)) > 1 or _reads_reductions(w):
         # several walks: only where a block's columns are contiguous (every kept dim after
         # every reduced one); otherwise each walk delinearises its columns per element
         # (softmax over dim 1 of [8, 512, 196]: 7.3 ms, eager 0.9)
@@ -101,7 +101,7 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
     # inner coordinates (columns) are recomputed in every SIMD loop
     x_header, xs = w.inner_coords("x", w.kept_shape)
     xloop = ("x", "c0", "c1")  # (the loop over the block's columns)
-    levels = _levels(w.reductions)
+    levels = schedule.levels(w.reductions)
     kept: list[expr.Code] = [indexing.ZERO] * len(w.shape)
     for d, c in zip(w.kept, xs):
         kept[d] = c
@@ -115,20 +115,6 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
     if late:
         _walk(w, [], kept, xloop, x_header, True)
     return loop, em.lines
-
-
-def _levels(reductions: list) -> list[list]:
-    """The reductions by walk: a reduction whose input is computed from another's result
-    comes in a later walk (softmax: the max, then the sum of exp(x - max))."""
-    members, level = set(reductions), {}
-
-    def of(node) -> int:  # (whatever the list's order)
-        if node not in level:
-            ups = writer_upstream([node.inputs[0]]) & members
-            level[node] = 1 + max((of(n) for n in ups), default=-1)
-        return level[node]
-    depth = max((of(n) for n in reductions), default=0)
-    return [[n for n in reductions if level[n] == k] for k in range(depth + 1)]
 
 
 def _reads_reductions(w: Writer) -> bool:

@@ -19,7 +19,7 @@ argmax/argmin keep a pass of their own.
 from __future__ import annotations
 
 
-from torchloom.api import Node, expr, schedule, stmt, writer
+from torchloom.api import Node, expr, schedule, stmt
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Expr
@@ -36,7 +36,7 @@ _NEG_INF = 'float("-inf")'
 
 def lower_looped(w: Writer, reductions: list[Node]) -> None:
     """Lower ``reductions`` (looped form) level by level, one pass per level."""
-    deps = {n: _reductions_read(n, set(reductions)) for n in reductions}
+    deps = {n: schedule.reductions_read(n, reductions) for n in reductions}
     done: set[Node] = set()
     pending = list(reductions)
     while pending:
@@ -50,11 +50,6 @@ def lower_looped(w: Writer, reductions: list[Node]) -> None:
         _one_pass(w, [n for n in level if n not in online.values()], online)
         done.update(batch)
         pending = [n for n in pending if n not in done]
-
-
-def _reductions_read(node: Node, reductions: set[Node]) -> set[Node]:
-    """The reductions whose results ``node``'s input depends on, inside the region."""
-    return writer.upstream_nodes(node.inputs[:1]) & reductions
 
 
 def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
