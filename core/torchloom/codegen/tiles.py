@@ -10,14 +10,18 @@ walk's rows, flattened, against ``d0`` in tiles of 32 x 32; triton: ``[YBLOCK, X
 tiles over ``d0`` and ``d1``, one program per tile); the plan is the core's::
 
     Tiles.of(region, registry, tensor_type, min_dim=16)   # x.t() + y over [64, 128] f32
-        -> Tiles(d0=1, d1=0)
+        -> Tiles(d0=1, d1=0, step=64)
     Tiles.of(...)                                         # x + y, both row-major
         -> None
 
-Where it is planned: every output of one shape and one memory order, and an input (of at
-least a quarter of the walk's elements by default: smaller, broadcast inputs stay in a
-GPU's cache) read with a unit stride along exactly one dim, not ``d0``. :func:`input_reads` finds each input's
-coordinates as functions of the outputs' (``p0, p1, ...``), through the group's views.
+Where it is planned: every output of one shape and one memory order, and an input read
+across the walk: by default (a GPU's) one read with a unit stride along exactly one dim,
+not ``d0``, and of at least a quarter of the walk's elements (smaller, broadcast inputs
+stay in cache); with ``unit=False`` one whose smallest stride follows another dim than
+``d0`` (a step-2 slice, transposed), with ``cached=None`` of any size (the cpu's choice).
+``step`` is the longest step along ``d0`` of such reads, which the cpu asks to be 16
+elements or more. :func:`input_reads` finds where each value read from memory is read, as
+functions of the outputs' coordinates (``p0, p1, ...``), through the group's views.
 """
 
 from __future__ import annotations
