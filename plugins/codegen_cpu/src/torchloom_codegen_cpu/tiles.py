@@ -37,8 +37,11 @@ STRIDED = 16
 def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
     """The core's tile plan of a walk of ``outputs`` whose innermost dim is ``d0``
     (``stored``: values earlier nests wrote, which it reads back)."""
-    found = Tiles.of(region, registry, tensor_type, None, outputs, cached=None, unit=False,
-                     stops=stored)
+    try:
+        found = Tiles.of(region, registry, tensor_type, None, outputs, cached=None,
+                         unit=False, stops=stored)
+    except indexing.Unsupported:  # (index math the probe cannot follow: the row walk is
+        return None               # as right, only slower for a transposed read)
     return found if found is not None and found.d0 == d0 else None
 
 
