@@ -73,3 +73,11 @@ def test_the_python_block_runs_as_written(scalar_c, tmp_path, monkeypatch, capsy
     exec(compile(code, "docs/writing-a-codegen.md python block", "exec"), {})
     printed = capsys.readouterr().out
     assert printed.startswith("None\n#include <math.h>") and blocks("c")[0] in printed
+
+
+def test_the_forms_block_prints_what_the_page_says(capsys):
+    [code] = blocks("python forms")
+    exec(compile(code, "docs/writing-a-codegen.md forms block", "exec"), {})
+    printed = capsys.readouterr().out
+    shown = [b for b in blocks("text") if b.startswith("Tiles(")]
+    assert shown == [printed]
