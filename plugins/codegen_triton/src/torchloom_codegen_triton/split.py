@@ -48,10 +48,6 @@ def plan_split(w: Writer, configs: list[dict[str, int]]) -> "SplitReduction | No
     reductions (sums, maxima, minima combined in f32) and epilogue."""
     if not w.looped or w.col is not None or (w.symbolic and w.form != "split"):
         return None
-    if not w.symbolic:
-        row_blocks = -(-w.rows // configs[0]["XBLOCK"])
-        if row_blocks >= TARGET_PROGRAMS:
-            return None
     for n in w.reductions:
         if REDUCTIONS[n.op].kind not in _KINDS or \
                 COMPUTE[tensor_type(n.outputs[0]).dtype] not in ("f32",):
