@@ -215,3 +215,66 @@ def test_levels_put_a_reduction_after_those_its_input_reads():
     assert schedule.levels(list(reversed(reds))) == [[k, m], [s], [n]]  # (any order given)
     assert schedule.reductions_read(n, reds) == {m, s} and schedule.reductions_read(m, reds) == set()
     assert schedule.levels([]) == [[]]
+
+
+_SOFTMAX_AND_MORE = """
+  %m = aten.amax.default(%x) {dim = [1], keepdim = true} : f32[4, 1]
+  %d = aten.sub.Tensor(%x, %m) : f32[4, 64]
+  %e = aten.exp.default(%d) : f32[4, 64]
+  %s = aten.sum.dim_IntList(%e) {dim = [1], keepdim = true} : f32[4, 1]
+  %q = aten.div.Tensor(%e, %s) : f32[4, 64]
+  %n = aten.sum.dim_IntList(%q) {dim = [1]} : f32[4]
+  %k = aten.amin.default(%x) {dim = [1]} : f32[4]
+  %v = aten.var.correction(%q) {dim = [1]} : f32[4]
+  return %n, %k, %v"""
+
+
+def _kind(n):
+    return {"amax": "max", "amin": "min", "sum": "sum", "var": "var"}[n.op.split(".")[1]]
+
+
+def test_looped_passes_take_softmax_sum_online_beside_its_maximum():
+    g = _group(_SOFTMAX_AND_MORE, "%x: f32[4, 64]")
+    reds = [n for n in g.nodes if n.op.split(".")[1] in ("amax", "sum", "amin", "var")]
+    m, s, n, k, v = reds
+    assert row_forms.passes(reds, _kind) == (
+        row_forms.Pass((k,), ((m, s),)), row_forms.Pass((n, v)))
+    # a pair the target declines (its dtypes, say) takes a pass of its own: the levels
+    declined = row_forms.passes(reds, _kind, online=lambda a, b: False)
+    assert [list(p.reductions) for p in declined] == schedule.levels(reds)
+    assert all(not p.online for p in declined)
+    assert row_forms.passes([], _kind) == ()
+
+
+def test_only_a_keepdim_maximum_of_the_same_input_pairs_online():
+    shifted_other = _group("""
+  %m = aten.amax.default(%x) {dim = [1], keepdim = true} : f32[4, 1]
+  %d = aten.sub.Tensor(%y, %m) : f32[4, 64]
+  %e = aten.exp.default(%d) : f32[4, 64]
+  %s = aten.sum.dim_IntList(%e) {dim = [1], keepdim = true} : f32[4, 1]
+  return %s""", "%x: f32[4, 64], %y: f32[4, 64]")
+    no_exp = _group("""
+  %m = aten.amax.default(%x) {dim = [1], keepdim = true} : f32[4, 1]
+  %d = aten.sub.Tensor(%x, %m) : f32[4, 64]
+  %s = aten.sum.dim_IntList(%d) {dim = [1], keepdim = true} : f32[4, 1]
+  return %s""", "%x: f32[4, 64]")
+    for g in (shifted_other, no_exp):
+        m, s = [n for n in g.nodes if n.op.split(".")[1] in ("amax", "sum")]
+        assert row_forms.passes([m, s], _kind) == (row_forms.Pass((m,)), row_forms.Pass((s,)))
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(5))))
+def test_every_reduction_is_in_one_pass_after_what_it_reads(order):
+    g = _group(_SOFTMAX_AND_MORE, "%x: f32[4, 64]")
+    reds = [n for n in g.nodes if n.op.split(".")[1] in ("amax", "sum", "amin", "var")]
+    given_order = [reds[i] for i in order]
+    plan = row_forms.passes(given_order, _kind)
+    seen: list = []
+    for p in plan:
+        here = [*p.reductions, *(x for pair in p.online for x in pair)]
+        for r in here:  # reads only earlier passes' results (or its online partner)
+            partner = {a for a, b in p.online if b is r}
+            assert schedule.reductions_read(r, reds) <= set(seen) | partner
+        assert list(p.reductions) == [r for r in given_order if r in p.reductions]
+        seen += here
+    assert sorted(map(id, seen)) == sorted(map(id, reds)) and len(plan) == 2

@@ -5,8 +5,9 @@ A reduction nest's rows (:class:`~torchloom.codegen.schedule.ReductionNest`) are
 
 - *persistent*: a whole row in registers at once (its length's next power of two), for rows
   up to the target's limit;
-- *looped* (:func:`looped`): in chunks of a block, for longer rows (the variance by
-  Welford's update, softmax's exp by an online maximum);
+- *looped* (:func:`looped`): in chunks of a block, for longer rows, one loop over the row
+  per :class:`Pass` (:func:`passes`: reductions reading none of each other's results share
+  one; the variance by Welford's update, softmax's sum of exp beside its online maximum);
 - *split* (:class:`Split`): two stages where the rows make too few blocks to occupy the
   target: program (row block, split) reduces its chunk of each row to a partial, and a
   finishing kernel combines each row's partials and computes the group's outputs from them.
@@ -18,6 +19,8 @@ programs it wants); the forms and their conditions are the core's::
     Split.shape(rows=1, rnumel=1 << 20, xblock=1, rblock=2048, programs=264)
         -> Split(chunk=2048, splits=512)
     Split.shape(rows=1024, ...)                  -> None  (1,024 row blocks: enough)
+    passes([m, s], kind)  (m = amax(a), s = sum(exp(a - m)))
+        -> (Pass(reductions=(), online=((m, s),)),)   (one loop over the row, not two)
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.indexing import prod, same
-from torchloom.codegen.schedule import reductions_read
+from torchloom.codegen.schedule import max_shift, reductions_read
 from torchloom.ir import Node, TensorType, Value
 
 
@@ -79,3 +82,56 @@ def splittable(reductions: Sequence[Node], outputs: Sequence[Value], rows: Any,
     if any(reductions_read(n, reductions) for n in reductions):
         return False
     return all(same(prod(type_of(v).shape), rows) for v in outputs)
+
+
+@attrs.frozen
+class Pass:
+    """One loop of the looped form over a row: the ``reductions`` it accumulates, in the
+    order the nest lists them, and its ``online`` pairs ``(m, s)``: a maximum ``m`` and
+    ``s = sum(exp(a - m))`` over the same ``a``, accumulated together (the running sum
+    rescaled whenever the running maximum grows), so softmax's statistics take one loop."""
+
+    reductions: tuple[Node, ...]
+    online: tuple[tuple[Node, Node], ...] = ()
+
+
+def passes(reductions: Sequence[Node], kind: Callable[[Node], str],
+           online: Callable[[Node, Node], bool] = lambda m, s: True) -> tuple[Pass, ...]:
+    """The looped form's loops over a row for a nest's ``reductions``: each pass holds the
+    reductions whose inputs read only results of earlier passes, and the sum paired online
+    with a maximum of the pass (see :class:`Pass`). ``kind`` is a reduction's kind in the
+    target's table (``"max"``, ``"sum"``, ...); ``online(m, s)`` says whether the target
+    accumulates that pair online (its dtypes, say): a pair it declines takes two passes."""
+    deps = {n: reductions_read(n, reductions) for n in reductions}
+    done: set[Node] = set()
+    pending, out = list(reductions), []
+    while pending:
+        level = [n for n in pending if deps[n] <= done]
+        pairs = {}
+        for m in level:
+            s = _online_sum(m, pending, deps, kind, online)
+            if s is not None:
+                pairs[m] = s
+        sums = set(pairs.values())
+        out.append(Pass(tuple(n for n in level if n not in pairs and n not in sums),
+                        tuple(pairs.items())))
+        done.update(level, sums)
+        pending = [n for n in pending if n not in done]
+    return tuple(out)
+
+
+def _online_sum(m: Node, pending: Sequence[Node], deps: dict[Node, set[Node]],
+                kind: Callable[[Node], str], online: Callable[[Node, Node], bool]
+                ) -> Node | None:
+    """The first reduction of ``pending`` summing ``exp(a - m)`` for the keepdim maximum
+    ``m`` of ``a`` that the target takes online with ``m``, if any."""
+    if kind(m) != "max" or not m.attrs.get("keepdim"):
+        return None
+    for s in pending:
+        if s is m or kind(s) != "sum" or deps[s] != {m}:
+            continue
+        exp = s.inputs[0].producer
+        if exp is not None and exp.op == "aten.exp.default" and \
+                max_shift(exp.inputs[0]) is m and online(m, s):
+            return s
+    return None

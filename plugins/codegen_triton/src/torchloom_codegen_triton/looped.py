@@ -19,7 +19,7 @@ argmax/argmin keep a pass of their own.
 from __future__ import annotations
 
 
-from torchloom.api import Node, expr, schedule, stmt
+from torchloom.api import Node, expr, row_forms, stmt
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Expr
@@ -35,39 +35,15 @@ _NEG_INF = 'float("-inf")'
 
 
 def lower_looped(w: Writer, reductions: list[Node]) -> None:
-    """Lower ``reductions`` (looped form) level by level, one pass per level."""
-    deps = {n: schedule.reductions_read(n, reductions) for n in reductions}
-    done: set[Node] = set()
-    pending = list(reductions)
-    while pending:
-        level = [n for n in pending if deps[n] <= done]
-        online = {}
-        for n in level:
-            s = _online_sum(n, pending, deps)
-            if s is not None:
-                online[n] = s
-        batch = level + [s for s in online.values() if s not in level]
-        _one_pass(w, [n for n in level if n not in online.values()], online)
-        done.update(batch)
-        pending = [n for n in pending if n not in done]
+    """Lower ``reductions`` (looped form) pass by pass, as the core plans them
+    (``row_forms.passes``; softmax's sum online beside its maximum where both are f32)."""
+    for p in row_forms.passes(reductions, lambda n: REDUCTIONS[n.op].kind, _f32_pair):
+        _one_pass(w, list(p.reductions), dict(p.online))
 
 
-def _online_sum(m: Node, pending: list[Node], deps: dict) -> Node | None:
-    """The ``sum(exp(a - amax(a)))`` reduction paired with amax ``m``, if there is one."""
-    if REDUCTIONS[m.op].kind != "max" or not m.attrs.get("keepdim"):
-        return None
-    a = m.inputs[0]
-    if tensor_type(a).dtype != "f32" or tensor_type(m.outputs[0]).dtype != "f32":
-        return None
-    for s in pending:
-        if s is m or REDUCTIONS[s.op].kind != "sum" or deps[s] != {m}:
-            continue
-        exp = s.inputs[0].producer
-        if exp is not None and exp.op == "aten.exp.default" and \
-                schedule.max_shift(exp.inputs[0]) is m and \
-                tensor_type(s.outputs[0]).dtype == "f32":
-            return s
-    return None
+def _f32_pair(m: Node, s: Node) -> bool:
+    """Whether the online pair (max ``m``, sum ``s``) computes in f32 (its helpers' type)."""
+    return all(tensor_type(v).dtype == "f32" for v in (m.inputs[0], m.outputs[0], s.outputs[0]))
 
 
 def _one_pass(w: Writer, nodes: list[Node], online: dict[Node, Node]) -> None:
