@@ -199,24 +199,6 @@ def test_reduction_results_and_values_read_back_are_reads_from_memory():
     assert reads[0][0] is stored
 
 
-def test_levels_put_a_reduction_after_those_its_input_reads():
-    g = _group("""
-  %m = aten.amax.default(%x) {dim = [1], keepdim = true} : f32[4, 1]
-  %d = aten.sub.Tensor(%x, %m) : f32[4, 64]
-  %e = aten.exp.default(%d) : f32[4, 64]
-  %s = aten.sum.dim_IntList(%e) {dim = [1], keepdim = true} : f32[4, 1]
-  %q = aten.div.Tensor(%e, %s) : f32[4, 64]
-  %n = aten.sum.dim_IntList(%q) {dim = [1]} : f32[4]
-  %k = aten.amin.default(%x) {dim = [1]} : f32[4]
-  return %n, %k""", "%x: f32[4, 64]")
-    reds = [n for n in g.nodes if n.op.split(".")[1] in ("amax", "sum", "amin")]
-    m, s, n, k = reds
-    assert schedule.levels(reds) == [[m, k], [s], [n]]
-    assert schedule.levels(list(reversed(reds))) == [[k, m], [s], [n]]  # (any order given)
-    assert schedule.reductions_read(n, reds) == {m, s} and schedule.reductions_read(m, reds) == set()
-    assert schedule.levels([]) == [[]]
-
-
 _SOFTMAX_AND_MORE = """
   %m = aten.amax.default(%x) {dim = [1], keepdim = true} : f32[4, 1]
   %d = aten.sub.Tensor(%x, %m) : f32[4, 64]
@@ -227,6 +209,16 @@ _SOFTMAX_AND_MORE = """
   %k = aten.amin.default(%x) {dim = [1]} : f32[4]
   %v = aten.var.correction(%q) {dim = [1]} : f32[4]
   return %n, %k, %v"""
+
+
+def test_levels_put_a_reduction_after_those_its_input_reads():
+    g = _group(_SOFTMAX_AND_MORE, "%x: f32[4, 64]")
+    reds = [n for n in g.nodes if n.op.split(".")[1] in ("amax", "sum", "amin", "var")]
+    m, s, n, k, v = reds
+    assert schedule.levels(reds) == [[m, k], [s], [n, v]]
+    assert schedule.levels(list(reversed(reds))) == [[k, m], [s], [v, n]]  # (any order)
+    assert schedule.reductions_read(n, reds) == {m, s} and schedule.reductions_read(m, reds) == set()
+    assert schedule.levels([]) == [[]]
 
 
 def _kind(n):
