@@ -52,7 +52,7 @@ from torchloom.codegen.samples import (Unsupported, points as _points, same, sam
                                        sample_value, view_groups as _view_groups)
 from torchloom.codegen.wholes import Wholes
 from torchloom.codegen.expr import (ATOM, LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name,
-                                    Op, paren)
+                                    Op, paren, substitute)
 from torchloom.ir.graph import Value
 from torchloom.ir.symbols import Dim, parse_dim
 from torchloom.ir.types import TensorType
@@ -404,7 +404,9 @@ class IndexMath:
             step = attrs_.get("step", 1) or 1
             c = coords[dim] if step == 1 else Op("{0} * {1}", PRODUCT, (
                 operand(coords[dim]), Literal(str(step), step)))
-            if not isinstance(start, int):
+            if isinstance(start, (Name, Op)):  # read at run time (both bounds graph values)
+                start = self.clamped_start(start, size)
+            elif not isinstance(start, int):
                 start = self.slice_start(attrs_.get("end"), size, out_shape[dim], start)
             elif isinstance(size, int):
                 start = min(max(start + size if start < 0 else start, 0), size)
@@ -438,6 +440,21 @@ class IndexMath:
             return tuple(coords[:dim]) + (at,) + tuple(coords[dim:])
         raise Unsupported(f"no index rule {rule!r}")
 
+    def clamped_start(self, start: Code, size: Dim) -> Code:
+        """The first element a step-1 slice of a dim of ``size`` reads where its start and
+        its end are both graph values: ``start``, the node reading the start's value at run
+        time (a kernel argument), clamped as Python clamps it (a negative start counts from
+        the end; the result lies in ``[0, size]``), in Max and Min alone, which every
+        language spells: ``Min(Max(v + size * Min(Max(-v, 0), 1), 0), size)`` (the
+        middle factor is 1 for a negative ``v``, else 0). The slice's length is its type's
+        (Dynamo's guards hold the bounds to it)."""
+        if size is None:
+            raise Unsupported("a slice of a dim of unknown size")
+        v = _RUN_TIME_START
+        text = f"Min(Max({v} + ({size}) * Min(Max(-{v}, 0), 1), 0), {size})"
+        math = IndexMath(self.language, {**self.names, v: v}) if self.strict else self
+        return substitute(math.size_code(text), {v: start})
+
     def slice_start(self, end: Any, size: Dim, length: Dim, start: str) -> Code | int:
         """The first element a step-1 slice of a dim of ``size`` reads, where its start
         (``start``: a symbolic attribute or a graph value's name) is known only at run time:
@@ -462,6 +479,10 @@ class IndexMath:
                 ast.dump(body.left) == ast.dump(parse_dim(str(last)).body)):
             return self._print(body.right)
         return self.size_code(f"({last}) - ({length})")
+
+
+#: the name standing for a slice's start read at run time while its clamp is printed
+_RUN_TIME_START = "tl_run_time_start"
 
 
 def _norm(dim: int, rank: int) -> int:

@@ -277,10 +277,13 @@ class ValueWalk(OutputPlacement):
                                 isinstance(value, InputRef) or (
                                     isinstance(value, (list, tuple)) and
                                     any(isinstance(e, InputRef) for e in value)))]
-                if computed == ["start"] and VIEWS[node.op] == "slice":
-                    end = args.get("end")  # the start is read from the types
-                    attrs = {**attrs, "start": f"%{v.name}'s start",
-                             "end": f"%{v.name}'s end" if isinstance(end, InputRef) else end}
+                if computed == ["start"] and VIEWS[node.op] == "slice" and \
+                        isinstance(args.get("end"), InputRef):
+                    # both bounds graph values: the start's value, read at run time
+                    attrs = {**attrs, "start": self._run_time_int(node, args["start"])}
+                elif computed == ["start"] and VIEWS[node.op] == "slice":
+                    # the start is read from the types
+                    attrs = {**attrs, "start": f"%{v.name}'s start"}
                 elif computed:  # (a slice's end only shapes its type, known from the sizes)
                     raise Unsupported(f"{node.op} of %{v.name} takes {', '.join(computed)} "
                                       f"from a graph value, not an attribute")
@@ -295,6 +298,16 @@ class ValueWalk(OutputPlacement):
                                   f"its row ({', '.join(map(str, coords))})")
             return e
         return self._pointwise(node, v, t, coords)
+
+    def _run_time_int(self, node: Node, ref: InputRef) -> Code:
+        """The node reading the int ``node.inputs[ref]`` at run time: a kernel argument,
+        so a group input; Unsupported for an int computed inside the group."""
+        value = node.inputs[int(ref)]
+        if value.producer is not None or not isinstance(value.type, ScalarType) or \
+                value.type.kind != "int" or "int" not in self.SCALAR_DTYPES:
+            raise Unsupported(f"{node.op} of %{node.outputs[0].name} takes its start from "
+                              f"%{value.name}, which is no int input of the group")
+        return self.value_at(value, ()).code
 
     def same_elements(self, a: Coords, b: Coords) -> bool:
         """Whether coordinates ``a`` and ``b`` name the same element: equal once the
