@@ -1,14 +1,15 @@
 """Slices whose start and end are both graph values (``x[:, n // 4 : n // 4 + 3]``,
-``narrow`` at a computed start) under symbolic sizes: the kernel reads the start's value
-at run time (an int argument) and clamps it as Python clamps a slice's start; the length
-is the slice's type. They ran on the eager codegen before ("slice with a start and an end
-known only at run time")."""
+``narrow`` at a computed start) and selects whose index is one (``x[:, n - 1]``) under
+symbolic sizes: the kernel reads the value at run time (an int argument), a slice's start
+clamped as Python clamps it, a negative index counted from the end; the length is the
+slice's type. They ran on the eager codegen before ("slice with a start and an end known
+only at run time", "select.int ... takes index from a graph value")."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from torchloom.api import expr
@@ -46,6 +47,10 @@ CASES = {
     "three_dims": (lambda x: x[:, :, x.shape[2] // 2: x.shape[2] // 2 + 2].sigmoid()
                    * x[:, :, :2],
                    lambda n: (torch.randn(2, 3, n),)),
+    "select_last": (lambda x: x.select(1, x.shape[1] - 1) * 3 + x[:, 0],
+                    lambda n: (torch.randn(4, n),)),
+    "select_row": (lambda x: x[x.shape[0] - 2].sin() * x[x.shape[0] // 2],
+                   lambda n: (torch.randn(n, 6),)),
 }
 
 
@@ -76,11 +81,30 @@ def test_the_gradient_through_such_a_slice_matches_eager():
         torch.testing.assert_close(x.grad, y.grad)
 
 
+def test_a_select_at_an_int_argument_matches_python_indexing(check):
+    """The group as the frontend hands it: every index of the dim, negative ones too."""
+    compiled = check.compile("""\
+graph @g(%b: f32[4, s0], %i: int) {
+  %y = torchloom.fusion_group(%b, %i) : f32[4] region @k(%in0: f32[4, s0], %in1: int) {
+    %v = aten.select.int(%in0, %in1) {dim = 1} : f32[4] strided["s0"]
+    %w = aten.mul.Tensor(%v) {other = 2} : f32[4]
+    return %w
+  }
+  return %y
+}
+""")
+    for n in (1, 4, 9):
+        b = torch.randn(4, n)
+        for index in range(-n, n):
+            (got,) = compiled(b, index)
+            torch.testing.assert_close(got, b[:, index] * 2, rtol=0, atol=0)
+
+
 @given(start=st.integers(-40, 40), size=st.integers(0, 30))
 def test_the_run_time_start_is_clamped_as_python_clamps_it(start, size):
-    text = str(IndexMath(SYMBOLS, {"s0": "s0"}).clamped_start(expr.Name("v"), "s0"))
+    text = str(IndexMath(SYMBOLS, {"s0": "s0"}).run_time_index(expr.Name("v"), "s0", clamp=True))
     assert evaluate(text, {"v": start, "s0": size}) == slice(start, None).indices(size)[0]
-    static = str(IndexMath(SYMBOLS).clamped_start(expr.Name("v"), size))
+    static = str(IndexMath(SYMBOLS).run_time_index(expr.Name("v"), size, clamp=True))
     assert evaluate(static, {"v": start}) == slice(start, None).indices(size)[0]
 
 
@@ -105,3 +129,10 @@ graph @g(%b: f32[4, s0], %st: int, %en: int) {{
                 assert want.shape[1] == 3
                 (got,) = compiled(b, start, start + width)
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@given(index=st.integers(-30, 29), size=st.integers(1, 30))
+def test_a_run_time_index_wraps_as_python_indexing(index, size):
+    assume(-size <= index < size)  # (else eager raises; Dynamo's guards keep it out)
+    text = str(IndexMath(SYMBOLS, {"s0": "s0"}).run_time_index(expr.Name("v"), "s0", clamp=False))
+    assert evaluate(text, {"v": index, "s0": size}) == range(size)[index]

@@ -60,7 +60,9 @@ def test_bicubic_interpolate_under_dynamic_shapes():
 #: views whose start, length or split size is computed from a symbolic size: the frontend
 #: passes it as a graph value (an int input of the view), not an attribute. The C and
 #: Triton writers read view arguments from the attributes only, so these were computed at
-#: start 0 (silently wrong) or crashed while judging (KeyError); now they are declined.
+#: start 0 (silently wrong) or crashed while judging (KeyError); now they are declined, or
+#: read where the type says (a start before a static end) or at run time (a select's
+#: index, a slice between two graph values: test_cpu_run_time_slices.py).
 DYNAMIC_VIEWS = {
     "slice_end": lambda x: (x[:, x.shape[1] - 3:x.shape[1] - 1] * 2).exp(),
     "slice_tail": lambda x: x[..., -(x.shape[1] // 2):].sin() + 1,

@@ -405,7 +405,7 @@ class IndexMath:
             c = coords[dim] if step == 1 else Op("{0} * {1}", PRODUCT, (
                 operand(coords[dim]), Literal(str(step), step)))
             if isinstance(start, (Name, Op)):  # read at run time (both bounds graph values)
-                start = self.clamped_start(start, size)
+                start = self.run_time_index(start, size, clamp=True)
             elif not isinstance(start, int):
                 start = self.slice_start(attrs_.get("end"), size, out_shape[dim], start)
             elif isinstance(size, int):
@@ -432,7 +432,9 @@ class IndexMath:
         if rule == "select":
             dim = _norm(attrs_["dim"], rank)
             index = attrs_["index"]
-            if index < 0 and not isinstance(in_shape[dim], int):
+            if isinstance(index, (Name, Op)):  # read at run time
+                at = self.run_time_index(index, in_shape[dim], clamp=False)
+            elif index < 0 and not isinstance(in_shape[dim], int):
                 at = self.size_code(f"{in_shape[dim]} - {-index}")
             else:
                 index = index + in_shape[dim] if index < 0 else index
@@ -440,20 +442,20 @@ class IndexMath:
             return tuple(coords[:dim]) + (at,) + tuple(coords[dim:])
         raise Unsupported(f"no index rule {rule!r}")
 
-    def clamped_start(self, start: Code, size: Dim) -> Code:
-        """The first element a step-1 slice of a dim of ``size`` reads where its start and
-        its end are both graph values: ``start``, the node reading the start's value at run
-        time (a kernel argument), clamped as Python clamps it (a negative start counts from
-        the end; the result lies in ``[0, size]``), in Max and Min alone, which every
-        language spells: ``Min(Max(v + size * Min(Max(-v, 0), 1), 0), size)`` (the
-        middle factor is 1 for a negative ``v``, else 0). The slice's length is its type's
-        (Dynamo's guards hold the bounds to it)."""
+    def run_time_index(self, value: Code, size: Dim, clamp: bool) -> Code:
+        """Where a view reads along a dim of ``size`` at an int known only at run time
+        (``value``: the node reading it, a kernel argument): a negative one counts from the
+        end (``v + size * Min(Max(-v, 0), 1)``, the factor 1 for a negative ``v``); with
+        ``clamp`` (the start of a slice between two graph values, whose length is its
+        type's) held in ``[0, size]`` as Python clamps a slice; a select's index is in range
+        (Dynamo's guards). In Max and Min alone, which every language spells."""
         if size is None:
-            raise Unsupported("a slice of a dim of unknown size")
-        v = _RUN_TIME_START
-        text = f"Min(Max({v} + ({size}) * Min(Max(-{v}, 0), 1), 0), {size})"
+            raise Unsupported("a view of a dim of unknown size at an int read at run time")
+        v = _RUN_TIME_VALUE
+        text = f"{v} + ({size}) * Min(Max(-{v}, 0), 1)"
+        text = f"Min(Max({text}, 0), {size})" if clamp else text
         math = IndexMath(self.language, {**self.names, v: v}) if self.strict else self
-        return substitute(math.size_code(text), {v: start})
+        return substitute(math.size_code(text), {v: value})
 
     def slice_start(self, end: Any, size: Dim, length: Dim, start: str) -> Code | int:
         """The first element a step-1 slice of a dim of ``size`` reads, where its start
@@ -481,8 +483,8 @@ class IndexMath:
         return self.size_code(f"({last}) - ({length})")
 
 
-#: the name standing for a slice's start read at run time while its clamp is printed
-_RUN_TIME_START = "tl_run_time_start"
+#: the name standing for a value read at run time while an expression of it is printed
+_RUN_TIME_VALUE = "tl_run_time_value"
 
 
 def _norm(dim: int, rank: int) -> int:

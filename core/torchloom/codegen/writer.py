@@ -280,7 +280,10 @@ class ValueWalk(OutputPlacement):
                 if computed == ["start"] and VIEWS[node.op] == "slice" and \
                         isinstance(args.get("end"), InputRef):
                     # both bounds graph values: the start's value, read at run time
-                    attrs = {**attrs, "start": self._run_time_int(node, args["start"])}
+                    attrs = {**attrs, "start": self._run_time_int(node, args, "start")}
+                elif computed == ["index"] and VIEWS[node.op] == "select":
+                    # read at run time (Dynamo's guards hold it in range)
+                    attrs = {**attrs, "index": self._run_time_int(node, args, "index")}
                 elif computed == ["start"] and VIEWS[node.op] == "slice":
                     # the start is read from the types
                     attrs = {**attrs, "start": f"%{v.name}'s start"}
@@ -299,13 +302,14 @@ class ValueWalk(OutputPlacement):
             return e
         return self._pointwise(node, v, t, coords)
 
-    def _run_time_int(self, node: Node, ref: InputRef) -> Code:
-        """The node reading the int ``node.inputs[ref]`` at run time: a kernel argument,
-        so a group input; Unsupported for an int computed inside the group."""
-        value = node.inputs[int(ref)]
+    def _run_time_int(self, node: Node, args: Mapping[str, Any], name: str) -> Code:
+        """The node reading the int argument ``name`` of ``node`` (``args``: its named
+        arguments, that one an input) at run time: a kernel argument, so a group input;
+        Unsupported for an int computed inside the group."""
+        value = node.inputs[int(args[name])]
         if value.producer is not None or not isinstance(value.type, ScalarType) or \
                 value.type.kind != "int" or "int" not in self.SCALAR_DTYPES:
-            raise Unsupported(f"{node.op} of %{node.outputs[0].name} takes its start from "
+            raise Unsupported(f"{node.op} of %{node.outputs[0].name} takes its {name} from "
                               f"%{value.name}, which is no int input of the group")
         return self.value_at(value, ()).code
 
