@@ -1,9 +1,11 @@
 """Slices whose start and end are both graph values (``x[:, n // 4 : n // 4 + 3]``,
-``narrow`` at a computed start) and selects whose index is one (``x[:, n - 1]``) under
+``narrow`` at a computed start), selects whose index is one (``x[:, n - 1]``) and splits
+whose split size is one (``split(x, n // 2)``, ``chunk`` along a symbolic dim) under
 symbolic sizes: the kernel reads the value at run time (an int argument), a slice's start
-clamped as Python clamps it, a negative index counted from the end; the length is the
-slice's type. They ran on the eager codegen before ("slice with a start and an end known
-only at run time", "select.int ... takes index from a graph value")."""
+clamped as Python clamps it, a negative index counted from the end, split output k at k
+times the size; the lengths are the types'. They ran on the eager codegen before ("slice
+with a start and an end known only at run time", "... takes index (split_size) from a
+graph value")."""
 
 from __future__ import annotations
 
@@ -51,6 +53,10 @@ CASES = {
                     lambda n: (torch.randn(4, n),)),
     "select_row": (lambda x: x[x.shape[0] - 2].sin() * x[x.shape[0] // 2],
                    lambda n: (torch.randn(n, 6),)),
+    "split": (lambda x: [t.tanh() * (k + 1) for k, t in enumerate(
+        torch.split(x, x.shape[1] // 2, dim=1))], lambda n: (torch.randn(3, n),)),
+    "chunk_rows": (lambda x: [c.sigmoid().sum(0) for c in x.chunk(3, dim=0)],
+                   lambda n: (torch.randn(n, 4),)),
 }
 
 

@@ -281,9 +281,10 @@ class ValueWalk(OutputPlacement):
                         isinstance(args.get("end"), InputRef):
                     # both bounds graph values: the start's value, read at run time
                     attrs = {**attrs, "start": self._run_time_int(node, args, "start")}
-                elif computed == ["index"] and VIEWS[node.op] == "select":
+                elif (computed == ["index"] and VIEWS[node.op] == "select") or \
+                        (computed == ["split_size"] and VIEWS[node.op] == "split"):
                     # read at run time (Dynamo's guards hold it in range)
-                    attrs = {**attrs, "index": self._run_time_int(node, args, "index")}
+                    attrs = {**attrs, computed[0]: self._run_time_int(node, args, computed[0])}
                 elif computed == ["start"] and VIEWS[node.op] == "slice":
                     # the start is read from the types
                     attrs = {**attrs, "start": f"%{v.name}'s start"}
