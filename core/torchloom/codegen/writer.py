@@ -103,9 +103,12 @@ def alpha_rows(other: str = "{other}", fused: Callable[[str, str, str], str] | N
 
 
 def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
-    """Templates of clamp, clamp_min and clamp_max; ``select(cond, a, b)`` spells a choice.
-    A NaN compares false both ways, so it passes through as in eager; a NaN bound gives NaN,
-    as in eager (a comparison with it alone would ignore it)."""
+    """Templates of clamp, clamp_min and clamp_max, with bounds given as numbers or as
+    tensors (the ``.Tensor`` overloads: the bounds are operands, converted to the result's
+    dtype like ``self``); ``select(cond, a, b)`` spells a choice. A NaN compares false both
+    ways, so it passes through as in eager; a NaN bound gives NaN, as in eager (a
+    comparison with it alone would ignore it); a minimum above the maximum gives the
+    maximum, as in eager."""
     low = select("{min} != {min}", "{min}", select("{x} < {min}", "{min}", "{x}"))
     high = select("{max} != {max}", "{max}", select("{x} > {max}", "{max}", "{x}"))
 
@@ -117,9 +120,10 @@ def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
             out = high.replace("{x}", out)
         return out
 
-    return {"aten.clamp.default": clamp,
-            "aten.clamp_min.default": low.replace("{x}", "{self}"),
-            "aten.clamp_max.default": high.replace("{x}", "{self}")}
+    return {f"aten.{name}.{overload}": template for overload in ("default", "Tensor")
+            for name, template in (("clamp", clamp),
+                                   ("clamp_min", low.replace("{x}", "{self}")),
+                                   ("clamp_max", high.replace("{x}", "{self}")))}
 
 
 @attrs.frozen
