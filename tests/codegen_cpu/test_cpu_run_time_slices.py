@@ -61,7 +61,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_a_slice_between_two_computed_bounds_compiles_and_matches_eager(name):
+def test_a_view_at_run_time_ints_compiles_and_matches_eager(name):
     f, inputs = CASES[name]
     fn, compiler = _compiled(f)
     torch.manual_seed(0)
