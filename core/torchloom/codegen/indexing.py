@@ -418,13 +418,13 @@ class IndexMath:
             return tuple(coords[:dim]) + (c,) + tuple(coords[dim + 1:])
         if rule in ("split", "split_with_sizes"):  # output ``output`` is one piece along dim
             dim = _norm(attrs_.get("dim", 0), rank)
-            size_of = attrs_["split_size"] if rule == "split" else None
-            if isinstance(size_of, (Name, Op)):  # read at run time: output k starts at k * it
+            if rule == "split_with_sizes":
+                start = sum(attrs_["split_sizes"][:output])
+            elif isinstance(attrs_["split_size"], (Name, Op)):  # read at run time: k * it
                 start = output and Op("{0} * {1}", PRODUCT, (Literal(str(output), output),
-                                                             operand(size_of)))
+                                                             operand(attrs_["split_size"])))
             else:
-                start = output * size_of if rule == "split" else \
-                    sum(attrs_["split_sizes"][:output])
+                start = output * attrs_["split_size"]
             first = start if isinstance(start, Op) else Literal(str(start), start)
             c = coords[dim] if not start else (first if is_zero(coords[dim]) else
                                                Op("{0} + {1}", SUM, (coords[dim], first)))

@@ -102,6 +102,10 @@ def alpha_rows(other: str = "{other}", fused: Callable[[str, str, str], str] | N
     return rows | {"aten.rsub.Scalar": rsub, "aten.rsub.Tensor": rsub}
 
 
+#: (view rule, argument) a kernel reads at run time when a graph value (a slice's: with its end)
+_RUN_TIME_ARGS = frozenset({("slice", "start"), ("select", "index"), ("split", "split_size")})
+
+
 def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
     """Templates of clamp, clamp_min and clamp_max, with bounds given as numbers or as
     tensors (the ``.Tensor`` overloads: the bounds are operands, converted to the result's
@@ -281,17 +285,14 @@ class ValueWalk(OutputPlacement):
                                 isinstance(value, InputRef) or (
                                     isinstance(value, (list, tuple)) and
                                     any(isinstance(e, InputRef) for e in value)))]
-                if computed == ["start"] and VIEWS[node.op] == "slice" and \
-                        isinstance(args.get("end"), InputRef):
-                    # both bounds graph values: the start's value, read at run time
-                    attrs = {**attrs, "start": self._run_time_int(node, args, "start")}
-                elif (computed == ["index"] and VIEWS[node.op] == "select") or \
-                        (computed == ["split_size"] and VIEWS[node.op] == "split"):
-                    # read at run time (Dynamo's guards hold it in range)
-                    attrs = {**attrs, computed[0]: self._run_time_int(node, args, computed[0])}
-                elif computed == ["start"] and VIEWS[node.op] == "slice":
+                rule = VIEWS[node.op]
+                if computed == ["start"] and rule == "slice" and \
+                        not isinstance(args.get("end"), InputRef):
                     # the start is read from the types
                     attrs = {**attrs, "start": f"%{v.name}'s start"}
+                elif len(computed) == 1 and (rule, computed[0]) in _RUN_TIME_ARGS:
+                    # read at run time (Dynamo's guards hold it in range)
+                    attrs = {**attrs, computed[0]: self._run_time_int(node, args, computed[0])}
                 elif computed:  # (a slice's end only shapes its type, known from the sizes)
                     raise Unsupported(f"{node.op} of %{v.name} takes {', '.join(computed)} "
                                       f"from a graph value, not an attribute")
