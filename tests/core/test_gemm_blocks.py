@@ -167,7 +167,7 @@ graph @g(%a: f32[512, 256], %b: f32[256, 4096] strided[1, 256], %c: f32[4096, 25
         calls.append(b.shape)
         return "cols", 512
     blocks = GemmBlocks(measure=chosen)
-    plan = build_function(parse_graph(text), registry, gemms=blocks)
+    plan = build_function(parse_graph(text), registry, calls=blocks.callable_for)
     assert calls == [(256, 4096)]  # y and w: one shape; z: 512 x 256, too narrow
     a, b, c = torch.randn(512, 256), torch.randn(4096, 256).t(), torch.randn(4096, 256)
     want = torch.mm(torch.mm(a, b), c).neg().mm(b)
@@ -176,7 +176,7 @@ graph @g(%a: f32[512, 256], %b: f32[256, 4096] strided[1, 256], %c: f32[4096, 25
     assert torch.equal(got, want)
     assert counted.calls == 8 + 1 + 8  # y and w in blocks of 512 columns, z whole
     assert plan.reuse.ops  # (w is written into y's dead buffer: the blocks take out=)
-    plain = build_function(parse_graph(text), registry, gemms=GemmBlocks(enabled=False))
+    plain = build_function(parse_graph(text), registry, calls=GemmBlocks(enabled=False).callable_for)
     with MatrixProducts() as counted:
         assert torch.equal(plain.fn(a, b, c)[0], want)
     assert counted.calls == 3
@@ -224,7 +224,7 @@ graph @g(%c: f32[4096], %a: f32[512, 256], %b: f32[256, 4096] strided[1, 256]) {
 }"""
     asked = []
     blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(bias) or ("cols", 512))
-    plan = build_function(parse_graph(text), registry, gemms=blocks)
+    plan = build_function(parse_graph(text), registry, calls=blocks.callable_for)
     assert asked == [(4096,)]  # z (beta 2) is called whole, unmeasured
     c, a, b = torch.randn(4096), torch.randn(512, 256), torch.randn(4096, 256).t()
     with MatrixProducts(torch.ops.aten.addmm) as counted:

@@ -63,6 +63,13 @@ elsewhere; raise ``ValueError`` for one that is not valid for this kernel) and
 ``share_tuning(callback)`` (the kernel calls ``callback`` with its JSON-able result once it
 has tuned). The kernel cache calls ``share_tuning`` when the shared cache has no result.
 
+Plain nodes: a codegen may have ``library_call(node, registry) -> Callable | None``: for an
+op node outside every group, a function the plan calls in place of the op (same
+arguments, the same results and effects bit for bit, random streams included: the
+``cpu`` codegen's eager ``native_dropout`` in SIMD loops), or None. The first codegen of the
+chain that gives one wins (``runtime.executor.library_calls``); one that raises is logged
+and skipped.
+
 Built artifacts shared by a fleet: a codegen that builds something costly beside its source
 (the ``cpu`` codegen's shared libraries) may have ``with_artifacts(store) -> Codegen``, a
 copy of itself that looks in ``store`` (an :class:`ArtifactStore`) for what it would build,

@@ -18,7 +18,6 @@ import attrs
 from torchloom.codegen.base import RegionKernel
 from torchloom.codegen.buffers import Reuse, given, plan_reuse, view_of
 from torchloom.codegen.constants import fold_constants
-from torchloom.codegen.gemm import GemmBlocks
 from torchloom.codegen.guards import (FastGuard, faking, guard_expressions, layout_checked,
                                       symbolic_guard)
 from torchloom.codegen.lowering import lower
@@ -52,7 +51,8 @@ def build_function(graph: Graph, registry: OpRegistry,
                    guards: bool = False, fallback: Callable | None = None,
                    tuple_result: bool = True, guarded_inputs: int | None = None,
                    recompose: bool = True, boxed: bool = False,
-                   donated: Collection[int] = (), gemms: GemmBlocks | None = None) -> Plan:
+                   donated: Collection[int] = (),
+                   calls: Callable[[Node], Callable | None] | None = None) -> Plan:
     """Generate ``run(*inputs) -> tuple`` for ``graph``.
 
     ``kernel_for(node)`` supplies the callable of each region node (default: the region
@@ -68,8 +68,11 @@ def build_function(graph: Graph, registry: OpRegistry,
     ``run(args)`` that empties the list it is given, so an input is freed after its last
     use too. Kernel outputs are written into buffers that died before them
     (:func:`~torchloom.codegen.buffers.plan_reuse`; ``donated``: inputs whose buffers the
-    caller gave up). ``gemms`` says which ``mm``/``addmm`` nodes run in blocks of
-    columns or rows (:mod:`torchloom.codegen.gemm`: measured faster there, the same bits).
+    caller gave up). ``calls(node)`` is the function a plain op node calls in place of its
+    op, with the same results and effects, or None: ``mm``/``addmm`` in blocks of columns or
+    rows (:meth:`GemmBlocks.callable_for <torchloom.codegen.gemm.GemmBlocks.callable_for>`:
+    measured faster there, the same bits), a codegen's ``library_call`` (see
+    :mod:`torchloom.codegen.base`).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers
     guarded = graph.inputs[:guarded_inputs]
@@ -108,8 +111,8 @@ def build_function(graph: Graph, registry: OpRegistry,
     # views of tensors laid out as their types say: one strided view each (restride.py)
     checked_whole = layout_checked(graph.inputs[:len(guarded)]) if symbolic_lines else []
     fold_views(graph, registry, kernels, trusted | _trusted(graph, checked_whole))
-    calls = {} if gemms is None else {
-        node: fn for node in graph.nodes if (fn := gemms.callable_for(node)) is not None}
+    calls = {} if calls is None else {node: fn for node in graph.nodes if node not in kernels
+                                       and (fn := calls(node)) is not None}
     reuse = plan_reuse(graph, registry, kernels, donated, calls)
     body = _Body(graph, registry, kernels, reuse, trusted, boxed, calls)
     namespace = dict(env)

@@ -69,6 +69,28 @@ def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]
     return verdicts
 
 
+def library_calls(gemms, codegens: Sequence[Any],
+                  registry: OpRegistry) -> Callable[[Node], Callable | None]:
+    """``calls(node)``: what a plain op node of the plan calls in place of its op: a blocked
+    product (``gemms.callable_for``), else the first codegen of the chain whose optional
+    ``library_call(node, registry)`` gives a function (:mod:`torchloom.codegen.base`), else
+    None (the op). A codegen whose ``library_call`` raises is logged and skipped."""
+    offers = [cg for cg in codegens if callable(getattr(cg, "library_call", None))]
+
+    def calls(node: Node) -> Callable | None:
+        fn = gemms.callable_for(node) if gemms is not None else None
+        for cg in offers:
+            if fn is not None:
+                break
+            try:
+                fn = cg.library_call(node, registry)
+            except Exception as exc:  # a codegen's bug costs only its offer
+                log.warning("torchloom: codegen %r failed offering a call for %s: %s",
+                            cg.name, node.op, exc)
+        return fn
+    return calls
+
+
 @attrs.define
 class GroupChoice:
     """Which codegen runs a group, and why others did not."""
@@ -90,8 +112,10 @@ class CompiledGraph:
         that raises on a group costs only that group (:mod:`.group_failure`: its IR goes
         to ``repro_dir``, each distinct error is logged once per ``warned`` set).
         ``boxed`` and ``donated`` (input indices whose buffers the caller gives up): see
-        :func:`~torchloom.codegen.plan.build_function`, as is ``gemms`` (a
-        :class:`~torchloom.codegen.gemm.GemmBlocks`: which products run in blocks)."""
+        :func:`~torchloom.codegen.plan.build_function`; ``gemms`` (a
+        :class:`~torchloom.codegen.gemm.GemmBlocks`) says which products run in blocks, and
+        the codegens' ``library_call`` which other plain nodes call a codegen's function
+        (:func:`library_calls`)."""
         from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
@@ -103,16 +127,17 @@ class CompiledGraph:
         #: shared subgraph name -> its callable, built once however often it is called
         self.subgraph_fns: dict[str, Callable] = {}
         warned = warned if warned is not None else set()
+        calls = library_calls(gemms, codegens, registry)
 
         def kernel_for(node: Node) -> Callable:
             if node.op == CALL_SUBGRAPH:
                 callee = node.attrs["callee"]
                 if callee not in self.subgraph_fns:
                     self.subgraph_fns[callee] = build_function(
-                        graph.root.subgraphs[callee], registry, kernel_for, gemms=gemms).fn
+                        graph.root.subgraphs[callee], registry, kernel_for, calls=calls).fn
                 return self.subgraph_fns[callee]
             if node.op != FUSION_GROUP:  # other regions (shared subgraphs) run their body
-                return build_function(node.region, registry, kernel_for, gemms=gemms).fn
+                return build_function(node.region, registry, kernel_for, calls=calls).fn
             choice = GroupChoice(node, "eager")
             self.choices.append(choice)
             shared = _shared_and_written(node, registry, written)
@@ -149,7 +174,7 @@ class CompiledGraph:
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
                                    guarded_inputs=self._user_inputs, boxed=boxed,
-                                   donated=donated, gemms=gemms)
+                                   donated=donated, calls=calls)
 
     def __call__(self, *args):
         return self.plan.fn(*args)

@@ -34,6 +34,11 @@ A fleet shares the libraries: with a shared cache, the compiler compiles with
 ``with_artifacts(store)``'s copy, which looks a library up in ``store`` before running the
 compiler and puts there what it builds (see toolchain.py), so a process whose fleet built
 a graph's library runs no compiler.
+
+Plain nodes outside groups: ``library_call`` gives the plan a function for an op node it
+runs with eager's results faster than eager: ``native_dropout`` (f32, f64), whose mask
+eager draws one element at a time from torch's mt19937 stream, computed from the same
+stream with SIMD loops (random_stream.py).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import re
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +59,7 @@ from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSou
                            Reason, TensorType, Written, default_cache_dir, eager_rejects,
                            indexing, symbols)
 
-from torchloom_codegen_cpu import memory, ops
+from torchloom_codegen_cpu import memory, ops, random_stream
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher, size_sources
@@ -119,6 +125,8 @@ class CpuCodegen:
         self._prepared: dict[str, Path] = {}
         #: the C function ``supports`` wrote for a group, for its ``generate``
         self._written = Written()
+        #: eager's dropout from the same random stream (``library_call``)
+        self._dropout = random_stream.Dropout(lambda: self._build(random_stream.SOURCE))
 
     # ---- protocol --------------------------------------------------------------------------
     def with_artifacts(self, store: ArtifactStore) -> CpuCodegen:
@@ -158,6 +166,18 @@ class CpuCodegen:
         except (indexing.Unsupported, symbols.SymbolicDimError) as exc:
             return Reason(self.name, str(exc))
         return self.available(group)
+
+    def library_call(self, node: Node, registry: Any) -> Callable | None:
+        """The function the plan calls for ``node`` (an op outside any group) in place of
+        its op: eager's ``native_dropout`` on f32/f64 CPU values from the same random stream
+        (random_stream.py; the library is built at its first call); None for other nodes."""
+        del registry
+        if node.op != random_stream.OP or not node.inputs or find_compiler() is None:
+            return None
+        t = node.inputs[0].type
+        if not isinstance(t, TensorType) or t.device != "cpu" or t.dtype not in ("f32", "f64"):
+            return None
+        return self._dropout
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         return self._written.get(group, registry, lambda: write_function(group, registry))
