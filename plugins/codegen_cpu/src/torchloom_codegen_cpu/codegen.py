@@ -36,7 +36,7 @@ compiler and puts there what it builds (see toolchain.py), so a process whose fl
 a graph's library runs no compiler.
 
 Plain nodes outside groups: ``library_call`` gives the plan a function for an op node it
-runs with eager's results faster than eager: ``native_dropout`` (f32, f64), whose mask
+runs with eager's results faster than eager: ``native_dropout`` (f32, f64, bf16), whose mask
 eager draws one element at a time from torch's mt19937 stream, computed from the same
 stream with SIMD loops (random_stream.py).
 """
@@ -169,13 +169,13 @@ class CpuCodegen:
 
     def library_call(self, node: Node, registry: Any) -> Callable | None:
         """The function the plan calls for ``node`` (an op outside any group) in place of
-        its op: eager's ``native_dropout`` on f32/f64 CPU values from the same random stream
+        its op: eager's ``native_dropout`` on f32/f64/bf16 CPU values from the same random stream
         (random_stream.py; the library is built at its first call); None for other nodes."""
         del registry
         if node.op != random_stream.OP or not node.inputs or find_compiler() is None:
             return None
         t = node.inputs[0].type
-        if not isinstance(t, TensorType) or t.device != "cpu" or t.dtype not in ("f32", "f64"):
+        if not isinstance(t, TensorType) or t.device != "cpu" or t.dtype not in random_stream.DTYPES:
             return None
         return self._dropout
 

@@ -15,9 +15,11 @@ vectorizes), the mask and the output are written in the same pass over each chun
 advanced state goes back with ``set_state``. The mask, the output and every later random
 number are eager's, bit for bit (tests/codegen_cpu/test_cpu_dropout_stream.py), in a tenth of
 the time. It is what :meth:`CpuCodegen.library_call` hands the plan for a ``native_dropout``
-node outside any group; anything else (a non-contiguous input, a dtype other than f32 and
-f64, a tensor that needs its gradient, a generator state it does not recognise, ``p``
-outside [0, 1]) calls eager's op.
+node outside any group; anything else (a non-contiguous input, a dtype other than f32, f64
+and bf16, a tensor that needs its gradient, a generator state it does not recognise, ``p``
+outside [0, 1]) calls eager's op. bf16 values are multiplied in f32 by the scale rounded to
+bf16 and rounded to nearest even, as eager's are (a NaN result is NaN: eager's vector and
+scalar loops spell it with other bits, so the tests compare NaN as NaN there).
 
 Caveat, shared with every reader of a generator state: the state is read before the C
 function runs and written after it, so another thread drawing from the default generator
@@ -135,9 +137,27 @@ static void tl_keep(const uint32_t *restrict w, uint8_t *restrict kept, int64_t 
   }
 }
 
-#define TL_DROPOUT(NAME, T)                                                              \
+static inline float tl_rs_from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* c10::BFloat16's rounding: to nearest even, NaN as 0x7fc0 */
+static inline uint16_t tl_rs_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return f != f ? (uint16_t)0x7fc0u : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+#define TL_SAME(v) (v)
+
+/* T: the tensor's element, S: the compute type (eager's: float for bf16), LOAD/STORE
+   between them; out = (x * kept) * scale, each product rounded to S (x * kept is exact) */
+#define TL_DROPOUT(NAME, T, S, LOAD, STORE)                                              \
 int NAME(void *record, const T *restrict x, T *restrict out, uint8_t *restrict mask,     \
-         int64_t n, double keep, T scale) {                                             \
+         int64_t n, double keep, S scale) {                                             \
   tl_mt g;                                                                              \
   if (tl_mt_read(&g, (const tl_mt_record *)record)) return 1;                           \
   const int64_t bound = tl_keep_bound(keep);                                            \
@@ -150,18 +170,22 @@ int NAME(void *record, const T *restrict x, T *restrict out, uint8_t *restrict m
     const T *restrict xs = x + at;                                                      \
     T *restrict os = out + at;                                                          \
     for (int64_t j = 0; j < m; j++)                                                     \
-      os[j] = (xs[j] * (T)kept[j]) * scale;                                             \
+      os[j] = STORE((LOAD(xs[j]) * (S)kept[j]) * scale);                                \
   }                                                                                     \
   tl_mt_write(&g, (tl_mt_record *)record);                                              \
   return 0;                                                                             \
 }
 
-TL_DROPOUT(tl_dropout_f32, float)
-TL_DROPOUT(tl_dropout_f64, double)
+TL_DROPOUT(tl_dropout_f32, float, float, TL_SAME, TL_SAME)
+TL_DROPOUT(tl_dropout_f64, double, double, TL_SAME, TL_SAME)
+TL_DROPOUT(tl_dropout_bf16, uint16_t, float, tl_rs_from_bf16, tl_rs_to_bf16)
 """
 
 _FUNCTIONS = {torch.float32: ("tl_dropout_f32", ctypes.c_float),
-              torch.float64: ("tl_dropout_f64", ctypes.c_double)}
+              torch.float64: ("tl_dropout_f64", ctypes.c_double),
+              torch.bfloat16: ("tl_dropout_bf16", ctypes.c_float)}
+#: the IR's names of those dtypes
+DTYPES = ("f32", "f64", "bf16")
 
 
 def _record_layout_ok() -> bool:
@@ -201,11 +225,10 @@ class Dropout:
                             "dropout runs as eager's op", exc)
                 return self._functions
             for dtype, (name, scalar) in _FUNCTIONS.items():
-                fn = getattr(lib, name)
-                fn.restype = ctypes.c_int
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, scalar]
-                self._functions[dtype] = fn
+                signature = ctypes.CFUNCTYPE(
+                    ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                    ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, scalar)
+                self._functions[dtype] = signature((name, lib))
         return self._functions
 
     def __call__(self, input, p, train):
@@ -214,6 +237,8 @@ class Dropout:
             return torch.ops.aten.native_dropout.default(input, p, train)
         keep = 1.0 - p
         scale = 0.0 if keep == 0 else 1.0 / keep
+        if input.dtype == torch.bfloat16:  # eager multiplies by the scale rounded to bf16
+            scale = torch.tensor(scale, dtype=torch.bfloat16).item()
         out = torch.empty_like(input)
         mask = torch.empty(input.shape, dtype=torch.bool)
         generator = torch.default_generator
@@ -227,7 +252,7 @@ class Dropout:
 
 
 def _fast(input, p, train) -> bool:
-    """Whether the C path computes this call exactly as eager: a plain contiguous f32/f64
+    """Whether the C path computes this call exactly as eager: a plain contiguous f32/f64/bf16
     CPU tensor with elements, outside autograd, p in [0, 1], training."""
     return (train is None or train is True) and type(input) is torch.Tensor and \
         input.device.type == "cpu" and input.dtype in _FUNCTIONS and \
