@@ -270,3 +270,24 @@ def test_a_compiled_training_step_draws_eagers_masks(tmp_path):
     assert [c.codegen for comp in compiler.compilations for c in comp.compiled.choices] \
         and all(c.codegen == "cpu" for comp in compiler.compilations
                 for c in comp.compiled.choices)
+
+
+@pytest.mark.parametrize("dtype, dynamic", [(torch.float32, True), (torch.bfloat16, False)])
+def test_compiled_dropouts_draw_eagers_stream_at_every_size(tmp_path, dtype, dynamic):
+    """Symbolic sizes (one kernel and one plan for every length) and bf16 values: the
+    kept elements, the values (eager's ``F.dropout`` scales its mask first, so values are
+    compared within a rounding) and the stream afterwards are eager's."""
+    def fn(x):
+        return F.dropout(torch.sin(x) * 2, 0.3, True) + 1
+
+    _, compiled_fn = compiled(fn, tmp_path, dynamic=dynamic)
+    for n in (5, 64, 1000):
+        x = torch.randn(n, 37).to(dtype)
+        runs = []
+        for f in (fn, compiled_fn):
+            torch.manual_seed(n)
+            runs.append((f(x), torch.rand(5)))
+        (want, w_next), (got, g_next) = runs
+        assert torch.equal(g_next, w_next) and torch.equal(got == 1, want == 1)
+        torch.testing.assert_close(got, want, **({} if dtype == torch.float32 else
+                                                 {"rtol": 1e-2, "atol": 1e-2}))
