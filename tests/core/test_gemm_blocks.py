@@ -176,7 +176,8 @@ graph @g(%a: f32[512, 256], %b: f32[256, 4096] strided[1, 256], %c: f32[4096, 25
     assert torch.equal(got, want)
     assert counted.calls == 8 + 1 + 8  # y and w in blocks of 512 columns, z whole
     assert plan.reuse.ops  # (w is written into y's dead buffer: the blocks take out=)
-    plain = build_function(parse_graph(text), registry, calls=GemmBlocks(enabled=False).callable_for)
+    plain = build_function(parse_graph(text), registry,
+                           calls=GemmBlocks(enabled=False).callable_for)
     with MatrixProducts() as counted:
         assert torch.equal(plain.fn(a, b, c)[0], want)
     assert counted.calls == 3

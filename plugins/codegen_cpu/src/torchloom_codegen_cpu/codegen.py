@@ -169,13 +169,15 @@ class CpuCodegen:
 
     def library_call(self, node: Node, registry: Any) -> Callable | None:
         """The function the plan calls for ``node`` (an op outside any group) in place of
-        its op: eager's ``native_dropout`` on f32/f64/bf16 CPU values from the same random stream
-        (random_stream.py; the library is built at its first call); None for other nodes."""
+        its op: eager's ``native_dropout`` on f32/f64/bf16 CPU values from the same random
+        stream (random_stream.py; the library is built at its first call); None for other
+        nodes."""
         del registry
         if node.op != random_stream.OP or not node.inputs or find_compiler() is None:
             return None
         t = node.inputs[0].type
-        if not isinstance(t, TensorType) or t.device != "cpu" or t.dtype not in random_stream.DTYPES:
+        if not isinstance(t, TensorType) or t.device != "cpu" or \
+                t.dtype not in random_stream.DTYPES:
             return None
         return self._dropout
 

@@ -238,9 +238,9 @@ class Dropout:
         keep = 1.0 - p
         scale = 0.0 if keep == 0 else 1.0 / keep
         if input.dtype == torch.bfloat16:  # eager multiplies by the scale rounded to bf16
-            scale = torch.tensor(scale, dtype=torch.bfloat16).item()
+            scale = torch.tensor(scale, dtype=torch.bfloat16, device="cpu").item()
         out = torch.empty_like(input)
-        mask = torch.empty(input.shape, dtype=torch.bool)
+        mask = torch.empty_like(input, dtype=torch.bool)  # (contiguous, as eager's)
         generator = torch.default_generator
         record = generator.get_state()
         if fn(record.data_ptr(), input.data_ptr(), out.data_ptr(), mask.data_ptr(),
