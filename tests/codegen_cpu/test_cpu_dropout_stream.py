@@ -50,6 +50,11 @@ def drawn_from(seed: int, before: int, fn):
     return result, torch.default_generator.get_state(), torch.rand(7), torch.randn(5)
 
 
+def assert_c_path(dropout, x, p):
+    """The call runs the C function (not eager's op, which would pass trivially)."""
+    assert random_stream._fast(x, p, True) and x.dtype in dropout._loaded()
+
+
 def assert_same(got, want):
     (go, gm), g_state, g_rand, g_randn = got
     (wo, wm), w_state, w_rand, w_randn = want
@@ -92,6 +97,7 @@ def values(shape, dtype, seed):
     ((2, 4, 77, 33), 1000), ((1, 4, 512, 64), 5)])
 def test_dropout_is_eagers_bit_for_bit(dropout, dtype, p, shape, before):
     x = values(shape, dtype, before)
+    assert_c_path(dropout, x, p)
     want = drawn_from(before, before, lambda: NATIVE(x, p, True))
     got = drawn_from(before, before, lambda: dropout(x, p, True))
     assert_same(got, want)
@@ -104,6 +110,7 @@ def test_dropout_is_eagers_bit_for_bit(dropout, dtype, p, shape, before):
        train=st.sampled_from([True, None]))
 def test_dropout_is_eagers_from_any_state(dropout, n, before, seed, p, dtype, train):
     x = values((n,), dtype, seed)
+    assert_c_path(dropout, x, p)
     want = drawn_from(seed, before, lambda: NATIVE(x, p, train))
     got = drawn_from(seed, before, lambda: dropout(x, p, train))
     assert_same(got, want)
