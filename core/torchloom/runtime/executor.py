@@ -78,16 +78,18 @@ def library_calls(gemms, codegens: Sequence[Any],
     offers = [cg for cg in codegens if callable(getattr(cg, "library_call", None))]
 
     def calls(node: Node) -> Callable | None:
-        fn = gemms.callable_for(node) if gemms is not None else None
+        if gemms is not None and (fn := gemms.callable_for(node)) is not None:
+            return fn
         for cg in offers:
-            if fn is not None:
-                break
             try:
                 fn = cg.library_call(node, registry)
             except Exception as exc:  # a codegen's bug costs only its offer
                 log.warning("torchloom: codegen %r failed offering a call for %s: %s",
                             cg.name, node.op, exc)
-        return fn
+                continue
+            if fn is not None:
+                return fn
+        return None
     return calls
 
 

@@ -126,7 +126,7 @@ class CpuCodegen:
         #: the C function ``supports`` wrote for a group, for its ``generate``
         self._written = Written()
         #: eager's dropout from the same random stream (``library_call``)
-        self._dropout = random_stream.Dropout(lambda: self._build(random_stream.SOURCE))
+        self._dropout = random_stream.Dropout(lambda: self._build(random_stream.source()))
 
     # ---- protocol --------------------------------------------------------------------------
     def with_artifacts(self, store: ArtifactStore) -> CpuCodegen:

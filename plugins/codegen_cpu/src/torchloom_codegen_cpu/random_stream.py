@@ -35,16 +35,16 @@ from pathlib import Path
 
 import torch
 
+from torchloom_codegen_cpu.prelude import prelude
+
 log = logging.getLogger("torchloom.codegen_cpu")
 
 OP = "aten.native_dropout.default"
 #: the size of the CPU generator's state record (``CPUGeneratorImplState``)
 STATE_BYTES = 5056
 
-SOURCE = r"""
-#include <stdint.h>
-#include <string.h>
-
+#: the stream's C functions, after the prelude (its bf16 conversions: c10::BFloat16's)
+_STREAM = r"""
 #define TL_MT_N 624
 #define TL_MT_M 397
 #define TL_CHUNK 1024
@@ -137,20 +137,6 @@ static void tl_keep(const uint32_t *restrict w, uint8_t *restrict kept, int64_t 
   }
 }
 
-static inline float tl_rs_from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-/* c10::BFloat16's rounding: to nearest even, NaN as 0x7fc0 */
-static inline uint16_t tl_rs_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return f != f ? (uint16_t)0x7fc0u : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 #define TL_SAME(v) (v)
 
 /* T: the tensor's element, S: the compute type (eager's: float for bf16), LOAD/STORE
@@ -178,8 +164,15 @@ int NAME(void *record, const T *restrict x, T *restrict out, uint8_t *restrict m
 
 TL_DROPOUT(tl_dropout_f32, float, float, TL_SAME, TL_SAME)
 TL_DROPOUT(tl_dropout_f64, double, double, TL_SAME, TL_SAME)
-TL_DROPOUT(tl_dropout_bf16, uint16_t, float, tl_rs_from_bf16, tl_rs_to_bf16)
+TL_DROPOUT(tl_dropout_bf16, uint16_t, float, tl_bf16_to_f32, tl_f32_to_bf16)
 """
+
+
+
+def source() -> str:
+    """The translation unit of the dropout library: the prelude, then the stream."""
+    return prelude() + _STREAM
+
 
 _FUNCTIONS = {torch.float32: ("tl_dropout_f32", ctypes.c_float),
               torch.float64: ("tl_dropout_f64", ctypes.c_double),
@@ -202,7 +195,7 @@ def _record_layout_ok() -> bool:
 
 class Dropout:
     """``native_dropout(input, p, train)`` with eager's results and random stream; the C
-    functions come from ``library()`` (a path to the built :data:`SOURCE`), loaded on the
+    functions come from ``library()`` (a path to the built :func:`source`), loaded on the
     first call that can use them."""
 
     def __init__(self, library: Callable[[], Path]):
