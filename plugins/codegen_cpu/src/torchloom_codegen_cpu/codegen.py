@@ -38,7 +38,8 @@ a graph's library runs no compiler.
 Plain nodes outside groups: ``library_call`` gives the plan a function for an op node it
 runs with eager's results faster than eager: ``native_dropout`` (f32, f64, bf16), whose mask
 eager draws one element at a time from torch's mt19937 stream, computed from the same
-stream with SIMD loops (random_stream.py).
+stream with SIMD loops (random_stream.py); causal f32 flash attention and its backward,
+by blocks that skip what the mask hides (attention.py).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSou
                            Reason, TensorType, Written, default_cache_dir, eager_rejects,
                            indexing, symbols)
 
-from torchloom_codegen_cpu import memory, ops, random_stream
+from torchloom_codegen_cpu import attention, memory, ops, random_stream
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher, size_sources
@@ -127,6 +128,8 @@ class CpuCodegen:
         self._written = Written()
         #: eager's dropout from the same random stream (``library_call``)
         self._dropout = random_stream.Dropout(lambda: self._build(random_stream.source()))
+        #: causal attention by blocks (``library_call``)
+        self._attention = attention.Attention(lambda: self._build(attention.source()))
 
     # ---- protocol --------------------------------------------------------------------------
     def with_artifacts(self, store: ArtifactStore) -> CpuCodegen:
@@ -170,16 +173,23 @@ class CpuCodegen:
     def library_call(self, node: Node, registry: Any) -> Callable | None:
         """The function the plan calls for ``node`` (an op outside any group) in place of
         its op: eager's ``native_dropout`` on f32/f64/bf16 CPU values from the same random
-        stream (random_stream.py; the library is built at its first call); None for other
-        nodes."""
+        stream (random_stream.py), causal f32 flash attention and its backward by blocks
+        (attention.py); each library is built at its first call. None for other nodes."""
         del registry
-        if node.op != random_stream.OP or not node.inputs or find_compiler() is None:
+        if not node.inputs or find_compiler() is None:
             return None
         t = node.inputs[0].type
-        if not isinstance(t, TensorType) or t.device != "cpu" or \
-                t.dtype not in random_stream.DTYPES:
+        if not isinstance(t, TensorType) or t.device != "cpu":
             return None
-        return self._dropout
+        if node.op == random_stream.OP:
+            return self._dropout if t.dtype in random_stream.DTYPES else None
+        masked = len(node.inputs) == (4 if node.op == attention.FORWARD else 7)
+        if node.op in (attention.FORWARD, attention.BACKWARD) and t.dtype == "f32" and \
+                (node.attrs.get("is_causal") is True or masked) and \
+                not node.attrs.get("dropout_p"):
+            return self._attention.forward if node.op == attention.FORWARD else \
+                self._attention.backward
+        return None
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         return self._written.get(group, registry, lambda: write_function(group, registry))

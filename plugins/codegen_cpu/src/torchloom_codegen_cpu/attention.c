@@ -1,0 +1,293 @@
+/* Attention by blocks of 64 queries and 64 keys, its products by the BLAS's sgemm (a
+   pointer the caller passes: torch's own), the softmax between them SIMD loops; see
+   attention.py. Built after the prelude (tl_exp_core). */
+
+typedef void (*tl_sgemm_fn)(const char *, const char *, const void *, const void *,
+                            const void *, const float *, const float *, const void *,
+                            const float *, const void *, const float *, float *, const void *);
+
+/* The BLAS's column-major sgemm: c (m x n, ldc) = alpha op(a) op(b) + beta c. Its integers
+   are passed as int64 values: an LP64 BLAS reads their low halves (little-endian; every
+   size and stride is below 2^31, checked by the caller), an ILP64 one the whole. */
+static inline void tl_gemm(tl_sgemm_fn gemm, const char *ta, const char *tb, int64_t m,
+                           int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  gemm(ta, tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+}
+
+#define TL_ABQ 64 /* query rows per block (a task of the forward) */
+#define TL_ABK 64 /* keys per block */
+
+/* e^x for x <= 0 or NaN, 0 below -80 (where e^x < 2e-35, nothing beside a row's largest
+   term of 1): never a subnormal, whose arithmetic costs a microcode assist a vector */
+static inline float tl_attn_exp(float x) {
+  const float xc = x < -80.0f ? -80.0f : x;
+  int32_t bits;
+  const float y = tl_exp_core(xc, &bits);
+  const uint32_t b = (uint32_t)(bits - 0x4B400000 + 127) << 23;
+  float s;
+  memcpy(&s, &b, 4);
+  return x < -80.0f ? 0.0f : y * s;
+}
+
+/* A mask value that hides its key: -inf, or what models write for it (finfo.min). */
+#define TL_DEAD -1e30f
+
+/* Whether every mask value of rows [0, n) and columns [0, bk) hides its key. */
+static int tl_attn_dead(const float *mk, int64_t sml, int n, int bk) {
+  for (int i = 0; i < n; i++) {
+    const float *restrict r = mk + i * sml;
+    float mx = -INFINITY;
+    #pragma omp simd reduction(max:mx)
+    for (int j = 0; j < bk; j++) mx = r[j] > mx ? r[j] : mx;
+    if (!(mx <= TL_DEAD)) return 0;
+  }
+  return 1;
+}
+
+/* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL); s: n x TL_ABK
+   scores, o: n x D. Blocks whose mask hides every key are skipped; 1 when a row then had
+   no key its mask lets through (its softmax would need the skipped blocks) or had no key
+   at all (-inf everywhere: eager's op decides what that gives), else 0. */
+static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const float *k,
+                            int64_t skl, const float *v, int64_t svl, const float *mk,
+                            int64_t sml, float *restrict out,
+                             int64_t sol, float *restrict lse, int64_t slse, int64_t q0, int n,
+                             int64_t Lk, int D, float scale, int causal, float *restrict s,
+                             float *restrict o) {
+  float m[TL_ABQ], l[TL_ABQ];
+  for (int i = 0; i < n; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+  memset(o, 0, sizeof(float) * n * D);
+  const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
+  int skipped = 0;
+  for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
+    const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
+    if (mk != NULL && tl_attn_dead(mk + q0 * sml + n0, sml, n, bk)) {
+      skipped = 1;
+      continue;
+    }
+    /* s (n x bk, row-major) = scale * q (n x D) k^T (+ mask) */
+    tl_gemm(gemm, "T", "N", bk, n, D, scale, k + n0 * skl, skl, q + q0 * sql, sql, 0.0f, s,
+            TL_ABK);
+    for (int i = 0; i < n; i++) {
+      float *restrict row = s + i * TL_ABK;
+      int lim = bk;
+      if (causal) {
+        const int64_t last = q0 + i - n0 + 1;
+        lim = last < bk ? (last < 0 ? 0 : (int)last) : bk;
+      }
+      if (mk != NULL) {
+        const float *restrict mr = mk + (q0 + i) * sml + n0;
+        #pragma omp simd
+        for (int j = 0; j < lim; j++) row[j] += mr[j];
+      }
+      for (int j = lim; j < TL_ABK; j++) row[j] = -INFINITY;
+      float mx = -INFINITY;
+      #pragma omp simd reduction(max:mx)
+      for (int j = 0; j < TL_ABK; j++) mx = row[j] > mx ? row[j] : mx;
+      const float mn = mx > m[i] ? mx : m[i];
+      if (mn == -INFINITY) { memset(row, 0, sizeof(float) * TL_ABK); continue; }
+      const float alpha = m[i] == -INFINITY ? 0.0f : tl_attn_exp(m[i] - mn);
+      float sum = 0.0f;
+      #pragma omp simd reduction(+:sum)
+      for (int j = 0; j < TL_ABK; j++) {
+        const float e = tl_attn_exp(row[j] - mn);
+        row[j] = e;
+        sum += e;
+      }
+      l[i] = l[i] * alpha + sum;
+      m[i] = mn;
+      if (alpha != 1.0f) {
+        float *restrict oi = o + i * D;
+        #pragma omp simd
+        for (int d = 0; d < D; d++) oi[d] *= alpha;
+      }
+    }
+    /* o (n x D) += s (n x bk) v (bk x D) */
+    tl_gemm(gemm, "N", "N", D, n, bk, 1.0f, v + n0 * svl, svl, s, TL_ABK, 1.0f, o, D);
+  }
+  for (int i = 0; i < n; i++)
+    if ((skipped && !(m[i] > TL_DEAD)) || m[i] == -INFINITY) return 1;
+  for (int i = 0; i < n; i++) {
+    const float inv = 1.0f / l[i];
+    float *restrict dst = out + (q0 + i) * sol;
+    const float *restrict src = o + i * D;
+    #pragma omp simd
+    for (int d = 0; d < D; d++) dst[d] = src[d] * inv;
+    lse[(q0 + i) * slse] = m[i] + logf(l[i]);
+  }
+  return 0;
+}
+
+/* q [B, H, Lq, D], k and v [B, Hk, Lk, D] (H a multiple of Hk), out like q, lse [B, H, Lq],
+   mask [B, H, Lq, Lk] added to the scaled scores (or NULL; broadcast dims of stride 0);
+   strides in elements (the last dim of each contiguous). 0, or 1 (out of memory), or 2
+   (a row whose mask hides every key of the blocks computed: eager's op must run). */
+int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, const float *v,
+                    float *out, float *lse, int64_t B, int64_t H, int64_t Hk, int64_t Lq,
+                    int64_t Lk, int64_t D, const float *mask, const int64_t *sq,
+                    const int64_t *sk, const int64_t *sv, const int64_t *so, const int64_t *sl,
+                    const int64_t *sm, double scale, int causal) {
+  const tl_sgemm_fn gemm = (tl_sgemm_fn)sgemm;
+  const int64_t blocks = (Lq + TL_ABQ - 1) / TL_ABQ, tasks = B * H * blocks, group = H / Hk;
+  int failed = 0;
+  #pragma omp parallel num_threads(threads)
+  {
+    float *s = malloc(sizeof(float) * (TL_ABQ * TL_ABK + TL_ABQ * D));
+    if (s == NULL) {
+      #pragma omp atomic write
+      failed = 1;
+    }
+    #pragma omp barrier
+    if (!failed) {
+      float *o = s + TL_ABQ * TL_ABK;
+      #pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t t = 0; t < tasks; t++) {
+        /* the longest causal rows first */
+        const int64_t qb = causal ? blocks - 1 - t % blocks : t % blocks, bh = t / blocks;
+        const int64_t b = bh / H, h = bh % H, hk = h / group;
+        const int64_t q0 = qb * TL_ABQ;
+        const int n = Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
+        if (tl_attn_fwd_task(gemm, q + b * sq[0] + h * sq[1], sq[2],
+                             k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
+                             sv[2], mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL, sm[2],
+                             out + b * so[0] + h * so[1], so[2], lse + b * sl[0] + h * sl[1],
+                             sl[2], q0, n, Lk, (int)D, (float)scale, causal, s, o)) {
+          #pragma omp atomic write
+          failed = 2;
+        }
+      }
+    }
+    free(s);
+  }
+  return failed;
+}
+
+/* The gradients of one head (b, h): dq rows of the head, dk/dv rows of its key head (or of
+   a private copy), each zeroed here; s and dp: TL_ABQ x TL_ABK. Blocks whose mask hides
+   every key are skipped where each row's logsumexp came from keys its mask lets through. */
+static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, const float *q,
+                             int64_t sql, const float *k, int64_t skl, const float *v,
+                             int64_t svl, const float *mk, int64_t sml, const float *out,
+                             int64_t sol, const float *lse,
+                             int64_t slse, float *gq, int64_t sgql, float *gk, int64_t sgkl,
+                             float *gv, int64_t sgvl, int64_t Lq, int64_t Lk, int D,
+                             float scale, int causal, float *restrict s, float *restrict dp) {
+  for (int64_t i = 0; i < Lq; i++) memset(gq + i * sgql, 0, sizeof(float) * D);
+  for (int64_t j = 0; j < Lk; j++) {
+    memset(gk + j * sgkl, 0, sizeof(float) * D);
+    memset(gv + j * sgvl, 0, sizeof(float) * D);
+  }
+  float delta[TL_ABQ];
+  for (int64_t q0 = 0; q0 < Lq; q0 += TL_ABQ) {
+    const int n = Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
+    for (int i = 0; i < n; i++) {
+      const float *restrict a = go + (q0 + i) * sgl, *restrict b = out + (q0 + i) * sol;
+      float sum = 0.0f;
+      #pragma omp simd reduction(+:sum)
+      for (int d = 0; d < D; d++) sum += a[d] * b[d];
+      delta[i] = sum;
+    }
+    int live = mk != NULL;
+    for (int i = 0; i < n && live; i++) live = lse[(q0 + i) * slse] > TL_DEAD;
+    const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
+    for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
+      const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
+      if (live && tl_attn_dead(mk + q0 * sml + n0, sml, n, bk)) continue;
+      /* s = scale q k^T (+ mask), dp = go v^T (n x bk, row-major) */
+      tl_gemm(gemm, "T", "N", bk, n, D, scale, k + n0 * skl, skl, q + q0 * sql, sql, 0.0f, s,
+              TL_ABK);
+      tl_gemm(gemm, "T", "N", bk, n, D, 1.0f, v + n0 * svl, svl, go + q0 * sgl, sgl, 0.0f, dp,
+              TL_ABK);
+      for (int i = 0; i < n; i++) {
+        float *restrict p = s + i * TL_ABK, *restrict g = dp + i * TL_ABK;
+        int lim = bk;
+        if (causal) {
+          const int64_t last = q0 + i - n0 + 1;
+          lim = last < bk ? (last < 0 ? 0 : (int)last) : bk;
+        }
+        if (mk != NULL) {
+          const float *restrict mr = mk + (q0 + i) * sml + n0;
+          #pragma omp simd
+          for (int j = 0; j < bk; j++) p[j] += mr[j];
+        }
+        const float m = lse[(q0 + i) * slse], di = delta[i];
+        #pragma omp simd
+        for (int j = 0; j < TL_ABK; j++) {
+          const float e = j < lim ? tl_attn_exp(p[j] - m) : 0.0f;
+          p[j] = e;
+          g[j] = j < lim ? e * (g[j] - di) : 0.0f;
+        }
+      }
+      /* dv (bk x D) += p^T go; dq (n x D) += scale ds k; dk (bk x D) += scale ds^T q */
+      tl_gemm(gemm, "N", "T", D, bk, n, 1.0f, go + q0 * sgl, sgl, s, TL_ABK, 1.0f,
+              gv + n0 * sgvl, sgvl);
+      tl_gemm(gemm, "N", "N", D, n, bk, scale, k + n0 * skl, skl, dp, TL_ABK, 1.0f,
+              gq + q0 * sgql, sgql);
+      tl_gemm(gemm, "N", "T", D, bk, n, scale, q + q0 * sql, sql, dp, TL_ABK, 1.0f,
+              gk + n0 * sgkl, sgkl);
+    }
+  }
+}
+
+/* The gradients of tl_attn_fwd_f32's attention: go, out like q; lse [B, H, Lq]; gq like q,
+   gk and gv like k (strides s*). A key head shared by several query heads (H > Hk) sums
+   their gradients, each computed into private rows first. */
+int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, const float *k,
+                    const float *v, const float *out, const float *lse, float *gq, float *gk,
+                    float *gv, int64_t B, int64_t H, int64_t Hk, int64_t Lq, int64_t Lk,
+                    int64_t D, const float *mask, const int64_t *sgo, const int64_t *sq,
+                    const int64_t *sk, const int64_t *sv, const int64_t *so, const int64_t *sl,
+                    const int64_t *sgq, const int64_t *sgk, const int64_t *sgv,
+                    const int64_t *sm, double scale, int causal) {
+  const tl_sgemm_fn gemm = (tl_sgemm_fn)sgemm;
+  const int64_t group = H / Hk, head = Lk * D;
+  float *own = NULL; /* [B, H, 2, Lk, D]: each query head's dk and dv when heads share keys */
+  if (group > 1) {
+    own = malloc(sizeof(float) * B * H * 2 * head);
+    if (own == NULL) return 1;
+  }
+  int failed = 0;
+  #pragma omp parallel num_threads(threads)
+  {
+    float *s = malloc(sizeof(float) * 2 * TL_ABQ * TL_ABK);
+    if (s == NULL) {
+      #pragma omp atomic write
+      failed = 1;
+    }
+    #pragma omp barrier
+    if (!failed) {
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < B * H; t++) {
+        const int64_t b = t / H, h = t % H, hk = h / group;
+        float *dk = own != NULL ? own + t * 2 * head : gk + b * sgk[0] + hk * sgk[1];
+        float *dv = own != NULL ? dk + head : gv + b * sgv[0] + hk * sgv[1];
+        const int64_t sdk = own != NULL ? D : sgk[2], sdv = own != NULL ? D : sgv[2];
+        tl_attn_bwd_task(gemm, go + b * sgo[0] + h * sgo[1], sgo[2], q + b * sq[0] + h * sq[1],
+                         sq[2], k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
+                         sv[2], mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL, sm[2],
+                         out + b * so[0] + h * so[1], so[2], lse + b * sl[0] + h * sl[1],
+                         sl[2], gq + b * sgq[0] + h * sgq[1], sgq[2], dk, sdk, dv, sdv, Lq, Lk,
+                         (int)D, (float)scale, causal, s, s + TL_ABQ * TL_ABK);
+      }
+      if (own != NULL) {
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < B * Hk * Lk; r++) {
+          const int64_t b = r / (Hk * Lk), hk = r / Lk % Hk, j = r % Lk;
+          float *restrict dk = gk + b * sgk[0] + hk * sgk[1] + j * sgk[2];
+          float *restrict dv = gv + b * sgv[0] + hk * sgv[1] + j * sgv[2];
+          const float *first = own + (b * H + hk * group) * 2 * head + j * D;
+          for (int d = 0; d < D; d++) { dk[d] = first[d]; dv[d] = first[head + d]; }
+          for (int64_t g = 1; g < group; g++) {
+            const float *restrict src = first + g * 2 * head;
+            #pragma omp simd
+            for (int d = 0; d < D; d++) { dk[d] += src[d]; dv[d] += src[head + d]; }
+          }
+        }
+      }
+    }
+    free(s);
+  }
+  free(own);
+  return failed;
+}

@@ -1,0 +1,247 @@
+"""Causal attention by blocks (torchloom_codegen_cpu.attention): the forward's output and
+logsumexp and the backward's three gradients are eager's ``_scaled_dot_product_flash_
+attention_for_cpu`` ones within float rounding, with eager's layouts, for causal flags and
+additive masks that hide whole blocks (causal, finfo.min or -inf, sliding windows, padded
+keys), grouped key heads, partial blocks and transposed layouts; calls it does not take are
+eager's op; a compiled training step runs it (no eager attention reaches torch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchloom.api import parse_graph
+from torchloom.runtime.executor import library_calls
+from torchloom_codegen_cpu import attention
+
+from conftest import compiled
+
+ATEN = torch.ops.aten
+FORWARD = ATEN._scaled_dot_product_flash_attention_for_cpu.default
+BACKWARD = ATEN._scaled_dot_product_flash_attention_for_cpu_backward.default
+MIN = torch.finfo(torch.float32).min
+
+
+@pytest.fixture(scope="module")
+def blocked(codegen):
+    """The codegen's attention, its library built and checked."""
+    found = codegen._attention
+    assert found._loaded() is not None, "torch's sgemm_ or the attention library is missing"
+    return found
+
+
+class Counting(TorchDispatchMode):
+    """Counts eager's attention ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func in (FORWARD, BACKWARD)
+        return func(*args, **(kwargs or {}))
+
+
+def qkv(B, H, Hk, Lq, Lk, D, layout="bshd", seed=0):
+    """Query, key, value and an output gradient; ``bshd``: heads transposed out of
+    ``[B, L, H, D]`` (what models pass), ``bhsd``: contiguous."""
+    g = torch.Generator().manual_seed(seed)
+
+    def make(heads, length):
+        if layout == "bshd":
+            return torch.randn(B, length, heads, D, generator=g).transpose(1, 2)
+        return torch.randn(B, heads, length, D, generator=g)
+    return make(H, Lq), make(Hk, Lk), make(Hk, Lk), make(H, Lq)
+
+
+def causal_mask(Lq, Lk, hidden=MIN):
+    return torch.full((Lq, Lk), hidden).triu(1)
+
+
+def check(blocked, q, k, v, go, mask=None, causal=False, scale=None):
+    """Runs both sides, asserting that the blocked path ran and agrees with eager."""
+    assert attention._fast(q, k, v, (), 0.0, causal, mask)
+    with Counting() as counted:
+        got = blocked.forward(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
+    assert counted.calls == 0, "eager's op ran"
+    want = FORWARD(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
+    for a, b in zip(got, want):
+        assert a.stride() == b.stride()
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-6)
+    with Counting() as counted:
+        grads = blocked.backward(go, q, k, v, *want, 0.0, causal, attn_mask=mask, scale=scale)
+    assert counted.calls == 0, "eager's op ran"
+    wants = BACKWARD(go, q, k, v, *want, 0.0, causal, attn_mask=mask, scale=scale)
+    for a, b in zip(grads, wants):
+        assert a.stride() == b.stride()
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)
+
+
+SHAPES = [  # B, H, Hk, Lq, Lk, D
+    (1, 8, 2, 512, 512, 32), (1, 4, 4, 200, 200, 64), (2, 3, 3, 77, 77, 16),
+    (1, 2, 1, 130, 130, 8), (2, 4, 2, 65, 65, 80), (1, 1, 1, 1, 1, 16), (1, 2, 2, 64, 64, 1),
+    (1, 2, 2, 100, 160, 32), (1, 2, 1, 160, 100, 32), (3, 1, 1, 129, 129, 48)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_causal_flag_matches_eager(blocked, shape, layout):
+    q, k, v, go = qkv(*shape, layout=layout)
+    check(blocked, q, k, v, go, causal=True)
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[3] > 64 and s[4] > 64])
+@pytest.mark.parametrize("hidden", [MIN, float("-inf")])
+def test_causal_masks_match_eager(blocked, shape, hidden):
+    q, k, v, go = qkv(*shape, seed=1)
+    mask = causal_mask(shape[3], shape[4], hidden)
+    check(blocked, q, k, v, go, mask=mask[None, None])  # [1, 1, Lq, Lk], as models pass
+    check(blocked, q, k, v, go, mask=mask)  # 2-D
+    biased = mask + torch.randn(shape[3], shape[4]) * (mask == 0)  # a bias where seen
+    check(blocked, q, k, v, go, mask=biased.expand(shape[0], shape[1], -1, -1), scale=0.3)
+
+
+def test_sliding_windows_and_padded_keys_match_eager(blocked):
+    q, k, v, go = qkv(2, 4, 4, 300, 300, 32, seed=2)
+    i = torch.arange(300)
+    window = torch.where((i[None] <= i[:, None]) & (i[None] > i[:, None] - 100), 0.0, MIN)
+    check(blocked, q, k, v, go, mask=window)
+    padded = torch.zeros(2, 1, 1, 300)
+    padded[:, :, :, 180:] = MIN  # every query sees the first 180 keys (BERT's padding)
+    padded[1, :, :, 120:] = float("-inf")
+    check(blocked, q, k, v, go, mask=padded)
+
+
+def test_a_row_whose_mask_hides_every_key_is_eagers(blocked):
+    """A query row that sees no key gets eager's answer (a uniform row over finfo.min
+    values, NaN for -inf), never what the skipped blocks would have changed."""
+    q, k, v, go = qkv(1, 2, 2, 200, 200, 16, seed=3)
+    for hidden in (MIN, float("-inf")):
+        mask = causal_mask(200, 200, hidden)
+        mask[150] = hidden
+        got = blocked.forward(q, k, v, 0.0, False, attn_mask=mask)
+        want = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-6, equal_nan=True)
+
+
+def test_nan_and_inf_inputs_give_eagers_rows(blocked):
+    q, k, v, go = qkv(1, 2, 2, 150, 150, 16, seed=4)
+    q[0, 1, 70, 3] = float("nan")
+    k[0, 0, 100, 0] = float("inf")
+    got = blocked.forward(q, k, v, 0.0, True)
+    want = FORWARD(q, k, v, 0.0, True)
+    assert torch.equal(got[0].isnan(), want[0].isnan())
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=2e-6, equal_nan=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(B=st.integers(1, 2), Hk=st.integers(1, 3), group=st.integers(1, 3),
+       Lq=st.integers(1, 200), Lk=st.integers(1, 200), D=st.sampled_from([4, 16, 24, 64]),
+       masked=st.booleans(), seed=st.integers(0, 1000))
+def test_any_shape_matches_eager(blocked, B, Hk, group, Lq, Lk, D, masked, seed):
+    q, k, v, go = qkv(B, Hk * group, Hk, Lq, Lk, D, seed=seed)
+    if masked and Lq > 64 and Lk > 64:
+        check(blocked, q, k, v, go, mask=causal_mask(Lq, Lk))
+    else:
+        check(blocked, q, k, v, go, causal=True)
+
+
+def calls_eager(blocked, *args, **kwargs):
+    with Counting() as counted:
+        got = blocked.forward(*args, **kwargs)
+    want = FORWARD(*args, **kwargs)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    return counted.calls == 1
+
+
+def test_calls_it_does_not_take_are_eagers_op(blocked):
+    q, k, v, go = qkv(1, 2, 2, 100, 100, 16)
+    full = causal_mask(100, 100)
+    assert calls_eager(blocked, q, k, v, 0.0, False)  # no causal mask: eager was as fast
+    assert calls_eager(blocked, q, k, v, 0.0, False, attn_mask=torch.zeros(100, 100))
+    for bad in (full.bool(), full.double()):  # masks eager's op refuses: its error
+        with pytest.raises(RuntimeError) as want:
+            FORWARD(q, k, v, 0.0, False, attn_mask=bad)
+        with pytest.raises(RuntimeError) as got:
+            blocked.forward(q, k, v, 0.0, False, attn_mask=bad)
+        assert str(got.value) == str(want.value)
+    assert calls_eager(blocked, q.double(), k.double(), v.double(), 0.0, True)
+    with Counting() as counted:  # a strided last dim (eager's own values vary from call
+        blocked.forward(q[..., ::2], k[..., ::2], v[..., ::2], 0.0, True)  # to call there)
+    assert counted.calls == 1
+    assert calls_eager(blocked, q, k, v, 0.0, True, attn_mask=full)  # both: eager decides
+    small = causal_mask(40, 40)
+    assert calls_eager(blocked, q[:, :, :40], k[:, :, :40], v[:, :, :40], 0.0, False,
+                       attn_mask=small)  # one block: nothing to skip
+    with pytest.raises(RuntimeError, match="dropout"):  # eager's op refuses dropout
+        blocked.forward(q, k, v, 0.2, True)
+    x = q.clone().requires_grad_()
+    assert calls_eager(blocked, x, k, v, 0.0, True)
+
+
+ATTENTION_NODE = """\
+graph @g(%q: f32[1, 4, 128, 16], %k: f32[1, 4, 128, 16], %v: f32[1, 4, 128, 16]) {
+  %o, %l = aten._scaled_dot_product_flash_attention_for_cpu.default(%q, %k, %v) \
+{dropout_p = 0.0, is_causal = CAUSAL} : f32[1, 4, 128, 16], f32[1, 4, 128]
+  return %o, %l
+}"""
+
+
+@pytest.mark.parametrize("causal, offered", [("true", True), ("false", False)])
+def test_the_codegen_offers_it_for_causal_nodes(registry, codegen, causal, offered):
+    graph = parse_graph(ATTENTION_NODE.replace("CAUSAL", causal))
+    calls = library_calls(None, [codegen], registry)
+    assert [calls(n) is not None for n in graph.nodes] == [offered]
+
+
+class Attention(torch.nn.Module):
+    """Grouped-query attention as language models write it: a causal flag, or the causal
+    mask materialised with finfo.min (Llama's and Qwen2's in transformers)."""
+
+    def __init__(self, masked: bool, H=8, Hk=2, D=32):
+        super().__init__()
+        self.masked, self.H, self.Hk, self.D = masked, H, Hk, D
+        self.q = torch.nn.Linear(128, H * D)
+        self.kv = torch.nn.Linear(128, 2 * Hk * D)
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        q = self.q(x).view(B, L, self.H, self.D).transpose(1, 2)
+        k, v = (t.transpose(1, 2) for t in self.kv(x).view(B, L, 2, self.Hk, self.D).unbind(2))
+        if self.masked:
+            k, v = (t.repeat_interleave(self.H // self.Hk, 1) for t in (k, v))
+            mask = causal_mask(L, L)[None, None]
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return o.transpose(1, 2).reshape(B, L, -1)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_compiled_training_step_runs_it(tmp_path, masked):
+    torch.manual_seed(0)
+    model = Attention(masked)
+    _, fn = compiled(model, tmp_path)
+    x = torch.randn(2, 300, 128)
+    fn(x).sum().backward()  # compiled (its tracing runs torch's ops on fake tensors)
+    model.zero_grad()
+    runs = []
+    for f in (model, fn):
+        with torch.profiler.profile() as profiled:  # (a dispatch mode stops dynamo)
+            out = f(x)
+            out.square().mean().backward()
+        eager_calls = sum(e.count for e in profiled.key_averages()
+                          if "_scaled_dot_product_flash_attention_for_cpu" in e.key)
+        runs.append((out.detach(), [p.grad.clone() for p in model.parameters()], eager_calls))
+        model.zero_grad()
+    (want, w_grads, eager_calls), (got, g_grads, compiled_calls) = runs
+    assert eager_calls == 2 and compiled_calls == 0
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for g, w in zip(g_grads, w_grads):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-5)
