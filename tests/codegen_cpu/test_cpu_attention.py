@@ -176,6 +176,7 @@ def test_calls_it_does_not_take_are_eagers_op(blocked):
         blocked.forward(q[..., ::2], k[..., ::2], v[..., ::2], 0.0, True)  # to call there)
     assert counted.calls == 1
     assert calls_eager(blocked, q, k, v, 0.0, True, attn_mask=full)  # both: eager decides
+    assert calls_eager(blocked, q, k, v, 0.0, False, attn_mask=full[:, -1:])  # broadcast keys
     small = causal_mask(40, 40)
     assert calls_eager(blocked, q[:, :, :40], k[:, :, :40], v[:, :, :40], 0.0, False,
                        attn_mask=small)  # one block: nothing to skip

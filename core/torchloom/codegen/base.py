@@ -65,10 +65,12 @@ has tuned). The kernel cache calls ``share_tuning`` when the shared cache has no
 
 Plain nodes: a codegen may have ``library_call(node, registry) -> Callable | None``: for an
 op node outside every group, a function the plan calls in place of the op (same
-arguments, the same results and effects bit for bit, random streams included: the
-``cpu`` codegen's eager ``native_dropout`` in SIMD loops), or None. The first codegen of the
-chain that gives one wins (``runtime.executor.library_calls``); one that raises is logged
-and skipped.
+arguments, outputs and layouts, the same effects, random streams included; the same values,
+or values within the rounding of another summation order where the op's own values are
+not fixed by it, as a fused kernel's are: the ``cpu`` codegen's eager ``native_dropout`` in
+SIMD loops, bit for bit, and its causal attention by blocks, within rounding), or None.
+The first codegen of the chain that gives one wins (``runtime.executor.library_calls``);
+one that raises is logged and skipped.
 
 Built artifacts shared by a fleet: a codegen that builds something costly beside its source
 (the ``cpu`` codegen's shared libraries) may have ``with_artifacts(store) -> Codegen``, a

@@ -45,13 +45,33 @@ static int tl_attn_dead(const float *mk, int64_t sml, int n, int bk) {
   return 1;
 }
 
-/* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL); s: n x TL_ABK
+/* dead[(bm * Hm + hm) * qblocks + qb) * kblocks + kb]: whether the mask hides every key of
+   key block kb from every query of block qb, for each of the mask's own (not broadcast)
+   batches and heads; a loop of the caller's parallel region, which waits for it. */
+static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
+                             int64_t Lq, int64_t Lk, unsigned char *dead) {
+  const int64_t qblocks = (Lq + TL_ABQ - 1) / TL_ABQ, kblocks = (Lk + TL_ABK - 1) / TL_ABK;
+  #pragma omp for schedule(static)
+  for (int64_t r = 0; r < Bm * Hm * qblocks; r++) {
+    const int64_t bm = r / (Hm * qblocks), hm = r / qblocks % Hm, q0 = r % qblocks * TL_ABQ;
+    const int n = Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
+    const float *rows = mask + bm * sm[0] + hm * sm[1] + q0 * sm[2];
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+      const int64_t n0 = kb * TL_ABK;
+      const int bk = Lk - n0 < TL_ABK ? (int)(Lk - n0) : TL_ABK;
+      dead[r * kblocks + kb] = (unsigned char)tl_attn_dead(rows + n0, sm[2], n, bk);
+    }
+  }
+}
+
+/* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL; dead: its rows of
+   tl_attn_dead_map); s: n x TL_ABK
    scores, o: n x D. Blocks whose mask hides every key are skipped; 1 when a row then had
    no key its mask lets through (its softmax would need the skipped blocks) or had no key
    at all (-inf everywhere: eager's op decides what that gives), else 0. */
 static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const float *k,
                             int64_t skl, const float *v, int64_t svl, const float *mk,
-                            int64_t sml, float *restrict out,
+                            int64_t sml, const unsigned char *dead, float *restrict out,
                              int64_t sol, float *restrict lse, int64_t slse, int64_t q0, int n,
                              int64_t Lk, int D, float scale, int causal, float *restrict s,
                              float *restrict o) {
@@ -62,7 +82,7 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
   int skipped = 0;
   for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
     const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
-    if (mk != NULL && tl_attn_dead(mk + q0 * sml + n0, sml, n, bk)) {
+    if (mk != NULL && dead[n0 / TL_ABK]) {
       skipped = 1;
       continue;
     }
@@ -121,15 +141,22 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
 
 /* q [B, H, Lq, D], k and v [B, Hk, Lk, D] (H a multiple of Hk), out like q, lse [B, H, Lq],
    mask [B, H, Lq, Lk] added to the scaled scores (or NULL; broadcast dims of stride 0);
-   strides in elements (the last dim of each contiguous). 0, or 1 (out of memory), or 2
-   (a row whose mask hides every key of the blocks computed: eager's op must run). */
+   strides: the first three of q, k, v, out, lse and mask, in elements (the last dim of each
+   contiguous). 0, or 1 (out of memory), or 2 (a row whose mask hides every key of the
+   blocks computed) or 3 (a mask that hides no whole block: nothing to skip); eager's op
+   runs for those two. */
 int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, const float *v,
                     float *out, float *lse, int64_t B, int64_t H, int64_t Hk, int64_t Lq,
-                    int64_t Lk, int64_t D, const float *mask, const int64_t *sq,
-                    const int64_t *sk, const int64_t *sv, const int64_t *so, const int64_t *sl,
-                    const int64_t *sm, double scale, int causal) {
+                    int64_t Lk, int64_t D, const float *mask, const int64_t *strides,
+                    double scale, int causal) {
   const tl_sgemm_fn gemm = (tl_sgemm_fn)sgemm;
+  const int64_t *sq = strides, *sk = sq + 3, *sv = sk + 3, *so = sv + 3, *sl = so + 3;
+  const int64_t *sm = sl + 3;
   const int64_t blocks = (Lq + TL_ABQ - 1) / TL_ABQ, tasks = B * H * blocks, group = H / Hk;
+  const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
+  const int64_t Bm = sm[0] != 0 ? B : 1, Hm = sm[1] != 0 ? H : 1;
+  unsigned char *dead = mask != NULL ? malloc(Bm * Hm * blocks * kblocks) : NULL;
+  if (mask != NULL && dead == NULL) return 1;
   int failed = 0;
   #pragma omp parallel num_threads(threads)
   {
@@ -141,17 +168,27 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     #pragma omp barrier
     if (!failed) {
       float *o = s + TL_ABQ * TL_ABK;
+      int none = 0;
+      if (mask != NULL) {
+        tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+        none = memchr(dead, 1, Bm * Hm * blocks * kblocks) == NULL;
+        if (none) {
+          #pragma omp atomic write
+          failed = 3;
+        }
+      }
       #pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t t = 0; t < tasks; t++) {
-        /* the longest causal rows first */
-        const int64_t qb = causal ? blocks - 1 - t % blocks : t % blocks, bh = t / blocks;
+      for (int64_t t = 0; t < (none ? 0 : tasks); t++) {
+        /* the last rows first: the longest under a causal mask */
+        const int64_t qb = blocks - 1 - t % blocks, bh = t / blocks;
         const int64_t b = bh / H, h = bh % H, hk = h / group;
-        const int64_t q0 = qb * TL_ABQ;
+        const int64_t q0 = qb * TL_ABQ, map = ((Bm > 1 ? b : 0) * Hm + (Hm > 1 ? h : 0));
         const int n = Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
         if (tl_attn_fwd_task(gemm, q + b * sq[0] + h * sq[1], sq[2],
                              k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
                              sv[2], mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL, sm[2],
-                             out + b * so[0] + h * so[1], so[2], lse + b * sl[0] + h * sl[1],
+                             dead + (map * blocks + qb) * kblocks, out + b * so[0] + h * so[1],
+                             so[2], lse + b * sl[0] + h * sl[1],
                              sl[2], q0, n, Lk, (int)D, (float)scale, causal, s, o)) {
           #pragma omp atomic write
           failed = 2;
@@ -160,6 +197,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     }
     free(s);
   }
+  free(dead);
   return failed;
 }
 
@@ -168,7 +206,8 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
    every key are skipped where each row's logsumexp came from keys its mask lets through. */
 static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, const float *q,
                              int64_t sql, const float *k, int64_t skl, const float *v,
-                             int64_t svl, const float *mk, int64_t sml, const float *out,
+                             int64_t svl, const float *mk, int64_t sml,
+                             const unsigned char *dead, int64_t kblocks, const float *out,
                              int64_t sol, const float *lse,
                              int64_t slse, float *gq, int64_t sgql, float *gk, int64_t sgkl,
                              float *gv, int64_t sgvl, int64_t Lq, int64_t Lk, int D,
@@ -193,7 +232,7 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
     const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
     for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
       const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
-      if (live && tl_attn_dead(mk + q0 * sml + n0, sml, n, bk)) continue;
+      if (live && dead[q0 / TL_ABQ * kblocks + n0 / TL_ABK]) continue;
       /* s = scale q k^T (+ mask), dp = go v^T (n x bk, row-major) */
       tl_gemm(gemm, "T", "N", bk, n, D, scale, k + n0 * skl, skl, q + q0 * sql, sql, 0.0f, s,
               TL_ABK);
@@ -231,21 +270,26 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
 }
 
 /* The gradients of tl_attn_fwd_f32's attention: go, out like q; lse [B, H, Lq]; gq like q,
-   gk and gv like k (strides s*). A key head shared by several query heads (H > Hk) sums
+   gk and gv like k (strides: the first three of go, q, k, v, out, lse, gq, gk, gv, mask). A key head shared by several query heads (H > Hk) sums
    their gradients, each computed into private rows first. */
 int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, const float *k,
                     const float *v, const float *out, const float *lse, float *gq, float *gk,
                     float *gv, int64_t B, int64_t H, int64_t Hk, int64_t Lq, int64_t Lk,
-                    int64_t D, const float *mask, const int64_t *sgo, const int64_t *sq,
-                    const int64_t *sk, const int64_t *sv, const int64_t *so, const int64_t *sl,
-                    const int64_t *sgq, const int64_t *sgk, const int64_t *sgv,
-                    const int64_t *sm, double scale, int causal) {
+                    int64_t D, const float *mask, const int64_t *strides, double scale,
+                    int causal) {
   const tl_sgemm_fn gemm = (tl_sgemm_fn)sgemm;
+  const int64_t *sgo = strides, *sq = sgo + 3, *sk = sq + 3, *sv = sk + 3, *so = sv + 3;
+  const int64_t *sl = so + 3, *sgq = sl + 3, *sgk = sgq + 3, *sgv = sgk + 3, *sm = sgv + 3;
   const int64_t group = H / Hk, head = Lk * D;
-  float *own = NULL; /* [B, H, 2, Lk, D]: each query head's dk and dv when heads share keys */
-  if (group > 1) {
-    own = malloc(sizeof(float) * B * H * 2 * head);
-    if (own == NULL) return 1;
+  const int64_t qblocks = (Lq + TL_ABQ - 1) / TL_ABQ, kblocks = (Lk + TL_ABK - 1) / TL_ABK;
+  const int64_t Bm = sm[0] != 0 ? B : 1, Hm = sm[1] != 0 ? H : 1;
+  /* [B, H, 2, Lk, D]: each query head's dk and dv when heads share keys */
+  float *own = group > 1 ? malloc(sizeof(float) * B * H * 2 * head) : NULL;
+  unsigned char *dead = mask != NULL ? malloc(Bm * Hm * qblocks * kblocks) : NULL;
+  if ((group > 1 && own == NULL) || (mask != NULL && dead == NULL)) {
+    free(own);
+    free(dead);
+    return 1;
   }
   int failed = 0;
   #pragma omp parallel num_threads(threads)
@@ -257,17 +301,19 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     }
     #pragma omp barrier
     if (!failed) {
+      if (mask != NULL) tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
       #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < B * H; t++) {
         const int64_t b = t / H, h = t % H, hk = h / group;
+        const int64_t map = (Bm > 1 ? b : 0) * Hm + (Hm > 1 ? h : 0);
         float *dk = own != NULL ? own + t * 2 * head : gk + b * sgk[0] + hk * sgk[1];
         float *dv = own != NULL ? dk + head : gv + b * sgv[0] + hk * sgv[1];
         const int64_t sdk = own != NULL ? D : sgk[2], sdv = own != NULL ? D : sgv[2];
         tl_attn_bwd_task(gemm, go + b * sgo[0] + h * sgo[1], sgo[2], q + b * sq[0] + h * sq[1],
                          sq[2], k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
                          sv[2], mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL, sm[2],
-                         out + b * so[0] + h * so[1], so[2], lse + b * sl[0] + h * sl[1],
-                         sl[2], gq + b * sgq[0] + h * sgq[1], sgq[2], dk, sdk, dv, sdv, Lq, Lk,
+                         dead + map * qblocks * kblocks, kblocks, out + b * so[0] + h * so[1],
+                         so[2], lse + b * sl[0] + h * sl[1], sl[2], gq + b * sgq[0] + h * sgq[1], sgq[2], dk, sdk, dv, sdv, Lq, Lk,
                          (int)D, (float)scale, causal, s, s + TL_ABQ * TL_ABK);
       }
       if (own != NULL) {
@@ -289,5 +335,6 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     free(s);
   }
   free(own);
+  free(dead);
   return failed;
 }

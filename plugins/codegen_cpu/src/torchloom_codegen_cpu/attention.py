@@ -4,14 +4,18 @@ backward, computed block by block so that the keys a causal mask hides are never
 Eager's (and Inductor's, which calls it) CPU flash attention takes query blocks of 64 rows
 and key blocks of 512 (``kvSplitSize``): at 512 tokens or fewer there is one key block, and a
 causal row block multiplies every key, then masks the half it may not see. This module
-takes blocks of 64 queries and 64 keys and stops each row block at its diagonal: about half
-the products, the same algorithm otherwise (online softmax forward, the logsumexp eager
-saves, FlashAttention-2's backward recomputing the probabilities from it). Its products are
-the BLAS's own ``sgemm`` (the one torch links: MKL on x86), called on each block from C
-(``tl_gemm``), the softmax between them SIMD loops. Measured on the 2-vCPU Intel Xeon of
-``benchmarks/RESULTS.md`` (``[1, 8, 512, 32]``, 4 key heads or 8): forward 1.4-2.0x and
-backward 1.5-2.1x eager's; without a causal mask it was no faster (0.6-1.0x), so only causal
-calls come here.
+takes blocks of 64 queries and 64 keys and stops each row block at its diagonal (a causal
+flag), or skips each block an additive f32 mask hides whole (``-inf``, or the ``finfo.min``
+language models write: Llama's and Qwen2's causal masks, sliding windows, padded keys; a map
+of the dead blocks is made once per call and mask batch and head): about half the products
+under a causal mask, the same algorithm otherwise (online softmax forward, the logsumexp
+eager saves, FlashAttention-2's backward recomputing the probabilities from it). Its
+products are the BLAS's own ``sgemm`` (the one torch links: MKL on x86), called on each
+block from C (``tl_gemm``), the softmax between them SIMD loops. Measured on the 2-vCPU
+Intel Xeon of ``benchmarks/RESULTS.md`` (``[1, 8, 512, 32]``, one process, interleaved):
+forward 1.4-1.7x and backward 1.5-1.9x eager's; without blocks to skip it was no faster
+(0.6-1.0x), so a call with neither a causal flag nor a mask never comes here and a mask
+that hides no whole block is handed back to eager's op (the C function's answer 3).
 
 Values are eager's within float rounding (each probability is the same exponential of the
 same scaled dot product, summed in another order; tests/codegen_cpu/test_cpu_attention.py
@@ -19,12 +23,13 @@ compares with eager's op), and the outputs have eager's layouts (the meta functi
 output like the query, the logsumexp ``[B, L, H]`` transposed, gradients ``[B, L, H, D]``
 permuted), so either side's backward takes either side's forward. Exponentials below -80
 are 0 (``tl_attn_exp``: e^-80 is 2e-35, nothing beside a row's largest term of 1) so that
-no subnormal ever costs a microcode assist.
+no subnormal ever costs a microcode assist. A query row that sees no key of the blocks
+computed (its mask hides all, so its softmax is over hidden values) is eager's op's.
 
-Anything else calls eager's op: a dtype other than f32, dropout, an ``attn_mask``, no
-causal mask, a last dim that is not contiguous, a tensor that needs its gradient under
-grad mode, sizes or strides from 2^31 on, a torch whose BLAS exports no ``sgemm_``, or one
-whose results on a small case (checked once) are not eager's.
+Anything else calls eager's op: a dtype other than f32, dropout, a bool mask, a causal flag
+with a mask, a last dim that is not contiguous, a tensor that needs its gradient under grad
+mode, strides from 2^31 on, a torch whose BLAS exports no ``sgemm_``, or one whose results
+on small cases (checked once) are not eager's.
 """
 
 from __future__ import annotations
@@ -47,8 +52,6 @@ FORWARD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 BACKWARD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
 #: the largest size or stride the BLAS's 32-bit integers take
 _INT_MAX = (1 << 31) - 1
-#: a mask value at or below which a key is hidden (-inf, or models' finfo.min): attention.c
-_DEAD = -1e30
 
 _ATTENTION = (Path(__file__).parent / "attention.c").read_text
 
@@ -74,15 +77,23 @@ def _blas_sgemm() -> int | None:
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _FORWARD_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *([_P] * 6), *([_I] * 6),
-                                      *([_P] * 7), ctypes.c_double, ctypes.c_int)
+                                      _P, _P, ctypes.c_double, ctypes.c_int)
 _BACKWARD_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *([_P] * 10), *([_I] * 6),
-                                       *([_P] * 11), ctypes.c_double, ctypes.c_int)
-#: the C side's answer for a row whose mask hides every key it computed (eager's op runs)
-_DEAD_ROW = 2
+                                       _P, _P, ctypes.c_double, ctypes.c_int)
+#: the C side's answers that send a call to eager's op: a row whose mask hides every key
+#: it computed, a mask that hides no whole block (attention.c)
+_EAGERS = (2, 3)
 
 
-def _strides(t: torch.Tensor | None):
-    return (ctypes.c_int64 * 3)(*(t.stride()[:3] if t is not None else (0, 0, 0)))
+def _strides(tensors) -> ctypes.Array | None:
+    """The first three strides of each tensor (0s for None) as one C array, or None where
+    one is 2^31 or more (the BLAS's 32-bit integers)."""
+    flat = []
+    for t in tensors:
+        flat += t.stride()[:3] if t is not None else (0, 0, 0)
+    if max(flat) > _INT_MAX or min(flat) < 0:
+        return None
+    return (ctypes.c_int64 * len(flat))(*flat)
 
 
 def _mask(mask, query, key):
@@ -145,27 +156,32 @@ class Attention:
         ready = self._loaded() if _fast(query, key, value, (grad_out, out), dropout_p,
                                         is_causal, attn_mask) and \
             _lse_ok(logsumexp, query) and grad_out.shape == query.shape == out.shape else None
-        if ready is None:
+        found = None if ready is None else _backward(
+            ready[1], ready[2], grad_out, query, key, value, out, logsumexp, attn_mask,
+            is_causal, scale)
+        if found is None:
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
                 grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
                 attn_mask=attn_mask, scale=scale)
-        return _backward(ready[1], ready[2], grad_out, query, key, value, out, logsumexp,
-                         attn_mask, is_causal, scale)
+        return found
 
 
 def _forward(fn, sgemm, query, key, value, mask, is_causal, scale):
-    """``(output, logsumexp)``, or None where a row's mask hides every key (eager's op)."""
+    """``(output, logsumexp)``, or None where eager's op must run: a stride from 2^31 on,
+    a row whose mask hides every key, a mask that hides no whole block."""
     B, H, Lq, D = query.shape
     Hk, Lk = key.shape[1], key.shape[2]
     mask = _mask(mask, query, key)
     out = torch.empty_like(query)
     lse = torch.empty((B, Lq, H), dtype=torch.float32, device="cpu").transpose(1, 2)
-    strides = [_strides(t) for t in (query, key, value, out, lse, mask)]
+    strides = _strides((query, key, value, out, lse, mask))
+    if strides is None:
+        return None
     failed = fn(torch.get_num_threads(), sgemm, query.data_ptr(), key.data_ptr(),
                 value.data_ptr(), out.data_ptr(), lse.data_ptr(), B, H, Hk, Lq, Lk, D,
-                mask.data_ptr() if mask is not None else None, *strides, _scale(scale, D),
+                mask.data_ptr() if mask is not None else None, strides, _scale(scale, D),
                 int(is_causal))
-    if failed == _DEAD_ROW:
+    if failed in _EAGERS:
         return None
     if failed:
         raise MemoryError("torchloom: cpu attention: out of memory for its scratch blocks")
@@ -173,15 +189,19 @@ def _forward(fn, sgemm, query, key, value, mask, is_causal, scale):
 
 
 def _backward(fn, sgemm, grad_out, query, key, value, out, lse, mask, is_causal, scale):
+    """The three gradients, or None where a stride is 2^31 or more (eager's op)."""
     B, H, Lq, D = query.shape
     Hk, Lk = key.shape[1], key.shape[2]
     mask = _mask(mask, query, key)
     grads = [torch.empty_permuted(t.shape, (0, 2, 1, 3), dtype=t.dtype, device="cpu")
              for t in (query, key, value)]
     tensors = (grad_out, query, key, value, out, lse, *grads)
+    strides = _strides((*tensors, mask))
+    if strides is None:
+        return None
     if fn(torch.get_num_threads(), sgemm, *(t.data_ptr() for t in tensors), B, H, Hk, Lq, Lk,
-          D, mask.data_ptr() if mask is not None else None,
-          *(_strides(t) for t in (*tensors, mask)), _scale(scale, D), int(is_causal)):
+          D, mask.data_ptr() if mask is not None else None, strides, _scale(scale, D),
+          int(is_causal)):
         raise MemoryError("torchloom: cpu attention: out of memory for its scratch blocks")
     return tuple(grads)
 
@@ -191,51 +211,39 @@ def _scale(scale, D: int) -> float:
 
 
 def _fast(query, key, value, others, dropout_p, is_causal, attn_mask) -> bool:
-    """Whether the blocked path computes this call: plain f32 CPU tensors of 4 dims whose
-    last dim is contiguous, none needing its gradient, a query head count a multiple of the
-    key's, sizes and strides below 2^31, no dropout, and a causal mask or an additive f32
-    mask that hides the first query block's last key block (:func:`_skips`)."""
-    if dropout_p != 0.0 or not isinstance(is_causal, bool) or \
-            (is_causal and attn_mask is not None):
+    """Whether the blocked path takes this call: plain f32 CPU tensors of 4 dims with
+    elements whose last dim is contiguous, none needing its gradient, a query head count a
+    multiple of the key's, no dropout, and a causal flag or an additive f32 mask (whether
+    the mask hides whole blocks, without which eager's op was as fast, the C side finds)."""
+    if dropout_p != 0.0 or is_causal is not (attn_mask is None) or \
+            (attn_mask is not None and not _mask_ok(attn_mask, query, key)):
         return False
     for t in (query, key, value, *others):
-        if type(t) is not torch.Tensor or t.device.type != "cpu" or \
-                t.dtype != torch.float32 or t.dim() != 4 or t.numel() == 0 or \
-                (t.stride(3) != 1 and t.shape[3] != 1) or \
-                (t.requires_grad and torch.is_grad_enabled()) or \
-                max(*t.shape, *(abs(s) for s in t.stride())) > _INT_MAX:
+        if type(t) is not torch.Tensor or t.dtype is not torch.float32 or not t.is_cpu or \
+                t.dim() != 4 or (t.stride(3) != 1 and t.shape[3] != 1) or 0 in t.shape:
             return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, *others)):
+        return False
     B, H, _, D = query.shape
-    if not (key.shape == value.shape and key.shape[0] == B and key.shape[3] == D and
-            H % key.shape[1] == 0):
-        return False
-    return is_causal if attn_mask is None else _skips(attn_mask, query, key)
+    return key.shape == value.shape and key.shape[0] == B and key.shape[3] == D and \
+        H % key.shape[1] == 0
 
 
-def _skips(mask, query, key) -> bool:
-    """Whether a mask is one this path takes, and hides whole blocks: a plain f32 CPU
-    tensor that broadcasts to ``[B, H, Lq, Lk]`` with a contiguous last dim, not needing
-    its gradient, whose first block of 64 queries sees none of the keys of the last block
-    (a causal mask's shape, a sliding window's, padded keys'; without such blocks eager's op
-    was as fast)."""
-    shape = (*query.shape[:3], key.shape[2])
-    if type(mask) is not torch.Tensor or mask.device.type != "cpu" or \
-            mask.dtype != torch.float32 or not 2 <= mask.dim() <= 4 or \
-            (mask.requires_grad and torch.is_grad_enabled()) or \
-            torch.broadcast_shapes(mask.shape, shape) != shape:
+def _mask_ok(mask, query, key) -> bool:
+    """A plain f32 CPU tensor of 2 to 4 dims that broadcasts to ``[B, H, Lq, Lk]``, its
+    last dim Lk long and contiguous, not needing its gradient."""
+    if type(mask) is not torch.Tensor or mask.dtype is not torch.float32 or \
+            not mask.is_cpu or not 2 <= mask.dim() <= 4 or mask.shape[-1] != key.shape[2] or \
+            (mask.stride(-1) != 1 and mask.shape[-1] != 1) or \
+            (mask.requires_grad and torch.is_grad_enabled()):
         return False
-    full = _mask(mask, query, key)
-    if full.stride(3) != 1 and shape[3] != 1 or \
-            max(abs(s) for s in full.stride()) > _INT_MAX:
-        return False
-    last = (shape[3] - 1) // 64 * 64  # the last key block (attention.c's TL_ABK)
-    return last > 0 and bool((mask[..., :64, last:] <= _DEAD).all())
+    full = (*query.shape[:3], key.shape[2])
+    return all(m in (1, f) for m, f in zip(reversed(mask.shape), reversed(full)))
 
 
 def _lse_ok(lse, query) -> bool:
-    return type(lse) is torch.Tensor and lse.dtype == torch.float32 and \
-        lse.device.type == "cpu" and tuple(lse.shape) == tuple(query.shape[:3]) and \
-        max(abs(s) for s in lse.stride()) <= _INT_MAX
+    return type(lse) is torch.Tensor and lse.dtype is torch.float32 and lse.is_cpu and \
+        lse.shape == query.shape[:3]
 
 
 def _agrees(forward, backward, sgemm) -> bool:
