@@ -114,6 +114,10 @@ def test_sliding_windows_and_padded_keys_match_eager(blocked):
     padded[:, :, :, 180:] = MIN  # every query sees the first 180 keys (BERT's padding)
     padded[1, :, :, 120:] = float("-inf")
     check(blocked, q, k, v, go, mask=padded)
+    per_head = torch.stack([torch.stack([causal_mask(300, 300), window, padded[b, 0].expand(
+        300, 300), causal_mask(300, 300, float("-inf"))]) for b in range(2)])
+    per_head[1, 0, :, 250:] = MIN  # each batch and head its own mask and map
+    check(blocked, q, k, v, go, mask=per_head.contiguous())
 
 
 def test_a_row_whose_mask_hides_every_key_is_eagers(blocked):

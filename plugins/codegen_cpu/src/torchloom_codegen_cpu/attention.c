@@ -64,17 +64,17 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
   }
 }
 
-/* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL; dead: its rows of
-   tl_attn_dead_map); s: n x TL_ABK
-   scores, o: n x D. Blocks whose mask hides every key are skipped; 1 when a row then had
-   no key its mask lets through (its softmax would need the skipped blocks) or had no key
-   at all (-inf everywhere: eager's op decides what that gives), else 0. */
+/* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL; dead: its row of
+   tl_attn_dead_map); s: n x TL_ABK scores, o: n x D. Blocks whose mask hides every key are
+   skipped; 1 when a row then had no key its mask lets through (its softmax would need the
+   skipped blocks) or had no key at all (-inf everywhere: eager's op decides what that
+   gives), else 0. */
 static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const float *k,
                             int64_t skl, const float *v, int64_t svl, const float *mk,
                             int64_t sml, const unsigned char *dead, float *restrict out,
-                             int64_t sol, float *restrict lse, int64_t slse, int64_t q0, int n,
-                             int64_t Lk, int D, float scale, int causal, float *restrict s,
-                             float *restrict o) {
+                            int64_t sol, float *restrict lse, int64_t slse, int64_t q0, int n,
+                            int64_t Lk, int D, float scale, int causal, float *restrict s,
+                            float *restrict o) {
   float m[TL_ABQ], l[TL_ABQ];
   for (int i = 0; i < n; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
   memset(o, 0, sizeof(float) * n * D);
@@ -182,14 +182,15 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
         /* the last rows first: the longest under a causal mask */
         const int64_t qb = blocks - 1 - t % blocks, bh = t / blocks;
         const int64_t b = bh / H, h = bh % H, hk = h / group;
-        const int64_t q0 = qb * TL_ABQ, map = ((Bm > 1 ? b : 0) * Hm + (Hm > 1 ? h : 0));
+        const int64_t q0 = qb * TL_ABQ, map = (Bm > 1 ? b : 0) * Hm + (Hm > 1 ? h : 0);
         const int n = Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
+        const float *mk = mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL;
+        const unsigned char *row = mask != NULL ? dead + (map * blocks + qb) * kblocks : NULL;
         if (tl_attn_fwd_task(gemm, q + b * sq[0] + h * sq[1], sq[2],
                              k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
-                             sv[2], mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL, sm[2],
-                             dead + (map * blocks + qb) * kblocks, out + b * so[0] + h * so[1],
-                             so[2], lse + b * sl[0] + h * sl[1],
-                             sl[2], q0, n, Lk, (int)D, (float)scale, causal, s, o)) {
+                             sv[2], mk, sm[2], row, out + b * so[0] + h * so[1], so[2],
+                             lse + b * sl[0] + h * sl[1], sl[2], q0, n, Lk, (int)D,
+                             (float)scale, causal, s, o)) {
           #pragma omp atomic write
           failed = 2;
         }
@@ -270,8 +271,9 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
 }
 
 /* The gradients of tl_attn_fwd_f32's attention: go, out like q; lse [B, H, Lq]; gq like q,
-   gk and gv like k (strides: the first three of go, q, k, v, out, lse, gq, gk, gv, mask). A key head shared by several query heads (H > Hk) sums
-   their gradients, each computed into private rows first. */
+   gk and gv like k (strides: the first three of go, q, k, v, out, lse, gq, gk, gv, mask).
+   A key head shared by several query heads (H > Hk) sums their gradients, each computed
+   into private rows first. 0, or 1 (out of memory). */
 int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, const float *k,
                     const float *v, const float *out, const float *lse, float *gq, float *gk,
                     float *gv, int64_t B, int64_t H, int64_t Hk, int64_t Lq, int64_t Lk,
@@ -309,12 +311,14 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
         float *dk = own != NULL ? own + t * 2 * head : gk + b * sgk[0] + hk * sgk[1];
         float *dv = own != NULL ? dk + head : gv + b * sgv[0] + hk * sgv[1];
         const int64_t sdk = own != NULL ? D : sgk[2], sdv = own != NULL ? D : sgv[2];
+        const float *mk = mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL;
+        const unsigned char *rows = mask != NULL ? dead + map * qblocks * kblocks : NULL;
         tl_attn_bwd_task(gemm, go + b * sgo[0] + h * sgo[1], sgo[2], q + b * sq[0] + h * sq[1],
                          sq[2], k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
-                         sv[2], mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL, sm[2],
-                         dead + map * qblocks * kblocks, kblocks, out + b * so[0] + h * so[1],
-                         so[2], lse + b * sl[0] + h * sl[1], sl[2], gq + b * sgq[0] + h * sgq[1], sgq[2], dk, sdk, dv, sdv, Lq, Lk,
-                         (int)D, (float)scale, causal, s, s + TL_ABQ * TL_ABK);
+                         sv[2], mk, sm[2], rows, kblocks, out + b * so[0] + h * so[1], so[2],
+                         lse + b * sl[0] + h * sl[1], sl[2], gq + b * sgq[0] + h * sgq[1],
+                         sgq[2], dk, sdk, dv, sdv, Lq, Lk, (int)D, (float)scale, causal, s,
+                         s + TL_ABQ * TL_ABK);
       }
       if (own != NULL) {
         #pragma omp for schedule(static)
