@@ -64,6 +64,23 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
   }
 }
 
+/* Query qi's row of a block of scores (keys n0 .. n0 + bk): the mask's row (mk, or NULL)
+   added to the keys a causal flag lets it see, whose count it returns. */
+static inline int tl_attn_row(float *restrict row, const float *mk, int64_t sml, int64_t qi,
+                              int64_t n0, int bk, int causal) {
+  int lim = bk;
+  if (causal) {
+    const int64_t last = qi - n0 + 1;
+    lim = last < bk ? (last < 0 ? 0 : (int)last) : bk;
+  }
+  if (mk != NULL) {
+    const float *restrict mr = mk + qi * sml + n0;
+    #pragma omp simd
+    for (int j = 0; j < lim; j++) row[j] += mr[j];
+  }
+  return lim;
+}
+
 /* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL; dead: its row of
    tl_attn_dead_map); s: n x TL_ABK scores, o: n x D. Blocks whose mask hides every key are
    skipped; 1 when a row then had no key its mask lets through (its softmax would need the
@@ -91,16 +108,7 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
             TL_ABK);
     for (int i = 0; i < n; i++) {
       float *restrict row = s + i * TL_ABK;
-      int lim = bk;
-      if (causal) {
-        const int64_t last = q0 + i - n0 + 1;
-        lim = last < bk ? (last < 0 ? 0 : (int)last) : bk;
-      }
-      if (mk != NULL) {
-        const float *restrict mr = mk + (q0 + i) * sml + n0;
-        #pragma omp simd
-        for (int j = 0; j < lim; j++) row[j] += mr[j];
-      }
+      const int lim = tl_attn_row(row, mk, sml, q0 + i, n0, bk, causal);
       for (int j = lim; j < TL_ABK; j++) row[j] = -INFINITY;
       float mx = -INFINITY;
       #pragma omp simd reduction(max:mx)
@@ -241,16 +249,7 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
               TL_ABK);
       for (int i = 0; i < n; i++) {
         float *restrict p = s + i * TL_ABK, *restrict g = dp + i * TL_ABK;
-        int lim = bk;
-        if (causal) {
-          const int64_t last = q0 + i - n0 + 1;
-          lim = last < bk ? (last < 0 ? 0 : (int)last) : bk;
-        }
-        if (mk != NULL) {
-          const float *restrict mr = mk + (q0 + i) * sml + n0;
-          #pragma omp simd
-          for (int j = 0; j < bk; j++) p[j] += mr[j];
-        }
+        const int lim = tl_attn_row(p, mk, sml, q0 + i, n0, bk, causal);
         const float m = lse[(q0 + i) * slse], di = delta[i];
         #pragma omp simd
         for (int j = 0; j < TL_ABK; j++) {
