@@ -215,6 +215,7 @@ def _fast(query, key, value, others, dropout_p, is_causal, attn_mask) -> bool:
     elements whose last dim is contiguous, none needing its gradient, a query head count a
     multiple of the key's, no dropout, and a causal flag or an additive f32 mask (whether
     the mask hides whole blocks, without which eager's op was as fast, the C side finds)."""
+    # exactly one of a causal flag (True) and a mask
     if dropout_p != 0.0 or is_causal is not (attn_mask is None) or \
             (attn_mask is not None and not _mask_ok(attn_mask, query, key)):
         return False
