@@ -33,21 +33,28 @@ static inline float tl_attn_exp(float x) {
 /* A mask value that hides its key: -inf, or what models write for it (finfo.min). */
 #define TL_DEAD -1e30f
 
-/* Whether every mask value of rows [0, n) and columns [0, bk) hides its key. */
-static int tl_attn_dead(const float *mk, int64_t sml, int n, int bk) {
+/* The mask's block of rows [0, n) and columns [0, bk): TL_HIDES where every value hides its
+   key, TL_ZERO where every value is 0 (nothing to add), else TL_MIXED. */
+#define TL_MIXED 0
+#define TL_HIDES 1
+#define TL_ZERO 2
+static int tl_attn_block(const float *mk, int64_t sml, int n, int bk) {
+  float lo = INFINITY, hi = -INFINITY;
   for (int i = 0; i < n; i++) {
     const float *restrict r = mk + i * sml;
-    float mx = -INFINITY;
-    #pragma omp simd reduction(max:mx)
-    for (int j = 0; j < bk; j++) mx = r[j] > mx ? r[j] : mx;
-    if (!(mx <= TL_DEAD)) return 0;
+    #pragma omp simd reduction(min:lo) reduction(max:hi)
+    for (int j = 0; j < bk; j++) {
+      lo = r[j] < lo ? r[j] : lo;
+      hi = r[j] > hi ? r[j] : hi;
+    }
+    if (!(hi <= TL_DEAD) && !(lo == 0.0f && hi == 0.0f)) return TL_MIXED;
   }
-  return 1;
+  return hi <= TL_DEAD ? TL_HIDES : TL_ZERO;
 }
 
-/* dead[(bm * Hm + hm) * qblocks + qb) * kblocks + kb]: whether the mask hides every key of
-   key block kb from every query of block qb, for each of the mask's own (not broadcast)
-   batches and heads; a loop of the caller's parallel region, which waits for it. */
+/* dead[(bm * Hm + hm) * qblocks + qb) * kblocks + kb]: tl_attn_block of query block qb and
+   key block kb, for each of the mask's own (not broadcast) batches and heads; a loop of the
+   caller's parallel region, which waits for it. */
 static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
                              int64_t Lq, int64_t Lk, unsigned char *dead) {
   const int64_t qblocks = (Lq + TL_ABQ - 1) / TL_ABQ, kblocks = (Lk + TL_ABK - 1) / TL_ABK;
@@ -59,7 +66,7 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
     for (int64_t kb = 0; kb < kblocks; kb++) {
       const int64_t n0 = kb * TL_ABK;
       const int bk = Lk - n0 < TL_ABK ? (int)(Lk - n0) : TL_ABK;
-      dead[r * kblocks + kb] = (unsigned char)tl_attn_dead(rows + n0, sm[2], n, bk);
+      dead[r * kblocks + kb] = (unsigned char)tl_attn_block(rows + n0, sm[2], n, bk);
     }
   }
 }
@@ -82,57 +89,80 @@ static inline int tl_attn_row(float *restrict row, const float *mk, int64_t sml,
 }
 
 /* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL; dead: its row of
-   tl_attn_dead_map); s: n x TL_ABK scores, o: n x D. Blocks whose mask hides every key are
-   skipped; 1 when a row then had no key its mask lets through (its softmax would need the
-   skipped blocks) or had no key at all (-inf everywhere: eager's op decides what that
-   gives), else 0. */
+   tl_attn_dead_map); o: n x D. Scores are kept transposed, st[j * TL_ABQ + i] for key j and
+   query i, so that each query's maximum and sum over its keys are vector operations across
+   16 queries (a horizontal reduction per query row cost as much as the products). Blocks
+   whose mask hides every key are skipped; 1 when a row then had no key its mask lets
+   through (its softmax would need the skipped blocks) or had no key at all (-inf
+   everywhere: eager's op decides what that gives), else 0. */
 static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const float *k,
                             int64_t skl, const float *v, int64_t svl, const float *mk,
                             int64_t sml, const unsigned char *dead, float *restrict out,
                             int64_t sol, float *restrict lse, int64_t slse, int64_t q0, int n,
-                            int64_t Lk, int D, float scale, int causal, float *restrict s,
+                            int64_t Lk, int D, float scale, int causal, float *restrict st,
                             float *restrict o) {
-  float m[TL_ABQ], l[TL_ABQ];
+  float m[TL_ABQ], l[TL_ABQ], mx[TL_ABQ], base[TL_ABQ], alpha[TL_ABQ], sum[TL_ABQ];
   for (int i = 0; i < n; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
   memset(o, 0, sizeof(float) * n * D);
   const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
   int skipped = 0;
   for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
     const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
-    if (mk != NULL && dead[n0 / TL_ABK]) {
+    const int block = mk != NULL ? dead[n0 / TL_ABK] : TL_ZERO;
+    if (block == TL_HIDES) {
       skipped = 1;
       continue;
     }
-    /* s (n x bk, row-major) = scale * q (n x D) k^T (+ mask) */
-    tl_gemm(gemm, "T", "N", bk, n, D, scale, k + n0 * skl, skl, q + q0 * sql, sql, 0.0f, s,
-            TL_ABK);
-    for (int i = 0; i < n; i++) {
-      float *restrict row = s + i * TL_ABK;
-      const int lim = tl_attn_row(row, mk, sml, q0 + i, n0, bk, causal);
-      for (int j = lim; j < TL_ABK; j++) row[j] = -INFINITY;
-      float mx = -INFINITY;
-      #pragma omp simd reduction(max:mx)
-      for (int j = 0; j < TL_ABK; j++) mx = row[j] > mx ? row[j] : mx;
-      const float mn = mx > m[i] ? mx : m[i];
-      if (mn == -INFINITY) { memset(row, 0, sizeof(float) * TL_ABK); continue; }
-      const float alpha = m[i] == -INFINITY ? 0.0f : tl_attn_exp(m[i] - mn);
-      float sum = 0.0f;
-      #pragma omp simd reduction(+:sum)
-      for (int j = 0; j < TL_ABK; j++) {
-        const float e = tl_attn_exp(row[j] - mn);
-        row[j] = e;
-        sum += e;
-      }
-      l[i] = l[i] * alpha + sum;
-      m[i] = mn;
-      if (alpha != 1.0f) {
-        float *restrict oi = o + i * D;
+    /* st (bk x n, ld TL_ABQ) = scale * k q^T (+ the mask's block, transposed) */
+    tl_gemm(gemm, "T", "N", n, bk, D, scale, q + q0 * sql, sql, k + n0 * skl, skl, 0.0f, st,
+            TL_ABQ);
+    if (block == TL_MIXED)
+      for (int j = 0; j < bk; j++) {
+        float *restrict col = st + j * TL_ABQ;
+        const float *mj = mk + q0 * sml + n0 + j;
         #pragma omp simd
-        for (int d = 0; d < D; d++) oi[d] *= alpha;
+        for (int i = 0; i < n; i++) col[i] += mj[i * sml];
+      }
+    if (causal && n0 + bk - 1 > q0) /* keys after the query: hidden */
+      for (int j = 0; j < bk; j++) {
+        float *restrict col = st + j * TL_ABQ;
+        #pragma omp simd
+        for (int i = 0; i < n; i++) col[i] = n0 + j > q0 + i ? -INFINITY : col[i];
+      }
+    for (int i = 0; i < n; i++) mx[i] = -INFINITY;
+    for (int j = 0; j < bk; j++) {
+      const float *restrict col = st + j * TL_ABQ;
+      #pragma omp simd
+      for (int i = 0; i < n; i++) mx[i] = col[i] > mx[i] ? col[i] : mx[i];
+    }
+    #pragma omp simd
+    for (int i = 0; i < n; i++) {
+      const float mn = mx[i] > m[i] ? mx[i] : m[i];
+      alpha[i] = m[i] == -INFINITY ? 0.0f : tl_attn_exp(m[i] - mn);
+      base[i] = mn == -INFINITY ? 0.0f : mn; /* a row with no key yet: every e^-inf is 0 */
+      m[i] = mn;
+      sum[i] = 0.0f;
+    }
+    for (int j = 0; j < bk; j++) {
+      float *restrict col = st + j * TL_ABQ;
+      #pragma omp simd
+      for (int i = 0; i < n; i++) {
+        const float e = tl_attn_exp(col[i] - base[i]);
+        col[i] = e;
+        sum[i] += e;
       }
     }
-    /* o (n x D) += s (n x bk) v (bk x D) */
-    tl_gemm(gemm, "N", "N", D, n, bk, 1.0f, v + n0 * svl, svl, s, TL_ABK, 1.0f, o, D);
+    for (int i = 0; i < n; i++) {
+      l[i] = l[i] * alpha[i] + sum[i];
+      if (alpha[i] != 1.0f) {
+        float *restrict oi = o + i * D;
+        const float a = alpha[i];
+        #pragma omp simd
+        for (int d = 0; d < D; d++) oi[d] *= a;
+      }
+    }
+    /* o (n x D) += p (n x bk) v (bk x D), p held transposed in st */
+    tl_gemm(gemm, "N", "T", D, n, bk, 1.0f, v + n0 * svl, svl, st, TL_ABQ, 1.0f, o, D);
   }
   for (int i = 0; i < n; i++)
     if ((skipped && !(m[i] > TL_DEAD)) || m[i] == -INFINITY) return 1;
@@ -179,7 +209,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
       int none = 0;
       if (mask != NULL) {
         tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
-        none = memchr(dead, 1, Bm * Hm * blocks * kblocks) == NULL;
+        none = memchr(dead, TL_HIDES, Bm * Hm * blocks * kblocks) == NULL;
         if (none) {
           #pragma omp atomic write
           failed = 3;
@@ -241,7 +271,8 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
     const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
     for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
       const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
-      if (live && dead[q0 / TL_ABQ * kblocks + n0 / TL_ABK]) continue;
+      const int block = mk != NULL ? dead[q0 / TL_ABQ * kblocks + n0 / TL_ABK] : TL_MIXED;
+      if (live && block == TL_HIDES) continue;
       /* s = scale q k^T (+ mask), dp = go v^T (n x bk, row-major) */
       tl_gemm(gemm, "T", "N", bk, n, D, scale, k + n0 * skl, skl, q + q0 * sql, sql, 0.0f, s,
               TL_ABK);
@@ -249,7 +280,8 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
               TL_ABK);
       for (int i = 0; i < n; i++) {
         float *restrict p = s + i * TL_ABK, *restrict g = dp + i * TL_ABK;
-        const int lim = tl_attn_row(p, mk, sml, q0 + i, n0, bk, causal);
+        const int lim = tl_attn_row(p, block == TL_ZERO ? NULL : mk, sml, q0 + i, n0, bk,
+                                    causal);
         const float m = lse[(q0 + i) * slse], di = delta[i];
         #pragma omp simd
         for (int j = 0; j < TL_ABK; j++) {
