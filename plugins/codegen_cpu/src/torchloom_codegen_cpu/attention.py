@@ -13,7 +13,7 @@ eager saves, FlashAttention-2's backward recomputing the probabilities from it).
 products are the BLAS's own ``sgemm`` (the one torch links: MKL on x86), called on each
 block from C (``tl_gemm``), the softmax between them SIMD loops. Measured on the 2-vCPU
 Intel Xeon of ``benchmarks/RESULTS.md`` (``[1, 8, 512, 32]``, one process, interleaved):
-forward 1.4-1.7x and backward 1.5-1.9x eager's; without blocks to skip it was no faster
+forward 1.7-1.9x and backward 1.6-1.9x eager's; without blocks to skip it was no faster
 (0.6-1.0x), so a call with neither a causal flag nor a mask never comes here and a mask
 that hides no whole block is handed back to eager's op (the C function's answer 3).
 
