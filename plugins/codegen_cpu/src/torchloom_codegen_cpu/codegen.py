@@ -176,7 +176,8 @@ class CpuCodegen:
         stream (random_stream.py), causal f32 flash attention and its backward by blocks
         (attention.py); each library is built at its first call. None for other nodes."""
         del registry
-        if not node.inputs or find_compiler() is None:
+        if node.op not in (random_stream.OP, attention.FORWARD, attention.BACKWARD) or \
+                not node.inputs or find_compiler() is None:
             return None
         t = node.inputs[0].type
         if not isinstance(t, TensorType) or t.device != "cpu":
