@@ -61,7 +61,8 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
   #pragma omp for schedule(static)
   for (int64_t r = 0; r < Bm * Hm * qblocks; r++) {
     const int64_t bm = r / (Hm * qblocks), hm = r / qblocks % Hm, q0 = r % qblocks * TL_ABQ;
-    const int n = Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
+    /* a mask broadcast over queries (stride 0: BERT's padding) has one row to read */
+    const int n = sm[2] == 0 ? 1 : Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
     const float *rows = mask + bm * sm[0] + hm * sm[1] + q0 * sm[2];
     for (int64_t kb = 0; kb < kblocks; kb++) {
       const int64_t n0 = kb * TL_ABK;
@@ -69,6 +70,15 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
       dead[r * kblocks + kb] = (unsigned char)tl_attn_block(rows + n0, sm[2], n, bk);
     }
   }
+}
+
+/* Whether fewer than a quarter of the map's n blocks are hidden whole: below that, blocks of
+   64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
+   save too little, and eager's op runs (answer 3). */
+static int tl_attn_few_dead(const unsigned char *dead, int64_t n) {
+  int64_t hidden = 0;
+  for (int64_t i = 0; i < n; i++) hidden += dead[i] == TL_HIDES;
+  return hidden * 4 < n;
 }
 
 /* Query qi's row of a block of scores (keys n0 .. n0 + bk): the mask's row (mk, or NULL)
@@ -181,8 +191,8 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
    mask [B, H, Lq, Lk] added to the scaled scores (or NULL; broadcast dims of stride 0);
    strides: the first three of q, k, v, out, lse and mask, in elements (the last dim of each
    contiguous). 0, or 1 (out of memory), or 2 (a row whose mask hides every key of the
-   blocks computed) or 3 (a mask that hides no whole block: nothing to skip); eager's op
-   runs for those two. */
+   blocks computed) or 3 (a mask that hides fewer than a quarter of the blocks whole:
+   tl_attn_few_dead); eager's op runs for those two. */
 int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, const float *v,
                     float *out, float *lse, int64_t B, int64_t H, int64_t Hk, int64_t Lq,
                     int64_t Lk, int64_t D, const float *mask, const int64_t *strides,
@@ -209,7 +219,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
       int none = 0;
       if (mask != NULL) {
         tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
-        none = memchr(dead, TL_HIDES, Bm * Hm * blocks * kblocks) == NULL;
+        none = tl_attn_few_dead(dead, Bm * Hm * blocks * kblocks);
         if (none) {
           #pragma omp atomic write
           failed = 3;
@@ -304,7 +314,8 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
 /* The gradients of tl_attn_fwd_f32's attention: go, out like q; lse [B, H, Lq]; gq like q,
    gk and gv like k (strides: the first three of go, q, k, v, out, lse, gq, gk, gv, mask).
    A key head shared by several query heads (H > Hk) sums their gradients, each computed
-   into private rows first. 0, or 1 (out of memory). */
+   into private rows first. 0, or 1 (out of memory), or 3 (a mask that hides fewer than a
+   quarter of the blocks whole: eager's op runs). */
 int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, const float *k,
                     const float *v, const float *out, const float *lse, float *gq, float *gk,
                     float *gv, int64_t B, int64_t H, int64_t Hk, int64_t Lq, int64_t Lk,
@@ -334,9 +345,17 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     }
     #pragma omp barrier
     if (!failed) {
-      if (mask != NULL) tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+      int none = 0;
+      if (mask != NULL) {
+        tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+        none = tl_attn_few_dead(dead, Bm * Hm * qblocks * kblocks);
+        if (none) {
+          #pragma omp atomic write
+          failed = 3;
+        }
+      }
       #pragma omp for schedule(dynamic, 1)
-      for (int64_t t = 0; t < B * H; t++) {
+      for (int64_t t = 0; t < (none ? 0 : B * H); t++) {
         const int64_t b = t / H, h = t % H, hk = h / group;
         const int64_t map = (Bm > 1 ? b : 0) * Hm + (Hm > 1 ? h : 0);
         float *dk = own != NULL ? own + t * 2 * head : gk + b * sgk[0] + hk * sgk[1];
@@ -351,7 +370,7 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
                          sgq[2], dk, sdk, dv, sdv, Lq, Lk, (int)D, (float)scale, causal, s,
                          s + TL_ABQ * TL_ABK);
       }
-      if (own != NULL) {
+      if (own != NULL && !none) {
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < B * Hk * Lk; r++) {
           const int64_t b = r / (Hk * Lk), hk = r / Lk % Hk, j = r % Lk;

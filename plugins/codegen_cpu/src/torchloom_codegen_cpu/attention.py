@@ -13,9 +13,11 @@ eager saves, FlashAttention-2's backward recomputing the probabilities from it).
 products are the BLAS's own ``sgemm`` (the one torch links: MKL on x86), called on each
 block from C (``tl_gemm``), the softmax between them SIMD loops. Measured on the 2-vCPU
 Intel Xeon of ``benchmarks/RESULTS.md`` (``[1, 8, 512, 32]``, one process, interleaved):
-forward 1.7-1.9x and backward 1.6-1.9x eager's; without blocks to skip it was no faster
-(0.6-1.0x), so a call with neither a causal flag nor a mask never comes here and a mask
-that hides no whole block is handed back to eager's op (the C function's answer 3).
+forward 1.7-1.9x and backward 1.6-1.9x eager's; without blocks to skip it is no faster
+(0.75-1.0x at head dims 32 and 64: eager's one block of 512 keys makes larger products), so
+a call with neither a causal flag nor a mask never comes here and a mask that hides fewer
+than a quarter of the blocks whole (BERT's padded tail of an eighth) is handed back to
+eager's op (the C functions' answer 3).
 
 Values are eager's within float rounding (each probability is the same exponential of the
 same scaled dot product, summed in another order; tests/codegen_cpu/test_cpu_attention.py
@@ -81,7 +83,7 @@ _FORWARD_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *([_P] * 6), *
 _BACKWARD_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *([_P] * 10), *([_I] * 6),
                                        _P, _P, ctypes.c_double, ctypes.c_int)
 #: the C side's answers that send a call to eager's op: a row whose mask hides every key
-#: it computed, a mask that hides no whole block (attention.c)
+#: it computed, a mask that hides fewer than a quarter of the blocks whole (attention.c)
 _EAGERS = (2, 3)
 
 
@@ -168,7 +170,7 @@ class Attention:
 
 def _forward(fn, sgemm, query, key, value, mask, is_causal, scale):
     """``(output, logsumexp)``, or None where eager's op must run: a stride from 2^31 on,
-    a row whose mask hides every key, a mask that hides no whole block."""
+    a row whose mask hides every key, a mask that hides too few whole blocks."""
     B, H, Lq, D = query.shape
     Hk, Lk = key.shape[1], key.shape[2]
     mask = _mask(mask, query, key)
@@ -189,7 +191,8 @@ def _forward(fn, sgemm, query, key, value, mask, is_causal, scale):
 
 
 def _backward(fn, sgemm, grad_out, query, key, value, out, lse, mask, is_causal, scale):
-    """The three gradients, or None where a stride is 2^31 or more (eager's op)."""
+    """The three gradients, or None where eager's op must run: a stride from 2^31 on, a
+    mask that hides too few whole blocks."""
     B, H, Lq, D = query.shape
     Hk, Lk = key.shape[1], key.shape[2]
     mask = _mask(mask, query, key)
@@ -199,9 +202,12 @@ def _backward(fn, sgemm, grad_out, query, key, value, out, lse, mask, is_causal,
     strides = _strides((*tensors, mask))
     if strides is None:
         return None
-    if fn(torch.get_num_threads(), sgemm, *(t.data_ptr() for t in tensors), B, H, Hk, Lq, Lk,
-          D, mask.data_ptr() if mask is not None else None, strides, _scale(scale, D),
-          int(is_causal)):
+    failed = fn(torch.get_num_threads(), sgemm, *(t.data_ptr() for t in tensors), B, H, Hk,
+                Lq, Lk, D, mask.data_ptr() if mask is not None else None, strides,
+                _scale(scale, D), int(is_causal))
+    if failed in _EAGERS:
+        return None
+    if failed:
         raise MemoryError("torchloom: cpu attention: out of memory for its scratch blocks")
     return tuple(grads)
 
@@ -214,7 +220,8 @@ def _fast(query, key, value, others, dropout_p, is_causal, attn_mask) -> bool:
     """Whether the blocked path takes this call: plain f32 CPU tensors of 4 dims with
     elements whose last dim is contiguous, none needing its gradient, a query head count a
     multiple of the key's, no dropout, and a causal flag or an additive f32 mask (whether
-    the mask hides whole blocks, without which eager's op was as fast, the C side finds)."""
+    the mask hides a quarter of the blocks whole, below which eager's op is faster, the C
+    side finds)."""
     # exactly one of a causal flag (True) and a mask
     if dropout_p != 0.0 or is_causal is not (attn_mask is None) or \
             (attn_mask is not None and not _mask_ok(attn_mask, query, key)):
