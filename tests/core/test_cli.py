@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from torchloom.cli import main
-from torchloom.workloads import max_abs_error
+from torchloom.workloads import max_abs_error, max_scaled_error
 
 from test_plugins_support import fake_plugins, fake_site  # noqa: F401 (fixtures)
 
 #: the keys docs/explain-json.md promises
 EXPLAIN_KEYS = {"graphs", "nodes_before", "nodes_after", "fusion_groups", "kernels",
-                "unique_kernels", "fallbacks", "passes", "max_abs_error", "notes", "backward",
+                "unique_kernels", "fallbacks", "passes", "max_abs_error", "max_scaled_error", "notes", "backward",
                 "workload", "pipeline", "compile_seconds", "kernel_cache", "dedup", "target",
                 "kernel_details", "bytes_moved", "bytes_compulsory", "graph_breaks",
                 "compile_cache"}
@@ -206,6 +206,17 @@ def test_max_abs_error_treats_nan_and_shape_mismatches_as_not_comparable():
     assert math.isinf(max_abs_error([a], [torch.tensor([1.0, 2.0, float("inf")])]))
     assert math.isinf(max_abs_error([a], [a[:2]]))
     assert math.isinf(max_abs_error([a], []))
+    assert max_abs_error([], []) == 0.0 and max_scaled_error([], []) == 0.0
+
+
+def test_max_scaled_error_divides_each_output_by_its_largest_finite_value():
+    big = torch.tensor([-2e4, 5.0, float("inf")])  # the gradient of summed logits: 1e4
+    small = torch.tensor([0.25, float("nan")])  # values under 1: the absolute error
+    close = [big + torch.tensor([1.0, 0.0, 0.0]), small + 1e-5]
+    assert max_abs_error([big, small], close) == 1.0
+    assert math.isclose(max_scaled_error([big, small], close), 5e-5, rel_tol=1e-4)
+    assert math.isclose(max_scaled_error([small, big], [small - 3e-4, big]), 3e-4, rel_tol=1e-4)
+    assert math.isinf(max_scaled_error([big], [big.clone().fill_(float("nan"))]))
 
 
 def test_the_console_script_runs_as_a_subprocess(tmp_path):

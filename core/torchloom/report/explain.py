@@ -17,8 +17,8 @@ import torch
 
 from torchloom.errors import WorkloadError
 from torchloom.report.diagnose import check_output_dir, compiled_failure
-from torchloom.workloads import (flatten, load_workload, max_abs_error, needs_backward,
-                                 run_eagerly)
+from torchloom.workloads import (flatten, load_workload, max_abs_error, max_scaled_error,
+                                 needs_backward, run_eagerly)
 
 
 @attrs.define
@@ -93,6 +93,8 @@ def explain(workload: str | Path, *, pipeline: str = "default", device: str = "c
     data["compile_cache"] = compile_cache_summary(compiler.graph_cache)
     error = math.inf if expected is None else max_abs_error(expected, actual)
     data["max_abs_error"] = error if math.isfinite(error) else None
+    scaled = math.inf if expected is None else max_scaled_error(expected, actual)
+    data["max_scaled_error"] = scaled if math.isfinite(scaled) else None
     data["target"] = target
     data.update(kernel_summary(compiler))
     data["graph_breaks"] = breaks
@@ -203,8 +205,9 @@ def format_explain(result: ExplainResult, show_ir: bool = False) -> str:
     elif error is None:
         status = "outputs DIFFER from eager in count, shape or NaN positions"
     else:
-        status = (f"max abs error {error:.3g} ("
-                  f"{'matches eager' if error <= 1e-4 else 'DIFFERS from eager'})")
+        scaled = d.get("max_scaled_error", error)
+        status = (f"max abs error {error:.3g}, {scaled:.2g} of the values' scale ("
+                  f"{'matches eager' if scaled <= 1e-4 else 'DIFFERS from eager'})")
     dedup = d.get("dedup", {})
     if dedup.get("regions") or dedup.get("fusion_groups", 0) > dedup.get("unique_kernels", 0):
         lines.append(f"dedup: {dedup['fusion_groups']} fusion groups share "

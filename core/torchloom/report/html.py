@@ -82,6 +82,7 @@ def report_data(result, recorder: PassIRRecorder | None = None,
         graphs.append(entry)
     summary = {k: data.get(k) for k in ("workload", "pipeline", "graphs", "fusion_groups",
                                         "kernels", "unique_kernels", "max_abs_error",
+                                        "max_scaled_error",
                                         "backward", "compile_seconds", "bytes_moved",
                                         "bytes_compulsory", "target")}
     return {"summary": summary, "fallbacks": data.get("fallbacks", []),

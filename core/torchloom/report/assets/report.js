@@ -307,7 +307,7 @@
     head.append(h("h1", {}, `torchloom: ${s.workload || ""}`),
       h("div", {}, `pipeline ${s.pipeline} · ${s.graphs} graphs · ${s.fusion_groups} fusion groups · ` +
         `${s.kernels} kernels per call (${s.unique_kernels} unique) · compiled in ${s.compile_seconds} s · ` +
-        (s.target ? `built for ${s.target}, nothing ran` : err === null ? "outputs differ from eager" : `max abs error ${err}`)));
+        (s.target ? `built for ${s.target}, nothing ran` : err === null ? "outputs differ from eager" : `max abs error ${err}, ${s.max_scaled_error} of the values' scale`)));
     if (DATA.graph_breaks.length) head.append(h("h3", {}, "graph breaks (Dynamo)"),
       h("ul", {}, DATA.graph_breaks.map((b) => h("li", { class: "reason" }, `${b.where ? b.where + ": " : ""}${b.reason}${b.count > 1 ? ` (×${b.count})` : ""}`))));
     if (DATA.fallbacks.length) head.append(h("h3", {}, "fallbacks"),
