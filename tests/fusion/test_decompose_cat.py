@@ -104,6 +104,34 @@ def test_rotary_embeddings_are_one_kernel_as_eager(shape, dtype, seed):
     assert [c.codegen for c in compiler.compilations[-1].compiled.choices] == ["cpu"]
 
 
+def test_rotary_embeddings_at_symbolic_lengths_are_one_kernel_as_eager():
+    """dynamic=True, the query a projection's output with its heads transposed out (the
+    strides Llama's are: symbolic expressions), run at several lengths: no cat, one
+    group, eager's values at each length."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(7)
+    compiler = Compiler(keep_ir=True)
+
+    def fn(x, cos, sin):
+        q = x.view(x.shape[0], x.shape[1], 4, 16).transpose(1, 2)
+        return _rotary(q, cos, sin)
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler},
+                             dynamic=True)
+    for batch, length in ((1, 5), (2, 33), (3, 2), (1, 130)):
+        x = torch.randn(batch, length, 64, generator=g)
+        cos, sin = (torch.randn(length, 16, generator=g) for _ in range(2))
+        torch.testing.assert_close(compiled(x, cos, sin), fn(x, cos, sin), rtol=0, atol=0)
+    symbolic = 0  # (a batch of 1 compiles a graph of its own: torch specializes size 1)
+    for comp in compiler.compilations:
+        symbolic += any(isinstance(d, str) for v in comp.graph.inputs
+                        for d in getattr(v.type, "shape", ()))
+        ops = collections.Counter(n.op for g in (comp.graph, *comp.graph.subgraphs.values())
+                                  for n in g.nodes)
+        assert ops["aten.cat.default"] == 0 and ops["torchloom.fusion_group"] == 1, ops
+    assert symbolic
+    torch._dynamo.reset()
+
+
 def test_rotary_gradients_as_eager():
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(3)

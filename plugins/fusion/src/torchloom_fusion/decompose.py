@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
-from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, TensorType, attrs_key,
-                           decomposition_table, eager_rejects, import_fx, mark_decomposition,
-                           symbols, unmarked_attrs)
+from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, ScalarType,
+                           TensorType, attrs_key, decomposition_table, eager_rejects, import_fx,
+                           mark_decomposition, symbols, unmarked_attrs)
 
 #: composites traced through torch's own decomposition table. Not ``gelu_backward``: it is
 #: pointwise, so it fuses as one op exactly as its primitives would, and the native codegens
@@ -60,12 +60,13 @@ def _read_pointwise(value, registry) -> bool:
 
 
 def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
-    """A ``cat`` of CPU tensors of static sizes and one rank, none empty along the dim (what
-    its CPU decomposition takes; others are not traced, and get no note: at symbolic sizes
-    its views would need size expressions)."""
+    """A ``cat`` of CPU tensors of one rank, of static sizes along the dim and none empty
+    there (what its CPU decomposition takes; others are not traced, and get no note: their
+    views would need size expressions). Other dims may be symbols (a model's sequence
+    length: rotary embeddings' ``rotate_half`` concatenates two halves of the head dim)."""
     types = [v.type for v in node.inputs]
     if len(types) < 2 or not all(isinstance(t, TensorType) and t.device == "cpu" and
-                                 t.is_static for t in types):
+                                 None not in t.shape for t in types):
         return False  # (one piece: a copy, which the decomposition leaves to cat)
     rank = len(types[0].shape)
     if rank == 0 or any(len(t.shape) != rank for t in types):
@@ -267,14 +268,18 @@ def _normalize_by_reciprocal(sub: Graph) -> None:
 
 
 def _symbolic_examples(node: Node):
-    """(fake mode, fake meta tensors of ``node``'s inputs with symbolic sizes, torch's
-    symbol name -> the IR's); None when a dim is a size expression or strides are given."""
+    """(fake mode, fake meta tensors of ``node``'s inputs with symbolic sizes and their
+    strides, torch's symbol name -> the IR's); None when a dim is a size expression or a
+    stride names a symbol no size is."""
     from torch._dynamo.source import ConstantSource
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     dims = [d for v in node.inputs for d in v.type.shape]
-    if any(v.type.strides is not None for v in node.inputs) or \
-            any(isinstance(d, str) and not symbols.is_symbol(d) for d in dims) or None in dims:
+    if any(isinstance(d, str) and not symbols.is_symbol(d) for d in dims) or None in dims:
+        return None
+    named = {d for d in dims if isinstance(d, str)}
+    if any(st is None or not set(symbols.symbols_of(st)) <= named
+           for v in node.inputs for st in v.type.strides or ()):
         return None
     shape_env = ShapeEnv(duck_shape=False)
     fake_mode = FakeTensorMode(shape_env=shape_env)
@@ -285,7 +290,12 @@ def _symbolic_examples(node: Node):
             shape_env.create_symbol(hint, ConstantSource(f"torchloom_{k}")), hint=hint)
     with fake_mode:
         examples = [torch.empty([sizes.get(d, d) for d in v.type.shape],
-                                dtype=v.type.torch_dtype, device="meta") for v in node.inputs]
+                                dtype=v.type.torch_dtype, device="meta")
+                    if v.type.strides is None else
+                    torch.empty_strided([sizes.get(d, d) for d in v.type.shape],
+                                        [symbols.evaluate(st, sizes) for st in v.type.strides],
+                                        dtype=v.type.torch_dtype, device="meta")
+                    for v in node.inputs]
     return fake_mode, examples, {str(s.node.expr): d for d, s in sizes.items()}
 
 
@@ -294,6 +304,11 @@ def _renamed(sub: Graph, names: dict[str, str]) -> bool:
     some type names a symbol that is not an input's size."""
     for v in [*sub.inputs, *(o for n in sub.nodes for o in n.outputs)]:
         t = v.type
+        if isinstance(t, ScalarType) and t.size is not None:  # a size read (sym_size)
+            if t.size not in names:
+                return False
+            v.type = ScalarType(t.kind, size=names[t.size])
+            continue
         if not isinstance(t, TensorType) or t.is_static:
             continue
         dims = (*t.shape, *(t.strides or ()))
@@ -328,12 +343,22 @@ def _overload(name: str):
 
 def _splice(graph: Graph, node: Node, sub: Graph) -> None:
     """Copy ``sub``'s nodes before ``node`` (its inputs bound to node's inputs), then
-    replace node's outputs by sub's outputs and erase ``node``."""
+    replace node's outputs by sub's outputs and erase ``node``. A size read
+    (``sym_size``) of a symbol an input of the graph carries is that input: a read of a
+    tensor by an op no group takes would keep the tensor's producer out of its reader's
+    group (rotary embeddings' ``neg`` at a symbolic length)."""
     device = next((v.type.device for v in node.outputs if isinstance(v.type, TensorType)), "cpu")
     composite = (node.op, unmarked_attrs(node), list(node.inputs))
     env = dict(zip(sub.inputs, node.inputs))
+    carriers = {v.type.size: v for v in graph.inputs
+                if isinstance(v.type, ScalarType) and v.type.size is not None}
     created: list[Node] = []
     for n in sub.nodes:
+        size = n.outputs[0].type.size if n.op == "aten.sym_size.int" and \
+            isinstance(n.outputs[0].type, ScalarType) else None
+        if size in carriers:
+            env[n.outputs[0]] = carriers[size]
+            continue
         types = [t.with_(device=device) if isinstance(t, TensorType) else t
                  for t in (v.type for v in n.outputs)]
         attributes = n.attrs
