@@ -40,7 +40,7 @@ from torch's decompositions (which follow the CUDA kernels).
   gradient's kernel then reads the targets instead of the zeros. A target out of range
   gives a row of zeros where eager raises (the forward's ``nll_loss`` raises first).
 
-- ``cat`` of tensors of one rank along a dim of static sizes (rotary embeddings'
+- ``cat`` of tensors of one rank along a dim of int sizes, other dims any (rotary embeddings'
   ``rotate_half``, ``cat((-x2, x1), -1)``, four per layer): on the CPU each piece read
   through the views that tile it along the dim (as the slice's gradient above: element
   ``c`` reads ``piece[(c - offset) mod length]``) and the pieces chosen by ``where`` on the

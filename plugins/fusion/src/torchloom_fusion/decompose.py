@@ -94,7 +94,8 @@ _ADDMM = "aten.addmm.default"
 class Decompose(Pass):
     """Replace composites (layer_norm, softmax, log_softmax, eval batch_norm and their
     backward ops, logsumexp, vector norms over given dims, the gradients of a slice and of
-    nll_loss, ``cat`` on the CPU at static sizes) by the primitives of torch's decomposition table (with eager's CPU arithmetic
+    nll_loss, ``cat`` on the CPU with int sizes along its dim) by the primitives of torch's
+    decomposition table (with eager's CPU arithmetic
     and no tensor of zeros on the CPU: ``torchloom.frontend.decompositions``), traced with
     ``make_fx`` on fake tensors (a factory's device set to the graph's); split ``addmm`` into
     ``mm`` + ``add`` so the bias add joins the following pointwise group (nvFuser's
@@ -120,7 +121,8 @@ class Decompose(Pass):
     ``ops`` lists what to decompose (default: :data:`DECOMPOSED_OPS`); ``linear`` turns
     the addmm split on or off. An op whose decomposition cannot be traced is left as is.
 
-    At symbolic sizes (dims that are bare symbols, contiguous) the decomposition is traced
+    At symbolic sizes (dims that are bare symbols; strides as the types give them, their
+    expressions over those symbols) the decomposition is traced
     on fake tensors whose sizes are symbols of a fresh shape environment, one per IR symbol
     (no duck sizing), and its types renamed back to the IR's symbols. It is used only when
     the trace recorded no guard and specialized no symbol (so it is valid at every size
