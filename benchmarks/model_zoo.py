@@ -1,6 +1,8 @@
 """The model zoo of issue 41: small Hugging Face models built from configs inside the
 process (random weights, nothing downloaded), eager, Inductor and torchloom side by side in
-one run, interleaved rounds, median ms per step.
+one run, interleaved rounds, median ms per step; the speed-ups are the medians over
+rounds of the two sides' step times in the same round (paired: the machine's drift between
+rounds cancels).
 
 Rows (``MODES``), per model and thread count:
 
@@ -287,9 +289,9 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
 
 
 def interleaved(steps: dict[str, Callable[[], None]], rounds: int,
-                warmup: int = 1) -> dict[str, float]:
-    """Median seconds per step of each side, over ``rounds`` rounds that run every side
-    once, the order rotated each round (drift and cache effects favour none)."""
+                warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds of each side's step in each of ``rounds`` rounds that run every side once,
+    the order rotated each round (drift and cache effects favour none)."""
     names = list(steps)
     for _ in range(warmup):
         for n in names:
@@ -301,7 +303,15 @@ def interleaved(steps: dict[str, Callable[[], None]], rounds: int,
                 start = time.perf_counter()
                 steps[n]()
                 samples[n].append(time.perf_counter() - start)
-    return {n: statistics.median(s) for n, s in samples.items()}
+    return samples
+
+
+def paired_ratios(samples: dict[str, list[float]]) -> dict[str, float]:
+    """Side -> the median over rounds of its step time over torchloom's in that round
+    ({} without a torchloom side)."""
+    ours = samples.get("torchloom")
+    return {} if ours is None else {
+        k: statistics.median(a / b for a, b in zip(v, ours)) for k, v in samples.items()}
 
 
 @attrs.frozen
@@ -340,9 +350,16 @@ class RowResult:
     ms: dict[str, float]  # side -> median ms per step
     first_call_s: dict[str, float]  # side -> seconds of the first step (compiles included)
     groups: EagerGroups | None
+    #: side -> the median over rounds of (its step / torchloom's step in the same round)
+    paired: dict[str, float] = attrs.field(factory=dict)
 
     def speedup(self, over: str) -> float:
-        """``over``'s time / torchloom's (above 1: torchloom is faster)."""
+        """``over``'s time / torchloom's (above 1: torchloom is faster): the median of the
+        rounds' ratios, each of two steps taken within one round (the machine's speed
+        drifts between rounds: a shared 2-vCPU VM's steps moved by 1.5x within minutes);
+        the ratio of the medians where a row has no rounds."""
+        if over in self.paired:
+            return self.paired[over]
         return self.ms[over] / self.ms["torchloom"]
 
 
@@ -355,12 +372,13 @@ def measure_row(name: str, mode: str, threads: int, *, sides=SIDES, rounds: int 
     cache_root = Path(tempfile.mkdtemp(prefix="zoo-")) if owned else cache_root
     try:
         built = {side: make_side(name, mode, side, cache_root) for side in sides}
-        ms = {k: v * 1e3 for k, v in interleaved(
-            {side: b.step for side, b in built.items()}, rounds, warmup).items()}
+        samples = interleaved({side: b.step for side, b in built.items()}, rounds, warmup)
+        ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+        paired = paired_ratios(samples)
         compiler = built["torchloom"].compiler if "torchloom" in built else None
         return RowResult(name, mode, threads, ms,
                          {side: b.first_call_s for side, b in built.items()},
-                         eager_groups(compiler) if compiler is not None else None)
+                         eager_groups(compiler) if compiler is not None else None, paired)
     finally:
         torch._dynamo.reset()
         torch.set_num_threads(before)
@@ -405,6 +423,19 @@ def geomeans(results: list[RowResult]) -> list[str]:
                              f"{'Inductor' if over == 'inductor' else over} "
                              f"(geomean of {len(got)} rows)")
     return lines
+
+
+def first_calls(results: list[RowResult]) -> list[str]:
+    """torchloom's first call over Inductor's: the range, and the rows above the issue's
+    0.3."""
+    got = [(r.first_call_s["torchloom"] / r.first_call_s["inductor"], r) for r in results
+           if {"torchloom", "inductor"} <= set(r.first_call_s)]
+    if not got:
+        return []
+    above = [f"{ZOO[r.model].title} {r.mode} {x:.2f}" for x, r in got if x > 0.3]
+    return [f"- first calls: torchloom {min(x for x, _ in got):.2f}-"
+            f"{max(x for x, _ in got):.2f}x Inductor's; above 0.3x: "
+            f"{', '.join(above) if above else 'none'}"]
 
 
 def reasons_section(results: list[RowResult]) -> list[str]:
@@ -458,7 +489,8 @@ def main(argv=None) -> int:
             lines.append(line)
             print(line, flush=True)
     if results:
-        tail = ["", "Speed-ups (other side's ms / torchloom's ms):", *geomeans(results), "",
+        tail = ["", "Speed-ups (other side's ms / torchloom's ms in the same round, the "
+                "median over rounds):", *geomeans(results), *first_calls(results), "",
                 "Groups on eager (torchloom), with the reasons the codegens gave:",
                 *reasons_section(results)]
         print("\n".join(tail), flush=True)

@@ -113,3 +113,27 @@ def test_groups_on_eager_do_not_grow(tmp_path, name):
     allowed = ALLOWED_ON_EAGER[name]
     grown = {r: (n, allowed.get(r, 0)) for r, n in reasons.items() if n > allowed.get(r, 0)}
     assert not grown, f"{name}: groups on eager beyond the allow-list (seen, allowed): {grown}"
+
+
+@pytest.mark.counted
+def test_the_table_pairs_each_round_and_names_slow_first_calls():
+    """The speed-ups are medians of ratios taken within a round (a round where the machine
+    ran at half speed moves both sides alike), and the first-call line names the rows
+    above 0.3x Inductor's."""
+    from model_zoo import RowResult, first_calls, interleaved, paired_ratios, table_row
+    calls = []
+    samples = interleaved({"eager": lambda: calls.append("e"),
+                           "torchloom": lambda: calls.append("t")}, rounds=3, warmup=1)
+    assert calls == ["e", "t", "e", "t", "t", "e", "e", "t"]  # the order rotated
+    assert [len(v) for v in samples.values()] == [3, 3]
+    slow_round = {"eager": [2.0, 4.0, 2.2], "torchloom": [1.0, 2.0, 1.1],
+                  "inductor": [0.9, 1.8, 0.99]}  # the second round at half speed
+    paired = paired_ratios(slow_round)
+    assert paired == pytest.approx({"eager": 2.0, "torchloom": 1.0, "inductor": 0.9})
+    assert paired_ratios({"eager": [1.0]}) == {}
+    row = RowResult("gpt2", "infer", 2, {"eager": 2.2, "torchloom": 1.1, "inductor": 1.0},
+                    {"torchloom": 4.0, "inductor": 10.0}, None, paired)
+    assert row.speedup("inductor") == pytest.approx(0.9)  # (1.0 / 1.1 from the medians)
+    assert "| 2.00 | 0.90 | 10.0 | 4.0 |" in table_row(row)
+    assert first_calls([row]) == ["- first calls: torchloom 0.40-0.40x Inductor's; above "
+                                  "0.3x: GPT-2 infer 0.40"]

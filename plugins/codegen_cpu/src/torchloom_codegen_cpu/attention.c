@@ -72,13 +72,21 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
   }
 }
 
-/* Whether fewer than a quarter of the map's n blocks are hidden whole: below that, blocks of
+/* The mask's dead-block map (tl_attn_dead_map: a loop of the caller's parallel region),
+   then whether fewer than a quarter of its blocks are hidden whole: below that, blocks of
    64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
-   save too little, and eager's op runs (answer 3). */
-static int tl_attn_few_dead(const unsigned char *dead, int64_t n) {
+   save too little, and *failed is 3 (eager's op runs). 0 without a mask. */
+static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
+                            int64_t Lq, int64_t Lk, unsigned char *dead, int *failed) {
+  if (mask == NULL) return 0;
+  tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+  const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * ((Lk + TL_ABK - 1) / TL_ABK);
   int64_t hidden = 0;
   for (int64_t i = 0; i < n; i++) hidden += dead[i] == TL_HIDES;
-  return hidden * 4 < n;
+  if (hidden * 4 >= n) return 0;
+  #pragma omp atomic write
+  *failed = 3;
+  return 1;
 }
 
 /* Query qi's row of a block of scores (keys n0 .. n0 + bk): the mask's row (mk, or NULL)
@@ -216,15 +224,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     #pragma omp barrier
     if (!failed) {
       float *o = s + TL_ABQ * TL_ABK;
-      int none = 0;
-      if (mask != NULL) {
-        tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
-        none = tl_attn_few_dead(dead, Bm * Hm * blocks * kblocks);
-        if (none) {
-          #pragma omp atomic write
-          failed = 3;
-        }
-      }
+      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, dead, &failed);
       #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t t = 0; t < (none ? 0 : tasks); t++) {
         /* the last rows first: the longest under a causal mask */
@@ -345,15 +345,7 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     }
     #pragma omp barrier
     if (!failed) {
-      int none = 0;
-      if (mask != NULL) {
-        tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
-        none = tl_attn_few_dead(dead, Bm * Hm * qblocks * kblocks);
-        if (none) {
-          #pragma omp atomic write
-          failed = 3;
-        }
-      }
+      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, dead, &failed);
       #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < (none ? 0 : B * H); t++) {
         const int64_t b = t / H, h = t % H, hk = h / group;
