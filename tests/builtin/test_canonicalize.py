@@ -99,3 +99,80 @@ def test_keeps_copies_and_views_of_unknown_sizes():
     x = torch.randn(6, 3)
     (got,) = build_function(graph, registry).fn(3, 18, x)
     torch.testing.assert_close(got, x.view(3, 3, 2).transpose(0, 1).reshape(18) * 2)
+
+
+ATTEND = ("aten._scaled_dot_product_flash_attention_for_cpu.default(%q, %kc, %vc) "
+          "{dropout_p = 0.0, is_causal = true} : f32[1, 4, 6, 8], f32[1, 4, 6]")
+
+
+def _cache_update(*readers: str) -> str:
+    """A key/value cache's first update (transformers' DynamicCache: ``cat([empty, k],
+    -2)``) of keys and values with their heads transposed out, then ``readers``."""
+    lines = [
+        "graph @g(%q: f32[1, 4, 6, 8], %k: f32[1, 6, 4, 8], %v: f32[1, 6, 4, 8], %e: f32[0]) {",
+        "  %kt = aten.transpose.int(%k) {dim0 = 1, dim1 = 2} : f32[1, 4, 6, 8] strided[192, 8, 32, 1]",
+        "  %vt = aten.transpose.int(%v) {dim0 = 1, dim1 = 2} : f32[1, 4, 6, 8] strided[192, 8, 32, 1]",
+        "  %kc = aten.cat.default(%e, %kt) {dim = -2, tensors = [$0, $1]} : f32[1, 4, 6, 8]",
+        "  %vc = aten.cat.default(%e, %vt) {dim = -2, tensors = [$0, $1]} : f32[1, 4, 6, 8]",
+        *(f"  {r}" for r in readers), "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _cache_inputs(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, 4, 6, 8, generator=g), torch.randn(1, 6, 4, 8, generator=g),
+            torch.randn(1, 6, 4, 8, generator=g), torch.empty(0)]
+
+
+def test_a_cache_s_first_concatenation_only_attention_reads_is_its_piece():
+    before = _cache_update(f"%o, %l = {ATTEND}", "return %o")
+    after = "\n".join(line for line in before.replace("%kc, %vc", "%kt, %vt").splitlines()
+                      if "aten.cat" not in line) + "\n"
+    assert golden(Canonicalize(), before, after, _cache_inputs()).stats == {"folded": 2}
+    registry = default_registry()  # bit for bit: attention reads its key through strides
+    for seed in range(3):
+        inputs = _cache_inputs(seed)
+        want = build_function(parse_graph(before), registry).fn(*inputs)
+        got = build_function(parse_graph(after), registry).fn(*inputs)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_keeps_a_concatenation_whose_layout_a_reader_sees():
+    # exp's result is laid out like its input: the contiguous cat, not the transposed piece
+    layout = _cache_update("%x = aten.exp.default(%kc) : f32[1, 4, 6, 8]",
+                           f"%o, %l = {ATTEND}", "return %x, %o")
+    kept = "\n".join(line for line in layout.replace("%kc, %vc", "%kc, %vt").splitlines()
+                     if "%vc = " not in line) + "\n"  # (the values: attention's alone)
+    assert golden(Canonicalize(), layout, kept, _cache_inputs()).stats == {"folded": 1}
+    two = textwrap.dedent("""
+        graph @g(%a: f32[2, 3], %b: f32[2, 5], %e: f32[0]) {
+          %c = aten.cat.default(%a, %e, %b) {dim = 1, tensors = [$0, $1, $2]} : f32[2, 8]
+          %x = aten.exp.default(%c) : f32[2, 8]
+          return %x
+        }
+    """).lstrip()  # two pieces with elements
+    golden(Canonicalize(), two, two, [torch.randn(2, 3), torch.randn(2, 5), torch.empty(0)])
+    promoted = textwrap.dedent("""
+        graph @g(%a: f32[2, 3], %e: f64[0]) {
+          %c = aten.cat.default(%e, %a) {dim = 0, tensors = [$0, $1]} : f64[2, 3]
+          %x = aten.exp.default(%c) : f64[2, 3]
+          return %x
+        }
+    """).lstrip()  # the empty piece's dtype promotes the result
+    golden(Canonicalize(), promoted, promoted, [torch.randn(2, 3), torch.empty(0).double()])
+
+
+def test_folds_an_empty_piece_s_concatenation_of_the_same_type():
+    result = golden(Canonicalize(), """
+        graph @g(%a: f32[2, 3], %e: f32[2, 0]) {
+          %c = aten.cat.default(%e, %a) {dim = 1, tensors = [$0, $1]} : f32[2, 3]
+          %x = aten.exp.default(%c) : f32[2, 3]
+          return %x
+        }
+    """, """
+        graph @g(%a: f32[2, 3], %e: f32[2, 0]) {
+          %x = aten.exp.default(%a) : f32[2, 3]
+          return %x
+        }
+    """, [torch.randn(2, 3), torch.empty(2, 0)])
+    assert result.stats == {"folded": 1}

@@ -22,6 +22,18 @@ _IDENTITY_WHEN_SAME_TYPE = frozenset({
 })
 
 
+#: readers whose results do not depend on the layout of the inputs at these positions:
+#: attention's key and value (its outputs are laid out like the query; the kernels read
+#: through strides). A key/value cache's first concatenation (transformers' DynamicCache
+#: ``cat([empty, k], -2)``) only these read is its nonempty piece, uncopied.
+_LAYOUT_FREE_INPUTS: dict[str, tuple[int, ...]] = {
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": (1, 2),
+    "aten._scaled_dot_product_flash_attention.default": (1, 2),
+    "aten._scaled_dot_product_efficient_attention.default": (1, 2),
+    "aten.scaled_dot_product_attention.default": (1, 2),
+}
+
+
 @attrs.frozen
 class Canonicalize(Pass):
     """Fold identity views and casts into their input.
@@ -41,6 +53,11 @@ class Canonicalize(Pass):
     stride of unknown size (``?``: a size Dynamo computed with ``math.ceil``): two such
     types print alike without being alike (a clone of a transposed tensor, both
     ``f32[?, ?] strided[?, 1]``, makes it contiguous; a view may regroup its dims).
+
+    A ``cat`` whose pieces are all empty but one (of the result's shape and dtype) is that
+    piece: folded where their types are equal, or where only attention reads it as its
+    key or value (``_LAYOUT_FREE_INPUTS``: a key/value cache's first update, a copy of
+    each layer's keys and values per call).
     """
 
     name: ClassVar[str] = "canonicalize"
@@ -50,11 +67,17 @@ class Canonicalize(Pass):
         returned = returned_storage(graph, ctx.registry)
         folded = 0
         for node in list(graph.nodes):
-            if node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1:
+            if node.op == "aten.cat.default":
+                src = _only_piece(node)
+                if src is None or not (src.type == node.output.type or _layout_free(node)):
+                    continue
+            elif node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1:
                 continue
-            src, dst = node.inputs[0], node.output
-            if not isinstance(src.type, TensorType) or src.type != dst.type or \
-                    not _known(src.type):
+            else:
+                src = node.inputs[0]
+            dst = node.output
+            if not isinstance(src.type, TensorType) or not _known(src.type) or \
+                    (node.op != "aten.cat.default" and src.type != dst.type):
                 continue
             if dst in returned or src in written or dst in written:
                 continue
@@ -69,3 +92,28 @@ class Canonicalize(Pass):
 def _known(t: TensorType) -> bool:
     """Whether every dim and stride of ``t`` is an int or a size expression (not ``?``)."""
     return None not in t.shape and (t.strides is None or None not in t.strides)
+
+
+def _only_piece(node):
+    """The one piece of a ``cat`` that is not empty, when the result is exactly it (its
+    shape and dtype; every other piece of static sizes and no element), else None."""
+    out = node.output.type
+    if not isinstance(out, TensorType) or not node.inputs:
+        return None
+    pieces = [v for v in node.inputs
+              if not (isinstance(v.type, TensorType) and v.type.numel() == 0)]
+    if len(pieces) != 1 or not all(isinstance(v.type, TensorType) for v in node.inputs):
+        return None
+    src = pieces[0].type
+    if src.shape != out.shape or src.dtype != out.dtype or src.device != out.device:
+        return None
+    return pieces[0]
+
+
+def _layout_free(node) -> bool:
+    """Every reader of ``node``'s result reads it where its layout does not matter."""
+    out = node.output
+    return bool(out.uses) and all(
+        user.op in _LAYOUT_FREE_INPUTS and
+        all(i in _LAYOUT_FREE_INPUTS[user.op] for i, v in enumerate(user.inputs) if v is out)
+        for user in out.users())
