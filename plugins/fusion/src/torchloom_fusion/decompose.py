@@ -290,14 +290,18 @@ def _symbolic_examples(node: Node):
         hint = 1009 + 16 * k  # > every static dim here, distinct: no size coincides
         sizes[d] = shape_env.create_symintnode(
             shape_env.create_symbol(hint, ConstantSource(f"torchloom_{k}")), hint=hint)
+    try:
+        strides = [None if v.type.strides is None else
+                   [symbols.evaluate(st, sizes) for st in v.type.strides] for v in node.inputs]
+    except (symbols.SymbolicDimError, ArithmeticError, TypeError):
+        return None  # (a stride that is no integer expression of the sizes)
     with fake_mode:
         examples = [torch.empty([sizes.get(d, d) for d in v.type.shape],
                                 dtype=v.type.torch_dtype, device="meta")
-                    if v.type.strides is None else
-                    torch.empty_strided([sizes.get(d, d) for d in v.type.shape],
-                                        [symbols.evaluate(st, sizes) for st in v.type.strides],
+                    if st is None else
+                    torch.empty_strided([sizes.get(d, d) for d in v.type.shape], st,
                                         dtype=v.type.torch_dtype, device="meta")
-                    for v in node.inputs]
+                    for v, st in zip(node.inputs, strides)]
     return fake_mode, examples, {str(s.node.expr): d for d, s in sizes.items()}
 
 
