@@ -355,9 +355,8 @@ class RowResult:
 
     def speedup(self, over: str) -> float:
         """``over``'s time / torchloom's (above 1: torchloom is faster): the median of the
-        rounds' ratios, each of two steps taken within one round (the machine's speed
-        drifts between rounds: a shared 2-vCPU VM's steps moved by 1.5x within minutes);
-        the ratio of the medians where a row has no rounds."""
+        rounds' ratios (a shared VM's speed drifts 1.5x within minutes), else the ratio
+        of the medians."""
         if over in self.paired:
             return self.paired[over]
         return self.ms[over] / self.ms["torchloom"]
@@ -426,16 +425,14 @@ def geomeans(results: list[RowResult]) -> list[str]:
 
 
 def first_calls(results: list[RowResult]) -> list[str]:
-    """torchloom's first call over Inductor's: the range, and the rows above the issue's
-    0.3."""
+    """torchloom's first call over Inductor's: the range, and the rows above 0.3x."""
     got = [(r.first_call_s["torchloom"] / r.first_call_s["inductor"], r) for r in results
            if {"torchloom", "inductor"} <= set(r.first_call_s)]
     if not got:
         return []
-    above = [f"{ZOO[r.model].title} {r.mode} {x:.2f}" for x, r in got if x > 0.3]
+    above = ", ".join(f"{ZOO[r.model].title} {r.mode} {x:.2f}" for x, r in got if x > 0.3)
     return [f"- first calls: torchloom {min(x for x, _ in got):.2f}-"
-            f"{max(x for x, _ in got):.2f}x Inductor's; above 0.3x: "
-            f"{', '.join(above) if above else 'none'}"]
+            f"{max(x for x, _ in got):.2f}x Inductor's; above 0.3x: {above or 'none'}"]
 
 
 def reasons_section(results: list[RowResult]) -> list[str]:
