@@ -240,26 +240,6 @@ def test_the_codegen_offers_it_for_causal_nodes(registry, codegen, causal, offer
     assert [calls(n) is not None for n in graph.nodes] == [offered]
 
 
-def test_an_offer_builds_the_library_beside_the_graph_s(tmp_path, registry):
-    """The plan's offer starts the library's build on a thread (the graph's own library
-    builds meanwhile); the first call waits for that build, never starts another."""
-    from torchloom_codegen_cpu.codegen import CpuCodegen
-    fresh = CpuCodegen(cache_dir=tmp_path)
-    graph = parse_graph(ATTENTION_NODE.replace("CAUSAL", "true"))
-    calls = library_calls(None, [fresh], registry)
-    assert all(calls(n) is not None for n in graph.nodes)
-    assert fresh._attention._ahead is not None  # started by the offer
-    assert fresh._attention._ahead.result(timeout=300).exists()
-    builds = []
-    counted = attention.Attention(lambda: builds.append(1) or fresh._build(attention.source()))
-    counted.build_ahead()
-    counted.build_ahead()  # (a second offer: the same build)
-    assert counted._loaded() is not None  # (its check against eager runs eager's op)
-    q, k, v, go = qkv(1, 4, 4, 128, 128, 16)
-    check(counted, q, k, v, go, causal=True)
-    assert builds == [1]
-
-
 class Attention(torch.nn.Module):
     """Grouped-query attention as language models write it: a causal flag, or the causal
     mask materialised with finfo.min (Llama's and Qwen2's in transformers)."""

@@ -36,13 +36,11 @@ on small cases (checked once) are not eager's.
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import logging
 import math
 import os
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -115,27 +113,6 @@ class Attention:
     def __init__(self, library: Callable[[], Path]):
         self._library = library
         self._functions: tuple[Callable, Callable, int] | None | bool = False
-        #: the library being built on a thread (``build_ahead``), or None
-        self._ahead: concurrent.futures.Future | None = None
-
-    def build_ahead(self) -> None:
-        """Start building the library on a thread, once: a plan that will call these
-        functions asked for them, so that its compiler runs beside the graph's own
-        library's (two cores: the first call waits for the longer build, not both)."""
-        if self._functions is not False or self._ahead is not None:
-            return
-        future: concurrent.futures.Future = concurrent.futures.Future()
-
-        def build() -> None:
-            try:
-                future.set_result(self._library())
-            except BaseException as exc:  # (its first call reports it, as when built then)
-                future.set_exception(exc)
-        self._ahead = future
-        threading.Thread(target=build, name="torchloom-attention-build", daemon=True).start()
-
-    def _built(self) -> Path:
-        return self._library() if self._ahead is None else self._ahead.result()
 
     def _loaded(self) -> tuple[Callable, Callable, int] | None:
         """``(forward, backward, sgemm)``, built, loaded and checked once; None (eager's
@@ -148,7 +125,7 @@ class Attention:
                          "attention runs as eager's op")
                 return None
             try:
-                lib = ctypes.CDLL(str(self._built()))
+                lib = ctypes.CDLL(str(self._library()))
             except (RuntimeError, OSError) as exc:
                 log.warning("torchloom: cpu codegen: the attention library did not build (%s); "
                             "attention runs as eager's op", exc)

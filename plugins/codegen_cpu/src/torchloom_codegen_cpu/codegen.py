@@ -174,8 +174,7 @@ class CpuCodegen:
         """The function the plan calls for ``node`` (an op outside any group) in place of
         its op: eager's ``native_dropout`` on f32/f64/bf16 CPU values from the same random
         stream (random_stream.py), causal f32 flash attention and its backward by blocks
-        (attention.py, its library built on a thread from this offer on, beside the
-        graph's); the dropout library is built at its first call. None for other nodes."""
+        (attention.py); each library is built at its first call. None for other nodes."""
         del registry
         if node.op not in (random_stream.OP, attention.FORWARD, attention.BACKWARD) or \
                 not node.inputs or find_compiler() is None:
@@ -189,20 +188,9 @@ class CpuCodegen:
         if node.op in (attention.FORWARD, attention.BACKWARD) and t.dtype == "f32" and \
                 (node.attrs.get("is_causal") is True or masked) and \
                 not node.attrs.get("dropout_p"):
-            self._build_ahead(self._attention)
             return self._attention.forward if node.op == attention.FORWARD else \
                 self._attention.backward
         return None
-
-    def _build_ahead(self, library) -> None:
-        """Start ``library``'s build beside the graph's, the toolchain probed here first
-        (one probe, on this thread); a probe that fails leaves the build to the first
-        call, which reports it."""
-        try:
-            self.toolchain()
-        except RuntimeError:
-            return
-        library.build_ahead()
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         return self._written.get(group, registry, lambda: write_function(group, registry))
