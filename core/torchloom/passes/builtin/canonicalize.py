@@ -34,6 +34,22 @@ _LAYOUT_FREE_INPUTS: dict[str, tuple[int, ...]] = {
 }
 
 
+#: attention ops with an additive mask input: its position among the inputs when given
+_MASK_INPUT: dict[str, int] = {
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": 3,
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": 6,
+    "aten.scaled_dot_product_attention.default": 3,
+}
+
+#: factories of zeros, the attribute holding the value where it is not always 0
+_ZERO_FACTORIES: dict[str, str | None] = {
+    "aten.zeros.default": None, "aten.zeros_like.default": None,
+    "aten.new_zeros.default": None, "aten.full.default": "fill_value",
+    "aten.full_like.default": "fill_value", "aten.new_full.default": "fill_value",
+    "aten.scalar_tensor.default": "s",
+}
+
+
 @attrs.frozen
 class Canonicalize(Pass):
     """Fold identity views and casts into their input.
@@ -58,6 +74,10 @@ class Canonicalize(Pass):
     piece: folded where their types are equal, or where only attention reads it as its
     key or value (``_LAYOUT_FREE_INPUTS``: a key/value cache's first update, a copy of
     each layer's keys and values per call).
+
+    Attention given a float mask of zeros (``zeros``, ``full(0.0)``, views of them: T5's
+    cross-attention bias) adds nothing to its scores: it runs without the mask (eager's
+    kernel then skips reading one, and the zeros are never made).
     """
 
     name: ClassVar[str] = "canonicalize"
@@ -67,6 +87,9 @@ class Canonicalize(Pass):
         returned = returned_storage(graph, ctx.registry)
         folded = 0
         for node in list(graph.nodes):
+            if node.op in _MASK_INPUT:
+                folded += _drop_zero_mask(graph, node, ctx.registry)
+                continue
             if node.op == "aten.cat.default":
                 src = _only_piece(node)
                 if src is None or not (src.type == node.output.type or
@@ -125,3 +148,41 @@ def _layout_free(node) -> bool:
         user.op in _LAYOUT_FREE_INPUTS and
         all(i in _LAYOUT_FREE_INPUTS[user.op] for i, v in enumerate(user.inputs) if v is out)
         for user in out.users())
+
+
+def _drop_zero_mask(graph: Graph, node, registry) -> int:
+    """Replace an attention node whose additive mask is all zeros by one without the mask
+    (the same attributes: the mask is keyword-only or last among the inputs); 1 if so."""
+    at = _MASK_INPUT[node.op]
+    if len(node.inputs) != at + 1 or not _zeros(node.inputs[at], registry):
+        return 0
+    new = graph.create(node.op, node.inputs[:at], [v.type for v in node.outputs],
+                       dict(node.attrs), names=[v.name for v in node.outputs], before=node)
+    graph.replace_uses(dict(zip(node.outputs, new.outputs)))
+    graph.erase(node)
+    for v, name in zip(new.outputs, [v.name for v in node.outputs]):
+        graph.release_name(v.name)
+        graph.release_name(name)
+    graph.rename({v: old.name for v, old in zip(new.outputs, node.outputs)})
+    return 1
+
+
+def _zeros(value, registry) -> bool:
+    """Whether ``value`` is a float tensor of zeros: a zero factory's result, or a view of
+    one (whatever the view, every element it shows is zero)."""
+    t = value.type
+    if not isinstance(t, TensorType) or not t.torch_dtype.is_floating_point:
+        return False
+    node = value.producer
+    while node is not None and node.op not in _ZERO_FACTORIES:
+        opdef = registry.lookup(node.op)
+        viewed = opdef.aliased_input(node, 0) if opdef is not None and opdef.is_view \
+            and len(node.outputs) == 1 else None
+        if viewed is None:
+            return False
+        node = node.inputs[viewed].producer
+    if node is None:
+        return False
+    attr = _ZERO_FACTORIES[node.op]
+    fill = 0 if attr is None else node.attrs.get(attr)
+    return type(fill) in (int, float) and fill == 0
