@@ -33,7 +33,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     B, H, Hk, L, D = args.shape
     blocked = CpuCodegen(cache_dir=tempfile.mkdtemp(prefix="torchloom-attn-"))._attention
-    if blocked._loaded() is None:
+    if None in (blocked._loaded("forward"), blocked._loaded("backward")):
         raise SystemExit("the blocked attention is unavailable here (see the log)")
     q, go = (torch.randn(B, L, H, D).transpose(1, 2) for _ in range(2))
     k, v = (torch.randn(B, Hk, L, D) for _ in range(2))

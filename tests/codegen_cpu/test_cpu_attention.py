@@ -7,6 +7,8 @@ eager's op; a compiled training step runs it (no eager attention reaches torch).
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -28,9 +30,11 @@ MIN = torch.finfo(torch.float32).min
 
 @pytest.fixture(scope="module")
 def blocked(codegen):
-    """The codegen's attention, its library built and checked."""
+    """The codegen's attention, its two libraries built and checked."""
     found = codegen._attention
-    assert found._loaded() is not None, "torch's sgemm_ or the attention library is missing"
+    for direction in ("forward", "backward"):
+        assert found._loaded(direction) is not None, \
+            f"torch's sgemm_ or the attention {direction} library is missing"
     return found
 
 
@@ -87,6 +91,38 @@ def check(blocked, q, k, v, go, mask=None, causal=False, scale=None):
     for a, b in zip(grads, wants):
         assert a.stride() == b.stride()
         torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)
+
+
+def test_each_direction_builds_its_own_library_at_its_first_call(codegen):
+    """Inference builds the forward's library only; the backward's comes at the first
+    backward call; each library holds its own direction's function."""
+    asked = []
+
+    def library(direction):
+        asked.append(direction)
+        return codegen._build(attention.source(direction))
+    found = attention.Attention(library)
+    q, k, v, go = qkv(1, 4, 2, 130, 130, 32, seed=3)
+    with torch.no_grad():
+        found.forward(q, k, v, 0.0, True)  # built, loaded and checked against eager's op
+        with Counting() as counted:
+            out, lse = found.forward(q, k, v, 0.0, True)
+        assert asked == ["forward"] and counted.calls == 0
+        for a, b in zip((out, lse), FORWARD(q, k, v, 0.0, True)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        found.backward(go, q, k, v, out, lse, 0.0, True)
+        assert asked == ["forward", "backward"]
+        with Counting() as counted:
+            grads = found.backward(go, q, k, v, out, lse, 0.0, True)
+        assert asked == ["forward", "backward"] and counted.calls == 0
+        for a, b in zip(grads, BACKWARD(go, q, k, v, out, lse, 0.0, True)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)
+    forward = ctypes.CDLL(str(library("forward")))
+    backward = ctypes.CDLL(str(library("backward")))
+    assert hasattr(forward, "tl_attn_fwd_f32") and not hasattr(forward, "tl_attn_bwd_f32")
+    assert hasattr(backward, "tl_attn_bwd_f32") and not hasattr(backward, "tl_attn_fwd_f32")
+    with pytest.raises(ValueError, match="sideways"):
+        attention.source("sideways")
 
 
 SHAPES = [  # B, H, Hk, Lq, Lk, D

@@ -1,6 +1,8 @@
 /* Attention by blocks of 64 queries and 64 keys, its products by the BLAS's sgemm (a
    pointer the caller passes: torch's own), the softmax between them SIMD loops; see
-   attention.py. Built after the prelude (tl_exp_core). */
+   attention.py. Built after the prelude (tl_exp_core), as two libraries: the helpers with
+   the forward (TL_ATTN_FORWARD defined) or with the backward (TL_ATTN_BACKWARD), so that
+   inference builds half the code and training builds the backward's at its first call. */
 
 typedef void (*tl_sgemm_fn)(const char *, const char *, const void *, const void *,
                             const void *, const float *, const float *, const void *,
@@ -105,6 +107,8 @@ static inline int tl_attn_row(float *restrict row, const float *mk, int64_t sml,
   }
   return lim;
 }
+
+#ifdef TL_ATTN_FORWARD  /* the forward's library (attention.py: one per direction) */
 
 /* One task: query rows [q0, q0 + n) of one head (mask rows mk, or NULL; dead: its row of
    tl_attn_dead_map); o: n x D. Scores are kept transposed, st[j * TL_ABQ + i] for key j and
@@ -250,6 +254,10 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
   return failed;
 }
 
+#endif  /* TL_ATTN_FORWARD */
+
+#ifdef TL_ATTN_BACKWARD  /* the backward's library */
+
 /* The gradients of one head (b, h): dq rows of the head, dk/dv rows of its key head (or of
    a private copy), each zeroed here; s and dp: TL_ABQ x TL_ABK. Blocks whose mask hides
    every key are skipped where each row's logsumexp came from keys its mask lets through. */
@@ -384,3 +392,5 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
   free(dead);
   return failed;
 }
+
+#endif  /* TL_ATTN_BACKWARD */

@@ -58,10 +58,19 @@ _INT_MAX = (1 << 31) - 1
 _ATTENTION = (Path(__file__).parent / "attention.c").read_text
 
 
-def source() -> str:
-    """The translation unit of the attention library: the prelude (its ``tl_exp_core``),
-    then the attention's C (attention.c)."""
-    return prelude() + "#include <math.h>\n#include <stdlib.h>\n" + _ATTENTION()
+#: the two libraries: a direction's C functions (attention.c) and their ctypes signatures
+DIRECTIONS = ("forward", "backward")
+
+
+def source(direction: str) -> str:
+    """The translation unit of one direction's library: the prelude (its ``tl_exp_core``),
+    then the attention's C (attention.c) with that direction's half. Two libraries, not
+    one: inference builds only the forward's (0.6 of the 1.1 s gcc takes for both on the
+    Intel Xeon of RESULTS.md), training builds the backward's at its first call."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"attention library {direction!r}: expected one of {DIRECTIONS}")
+    return (f"#define TL_ATTN_{direction.upper()} 1\n" + prelude() +
+            "#include <math.h>\n#include <stdlib.h>\n" + _ATTENTION())
 
 
 def _blas_sgemm() -> int | None:
@@ -107,46 +116,50 @@ def _mask(mask, query, key):
 
 class Attention:
     """Eager's CPU flash attention and its backward, causal f32 calls by blocks (see the
-    module's doc); the C functions come from ``library()`` (a path to the built
-    :func:`source`), loaded and checked on the first call that can use them."""
+    module's doc); each direction's C function comes from ``library(direction)`` (a path
+    to the built :func:`source`), loaded and checked on the first call that can use it."""
 
-    def __init__(self, library: Callable[[], Path]):
+    def __init__(self, library: Callable[[str], Path]):
         self._library = library
-        self._functions: tuple[Callable, Callable, int] | None | bool = False
+        #: direction -> (its C function, sgemm), or None (eager's op), once loaded
+        self._functions: dict[str, tuple[Callable, int] | None] = {}
 
-    def _loaded(self) -> tuple[Callable, Callable, int] | None:
-        """``(forward, backward, sgemm)``, built, loaded and checked once; None (eager's
-        ops) where there is no ``sgemm_``, the build failed or a small case differs."""
-        if self._functions is False:
-            self._functions = None
-            sgemm = _blas_sgemm() if sys.byteorder == "little" else None
-            if sgemm is None:
-                log.info("torchloom: cpu codegen: torch's BLAS exports no sgemm_; causal "
-                         "attention runs as eager's op")
-                return None
-            try:
-                lib = ctypes.CDLL(str(self._library()))
-            except (RuntimeError, OSError) as exc:
-                log.warning("torchloom: cpu codegen: the attention library did not build (%s); "
-                            "attention runs as eager's op", exc)
-                return None
-            found = (_FORWARD_SIGNATURE(("tl_attn_fwd_f32", lib)),
-                     _BACKWARD_SIGNATURE(("tl_attn_bwd_f32", lib)), sgemm)
-            if not _agrees(*found):
-                log.warning("torchloom: cpu codegen: blocked attention differs from eager's on "
-                            "a check case (torch's sgemm_ is not the BLAS it expects); "
-                            "attention runs as eager's op")
-                return None
-            self._functions = found
-        return self._functions
+    def _loaded(self, direction: str) -> tuple[Callable, int] | None:
+        """``(function, sgemm)`` of ``direction``, built, loaded and checked once; None
+        (eager's ops) where there is no ``sgemm_``, the build failed or a small case
+        differs."""
+        if direction not in self._functions:
+            self._functions[direction] = self._load(direction)
+        return self._functions[direction]
+
+    def _load(self, direction: str) -> tuple[Callable, int] | None:
+        sgemm = _blas_sgemm() if sys.byteorder == "little" else None
+        if sgemm is None:
+            log.info("torchloom: cpu codegen: torch's BLAS exports no sgemm_; causal "
+                     "attention runs as eager's op")
+            return None
+        try:
+            lib = ctypes.CDLL(str(self._library(direction)))
+        except (RuntimeError, OSError) as exc:
+            log.warning("torchloom: cpu codegen: the attention %s library did not build "
+                        "(%s); attention runs as eager's op", direction, exc)
+            return None
+        signature, name = _FUNCTIONS[direction]
+        fn = signature((name, lib))
+        if not _AGREES[direction](fn, sgemm):
+            log.warning("torchloom: cpu codegen: blocked attention's %s differs from eager's "
+                        "on a check case (torch's sgemm_ is not the BLAS it expects); "
+                        "attention runs as eager's op", direction)
+            return None
+        return fn, sgemm
 
     def forward(self, query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None,
                 scale=None):
         """``_scaled_dot_product_flash_attention_for_cpu``: ``(output, logsumexp)``."""
-        ready = self._loaded() if _fast(query, key, value, (), dropout_p, is_causal,
-                                        attn_mask) else None
+        ready = self._loaded("forward") if _fast(query, key, value, (), dropout_p,
+                                                 is_causal, attn_mask) else None
         found = None if ready is None else \
-            _forward(ready[0], ready[2], query, key, value, attn_mask, is_causal, scale)
+            _forward(*ready, query, key, value, attn_mask, is_causal, scale)
         if found is None:
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
                 query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
@@ -155,12 +168,11 @@ class Attention:
     def backward(self, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
                  attn_mask=None, scale=None):
         """``_scaled_dot_product_flash_attention_for_cpu_backward``: the three gradients."""
-        ready = self._loaded() if _fast(query, key, value, (grad_out, out), dropout_p,
-                                        is_causal, attn_mask) and \
+        ready = self._loaded("backward") if _fast(
+            query, key, value, (grad_out, out), dropout_p, is_causal, attn_mask) and \
             _lse_ok(logsumexp, query) and grad_out.shape == query.shape == out.shape else None
         found = None if ready is None else _backward(
-            ready[1], ready[2], grad_out, query, key, value, out, logsumexp, attn_mask,
-            is_causal, scale)
+            *ready, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale)
         if found is None:
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
                 grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
@@ -254,24 +266,49 @@ def _lse_ok(lse, query) -> bool:
         lse.shape == query.shape[:3]
 
 
-def _agrees(forward, backward, sgemm) -> bool:
-    """Whether the blocked path gives eager's values on small cases with partial blocks,
-    two query heads per key head, a transposed layout, a causal flag and a causal mask (a
-    BLAS with other conventions would not)."""
+def _check_cases():
+    """Small cases with partial blocks, two query heads per key head, a transposed layout,
+    a causal flag and a causal mask (a BLAS with other conventions would not give eager's
+    values on them): ``(q, k, v, grad_out, mask, causal)`` each."""
     g = torch.Generator().manual_seed(0)
     q, go = (torch.randn(1, 70, 4, 16, generator=g).transpose(1, 2) for _ in range(2))
     k, v = (torch.randn(1, 70, 2, 16, generator=g).transpose(1, 2) for _ in range(2))
     hidden = torch.full((70, 70), torch.finfo(torch.float32).min).triu(1)
+    return [(q, k, v, go, mask, causal) for mask, causal in ((None, True), (hidden, False))]
+
+
+def _close(got, want) -> bool:
+    return got is not None and all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+                                   for a, b in zip(got, want))
+
+
+def _forward_agrees(forward, sgemm) -> bool:
+    """Whether the blocked forward gives eager's values on :func:`_check_cases`."""
     aten = torch.ops.aten
-    for mask, causal in ((None, True), (hidden, False)):
-        with torch.no_grad():
-            want = aten._scaled_dot_product_flash_attention_for_cpu.default(
+    with torch.no_grad():
+        return all(_close(_forward(forward, sgemm, q, k, v, mask, causal, None),
+                          aten._scaled_dot_product_flash_attention_for_cpu.default(
+                              q, k, v, 0.0, causal, attn_mask=mask))
+                   for q, k, v, _, mask, causal in _check_cases())
+
+
+def _backward_agrees(backward, sgemm) -> bool:
+    """Whether the blocked backward gives eager's gradients on :func:`_check_cases`, from
+    eager's forward (either side's backward takes either side's forward)."""
+    aten = torch.ops.aten
+    with torch.no_grad():
+        for q, k, v, go, mask, causal in _check_cases():
+            fwd = aten._scaled_dot_product_flash_attention_for_cpu.default(
                 q, k, v, 0.0, causal, attn_mask=mask)
-            got = _forward(forward, sgemm, q, k, v, mask, causal, None)
-            want_grads = aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
-                go, q, k, v, *want, 0.0, causal, attn_mask=mask)
-            got_grads = _backward(backward, sgemm, go, q, k, v, *want, mask, causal, None)
-        if got is None or not all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in
-                                  zip((*got, *got_grads), (*want, *want_grads))):
-            return False
+            want = aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+                go, q, k, v, *fwd, 0.0, causal, attn_mask=mask)
+            if not _close(_backward(backward, sgemm, go, q, k, v, *fwd, mask, causal, None),
+                          want):
+                return False
     return True
+
+
+#: direction -> (ctypes signature, C function name); the check of its values
+_FUNCTIONS = {"forward": (_FORWARD_SIGNATURE, "tl_attn_fwd_f32"),
+              "backward": (_BACKWARD_SIGNATURE, "tl_attn_bwd_f32")}
+_AGREES = {"forward": _forward_agrees, "backward": _backward_agrees}

@@ -129,7 +129,8 @@ class CpuCodegen:
         #: eager's dropout from the same random stream (``library_call``)
         self._dropout = random_stream.Dropout(lambda: self._build(random_stream.source()))
         #: causal attention by blocks (``library_call``)
-        self._attention = attention.Attention(lambda: self._build(attention.source()))
+        self._attention = attention.Attention(
+            lambda direction: self._build(attention.source(direction)))
 
     # ---- protocol --------------------------------------------------------------------------
     def with_artifacts(self, store: ArtifactStore) -> CpuCodegen:
