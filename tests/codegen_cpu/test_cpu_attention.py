@@ -8,6 +8,7 @@ eager's op; a compiled training step runs it (no eager attention reaches torch).
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import pytest
 import torch
@@ -321,3 +322,33 @@ def test_a_compiled_training_step_runs_it(tmp_path, masked):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     for g, w in zip(g_grads, w_grads):
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-5)
+
+
+def test_the_forward_s_library_builds_beside_the_graph_s(monkeypatch, tmp_path):
+    """Compiling a causal attention for inference, cold: when the graph's own library
+    starts building (``prepare``), the attention's forward library is already building on
+    its thread (two compilers at once); the backward's is never built; eager's values."""
+    from torchloom_codegen_cpu.codegen import CpuCodegen
+    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path / "cold"))
+    builds = []
+    real = CpuCodegen._build
+
+    def build(self, source):
+        kind = "attention" if "#define TL_ATTN_" in source else "graph"
+        builds.append((kind, threading.current_thread().name, sorted(self._attention._ahead)))
+        return real(self, source)
+    monkeypatch.setattr(CpuCodegen, "_build", build)
+    torch.manual_seed(0)
+    model = Attention(masked=False).eval()
+
+    def step(x):
+        return torch.tanh(model(torch.relu(x) * 2.0)) + 1.0
+    _, fn = compiled(step, tmp_path)
+    x = torch.randn(2, 300, 128)
+    with torch.no_grad():
+        got, want = fn(x), step(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    graph_builds = [b for b in builds if b[0] == "graph"]
+    attention_builds = [b for b in builds if b[0] == "attention"]
+    assert graph_builds and graph_builds[0][2] == ["forward"]  # already started
+    assert [b[1] for b in attention_builds] == ["torchloom-attention-forward"]

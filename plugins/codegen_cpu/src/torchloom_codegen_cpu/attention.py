@@ -36,11 +36,13 @@ on small cases (checked once) are not eager's.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import logging
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,6 +125,30 @@ class Attention:
         self._library = library
         #: direction -> (its C function, sgemm), or None (eager's op), once loaded
         self._functions: dict[str, tuple[Callable, int] | None] = {}
+        #: direction -> its library being built on a thread (``build_ahead``)
+        self._ahead: dict[str, concurrent.futures.Future] = {}
+
+    def build_ahead(self, direction: str) -> None:
+        """Start building ``direction``'s library on a thread, once: a plan that will call
+        it is being made, and the graph's own library builds meanwhile (two compilers at
+        once; the first call waits for this build, never starts another). An error is
+        its first call's to report, as when built then."""
+        if direction in self._functions or direction in self._ahead:
+            return
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def build() -> None:
+            try:
+                future.set_result(self._library(direction))
+            except BaseException as exc:  # noqa: BLE001 (handed to the first call)
+                future.set_exception(exc)
+        self._ahead[direction] = future
+        threading.Thread(target=build, name=f"torchloom-attention-{direction}",
+                         daemon=True).start()
+
+    def _built(self, direction: str) -> Path:
+        future = self._ahead.get(direction)
+        return self._library(direction) if future is None else future.result()
 
     def _loaded(self, direction: str) -> tuple[Callable, int] | None:
         """``(function, sgemm)`` of ``direction``, built, loaded and checked once; None
@@ -139,7 +165,7 @@ class Attention:
                      "attention runs as eager's op")
             return None
         try:
-            lib = ctypes.CDLL(str(self._library(direction)))
+            lib = ctypes.CDLL(str(self._built(direction)))
         except (RuntimeError, OSError) as exc:
             log.warning("torchloom: cpu codegen: the attention %s library did not build "
                         "(%s); attention runs as eager's op", direction, exc)

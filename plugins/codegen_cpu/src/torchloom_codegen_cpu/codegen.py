@@ -175,7 +175,9 @@ class CpuCodegen:
         """The function the plan calls for ``node`` (an op outside any group) in place of
         its op: eager's ``native_dropout`` on f32/f64/bf16 CPU values from the same random
         stream (random_stream.py), causal f32 flash attention and its backward by blocks
-        (attention.py); each library is built at its first call. None for other nodes."""
+        (attention.py, the direction's library built on a thread from this offer on,
+        beside the graph's: ``prepare`` offers ahead); the dropout library is built at
+        its first call. None for other nodes."""
         del registry
         if node.op not in (random_stream.OP, attention.FORWARD, attention.BACKWARD) or \
                 not node.inputs or find_compiler() is None:
@@ -189,9 +191,32 @@ class CpuCodegen:
         if node.op in (attention.FORWARD, attention.BACKWARD) and t.dtype == "f32" and \
                 (node.attrs.get("is_causal") is True or masked) and \
                 not node.attrs.get("dropout_p"):
-            return self._attention.forward if node.op == attention.FORWARD else \
-                self._attention.backward
+            forward = node.op == attention.FORWARD
+            self._build_ahead("forward" if forward else "backward")
+            return self._attention.forward if forward else self._attention.backward
         return None
+
+    def _build_ahead(self, direction: str) -> None:
+        """Start the attention's ``direction`` library building on a thread, the toolchain
+        probed and the directory chosen here first (on this thread, once); a probe that
+        fails leaves the build to the first call, which reports it."""
+        try:
+            self.toolchain()
+            self.directory()
+        except (RuntimeError, OSError):
+            return
+        self._attention.build_ahead(direction)
+
+    def _offer_ahead(self, groups: list[Node], registry: Any) -> None:
+        """Offer a call for every attention node of the graphs holding ``groups`` (and of
+        their shared subgraphs), so that their libraries build beside the groups' own
+        (``prepare`` runs before the plan asks for those calls)."""
+        roots = {id(g.graph.root): g.graph.root for g in groups if g.graph is not None}
+        for root in roots.values():
+            for graph in (root, *root.subgraphs.values()):
+                for node in graph.nodes:
+                    if node.op in (attention.FORWARD, attention.BACKWARD):
+                        self.library_call(node, registry)
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         return self._written.get(group, registry, lambda: write_function(group, registry))
@@ -213,6 +238,7 @@ class CpuCodegen:
         names = [k.metadata["kernel"] for k in kernels]
         if len(set(names)) < 2:
             return  # one kernel: its own library, as load would build it
+        self._offer_ahead(groups, registry)
         path = self._build(self.translation_unit(kernels))
         for name in names:
             self._prepared[name] = path
