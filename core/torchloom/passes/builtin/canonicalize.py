@@ -90,28 +90,36 @@ class Canonicalize(Pass):
             if node.op in _MASK_INPUT:
                 folded += _drop_zero_mask(graph, node, ctx.registry)
                 continue
-            if node.op == "aten.cat.default":
-                src = _only_piece(node)
-                if src is None or not (src.type == node.output.type or
-                                       (_last_dim_contiguous(src.type) and
-                                        _layout_free(node))):
-                    continue
-            elif node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1:
+            src = _fold_source(node)
+            if src is None or not isinstance(src.type, TensorType) or not _known(src.type):
                 continue
-            else:
-                src = node.inputs[0]
             dst = node.output
-            if not isinstance(src.type, TensorType) or not _known(src.type) or \
-                    (node.op != "aten.cat.default" and src.type != dst.type):
-                continue
             if dst in returned or src in written or dst in written:
-                continue
-            if node.op == "aten._to_copy.default" and set(node.attrs) - {"dtype"}:
                 continue
             graph.replace_all_uses(dst, src)
             graph.erase(node)
             folded += 1
         return PassResult(folded > 0, {"folded": folded})
+
+
+def _fold_source(node):
+    """The value ``node``'s result may be replaced by, as far as the node itself tells
+    (its op, attributes and types; what else reads or writes them is the caller's): the
+    input of an identity view or cast of the same type, the one nonempty piece of a
+    ``cat`` (``_only_piece``) of the same type or only attention reads as key or value
+    (``_layout_free``); else None."""
+    if node.op == "aten.cat.default":
+        src = _only_piece(node)
+        if src is None or not (src.type == node.output.type or
+                               (_last_dim_contiguous(src.type) and _layout_free(node))):
+            return None
+        return src
+    if node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1 or \
+            node.inputs[0].type != node.output.type:
+        return None
+    if node.op == "aten._to_copy.default" and set(node.attrs) - {"dtype"}:
+        return None
+    return node.inputs[0]
 
 
 def _known(t: TensorType) -> bool:
