@@ -352,3 +352,30 @@ def test_the_forward_s_library_builds_beside_the_graph_s(monkeypatch, tmp_path):
     attention_builds = [b for b in builds if b[0] == "attention"]
     assert graph_builds and graph_builds[0][2] == ["forward"]  # already started
     assert [b[1] for b in attention_builds] == ["torchloom-attention-forward"]
+
+
+@pytest.mark.parametrize("where", ["key", "value"])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_keys_or_values_in_a_hidden_block_give_eagers_values(blocked, where, bad):
+    """A block the mask hides whole is skipped only where its keys and values are finite:
+    eager's op multiplies them (by 0), so an inf or NaN there makes rows NaN."""
+    q, k, v, go = qkv(1, 2, 2, 200, 200, 16, seed=5)
+    mask = causal_mask(200, 200)  # 6 of 16 blocks hidden whole: the blocked path's
+    (k if where == "key" else v)[0, 1, 190, 3] = bad  # key 190: hidden from rows 0-189
+    with torch.no_grad(), Counting() as counted:
+        got = blocked.forward(q, k, v, 0.0, False, attn_mask=mask)
+        grads = blocked.backward(go, q, k, v, *got, 0.0, False, attn_mask=mask)
+    assert counted.calls == 0, "eager's op ran"
+    want = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
+    wants = BACKWARD(go, q, k, v, *want, 0.0, False, attn_mask=mask)
+    assert bool(want[0].isnan().any())  # the case is one where eager gives NaN
+    # the outputs, NaN where eager's are (a key's inf: eager's logsumexp of such a row is
+    # inf or NaN by its own exp's rules, and its gradients follow: outputs compared only)
+    pairs = zip((*got, *grads), (*want, *wants)) if where == "value" else \
+        [(got[0], want[0])]
+    for a, b in pairs:
+        assert torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, equal_nan=True)
+    # finite keys and values: the same blocks are skipped as before (values unchanged)
+    q, k, v, go = qkv(1, 2, 2, 200, 200, 16, seed=5)
+    check(blocked, q, k, v, go, mask)

@@ -55,10 +55,12 @@ static int tl_attn_block(const float *mk, int64_t sml, int n, int bk) {
 }
 
 /* dead[(bm * Hm + hm) * qblocks + qb) * kblocks + kb]: tl_attn_block of query block qb and
-   key block kb, for each of the mask's own (not broadcast) batches and heads; a loop of the
-   caller's parallel region, which waits for it. */
+   key block kb, for each of the mask's own (not broadcast) batches and heads, TL_MIXED
+   where it hides the block but a key or value of it is not finite (tl_attn_finite_blocks);
+   a loop of the caller's parallel region, which waits for it. */
 static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
-                             int64_t Lq, int64_t Lk, unsigned char *dead) {
+                             int64_t Lq, int64_t Lk, const unsigned char *finite,
+                             unsigned char *dead) {
   const int64_t qblocks = (Lq + TL_ABQ - 1) / TL_ABQ, kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   #pragma omp for schedule(static)
   for (int64_t r = 0; r < Bm * Hm * qblocks; r++) {
@@ -69,8 +71,46 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
     for (int64_t kb = 0; kb < kblocks; kb++) {
       const int64_t n0 = kb * TL_ABK;
       const int bk = Lk - n0 < TL_ABK ? (int)(Lk - n0) : TL_ABK;
-      dead[r * kblocks + kb] = (unsigned char)tl_attn_block(rows + n0, sm[2], n, bk);
+      const int block = tl_attn_block(rows + n0, sm[2], n, bk);
+      dead[r * kblocks + kb] = (unsigned char)(block == TL_HIDES && !finite[kb] ? TL_MIXED
+                                                                                : block);
     }
+  }
+}
+
+/* Whether the n x D rows of x (ld apart) are all finite: one vector loop when they are
+   contiguous. */
+static int tl_attn_finite(const float *x, int64_t ld, int n, int64_t D) {
+  const int64_t rows = ld == D ? 1 : n, len = ld == D ? n * D : D;
+  int bad = 0;
+  for (int64_t j = 0; j < rows; j++) {
+    const float *restrict r = x + j * ld;
+    #pragma omp simd reduction(|:bad)
+    for (int64_t d = 0; d < len; d++) bad |= !(fabsf(r[d]) <= 3.40282347e38f);
+  }
+  return !bad;
+}
+
+/* finite[kb]: 1 where every key and value of key block kb (of every batch and key head) is
+   finite, else 0. A block its mask hides whole is skipped only where this is 1: eager's op
+   multiplies it (by 0), and an inf or NaN key or value there makes rows NaN, which a skip
+   would hide. One pass over k and v, a loop of the caller's parallel region (before the
+   dead map, which reads it). */
+static void tl_attn_finite_blocks(const float *k, const int64_t *sk, const float *v,
+                                  const int64_t *sv, int64_t B, int64_t Hk, int64_t Lk,
+                                  int64_t D, unsigned char *finite) {
+  const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
+  #pragma omp for schedule(static)
+  for (int64_t kb = 0; kb < kblocks; kb++) {
+    const int64_t n0 = kb * TL_ABK;
+    const int bk = Lk - n0 < TL_ABK ? (int)(Lk - n0) : TL_ABK;
+    int ok = 1;
+    for (int64_t bh = 0; bh < B * Hk && ok; bh++) {
+      const int64_t b = bh / Hk, h = bh % Hk;
+      ok = tl_attn_finite(k + b * sk[0] + h * sk[1] + n0 * sk[2], sk[2], bk, D) &&
+           tl_attn_finite(v + b * sv[0] + h * sv[1] + n0 * sv[2], sv[2], bk, D);
+    }
+    finite[kb] = (unsigned char)ok;
   }
 }
 
@@ -79,9 +119,10 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
    64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
    save too little, and *failed is 3 (eager's op runs). 0 without a mask. */
 static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
-                            int64_t Lq, int64_t Lk, unsigned char *dead, int *failed) {
+                            int64_t Lq, int64_t Lk, const unsigned char *finite,
+                            unsigned char *dead, int *failed) {
   if (mask == NULL) return 0;
-  tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+  tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, finite, dead);
   const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * ((Lk + TL_ABK - 1) / TL_ABK);
   int64_t hidden = 0;
   for (int64_t i = 0; i < n; i++) hidden += dead[i] == TL_HIDES;
@@ -216,7 +257,12 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
   const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   const int64_t Bm = sm[0] != 0 ? B : 1, Hm = sm[1] != 0 ? H : 1;
   unsigned char *dead = mask != NULL ? malloc(Bm * Hm * blocks * kblocks) : NULL;
-  if (mask != NULL && dead == NULL) return 1;
+  unsigned char *finite = mask != NULL ? malloc(kblocks) : NULL;
+  if (mask != NULL && (dead == NULL || finite == NULL)) {
+    free(dead);
+    free(finite);
+    return 1;
+  }
   int failed = 0;
   #pragma omp parallel num_threads(threads)
   {
@@ -228,7 +274,8 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     #pragma omp barrier
     if (!failed) {
       float *o = s + TL_ABQ * TL_ABK;
-      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, dead, &failed);
+      if (mask != NULL) tl_attn_finite_blocks(k, sk, v, sv, B, Hk, Lk, D, finite);
+      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, finite, dead, &failed);
       #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t t = 0; t < (none ? 0 : tasks); t++) {
         /* the last rows first: the longest under a causal mask */
@@ -251,6 +298,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     free(s);
   }
   free(dead);
+  free(finite);
   return failed;
 }
 
@@ -338,9 +386,11 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
   /* [B, H, 2, Lk, D]: each query head's dk and dv when heads share keys */
   float *own = group > 1 ? malloc(sizeof(float) * B * H * 2 * head) : NULL;
   unsigned char *dead = mask != NULL ? malloc(Bm * Hm * qblocks * kblocks) : NULL;
-  if ((group > 1 && own == NULL) || (mask != NULL && dead == NULL)) {
+  unsigned char *finite = mask != NULL ? malloc(kblocks) : NULL;
+  if ((group > 1 && own == NULL) || (mask != NULL && (dead == NULL || finite == NULL))) {
     free(own);
     free(dead);
+    free(finite);
     return 1;
   }
   int failed = 0;
@@ -353,7 +403,8 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     }
     #pragma omp barrier
     if (!failed) {
-      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, dead, &failed);
+      if (mask != NULL) tl_attn_finite_blocks(k, sk, v, sv, B, Hk, Lk, D, finite);
+      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, finite, dead, &failed);
       #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < (none ? 0 : B * H); t++) {
         const int64_t b = t / H, h = t % H, hk = h / group;
@@ -390,6 +441,7 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
   }
   free(own);
   free(dead);
+  free(finite);
   return failed;
 }
 
