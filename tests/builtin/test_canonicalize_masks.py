@@ -117,6 +117,20 @@ def test_the_composite_s_mask_of_zeros_is_dropped():
     assert result.stats == {"folded": 1}
 
 
+def test_a_mask_of_another_dtype_stays():
+    # eager's kernel refuses a mask whose dtype is not the query's: that error is kept
+    graph = parse_graph(f"""
+        graph @g({QKV}) {{
+          %m = aten.zeros.default() {{device = #cpu, dtype = #f64, size = [1, 2, 8, 8]}} : f64[1, 2, 8, 8]
+          %o, %l = {ATTN}(%q, %k, %v, %m) {{dropout_p = 0.0, is_causal = false, scale = 0.25}} : {OUT}
+          return %o
+        }}
+    """)
+    result = Canonicalize().run(graph, PassContext(registry=default_registry()))
+    assert result.stats == {"folded": 0}
+    assert len(next(n for n in graph.nodes if n.op == ATTN).inputs) == 4
+
+
 def test_a_mask_handed_in_stays():
     text = f"""
         graph @g({QKV}, %m: f32[1, 2, 8, 8]) {{

@@ -162,8 +162,9 @@ def _drop_zero_mask(graph: Graph, node, registry) -> int:
     """Replace an attention node whose additive mask is all zeros by one without the mask
     (the same attributes: the mask is keyword-only or last among the inputs); 1 if so."""
     at = _MASK_INPUT[node.op]
-    if len(node.inputs) != at + 1 or not _zeros(node.inputs[at], registry):
-        return 0
+    if len(node.inputs) != at + 1 or not _zeros(node.inputs[at], registry) or \
+            node.inputs[at].type.dtype != getattr(node.inputs[0].type, "dtype", None):
+        return 0  # (a mask of another dtype than the query's is eager's error: kept)
     new = graph.create(node.op, node.inputs[:at], [v.type for v in node.outputs],
                        dict(node.attrs), names=[v.name for v in node.outputs], before=node)
     graph.replace_uses(dict(zip(node.outputs, new.outputs)))
