@@ -63,7 +63,7 @@ _INT_MAX = (1 << 31) - 1
 _ATTENTION = (Path(__file__).parent / "attention.c").read_text
 
 
-#: the two libraries: a direction's C functions (attention.c) and their ctypes signatures
+#: the two libraries, one per direction (attention.c's halves; their functions: ``_FUNCTIONS``)
 DIRECTIONS = ("forward", "backward")
 
 
