@@ -13,6 +13,7 @@ from torchloom.api import parse_graph
 from torchloom.codegen.plan import _trusted
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.runtime.cache import KernelCache
+from torchloom.runtime.tiered import Tiered
 
 from torchloom_codegen_cpu.launcher import _Trusting
 
@@ -48,9 +49,14 @@ def compiled(registry, codegen):
 
 
 def _kernels(fn):
-    """The kernels a plan's generated function calls, in the order of their nodes."""
+    """The kernels a plan's generated function calls, in the order of their nodes (a
+    kernel whose library was still building when the plan was made, as it is built)."""
     namespace = fn.__globals__
-    return [namespace[k] for k in sorted(namespace) if k[:1] == "f" and k[1:].isdigit()]
+    return [_built(namespace[k]) for k in sorted(namespace) if k[:1] == "f" and k[1:].isdigit()]
+
+
+def _built(kernel):
+    return kernel.native.resolve() if isinstance(kernel, Tiered) else kernel
 
 
 def test_kernels_given_guarded_inputs_leave_their_checks_out(compiled):

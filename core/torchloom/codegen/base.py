@@ -33,6 +33,15 @@ that this codegen is the first of the chain to support (the ``cpu`` codegen buil
 one library with one compiler call); ``load`` is still called per group afterwards. A
 ``prepare`` that raises only costs the batching: each group then compiles on its own.
 
+Building in the background: a codegen's ``prepare`` may start its build and return, and
+``load`` hand back a kernel that says ``ready()`` (never waits: whether the build has ended)
+and ``resolve()`` (waits, gives the final kernel, raises what the build raised); calling it
+resolves it. Its ``exact_layouts``, ``inplace``, ``into`` and ``trusting`` are known before
+the build ends. The runtime makes the plan meanwhile and, by the pipeline's ``[runtime]
+first_calls``, waits at the first call or runs the group op by op until ``ready()``
+(:mod:`torchloom.runtime.tiered`); a ``library_call`` function may have ``ready()`` too (the
+op itself runs until then under ``"eager"``).
+
 Writing into given buffers: a kernel (the callable ``load`` returns) may have ``into(outs,
 *inputs)``, running the kernel with output j written into the tensor ``outs[j]`` (None:
 allocated as usual; a tensor not laid out as the output is not used), and ``inplace``, the

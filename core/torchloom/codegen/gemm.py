@@ -41,7 +41,7 @@ import attrs
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from torchloom.ir import Node, TensorType
+from torchloom.ir import Graph, Node, TensorType
 
 log = logging.getLogger("torchloom.runtime")
 
@@ -224,6 +224,16 @@ class GemmBlocks:
         if blocks is None:
             return None
         return blocked_mm(blocks) if bias is None else blocked_addmm(blocks)
+
+
+def decide_products(graph: Graph, gemms: GemmBlocks) -> None:
+    """Time every product of ``graph`` (its shared subgraphs too) that ``gemms`` would
+    time when the plan asks, now: before a compiler starts beside the plan's making (the
+    ``cpu`` codegen's ``prepare``), which would share the cores the timing measures."""
+    for g in (graph.root, *graph.root.subgraphs.values()):
+        for node in g.nodes:
+            if node.op in (MM, ADDMM):
+                gemms.callable_for(node)
 
 
 def _machine() -> str:

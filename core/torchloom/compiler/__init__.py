@@ -33,6 +33,7 @@ from torchloom.runtime.graph_cache import GraphCache
 from torchloom.runtime.remote_cache import (ENV_URL, RemoteCache, RemoteConfigError,
                                             offer_artifacts, remote_cache_from)
 from torchloom.runtime.static import StaticPlan, retarget, target_codegens
+from torchloom.runtime.tiered import first_calls_policy
 
 log = logging.getLogger("torchloom")
 
@@ -121,6 +122,8 @@ class Compiler:
         #: kept in the cache directory; ``TORCHLOOM_GEMM_BLOCKS=0``: none)
         self.gemms = GemmBlocks(enabled=env_flag("TORCHLOOM_GEMM_BLOCKS", True),
                                 path=disk and disk / "gemm-blocks.json")
+        #: what groups whose kernels still build run meanwhile (runtime/tiered.py)
+        self.first_calls = first_calls_policy(self.pipeline.first_calls)
         self.compilations: list[Compilation] = []
         self.notes: list[str] = list(mode_notes) + ([remote_note] if remote_note else [])
         for name in self.pipeline.codegens or (self.pipeline.codegen,):
@@ -208,7 +211,7 @@ class Compiler:
                                       warned=self.warned, boxed=boxed,
                                       # a wrapper (CUDA graphs) may keep inputs as its own
                                       donated=() if self.pipeline.runtime else donated,
-                                      gemms=self.gemms)
+                                      gemms=self.gemms, first_calls=self.first_calls)
         fn = comp.compiled.plan.fn
         if constants:
             fn = _bind_constants(fn, tuple(constants))

@@ -14,6 +14,7 @@ disable = ["some-plugin"]
 cudagraphs = true      # enables a runtime wrapper; its options go in [runtime.cudagraphs]
 partitioner = "min_cut"  # forward/backward split: "min_cut" (recompute) or "default"
 remote_cache = "redis://127.0.0.1:6379/0"  # the fleet's shared cache (needs a key)
+first_calls = "eager"  # groups run op by op until their native kernels are built
 
 [[pass]]
 name = "views.strip-bookends"
@@ -48,6 +49,7 @@ from torchloom.passes.pipeline_extends import flat_data, pass_tables
 # builtin_pipelines, parse_raw, read_pipeline: re-exported, pipelines are read from here too
 from torchloom.passes.pipeline_file import (Lines, RawPipeline, builtin_pipelines,  # noqa: F401
                                             did_you_mean, parse_raw, read_pipeline)
+from torchloom.runtime.tiered import FIRST_CALLS
 from torchloom.passes.sources import CORE_PACKAGE, SourceHashes
 
 VERIFY_POLICIES = ("each", "end", "off", "numeric")
@@ -103,6 +105,9 @@ class Pipeline:
     partitioner_set: bool = False
     #: ``[runtime] remote_cache``: the shared cache's URL (see runtime/remote_cache.py)
     remote_cache: str | None = None
+    #: ``[runtime] first_calls``: what a group whose native kernel still builds runs
+    #: ("wait" or "eager"; see runtime/tiered.py)
+    first_calls: str = "wait"
     #: passes named optional that no plugin provides
     missing_optional: tuple[str, ...] = ()
     #: memo of source hashes (the plugin set's), so a fingerprint reads each file once
@@ -161,6 +166,7 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
                         partitioner=settings.get("partitioner", "min_cut"),
                         partitioner_set="partitioner" in settings,
                         remote_cache=settings.get("remote_cache"),
+                        first_calls=settings.get("first_calls", "wait"),
                         missing_optional=tuple(missing),
                         sources=getattr(plugins, "sources", None) or SourceHashes())
     _check_constraints(pipeline)
@@ -214,6 +220,10 @@ def _check_layer(raw: RawPipeline, plugins) -> tuple[dict[str, Any], dict[str, A
     if remote_cache is not None and not isinstance(remote_cache, str):
         raise err(lines.key(lines.table("runtime"), "remote_cache"),
                   'remote_cache must be a string such as "redis://HOST:PORT/DB"')
+    first_calls = settings["first_calls"] = runtime_table.pop("first_calls", "wait")
+    if first_calls not in FIRST_CALLS:
+        raise err(lines.key(lines.table("runtime"), "first_calls"),
+                  f"first_calls = {first_calls!r} must be one of {', '.join(FIRST_CALLS)}")
     # only what this file sets: it overrides the pipeline it extends, defaults fill the rest
     given = {*head, *data.get("runtime", {})} | ({"codegens"} if "codegen" in head else set())
     return ({k: v for k, v in settings.items() if k in given},

@@ -15,11 +15,14 @@ from typing import Any
 import attrs
 from torchloom.codegen.base import Reason
 from torchloom.codegen.guards import describe_mismatch
+from torchloom.codegen.gemm import decide_products
 from torchloom.codegen.plan import CONSTANT, FUSION_GROUP, Plan, build_function
 from torchloom.ir.aliasing import shared_outputs, written_storage
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node
+from torchloom.ir.types import TensorType
 from torchloom.ops.registry import OpRegistry
 from torchloom.runtime.group_failure import codegen_failed
+from torchloom.runtime.tiered import Tiered, TieredCall
 
 log = logging.getLogger("torchloom.runtime")
 
@@ -69,12 +72,14 @@ def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]
     return verdicts
 
 
-def library_calls(gemms, codegens: Sequence[Any],
-                  registry: OpRegistry) -> Callable[[Node], Callable | None]:
+def library_calls(gemms, codegens: Sequence[Any], registry: OpRegistry,
+                  first_calls: str = "wait") -> Callable[[Node], Callable | None]:
     """``calls(node)``: what a plain op node of the plan calls in place of its op: a blocked
     product (``gemms.callable_for``), else the first codegen of the chain whose optional
     ``library_call(node, registry)`` gives a function (:mod:`torchloom.codegen.base`), else
-    None (the op). A codegen whose ``library_call`` raises is logged and skipped."""
+    None (the op). A codegen whose ``library_call`` raises is logged and skipped. Under
+    ``first_calls = "eager"`` a function whose library still builds (``ready()``) is a
+    :class:`~torchloom.runtime.tiered.TieredCall`: the op runs until it is built."""
     offers = [cg for cg in codegens if callable(getattr(cg, "library_call", None))]
 
     def calls(node: Node) -> Callable | None:
@@ -88,6 +93,9 @@ def library_calls(gemms, codegens: Sequence[Any],
                             cg.name, node.op, exc)
                 continue
             if fn is not None:
+                if first_calls == "eager" and callable(getattr(fn, "ready", None)) and \
+                        not fn.ready():
+                    return TieredCall(fn, registry.get(node.op).callable_for(node))
                 return fn
         return None
     return calls
@@ -101,6 +109,13 @@ class GroupChoice:
     codegen: str
     fallback_reasons: list[Reason] = attrs.field(factory=list)
 
+    def ran_on_eager(self, reason: Reason) -> None:
+        """The chosen codegen's kernel failed after the plan was made (its background
+        build): the group runs op by op from now on, for ``reason``."""
+        self.codegen = "eager"
+        if reason not in self.fallback_reasons:  # (told by each variant the plan made)
+            self.fallback_reasons.append(reason)
+
 
 class CompiledGraph:
     """The runnable result of compiling a graph: guards, kernels, fallback."""
@@ -108,7 +123,8 @@ class CompiledGraph:
     def __init__(self, graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
                  cache=None, fallback: Callable | None = None, user_inputs: int | None = None,
                  repro_dir: Path | None = None, warned: set[str] | None = None,
-                 boxed: bool = False, donated: Sequence[int] = (), gemms=None):
+                 boxed: bool = False, donated: Sequence[int] = (), gemms=None,
+                 first_calls: str = "wait"):
         """``fallback(*user_args)`` runs the original graph when a guard fails; the graph's
         inputs after the first ``user_inputs`` are constants it does not take. A codegen
         that raises on a group costs only that group (:mod:`.group_failure`: its IR goes
@@ -117,7 +133,8 @@ class CompiledGraph:
         :func:`~torchloom.codegen.plan.build_function`; ``gemms`` (a
         :class:`~torchloom.codegen.gemm.GemmBlocks`) says which products run in blocks, and
         the codegens' ``library_call`` which other plain nodes call a codegen's function
-        (:func:`library_calls`)."""
+        (:func:`library_calls`). ``first_calls``: what a group whose kernel still builds
+        runs meanwhile, "wait" or "eager" (:mod:`.tiered`)."""
         from torchloom.runtime.cache import KernelCache
         self.graph = graph
         self.choices: list[GroupChoice] = []
@@ -129,7 +146,7 @@ class CompiledGraph:
         #: shared subgraph name -> its callable, built once however often it is called
         self.subgraph_fns: dict[str, Callable] = {}
         warned = warned if warned is not None else set()
-        calls = library_calls(gemms, codegens, registry)
+        calls = library_calls(gemms, codegens, registry, first_calls)
 
         def kernel_for(node: Node) -> Callable:
             if node.op == CALL_SUBGRAPH:
@@ -162,6 +179,9 @@ class CompiledGraph:
                         elif kernel is None:
                             stage = "compiling"
                             kernel = self.cache.get_or_compile(cg, node, registry)
+                    if reason is None:
+                        stage = "building"
+                        kernel = self._tiered(kernel, node, choice, cg, registry)
                 except Exception as exc:
                     reason = codegen_failed(cg, stage, node, exc, repro_dir, warned)
                 if reason is None:
@@ -172,6 +192,12 @@ class CompiledGraph:
                             f"{'; '.join(map(str, choice.fallback_reasons))}")
 
         written: dict[Graph, set] = {}  # per graph, what is written in place in it
+        self._first_calls = first_calls
+        self._repro_dir, self._warned = repro_dir, warned
+        #: the groups whose kernels were still building when the plan was made
+        self.tiered: list[Tiered] = []
+        if gemms is not None:  # timed before any compiler runs beside them (prepare)
+            decide_products(graph, gemms)
         verdicts = prepare_codegens(graph, registry, codegens, self.cache)
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
@@ -180,6 +206,27 @@ class CompiledGraph:
 
     def __call__(self, *args):
         return self.plan.fn(*args)
+
+    def _tiered(self, kernel: Any, node: Node, choice: GroupChoice, cg: Any,
+                registry: OpRegistry) -> Any:
+        """``kernel`` as the plan calls it: a kernel a codegen builds in the background
+        (``ready``/``resolve``, :mod:`torchloom.codegen.base`) is a :class:`Tiered` while
+        it builds (groups of symbolic output sizes wait for it here), else resolved."""
+        if not callable(getattr(kernel, "resolve", None)):
+            return kernel
+        types = [v.type for v in node.outputs]
+        if kernel.ready() or not all(isinstance(t, TensorType) and t.is_static
+                                     for t in types):
+            return kernel.resolve()  # (raises where the build failed: the group's failure)
+
+        def failed(exc: BaseException) -> None:
+            choice.ran_on_eager(codegen_failed(cg, "building", node, exc, self._repro_dir,
+                                               self._warned))
+        tiered = Tiered(kernel, lambda: build_function(node.region, registry).fn,
+                        tuple(tuple(t.actual_strides()) for t in types),
+                        wait=self._first_calls == "wait", on_failure=failed)
+        self.tiered.append(tiered)
+        return tiered
 
     def _guard_failed(self, args: tuple, index: int | None):
         """Run the original graph: input ``index`` breaks its guard (None: a fake tensor

@@ -55,12 +55,10 @@ static int tl_attn_block(const float *mk, int64_t sml, int n, int bk) {
 }
 
 /* dead[(bm * Hm + hm) * qblocks + qb) * kblocks + kb]: tl_attn_block of query block qb and
-   key block kb, for each of the mask's own (not broadcast) batches and heads, TL_MIXED
-   where it hides the block but a key or value of it is not finite (tl_attn_finite_blocks);
-   a loop of the caller's parallel region, which waits for it. */
+   key block kb, for each of the mask's own (not broadcast) batches and heads; a loop of the
+   caller's parallel region, which waits for it. */
 static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
-                             int64_t Lq, int64_t Lk, const unsigned char *finite,
-                             unsigned char *dead) {
+                             int64_t Lq, int64_t Lk, unsigned char *dead) {
   const int64_t qblocks = (Lq + TL_ABQ - 1) / TL_ABQ, kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   #pragma omp for schedule(static)
   for (int64_t r = 0; r < Bm * Hm * qblocks; r++) {
@@ -71,9 +69,7 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
     for (int64_t kb = 0; kb < kblocks; kb++) {
       const int64_t n0 = kb * TL_ABK;
       const int bk = Lk - n0 < TL_ABK ? (int)(Lk - n0) : TL_ABK;
-      const int block = tl_attn_block(rows + n0, sm[2], n, bk);
-      dead[r * kblocks + kb] = (unsigned char)(block == TL_HIDES && !finite[kb] ? TL_MIXED
-                                                                                : block);
+      dead[r * kblocks + kb] = (unsigned char)tl_attn_block(rows + n0, sm[2], n, bk);
     }
   }
 }
@@ -94,8 +90,7 @@ static int tl_attn_finite(const float *x, int64_t ld, int n, int64_t D) {
 /* finite[kb]: 1 where every key and value of key block kb (of every batch and key head) is
    finite, else 0. A block its mask hides whole is skipped only where this is 1: eager's op
    multiplies it (by 0), and an inf or NaN key or value there makes rows NaN, which a skip
-   would hide. One pass over k and v, a loop of the caller's parallel region (before the
-   dead map, which reads it). */
+   would hide. One pass over k and v, a loop of the caller's parallel region. */
 static void tl_attn_finite_blocks(const float *k, const int64_t *sk, const float *v,
                                   const int64_t *sv, int64_t B, int64_t Hk, int64_t Lk,
                                   int64_t D, unsigned char *finite) {
@@ -114,19 +109,37 @@ static void tl_attn_finite_blocks(const float *k, const int64_t *sk, const float
   }
 }
 
-/* The mask's dead-block map (tl_attn_dead_map: a loop of the caller's parallel region),
-   then whether fewer than a quarter of its blocks are hidden whole: below that, blocks of
-   64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
-   save too little, and *failed is 3 (eager's op runs). 0 without a mask. */
-static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
-                            int64_t Lq, int64_t Lk, const unsigned char *finite,
-                            unsigned char *dead, int *failed) {
-  if (mask == NULL) return 0;
-  tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, finite, dead);
-  const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * ((Lk + TL_ABK - 1) / TL_ABK);
+/* How many blocks of the map (n of them) are hidden whole. */
+static int64_t tl_attn_hidden(const unsigned char *dead, int64_t n) {
   int64_t hidden = 0;
   for (int64_t i = 0; i < n; i++) hidden += dead[i] == TL_HIDES;
-  if (hidden * 4 >= n) return 0;
+  return hidden;
+}
+
+/* The mask's dead-block map (tl_attn_dead_map: loops of the caller's parallel region),
+   then whether fewer than a quarter of its blocks are hidden whole: below that, blocks of
+   64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
+   save too little, and *failed is 3 (eager's op runs). Only where enough are hidden are
+   the keys and values read (tl_attn_finite_blocks): a hidden block with a key or value
+   that is not finite becomes TL_MIXED (not skipped), and the count is taken again (fewer:
+   eager's op). 0 without a mask. Every thread counts the same map, so all take the same
+   branch (each loop ends in the region's barrier). */
+static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
+                            int64_t Lq, int64_t Lk, const float *k, const int64_t *sk,
+                            const float *v, const int64_t *sv, int64_t B, int64_t Hk,
+                            int64_t D, unsigned char *finite, unsigned char *dead,
+                            int *failed) {
+  if (mask == NULL) return 0;
+  tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+  const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
+  const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * kblocks;
+  if (tl_attn_hidden(dead, n) * 4 >= n) {
+    tl_attn_finite_blocks(k, sk, v, sv, B, Hk, Lk, D, finite);
+    #pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+      if (dead[i] == TL_HIDES && !finite[i % kblocks]) dead[i] = TL_MIXED;
+    if (tl_attn_hidden(dead, n) * 4 >= n) return 0;
+  }
   #pragma omp atomic write
   *failed = 3;
   return 1;
@@ -274,8 +287,8 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     #pragma omp barrier
     if (!failed) {
       float *o = s + TL_ABQ * TL_ABK;
-      if (mask != NULL) tl_attn_finite_blocks(k, sk, v, sv, B, Hk, Lk, D, finite);
-      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, finite, dead, &failed);
+      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, k, sk, v, sv, B, Hk, D,
+                                        finite, dead, &failed);
       #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t t = 0; t < (none ? 0 : tasks); t++) {
         /* the last rows first: the longest under a causal mask */
@@ -403,8 +416,8 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     }
     #pragma omp barrier
     if (!failed) {
-      if (mask != NULL) tl_attn_finite_blocks(k, sk, v, sv, B, Hk, Lk, D, finite);
-      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, finite, dead, &failed);
+      const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, k, sk, v, sv, B, Hk, D,
+                                        finite, dead, &failed);
       #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < (none ? 0 : B * H); t++) {
         const int64_t b = t / H, h = t % H, hk = h / group;

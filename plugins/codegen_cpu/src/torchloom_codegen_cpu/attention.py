@@ -149,6 +149,12 @@ class Attention:
         threading.Thread(target=build, name=f"torchloom-attention-{direction}",
                          daemon=True).start()
 
+    def ready(self, direction: str) -> bool:
+        """Whether a call of ``direction`` would not wait for its library (built, or its
+        build never started ahead: then the call builds it)."""
+        future = self._ahead.get(direction)
+        return future is None or future.done()
+
     def _built(self, direction: str) -> Path:
         future = self._ahead.get(direction)
         return self._library(direction) if future is None else future.result()

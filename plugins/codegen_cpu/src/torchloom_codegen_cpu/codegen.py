@@ -61,6 +61,7 @@ from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSou
                            indexing, symbols)
 
 from torchloom_codegen_cpu import attention, memory, ops, random_stream
+from torchloom_codegen_cpu.deferred import Building, Deferred, Offered
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
 from torchloom_codegen_cpu.launcher import launcher, size_sources
@@ -69,7 +70,7 @@ from torchloom_codegen_cpu.prelude import prelude
 from torchloom_codegen_cpu.toolchain import (BuildError, DamageReport, Toolchain, build,
                                              cached_library, compiler_name,
                                              directory_problem, fetch_library,
-                                             find_compiler, probe)
+                                             find_compiler, library_path, probe)
 
 log = logging.getLogger("torchloom.codegen_cpu")
 
@@ -122,8 +123,10 @@ class CpuCodegen:
         #: the fleet's libraries (None: every library is built or found here)
         self.artifacts = artifacts
         self._toolchain: Toolchain | None = None
-        #: kernel name -> the library ``prepare`` built it into
-        self._prepared: dict[str, Path] = {}
+        #: kernel name -> the library ``prepare`` builds it into
+        self._prepared: dict[str, Building] = {}
+        #: keys of the graph libraries whose build failed (each logged once)
+        self._failed: set[str] = set()
         #: the C function ``supports`` wrote for a group, for its ``generate``
         self._written = Written()
         #: eager's dropout from the same random stream (``library_call``)
@@ -186,26 +189,32 @@ class CpuCodegen:
         if not isinstance(t, TensorType) or t.device != "cpu":
             return None
         if node.op == random_stream.OP:
-            return self._dropout if t.dtype in random_stream.DTYPES else None
+            if t.dtype not in random_stream.DTYPES:
+                return None
+            if self._probed():
+                self._dropout.build_ahead()
+            return self._dropout
         masked = len(node.inputs) == (4 if node.op == attention.FORWARD else 7)
         if node.op in (attention.FORWARD, attention.BACKWARD) and t.dtype == "f32" and \
                 (node.attrs.get("is_causal") is True or masked) and \
                 not node.attrs.get("dropout_p"):
-            forward = node.op == attention.FORWARD
-            self._build_ahead("forward" if forward else "backward")
-            return self._attention.forward if forward else self._attention.backward
+            direction = "forward" if node.op == attention.FORWARD else "backward"
+            if self._probed():
+                self._attention.build_ahead(direction)
+            return Offered(getattr(self._attention, direction),
+                           lambda: self._attention.ready(direction))
         return None
 
-    def _build_ahead(self, direction: str) -> None:
-        """Start the attention's ``direction`` library building on a thread, the toolchain
-        probed and the directory chosen here first (on this thread, once); a probe that
-        fails leaves the build to the first call, which reports it."""
+    def _probed(self) -> bool:
+        """The toolchain probed and the directory chosen (on this thread, once), before a
+        library starts building on another: False where a probe fails (the build is then
+        left to the first call, which reports it)."""
         try:
             self.toolchain()
             self.directory()
         except (RuntimeError, OSError):
-            return
-        self._attention.build_ahead(direction)
+            return False
+        return True
 
     def _offer_ahead(self, groups: list[Node], registry: Any) -> None:
         """Offer a call for every attention node of the graphs holding ``groups`` (and of
@@ -215,7 +224,7 @@ class CpuCodegen:
         for root in roots.values():
             for graph in (root, *root.subgraphs.values()):
                 for node in graph.nodes:
-                    if node.op in (attention.FORWARD, attention.BACKWARD):
+                    if node.op in (attention.FORWARD, attention.BACKWARD, random_stream.OP):
                         self.library_call(node, registry)
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
@@ -226,26 +235,55 @@ class CpuCodegen:
         metadata = dict(metadata)
         built = self._prepared.get(metadata["kernel"])
         if built is not None:  # a warm start loads the kernel from that library
-            metadata["library"] = {"key": built.stem, "toolchain": self._toolchain_id()}
+            metadata["library"] = {"key": built.key, "toolchain": self._toolchain_id()}
         source = prelude() + "\n" + function
         return KernelSource(self.name, source, metadata)
 
     def prepare(self, groups: list[Node], registry: Any) -> None:
-        """Build every group of a graph into one library (one compiler call) before they
-        are loaded one by one; ``load`` then finds each kernel there. If the combined build
-        fails, each group builds alone, so a compiler error costs only its group."""
+        """Start building every group of a graph into one library (one compiler call, on
+        a thread) and return; ``load`` then finds each kernel there, handing back a
+        :class:`~torchloom_codegen_cpu.deferred.Deferred` while the build runs. If the
+        combined build fails, each group builds alone, so a compiler error costs only its
+        group."""
         kernels = [self.generate(g, registry) for g in groups]
         names = [k.metadata["kernel"] for k in kernels]
         if len(set(names)) < 2:
             return  # one kernel: its own library, as load would build it
         self._offer_ahead(groups, registry)
-        path = self._build(self.translation_unit(kernels))
+        source = self.translation_unit(kernels)
+        toolchain, directory = self.toolchain(), self.directory()  # (probed here, once)
+        building = Building(library_path(directory, source, toolchain).stem)
+        building.start(lambda: self._build(source))
         for name in names:
-            self._prepared[name] = path
+            self._prepared[name] = building
 
     def load(self, kernel: KernelSource, registry: Any) -> Kernel:
         memory.keep_freed_memory()  # (its outputs come from the heap: memory.py)
-        path = self._prepared.get(kernel.metadata["kernel"]) or self._built(kernel.metadata)
+        building = self._prepared.get(kernel.metadata["kernel"])
+        if building is not None:
+            if not building.done():
+                return Deferred(lambda: self._load_prepared(kernel, registry, building),
+                                building.done, kernel.metadata)
+            return self._load_prepared(kernel, registry, building)
+        path = self._built(kernel.metadata)
+        if path is not None and cached_library(path, self._damaged):
+            lib = ctypes.CDLL(str(path))
+            if hasattr(lib, kernel.metadata["kernel"]):
+                return launcher(lib, kernel.metadata)
+        return self.load_many([kernel], registry)[0]
+
+    def _load_prepared(self, kernel: KernelSource, registry: Any,
+                       building: Building) -> Kernel:
+        """``kernel`` from the graph's library ``prepare`` started (waiting for it); built
+        alone where that build failed (logged once per library) or lacks it."""
+        try:
+            path = building.wait()
+        except Exception as exc:  # (a compiler error, a full disk): each builds alone
+            if building.key not in self._failed:
+                self._failed.add(building.key)
+                log.warning("torchloom: cpu codegen: the graph's library %s did not build "
+                            "(%s); each of its groups builds alone", building.key, exc)
+            path = None
         if path is not None and cached_library(path, self._damaged):
             lib = ctypes.CDLL(str(path))
             if hasattr(lib, kernel.metadata["kernel"]):

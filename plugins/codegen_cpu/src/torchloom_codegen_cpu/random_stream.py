@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from torchloom_codegen_cpu.deferred import Building
 from torchloom_codegen_cpu.prelude import prelude
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -201,6 +202,20 @@ class Dropout:
     def __init__(self, library: Callable[[], Path]):
         self._library = library
         self._functions: dict[torch.dtype, Callable] | None = None
+        #: the library building on a thread (``build_ahead``), or None
+        self._ahead: Building | None = None
+
+    def build_ahead(self) -> None:
+        """Start building the library on a thread, once: a plan that calls it is being
+        made (the first call waits for this build; an error is its to report)."""
+        if self._functions is None and self._ahead is None:
+            self._ahead = Building("dropout")
+            self._ahead.start(self._library)
+
+    def ready(self) -> bool:
+        """Whether a call would not wait for the library (loaded, built, or never started
+        ahead: then the call builds it)."""
+        return self._functions is not None or self._ahead is None or self._ahead.done()
 
     def _loaded(self) -> dict[torch.dtype, Callable]:
         """The C functions per dtype, built and loaded once; none (every call is eager's)
@@ -212,7 +227,8 @@ class Dropout:
                             "record it knows; dropout runs as eager's op")
                 return self._functions
             try:
-                lib = ctypes.CDLL(str(self._library()))
+                lib = ctypes.CDLL(str(self._library() if self._ahead is None
+                                      else self._ahead.wait()))
             except (RuntimeError, OSError) as exc:
                 log.warning("torchloom: cpu codegen: the dropout library did not build (%s); "
                             "dropout runs as eager's op", exc)

@@ -1,0 +1,105 @@
+"""A kernel whose library is still being built: the codegen protocol's background kernels.
+
+``prepare`` starts the graph's library building on a thread (one compiler call for every
+group) and returns; ``load`` then hands back, for each group of a library not built yet, a
+:class:`Deferred`: it says whether the build has ended (``ready()``, never waits), and
+``resolve()`` waits for it and gives the kernel (a launcher of the loaded library; if the
+build failed, the kernel built alone, as a failed ``prepare`` always did). Calling it
+resolves it first. What the plan reads while it is made (``exact_layouts``, ``inplace``,
+``trusting``) comes from the metadata, known before the build ends: the plan is made while
+the compiler runs, and the runtime may run the group op by op until then
+(:mod:`torchloom.runtime.tiered`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torchloom.api import Kernel
+
+log = logging.getLogger("torchloom.codegen_cpu")
+
+
+class Deferred:
+    """A kernel that ``resolve`` makes once its library is built (see the module's doc)."""
+
+    #: its outputs are laid out as their types, as the launcher's
+    exact_layouts = True
+
+    def __init__(self, make: Callable[[], Kernel], done: Callable[[], bool],
+                 meta: dict[str, Any]):
+        self.meta = meta
+        #: (input, output) pairs ``into`` may be given one tensor for (the launcher's)
+        self.inplace = frozenset(tuple(pair) for pair in meta.get("inplace", ()))
+        self._make, self._done = make, done
+        self._kernel: Kernel | None = None
+        self._lock = threading.Lock()
+
+    def ready(self) -> bool:
+        """Whether ``resolve`` would not wait for a compiler (the build has ended)."""
+        return self._kernel is not None or self._done()
+
+    def resolve(self) -> Kernel:
+        """The kernel, waiting for the build; raises what building it raised."""
+        if self._kernel is None:
+            with self._lock:  # (plans of two threads may call it at once)
+                if self._kernel is None:
+                    self._kernel = self._make()
+        return self._kernel
+
+    def __call__(self, *args):
+        return (self._kernel or self.resolve())(*args)
+
+    def into(self, outs: tuple, *args):
+        return (self._kernel or self.resolve()).into(outs, *args)
+
+    def trusting(self, inputs: dict[int, Any], outputs: dict[int, Any],
+                 whole: bool = False) -> Deferred:
+        """The launcher's ``trusting`` of these positions, once it is resolved."""
+        return Deferred(lambda: self.resolve().trusting(inputs, outputs, whole=whole),
+                        self.ready, self.meta)
+
+
+class Building:
+    """A library being built on a thread: its cache key (known before the build ends: a
+    kernel's metadata names it) and, once built, its path."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self._future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def start(self, build: Callable[[], Path]) -> None:
+        """Run ``build`` (returns the library's path) on a thread."""
+        def run() -> None:
+            try:
+                self._future.set_result(build())
+            except BaseException as exc:  # noqa: BLE001 (handed to whoever waits)
+                self._future.set_exception(exc)
+        threading.Thread(target=run, name=f"torchloom-cpu-{self.key[:8]}", daemon=True).start()
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def wait(self) -> Path:
+        """The library's path, waiting for the build; raises what the build raised."""
+        return self._future.result()
+
+
+class Offered:
+    """A library function the plan calls in place of an op (``library_call``) whose
+    library may still be building: ``ready()`` says whether a call would not wait for it
+    (the runtime may call the op itself until then)."""
+
+    __slots__ = ("_fn", "ready")
+
+    def __init__(self, fn: Callable, ready: Callable[[], bool]):
+        self._fn = fn
+        self.ready = ready
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
