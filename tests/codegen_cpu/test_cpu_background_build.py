@@ -144,3 +144,43 @@ def test_a_library_that_fails_leaves_each_group_to_build_alone(registry, tmp_pat
     told = [r.getMessage() for r in caplog.records if "did not build" in r.getMessage()]
     assert len(told) == 1 and "internal compiler error (held)" in told[0]
     assert held.builds == 4  # the graph's (failed), then one per group
+
+
+def test_training_steps_while_the_libraries_build_match_eager(tmp_path, monkeypatch):
+    """Under torch.compile, a training step whose forward and backward libraries are both
+    still building (held) runs their groups op by op; the steps after the builds run the
+    kernels; every step's loss and gradients are eager's (within rounding)."""
+    from torchloom.backend import torchloom_backend
+    from torchloom.tools import Compiler
+    held = Held(monkeypatch)
+    monkeypatch.setenv("TORCHLOOM_FIRST_CALLS", "eager")
+    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path))
+    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False)
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LayerNorm(128),
+                                   torch.nn.GELU(), torch.nn.Linear(128, 64))
+    eager, model = make(), make()
+    fn = torch.compile(model, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randn(32, 64, generator=g) for _ in range(3)]
+    for step, x in enumerate(batches):
+        if step == 1:  # the first step ran op by op, its libraries held back
+            assert len(compiler.compilations) == 2  # forward and backward, each building
+            assert all(c.compiled.tiered for c in compiler.compilations)
+            assert not any(t.native_now for c in compiler.compilations
+                           for t in c.compiled.tiered)
+            held.gate.set()
+            for c in compiler.compilations:
+                settle(c.compiled)
+        want = (eager(x).tanh() ** 2).sum()
+        got = (fn(x).tanh() ** 2).sum()
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(got, want)
+        for p, q in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+            p.grad, q.grad = None, None
+    assert all(t.native_now for c in compiler.compilations for t in c.compiled.tiered)
