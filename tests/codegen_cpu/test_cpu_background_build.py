@@ -8,6 +8,8 @@ libraries (a fresh cache: they test the build)."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 
@@ -184,3 +186,34 @@ def test_training_steps_while_the_libraries_build_match_eager(tmp_path, monkeypa
             torch.testing.assert_close(p.grad, q.grad)
             p.grad, q.grad = None, None
     assert all(t.native_now for c in compiler.compilations for t in c.compiled.tiered)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_process_forked_while_the_library_builds_builds_it_itself(registry, tmp_path,
+                                                                    monkeypatch, inputs):
+    """A child forked while the library builds (a data loader's worker) has no thread
+    building it: its first call builds the library itself instead of waiting forever."""
+    held = Held(monkeypatch)
+    c = compiled(registry, tmp_path, "wait")
+    assert held.started.wait(60)
+    x, y = inputs
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 3
+        try:
+            torch.set_num_threads(1)
+            held.gate.set()  # (the child's own gate: its build is not held)
+            got, want = c(x, y), reference(x, y)
+            code = 0 if all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want)) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child waited for a build no thread of it runs")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    held.gate.set()
+    check(c(x, y), x, y)

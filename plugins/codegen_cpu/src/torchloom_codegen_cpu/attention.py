@@ -39,18 +39,17 @@ on small cases (checked once) are not eager's.
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import logging
 import math
 import os
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from torchloom_codegen_cpu.deferred import Building
 from torchloom_codegen_cpu.prelude import prelude
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -129,7 +128,7 @@ class Attention:
         #: direction -> (its C function, sgemm), or None (eager's op), once loaded
         self._functions: dict[str, tuple[Callable, int] | None] = {}
         #: direction -> its library being built on a thread (``build_ahead``)
-        self._ahead: dict[str, concurrent.futures.Future] = {}
+        self._ahead: dict[str, Building] = {}
 
     def build_ahead(self, direction: str) -> None:
         """Start building ``direction``'s library on a thread, once: a plan that will call
@@ -138,26 +137,19 @@ class Attention:
         its first call's to report, as when built then."""
         if direction in self._functions or direction in self._ahead:
             return
-        future: concurrent.futures.Future = concurrent.futures.Future()
-
-        def build() -> None:
-            try:
-                future.set_result(self._library(direction))
-            except BaseException as exc:  # noqa: BLE001 (handed to the first call)
-                future.set_exception(exc)
-        self._ahead[direction] = future
-        threading.Thread(target=build, name=f"torchloom-attention-{direction}",
-                         daemon=True).start()
+        self._ahead[direction] = Building(f"attention-{direction}")
+        self._ahead[direction].start(lambda: self._library(direction),
+                                     name=f"torchloom-attention-{direction}")
 
     def ready(self, direction: str) -> bool:
         """Whether a call of ``direction`` would not wait for its library (built, or its
         build never started ahead: then the call builds it)."""
-        future = self._ahead.get(direction)
-        return future is None or future.done()
+        building = self._ahead.get(direction)
+        return building is None or building.done()
 
     def _built(self, direction: str) -> Path:
-        future = self._ahead.get(direction)
-        return self._library(direction) if future is None else future.result()
+        building = self._ahead.get(direction)
+        return self._library(direction) if building is None else building.wait()
 
     def _loaded(self, direction: str) -> tuple[Callable, int] | None:
         """``(function, sgemm)`` of ``direction``, built, loaded and checked once; None

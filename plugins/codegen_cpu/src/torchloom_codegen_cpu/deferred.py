@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -67,26 +68,37 @@ class Deferred:
 
 class Building:
     """A library being built on a thread: its cache key (known before the build ends: a
-    kernel's metadata names it) and, once built, its path."""
+    kernel's metadata names it) and, once built, its path.
+
+    A process forked while it builds has no such thread: there ``done()`` is true and
+    ``wait()`` builds the library itself (finding the parent's, if that one finished, in the
+    cache), so a child never waits for a build that will not end."""
 
     def __init__(self, key: str):
         self.key = key
         self._future: concurrent.futures.Future = concurrent.futures.Future()
+        self._build: Callable[[], Path] | None = None
+        self._pid = os.getpid()
 
-    def start(self, build: Callable[[], Path]) -> None:
-        """Run ``build`` (returns the library's path) on a thread."""
+    def start(self, build: Callable[[], Path], name: str | None = None) -> None:
+        """Run ``build`` (returns the library's path) on a thread (named ``name``)."""
+        self._build = build
+
         def run() -> None:
             try:
                 self._future.set_result(build())
             except BaseException as exc:  # noqa: BLE001 (handed to whoever waits)
                 self._future.set_exception(exc)
-        threading.Thread(target=run, name=f"torchloom-cpu-{self.key[:8]}", daemon=True).start()
+        threading.Thread(target=run, name=name or f"torchloom-cpu-{self.key[:8]}",
+                         daemon=True).start()
 
     def done(self) -> bool:
-        return self._future.done()
+        return self._future.done() or os.getpid() != self._pid
 
     def wait(self) -> Path:
         """The library's path, waiting for the build; raises what the build raised."""
+        if os.getpid() != self._pid and not self._future.done() and self._build is not None:
+            return self._build()  # (forked while it built: built here)
         return self._future.result()
 
 
