@@ -208,6 +208,30 @@ def test_the_op_by_op_path_writes_given_buffers_and_lays_out_the_others():
         x.untyped_storage().data_ptr(), y.untyped_storage().data_ptr())
 
 
+def test_a_result_viewing_a_buffer_written_before_it_keeps_its_values():
+    """Two outputs: the first written into the buffer of input x (an in-place pair), the
+    second a view of x: writing the first must not change the second."""
+    text = """\
+graph @w(%x: f32[4, 8], %y: f32[4, 8]) {
+  %a, %b = torchloom.fusion_group(%x, %y) : f32[4, 8], f32[8, 4] strided[1, 8] region @w_a(%x0: f32[4, 8], %y0: f32[4, 8]) {
+    %s = aten.add.Tensor(%x0, %y0) : f32[4, 8]
+    %t = aten.t.default(%x0) : f32[8, 4] strided[1, 8]
+    return %s, %t
+  }
+  return %a, %b
+}
+"""
+    registry = default_registry()
+    region = next(iter(parse_graph(text).nodes)).region
+    tiered = Tiered(Pending(None, threading.Event(), None),
+                    lambda: build_function(region, registry).fn, ((8, 1), (1, 8)),
+                    wait=False, on_failure=pytest.fail)
+    x, y = inputs()
+    want = (x + y, x.t().clone())
+    a, b = tiered.into((x, None), x, y)
+    assert a is x and torch.equal(a, want[0]) and torch.equal(b, want[1])
+
+
 def test_an_output_that_is_an_input_is_copied_never_handed_back():
     """The plan may write into a kernel output's buffer later: the op by op path must not
     return a tensor it does not own (a view of an input)."""

@@ -131,14 +131,17 @@ class Tiered:
         outputs later."""
         import torch
         results = self._region()(*args)
+        # a result viewing a buffer given to be written (an input of an in-place pair) is
+        # copied out first: writing that buffer would change it
+        written = {t.untyped_storage().data_ptr() for t in outs if t is not None}
+        results = [r.clone() if r.untyped_storage().data_ptr() in written else r
+                   for r in results]
         done = []
         for j, r in enumerate(results):
             strides = self._strides[j]
             given = outs[j] if j < len(outs) else None
             if given is not None and given.dtype == r.dtype and given.shape == r.shape \
                     and same_strides(given.shape, given.stride(), strides):
-                if given.untyped_storage().data_ptr() == r.untyped_storage().data_ptr():
-                    r = r.clone()  # (the buffer given is the input this view reads)
                 done.append(given.copy_(r))
             else:
                 done.append(torch.empty_strided(r.shape, strides, dtype=r.dtype,
