@@ -13,8 +13,8 @@ imports of torch's compile stack every AOT backend needs (Dynamo, aot_autograd a
 partitioners, ``torch._inductor``'s package, which ``torch.compile`` imports whatever the
 backend: about 1.2-2 s here), recorded as ``import_s``. Also recorded, for torchloom:
 its own part (``own_s``: ``Compiler.compile_fx`` over the forward and backward graphs:
-FX to IR, passes or the compile cache, C generation, gcc or the library cache, the runtime
-plan), importing it (``torchloom_import_s``) and building its ``Compiler`` (plugins and
+FX to IR, passes or the compile cache, C generation, the runtime plan; gcc, started there on
+a thread, may end after it, during the call, which waits for it: in ``first_call_s``), importing it (``torchloom_import_s``) and building its ``Compiler`` (plugins and
 the pipeline, ``compiler_init_s``); the rest of the first call is Dynamo's trace,
 aot_autograd's and the call itself.
 
