@@ -217,9 +217,9 @@ class CpuCodegen:
         return True
 
     def _offer_ahead(self, groups: list[Node], registry: Any) -> None:
-        """Offer a call for every attention node of the graphs holding ``groups`` (and of
-        their shared subgraphs), so that their libraries build beside the groups' own
-        (``prepare`` runs before the plan asks for those calls)."""
+        """Offer a call for every attention and dropout node of the graphs holding
+        ``groups`` (and of their shared subgraphs), so that their libraries build beside
+        the groups' own (``prepare`` runs before the plan asks for those calls)."""
         roots = {id(g.graph.root): g.graph.root for g in groups if g.graph is not None}
         for root in roots.values():
             for graph in (root, *root.subgraphs.values()):
@@ -265,12 +265,7 @@ class CpuCodegen:
                 return Deferred(lambda: self._load_prepared(kernel, registry, building),
                                 building.done, kernel.metadata)
             return self._load_prepared(kernel, registry, building)
-        path = self._built(kernel.metadata)
-        if path is not None and cached_library(path, self._damaged):
-            lib = ctypes.CDLL(str(path))
-            if hasattr(lib, kernel.metadata["kernel"]):
-                return launcher(lib, kernel.metadata)
-        return self.load_many([kernel], registry)[0]
+        return self._from_library(self._built(kernel.metadata), kernel, registry)
 
     def _load_prepared(self, kernel: KernelSource, registry: Any,
                        building: Building) -> Kernel:
@@ -284,6 +279,11 @@ class CpuCodegen:
                 log.warning("torchloom: cpu codegen: the graph's library %s did not build "
                             "(%s); each of its groups builds alone", building.key, exc)
             path = None
+        return self._from_library(path, kernel, registry)
+
+    def _from_library(self, path: Path | None, kernel: KernelSource, registry: Any) -> Kernel:
+        """``kernel`` from the library at ``path`` where it is there, sound and holds it;
+        else built alone."""
         if path is not None and cached_library(path, self._damaged):
             lib = ctypes.CDLL(str(path))
             if hasattr(lib, kernel.metadata["kernel"]):
