@@ -294,3 +294,25 @@ def test_measured_on_the_cpu_under_a_device_context():
     with torch.device("meta"):
         blocks = measure(a, b, (4096,))
     assert blocks is None or blocks[0] in ("cols", "rows")
+
+
+@pytest.mark.parametrize("blocks_faster", [False, True])
+def test_timing_stops_early_where_no_block_is_faster(monkeypatch, blocks_faster):
+    """Every block slower than the whole call after ``EARLY_ROUNDS`` rounds: timing stops
+    there (none would be ``MIN_GAIN`` faster); a block faster: every round is timed."""
+    from torchloom.codegen import gemm
+    calls = []
+
+    def timed(fn):  # each round times the whole call first, then the blocks
+        fn()
+        calls.append(fn)
+        whole = (len(calls) - 1) % 3 == 0
+        return 1.0 if whole else (0.5 if blocks_faster else 2.0)
+    monkeypatch.setattr(gemm, "_seconds", timed)
+    a = TensorType.make((256, 256), "f32")
+    b = TensorType.make((256, 4096), "f32")  # the whole call and two column blocks
+    blocks = gemm.measure(a, b)
+    rounds = gemm.ROUNDS if blocks_faster else gemm.EARLY_ROUNDS
+    assert len(calls) == 3 * rounds
+    if not blocks_faster:
+        assert blocks is None

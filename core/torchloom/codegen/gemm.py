@@ -14,7 +14,8 @@ element is the same dot product, summed by the same kernel). The head's weight g
 head of a model whose head has a bias, Phi's), once per shape, layout,
 dtype and thread count: it times the whole call against blocks of about 512 and 1,024
 columns and rows (as many as the product has twice over) on random operands of the
-node's layout (interleaved rounds, the minimum of each), and takes the fastest blocks
+node's layout (interleaved rounds, the minimum of each; after ``EARLY_ROUNDS`` no more
+where no block was faster at all), and takes the fastest blocks
 only where they are at least ``MIN_GAIN`` faster and their result is bit for bit the
 whole call's (else the node calls ``mm`` as it is: a block of a few columns, or of one
 row, is multiplied by another kernel than the whole, with other bits; the bits are
@@ -57,6 +58,9 @@ MAX_ELEMENTS = 1 << 25
 MIN_GAIN = 0.9
 SIZES = (512, 1024)
 ROUNDS = 4
+#: rounds after which timing stops where every block was slower than the whole call (where
+#: none wins, as on the Intel Xeon of RESULTS.md's sessions 42-46, half the timing is saved)
+EARLY_ROUNDS = 2
 #: the side (rows of the result, or columns) below which a product is not timed: the
 #: gains measured were on 8,192 (a vocabulary); an MLP's 2,048 costs time to measure
 MIN_SIDE = 4096
@@ -308,9 +312,11 @@ def measure(a: TensorType, b: TensorType, bias: tuple[int, ...] | None = None
     best = {key: float("inf") for key in variants}
     for fn in variants.values():  # warm-up: first-touch of the outputs, library set-up
         fn()
-    for _ in range(ROUNDS):
+    for r in range(ROUNDS):
         for key, fn in variants.items():
             best[key] = min(best[key], _seconds(fn))
+        if r + 1 >= EARLY_ROUNDS and all(best[c] >= best[None] for c in candidates):
+            break  # no block is faster at all yet: none will be MIN_GAIN faster
     chosen = min(candidates, key=lambda key: best[key], default=None)
     if chosen is None or best[chosen] > MIN_GAIN * best[None]:
         return None
