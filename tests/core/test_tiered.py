@@ -328,3 +328,17 @@ def test_the_policy_is_checked_where_it_is_set(monkeypatch, tmp_path):
     with pytest.raises(PipelineError, match=r"p\.toml:5: first_calls = 'soon' must be one of "
                                             r"wait, eager"):
         load_pipeline(path)
+
+
+def test_the_policy_is_read_from_a_pipeline_and_the_ones_extending_it(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHLOOM_FIRST_CALLS", raising=False)
+    base = tmp_path / "base.toml"
+    base.write_text('[pipeline]\nname = "base"\n\n[runtime]\nfirst_calls = "eager"\n')
+    child = tmp_path / "child.toml"
+    child.write_text(f'[pipeline]\nname = "child"\nextends = "{base}"\n')
+    assert load_pipeline(base).pipeline.first_calls == "eager"
+    assert load_pipeline(child).pipeline.first_calls == "eager"  # inherited
+    child.write_text(f'[pipeline]\nname = "child"\nextends = "{base}"\n\n'
+                     f'[runtime]\nfirst_calls = "wait"\n')
+    assert load_pipeline(child).pipeline.first_calls == "wait"  # overridden
+    assert load_pipeline("default").pipeline.first_calls == "wait"
