@@ -14,7 +14,6 @@ the compiler runs, and the runtime may run the group op by op until then
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -22,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from torchloom.api import Kernel
-
-log = logging.getLogger("torchloom.codegen_cpu")
 
 
 class Deferred:
