@@ -49,8 +49,8 @@ from torchloom.passes.pipeline_extends import flat_data, pass_tables
 # builtin_pipelines, parse_raw, read_pipeline: re-exported, pipelines are read from here too
 from torchloom.passes.pipeline_file import (Lines, RawPipeline, builtin_pipelines,  # noqa: F401
                                             did_you_mean, parse_raw, read_pipeline)
-from torchloom.runtime.tiered import FIRST_CALLS
 from torchloom.passes.sources import CORE_PACKAGE, SourceHashes
+from torchloom.runtime.tiered import FIRST_CALLS
 
 VERIFY_POLICIES = ("each", "end", "off", "numeric")
 ON_ERROR = ("raise", "skip")
