@@ -22,6 +22,8 @@ from typing import Any
 
 from torchloom.api import Kernel
 
+from torchloom_codegen_cpu.launcher import inplace_pairs
+
 
 class Deferred:
     """A kernel that ``resolve`` makes once its library is built (see the module's doc)."""
@@ -33,7 +35,7 @@ class Deferred:
                  meta: dict[str, Any]):
         self.meta = meta
         #: (input, output) pairs ``into`` may be given one tensor for (the launcher's)
-        self.inplace = frozenset(tuple(pair) for pair in meta.get("inplace", ()))
+        self.inplace = inplace_pairs(meta)
         self._make, self._done = make, done
         self._kernel: Kernel | None = None
         self._lock = threading.Lock()

@@ -52,6 +52,12 @@ def _function(lib: ctypes.CDLL, meta: dict[str, Any]) -> tuple[Any, bool]:
     return prototype((meta["kernel"], lib)), False
 
 
+def inplace_pairs(meta: dict[str, Any]) -> frozenset[tuple[int, int]]:
+    """The (input, output) pairs of the metadata whose output ``into`` may be given the
+    input itself (the C function reads each element of it before writing the output's)."""
+    return frozenset(tuple(pair) for pair in meta.get("inplace", ()))
+
+
 class Launcher:
     """``kernel(*inputs) -> outputs`` through one generated Python function (a call costs a
     few attribute reads and the ctypes call: kernels of small tensors are dominated by it).
@@ -71,7 +77,7 @@ class Launcher:
         self._into = None
         #: (input, output) pairs ``into`` may be given one tensor for (the C function
         #: reads the input's element before it writes the output's)
-        self.inplace = frozenset(tuple(pair) for pair in meta.get("inplace", ()))
+        self.inplace = inplace_pairs(meta)
 
     def into(self, outs: tuple, *args):
         """The kernel writing output j into ``outs[j]`` (a tensor, or None: allocated)."""
