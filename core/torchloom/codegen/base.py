@@ -42,6 +42,16 @@ first_calls``, waits at the first call or runs the group op by op until ``ready(
 (:mod:`torchloom.runtime.tiered`); a ``library_call`` function may have ``ready()`` too (the
 op itself runs until then under ``"eager"``).
 
+Starting early: a codegen may have ``anticipate(graph, registry)``, called with each graph
+as the frontend imported it, before any pass runs (its op nodes, not yet grouped). It may
+start work that needs only the ops the graph holds and must not edit the graph: the
+``cpu`` codegen probes its compiler and starts building, on threads, the libraries its
+``library_call`` will offer for the graph's attention and dropout nodes (and, for a
+training forward, the backward's attention), so they build while the passes and the plan
+run. What it starts is a guess: a node the passes remove leaves a library built for
+nothing, one they add is started when the plan asks for it, as without ``anticipate``.
+One that raises is logged and skipped.
+
 Writing into given buffers: a kernel (the callable ``load`` returns) may have ``into(outs,
 *inputs)``, running the kernel with output j written into the tensor ``outs[j]`` (None:
 allocated as usual; a tensor not laid out as the output is not used), and ``inplace``, the

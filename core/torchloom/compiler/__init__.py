@@ -28,7 +28,7 @@ from torchloom.passes.manager import PassManager, RunReport
 from torchloom.passes.pipeline import VERIFY_POLICIES
 from torchloom.plugins.pipelines import load_pipeline
 from torchloom.runtime.cache import KernelCache, directory_problem
-from torchloom.runtime.executor import CompiledGraph
+from torchloom.runtime.executor import CompiledGraph, anticipate_codegens
 from torchloom.runtime.graph_cache import GraphCache
 from torchloom.runtime.remote_cache import (ENV_URL, RemoteCache, RemoteConfigError,
                                             offer_artifacts, remote_cache_from)
@@ -166,6 +166,11 @@ class Compiler:
                            before_ir=str(graph) if self.keep_ir else None)
         ctx = self.context()
         dump = self.dump_dir / f"graph{index}" if self.dump_dir else None
+        chain = mode_codegens(self.plugins.codegen_chain(
+            self.pipeline.codegens or self.pipeline.codegen), self.mode)
+        if self.target is None:  # the codegens start what the imported ops need
+            chain = offer_artifacts(chain, self.remote_cache, self.sharing_codegens)
+            anticipate_codegens(graph, self.registry, chain)
         key = self.graph_cache.key(graph) if self.graph_cache is not None else None
         cached = self.graph_cache.load(key, self.registry) if key is not None else None
         if cached is not None:
@@ -183,8 +188,6 @@ class Compiler:
             comp.report = manager.run(graph, ctx)
             if key is not None:
                 self.graph_cache.store(key, graph, comp.report)
-        chain = mode_codegens(self.plugins.codegen_chain(
-            self.pipeline.codegens or self.pipeline.codegen), self.mode)
         if self.target is not None:
             chain, declined = target_codegens(chain, self.target)
             comp.static = StaticPlan(graph, self.registry, chain, self.target,
@@ -204,7 +207,6 @@ class Compiler:
             log_compilation(self, comp, counters)
             self.compilations.append(comp)
             return comp
-        chain = offer_artifacts(chain, self.remote_cache, self.sharing_codegens)
         comp.compiled = CompiledGraph(graph, self.registry, chain, self.kernel_cache, fallback,
                                       user_inputs=len(graph.inputs) - len(constants),
                                       repro_dir=self.cache_dir / "reproducers",

@@ -30,6 +30,22 @@ log = logging.getLogger("torchloom.runtime")
 _UNJUDGED = object()  # no verdict recorded for a (group, codegen)
 
 
+def anticipate_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any]) -> None:
+    """Each codegen's optional ``anticipate(graph, registry)`` with the graph as imported,
+    before any pass runs (:mod:`torchloom.codegen.base`: work that needs only the ops the
+    graph holds starts while the passes and the plan run). One that raises is logged and
+    skipped: anticipating is never needed for a correct compile."""
+    for cg in codegens:
+        anticipate = getattr(cg, "anticipate", None)
+        if not callable(anticipate):
+            continue
+        try:
+            anticipate(graph, registry)
+        except Exception as exc:
+            log.warning("torchloom: codegen %r failed anticipating graph %s: %s",
+                        getattr(cg, "name", cg), graph.name, exc)
+
+
 def prepare_codegens(graph: Graph, registry: OpRegistry, codegens: Sequence[Any],
                      cache=None) -> dict:
     """Before any group compiles, a codegen with the optional ``prepare(groups, registry)``

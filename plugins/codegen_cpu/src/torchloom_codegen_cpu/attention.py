@@ -130,16 +130,26 @@ class Attention:
         #: direction -> its library being built on a thread (``build_ahead``)
         self._ahead: dict[str, Building] = {}
 
-    def build_ahead(self, direction: str) -> None:
+    def build_ahead(self, direction: str, after: str | None = None) -> None:
         """Start building ``direction``'s library on a thread, once: a plan that will call
         it is being made, and the graph's own library builds meanwhile (two compilers at
-        once; the first call waits for this build, never starts another). An error is
-        its first call's to report, as when built then."""
+        once; the first call waits for this build, never starts another). With ``after``
+        (a direction), the compiler starts once that direction's build started ahead has
+        ended: the backward's library, wanted later, does not slow the forward's. An error
+        is its first call's to report, as when built then."""
         if direction in self._functions or direction in self._ahead:
             return
+        first = self._ahead.get(after) if after is not None else None
+
+        def build() -> Path:
+            if first is not None:
+                try:
+                    first.wait()
+                except Exception:  # noqa: BLE001 (that direction's first call reports it)
+                    pass
+            return self._library(direction)
         self._ahead[direction] = Building(f"attention-{direction}")
-        self._ahead[direction].start(lambda: self._library(direction),
-                                     name=f"torchloom-attention-{direction}")
+        self._ahead[direction].start(build, name=f"torchloom-attention-{direction}")
 
     def ready(self, direction: str) -> bool:
         """Whether a call of ``direction`` would not wait for its library (built, or its

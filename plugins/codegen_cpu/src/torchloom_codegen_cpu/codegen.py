@@ -56,9 +56,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchloom.api import (FORMS, ArtifactStore, Capabilities, Kernel, KernelSource, Node,
-                           Reason, TensorType, Written, default_cache_dir, eager_rejects,
-                           indexing, symbols)
+from torchloom.api import (FORMS, ArtifactStore, Capabilities, Graph, Kernel, KernelSource,
+                           Node, Reason, TensorType, Written, default_cache_dir,
+                           eager_rejects, indexing, symbols)
 
 from torchloom_codegen_cpu import attention, memory, ops, random_stream
 from torchloom_codegen_cpu.deferred import Building, Deferred, Offered
@@ -216,16 +216,31 @@ class CpuCodegen:
             return False
         return True
 
+    def anticipate(self, graph: Graph, registry: Any) -> None:
+        """Before the passes: probe the compiler and start building the libraries the
+        graph's attention and dropout nodes will be offered (``library_call``), and where
+        a causal attention's logsumexp is an output of the graph (a training forward saves
+        it for the backward), the backward's attention library, after the forward's."""
+        for node in self._library_nodes(graph.root):
+            if self.library_call(node, registry) is not None and \
+                    node.op == attention.FORWARD and len(node.outputs) > 1 and \
+                    any(v is node.outputs[1] for v in node.graph.outputs):
+                self._attention.build_ahead("backward", after="forward")
+
     def _offer_ahead(self, groups: list[Node], registry: Any) -> None:
         """Offer a call for every attention and dropout node of the graphs holding
         ``groups`` (and of their shared subgraphs), so that their libraries build beside
         the groups' own (``prepare`` runs before the plan asks for those calls)."""
         roots = {id(g.graph.root): g.graph.root for g in groups if g.graph is not None}
         for root in roots.values():
-            for graph in (root, *root.subgraphs.values()):
-                for node in graph.nodes:
-                    if node.op in (attention.FORWARD, attention.BACKWARD, random_stream.OP):
-                        self.library_call(node, registry)
+            for node in self._library_nodes(root):
+                self.library_call(node, registry)
+
+    @staticmethod
+    def _library_nodes(root: Graph) -> list[Node]:
+        """The attention and dropout nodes of ``root`` and of its shared subgraphs."""
+        return [node for graph in (root, *root.subgraphs.values()) for node in graph.nodes
+                if node.op in (attention.FORWARD, attention.BACKWARD, random_stream.OP)]
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         return self._written.get(group, registry, lambda: write_function(group, registry))

@@ -14,7 +14,9 @@ the compiler runs, and the runtime may run the group op by op until then
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -65,9 +67,25 @@ class Deferred:
                         self.ready, self.meta)
 
 
+#: the niceness of a build thread and of the compiler it runs (Linux: a thread's own, which
+#: the processes it starts inherit): the interpreter's thread, making the plan and timing
+#: the products meanwhile, comes first on a machine of few cores; a compiler waited for
+#: has the cores to itself
+BUILD_NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """This thread (and what it starts) at :data:`BUILD_NICENESS`, on Linux only (where
+    ``setpriority`` of a thread id touches that thread alone); silently kept elsewhere."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BUILD_NICENESS)
+
+
 class Building:
     """A library being built on a thread: its cache key (known before the build ends: a
-    kernel's metadata names it) and, once built, its path.
+    kernel's metadata names it) and, once built, its path. The thread and its compiler
+    run at a lower priority (:data:`BUILD_NICENESS`).
 
     A process forked while it builds has no such thread: there ``done()`` is true and
     ``wait()`` builds the library itself (finding the parent's, if that one finished, in the
@@ -84,6 +102,7 @@ class Building:
         self._build = build
 
         def run() -> None:
+            _lower_priority()
             try:
                 self._future.set_result(build())
             except BaseException as exc:  # noqa: BLE001 (handed to whoever waits)
