@@ -156,9 +156,10 @@ class Compiler:
 
     def compile_graph(self, graph: Graph, fallback: Callable | None = None,
                       constants: list[Any] | tuple = (), *, boxed: bool = False,
-                      donated: Sequence[int] = ()) -> Compilation:
+                      donated: Sequence[int] = (), typed: dict | None = None) -> Compilation:
         """Run the pipeline on ``graph`` (edited in place) and build its callable
-        (``boxed``, ``donated``: see :meth:`compile_fx`)."""
+        (``boxed``, ``donated``: see :meth:`compile_fx`; ``typed``: the nodes whose types
+        are their ops' own inference, see :class:`PassManager`)."""
         t0 = time.perf_counter()
         counters = cache_counters(self.kernel_cache)  # what this graph adds is logged
         index = len(self.compilations)
@@ -184,7 +185,7 @@ class Compiler:
         else:
             manager = PassManager(self.pipeline, self.plugins, dump_dir=dump,
                                   repro_dir=self.cache_dir / "reproducers", warned=self.warned,
-                                  instruments=self.instruments)
+                                  instruments=self.instruments, typed=typed)
             comp.report = manager.run(graph, ctx)
             if key is not None:
                 self.graph_cache.store(key, graph, comp.report)
@@ -251,7 +252,7 @@ class Compiler:
             retarget(imported.graph, self.device)
         try:
             comp = self.compile_graph(imported.graph, fallback=gm, constants=imported.constants,
-                                      boxed=boxed, donated=donated)
+                                      boxed=boxed, donated=donated, typed=imported.typed)
         except (PassError, PipelineError, PluginError) as exc:  # PluginError: an instrument
             if self.strict:
                 raise

@@ -27,6 +27,7 @@ import torch.fx
 from torchloom.errors import UnsupportedError
 from torchloom.ir.graph import CONSTANT, Graph, InputRef, Value
 from torchloom.ir.text import format_attr
+from torchloom.ir.verify import agreed_types
 from torchloom.ops.aten import find_callable
 from torchloom.ops.registry import OpDef, OpRegistry
 from torchloom.ir.types import ScalarType, TensorType, Type, type_of
@@ -41,6 +42,10 @@ class ImportedGraph:
     symbolic: bool = False
     #: ``python.*`` op name -> the FX graph's callable (registered in ``registry=``)
     callables: dict[str, Any] = attrs.field(factory=dict)
+    #: the types torch's fake tensors gave each op node, as ``verify``'s ``typed`` memo
+    #: (:func:`~torchloom.ir.verify.agreed_types`): the passes' first check infers again
+    #: only what a pass changed
+    typed: dict = attrs.field(factory=dict)
 
 
 def callable_name(target) -> str:
@@ -73,7 +78,7 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = N
         if registry is not None:
             register_callables(registry, imported.callables)
             retype_for_device(imported.graph, registry)
-        return imported
+        return attrs.evolve(imported, typed=agreed_types(imported.graph))
     except UnsupportedError:
         raise
     except Exception as exc:

@@ -58,6 +58,21 @@ _TYPE = attrgetter("type")
 _ONES = (1, 1)
 
 
+def _typed_key(node: Node) -> tuple:
+    """What ``typed`` holds for a node: its op, attributes and types (the objects)."""
+    inputs = node.inputs
+    return (node.op, node.attrs, len(inputs), *map(_TYPE, inputs), *map(_TYPE, node.outputs))
+
+
+def agreed_types(graph: Graph) -> dict:
+    """A ``typed`` dict (see :func:`verify`) holding each op node of ``graph`` as it is
+    now, as if its inference had agreed: for a frontend whose types are the ops' own
+    inference (the FX importer: torch's fake tensors of the graph it traced), so that the
+    first check infers again only the nodes a pass has changed since."""
+    return {node: _typed_key(node) for node in graph.nodes
+            if node.region is None and node.op != CALL_SUBGRAPH}
+
+
 def check_order(graph: Graph) -> None:
     """The one check that ``verify = "off"`` keeps: every node reads only values defined
     before it (in its graph, its regions, the shared subgraphs), so that no later pass and
@@ -174,8 +189,7 @@ def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None,
             if typed is None:
                 _verify_types(node, registry)
             else:
-                key = (node.op, node.attrs, len(inputs), *map(_TYPE, inputs),
-                       *map(_TYPE, node.outputs))
+                key = _typed_key(node)
                 if typed.get(node) != key:  # (identity first: types compare only if new)
                     _verify_types(node, registry)
                     typed[node] = key

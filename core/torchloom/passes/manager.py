@@ -43,7 +43,8 @@ class PassManager:
 
     def __init__(self, pipeline: Pipeline, plugins, *, dump_dir: str | Path | None = None,
                  repro_dir: str | Path | None = None, instruments: list[Any] | None = None,
-                 warned: set[str] | None = None, numeric_inputs: list[Any] | None = None):
+                 warned: set[str] | None = None, numeric_inputs: list[Any] | None = None,
+                 typed: dict | None = None):
         self.pipeline = pipeline
         self.plugins = plugins
         self.dump_dir = Path(dump_dir) if dump_dir else None
@@ -55,6 +56,11 @@ class PassManager:
         self.warned = warned if warned is not None else set()
         #: ``verify = "numeric"``: the inputs to compare on (a reproducer's), else seeded
         self.numeric_inputs = numeric_inputs
+        #: the nodes of the graph to run on whose types are their ops' own inference
+        #: (``ir.verify.agreed_types``: the FX importer's, torch's fake tensors): the checks
+        #: after each pass do not infer them again while a pass leaves them as they are;
+        #: ``verify = "numeric"`` infers every node anyway
+        self.typed = typed or {}
         self._dumped = 0
         #: (file stem, text) of the last IR dumped, the "before" of the next diff
         self._last_dump: tuple[str, str] | None = None
@@ -71,7 +77,8 @@ class PassManager:
             if numeric.skipped:
                 report.notes.append(numeric.skipped)
         state = _State(GraphSnapshot(graph), aliases=alias_facts(graph, ctx.registry),
-                       each=self.pipeline.verify in ("each", "numeric"), numeric=numeric)
+                       each=self.pipeline.verify in ("each", "numeric"), numeric=numeric,
+                       typed=dict(self.typed) if numeric is None else {})
         # verify = "end" rolls the whole pipeline back: only then is the first one kept
         start = state.snapshot if self.pipeline.verify == "end" else None
         for step in self.pipeline.steps:
