@@ -74,15 +74,21 @@ def cold(monkeypatch, tmp_path):
     return tmp_path
 
 
-def test_inference_starts_the_forward_s_library_before_the_passes(monkeypatch, cold):
-    torch.manual_seed(0)
-    model = Causal().eval()
+def run_inference(model, monkeypatch, cold, length):
+    """One inference call of ``model`` compiled cold (eager's values), and what was
+    building ahead when."""
+    model.eval()
     compiler, fn = compiled(model, cold)
     seen = Recorded(monkeypatch, compiler)
-    x = torch.randn(2, 200, 128)
+    x = torch.randn(2, length, 128)
     with torch.no_grad():
-        got, want = fn(x), model(x)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(fn(x), model(x), rtol=1e-4, atol=1e-4)
+    return seen
+
+
+def test_inference_starts_the_forward_s_library_before_the_passes(monkeypatch, cold):
+    torch.manual_seed(0)
+    seen = run_inference(Causal(), monkeypatch, cold, 200)
     assert seen.at_passes == [["forward"]]  # building before the first pass ran
     assert list(seen.builds) == ["forward"]  # no backward for an inference graph
     assert seen.builds["forward"][2] == "torchloom-attention-forward"
@@ -115,14 +121,9 @@ def test_an_attention_the_library_does_not_take_starts_nothing(monkeypatch, cold
             B, L, _ = x.shape
             q, k, v = (t.transpose(1, 2) for t in
                        self.qkv(x).view(B, L, 3, self.H, self.D).unbind(2))
-            return F.scaled_dot_product_attention(q, k, v).sum()
+            return F.scaled_dot_product_attention(q, k, v).sum(-1)
     torch.manual_seed(0)
-    model = Plain().eval()
-    compiler, fn = compiled(model, cold)
-    seen = Recorded(monkeypatch, compiler)
-    x = torch.randn(2, 64, 128)
-    with torch.no_grad():
-        torch.testing.assert_close(fn(x), model(x), rtol=1e-4, atol=1e-3)
+    seen = run_inference(Plain(), monkeypatch, cold, 64)
     assert seen.at_passes == [[]] and seen.builds == {}
 
 

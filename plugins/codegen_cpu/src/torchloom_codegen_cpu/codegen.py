@@ -217,10 +217,11 @@ class CpuCodegen:
         return True
 
     def anticipate(self, graph: Graph, registry: Any) -> None:
-        """Before the passes: probe the compiler and start building the libraries the
-        graph's attention and dropout nodes will be offered (``library_call``), and where
-        a causal attention's logsumexp is an output of the graph (a training forward saves
-        it for the backward), the backward's attention library, after the forward's."""
+        """Before the passes, for a graph holding attention or dropout nodes: probe the
+        compiler (on this thread) and start building the libraries those nodes will be
+        offered (``library_call``), and where a causal attention's logsumexp is an output
+        of the graph (a training forward saves it for the backward), the backward's
+        attention library, after the forward's. Other graphs start nothing here."""
         for node in self._library_nodes(graph.root):
             if self.library_call(node, registry) is not None and \
                     node.op == attention.FORWARD and len(node.outputs) > 1 and \
