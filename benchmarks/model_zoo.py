@@ -23,8 +23,9 @@ Every side gets its own model (same seed, so the same weights) and optimizer. Co
 sides start cold: Inductor inside ``torch._inductor.utils.fresh_cache()`` (a new cache
 directory, its in-memory caches cleared), torchloom with a new cache directory (its kernel
 cache and the cpu codegen's libraries), and the first call (compiles included, the
-backward's at the first backward; for torchloom the ``Compiler`` too, made when the
-backend is first called, as ``backend="torchloom"`` makes it) is timed. ``torch._dynamo.reset()`` after each row.
+backward's at the first backward; for torchloom the ``Compiler`` too, made when the backend
+is first called, as ``backend="torchloom"`` makes it) is timed. ``torch._dynamo.reset()``
+after each row.
 
 For torchloom, every fusion group that no native codegen took (it runs op by op on the
 ``eager`` codegen) is counted with the reasons the codegens gave (:func:`eager_groups`);

@@ -11,11 +11,12 @@ torchloom's pipeline and kernel builds (or Inductor's), and the call itself. ``i
 torch`` is left out: both sides pay it alike, and it is not the compiler's; so are the
 imports of torch's compile stack every AOT backend needs (Dynamo, aot_autograd and its
 partitioners, ``torch._inductor``'s package, which ``torch.compile`` imports whatever the
-backend: about 1.2-2 s here), recorded as ``import_s``. Also recorded, for torchloom:
-its own part (``own_s``: ``Compiler.compile_fx`` over the forward and backward graphs:
-FX to IR, passes or the compile cache, C generation, the runtime plan; gcc, started there on
-a thread, may end after it, during the call, which waits for it: in ``first_call_s``), importing it (``torchloom_import_s``) and building its ``Compiler`` (plugins and
-the pipeline, ``compiler_init_s``); the rest of the first call is Dynamo's trace,
+backend: about 1.2-2 s here), recorded as ``import_s``. Also recorded, for torchloom: its
+own part (``own_s``: ``Compiler.compile_fx`` over the forward and backward graphs: FX to
+IR, passes or the compile cache, C generation, the runtime plan; gcc, started there on a
+thread, may end after it, during the call, which waits for it: in ``first_call_s``),
+importing it (``torchloom_import_s``) and building its ``Compiler`` (plugins and the
+pipeline, ``compiler_init_s``); the rest of the first call is Dynamo's trace,
 aot_autograd's and the call itself.
 
 - cold: empty caches (``TORCHLOOM_CACHE_DIR`` and ``TORCHINDUCTOR_CACHE_DIR`` point at new

@@ -218,7 +218,6 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
             "  for (int i = 0; i < n; i++) x[i] = expf(x[i]);\n}\n")
     entry = ENTRY_HEAD + "PyObject* f(PyObject* o) { return PyLong_AsVoidPtr(o) ? " \
         "PyCFunction_New(NULL, o) : PyErr_Format(PyExc_TypeError, \"%d\", 1); }\n"
-    directory.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=5, thread_name_prefix="torchloom-probe") as pool:
         version = pool.submit(_version, cc, timeout)
         mvec = pool.submit(_compiles, cc, directory, timeout, test, libs)
