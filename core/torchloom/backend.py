@@ -16,6 +16,12 @@ take (:func:`runs_on_eager`), and an inference graph (:func:`needs_grad`), unles
 backend option or the pipeline names one: there recomputation and norms split before the
 split only add kernels to what eager runs.
 
+A training graph's backward is compiled right after its forward, in the same backend call
+(``[runtime] backward = "ahead"``, the default; :mod:`torchloom.compiler.ahead`): its passes
+and plan run while the forward's C compiler works, its compiler while the forward runs.
+``backward = "lazy"`` (or ``TORCHLOOM_BACKWARD=lazy``) leaves it to aot_autograd's first
+``backward()`` call, as Inductor does.
+
 Every graph gets the ``_foreach_*`` ops decomposed one op per tensor
 (:mod:`torchloom.frontend.foreach`), and an inference graph keeps its input mutations as
 trailing ``copy_`` nodes (``keep_inference_input_mutations``), which the plan turns into
@@ -38,6 +44,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from torchloom.compiler.ahead import AheadBackward
 from torchloom.compiler.mode import check_mode
 from torchloom.errors import PipelineError
 from torchloom.passes.pipeline import PARTITIONERS
@@ -79,11 +86,23 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
                                                   remote_cache=options.get("remote_cache"),
                                                   verify=options.get("verify"))
 
+    import torch
+    # (compiled autograd traces the backward itself: aot_autograd's would go unused)
+    ahead = AheadBackward(lambda gm, inputs, donated: compiler.compile_fx(
+        gm, inputs, boxed=True, donated=donated), donated_inputs) \
+        if compiler.backward == "ahead" and not torch._dynamo.config.compiled_autograd \
+        else None
+
     def compile_forward(fx_gm, inputs):
-        return compiler.compile_fx(fx_gm, inputs, boxed=True)
+        compiled = compiler.compile_fx(fx_gm, inputs, boxed=True)
+        if ahead is not None:
+            ahead.compile()
+        return compiled
 
     def compile_backward(fx_gm, inputs):
-        return compiler.compile_fx(fx_gm, inputs, boxed=True, donated=donated_inputs(inputs))
+        donated = donated_inputs(inputs)
+        compiled = ahead.take(fx_gm, donated) if ahead is not None else None
+        return compiled or compiler.compile_fx(fx_gm, inputs, boxed=True, donated=donated)
 
     partitioner = options.get("partitioner") or compiler.pipeline.partitioner
     if partitioner not in PARTITIONERS:
@@ -95,10 +114,11 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
         partitioner = "default"
     # an inference graph's input mutations stay in it (a trailing copy_ the plan can turn
     # into the kernel writing the input: an optimizer step's parameters and states)
+    split = split_options(partitioner, compiler.foreach_decompositions)
+    if ahead is not None:
+        split["partition_fn"] = ahead.partitioner(split["partition_fn"])
     compiled = aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
-                            keep_inference_input_mutations=True,
-                            **split_options(partitioner, compiler.foreach_decompositions))(
-                                gm, example_inputs)
+                            keep_inference_input_mutations=True, **split)(gm, example_inputs)
     return materializing_zeros(compiled, example_inputs, boxed=_flattened(gm))
 
 
@@ -211,9 +231,10 @@ def split_options(partitioner: str, foreach: dict) -> dict[str, Any]:
     graph gets ``foreach``, the ``_foreach_*`` ops as one op per tensor
     (:mod:`torchloom.frontend.foreach`: a compiled optimizer step fuses per parameter)."""
     table = foreach
-    if partitioner == "default":
-        return {"decompositions": table}
     import torch
+    if partitioner == "default":
+        from torch._functorch.partitioners import default_partition
+        return {"partition_fn": default_partition, "decompositions": table}
 
     from torchloom.frontend.decompositions import decomposition_table
     ops = [getattr(torch.ops.aten, name) for name in RECOMPUTED_COMPOSITES

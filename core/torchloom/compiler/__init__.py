@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from torchloom.compiler.ahead import backward_policy
 from torchloom.compiler.log import cache_counters, log_compilation, log_fallback
 from torchloom.codegen.base import KernelSource
 from torchloom.codegen.gemm import GemmBlocks
@@ -124,6 +125,8 @@ class Compiler:
                                 path=disk and disk / "gemm-blocks.json")
         #: what groups whose kernels still build run meanwhile (runtime/tiered.py)
         self.first_calls = first_calls_policy(self.pipeline.first_calls)
+        #: when a training graph's backward compiles ("ahead" or "lazy": compiler/ahead.py)
+        self.backward = backward_policy(self.pipeline.backward)
         self.compilations: list[Compilation] = []
         self.notes: list[str] = list(mode_notes) + ([remote_note] if remote_note else [])
         for name in self.pipeline.codegens or (self.pipeline.codegen,):

@@ -15,6 +15,7 @@ cudagraphs = true      # enables a runtime wrapper; its options go in [runtime.c
 partitioner = "min_cut"  # forward/backward split: "min_cut" (recompute) or "default"
 remote_cache = "redis://127.0.0.1:6379/0"  # the fleet's shared cache (needs a key)
 first_calls = "eager"  # groups run op by op until their native kernels are built
+backward = "lazy"      # a training graph's backward compiled at the first backward()
 
 [[pass]]
 name = "views.strip-bookends"
@@ -60,6 +61,9 @@ _FIXPOINT_KEYS = {"fixpoint", "max_iterations", "optional"}
 _TOP_TABLES = {"pipeline", "plugins", "runtime", "pass", "insert"}
 #: ``[runtime] partitioner``: how aot_autograd splits forward and backward
 PARTITIONERS = ("min_cut", "default")
+#: ``[runtime] backward``'s values: a training graph's backward compiled with its forward
+#: ("ahead") or at the first ``backward()`` (aot_autograd's "lazy"); see compiler/ahead.py
+BACKWARD_POLICIES = ("ahead", "lazy")
 
 
 @attrs.frozen
@@ -108,6 +112,9 @@ class Pipeline:
     #: ``[runtime] first_calls``: what a group whose native kernel still builds runs
     #: ("wait" or "eager"; see runtime/tiered.py)
     first_calls: str = "wait"
+    #: ``[runtime] backward``: when a training graph's backward compiles ("ahead": with
+    #: its forward; "lazy": at the first ``backward()``; see compiler/ahead.py)
+    backward: str = "ahead"
     #: passes named optional that no plugin provides
     missing_optional: tuple[str, ...] = ()
     #: memo of source hashes (the plugin set's), so a fingerprint reads each file once
@@ -167,6 +174,7 @@ def build_pipeline(raw: RawPipeline, plugins) -> Pipeline:
                         partitioner_set="partitioner" in settings,
                         remote_cache=settings.get("remote_cache"),
                         first_calls=settings.get("first_calls", "wait"),
+                        backward=settings.get("backward", "ahead"),
                         missing_optional=tuple(missing),
                         sources=getattr(plugins, "sources", None) or SourceHashes())
     _check_constraints(pipeline)
@@ -224,6 +232,10 @@ def _check_layer(raw: RawPipeline, plugins) -> tuple[dict[str, Any], dict[str, A
     if first_calls not in FIRST_CALLS:
         raise err(lines.key(lines.table("runtime"), "first_calls"),
                   f"first_calls = {first_calls!r} must be one of {', '.join(FIRST_CALLS)}")
+    backward = settings["backward"] = runtime_table.pop("backward", "ahead")
+    if backward not in BACKWARD_POLICIES:
+        raise err(lines.key(lines.table("runtime"), "backward"),
+                  f"backward = {backward!r} must be one of {', '.join(BACKWARD_POLICIES)}")
     # only what this file sets: it overrides the pipeline it extends, defaults fill the rest
     given = {*head, *data.get("runtime", {})} | ({"codegens"} if "codegen" in head else set())
     return ({k: v for k, v in settings.items() if k in given},
