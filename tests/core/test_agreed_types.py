@@ -13,6 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchloom.frontend.fx import import_fx
 from torchloom.ir import parse_graph, verify
+from torchloom.ir.graph import Node
 from torchloom.ir.verify import agreed_types
 from torchloom.ops.aten import default_registry
 from torchloom.tools import Compiler
@@ -67,7 +68,9 @@ def test_agreed_types_hold_each_op_node_as_imported():
     x, w = (torch.empty(16, 32, device="meta"), torch.empty(32, 8, device="meta"))
     imported = import_fx(make_fx(f)(x, w), [x, w], registry=registry)
     graph = imported.graph
-    assert set(imported.typed) == set(graph.nodes) and imported.typed == agreed_types(graph)
+    nodes = {k for k in imported.typed if isinstance(k, Node)}
+    assert nodes == set(graph.nodes) and imported.typed == agreed_types(graph)
+    assert len(imported.typed) == 2 * len(nodes)  # each node's signature beside it
     verify(graph, registry, typed=dict(imported.typed))  # nothing inferred, nothing wrong
 
 
@@ -87,3 +90,28 @@ def test_a_node_changed_wrongly_after_import_is_still_caught():
     node.outputs[0].type = wrong
     with pytest.raises(Exception, match="declared f32\\[4, 9\\]"):
         verify(graph, registry, typed=typed)
+
+
+def test_a_copy_of_an_agreed_node_is_not_inferred_again_and_others_are(inferred):
+    """A pass's copy of an agreed node (a shared layer's subgraph: new node objects, the
+    same op, attributes and types) is not inferred again; a node of other input types
+    is, and a copy declared with another output type is inferred and rejected."""
+    registry = default_registry()
+    graph = parse_graph("""graph @g(%x: f32[4, 8]) {
+  %y = aten.relu.default(%x) : f32[4, 8]
+  return %y
+}""")
+    typed = agreed_types(graph)
+    copies = parse_graph("""graph @h(%a: f32[4, 8], %b: f32[2, 8]) {
+  %c = aten.relu.default(%a) : f32[4, 8]
+  %d = aten.relu.default(%b) : f32[2, 8]
+  return %c, %d
+}""")
+    verify(copies, registry, typed=typed)
+    assert inferred == ["aten.relu.default"]  # %d's only
+    wrong = parse_graph("""graph @w(%a: f32[4, 8]) {
+  %c = aten.relu.default(%a) : f32[4, 9]
+  return %c
+}""")
+    with pytest.raises(Exception, match="declared f32\\[4, 9\\]"):
+        verify(wrong, registry, typed=typed)

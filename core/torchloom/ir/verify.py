@@ -19,7 +19,7 @@ from operator import attrgetter
 from torchloom.errors import VerifyError
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, Graph, Node, node_error
 from torchloom.ir.text import format_type
-from torchloom.ir.types import TensorType
+from torchloom.ir.types import TensorType, attrs_key
 
 
 def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None,
@@ -33,9 +33,12 @@ def verify(graph: Graph, registry=None, *, only: set[Graph] | None = None,
     ``unchanged``: regions known to be unchanged since they were last verified, nested
     regions included; only how they fit their node is checked again.
     ``typed``: a dict the caller keeps between calls (one pipeline run): node -> its op,
-    attributes and types when their inference last agreed. A node whose op, attributes,
-    input and output types are still those objects is not inferred again (inference is a
-    function of them); the structural checks still see every node.
+    attributes and types when their inference last agreed, and each such signature (op,
+    attributes by :func:`~torchloom.ir.types.attrs_key`, input and output types) -> True.
+    A node whose op, attributes, input and output types are still those objects, or whose
+    signature agreed on another node (a copy a pass made: a shared layer's subgraph), is
+    not inferred again (inference is a function of them, as the registry's memo of it
+    assumes); the structural checks still see every node.
     """
     if only is not None and not only:
         return
@@ -64,13 +67,29 @@ def _typed_key(node: Node) -> tuple:
     return (node.op, node.attrs, len(inputs), *map(_TYPE, inputs), *map(_TYPE, node.outputs))
 
 
+def _signature(node: Node) -> tuple | None:
+    """A node's op, attributes and types as a key equal for a copy of it (None where an
+    attribute is unhashable: such a node is known by itself only)."""
+    try:
+        return (node.op, attrs_key(node.attrs), len(node.inputs), *map(_TYPE, node.inputs),
+                *map(_TYPE, node.outputs))
+    except TypeError:
+        return None
+
+
 def agreed_types(graph: Graph) -> dict:
     """A ``typed`` dict (see :func:`verify`) holding each op node of ``graph`` as it is
-    now, as if its inference had agreed: for a frontend whose types are the ops' own
-    inference (the FX importer: torch's fake tensors of the graph it traced), so that the
-    first check infers again only the nodes a pass has changed since."""
-    return {node: _typed_key(node) for node in graph.nodes
-            if node.region is None and node.op != CALL_SUBGRAPH}
+    now, and its signature, as if its inference had agreed: for a frontend whose types are
+    the ops' own inference (the FX importer: torch's fake tensors of the graph it traced),
+    so that the first check infers again only the nodes a pass has changed since."""
+    typed: dict = {}
+    for node in graph.nodes:
+        if node.region is None and node.op != CALL_SUBGRAPH:
+            typed[node] = _typed_key(node)
+            signature = _signature(node)
+            if signature is not None:
+                typed[signature] = True
+    return typed
 
 
 def check_order(graph: Graph) -> None:
@@ -191,7 +210,11 @@ def _verify_graph(graph: Graph, registry, unchanged: set[Graph] | None = None,
             else:
                 key = _typed_key(node)
                 if typed.get(node) != key:  # (identity first: types compare only if new)
-                    _verify_types(node, registry)
+                    signature = _signature(node)
+                    if signature not in typed:
+                        _verify_types(node, registry)
+                        if signature is not None:
+                            typed[signature] = True
                     typed[node] = key
         node = node.next
     if count != len(graph):
