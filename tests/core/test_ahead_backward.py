@@ -170,3 +170,43 @@ def test_the_policy_is_checked(tmp_path, monkeypatch):
         backward_policy(None)
     monkeypatch.delenv("TORCHLOOM_BACKWARD")
     assert backward_policy(None) == "ahead"
+
+
+def test_compiling_collects_only_young_objects_and_leaves_the_heap_as_it_was(tmp_path,
+                                                                            monkeypatch):
+    """The backend freezes the heap it found while it compiles (the collector then
+    traverses only what the compile made) and unfreezes it after, an error included; a
+    program that froze objects itself, or turned the collector off, keeps its own."""
+    import gc
+
+    from torchloom.backend import young_collections
+    seen: list[int] = []
+    real = Compiler.compile_fx
+
+    def compile_fx(self, gm, inputs, **kwargs):
+        seen.append(gc.get_freeze_count())
+        return real(self, gm, inputs, **kwargs)
+    monkeypatch.setattr(Compiler, "compile_fx", compile_fx)
+    compiler = compiler_for(tmp_path, '[runtime]\nbackward = "lazy"')
+    f = torch.compile(mlp(), backend="torchloom", options={"compiler": compiler})
+    assert gc.get_freeze_count() == 0
+    f(torch.randn(4, 24)).sum().backward()  # the forward's compile, then the lazy backward's
+    assert len(seen) == 2 and all(n > 0 for n in seen) and gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), young_collections():
+        assert gc.get_freeze_count() > 0
+        raise RuntimeError
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with young_collections():
+            assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        with young_collections():
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
