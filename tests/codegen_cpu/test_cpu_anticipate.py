@@ -21,7 +21,7 @@ from torchloom.passes.manager import PassManager
 
 from torchloom_codegen_cpu import toolchain
 from torchloom_codegen_cpu.codegen import CpuCodegen
-from torchloom_codegen_cpu.deferred import BUILD_NICENESS, LATER_NICENESS, Building
+from torchloom_codegen_cpu.deferred import BUILD_NICENESS, Building
 
 from conftest import compiled
 
@@ -128,8 +128,7 @@ def test_an_attention_the_library_does_not_take_starts_nothing(monkeypatch, cold
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness: Linux")
-@pytest.mark.parametrize("niceness", [None, LATER_NICENESS])
-def test_a_build_thread_and_its_compiler_run_at_a_lower_priority(niceness):
+def test_a_build_thread_and_its_compiler_run_at_a_lower_priority():
     base = os.getpriority(os.PRIO_PROCESS, 0)
     seen = {}
 
@@ -140,12 +139,9 @@ def test_a_build_thread_and_its_compiler_run_at_a_lower_priority(niceness):
         seen["child"] = int(out.stdout)
         return None
     building = Building("niceness")
-    if niceness is None:
-        building.start(build)
-    else:
-        building.start(build, niceness=niceness)
+    building.start(build)
     building.wait()
-    want = max(base, niceness if niceness is not None else BUILD_NICENESS)
+    want = min(base + BUILD_NICENESS, 19)
     assert seen == {"thread": want, "child": want}
     assert os.getpriority(os.PRIO_PROCESS, 0) == base  # this thread's is untouched
 
@@ -178,15 +174,3 @@ def test_the_probe_gives_what_each_check_gives_alone(tmp_path):
 def test_a_compiler_that_does_not_run_is_named(tmp_path):
     with pytest.raises(toolchain.BuildError, match="no-such-cc --version failed"):
         toolchain._probe(str(tmp_path / "no-such-cc"), tmp_path, 60)
-
-
-def test_attention_libraries_build_below_the_graphs_own(monkeypatch):
-    """The attention libraries, called later in a step than the graph's first kernels,
-    build at LATER_NICENESS; the graph's library at BUILD_NICENESS."""
-    from torchloom_codegen_cpu.attention import Attention
-    started = []
-    monkeypatch.setattr(Building, "start", lambda self, build, name=None,
-                        niceness=BUILD_NICENESS: started.append((name, niceness)))
-    Attention(lambda direction: None).build_ahead("forward")
-    assert started == [("torchloom-attention-forward", LATER_NICENESS)]
-    assert LATER_NICENESS > BUILD_NICENESS

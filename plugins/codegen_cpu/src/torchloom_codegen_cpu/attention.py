@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from torchloom_codegen_cpu.deferred import LATER_NICENESS, Building
+from torchloom_codegen_cpu.deferred import Building
 from torchloom_codegen_cpu.prelude import prelude
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -149,8 +149,7 @@ class Attention:
                     pass
             return self._library(direction)
         self._ahead[direction] = Building(f"attention-{direction}")
-        self._ahead[direction].start(build, name=f"torchloom-attention-{direction}",
-                                     niceness=LATER_NICENESS)
+        self._ahead[direction].start(build, name=f"torchloom-attention-{direction}")
 
     def ready(self, direction: str) -> bool:
         """Whether a call of ``direction`` would not wait for its library (built, or its

@@ -72,19 +72,14 @@ class Deferred:
 #: the products meanwhile, comes first on a machine of few cores; a compiler waited for
 #: has the cores to itself
 BUILD_NICENESS = 10
-#: the niceness of a library built ahead for calls the graph makes later than its first
-#: kernels (attention: after the embeddings, norms and projections), so that on a machine
-#: of few cores the graph's own library, which the first call waits for first, gets the
-#: core they would share (CFS weights 110 against 15)
-LATER_NICENESS = 19
 
 
-def _lower_priority(niceness: int) -> None:
-    """This thread (and what it starts) at ``niceness``, on Linux only (where
+def _lower_priority() -> None:
+    """This thread (and what it starts) at :data:`BUILD_NICENESS`, on Linux only (where
     ``setpriority`` of a thread id touches that thread alone); silently kept elsewhere."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BUILD_NICENESS)
 
 
 class Building:
@@ -102,14 +97,12 @@ class Building:
         self._build: Callable[[], Path] | None = None
         self._pid = os.getpid()
 
-    def start(self, build: Callable[[], Path], name: str | None = None,
-              niceness: int = BUILD_NICENESS) -> None:
-        """Run ``build`` (returns the library's path) on a thread (named ``name``) at
-        ``niceness``."""
+    def start(self, build: Callable[[], Path], name: str | None = None) -> None:
+        """Run ``build`` (returns the library's path) on a thread (named ``name``)."""
         self._build = build
 
         def run() -> None:
-            _lower_priority(niceness)
+            _lower_priority()
             try:
                 self._future.set_result(build())
             except BaseException as exc:  # noqa: BLE001 (handed to whoever waits)
