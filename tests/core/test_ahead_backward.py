@@ -137,6 +137,31 @@ def test_the_backward_compiles_outside_the_tracers_fake_tensor_mode(tmp_path, mo
     assert len(modes) == 2 and modes[0] >= 1 and modes[1] == 0
 
 
+def test_a_backward_that_fails_ahead_compiles_at_the_first_backward(tmp_path, monkeypatch,
+                                                                   caplog):
+    """Whatever fails while compiling ahead (here the module's copy) costs the forward
+    nothing: the lazy call compiles the backward as before."""
+    import torchloom.compiler.ahead as ahead_module
+
+    def broken(module):
+        raise RuntimeError("cannot copy")
+    monkeypatch.setattr(ahead_module, "deepcopy", broken)
+    compiler = compiler_for(tmp_path)
+    model = mlp()
+    f = torch.compile(model, backend="torchloom", options={"compiler": compiler})
+    x = torch.randn(6, 24)
+    with caplog.at_level("INFO", logger="torchloom"):
+        out = f(x)
+    assert names(compiler) == ["graph0"]
+    assert "not compiled ahead (RuntimeError: cannot copy)" in caplog.text
+    monkeypatch.undo()
+    out.sum().backward()
+    assert names(compiler) == ["graph0", "graph1"]
+    for got, want in zip((p.grad for p in model.parameters()),
+                         eager_grads(x, lambda y: y.sum())):
+        torch.testing.assert_close(got, want)
+
+
 def test_take_hands_back_only_the_module_it_compiled():
     made = []
     ahead = AheadBackward(lambda gm, inputs, donated: made.append(donated) or (lambda a: a),

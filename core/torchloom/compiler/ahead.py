@@ -18,12 +18,15 @@ aot_autograd's placeholders (the partitioner's fake values) as inputs.
 
 from __future__ import annotations
 
-import copy
+import logging
 import os
 from collections.abc import Callable, Sequence
+from copy import deepcopy
 from typing import Any
 
 from torchloom.passes.pipeline import BACKWARD_POLICIES
+
+log = logging.getLogger("torchloom")
 
 
 def backward_policy(configured: str | None) -> str:
@@ -64,18 +67,25 @@ class AheadBackward:
         return partition
 
     def compile(self) -> None:
-        """Compile the kept backward module now (once; nothing if none was kept)."""
+        """Compile the kept backward module now (once; nothing if none was kept). Whatever
+        fails here is logged and left to the lazy call, which compiles (and reports) it as
+        it always did: the forward's compile never fails for its backward."""
         module, self._module = self._module, None
         if module is None:
             return
         from torch.utils._python_dispatch import _disable_current_modes
-        inputs = [n.meta.get("val") for n in module.graph.find_nodes(op="placeholder")]
-        donated = tuple(self._donated_of(inputs))
-        # the lazy call runs under no mode; the forward's compiler, under the tracer's
-        # fake tensor mode, which would also slow every torch call of the passes
-        with _disable_current_modes():
-            copied = copy.deepcopy(module)  # as aot_autograd hands its lazy call one
-            compiled = self._compile(copied, inputs, donated)
+        try:
+            inputs = [n.meta.get("val") for n in module.graph.find_nodes(op="placeholder")]
+            donated = tuple(self._donated_of(inputs))
+            # the lazy call runs under no mode; the forward's compiler, under the tracer's
+            # fake tensor mode, which would also slow every torch call of the passes
+            with _disable_current_modes():
+                copied = deepcopy(module)  # as aot_autograd hands its lazy call one
+                compiled = self._compile(copied, inputs, donated)
+        except Exception as exc:  # noqa: BLE001 (the lazy call compiles it again)
+            log.info("torchloom: the backward was not compiled ahead (%s: %s); it compiles "
+                     "at the first backward()", type(exc).__name__, exc)
+            return
         self._compiled = (_signature(module), donated, compiled)
 
     def take(self, gm, donated: Sequence[int]) -> Callable | None:
