@@ -26,3 +26,17 @@ def env_flag(name: str, default: bool) -> bool:
     if value is None:
         return default
     return value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def env_choice(name: str, configured: str | None, default: str, choices: tuple[str, ...],
+               key: str) -> str:
+    """An environment variable ``name`` that overrides a pipeline setting: ``$name`` if set
+    (stripped, non-empty), else ``configured``, else ``default``; a value outside
+    ``choices`` raises ValueError naming where it came from (``name``, or ``key``, the
+    pipeline's)."""
+    given = os.environ.get(name, "").strip()
+    value = given or configured or default
+    if value not in choices:
+        raise ValueError(f"{name if given else key} is {value!r}; choose one of "
+                         f"{', '.join(choices)}")
+    return value

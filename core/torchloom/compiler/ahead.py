@@ -19,11 +19,11 @@ aot_autograd's placeholders (the partitioner's fake values) as inputs.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
 
+from torchloom.environment import env_choice
 from torchloom.passes.pipeline import BACKWARD_POLICIES
 
 log = logging.getLogger("torchloom")
@@ -31,12 +31,8 @@ log = logging.getLogger("torchloom")
 
 def backward_policy(configured: str | None) -> str:
     """``TORCHLOOM_BACKWARD``, else the pipeline's ``configured`` value, else "ahead"."""
-    given = os.environ.get("TORCHLOOM_BACKWARD", "").strip()
-    value = given or configured or "ahead"
-    if value not in BACKWARD_POLICIES:
-        source = "TORCHLOOM_BACKWARD" if given else "[runtime] backward"
-        raise ValueError(f"{source} is {value!r}; choose one of {', '.join(BACKWARD_POLICIES)}")
-    return value
+    return env_choice("TORCHLOOM_BACKWARD", configured, "ahead", BACKWARD_POLICIES,
+                      "[runtime] backward")
 
 
 def _signature(gm) -> tuple:

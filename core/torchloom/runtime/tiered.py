@@ -21,11 +21,11 @@ the group is (``on_failure``: the compiled graph records it in the group's choic
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from torchloom.codegen.base import same_strides
+from torchloom.environment import env_choice
 
 #: ``[runtime] first_calls``' values
 FIRST_CALLS = ("wait", "eager")
@@ -33,12 +33,8 @@ FIRST_CALLS = ("wait", "eager")
 
 def first_calls_policy(configured: str | None) -> str:
     """``TORCHLOOM_FIRST_CALLS``, else the pipeline's ``configured`` value, else "wait"."""
-    value = os.environ.get("TORCHLOOM_FIRST_CALLS", "").strip() or configured or "wait"
-    if value not in FIRST_CALLS:
-        source = "TORCHLOOM_FIRST_CALLS" if os.environ.get("TORCHLOOM_FIRST_CALLS", "").strip() \
-            else "[runtime] first_calls"
-        raise ValueError(f"{source} is {value!r}; choose one of {', '.join(FIRST_CALLS)}")
-    return value
+    return env_choice("TORCHLOOM_FIRST_CALLS", configured, "wait", FIRST_CALLS,
+                      "[runtime] first_calls")
 
 
 class Tiered:
