@@ -1,0 +1,77 @@
+"""Models beyond the zoo (``model_survey.py``): tiny Hugging Face architectures through
+``torch.compile(backend="torchloom")`` against eager: a training step's loss and gradients,
+inference at two sizes and, for decoders, greedy decoding through the key/value cache.
+CI runs ``CI_MODELS`` (~65 s with compiles on 2 vCPUs); ``TORCHLOOM_SURVEY=full`` runs
+every architecture (~10 min), as ``.venv/bin/python benchmarks/model_survey.py`` does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")  # in the test extra: always installed
+
+from model_survey import ABSOLUTE, ARCHS, FLOOR, SLACK, STAGES, error, survey, train_error  # noqa: E402
+
+FULL = os.environ.get("TORCHLOOM_SURVEY", "") == "full"
+#: a sliding-window decoder, an encoder with relative positions, an encoder-decoder and a
+#: windowed vision model
+CI_MODELS = ["mistral", "deberta-v2", "bart", "swin"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.counted
+@pytest.mark.parametrize("name", sorted(ARCHS) if FULL else CI_MODELS)
+def test_architecture_matches_eager_with_no_group_on_eager(tmp_path, name):
+    row = survey(name, STAGES, dynamic=False, dtype=torch.float32, cache=tmp_path)
+    assert not row.raised, row.raised
+    decoder = ARCHS[name].head == "causal"  # only decoders decode
+    assert set(row.errors) == set(STAGES) - (set() if decoder else {"decode"})
+    assert row.ok() and max(row.errors.values()) <= 1.0, row.errors
+    assert row.groups.groups > 0 and row.groups.on_eager == 0, row.groups
+    assert row.groups.fallbacks == ()
+
+
+@pytest.mark.counted
+def test_the_error_measure():
+    want = torch.tensor([1.0, -4.0, float("inf")])
+    assert error(want.clone(), want) == 0.0
+    assert error(torch.tensor([1.0, -3.0, float("inf")]), want) == pytest.approx(0.25)
+    assert error(torch.tensor([1.0, -4.0, float("nan")]), want) == math.inf  # nan for inf
+    assert error(torch.tensor([1.0, -4.0, -float("inf")]), want) == math.inf  # its sign
+    assert error(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")])) == 0.0
+    assert error(torch.tensor([1.0, -4.0]), want[:2].reshape(2, 1)) == math.inf
+    assert error(None, None) == 0.0 and error(None, want) == math.inf
+    tiny = torch.tensor([1e-12, -2e-12])  # rounding noise of a zero gradient
+    assert error(tiny, -tiny) == pytest.approx(2.0)  # against itself alone: far off
+    assert error(tiny, -tiny, floor=FLOOR * 0.5) < 1e-8  # against the model's gradients
+
+
+@pytest.mark.counted
+def test_the_training_measure_weighs_ours_against_eagers_own_error():
+    exact = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    off = 2.0 ** -20  # eager is off by ~1e-6, exactly so in float32 (half that of the scale)
+    eager = torch.tensor([1.0 + off, -2.0])
+    same = train_error(eager.clone(), eager, exact)
+    assert same == pytest.approx(off / 2 / (SLACK * off / 2 + ABSOLUTE))
+    assert same < 1.0
+    # three times eager's error and the absolute slack is the bound
+    bound = (SLACK * off / 2 + ABSOLUTE) * 2.0
+    assert train_error(torch.tensor([1.0 + 0.9 * bound, -2.0]), eager, exact) < 1.0
+    assert train_error(torch.tensor([1.0 + 1.1 * bound, -2.0]), eager, exact) > 1.0
+    # an ill-conditioned gradient: eager far off too, so ours may be as far
+    assert train_error(torch.tensor([1.1, -2.0]), torch.tensor([0.95, -2.0]), exact) < 1.0
+    assert train_error(None, eager, exact) == math.inf
+    assert train_error(torch.tensor([float("nan"), -2.0]), eager, exact) == math.inf
+    assert train_error(None, None, None) == 0.0
