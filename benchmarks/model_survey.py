@@ -5,7 +5,8 @@ checked against eager PyTorch. Counted, not timed (the zoo, ``model_zoo.py``, ti
 Each architecture runs three stages on one compiled model, with the same weights as an
 eager copy:
 
-- ``train``: a training step's loss and every parameter's gradient (dropout off),
+- ``train``: a training step's loss and every parameter's gradient (dropout off, or at
+  ``--dropout``: every run from one seed, the generator's state after it eager's),
 - ``infer``: the logits at a first size, then at a second (batch or length: the second
   compiles symbolic sizes, as a server's second request does),
 - ``decode`` (decoders only): a left-padded prompt, then ``DECODE_STEPS`` tokens one at a
@@ -17,7 +18,8 @@ stage's largest error as a share of what it is allowed (a stage passes at 1 or b
 and any exception. The exit status is 1 when any stage failed or raised.
 
 - ``infer`` and ``decode``: ``max |compiled - eager| / max |eager|`` over the logits,
-  allowed 1e-3 (fp32) or 3e-2 (``--dtype bfloat16``, inference only).
+  allowed 1e-3 (fp32) or 3e-2 (``--dtype bfloat16``, inference only, or ``--autocast``:
+  every stage under ``torch.autocast("cpu", torch.bfloat16)``).
 - ``train``: the loss and each gradient against a float64 copy of the model (the exact
   answer, near enough): torchloom's error may be up to ``SLACK`` times eager's own plus
   ``ABSOLUTE`` of the tensor's scale (its largest value, and at least ``FLOOR`` of the
@@ -25,14 +27,18 @@ and any exception. The exit status is 1 when any stage failed or raised.
   before a batch norm, sums of large terms that cancel) differs by percents between two
   correct fp32 orders of summation; against float64 both sides' errors show.
 
-    .venv/bin/python benchmarks/model_survey.py                       # every architecture
+    .venv/bin/python benchmarks/model_survey.py                # every architecture
     .venv/bin/python benchmarks/model_survey.py --models mistral swin --dynamic
     .venv/bin/python benchmarks/model_survey.py --dtype bfloat16 --stages infer
+    .venv/bin/python benchmarks/model_survey.py --threads 2    # the kernels' parallel forms
+    .venv/bin/python benchmarks/model_survey.py --autocast     # mixed precision, bf16
+    .venv/bin/python benchmarks/model_survey.py --dropout 0.1  # training with dropout
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import sys
@@ -52,6 +58,7 @@ VOCAB = 128
 STAGES = ("train", "infer", "decode")
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 3e-2}
 DECODE_STEPS = 4
+SEED = 1234  # each training run starts from it (dropout's masks)
 
 # ---- the architectures ---------------------------------------------------------------------
 _DECODER = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -166,14 +173,16 @@ ARCHS = {a.model_type if n is None else n: a for n, a in (
 )}
 
 
-def build(arch: Arch) -> torch.nn.Module:
+def build(arch: Arch, dropout: float = 0.0) -> torch.nn.Module:
+    """``arch``'s model, every dropout probability of its config ``dropout`` (layer drop,
+    which skips whole layers, stays off)."""
     import transformers as t
     config = t.AutoConfig.for_model(arch.model_type, **arch.config)
-    for name in dir(config):  # dropout off: compiled and eager then compute one function
+    for name in dir(config):
         if "drop" in name and not name.startswith("_"):
             value = getattr(config, name, None)
             if isinstance(value, float):
-                setattr(config, name, 0.0)
+                setattr(config, name, 0.0 if "layerdrop" in name else dropout)
     if hasattr(config, "use_cache"):
         config.use_cache = False
     auto = {"causal": t.AutoModelForCausalLM, "masked": t.AutoModelForMaskedLM,
@@ -290,7 +299,14 @@ class Row:
         return not self.raised and all(e <= 1.0 for e in self.errors.values())
 
 
-def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path) -> Row:
+def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
+           autocast: bool = False, dropout: float = 0.0) -> Row:
+    """One architecture's row. ``autocast``: the model's calls (eager's and the compiled
+    one's, not the float64 copy's) run under ``torch.autocast("cpu", torch.bfloat16)``,
+    inference then judged at bfloat16's tolerance. ``dropout``: the configs' dropout
+    probabilities in training; each of the three training runs starts from one seed (the
+    float64 copy draws the same masks), and the random generator's state after the
+    compiled step must be eager's."""
     from torchloom.backend import torchloom_backend
     from torchloom.tools import Compiler
 
@@ -298,11 +314,15 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path) ->
     compiler = Compiler("default", cache_dir=cache, compile_cache=False)
     try:
         torch.manual_seed(0)
-        eager = build(arch).to(dtype)
+        eager = build(arch, dropout).to(dtype)
         ours = copy.deepcopy(eager)
         fn = torch.compile(ours, backend=lambda gm, ex: torchloom_backend(
             gm, ex, options={"compiler": compiler}), dynamic=True if dynamic else None)
         g = torch.Generator().manual_seed(1)
+        tolerance = TOLERANCE[torch.bfloat16 if autocast else dtype]
+
+        def amp():
+            return torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
         if "train" in stages:
             exact = copy.deepcopy(eager).double()
             if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
@@ -310,13 +330,19 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path) ->
             batch = inputs(arch, eager, arch.sizes[0], g)
             wide = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
                     for k, v in batch.items()}
-            runs = []
+            runs, states = [], []
             for model, call, feed in ((eager, eager, batch), (ours, fn, batch),
                                       (exact, exact, wide)):
                 model.train()
-                loss = call(**feed).loss
+                torch.manual_seed(SEED)
+                with amp() if model is not exact else contextlib.nullcontext():
+                    loss = call(**feed).loss
                 loss.backward()
+                states.append(torch.get_rng_state())
                 runs.append([loss] + [p.grad for p in model.parameters()])
+            if not torch.equal(states[0], states[1]):
+                raise AssertionError("the random generator's state after the compiled "
+                                     "training step is not eager's")
             want, got, ref = runs
             floor = FLOOR * max((r.abs().max().item() for r in ref[1:] if r is not None),
                                 default=0.0)
@@ -328,13 +354,13 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path) ->
             for size in arch.sizes:
                 batch = {k: v for k, v in inputs(arch, eager, size, g).items()
                          if k not in ("labels", "return_loss")}
-                with torch.no_grad():
+                with torch.no_grad(), amp():
                     worst = max(worst, error(_logits(fn(**batch)), _logits(eager(**batch))))
-            row.errors["infer"] = worst / TOLERANCE[dtype]
+            row.errors["infer"] = worst / tolerance
         if "decode" in stages and arch.head == "causal":
             eager.eval(), ours.eval()
-            with torch.no_grad():
-                row.errors["decode"] = decode(fn, eager, arch.sizes[0], g) / TOLERANCE[dtype]
+            with torch.no_grad(), amp():
+                row.errors["decode"] = decode(fn, eager, arch.sizes[0], g) / tolerance
     except Exception as e:  # reported, and the survey goes on to the next architecture
         row.raised = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         traceback.print_exc()
@@ -393,6 +419,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dynamic", action="store_true",
                         help="torch.compile(dynamic=True): every size symbolic at once")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--autocast", action="store_true",
+                        help='every stage under torch.autocast("cpu", torch.bfloat16)')
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="the configs' dropout probabilities in training (0: off)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the tables here (markdown)")
     args = parser.parse_args(argv)
@@ -403,7 +433,8 @@ def main(argv=None) -> int:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as root:
         for i, name in enumerate(args.models, 1):
-            row = survey(name, stages, args.dynamic, dtype, Path(root))
+            row = survey(name, stages, args.dynamic, dtype, Path(root), args.autocast,
+                         args.dropout)
             rows.append(row)
             print(f"[{i}/{len(args.models)}] {name}: {row.groups.on_eager} of "
                   f"{row.groups.groups} groups on eager, errors {row.errors}"

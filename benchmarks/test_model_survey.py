@@ -15,7 +15,8 @@ import torch
 
 pytest.importorskip("transformers")  # in the test extra: always installed
 
-from model_survey import ABSOLUTE, ARCHS, FLOOR, SLACK, STAGES, error, survey, train_error  # noqa: E402
+from model_survey import (ABSOLUTE, ARCHS, FLOOR, SLACK, STAGES, build, error, survey,  # noqa: E402
+                          train_error)
 
 FULL = os.environ.get("TORCHLOOM_SURVEY", "") == "full"
 #: a sliding-window decoder, an encoder with relative positions, an encoder-decoder and a
@@ -75,3 +76,14 @@ def test_the_training_measure_weighs_ours_against_eagers_own_error():
     assert train_error(None, eager, exact) == math.inf
     assert train_error(torch.tensor([float("nan"), -2.0]), eager, exact) == math.inf
     assert train_error(None, None, None) == 0.0
+
+
+@pytest.mark.counted
+def test_training_with_dropout_draws_eagers_masks(tmp_path):
+    model = build(ARCHS["bert"], dropout=0.1)
+    assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}
+    row = survey("bert", ("train",), dynamic=False, dtype=torch.float32, cache=tmp_path,
+                 dropout=0.1)
+    assert not row.raised, row.raised  # (the generator's state after the step: eager's)
+    assert row.ok() and set(row.errors) == {"train"}, row.errors
+    assert row.groups.on_eager == 0 and row.groups.fallbacks == ()
