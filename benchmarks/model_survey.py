@@ -324,30 +324,8 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
         def amp():
             return torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
         if "train" in stages:
-            exact = copy.deepcopy(eager).double()
-            if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
-                exact.set_experts_implementation("eager")  # grouped_mm takes no float64
-            batch = inputs(arch, eager, arch.sizes[0], g)
-            wide = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
-                    for k, v in batch.items()}
-            runs, states = [], []
-            for model, call, feed in ((eager, eager, batch), (ours, fn, batch),
-                                      (exact, exact, wide)):
-                model.train()
-                torch.manual_seed(SEED)
-                with amp() if model is not exact else contextlib.nullcontext():
-                    loss = call(**feed).loss
-                loss.backward()
-                states.append(torch.get_rng_state())
-                runs.append([loss] + [p.grad for p in model.parameters()])
-            if not torch.equal(states[0], states[1]):
-                raise AssertionError("the random generator's state after the compiled "
-                                     "training step is not eager's")
-            want, got, ref = runs
-            floor = FLOOR * max((r.abs().max().item() for r in ref[1:] if r is not None),
-                                default=0.0)
-            row.errors["train"] = max(train_error(a, b, c, floor if i else 0.0)
-                                      for i, (a, b, c) in enumerate(zip(got, want, ref)))
+            row.errors["train"] = train_stage(eager, ours, fn,
+                                              inputs(arch, eager, arch.sizes[0], g), amp)
         if "infer" in stages:
             eager.eval(), ours.eval()
             worst = 0.0
@@ -369,6 +347,34 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
     row.groups = model_zoo.eager_groups(compiler)
     row.seconds = time.perf_counter() - start
     return row
+
+
+def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
+    """A training step of ``eager``, of ``ours`` (called through ``fn``) and of a float64
+    copy of ``eager`` made first, each from ``SEED`` (``amp()`` around the first two's
+    forward): the largest :func:`train_error` over the loss and the gradients. Raises
+    where the generator's state after the compiled step is not eager's."""
+    exact = copy.deepcopy(eager).double()
+    if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
+        exact.set_experts_implementation("eager")  # grouped_mm takes no float64
+    wide = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+            for k, v in batch.items()}
+    runs, states = [], []
+    for model, call, feed in ((eager, eager, batch), (ours, fn, batch), (exact, exact, wide)):
+        model.train()
+        torch.manual_seed(SEED)
+        with amp() if model is not exact else contextlib.nullcontext():
+            loss = call(**feed).loss
+        loss.backward()
+        states.append(torch.get_rng_state())
+        runs.append([loss] + [p.grad for p in model.parameters()])
+    if not torch.equal(states[0], states[1]):
+        raise AssertionError("the random generator's state after the compiled training "
+                             "step is not eager's")
+    want, got, ref = runs
+    floor = FLOOR * max((r.abs().max().item() for r in ref[1:] if r is not None), default=0.0)
+    return max(train_error(a, b, c, floor if i else 0.0)
+               for i, (a, b, c) in enumerate(zip(got, want, ref)))
 
 
 def decode(fn: Callable, eager: torch.nn.Module, size: int, g: torch.Generator) -> float:
