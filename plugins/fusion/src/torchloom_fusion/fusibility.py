@@ -3,7 +3,9 @@
 A plain node is *fusible* when its registry category is ``pointwise`` (``_to_copy`` only
 when device and layout stay), ``reduction`` (with dims we can read), or it is one of the
 views whose index mapping a codegen can express. Random, mutating, layout and opaque ops
-never join a group. Two reductions may share a group only when they reduce the same
+never join a group, nor does a node reading or making complex numbers (``COMPLEX``: no
+native codegen renders them, so a group holding one would run on eager whole; left out,
+its neighbours fuse: FNet's bias add before the cast to ``c64`` that feeds its FFT). Two reductions may share a group only when they reduce the same
 input shape over the same dims ("the same rows"), or when they reduce one shape both ways,
 rows (the trailing dims, at most ``ROW_AND_COLUMN_LIMIT`` elements) and columns (the
 leading dims): the layer-norm backward pattern, which one kernel computes from one read.
@@ -30,6 +32,9 @@ FUSIBLE_VIEWS: dict[str, bool] = {
     "aten.chunk.default": False, "aten.unbind.int": False,
 }
 
+#: complex dtypes: a node with such an input or output never joins a group
+COMPLEX = frozenset({"c32", "c64", "c128"})
+
 #: the attribute holding a reduction's dims (absent or None: all dims)
 _DIM_ATTRS = ("dim", "dims")
 
@@ -45,6 +50,8 @@ def node_kind(node: Node, registry) -> str | None:
         return None  # factories (full, arange): nothing to fuse them with
     devices = {t.device for t in tensors} | {v.type.device for v in node.outputs}
     if len(devices) != 1:
+        return None
+    if any(t.dtype in COMPLEX for t in (*tensors, *(v.type for v in node.outputs))):
         return None
     category = registry.get(node.op).category
     if category == POINTWISE:
