@@ -3,13 +3,14 @@ weights, nothing downloaded), compiled with ``torch.compile(backend="torchloom")
 checked against eager PyTorch. Counted, not timed (the zoo, ``model_zoo.py``, times).
 
 Each architecture runs three stages on one compiled model, with the same weights as an
-eager copy:
+eager copy, training last (the stages before see the model as built):
 
 - ``train``: a training step's loss and every parameter's gradient (dropout off, or at
   ``--dropout``: every run from one seed, the generator's state after it eager's),
 - ``infer``: the logits at a first size, then at a second (batch or length: the second
   compiles symbolic sizes, as a server's second request does),
-- ``decode`` (decoders only): a left-padded prompt, then ``DECODE_STEPS`` tokens one at a
+- ``decode`` (decoders with a key/value cache): a left-padded prompt, then
+  ``DECODE_STEPS`` tokens one at a
   time through the model's key/value cache, as ``generate`` feeds it (each step's logits),
 
 and reports, per architecture, the fusion groups torchloom made, those left on the eager
@@ -69,19 +70,32 @@ _SEQ2SEQ = dict(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2
                 encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
                 decoder_ffn_dim=128, max_position_embeddings=128, pad_token_id=0,
                 decoder_start_token_id=0, eos_token_id=2, bos_token_id=1)
+_SPEECH = dict(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=128, conv_dim=(32, 32), conv_stride=(4, 2),
+               conv_kernel=(8, 4), num_conv_pos_embeddings=16,
+               num_conv_pos_embedding_groups=4,
+               mask_time_prob=0.0)  # no random masking in training
+_VIT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            image_size=32, patch_size=8, num_labels=10)
 _GPT2_STYLE = dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128)
 
 
 @attrs.frozen
 class Arch:
     """``model_type`` (a transformers config name), ``head`` (how it is built and fed:
-    one of ``INPUTS``), ``config``: the tiny config's fields; ``sizes``: the first and
-    second size of the inference stage (tokens, or images per batch, or pixels)."""
+    one of ``inputs``'s), ``config``: the tiny config's fields; ``sizes``: the first and
+    second size of the inference stage (tokens, or images per batch, or pixels);
+    ``kv_cache``: a decoder whose outputs carry ``past_key_values`` (decoded)."""
 
     model_type: str
     head: str
     config: dict
     sizes: tuple[int, int] = (16, 24)
+    kv_cache: bool = True
+
+    @property
+    def decodes(self) -> bool:
+        return self.head == "causal" and self.kv_cache
 
 
 ARCHS = {a.model_type if n is None else n: a for n, a in (
@@ -98,6 +112,14 @@ ARCHS = {a.model_type if n is None else n: a for n, a in (
     (None, Arch("olmo", "causal", _DECODER)),
     (None, Arch("mixtral", "causal", dict(_DECODER, num_local_experts=4,
                                           num_experts_per_tok=2))),
+    (None, Arch("starcoder2", "causal", dict(_DECODER, sliding_window=8))),
+    (None, Arch("granite", "causal", _DECODER)),
+    (None, Arch("cohere", "causal", _DECODER)),
+    (None, Arch("mamba", "causal", dict(vocab_size=VOCAB, hidden_size=64, state_size=8,
+                                        num_hidden_layers=2, expand=2, conv_kernel=4),
+                kv_cache=False)),  # a state space model: its cache is a state
+    (None, Arch("xlnet", "causal", dict(vocab_size=VOCAB, d_model=64, n_layer=2, n_head=4,
+                                        d_inner=128), kv_cache=False)),  # (memories)
     (None, Arch("gpt_neox", "causal", dict(_ENCODER, rotary_pct=0.25))),
     (None, Arch("gpt2", "causal", _GPT2_STYLE)),
     (None, Arch("gptj", "causal", dict(_GPT2_STYLE, rotary_dim=8))),
@@ -123,25 +145,41 @@ ARCHS = {a.model_type if n is None else n: a for n, a in (
                                              position_buckets=16))),
     (None, Arch("distilbert", "masked", dict(vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4,
                                              hidden_dim=128, max_position_embeddings=128))),
+    (None, Arch("fnet", "masked", _ENCODER)),  # Fourier mixing: an FFT between real ops
+    (None, Arch("modernbert", "masked", dict(_ENCODER, global_attn_every_n_layers=2,
+                                             local_attention=8, pad_token_id=0))),
+    (None, Arch("mobilebert", "masked", dict(_ENCODER, embedding_size=32,
+                                             intra_bottleneck_size=32, true_hidden_size=32,
+                                             num_feedforward_networks=2))),
+    (None, Arch("funnel", "masked", dict(vocab_size=VOCAB, d_model=64, n_head=4, d_head=16,
+                                         d_inner=128, block_sizes=[1, 1],
+                                         num_decoder_layers=1))),
     (None, Arch("t5", "seq2seq", dict(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128,
                                       num_layers=2, num_heads=4, decoder_start_token_id=0))),
     (None, Arch("bart", "seq2seq", _SEQ2SEQ)),
     (None, Arch("mbart", "seq2seq", _SEQ2SEQ)),
     (None, Arch("pegasus", "seq2seq", _SEQ2SEQ)),
+    (None, Arch("marian", "seq2seq", _SEQ2SEQ)),
+    (None, Arch("blenderbot", "seq2seq", _SEQ2SEQ)),
+    (None, Arch("led", "seq2seq", dict(_SEQ2SEQ, max_encoder_position_embeddings=128,
+                                       max_decoder_position_embeddings=128,
+                                       attention_window=[8, 8]))),
     (None, Arch("whisper", "whisper", dict(_SEQ2SEQ, num_mel_bins=16,
                                            max_source_positions=32, max_target_positions=64))),
-    (None, Arch("wav2vec2", "ctc", dict(
-        vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=128, conv_dim=(32, 32), conv_stride=(4, 2), conv_kernel=(8, 4),
-        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
-        mask_time_prob=0.0), (800, 1200))),  # no random masking in training
-    (None, Arch("vit", "image", dict(hidden_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=128,
-                                     image_size=32, patch_size=8, num_labels=10), (2, 3))),
-    (None, Arch("deit", "image", dict(hidden_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, intermediate_size=128,
-                                      image_size=32, patch_size=8, num_labels=10,
-                                      architectures=["DeiTForImageClassification"]), (2, 3))),
+    (None, Arch("wav2vec2", "ctc", _SPEECH, (800, 1200))),
+    (None, Arch("hubert", "ctc", _SPEECH, (800, 1200))),
+    (None, Arch("wavlm", "ctc", dict(_SPEECH, num_buckets=32, max_bucket_distance=64),
+                (800, 1200))),
+    (None, Arch("vit", "image", _VIT, (2, 3))),
+    (None, Arch("deit", "image", dict(_VIT, architectures=["DeiTForImageClassification"]),
+                (2, 3))),
+    (None, Arch("beit", "image", dict(_VIT, use_relative_position_bias=True), (2, 3))),
+    (None, Arch("dinov2", "image", dict(_VIT, mlp_ratio=2), (2, 3))),
+    (None, Arch("levit", "image", dict(image_size=64, hidden_sizes=[32, 48, 64],
+                                       num_attention_heads=[1, 2, 2], depths=[1, 1, 1],
+                                       key_dim=[8, 8, 8], num_labels=10,
+                                       architectures=["LevitForImageClassification"]),
+                (2, 3))),
     (None, Arch("swin", "image", dict(image_size=32, patch_size=2, embed_dim=16,
                                       depths=[1, 1], num_heads=[2, 4], window_size=4,
                                       num_labels=10), (2, 3))),
@@ -149,6 +187,11 @@ ARCHS = {a.model_type if n is None else n: a for n, a in (
                                            hidden_sizes=[16, 32], num_labels=10), (32, 48))),
     (None, Arch("resnet", "pixels", dict(embedding_size=16, hidden_sizes=[16, 32],
                                          depths=[1, 1], num_labels=10), (32, 48))),
+    (None, Arch("regnet", "pixels", dict(embedding_size=16, hidden_sizes=[16, 32],
+                                         depths=[1, 1], groups_width=8, num_labels=10),
+                (32, 48))),
+    (None, Arch("mobilenet_v2", "pixels", dict(image_size=32, depth_multiplier=0.35,
+                                               num_labels=10), (32, 48))),
     (None, Arch("mobilevit", "pixels", dict(
         image_size=64, hidden_sizes=[32, 48, 64], neck_hidden_sizes=[8, 16, 24, 32, 48, 64,
                                                                       80],
@@ -323,9 +366,6 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
 
         def amp():
             return torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
-        if "train" in stages:
-            row.errors["train"] = train_stage(eager, ours, fn,
-                                              inputs(arch, eager, arch.sizes[0], g), amp)
         if "infer" in stages:
             eager.eval(), ours.eval()
             worst = 0.0
@@ -335,10 +375,13 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
                 with torch.no_grad(), amp():
                     worst = max(worst, error(_logits(fn(**batch)), _logits(eager(**batch))))
             row.errors["infer"] = worst / tolerance
-        if "decode" in stages and arch.head == "causal":
+        if "decode" in stages and arch.decodes:
             eager.eval(), ours.eval()
             with torch.no_grad(), amp():
                 row.errors["decode"] = decode(fn, eager, arch.sizes[0], g) / tolerance
+        if "train" in stages:
+            row.errors["train"] = train_stage(eager, ours, fn,
+                                              inputs(arch, eager, arch.sizes[0], g), amp)
     except Exception as e:  # reported, and the survey goes on to the next architecture
         row.raised = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         traceback.print_exc()
@@ -352,8 +395,11 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
 def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
     """A training step of ``eager``, of ``ours`` (called through ``fn``) and of a float64
     copy of ``eager`` made first, each from ``SEED`` (``amp()`` around the first two's
-    forward): the largest :func:`train_error` over the loss and the gradients. Raises
-    where the generator's state after the compiled step is not eager's."""
+    forward): the largest :func:`train_error` over the loss, the gradients and the
+    floating buffers the step updated (batch norms' running statistics), gradients
+    measured against at least ``FLOOR`` of the largest gradient and buffers of the
+    largest buffer. Raises where the generator's state after the compiled step is not
+    eager's."""
     exact = copy.deepcopy(eager).double()
     if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
         exact.set_experts_implementation("eager")  # grouped_mm takes no float64
@@ -367,14 +413,17 @@ def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
             loss = call(**feed).loss
         loss.backward()
         states.append(torch.get_rng_state())
-        runs.append([loss] + [p.grad for p in model.parameters()])
+        runs.append(([loss], [p.grad for p in model.parameters()],
+                     [b for b in model.buffers() if b.is_floating_point()]))
     if not torch.equal(states[0], states[1]):
         raise AssertionError("the random generator's state after the compiled training "
                              "step is not eager's")
-    want, got, ref = runs
-    floor = FLOOR * max((r.abs().max().item() for r in ref[1:] if r is not None), default=0.0)
-    return max(train_error(a, b, c, floor if i else 0.0)
-               for i, (a, b, c) in enumerate(zip(got, want, ref)))
+    worst = 0.0
+    for kind, (want, got, ref) in enumerate(zip(*runs)):
+        floor = 0.0 if kind == 0 else FLOOR * max(
+            (r.abs().max().item() for r in ref if r is not None and r.numel()), default=0.0)
+        worst = max([worst] + [train_error(a, b, c, floor) for a, b, c in zip(got, want, ref)])
+    return worst
 
 
 def decode(fn: Callable, eager: torch.nn.Module, size: int, g: torch.Generator) -> float:
