@@ -2,7 +2,7 @@
 weights, nothing downloaded), compiled with ``torch.compile(backend="torchloom")`` and
 checked against eager PyTorch. Counted, not timed (the zoo, ``model_zoo.py``, times).
 
-Each architecture runs three stages on one compiled model, with the same weights as an
+Each architecture runs up to three stages on one compiled model, with the same weights as an
 eager copy, training last (the stages before see the model as built):
 
 - ``train``: a training step's loss and every parameter's gradient (dropout off, or at
