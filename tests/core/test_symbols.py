@@ -179,6 +179,12 @@ graph @g(%x: f32[4]) {
     (("s0", "2*s1"), ("2*s1", 1), True),
     (("s0", "s1"), ("s1+1", 1), False),               # padded rows
     (("s0", None), (None, 1), False),                 # unknown: not known contiguous
+    # transposed, its dim 1 at every point drawn but 2 at s0 = 2: not known contiguous
+    ((4, "1+Max(0,3-s0)", "s0"), ("s0*(1+Max(0,3-s0))", 1, "1+Max(0,3-s0)"), False),
+    # MobileViT's patch grid transposed: X // CeilToInt(X / 2) is 1 for odd X, 2 for even
+    ((8, "s0//CeilToInt(IntTrueDiv(s0,2))", "CeilToInt(IntTrueDiv(s0,2))", 4),
+     ("4*CeilToInt(IntTrueDiv(s0,2))*(s0//CeilToInt(IntTrueDiv(s0,2)))", 4,
+      "4*(s0//CeilToInt(IntTrueDiv(s0,2)))", 1), False),
 ])
 def test_symbolic_contiguity_is_decided_by_value(shape, strides, contiguous):
     from torchloom.ir.symbols import symbolic_contiguous

@@ -163,6 +163,10 @@ def symbolic_contiguous(shape, strides) -> bool:
     symbol > 1 (the last with symbols below 64), which two different polynomials of sizes
     practically never are. No symbolic algebra runs, so any printed form torch gives
     (``32*s0``, ``s0*32``) agrees.
+    Only a dim that is the int 1 (or 0) excuses its stride: a symbolic dim that is 1 at
+    every point drawn may be 2 at another (``X // CeilToInt(X / 2)`` is 1 for odd ``X``,
+    2 for even: MobileViT's patch grid, whose transposed gradient was taken for
+    contiguous and its copy dropped).
     False when a dim or stride is unknown or cannot be evaluated."""
     if len(shape) != len(strides) or None in shape or None in strides:
         return False
@@ -172,7 +176,7 @@ def symbolic_contiguous(shape, strides) -> bool:
             expected = 1
             for d, stride in zip(reversed(shape), reversed(strides)):
                 size = evaluate(d, point)
-                if size > 1 and evaluate(stride, point) != expected:
+                if (size > 1 or type(d) is not int) and evaluate(stride, point) != expected:
                     return False
                 expected *= max(size, 1)
     except (SymbolicDimError, ZeroDivisionError, OverflowError):
