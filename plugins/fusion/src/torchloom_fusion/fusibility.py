@@ -5,7 +5,8 @@ when device and layout stay), ``reduction`` (with dims we can read), or it is on
 views whose index mapping a codegen can express. Random, mutating, layout and opaque ops
 never join a group, nor does a node reading or making complex numbers (``COMPLEX``: no
 native codegen renders them, so a group holding one would run on eager whole; left out,
-its neighbours fuse: FNet's bias add before the cast to ``c64`` that feeds its FFT). Two reductions may share a group only when they reduce the same
+its neighbours fuse: FNet's bias add before the cast to ``c64`` that feeds its FFT).
+Two reductions may share a group only when they reduce the same
 input shape over the same dims ("the same rows"), or when they reduce one shape both ways,
 rows (the trailing dims, at most ``ROW_AND_COLUMN_LIMIT`` elements) and columns (the
 leading dims): the layer-norm backward pattern, which one kernel computes from one read.
