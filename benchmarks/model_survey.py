@@ -170,6 +170,13 @@ def train_error(ours, eager, exact, floor: float = 0.0) -> float:
     return e_ours / (SLACK * e_eager + ABSOLUTE)
 
 
+def as_dtype(batch: dict, dtype: torch.dtype) -> dict:
+    """``batch`` with its floating tensors in ``dtype`` (token ids, masks and flags as
+    they are)."""
+    return {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+            for k, v in batch.items()}
+
+
 def _logits(out) -> torch.Tensor:
     for name in ("logits", "logits_per_image"):
         if getattr(out, name, None) is not None:
@@ -219,8 +226,7 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
             eager.eval(), ours.eval()
             worst = 0.0
             for size in arch.sizes:
-                batch = {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point()
-                         else v for k, v in inputs(arch, eager, size, g).items()
+                batch = {k: v for k, v in as_dtype(inputs(arch, eager, size, g), dtype).items()
                          if k not in ("labels", "return_loss")}  # (pixels, audio: the dtype)
                 with torch.no_grad(), amp():
                     worst = max(worst, error(_logits(fn(**batch)), _logits(eager(**batch))))
@@ -253,8 +259,7 @@ def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
     exact = copy.deepcopy(eager).double()
     if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
         exact.set_experts_implementation("eager")  # grouped_mm takes no float64
-    wide = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
-            for k, v in batch.items()}
+    wide = as_dtype(batch, torch.float64)
     runs, states = [], []
     for model, call, feed in ((eager, eager, batch), (ours, fn, batch), (exact, exact, wide)):
         model.train()
