@@ -101,3 +101,15 @@ def test_a_row_that_measured_nothing_is_not_ok():
     assert not Row("x").ok()
     assert Row("x", {"infer": 0.5}).ok() and not Row("x", {"infer": 1.5}).ok()
     assert not Row("x", {"infer": 0.5}, raised="RuntimeError: x").ok()
+
+
+@pytest.mark.counted
+def test_symbolic_sizes_in_shared_subgraphs_leave_no_group_on_eager(tmp_path):
+    """BEiT at ``dynamic=True``: its relative position bias, sized ``2*(s//8)-1`` from the
+    image side ``s``, is repeated per layer, so ``dedup.regions`` shares it; a group there
+    needs ``s`` and ran on eager until the size carrier came through the subgraph."""
+    row = survey("beit", ("infer", "train"), dynamic=True, dtype=torch.float32,
+                 cache=tmp_path)
+    assert not row.raised, row.raised
+    assert set(row.errors) == {"infer", "train"} and row.ok(), row.errors
+    assert row.groups.groups > 0 and row.groups.on_eager == 0, row.groups

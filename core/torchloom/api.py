@@ -60,8 +60,9 @@ from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType,
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP
 from torchloom.ir.liveness import GraphOutput, dead_nodes, is_dead, readers
 from torchloom.ir.provenance import mark_decomposition, unmarked_attrs
-from torchloom.ir.regions import (RegionEditor, add_region_input, remove_region_input,
-                                  select_region_inputs, select_region_outputs)
+from torchloom.ir.regions import (RegionEditor, add_region_input, add_subgraph_input,
+                                  remove_region_input, select_region_inputs,
+                                  select_region_outputs, subgraph_calls)
 from torchloom.ir.text import format_attrs
 from torchloom.ops.registry import OpDef, OpRegistry, eager_rejects
 from torchloom.passes.base import Deduplication, Pass, PassContext, PassResult
@@ -80,8 +81,8 @@ __all__ = [
     "decomposition_table", "format_attrs", "format_type", "import_fx", "mark_decomposition",
     "parse_graph", "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
     # region surgery
-    "RegionEditor", "add_region_input", "remove_region_input", "select_region_inputs",
-    "select_region_outputs",
+    "RegionEditor", "add_region_input", "add_subgraph_input", "remove_region_input",
+    "select_region_inputs", "select_region_outputs", "subgraph_calls",
     # the op registry
     "OpDef", "OpRegistry", "eager_rejects",
     # passes

@@ -70,3 +70,58 @@ def test_groups_that_need_no_carrier_or_have_none_are_left(registry, case):
     graph = parse_graph(text)
     assert not SizeCarriers().run(graph, PassContext(registry=registry)).changed
 
+
+
+SHARED = f"""graph @g(%x: f32[s0, 4], %y: f32["{_HALF}", 4], %n: int[s0]) {{
+  %a = torchloom.call_subgraph(%y) {{callee = "layer"}} : f32["{_HALF}", 4]
+  %b = torchloom.call_subgraph(%a) {{callee = "layer"}} : f32["{_HALF}", 4]
+  return %b
+}}
+graph @layer(%p: f32["{_HALF}", 4]) {{
+  %z = torchloom.fusion_group(%p) : f32["{_HALF}", 4] region @k(%q: f32["{_HALF}", 4]) {{
+    %t = aten.mul.Tensor(%q) {{other = 2}} : f32["{_HALF}", 4]
+    return %t
+  }}
+  return %z
+}}
+"""
+
+
+@pytest.mark.parametrize("holder", ["int", "tensor"])
+def test_a_group_in_a_shared_subgraph_gets_the_carrier_through_every_call(registry, holder):
+    text = SHARED if holder == "int" else SHARED.replace(", %n: int[s0]", "")
+    graph = parse_graph(text)
+    sub = graph.subgraphs["layer"]
+    (group,) = groups(sub)
+    ctx = PassContext(registry=registry)
+    first = SizeCarriers().run(graph, ctx)  # as the pass manager runs it: the top level,
+    second = SizeCarriers().run(sub, ctx)  # then each shared subgraph
+    verify(graph, registry)
+    assert first.stats == {"carriers": 1} and second.stats == {"carriers": 1}
+    want = "n" if holder == "int" else "x"
+    assert [v.name for v in sub.inputs] == ["p", f"{want}_size"]
+    calls = [n for n in graph.nodes if n.op == "torchloom.call_subgraph"]
+    assert [[v.name for v in c.inputs] for c in calls] == [["y", want], ["a", want]]
+    assert group.inputs == sub.inputs and needed_symbols(group) == []
+    before = print_graph(graph)  # idempotent
+    assert not SizeCarriers().run(graph, ctx).changed and not SizeCarriers().run(sub, ctx).changed
+    assert print_graph(graph) == before
+
+
+def test_a_subgraph_called_inside_a_region_is_left(registry):
+    """A call inside a region cannot see the top level's carrier: nothing is threaded
+    (``add_subgraph_input`` itself refuses)."""
+    from torchloom.api import add_subgraph_input
+    text = SHARED.replace(
+        '  %b = torchloom.call_subgraph(%a) {callee = "layer"} : f32["' + _HALF + '", 4]\n',
+        '  %b = torchloom.fusion_group(%a) : f32["' + _HALF + '", 4] region @r(%u: f32["'
+        + _HALF + '", 4]) {\n    %c = torchloom.call_subgraph(%u) {callee = "layer"} : f32["'
+        + _HALF + '", 4]\n    return %c\n  }\n')
+    graph = parse_graph(text)
+    verify(graph, registry)
+    SizeCarriers().run(graph, PassContext(registry=registry))  # (the region @r gets one)
+    assert [v.name for v in graph.subgraphs["layer"].inputs] == ["p"]
+    with pytest.raises(ValueError, match="called inside a region"):
+        add_subgraph_input(graph.subgraphs["layer"], graph.inputs[2], "n_size")
+    with pytest.raises(ValueError, match="no input of"):
+        add_subgraph_input(graph.subgraphs["layer"], graph.nodes.__next__().outputs[0], "a")

@@ -4,6 +4,7 @@ node owning a region), each keeping use lists consistent by construction.
 One-off edits of a region node's inputs and outputs keep every use list exact at once::
 
     add_region_input(group, outer, "v_in")    # a new parameter reading ``outer``
+    add_subgraph_input(sub, outer, "v_in")     # the same for a shared subgraph's calls
     remove_region_input(group, i)             # a parameter nothing inside reads
     select_region_inputs(group, [2, 0])       # keep and reorder parameters
     select_region_outputs(group, [0, 2])      # keep and reorder results
@@ -32,7 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from torchloom.ir.graph import FUSION_GROUP, Graph, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, FUSION_GROUP, Graph, Node, Value
 
 
 # ---- one-off edits of a region node's inputs and outputs --------------------------------
@@ -42,6 +43,36 @@ def add_region_input(node: Node, outer: Value, name: str) -> Value:
     inner = node.region.add_input(outer.type, name)
     node.inputs.append(outer)
     outer.uses.append(node)
+    return inner
+
+
+def subgraph_calls(sub: Graph) -> list[Node]:
+    """The ``torchloom.call_subgraph`` nodes, anywhere under ``sub``'s top-level graph
+    (regions and shared subgraphs included), that call shared subgraph ``sub``."""
+    root = sub.root
+    return [n for g in (root, *root.subgraphs.values()) for n in g.walk()
+            if n.op == CALL_SUBGRAPH and n.attrs.get("callee") == sub.name]
+
+
+def add_subgraph_input(sub: Graph, outer: Value, name: str) -> Value:
+    """Pass ``outer``, an input of the top-level graph owning shared subgraph ``sub``, to
+    ``sub`` as a new last input at every call (each a node of the top-level graph's own
+    list, where ``outer`` is visible); returns ``sub``'s new parameter (of ``outer``'s
+    type, named after ``name``). Raises ``ValueError`` where a call is elsewhere."""
+    root = sub.root
+    if root is sub or root.subgraphs.get(sub.name) is not sub:
+        raise ValueError(f"@{sub.name} is no shared subgraph of a top-level graph")
+    if outer not in root.inputs:
+        raise ValueError(f"%{outer.name} is no input of @{root.name}")
+    calls = subgraph_calls(sub)
+    elsewhere = [c for c in calls if c.graph is not root]
+    if elsewhere:
+        raise ValueError(f"@{sub.name} is called inside a region or subgraph "
+                         f"({elsewhere[0]}), where %{outer.name} is not visible")
+    inner = sub.add_input(outer.type, name)
+    for call in calls:
+        call.inputs.append(outer)
+        outer.uses.append(call)
     return inner
 
 

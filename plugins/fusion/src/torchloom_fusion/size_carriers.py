@@ -8,7 +8,8 @@ from typing import ClassVar
 import attrs
 
 from torchloom.api import (Graph, Node, Pass, PassContext, PassResult, ScalarType,
-                           TensorType, Value, add_region_input, int_sizes, symbols)
+                           TensorType, Value, add_region_input, add_subgraph_input, int_sizes,
+                           subgraph_calls, symbols)
 
 from torchloom_fusion.fusibility import is_group
 
@@ -44,7 +45,10 @@ class SizeCarriers(Pass):
     A symbol an int input gives (a view's size, as Dynamo passes SymInts) needs no
     carrier. Carriers are the graph's inputs (alive for the whole call anyway): an int
     that is the symbol (``int[s4]``, a SymInt input of the graph: backward graphs take
-    their sizes so) where there is one, else a tensor on the group's device.
+    their sizes so) where there is one, else a tensor on the group's device. A group in a
+    shared subgraph (``dedup.regions``: BEiT's relative position bias, repeated per layer)
+    is passed the top-level graph's carrier through a new input of the subgraph, which
+    every call passes.
     """
 
     name: ClassVar[str] = "fusion.size-carriers"
@@ -54,7 +58,7 @@ class SizeCarriers(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         holders = _holders(graph)
-        added = 0
+        added = _thread(graph, holders)  # (a subgraph is run after, on its own)
         for node in list(graph.nodes):
             if is_group(node) and holders:
                 added += _carry(node, holders)
@@ -100,19 +104,47 @@ def needed_symbols(group: Node) -> list[str]:
     return [s for s in named if s not in held]
 
 
-def _carry(group: Node, holders: dict[tuple[str, str], Value]) -> int:
-    devices = {v.type.device for v in group.inputs if isinstance(v.type, TensorType)}
-    if len(devices) != 1:
-        return 0
-    (device,) = devices
+def _carry(group: Node, holders: dict[tuple[str, str | None], Value]) -> int:
+    device = _device(group)
     added = 0
-    for s in needed_symbols(group):
-        carrier = holders.get((s, None), holders.get((s, device)))  # an int first
+    for s in needed_symbols(group) if device is not None else ():
+        carrier = _holder(holders, s, device)
         if carrier is None or carrier in group.inputs:
             continue
         add_region_input(group, carrier, f"{carrier.name}_size")
         added += 1
     return added
+
+
+def _thread(root: Graph, holders: dict[tuple[str, str | None], Value]) -> int:
+    """Give each shared subgraph of ``root`` whose groups need a symbol none of its own
+    inputs holds ``root``'s carrier of it, as a new input of the subgraph (where every
+    call is a node of ``root``'s own list, so the carrier is visible there)."""
+    added = 0
+    for sub in list(root.subgraphs.values()):
+        if not all(call.graph is root for call in subgraph_calls(sub)):
+            continue
+        for group in [n for n in sub.nodes if is_group(n)]:
+            device = _device(group)
+            for s in needed_symbols(group) if device is not None else ():
+                if _holder(_holders(sub), s, device) is not None:
+                    continue
+                outer = _holder(holders, s, device)
+                if outer is not None:
+                    add_subgraph_input(sub, outer, f"{outer.name}_size")
+                    added += 1
+    return added
+
+
+def _device(group: Node) -> str | None:
+    """The one device of ``group``'s tensor inputs (None: none, or several)."""
+    devices = {v.type.device for v in group.inputs if isinstance(v.type, TensorType)}
+    return next(iter(devices)) if len(devices) == 1 else None
+
+
+def _holder(holders: dict[tuple[str, str | None], Value], symbol: str,
+            device: str) -> Value | None:
+    return holders.get((symbol, None), holders.get((symbol, device)))  # an int first
 
 
 __all__ = ["SizeCarriers", "needed_symbols"]
