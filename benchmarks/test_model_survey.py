@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("transformers")  # in the test extra: always installed
 
 from model_survey import (ABSOLUTE, ARCHS, FLOOR, SLACK, STAGES, Row, build, error,  # noqa: E402
-                          survey, train_error)
+                          nudge, survey, train_error)
 
 FULL = os.environ.get("TORCHLOOM_SURVEY", "") == "full"
 #: a sliding-window decoder, an encoder with relative positions, an encoder-decoder and a
@@ -76,6 +76,36 @@ def test_the_training_measure_weighs_ours_against_eagers_own_error():
     assert train_error(None, eager, exact) == math.inf
     assert train_error(torch.tensor([float("nan"), -2.0]), eager, exact) == math.inf
     assert train_error(None, None, None) == 0.0
+
+
+@pytest.mark.counted
+def test_eagers_error_is_the_larger_of_its_step_and_a_nudged_ones():
+    exact = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    lucky = torch.tensor([1.0, -2.0])  # eager exact by luck: only the absolute slack
+    ours = torch.tensor([1.0 + 2.0 ** -12, -2.0])
+    assert train_error(ours, lucky, exact) > 1.0
+    unlucky = torch.tensor([1.0 - 2.0 ** -11, -2.0])  # eager a rounding away: further off
+    assert train_error(ours, lucky, exact, nudged=unlucky) == pytest.approx(
+        train_error(ours, unlucky, exact))
+    assert train_error(ours, lucky, exact, nudged=unlucky) < 1.0
+    assert train_error(ours, unlucky, exact, nudged=lucky) < 1.0  # the larger, either way
+    assert train_error(ours * 64, lucky, exact, nudged=unlucky) > 1.0  # still a bound
+
+
+@pytest.mark.counted
+def test_nudge_moves_every_weight_one_float_up_or_down():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32))
+    model[0].weight.data[0, :4] = torch.tensor([0.0, 1.0, -1.0, 3e-38])
+    nudged = nudge(model)
+    for (name, p), q in zip(model.named_parameters(), nudged.parameters()):
+        up, down = torch.nextafter(p, torch.tensor(math.inf)), torch.nextafter(
+            p, torch.tensor(-math.inf))
+        moved_up, moved_down = q == up, q == down
+        assert (moved_up ^ moved_down).all(), name
+        assert moved_up.any() and moved_down.any(), name
+    assert all(torch.equal(a, b) for a, b in zip(model.buffers(), nudged.buffers()))
+    assert torch.equal(nudge(model).state_dict()["0.weight"], nudged.state_dict()["0.weight"])
 
 
 @pytest.mark.counted
