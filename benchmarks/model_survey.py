@@ -272,11 +272,11 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
 
 def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
     """A training step of ``eager``, of ``ours`` (called through ``fn``), of a float64
-    copy of ``eager`` and of a :func:`nudge`\ d one, both made first, each from ``SEED``
-    (``amp()`` around the forward of all but the float64 one): the largest :func:`train_error` over the loss, the gradients and the
-    floating buffers the step updated (batch norms' running statistics), gradients
-    measured against at least ``FLOOR`` of the largest gradient and buffers of the
-    largest buffer. Raises where the generator's state after the compiled step is not
+    copy of ``eager`` and of a nudged one (:func:`nudge`), both made first, each from
+    ``SEED`` (``amp()`` around the forward of all but the float64 one): the largest
+    :func:`train_error` over the loss, the gradients and the floating buffers the step
+    updated (batch norms' running statistics), gradients measured against at least
+    ``FLOOR`` of the largest gradient and buffers of the largest buffer. Raises where the generator's state after the compiled step is not
     eager's."""
     exact = copy.deepcopy(eager).double()
     if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
