@@ -276,8 +276,8 @@ def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
     ``SEED`` (``amp()`` around the forward of all but the float64 one): the largest
     :func:`train_error` over the loss, the gradients and the floating buffers the step
     updated (batch norms' running statistics), gradients measured against at least
-    ``FLOOR`` of the largest gradient and buffers of the largest buffer. Raises where the generator's state after the compiled step is not
-    eager's."""
+    ``FLOOR`` of the largest gradient and buffers of the largest buffer. Raises where
+    the generator's state after the compiled step is not eager's."""
     exact = copy.deepcopy(eager).double()
     if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
         exact.set_experts_implementation("eager")  # grouped_mm takes no float64
