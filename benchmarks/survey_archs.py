@@ -87,8 +87,11 @@ ARCHS = {a.model_type if n is None else n: a for n, a in (
     (None, Arch("roberta", "masked", dict(_ENCODER, pad_token_id=0))),
     (None, Arch("electra", "masked", dict(_ENCODER, embedding_size=32))),
     (None, Arch("albert", "masked", dict(_ENCODER, embedding_size=32))),
+    # (pos_att_type: disentangled attention, as the released models; without it the
+    # relative embeddings' dropout is dead code, drawn by eager only)
     (None, Arch("deberta-v2", "masked", dict(_ENCODER, relative_attention=True,
-                                             position_buckets=16))),
+                                             position_buckets=16,
+                                             pos_att_type=["p2c", "c2p"]))),
     (None, Arch("distilbert", "masked", dict(vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4,
                                              hidden_dim=128, max_position_embeddings=128))),
     (None, Arch("fnet", "masked", _ENCODER)),  # Fourier mixing: an FFT between real ops
