@@ -9,9 +9,9 @@ eager copy, training last (the stages before see the model as built):
   ``--dropout``: every run from one seed, the generator's state after it eager's),
 - ``infer``: the logits at a first size, then at a second (batch or length: the second
   compiles symbolic sizes, as a server's second request does),
-- ``decode`` (decoders with a key/value cache): a left-padded prompt, then
-  ``DECODE_STEPS`` tokens one at a time through the model's key/value cache (each step's
-  logits),
+- ``decode`` (decoders with a cache): a left-padded prompt, then ``DECODE_STEPS`` tokens
+  one at a time through the model's key/value cache, or a state space model's state
+  (Mamba's ``cache_params``), each step's logits,
 
 and reports, per architecture, the fusion groups torchloom made, those left on the eager
 codegen (with the reasons the native codegens gave), graphs that fell back whole, each
@@ -256,7 +256,8 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
         if "decode" in stages and arch.decodes:
             eager.eval(), ours.eval()
             with torch.no_grad(), amp():
-                row.errors["decode"] = decode(fn, eager, arch.sizes[0], g) / tolerance
+                row.errors["decode"] = decode(fn, eager, arch.sizes[0], g,
+                                             arch.cache) / tolerance
         if "train" in stages:
             row.errors["train"] = train_stage(eager, ours, fn,
                                               inputs(arch, eager, arch.sizes[0], g), amp)
@@ -306,19 +307,21 @@ def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
     return worst
 
 
-def decode(fn: Callable, eager: torch.nn.Module, size: int, g: torch.Generator) -> float:
+def decode(fn: Callable, eager: torch.nn.Module, size: int, g: torch.Generator,
+           name: str = "past_key_values") -> float:
     """The largest logits error of a prompt of ``size`` tokens (its second row left-padded)
-    and ``DECODE_STEPS`` greedy steps after it, each fed the cache the step before made:
-    the compiled model is fed its own cache, the next token eager's choice."""
+    and ``DECODE_STEPS`` greedy steps after it, each fed the cache the step before made
+    (keyword ``name``, as the outputs carry it): the compiled model is fed its own cache,
+    the next token eager's choice."""
     ids = _ids(g, 2, size)
     mask = torch.ones(2, size, dtype=torch.long)
     mask[1, :size // 4] = 0
     feed, worst, caches = {"input_ids": ids}, 0.0, (None, None)
     for _ in range(DECODE_STEPS + 1):
-        outs = [call(**feed, attention_mask=mask, past_key_values=cache, use_cache=True)
+        outs = [call(**feed, attention_mask=mask, **{name: cache}, use_cache=True)
                 for call, cache in zip((fn, eager), caches)]
         worst = max(worst, error(outs[0].logits, outs[1].logits))
-        caches = tuple(o.past_key_values for o in outs)
+        caches = tuple(getattr(o, name) for o in outs)
         feed = {"input_ids": outs[1].logits[:, -1:].argmax(-1)}
         mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], 1)
     return worst

@@ -31,17 +31,18 @@ class Arch:
     """``model_type`` (a transformers config name), ``head`` (how it is built and fed:
     one of ``inputs``'s), ``config``: the tiny config's fields; ``sizes``: the first and
     second size of the inference stage (tokens, or images per batch, or pixels);
-    ``kv_cache``: a decoder whose outputs carry ``past_key_values`` (decoded)."""
+    ``cache``: the keyword a decoder is fed its cache under and returns it under
+    (``past_key_values``; Mamba's state ``cache_params``; None: not decoded)."""
 
     model_type: str
     head: str
     config: dict
     sizes: tuple[int, int] = (16, 24)
-    kv_cache: bool = True
+    cache: str | None = "past_key_values"
 
     @property
     def decodes(self) -> bool:
-        return self.head == "causal" and self.kv_cache
+        return self.head == "causal" and self.cache is not None
 
 
 ARCHS = {a.model_type if n is None else n: a for n, a in (
@@ -63,9 +64,9 @@ ARCHS = {a.model_type if n is None else n: a for n, a in (
     (None, Arch("cohere", "causal", _DECODER)),
     (None, Arch("mamba", "causal", dict(vocab_size=VOCAB, hidden_size=64, state_size=8,
                                         num_hidden_layers=2, expand=2, conv_kernel=4),
-                kv_cache=False)),  # a state space model: its cache is a state
+                cache="cache_params")),  # a state space model: its cache is a state
     (None, Arch("xlnet", "causal", dict(vocab_size=VOCAB, d_model=64, n_layer=2, n_head=4,
-                                        d_inner=128), kv_cache=False)),  # (memories)
+                                        d_inner=128), cache=None)),  # (memories)
     (None, Arch("gpt_neox", "causal", dict(_ENCODER, rotary_pct=0.25))),
     (None, Arch("gpt2", "causal", _GPT2_STYLE)),
     (None, Arch("gptj", "causal", dict(_GPT2_STYLE, rotary_dim=8))),
