@@ -39,6 +39,7 @@ and any exception. The exit status is 1 when any stage failed or raised.
     .venv/bin/python benchmarks/model_survey.py --threads 2    # the kernels' parallel forms
     .venv/bin/python benchmarks/model_survey.py --autocast     # mixed precision, bf16
     .venv/bin/python benchmarks/model_survey.py --dropout 0.1  # training with dropout
+    .venv/bin/python benchmarks/model_survey.py --channels-last  # images NHWC
 """
 
 from __future__ import annotations
@@ -199,6 +200,16 @@ def as_dtype(batch: dict, dtype: torch.dtype) -> dict:
             for k, v in batch.items()}
 
 
+def in_layout(batch: dict, channels_last: bool) -> dict:
+    """``batch`` with its 4-D floating tensors (images) in ``torch.channels_last`` layout
+    where ``channels_last``."""
+    if not channels_last:
+        return batch
+    return {k: v.contiguous(memory_format=torch.channels_last)
+            if torch.is_tensor(v) and v.dim() == 4 and v.is_floating_point() else v
+            for k, v in batch.items()}
+
+
 def _logits(out) -> torch.Tensor:
     for name in ("logits", "logits_per_image"):
         if getattr(out, name, None) is not None:
@@ -221,13 +232,14 @@ class Row:
 
 
 def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
-           autocast: bool = False, dropout: float = 0.0) -> Row:
+           autocast: bool = False, dropout: float = 0.0, channels_last: bool = False) -> Row:
     """One architecture's row. ``autocast``: the model's calls (eager's and the compiled
     one's, not the float64 copy's) run under ``torch.autocast("cpu", torch.bfloat16)``,
     inference then judged at bfloat16's tolerance. ``dropout``: the configs' dropout
     probabilities in training; each of the three training runs starts from one seed (the
     float64 copy draws the same masks), and the random generator's state after the
-    compiled step must be eager's."""
+    compiled step must be eager's. ``channels_last``: the model's weights and its 4-D
+    inputs (images) in ``torch.channels_last`` layout."""
     from torchloom.backend import torchloom_backend
     from torchloom.tools import Compiler
 
@@ -236,6 +248,8 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
     try:
         torch.manual_seed(0)
         eager = build(arch, dropout).to(dtype)
+        if channels_last:
+            eager = eager.to(memory_format=torch.channels_last)
         ours = copy.deepcopy(eager)
         fn = torch.compile(ours, backend=lambda gm, ex: torchloom_backend(
             gm, ex, options={"compiler": compiler}), dynamic=True if dynamic else None)
@@ -244,11 +258,14 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
 
         def amp():
             return torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+
+        def feed(size: int) -> dict:
+            return in_layout(inputs(arch, eager, size, g), channels_last)
         if "infer" in stages:
             eager.eval(), ours.eval()
             worst = 0.0
             for size in arch.sizes:
-                batch = {k: v for k, v in as_dtype(inputs(arch, eager, size, g), dtype).items()
+                batch = {k: v for k, v in as_dtype(feed(size), dtype).items()
                          if k not in ("labels", "return_loss")}  # (pixels, audio: the dtype)
                 with torch.no_grad(), amp():
                     worst = max(worst, error(_logits(fn(**batch)), _logits(eager(**batch))))
@@ -259,8 +276,7 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
                 row.errors["decode"] = decode(fn, eager, arch.sizes[0], g,
                                              arch.cache) / tolerance
         if "train" in stages:
-            row.errors["train"] = train_stage(eager, ours, fn,
-                                              inputs(arch, eager, arch.sizes[0], g), amp)
+            row.errors["train"] = train_stage(eager, ours, fn, feed(arch.sizes[0]), amp)
     except Exception as e:  # reported, and the survey goes on to the next architecture
         row.raised = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         traceback.print_exc()
@@ -361,6 +377,8 @@ def main(argv=None) -> int:
                         help='every stage under torch.autocast("cpu", torch.bfloat16)')
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="the configs' dropout probabilities in training (0: off)")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="weights and images in torch.channels_last layout")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the tables here (markdown)")
     args = parser.parse_args(argv)
@@ -375,7 +393,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as root:
         for i, name in enumerate(args.models, 1):
             row = survey(name, stages, args.dynamic, dtype, Path(root), args.autocast,
-                         args.dropout)
+                         args.dropout, args.channels_last)
             rows.append(row)
             print(f"[{i}/{len(args.models)}] {name}: {row.groups.on_eager} of "
                   f"{row.groups.groups} groups on eager, errors {row.errors}"

@@ -23,7 +23,7 @@ import torch
 import torch._dynamo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torchloom.testing.torch_programs import TorchProgram, draw_program
+from torchloom.testing.torch_programs import WIDE, TorchProgram, draw_program
 
 
 @attrs.frozen
@@ -43,7 +43,7 @@ class hypothesis_draw:
         return self.draw(st.booleans())
 
 
-def _check(program: TorchProgram, inputs=None) -> None:
+def _check(program: TorchProgram, inputs=None, dynamic: bool | None = None) -> None:
     f = program.function()
     inputs = program.example_inputs() if inputs is None else inputs
     try:
@@ -51,7 +51,7 @@ def _check(program: TorchProgram, inputs=None) -> None:
     except RuntimeError:  # eager refuses the program (a shape it cannot take): so may we
         return
     torch._dynamo.reset()
-    got = torch.compile(f, backend="torchloom")(*[x.clone() for x in inputs])
+    got = torch.compile(f, backend="torchloom", dynamic=dynamic)(*[x.clone() for x in inputs])
     assert len(got) == len(want), program
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape and g.dtype == w.dtype, (str(program), k, g.shape, w.shape)
@@ -131,3 +131,75 @@ def test_family_over_every_size_1_combination(k):
                             for other in program.shapes[1:]]
         for edges in (False, True):
             _check(TorchProgram(program.source, tuple(shapes), seed=len(shapes), edges=edges))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [None, True], ids=["static", "dynamic"])
+def test_wide_random_programs_match_eager(fuzz, dynamic):
+    """Programs of :data:`~torchloom.testing.torch_programs.WIDE`: casts through bf16, f16
+    and integers, rounding, floor and trunc division, remainders, comparisons and logic,
+    special functions, variance, products, log-sum-exp, arg reductions, cumulative sums,
+    ``cat``; at ``dynamic=True`` too (every size symbolic)."""
+    @settings(max_examples=5_000 if fuzz else 30, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.data())
+    def run(data):
+        _check(draw_program(hypothesis_draw(data.draw), ops=WIDE), dynamic=dynamic)
+    run()
+
+
+def _gradients(f, inputs, dtype=None) -> list[torch.Tensor]:
+    """The gradients of ``f``'s floating outputs, weighted -1, 0, 1 by element, as a sum,
+    with respect to ``inputs`` (in ``dtype``; zeros for an input nothing reads)."""
+    xs = [x.clone().to(dtype or x.dtype).requires_grad_() for x in inputs]
+    outs = [o for o in f(*xs) if o.requires_grad]
+    if not outs:
+        return [torch.zeros_like(x) for x in xs]
+    total = sum((o * (torch.arange(o.numel()).reshape(o.shape) % 3 - 1)).sum() for o in outs)
+    grads = torch.autograd.grad(total, xs, allow_unused=True)
+    return [torch.zeros_like(x) if g is None else g.detach() for x, g in zip(xs, grads)]
+
+
+def _check_gradients(program: TorchProgram) -> None:
+    """The compiled backward's gradients against float64's: finite where PyTorch's own
+    decomposed graph (``aot_eager``) is, its non-finite values exactly (nan, inf and its
+    sign), and elsewhere within 3x the larger of eager's and ``aot_eager``'s error plus
+    1e-5 of the scale (an ill-conditioned gradient, such as a reciprocal's of a value
+    near 0 through a softmax, is off by percents in any fp32 order)."""
+    f = program.function()
+    inputs = program.example_inputs()
+    try:
+        exact = _gradients(f, inputs, torch.float64)
+        eager = _gradients(f, inputs)
+    except RuntimeError:  # eager refuses the program, or its backward
+        return
+    sides = {}
+    for backend in ("aot_eager", "torchloom"):
+        torch._dynamo.reset()
+        sides[backend] = _gradients(torch.compile(f, backend=backend), inputs)
+    for k, (got, ref, want, e) in enumerate(zip(sides["torchloom"], sides["aot_eager"], exact,
+                                                eager)):
+        where = f"gradient {k} of\n{program}"
+        finite = torch.isfinite(ref)
+        assert torch.equal(finite, torch.isfinite(got)), where
+        odd = ~finite
+        assert ((got[odd] == ref[odd]) | (got[odd].isnan() & ref[odd].isnan())).all(), where
+        both = finite & torch.isfinite(want) & torch.isfinite(e)
+        if not both.any():
+            continue
+        want64, scale = want[both], want[both].abs().max().item()
+        own = max((e[both].double() - want64).abs().max().item(),
+                  (ref[both].double() - want64).abs().max().item())
+        error = (got[both].double() - want64).abs().max().item()
+        assert error <= 3 * own + 1e-5 * max(scale, 1.0), (where, error, own, scale)
+
+
+@pytest.mark.slow
+def test_wide_random_programs_gradients(fuzz):
+    """Training through random programs: every input needs its gradient."""
+    @settings(max_examples=2_000 if fuzz else 20, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.data())
+    def run(data):
+        _check_gradients(draw_program(hypothesis_draw(data.draw), ops=WIDE))
+    run()

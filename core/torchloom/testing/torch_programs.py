@@ -49,6 +49,59 @@ REDUCTIONS = ("{a}.sum({d}, keepdim={k})", "{a}.amax({d}, keepdim={k})",
 KINDS = ("unary", "unary", "binary", "binary", "view", "view", "reduce", "reduce", "scalar")
 
 
+@attrs.frozen
+class Ops:
+    """The op templates a program is drawn from (``cat``: whether ``torch.cat`` of two
+    values along a dim is a view kind too)."""
+
+    unary: tuple[str, ...]
+    binary: tuple[str, ...]
+    reductions: tuple[str, ...]
+    cat: bool = False
+
+
+#: the ops above: the programs of the first tests (their draws are kept as they were)
+BASIC = Ops(UNARY, BINARY, REDUCTIONS)
+#: and more: casts through the narrow float types and integers, rounding, integer-valued
+#: division and remainders, comparisons and logic as floats, special functions, variance,
+#: products, log-sum-exp, arg reductions, cumulative sums, ``cat``
+WIDE = Ops(
+    UNARY + ("{a}.to(torch.bfloat16).float()", "{a}.to(torch.float16).float()",
+             "{a}.double().exp().float()", "torch.floor({a})", "torch.round({a})",
+             "torch.sign({a})", "torch.trunc({a} * 3.0)", "torch.erf({a})",
+             "torch.log1p(torch.abs({a}))", "torch.expm1({a})", "torch.atan({a})",
+             "torch.sqrt(torch.abs({a}))", "torch.pow({a}, 2)", "torch.pow({a}, 3)",
+             "torch.pow(torch.abs({a}), 1.5)", "torch.reciprocal({a})",
+             "torch.nan_to_num({a})", "torch.isnan({a}).float()",
+             "torch.isinf({a}).float()", "torch.logical_not({a} > 0).float()",
+             "torch.div({a}, 0.3, rounding_mode='floor')",
+             "torch.div({a}, 0.3, rounding_mode='trunc')", "torch.remainder({a}, 0.7)",
+             "torch.fmod({a}, 0.7)", "{a}.masked_fill({a} < 0, -1.5)",
+             "torch.clamp_min({a}, 0.25)", "torch.nn.functional.silu({a})",
+             "torch.nn.functional.softplus({a})", "torch.nn.functional.elu({a})",
+             "torch.nn.functional.hardswish({a})", "torch.log(torch.abs({a}) + 1e-3)",
+             "(({a} * 8).to(torch.int32) // 3).float()",
+             "(({a} * 8).to(torch.int64) % 5).float()", "({a} * 4).to(torch.int8).float()",
+             "({a} != {a}).float()", "torch.erfinv(torch.tanh({a}) * 0.9)",
+             "torch.lgamma(torch.abs({a}) + 0.5)"),
+    BINARY + ("torch.where({a} > {b}, {a}, {b})", "torch.atan2({a}, {b})",
+              "torch.remainder({a}, torch.abs({b}) + 0.5)",
+              "torch.div({a}, torch.abs({b}) + 0.5, rounding_mode='floor')",
+              "(({a} > 0) & ({b} > 0)).float()", "(({a} > 0) | ({b} < 0)).float()",
+              "({a} == {b}).float()", "torch.copysign({a}, {b})", "torch.hypot({a}, {b})",
+              "torch.pow(torch.abs({a}) + 0.5, {b})", "{a} * torch.sigmoid({b})",
+              "torch.lerp({a}, {b}, 0.25)", "torch.fmax({a}, {b})",
+              "torch.xlogy(torch.abs({a}), torch.abs({b}))"),
+    REDUCTIONS + ("{a}.var({d}, keepdim={k})", "{a}.std({d}, keepdim={k}, correction=0)",
+                  "{a}.prod({d}, keepdim={k})", "torch.logsumexp({a}, {d}, keepdim={k})",
+                  "{a}.argmax({d}, keepdim={k}).float()",
+                  "{a}.argmin({d}, keepdim={k}).float()",
+                  "{a}.norm(dim={d}, keepdim={k})", "({a} > 0).any({d}, keepdim={k}).float()",
+                  "({a} > 0).sum({d}, keepdim={k}).float()", "torch.cumsum({a}, {d})",
+                  "{a}.max({d}, keepdim={k}).values", "torch.nansum({a}, {d}, keepdim={k})"),
+    cat=True)
+
+
 class Draw(Protocol):
     """Where a program's choices come from."""
 
@@ -189,8 +242,9 @@ def _prod(shape) -> int:
     return out
 
 
-def draw_program(draw: Draw, *, max_inputs: int = 3, max_ops: int = 10) -> TorchProgram:
-    """One random program; see the module docstring."""
+def draw_program(draw: Draw, *, max_inputs: int = 3, max_ops: int = 10,
+                 ops: Ops = BASIC) -> TorchProgram:
+    """One random program of ``ops``; see the module docstring."""
     rank = draw.integer(1, 3)
     base = _shape(draw, rank)
     inputs = [base]
@@ -205,18 +259,19 @@ def draw_program(draw: Draw, *, max_inputs: int = 3, max_ops: int = 10) -> Torch
         kind = draw.pick(KINDS)
         made: tuple[str, tuple[int, ...]] | None = None
         if kind == "unary":
-            made = draw.pick(UNARY).format(a=a.name), a.shape
+            made = draw.pick(ops.unary).format(a=a.name), a.shape
         elif kind == "scalar":
             made = f"{a.name} * {draw.pick((0.5, -2.0, 3.0))}", a.shape
         elif kind == "binary":
             b = draw.pick(values)
             shape = _broadcast(a.shape, b.shape)
             if shape is not None:
-                made = draw.pick(BINARY).format(a=a.name, b=b.name), shape
+                made = draw.pick(ops.binary).format(a=a.name, b=b.name), shape
         elif kind == "view":
-            made = _view(draw, a)
+            made = _cat(draw, a, values) if ops.cat and draw.integer(0, 3) == 0 else \
+                _view(draw, a)
         elif a.shape:
-            made = _reduction(draw, a)
+            made = _reduction(draw, a, ops.reductions)
         if made is None:
             made = f"torch.tanh({a.name})", a.shape
         text, shape = made
@@ -232,14 +287,29 @@ def draw_program(draw: Draw, *, max_inputs: int = 3, max_ops: int = 10) -> Torch
     return TorchProgram(source, tuple(inputs), draw.integer(0, 2 ** 16), draw.boolean())
 
 
-def _reduction(draw: Draw, a: _Value) -> tuple[str, tuple[int, ...]]:
+def _cat(draw: Draw, a: _Value, values: list[_Value]) -> tuple[str, tuple[int, ...]] | None:
+    """``torch.cat`` of ``a`` and a value of its rank whose other dims match (``a`` itself
+    where none does) along a drawn dim."""
+    if not a.shape:
+        return None
+    d = draw.integer(0, len(a.shape) - 1)
+    like = [v for v in values if len(v.shape) == len(a.shape) and all(
+        x == y for i, (x, y) in enumerate(zip(v.shape, a.shape)) if i != d)]
+    b = draw.pick(like)  # (a is among them)
+    shape = list(a.shape)
+    shape[d] += b.shape[d]
+    return f"torch.cat([{a.name}, {b.name}], {d})", tuple(shape)
+
+
+def _reduction(draw: Draw, a: _Value,
+               templates: Sequence[str] = REDUCTIONS) -> tuple[str, tuple[int, ...]]:
     rank = len(a.shape)
     d = draw.integer(0, rank - 1)
-    template = draw.pick(REDUCTIONS)
+    template = draw.pick(templates)
     keep = draw.boolean()
-    if "softmax" in template:
+    if "softmax" in template or "cumsum" in template:
         return template.format(a=a.name, d=d, k=keep), a.shape
-    if a.shape[d] == 0 and ("amax" in template or "amin" in template):
+    if a.shape[d] == 0 and any(f in template for f in ("amax", "amin", "arg", ".max(")):
         template = REDUCTIONS[0]  # (eager raises for a max over no values)
     shape = tuple(1 if i == d else s for i, s in enumerate(a.shape)) if keep else \
         a.shape[:d] + a.shape[d + 1:]
