@@ -159,3 +159,14 @@ def test_symbolic_sizes_in_shared_subgraphs_leave_no_group_on_eager(tmp_path):
     assert not row.raised, row.raised
     assert set(row.errors) == {"infer", "train"} and row.ok(), row.errors
     assert row.groups.groups > 0 and row.groups.on_eager == 0, row.groups
+
+
+@pytest.mark.counted
+def test_a_state_space_model_decodes_through_its_state(tmp_path):
+    """Mamba's cache is a state (``cache_params``: its convolution window and recurrent
+    state, updated in place each step), fed back as a key/value cache is."""
+    assert ARCHS["mamba"].decodes and ARCHS["mamba"].cache == "cache_params"
+    row = survey("mamba", ("decode",), dynamic=False, dtype=torch.float32, cache=tmp_path)
+    assert not row.raised, row.raised
+    assert set(row.errors) == {"decode"} and row.ok(), row.errors
+    assert row.groups.on_eager == 0 and row.groups.fallbacks == ()
