@@ -41,6 +41,7 @@ and any exception. The exit status is 1 when any stage failed or raised.
     .venv/bin/python benchmarks/model_survey.py --dropout 0.1  # training with dropout
     .venv/bin/python benchmarks/model_survey.py --channels-last  # images NHWC
     .venv/bin/python benchmarks/model_survey.py --attention eager  # softmax written out
+    .venv/bin/python benchmarks/model_survey.py --checkpoint --stages train  # recomputed
 """
 
 from __future__ import annotations
@@ -69,10 +70,13 @@ DECODE_STEPS = 4
 SEED = 1234  # each training run starts from it (dropout's masks)
 
 
-def build(arch: Arch, dropout: float = 0.0, attention: str | None = None) -> torch.nn.Module:
+def build(arch: Arch, dropout: float = 0.0, attention: str | None = None,
+          checkpoint: bool = False) -> torch.nn.Module:
     """``arch``'s model, every dropout probability of its config ``dropout`` (layer drop,
     which skips whole layers, stays off); ``attention``: its attention implementation
-    (``"eager"``: softmax and products written out; default: the model's, SDPA mostly)."""
+    (``"eager"``: softmax and products written out; default: the model's, SDPA mostly);
+    ``checkpoint``: activation checkpointing (each layer's activations recomputed in the
+    backward, non-reentrant) where the model supports it."""
     import transformers as t
     config = t.AutoConfig.for_model(arch.model_type, **arch.config)
     for name in dir(config):
@@ -86,7 +90,10 @@ def build(arch: Arch, dropout: float = 0.0, attention: str | None = None) -> tor
             "seq2seq": t.AutoModelForSeq2SeqLM, "whisper": t.AutoModelForSpeechSeq2Seq,
             "ctc": t.AutoModelForCTC, "image": t.AutoModelForImageClassification,
             "pixels": t.AutoModelForImageClassification, "clip": t.AutoModel}[arch.head]
-    return auto.from_config(config, **({"attn_implementation": attention} if attention else {}))
+    model = auto.from_config(config, **({"attn_implementation": attention} if attention else {}))
+    if checkpoint and model.supports_gradient_checkpointing:
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    return model
 
 
 def _ids(g, *shape, high=VOCAB):
@@ -235,14 +242,14 @@ class Row:
 
 def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
            autocast: bool = False, dropout: float = 0.0, channels_last: bool = False,
-           attention: str | None = None) -> Row:
+           attention: str | None = None, checkpoint: bool = False) -> Row:
     """One architecture's row. ``autocast``: the model's calls (eager's and the compiled
     one's, not the float64 copy's) run under ``torch.autocast("cpu", torch.bfloat16)``,
     inference then judged at bfloat16's tolerance. ``dropout``: the configs' dropout
     probabilities in training; each of the three training runs starts from one seed (the
     float64 copy draws the same masks), and the random generator's state after the
     compiled step must be eager's. ``channels_last``: the model's weights and its 4-D
-    inputs (images) in ``torch.channels_last`` layout. ``attention``: see :func:`build`."""
+    inputs (images) in ``torch.channels_last`` layout. ``attention``, ``checkpoint``: see :func:`build`."""
     from torchloom.backend import torchloom_backend
     from torchloom.tools import Compiler
 
@@ -250,7 +257,7 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
     compiler = Compiler("default", cache_dir=cache, compile_cache=False)
     try:
         torch.manual_seed(0)
-        eager = build(arch, dropout, attention).to(dtype)
+        eager = build(arch, dropout, attention, checkpoint).to(dtype)
         if channels_last:
             eager = eager.to(memory_format=torch.channels_last)
         ours = copy.deepcopy(eager)
@@ -384,6 +391,8 @@ def main(argv=None) -> int:
                         help="weights and images in torch.channels_last layout")
     parser.add_argument("--attention", choices=("eager", "sdpa"),
                         help="the models' attention implementation (default: their own)")
+    parser.add_argument("--checkpoint", action="store_true",
+                        help="activation checkpointing in training, where a model has it")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the tables here (markdown)")
     args = parser.parse_args(argv)
@@ -398,7 +407,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as root:
         for i, name in enumerate(args.models, 1):
             row = survey(name, stages, args.dynamic, dtype, Path(root), args.autocast,
-                         args.dropout, args.channels_last, args.attention)
+                         args.dropout, args.channels_last, args.attention, args.checkpoint)
             rows.append(row)
             print(f"[{i}/{len(args.models)}] {name}: {row.groups.on_eager} of "
                   f"{row.groups.groups} groups on eager, errors {row.errors}"

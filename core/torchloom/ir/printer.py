@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchloom.ir.torch_ops import operator_name
 from torchloom.ir.types import DTYPES, InputRef, ScalarType, Type
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ def format_attr(v: Any) -> str:
         return "[" + ", ".join(format_attr(x) for x in v) + "]"
     if isinstance(v, torch.device):
         return f"#{v}"
+    if isinstance(v, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+        return f"#op:{operator_name(v)}"  # an operator an op runs (run_with_rng_state's)
     if v in ENUM_NAMES:
         return f"#{ENUM_NAMES[v]}"
     raise TypeError(f"attribute value {v!r} of type {type(v).__name__} has no text form")

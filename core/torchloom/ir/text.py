@@ -13,7 +13,9 @@ Types: ``f32[8, 4]``, optionally followed by ``strided[1, 8]`` (non-contiguous) 
 checked by :func:`torchloom.ir.symbols.parse_dim`) or ``?``; scalars are ``int``,
 ``float``, ``bool``, ``str``, ``none``, ``any``. Attribute values: ints, floats, strings,
 ``true``/``false``/``none``, lists ``[...]``, input references ``$i``, and torch enums
-``#f32``, ``#contiguous_format``, ``#strided``, ``#cuda:0``. A region node ends with
+``#f32``, ``#contiguous_format``, ``#strided``, ``#cuda:0``, and torch operators an op
+runs, ``#op:aten.native_dropout.default`` (checkpointing's ``run_with_rng_state``
+takes one). A region node ends with
 ``region @name(%p: type, ...) { ... }``. Regions and lists nest at most
 :data:`MAX_NESTING` deep (deeper text is a :class:`ParseError`, not a ``RecursionError``).
 """
@@ -33,6 +35,7 @@ from torchloom.ir.graph import Graph, Node, Value
 from torchloom.ir.printer import (ENUMS, format_attr, format_attrs, format_dim, format_graph_name,
                                   format_type, print_graph, print_node)
 from torchloom.ir.symbols import SymbolicDimError, is_symbol, parse_dim
+from torchloom.ir.torch_ops import find_callable
 from torchloom.ir.types import (DTYPE_NAMES, DTYPES, SCALAR_KINDS, InputRef, ScalarType, TensorType,
                                 Type)
 
@@ -272,6 +275,11 @@ class _Parser:
             name = text[1:]
             if name in ENUMS:
                 return ENUMS[name]
+            if name.startswith("op:"):  # a torch operator an op runs
+                op = find_callable(name[3:])
+                if op is None:
+                    raise self.error("no torch operator of that name", tok)
+                return op
             try:
                 return torch.device(name)
             except RuntimeError:
