@@ -170,3 +170,17 @@ def test_a_state_space_model_decodes_through_its_state(tmp_path):
     assert not row.raised, row.raised
     assert set(row.errors) == {"decode"} and row.ok(), row.errors
     assert row.groups.on_eager == 0 and row.groups.fallbacks == ()
+
+
+@pytest.mark.counted
+def test_activation_checkpointing_with_dropout_compiles_every_graph(tmp_path):
+    """Checkpointing recomputes each layer in the backward, replaying the random state
+    (``run_with_rng_state`` of dropout and SDPA): whole graphs ran on eager before."""
+    model = build(ARCHS["llama"], dropout=0.1, checkpoint=True)
+    assert model.is_gradient_checkpointing
+    row = survey("llama", ("train",), dynamic=False, dtype=torch.float32, cache=tmp_path,
+                 dropout=0.1, checkpoint=True)
+    assert not row.raised, row.raised  # (the generator's state after the step: eager's)
+    assert set(row.errors) == {"train"} and row.ok(), row.errors
+    assert row.groups.fallbacks == () and row.groups.groups > 0, row.groups
+    assert row.groups.on_eager == 0
