@@ -15,6 +15,8 @@ Rows (``MODES``), per model and thread count:
 - ``step``: ``train`` with that recipe: the model and the AdamW step compiled on the
   compiled sides (what a user compiling both runs), eager's ``foreach`` step on the eager
   side;
+- ``checkpointed``: ``train`` with activation checkpointing (each layer's activations
+  recomputed in the backward, non-reentrant); every model but ConvNeXt has it;
 - ``dynamic``: inference over several sequence lengths per step, in the mixed order a
   server sees them (default ``torch.compile``: the first length compiles a static graph,
   the second one with a symbolic length that the others run); models with ``lengths``.
@@ -59,9 +61,9 @@ import torch
 
 from timing import gc_paused
 
-MODES = ("train", "infer", "dynamic", "optimizer", "step")
+MODES = ("train", "infer", "dynamic", "optimizer", "step", "checkpointed")
 #: modes whose step computes a loss and its gradients
-TRAINING = ("train", "step")
+TRAINING = ("train", "step", "checkpointed")
 SIDES = ("eager", "inductor", "torchloom")
 VOCAB = 8192
 TOKENS = 512  # tokens per step of the text models (batch 1)
@@ -202,10 +204,16 @@ ZOO = {m.name: m for m in (
 )}
 
 
+#: models transformers gives no activation checkpointing
+NOT_CHECKPOINTED = ("convnext",)
+
+
 def rows(models, modes) -> list[tuple[str, str]]:
-    """(model, mode) pairs that exist: a ``dynamic`` row only for models with lengths."""
+    """(model, mode) pairs that exist: a ``dynamic`` row only for models with lengths, a
+    ``checkpointed`` one only for models that checkpoint (not ConvNeXt)."""
     return [(m, mode) for m in models for mode in modes
-            if mode != "dynamic" or ZOO[m].lengths]
+            if (mode != "dynamic" or ZOO[m].lengths)
+            and (mode != "checkpointed" or m not in NOT_CHECKPOINTED)]
 
 
 # ---- compiling and timing ------------------------------------------------------------------
@@ -237,6 +245,8 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
     spec = ZOO[name]
     torch.manual_seed(0)  # the same weights on every side
     model = spec.build().train(mode in TRAINING)
+    if mode == "checkpointed":
+        model.gradient_checkpointing_enable({"use_reentrant": False})
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no key/value cache in the outputs
     g = torch.Generator().manual_seed(1)
