@@ -249,7 +249,8 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
     probabilities in training; each of the three training runs starts from one seed (the
     float64 copy draws the same masks), and the random generator's state after the
     compiled step must be eager's. ``channels_last``: the model's weights and its 4-D
-    inputs (images) in ``torch.channels_last`` layout. ``attention``, ``checkpoint``: see :func:`build`."""
+    inputs (images) in ``torch.channels_last`` layout. ``attention``, ``checkpoint``: see
+    :func:`build` (checkpointing: buffers not judged, see :func:`train_stage`)."""
     from torchloom.backend import torchloom_backend
     from torchloom.tools import Compiler
 
@@ -286,7 +287,8 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
                 row.errors["decode"] = decode(fn, eager, arch.sizes[0], g,
                                              arch.cache) / tolerance
         if "train" in stages:
-            row.errors["train"] = train_stage(eager, ours, fn, feed(arch.sizes[0]), amp)
+            row.errors["train"] = train_stage(eager, ours, fn, feed(arch.sizes[0]), amp,
+                                              buffers=not checkpoint)
     except Exception as e:  # reported, and the survey goes on to the next architecture
         row.raised = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         traceback.print_exc()
@@ -297,14 +299,17 @@ def survey(name: str, stages, dynamic: bool, dtype: torch.dtype, cache: Path,
     return row
 
 
-def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
+def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable,
+                buffers: bool = True) -> float:
     """A training step of ``eager``, of ``ours`` (called through ``fn``), of a float64
     copy of ``eager`` and of a nudged one (:func:`nudge`), both made first, each from
     ``SEED`` (``amp()`` around the forward of all but the float64 one): the largest
     :func:`train_error` over the loss, the gradients and the floating buffers the step
     updated (batch norms' running statistics), gradients measured against at least
-    ``FLOOR`` of the largest gradient and buffers of the largest buffer. Raises where
-    the generator's state after the compiled step is not eager's."""
+    ``FLOOR`` of the largest gradient and buffers of the largest buffer (``buffers=False``:
+    not judged; under activation checkpointing eager's recomputation updates batch norms'
+    running statistics a second time, a compiled step, ``aot_eager``'s too, once). Raises
+    where the generator's state after the compiled step is not eager's."""
     exact = copy.deepcopy(eager).double()
     if getattr(exact.config, "_experts_implementation", None) not in (None, "eager"):
         exact.set_experts_implementation("eager")  # grouped_mm takes no float64
@@ -320,7 +325,7 @@ def train_stage(eager, ours, fn: Callable, batch: dict, amp: Callable) -> float:
         loss.backward()
         states.append(torch.get_rng_state())
         runs.append(([loss], [p.grad for p in model.parameters()],
-                     [b for b in model.buffers() if b.is_floating_point()]))
+                     [b for b in model.buffers() if b.is_floating_point() and buffers]))
     if not torch.equal(states[0], states[1]):
         raise AssertionError("the random generator's state after the compiled training "
                              "step is not eager's")
