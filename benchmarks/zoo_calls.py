@@ -86,7 +86,7 @@ def count(model: str, mode: str, side: str, steps: int) -> tuple[StepCalls, floa
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama", choices=sorted(zoo.ZOO))
-    parser.add_argument("--mode", default="train", choices=("train", "infer", "checkpointed"))
+    parser.add_argument("--mode", default="train", choices=("train", "infer"))
     parser.add_argument("--sides", nargs="+", default=list(zoo.SIDES), choices=zoo.SIDES)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--ops", action="store_true", help="also every aten op's calls per step")
