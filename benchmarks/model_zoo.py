@@ -21,17 +21,14 @@ Rows (``MODES``), per model and thread count:
   server sees them (default ``torch.compile``: the first length compiles a static graph,
   the second one with a symbolic length that the others run); models with ``lengths``.
 
-Every side gets its own model (same seed, so the same weights) and optimizer. Compiled
-sides start cold: Inductor inside ``torch._inductor.utils.fresh_cache()`` (a new cache
-directory, its in-memory caches cleared), torchloom with a new cache directory (its kernel
-cache and the cpu codegen's libraries), and the first call (compiles included, the
-backward's at the first backward; for torchloom the ``Compiler`` too, made when the backend
-is first called, as ``backend="torchloom"`` makes it) is timed. ``torch._dynamo.reset()``
-after each row.
+Every side gets its own model (same seed, same weights) and optimizer. Compiled sides
+start cold: Inductor inside ``torch._inductor.utils.fresh_cache()``, torchloom with a new
+cache directory (its kernel cache and the cpu codegen's libraries); the first call
+(compiles included, the backward's at the first backward; torchloom's ``Compiler`` too, made
+when the backend is first called) is timed. ``torch._dynamo.reset()`` after each row.
 
-For torchloom, every fusion group that no native codegen took (it runs op by op on the
-``eager`` codegen) is counted with the reasons the codegens gave (:func:`eager_groups`);
-issue 41 wants none.
+For torchloom, every fusion group no native codegen took (it runs op by op on the ``eager``
+codegen) is counted with the codegens' reasons (:func:`eager_groups`); issue 41 wants none.
 
 Run the whole zoo and get a markdown table::
 
@@ -204,15 +201,13 @@ ZOO = {m.name: m for m in (
 )}
 
 
-#: models transformers gives no activation checkpointing
-NOT_CHECKPOINTED = ("convnext",)
+NOT_CHECKPOINTED = ("convnext",)  # (transformers gives it no activation checkpointing)
 
 
 def rows(models, modes) -> list[tuple[str, str]]:
     """(model, mode) pairs that exist: a ``dynamic`` row only for models with lengths, a
     ``checkpointed`` one only for models that checkpoint (not ConvNeXt)."""
-    return [(m, mode) for m in models for mode in modes
-            if (mode != "dynamic" or ZOO[m].lengths)
+    return [(m, mode) for m in models for mode in modes if (mode != "dynamic" or ZOO[m].lengths)
             and (mode != "checkpointed" or m not in NOT_CHECKPOINTED)]
 
 
