@@ -80,8 +80,10 @@ WIDE = Ops(
              "torch.clamp_min({a}, 0.25)", "torch.nn.functional.silu({a})",
              "torch.nn.functional.softplus({a})", "torch.nn.functional.elu({a})",
              "torch.nn.functional.hardswish({a})", "torch.log(torch.abs({a}) + 1e-3)",
-             "(({a} * 8).to(torch.int32) // 3).float()",
-             "(({a} * 8).to(torch.int64) % 5).float()", "({a} * 4).to(torch.int8).float()",
+             # (clamped first: a float out of the integer's range converts to no defined value)
+             "(({a} * 8).clamp(-99, 99).nan_to_num().to(torch.int32) // 3).float()",
+             "(({a} * 8).clamp(-99, 99).nan_to_num().to(torch.int64) % 5).float()",
+             "({a} * 4).clamp(-99, 99).nan_to_num().to(torch.int8).float()",
              "({a} != {a}).float()", "torch.erfinv(torch.tanh({a}) * 0.9)",
              "torch.lgamma(torch.abs({a}) + 0.5)"),
     BINARY + ("torch.where({a} > {b}, {a}, {b})", "torch.atan2({a}, {b})",
