@@ -177,23 +177,21 @@ class CpuCodegen:
     def library_call(self, node: Node, registry: Any) -> Callable | None:
         """The function the plan calls for ``node`` (an op outside any group) in place of
         its op: eager's ``native_dropout`` on f32/f64/bf16 CPU values from the same random
-        stream (random_stream.py), causal f32 flash attention and its backward by blocks
+        stream (random_stream.py; also as activation checkpointing runs it, saving and
+        replaying the generator's state), causal f32 flash attention and its backward by blocks
         (attention.py, the direction's library built on a thread from this offer on,
         beside the graph's: ``prepare`` offers ahead); the dropout library is built at
         its first call. None for other nodes."""
         del registry
-        if node.op not in (random_stream.OP, attention.FORWARD, attention.BACKWARD) or \
+        dropout = random_stream.form(node)
+        if dropout is not None:
+            return self._dropout_call(*dropout)
+        if node.op not in (attention.FORWARD, attention.BACKWARD) or \
                 not node.inputs or find_compiler() is None:
             return None
         t = node.inputs[0].type
         if not isinstance(t, TensorType) or t.device != "cpu":
             return None
-        if node.op == random_stream.OP:
-            if t.dtype not in random_stream.DTYPES:
-                return None
-            if self._probed():
-                self._dropout.build_ahead()
-            return self._dropout
         masked = len(node.inputs) == (4 if node.op == attention.FORWARD else 7)
         if node.op in (attention.FORWARD, attention.BACKWARD) and t.dtype == "f32" and \
                 (node.attrs.get("is_causal") is True or masked) and \
@@ -204,6 +202,19 @@ class CpuCodegen:
             return Offered(getattr(self._attention, direction),
                            lambda: self._attention.ready(direction))
         return None
+
+    def _dropout_call(self, name: str, value) -> Callable | None:
+        """The dropout library's call for a dropout of ``name``'s form (random_stream.form)
+        out of ``value``: for f32/f64/bf16 CPU values, where a C compiler is found."""
+        t = value.type
+        if not isinstance(t, TensorType) or t.device != "cpu" or \
+                t.dtype not in random_stream.DTYPES or find_compiler() is None:
+            return None
+        if self._probed():
+            self._dropout.build_ahead()
+        if name == "native":
+            return self._dropout
+        return Offered(getattr(self._dropout, name), self._dropout.ready)
 
     def _probed(self) -> bool:
         """The toolchain probed and the directory chosen (on this thread, once), before a

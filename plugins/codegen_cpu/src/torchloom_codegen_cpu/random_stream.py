@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torchloom.api import InputRef
 
 from torchloom_codegen_cpu.deferred import Building
 from torchloom_codegen_cpu.prelude import prelude
@@ -41,6 +42,9 @@ from torchloom_codegen_cpu.prelude import prelude
 log = logging.getLogger("torchloom.codegen_cpu")
 
 OP = "aten.native_dropout.default"
+#: activation checkpointing's wrappers of a random op (torch._prims.rng_prims): the forward
+#: saves the generator's state and runs the op, the recomputation runs it from that state
+SAVING, REPLAYING = "higher_order.run_and_save_rng_state", "higher_order.run_with_rng_state"
 #: the size of the CPU generator's state record (``CPUGeneratorImplState``)
 STATE_BYTES = 5056
 
@@ -241,9 +245,28 @@ class Dropout:
         return self._functions
 
     def __call__(self, input, p, train):
-        fn = self._loaded().get(input.dtype) if _fast(input, p, train) else None
+        return self._drawn(input, p, train, None)
+
+    def saving(self, op, input, p, train):
+        """``run_and_save_rng_state(native_dropout, input, p, train)`` (a checkpointed
+        layer's dropout): the generator's state before the draw, and the dropout."""
+        del op
+        return torch.get_rng_state(), self._drawn(input, p, train, None)
+
+    def replaying(self, state, op, input, p, train):
+        """``run_with_rng_state(state, native_dropout, input, p, train)`` (its
+        recomputation): the dropout drawn from ``state``; the generator is left as it
+        was."""
+        del op
+        return self._drawn(input, p, train, state)
+
+    def _drawn(self, input, p, train, state):
+        """The dropout from the default generator's state (advanced past the draw), or
+        from ``state`` (a generator record, left unchanged, as is the generator)."""
+        fn = self._loaded().get(input.dtype) if _fast(input, p, train) and \
+            (state is None or _state_ok(state)) else None
         if fn is None:
-            return torch.ops.aten.native_dropout.default(input, p, train)
+            return _eager(input, p, train, state)
         keep = 1.0 - p
         scale = 0.0 if keep == 0 else 1.0 / keep
         if input.dtype == torch.bfloat16:  # eager multiplies by the scale rounded to bf16
@@ -251,13 +274,44 @@ class Dropout:
         out = torch.empty_like(input)
         mask = torch.empty_like(input, dtype=torch.bool)  # (contiguous, as eager's)
         generator = torch.default_generator
-        record = generator.get_state()
+        record = generator.get_state() if state is None else state.clone()
         if fn(record.data_ptr(), input.data_ptr(), out.data_ptr(), mask.data_ptr(),
               input.numel(), keep, scale):
             # a state the C side does not read (left, next out of range): untouched
-            return torch.ops.aten.native_dropout.default(input, p, train)
-        generator.set_state(record)
+            return _eager(input, p, train, state)
+        if state is None:
+            generator.set_state(record)
         return out, mask
+
+
+def form(node) -> tuple[str, object] | None:
+    """Which form of the dropout ``node`` is, and the value it drops out of: ``"native"``
+    (``native_dropout``), ``"saving"`` or ``"replaying"`` (``native_dropout`` run by
+    checkpointing's wrappers, every argument in its place); None for any other node."""
+    if node.op == OP:
+        return ("native", node.inputs[0]) if node.inputs else None
+    at = {SAVING: 0, REPLAYING: 1}.get(node.op)
+    args = node.attrs.get("args")
+    if at is None or node.attrs.get("kwargs") or not isinstance(args, tuple) or \
+            len(args) != at + 4 or args[at] is not torch.ops.aten.native_dropout.default or \
+            not all(isinstance(a, InputRef) for a in args[:at] + args[at + 1:at + 2]):
+        return None
+    return ("saving" if at == 0 else "replaying"), node.inputs[args[at + 1]]
+
+
+def _eager(input, p, train, state):
+    """Eager's dropout: from the generator, or from ``state`` as ``run_with_rng_state``."""
+    if state is None:
+        return torch.ops.aten.native_dropout.default(input, p, train)
+    return torch.ops.higher_order.run_with_rng_state(
+        state, torch.ops.aten.native_dropout.default, input, p, train)
+
+
+def _state_ok(state) -> bool:
+    """Whether ``state`` is a CPU generator record (``run_with_rng_state``'s state)."""
+    return type(state) is torch.Tensor and state.device.type == "cpu" and \
+        state.dtype == torch.uint8 and state.dim() == 1 and state.numel() == STATE_BYTES and \
+        state.is_contiguous()
 
 
 def _fast(input, p, train) -> bool:
