@@ -38,7 +38,8 @@ a graph's library runs no compiler.
 Plain nodes outside groups: ``library_call`` gives the plan a function for an op node it
 runs with eager's results faster than eager: ``native_dropout`` (f32, f64, bf16), whose mask
 eager draws one element at a time from torch's mt19937 stream, computed from the same
-stream with SIMD loops (random_stream.py); causal f32 flash attention and its backward,
+stream with SIMD loops (random_stream.py; also wrapped by activation checkpointing's
+``run_and_save_rng_state``/``run_with_rng_state``); causal f32 flash attention and its backward,
 by blocks that skip what the mask hides (attention.py).
 """
 
