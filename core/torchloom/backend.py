@@ -270,16 +270,27 @@ def split_options(partitioner: str, foreach: dict) -> dict[str, Any]:
 def cse_then_min_cut(joint_module, joint_inputs, **kwargs):
     """aot_autograd's min-cut partition of the joint graph, after torchloom's CSE
     (:func:`torchloom.frontend.joint_cse.joint_cse`) in place of the partitioner's own,
-    which imports Inductor's lowerings (0.57 s of a first training step). Off, like the
-    partitioner's, when ``torch._functorch.config.cse`` is."""
+    which imports Inductor's lowerings (0.57 s of a first training step; off, like the
+    partitioner's, when ``torch._functorch.config.cse`` is not set), and with checkpointed
+    dropouts' masks drawn from their shapes (:mod:`torchloom.frontend.checkpointed_dropout`:
+    the recomputation then needs no dropout's input)."""
+    import torch
     from torch._functorch import config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.fx._lazy_graph_module import _make_graph_module
 
+    from torchloom.frontend import checkpointed_dropout
     from torchloom.frontend.joint_cse import joint_cse
+    graph = None
     if config.cse:
         graph = joint_cse(joint_module.graph)  # a new graph
         graph.eliminate_dead_code()
+    if checkpointed_dropout.rewritable(joint_module.graph):
+        if graph is None:
+            graph = torch.fx.Graph()
+            graph.output(graph.graph_copy(joint_module.graph, {}))
+        checkpointed_dropout.masks_from_shapes(graph)
+    if graph is not None:
         # as aot_autograd makes its modules: lazy (code made on first call) where it is
         joint_module = _make_graph_module(joint_module, graph)
     with config.patch(cse=False):

@@ -161,6 +161,8 @@ def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,
             env[n] = env[n.args[0]][n.args[1]]
             continue
         val = n.meta.get("val")
+        if val is None and n.target is torch.ops.higher_order.run_with_rng_state:
+            val = _replayed_value(n)
         symbolic |= _is_symbolic(None, val)
         try:
             env[n] = _import_call(graph, n, env, val, infos)
@@ -247,6 +249,24 @@ def _named_by(target, name: str) -> bool:
     module_name, _, attr = name[len("python."):].rpartition(".")
     module = sys.modules.get(module_name)
     return module is not None and getattr(module, attr, None) is target
+
+
+def _replayed_value(n: torch.fx.Node):
+    """The value of ``run_with_rng_state(state, op, *args)``, which the partitioner adds
+    without one (a checkpointed random op's recomputation): ``op``'s on the arguments'
+    values, in their fake mode; None where an argument has none."""
+    from torch._guards import detect_fake_mode
+    _, op, *args = n.args
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
+    kwargs = {k: v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+              for k, v in n.kwargs.items()}
+    tensors = [v for v in (*vals, *kwargs.values()) if isinstance(v, torch.Tensor)]
+    mode = detect_fake_mode(tensors) if tensors else None
+    if mode is None or any(v is None for v in (*vals, *kwargs.values())) or \
+            not isinstance(op, torch._ops.OpOverload):
+        return None
+    with mode:
+        return op(*vals, **kwargs)
 
 
 def _import_call(graph: Graph, n: torch.fx.Node, env, val, infos: dict):

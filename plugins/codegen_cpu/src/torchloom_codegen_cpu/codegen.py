@@ -38,8 +38,9 @@ a graph's library runs no compiler.
 Plain nodes outside groups: ``library_call`` gives the plan a function for an op node it
 runs with eager's results faster than eager: ``native_dropout`` (f32, f64, bf16), whose mask
 eager draws one element at a time from torch's mt19937 stream, computed from the same
-stream with SIMD loops (random_stream.py; also wrapped by activation checkpointing's
-``run_and_save_rng_state``/``run_with_rng_state``); causal f32 flash attention and its backward,
+stream with SIMD loops, and ``bernoulli.p`` of f32/f64 (the same draws; random_stream.py;
+also wrapped by activation checkpointing's ``run_and_save_rng_state``/
+``run_with_rng_state``); causal f32 flash attention and its backward,
 by blocks that skip what the mask hides (attention.py).
 """
 
@@ -204,16 +205,16 @@ class CpuCodegen:
                            lambda: self._attention.ready(direction))
         return None
 
-    def _dropout_call(self, name: str, value) -> Callable | None:
-        """The dropout library's call for a dropout of ``name``'s form (random_stream.form)
-        out of ``value``: for f32/f64/bf16 CPU values, where a C compiler is found."""
+    def _dropout_call(self, name: str, value, dtypes) -> Callable | None:
+        """The dropout library's method ``name`` (random_stream.form) for a draw for
+        ``value``: for CPU values of ``dtypes``, where a C compiler is found."""
         t = value.type
-        if not isinstance(t, TensorType) or t.device != "cpu" or \
-                t.dtype not in random_stream.DTYPES or find_compiler() is None:
+        if not isinstance(t, TensorType) or t.device != "cpu" or t.dtype not in dtypes or \
+                find_compiler() is None:
             return None
         if self._probed():
             self._dropout.build_ahead()
-        if name == "native":
+        if name == "__call__":
             return self._dropout
         return Offered(getattr(self._dropout, name), self._dropout.ready)
 

@@ -21,6 +21,14 @@ outside [0, 1]) calls eager's op. bf16 values are multiplied in f32 by the scale
 bf16 and rounded to nearest even, as eager's are (a NaN result is NaN: eager's vector and
 scalar loops spell it with other bits, so the tests compare NaN as NaN there).
 
+The same draws give ``bernoulli.p(x, p)`` of f32/f64 (``bernoulli_(p)`` of a new tensor
+shaped as ``x``: 1 where kept), the mask ``frontend.checkpointed_dropout`` draws for a
+checkpointed dropout. Activation checkpointing runs either op through
+``run_and_save_rng_state`` (the generator's state, then the op) and, in the backward's
+recomputation, ``run_with_rng_state`` (the op drawn from that state, the generator left
+as it was): :meth:`Dropout.saving` and :meth:`Dropout.replaying` are those, with the
+same results.
+
 Caveat, shared with every reader of a generator state: the state is read before the C
 function runs and written after it, so another thread drawing from the default generator
 while a dropout runs would draw the same numbers (eager holds the generator's lock instead).
@@ -42,6 +50,8 @@ from torchloom_codegen_cpu.prelude import prelude
 log = logging.getLogger("torchloom.codegen_cpu")
 
 OP = "aten.native_dropout.default"
+#: ``bernoulli.p(self, p)``: a tensor shaped as ``self`` of 1 (probability p) and 0
+BERNOULLI = "aten.bernoulli.p"
 #: activation checkpointing's wrappers of a random op (torch._prims.rng_prims): the forward
 #: saves the generator's state and runs the op, the recomputation runs it from that state
 SAVING, REPLAYING = "higher_order.run_and_save_rng_state", "higher_order.run_with_rng_state"
@@ -170,6 +180,27 @@ int NAME(void *record, const T *restrict x, T *restrict out, uint8_t *restrict m
 TL_DROPOUT(tl_dropout_f32, float, float, TL_SAME, TL_SAME)
 TL_DROPOUT(tl_dropout_f64, double, double, TL_SAME, TL_SAME)
 TL_DROPOUT(tl_dropout_bf16, uint16_t, float, tl_bf16_to_f32, tl_f32_to_bf16)
+
+/* bernoulli(p) of n elements of T (1 where kept, else 0): the same draws as a dropout's */
+#define TL_BERNOULLI(NAME, T)                                                            \
+int NAME(void *record, T *restrict out, int64_t n, double keep) {                       \
+  tl_mt g;                                                                              \
+  if (tl_mt_read(&g, (const tl_mt_record *)record)) return 1;                           \
+  const int64_t bound = tl_keep_bound(keep);                                            \
+  uint32_t w[2 * TL_CHUNK];                                                             \
+  uint8_t kept[TL_CHUNK];                                                               \
+  for (int64_t at = 0; at < n; at += TL_CHUNK) {                                        \
+    int64_t m = n - at < TL_CHUNK ? n - at : TL_CHUNK;                                  \
+    tl_mt_words(&g, w, 2 * m);                                                          \
+    tl_keep(w, kept, m, bound);                                                         \
+    for (int64_t j = 0; j < m; j++) out[at + j] = (T)kept[j];                           \
+  }                                                                                     \
+  tl_mt_write(&g, (tl_mt_record *)record);                                              \
+  return 0;                                                                             \
+}
+
+TL_BERNOULLI(tl_bernoulli_f32, float)
+TL_BERNOULLI(tl_bernoulli_f64, double)
 """
 
 
@@ -182,8 +213,11 @@ def source() -> str:
 _FUNCTIONS = {torch.float32: ("tl_dropout_f32", ctypes.c_float),
               torch.float64: ("tl_dropout_f64", ctypes.c_double),
               torch.bfloat16: ("tl_dropout_bf16", ctypes.c_float)}
+#: ``bernoulli.p``'s functions (``bernoulli_(p)`` of a new tensor: a dropout's draws)
+_MASKS = {torch.float32: "tl_bernoulli_f32", torch.float64: "tl_bernoulli_f64"}
 #: the IR's names of those dtypes
 DTYPES = ("f32", "f64", "bf16")
+MASK_DTYPES = ("f32", "f64")
 
 
 def _record_layout_ok() -> bool:
@@ -206,6 +240,7 @@ class Dropout:
     def __init__(self, library: Callable[[], Path]):
         self._library = library
         self._functions: dict[torch.dtype, Callable] | None = None
+        self._masks: dict[torch.dtype, Callable] = {}  # (loaded with _functions)
         #: the library building on a thread (``build_ahead``), or None
         self._ahead: Building | None = None
 
@@ -242,23 +277,50 @@ class Dropout:
                     ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, scalar)
                 self._functions[dtype] = signature((name, lib))
+            for dtype, name in _MASKS.items():
+                signature = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                             ctypes.c_int64, ctypes.c_double)
+                self._masks[dtype] = signature((name, lib))
         return self._functions
 
     def __call__(self, input, p, train):
         return self._drawn(input, p, train, None)
 
-    def saving(self, op, input, p, train):
-        """``run_and_save_rng_state(native_dropout, input, p, train)`` (a checkpointed
-        layer's dropout): the generator's state before the draw, and the dropout."""
-        del op
-        return torch.get_rng_state(), self._drawn(input, p, train, None)
+    def bernoulli(self, input, p=0.5, generator=None):
+        """``bernoulli.p(input, p)`` from the default generator's stream."""
+        return self._mask(input, p, generator, None)
 
-    def replaying(self, state, op, input, p, train):
-        """``run_with_rng_state(state, native_dropout, input, p, train)`` (its
-        recomputation): the dropout drawn from ``state``; the generator is left as it
-        was."""
-        del op
-        return self._drawn(input, p, train, state)
+    def saving(self, op, *args):
+        """``run_and_save_rng_state(op, *args)`` (a checkpointed layer's random op,
+        ``native_dropout`` or ``bernoulli.p``): the generator's state before the draw,
+        and the op's results."""
+        state = torch.get_rng_state()
+        if op is torch.ops.aten.bernoulli.p:
+            return state, self._mask(*args, None, None)
+        return state, self._drawn(*args, None)
+
+    def replaying(self, state, op, *args):
+        """``run_with_rng_state(state, op, *args)`` (its recomputation): the op's results
+        drawn from ``state``; the generator is left as it was."""
+        if op is torch.ops.aten.bernoulli.p:
+            return self._mask(*args, None, state)
+        return self._drawn(*args, state)
+
+    def _mask(self, input, p, generator, state):
+        """``bernoulli.p(input, p)`` from the default generator (advanced past the draw)
+        or from ``state`` (left unchanged, as is the generator)."""
+        self._loaded()
+        fn = self._masks.get(input.dtype)
+        if fn is None or generator is not None or not _plain(input) or \
+                not _probability(p) or not (state is None or _state_ok(state)):
+            return _eager_op(torch.ops.aten.bernoulli.p, state, input, p, generator=generator)
+        out = torch.empty(input.shape, dtype=input.dtype)  # (eager's: contiguous)
+        record = torch.default_generator.get_state() if state is None else state.clone()
+        if fn(record.data_ptr(), out.data_ptr(), out.numel(), float(p)):
+            return _eager_op(torch.ops.aten.bernoulli.p, state, input, p, generator=generator)
+        if state is None:
+            torch.default_generator.set_state(record)
+        return out
 
     def _drawn(self, input, p, train, state):
         """The dropout from the default generator's state (advanced past the draw), or
@@ -284,27 +346,56 @@ class Dropout:
         return out, mask
 
 
-def form(node) -> tuple[str, object] | None:
-    """Which form of the dropout ``node`` is, and the value it drops out of: ``"native"``
-    (``native_dropout``), ``"saving"`` or ``"replaying"`` (``native_dropout`` run by
-    checkpointing's wrappers, every argument in its place); None for any other node."""
-    if node.op == OP:
-        return ("native", node.inputs[0]) if node.inputs else None
+#: the ops the library draws for, with their arguments' count and the dtypes it takes
+_DRAWN = {torch.ops.aten.native_dropout.default: (3, DTYPES),
+          torch.ops.aten.bernoulli.p: (2, MASK_DTYPES)}
+
+
+def form(node) -> tuple[str, object, tuple[str, ...]] | None:
+    """How the library runs ``node``: the name of the :class:`Dropout` method
+    (``"__call__"`` for ``native_dropout``, ``"bernoulli"`` for ``bernoulli.p``,
+    ``"saving"``/``"replaying"`` for either op run by checkpointing's wrappers, every
+    argument in its place), the value drawn for (its dtype, the draw's) and the dtypes
+    the library takes there; None for any other node."""
+    if node.op in (OP, BERNOULLI):
+        if not node.inputs or node.attrs.get("generator") is not None:
+            return None
+        return ("__call__" if node.op == OP else "bernoulli"), node.inputs[0], \
+            _DRAWN[torch.ops.aten.native_dropout.default if node.op == OP
+                   else torch.ops.aten.bernoulli.p][1]
     at = {SAVING: 0, REPLAYING: 1}.get(node.op)
     args = node.attrs.get("args")
     if at is None or node.attrs.get("kwargs") or not isinstance(args, tuple) or \
-            len(args) != at + 4 or args[at] is not torch.ops.aten.native_dropout.default or \
+            len(args) <= at or args[at] not in _DRAWN:
+        return None
+    count, dtypes = _DRAWN[args[at]]
+    if len(args) != at + 1 + count or \
             not all(isinstance(a, InputRef) for a in args[:at] + args[at + 1:at + 2]):
         return None
-    return ("saving" if at == 0 else "replaying"), node.inputs[args[at + 1]]
+    return ("saving" if at == 0 else "replaying"), node.inputs[args[at + 1]], dtypes
 
 
 def _eager(input, p, train, state):
     """Eager's dropout: from the generator, or from ``state`` as ``run_with_rng_state``."""
+    return _eager_op(torch.ops.aten.native_dropout.default, state, input, p, train)
+
+
+def _eager_op(op, state, *args, **kwargs):
+    """Eager's ``op(*args, **kwargs)``: from the generator, or from ``state`` as
+    ``run_with_rng_state``."""
     if state is None:
-        return torch.ops.aten.native_dropout.default(input, p, train)
-    return torch.ops.higher_order.run_with_rng_state(
-        state, torch.ops.aten.native_dropout.default, input, p, train)
+        return op(*args, **kwargs)
+    return torch.ops.higher_order.run_with_rng_state(state, op, *args, **kwargs)
+
+
+def _plain(input) -> bool:
+    """A plain CPU tensor with elements, outside autograd."""
+    return type(input) is torch.Tensor and input.device.type == "cpu" and \
+        input.numel() > 0 and not (input.requires_grad and torch.is_grad_enabled())
+
+
+def _probability(p) -> bool:
+    return isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0
 
 
 def _state_ok(state) -> bool:
@@ -317,8 +408,5 @@ def _state_ok(state) -> bool:
 def _fast(input, p, train) -> bool:
     """Whether the C path computes this call exactly as eager: a plain contiguous f32/f64/bf16
     CPU tensor with elements, outside autograd, p in [0, 1], training."""
-    return (train is None or train is True) and type(input) is torch.Tensor and \
-        input.device.type == "cpu" and input.dtype in _FUNCTIONS and \
-        input.is_contiguous() and input.numel() > 0 and \
-        not (input.requires_grad and torch.is_grad_enabled()) and \
-        isinstance(p, (int, float)) and 0.0 <= p <= 1.0
+    return (train is None or train is True) and _plain(input) and \
+        input.dtype in _FUNCTIONS and input.is_contiguous() and _probability(p)
