@@ -70,13 +70,40 @@ def test_modes_turn_cuda_graphs_on(mode, cudagraphs):
     assert compiler.mode == (mode or "default")
 
 
-def test_reduce_overhead_through_torch_compile_wraps_every_graph(caplog):
+def test_reduce_overhead_through_torch_compile_asks_every_graph_quietly(caplog):
     x = torch.randn(4, 8)
-    with caplog.at_level(logging.WARNING, logger="torchloom"):
+    with caplog.at_level(logging.INFO, logger="torchloom"):
         got = torch.compile(_f, backend="torchloom", mode="reduce-overhead")(x)
     torch.testing.assert_close(got, _f(x))
-    # the cudagraphs wrapper ran (on this CPU it declines, and says why)
-    assert any("runs without CUDA graphs" in r.getMessage() for r in caplog.records)
+    # the cudagraphs wrapper was asked (on this CPU it declines, and says why), at INFO: the
+    # mode turned it on, so a CPU graph without CUDA graphs is no warning (as Inductor's)
+    said = [r for r in caplog.records if "runs without CUDA graphs" in r.getMessage()]
+    assert said and all(r.levelno == logging.INFO for r in said)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_a_graph_no_wrapper_takes_keeps_its_donation(tmp_path, caplog, mode):
+    """A wrapper that declines a graph is not called and the plan donates as without it;
+    where the pipeline (not the mode) turned it on, the decline is a warning."""
+    from torchloom.api import parse_graph
+    pipeline = tmp_path / "p.toml"
+    pipeline.write_text('[pipeline]\nname = "p"\n[runtime]\ncudagraphs = true\n'
+                        if mode is None else '[pipeline]\nname = "p"\n')
+    compiler = Compiler(pipeline, mode=mode, cache_dir=tmp_path, compile_cache=False)
+    assert "cudagraphs" in compiler.pipeline.runtime
+    graph = parse_graph("graph @g(%x: f32[4]) {\n  %y = aten.exp.default(%x) : f32[4]\n"
+                        "  return %y\n}")
+    with caplog.at_level(logging.INFO, logger="torchloom"):
+        comp = compiler.compile_graph(graph, donated=[0], boxed=True)
+    said = [r.levelno for r in caplog.records if "runs without CUDA graphs" in r.getMessage()]
+    assert sorted(said) == ([logging.INFO, logging.WARNING] if mode is None else [logging.INFO])
+    assert any("runs without CUDA graphs" in n for n in comp.notes)
+    assert comp.fn is comp.compiled.plan.fn  # not wrapped
+    x = torch.randn(4)
+    args = [x]
+    assert torch.equal(comp.boxed_fn(args)[0], x.exp())
+    assert args == []  # the plan's own boxed entry, which drops inputs as it goes
 
 
 def test_max_autotune_uses_each_codegens_for_mode_copy():

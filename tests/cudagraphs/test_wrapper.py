@@ -48,11 +48,11 @@ def test_cpu_tensors_skip_with_the_reason_and_match_eager(tmp_path, caplog):
     model = _mlp()
     compiled = torch.compile(model, backend="torchloom",
                              options={"pipeline": _pipeline(tmp_path)})
-    with caplog.at_level(logging.WARNING, logger="torchloom.cudagraphs"), torch.no_grad():
+    with caplog.at_level(logging.WARNING, logger="torchloom"), torch.no_grad():
         for step in range(3):
             x = torch.randn(2, 8)
             torch.testing.assert_close(compiled(x), model(x))
-    skips = [r.getMessage() for r in caplog.records if r.name == "torchloom.cudagraphs"]
+    skips = [r.getMessage() for r in caplog.records if "CUDA graphs" in r.getMessage()]
     assert len(skips) == 1  # one compiled graph, logged once however many calls
     assert "runs without CUDA graphs" in skips[0]
     assert "is on cpu; CUDA graphs record only CUDA work" in skips[0]

@@ -92,6 +92,8 @@ class Compiler:
             log.warning("torchloom: %s", problem)
         self.pipeline, mode_notes = apply_mode(_with_verify(loaded.pipeline, verify),
                                                self.plugins, self.mode)
+        #: the runtime wrappers the mode turned on (not the pipeline): see :meth:`_wrappers`
+        self.mode_wrappers = frozenset(self.pipeline.runtime) - frozenset(loaded.pipeline.runtime)
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device = device
@@ -211,21 +213,22 @@ class Compiler:
             log_compilation(self, comp, counters)
             self.compilations.append(comp)
             return comp
+        wrappers = self._wrappers(graph, ctx)
         comp.compiled = CompiledGraph(graph, self.registry, chain, self.kernel_cache, fallback,
                                       user_inputs=len(graph.inputs) - len(constants),
                                       repro_dir=self.cache_dir / "reproducers",
                                       warned=self.warned, boxed=boxed,
                                       # a wrapper (CUDA graphs) may keep inputs as its own
-                                      donated=() if self.pipeline.runtime else donated,
+                                      donated=() if wrappers else donated,
                                       gemms=self.gemms, first_calls=self.first_calls)
         fn = comp.compiled.plan.fn
         if constants:
             fn = _bind_constants(fn, tuple(constants))
-        for name, options in self.pipeline.runtime.items():
-            fn = self.plugins.wrappers[name].obj.wrap(fn, options, ctx, comp.compiled)
+        for wrapper, options in wrappers:
+            fn = wrapper.wrap(fn, options, ctx, comp.compiled)
         comp.fn = fn
         if boxed:  # the plan's own boxed entry frees inputs; wrappers take *args
-            comp.boxed_fn = boxed_call(fn) if self.pipeline.runtime else _owning(
+            comp.boxed_fn = boxed_call(fn) if wrappers else _owning(
                 comp.compiled.plan.boxed, tuple(constants))
         comp.notes = list(self.notes) + comp.report.notes + [n for n in ctx.notes
                                                              if n not in comp.report.notes]
@@ -235,6 +238,25 @@ class Compiler:
         log_compilation(self, comp, counters)
         self.compilations.append(comp)
         return comp
+
+    def _wrappers(self, graph: Graph, ctx) -> list[tuple[Any, Any]]:
+        """The runtime wrappers (and their options) that wrap ``graph``: each of the
+        pipeline's, but one whose optional ``declines(graph, options, ctx)`` says why it
+        would not (noted, as every note logged at INFO; also a warning where the pipeline
+        turned the wrapper on, not where the mode did: ``mode="reduce-overhead"`` on a CPU
+        is not the user's error)."""
+        out = []
+        for name, options in self.pipeline.runtime.items():
+            wrapper = self.plugins.wrappers[name].obj
+            declines = getattr(wrapper, "declines", None)
+            why = declines(graph, options, ctx) if callable(declines) else None
+            if why is None:
+                out.append((wrapper, options))
+                continue
+            ctx.note(why)
+            if name not in self.mode_wrappers:
+                log.warning("torchloom: %s", why)
+        return out
 
     def compile_fx(self, gm, example_inputs, *, boxed: bool = False,
                    donated: Sequence[int] = ()) -> Callable:

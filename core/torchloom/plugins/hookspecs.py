@@ -53,8 +53,12 @@ class TorchloomSpec:
         ``Options`` (an attrs class checked against ``[runtime.<name>]``) and
         ``wrap(fn, options, ctx, compiled) -> callable`` returning the function to run instead
         of ``fn`` (``compiled`` is the :class:`~torchloom.runtime.executor.CompiledGraph`). It must say why (``ctx.note``) when it declines to wrap.
+        An optional ``declines(graph, options, ctx) -> str | None`` says before the plan is
+        made why it would not wrap ``graph`` (the compiler then notes and logs that, does
+        not call ``wrap``, and lets the plan donate inputs, which a wrapper may keep).
         An optional ``modes`` (a tuple of ``torch.compile`` modes, e.g.
-        ``("reduce-overhead",)``) turns it on, with default options, under those modes.
+        ``("reduce-overhead",)``) turns it on, with default options, under those modes
+        (its declines are then logged at INFO, not as warnings).
         """
 
     @hookspec

@@ -2,14 +2,17 @@
 returns. ``[runtime] cudagraphs = true`` in a pipeline enables it with default options;
 ``[runtime.cudagraphs]`` sets them.
 
-``wrap`` runs the static checks of :mod:`torchloom_cudagraphs.checks` on the graph the
-pipeline produced. When one fails the compiled function is returned unchanged, and the
-reason is noted for ``torchloom explain`` and logged once::
+``declines`` runs the static checks of :mod:`torchloom_cudagraphs.checks` on the graph the
+pipeline produced; the compiler asks it before making the plan. When one fails the graph
+is not wrapped (and its plan keeps donating inputs), and the reason is noted for
+``torchloom explain`` and logged once, as a warning where the pipeline turned the wrapper
+on, at INFO where ``mode="reduce-overhead"`` did (on a CPU no graph records)::
 
     cudagraphs: @graph0 runs without CUDA graphs: graph input %x is on cpu; CUDA graphs
     record only CUDA work
 
-Otherwise it returns a :class:`~torchloom_cudagraphs.recorder.CudaGraphRunner`.
+Otherwise ``wrap`` returns a :class:`~torchloom_cudagraphs.recorder.CudaGraphRunner` (it
+checks again for a caller that did not ask).
 """
 
 from __future__ import annotations
@@ -61,14 +64,22 @@ class CudaGraphs:
     #: torch.compile modes that turn it on, as they turn on Inductor's CUDA graphs
     modes: ClassVar[tuple[str, ...]] = ("reduce-overhead", "max-autotune")
 
-    def wrap(self, fn: Callable[..., tuple], options: CudaGraphsOptions, ctx,
-             compiled) -> Callable[..., tuple]:
-        graph = compiled.graph
+    def declines(self, graph, options: CudaGraphsOptions, ctx) -> str | None:
+        """Why ``graph`` would run without CUDA graphs (the compiler then does not wrap
+        it, notes this and keeps the plan's input donation), or None."""
+        del options
         reasons = skip_reasons(graph, ctx.registry)
         if not reasons and not cuda_available():
             reasons = ["CUDA is not available on this machine"]
         if reasons:
-            message = f"cudagraphs: @{graph.name} runs without CUDA graphs: {'; '.join(reasons)}"
+            return f"cudagraphs: @{graph.name} runs without CUDA graphs: {'; '.join(reasons)}"
+        return None
+
+    def wrap(self, fn: Callable[..., tuple], options: CudaGraphsOptions, ctx,
+             compiled) -> Callable[..., tuple]:
+        graph = compiled.graph
+        message = self.declines(graph, options, ctx)
+        if message is not None:  # (a caller that did not ask first)
             ctx.note(message)
             log.warning("torchloom: %s", message)
             return fn
