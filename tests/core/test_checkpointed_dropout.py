@@ -22,13 +22,14 @@ NATIVE = torch.ops.aten.native_dropout.default
 
 
 def dropout_graph(shape, dtype, p, train=True, tag=CheckpointPolicy.PREFER_RECOMPUTE,
-                  device="cpu"):
+                  device="cpu", layout=torch.contiguous_format):
     """A graph ``x -> native_dropout(x, p, train)`` with fake values, as aot_autograd's
     joint graph has them, the dropout tagged ``tag``."""
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     with FakeTensorMode() as mode:
-        x.meta["val"] = mode.from_tensor(torch.empty(shape, dtype=dtype, device=device))
+        x.meta["val"] = mode.from_tensor(torch.empty(shape, dtype=dtype, device=device)
+                                         .to(memory_format=layout))
         drop = graph.call_function(NATIVE, (x, p, train))
         drop.meta["val"] = NATIVE(x.meta["val"], p, train)
     if tag is not None:
@@ -69,7 +70,9 @@ def test_the_rewritten_dropout_is_eagers_bit_for_bit(shape, dtype, p, seed):
 @pytest.mark.parametrize("case", [
     dict(dtype=torch.bfloat16), dict(dtype=torch.float16), dict(train=False),
     dict(tag=None), dict(tag=CheckpointPolicy.MUST_SAVE), dict(shape=(0, 4)),
-    dict(device="meta")])
+    dict(device="meta"),
+    # eager's mask takes a channels-last input's layout, drawn in its memory order
+    dict(shape=(2, 3, 5, 4), layout=torch.channels_last)])
 def test_what_it_leaves(case):
     args = {**dict(shape=(4, 6), dtype=torch.float32, p=0.2), **case}
     graph = dropout_graph(args.pop("shape"), args.pop("dtype"), args.pop("p"), **args)

@@ -9,7 +9,9 @@ reads only the mask (``native_dropout_backward(grad, mask, scale)``), so whateve
 a matrix product, only to draw a mask. Eager's CPU kernel draws the mask as
 ``bernoulli_(1 - p)`` of a new tensor shaped as ``x`` and then multiplies; this pass
 writes that out for each dropout the partitioner must recompute (tagged
-``PREFER_RECOMPUTE``/``MUST_RECOMPUTE``), on the CPU, of f32/f64 values with static sizes:
+``PREFER_RECOMPUTE``/``MUST_RECOMPUTE``), on the CPU, of contiguous f32/f64 values with
+static sizes (eager's mask takes the input's layout and draws in its memory order, where
+``bernoulli.p`` makes a contiguous tensor: a channels-last input is left as it is):
 
     out, mask = native_dropout(x, p, True)    ->    e = empty(shape, dtype)
                                                     m = bernoulli.p(e, 1 - p)
@@ -67,7 +69,7 @@ def _rewritable(node: torch.fx.Node) -> bool:
     value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     from torch._guards import detect_fake_mode
     return isinstance(value, torch.Tensor) and detect_fake_mode([value]) is not None and \
-        value.device.type == "cpu" and \
+        value.device.type == "cpu" and value.is_contiguous() and \
         value.dtype in _DTYPES and all(isinstance(d, int) for d in value.shape) and \
         value.numel() > 0 and isinstance(p, float) and 0.0 <= p <= 1.0 and train is True and \
         all(u.op == "call_function" and u.target is operator.getitem and u.args[1] in (0, 1)
