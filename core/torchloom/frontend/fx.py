@@ -256,6 +256,8 @@ def _replayed_value(n: torch.fx.Node):
     without one (a checkpointed random op's recomputation): ``op``'s on the arguments'
     values, in their fake mode; None where an argument has none."""
     from torch._guards import detect_fake_mode
+    if len(n.args) < 2:
+        return None
     _, op, *args = n.args
     vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
     kwargs = {k: v.meta.get("val") if isinstance(v, torch.fx.Node) else v
@@ -265,8 +267,11 @@ def _replayed_value(n: torch.fx.Node):
     if mode is None or any(v is None for v in (*vals, *kwargs.values())) or \
             not isinstance(op, torch._ops.OpOverload):
         return None
-    with mode:
-        return op(*vals, **kwargs)
+    try:
+        with mode:
+            return op(*vals, **kwargs)
+    except Exception:  # (the node is then imported untyped, as before)
+        return None
 
 
 def _import_call(graph: Graph, n: torch.fx.Node, env, val, infos: dict):
