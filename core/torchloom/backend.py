@@ -122,10 +122,33 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     split = split_options(partitioner, compiler.foreach_decompositions)
     if ahead is not None:
         split["partition_fn"] = ahead.partitioner(split["partition_fn"])
-    with young_collections():
+    with young_collections(), checkpoints_without_backward(gm):
         compiled = aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
                                 keep_inference_input_mutations=True, **split)(gm, example_inputs)
     return materializing_zeros(compiled, example_inputs, boxed=_flattened(gm))
+
+
+@contextlib.contextmanager
+def checkpoints_without_backward(gm):
+    """aot_autograd's pass for graphs that compute a loss and its backward in one
+    (``remat_using_tags_for_fwd_loss_bwd_graph``) refuses any graph without a joint
+    backward whose checkpointed regions draw random numbers: a checkpointed layer with
+    dropout called where no input needs a gradient (a frozen model in training mode,
+    ``no_grad`` evaluation) fails to compile, with every backend. Such a graph has no
+    backward region unless Dynamo traces ``torch.autograd.grad`` (``trace_autograd_ops``)
+    or the program annotates one (``phase``); otherwise the pass has nothing to
+    rematerialize, and it is off while this graph compiles (the checkpoint then only
+    runs its layer once, as eager's does without gradients)."""
+    from torch._dynamo import config as dynamo_config
+    from torch._functorch import config
+    annotated = any(isinstance(n.meta.get("custom"), dict) and "phase" in n.meta["custom"]
+                    for n in gm.graph.nodes)
+    if dynamo_config.trace_autograd_ops or annotated or \
+            not config.remat_using_tags_for_fwd_loss_bwd_graph:
+        yield
+        return
+    with config.patch(remat_using_tags_for_fwd_loss_bwd_graph=False):
+        yield
 
 
 @contextlib.contextmanager

@@ -145,3 +145,31 @@ def test_the_recomputation_no_longer_repeats_the_product_before_the_dropout(
         torch.testing.assert_close(got[0], eager[0], **tolerance)  # eager's masks
         for g, w in zip(got[1], eager[1]):
             torch.testing.assert_close(g, w, **tolerance)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_checkpointed_dropout_without_gradients_compiles(tmp_path, grad):
+    """No input needs a gradient (a frozen model in training mode; ``no_grad``): the graph
+    has no backward, and aot_autograd's pass for loss-and-backward graphs refuses its
+    checkpointed random ops with every backend; torchloom compiles it (eager's masks)."""
+    def f(x):
+        return checkpoint(lambda a: torch.nn.functional.dropout(a.sin(), 0.3, True) * 2, x,
+                          use_reentrant=False)
+
+    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False)
+    torch._dynamo.reset()
+    from torchloom.backend import torchloom_backend
+    fn = torch.compile(f, backend=lambda gm, ex: torchloom_backend(
+        gm, ex, options={"compiler": compiler}))
+    x = torch.randn(6, 40)
+    runs = []
+    for call in (f, fn):
+        torch.manual_seed(2)
+        with torch.set_grad_enabled(grad):
+            runs.append((call(x), torch.get_rng_state()))
+    torch._dynamo.reset()
+    (want, w_state), (got, g_state) = runs
+    assert torch.equal(g_state, w_state) and torch.equal(got == 0, want == 0)
+    torch.testing.assert_close(got, want)
+    assert compiler.compilations and all(c.fallback_reason is None
+                                         for c in compiler.compilations)
