@@ -223,10 +223,12 @@ def test_compiling_collects_only_young_objects_and_leaves_the_heap_as_it_was(tmp
     assert gc.get_freeze_count() == 0
     gc.freeze()
     try:
+        # (a frozen object another thread drops meanwhile leaves the count: it may only
+        # fall by the few such objects, never to 0 nor up by a new freeze)
         mine = gc.get_freeze_count()
         with young_collections():
-            assert gc.get_freeze_count() == mine
-        assert gc.get_freeze_count() == mine
+            assert mine - 100 < gc.get_freeze_count() <= mine
+        assert mine - 100 < gc.get_freeze_count() <= mine
     finally:
         gc.unfreeze()
     gc.disable()
