@@ -30,8 +30,8 @@ from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit,
                                           store_statement, whole_vectors)
 from torchloom_codegen_cpu.nest import ParallelLoop
-from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, POINTWISE, REDUCTIONS,
-                                       literal)
+from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, LIBM_VECTOR,
+                                       POINTWISE, REDUCTIONS, literal)
 from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, row_offsets,
                                           work)
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
@@ -218,28 +218,54 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         type (an f32 softmax: exp is written where its quotient goes, as eager does; the
         output is a fresh buffer, never an input's), else an array on the thread's stack.
         A row longer than ``ROW_BUFFER`` or of symbolic length (it may not fit the stack)
-        has only the output's row. ``buffers`` maps each value to its element at ``r``."""
+        has only the output's row. ``buffers`` maps each value to its element at ``r``.
+
+        A float value computed from a libm call that varies along the row (``LIBM_VECTOR``)
+        and read by several loops is kept too, even where the call is cheap to repeat: a
+        SIMD loop's libmvec lanes and a plain loop's scalar call (a short row's max,
+        :func:`reduction.short_odd_row`) can round it differently, and amax's gradient,
+        ``x == max(x)``, then found no maximum in its row (a count of 0, NaN)."""
         stack = isinstance(self.rnumel, int) and self.rnumel <= ROW_BUFFER
         host = self._buffer_host()
         if not stack and host is None:
             return
+        varies: set[Value] = set()  # computed from such a call, not read from a buffer
         for node in self.region.nodes:
-            if node.op not in EXPENSIVE or len(node.outputs) != 1:
+            derived = node.op in LIBM_VECTOR and self._along_row(node) or any(
+                i in varies for i in node.inputs)
+            if not derived and node.op not in EXPENSIVE:
                 continue
-            (v,) = node.outputs
-            t = tensor_type(v)
-            if tuple(t.shape) == self.shape and len(v.users()) + (
-                    v in self.outputs) >= 2:
-                ctype = CTYPE[COMPUTE[t.dtype]]
-                if host is not None and host[0] == ctype and v not in self.outputs:
-                    self.buffers[v], host = host[1], None
-                    continue
-                if not stack:
-                    continue
-                name = f"buf_{v.name}"
-                self.em.statement(stmt.Array(ctype, name, str(whole_vectors(self.rnumel))),
-                                  False)
-                self.buffers[v] = stmt.Element(name, expr.Name("r"))
+            got = len(node.outputs) == 1 and self._buffer(
+                node.outputs[0], host, stack, derived and node.op not in EXPENSIVE)
+            if got:
+                host = None if got == "host" else host
+                continue
+            varies.update(v for v in node.outputs if derived)
+
+    def _along_row(self, node: Node) -> bool:
+        """Whether ``node``'s result may change along the row (a result broadcast along
+        every reduced dim is computed once before the row's loops)."""
+        shape = tuple(tensor_type(node.outputs[0]).shape) if node.outputs else ()
+        return len(shape) != len(self.shape) or any(
+            shape[d] != 1 for d in self.reduction_nest.rdims)
+
+    def _buffer(self, v: Value, host, stack: bool, floats_only: bool) -> str | None:
+        """Give ``v`` a row buffer (the host output's row, else the stack's where ``stack``)
+        if it has the row's shape and several readers: which ("host", "stack") or None."""
+        t = tensor_type(v)
+        if tuple(t.shape) != self.shape or len(v.users()) + (v in self.outputs) < 2 or \
+                floats_only and t.dtype not in FLOATS:
+            return None
+        ctype = CTYPE[COMPUTE[t.dtype]]
+        if host is not None and host[0] == ctype and v not in self.outputs:
+            self.buffers[v] = host[1]
+            return "host"
+        if not stack:
+            return None
+        name = f"buf_{v.name}"
+        self.em.statement(stmt.Array(ctype, name, str(whole_vectors(self.rnumel))), False)
+        self.buffers[v] = stmt.Element(name, expr.Name("r"))
+        return "stack"
 
     def _buffer_host(self) -> tuple[str, stmt.Element] | None:
         """(C type, element at ``r``) of the one output the last loop of a row stores,

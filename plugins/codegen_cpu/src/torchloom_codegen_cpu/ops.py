@@ -475,6 +475,32 @@ VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "
                "tanh", "erf")
 
 
+def _calls_vector_math(op: str) -> bool:
+    """Whether ``op``'s C text may call a :data:`VECTOR_MATH` function (its f64 text, where
+    ``$exp``, ``$erf`` and ``$tanh`` are libm's; a template function that cannot be asked
+    without the op's attributes counts as one that may)."""
+    try:
+        text = Pointwise.resolve(POINTWISE[op].template, {}, "f64") or ""
+    except Exception:  # (a template function reading attributes it was not given)
+        return True
+    return any(_calls(text, f"{fn}{tail}") for fn in VECTOR_MATH for tail in ("$f(", "("))
+
+
+def _calls(text: str, call: str) -> bool:
+    """Whether ``call`` (``name(``) occurs in template ``text`` not as the end of a longer
+    name (``tan(`` in ``atan(``)."""
+    at = text.find(call)
+    while at >= 0:
+        if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
+            return True
+        at = text.find(call, at + 1)
+    return False
+
+
+#: ops whose result a SIMD loop (libmvec's lanes) and a scalar one may round differently
+LIBM_VECTOR = EXPENSIVE | frozenset(op for op in POINTWISE if _calls_vector_math(op))
+
+
 REDUCTIONS = reductions.reduction_table("sqrt$f({x})")
 
 #: per reduction kind: identity (float, int) and the OpenMP reduction operator
