@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import DTYPES, InputRef, Unsupported, expr, reductions, writer
+from torchloom.api import DTYPES, InputRef, Unsupported, expr, reductions, stmt, writer
 
 from torchloom_codegen_cpu import int_division
 from torchloom_codegen_cpu.constants import (  # noqa: F401 (re-exported)
@@ -480,21 +480,10 @@ def _calls_vector_math(op: str) -> bool:
     ``$exp``, ``$erf`` and ``$tanh`` are libm's; a template function that cannot be asked
     without the op's attributes counts as one that may)."""
     try:
-        text = Pointwise.resolve(POINTWISE[op].template, {}, "f64") or ""
+        text = POINTWISE[op].template_for({}, "f64", "f64")
     except Exception:  # (a template function reading attributes it was not given)
         return True
-    return any(_calls(text, f"{fn}{tail}") for fn in VECTOR_MATH for tail in ("$f(", "("))
-
-
-def _calls(text: str, call: str) -> bool:
-    """Whether ``call`` (``name(``) occurs in template ``text`` not as the end of a longer
-    name (``tan(`` in ``atan(``)."""
-    at = text.find(call)
-    while at >= 0:
-        if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
-            return True
-        at = text.find(call, at + 1)
-    return False
+    return text is not None and not stmt.lexed(text).calls.isdisjoint(VECTOR_MATH)
 
 
 #: ops whose result a SIMD loop (libmvec's lanes) and a scalar one may round differently
