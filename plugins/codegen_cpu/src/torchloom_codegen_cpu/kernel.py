@@ -511,11 +511,13 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         else:
             one = [stmt.Loop(var, "0", bound, tuple(body))]
             shared = [attrs.evolve(one[0], annotation=Pragma(PARALLEL_FOR))]
+        head += self.loop.before
         if not conditions:
-            return [*head, *(shared if self.parallel else one)]
+            return [*head, *(shared if self.parallel else one), *self.loop.after]
         # a branch, not an OpenMP if clause: entering a parallel region that the clause
         # then runs on one thread costs ~0.5 us per call, much of a small kernel's time
-        return [*head, stmt.If(every(conditions), tuple(shared), tuple(one))]
+        return [*head, stmt.If(every(conditions), tuple(shared), tuple(one)),
+                *self.loop.after]
 
     def dims(self, dim):
         """``dim`` written over the size arguments (``S_0*16``), for the launcher."""

@@ -60,6 +60,11 @@ class ParallelLoop:
     var: str
     trips: Any
     blocks: ThreadBlocks | None = None
+    #: statements before the loop (after its block count) and after it: the column form
+    #: split by rows allocates its threads' partials before and adds them after
+    #: (columns.py)
+    before: tuple = ()
+    after: tuple = ()
 
 
 class Writer(Protocol):
