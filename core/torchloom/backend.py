@@ -46,6 +46,7 @@ import difflib
 import gc
 from typing import Any
 
+from torchloom.frontend import dense_layouts
 from torchloom.compiler.ahead import AheadBackward
 from torchloom.compiler.mode import check_mode
 from torchloom.errors import PipelineError
@@ -122,6 +123,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     split = split_options(partitioner, compiler.foreach_decompositions)
     if ahead is not None:
         split["partition_fn"] = ahead.partitioner(split["partition_fn"])
+    # transposed elementwise results traced row-major (frontend/dense_layouts.py)
+    dense_layouts.make_dense(gm)
     with young_collections(), checkpoints_without_backward(gm):
         compiled = aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
                                 keep_inference_input_mutations=True, **split)(gm, example_inputs)
