@@ -53,7 +53,8 @@ def _elementwise(node: torch.fx.Node) -> bool:
 def _transposed(t: torch.Tensor) -> bool:
     """Dense, not row-major, not channels-last, at least :data:`MIN_NUMEL` elements."""
     from torch._prims_common import is_non_overlapping_and_dense_or_false
-    if t.dim() < 2 or t.numel() < MIN_NUMEL or not _static(t) or t.is_contiguous():
+    # (sizes first: a comparison of a symbolic size would install a guard on it)
+    if not _static(t) or t.dim() < 2 or t.numel() < MIN_NUMEL or t.is_contiguous():
         return False
     if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
         return False
