@@ -95,7 +95,7 @@ def _ln_sum(x, w):
     return F.layer_norm(x.t() + w, (x.shape[0],))
 
 
-@pytest.mark.parametrize("case", ["output", "inplace", "channels_last", "small"])
+@pytest.mark.parametrize("case", ["output", "inplace", "channels_last", "small", "heads"])
 def test_results_the_rule_leaves(case):
     g = torch.Generator().manual_seed(1)
     if case == "output":  # the transposed sum is returned: its layout is the user's
@@ -111,8 +111,13 @@ def test_results_the_rule_leaves(case):
         fn = lambda x, y: F.relu(x + y)  # noqa: E731
         args = tuple(torch.randn(2, 8, 32, 32, generator=g).to(memory_format=torch.channels_last)
                      for _ in range(2))
-    else:  # fewer than MIN_NUMEL elements
+    elif case == "small":  # fewer than MIN_NUMEL elements
         fn, args = _ln_sum, (torch.randn(16, 32, generator=g), torch.randn(32, 16, generator=g))
+    else:  # heads swapped with the sequence, rows contiguous (rotary embeddings' q * cos)
+        def fn(x, cos):
+            q = x.view(2, 64, 4, 32).transpose(1, 2)
+            return F.layer_norm(q * cos, (32,)).sum(1)
+        args = (torch.randn(2, 64, 128, generator=g), torch.randn(64, 32, generator=g))
     gm = dynamo_graph(fn, *[a.clone() for a in args])
     assert dense_layouts.make_dense(gm) == 0
     assert contiguous_calls(gm) == 0

@@ -8,14 +8,14 @@ residual sum of every layer is then laid out transposed, and each layer norm rea
 rows with a stride of 512 elements (its kernels staged through blocks; in the
 checkpointed training step's recomputation 3-4x Inductor's, which lays out the values
 inside a graph as it likes). The joint graph's types are eager's layouts, fixed when
-aot_autograd traces it, so the choice is made before: on Dynamo's graph, each such result
-(an add, sub, mul or div of at least :data:`MIN_NUMEL` elements, static sizes, an operand
-not row-major, dense but not row-major itself, not a graph output, and not computed from
-a result this pass copied: the example values after a copy are stale) is followed by
-``.contiguous()``, which its users read instead. The values
-are the same, the graph is traced with row-major layouts from there on, and the copy
-fuses into the op's kernel. Channels-last results (a convolutional model's chosen
-layout) are left as they are.
+aot_autograd traces it, so the choice is made before: on Dynamo's graph, each such
+result (an add, sub, mul or div of at least :data:`MIN_NUMEL` elements, static sizes, an
+operand not row-major, dense with its last dim not innermost in memory, not a graph
+output, and not computed from a result this pass copied: the example values after a copy
+are stale) is followed by ``.contiguous()``, which its users read instead. The values are
+the same, the graph is traced with row-major layouts from there on, and the copy fuses
+into the op's kernel. Channels-last results (a convolutional model's chosen layout) are
+left as they are.
 """
 
 from __future__ import annotations
@@ -51,10 +51,14 @@ def _elementwise(node: torch.fx.Node) -> bool:
 
 
 def _transposed(t: torch.Tensor) -> bool:
-    """Dense, not row-major, not channels-last, at least :data:`MIN_NUMEL` elements."""
+    """Dense, its last dim not innermost in memory (rows read with a stride; attention's
+    heads swapped with the sequence, ``[B, H, S, D]`` of a ``[B, S, H*D]`` tensor, keep
+    their rows contiguous and are left), not channels-last, at least :data:`MIN_NUMEL`
+    elements."""
     from torch._prims_common import is_non_overlapping_and_dense_or_false
     # (sizes first: a comparison of a symbolic size would install a guard on it)
-    if not _static(t) or t.dim() < 2 or t.numel() < MIN_NUMEL or t.is_contiguous():
+    if not _static(t) or t.dim() < 2 or t.numel() < MIN_NUMEL or t.is_contiguous() or \
+            t.shape[-1] == 1 or t.stride(-1) == 1:
         return False
     if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
         return False
