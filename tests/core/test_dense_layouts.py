@@ -23,7 +23,13 @@ F = torch.nn.functional
 
 
 def dynamo_graph(fn, *args, dynamic=False):
-    """Dynamo's graph of ``fn`` (its example values in the nodes' meta)."""
+    """Dynamo's one graph of ``fn`` (its example values in the nodes' meta)."""
+    (gm,) = dynamo_graphs(fn, *args, dynamic=dynamic)
+    return gm
+
+
+def dynamo_graphs(fn, *args, dynamic=False):
+    """Dynamo's graphs of ``fn`` (several where it breaks the graph)."""
     graphs = []
 
     def backend(gm, example_inputs):
@@ -33,8 +39,7 @@ def dynamo_graph(fn, *args, dynamic=False):
     torch._dynamo.reset()
     torch.compile(fn, backend=backend, dynamic=dynamic)(*args)
     torch._dynamo.reset()
-    (gm,) = graphs
-    return gm
+    return graphs
 
 
 def contiguous_calls(gm) -> int:
@@ -95,7 +100,8 @@ def _ln_sum(x, w):
     return F.layer_norm(x.t() + w, (x.shape[0],))
 
 
-@pytest.mark.parametrize("case", ["output", "inplace", "channels_last", "small", "heads"])
+@pytest.mark.parametrize("case", ["output", "inplace", "out", "channels_last", "small",
+                                  "heads"])
 def test_results_the_rule_leaves(case):
     g = torch.Generator().manual_seed(1)
     if case == "output":  # the transposed sum is returned: its layout is the user's
@@ -106,6 +112,12 @@ def test_results_the_rule_leaves(case):
             y = x.t()
             y += p
             return F.layer_norm(y, (y.shape[-1],))
+        args = (torch.randn(128, 96, generator=g), torch.randn(96, 128, generator=g))
+    elif case == "out":  # add(..., out=buffer) returns the buffer
+        def fn(x, p):
+            buffer = torch.empty(96, 128).t()
+            torch.add(x.t(), p, out=buffer)
+            return F.layer_norm(buffer, (buffer.shape[-1],))
         args = (torch.randn(128, 96, generator=g), torch.randn(96, 128, generator=g))
     elif case == "channels_last":
         fn = lambda x, y: F.relu(x + y)  # noqa: E731
@@ -118,9 +130,9 @@ def test_results_the_rule_leaves(case):
             q = x.view(2, 64, 4, 32).transpose(1, 2)
             return F.layer_norm(q * cos, (32,)).sum(1)
         args = (torch.randn(2, 64, 128, generator=g), torch.randn(64, 32, generator=g))
-    gm = dynamo_graph(fn, *[a.clone() for a in args])
-    assert dense_layouts.make_dense(gm) == 0
-    assert contiguous_calls(gm) == 0
+    for gm in dynamo_graphs(fn, *[a.clone() for a in args]):
+        assert dense_layouts.make_dense(gm) == 0
+        assert contiguous_calls(gm) == 0
 
 
 def test_symbolic_sizes_are_left():

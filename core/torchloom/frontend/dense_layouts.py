@@ -45,6 +45,8 @@ def _static(t: torch.Tensor) -> bool:
 
 
 def _elementwise(node: torch.fx.Node) -> bool:
+    if "out" in node.kwargs:  # (its result is the ``out`` tensor: an alias)
+        return False
     if node.op == "call_function":
         return node.target in _FUNCTIONS
     return node.op == "call_method" and node.target in _METHODS
