@@ -100,13 +100,19 @@ def _ln_sum(x, w):
     return F.layer_norm(x.t() + w, (x.shape[0],))
 
 
-@pytest.mark.parametrize("case", ["output", "inplace", "out", "channels_last", "small",
-                                  "heads"])
+@pytest.mark.parametrize("case", ["output", "output_view", "output_relu", "inplace", "out",
+                                  "channels_last", "small", "heads"])
 def test_results_the_rule_leaves(case):
     g = torch.Generator().manual_seed(1)
     if case == "output":  # the transposed sum is returned: its layout is the user's
         fn, args = (lambda x, p: x.t() + p), (torch.randn(128, 96, generator=g),
                                               torch.randn(96, 128, generator=g))
+    elif case == "output_view":  # a view of it is returned (y.t() is row-major in eager)
+        fn, args = (lambda x, p: (x.t() + p).t()), (torch.randn(128, 96, generator=g),
+                                                    torch.randn(96, 128, generator=g))
+    elif case == "output_relu":  # an elementwise result of it is returned
+        fn, args = (lambda x, p: torch.relu(x.t() + p) * 2), (
+            torch.randn(128, 96, generator=g), torch.randn(96, 128, generator=g))
     elif case == "inplace":  # x += ... aliases x
         def fn(x, p):
             y = x.t()
@@ -135,6 +141,29 @@ def test_results_the_rule_leaves(case):
         assert contiguous_calls(gm) == 0
 
 
+@pytest.mark.parametrize("hidden_states", [False, True])
+def test_returned_layouts_are_eagers(tmp_path, hidden_states):
+    """The residual stream returned (a model's ``output_hidden_states``) keeps eager's
+    layout: the rule leaves it; returned only after a norm, it is rewritten."""
+    def fn(x, pos, w, b):
+        h = x.permute(0, 2, 1) + pos
+        states = [h]
+        for _ in range(2):
+            h = h + torch.tanh(F.layer_norm(h, (h.shape[-1],), w, b))
+            states.append(h)
+        out = F.layer_norm(h, (h.shape[-1],), w, b)
+        return (out, *states) if hidden_states else out
+    args = _encoder_inputs()
+    assert dense_layouts.make_dense(dynamo_graph(fn, *args)) == (0 if hidden_states else 1)
+    compiler = Compiler("default", cache_dir=tmp_path, compile_cache=False, strict=True)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="torchloom", options={"compiler": compiler})(*args)
+    want = fn(*args)
+    for a, b in zip(got if hidden_states else [got], want if hidden_states else [want]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        assert a.stride() == b.stride()
+
+
 def test_symbolic_sizes_are_left():
     gm = dynamo_graph(encoder, *_encoder_inputs(t=100), dynamic=True)
     assert dense_layouts.make_dense(gm) == 0
@@ -148,7 +177,7 @@ def test_random_chains_match_eager(n, c, t, layers, op):
         h = getattr(torch, op)(x.permute(0, 2, 1), pos)
         for _ in range(layers):
             h = h + torch.sigmoid(h).mean(-1, keepdim=True)
-        return h.sum(-1)
+        return F.layer_norm(h, (c,)).sum(-1)  # (the returned value past a norm)
     g = torch.Generator().manual_seed(n * 1000 + t)
     args = (torch.randn(n, c, t, generator=g), torch.rand(t, c, generator=g) + 0.5)
     gm = dynamo_graph(chain, *args)

@@ -10,9 +10,11 @@ checkpointed training step's recomputation 3-4x Inductor's, which lays out the v
 inside a graph as it likes). The joint graph's types are eager's layouts, fixed when
 aot_autograd traces it, so the choice is made before: on Dynamo's graph, each such
 result (an add, sub, mul or div of at least :data:`MIN_NUMEL` elements, static sizes, an
-operand not row-major, dense with its last dim not innermost in memory, not a graph
-output, and not computed from a result this pass copied: the example values after a copy
-are stale) is followed by ``.contiguous()``, which its users read instead. The values are
+operand not row-major, dense with its last dim not innermost in memory, no graph output
+reached from it but through a product, norm, convolution or attention (whose layouts do
+not follow their operands': the outputs keep eager's layouts), and not computed from a
+result this pass copied: the example values after a copy are stale) is followed by
+``.contiguous()``, which its users read instead. The values are
 the same, the graph is traced with row-major layouts from there on, and the copy fuses
 into the op's kernel. Channels-last results (a convolutional model's chosen layout) are
 left as they are.
@@ -33,6 +35,31 @@ _FUNCTIONS = frozenset((operator.add, operator.sub, operator.mul, operator.trued
                         torch.add, torch.sub, torch.mul, torch.div))
 _METHODS = frozenset(("add", "sub", "mul", "div", "__add__", "__sub__", "__mul__",
                       "__truediv__", "__radd__", "__rmul__"))
+
+
+def _resets() -> frozenset:
+    """Ops whose result is laid out whatever their operands' layouts (products, norms,
+    convolutions, attention): a graph output reached from a copy only through one of them
+    keeps eager's layout."""
+    F = torch.nn.functional
+    return frozenset((torch._C._nn.linear, F.linear, F.layer_norm, F.group_norm,
+                      torch.layer_norm, torch.matmul, operator.matmul, torch.mm, torch.bmm,
+                      F.scaled_dot_product_attention, F.conv1d, F.conv2d, F.conv3d))
+
+
+def _reaches_output(node: torch.fx.Node, resets: frozenset) -> bool:
+    """Whether a graph output is reached from ``node`` through ops that are not
+    :func:`_resets` (whose layouts follow their operands': elementwise ops, views)."""
+    seen, todo = {node}, [node]
+    while todo:
+        for user in todo.pop().users:
+            if user.op == "output":
+                return True
+            if user in seen or (user.op == "call_function" and user.target in resets):
+                continue
+            seen.add(user)
+            todo.append(user)
+    return False
 
 
 def _value(node: torch.fx.Node):
@@ -73,17 +100,17 @@ def make_dense(gm: torch.fx.GraphModule) -> int:
     """Follow each transposed elementwise result of ``gm`` (module docstring) by
     ``.contiguous()``; returns how many. ``gm`` is recompiled when any is."""
     graph = gm.graph
-    outputs = {n for n in graph.nodes if n.op == "output"}
     #: the copies made and the nodes after them, whose example values (layouts) are stale
     after: set[torch.fx.Node] = set()
     made = 0
+    resets = _resets()
     for node in list(graph.nodes):
         if any(a in after for a in node.all_input_nodes):
             after.add(node)
             continue
         value = _value(node) if _elementwise(node) else None
-        if value is None or not _transposed(value) or any(u in outputs for u in node.users):
-            continue
+        if value is None or not _transposed(value) or _reaches_output(node, resets):
+            continue  # (a graph output's layout is the user's: eager's)
         if all(_value(a) is None or _value(a).is_contiguous() for a in node.all_input_nodes):
             continue  # (row-major operands, a transposed result: left as traced)
         with graph.inserting_after(node):
