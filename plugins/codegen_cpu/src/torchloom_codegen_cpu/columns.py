@@ -35,7 +35,7 @@ allocated before the loop), storing the full-shape outputs on the way, and after
 loop the shares' partials are added in share order (the same order at a given thread
 count; on one thread the walk above). ViT's bias gradients of q, k and v (``[394, 256]``
 summed over dim 0 right after SDPA's backward): 78 against 25 us a call in the training
-step; ViT training 0.97 -> 1.01x Inductor (RESULTS.md, session 54).
+step, ~0.8 ms of its 48 (RESULTS.md, session 54).
 """
 
 from __future__ import annotations
