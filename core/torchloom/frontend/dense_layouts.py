@@ -109,10 +109,12 @@ def make_dense(gm: torch.fx.GraphModule) -> int:
             after.add(node)
             continue
         value = _value(node) if _elementwise(node) else None
-        if value is None or not _transposed(value) or _reaches_output(node, resets):
-            continue  # (a graph output's layout is the user's: eager's)
+        if value is None or not _transposed(value):
+            continue
         if all(_value(a) is None or _value(a).is_contiguous() for a in node.all_input_nodes):
             continue  # (row-major operands, a transposed result: left as traced)
+        if _reaches_output(node, resets):
+            continue  # (a graph output's layout is the user's: eager's)
         with graph.inserting_after(node):
             copy = graph.call_method("contiguous", (node,))
         node.replace_all_uses_with(copy, delete_user_cb=lambda user: user is not copy)

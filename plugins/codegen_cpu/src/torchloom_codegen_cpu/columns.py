@@ -48,6 +48,7 @@ from torchloom_codegen_cpu.render import Simd, smaller
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
 from torchloom_codegen_cpu.reduction import (accumulate, identity,
                                               rows_lie_in_memory_order, sum_dtype)
+from torchloom_codegen_cpu.rows_and_columns import partials
 from torchloom_codegen_cpu.tensors import tensor_type
 
 #: a column's element in its block's arrays (``x - c0``: ``c0`` the block's first column)
@@ -117,13 +118,9 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
     em.statement(stmt.Declare("int64_t", "e1", expr.times(
         expr.over(expr.times(expr.plus("xb", 1), count), "n_xb"), UNIT)), False)
     em.statement(stmt.Declare("int64_t", "c1", smaller(expr.Name("e1"), end)), False)
-    # inner coordinates (columns) are recomputed in every SIMD loop
-    x_header, xs = w.inner_coords("x", w.kept_shape)
+    x_header, xs, kept = _column_coords(w)
     xloop = ("x", "c0", "c1")  # (the loop over the block's columns)
     levels = schedule.levels(w.reductions)
-    kept: list[expr.Code] = [indexing.ZERO] * len(w.shape)
-    for d, c in zip(w.kept, xs):
-        kept[d] = c
     # full-shape outputs go in the first walk when they read no reduction result, else in
     # a walk of their own after the last results (softmax's quotient)
     late = _reads_reductions(w)
@@ -134,6 +131,17 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
     if late:
         _walk(w, [], kept, xloop, x_header, True)
     return loop, em.lines
+
+
+def _column_coords(w: Writer) -> tuple[list, list, list]:
+    """The SIMD loop's header declaring a column's coordinates (recomputed in every
+    loop), those coordinates, and the coordinates of a full-shape element at that column
+    (the kept dims' set, the reduced dims' left empty for the walk)."""
+    x_header, xs = w.inner_coords("x", w.kept_shape)
+    kept: list[expr.Code] = [indexing.ZERO] * len(w.shape)
+    for d, c in zip(w.kept, xs):
+        kept[d] = c
+    return x_header, xs, kept
 
 
 def split_by_rows(w: Writer) -> bool:
@@ -172,10 +180,7 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
         em.statement(stmt.Var("double* restrict", acc, expr.plus("part", k * columns)),
                      False)
         accs.append((node, "sum", "f64", acc, None))
-    x_header, xs = w.inner_coords("x", w.kept_shape)
-    kept: list[expr.Code] = [indexing.ZERO] * len(w.shape)
-    for d, c in zip(w.kept, xs):
-        kept[d] = c
+    x_header, xs, kept = _column_coords(w)
     xloop = ("x", "c0", "c1")
     _walk(w, accs, kept, xloop, x_header, True, ("r0", "r1"))
 
@@ -194,11 +199,8 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
         _results(w, accs, kept, xs, xloop, x_header)
 
     after = (stmt.Block(tuple(em.capture(combine))), stmt.Raw("free(parts);"))
-    parts = stmt.Var("double* restrict", "parts", expr.Op(
-        "(double*)calloc((size_t){0} * {1}, sizeof(double))", expr.LOWEST,
-        (expr.Name("n_xb"), expr.as_node(width))))
     loop = ParallelLoop("xb", rows, ThreadBlocks(rows, expr.as_node(rows), rows),
-                        before=(parts,), after=after)
+                        before=(partials("parts", "n_xb", width),), after=after)
     return loop, em.lines
 
 

@@ -85,6 +85,15 @@ def _double(e: expr.Code) -> expr.Code:
     return expr.Op("(double){0}", expr.LOWEST, (expr.paren(e, expr.POSTFIX),))
 
 
+def partials(name: str, shares: str, width: int) -> stmt.Var:
+    """``double* restrict name``: ``shares`` rows of ``width`` zeroed doubles (each thread's
+    partial column sums; the column form split by rows takes it too), freed by the caller
+    after the loop."""
+    return stmt.Var("double* restrict", name, expr.Op(
+        "(double*)calloc((size_t){0} * {1}, sizeof(double))", expr.LOWEST,
+        (expr.as_node(shares), expr.as_node(width))))
+
+
 def nest(w: Writer, head: list, body: list, rows: str) -> list:
     """The row loop (or the loop over staged blocks of rows) with each thread's share
     explicit (overrun.chunked) and its column partials, then the partials' sums stored to
@@ -92,9 +101,7 @@ def nest(w: Writer, head: list, body: list, rows: str) -> list:
     n, count = w.rnumel, len(w.columns)
     width = count * n
     threads = "nthreads" if w.parallel else "1"
-    statements = [*head, stmt.Var("double* restrict", "colparts", expr.Op(
-        "(double*)calloc((size_t){0} * {1}, sizeof(double))", expr.LOWEST,
-        (expr.as_node(threads), expr.as_node(width))))]
+    statements = [*head, partials("colparts", threads, width)]
     # (tl_thread() is 0 outside a parallel region: one thread's partials are the first)
     own = stmt.Var("double* restrict", "colpart", expr.plus("colparts", expr.times(
         expr.Op("tl_thread()", expr.POSTFIX), width)))
