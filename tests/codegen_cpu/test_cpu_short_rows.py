@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 from torchloom.api import parse_graph
-from torchloom_codegen_cpu.emitter import NARROW_ROWS, NARROW_ROWS_MIXED
+from torchloom_codegen_cpu.emitter import NARROW_ROWS, NARROW_ROWS_MIXED, narrow_row
 
 from conftest import compiled, group_text, softmax_text
 
@@ -147,10 +147,12 @@ def test_rows_of_one_to_four_vectors_hide_their_length(codegen, registry, check,
     source = codegen.generate(next(parse_graph(text).nodes), registry).source
     names = HIDDEN.findall(source)
     loops = re.findall(r"for \(int64_t r = \w+; r < (\w+); r\+\+\)", source)
-    if hidden:
-        assert len(names) == len(loops) == 3 and sorted(loops) == sorted(names), source
+    if hidden:  # max and div; the sum's lanes are combined as a tree (lanes.py)
+        assert len(names) == len(loops) == 2 and sorted(loops) == sorted(names), source
     else:
         assert not names and str(cols) in loops, source
+    lanes = 16 if cols % 16 == 0 else 8 if narrow_row(cols) else None  # (8: one vector)
+    assert tree_loops(source) == ([(lanes, cols // lanes)] if lanes else []), source
     x = edge_rows(33, cols, torch.float32)
     check(text, x)
 
@@ -160,6 +162,15 @@ def row_sum(rows: int, cols: int, dtype: str = "f32") -> str:
         %b = aten.mul.Tensor(%a, %a) : {dtype}[{rows}, {cols}]
         %r = aten.sum.dim_IntList(%b) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]""",
                       f"%r: {dtype}[{rows}, 1]")
+
+
+TREE = re.compile(r"(?:float|double) \w+_lanes\[(\d+)\];(?:.|\n)*?"
+                  r"for \(int64_t rb = 0; rb < (\d+); rb\+\+\)")
+
+
+def tree_loops(source: str) -> list[tuple[int, int]]:
+    """(lanes, blocks) of each row sum whose lanes are combined as a tree (lanes.py)."""
+    return [(int(a), int(b)) for a, b in TREE.findall(source)]
 
 
 def row_loops(codegen, registry, text: str) -> list[tuple[str, str, str]]:
@@ -185,7 +196,12 @@ def test_half_vector_remainders(codegen, registry, check, cols):
         if cols == 16 or cols <= limit:
             for pragma, first, bound in sums + softmax:
                 assert "simdlen(8)" in pragma and first == "0" and bound.startswith("r_n")
-            assert (len(sums), len(softmax)) == (1, 3)
+            # the sums run as blocks of lanes combined as a tree (lanes.py)
+            assert (len(sums), len(softmax)) == (0, 2)
+            lanes = 16 if cols % 16 == 0 else 8
+            for text in (row_sum(24, cols, dtype), softmax_text(dtype, 24, cols)):
+                source = codegen.generate(next(parse_graph(text).nodes), registry).source
+                assert tree_loops(source) == [(lanes, cols // lanes)], source
             continue
         assert not any("simdlen" in pragma for pragma, _, _ in sums + softmax)
         if cols % 16 == 0 or dtype != "f32":  # bf16 loads call tl_bf16_to_f32: not cheap

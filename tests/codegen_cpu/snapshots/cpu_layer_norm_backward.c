@@ -23,50 +23,94 @@ void fused_mul_sum_sub_div_add_c797fe3819(const float* restrict in_g, const floa
   (void)nthreads;
   for (int64_t x = 0; x < 64; x++) {
     float acc_sum1 = 0;
-    int64_t r_n5 = 48;
-    __asm__("" : "+r"(r_n5));
-    #pragma omp simd reduction(+:acc_sum1)
-    for (int64_t r = 0; r < r_n5; r++) {
-      const float g2 = in_g[x * 48 + r];
-      const float w3 = in_w[r];
-      const float mul4 = g2 * w3;
-      acc_sum1 += mul4;
+    float acc_sum1_lanes[16];
+    for (int64_t rl = 0; rl < 16; rl++) {
+      acc_sum1_lanes[rl] = 0;
     }
-    float acc_sum6 = 0;
-    const float m11 = in_m[x];
-    const float vr13 = in_r[x];
-    int64_t r_n16 = 48;
-    __asm__("" : "+r"(r_n16));
-    #pragma omp simd reduction(+:acc_sum6)
-    for (int64_t r = 0; r < r_n16; r++) {
-      const float g7 = in_g[x * 48 + r];
-      const float w8 = in_w[r];
-      const float mul9 = g7 * w8;
-      const float vx10 = in_x[x * 48 + r];
-      const float sub12 = vx10 - m11;
-      const float mul14 = sub12 * vr13;
-      const float mul15 = mul9 * mul14;
-      acc_sum6 += mul15;
+    for (int64_t rb = 0; rb < 3; rb++) {
+      #pragma omp simd
+      for (int64_t rl = 0; rl < 16; rl++) {
+        const int64_t r = rb * 16 + rl;
+        const float g2 = in_g[x * 48 + r];
+        const float w3 = in_w[r];
+        const float mul4 = g2 * w3;
+        acc_sum1_lanes[rl] += mul4;
+      }
     }
-    const float div18 = vr13 / ((float)48.0);
-    int64_t r_n31 = 48;
-    __asm__("" : "+r"(r_n31));
     #pragma omp simd
-    for (int64_t r = 0; r < r_n31; r++) {
-      const float t17 = in_t[x * 48 + r];
-      const float g19 = in_g[x * 48 + r];
-      const float w20 = in_w[r];
-      const float mul21 = g19 * w20;
-      const float mul22 = mul21 * ((float)48.0);
-      const float sub23 = mul22 - acc_sum1;
-      const float vx24 = in_x[x * 48 + r];
-      const float sub25 = vx24 - m11;
-      const float mul26 = sub25 * vr13;
-      const float mul27 = mul26 * acc_sum6;
-      const float sub28 = sub23 - mul27;
-      const float mul29 = div18 * sub28;
-      const float add30 = t17 + mul29;
-      out_t12[x * 48 + r] = add30;
+    for (int64_t rl = 0; rl < 8; rl++) {
+      acc_sum1_lanes[rl] += acc_sum1_lanes[rl + 8];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 4; rl++) {
+      acc_sum1_lanes[rl] += acc_sum1_lanes[rl + 4];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 2; rl++) {
+      acc_sum1_lanes[rl] += acc_sum1_lanes[rl + 2];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 1; rl++) {
+      acc_sum1_lanes[rl] += acc_sum1_lanes[rl + 1];
+    }
+    acc_sum1 += acc_sum1_lanes[0];
+    float acc_sum5 = 0;
+    const float m10 = in_m[x];
+    const float vr12 = in_r[x];
+    float acc_sum5_lanes[16];
+    for (int64_t rl = 0; rl < 16; rl++) {
+      acc_sum5_lanes[rl] = 0;
+    }
+    for (int64_t rb = 0; rb < 3; rb++) {
+      #pragma omp simd
+      for (int64_t rl = 0; rl < 16; rl++) {
+        const int64_t r = rb * 16 + rl;
+        const float g6 = in_g[x * 48 + r];
+        const float w7 = in_w[r];
+        const float mul8 = g6 * w7;
+        const float vx9 = in_x[x * 48 + r];
+        const float sub11 = vx9 - m10;
+        const float mul13 = sub11 * vr12;
+        const float mul14 = mul8 * mul13;
+        acc_sum5_lanes[rl] += mul14;
+      }
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 8; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 8];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 4; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 4];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 2; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 2];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 1; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 1];
+    }
+    acc_sum5 += acc_sum5_lanes[0];
+    const float div16 = vr12 / ((float)48.0);
+    int64_t r_n29 = 48;
+    __asm__("" : "+r"(r_n29));
+    #pragma omp simd
+    for (int64_t r = 0; r < r_n29; r++) {
+      const float t15 = in_t[x * 48 + r];
+      const float g17 = in_g[x * 48 + r];
+      const float w18 = in_w[r];
+      const float mul19 = g17 * w18;
+      const float mul20 = mul19 * ((float)48.0);
+      const float sub21 = mul20 - acc_sum1;
+      const float vx22 = in_x[x * 48 + r];
+      const float sub23 = vx22 - m10;
+      const float mul24 = sub23 * vr12;
+      const float mul25 = mul24 * acc_sum5;
+      const float sub26 = sub21 - mul25;
+      const float mul27 = div16 * sub26;
+      const float add28 = t15 + mul27;
+      out_t12[x * 48 + r] = add28;
     }
   }
   const int64_t n_xb = 1;

@@ -16,7 +16,7 @@ import attrs
 
 from torchloom.api import TensorType, expr, stmt, writer
 
-from torchloom_codegen_cpu import overrun
+from torchloom_codegen_cpu import lanes, overrun
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE
 from torchloom_codegen_cpu.render import Simd, compare, costly, divides_integers, ternary
 
@@ -239,6 +239,13 @@ class Emitter(writer.Statements):
         SIMD pragma (None: a plain loop)."""
         body = self.close_phase()
         assert body is not None
+        width = TAIL if isinstance(n, int) and n % TAIL == 0 else \
+            8 if narrow_row(n, self.narrow_limit) else 0  # (8: rows of 8-lane vectors)
+        tree = width and lanes.lane_loop(pragma, n, header, body, self._accumulator_type,
+                                         width)
+        if tree:  # its lanes combined as a tree (lanes.py)
+            self.lines += tree
+            return
         if pragma is not None and narrow_row(n, self.narrow_limit):
             self._loop(attrs.evolve(pragma, simdlen=8), "r", _int(0),
                        self._trip_count(n, pragma, True), header, body)
@@ -255,6 +262,12 @@ class Emitter(writer.Statements):
                 self.lines.append(stmt.If(overrun.GUARD, tuple(past), tuple(blocks)))
                 return
         self._blocks(pragma, n, header, body, tail)
+
+    def _accumulator_type(self, name: str) -> str | None:
+        """The C type of accumulator ``name`` as the row's statements so far declare it
+        (None: not declared there)."""
+        return next((s.ctype for s in self.lines if isinstance(s, stmt.Var) and s.name == name),
+                    None)
 
     def _blocks(self, pragma: Simd | None, n: int | str, header: list, body: list,
                 tail: int) -> None:
