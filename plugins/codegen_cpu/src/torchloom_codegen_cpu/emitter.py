@@ -235,8 +235,10 @@ class Emitter(writer.Statements):
         :func:`narrow_odd_row` as 8-lane blocks and a masked 8-lane block, or, up to
         :data:`overrun.OVERRUN_ROWS` values where every element the loop touches lies in
         a tensor whose rows are end to end, as one loop of whole 8-lane vectors past the
-        row's end in all rows but each thread's last (overrun.py). ``pragma``: the loop's
-        SIMD pragma (None: a plain loop)."""
+        row's end in all rows but each thread's last (overrun.py). A static row of whole
+        16-lane vectors, or an 8-lane row, whose loop only adds runs as blocks into an
+        array of lanes combined as a tree (lanes.py). ``pragma``: the loop's SIMD pragma
+        (None: a plain loop)."""
         body = self.close_phase()
         assert body is not None
         width = TAIL if isinstance(n, int) and n % TAIL == 0 else \
