@@ -97,7 +97,11 @@ def test_checkpointed_layers_with_dropout_compile_and_draw_eagers_masks(tmp_path
     assert torch.equal(states[0], states[1])  # as many draws as eager
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)  # eager's masks
     for got, want in zip(*grads[::-1]):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)  # recomputed: the same
+        # recomputed: the same up to f32 rounding, which an element that cancels (a sum of
+        # products of both signs) shows relative to the gradient's scale, not its own
+        # (eager's own error against float64 here: 3.4e-7 of the largest gradient)
+        scale = want.abs().max().item()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6 * max(scale, 1.0))
     assert compiler.compilations and all(c.fallback_reason is None
                                          for c in compiler.compilations), \
         [c.fallback_reason for c in compiler.compilations]
