@@ -1,7 +1,7 @@
-"""Row sums with their lanes combined as a tree (lanes.py): static rows of whole 16-lane
-vectors (and 8-lane rows, emitter.narrow_row) run as blocks into an explicit array of lanes
-combined in halves; other rows (a max or min, a symbolic length, a masked tail) keep gcc's
-reduction clause. Values stay eager's at every such length and dtype, with NaN, inf and
+"""Row sums, maxes and mins with their lanes combined as a tree (lanes.py): static rows of
+whole 16-lane vectors (and 8-lane rows, emitter.narrow_row) run as blocks into an explicit
+array of lanes combined in halves; other rows (a product, a symbolic length, a masked tail)
+keep gcc's reduction clause. Values stay eager's at every such length and dtype, with NaN, inf and
 -0.0 anywhere in the row."""
 
 from __future__ import annotations
@@ -65,10 +65,55 @@ def test_other_rows_keep_the_reduction_clause(check, cols):
     assert "_lanes[" not in source and "reduction(+:" in source
 
 
-def test_max_keeps_its_clause_beside_a_tree_sum(check):
-    """A softmax's max keeps ``reduction(max:...)``; its sum is a tree."""
+def test_a_softmax_takes_its_max_and_its_sum_as_trees(check):
+    """The max (its NaN flag beside it) and the sum: three lane arrays, no clause."""
     source = check.source(softmax_text("f32", 3, 64))
-    assert "reduction(max:" in source and source.count("_lanes[16];") == 1
+    assert "reduction(" not in source and source.count("_lanes[16];") == 3
+    assert "acc_max1_lanes[rl + 8] > acc_max1_lanes[rl] ?" in source, source
+
+
+def _extremes_text(dtype: str, rows: int, cols: int) -> str:
+    """amax, amin and logsumexp of a row, each its own loop."""
+    t, r = f"{dtype}[{rows}, {cols}]", f"{dtype}[{rows}, 1]"
+    return group_text(f"%a: {t}", f"""
+        %hi = aten.amax.default(%a) {{dim = [1], keepdim = true}} : {r}
+        %lo = aten.amin.default(%a) {{dim = [1], keepdim = true}} : {r}
+        %d = aten.sub.Tensor(%a, %hi) : {t}
+        %e = aten.exp.default(%d) : {t}
+        %s = aten.sum.dim_IntList(%e) {{dim = [1], keepdim = true}} : {r}
+        %l = aten.log.default(%s) : {r}
+        %z = aten.add.Tensor(%l, %hi) : {r}""", f"%hi: {r}, %lo: {r}, %z: {r}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i32", "i64"])
+def test_integer_and_float_extremes_are_eagers(check, dtype):
+    """amax and amin exactly eager's over whole rows: NaN anywhere (float), the type's
+    limits (int), -0.0 beside 0.0."""
+    cols = 48
+    if dtype == "f32":
+        x = _rows(8, cols, 3, None, 0, torch.float32)
+        x[1, 5], x[2, 47], x[3, 0] = float("nan"), float("inf"), -float("inf")
+        x[4] = -x[4].abs()
+        x[4, 7], x[4, 40] = -0.0, 0.0
+        check(_extremes_text("f32", 8, cols), x, exact=False, atol=1e-6, rtol=1e-6)
+        got, _ = check(group_text(f"%a: f32[8, {cols}]", """
+            %hi = aten.amax.default(%a) {dim = [1], keepdim = true} : f32[8, 1]
+            %lo = aten.amin.default(%a) {dim = [1], keepdim = true} : f32[8, 1]""",
+            "%hi: f32[8, 1], %lo: f32[8, 1]"), x, exact=True)
+        assert got[0][1].isnan() and got[0][2] == float("inf") and got[1][3] == -float("inf")
+        return
+    info = torch.iinfo(DTYPES_INT[dtype])
+    x = torch.randint(-50, 50, (8, cols), dtype=DTYPES_INT[dtype])
+    x[0, 13], x[1, 40], x[2] = info.max, info.min, info.min
+    text = group_text(f"%a: {dtype}[8, {cols}]", f"""
+        %hi = aten.amax.default(%a) {{dim = [1], keepdim = true}} : {dtype}[8, 1]
+        %lo = aten.amin.default(%a) {{dim = [1], keepdim = true}} : {dtype}[8, 1]""",
+        f"%hi: {dtype}[8, 1], %lo: {dtype}[8, 1]")
+    assert check.source(text).count("_lanes[16];") == 2
+    check(text, x, exact=True)
+
+
+DTYPES_INT = {"i32": torch.int32, "i64": torch.int64}
 
 
 @settings(max_examples=40, deadline=None, derandomize=True,
@@ -82,6 +127,7 @@ def test_tree_sums_match_eager(check, cols, dtype, seed, special, at):
     tolerances = {"f32": (1e-5, 1e-5), "f64": (1e-12, 1e-12), "bf16": (2e-2, 2e-2)}[dtype]
     check(_norm_text(dtype, 6, cols), x, atol=tolerances[0], rtol=tolerances[1])
     check(softmax_text(dtype, 6, cols), x, atol=tolerances[0], rtol=tolerances[1])
+    check(_extremes_text(dtype, 6, cols), x, atol=tolerances[0], rtol=tolerances[1])
 
 
 def test_a_sum_of_equal_values_is_exact(check):
@@ -99,15 +145,25 @@ def _body(target: str = "acc", op: str = "+=", mask=None) -> list:
     return [v, stmt.Update(target, op, expr.Name("v"), mask)]
 
 
-def _ctype(name: str) -> str | None:
-    return "float" if name == "acc" else None
+def _declared(name: str) -> stmt.Var | None:
+    return stmt.Var("float", name, "-INFINITY") if name == "acc" else None
+
+
+def _max_body(cond=None) -> list:
+    v = stmt.Declare("float", "v", expr.Load("in_a", expr.Name("r")))
+    if cond is None:
+        cond = expr.Op("{0} > {1}", expr.LOWEST, (expr.Name("v"), expr.Name("acc")))
+    return [v, stmt.Select("acc", cond, expr.Name("v"))]
 
 
 @pytest.mark.parametrize("pragma, n, body, why", [
     (Simd((("+", ("acc",)),)), "s0", _body(), "a symbolic row"),
     (Simd((("+", ("acc",)),)), 40, _body(), "not whole blocks"),
     (Simd((("+", ("acc",)),)), 8, _body(), "shorter than the lanes"),
-    (Simd((("max", ("acc",)),)), 64, _body(), "a max"),
+    (Simd((("max", ("acc",)),)), 64, _body(), "a max's accumulator updated by +="),
+    (Simd((("+", ("acc",)),)), 64, _max_body(), "a sum's accumulator selected"),
+    (Simd((("max", ("acc",)),)), 64, _max_body("v > acc"), "its accumulator in opaque text"),
+    (Simd((("*", ("acc",)),)), 64, _body(op="*="), "a product"),
     (Simd(), 64, _body(), "no reduction"),
     (None, 64, _body(), "no pragma"),
     (Simd((("+", ("acc",)),)), 64, _body("other"), "a name the pragma does not reduce"),
@@ -116,11 +172,23 @@ def _ctype(name: str) -> str | None:
     (Simd((("+", ("nope",)),)), 64, _body("nope"), "an accumulator not declared"),
 ])
 def test_lane_loop_declines(pragma, n, body, why):
-    assert lane_loop(pragma, n, [], body, _ctype, 16) is None, why
+    assert lane_loop(pragma, n, [], body, _declared, 16) is None, why
+
+
+def test_a_max_starts_its_lanes_at_its_identity_and_selects_them():
+    lines = lane_loop(Simd((("max", ("acc",)),)), 32, [], _max_body(), _declared, 16)
+    assert lines is not None
+    start = next(s for s in lines if isinstance(s, stmt.Loop) and s.var == "rl")
+    assert str(start.body[0].value) == "-INFINITY"
+    blocks = next(s for s in lines if isinstance(s, stmt.Loop) and s.var == "rb")
+    select = blocks.body[0].body[-1]
+    assert isinstance(select, stmt.Select) and "acc_lanes[rl]" in str(select.cond)
+    assert "acc" not in {n for n in expr.names(select.cond)}
+    assert isinstance(lines[-1], stmt.Select) and lines[-1].target == "acc"
 
 
 def test_lane_loop_writes_blocks_and_halves():
-    lines = lane_loop(Simd((("+", ("acc",)),)), 64, [], _body(), _ctype, 16)
+    lines = lane_loop(Simd((("+", ("acc",)),)), 64, [], _body(), _declared, 16)
     assert lines is not None
     loops = [s for s in lines if isinstance(s, stmt.Loop)]
     blocks = next(s for s in loops if s.var == "rb")

@@ -54,9 +54,17 @@ def test_short_rows_reduce_as_eager(codegen, registry, check, op, cols):
     text = amax(op, "f32", rows, cols)
     source = codegen.generate(next(parse_graph(text).nodes), registry).source
     simd = bool(MAX_PRAGMA.search(source))
-    assert simd == (cols >= 16 or cols % 8 == 0), source
+    # whole vectors and 8-lane rows: lanes combined as a tree (lanes.py), no clause
+    assert simd == ((cols >= 16 or cols % 8 == 0) and not tree(cols)), source
+    assert bool(tree_loops(source)) == tree(cols), source
     got, _ = check(text, edge_rows(rows, cols, torch.float32), exact=True)
     assert got[0].isnan().any()  # the NaN rows stayed NaN
+
+
+def tree(cols: int) -> bool:
+    """Whether a row of ``cols`` values in a kernel of 4-byte elements runs its sums, maxes
+    and mins as lanes combined as a tree (lanes.py): whole 16-lane vectors, 8-lane rows."""
+    return cols % 16 == 0 or narrow_row(cols)
 
 
 def prod_or_min(op: str, dtype: str, rows: int, cols: int) -> str:
@@ -75,7 +83,9 @@ def test_prod_and_integer_rows(codegen, registry, check, op, dtype, cols):
     if op.startswith("prod"):
         text = text.replace("{dim = [-1], keepdim = true}", "{dim = -1, keepdim = true}")
     source = codegen.generate(next(parse_graph(text).nodes), registry).source
-    assert bool(MAX_PRAGMA.search(source)) == (cols >= 16 or cols % 8 == 0), source
+    whole = tree(cols) and not op.startswith("prod")  # (a product keeps its clause)
+    assert bool(MAX_PRAGMA.search(source)) == ((cols >= 16 or cols % 8 == 0) and not whole), \
+        source
     torch.manual_seed(cols)
     if dtype == "f32":
         x = edge_rows(24, cols, torch.float32)
@@ -147,12 +157,12 @@ def test_rows_of_one_to_four_vectors_hide_their_length(codegen, registry, check,
     source = codegen.generate(next(parse_graph(text).nodes), registry).source
     names = HIDDEN.findall(source)
     loops = re.findall(r"for \(int64_t r = \w+; r < (\w+); r\+\+\)", source)
-    if hidden:  # max and div; the sum's lanes are combined as a tree (lanes.py)
-        assert len(names) == len(loops) == 2 and sorted(loops) == sorted(names), source
+    if hidden:  # the div; the max's and the sum's lanes are combined as a tree (lanes.py)
+        assert len(names) == len(loops) == 1 and sorted(loops) == sorted(names), source
     else:
         assert not names and str(cols) in loops, source
     lanes = 16 if cols % 16 == 0 else 8 if narrow_row(cols) else None  # (8: one vector)
-    assert tree_loops(source) == ([(lanes, cols // lanes)] if lanes else []), source
+    assert tree_loops(source) == ([(lanes, cols // lanes)] * 2 if lanes else []), source
     x = edge_rows(33, cols, torch.float32)
     check(text, x)
 
@@ -164,7 +174,7 @@ def row_sum(rows: int, cols: int, dtype: str = "f32") -> str:
                       f"%r: {dtype}[{rows}, 1]")
 
 
-TREE = re.compile(r"(?:float|double) \w+_lanes\[(\d+)\];(?:.|\n)*?"
+TREE = re.compile(r"(?:float|double|int\w*) \w+_lanes\[(\d+)\];(?:.|\n)*?"
                   r"for \(int64_t rb = 0; rb < (\d+); rb\+\+\)")
 
 
@@ -196,12 +206,12 @@ def test_half_vector_remainders(codegen, registry, check, cols):
         if cols == 16 or cols <= limit:
             for pragma, first, bound in sums + softmax:
                 assert "simdlen(8)" in pragma and first == "0" and bound.startswith("r_n")
-            # the sums run as blocks of lanes combined as a tree (lanes.py)
-            assert (len(sums), len(softmax)) == (0, 2)
+            # sums and maxes run as blocks of lanes combined as a tree (lanes.py)
+            assert (len(sums), len(softmax)) == (0, 1)
             lanes = 16 if cols % 16 == 0 else 8
-            for text in (row_sum(24, cols, dtype), softmax_text(dtype, 24, cols)):
+            for text, trees in ((row_sum(24, cols, dtype), 1), (softmax_text(dtype, 24, cols), 2)):
                 source = codegen.generate(next(parse_graph(text).nodes), registry).source
-                assert tree_loops(source) == [(lanes, cols // lanes)], source
+                assert tree_loops(source) == [(lanes, cols // lanes)] * trees, source
             continue
         assert not any("simdlen" in pragma for pragma, _, _ in sums + softmax)
         if cols % 16 == 0 or dtype != "f32":  # bf16 loads call tl_bf16_to_f32: not cheap

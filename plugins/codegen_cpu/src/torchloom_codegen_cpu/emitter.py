@@ -236,14 +236,14 @@ class Emitter(writer.Statements):
         :data:`overrun.OVERRUN_ROWS` values where every element the loop touches lies in
         a tensor whose rows are end to end, as one loop of whole 8-lane vectors past the
         row's end in all rows but each thread's last (overrun.py). A static row of whole
-        16-lane vectors, or an 8-lane row, whose loop only adds runs as blocks into an
-        array of lanes combined as a tree (lanes.py). ``pragma``: the loop's SIMD pragma
+        16-lane vectors, or an 8-lane row, whose loop only adds or takes a max or min
+        runs as blocks into an array of lanes combined as a tree (lanes.py). ``pragma``: the loop's SIMD pragma
         (None: a plain loop)."""
         body = self.close_phase()
         assert body is not None
         width = TAIL if isinstance(n, int) and n % TAIL == 0 else \
             8 if narrow_row(n, self.narrow_limit) else 0  # (8: rows of 8-lane vectors)
-        tree = width and lanes.lane_loop(pragma, n, header, body, self._accumulator_type,
+        tree = width and lanes.lane_loop(pragma, n, header, body, self._accumulator,
                                          width)
         if tree:  # its lanes combined as a tree (lanes.py)
             self.lines += tree
@@ -265,10 +265,10 @@ class Emitter(writer.Statements):
                 return
         self._blocks(pragma, n, header, body, tail)
 
-    def _accumulator_type(self, name: str) -> str | None:
-        """The C type of accumulator ``name`` as the row's statements so far declare it
-        (None: not declared there)."""
-        return next((s.ctype for s in self.lines if isinstance(s, stmt.Var) and s.name == name),
+    def _accumulator(self, name: str) -> stmt.Var | None:
+        """The declaration of accumulator ``name`` among the row's statements so far (None:
+        not declared there)."""
+        return next((s for s in self.lines if isinstance(s, stmt.Var) and s.name == name),
                     None)
 
     def _blocks(self, pragma: Simd | None, n: int | str, header: list, body: list,

@@ -1,20 +1,24 @@
-"""A row's sums with their lanes combined as a tree (``Emitter.end_row_phase``).
+"""A row's sums, maxes and mins with their lanes combined as a tree
+(``Emitter.end_row_phase``).
 
 gcc 12 compiles ``#pragma omp simd reduction(+:acc)`` as a private copy of ``acc`` per
 lane (an "omp simd array") and, after the loop, adds the lanes to ``acc`` one after the
 other: without ``-fassociative-math`` (which the kernels do not take: it would reorder
 every sum) that combine is a serial chain of 16 dependent adds, about 64 cycles a row for
-each accumulator. On a short row it is most of the row's time: the row's later statements
-(a layer norm's mean, its rsqrt, the normalized row) wait for it, and the next rows' loads
-cannot hide it.
+each accumulator; ``reduction(max:)`` and ``reduction(min:)`` the same with selects. On a
+short row it is most of the row's time: the row's later statements (a layer norm's mean,
+its rsqrt, the normalized row) wait for it, and the next rows' loads cannot hide it.
 
-A static row of whole vectors whose SIMD loop only adds (``+``, and ``|`` for flags) runs
-here as blocks of ``lanes`` elements into an explicit array of lanes, then combines the
-lanes in halves (8 + 8, 4 + 4, 2 + 2, 1 + 1: four vector adds), then adds lane 0 to the
-accumulator. Each lane still adds the same elements as gcc's lane copies did, in the same
-order; only the combine's order differs (a tree instead of a chain, as eager's
-``vec_reduce_all`` and Inductor's combine). C harness, one thread, layer norm over rows
-of 256 (1024 rows): 66.9 -> 56.8 us; over rows of 32 (6272 rows): 104 -> 92 us.
+A static row of whole vectors whose SIMD loop only adds (``+``, and ``|`` for flags) or
+takes a max or min runs here as blocks of ``lanes`` elements into an explicit array of
+lanes, then combines the lanes in halves (8 + 8, 4 + 4, 2 + 2, 1 + 1: four vector ops),
+then lane 0 into the accumulator. Each lane still takes the same elements as gcc's lane
+copies did, in the same order; only the combine's order differs (a tree instead of a chain,
+as eager's ``vec_reduce_all`` and Inductor's combine). A max's NaN flag is its own ``|``
+accumulator, as before. C harness, one thread: layer norm over rows of 256 (1024 rows)
+66.9 -> 54.8 us, over rows of 32 (6272 rows) 104.7 -> 78.5 us (the sums); softmax over
+rows of 64 (4096 rows) 125.5 -> 119 us, over rows of 512 (1024 rows) 212.5 -> 207 us
+(its max, beside its sum already a tree).
 
 ::
 
@@ -41,20 +45,27 @@ from torchloom.api import expr, stmt
 
 from torchloom_codegen_cpu.render import Simd
 
-#: reduction operators of a SIMD pragma this form takes -> their update
-UPDATES = {"+": "+=", "|": "|="}
+#: reduction operators of a SIMD pragma this form takes -> their update (max and min: a
+#: select, ``acc = v > acc ? v : acc``, which their lanes keep)
+UPDATES = {"+": "+=", "|": "|=", "max": ">", "min": "<"}
 #: statements a row loop's body may hold here (no nested loop or branch)
 _FLAT = (stmt.Declare, stmt.Store, stmt.Update, stmt.Select)
 
 
 def lane_loop(pragma: Simd | None, n: int | str, header: list, body: list,
-              ctype_of: Callable[[str], str | None], lanes: int) -> list | None:
+              declared: Callable[[str], stmt.Var | None], lanes: int) -> list | None:
     """The statements of a row loop over ``r`` in ``[0, n)`` (``header``: the coordinates
     each iteration starts with, ``body``: its statements) with its lanes combined as a tree,
     or None where this form does not apply: a symbolic row, a row that is not whole blocks
-    of ``lanes``, a pragma that reduces with another operator than ``+`` or ``|`` (or
-    none), a body with nested statements or updating a name its pragma does not reduce,
-    an accumulator whose declaration ``ctype_of`` does not know."""
+    of ``lanes``, a pragma that reduces with another operator than ``+``, ``|``, ``max``
+    or ``min`` (or none), a body with nested statements, updating a name its pragma does
+    not reduce, masked, or a max/min whose condition reads its accumulator in opaque text,
+    an accumulator whose declaration (``declared``) is not in the row's statements.
+
+    A sum's lanes start at 0 (its accumulator's own start is added once, at the end); a
+    max's or min's at its accumulator's start (its identity: -INFINITY, INT_MIN...), and
+    the lanes combine with the same select (NaN has its own flag: ``reduction.accumulate``).
+    """
     if pragma is None or not pragma.reductions or not isinstance(n, int) \
             or n < lanes or n % lanes:
         return None
@@ -63,36 +74,53 @@ def lane_loop(pragma: Simd | None, n: int | str, header: list, body: list,
         return None
     if not all(isinstance(s, _FLAT) for s in body):
         return None
-    updated = {s.target for s in body if isinstance(s, (stmt.Update, stmt.Select))}
-    if any(not isinstance(t, str) or t not in op_of for t in updated):
+    updates = [s for s in body if isinstance(s, (stmt.Update, stmt.Select))]
+    if any(not isinstance(s.target, str) or s.target not in op_of or s.mask is not None
+           or isinstance(s, stmt.Select) != (op_of[s.target] in ("max", "min"))
+           or isinstance(s, stmt.Update) and s.op != UPDATES[op_of[s.target]]
+           for s in updates):
         return None
-    if any(s.op != UPDATES[op_of[s.target]] or s.mask is not None
-           for s in body if isinstance(s, stmt.Update)):
-        return None
-    if any(isinstance(s, stmt.Select) for s in body):
-        return None
-    ctypes = {name: ctype_of(name) for name in op_of}
-    if None in ctypes.values():
+    vars_ = {name: declared(name) for name in op_of}
+    if None in vars_.values():
         return None
     arrays = {name: f"{name}_lanes" for name in op_of}
     rl = expr.Name("rl")
+    inner = []
+    for s in body:
+        if isinstance(s, stmt.Update):
+            s = stmt.Update(stmt.Element(arrays[s.target], rl), s.op, s.value)
+        elif isinstance(s, stmt.Select):
+            lane = expr.Load(arrays[s.target], rl)
+            cond = expr.substitute(s.cond, {s.target: lane})
+            if s.target in expr.names(cond) or s.target in expr.names(s.value):
+                return None  # (read in opaque text, or the value reads it)
+            s = stmt.Select(stmt.Element(arrays[s.target], rl), cond, s.value)
+        inner.append(s)
     lines: list = []
     for name, array in arrays.items():
-        lines.append(stmt.Array(ctypes[name], array, expr.Literal(str(lanes), lanes)))
+        start = "0" if op_of[name] in ("+", "|") else vars_[name].expr
+        lines.append(stmt.Array(vars_[name].ctype, array, expr.Literal(str(lanes), lanes)))
         lines.append(stmt.Loop("rl", "0", str(lanes),
-                               (stmt.Update(stmt.Element(array, rl), "=", "0"),)))
-    inner = [stmt.Update(stmt.Element(arrays[s.target], rl), s.op, s.value)
-             if isinstance(s, stmt.Update) else s for s in body]
+                               (stmt.Update(stmt.Element(array, rl), "=", start),)))
     r = stmt.Declare("int64_t", "r", expr.plus(expr.times("rb", lanes), rl))
     lines.append(stmt.Loop("rb", "0", str(n // lanes), (
         stmt.Loop("rl", "0", str(lanes), tuple(inner), (r, *header), Simd()),)))
     half = lanes // 2
     while half:
-        lines += [stmt.Loop("rl", "0", str(half), (stmt.Update(
-            stmt.Element(array, rl), UPDATES[op_of[name]],
-            expr.Load(array, expr.plus(rl, half))),), annotation=Simd())
+        lines += [stmt.Loop("rl", "0", str(half), (
+            _combine(op_of[name], stmt.Element(array, rl), expr.Load(array, rl),
+                     expr.Load(array, expr.plus(rl, half))),), annotation=Simd())
             for name, array in arrays.items()]
         half //= 2
-    lines += [stmt.Update(name, UPDATES[op_of[name]], expr.Load(array, expr.as_node(0)))
+    lines += [_combine(op_of[name], name, expr.Name(name),
+                       expr.Load(array, expr.as_node(0)))
               for name, array in arrays.items()]
     return lines
+
+
+def _combine(op: str, target, held: expr.Code, other: expr.Code):
+    """``target`` (holding ``held``) combined with ``other``: ``+=``/``|=``, or for max
+    and min the select ``other > held ? other : held``."""
+    if op in ("max", "min"):
+        return stmt.Select(target, expr.compare(UPDATES[op], other, held), other)
+    return stmt.Update(target, UPDATES[op], other)
