@@ -10,6 +10,7 @@ codegen's cache directory is one per test session, so identical kernels build on
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 import torch
@@ -145,6 +146,15 @@ def compiled(fn, tmp_path, dynamic=None):
 def codegens(compiler) -> list[str]:
     """The codegen of each group ``compiler`` compiled, in order."""
     return [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
+
+
+TREE = re.compile(r"(?:float|double|int\w*) \w+_lanes\[(\d+)\];(?:.|\n)*?"
+                  r"for \(int64_t rb = 0; rb < (\d+); rb\+\+\)")
+
+
+def tree_loops(source: str) -> list[tuple[int, int]]:
+    """(lanes, blocks) of each row reduction whose lanes are combined as a tree (lanes.py)."""
+    return [(int(a), int(b)) for a, b in TREE.findall(source)]
 
 
 def softmax_text(dtype: str, rows: int, cols: int) -> str:

@@ -14,7 +14,7 @@ from torchloom.api import expr, stmt
 from torchloom_codegen_cpu.lanes import lane_loop
 from torchloom_codegen_cpu.render import Simd
 
-from conftest import group_text, softmax_text
+from conftest import group_text, softmax_text, tree_loops
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}
 
@@ -49,7 +49,7 @@ def _rows(rows: int, cols: int, seed: int, special: float | None, at: int,
 def test_whole_rows_sum_into_lanes_combined_as_a_tree(check, cols, lanes, blocks):
     """Every sum of the group takes the tree form; its lanes halve down to one."""
     source = check.source(_norm_text("f32", 5, cols))
-    assert source.count(f"for (int64_t rb = 0; rb < {blocks}; rb++)") == 3, source
+    assert tree_loops(source) == [(lanes, blocks)] * 3, source
     assert "reduction(+:" not in source
     half = lanes // 2
     while half:

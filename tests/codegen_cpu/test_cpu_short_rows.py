@@ -15,7 +15,7 @@ import torch
 from torchloom.api import parse_graph
 from torchloom_codegen_cpu.emitter import NARROW_ROWS, NARROW_ROWS_MIXED, narrow_row
 
-from conftest import compiled, group_text, softmax_text
+from conftest import compiled, group_text, softmax_text, tree_loops
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16, "i32": torch.int32,
           "i64": torch.int64,
@@ -172,15 +172,6 @@ def row_sum(rows: int, cols: int, dtype: str = "f32") -> str:
         %b = aten.mul.Tensor(%a, %a) : {dtype}[{rows}, {cols}]
         %r = aten.sum.dim_IntList(%b) {{dim = [-1], keepdim = true}} : {dtype}[{rows}, 1]""",
                       f"%r: {dtype}[{rows}, 1]")
-
-
-TREE = re.compile(r"(?:float|double|int\w*) \w+_lanes\[(\d+)\];(?:.|\n)*?"
-                  r"for \(int64_t rb = 0; rb < (\d+); rb\+\+\)")
-
-
-def tree_loops(source: str) -> list[tuple[int, int]]:
-    """(lanes, blocks) of each row sum whose lanes are combined as a tree (lanes.py)."""
-    return [(int(a), int(b)) for a, b in TREE.findall(source)]
 
 
 def row_loops(codegen, registry, text: str) -> list[tuple[str, str, str]]:
