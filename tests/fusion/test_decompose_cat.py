@@ -148,18 +148,105 @@ def test_rotary_gradients_as_eager():
     assert _ops(compiler)["aten.cat.default"] == 0
 
 
-def test_a_concatenation_a_gemm_or_a_reduction_reads_stays_a_cat():
-    """(An LSTM's gate gradients: written out either way; as tiles the group would carry
-    outputs of the pieces' shape beside a reduction over the whole.)"""
+def test_a_concatenation_of_pieces_read_elsewhere_that_a_gemm_reads_stays_a_cat():
+    """(An LSTM's gate gradients: the pieces are read elsewhere too, so the concatenation
+    is written out either way; as tiles the group would carry outputs of the pieces' shape
+    beside a reduction over the whole.)"""
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(5)
     a, b = torch.randn(8, 32, generator=g), torch.randn(8, 96, generator=g)
     w = torch.randn(128, 16, generator=g)
 
     def fn(a, b, w):
-        c = torch.cat([a.sigmoid(), b.tanh()], 1)
-        return c @ w, c.sum(0)
+        sa = a.sigmoid()
+        c = torch.cat([sa, b.tanh()], 1)
+        return c @ w, c.sum(0), sa
     compiler = Compiler(keep_ir=True)
     compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler})
     torch.testing.assert_close(compiled(a, b, w), fn(a, b, w))
     assert _ops(compiler)["aten.cat.default"] == 1
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.integers(1, 9), st.lists(st.integers(1, 40), min_size=2, max_size=4),
+       st.sampled_from([0, 1, -1]), st.sampled_from([torch.float32, torch.float64]),
+       st.integers(0, 99))
+def test_a_concatenation_of_pieces_nothing_else_reads_is_written_by_their_kernel(
+        other, sizes, dim, dtype, seed):
+    """Pieces that only the concatenation reads (a fused q/k/v projection's gradients):
+    the kernel computing them writes the concatenation that a GEMM and a sum (the bias
+    gradient) read, no ``cat`` call; eager's values (the pieces along either dim)."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(seed)
+    pieces = [torch.randn((n, other) if dim == 0 else (other, n), generator=g, dtype=dtype)
+              for n in sizes]
+    width = torch.cat(pieces, dim).shape[1]
+    w = torch.randn(width, 8, generator=g, dtype=dtype)
+
+    def fn(w, *pieces):
+        c = torch.cat([p.sigmoid() * (i + 1) for i, p in enumerate(pieces)], dim)
+        return c @ w, c.sum(0)
+    compiler = Compiler(keep_ir=True)
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler},
+                             dynamic=False)
+    got, want = compiled(w, *pieces), fn(w, *pieces)
+    torch.testing.assert_close(got, want)
+    ops = _ops(compiler)
+    # one kernel, or two where a piece is one row along dim 0 (fusion keeps the sum
+    # apart): never a cat call between them
+    assert ops["aten.cat.default"] == 0 and ops["torchloom.fusion_group"] <= 2, ops
+    assert {c.codegen for c in compiler.compilations[-1].compiled.choices} == {"cpu"}
+
+
+def test_where_triton_takes_the_cpu_groups_such_a_concatenation_stays_a_cat(monkeypatch):
+    """The Triton interpreter (CPU groups on triton) sees the graph CUDA would: the cat a
+    GEMM and a sum read stays (as tiles beside the sum a group may carry outputs of the
+    pieces' shape, which only cpu renders)."""
+    monkeypatch.setenv("TORCHLOOM_TRITON_CPU", "1")
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(4, 8, generator=g), torch.randn(4, 24, generator=g)
+    w = torch.randn(32, 8, generator=g)
+
+    def fn(a, b, w):
+        c = torch.cat([a.sigmoid(), b.tanh()], 1)
+        return c @ w, c.sum(0)
+    compiler = Compiler(keep_ir=True)
+    assert compiler.context().codegen == "triton"
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler})
+    torch.testing.assert_close(compiled(a, b, w), fn(a, b, w))
+    ops = _ops(compiler)
+    assert ops["aten.cat.default"] == 1, ops
+    torch._dynamo.reset()
+
+
+def test_a_fused_qkv_projection_s_gradients_as_eager_without_a_cat():
+    """A transformer block's fused q/k/v projection (one linear to 3 x the width, split in
+    three): its backward concatenates the three gradients, which the weight's and the
+    input's GEMMs and the bias's sum read. Forward and backward as eager at static and
+    symbolic lengths, and no ``cat`` left in any graph."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(11)
+    qkv = torch.nn.Linear(32, 96)
+
+    def fn(x):
+        q, k, v = qkv(x).split(32, dim=-1)
+        s = (q.unflatten(-1, (4, 8)).transpose(1, 2) @
+             k.unflatten(-1, (4, 8)).transpose(1, 2).transpose(-1, -2)).softmax(-1)
+        return (s @ v.unflatten(-1, (4, 8)).transpose(1, 2)).sum()
+    compiler = Compiler(keep_ir=True)
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler})
+    for length in (5, 9, 17):
+        x = torch.randn(2, length, 32, generator=g)
+        xs = [x.clone().requires_grad_() for _ in range(2)]
+        qkv.zero_grad()
+        compiled(xs[0]).backward()
+        got = [xs[0].grad, qkv.weight.grad.clone(), qkv.bias.grad.clone()]
+        qkv.zero_grad()
+        fn(xs[1]).backward()
+        want = [xs[1].grad, qkv.weight.grad, qkv.bias.grad]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert len(compiler.compilations) >= 4  # static and symbolic, forward and backward
+    assert _ops(compiler)["aten.cat.default"] == 0
+    torch._dynamo.reset()

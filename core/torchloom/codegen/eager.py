@@ -21,6 +21,10 @@ class EagerCodegen:
     name = "eager"
     version = "2"
 
+    def takes_device(self, device: str) -> bool:
+        """Every device's groups (the last codegen of every chain)."""
+        return True
+
     def supports(self, group: Node, registry: Any) -> Reason | None:
         return None
 

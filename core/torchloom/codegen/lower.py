@@ -402,6 +402,11 @@ class RendererCodegen:
         missing = check() if callable(check) else None
         return None if missing is None else Reason(self.name, missing)
 
+    def takes_device(self, device: str) -> bool:
+        """Whether groups on ``device`` come here: its type is among the renderer's
+        ``capabilities.devices``."""
+        return device.split(":")[0] in self.renderer.capabilities.devices
+
     def supports(self, group: Node, registry: Any) -> Reason | None:
         missing = self.available(group)
         if missing is not None:

@@ -118,7 +118,7 @@ class Compiler:
                              and dump_dir is None and not keep_ir and target is None
                              and self.pipeline.verify != "numeric")
         self.graph_cache = GraphCache(disk and disk / "graphs", {
-            "pipeline": fingerprint, "device": device,
+            "pipeline": fingerprint, "device": device, "codegen": self.device_codegen,
             "versions": self.plugins.versions()},
             remote=self.remote_cache) if compile_cache else None
         #: which matrix products run in blocks (measured once per shape on this machine,
@@ -157,7 +157,22 @@ class Compiler:
         return stored if stored is not None else cg.generate(choice.node, self.registry)
 
     def context(self) -> PassContext:
-        return PassContext(registry=self.registry, device=self.device, cache_dir=self.cache_dir)
+        return PassContext(registry=self.registry, device=self.device, cache_dir=self.cache_dir,
+                           codegen=self.device_codegen)
+
+    @functools.cached_property
+    def device_codegen(self) -> str | None:
+        """The codegen that compiles groups on ``device`` first: the first of the
+        pipeline's codegens (those loaded) whose ``takes_device(device)`` is true; None
+        where one before it cannot say (no ``takes_device``)."""
+        for codegen in self.plugins.codegen_chain(self.pipeline.codegens or
+                                                  self.pipeline.codegen):
+            takes = getattr(codegen, "takes_device", None)
+            if takes is None:
+                return None
+            if takes(self.device):
+                return codegen.name
+        return None
 
     def compile_graph(self, graph: Graph, fallback: Callable | None = None,
                       constants: list[Any] | tuple = (), *, boxed: bool = False,

@@ -65,6 +65,10 @@ class PassContext:
 
     registry: Any  # torchloom.ops.registry.OpRegistry
     device: str = "cpu"
+    #: the codegen that compiles groups on ``device`` first: the first of the pipeline's
+    #: codegens whose ``takes_device(device)`` says so (None: not known, a codegen before
+    #: it has no ``takes_device``). Passes shaping groups for one codegen's strengths ask it
+    codegen: str | None = None
     log: logging.Logger = attrs.field(factory=lambda: logging.getLogger("torchloom.passes"))
     #: counters summed over the pipeline run, "pass.counter" -> value
     stats: dict[str, int] = attrs.field(factory=dict)

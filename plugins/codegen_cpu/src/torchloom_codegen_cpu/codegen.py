@@ -144,6 +144,10 @@ class CpuCodegen:
         return CpuCodegen(cache_dir=self.cache_dir.parent, timeout=self.timeout,
                           artifacts=store, f16=self.f16)
 
+    def takes_device(self, device: str) -> bool:
+        """Whether groups on ``device`` come here: the CPU's."""
+        return device == "cpu"
+
     def available(self, group: Node) -> Reason | None:
         """What this machine lacks for the group: a C compiler, and for f16 values one
         whose f16 conversions vectorize (see the module's doc; writes nothing)."""

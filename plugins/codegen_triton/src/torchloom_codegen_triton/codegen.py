@@ -164,6 +164,11 @@ class TritonCodegen:
                                      f"Triton interpreter, cuda compiles)")
         return None
 
+    def takes_device(self, device: str) -> bool:
+        """Whether groups on ``device`` come here: CUDA's, and the CPU's in the Triton
+        interpreter (its switch on). Cheap: triton is not imported."""
+        return device.startswith("cuda") or (device == "cpu" and self._cpu_allowed())
+
     def _cpu_allowed(self) -> bool:
         if self.cpu_interpreter is not None:
             return self.cpu_interpreter

@@ -41,13 +41,19 @@ DECOMPOSED_OPS: tuple[str, ...] = (
 #: (a count of nonzero values) or over every dim ran slower compiled than eager's own kernel
 #: (2048 x 1024: order 0 2.0 against 1.7 ms, f64 2.5 against 1.4; every dim 0.40 against
 #: 0.31, bf16 0.29 against 0.16), other orders over given dims 1.7-36x faster in f32/bf16/f64
-_ONLY_WHEN: dict[str, Callable[[Node, Any], bool]] = {
+_ONLY_WHEN: dict[str, Callable[[Node, PassContext], bool]] = {
     "aten.linalg_vector_norm.default":
-        lambda node, registry: node.attrs.get("ord", 2) != 0 and bool(node.attrs.get("dim")),
-    # where a pointwise op reads it (rotary embeddings); a concatenation that a GEMM or a
-    # reduction reads (an LSTM's gate gradients) is written out either way
-    "aten.cat.default": lambda node, registry: _cat_on_cpu_of_int_sizes(node) and
-    _read_pointwise(node.output, registry),
+        lambda node, ctx: node.attrs.get("ord", 2) != 0 and bool(node.attrs.get("dim")),
+    # where a pointwise op reads it (rotary embeddings); and where the cpu codegen compiles
+    # the groups and nothing but the concatenation reads its pieces (a fused q/k/v
+    # projection's gradients, which its GEMMs and its bias gradient's sum read): the kernel
+    # making the pieces writes the concatenation, no cat call after it (the dynamic
+    # transformer stack's pass 4-6 % faster). Triton (CPU groups in its interpreter) keeps
+    # that cat, as on CUDA: as tiles beside the bias gradient's sum a group may carry outputs
+    # of the pieces' shape (an LSTM's cell gradient), a form only cpu renders
+    "aten.cat.default": lambda node, ctx: _cat_on_cpu_of_int_sizes(node) and (
+        _read_pointwise(node.output, ctx.registry) or
+        (ctx.codegen == "cpu" and _pieces_read_only_here(node))),
 }
 
 
@@ -57,6 +63,14 @@ def _read_pointwise(value, registry) -> bool:
     return value not in graph.outputs and bool(value.uses) and all(
         (opdef := registry.lookup(user.op)) is not None and opdef.category == "pointwise"
         for user in value.users())
+
+
+def _pieces_read_only_here(node: Node) -> bool:
+    """Every piece of the concatenation ``node`` is read by it alone (once), made by a
+    node of the graph (no graph input) and is no graph output."""
+    graph = node.graph
+    return all(v.producer is not None and v not in graph.outputs and v.uses == [node]
+               for v in node.inputs)
 
 
 def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
@@ -76,7 +90,7 @@ def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
         isinstance(t.shape[dim % rank], int) and t.shape[dim % rank] > 0 for t in types)
 
 
-def _always(node: Node, registry: Any) -> bool:
+def _always(node: Node, ctx: PassContext) -> bool:
     return True
 
 
@@ -149,7 +163,7 @@ class Decompose(Pass):
         done = addmm = 0
         graph_outputs = set(graph.outputs)
         for node in list(graph.nodes):
-            if node.op in wanted and _ONLY_WHEN.get(node.op, _always)(node, ctx.registry):
+            if node.op in wanted and _ONLY_WHEN.get(node.op, _always)(node, ctx):
                 sub = self._trace(node, ctx, traced)
                 if sub is not None and _fits(sub, node, graph_outputs):
                     _splice(graph, node, sub)
