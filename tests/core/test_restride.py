@@ -225,3 +225,49 @@ def test_symbolic_strides_are_products_of_the_later_dims():
     t = TensorType.make(["s0", 4, "s1", 2])
     assert strides_of(t) == ("8*(s1)", "2*(s1)", 2, 1)
     assert strides_of(TensorType.make([3, 4])) == (4, 1)
+
+
+def _round_trips(a, b, w):
+    m = a @ b  # f32[6, 8]
+    back = m.t().t()  # laid out as m: m itself
+    flat = m.view(2, 3, 8).view(6, 8)  # so is this
+    return back, flat @ w, m.t().t() * 2
+
+
+def test_a_view_laid_out_as_its_base_is_the_base():
+    """``t().t()`` and a view back to its base's sizes: no view made, the base itself read
+    (and returned: a graph output that no other output is)."""
+    a, b, w = torch.randn(6, 5), torch.randn(5, 8), torch.randn(8, 3)
+    plan = _plan(_round_trips, [a, b, w])
+    assert "_restride" not in plan.source, plan.source
+    got, want = plan.fn(a, b, w), _round_trips(a, b, w)
+    for g, x in zip(got, want):
+        _same_view(g, x)
+
+
+def test_two_outputs_laid_out_as_one_base_stay_two_tensors():
+    """Two outputs that are views of one base laid out as it (a weight gradient returned
+    twice, say) are two tensors: the base once, a view of it the other time."""
+    def fn(a, b):
+        m = a @ b
+        return m.t().t(), m.view(6, 8)
+    a, b = torch.randn(6, 5), torch.randn(5, 8)
+    plan = _plan(fn, [a, b])
+    got = plan.fn(a, b)
+    assert got[0] is not got[1]
+    for g, x in zip(got, fn(a, b)):
+        _same_view(g, x)
+
+
+def test_an_input_laid_out_as_its_view_is_viewed_when_returned():
+    """A view of a graph input returned whole stays a view (an output that is an input is
+    another thing to torch)."""
+    def fn(x):
+        return x.view(4, 6), x.t().t() + 1
+    x = torch.randn(4, 6)
+    graph = import_fx(make_fx(fn)(x), [x]).graph
+    plan = build_function(graph, default_registry(), guards=True, fallback=lambda *a: None)
+    got = plan.fn(x)
+    assert got[0] is not x
+    for g, w in zip(got, fn(x)):
+        _same_view(g, w)

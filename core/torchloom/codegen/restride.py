@@ -9,7 +9,11 @@ base's: one call (Inductor's ``reinterpret_tensor``), and the views in between a
 made at all. :func:`fold_views` rewrites the plan's own lowered copy of the graph so;
 each view becomes a ``torchloom.restride`` node (:data:`RESTRIDE`) reading the base, whose
 ``offset`` attribute is the offset in elements as ``((coefficient, dim), ...)`` (dims of
-the graph's types, symbolic ones included), and :func:`source` is its statement.
+the graph's types, symbolic ones included), and :func:`source` is its statement. A view
+laid out as its base (same sizes, strides and first element: ``t().t()``, a weight
+gradient transposed twice, a view back to the base's sizes) is no call at all: its
+readers read the base (returned whole too, when no other output is the base and the base
+is no graph input).
 
 A base's layout is known (``exact``) when it is:
 
@@ -108,6 +112,10 @@ def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
         for out, start in zip(node.outputs, starts):
             if graph.is_dead(out):
                 continue
+            if _same_layout(base, out, before + start) and (
+                    out not in graph.outputs or _fresh(base, graph)):
+                graph.replace_all_uses(out, base)  # the base itself: no view to make
+                continue
             view = graph.create(RESTRIDE, [base], [out.type], {"offset": before + start},
                                 names=[out.name], before=node)
             graph.replace_all_uses(out, view.output)
@@ -119,6 +127,24 @@ def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
         if graph.is_dead(view.output):
             graph.erase(view)
     return folded
+
+
+def _same_layout(base: Value, out: Value, offset: Offset) -> bool:
+    """Whether ``out``, viewed from ``base`` at ``offset``, is laid out as ``base`` is: the
+    same sizes, the same strides (but of dims of size 1, which address no other element)
+    and the same first element."""
+    a, b = base.type, out.type
+    if not (isinstance(a, TensorType) and isinstance(b, TensorType)) or \
+            a.shape != b.shape or a.dtype != b.dtype or any(c for c, _ in offset):
+        return False
+    return all(d == 1 or x == y for d, x, y in zip(a.shape, strides_of(a), strides_of(b)))
+
+
+def _fresh(base: Value, graph: Graph) -> bool:
+    """Whether ``base`` may be returned in place of a view of it: made by the graph (not
+    an input: torch tracks outputs that are inputs) and no output yet (two outputs one
+    tensor: a weight's gradient would be another's)."""
+    return base.producer is not None and base not in graph.outputs
 
 
 def strides_of(t: TensorType) -> tuple[Dim, ...]:
