@@ -177,3 +177,43 @@ def test_failing_pass_on_a_subgraph_is_rolled_back(tmp_path):
     with pytest.raises(errors.PassError, match="test.break-then-raise"):
         comp.compile_graph(graph)
     assert print_graph(graph) == TWO_CALLS
+
+
+VIEWED_OUTPUTS = """\
+graph @main(%x: f32[4, 8], %w: f32[8, 8]) {
+  %a, %b, %c = torchloom.call_subgraph(%x, %w) {callee = "layer"} : f32[4, 8], f32[4, 8], f32[4, 8]
+  %d, %e, %f = torchloom.call_subgraph(%a, %w) {callee = "layer"} : f32[4, 8], f32[4, 8], f32[4, 8]
+  %ta = aten.t.default(%d) : f32[8, 4] strided[1, 8]
+  %tb = aten.t.default(%e) : f32[8, 4] strided[1, 8]
+  %tc = aten.t.default(%f) : f32[8, 4] strided[1, 8]
+  return %ta, %tb, %tc, %b
+}
+graph @layer(%p: f32[4, 8], %q: f32[8, 8]) {
+  %m = aten.mm.default(%p, %q) : f32[4, 8]
+  %s = aten.mul.Tensor(%m, %p) : f32[4, 8]
+  return %m, %s, %p
+}
+"""
+
+
+def _viewed_eager(x, w):
+    def layer(p, q):
+        m = p @ q
+        return m, m * p, p
+    a, b, _ = layer(x, w)
+    d, e, f = layer(a, w)
+    return d.t(), e.t(), f.t(), b
+
+
+def test_a_subgraph_s_outputs_of_known_layout_are_viewed_without_view_ops():
+    """A shared subgraph's plan says which outputs it returns laid out as their types (a
+    matrix product's, here): the caller's views of those are one ``_restride`` each; of
+    the others (an op's result, an input handed back) the view ops run."""
+    graph = parse_graph(VIEWED_OUTPUTS)
+    compiled = CompiledGraph(graph, REGISTRY, [CountingCodegen()])
+    assert compiled.subgraph_fns["layer"].exact_outputs == {0}
+    assert compiled.source.count("_restride(") == 1, compiled.source
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    for actual, expected in zip(compiled(x, w), _viewed_eager(x, w)):
+        assert actual.shape == expected.shape and actual.stride() == expected.stride()
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)

@@ -19,6 +19,8 @@ A base's layout is known (``exact``) when it is:
 
 - a graph input whose layout the plan's guards check (static inputs, and symbolic ones
   the symbolic guard checks whole), not read by an op reshaping it in place;
+- an output of a shared subgraph's call that its own plan knows the layout of
+  (:class:`~torchloom.codegen.plan.SubgraphCall`'s ``exact_outputs``: a repeated layer's);
 - an output of a kernel with ``exact_layouts`` (the codegen protocol,
   :mod:`torchloom.codegen.base`: it returns its outputs laid out as their types);
 - an output of a matrix product (``mm``, ``bmm``, ``addmm``, ``baddbmm``: a new dense
@@ -45,7 +47,7 @@ from typing import Any
 
 import torch
 
-from torchloom.ir.graph import FUSION_GROUP, Graph, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, FUSION_GROUP, Graph, Node, Value
 from torchloom.ir.symbols import Dim, bind_symbols, python_source, symbols_of
 from torchloom.ir.types import TensorType
 
@@ -80,20 +82,22 @@ def reshapes(node: Node) -> bool:
 
 
 def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
-               exact_inputs: Collection[Value]) -> int:
+               exact_inputs: Collection[Value]) -> frozenset[Value]:
     """Replace the views of bases of known layout (module docstring) by ``torchloom.restride``
     nodes reading the base; views nothing else reads go. ``graph`` is the plan's own flat
-    copy (``lowering.lower``). Returns how many view nodes were replaced."""
+    copy (``lowering.lower``). Returns the values of known layout (laid out as their
+    types) after the fold."""
     if any(reshapes(node) for node in graph.nodes):
-        return 0
+        return frozenset()
     bound = set(_bindings(graph))
     exact = set(exact_inputs)
-    folded = 0
     made: list[Node] = []
     for node in list(graph.nodes):
         if node in kernels:
             if node.op == FUSION_GROUP and getattr(kernels[node], "exact_layouts", False):
                 exact.update(node.outputs)
+            elif node.op == CALL_SUBGRAPH:  # (the outputs its own plan knows the layout of)
+                exact.update(node.outputs[i] for i in getattr(kernels[node], "exact_outputs", ()))
             continue
         if node.op in DENSE_RESULTS:
             exact.update(node.outputs)
@@ -122,11 +126,11 @@ def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
             exact.add(view.output)
             made.append(view)
         graph.erase(node)
-        folded += 1
     for view in reversed(made):  # views read only by views folded after them
         if graph.is_dead(view.output):
             graph.erase(view)
-    return folded
+            exact.discard(view.output)
+    return frozenset(exact)
 
 
 def _same_layout(base: Value, out: Value, offset: Offset) -> bool:

@@ -16,7 +16,7 @@ import attrs
 from torchloom.codegen.base import Reason
 from torchloom.codegen.guards import describe_mismatch
 from torchloom.codegen.gemm import decide_products
-from torchloom.codegen.plan import CONSTANT, FUSION_GROUP, Plan, build_function
+from torchloom.codegen.plan import CONSTANT, FUSION_GROUP, Plan, SubgraphCall, build_function
 from torchloom.ir.aliasing import shared_outputs, written_storage
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node
 from torchloom.ir.types import TensorType
@@ -168,8 +168,8 @@ class CompiledGraph:
             if node.op == CALL_SUBGRAPH:
                 callee = node.attrs["callee"]
                 if callee not in self.subgraph_fns:
-                    self.subgraph_fns[callee] = build_function(
-                        graph.root.subgraphs[callee], registry, kernel_for, calls=calls).fn
+                    self.subgraph_fns[callee] = SubgraphCall.of(build_function(
+                        graph.root.subgraphs[callee], registry, kernel_for, calls=calls))
                 return self.subgraph_fns[callee]
             if node.op != FUSION_GROUP:  # other regions (shared subgraphs) run their body
                 return build_function(node.region, registry, kernel_for, calls=calls).fn
