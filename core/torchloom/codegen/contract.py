@@ -140,6 +140,11 @@ class Schedule:
         return cls(_form(nest), nest.shape, nest, detail=detail, **common)
 
 
+def _device_type(device: str) -> str:
+    """``cuda`` of ``cuda:1``: the device type capabilities name."""
+    return device.split(":")[0]
+
+
 @attrs.frozen
 class Capabilities:
     """What a renderer renders: kernel ``forms`` (of :data:`FORMS`), IR ``dtypes``,
@@ -156,6 +161,11 @@ class Capabilities:
     devices: frozenset[str] = frozenset({"cpu"})
     symbolic: bool = False
 
+    def takes_device(self, device: str) -> bool:
+        """Whether groups on ``device`` (``cuda:1``: its type, ``cuda``) are on a device
+        these capabilities render for."""
+        return _device_type(device) in self.devices
+
     def gap(self, schedule: Schedule) -> str | None:
         """Why a renderer with these capabilities cannot render ``schedule`` (the first
         thing it lacks), or None."""
@@ -166,7 +176,7 @@ class Capabilities:
             if part not in self.forms:
                 return (f"renders {', '.join(f for f in FORMS if f in self.forms)} nests; "
                         f"this group's nests include a {part} ({schedule.detail})")
-        devices = frozenset(d.split(":")[0] for d in schedule.devices)
+        devices = frozenset(map(_device_type, schedule.devices))
         for what, have, need in (("device", self.devices, devices),
                                  ("dtype", self.dtypes, schedule.dtypes)):
             if need - have:

@@ -405,7 +405,7 @@ class RendererCodegen:
     def takes_device(self, device: str) -> bool:
         """Whether groups on ``device`` come here: its type is among the renderer's
         ``capabilities.devices``."""
-        return device.split(":")[0] in self.renderer.capabilities.devices
+        return self.renderer.capabilities.takes_device(device)
 
     def supports(self, group: Node, registry: Any) -> Reason | None:
         missing = self.available(group)

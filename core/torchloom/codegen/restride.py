@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from torchloom.codegen.base import same_strides
 from torchloom.ir.graph import CALL_SUBGRAPH, FUSION_GROUP, Graph, Node, Value
 from torchloom.ir.symbols import Dim, bind_symbols, python_source, symbols_of
 from torchloom.ir.types import TensorType
@@ -141,7 +142,7 @@ def _same_layout(base: Value, out: Value, offset: Offset) -> bool:
     if not (isinstance(a, TensorType) and isinstance(b, TensorType)) or \
             a.shape != b.shape or a.dtype != b.dtype or any(c for c, _ in offset):
         return False
-    return all(d == 1 or x == y for d, x, y in zip(a.shape, strides_of(a), strides_of(b)))
+    return same_strides(a.shape, strides_of(b), strides_of(a))
 
 
 def _fresh(base: Value, graph: Graph) -> bool:

@@ -145,8 +145,8 @@ class CpuCodegen:
                           artifacts=store, f16=self.f16)
 
     def takes_device(self, device: str) -> bool:
-        """Whether groups on ``device`` come here: the CPU's."""
-        return device == "cpu"
+        """Whether groups on ``device`` come here: the CPU's (its capabilities' devices)."""
+        return CAPABILITIES.takes_device(device)
 
     def available(self, group: Node) -> Reason | None:
         """What this machine lacks for the group: a C compiler, and for f16 values one
