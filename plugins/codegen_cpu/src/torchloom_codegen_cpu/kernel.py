@@ -25,7 +25,7 @@ import attrs
 
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
 
-from torchloom_codegen_cpu import op_text, rows_and_columns, staging, tiles
+from torchloom_codegen_cpu import op_text, row_nest, rows_and_columns, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit,
                                           store_statement, whole_vectors)
@@ -86,6 +86,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.known: dict = {}  # coordinates -> the linear index they came from
         #: the row coordinates' names -> their index math (``x0`` -> ``x / 8``)
         self.row_values: dict[str, expr.Code] = {}
+        #: (index, shape) of each walk whose row coordinates were declared (row_nest.py)
+        self.row_walks: list[tuple[str, tuple]] = []
         self.ix = indexing.IndexMath(indexing.C, names)
         self._as_dims = indexing.IndexMath(indexing.SYMBOLS, names)
         self.em = Emitter(narrow_limit(self.region))
@@ -298,6 +300,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     def row_coords(self, index: str, shape) -> list[expr.Code]:
         """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; return them."""
         names: list[expr.Code] = []
+        self.row_walks.append((index, tuple(shape)))
         for k, c in enumerate(self.ix.delinear(index, shape)):
             if is_zero(c) or c == expr.Name(index):
                 names.append(c)
@@ -511,6 +514,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         else:
             one = [stmt.Loop(var, "0", bound, tuple(body))]
             shared = [attrs.evolve(one[0], annotation=Pragma(PARALLEL_FOR))]
+            one, shared = row_nest.loops(self, body) or (one, shared)
         head += self.loop.before
         if not conditions:
             return [*head, *(shared if self.parallel else one), *self.loop.after]

@@ -99,6 +99,7 @@ class Writer(Protocol):
     full: Coords | None
     row: Coords | None
     row_keepdim: Coords | None
+    row_walks: list[tuple[str, tuple]]
 
     def value_at(self, v: Value, coords: Coords) -> writer.Expr: ...
 
