@@ -98,9 +98,7 @@ def test_clone_copies_subgraphs():
     assert print_graph(graph) == TWO_CALLS
 
 
-def test_executor_compiles_each_subgraph_group_once_and_matches_eager():
-    """The plan inlines both calls; the layer's group is compiled once and its kernel
-    called at both call sites."""
+def test_executor_builds_each_subgraph_once_and_matches_eager():
     graph = parse_graph(TWO_CALLS)
     codegen = CountingCodegen()
     compiled = CompiledGraph(graph, REGISTRY, [codegen])
@@ -109,12 +107,8 @@ def test_executor_compiles_each_subgraph_group_once_and_matches_eager():
         torch.testing.assert_close(actual, expected)
     for actual, expected in zip(build_function(graph, REGISTRY).fn(x, w), _eager(x, w)):
         torch.testing.assert_close(actual, expected)
-    (group,) = [n for n in graph.subgraphs["layer"].nodes if n.region is not None]
-    assert list(compiled.group_kernels) == [group]
+    assert list(compiled.subgraph_fns) == ["layer"]
     assert len(compiled.choices) == 1 and codegen.generated == 1
-    kernel = compiled.group_kernels[group]
-    assert sum(v is kernel for v in compiled.plan.fn.__globals__.values()) == 2
-    assert "call_subgraph" not in compiled.source
     # per call: the mul, the group and the sum; two calls, plus the add outside
     assert count_kernels(graph, REGISTRY) == 2 * 3 + 1
 
@@ -211,13 +205,14 @@ def _viewed_eager(x, w):
     return d.t(), e.t(), f.t(), b
 
 
-def test_views_of_a_subgraph_s_values_of_known_layout_fold():
-    """Inlined, a layer's values are the caller's: its views of a matrix product's result
-    are one ``_restride`` each, the second call's product and the input it hands back
-    (the first call's product) alike; of an op's result the view op runs."""
+def test_a_subgraph_s_outputs_of_known_layout_are_viewed_without_view_ops():
+    """A shared subgraph's plan says which outputs it returns laid out as their types (a
+    matrix product's, here): the caller's views of those are one ``_restride`` each; of
+    the others (an op's result, an input handed back) the view ops run."""
     graph = parse_graph(VIEWED_OUTPUTS)
     compiled = CompiledGraph(graph, REGISTRY, [CountingCodegen()])
-    assert compiled.source.count("_restride(") == 2, compiled.source
+    assert compiled.subgraph_fns["layer"].exact_outputs == {0}
+    assert compiled.source.count("_restride(") == 1, compiled.source
     x, w = torch.randn(4, 8), torch.randn(8, 8)
     for actual, expected in zip(compiled(x, w), _viewed_eager(x, w)):
         assert actual.shape == expected.shape and actual.stride() == expected.stride()

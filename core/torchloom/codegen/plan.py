@@ -44,6 +44,9 @@ class Plan:
     boxed: Callable[[list], tuple] | None = None
     #: which kernel outputs are written into dead buffers (:mod:`torchloom.codegen.buffers`)
     reuse: Reuse = Reuse()
+    #: indices of the outputs every call returns laid out as their types (made here by a
+    #: kernel with exact layouts, a matrix product or a folded view; no input returned)
+    exact_outputs: frozenset[int] = frozenset()
 
 
 def build_function(graph: Graph, registry: OpRegistry,
@@ -56,15 +59,8 @@ def build_function(graph: Graph, registry: OpRegistry,
     """Generate ``run(*inputs) -> tuple`` for ``graph``.
 
     ``kernel_for(node)`` supplies the callable of each region node (default: the region
-    run op by op), or a graph to inline in its place. Fusion groups that run op by op (no
-    ``kernel_for``, or a :class:`RegionKernel` from it) are inlined, and so is each call of
-    a shared subgraph (``torchloom.call_subgraph``; the executor's ``kernel_for`` answers
-    it with the subgraph): its statements are written at every call site, calling the
-    kernels compiled once for the subgraph's groups, so that the caller's guards vouch
-    for what a layer reads (its weights go to its kernels unchecked, their views fold
-    into ``_restride``) and its values are planned with the caller's (buffer reuse, the
-    references dropped after their last use). A Python call, a tuple and its unpacking
-    per layer go too. Decomposed composites whose primitives
+    run op by op). Fusion groups that run op by op (no ``kernel_for``, or a
+    :class:`RegionKernel` from it) are inlined, and decomposed composites whose primitives
     all run op by op run as the composite (:mod:`torchloom.codegen.lowering`; not with
     ``recompose=False``, which tests of the primitives use). With
     ``guards``, inputs whose metadata differs from the graph's input types are handed to
@@ -117,7 +113,7 @@ def build_function(graph: Graph, registry: OpRegistry,
     trusted = _trusted(graph, [graph.inputs[i] for i, _ in checks])
     # views of tensors laid out as their types say: one strided view each (restride.py)
     checked_whole = layout_checked(graph.inputs[:len(guarded)]) if symbolic_lines else []
-    fold_views(graph, registry, kernels, trusted | _trusted(graph, checked_whole))
+    laid_out = fold_views(graph, registry, kernels, trusted | _trusted(graph, checked_whole))
     calls = {} if calls is None else {node: fn for node in graph.nodes if node not in kernels
                                        and (fn := calls(node)) is not None}
     reuse = plan_reuse(graph, registry, kernels, donated, calls)
@@ -145,7 +141,27 @@ def build_function(graph: Graph, registry: OpRegistry,
     exec(compile(source, f"<torchloom @{graph.name}>", "exec"), namespace)
     run_boxed = _boxed(params, lines, f"<torchloom @{graph.name}>", namespace) if boxed \
         else None
-    return Plan(namespace["run"], source, run_boxed, reuse)
+    exact_outputs = frozenset(i for i, v in enumerate(graph.outputs)
+                              if v in laid_out and v.producer is not None)
+    return Plan(namespace["run"], source, run_boxed, reuse, exact_outputs)
+
+
+@attrs.frozen
+class SubgraphCall:
+    """A shared subgraph's plan as the callable of the nodes calling it: ``run`` and the
+    outputs it returns laid out as their types (:attr:`Plan.exact_outputs`), which the
+    caller's plan views without view ops (:func:`~torchloom.codegen.restride.fold_views`).
+    The caller's statement calls ``run`` itself."""
+
+    run: Callable[..., tuple]
+    exact_outputs: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, plan: Plan) -> "SubgraphCall":
+        return cls(plan.fn, plan.exact_outputs)
+
+    def __call__(self, *args) -> tuple:
+        return self.run(*args)
 
 
 @attrs.frozen
@@ -235,8 +251,9 @@ def _kernel_of(registry: OpRegistry, kernel_for, recompose: bool) -> Callable:
         if kernel_for is not None:
             kernel = kernel_for(node)
             return kernel.graph if isinstance(kernel, RegionKernel) else kernel
-        if node.op == CALL_SUBGRAPH:  # a shared subgraph: inlined (module docstring)
-            return node.graph.root.subgraphs[node.attrs["callee"]]
+        if node.op == CALL_SUBGRAPH:  # a shared subgraph of the top-level graph
+            return SubgraphCall.of(build_function(
+                node.graph.root.subgraphs[node.attrs["callee"]], registry, recompose=recompose))
         return build_function(node.region, registry, recompose=recompose).fn
     return kernel_of
 
@@ -317,8 +334,10 @@ def _statement(node: Node, idx: int, names: dict[Value, str], env: dict[str, Any
                           *(names[v] for v in node.inputs)])
         call = f"{fname}({args})"
         unpack = True
-    elif node in kernels:  # a region node (a fusion group) calls its kernel
-        env[fname] = _trusting(kernels[node], node, (), trusted, whole)
+    elif node in kernels:  # a region node (fusion group, shared subgraph) calls its kernel
+        kernel = kernels[node]
+        env[fname] = kernel.run if isinstance(kernel, SubgraphCall) else \
+            _trusting(kernel, node, (), trusted, whole)
         call = f"{fname}({', '.join(names[v] for v in node.inputs)})"
         unpack = True
     else:
@@ -380,4 +399,4 @@ def _literal(value: Any, names, node: Node, env: dict[str, Any], idx: int) -> st
     env[key] = value
     return key
 
-__all__ = ["build_function", "Plan", "FUSION_GROUP", "CONSTANT", "CALL_SUBGRAPH"]
+__all__ = ["build_function", "Plan", "SubgraphCall", "FUSION_GROUP", "CONSTANT", "CALL_SUBGRAPH"]

@@ -19,6 +19,8 @@ A base's layout is known (``exact``) when it is:
 
 - a graph input whose layout the plan's guards check (static inputs, and symbolic ones
   the symbolic guard checks whole), not read by an op reshaping it in place;
+- an output of a shared subgraph's call that its own plan knows the layout of
+  (:class:`~torchloom.codegen.plan.SubgraphCall`'s ``exact_outputs``: a repeated layer's);
 - an output of a kernel with ``exact_layouts`` (the codegen protocol,
   :mod:`torchloom.codegen.base`: it returns its outputs laid out as their types);
 - an output of a matrix product (``mm``, ``bmm``, ``addmm``, ``baddbmm``: a new dense
@@ -46,7 +48,7 @@ from typing import Any
 import torch
 
 from torchloom.codegen.base import same_strides
-from torchloom.ir.graph import FUSION_GROUP, Graph, Node, Value
+from torchloom.ir.graph import CALL_SUBGRAPH, FUSION_GROUP, Graph, Node, Value
 from torchloom.ir.symbols import Dim, bind_symbols, python_source, symbols_of
 from torchloom.ir.types import TensorType
 
@@ -81,12 +83,13 @@ def reshapes(node: Node) -> bool:
 
 
 def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
-               exact_inputs: Collection[Value]) -> None:
+               exact_inputs: Collection[Value]) -> frozenset[Value]:
     """Replace the views of bases of known layout (module docstring) by ``torchloom.restride``
     nodes reading the base; views nothing else reads go. ``graph`` is the plan's own flat
-    copy (``lowering.lower``)."""
+    copy (``lowering.lower``). Returns the values of known layout (laid out as their
+    types) after the fold."""
     if any(reshapes(node) for node in graph.nodes):
-        return
+        return frozenset()
     bound = set(_bindings(graph))
     exact = set(exact_inputs)
     made: list[Node] = []
@@ -94,6 +97,8 @@ def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
         if node in kernels:
             if node.op == FUSION_GROUP and getattr(kernels[node], "exact_layouts", False):
                 exact.update(node.outputs)
+            elif node.op == CALL_SUBGRAPH:  # (the outputs its own plan knows the layout of)
+                exact.update(node.outputs[i] for i in getattr(kernels[node], "exact_outputs", ()))
             continue
         if node.op in DENSE_RESULTS:
             exact.update(node.outputs)
@@ -125,6 +130,8 @@ def fold_views(graph: Graph, registry: Any, kernels: Mapping[Node, Callable],
     for view in reversed(made):  # views read only by views folded after them
         if graph.is_dead(view.output):
             graph.erase(view)
+            exact.discard(view.output)
+    return frozenset(exact)
 
 
 def _same_layout(base: Value, out: Value, offset: Offset) -> bool:

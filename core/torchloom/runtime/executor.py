@@ -16,7 +16,7 @@ import attrs
 from torchloom.codegen.base import Reason
 from torchloom.codegen.guards import describe_mismatch
 from torchloom.codegen.gemm import decide_products
-from torchloom.codegen.plan import CONSTANT, FUSION_GROUP, Plan, build_function
+from torchloom.codegen.plan import CONSTANT, FUSION_GROUP, Plan, SubgraphCall, build_function
 from torchloom.ir.aliasing import shared_outputs, written_storage
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node
 from torchloom.ir.types import TensorType
@@ -159,22 +159,20 @@ class CompiledGraph:
         self._user_inputs = len(graph.inputs) if user_inputs is None else user_inputs
         self.fallback_reason: str | None = None  # the first guard failure, logged once
         self.fallback_calls = 0
-        #: fusion group -> its kernel: a shared subgraph's groups are compiled once, however
-        #: many call sites the plan inlines the subgraph at
-        self.group_kernels: dict[Node, Callable] = {}
+        #: shared subgraph name -> its callable, built once however often it is called
+        self.subgraph_fns: dict[str, Callable] = {}
         warned = warned if warned is not None else set()
         calls = library_calls(gemms, codegens, registry, first_calls)
 
-        def kernel_for(node: Node) -> Callable | Graph:
-            if node.op == CALL_SUBGRAPH:  # inlined at each call site (codegen/plan.py)
-                return graph.root.subgraphs[node.attrs["callee"]]
-            if node.op != FUSION_GROUP:  # other regions run their body
+        def kernel_for(node: Node) -> Callable:
+            if node.op == CALL_SUBGRAPH:
+                callee = node.attrs["callee"]
+                if callee not in self.subgraph_fns:
+                    self.subgraph_fns[callee] = SubgraphCall.of(build_function(
+                        graph.root.subgraphs[callee], registry, kernel_for, calls=calls))
+                return self.subgraph_fns[callee]
+            if node.op != FUSION_GROUP:  # other regions (shared subgraphs) run their body
                 return build_function(node.region, registry, kernel_for, calls=calls).fn
-            if node not in self.group_kernels:
-                self.group_kernels[node] = group_kernel(node)
-            return self.group_kernels[node]
-
-        def group_kernel(node: Node) -> Callable:
             choice = GroupChoice(node, "eager")
             self.choices.append(choice)
             shared = _shared_and_written(node, registry, written)

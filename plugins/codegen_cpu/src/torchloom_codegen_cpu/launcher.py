@@ -78,9 +78,6 @@ class Launcher:
         #: (input, output) pairs ``into`` may be given one tensor for (the C function
         #: reads the input's element before it writes the output's)
         self.inplace = inplace_pairs(meta)
-        #: the trusting variants made, by what they trust: a layer's kernel is asked for
-        #: the same one at each call site a plan inlines the layer at
-        self._variants: dict[tuple, Launcher | _Trusting] = {}
 
     def into(self, outs: tuple, *args):
         """The kernel writing output j into ``outs[j]`` (a tensor, or None: allocated)."""
@@ -101,12 +98,7 @@ class Launcher:
         ins = frozenset(i for i, t in inputs.items() if _expected(t, self.meta["inputs"][i]))
         outs = frozenset(j for j, t in outputs.items()
                          if _expected(t, self.meta["outputs"][j]))
-        if not ins and not outs:
-            return self
-        key = (ins, outs, whole)
-        if key not in self._variants:
-            self._variants[key] = _Trusting(self, ins, outs, whole)
-        return self._variants[key]
+        return self if not ins and not outs else _Trusting(self, ins, outs, whole)
 
 
 class _Trusting:
