@@ -106,6 +106,20 @@ def test_f64_var_mean_of_rows_whose_sum_overflows(tmp_path, shape, dim, fill):
             assert torch.equal(g.isinf(), w.isinf()) and torch.equal(g.isnan(), w.isnan())
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_f64_mean_of_a_row_of_one_infinite_value(tmp_path, dynamic):
+    """A row of one value, inf or -inf: its mean is that value (the second walk, from the
+    row's first value, gave inf - inf; session 58, found by the symbolic tree tests)."""
+    fn = lambda x: torch.var_mean(x, -1, correction=0)  # noqa: E731
+    _, compiled_fn = compiled(fn, tmp_path, dynamic=dynamic)
+    for rows in (3, 5):
+        x = torch.randn(rows, 1, dtype=torch.float64)
+        x[0, 0], x[1, 0] = INF, -INF
+        for got, want in zip(compiled_fn(x), fn(x)):
+            torch.testing.assert_close(got, want, equal_nan=True)
+            assert torch.equal(got.isinf(), want.isinf()) and torch.equal(got.isnan(), want.isnan())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("n", [3, 8, 17, 33, 1024])

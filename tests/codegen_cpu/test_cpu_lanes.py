@@ -1,7 +1,7 @@
 """Row sums, maxes and mins with their lanes combined as a tree (lanes.py): static rows of
-whole 16-lane vectors (and 8-lane rows, emitter.narrow_row) run as blocks into an explicit
-array of lanes combined in halves; other rows (a product, a symbolic length, a masked tail)
-keep gcc's reduction clause. Values stay eager's at every such length and dtype, with NaN, inf and
+whole 16-lane vectors (and 8-lane rows, emitter.narrow_row) and symbolic rows (whole blocks,
+then a masked last block) run as blocks into an explicit array of lanes combined in halves;
+other rows (a product, a static row with a masked tail) keep gcc's reduction clause. Values stay eager's at every such length and dtype, with NaN, inf and
 -0.0 anywhere in the row."""
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def _max_body(cond=None) -> list:
 
 
 @pytest.mark.parametrize("pragma, n, body, why", [
-    (Simd((("+", ("acc",)),)), "s0", _body(), "a symbolic row"),
+    (Simd((("+", ("acc",)),)), "s0", _body(mask="r >= 8"), "a symbolic row, masked"),
     (Simd((("+", ("acc",)),)), 40, _body(), "not whole blocks"),
     (Simd((("+", ("acc",)),)), 8, _body(), "shorter than the lanes"),
     (Simd((("max", ("acc",)),)), 64, _body(), "a max's accumulator updated by +="),
@@ -196,3 +196,61 @@ def test_lane_loop_writes_blocks_and_halves():
     assert [s.end for s in loops if s.var == "rl" and s.annotation == Simd()] == \
         ["8", "4", "2", "1"]
     assert isinstance(lines[-1], stmt.Update) and lines[-1].target == "acc"
+
+
+def test_a_symbolic_row_runs_whole_blocks_then_a_masked_last_block():
+    """Blocks over ``s0 / 16``; when ``s0`` is not whole blocks, 16 lanes over its last 16
+    elements with the update masked to the elements after the blocks (its value bound
+    first), or on a row shorter than 16 the row itself, unmasked; then the halves."""
+    lines = lane_loop(Simd((("+", ("acc",)),)), expr.Name("s0"), [], _body(), _declared, 16)
+    assert lines is not None
+    blocks = next(s for s in lines if isinstance(s, stmt.Loop) and s.var == "rb")
+    assert str(blocks.end) == "s0 / 16" and blocks.body[0].end == "16"
+    tail = next(s for s in lines if isinstance(s, stmt.If))
+    assert str(tail.cond) == "s0 % 16 != 0"
+    edge, split = tail.then
+    assert edge.name == "r_edge" and str(edge.expr) == "s0 / 16 * 16"
+    assert str(split.cond) == "s0 >= 16"
+    (last,), (short,) = split.then, split.orelse
+    assert last.end == "16" and str(last.head[0].expr) == "s0 - 16 + rl"
+    held, update = last.body[1:]
+    assert str(held.expr) == "r >= r_edge ? v : 0" and str(update.value) == held.name
+    assert str(short.end) == "s0" and str(short.head[0].expr) == "rl"
+    assert short.body[1].mask is None
+    assert [s.end for s in lines if isinstance(s, stmt.Loop) and s.var == "rl"
+            and s.annotation == Simd()] == ["8", "4", "2", "1"]
+
+
+@pytest.mark.parametrize("maker", [_norm_text, softmax_text, _extremes_text])
+def test_symbolic_rows_take_the_tree(check, maker):
+    """Every sum, max and min of a symbolic row combines its lanes as a tree: no reduction
+    clause is left in the kernel."""
+    source = check.source(maker("f32", 6, "s0"))
+    assert "_lanes[16];" in source and "reduction(" not in source, source
+    assert "r_edge" in source
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(cols=st.one_of(st.integers(1, 70), st.sampled_from([95, 96, 97, 130, 257, 1000])),
+       dtype=st.sampled_from(sorted(DTYPES)), seed=st.integers(0, 2**16),
+       special=st.sampled_from([None, float("nan"), float("inf"), -float("inf"), -0.0]),
+       at=st.integers(0, 2**16))
+def test_symbolic_tree_rows_match_eager(check, cols, dtype, seed, special, at):
+    """One kernel per group over a symbolic row length, run at lengths around and between
+    whole blocks, with NaN, inf or -0.0 anywhere (the overlap of the last block with the
+    blocks included)."""
+    x = _rows(6, cols, seed, special, at, DTYPES[dtype])
+    tolerances = {"f32": (1e-5, 1e-5), "f64": (1e-12, 1e-12), "bf16": (2e-2, 2e-2)}[dtype]
+    for maker in (_norm_text, softmax_text, _extremes_text):
+        check(maker(dtype, 6, "s0"), x, atol=tolerances[0], rtol=tolerances[1])
+
+
+def test_a_symbolic_sum_of_equal_values_is_exact(check):
+    """The last block's lanes that overlap the blocks add nothing, at every length."""
+    text = group_text("%a: f32[3, s0]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [1], keepdim = true} : f32[3, 1]""",
+        "%s: f32[3, 1]")
+    for n in (1, 5, 15, 16, 17, 31, 33, 47, 64, 65, 200):
+        got, _ = check(text, torch.full((3, n), 0.375))
+        assert got[0].flatten().tolist() == [0.375 * n] * 3, n

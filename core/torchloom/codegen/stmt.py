@@ -157,7 +157,7 @@ class _Binding:
     name: str
     expr: Text
     facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
-                              eq=False, repr=False)
+                              eq=False, repr=False, init=False)
 
     @property
     def names(self) -> frozenset[str]:
@@ -185,7 +185,7 @@ class Assign:
     name: str
     expr: Text
     facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
-                              eq=False, repr=False)
+                              eq=False, repr=False, init=False)
 
     @property
     def names(self) -> frozenset[str]:
@@ -201,7 +201,7 @@ class Unpack:
     targets: tuple[str, ...] = attrs.field(converter=tuple)
     expr: Text
     facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.expr), takes_self=True),
-                              eq=False, repr=False)
+                              eq=False, repr=False, init=False)
 
     @property
     def names(self) -> frozenset[str]:
@@ -218,7 +218,7 @@ class Store:
     facts: Scan = attrs.field(
         default=attrs.Factory(lambda s: _scanned(_target(s.target), s.value,
                                                  s.mask or ""), takes_self=True),
-        eq=False, repr=False)
+        eq=False, repr=False, init=False)
 
     @property
     def names(self) -> frozenset[str]:
@@ -238,7 +238,7 @@ class Update:
     facts: Scan = attrs.field(
         default=attrs.Factory(lambda s: _scanned(_target(s.target), s.value,
                                                  s.mask or ""), takes_self=True),
-        eq=False, repr=False)
+        eq=False, repr=False, init=False)
 
     @property
     def names(self) -> frozenset[str]:
@@ -257,7 +257,7 @@ class Select:
     facts: Scan = attrs.field(
         default=attrs.Factory(lambda s: _scanned(_target(s.target), s.cond, s.value,
                                                  s.mask or ""), takes_self=True),
-        eq=False, repr=False)
+        eq=False, repr=False, init=False)
 
     @property
     def names(self) -> frozenset[str]:
@@ -277,7 +277,7 @@ class Raw:
 
     text: str
     facts: Scan = attrs.field(default=attrs.Factory(lambda s: scan(s.text), takes_self=True),
-                              eq=False, repr=False)
+                              eq=False, repr=False, init=False)
 
     @property
     def names(self) -> frozenset[str]:

@@ -237,11 +237,14 @@ class Emitter(writer.Statements):
         a tensor whose rows are end to end, as one loop of whole 8-lane vectors past the
         row's end in all rows but each thread's last (overrun.py). A static row of whole
         16-lane vectors, or an 8-lane row, whose loop only adds or takes a max or min
-        runs as blocks into an array of lanes combined as a tree (lanes.py). ``pragma``: the loop's SIMD pragma
+        runs as blocks into an array of lanes combined as a tree (lanes.py), and so does a
+        symbolic row whose statements can all be masked (its last block masked as above).
+        ``pragma``: the loop's SIMD pragma
         (None: a plain loop)."""
         body = self.close_phase()
         assert body is not None
-        width = TAIL if isinstance(n, int) and n % TAIL == 0 else \
+        symbolic = not isinstance(n, int) and all(map(_maskable, body))
+        width = TAIL if symbolic or isinstance(n, int) and n % TAIL == 0 else \
             8 if narrow_row(n, self.narrow_limit) else 0  # (8: rows of 8-lane vectors)
         tree = width and lanes.lane_loop(pragma, n, header, body, self._accumulator,
                                          width)

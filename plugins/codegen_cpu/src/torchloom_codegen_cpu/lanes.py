@@ -20,6 +20,14 @@ accumulator, as before. C harness, one thread: layer norm over rows of 256 (1024
 rows of 64 (4096 rows) 125.5 -> 119 us, over rows of 512 (1024 rows) 212.5 -> 207 us
 (its max, beside its sum already a tree).
 
+A symbolic row (a dynamic shape's length) runs the same way: its whole blocks, then, when
+its length is not whole blocks, one block over its last 16 elements masked to those the
+blocks left (a row shorter than 16: the row itself), into the same lanes, combined once.
+Its loops had ended in gcc's serial combine twice per accumulator (the blocks' loop and the
+masked tail's): C harness, one thread, the attention softmax of the dynamic transformer
+stack (``[8, S, S]``, rows of S): S = 22 8.8 -> 5.5 us, 36 17.2 -> 11.3, 50 33.9 -> 18.4,
+66 47.7 -> 27.7; S = 6 (a row shorter than a block) 4.9 -> 4.1.
+
 ::
 
     double acc_sum5_lanes[16];
@@ -41,9 +49,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import attrs
+
 from torchloom.api import expr, stmt
 
-from torchloom_codegen_cpu.render import Simd
+from torchloom_codegen_cpu.render import Simd, compare, ternary
 
 #: reduction operators of a SIMD pragma this form takes -> their update (max and min: a
 #: select, ``acc = v > acc ? v : acc``, which their lanes keep)
@@ -52,27 +62,34 @@ UPDATES = {"+": "+=", "|": "|=", "max": ">", "min": "<"}
 _FLAT = (stmt.Declare, stmt.Store, stmt.Update, stmt.Select)
 
 
-def lane_loop(pragma: Simd | None, n: int | str, header: list, body: list,
+def lane_loop(pragma: Simd | None, n: int | expr.Code, header: list, body: list,
               declared: Callable[[str], stmt.Var | None], lanes: int) -> list | None:
     """The statements of a row loop over ``r`` in ``[0, n)`` (``header``: the coordinates
     each iteration starts with, ``body``: its statements) with its lanes combined as a tree,
-    or None where this form does not apply: a symbolic row, a row that is not whole blocks
-    of ``lanes``, a pragma that reduces with another operator than ``+``, ``|``, ``max``
-    or ``min`` (or none), a body with nested statements, updating a name its pragma does
-    not reduce, masked, or a max/min whose condition reads its accumulator in opaque text,
-    an accumulator whose declaration (``declared``) is not in the row's statements.
+    or None where this form does not apply: a static row that is not whole blocks of
+    ``lanes``, a pragma that reduces with another operator than ``+``, ``|``, ``max`` or
+    ``min`` (or none), a body with nested statements, updating a name its pragma does not
+    reduce, masked, or a max/min whose condition reads its accumulator in opaque text, an
+    accumulator whose declaration (``declared``) is not in the row's statements.
+
+    A symbolic row (``n`` a node) runs its whole blocks, then, when ``n`` is not whole
+    blocks, one block over its last ``lanes`` elements (from 0 on a row shorter than a
+    block: ``min(n, lanes)`` of them) whose side effects are masked to the elements the
+    blocks left (:func:`_masked_tail`): loads stay in the row, and each element is stored
+    and accumulated once. Its caller checks that every statement of ``body`` can be masked.
 
     A sum's lanes start at 0 (its accumulator's own start is added once, at the end); a
     max's or min's at its accumulator's start (its identity: -INFINITY, INT_MIN...), and
     the lanes combine with the same select (NaN has its own flag: ``reduction.accumulate``).
     """
-    if pragma is None or not pragma.reductions or not isinstance(n, int) \
-            or n < lanes or n % lanes:
+    static = isinstance(n, int)
+    if pragma is None or not pragma.reductions or static and (n < lanes or n % lanes):
         return None
     op_of = {name: op for op, names in pragma.reductions for name in names}
     if any(op not in UPDATES for op in op_of.values()):
         return None
-    if not all(isinstance(s, _FLAT) for s in body):
+    if not all(isinstance(s, _FLAT) for s in body) or not static and any(
+            getattr(s, "mask", None) is not None for s in body):
         return None
     updates = [s for s in body if isinstance(s, (stmt.Update, stmt.Select))]
     if any(not isinstance(s.target, str) or s.target not in op_of or s.mask is not None
@@ -84,38 +101,87 @@ def lane_loop(pragma: Simd | None, n: int | str, header: list, body: list,
     if None in vars_.values():
         return None
     arrays = {name: f"{name}_lanes" for name in op_of}
-    rl = expr.Name("rl")
-    inner = []
-    for s in body:
-        if isinstance(s, stmt.Update):
-            s = stmt.Update(stmt.Element(arrays[s.target], rl), s.op, s.value)
-        elif isinstance(s, stmt.Select):
-            lane = expr.Load(arrays[s.target], rl)
-            cond = expr.substitute(s.cond, {s.target: lane})
-            if s.target in expr.names(cond) or s.target in expr.names(s.value):
-                return None  # (read in opaque text, or the value reads it)
-            s = stmt.Select(stmt.Element(arrays[s.target], rl), cond, s.value)
-        inner.append(s)
+    inner = _into_lanes(body, arrays)
+    if inner is None:
+        return None
     lines: list = []
     for name, array in arrays.items():
         start = "0" if op_of[name] in ("+", "|") else vars_[name].expr
         lines.append(stmt.Array(vars_[name].ctype, array, expr.Literal(str(lanes), lanes)))
         lines.append(stmt.Loop("rl", "0", str(lanes),
-                               (stmt.Update(stmt.Element(array, rl), "=", start),)))
-    r = stmt.Declare("int64_t", "r", expr.plus(expr.times("rb", lanes), rl))
-    lines.append(stmt.Loop("rb", "0", str(n // lanes), (
+                               (stmt.Update(stmt.Element(array, _RL), "=", start),)))
+    r = stmt.Declare("int64_t", "r", expr.plus(expr.times("rb", lanes), _RL))
+    blocks = str(n // lanes) if static else expr.over(expr.paren(n), lanes)
+    lines.append(stmt.Loop("rb", "0", blocks, (
         stmt.Loop("rl", "0", str(lanes), tuple(inner), (r, *header), Simd()),)))
+    if not static:
+        ctypes = {arrays[name]: var.ctype for name, var in vars_.items()}
+        lines.append(_masked_tail(expr.paren(n), lanes, header, inner, ctypes))
     half = lanes // 2
     while half:
         lines += [stmt.Loop("rl", "0", str(half), (
-            _combine(op_of[name], stmt.Element(array, rl), expr.Load(array, rl),
-                     expr.Load(array, expr.plus(rl, half))),), annotation=Simd())
+            _combine(op_of[name], stmt.Element(array, _RL), expr.Load(array, _RL),
+                     expr.Load(array, expr.plus(_RL, half))),), annotation=Simd())
             for name, array in arrays.items()]
         half //= 2
     lines += [_combine(op_of[name], name, expr.Name(name),
                        expr.Load(array, expr.as_node(0)))
               for name, array in arrays.items()]
     return lines
+
+
+#: a lane's index in its block
+_RL = expr.Name("rl")
+
+
+def _into_lanes(body: list, arrays: dict[str, str]) -> list | None:
+    """``body`` with its accumulators' updates into their lane (``arrays``: accumulator ->
+    its array of lanes); None where a select reads its accumulator in opaque text or its
+    value reads it."""
+    inner = []
+    for s in body:
+        if isinstance(s, stmt.Update):
+            s = stmt.Update(stmt.Element(arrays[s.target], _RL), s.op, s.value)
+        elif isinstance(s, stmt.Select):
+            lane = expr.Load(arrays[s.target], _RL)
+            cond = expr.substitute(s.cond, {s.target: lane})
+            if s.target in expr.names(cond) or s.target in expr.names(s.value):
+                return None  # (read in opaque text, or the value reads it)
+            s = stmt.Select(stmt.Element(arrays[s.target], _RL), cond, s.value)
+        inner.append(s)
+    return inner
+
+
+def _masked_tail(n: expr.Code, lanes: int, header: list, inner: list,
+                 ctypes: dict[str, str]) -> stmt.If:
+    """A symbolic row's last block, when ``n`` is not whole blocks: on a row of at least
+    ``lanes`` elements, ``lanes`` lanes over its last elements (a known count: gcc peeled
+    a variable one for alignment and ran it scalar), each statement's side effect taken
+    only on the elements after the whole blocks (a store writes back what it read
+    elsewhere; an update adds its value or nothing, bound first: ``acc[rl] += m ? v : 0``
+    beside a masked store was not vectorized); on a shorter row, its ``n`` elements, none
+    masked. ``ctypes``: each array of lanes' element type."""
+    edge = expr.Name("r_edge")  # the first element after the whole blocks
+    mask = compare(">=", expr.Name("r"), edge)
+    masked: list = []
+    for s in inner:
+        if isinstance(s, stmt.Update):
+            held = f"{s.target.pointer}_in"
+            masked += [stmt.Declare(ctypes[s.target.pointer], held,
+                                    ternary(mask, s.value, expr.as_node(0))),
+                       stmt.Update(s.target, s.op, expr.Name(held))]
+        elif isinstance(s, stmt.Declare):
+            masked.append(s)
+        else:
+            masked.append(attrs.evolve(s, mask=mask))
+    last = stmt.Declare("int64_t", "r", expr.plus(expr.minus(n, lanes), _RL))
+    short = stmt.Declare("int64_t", "r", _RL)
+    return stmt.If(compare("!=", expr.modulo(n, lanes), expr.as_node(0)), (
+        stmt.Declare("int64_t", edge.text, expr.times(expr.over(n, lanes), lanes)),
+        stmt.If(compare(">=", n, expr.as_node(lanes)), (
+            stmt.Loop("rl", "0", str(lanes), tuple(masked), (last, *header), Simd()),), (
+            stmt.Loop("rl", "0", n, tuple(inner), (short, *header), Simd()),))),
+        flat=True)
 
 
 def _combine(op: str, target, held: expr.Code, other: expr.Code):

@@ -235,8 +235,10 @@ def _past_overflow(w: Writer, value: Callable[[], Expr], total: Expr,
                    inner=False)
     center = em.emit(ternary(finite, mean.code, expr.Name(scaled)), "f64", "center",
                      inner=False)
-    mean = em.emit(ternary(finite, mean.code, expr.plus(x0, scaled)), "f64", "mean",
-                   inner=False)
+    # (x0 itself infinite: its row's mean is sum / n, x0 on a row of one value, as
+    # eager's; on longer rows the infinite value before the last turns it NaN)
+    mean = em.emit(ternary(finite, mean.code, ternary(_isfinite(x0), expr.plus(x0, scaled),
+                                                      mean.code)), "f64", "mean", inner=False)
     return mean, base.code, center.code
 
 
