@@ -57,12 +57,21 @@ def test_whole_rows_sum_into_lanes_combined_as_a_tree(check, cols, lanes, blocks
         half //= 2
 
 
-@pytest.mark.parametrize("cols", [17, 40 + 3, 152, 1000])
+@pytest.mark.parametrize("cols", [17, 40 + 3, 99, 16 * 9 + 2])
 def test_other_rows_keep_the_reduction_clause(check, cols):
-    """Rows that are not whole vectors (masked tails, 8-lane blocks with a masked last one,
-    gcc's remainder) keep ``reduction(+:...)``."""
+    """Rows that are not whole vectors and end in no masked 16-lane block (8-lane blocks
+    with a masked last one, gcc's short remainder) keep ``reduction(+:...)``."""
     source = check.source(_norm_text("f32", 5, cols))
     assert "_lanes[" not in source and "reduction(+:" in source
+
+
+@pytest.mark.parametrize("cols", [152, 197, 1000])
+def test_static_rows_with_a_masked_last_block_take_the_tree(check, cols):
+    """Rows of 16-lane blocks and a masked last block: the last block adds into the same
+    lanes, masked to the elements the blocks left; no reduction clause."""
+    source = check.source(softmax_text("f32", 5, cols))
+    assert "reduction(" not in source and source.count("_lanes[16];") == 3, source
+    assert f"r >= {cols // 16 * 16} ?" in source and f"{cols - 16} + rl" in source
 
 
 def test_a_softmax_takes_its_max_and_its_sum_as_trees(check):
@@ -118,7 +127,8 @@ DTYPES_INT = {"i32": torch.int32, "i64": torch.int64}
 
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(cols=st.sampled_from([16, 24, 32, 40, 48, 64, 72, 96, 128, 136, 256, 512, 768]),
+@given(cols=st.sampled_from([16, 24, 32, 40, 48, 64, 72, 96, 128, 136, 152, 197, 256, 300,
+                             512, 768, 1000]),
        dtype=st.sampled_from(sorted(DTYPES)), seed=st.integers(0, 2**16),
        special=st.sampled_from([None, float("nan"), float("inf"), -float("inf"), -0.0]),
        at=st.integers(0, 2**16))

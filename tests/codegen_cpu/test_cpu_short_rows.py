@@ -189,7 +189,8 @@ def test_half_vector_remainders(codegen, registry, check, cols):
     (``simdlen(8)``) counting to a hidden copy of its length (emitter.narrow_row); kernels
     with 2- or 8-byte elements do so up to ``NARROW_ROWS_MIXED`` values. Longer rows run a
     cheap loop whole (gcc ends it with one half-width iteration) and a costly or max/min
-    one as blocks and a masked last block (Emitter._cheap). Values stay eager's."""
+    one as blocks into lanes and a masked last block over them (Emitter._cheap, lanes.py).
+    Values stay eager's."""
     for dtype, limit in (("f32", NARROW_ROWS), ("bf16", NARROW_ROWS_MIXED),
                          ("f64", NARROW_ROWS_MIXED)):
         sums, softmax = (row_loops(codegen, registry, text)
@@ -207,11 +208,13 @@ def test_half_vector_remainders(codegen, registry, check, cols):
         assert not any("simdlen" in pragma for pragma, _, _ in sums + softmax)
         if cols % 16 == 0 or dtype != "f32":  # bf16 loads call tl_bf16_to_f32: not cheap
             continue
-        whole, blocks = ("0", str(cols)), ("0", str(cols - 8))
-        tail = (str(cols - 16), str(cols))
+        whole = ("0", str(cols))
         assert [loop[1:] for loop in sums] == [whole]
-        # max, exp (each blocks and a masked last block), div (whole)
-        assert [loop[1:] for loop in softmax] == [blocks, tail, blocks, tail, whole]
+        # max, exp: blocks into lanes and a masked last block over them (lanes.py); div whole
+        assert [loop[1:] for loop in softmax] == [whole]
+        source = codegen.generate(next(parse_graph(softmax_text(dtype, 24, cols)).nodes),
+                                  registry).source
+        assert source.count("_lanes[16];") == 3 and f"{cols - 16} + rl;" in source, source
     x = edge_rows(24, cols, torch.float32)
     check(row_sum(24, cols), x)
     check(softmax_text("f32", 24, cols), x)

@@ -16,36 +16,109 @@ void fused_convert_element_type_amax_sub_exp_sum_div_fb08d4bf95(const uint16_t* 
     float buf_e[1000];
     float acc_max1 = -INFINITY;
     int nan2 = 0;
-    #pragma omp simd reduction(max:acc_max1) reduction(|:nan2)
-    for (int64_t r = 0; r < 992; r++) {
-      const float a3 = tl_bf16_to_f32(in_a[x * 1000 + r]);
-      acc_max1 = a3 > acc_max1 ? a3 : acc_max1;
-      nan2 |= a3 != a3;
+    float acc_max1_lanes[16];
+    for (int64_t rl = 0; rl < 16; rl++) {
+      acc_max1_lanes[rl] = -INFINITY;
     }
-    #pragma omp simd reduction(max:acc_max1) reduction(|:nan2)
-    for (int64_t r = 984; r < 1000; r++) {
-      const float a3 = tl_bf16_to_f32(in_a[x * 1000 + r]);
-      acc_max1 = r >= 992 && (a3 > acc_max1) ? a3 : acc_max1;
-      nan2 |= r >= 992 ? (a3 != a3) : 0;
+    int nan2_lanes[16];
+    for (int64_t rl = 0; rl < 16; rl++) {
+      nan2_lanes[rl] = 0;
     }
+    for (int64_t rb = 0; rb < 62; rb++) {
+      #pragma omp simd
+      for (int64_t rl = 0; rl < 16; rl++) {
+        const int64_t r = rb * 16 + rl;
+        const float a3 = tl_bf16_to_f32(in_a[x * 1000 + r]);
+        acc_max1_lanes[rl] = a3 > acc_max1_lanes[rl] ? a3 : acc_max1_lanes[rl];
+        nan2_lanes[rl] |= a3 != a3;
+      }
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 16; rl++) {
+      const int64_t r = 984 + rl;
+      const float a3 = tl_bf16_to_f32(in_a[x * 1000 + r]);
+      acc_max1_lanes[rl] = r >= 992 && (a3 > acc_max1_lanes[rl]) ? a3 : acc_max1_lanes[rl];
+      const int nan2_lanes_in = r >= 992 ? a3 != a3 : 0;
+      nan2_lanes[rl] |= nan2_lanes_in;
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 8; rl++) {
+      acc_max1_lanes[rl] = acc_max1_lanes[rl + 8] > acc_max1_lanes[rl] ? acc_max1_lanes[rl + 8] : acc_max1_lanes[rl];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 8; rl++) {
+      nan2_lanes[rl] |= nan2_lanes[rl + 8];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 4; rl++) {
+      acc_max1_lanes[rl] = acc_max1_lanes[rl + 4] > acc_max1_lanes[rl] ? acc_max1_lanes[rl + 4] : acc_max1_lanes[rl];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 4; rl++) {
+      nan2_lanes[rl] |= nan2_lanes[rl + 4];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 2; rl++) {
+      acc_max1_lanes[rl] = acc_max1_lanes[rl + 2] > acc_max1_lanes[rl] ? acc_max1_lanes[rl + 2] : acc_max1_lanes[rl];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 2; rl++) {
+      nan2_lanes[rl] |= nan2_lanes[rl + 2];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 1; rl++) {
+      acc_max1_lanes[rl] = acc_max1_lanes[rl + 1] > acc_max1_lanes[rl] ? acc_max1_lanes[rl + 1] : acc_max1_lanes[rl];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 1; rl++) {
+      nan2_lanes[rl] |= nan2_lanes[rl + 1];
+    }
+    acc_max1 = acc_max1_lanes[0] > acc_max1 ? acc_max1_lanes[0] : acc_max1;
+    nan2 |= nan2_lanes[0];
     const float max4 = nan2 ? (float)NAN : acc_max1;
     float acc_sum5 = 0;
-    #pragma omp simd reduction(+:acc_sum5)
-    for (int64_t r = 0; r < 992; r++) {
-      const float a6 = tl_bf16_to_f32(in_a[x * 1000 + r]);
-      const float sub7 = a6 - max4;
-      const float exp8 = tl_exp_nonpos(sub7);
-      buf_e[r] = exp8;
-      acc_sum5 += exp8;
+    float acc_sum5_lanes[16];
+    for (int64_t rl = 0; rl < 16; rl++) {
+      acc_sum5_lanes[rl] = 0;
     }
-    #pragma omp simd reduction(+:acc_sum5)
-    for (int64_t r = 984; r < 1000; r++) {
+    for (int64_t rb = 0; rb < 62; rb++) {
+      #pragma omp simd
+      for (int64_t rl = 0; rl < 16; rl++) {
+        const int64_t r = rb * 16 + rl;
+        const float a6 = tl_bf16_to_f32(in_a[x * 1000 + r]);
+        const float sub7 = a6 - max4;
+        const float exp8 = tl_exp_nonpos(sub7);
+        buf_e[r] = exp8;
+        acc_sum5_lanes[rl] += exp8;
+      }
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 16; rl++) {
+      const int64_t r = 984 + rl;
       const float a6 = tl_bf16_to_f32(in_a[x * 1000 + r]);
       const float sub7 = a6 - max4;
       const float exp8 = tl_exp_nonpos(sub7);
       buf_e[r] = r >= 992 ? exp8 : buf_e[r];
-      acc_sum5 += r >= 992 ? exp8 : 0;
+      const float acc_sum5_lanes_in = r >= 992 ? exp8 : 0;
+      acc_sum5_lanes[rl] += acc_sum5_lanes_in;
     }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 8; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 8];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 4; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 4];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 2; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 2];
+    }
+    #pragma omp simd
+    for (int64_t rl = 0; rl < 1; rl++) {
+      acc_sum5_lanes[rl] += acc_sum5_lanes[rl + 1];
+    }
+    acc_sum5 += acc_sum5_lanes[0];
     #pragma omp simd
     for (int64_t r = 0; r < 992; r++) {
       const float e9 = buf_e[r];

@@ -93,6 +93,14 @@ def _cheap(annotation: Simd | None, body: list) -> bool:
     return not any(map(costly, body)) and not (annotation is not None and annotation.min_max())
 
 
+def _masks_a_tail(pragma: Simd | None, n: int, body: list) -> bool:
+    """Whether a static row of 16-lane blocks (not 8-lane ones) ends in a masked last
+    block: a remainder of at least :data:`SCALAR_REMAINDER`, but not half a vector in a
+    loop gcc vectorizes to its end (:func:`_cheap`); shorter remainders stay gcc's."""
+    return n > TAIL and n % TAIL >= SCALAR_REMAINDER and not (
+        n % TAIL == TAIL // 2 and _cheap(pragma, body))
+
+
 def _maskable(statement) -> bool:
     """Whether :func:`stmt.masked` takes ``statement``; a select whose value is not a name
     or an integer (a literal such as ``1.5f``) stays unmasked, as it always was here (the
@@ -237,17 +245,20 @@ class Emitter(writer.Statements):
         a tensor whose rows are end to end, as one loop of whole 8-lane vectors past the
         row's end in all rows but each thread's last (overrun.py). A static row of whole
         16-lane vectors, or an 8-lane row, whose loop only adds or takes a max or min
-        runs as blocks into an array of lanes combined as a tree (lanes.py), and so does a
-        symbolic row whose statements can all be masked (its last block masked as above).
+        runs as blocks into an array of lanes combined as a tree (lanes.py), and so do a
+        symbolic row and a static row with a masked last 16-lane block whose statements
+        can all be masked (the last block masked as above, into the same lanes).
         ``pragma``: the loop's SIMD pragma
         (None: a plain loop)."""
         body = self.close_phase()
         assert body is not None
-        symbolic = not isinstance(n, int) and all(map(_maskable, body))
-        width = TAIL if symbolic or isinstance(n, int) and n % TAIL == 0 else \
+        masked = all(map(_maskable, body)) and (not isinstance(n, int) or (
+            not narrow_row(n, self.narrow_limit) and not narrow_odd_row(n, self.narrow_limit)
+            and _masks_a_tail(pragma, n, body)))
+        width = TAIL if masked or isinstance(n, int) and n % TAIL == 0 else \
             8 if narrow_row(n, self.narrow_limit) else 0  # (8: rows of 8-lane vectors)
         tree = width and lanes.lane_loop(pragma, n, header, body, self._accumulator,
-                                         width)
+                                         width, masked)
         if tree:  # its lanes combined as a tree (lanes.py)
             self.lines += tree
             return
@@ -279,8 +290,7 @@ class Emitter(writer.Statements):
         """The row loop as whole blocks of ``tail`` elements and a masked last block (see
         :meth:`end_row_phase`)."""
         static = isinstance(n, int)
-        if (static and tail == TAIL and (n < TAIL or n % TAIL < SCALAR_REMAINDER or (
-                n % TAIL == TAIL // 2 and _cheap(pragma, body)))) or \
+        if static and tail == TAIL and not _masks_a_tail(pragma, n, body) or \
                 not all(map(_maskable, body)):
             self._loop(pragma, "r", _int(0), self._trip_count(n, pragma), header, body)
             return
