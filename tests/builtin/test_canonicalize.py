@@ -76,6 +76,38 @@ def test_keeps_copies_of_values_written_in_place():
 
 
 
+def test_folds_identity_views_of_symbolic_sizes():
+    """A view or expand whose sizes are the graph's symbolic ints (inputs after the
+    tensor) folds when its result's type is its input's; one that changes the shape stays
+    (session 58: the backward of attention expanded and viewed the saved probabilities on
+    every call, 4-8 us each)."""
+    before = textwrap.dedent("""
+        graph @g(%n: int[s0], %x: f32[2, 4, s0, s0]) {
+          %e = aten.expand.default(%x, %n, %n) {size = [2, 4, $1, $2]} : f32[2, 4, s0, s0]
+          %v = aten.view.default(%e, %n, %n) {size = [8, $1, $2]} : f32[8, s0, s0]
+          %w = aten.view.default(%v, %n, %n) {size = [8, $1, $2]} : f32[8, s0, s0]
+          %y = aten.exp.default(%w) : f32[8, s0, s0]
+          return %y
+        }
+    """).lstrip()
+    after = textwrap.dedent("""
+        graph @g(%n: int[s0], %x: f32[2, 4, s0, s0]) {
+          %v = aten.view.default(%x, %n, %n) {size = [8, $1, $2]} : f32[8, s0, s0]
+          %y = aten.exp.default(%v) : f32[8, s0, s0]
+          return %y
+        }
+    """).lstrip()
+    graph, registry = parse_graph(before), default_registry()
+    result = Canonicalize().run(graph, PassContext(registry=registry))
+    assert str(graph) == after
+    for n in (1, 3, 5):
+        x = torch.randn(2, 4, n, n)
+        (got,) = build_function(graph, registry).fn(n, x)
+        (want,) = build_function(parse_graph(before), registry).fn(n, x)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert result.stats == {"folded": 2}
+
+
 def test_keeps_copies_and_views_of_unknown_sizes():
     """Dims of unknown size (``?``: Dynamo's ``math.ceil`` of a size, as MobileViT's
     unfolding computes it) make two types print alike without being alike: the clone

@@ -8,7 +8,7 @@ import attrs
 
 from torchloom.ir.aliasing import returned_storage, written_storage
 from torchloom.ir.graph import Graph
-from torchloom.ir.types import TensorType
+from torchloom.ir.types import ScalarType, TensorType
 from torchloom.passes.base import Pass, PassContext, PassResult
 
 #: ops that are the identity when their result's type equals their input's type
@@ -114,8 +114,11 @@ def _fold_source(node):
                                (_last_dim_contiguous(src.type) and _layout_free(node))):
             return None
         return src
-    if node.op not in _IDENTITY_WHEN_SAME_TYPE or len(node.inputs) != 1 or \
-            node.inputs[0].type != node.output.type:
+    # (a view's or expand's symbolic sizes are int inputs after the tensor: the result's
+    # type says what they are)
+    if node.op not in _IDENTITY_WHEN_SAME_TYPE or not node.inputs or \
+            node.inputs[0].type != node.output.type or len(node.outputs) != 1 or \
+            not all(isinstance(v.type, ScalarType) for v in node.inputs[1:]):
         return None
     if node.op == "aten._to_copy.default" and set(node.attrs) - {"dtype"}:
         return None
