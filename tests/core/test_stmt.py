@@ -251,3 +251,15 @@ def test_an_array_declares_its_name_and_touches_no_element():
     assert moved == [] and kept == [arr, read]
     # never dropped as unused (a store after it may be its only mention)
     assert stmt.drop_unused([arr]) == [arr]
+
+
+def test_a_masked_statement_names_what_its_mask_reads():
+    """``masked`` (and any ``attrs.evolve``) scans the new statement again: a declaration
+    only the mask reads is kept by drop_unused (it had been dropped: the facts were the
+    unmasked statement's)."""
+    for s in (Update("acc", "+=", Name("v")), Store(Element("out", Name("r")), Name("v")),
+              Select("acc", Op("{0} > {1}", SUM, (Name("v"), Name("acc"))), Name("v"))):
+        m = stmt.masked(s, Op("{0} >= {1}", SUM, (Name("r"), Name("r_edge"))))
+        assert "r_edge" in m.names and "r_edge" not in s.names
+        kept = stmt.drop_unused([Declare("int64_t", "r_edge", Literal("32", 32)), m])
+        assert [type(k) for k in kept] == [Declare, type(s)]
