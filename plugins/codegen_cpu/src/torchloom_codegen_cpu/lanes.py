@@ -96,7 +96,7 @@ def lane_loop(pragma: Simd | None, n: int | expr.Code, header: list, body: list,
     op_of = {name: op for op, names in pragma.reductions for name in names}
     if any(op not in UPDATES for op in op_of.values()):
         return None
-    if not all(isinstance(s, _FLAT) for s in body) or not static and any(
+    if not all(isinstance(s, _FLAT) for s in body) or (not static or masked) and any(
             getattr(s, "mask", None) is not None for s in body):
         return None
     updates = [s for s in body if isinstance(s, (stmt.Update, stmt.Select))]
