@@ -126,10 +126,8 @@ def lane_loop(pragma: Simd | None, n: int | expr.Code, header: list, body: list,
     if not static:
         lines.append(_masked_tail(expr.paren(n), lanes, header, inner, ctypes))
     elif n % lanes:  # the last block: its first n % lanes lanes overlap the blocks
-        mask = compare(">=", expr.Name("r"), expr.as_node(n // lanes * lanes))
-        last = stmt.Declare("int64_t", "r", expr.plus(expr.as_node(n - lanes), _RL))
-        lines.append(stmt.Loop("rl", "0", str(lanes), tuple(_masked(inner, mask, ctypes)),
-                               (last, *header), Simd()))
+        lines.append(_last_block(expr.as_node(n - lanes), expr.as_node(n // lanes * lanes),
+                                 lanes, header, inner, ctypes))
     half = lanes // 2
     while half:
         lines += [stmt.Loop("rl", "0", str(half), (
@@ -173,15 +171,22 @@ def _masked_tail(n: expr.Code, lanes: int, header: list, inner: list,
     only on the elements after the whole blocks (:func:`_masked`); on a shorter row, its
     ``n`` elements, none masked. ``ctypes``: each array of lanes' element type."""
     edge = expr.Name("r_edge")  # the first element after the whole blocks
-    masked = _masked(inner, compare(">=", expr.Name("r"), edge), ctypes)
-    last = stmt.Declare("int64_t", "r", expr.plus(expr.minus(n, lanes), _RL))
     short = stmt.Declare("int64_t", "r", _RL)
     return stmt.If(compare("!=", expr.modulo(n, lanes), expr.as_node(0)), (
         stmt.Declare("int64_t", edge.text, expr.times(expr.over(n, lanes), lanes)),
         stmt.If(compare(">=", n, expr.as_node(lanes)), (
-            stmt.Loop("rl", "0", str(lanes), tuple(masked), (last, *header), Simd()),), (
+            _last_block(expr.minus(n, lanes), edge, lanes, header, inner, ctypes),), (
             stmt.Loop("rl", "0", n, tuple(inner), (short, *header), Simd()),))),
         flat=True)
+
+
+def _last_block(first: expr.Code, edge: expr.Code, lanes: int, header: list, inner: list,
+                ctypes: dict[str, str]) -> stmt.Loop:
+    """``lanes`` lanes over the row's elements from ``first`` on, each statement's side
+    effect taken only on the elements from ``edge`` on (:func:`_masked`)."""
+    masked = _masked(inner, compare(">=", expr.Name("r"), edge), ctypes)
+    r = stmt.Declare("int64_t", "r", expr.plus(first, _RL))
+    return stmt.Loop("rl", "0", str(lanes), tuple(masked), (r, *header), Simd())
 
 
 def _masked(inner: list, mask: expr.Code, ctypes: dict[str, str]) -> list:
