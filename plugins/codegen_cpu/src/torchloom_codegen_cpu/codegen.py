@@ -41,7 +41,8 @@ eager draws one element at a time from torch's mt19937 stream, computed from the
 stream with SIMD loops, and ``bernoulli.p`` of f32/f64 (the same draws; random_stream.py;
 also wrapped by activation checkpointing's ``run_and_save_rng_state``/
 ``run_with_rng_state``); causal f32 flash attention and its backward,
-by blocks that skip what the mask hides (attention.py).
+by blocks that skip what the mask hides (attention.py); f32 channels-last depthwise
+convolutions and their backward, by loops over the channels (depthwise.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from torchloom.api import (FORMS, ArtifactStore, Capabilities, Graph, Kernel, Ke
                            Node, Reason, TensorType, Written, default_cache_dir,
                            eager_rejects, indexing, symbols)
 
-from torchloom_codegen_cpu import attention, memory, ops, random_stream
+from torchloom_codegen_cpu import attention, depthwise, memory, ops, random_stream
 from torchloom_codegen_cpu.deferred import Building, Deferred, Offered
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
@@ -136,6 +137,8 @@ class CpuCodegen:
         #: causal attention by blocks (``library_call``)
         self._attention = attention.Attention(
             lambda direction: self._build(attention.source(direction)))
+        #: depthwise convolutions by loops over the channels (``library_call``)
+        self._depthwise = depthwise.Depthwise(lambda: self._build(depthwise.source()))
 
     # ---- protocol --------------------------------------------------------------------------
     def with_artifacts(self, store: ArtifactStore) -> CpuCodegen:
@@ -186,12 +189,19 @@ class CpuCodegen:
         stream (random_stream.py; also as activation checkpointing runs it, saving and
         replaying the generator's state), causal f32 flash attention and its backward by blocks
         (attention.py, the direction's library built on a thread from this offer on,
-        beside the graph's: ``prepare`` offers ahead); the dropout library is built at
-        its first call. None for other nodes."""
+        beside the graph's: ``prepare`` offers ahead), f32 channels-last depthwise
+        convolutions and their backward (depthwise.py, built the same way); the dropout
+        library is built at its first call. None for other nodes."""
         del registry
         dropout = random_stream.form(node)
         if dropout is not None:
             return self._dropout_call(*dropout)
+        if depthwise.offered(node) and find_compiler() is not None:
+            if self._probed():
+                self._depthwise.build_ahead()
+            fn = self._depthwise.forward if node.op == depthwise.FORWARD \
+                else self._depthwise.backward
+            return Offered(fn, self._depthwise.ready)
         if node.op not in (attention.FORWARD, attention.BACKWARD) or \
                 not node.inputs or find_compiler() is None:
             return None
@@ -234,7 +244,8 @@ class CpuCodegen:
         return True
 
     def anticipate(self, graph: Graph, registry: Any) -> None:
-        """Before the passes, for a graph holding attention or dropout nodes: probe the
+        """Before the passes, for a graph holding attention, depthwise convolution or
+        dropout nodes: probe the
         compiler (on this thread) and start building the libraries those nodes will be
         offered (``library_call``), and where a causal attention's logsumexp is an output
         of the graph (a training forward saves it for the backward), the backward's
@@ -256,9 +267,11 @@ class CpuCodegen:
 
     @staticmethod
     def _library_nodes(root: Graph) -> list[Node]:
-        """The attention and dropout nodes of ``root`` and of its shared subgraphs."""
+        """The attention, depthwise convolution and dropout nodes of ``root`` and of its
+        shared subgraphs."""
         return [node for graph in (root, *root.subgraphs.values()) for node in graph.nodes
-                if node.op in (attention.FORWARD, attention.BACKWARD, random_stream.OP)]
+                if node.op in (attention.FORWARD, attention.BACKWARD, random_stream.OP,
+                               *depthwise.OPS)]
 
     def _write(self, group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         return self._written.get(group, registry, lambda: write_function(group, registry))

@@ -1,0 +1,309 @@
+"""Depthwise 2-D convolutions on the CPU (ConvNeXt's 7x7 blocks, MobileNet's and
+EfficientNet's 3x3 and 5x5): ``aten.convolution`` and ``aten.convolution_backward`` of f32
+channels-last tensors with one filter per channel, as loops over the channels (depthwise.c).
+
+Eager (and Inductor, which calls eager's op) sends them to oneDNN, whose weight gradient
+is slow here: on the 2-vCPU Intel Xeon of ``benchmarks/RESULTS.md``, ConvNeXt's four block
+shapes (``[2, C, 56^2 .. 7^2]``, C = 32 .. 256, 7x7, channels-last) took 0.7-1.9 ms a
+backward, 12 ms of a 55 ms training step. depthwise.c walks the channels as the inner loop
+(the channels-last layout makes them contiguous), a few output pixels at once with their
+sums in registers: the backward 3.5-5x eager's speed, the forward 0.9-2x.
+
+Values are eager's within float rounding: an output element's products are summed in f32
+in another order (the bias first); the weight's gradient, a sum over every output element,
+is summed in f32 along one output row and in double across rows and threads
+(tests/codegen_cpu/test_cpu_depthwise.py compares with eager's op). Outputs have eager's
+layouts: the output and the input's gradient channels-last, the weight's gradient in the
+weight's channels-last strides, the bias's contiguous.
+
+Anything else calls eager's op: a dtype other than f32, a transposed convolution, a
+filter count other than the channels (a channel multiplier), an input or output gradient
+that is not channels-last, a tensor subclass, a tensor that needs its gradient under grad
+mode, a kernel taller than 64 rows, or a build whose results on small cases (checked once)
+are not eager's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from torchloom_codegen_cpu.deferred import Building
+
+log = logging.getLogger("torchloom.codegen_cpu")
+
+FORWARD = "aten.convolution.default"
+BACKWARD = "aten.convolution_backward.default"
+OPS = (FORWARD, BACKWARD)
+#: the tallest kernel depthwise.c takes (its ``TL_DW_MAX_KH``)
+MAX_KH = 64
+
+_DEPTHWISE = (Path(__file__).parent / "depthwise.c").read_text
+
+
+def source() -> str:
+    """The library's translation unit (depthwise.c)."""
+    return _DEPTHWISE()
+
+
+def offered(node) -> bool:
+    """Whether ``node`` (a convolution or its backward) may be a depthwise f32 CPU one, by
+    its types and arguments (the layout is checked at each call)."""
+    from torchloom.api import TensorType
+    at = 1 if node.op == BACKWARD else 0  # (the backward's input comes after grad_output)
+    if node.op not in OPS or len(node.inputs) < at + 2:
+        return False
+    x, w = node.inputs[at].type, node.inputs[at + 1].type
+    if not (isinstance(x, TensorType) and isinstance(w, TensorType)) or \
+            x.device != "cpu" or x.dtype != "f32" or w.dtype != "f32" or \
+            len(x.shape) != 4 or len(w.shape) != 4:
+        return False
+    groups, channels = node.attrs.get("groups"), x.shape[1]
+    return node.attrs.get("transposed") is False and isinstance(channels, int) and \
+        groups == channels == w.shape[0] and w.shape[1] == 1 and \
+        isinstance(w.shape[2], int) and w.shape[2] <= MAX_KH
+
+
+_P, _I = ctypes.c_void_p, ctypes.c_int
+_FORWARD_SIGNATURE = ctypes.CFUNCTYPE(None, _I, _P, _P, _P, _P, _P, _P, _P)
+_INPUT_SIGNATURE = ctypes.CFUNCTYPE(None, _I, _P, _P, _P, _P, _P, _P)
+_WEIGHT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P, _P, _P)
+
+
+#: the tensor types read by pointer (a subclass may hold its data elsewhere)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _channels_last(t) -> bool:
+    return type(t) in _PLAIN and t.dtype is torch.float32 and t.is_cpu and \
+        t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _plain(t, shape) -> bool:
+    return type(t) in _PLAIN and t.dtype is torch.float32 and t.is_cpu and \
+        tuple(t.shape) == tuple(shape)
+
+
+def _pair(v) -> tuple[int, int] | None:
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    v = v * 2 if len(v) == 1 else v
+    return (int(v[0]), int(v[1])) if len(v) == 2 and all(isinstance(i, int) for i in v) \
+        else None
+
+
+def _geometry(x, w, stride, padding, dilation, out_hw):
+    """depthwise.c's ``g[]``: N, H, W, C, OH, OW, KH, KW, strides, paddings, dilations."""
+    N, C, H, W = x.shape
+    return (ctypes.c_int64 * 14)(N, H, W, C, out_hw[0], out_hw[1], w.shape[2], w.shape[3],
+                                 *stride, *padding, *dilation)
+
+
+def _nhwc(t) -> ctypes.Array:
+    return (ctypes.c_int64 * 3)(t.stride(0), t.stride(2), t.stride(3))
+
+
+def _out_size(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _taps(w) -> torch.Tensor:
+    """The weight as depthwise.c reads it: ``[KH * KW, C]``."""
+    return w.reshape(w.shape[0], -1).t().contiguous()
+
+
+class Depthwise:
+    """Eager's depthwise convolution and its backward, f32 channels-last calls by loops
+    over the channels (see the module's doc); the C functions come from ``library()`` (a
+    path to the built :func:`source`), loaded and checked on the first call that can use
+    them."""
+
+    def __init__(self, library: Callable[[], Path]):
+        self._library = library
+        #: (forward, input gradient, weight gradient), or None (eager's ops), once loaded
+        self._functions: tuple | None = None
+        self._loaded_once = False
+        #: the library building on a thread (``build_ahead``), or None
+        self._ahead: Building | None = None
+
+    def build_ahead(self) -> None:
+        """Start building the library on a thread, once (the first call waits for it; an
+        error is its to report)."""
+        if not self._loaded_once and self._ahead is None:
+            self._ahead = Building("depthwise")
+            self._ahead.start(self._library, name="torchloom-depthwise")
+
+    def ready(self) -> bool:
+        """Whether a call would not wait for the library."""
+        return self._loaded_once or self._ahead is None or self._ahead.done()
+
+    def _loaded(self) -> tuple | None:
+        if not self._loaded_once:
+            self._functions = self._load()
+            self._loaded_once = True
+        return self._functions
+
+    def _load(self) -> tuple | None:
+        try:
+            lib = ctypes.CDLL(str(self._library() if self._ahead is None
+                                  else self._ahead.wait()))
+        except (RuntimeError, OSError) as exc:
+            log.warning("torchloom: cpu codegen: the depthwise convolution library did not "
+                        "build (%s); depthwise convolutions run as eager's op", exc)
+            return None
+        functions = (_FORWARD_SIGNATURE(("tl_dw_fwd_f32", lib)),
+                     _INPUT_SIGNATURE(("tl_dw_bwd_input_f32", lib)),
+                     _WEIGHT_SIGNATURE(("tl_dw_bwd_weight_f32", lib)))
+        if not _agrees(functions):
+            log.warning("torchloom: cpu codegen: the depthwise convolution library differs "
+                        "from eager's op on a check case; depthwise convolutions run as "
+                        "eager's op")
+            return None
+        return functions
+
+    def forward(self, input, weight, bias, stride, padding, dilation, transposed,
+                output_padding, groups):
+        """``aten.convolution``."""
+        found = None
+        if _fast(input, weight, transposed, groups, (input,)) and \
+                (bias is None or _plain(bias, (input.shape[1],))):
+            functions = self._loaded()
+            if functions is not None:
+                found = _forward(functions[0], input, weight, bias, stride, padding, dilation)
+        if found is None:
+            return torch.ops.aten.convolution.default(
+                input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                groups)
+        return found
+
+    def backward(self, grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                 transposed, output_padding, groups, output_mask):
+        """``aten.convolution_backward``: the gradients ``output_mask`` asks for (None for
+        the others)."""
+        found = None
+        if _fast(input, weight, transposed, groups, (input, grad_output)):
+            functions = self._loaded()
+            if functions is not None:
+                found = _backward(functions[1], functions[2], grad_output, input, weight,
+                                  stride, padding, dilation, output_mask)
+        if found is None:
+            return torch.ops.aten.convolution_backward.default(
+                grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                transposed, output_padding, groups, output_mask)
+        return found
+
+
+def _fast(input, weight, transposed, groups, layouts) -> bool:
+    """Whether depthwise.c takes the call: plain f32 CPU tensors, ``layouts`` channels-last,
+    one filter per channel, not transposed, nothing needing its gradient under grad mode."""
+    if transposed or not all(_channels_last(t) for t in layouts) or \
+            type(weight) not in _PLAIN or weight.dtype is not torch.float32 or \
+            not weight.is_cpu or weight.dim() != 4:
+        return False
+    C = input.shape[1]
+    if groups != C or weight.shape[0] != C or weight.shape[1] != 1 or \
+            weight.shape[2] > MAX_KH or C == 0 or 0 in input.shape:
+        return False
+    return not (torch.is_grad_enabled() and any(
+        t.requires_grad for t in (*layouts, weight)))
+
+
+def _params(input, weight, stride, padding, dilation):
+    """(stride, padding, dilation, (OH, OW)), or None where they are not two positive ints
+    each (or the output would be empty)."""
+    s, p, d = _pair(stride), _pair(padding), _pair(dilation)
+    if s is None or p is None or d is None or min(*s, *d) < 1 or min(p) < 0:
+        return None
+    hw = tuple(_out_size(input.shape[2 + i], weight.shape[2 + i], s[i], p[i], d[i])
+               for i in range(2))
+    return (s, p, d, hw) if min(hw) > 0 else None
+
+
+def _forward(fn, input, weight, bias, stride, padding, dilation):
+    found = _params(input, weight, stride, padding, dilation)
+    if found is None:
+        return None
+    s, p, d, hw = found
+    out = torch.empty((input.shape[0], input.shape[1], *hw), dtype=torch.float32,
+                      memory_format=torch.channels_last)
+    taps = _taps(weight)
+    bias = bias.contiguous() if bias is not None else None
+    fn(torch.get_num_threads(), input.data_ptr(), _nhwc(input), taps.data_ptr(),
+       bias.data_ptr() if bias is not None else None, out.data_ptr(), _nhwc(out),
+       _geometry(input, weight, s, p, d, hw))
+    return out
+
+
+def _backward(grad_input_fn, grad_weight_fn, grad_output, input, weight, stride, padding,
+              dilation, output_mask):
+    found = _params(input, weight, stride, padding, dilation)
+    if found is None or tuple(grad_output.shape[2:]) != found[3] or \
+            grad_output.shape[:2] != input.shape[:2]:
+        return None
+    s, p, d, hw = found
+    g = _geometry(input, weight, s, p, d, hw)
+    threads = torch.get_num_threads()
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = torch.empty(input.shape, dtype=torch.float32,
+                                 memory_format=torch.channels_last)
+        taps = _taps(weight)  # (held: the call reads it)
+        grad_input_fn(threads, grad_output.data_ptr(), _nhwc(grad_output), taps.data_ptr(),
+                      grad_input.data_ptr(), _nhwc(grad_input), g)
+    if output_mask[1] or output_mask[2]:
+        C, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
+        taps = torch.empty((KH * KW, C), dtype=torch.float32)
+        bias = torch.empty((C,), dtype=torch.float32) if output_mask[2] else None
+        if grad_weight_fn(threads, grad_output.data_ptr(), _nhwc(grad_output),
+                          input.data_ptr(), _nhwc(input), taps.data_ptr(),
+                          bias.data_ptr() if bias is not None else None, g):
+            raise MemoryError("torchloom: cpu depthwise convolution: out of memory for its "
+                              "sums")
+        if output_mask[1]:
+            grad_weight = torch.empty(weight.shape, dtype=torch.float32,
+                                      memory_format=torch.channels_last)
+            grad_weight.copy_(taps.t().reshape(weight.shape))
+        grad_bias = bias
+    return grad_input, grad_weight, grad_bias
+
+
+def _check_cases():
+    """Small cases: borders, channels past the last block of 16, strides, dilation,
+    a bias and none: ``(x, w, bias, stride, padding, dilation)`` each."""
+    g = torch.Generator().manual_seed(0)
+
+    def case(C, H, W, K, s, p, d, bias):
+        x = torch.randn(2, C, H, W, generator=g).to(memory_format=torch.channels_last)
+        w = torch.randn(C, 1, K, K, generator=g)
+        return x, w, torch.randn(C, generator=g) if bias else None, [s, s], [p, p], [d, d]
+    return [case(20, 9, 11, 3, 1, 1, 1, True), case(33, 12, 10, 5, 2, 2, 1, False),
+            case(16, 8, 8, 3, 1, 2, 2, True)]
+
+
+def _close(got, want) -> bool:
+    return all((a is None and b is None) or (a is not None and b is not None and
+               a.shape == b.shape and a.stride() == b.stride() and
+               torch.allclose(a, b, rtol=1e-4, atol=1e-4)) for a, b in zip(got, want))
+
+
+def _agrees(functions) -> bool:
+    """Whether the library gives eager's values and layouts on :func:`_check_cases`."""
+    aten = torch.ops.aten
+    with torch.no_grad():
+        for x, w, b, s, p, d in _check_cases():
+            C = x.shape[1]
+            want = aten.convolution.default(x, w, b, s, p, d, False, [0, 0], C)
+            got = _forward(functions[0], x, w, b, s, p, d)
+            if got is None or not _close((got,), (want,)):
+                return False
+            go = torch.randn(want.shape).to(memory_format=torch.channels_last)
+            mask = [True, True, b is not None]
+            want = aten.convolution_backward.default(
+                go, x, w, [C] if b is not None else None, s, p, d, False, [0, 0], C, mask)
+            got = _backward(functions[1], functions[2], go, x, w, s, p, d, mask)
+            if got is None or not _close(got, want):
+                return False
+    return True

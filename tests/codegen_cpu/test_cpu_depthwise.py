@@ -1,0 +1,223 @@
+"""Depthwise convolutions by loops over the channels (torchloom_codegen_cpu.depthwise): the
+forward and the three gradients are eager's ``aten.convolution`` and
+``aten.convolution_backward`` values within float rounding, with eager's layouts, for any
+kernel size, stride, padding and dilation, channel counts past a block of 16, borders,
+non-finite values; calls it does not take are eager's op; the codegen offers it for
+depthwise f32 nodes only; a compiled training step runs it (no eager convolution reaches
+torch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchloom.api import parse_graph
+from torchloom.runtime.executor import library_calls
+from torchloom_codegen_cpu import depthwise
+
+from conftest import compiled
+
+ATEN = torch.ops.aten
+FORWARD = ATEN.convolution.default
+BACKWARD = ATEN.convolution_backward.default
+CL = torch.channels_last
+
+
+@pytest.fixture(scope="module")
+def loops(codegen):
+    """The codegen's depthwise convolutions, the library built and checked."""
+    found = codegen._depthwise
+    assert found._loaded() is not None, "the depthwise library did not build or agree"
+    return found
+
+
+class Counting(TorchDispatchMode):
+    """Counts eager's convolution ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func in (FORWARD, BACKWARD)
+        return func(*args, **(kwargs or {}))
+
+
+def tensors(N, C, H, W, KH, KW, bias=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(N, C, H, W, generator=g).to(memory_format=CL)
+    w = torch.randn(C, 1, KH, KW, generator=g)
+    return x, w, torch.randn(C, generator=g) if bias else None
+
+
+def same(got, want, atol=1e-4):
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=atol, equal_nan=True)
+
+
+def check(loops, x, w, b, stride, padding, dilation, mask=(True, True, True), seed=1):
+    """Both directions on both sides: eager's op never called on ours, eager's values."""
+    C = x.shape[1]
+    args = (stride, padding, dilation, False, [0, 0], C)
+    with Counting() as counted:
+        got = loops.forward(x, w, b, *args)
+    assert counted.calls == 0, "the forward ran eager's op"
+    want = FORWARD(x, w, b, *args)
+    same(got, want)
+    go = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed)).to(
+        memory_format=CL)
+    mask = [mask[0], mask[1], mask[2] and b is not None]
+    sizes = [C] if b is not None else None
+    with Counting() as counted:
+        got = loops.backward(go, x, w, sizes, *args, mask)
+    assert counted.calls == 0, "the backward ran eager's op"
+    want = BACKWARD(go, x, w, sizes, *args, mask)
+    terms = x.shape[0] * want[0].shape[2] * want[0].shape[3] if want[0] is not None else 1
+    for asked, a, e, tol in zip(mask, got, want, (1e-4, 1e-4 * terms ** 0.5,
+                                                1e-4 * terms ** 0.5)):
+        # (eager's oneDNN path gives the weight's gradient with the bias's unasked)
+        same(a, e if asked else None, atol=tol)
+
+
+# ConvNeXt's blocks (7x7, padding 3) at its four stages, smaller images
+@pytest.mark.parametrize("C, H", [(32, 28), (64, 14), (128, 7), (256, 4)])
+def test_convnext_blocks_match_eager(loops, C, H):
+    check(loops, *tensors(2, C, H, H, 7, 7), [1, 1], [3, 3], [1, 1])
+
+
+@pytest.mark.parametrize("K, stride, padding, dilation", [
+    (3, [1, 1], [1, 1], [1, 1]), (3, [2, 2], [1, 1], [1, 1]), (5, [2, 1], [2, 0], [1, 2]),
+    (1, [1, 1], [0, 0], [1, 1]), (3, [1, 1], [0, 0], [3, 3]), (7, [3, 3], [4, 4], [1, 1])])
+@pytest.mark.parametrize("C", [1, 15, 17, 40])
+def test_strides_paddings_dilations_and_channel_tails_match_eager(loops, K, stride, padding,
+                                                                   dilation, C):
+    check(loops, *tensors(2, C, 11, 9, K, K), stride, padding, dilation)
+
+
+@pytest.mark.parametrize("mask", [(True, False, False), (False, True, False),
+                                  (False, False, True), (False, True, True)])
+def test_each_gradient_alone_matches_eager(loops, mask):
+    check(loops, *tensors(1, 20, 10, 10, 3, 3), [1, 1], [1, 1], [1, 1], mask=mask)
+
+
+@settings(max_examples=60, deadline=None)
+@given(N=st.integers(1, 3), C=st.integers(1, 40), H=st.integers(1, 12), W=st.integers(1, 12),
+       KH=st.integers(1, 7), KW=st.integers(1, 7), sh=st.integers(1, 3), sw=st.integers(1, 3),
+       ph=st.integers(0, 4), pw=st.integers(0, 4), dh=st.integers(1, 3), dw=st.integers(1, 3),
+       bias=st.booleans(), seed=st.integers(0, 1000))
+def test_any_geometry_matches_eager(loops, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, bias,
+                                    seed):
+    assume(H + 2 * ph >= dh * (KH - 1) + 1 and W + 2 * pw >= dw * (KW - 1) + 1)
+    check(loops, *tensors(N, C, H, W, KH, KW, bias, seed), [sh, sw], [ph, pw], [dh, dw],
+          seed=seed)
+
+
+@pytest.mark.parametrize("where", ["input", "weight"])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_values_give_eagers(loops, where, bad):
+    x, w, b = tensors(2, 18, 8, 8, 3, 3)
+    if where == "input":
+        x[0, 3, 0, 0] = bad  # (a corner: read by taps that other pixels skip as padding)
+        x[1, 17, 4, 5] = bad
+    else:
+        w[0, 0, 0, 0] = bad
+        w[17, 0, 1, 1] = bad
+    check(loops, x, w, b, [1, 1], [1, 1], [1, 1])
+
+
+def calls_eager(loops, *args) -> bool:
+    """``forward(*args)``: eager's values exactly, from eager's op."""
+    with Counting() as counted:
+        got = loops.forward(*args)
+    assert torch.equal(got, FORWARD(*args))
+    return counted.calls == 1
+
+
+def test_calls_it_does_not_take_are_eagers_op(loops):
+    x, w, b = tensors(2, 8, 9, 9, 3, 3)
+    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 8)
+    assert calls_eager(loops, x.contiguous(), w, b, *args)  # channels first
+    assert calls_eager(loops, x.double(), w.double(), b.double(), *args)
+    assert calls_eager(loops, x.bfloat16(), w.bfloat16(), b.bfloat16(), *args)
+    two = torch.randn(16, 1, 3, 3)  # two filters per channel
+    assert calls_eager(loops, x, two, None, *args)
+    grouped = torch.randn(4, 2, 3, 3)  # two channels per group
+    assert calls_eager(loops, x[:, :4], grouped, b[:4], [1, 1], [1, 1], [1, 1], False, [0, 0], 2)
+    transposed = torch.randn(8, 1, 3, 3)
+    assert calls_eager(loops, x, transposed, None, [1, 1], [1, 1], [1, 1], True, [0, 0], 8)
+    needs = x.clone().requires_grad_()
+    assert calls_eager(loops, needs, w, b, *args)
+    with pytest.raises(RuntimeError) as want:  # eager's error for what eager refuses
+        FORWARD(x, w, b, [1, 1], [-1, -1], [1, 1], False, [0, 0], 8)
+    with pytest.raises(RuntimeError) as got:
+        loops.forward(x, w, b, [1, 1], [-1, -1], [1, 1], False, [0, 0], 8)
+    assert str(got.value) == str(want.value)
+    go = torch.randn(2, 8, 9, 9)  # a channels-first gradient: eager's backward
+    with Counting() as counted:
+        got = loops.backward(go, x, w, [8], *args, [True, True, True])
+    want = BACKWARD(go, x, w, [8], *args, [True, True, True])
+    assert counted.calls == 1 and all(torch.equal(a, e) for a, e in zip(got, want))
+
+
+NODE = """\
+graph @g(%x: DT[2, 8, 9, 9], %w: DT[OUT, 1, 3, 3]) {
+  %o = aten.convolution.default(%x, %w) {stride = [1, 1], padding = [1, 1], \
+dilation = [1, 1], transposed = false, output_padding = [0, 0], groups = GROUPS} : DT[2, OUT, 9, 9]
+  return %o
+}"""
+
+
+@pytest.mark.parametrize("dtype, out, groups, offered", [
+    ("f32", 8, 8, True), ("f64", 8, 8, False), ("f32", 16, 8, False), ("f32", 8, 1, False)])
+def test_the_codegen_offers_it_for_depthwise_f32_nodes(registry, codegen, dtype, out, groups,
+                                                       offered):
+    text = NODE.replace("DT", dtype).replace("OUT", str(out)).replace("GROUPS", str(groups))
+    if groups == 1:
+        text = text.replace("%w: f32[8, 1, 3, 3]", "%w: f32[8, 8, 3, 3]")
+    calls = library_calls(None, [codegen], registry)
+    assert [calls(n) is not None for n in parse_graph(text).nodes] == [offered]
+
+
+class Block(torch.nn.Module):
+    """ConvNeXt's block: a depthwise 7x7 convolution, a norm over channels, an MLP."""
+
+    def __init__(self, C=24):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(C, C, 7, padding=3, groups=C)
+        self.norm = torch.nn.LayerNorm(C)
+        self.up, self.down = torch.nn.Linear(C, 4 * C), torch.nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+        return x + self.down(torch.nn.functional.gelu(self.up(y))).permute(0, 3, 1, 2)
+
+
+def test_a_compiled_training_step_runs_it(tmp_path):
+    torch.manual_seed(0)
+    model = Block()
+    _, fn = compiled(model, tmp_path)
+    x = torch.randn(2, 24, 14, 14).to(memory_format=CL).requires_grad_()
+    fn(x).sum().backward()  # compiled (its tracing runs torch's ops on fake tensors)
+    model.zero_grad()
+    runs = []
+    for f in (model, fn):
+        x.grad = None
+        with torch.profiler.profile() as profiled:  # (a dispatch mode stops dynamo)
+            out = f(x)
+            out.square().mean().backward()
+        eager_calls = sum(e.count for e in profiled.key_averages()
+                          if e.key in ("aten::convolution", "aten::convolution_backward"))
+        runs.append((out.detach(), x.grad.clone(), [p.grad.clone() for p in model.parameters()],
+                     eager_calls))
+        model.zero_grad()
+    (want, wx, w_grads, eager_calls), (got, gx, g_grads, compiled_calls) = runs
+    assert eager_calls == 2 and compiled_calls == 0
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gx, wx, rtol=1e-4, atol=1e-6)
+    for g, w in zip(g_grads, w_grads):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-5)
