@@ -8,7 +8,8 @@
 
    The channels are the inner loop, in blocks of TL_DW_LANES (a literal count gcc
    vectorizes; the last block of a channel count that is no multiple of it is a loop of
-   its own). Sums: an output element's KH * KW products in f32 (as eager's); the weight's
+   its own). Products are added by fused multiply-adds (fmaf, as oneDNN's kernels: one
+   rounding each). Sums: an output element's KH * KW products in f32 (as eager's); the weight's
    gradient over N * OH * OW products is summed in f32 along one output row, then in
    double across rows and threads, so a large image loses no more than a row's rounding.
    Threads split the rows (n, oh) of the output (forward, weight gradient) or of the
@@ -41,9 +42,9 @@ static inline void tl_dw_fma(float *restrict dst, const float *a, const float *b
   int64_t c0 = 0;
   for (; c0 + TL_DW_LANES <= C; c0 += TL_DW_LANES) {
     #pragma omp simd
-    for (int64_t c = 0; c < TL_DW_LANES; c++) dst[c0 + c] += a[c0 + c] * b[c0 + c];
+    for (int64_t c = 0; c < TL_DW_LANES; c++) dst[c0 + c] = fmaf(a[c0 + c], b[c0 + c], dst[c0 + c]);
   }
-  for (int64_t c = c0; c < C; c++) dst[c] += a[c] * b[c];
+  for (int64_t c = c0; c < C; c++) dst[c] = fmaf(a[c], b[c], dst[c]);
 }
 
 /* TL_DW_PIXELS pixels of a row at once: their accumulators stay in registers across taps */
@@ -84,7 +85,7 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
             for (int p = 0; p < TL_DW_PIXELS; p++) {
               #pragma omp simd
               for (int64_t c = 0; c < TL_DW_LANES; c++)
-                acc[p][c] += xp[p * step * ss + c] * wp[c];
+                acc[p][c] = fmaf(xp[p * step * ss + c], wp[c], acc[p][c]);
             }
           }
         }
@@ -101,7 +102,7 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
             for (int64_t kw = 0; kw < KW; kw++) {
               const float *xp = src[k] + ((q + p) * step + base + kw * delta) * ss;
               const float *wp = wt + (taph[k] * KW + kw) * C;
-              for (int64_t c = full; c < C; c++) d[c] += xp[c] * wp[c];
+              for (int64_t c = full; c < C; c++) d[c] = fmaf(xp[c], wp[c], d[c]);
             }
         }
       }
@@ -221,14 +222,14 @@ static void tl_dw_weight_row(float *restrict row, float *restrict brow, const fl
           for (int p = 0; p < TL_DW_PIXELS; p++) {
             #pragma omp simd
             for (int64_t c = 0; c < TL_DW_LANES; c++)
-              a[p][c] += gp[p * sgo[2] + c] * xp[p * g[G_SW] * sx[2] + c];
+              a[p][c] = fmaf(gp[p * sgo[2] + c], xp[p * g[G_SW] * sx[2] + c], a[p][c]);
           }
         }
         for (; ow < hi; ow++) {
           const float *gp = gorow + ow * sgo[2] + c0;
           const float *xp = xrow + (ow * g[G_SW] + off) * sx[2] + c0;
           #pragma omp simd
-          for (int64_t c = 0; c < TL_DW_LANES; c++) a[0][c] += gp[c] * xp[c];
+          for (int64_t c = 0; c < TL_DW_LANES; c++) a[0][c] = fmaf(gp[c], xp[c], a[0][c]);
         }
         #pragma omp simd
         for (int64_t c = 0; c < TL_DW_LANES; c++)
@@ -236,7 +237,7 @@ static void tl_dw_weight_row(float *restrict row, float *restrict brow, const fl
       }
       for (int64_t ow = lo; ow < hi && c0 < C; ow++)
         for (int64_t c = c0; c < C; c++)
-          acc[c] += gorow[ow * sgo[2] + c] * xrow[(ow * g[G_SW] + off) * sx[2] + c];
+          acc[c] = fmaf(gorow[ow * sgo[2] + c], xrow[(ow * g[G_SW] + off) * sx[2] + c], acc[c]);
     }
   }
 }

@@ -18,7 +18,8 @@ weight's channels-last strides, the bias's contiguous.
 
 Anything else calls eager's op: a dtype other than f32, a transposed convolution, a
 filter count other than the channels (a channel multiplier), an input or output gradient
-that is not channels-last, a tensor subclass, a tensor that needs its gradient under grad
+that is not channels-last (or is also contiguous: one channel or one pixel, whose layouts
+eager picks by other rules), a tensor subclass, a tensor that needs its gradient under grad
 mode, a kernel taller than 64 rows, or a build whose results on small cases (checked once)
 are not eager's.
 """
@@ -79,8 +80,11 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def _channels_last(t) -> bool:
+    """A plain f32 CPU tensor of 4 dims laid out channels-last and not also contiguous
+    (one channel, or one pixel, is both: eager then picks its layouts by other rules)."""
     return type(t) in _PLAIN and t.dtype is torch.float32 and t.is_cpu and \
-        t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
+        t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and \
+        not t.is_contiguous()
 
 
 def _plain(t, shape) -> bool:
