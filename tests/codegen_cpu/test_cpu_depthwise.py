@@ -1,7 +1,7 @@
 """Depthwise convolutions by loops over the channels (torchloom_codegen_cpu.depthwise): the
 forward and the three gradients are eager's ``aten.convolution`` and
-``aten.convolution_backward`` values within float rounding, with eager's layouts, for any
-kernel size, stride, padding and dilation, channel counts past a block of 16, borders,
+``aten.convolution_backward`` values within float rounding, with eager's layouts, for
+channels-last and contiguous tensors, any kernel size, stride, padding and dilation, channel counts past a block of 16, borders,
 non-finite values; calls it does not take are eager's op; the codegen offers it for
 depthwise f32 nodes only; a compiled training step runs it (no eager convolution reaches
 torch)."""
@@ -46,9 +46,11 @@ class Counting(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def tensors(N, C, H, W, KH, KW, bias=True, seed=0):
+def tensors(N, C, H, W, KH, KW, bias=True, seed=0, layout="last"):
+    """Input (channels-last, or contiguous for ``layout="first"``), weight, bias."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(N, C, H, W, generator=g).to(memory_format=CL)
+    x = torch.randn(N, C, H, W, generator=g)
+    x = x.to(memory_format=CL) if layout == "last" else x
     w = torch.randn(C, 1, KH, KW, generator=g)
     return x, w, torch.randn(C, generator=g) if bias else None
 
@@ -66,29 +68,32 @@ def check(loops, x, w, b, stride, padding, dilation, mask=(True, True, True), se
     args = (stride, padding, dilation, False, [0, 0], C)
     with Counting() as counted:
         got = loops.forward(x, w, b, *args)
-    assert counted.calls == 0, "the forward ran eager's op"
+    # (a contiguous input's forward is eager's op, by the module's rule)
+    assert counted.calls == x.is_contiguous(), "the forward ran eager's op"
     want = FORWARD(x, w, b, *args)
     same(got, want)
-    go = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed)).to(
-        memory_format=CL)
+    go = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed)).contiguous(
+        memory_format=torch.contiguous_format if x.is_contiguous() else CL)
     mask = [mask[0], mask[1], mask[2] and b is not None]
     sizes = [C] if b is not None else None
     with Counting() as counted:
         got = loops.backward(go, x, w, sizes, *args, mask)
-    # (a gradient of one output pixel is contiguous too: eager's op, by the module's rule)
-    assert counted.calls == go.is_contiguous(), "the backward ran eager's op"
+    # (a gradient of one output pixel is both layouts: eager's op, by the module's rule)
+    both = go.is_contiguous() and go.is_contiguous(memory_format=CL)
+    assert counted.calls == both, "the backward ran eager's op"
     want = BACKWARD(go, x, w, sizes, *args, mask)
     terms = x.shape[0] * want[0].shape[2] * want[0].shape[3] if want[0] is not None else 1
     for asked, a, e, tol in zip(mask, got, want, (1e-4, 1e-4 * terms ** 0.5,
                                                 1e-4 * terms ** 0.5)):
         # (eager's oneDNN path gives the weight's gradient with the bias's unasked)
-        same(a, e if asked else None, atol=tol)
+        same(a, e if asked or both else None, atol=tol)
 
 
 # ConvNeXt's blocks (7x7, padding 3) at its four stages, smaller images
+@pytest.mark.parametrize("layout", ["last", "first"])
 @pytest.mark.parametrize("C, H", [(32, 28), (64, 14), (128, 7), (256, 4)])
-def test_convnext_blocks_match_eager(loops, C, H):
-    check(loops, *tensors(2, C, H, H, 7, 7), [1, 1], [3, 3], [1, 1])
+def test_convnext_blocks_match_eager(loops, C, H, layout):
+    check(loops, *tensors(2, C, H, H, 7, 7, layout=layout), [1, 1], [3, 3], [1, 1])
 
 
 @pytest.mark.parametrize("K, stride, padding, dilation", [
@@ -110,12 +115,12 @@ def test_each_gradient_alone_matches_eager(loops, mask):
 @given(N=st.integers(1, 3), C=st.integers(2, 40), H=st.integers(1, 12), W=st.integers(1, 12),
        KH=st.integers(1, 7), KW=st.integers(1, 7), sh=st.integers(1, 3), sw=st.integers(1, 3),
        ph=st.integers(0, 4), pw=st.integers(0, 4), dh=st.integers(1, 3), dw=st.integers(1, 3),
-       bias=st.booleans(), seed=st.integers(0, 1000))
+       bias=st.booleans(), seed=st.integers(0, 1000), layout=st.sampled_from(["last", "first"]))
 def test_any_geometry_matches_eager(loops, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, bias,
-                                    seed):
+                                    seed, layout):
     assume(H + 2 * ph >= dh * (KH - 1) + 1 and W + 2 * pw >= dw * (KW - 1) + 1 and H * W > 1)
-    check(loops, *tensors(N, C, H, W, KH, KW, bias, seed), [sh, sw], [ph, pw], [dh, dw],
-          seed=seed)
+    check(loops, *tensors(N, C, H, W, KH, KW, bias, seed, layout), [sh, sw], [ph, pw],
+          [dh, dw], seed=seed)
 
 
 @pytest.mark.parametrize("where", ["input", "weight"])
@@ -142,7 +147,8 @@ def calls_eager(loops, *args) -> bool:
 def test_calls_it_does_not_take_are_eagers_op(loops):
     x, w, b = tensors(2, 8, 9, 9, 3, 3)
     args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 8)
-    assert calls_eager(loops, x.contiguous(), w, b, *args)  # channels first
+    # channels first with a channels-last weight: eager's results are channels-last
+    assert calls_eager(loops, x.contiguous(), w.to(memory_format=CL), b, *args)
     assert calls_eager(loops, x.double(), w.double(), b.double(), *args)
     assert calls_eager(loops, x.bfloat16(), w.bfloat16(), b.bfloat16(), *args)
     two = torch.randn(16, 1, 3, 3)  # two filters per channel
@@ -203,11 +209,29 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(y))).permute(0, 3, 1, 2)
 
 
-def test_a_compiled_training_step_runs_it(tmp_path):
+class Inverted(torch.nn.Module):
+    """MobileNet's inverted residual's tail, channels first: a depthwise 3x3 convolution, a
+    batch norm, ReLU6, a pointwise convolution."""
+
+    def __init__(self, C=24):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(C, C, 3, padding=1, groups=C, bias=False)
+        self.norm = torch.nn.BatchNorm2d(C)
+        self.pw = torch.nn.Conv2d(C, C, 1)
+
+    def forward(self, x):
+        return x + self.pw(torch.nn.functional.relu6(self.norm(self.dw(x))))
+
+
+@pytest.mark.parametrize("model, layout, left", [
+    (Block, CL, 0),  # ConvNeXt's block: channels-last, both directions ours
+    # channels first: the depthwise forward and the pointwise convolution both ways eager's
+    (Inverted, torch.contiguous_format, 3)])
+def test_a_compiled_training_step_runs_it(tmp_path, model, layout, left):
     torch.manual_seed(0)
-    model = Block()
+    model = model()
     _, fn = compiled(model, tmp_path)
-    x = torch.randn(2, 24, 14, 14).to(memory_format=CL).requires_grad_()
+    x = torch.randn(2, 24, 14, 14).contiguous(memory_format=layout).requires_grad_()
     fn(x).sum().backward()  # compiled (its tracing runs torch's ops on fake tensors)
     model.zero_grad()
     runs = []
@@ -222,7 +246,7 @@ def test_a_compiled_training_step_runs_it(tmp_path):
                      eager_calls))
         model.zero_grad()
     (want, wx, w_grads, eager_calls), (got, gx, g_grads, compiled_calls) = runs
-    assert eager_calls == 2 and compiled_calls == 0
+    assert (eager_calls, compiled_calls) == (2 + 2 * (left > 0), left)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gx, wx, rtol=1e-4, atol=1e-6)
     for g, w in zip(g_grads, w_grads):
