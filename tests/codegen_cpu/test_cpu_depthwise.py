@@ -136,6 +136,18 @@ def test_non_finite_values_give_eagers(loops, where, bad):
     check(loops, x, w, b, [1, 1], [1, 1], [1, 1])
 
 
+def test_signed_zeros_are_eagers(loops):
+    """Eager adds the bias to a sum started at +0: a bias of -0 on products of -0 gives +0
+    (and the zeros of padded rows change no sign)."""
+    x = torch.zeros(1, 16, 5, 5).to(memory_format=CL)
+    for sign in (1.0, -1.0):
+        w = torch.full((16, 1, 3, 3), -sign)
+        for b in (torch.full((16,), -0.0), None):
+            args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 16)
+            got, want = loops.forward(sign * x, w, b, *args), FORWARD(sign * x, w, b, *args)
+            assert torch.equal(torch.signbit(got), torch.signbit(want))
+
+
 def calls_eager(loops, *args) -> bool:
     """``forward(*args)``: eager's values exactly, from eager's op."""
     with Counting() as counted:

@@ -77,8 +77,8 @@ def offered(node) -> bool:
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
-_FORWARD_SIGNATURE = ctypes.CFUNCTYPE(None, _I, _P, _P, _P, _P, _P, _P, _P)
-_INPUT_SIGNATURE = ctypes.CFUNCTYPE(None, _I, _P, _P, _P, _P, _P, _P)
+_FORWARD_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P, _P, _P)
+_INPUT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P, _P)
 _WEIGHT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P, _P, _P)
 
 
@@ -280,9 +280,10 @@ def _forward(fn, input, weight, bias, stride, padding, dilation):
                       memory_format=torch.channels_last)
     taps = _taps(weight)
     bias = bias.contiguous() if bias is not None else None
-    fn(torch.get_num_threads(), input.data_ptr(), _nhwc(input), taps.data_ptr(),
-       bias.data_ptr() if bias is not None else None, out.data_ptr(), _nhwc(out),
-       _geometry(input, weight, s, p, d, hw))
+    if fn(torch.get_num_threads(), input.data_ptr(), _nhwc(input), taps.data_ptr(),
+          bias.data_ptr() if bias is not None else None, out.data_ptr(), _nhwc(out),
+          _geometry(input, weight, s, p, d, hw)):
+        raise _out_of_memory()
     return out
 
 
@@ -302,8 +303,9 @@ def _backward(grad_input_fn, grad_weight_fn, grad_output, input, weight, stride,
         grad_input = torch.empty(input.shape, dtype=torch.float32,
                                  memory_format=torch.channels_last)
         taps = _taps(weight)  # (held: the call reads it)
-        grad_input_fn(threads, grad_output.data_ptr(), _nhwc(grad_output), taps.data_ptr(),
-                      grad_input.data_ptr(), _nhwc(grad_input), g)
+        if grad_input_fn(threads, grad_output.data_ptr(), _nhwc(grad_output),
+                         taps.data_ptr(), grad_input.data_ptr(), _nhwc(grad_input), g):
+            raise _out_of_memory()
         if layout == "first":
             grad_input = grad_input.contiguous()
     if output_mask[1] or output_mask[2]:
@@ -313,14 +315,18 @@ def _backward(grad_input_fn, grad_weight_fn, grad_output, input, weight, stride,
         if grad_weight_fn(threads, grad_output.data_ptr(), _nhwc(grad_output),
                           input.data_ptr(), _nhwc(input), taps.data_ptr(),
                           bias.data_ptr() if bias is not None else None, g):
-            raise MemoryError("torchloom: cpu depthwise convolution: out of memory for its "
-                              "sums")
+            raise _out_of_memory()
         if output_mask[1]:
             grad_weight = torch.empty(weight.shape, dtype=torch.float32, memory_format=(
                 torch.contiguous_format if layout == "first" else torch.channels_last))
             grad_weight.copy_(taps.t().reshape(weight.shape))
         grad_bias = bias
     return grad_input, grad_weight, grad_bias
+
+
+def _out_of_memory() -> MemoryError:
+    return MemoryError("torchloom: cpu depthwise convolution: out of memory for its padded "
+                       "rows or its sums")
 
 
 def _check_cases():
