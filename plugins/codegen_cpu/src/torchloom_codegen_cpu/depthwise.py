@@ -40,6 +40,8 @@ from pathlib import Path
 
 import torch
 
+from torchloom.api import TensorType
+
 from torchloom_codegen_cpu.deferred import Building
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -61,7 +63,6 @@ def source() -> str:
 def offered(node) -> bool:
     """Whether ``node`` (a convolution or its backward) may be a depthwise f32 CPU one, by
     its types and arguments (the layout is checked at each call)."""
-    from torchloom.api import TensorType
     at = 1 if node.op == BACKWARD else 0  # (the backward's input comes after grad_output)
     if node.op not in OPS or len(node.inputs) < at + 2:
         return False
