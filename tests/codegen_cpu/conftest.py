@@ -3,7 +3,8 @@
 ``check`` compiles a hand-written fusion-group graph with the cpu codegen, runs it, and
 compares every output with the eager codegen's. ``group_text`` writes such a graph.
 ``compiled`` wraps a function in ``torch.compile`` with torchloom's default pipeline (end
-to end), ``codegens`` lists the codegen of each group it compiled. The
+to end), ``codegens`` lists the codegen of each group it compiled. ``Counting`` counts
+calls of eager's ops (those a library call replaces). The
 codegen's cache directory is one per test session, so identical kernels build once.
 """
 
@@ -14,6 +15,7 @@ import re
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torchloom.api import parse_graph, verify
 from torchloom.testing.reductions import group_text  # noqa: F401  (tests import it from here)
 from torchloom.backend import torchloom_backend
@@ -21,6 +23,18 @@ from torchloom.tools import Compiler, EagerCodegen, load_plugins
 from torchloom.runtime.executor import CompiledGraph
 
 from torchloom_codegen_cpu import CpuCodegen
+
+
+class Counting(TorchDispatchMode):
+    """Counts the calls of ``ops`` (eager's op, where a library call should run instead)."""
+
+    def __init__(self, *ops):
+        super().__init__()
+        self.ops, self.calls = ops, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func in self.ops
+        return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager

@@ -15,13 +15,12 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchloom.api import parse_graph
 from torchloom.runtime.executor import library_calls
 from torchloom_codegen_cpu import attention
 
-from conftest import compiled
+from conftest import Counting, compiled
 
 ATEN = torch.ops.aten
 FORWARD = ATEN._scaled_dot_product_flash_attention_for_cpu.default
@@ -37,18 +36,6 @@ def blocked(codegen):
         assert found._loaded(direction) is not None, \
             f"torch's sgemm_ or the attention {direction} library is missing"
     return found
-
-
-class Counting(TorchDispatchMode):
-    """Counts eager's attention ops."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += func in (FORWARD, BACKWARD)
-        return func(*args, **(kwargs or {}))
 
 
 def qkv(B, H, Hk, Lq, Lk, D, layout="bshd", seed=0):
@@ -78,14 +65,14 @@ def hidden_share(mask) -> float:
 def check(blocked, q, k, v, go, mask=None, causal=False, scale=None):
     """Runs both sides, asserting that the blocked path ran and agrees with eager."""
     assert attention._fast(q, k, v, (), 0.0, causal, mask)
-    with Counting() as counted:
+    with Counting(FORWARD, BACKWARD) as counted:
         got = blocked.forward(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
     assert counted.calls == 0, "eager's op ran"
     want = FORWARD(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
     for a, b in zip(got, want):  # (outputs are averages of unit values: sums of 64-200
         assert a.stride() == b.stride()  # terms in another order differ by up to ~1e-5)
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    with Counting() as counted:
+    with Counting(FORWARD, BACKWARD) as counted:
         grads = blocked.backward(go, q, k, v, *want, 0.0, causal, attn_mask=mask, scale=scale)
     assert counted.calls == 0, "eager's op ran"
     wants = BACKWARD(go, q, k, v, *want, 0.0, causal, attn_mask=mask, scale=scale)
@@ -106,14 +93,14 @@ def test_each_direction_builds_its_own_library_at_its_first_call(codegen):
     q, k, v, go = qkv(1, 4, 2, 130, 130, 32, seed=3)
     with torch.no_grad():
         found.forward(q, k, v, 0.0, True)  # built, loaded and checked against eager's op
-        with Counting() as counted:
+        with Counting(FORWARD, BACKWARD) as counted:
             out, lse = found.forward(q, k, v, 0.0, True)
         assert asked == ["forward"] and counted.calls == 0
         for a, b in zip((out, lse), FORWARD(q, k, v, 0.0, True)):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         found.backward(go, q, k, v, out, lse, 0.0, True)
         assert asked == ["forward", "backward"]
-        with Counting() as counted:
+        with Counting(FORWARD, BACKWARD) as counted:
             grads = found.backward(go, q, k, v, out, lse, 0.0, True)
         assert asked == ["forward", "backward"] and counted.calls == 0
         for a, b in zip(grads, BACKWARD(go, q, k, v, out, lse, 0.0, True)):
@@ -219,7 +206,7 @@ def test_masks_hiding_under_a_quarter_of_the_blocks_are_eagers(blocked):
 
 
 def calls_eager(blocked, *args, **kwargs):
-    with Counting() as counted:
+    with Counting(FORWARD, BACKWARD) as counted:
         got = blocked.forward(*args, **kwargs)
     want = FORWARD(*args, **kwargs)
     for a, b in zip(got, want):
@@ -229,7 +216,7 @@ def calls_eager(blocked, *args, **kwargs):
 
 def backward_calls_eager(blocked, go, q, k, v, mask):
     out = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
-    with Counting() as counted:
+    with Counting(FORWARD, BACKWARD) as counted:
         got = blocked.backward(go, q, k, v, *out, 0.0, False, attn_mask=mask)
     want = BACKWARD(go, q, k, v, *out, 0.0, False, attn_mask=mask)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
@@ -248,8 +235,9 @@ def test_calls_it_does_not_take_are_eagers_op(blocked):
             blocked.forward(q, k, v, 0.0, False, attn_mask=bad)
         assert str(got.value) == str(want.value)
     assert calls_eager(blocked, q.double(), k.double(), v.double(), 0.0, True)
-    with Counting() as counted:  # a strided last dim (eager's own values vary from call
-        blocked.forward(q[..., ::2], k[..., ::2], v[..., ::2], 0.0, True)  # to call there)
+    # a strided last dim (eager's own values vary from call to call there)
+    with Counting(FORWARD, BACKWARD) as counted:
+        blocked.forward(q[..., ::2], k[..., ::2], v[..., ::2], 0.0, True)
     assert counted.calls == 1
     assert calls_eager(blocked, q, k, v, 0.0, True, attn_mask=full)  # both: eager decides
     assert calls_eager(blocked, q, k, v, 0.0, False, attn_mask=full[:, -1:])  # broadcast keys
@@ -362,7 +350,7 @@ def test_non_finite_keys_or_values_in_a_hidden_block_give_eagers_values(blocked,
     q, k, v, go = qkv(1, 2, 2, 200, 200, 16, seed=5)
     mask = causal_mask(200, 200)  # 6 of 16 blocks hidden whole: the blocked path's
     (k if where == "key" else v)[0, 1, 190, 3] = bad  # key 190: hidden from rows 0-189
-    with torch.no_grad(), Counting() as counted:
+    with torch.no_grad(), Counting(FORWARD, BACKWARD) as counted:
         got = blocked.forward(q, k, v, 0.0, False, attn_mask=mask)
         grads = blocked.backward(go, q, k, v, *got, 0.0, False, attn_mask=mask)
     assert counted.calls == 0, "eager's op ran"

@@ -150,19 +150,30 @@ static void tl_dw_pads(int64_t ws, int64_t P, int64_t step, int64_t base, int64_
   *wp = *lp + ws + (hi > ws - 1 ? hi - (ws - 1) : 0);
 }
 
-static int tl_dw_ring_open(tl_dw_ring *r, int64_t slots, int64_t lp, int64_t wp, int64_t C) {
+/* Opens a thread's ring where `use` (else leaves it empty) for a kernel of g[] whose
+   destination rows read source rows (KH - 1) * dh + 1 apart at most: 1 (and *failed set)
+   where its memory could not be had, else 0. */
+static int tl_dw_ring_open(tl_dw_ring *r, int use, const int64_t *g, int64_t lp, int64_t wp,
+                           int *failed) {
+  const int64_t slots = (g[G_KH] - 1) * g[G_DH] + 1;
+  if (!use) return 0;
   r->slots = slots;
   r->lp = lp;
-  r->width = wp * C;
+  r->width = wp * g[G_C];
   r->rows = calloc((size_t)(slots * r->width), sizeof(float));
   r->tag = malloc(sizeof(int64_t) * (size_t)slots);
   if (!r->rows || !r->tag) {
-    free(r->rows);
-    free(r->tag);
+    #pragma omp atomic write
+    *failed = 1;
     return 1;
   }
   for (int64_t i = 0; i < slots; i++) r->tag[i] = -1;
   return 0;
+}
+
+static void tl_dw_ring_close(tl_dw_ring *r) {
+  free(r->rows);
+  free(r->tag);
 }
 
 /* the padded copy of source row `key` (ws pixels at src, pixel stride ss), kept in slot
@@ -201,12 +212,7 @@ int tl_dw_fwd_f32(int threads, const float *x, const int64_t *sx, const float *w
   #pragma omp parallel num_threads(threads)
   {
     tl_dw_ring ring = {0};
-    const int none = padded &&
-                     tl_dw_ring_open(&ring, (g[G_KH] - 1) * g[G_DH] + 1, lp, wp, C);
-    if (none) {
-      #pragma omp atomic write
-      failed = 1;
-    }
+    const int none = tl_dw_ring_open(&ring, padded, g, lp, wp, &failed);
     #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
       if (none) continue;
@@ -229,10 +235,7 @@ int tl_dw_fwd_f32(int threads, const float *x, const int64_t *sx, const float *w
         tl_dw_row(out + n * so[0] + oh * so[1], so[2], g[G_OW], src, taph, nrows, sx[2],
                   g[G_W], g[G_SW], -g[G_PW], g[G_DW], g[G_KW], wt, C, bias);
     }
-    if (padded && !none) {
-      free(ring.rows);
-      free(ring.tag);
-    }
+    tl_dw_ring_close(&ring);
   }
   return failed;
 }
@@ -253,11 +256,7 @@ int tl_dw_bwd_input_f32(int threads, const float *go, const int64_t *sgo, const 
   #pragma omp parallel num_threads(threads)
   {
     tl_dw_ring ring = {0};
-    const int none = unit && tl_dw_ring_open(&ring, (g[G_KH] - 1) * g[G_DH] + 1, lp, wp, C);
-    if (none) {
-      #pragma omp atomic write
-      failed = 1;
-    }
+    const int none = tl_dw_ring_open(&ring, unit, g, lp, wp, &failed);
     #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
       if (none) continue;
@@ -296,10 +295,7 @@ int tl_dw_bwd_input_f32(int threads, const float *go, const int64_t *sgo, const 
             tl_dw_fma(grow + (ow * g[G_SW] + off) * sgi[2], src[k] + ow * sgo[2], wp_, C);
         }
     }
-    if (unit && !none) {
-      free(ring.rows);
-      free(ring.tag);
-    }
+    tl_dw_ring_close(&ring);
   }
   return failed;
 }
