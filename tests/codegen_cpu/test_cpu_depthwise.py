@@ -124,8 +124,8 @@ def test_non_finite_values_give_eagers(loops, where, bad):
 
 
 def test_signed_zeros_are_eagers(loops):
-    """Eager adds the bias to a sum started at +0: a bias of -0 on products of -0 gives +0
-    (and the zeros of padded rows change no sign)."""
+    """Eager adds the bias to a sum started at +0: a bias of -0 on products of -0 gives
+    +0."""
     x = torch.zeros(1, 16, 5, 5).to(memory_format=CL)
     for sign in (1.0, -1.0):
         w = torch.full((16, 1, 3, 3), -sign)

@@ -1,10 +1,11 @@
 /* Depthwise 2-D convolution of f32 tensors whose channels are contiguous (channels-last),
    forward and backward (depthwise.py calls these; its doc says when).
 
-   Shapes: input [N, H, W, C] (element strides sx[0..2], channel stride 1), weight taken as
-   wt[KH * KW][C] (depthwise.py transposes eager's [C, 1, KH, KW]), output [N, OH, OW, C]
-   (strides so[0..2], channel stride 1). Element (n, oh, ow, c) of the output reads input
-   (n, oh * st - pd + kh * dl, ow * sw - pw + kw * dw, c): sizes in g[] (below).
+   Shapes: input [N, H, W, C] and output [N, OH, OW, C] (element strides of n, h and w in
+   g[], channel stride 1), weight [C, 1, KH, KW] (strides of c, kh and kw in g[]), read as
+   wt[KH * KW][C] (tl_dw_taps). Element (n, oh, ow, c) of the output reads input
+   (n, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw, c). One array g[] (below) holds the
+   sizes and strides: one argument to convert per call.
 
    The channels are the inner loop, in blocks of TL_DW_LANES (a literal count gcc
    vectorizes; the last block of a channel count that is no multiple of it is a loop of
@@ -25,8 +26,24 @@
 
 #define TL_DW_LANES 16
 
-/* g[]: N, H, W, C, OH, OW, KH, KW, st, sw, pd, pw, dh, dw */
-enum { G_N, G_H, G_W, G_C, G_OH, G_OW, G_KH, G_KW, G_SH, G_SW, G_PH, G_PW, G_DH, G_DW };
+/* g[]: N, H, W, C, OH, OW, KH, KW, strides, paddings, dilations (h, w each), then the
+   n, h, w strides of the call's first and second tensor (G_A, G_B: each function says
+   which) and the c, kh, kw strides of the weight (or of the weight's gradient: G_WC) */
+enum { G_N, G_H, G_W, G_C, G_OH, G_OW, G_KH, G_KW, G_SH, G_SW, G_PH, G_PW, G_DH, G_DW,
+       G_A = 14, G_B = 17, G_WC = 20, G_SIZE = 23 };
+
+/* the weight [C, 1, KH, KW] (strides at g + G_WC) as taps wt[KH * KW][C] (malloc'd; NULL
+   where memory could not be had) */
+static float *tl_dw_taps(const float *w, const int64_t *g) {
+  const int64_t C = g[G_C], KW = g[G_KW], *sw = g + G_WC;
+  float *wt = malloc(sizeof(float) * (size_t)(g[G_KH] * KW * C));
+  if (wt)
+    for (int64_t kh = 0; kh < g[G_KH]; kh++)
+      for (int64_t kw = 0; kw < KW; kw++)
+        for (int64_t c = 0; c < C; c++)
+          wt[(kh * KW + kw) * C + c] = w[c * sw[0] + kh * sw[1] + kw * sw[2]];
+  return wt;
+}
 
 /* the first and one past the last output column whose tap kw reads inside the input */
 static inline void tl_dw_columns(const int64_t *g, int64_t kw, int64_t *lo, int64_t *hi) {
@@ -50,12 +67,74 @@ static inline void tl_dw_fma(float *restrict dst, const float *a, const float *b
 /* TL_DW_PIXELS pixels of a row at once: their accumulators stay in registers across taps */
 #define TL_DW_PIXELS 4
 
+/* TL_DW_PIXELS pixels q.. of tl_dw_row (its arguments), channels c0 .. c0 + lanes - 1:
+   their sums in registers across the taps. `lanes` is a literal at each call (inlined:
+   32 channels are two vectors, eight independent sums, the FMA units kept busy). */
+static inline __attribute__((always_inline)) void tl_dw_block(
+    float *restrict dst, int64_t sd, int64_t q, const float *const *src, const int64_t *taph,
+    int nrows, int64_t ss, int64_t step, int64_t base, int64_t delta, int64_t KW,
+    const float *wt, int64_t C, const float *bias, int64_t c0, const int lanes) {
+  float acc[TL_DW_PIXELS][lanes];
+  for (int p = 0; p < TL_DW_PIXELS; p++) {
+    #pragma omp simd
+    for (int c = 0; c < lanes; c++) acc[p][c] = 0.0f;
+  }
+  for (int k = 0; k < nrows; k++) {
+    const float *row = src[k] + c0;
+    const float *wrow = wt + taph[k] * KW * C + c0;
+    for (int64_t kw = 0; kw < KW; kw++) {
+      const float *wp = wrow + kw * C;
+      const float *xp = row + (q * step + base + kw * delta) * ss;
+      for (int p = 0; p < TL_DW_PIXELS; p++) {
+        #pragma omp simd
+        for (int c = 0; c < lanes; c++)
+          acc[p][c] = fmaf(xp[p * step * ss + c], wp[c], acc[p][c]);
+      }
+    }
+  }
+  for (int p = 0; p < TL_DW_PIXELS; p++) {
+    #pragma omp simd
+    for (int c = 0; c < lanes; c++)
+      dst[(q + p) * sd + c0 + c] = bias ? acc[p][c] + bias[c0 + c] : acc[p][c];
+  }
+}
+
+/* Channels c0 .. c0 + lanes - 1 of pixel q of tl_dw_row (its arguments) whose taps may
+   fall outside the row (skipped): the even and the odd taps of a row summed apart in
+   registers (two chains of fused multiply-adds per vector, not one), then added. `lanes`
+   is a literal at each call (inlined). */
+static inline __attribute__((always_inline)) void tl_dw_edge(
+    float *restrict d, int64_t q, const float *const *src, const int64_t *taph, int nrows,
+    int64_t ss, int64_t srcW, int64_t step, int64_t base, int64_t delta, int64_t KW,
+    const float *wt, int64_t C, const float *bias, int64_t c0, const int lanes) {
+  float even[lanes], odd[lanes];
+  #pragma omp simd
+  for (int c = 0; c < lanes; c++) even[c] = odd[c] = 0.0f;
+  for (int k = 0; k < nrows; k++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      const int64_t col = q * step + base + kw * delta;
+      if (col < 0 || col >= srcW) continue;
+      const float *xp = src[k] + col * ss + c0, *wp = wt + (taph[k] * KW + kw) * C + c0;
+      if (kw & 1) {
+        #pragma omp simd
+        for (int c = 0; c < lanes; c++) odd[c] = fmaf(xp[c], wp[c], odd[c]);
+      } else {
+        #pragma omp simd
+        for (int c = 0; c < lanes; c++) even[c] = fmaf(xp[c], wp[c], even[c]);
+      }
+    }
+  #pragma omp simd
+  for (int c = 0; c < lanes; c++)
+    d[c0 + c] = bias ? (even[c] + odd[c]) + bias[c0 + c] : even[c] + odd[c];
+}
+
 /* One row of a depthwise correlation: dst pixel q (stride sd, q < P) is the sum, from 0,
    over the rows src[k] (k < nrows, each a row of srcW pixels of stride ss, from tap
    row taph[k]) and the taps kw < KW, of src[k][q * step + base + kw * delta] * wt[tap][c],
    plus bias[c] where bias is not NULL (last, as eager: a bias of -0 gives +0 on a sum of
    +0). Pixels whose every tap is inside the row go TL_DW_PIXELS at a time, with their
-   accumulators in registers; the others tap by tap. */
+   accumulators in registers (tl_dw_block: blocks of 32 channels, then one of 16); the
+   others, and the channels past the last block, tap by tap. */
 static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *const *src,
                       const int64_t *taph, int nrows, int64_t ss, int64_t srcW, int64_t step,
                       int64_t base, int64_t delta, int64_t KW, const float *wt, int64_t C,
@@ -71,31 +150,13 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
   int64_t q = 0;
   for (; q < P; q++) {
     if (q >= qa && q + TL_DW_PIXELS <= qb && full > 0) {  /* a block of interior pixels */
-      for (int64_t c0 = 0; c0 < full; c0 += TL_DW_LANES) {
-        float acc[TL_DW_PIXELS][TL_DW_LANES];
-        for (int p = 0; p < TL_DW_PIXELS; p++) {
-          #pragma omp simd
-          for (int64_t c = 0; c < TL_DW_LANES; c++) acc[p][c] = 0.0f;
-        }
-        for (int k = 0; k < nrows; k++) {
-          const float *row = src[k] + c0;
-          const float *wrow = wt + taph[k] * KW * C + c0;
-          for (int64_t kw = 0; kw < KW; kw++) {
-            const float *wp = wrow + kw * C;
-            const float *xp = row + (q * step + base + kw * delta) * ss;
-            for (int p = 0; p < TL_DW_PIXELS; p++) {
-              #pragma omp simd
-              for (int64_t c = 0; c < TL_DW_LANES; c++)
-                acc[p][c] = fmaf(xp[p * step * ss + c], wp[c], acc[p][c]);
-            }
-          }
-        }
-        for (int p = 0; p < TL_DW_PIXELS; p++) {
-          #pragma omp simd
-          for (int64_t c = 0; c < TL_DW_LANES; c++)
-            dst[(q + p) * sd + c0 + c] = bias ? acc[p][c] + bias[c0 + c] : acc[p][c];
-        }
-      }
+      int64_t c0 = 0;
+      for (; c0 + 2 * TL_DW_LANES <= full; c0 += 2 * TL_DW_LANES)
+        tl_dw_block(dst, sd, q, src, taph, nrows, ss, step, base, delta, KW, wt, C, bias,
+                    c0, 2 * TL_DW_LANES);
+      if (c0 < full)
+        tl_dw_block(dst, sd, q, src, taph, nrows, ss, step, base, delta, KW, wt, C, bias,
+                    c0, TL_DW_LANES);
       if (full < C) {  /* the channels past the last block, pixel by pixel */
         for (int p = 0; p < TL_DW_PIXELS; p++) {
           float *d = dst + (q + p) * sd;
@@ -113,191 +174,106 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
       q += TL_DW_PIXELS - 1;
       continue;
     }
-    float *d = dst + q * sd;  /* a pixel some of whose taps fall outside the row */
-    for (int64_t c = 0; c < C; c++) d[c] = 0.0f;
-    for (int k = 0; k < nrows; k++)
+    /* a pixel some of whose taps fall outside the row (or past the last block) */
+    int64_t c0 = 0;  /* blocks of 64 channels (eight chains), then 32, then 16 */
+    for (; c0 + 4 * TL_DW_LANES <= C; c0 += 4 * TL_DW_LANES)
+      tl_dw_edge(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
+                 bias, c0, 4 * TL_DW_LANES);
+    if (c0 + 2 * TL_DW_LANES <= C) {
+      tl_dw_edge(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
+                 bias, c0, 2 * TL_DW_LANES);
+      c0 += 2 * TL_DW_LANES;
+    }
+    if (c0 + TL_DW_LANES <= C) {
+      tl_dw_edge(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
+                 bias, c0, TL_DW_LANES);
+      c0 += TL_DW_LANES;
+    }
+    float *d = dst + q * sd;
+    for (int64_t c = c0; c < C; c++) d[c] = 0.0f;
+    for (int k = 0; k < nrows && c0 < C; k++)
       for (int64_t kw = 0; kw < KW; kw++) {
         const int64_t col = q * step + base + kw * delta;
         if (col >= 0 && col < srcW)
-          tl_dw_fma(d, src[k] + col * ss, wt + (taph[k] * KW + kw) * C, C);
+          tl_dw_fma(d + c0, src[k] + col * ss + c0, wt + (taph[k] * KW + kw) * C + c0, C - c0);
       }
     if (bias)
-      for (int64_t c = 0; c < C; c++) d[c] += bias[c];
+      for (int64_t c = c0; c < C; c++) d[c] += bias[c];
   }
 }
 
 /* at most this many tap rows (a larger kernel height goes to eager's op: depthwise.py) */
 #define TL_DW_MAX_KH 64
 
-/* A thread's copies of source rows with zero pixels on both sides (lp left, the rest
-   right), so that every tap of every destination pixel reads inside its copy and every
-   pixel but a row's last few goes by tl_dw_row's block of registers: `slots` rows of
-   `width` floats (pixels of C channels, contiguous), each tagged with the source row it
-   holds (-1: none). A source row is copied once per thread while its slot keeps it. */
-typedef struct {
-  float *rows;
-  int64_t *tag;
-  int64_t slots, width, lp;
-} tl_dw_ring;
-
-/* lp and the padded width for a row of ws source pixels that pixels q < P read at
-   q * step + base + kw * delta (kw < KW) */
-static void tl_dw_pads(int64_t ws, int64_t P, int64_t step, int64_t base, int64_t delta,
-                       int64_t KW, int64_t *lp, int64_t *wp) {
-  const int64_t lo = base + (delta < 0 ? (KW - 1) * delta : 0);
-  const int64_t hi = (P - 1) * step + base + (delta > 0 ? (KW - 1) * delta : 0);
-  *lp = lo < 0 ? -lo : 0;
-  *wp = *lp + ws + (hi > ws - 1 ? hi - (ws - 1) : 0);
-}
-
-/* Opens a thread's ring where `use` (else leaves it empty) for a kernel of g[] whose
-   destination rows read source rows (KH - 1) * dh + 1 apart at most: 1 (and *failed set)
-   where its memory could not be had, else 0. */
-static int tl_dw_ring_open(tl_dw_ring *r, int use, const int64_t *g, int64_t lp, int64_t wp,
-                           int *failed) {
-  const int64_t slots = (g[G_KH] - 1) * g[G_DH] + 1;
-  if (!use) return 0;
-  r->slots = slots;
-  r->lp = lp;
-  r->width = wp * g[G_C];
-  r->rows = calloc((size_t)(slots * r->width), sizeof(float));
-  r->tag = malloc(sizeof(int64_t) * (size_t)slots);
-  if (!r->rows || !r->tag) {
-    #pragma omp atomic write
-    *failed = 1;
-    return 1;
+/* the forward: out = conv(x, w) + bias (bias may be NULL; x's strides at G_A, out's at
+   G_B). Returns 1 where memory for the taps could not be had (nothing written), else 0. */
+int tl_dw_fwd_f32(int threads, const float *x, const float *w, const float *bias, float *out,
+                  const int64_t *g) {
+  const int64_t rows = g[G_N] * g[G_OH], *sx = g + G_A, *so = g + G_B;
+  float *wt = tl_dw_taps(w, g);
+  if (!wt) return 1;
+  #pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t n = r / g[G_OH], oh = r % g[G_OH];
+    const float *src[TL_DW_MAX_KH];
+    int64_t taph[TL_DW_MAX_KH];
+    int nrows = 0;
+    for (int64_t kh = 0; kh < g[G_KH]; kh++) {
+      const int64_t ih = oh * g[G_SH] - g[G_PH] + kh * g[G_DH];
+      if (ih < 0 || ih >= g[G_H]) continue;
+      src[nrows] = x + n * sx[0] + ih * sx[1];
+      taph[nrows++] = kh;
+    }
+    tl_dw_row(out + n * so[0] + oh * so[1], so[2], g[G_OW], src, taph, nrows, sx[2], g[G_W],
+              g[G_SW], -g[G_PW], g[G_DW], g[G_KW], wt, g[G_C], bias);
   }
-  for (int64_t i = 0; i < slots; i++) r->tag[i] = -1;
+  free(wt);
   return 0;
 }
 
-static void tl_dw_ring_close(tl_dw_ring *r) {
-  free(r->rows);
-  free(r->tag);
-}
-
-/* the padded copy of source row `key` (ws pixels at src, pixel stride ss), kept in slot
-   key % slots: the caller's rows of one destination row are fewer than `slots` apart */
-static const float *tl_dw_ring_row(tl_dw_ring *r, int64_t key, const float *src, int64_t ss,
-                                   int64_t ws, int64_t C) {
-  const int64_t slot = key % r->slots;
-  float *row = r->rows + slot * r->width;
-  if (r->tag[slot] != key) {
-    for (int64_t w = 0; w < ws; w++)
-      memcpy(row + (r->lp + w) * C, src + w * ss, sizeof(float) * (size_t)C);
-    r->tag[slot] = key;
-  }
-  return row;
-}
-
-/* whether every tap is finite: only then may a padded row's zeros be multiplied (eager
-   skips the taps outside the input: an infinite tap there gives no NaN) */
-static int tl_dw_finite(const float *wt, int64_t n) {
-  int bad = 0;
-  #pragma omp simd reduction(|:bad)
-  for (int64_t i = 0; i < n; i++) bad |= !isfinite(wt[i]);
-  return !bad;
-}
-
-/* the forward: out = conv(x, w) + bias (bias may be NULL), from padded copies of the
-   input's rows where the taps are finite, else from the rows themselves. Returns 1 where
-   a thread's padded rows could not be had (the output is then unfinished), else 0. */
-int tl_dw_fwd_f32(int threads, const float *x, const int64_t *sx, const float *wt,
-                  const float *bias, float *out, const int64_t *so, const int64_t *g) {
-  const int64_t rows = g[G_N] * g[G_OH], C = g[G_C];
-  const int padded = tl_dw_finite(wt, g[G_KH] * g[G_KW] * C);
-  int64_t lp, wp;
-  tl_dw_pads(g[G_W], g[G_OW], g[G_SW], -g[G_PW], g[G_DW], g[G_KW], &lp, &wp);
-  int failed = 0;
-  #pragma omp parallel num_threads(threads)
-  {
-    tl_dw_ring ring = {0};
-    const int none = tl_dw_ring_open(&ring, padded, g, lp, wp, &failed);
-    #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      if (none) continue;
-      const int64_t n = r / g[G_OH], oh = r % g[G_OH];
-      const float *src[TL_DW_MAX_KH];
-      int64_t taph[TL_DW_MAX_KH];
-      int nrows = 0;
-      for (int64_t kh = 0; kh < g[G_KH]; kh++) {
-        const int64_t ih = oh * g[G_SH] - g[G_PH] + kh * g[G_DH];
-        if (ih < 0 || ih >= g[G_H]) continue;
-        const float *row = x + n * sx[0] + ih * sx[1];
-        src[nrows] = padded ? tl_dw_ring_row(&ring, n * g[G_H] + ih, row, sx[2], g[G_W], C)
-                            : row;
-        taph[nrows++] = kh;
-      }
-      if (padded)
-        tl_dw_row(out + n * so[0] + oh * so[1], so[2], g[G_OW], src, taph, nrows, C, wp,
-                  g[G_SW], lp - g[G_PW], g[G_DW], g[G_KW], wt, C, bias);
-      else
-        tl_dw_row(out + n * so[0] + oh * so[1], so[2], g[G_OW], src, taph, nrows, sx[2],
-                  g[G_W], g[G_SW], -g[G_PW], g[G_DW], g[G_KW], wt, C, bias);
-    }
-    tl_dw_ring_close(&ring);
-  }
-  return failed;
-}
-
 /* the input's gradient: gi[n, ih, iw, c] = sum over the taps that read (ih, iw) of
-   go[n, oh, ow, c] * wt[tap][c]. Unit strides: a correlation of go's rows (padded copies
-   where the taps are finite) with the flipped taps (tl_dw_row); other strides: each
-   input row zeroed, then each tap adds. Returns 1 where a thread's padded rows could not
-   be had, else 0. */
-int tl_dw_bwd_input_f32(int threads, const float *go, const int64_t *sgo, const float *wt,
-                        float *gi, const int64_t *sgi, const int64_t *g) {
-  const int64_t rows = g[G_N] * g[G_H], C = g[G_C];
-  const int stride1 = g[G_SH] == 1 && g[G_SW] == 1;
-  const int unit = stride1 && tl_dw_finite(wt, g[G_KH] * g[G_KW] * C);
-  int64_t lp, wp;
-  tl_dw_pads(g[G_OW], g[G_W], 1, g[G_PW], -g[G_DW], g[G_KW], &lp, &wp);
-  int failed = 0;
-  #pragma omp parallel num_threads(threads)
-  {
-    tl_dw_ring ring = {0};
-    const int none = tl_dw_ring_open(&ring, unit, g, lp, wp, &failed);
-    #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      if (none) continue;
-      const int64_t n = r / g[G_H], ih = r % g[G_H];
-      float *grow = gi + n * sgi[0] + ih * sgi[1];
-      const float *src[TL_DW_MAX_KH];
-      int64_t taph[TL_DW_MAX_KH];
-      int nrows = 0;
-      for (int64_t kh = 0; kh < g[G_KH]; kh++) {
-        const int64_t th = ih + g[G_PH] - kh * g[G_DH];
-        if (th < 0 || th % g[G_SH] || th / g[G_SH] >= g[G_OH]) continue;
-        const float *row = go + n * sgo[0] + (th / g[G_SH]) * sgo[1];
-        src[nrows] = unit ? tl_dw_ring_row(&ring, n * g[G_OH] + th, row, sgo[2], g[G_OW], C)
-                          : row;
-        taph[nrows++] = kh;
-      }
-      if (unit) {
-        tl_dw_row(grow, sgi[2], g[G_W], src, taph, nrows, C, wp, 1, lp + g[G_PW], -g[G_DW],
-                  g[G_KW], wt, C, NULL);
-        continue;
-      }
-      if (stride1) {  /* (taps not all finite: go's own rows, the taps outside skipped) */
-        tl_dw_row(grow, sgi[2], g[G_W], src, taph, nrows, sgo[2], g[G_OW], 1, g[G_PW],
-                  -g[G_DW], g[G_KW], wt, C, NULL);
-        continue;
-      }
-      for (int64_t iw = 0; iw < g[G_W]; iw++)
-        for (int64_t c = 0; c < C; c++) grow[iw * sgi[2] + c] = 0.0f;
-      for (int k = 0; k < nrows; k++)
-        for (int64_t kw = 0; kw < g[G_KW]; kw++) {
-          int64_t lo, hi;  /* the output columns this tap reads the input row from */
-          tl_dw_columns(g, kw, &lo, &hi);
-          const float *wp_ = wt + (taph[k] * g[G_KW] + kw) * C;
-          const int64_t off = kw * g[G_DW] - g[G_PW];
-          for (int64_t ow = lo; ow < hi; ow++)
-            tl_dw_fma(grow + (ow * g[G_SW] + off) * sgi[2], src[k] + ow * sgo[2], wp_, C);
-        }
+   go[n, oh, ow, c] * wt[tap][c] (go's strides at G_A, gi's at G_B). Unit strides: a
+   correlation of go with the flipped taps (tl_dw_row); other strides: each input row
+   zeroed, then each tap adds. Returns 1 where memory for the taps could not be had
+   (nothing written), else 0. */
+int tl_dw_bwd_input_f32(int threads, const float *go, const float *w, float *gi,
+                        const int64_t *g) {
+  const int64_t rows = g[G_N] * g[G_H], C = g[G_C], *sgo = g + G_A, *sgi = g + G_B;
+  const int unit = g[G_SH] == 1 && g[G_SW] == 1;
+  float *wt = tl_dw_taps(w, g);
+  if (!wt) return 1;
+  #pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t n = r / g[G_H], ih = r % g[G_H];
+    float *grow = gi + n * sgi[0] + ih * sgi[1];
+    const float *src[TL_DW_MAX_KH];
+    int64_t taph[TL_DW_MAX_KH];
+    int nrows = 0;
+    for (int64_t kh = 0; kh < g[G_KH]; kh++) {
+      const int64_t th = ih + g[G_PH] - kh * g[G_DH];
+      if (th < 0 || th % g[G_SH] || th / g[G_SH] >= g[G_OH]) continue;
+      src[nrows] = go + n * sgo[0] + (th / g[G_SH]) * sgo[1];
+      taph[nrows++] = kh;
     }
-    tl_dw_ring_close(&ring);
+    if (unit) {
+      tl_dw_row(grow, sgi[2], g[G_W], src, taph, nrows, sgo[2], g[G_OW], 1, g[G_PW],
+                -g[G_DW], g[G_KW], wt, C, NULL);
+      continue;
+    }
+    for (int64_t iw = 0; iw < g[G_W]; iw++)
+      for (int64_t c = 0; c < C; c++) grow[iw * sgi[2] + c] = 0.0f;
+    for (int k = 0; k < nrows; k++)
+      for (int64_t kw = 0; kw < g[G_KW]; kw++) {
+        int64_t lo, hi;  /* the output columns this tap reads the input row from */
+        tl_dw_columns(g, kw, &lo, &hi);
+        const float *wp = wt + (taph[k] * g[G_KW] + kw) * C;
+        const int64_t off = kw * g[G_DW] - g[G_PW];
+        for (int64_t ow = lo; ow < hi; ow++)
+          tl_dw_fma(grow + (ow * g[G_SW] + off) * sgi[2], src[k] + ow * sgo[2], wp, C);
+      }
   }
-  return failed;
+  free(wt);
+  return 0;
 }
 
 /* one output row's products into row[tap][c] (f32) and, with brow, its gradient's sum
@@ -359,11 +335,12 @@ static void tl_dw_weight_row(float *restrict row, float *restrict brow, const fl
   }
 }
 
-/* the weight's gradient gwt[tap][c] (f32, written whole) and, where gb is not NULL, the
-   bias's gb[c]: sums over every output element. Returns 1 where scratch memory could not
-   be had (nothing written), else 0. */
-int tl_dw_bwd_weight_f32(int threads, const float *go, const int64_t *sgo, const float *x,
-                         const int64_t *sx, float *gwt, float *gb, const int64_t *g) {
+/* the weight's gradient gw (written whole, in its strides at G_WC) and, where gb is not
+   NULL, the bias's gb[c]: sums over every output element (go's strides at G_A, x's at
+   G_B). Returns 1 where scratch memory could not be had (nothing written), else 0. */
+int tl_dw_bwd_weight_f32(int threads, const float *go, const float *x, float *gw, float *gb,
+                         const int64_t *g) {
+  const int64_t *sgo = g + G_A, *sx = g + G_B, *sw = g + G_WC;
   const int64_t C = g[G_C], taps = g[G_KH] * g[G_KW], rows = g[G_N] * g[G_OH];
   const int64_t width = (taps + 1) * C;  /* a thread's sums: the taps', then the bias's */
   if (threads < 1) threads = 1;
@@ -395,10 +372,11 @@ int tl_dw_bwd_weight_f32(int threads, const float *go, const int64_t *sgo, const
       for (int64_t i = 0; i < used; i++) mine[i] += row[i];
     }
   }
-  for (int64_t i = 0; i < taps * C; i++) {
+  for (int64_t i = 0; i < taps * C; i++) {  /* i: tap (kh * KW + kw) * C + c */
     double s = 0;
     for (int t = 0; t < threads; t++) s += sums[(int64_t)t * width + i];
-    gwt[i] = (float)s;
+    const int64_t tap = i / C, c = i % C;
+    gw[c * sw[0] + (tap / g[G_KW]) * sw[1] + (tap % g[G_KW]) * sw[2]] = (float)s;
   }
   if (gb)
     for (int64_t c = 0; c < C; c++) {

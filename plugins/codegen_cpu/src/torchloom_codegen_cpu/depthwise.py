@@ -78,9 +78,9 @@ def offered(node) -> bool:
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
-_FORWARD_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P, _P, _P)
-_INPUT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P, _P)
-_WEIGHT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P, _P, _P)
+_FORWARD_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P)
+_INPUT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P)
+_WEIGHT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P)
 
 
 #: the tensor types read by pointer (a subclass may hold its data elsewhere)
@@ -119,26 +119,6 @@ def _pair(v) -> tuple[int, int] | None:
     v = v * 2 if len(v) == 1 else v
     return (int(v[0]), int(v[1])) if len(v) == 2 and all(isinstance(i, int) for i in v) \
         else None
-
-
-def _geometry(x, w, stride, padding, dilation, out_hw):
-    """depthwise.c's ``g[]``: N, H, W, C, OH, OW, KH, KW, strides, paddings, dilations."""
-    N, C, H, W = x.shape
-    return (ctypes.c_int64 * 14)(N, H, W, C, out_hw[0], out_hw[1], w.shape[2], w.shape[3],
-                                 *stride, *padding, *dilation)
-
-
-def _nhwc(t) -> ctypes.Array:
-    return (ctypes.c_int64 * 3)(t.stride(0), t.stride(2), t.stride(3))
-
-
-def _out_size(size: int, k: int, s: int, p: int, d: int) -> int:
-    return (size + 2 * p - d * (k - 1) - 1) // s + 1
-
-
-def _taps(w) -> torch.Tensor:
-    """The weight as depthwise.c reads it: ``[KH * KW, C]``."""
-    return w.reshape(w.shape[0], -1).t().contiguous()
 
 
 class Depthwise:
@@ -192,12 +172,12 @@ class Depthwise:
 
     def forward(self, input, weight, bias, stride, padding, dilation, transposed,
                 output_padding, groups):
-        """``aten.convolution``."""
+        """``aten.convolution``; a contiguous input's is eager's (copying it and the output
+        costs more than the loops save)."""
         found = None
-        if _fast(input, weight, transposed, groups, (input,)) is not None and \
+        if _fast(input, weight, transposed, groups, (input,)) == "last" and \
                 (functions := self._loaded()) is not None:
-            found = _forward_call(functions, input, weight, bias, stride, padding, dilation,
-                                  groups)
+            found = _forward(functions[0], input, weight, bias, stride, padding, dilation)
         if found is None:
             return torch.ops.aten.convolution.default(
                 input, weight, bias, stride, padding, dilation, transposed, output_padding,
@@ -209,35 +189,16 @@ class Depthwise:
         """``aten.convolution_backward``: the gradients ``output_mask`` asks for (None for
         the others)."""
         found = None
-        if _fast(input, weight, transposed, groups, (input, grad_output)) is not None and \
-                (functions := self._loaded()) is not None:
-            found = _backward_call(functions, grad_output, input, weight, stride, padding,
-                                   dilation, groups, output_mask)
+        layout = _fast(input, weight, transposed, groups, (input, grad_output))
+        if layout is not None and (functions := self._loaded()) is not None:
+            found = _backward(functions[1], functions[2], _last(grad_output, layout),
+                              _last(input, layout), weight, stride, padding, dilation,
+                              output_mask, layout)
         if found is None:
             return torch.ops.aten.convolution_backward.default(
                 grad_output, input, weight, bias_sizes, stride, padding, dilation,
                 transposed, output_padding, groups, output_mask)
         return found
-
-
-def _forward_call(functions, input, weight, bias, stride, padding, dilation, groups):
-    """The output, laid out as eager's, or None where eager's op must run (a contiguous
-    input too: copying it and the output costs more than the loops save)."""
-    layout = _fast(input, weight, False, groups, (input,))
-    if layout != "last" or not (bias is None or _plain(bias, (input.shape[1],))):
-        return None
-    return _forward(functions[0], input, weight, bias, stride, padding, dilation)
-
-
-def _backward_call(functions, grad_output, input, weight, stride, padding, dilation, groups,
-                   output_mask):
-    """The gradients, laid out as eager's, or None where eager's op must run."""
-    layout = _fast(input, weight, False, groups, (input, grad_output))
-    if layout is None:
-        return None
-    return _backward(functions[1], functions[2], _last(grad_output, layout),
-                     _last(input, layout), weight, stride, padding, dilation, output_mask,
-                     layout)
 
 
 def _last(t, layout: str):
@@ -261,29 +222,38 @@ def _fast(input, weight, transposed, groups, layouts) -> str | None:
     return None if needs else layout
 
 
-def _params(input, weight, stride, padding, dilation):
-    """(stride, padding, dilation, (OH, OW)), or None where they are not two positive ints
-    each (or the output would be empty)."""
+def _params(input, weight, stride, padding, dilation) -> list[int] | None:
+    """depthwise.c's sizes (``g[]`` up to its strides: N, H, W, C, OH, OW, KH, KW, then
+    strides, paddings and dilations), or None where those are not two ints each (positive;
+    paddings not negative) or the output would be empty."""
     s, p, d = _pair(stride), _pair(padding), _pair(dilation)
     if s is None or p is None or d is None or min(*s, *d) < 1 or min(p) < 0:
         return None
-    hw = tuple(_out_size(input.shape[2 + i], weight.shape[2 + i], s[i], p[i], d[i])
-               for i in range(2))
-    return (s, p, d, hw) if min(hw) > 0 else None
+    N, C, H, W = input.shape
+    KH, KW = weight.shape[2], weight.shape[3]
+    OH = (H + 2 * p[0] - d[0] * (KH - 1) - 1) // s[0] + 1
+    OW = (W + 2 * p[1] - d[1] * (KW - 1) - 1) // s[1] + 1
+    return [N, H, W, C, OH, OW, KH, KW, *s, *p, *d] if OH > 0 and OW > 0 else None
+
+
+def _geometry(sizes: list[int], a, b, w) -> ctypes.Array:
+    """``g[]``: ``sizes``, the n, h, w strides of ``a`` and ``b``, the c, kh, kw strides of
+    the weight (or of its gradient) ``w``."""
+    sa, sb, sw = a.stride(), b.stride(), w.stride()
+    return (ctypes.c_int64 * 23)(*sizes, sa[0], sa[2], sa[3], sb[0], sb[2], sb[3], sw[0],
+                                 sw[2], sw[3])
 
 
 def _forward(fn, input, weight, bias, stride, padding, dilation):
-    found = _params(input, weight, stride, padding, dilation)
-    if found is None:
+    sizes = _params(input, weight, stride, padding, dilation)
+    if sizes is None or not (bias is None or _plain(bias, (input.shape[1],))):
         return None
-    s, p, d, hw = found
-    out = torch.empty((input.shape[0], input.shape[1], *hw), dtype=torch.float32,
+    out = torch.empty((sizes[0], sizes[3], sizes[4], sizes[5]), dtype=torch.float32,
                       memory_format=torch.channels_last)
-    taps = _taps(weight)
     bias = bias.contiguous() if bias is not None else None
-    if fn(torch.get_num_threads(), input.data_ptr(), _nhwc(input), taps.data_ptr(),
-          bias.data_ptr() if bias is not None else None, out.data_ptr(), _nhwc(out),
-          _geometry(input, weight, s, p, d, hw)):
+    if fn(torch.get_num_threads(), input.data_ptr(), weight.data_ptr(),
+          bias.data_ptr() if bias is not None else None, out.data_ptr(),
+          _geometry(sizes, input, out, weight)):
         raise _out_of_memory()
     return out
 
@@ -292,36 +262,33 @@ def _backward(grad_input_fn, grad_weight_fn, grad_output, input, weight, stride,
               dilation, output_mask, layout: str = "last"):
     """The gradients from channels-last ``grad_output`` and ``input``, laid out as eager
     lays them out for ``layout``'s (:func:`_layout`), or None where eager's op must run."""
-    found = _params(input, weight, stride, padding, dilation)
-    if found is None or tuple(grad_output.shape[2:]) != found[3] or \
-            grad_output.shape[:2] != input.shape[:2]:
+    sizes = _params(input, weight, stride, padding, dilation)
+    if sizes is None or tuple(grad_output.shape) != (*input.shape[:2], *sizes[4:6]):
         return None
-    s, p, d, hw = found
-    g = _geometry(input, weight, s, p, d, hw)
     threads = torch.get_num_threads()
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         grad_input = torch.empty(input.shape, dtype=torch.float32,
                                  memory_format=torch.channels_last)
-        taps = _taps(weight)  # (held: the call reads it)
-        if grad_input_fn(threads, grad_output.data_ptr(), _nhwc(grad_output),
-                         taps.data_ptr(), grad_input.data_ptr(), _nhwc(grad_input), g):
+        if grad_input_fn(threads, grad_output.data_ptr(), weight.data_ptr(),
+                         grad_input.data_ptr(),
+                         _geometry(sizes, grad_output, grad_input, weight)):
             raise _out_of_memory()
         if layout == "first":
             grad_input = grad_input.contiguous()
     if output_mask[1] or output_mask[2]:
-        C, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
-        taps = torch.empty((KH * KW, C), dtype=torch.float32)
-        bias = torch.empty((C,), dtype=torch.float32) if output_mask[2] else None
-        if grad_weight_fn(threads, grad_output.data_ptr(), _nhwc(grad_output),
-                          input.data_ptr(), _nhwc(input), taps.data_ptr(),
-                          bias.data_ptr() if bias is not None else None, g):
+        # (written whole either way: the sums give both)
+        grad_weight = torch.empty(weight.shape, dtype=torch.float32, memory_format=(
+            torch.contiguous_format if layout == "first" else torch.channels_last))
+        grad_bias = torch.empty((input.shape[1],), dtype=torch.float32) \
+            if output_mask[2] else None
+        if grad_weight_fn(threads, grad_output.data_ptr(), input.data_ptr(),
+                          grad_weight.data_ptr(),
+                          grad_bias.data_ptr() if grad_bias is not None else None,
+                          _geometry(sizes, grad_output, input, grad_weight)):
             raise _out_of_memory()
-        if output_mask[1]:
-            grad_weight = torch.empty(weight.shape, dtype=torch.float32, memory_format=(
-                torch.contiguous_format if layout == "first" else torch.channels_last))
-            grad_weight.copy_(taps.t().reshape(weight.shape))
-        grad_bias = bias
+        if not output_mask[1]:
+            grad_weight = None
     return grad_input, grad_weight, grad_bias
 
 
@@ -351,23 +318,27 @@ def _close(got, want) -> bool:
 
 def _agrees(functions) -> bool:
     """Whether the library gives eager's values and layouts on :func:`_check_cases`, laid
-    out channels-last and contiguous."""
+    out channels-last and contiguous (whose forward is eager's)."""
     aten = torch.ops.aten
     with torch.no_grad():
         for x, w, b, s, p, d in _check_cases():
-            for x in (x, x.contiguous()):
+            for layout, x in (("last", x), ("first", x.contiguous())):
                 C = x.shape[1]
+                if _fast(x, w, False, C, (x,)) != layout:
+                    return False
                 want = aten.convolution.default(x, w, b, s, p, d, False, [0, 0], C)
-                got = _forward_call(functions, x, w, b, s, p, d, C)
-                if (got is None) != x.is_contiguous() or \
-                        (got is not None and not _close((got,), (want,))):
+                got = _forward(functions[0], x.contiguous(memory_format=torch.channels_last),
+                               w, b, s, p, d)
+                if got is None or not _close((got,), (want.contiguous(
+                        memory_format=torch.channels_last),)):
                     return False
                 go = torch.randn(want.shape).contiguous(memory_format=(
-                    torch.contiguous_format if x.is_contiguous() else torch.channels_last))
+                    torch.contiguous_format if layout == "first" else torch.channels_last))
                 mask = [True, True, b is not None]
                 want = aten.convolution_backward.default(
                     go, x, w, [C] if b is not None else None, s, p, d, False, [0, 0], C, mask)
-                got = _backward_call(functions, go, x, w, s, p, d, C, mask)
+                got = _backward(functions[1], functions[2], _last(go, layout),
+                                _last(x, layout), w, s, p, d, mask, layout)
                 if got is None or not _close(got, want):
                     return False
     return True
