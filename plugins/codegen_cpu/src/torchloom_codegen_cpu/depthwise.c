@@ -11,8 +11,9 @@
    vectorizes; the last block of a channel count that is no multiple of it is a loop of
    its own). Products are added by fused multiply-adds (fmaf, as oneDNN's kernels: one
    rounding each). Sums: an output element's KH * KW products in f32 (as eager's); the weight's
-   gradient over N * OH * OW products is summed in f32 along one output row, then in
-   double across rows and threads, so a large image loses no more than a row's rounding.
+   gradient over N * OH * OW products is summed in f32 over a few rows (at least
+   TL_DW_BATCH output pixels), then in double across those and threads, so a large image
+   loses no more than a few rows' rounding.
    Threads split the rows (n, oh) of the output (forward, weight gradient) or of the
    input (input gradient). */
 
@@ -276,15 +277,13 @@ int tl_dw_bwd_input_f32(int threads, const float *go, const float *w, float *gi,
   return 0;
 }
 
-/* one output row's products into row[tap][c] (f32) and, with brow, its gradient's sum
-   into brow[c] */
+/* one output row's products added to row[tap][c] (f32) and, with brow, its gradient's
+   sum added to brow[c] */
 static void tl_dw_weight_row(float *restrict row, float *restrict brow, const float *gorow,
                              const int64_t *sgo, const float *xn, const int64_t *sx,
                              const int64_t *g, int64_t oh) {
-  const int64_t C = g[G_C], taps = g[G_KH] * g[G_KW];
-  memset(row, 0, sizeof(float) * taps * C);
+  const int64_t C = g[G_C];
   if (brow) {
-    memset(brow, 0, sizeof(float) * C);
     for (int64_t ow = 0; ow < g[G_OW]; ow++) {
       const float *gp = gorow + ow * sgo[2];
       #pragma omp simd
@@ -326,7 +325,7 @@ static void tl_dw_weight_row(float *restrict row, float *restrict brow, const fl
         }
         #pragma omp simd
         for (int64_t c = 0; c < TL_DW_LANES; c++)
-          acc[c0 + c] = (a[0][c] + a[1][c]) + (a[2][c] + a[3][c]);
+          acc[c0 + c] += (a[0][c] + a[1][c]) + (a[2][c] + a[3][c]);
       }
       for (int64_t ow = lo; ow < hi && c0 < C; ow++)
         for (int64_t c = c0; c < C; c++)
@@ -334,6 +333,10 @@ static void tl_dw_weight_row(float *restrict row, float *restrict brow, const fl
     }
   }
 }
+
+/* the output pixels (at least) whose products a thread sums in f32 before adding them to
+   its double sums */
+#define TL_DW_BATCH 64
 
 /* the weight's gradient gw (written whole, in its strides at G_WC) and, where gb is not
    NULL, the bias's gb[c]: sums over every output element (go's strides at G_A, x's at
@@ -355,19 +358,25 @@ int tl_dw_bwd_weight_f32(int threads, const float *go, const float *x, float *gw
   #pragma omp parallel num_threads(threads)
   {
     #ifdef _OPENMP
-    const int t = omp_get_thread_num();
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();  /* (<= threads) */
     #else
-    const int t = 0;
+    const int t = 0, team = 1;
     #endif
     double *mine = sums + (int64_t)t * width;
     float *row = scratch + (int64_t)t * width;
     float *brow = gb ? row + taps * C : NULL;
-    #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      const int64_t n = r / g[G_OH], oh = r % g[G_OH];
-      tl_dw_weight_row(row, brow, go + n * sgo[0] + oh * sgo[1], sgo, x + n * sx[0], sx, g,
-                       oh);
-      const int64_t used = gb ? width : taps * C;
+    const int64_t used = gb ? width : taps * C;
+    /* this thread's rows; their f32 sums go into the double ones every `batch` rows (a
+       row of at least TL_DW_BATCH pixels each, fewer narrower ones at once) */
+    const int64_t first = rows * t / team, end = rows * (t + 1) / team;
+    const int64_t batch = (TL_DW_BATCH + g[G_OW] - 1) / g[G_OW];
+    for (int64_t r0 = first; r0 < end; r0 += batch) {
+      memset(row, 0, sizeof(float) * (size_t)used);
+      for (int64_t r = r0; r < end && r < r0 + batch; r++) {
+        const int64_t n = r / g[G_OH], oh = r % g[G_OH];
+        tl_dw_weight_row(row, brow, go + n * sgo[0] + oh * sgo[1], sgo, x + n * sx[0], sx,
+                         g, oh);
+      }
       #pragma omp simd
       for (int64_t i = 0; i < used; i++) mine[i] += row[i];
     }
