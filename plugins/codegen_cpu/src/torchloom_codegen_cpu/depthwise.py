@@ -7,12 +7,15 @@ is slow here: on the 2-vCPU Intel Xeon of ``benchmarks/RESULTS.md``, ConvNeXt's 
 shapes (``[2, C, 56^2 .. 7^2]``, C = 32 .. 256, 7x7, channels-last) took 0.7-1.9 ms a
 backward, 12 ms of a 55 ms training step. depthwise.c walks the channels as the inner loop
 (the channels-last layout makes them contiguous), a few output pixels at once with their
-sums in registers: the backward 3.5-5x eager's speed, the forward 0.9-2x.
+sums in registers: the backward 3.5-4x eager's speed, the forward 0.9-1.2x (2 threads).
 
 Values are eager's within float rounding: an output element's products are summed in f32
-in another order (the bias first); the weight's gradient, a sum over every output element,
-is summed in f32 along one output row and in double across rows and threads
-(tests/codegen_cpu/test_cpu_depthwise.py compares with eager's op). Outputs have eager's
+by fused multiply-adds in another order, the bias added last (as eager: a bias of -0 on a
+sum of +0 gives +0); the weight's gradient, a sum over every output element, is summed in
+f32 over rows of at least 64 output pixels together and in double across those and
+threads (tests/codegen_cpu/test_cpu_depthwise.py compares with eager's op). A tap outside
+the input is skipped, never multiplied by a zero (an infinite tap gives no NaN there, as
+eager's). Outputs have eager's
 layouts: for channels-last calls the output and the input's gradient channels-last, the
 weight's gradient in the weight's channels-last strides; for contiguous ones all
 contiguous; the bias's gradient contiguous.
@@ -26,9 +29,10 @@ Anything else calls eager's op: a dtype other than f32, a transposed convolution
 filter count other than the channels (a channel multiplier), an input and an output
 gradient not both channels-last or both contiguous (or both at once: one channel or one
 pixel, whose layouts eager picks by other rules; a contiguous input with a weight of other
-strides), a tensor subclass, a tensor that needs its gradient under grad
-mode, a kernel taller than 64 rows, or a build whose results on small cases (checked once)
-are not eager's.
+strides), a tensor subclass, a tensor that needs its gradient under grad mode, a kernel
+taller than 64 rows, or a build whose results on small cases (checked once) are not
+eager's. Gradients ``output_mask`` does not ask for are None (eager's oneDNN path gives
+the weight's with the bias's).
 """
 
 from __future__ import annotations
