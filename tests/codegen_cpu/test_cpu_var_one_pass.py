@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from torchloom.testing.reductions import group_text
 
-from torchloom_codegen_cpu.reduction import ONE_PASS_ROW
+from torchloom_codegen_cpu.reduction import MEMORY_BARRIER, ONE_PASS_ROW
+
+from conftest import compiled
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 INF, NAN = float("inf"), float("nan")
@@ -125,6 +127,22 @@ def test_the_common_row_pays_no_infinity_check(check):
     simd = source.split("for (int64_t rb = 0;")[1].split("}")[0]
     assert "acc_sum" in simd and "INFINITY" not in simd
     assert "(isfinite(acc_sum" in source
+
+
+def test_a_branching_first_value_is_fenced_from_the_row_loop(check, tmp_path):
+    """The shift (the row's first value) is computed in a loop of its own, then a compiler
+    barrier, then the row's SIMD loop: gcc 12 otherwise carried the first element into that
+    loop and, GELU branching on ``x == INFINITY``, threaded it and ran it scalar (BERT's
+    head: 316 against 59 us a call; benchmarks/RESULTS.md, session 59)."""
+    def head(x, g, b):
+        return torch.nn.functional.layer_norm(torch.nn.functional.gelu(x), (256,), g, b)
+    compiler, fn = compiled(head, tmp_path)
+    x, g, b = torch.randn(8, 256), torch.randn(256), torch.randn(256)
+    x[1, 0], x[2, 5] = INF, -INF  # (GELU's branch: NaN at +inf, -0.0 at -inf)
+    torch.testing.assert_close(fn(x, g, b), head(x, g, b), equal_nan=True)
+    (source,) = [s for s in check.sources(compiler) if "tl_gelu" in s]
+    shift = source.index("shift")
+    assert shift < source.index(MEMORY_BARRIER, shift) < source.index("for (int64_t rb = 0;")
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,
