@@ -129,13 +129,31 @@ static inline __attribute__((always_inline)) void tl_dw_edge(
     d[c0 + c] = bias ? (even[c] + odd[c]) + bias[c0 + c] : even[c] + odd[c];
 }
 
+/* Channels c0 .. C - 1 (fewer than a block, or none) of pixel q of tl_dw_row (its
+   arguments), tap by tap in memory, the taps outside the row skipped, the bias last. */
+static void tl_dw_rest(float *restrict d, int64_t q, const float *const *src,
+                       const int64_t *taph, int nrows, int64_t ss, int64_t srcW, int64_t step,
+                       int64_t base, int64_t delta, int64_t KW, const float *wt, int64_t C,
+                       const float *bias, int64_t c0) {
+  if (c0 >= C) return;
+  for (int64_t c = c0; c < C; c++) d[c] = 0.0f;
+  for (int k = 0; k < nrows; k++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      const int64_t col = q * step + base + kw * delta;
+      if (col >= 0 && col < srcW)
+        tl_dw_fma(d + c0, src[k] + col * ss + c0, wt + (taph[k] * KW + kw) * C + c0, C - c0);
+    }
+  if (bias)
+    for (int64_t c = c0; c < C; c++) d[c] += bias[c];
+}
+
 /* One row of a depthwise correlation: dst pixel q (stride sd, q < P) is the sum, from 0,
    over the rows src[k] (k < nrows, each a row of srcW pixels of stride ss, from tap
    row taph[k]) and the taps kw < KW, of src[k][q * step + base + kw * delta] * wt[tap][c],
    plus bias[c] where bias is not NULL (last, as eager: a bias of -0 gives +0 on a sum of
    +0). Pixels whose every tap is inside the row go TL_DW_PIXELS at a time, with their
    accumulators in registers (tl_dw_block: blocks of 32 channels, then one of 16); the
-   others, and the channels past the last block, tap by tap. */
+   others by tl_dw_edge, and the channels past the last block by tl_dw_rest. */
 static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *const *src,
                       const int64_t *taph, int nrows, int64_t ss, int64_t srcW, int64_t step,
                       int64_t base, int64_t delta, int64_t KW, const float *wt, int64_t C,
@@ -158,20 +176,9 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
       if (c0 < full)
         tl_dw_block(dst, sd, q, src, taph, nrows, ss, step, base, delta, KW, wt, C, bias,
                     c0, TL_DW_LANES);
-      if (full < C) {  /* the channels past the last block, pixel by pixel */
-        for (int p = 0; p < TL_DW_PIXELS; p++) {
-          float *d = dst + (q + p) * sd;
-          for (int64_t c = full; c < C; c++) d[c] = 0.0f;
-          for (int k = 0; k < nrows; k++)
-            for (int64_t kw = 0; kw < KW; kw++) {
-              const float *xp = src[k] + ((q + p) * step + base + kw * delta) * ss;
-              const float *wp = wt + (taph[k] * KW + kw) * C;
-              for (int64_t c = full; c < C; c++) d[c] = fmaf(xp[c], wp[c], d[c]);
-            }
-          if (bias)
-            for (int64_t c = full; c < C; c++) d[c] += bias[c];
-        }
-      }
+      for (int p = 0; p < TL_DW_PIXELS && full < C; p++)  /* the channels past the blocks */
+        tl_dw_rest(dst + (q + p) * sd, q + p, src, taph, nrows, ss, srcW, step, base, delta,
+                   KW, wt, C, bias, full);
       q += TL_DW_PIXELS - 1;
       continue;
     }
@@ -190,16 +197,8 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
                  bias, c0, TL_DW_LANES);
       c0 += TL_DW_LANES;
     }
-    float *d = dst + q * sd;
-    for (int64_t c = c0; c < C; c++) d[c] = 0.0f;
-    for (int k = 0; k < nrows && c0 < C; k++)
-      for (int64_t kw = 0; kw < KW; kw++) {
-        const int64_t col = q * step + base + kw * delta;
-        if (col >= 0 && col < srcW)
-          tl_dw_fma(d + c0, src[k] + col * ss + c0, wt + (taph[k] * KW + kw) * C + c0, C - c0);
-      }
-    if (bias)
-      for (int64_t c = c0; c < C; c++) d[c] += bias[c];
+    tl_dw_rest(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
+               bias, c0);
   }
 }
 

@@ -297,8 +297,8 @@ def _backward(grad_input_fn, grad_weight_fn, grad_output, input, weight, stride,
 
 
 def _out_of_memory() -> MemoryError:
-    return MemoryError("torchloom: cpu depthwise convolution: out of memory for its padded "
-                       "rows or its sums")
+    return MemoryError("torchloom: cpu depthwise convolution: out of memory for its taps "
+                       "or its sums")
 
 
 def _check_cases():
