@@ -1,9 +1,11 @@
 """Matrix products in blocks of columns (torchloom.codegen.gemm): the blocked ``mm`` gives
-the whole call's bits (every shape, layout, dtype, block width, with and without ``out=``),
-the plan calls it only for the ``mm`` nodes ``GemmBlocks`` chose (measured once per
-shape), through the plan's buffer reuse too, and where autograd records the product it
-calls ``mm`` whole. The measurement (speed) is not asserted here: it is a benchmark's
-(RESULTS.md); its contract (a width only where the blocks gave the whole call's bits) is."""
+the whole call's values (every shape, layout, dtype, block width, with and without
+``out=``), the plan calls it only for the ``mm`` nodes ``GemmBlocks`` chose (decided once
+per shape by a trial of its first calls), through the plan's buffer reuse too, and where
+autograd records the product it calls ``mm`` whole. Speed is not asserted here (a
+benchmark's, RESULTS.md): the trials run on a scripted clock, and their contract is: every
+call gives the product's values, the first call is the whole product, blocks only where
+they were ``MIN_GAIN`` faster and gave the whole call's bits."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchloom.codegen.gemm import (MAX_ELEMENTS, MAX_MACS, MIN_MACS, SIZES, GemmBlocks,
-                                    blocked_addmm, blocked_mm, measure)
+from torchloom.codegen import gemm
+from torchloom.codegen.gemm import (EARLY_ROUNDS, MAX_ELEMENTS, MAX_MACS, MIN_MACS, ROUNDS,
+                                    GemmBlocks, Trial, blocked_addmm, blocked_mm)
 from torchloom.codegen.plan import build_function
 from torchloom.ir import parse_graph
-from torchloom.ir.types import TensorType
 from torchloom.ops.aten import default_registry
 
 
@@ -59,8 +61,8 @@ def operands(m, k, n, dtype, transposed, seed=0):
 def test_blocked_mm_gives_the_whole_calls_values(m, k, n, size, axis, dtype, transposed,
                                                  into):
     """Values (the bits are not a library guarantee: a block of a few columns is
-    multiplied by another kernel than the whole; ``measure`` compares the bits of each
-    shape it chooses blocks for, see the last test)."""
+    multiplied by another kernel than the whole; a trial compares the bits of the blocks
+    it chooses, see ``test_blocks_only_with_the_whole_calls_bits``)."""
     a, b = operands(m, k, n, dtype, transposed)
     want = torch.mm(a, b)
     out = torch.full((m, n), float("nan"), dtype=dtype) if into else None
@@ -95,15 +97,36 @@ def node_of(text: str):
     return next(n for n in g.nodes if n.op == "aten.mm.default")
 
 
-def test_only_large_static_dense_products_are_measured():
-    asked = []
-    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append((a, b)) or ("cols", 512))
+class Script:
+    """A clock whose calls last as ``seconds(variant)`` says; a trial calls the whole
+    product, then each candidate's blocks, in turn (variant 0, 1, ...)."""
+
+    def __init__(self, seconds, variants):
+        self.seconds, self.variants, self.now, self.reads = seconds, variants, 0.0, 0
+
+    def __call__(self):
+        if self.reads % 2:  # a call's end: it lasted as scripted
+            self.now += self.seconds(self.reads // 2 % self.variants)
+        self.reads += 1
+        return self.now
+
+
+def decided_blocks(choice, *nodes, **kwargs) -> GemmBlocks:
+    """A GemmBlocks where ``nodes``' products were decided ``choice``."""
+    blocks = GemmBlocks(**kwargs)
+    for node in nodes:
+        blocks.settle(blocks.key(node), choice)
+    return blocks
+
+
+def test_only_large_static_dense_products_are_tried():
+    blocks = GemmBlocks()
     m, k = 64, 256
-    n = -(-MIN_MACS // (m * k))  # the smallest product measured
+    n = -(-MIN_MACS // (m * k))  # the smallest product tried
     assert blocks.callable_for(node_of(mm_graph(m, k, n))) is not None
     assert blocks.callable_for(node_of(mm_graph(m, k, n - 1))) is None  # below MIN_MACS
     big = MAX_MACS // (512 * 256) + 1
-    assert blocks.callable_for(node_of(mm_graph(512, 256, big))) is None  # too long to time
+    assert blocks.callable_for(node_of(mm_graph(512, 256, big))) is None  # too long
     assert blocks.callable_for(node_of(mm_graph(8192, 8, 8192))) is None  # too much memory
     assert blocks.callable_for(node_of(mm_graph(2048, 2048, 2048))) is None  # sides < MIN_SIDE
     assert MAX_ELEMENTS < 2 * 8192 * 8192
@@ -115,28 +138,101 @@ def test_only_large_static_dense_products_are_measured():
     gappy = mm_graph(512, 256, 4096, " strided[8192, 1]")  # rows with gaps: not dense
     assert blocks.callable_for(node_of(gappy)) is None
     assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dtype="i64"))) is None
-    assert len(asked) == 2  # two shapes measured; the equal ones after them asked nothing
-    spent = GemmBlocks(measure=lambda a, b, bias: asked.append(1) or ("cols", 512), budget_s=0)
-    assert spent.callable_for(node_of(mm_graph(512, 256, 4096))) is None  # no time left
-    assert len(asked) == 2
-    assert GemmBlocks(enabled=False, measure=lambda a, b, bias: ("cols", 512)).callable_for(
-        node_of(mm_graph(512, 256, 4096))) is None
+    assert len(blocks.trials) == 2  # two shapes tried; the equal ones after them share one
+    assert GemmBlocks(enabled=False).callable_for(node_of(mm_graph(512, 256, 4096))) is None
 
 
-def test_measured_once_per_shape_layout_and_threads():
-    asked = []
-    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(b.actual_strides()) or None)
+def test_tried_once_per_shape_layout_and_threads():
+    blocks = GemmBlocks()
     plain, transposed = mm_graph(512, 256, 4096), mm_graph(512, 256, 4096, " strided[1, 256]")
-    for text in (plain, plain, transposed, transposed):
-        assert blocks.callable_for(node_of(text)) is None
-    assert asked == [(4096, 1), (1, 256)]
+    tried = [blocks.callable_for(node_of(text)) for text in (plain, plain, transposed)]
+    assert tried[0].__self__ is tried[1].__self__ is not tried[2].__self__
+    assert [key[3] for key in blocks.trials] == [(4096, 1), (1, 256)]
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1 if threads > 1 else 2)
         blocks.callable_for(node_of(plain))
     finally:
         torch.set_num_threads(threads)
-    assert len(asked) == 3
+    assert len(blocks.trials) == 3
+
+
+def run_trial(seconds, calls, *, bias=None, m=64, n=4096, perturb=False):
+    """A trial of ``[m, 256] x [256, n]`` driven ``calls`` times on a scripted clock:
+    (what it settled, the trial, whether each call gave the whole product's bits, whether
+    the library's product in blocks of 512 columns gives them)."""
+    settled = []
+    node = node_of(mm_graph(m, 256, n))
+    key = GemmBlocks().key(node)
+    candidates = [(axis, size) for axis, side in (("cols", n), ("rows", m))
+                  for size in gemm.SIZES if 2 * size <= side]
+    trial = Trial(key, candidates, lambda k, b: settled.append(b),
+                  Script(seconds, 1 + len(candidates)))
+    if perturb:  # blocks a bit off the whole call's bits
+        trial.variants = [trial.variants[0], *[
+            (lambda f: lambda *a, **k: f(*a, **k).add_(1e-3))(f) for f in trial.variants[1:]]]
+    a, b = operands(m, 256, n, torch.float32, True)
+    c = torch.randn(n)
+    want = torch.mm(a, b) if bias is None else torch.addmm(c, a, b)
+    bias_ = None if bias is None else c
+    same = torch.equal(blocked_addmm(("cols", 512))(bias_, a, b), want)
+    exact = []
+    for _ in range(calls):
+        got = trial.mm(a, b) if bias is None else trial.addmm(c, a, b)
+        exact.append(torch.equal(got, want))
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)  # blocks' values
+    return settled, trial, exact, same
+
+
+@pytest.mark.parametrize("bias", [None, (4096,)])
+def test_blocks_only_where_faster_and_with_the_whole_calls_bits(bias):
+    count = 1 + 2  # the whole call, blocks of 512 and of 1,024 columns
+    calls = count * (1 + ROUNDS) + 1  # warm-up, timed rounds, the check
+    settled, trial, exact, same = run_trial(lambda v: 1.0 if v == 0 else 0.5 + 0.1 * v,
+                                            calls + 2, bias=bias)
+    assert settled == [("cols", 512) if same else None]
+    assert trial.calls == count * (1 + ROUNDS)
+    assert (trial.decided is gemm._whole) is not same
+    assert all(exact) is same
+    # off by a little: never taken
+    settled, trial, exact, _ = run_trial(lambda v: 1.0 if v == 0 else 0.5, calls + 2, bias=bias,
+                                      perturb=True)
+    assert settled == [None] and trial.decided is gemm._whole
+    assert exact[calls - 1:] == [True] * 3 and not all(exact)  # the check's call: whole
+    # at most MIN_GAIN faster: whole
+    settled, trial, _, _ = run_trial(lambda v: 1.0 if v == 0 else gemm.MIN_GAIN + 0.01, calls)
+    assert settled == [None] and trial.calls == count * (1 + ROUNDS)
+
+
+def test_a_trial_stops_early_where_no_block_is_faster():
+    count = 3
+    settled, trial, exact, _ = run_trial(lambda v: 1.0 if v == 0 else 2.0, 40)
+    assert settled == [None] and trial.calls == count * (1 + EARLY_ROUNDS)
+    assert all(exact[trial.calls:])
+    assert trial.decided is gemm._whole  # calls after it are the whole product
+
+
+def test_a_trials_first_call_is_the_whole_product_and_recording_calls_are_not_timed():
+    settled, trial, _, _ = run_trial(lambda v: 1.0, 1)
+    assert trial.calls == 1 and not settled
+    a, b = operands(64, 256, 4096, torch.float32, True)
+    a.requires_grad_()
+    with MatrixProducts() as counted:
+        got = trial.mm(a, b)
+    assert counted.calls == 1 and got.grad_fn is not None and trial.calls == 1
+
+
+def test_a_failing_block_leaves_the_product_whole(caplog):
+    settled, trial, _, _ = run_trial(lambda v: 1.0, 0)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+    trial.variants = [trial.variants[0], broken, broken]
+    a, b = operands(64, 256, 4096, torch.float32, True)
+    with caplog.at_level("WARNING", logger="torchloom.runtime"):
+        for _ in range(3):
+            assert torch.equal(trial.mm(a, b), torch.mm(a, b))
+    assert settled == [None] and "out of memory" in caplog.text
 
 
 class MatrixProducts(TorchDispatchMode):
@@ -161,14 +257,10 @@ graph @g(%a: f32[512, 256], %b: f32[256, 4096] strided[1, 256], %c: f32[4096, 25
   %w = aten.mm.default(%e, %b) : f32[512, 4096]
   return %w
 }"""
-    calls = []
-
-    def chosen(a, b, bias):
-        calls.append(b.shape)
-        return "cols", 512
-    blocks = GemmBlocks(measure=chosen)
-    plan = build_function(parse_graph(text), registry, calls=blocks.callable_for)
-    assert calls == [(256, 4096)]  # y and w: one shape; z: 512 x 256, too narrow
+    graph = parse_graph(text)
+    blocks = decided_blocks(("cols", 512), next(n for n in graph.nodes if n.op == gemm.MM))
+    plan = build_function(graph, registry, calls=blocks.callable_for)
+    assert not blocks.trials  # y and w: the shape decided; z: 512 x 256, too narrow
     a, b, c = torch.randn(512, 256), torch.randn(4096, 256).t(), torch.randn(4096, 256)
     want = torch.mm(torch.mm(a, b), c).neg().mm(b)
     with MatrixProducts() as counted:
@@ -183,21 +275,25 @@ graph @g(%a: f32[512, 256], %b: f32[256, 4096] strided[1, 256], %c: f32[4096, 25
     assert counted.calls == 3
 
 
-@pytest.mark.parametrize("m, n, bias", [(256, 4096, None), (4096, 256, None),
-                                        (256, 4096, (4096,))])
-def test_measure_chooses_blocks_only_with_the_whole_calls_bits(m, n, bias):
-    a = TensorType.make((m, 256), "f32")
-    b = TensorType.make((256, n), "f32", strides=(1, 256))
-    blocks = measure(a, b, bias)
-    assert blocks is None or blocks in [(axis, size) for axis in ("cols", "rows")
-                                        for size in SIZES]
-    if blocks is not None:
-        x, y = operands(m, 256, n, torch.float32, True, seed=3)
-        if bias is None:
-            assert torch.equal(blocked_mm(blocks)(x, y), torch.mm(x, y))
-        else:
-            c = torch.randn(bias)
-            assert torch.equal(blocked_addmm(blocks)(c, x, y), torch.addmm(c, x, y))
+def test_the_plan_tries_a_product_in_its_own_calls(registry):
+    """No product is timed when the plan is built; its first call is the whole product,
+    the next ones the trial's variants, and the decision holds for every later call."""
+    text = mm_graph(64, 256, 4096)
+    blocks = GemmBlocks(clock=Script(lambda v: 1.0 if v == 0 else 0.5, 3))
+    plan = build_function(parse_graph(text), registry, calls=blocks.callable_for)
+    assert len(blocks.trials) == 1 and not blocks.chosen
+    a, b = operands(64, 256, 4096, torch.float32, False)
+    want, counts = torch.mm(a, b), []
+    for _ in range(3 * (1 + ROUNDS) + 3):
+        with MatrixProducts() as counted:
+            (got,) = plan.fn(a, b)
+        assert torch.equal(got, want)
+        counts.append(counted.calls)
+    assert counts[:3] == [1, 8, 4]  # whole, 8 blocks of 512 columns, 4 of 1,024
+    assert not blocks.trials and len(blocks.chosen) == 1
+    check = 3 * (1 + ROUNDS)
+    assert counts[check] == 1 + 8  # the check: whole, and the fastest blocks beside it
+    assert counts[check + 1:] == [8 if blocks.chosen.popitem()[1] else 1] * 2
 
 
 @settings(max_examples=30, deadline=None)
@@ -223,10 +319,11 @@ graph @g(%c: f32[4096], %a: f32[512, 256], %b: f32[256, 4096] strided[1, 256]) {
   %z = aten.addmm.default(%c, %a, %b) {beta = 2.0} : f32[512, 4096]
   return %y, %z
 }"""
-    asked = []
-    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(bias) or ("cols", 512))
-    plan = build_function(parse_graph(text), registry, calls=blocks.callable_for)
-    assert asked == [(4096,)]  # z (beta 2) is called whole, unmeasured
+    graph = parse_graph(text)
+    y, z = (n for n in graph.nodes if n.op == gemm.ADDMM)
+    blocks = decided_blocks(("cols", 512), y)
+    assert blocks.key(z) is None  # z (beta 2) is called whole, untried
+    plan = build_function(graph, registry, calls=blocks.callable_for)
     c, a, b = torch.randn(4096), torch.randn(512, 256), torch.randn(4096, 256).t()
     with MatrixProducts(torch.ops.aten.addmm) as counted:
         y, z = plan.fn(c, a, b)
@@ -234,85 +331,49 @@ graph @g(%c: f32[4096], %a: f32[512, 256], %b: f32[256, 4096] strided[1, 256]) {
     assert torch.equal(y, torch.addmm(c, a, b)) and torch.equal(z, torch.addmm(c, a, b, beta=2))
 
 
-def test_measurements_are_kept_for_the_next_process_on_this_machine(tmp_path):
+def test_decisions_are_kept_for_the_next_process_on_this_machine(tmp_path):
     path = tmp_path / "cache" / "gemm-blocks.json"
-    asked = []
-
-    def counting(choice):
-        return lambda a, b, bias: asked.append(b.shape) or choice
-    node = node_of(mm_graph(512, 256, 4096))
-    first = GemmBlocks(measure=counting(("rows", 512)), path=path)
-    assert first.callable_for(node) is not None and len(asked) == 1
-    second = GemmBlocks(measure=counting(None), path=path)  # a new process, the same machine
-    assert second.callable_for(node).__name__ == "mm_rows_of_512" and len(asked) == 1
-    other = node_of(mm_graph(512, 256, 8192))
-    assert second.callable_for(other) is None and len(asked) == 2  # added to the file
-    third = GemmBlocks(measure=counting(("cols", 1024)), path=path)
+    node, other = node_of(mm_graph(512, 256, 4096)), node_of(mm_graph(512, 256, 8192))
+    decided_blocks(("rows", 512), node, path=path)
+    second = GemmBlocks(path=path)  # a new process, the same machine
+    assert second.callable_for(node).__name__ == "mm_rows_of_512" and not second.trials
+    assert isinstance(second.callable_for(other).__self__, Trial)  # undecided: tried
+    second.settle(second.key(other), None)  # added to the file
+    third = GemmBlocks(path=path)
     assert third.callable_for(node) is not None and third.callable_for(other) is None
-    assert len(asked) == 2
+    assert not third.trials
     data = json.loads(path.read_text())
     assert sorted(map(str, data["chosen"].values())) == ["None", "['rows', 512]"]
 
 
 @pytest.mark.parametrize("damage", ["not json {", "[]", '{"machine": "another", "chosen": {}}',
                                     "entry"])
-def test_a_damaged_or_foreign_file_is_measured_again(tmp_path, damage):
+def test_a_damaged_or_foreign_file_is_tried_again(tmp_path, damage):
     path = tmp_path / "gemm-blocks.json"
     node = node_of(mm_graph(512, 256, 4096))
-    GemmBlocks(measure=lambda a, b, bias: ("cols", 512), path=path).callable_for(node)
-    if damage == "entry":  # a value that is no choice: measured again, never called
+    decided_blocks(("cols", 512), node, path=path)
+    if damage == "entry":  # a value that is no choice: tried again, never called
         data = json.loads(path.read_text())
         data["chosen"] = {k: ["cols", 7] for k in data["chosen"]}
         path.write_text(json.dumps(data))
     else:
         path.write_text(damage)
-    asked = []
-    blocks = GemmBlocks(measure=lambda a, b, bias: asked.append(1) or None, path=path)
-    assert blocks.callable_for(node) is None and asked == [1]
+    blocks = GemmBlocks(path=path)
+    assert isinstance(blocks.callable_for(node).__self__, Trial)
 
 
 def test_an_unwritable_cache_directory_costs_only_the_keeping(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    blocks = GemmBlocks(measure=lambda a, b, bias: ("cols", 512),
-                        path=blocker / "gemm-blocks.json")
-    assert blocks.callable_for(node_of(mm_graph(512, 256, 4096))) is not None
+    node = node_of(mm_graph(512, 256, 4096))
+    blocks = decided_blocks(("cols", 512), node, path=blocker / "gemm-blocks.json")
+    assert blocks.callable_for(node).__name__ == "mm_cols_of_512"
 
 
-def test_a_failing_measurement_leaves_the_product_whole(caplog):
-    def broken(a, b, bias):
-        raise RuntimeError("out of memory")
-    blocks = GemmBlocks(measure=broken)
-    with caplog.at_level("WARNING", logger="torchloom.runtime"):
-        assert blocks.callable_for(node_of(mm_graph(512, 256, 4096))) is None
-    assert "out of memory" in caplog.text
-
-
-def test_measured_on_the_cpu_under_a_device_context():
-    a = TensorType.make((512, 256), "f32")
-    b = TensorType.make((256, 4096), "f32")
+def test_a_trial_runs_on_the_cpu_under_a_device_context():
+    settled, trial, _, _ = run_trial(lambda v: 1.0 if v == 0 else 0.5, 0)
+    a, b = operands(64, 256, 4096, torch.float32, True)
     with torch.device("meta"):
-        blocks = measure(a, b, (4096,))
-    assert blocks is None or blocks[0] in ("cols", "rows")
-
-
-@pytest.mark.parametrize("blocks_faster", [False, True])
-def test_timing_stops_early_where_no_block_is_faster(monkeypatch, blocks_faster):
-    """Every block slower than the whole call after ``EARLY_ROUNDS`` rounds: timing stops
-    there (none would be ``MIN_GAIN`` faster); a block faster: every round is timed."""
-    from torchloom.codegen import gemm
-    calls = []
-
-    def timed(fn):  # each round times the whole call first, then the blocks
-        fn()
-        calls.append(fn)
-        whole = (len(calls) - 1) % 3 == 0
-        return 1.0 if whole else (0.5 if blocks_faster else 2.0)
-    monkeypatch.setattr(gemm, "_seconds", timed)
-    a = TensorType.make((256, 256), "f32")
-    b = TensorType.make((256, 4096), "f32")  # the whole call and two column blocks
-    blocks = gemm.measure(a, b)
-    rounds = gemm.ROUNDS if blocks_faster else gemm.EARLY_ROUNDS
-    assert len(calls) == 3 * rounds
-    if not blocks_faster:
-        assert blocks is None
+        for _ in range(3 * (1 + ROUNDS) + 1):
+            assert torch.equal(trial.mm(a, b), torch.mm(a, b))
+    assert len(settled) == 1

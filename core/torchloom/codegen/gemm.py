@@ -11,19 +11,23 @@ element is the same dot product, summed by the same kernel). The head's weight g
 25.2 ms). Eager and Inductor call them whole.
 
 :class:`GemmBlocks` decides per static ``aten.mm`` and ``aten.addmm`` node of a plan (the
-head of a model whose head has a bias, Phi's), once per shape, layout,
-dtype and thread count: it times the whole call against blocks of about 512 and 1,024
-columns and rows (as many as the product has twice over) on random operands of the
-node's layout (interleaved rounds, the minimum of each; after ``EARLY_ROUNDS`` no more
-where no block was faster at all), and takes the fastest blocks
-only where they are at least ``MIN_GAIN`` faster and their result is bit for bit the
-whole call's (else the node calls ``mm`` as it is: a block of a few columns, or of one
-row, is multiplied by another kernel than the whole, with other bits; the bits are
-compared at the thread count measured, and a plan keeps its choice if the count changes). Only products big
-enough to gain (``MIN_MACS``, ``MIN_SIDE``), small enough to time in a fraction of a
-second (``MAX_MACS``) and in little memory (``MAX_ELEMENTS``) are timed, for at most
-``BUDGET_S`` seconds per compiler (about 0.4 s for a language model's head; what was
-measured is kept in the cache directory for the next process).
+head of a model whose head has a bias, Phi's), once per shape, layout, dtype and thread
+count, in the product's own first calls, not when the plan is built (timing there cost a
+first call 0.1-0.4 s a head, on a machine where no block ever won): a :class:`Trial` calls
+the whole product and blocks of about 512 and 1,024 columns and rows (as many as the
+product has twice over) in turn, one per call, on the caller's operands, timing each; the
+first call of each is not counted (first touch, library set-up), then ``ROUNDS`` rounds,
+or ``EARLY_ROUNDS`` where no block was faster at all. It takes the fastest blocks only
+where they were at least ``MIN_GAIN`` faster and, called once more beside the whole
+product on the same operands, gave its bits (else the node calls ``mm`` as it is: a block
+of a few columns, or of one row, is multiplied by another kernel than the whole, with
+other bits); the bits are compared at the thread count of that call, and a plan keeps
+its choice if the count changes. Every call returns the product's values; only calls
+made while autograd records the product (``out=`` refuses that) are not timed. Only
+products big enough to gain (``MIN_MACS``, ``MIN_SIDE``), whose slower trial calls cost
+a fraction of a second (``MAX_MACS``) and whose check takes little memory
+(``MAX_ELEMENTS``) are tried; what was decided is kept in the cache directory for the
+next process.
 """
 
 from __future__ import annotations
@@ -40,32 +44,31 @@ from typing import Any
 
 import attrs
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
-from torchloom.ir import Graph, Node, TensorType
+from torchloom.ir import Node, TensorType
 
 log = logging.getLogger("torchloom.runtime")
 
 MM = "aten.mm.default"
 ADDMM = "aten.addmm.default"
-#: multiply-adds below which a product is not timed (per-call costs dominate)
+#: multiply-adds below which a product is not tried (per-call costs dominate)
 MIN_MACS = 1 << 26
-#: multiply-adds above which a product is not timed (the timing would cost seconds)
+#: multiply-adds above which a product is not tried (its slower trial calls would cost
+#: seconds)
 MAX_MACS = 1 << 32
-#: elements of the operands and two results above which a product is not timed (memory)
+#: elements of the operands and two results above which a product is not tried (the
+#: check's second result)
 MAX_ELEMENTS = 1 << 25
 #: a block width is taken where it is this much faster than the whole call (time ratio)
 MIN_GAIN = 0.9
 SIZES = (512, 1024)
 ROUNDS = 4
-#: rounds after which timing stops where every block was slower than the whole call (where
-#: none wins, as on the Intel Xeon of RESULTS.md's sessions 42-46, half the timing is saved)
+#: timed rounds after which a trial stops where every block was slower than the whole call
+#: (where none wins, as on the Intel Xeon of RESULTS.md's sessions 42-46)
 EARLY_ROUNDS = 2
-#: the side (rows of the result, or columns) below which a product is not timed: the
-#: gains measured were on 8,192 (a vocabulary); an MLP's 2,048 costs time to measure
+#: the side (rows of the result, or columns) below which a product is not tried: the
+#: gains measured were on 8,192 (a vocabulary)
 MIN_SIDE = 4096
-#: seconds of measuring a compiler spends at most (shapes after that are called whole)
-BUDGET_S = 2.0
 
 
 #: how a product is cut: ("cols" or "rows", about how many per block)
@@ -143,42 +146,29 @@ def _dense(t: Any) -> bool:
     return tuple(t.actual_strides()) in ((cols, 1), (1, rows))
 
 
-def _operand(t: TensorType, generator: torch.Generator) -> torch.Tensor:
-    dtype = t.torch_dtype  # (devices explicit: a ``torch.device`` context may be active)
-    x = torch.empty_strided(t.shape, t.actual_strides(), dtype=dtype, device="cpu")
-    return x.copy_(torch.randn(t.shape, generator=generator, dtype=torch.float32,
-                               device="cpu").to(dtype))
-
-
-def _seconds(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 @attrs.define
 class GemmBlocks:
     """The blocks each ``aten.mm`` and ``aten.addmm`` shape is called in (None: whole),
-    measured once per shape, layouts, dtype and thread count (a :class:`Compiler` holds
-    one for all its graphs). With a ``path`` (``<cache_dir>/gemm-blocks.json``) what was
-    measured is kept for later processes on this machine: a warm start measures nothing.
-    The file is data (JSON): an entry that is not a known choice is measured again."""
+    decided once per shape, layouts, dtype and thread count by a :class:`Trial` of its
+    first calls (a :class:`Compiler` holds one for all its graphs: the products of one
+    shape in every graph share a trial). With a ``path``
+    (``<cache_dir>/gemm-blocks.json``) what was decided is kept for later processes on
+    this machine: a warm start tries nothing. The file is data (JSON): an entry that is
+    not a known choice is tried again."""
 
     enabled: bool = True
     #: (shapes, strides, bias shape, dtype, threads) -> the blocks chosen (None: whole)
     chosen: dict[tuple, Blocks | None] = attrs.field(factory=dict)
-    #: ``measure(a, b, bias)``: the blocks for a product of operand types ``a`` and ``b``
-    #: (``bias``: addmm's bias shape, None for mm)
-    measure: Callable[..., Blocks | None] = attrs.field(factory=lambda: measure)
     path: Path | None = None
-    #: the measurements read from ``path`` (key text -> choice), read on first need
+    #: the decisions read from ``path`` (key text -> choice), read on first need
     stored: dict[str, Blocks | None] | None = None
-    #: seconds of measuring left (``BUDGET_S``): a compiler of many shapes (dynamic
-    #: sizes recompiled) stops measuring, and calls the shapes after that whole
-    budget_s: float = BUDGET_S
+    #: the trials under way, by key
+    trials: dict[tuple, Trial] = attrs.field(factory=dict)
+    #: what a trial times its calls with (seconds)
+    clock: Callable[[], float] = time.perf_counter
 
-    def _decided(self, key: tuple, a: TensorType, b: TensorType,
-                 bias: tuple[int, ...] | None) -> Blocks | None:
+    def decided(self, key: tuple) -> Blocks | None | bool:
+        """The blocks decided for ``key`` (None: whole), or False while undecided."""
         if key in self.chosen:
             return self.chosen[key]
         if self.stored is None:
@@ -187,23 +177,20 @@ class GemmBlocks:
         if text in self.stored:
             self.chosen[key] = self.stored[text]
             return self.chosen[key]
-        if self.budget_s <= 0:
-            return None  # (not kept: a later compiler measures it)
-        start = time.perf_counter()
-        # (plans are built under the tracer's fake tensor mode: real tensors here)
-        with _disable_current_modes(), torch.no_grad():
-            try:
-                self.chosen[key] = self.stored[text] = self.measure(a, b, bias)
-            except Exception as exc:  # (a library's error, memory): the whole call, as ever
-                log.warning("torchloom: timing mm of %s x %s failed (%s: %s); it is called "
-                            "whole", a.shape, b.shape, type(exc).__name__, exc)
-                self.chosen[key] = self.stored[text] = None
-        self.budget_s -= time.perf_counter() - start
-        _write(self.path, text, self.chosen[key])
-        return self.chosen[key]
+        return False
 
-    def callable_for(self, node: Node) -> Callable | None:
-        """The blocked ``mm``/``addmm`` to call for ``node`` in place of its op, or None."""
+    def settle(self, key: tuple, blocks: Blocks | None) -> None:
+        """Record a trial's decision (and keep it in ``path``)."""
+        if self.stored is None:
+            self.stored = _read(self.path)
+        self.chosen[key] = self.stored[repr(key)] = blocks
+        self.trials.pop(key, None)
+        _write(self.path, repr(key), blocks)
+
+    def key(self, node: Node) -> tuple | None:
+        """What ``node``'s product is decided by (shapes, strides, bias shape, dtype,
+        threads), or None where it is not tried: not a product, off, or outside the
+        bounds (module text)."""
         if not self.enabled or node.op not in (MM, ADDMM) or any(
                 node.attrs.get(k, 1) != 1 for k in ("beta", "alpha")):
             return None
@@ -222,22 +209,120 @@ class GemmBlocks:
                 m * k + k * n + 2 * m * n > MAX_ELEMENTS:
             return None
         shape = None if bias is None else tuple(bias.shape)
-        key = (a.shape, a.actual_strides(), b.shape, b.actual_strides(), shape, a.dtype,
-               torch.get_num_threads())
-        blocks = self._decided(key, a, b, shape)
+        return (a.shape, a.actual_strides(), b.shape, b.actual_strides(), shape, a.dtype,
+                torch.get_num_threads())
+
+    def callable_for(self, node: Node) -> Callable | None:
+        """The ``mm``/``addmm`` to call for ``node`` in place of its op (blocked, or a
+        trial while undecided), or None."""
+        key = self.key(node)
+        if key is None:
+            return None
+        mm = node.op == MM
+        blocks = self.decided(key)
+        if blocks is False:
+            trial = self.trials.get(key)
+            if trial is None:
+                (m, _), (_, n) = key[0], key[2]
+                candidates = [(axis, size) for axis, side in (("cols", n), ("rows", m))
+                              for size in SIZES if 2 * size <= side]
+                trial = self.trials[key] = Trial(key, candidates, self.settle, self.clock)
+            return trial.mm if mm else trial.addmm
         if blocks is None:
             return None
-        return blocked_mm(blocks) if bias is None else blocked_addmm(blocks)
+        return blocked_mm(blocks) if mm else blocked_addmm(blocks)
 
 
-def decide_products(graph: Graph, gemms: GemmBlocks) -> None:
-    """Time every product of ``graph`` (its shared subgraphs too) that ``gemms`` would
-    time when the plan asks, now: before a compiler starts beside the plan's making (the
-    ``cpu`` codegen's ``prepare``), which would share the cores the timing measures."""
-    for g in (graph.root, *graph.root.subgraphs.values()):
-        for node in g.nodes:
-            if node.op in (MM, ADDMM):
-                gemms.callable_for(node)
+def _whole(bias, a, b, *, beta=1, alpha=1, out=None):
+    """``mm`` (bias None) or ``addmm``, whole."""
+    if bias is None:
+        return torch.mm(a, b, out=out)
+    return torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=out)
+
+
+@attrs.define
+class Trial:
+    """The first calls of one product shape: each variant (the whole call, then each
+    candidate's blocks) called in turn and timed; the first call of each not counted;
+    then the decision (:class:`GemmBlocks` module text) handed to ``settle(key,
+    blocks)``. Once decided, the chosen function is called (a plan built before the
+    decision keeps calling the trial)."""
+
+    key: tuple
+    candidates: list[Blocks]
+    settle: Callable[[tuple, Blocks | None], None]
+    clock: Callable[[], float] = time.perf_counter
+    #: timed calls made so far (the warm-up round included)
+    calls: int = 0
+    #: the fastest time of each variant (index 0: the whole call)
+    best: list[float] = attrs.field(factory=list)
+    #: the blocks whose bits the next call compares, once the timing chose them
+    checking: Blocks | None = None
+    #: the function to call, once decided
+    decided: Callable | None = None
+    #: the functions timed: the whole call, then each candidate's blocks
+    variants: list[Callable] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.best = [float("inf")] * (1 + len(self.candidates))
+        self.variants = [_whole, *map(blocked_addmm, self.candidates)]
+
+    def mm(self, a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None):
+        return self.addmm(None, a, b, out=out)
+
+    def addmm(self, bias, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1,
+              out: torch.Tensor | None = None):
+        if self.decided is not None:
+            return self.decided(bias, a, b, beta=beta, alpha=alpha, out=out)
+        if torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in (bias, a, b)):
+            return _whole(bias, a, b, beta=beta, alpha=alpha, out=out)
+        if self.checking is not None:
+            return self._check(bias, a, b, beta=beta, alpha=alpha, out=out)
+        count = len(self.variants)
+        index = self.calls % count
+        start = self.clock()
+        try:
+            result = self.variants[index](bias, a, b, beta=beta, alpha=alpha, out=out)
+        except Exception as exc:  # (memory, a library's error): the whole call, as ever
+            log.warning("torchloom: mm of %s x %s in blocks %s failed (%s: %s); it is "
+                        "called whole", tuple(a.shape), tuple(b.shape),
+                        self.candidates[index - 1], type(exc).__name__, exc)
+            self._decide(None)
+            return _whole(bias, a, b, beta=beta, alpha=alpha, out=out)
+        seconds = self.clock() - start
+        self.calls += 1
+        if self.calls > count:  # (the first round warms each variant up)
+            self.best[index] = min(self.best[index], seconds)
+        if self.calls % count == 0:
+            self._round_done(self.calls // count - 1)
+        return result
+
+    def _round_done(self, rounds: int) -> None:
+        whole, blocks = self.best[0], self.best[1:]
+        if not blocks:
+            self._decide(None)
+        elif rounds >= EARLY_ROUNDS and all(t >= whole for t in blocks):
+            self._decide(None)  # no block is faster at all yet: none will be MIN_GAIN faster
+        elif rounds >= ROUNDS:
+            fastest = min(range(len(blocks)), key=blocks.__getitem__)
+            if blocks[fastest] > MIN_GAIN * whole:
+                self._decide(None)
+            else:
+                self.checking = self.candidates[fastest]
+
+    def _check(self, bias, a, b, **kwargs):
+        """The whole call, and the chosen blocks beside it: blocks only with its bits."""
+        result = _whole(bias, a, b, **kwargs)
+        variant = self.variants[1 + self.candidates.index(self.checking)]
+        blocked = variant(bias, a, b, beta=kwargs["beta"], alpha=kwargs["alpha"])
+        self._decide(self.checking if torch.equal(blocked, result) else None)
+        return result
+
+    def _decide(self, blocks: Blocks | None) -> None:
+        self.checking = None
+        self.decided = _whole if blocks is None else blocked_addmm(blocks)
+        self.settle(self.key, blocks)
 
 
 def _machine() -> str:
@@ -287,37 +372,3 @@ def _write(path: Path | None, key: str, blocks: Blocks | None) -> None:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
-
-
-def measure(a: TensorType, b: TensorType, bias: tuple[int, ...] | None = None
-            ) -> Blocks | None:
-    """The fastest blocks for ``a @ b`` (``bias + a @ b``: addmm with a contiguous bias
-    of that shape) if they beat the whole call by ``MIN_GAIN`` and give its bits, else
-    None."""
-    generator = torch.Generator().manual_seed(0)
-    x, y = _operand(a, generator), _operand(b, generator)
-    c = None if bias is None else torch.randn(bias, generator=generator, device="cpu").to(
-        x.dtype)
-
-    def whole(out=None):
-        return torch.mm(x, y, out=out) if c is None else torch.addmm(c, x, y, out=out)
-    reference = whole()
-    candidates = [(axis, size) for axis, n in (("cols", b.shape[1]), ("rows", a.shape[0]))
-                  for size in SIZES if 2 * size <= n]
-    variants: dict[Blocks | None, Callable[[], Any]] = {
-        None: lambda: whole(out=reference)}
-    out = torch.empty_like(reference)
-    for blocks in candidates:
-        variants[blocks] = (lambda f: lambda: f(c, x, y, out=out))(blocked_addmm(blocks))
-    best = {key: float("inf") for key in variants}
-    for fn in variants.values():  # warm-up: first-touch of the outputs, library set-up
-        fn()
-    for r in range(ROUNDS):
-        for key, fn in variants.items():
-            best[key] = min(best[key], _seconds(fn))
-        if r + 1 >= EARLY_ROUNDS and all(best[c] >= best[None] for c in candidates):
-            break  # no block is faster at all yet: none will be MIN_GAIN faster
-    chosen = min(candidates, key=lambda key: best[key], default=None)
-    if chosen is None or best[chosen] > MIN_GAIN * best[None]:
-        return None
-    return chosen if torch.equal(variants[chosen](), whole()) else None

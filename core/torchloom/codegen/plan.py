@@ -74,7 +74,7 @@ def build_function(graph: Graph, registry: OpRegistry,
     caller gave up). ``calls(node)`` is the function a plain op node calls in place of its
     op, with the same results and effects, or None: ``mm``/``addmm`` in blocks of columns or
     rows (:meth:`GemmBlocks.callable_for <torchloom.codegen.gemm.GemmBlocks.callable_for>`:
-    measured faster there, the same bits), a codegen's ``library_call`` (see
+    measured faster there in its first calls, the same bits), a codegen's ``library_call`` (see
     :mod:`torchloom.codegen.base`).
     """
     del tuple_result  # results are always a tuple; kept for the codegen protocol's callers

@@ -15,7 +15,6 @@ from typing import Any
 import attrs
 from torchloom.codegen.base import Reason
 from torchloom.codegen.guards import describe_mismatch
-from torchloom.codegen.gemm import decide_products
 from torchloom.codegen.plan import CONSTANT, FUSION_GROUP, Plan, SubgraphCall, build_function
 from torchloom.ir.aliasing import shared_outputs, written_storage
 from torchloom.ir.graph import CALL_SUBGRAPH, Graph, Node
@@ -212,8 +211,6 @@ class CompiledGraph:
         self._repro_dir, self._warned = repro_dir, warned
         #: the groups whose kernels were still building when the plan was made
         self.tiered: list[Tiered] = []
-        if gemms is not None:  # timed before any compiler runs beside them (prepare)
-            decide_products(graph, gemms)
         verdicts = prepare_codegens(graph, registry, codegens, self.cache)
         self.plan = build_function(graph, registry, kernel_for, guards=fallback is not None,
                                    fallback=self._guard_failed,
