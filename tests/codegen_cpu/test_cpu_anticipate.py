@@ -52,7 +52,7 @@ class Recorded:
 
         def passes(manager, graph, ctx):
             cpu = self.compiler.plugins.codegens["cpu"].obj
-            self.at_passes.append(sorted(cpu._attention._ahead))
+            self.at_passes.append(cpu._attention.started_ahead())
             return run(manager, graph, ctx)
 
         def timed(codegen, source):

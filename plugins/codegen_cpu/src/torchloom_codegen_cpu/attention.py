@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from torchloom_codegen_cpu.deferred import Building
+from torchloom_codegen_cpu.deferred import Ahead
 from torchloom_codegen_cpu.prelude import prelude
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -124,11 +124,16 @@ class Attention:
     to the built :func:`source`), loaded and checked on the first call that can use it."""
 
     def __init__(self, library: Callable[[str], Path]):
-        self._library = library
+        #: direction -> its library (built ahead of its first call, or by it)
+        self._libraries = {d: Ahead(f"attention-{d}", (lambda d: lambda: library(d))(d),
+                                    f"attention {d}", "attention runs as eager's op")
+                           for d in DIRECTIONS}
         #: direction -> (its C function, sgemm), or None (eager's op), once loaded
         self._functions: dict[str, tuple[Callable, int] | None] = {}
-        #: direction -> its library being built on a thread (``build_ahead``)
-        self._ahead: dict[str, Building] = {}
+
+    def started_ahead(self) -> list[str]:
+        """The directions whose builds were started ahead (``build_ahead``)."""
+        return sorted(d for d, lib in self._libraries.items() if lib.started)
 
     def build_ahead(self, direction: str, after: str | None = None) -> None:
         """Start building ``direction``'s library on a thread, once: a plan that will call
@@ -137,29 +142,14 @@ class Attention:
         (a direction), the compiler starts once that direction's build started ahead has
         ended: the backward's library, wanted later, does not slow the forward's. An error
         is its first call's to report, as when built then."""
-        if direction in self._functions or direction in self._ahead:
-            return
-        first = self._ahead.get(after) if after is not None else None
-
-        def build() -> Path:
-            if first is not None:
-                try:
-                    first.wait()
-                except Exception:  # noqa: BLE001 (that direction's first call reports it)
-                    pass
-            return self._library(direction)
-        self._ahead[direction] = Building(f"attention-{direction}")
-        self._ahead[direction].start(build, name=f"torchloom-attention-{direction}")
+        if direction not in self._functions:
+            self._libraries[direction].start(
+                self._libraries[after] if after is not None else None)
 
     def ready(self, direction: str) -> bool:
         """Whether a call of ``direction`` would not wait for its library (built, or its
         build never started ahead: then the call builds it)."""
-        building = self._ahead.get(direction)
-        return building is None or building.done()
-
-    def _built(self, direction: str) -> Path:
-        building = self._ahead.get(direction)
-        return self._library(direction) if building is None else building.wait()
+        return self._libraries[direction].ready()
 
     def _loaded(self, direction: str) -> tuple[Callable, int] | None:
         """``(function, sgemm)`` of ``direction``, built, loaded and checked once; None
@@ -175,11 +165,8 @@ class Attention:
             log.info("torchloom: cpu codegen: torch's BLAS exports no sgemm_; causal "
                      "attention runs as eager's op")
             return None
-        try:
-            lib = ctypes.CDLL(str(self._built(direction)))
-        except (RuntimeError, OSError) as exc:
-            log.warning("torchloom: cpu codegen: the attention %s library did not build "
-                        "(%s); attention runs as eager's op", direction, exc)
+        lib = self._libraries[direction].open(log)
+        if lib is None:
             return None
         signature, name = _FUNCTIONS[direction]
         fn = signature((name, lib))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import os
 import sys
 import threading
@@ -118,6 +119,59 @@ class Building:
         if os.getpid() != self._pid and not self._future.done() and self._build is not None:
             return self._build()  # (forked while it built: built here)
         return self._future.result()
+
+
+class Ahead:
+    """The library of a codegen's ``library_call`` functions (depthwise convolutions,
+    dropout, each direction of attention): built on a thread ahead of its first call
+    (``start``, once a plan that calls it is being made), or by that call; ``ready()``
+    says whether a call would not wait for it; ``open()`` loads it."""
+
+    def __init__(self, key: str, build: Callable[[], Path], name: str, otherwise: str):
+        #: ``name``: what the log calls it; ``otherwise``: what runs where it did not build
+        self.key, self.name, self.otherwise = key, name, otherwise
+        self._build = build
+        self._building: Building | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether its build was started ahead."""
+        return self._building is not None
+
+    def start(self, after: Ahead | None = None) -> None:
+        """Build it on a thread, once. With ``after``, the compiler starts once that
+        library's build (started ahead) has ended: one wanted later does not slow it. An
+        error is its first call's to report, as when built then."""
+        if self._building is not None:
+            return
+        first = after._building if after is not None else None
+
+        def build() -> Path:
+            if first is not None:
+                with contextlib.suppress(Exception):  # (that library's call reports it)
+                    first.wait()
+            return self._build()
+        self._building = Building(self.key)
+        self._building.start(build, name=f"torchloom-{self.key}")
+
+    def ready(self) -> bool:
+        """Whether ``path`` would not wait for a compiler (built, or never started ahead:
+        then the call builds it)."""
+        return self._building is None or self._building.done()
+
+    def path(self) -> Path:
+        """The built library's path, waiting for (or running) its build."""
+        return self._build() if self._building is None else self._building.wait()
+
+    def open(self, log) -> ctypes.CDLL | None:
+        """The library loaded, or None (logged on ``log``: its ops run as eager's) where
+        it did not build."""
+        try:
+            return ctypes.CDLL(str(self.path()))
+        except (RuntimeError, OSError) as exc:
+            log.warning("torchloom: cpu codegen: the %s library did not build (%s); %s",
+                        self.name, exc, self.otherwise)
+            return None
 
 
 class Offered:

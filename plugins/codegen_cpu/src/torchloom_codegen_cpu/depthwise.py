@@ -46,7 +46,7 @@ import torch
 
 from torchloom.api import TensorType
 
-from torchloom_codegen_cpu.deferred import Building
+from torchloom_codegen_cpu.deferred import Ahead
 
 log = logging.getLogger("torchloom.codegen_cpu")
 
@@ -132,23 +132,21 @@ class Depthwise:
     them."""
 
     def __init__(self, library: Callable[[], Path]):
-        self._library = library
+        self._library = Ahead("depthwise", library, "depthwise convolution",
+                              "depthwise convolutions run as eager's op")
         #: (forward, input gradient, weight gradient), or None (eager's ops), once loaded
         self._functions: tuple | None = None
         self._loaded_once = False
-        #: the library building on a thread (``build_ahead``), or None
-        self._ahead: Building | None = None
 
     def build_ahead(self) -> None:
         """Start building the library on a thread, once (the first call waits for it; an
         error is its to report)."""
-        if not self._loaded_once and self._ahead is None:
-            self._ahead = Building("depthwise")
-            self._ahead.start(self._library, name="torchloom-depthwise")
+        if not self._loaded_once:
+            self._library.start()
 
     def ready(self) -> bool:
         """Whether a call would not wait for the library."""
-        return self._loaded_once or self._ahead is None or self._ahead.done()
+        return self._loaded_once or self._library.ready()
 
     def _loaded(self) -> tuple | None:
         if not self._loaded_once:
@@ -157,12 +155,8 @@ class Depthwise:
         return self._functions
 
     def _load(self) -> tuple | None:
-        try:
-            lib = ctypes.CDLL(str(self._library() if self._ahead is None
-                                  else self._ahead.wait()))
-        except (RuntimeError, OSError) as exc:
-            log.warning("torchloom: cpu codegen: the depthwise convolution library did not "
-                        "build (%s); depthwise convolutions run as eager's op", exc)
+        lib = self._library.open(log)
+        if lib is None:
             return None
         functions = (_FORWARD_SIGNATURE(("tl_dw_fwd_f32", lib)),
                      _INPUT_SIGNATURE(("tl_dw_bwd_input_f32", lib)),
@@ -244,8 +238,8 @@ def _geometry(sizes: list[int], a, b, w) -> ctypes.Array:
     """``g[]``: ``sizes``, the n, h, w strides of ``a`` and ``b``, the c, kh, kw strides of
     the weight (or of its gradient) ``w``."""
     sa, sb, sw = a.stride(), b.stride(), w.stride()
-    return (ctypes.c_int64 * 23)(*sizes, sa[0], sa[2], sa[3], sb[0], sb[2], sb[3], sw[0],
-                                 sw[2], sw[3])
+    g = [*sizes, sa[0], sa[2], sa[3], sb[0], sb[2], sb[3], sw[0], sw[2], sw[3]]
+    return (ctypes.c_int64 * len(g))(*g)  # (depthwise.c's G_SIZE)
 
 
 def _forward(fn, input, weight, bias, stride, padding, dilation):

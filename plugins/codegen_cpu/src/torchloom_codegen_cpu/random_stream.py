@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from torchloom.api import InputRef
 
-from torchloom_codegen_cpu.deferred import Building
+from torchloom_codegen_cpu.deferred import Ahead
 from torchloom_codegen_cpu.prelude import prelude
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -238,23 +238,20 @@ class Dropout:
     first call that can use them."""
 
     def __init__(self, library: Callable[[], Path]):
-        self._library = library
+        self._library = Ahead("dropout", library, "dropout", "dropout runs as eager's op")
         self._functions: dict[torch.dtype, Callable] | None = None
         self._masks: dict[torch.dtype, Callable] = {}  # (loaded with _functions)
-        #: the library building on a thread (``build_ahead``), or None
-        self._ahead: Building | None = None
 
     def build_ahead(self) -> None:
         """Start building the library on a thread, once: a plan that calls it is being
         made (the first call waits for this build; an error is its to report)."""
-        if self._functions is None and self._ahead is None:
-            self._ahead = Building("dropout")
-            self._ahead.start(self._library)
+        if self._functions is None:
+            self._library.start()
 
     def ready(self) -> bool:
         """Whether a call would not wait for the library (loaded, built, or never started
         ahead: then the call builds it)."""
-        return self._functions is not None or self._ahead is None or self._ahead.done()
+        return self._functions is not None or self._library.ready()
 
     def _loaded(self) -> dict[torch.dtype, Callable]:
         """The C functions per dtype, built and loaded once; none (every call is eager's)
@@ -265,12 +262,8 @@ class Dropout:
                 log.warning("torchloom: cpu codegen: torch's CPU generator state is not the "
                             "record it knows; dropout runs as eager's op")
                 return self._functions
-            try:
-                lib = ctypes.CDLL(str(self._library() if self._ahead is None
-                                      else self._ahead.wait()))
-            except (RuntimeError, OSError) as exc:
-                log.warning("torchloom: cpu codegen: the dropout library did not build (%s); "
-                            "dropout runs as eager's op", exc)
+            lib = self._library.open(log)
+            if lib is None:
                 return self._functions
             for dtype, (name, scalar) in _FUNCTIONS.items():
                 signature = ctypes.CFUNCTYPE(
