@@ -250,3 +250,66 @@ def test_a_compiled_training_step_runs_it(tmp_path, model, layout, left):
     torch.testing.assert_close(gx, wx, rtol=1e-4, atol=1e-6)
     for g, w in zip(g_grads, w_grads):
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-5)
+
+
+def test_a_pixel_column_laid_out_by_a_transpose_gets_eagers_layouts(loops):
+    """A 1-D convolution written as a 2-D one over ``x.transpose(1, 2).unsqueeze(-1)``:
+    the input is channels-last for ``is_contiguous`` but not for eager's suggested memory
+    format (the stride of the width of 1 differs), so eager's results are contiguous:
+    eager's op runs, and the layouts (which the compiled graph's views were traced with)
+    are eager's."""
+    x = torch.randn(2, 20, 8).transpose(1, 2).unsqueeze(-1)  # [2, 8, 20, 1]
+    w, b = torch.randn(8, 1, 3, 1), torch.randn(8)
+    args = ([1, 1], [1, 0], [1, 1], False, [0, 0], 8)
+    assert x.is_contiguous(memory_format=CL) and not x.is_contiguous()
+    assert calls_eager(loops, x, w, b, *args)
+    want = FORWARD(x, w, b, *args)
+    go = torch.randn(want.shape).transpose(1, 2).contiguous().transpose(1, 2)
+    got = loops.backward(go, x, w, [8], *args, [True, True, True])
+    for a, e in zip(got, BACKWARD(go, x, w, [8], *args, [True, True, True])):
+        assert a.stride() == e.stride() and torch.equal(a, e)
+
+
+def test_a_compiled_conv1d_as_a_2d_depthwise_convolution_is_eagers(tmp_path):
+    class Conv1d(torch.nn.Module):
+        def __init__(self, C=8):
+            super().__init__()
+            self.dw = torch.nn.Conv2d(C, C, (3, 1), padding=(1, 0), groups=C)
+
+        def forward(self, x):  # x: [N, L, C]
+            z = self.dw(x.transpose(1, 2).unsqueeze(-1))
+            return torch.softmax(z.flatten(1), -1).view(x.shape[0], -1, x.shape[1]) * 2
+
+    torch.manual_seed(0)
+    model = Conv1d()
+    _, fn = compiled(model, tmp_path)
+    x = torch.randn(2, 20, 8, requires_grad=True)
+    got = fn(x)
+    got.sum().backward()
+    gx = x.grad.clone()
+    x.grad = None
+    want = model(x)
+    want.sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gx, x.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_loading_the_library_draws_nothing_from_the_callers_random_stream(codegen):
+    fresh = depthwise.Depthwise(lambda: codegen._depthwise._library.path())
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    assert fresh._loaded() is not None
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_bias_that_needs_its_gradient_is_eagers_under_grad_mode(loops):
+    x, w, b = tensors(2, 8, 9, 9, 3, 3)
+    b.requires_grad_()
+    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 8)
+    with Counting(FORWARD, BACKWARD) as counted:
+        got = loops.forward(x, w, b, *args)
+    assert counted.calls == 1 and got.grad_fn is not None
+    with torch.no_grad():
+        with Counting(FORWARD, BACKWARD) as counted:
+            loops.forward(x, w, b, *args)
+    assert counted.calls == 0

@@ -377,3 +377,30 @@ def test_a_trial_runs_on_the_cpu_under_a_device_context():
         for _ in range(3 * (1 + ROUNDS) + 1):
             assert torch.equal(trial.mm(a, b), torch.mm(a, b))
     assert len(settled) == 1
+
+
+def test_threads_calling_one_trial_get_the_products_values_and_one_decision():
+    """Calls of several threads at once: one takes part in the trial at a time (the
+    others are the whole product, untimed); every value is the product's, the decision
+    is made once, and it is the one a single thread makes."""
+    import threading
+    settled, trial, _, same = run_trial(lambda v: 1.0 if v == 0 else 0.5 + 0.1 * v, 0)
+    a, b = operands(64, 256, 4096, torch.float32, True)
+    want, errors, wrong = torch.mm(a, b), [], []
+
+    def calls():
+        try:
+            for _ in range(40):
+                got = trial.mm(a, b)
+                if not torch.allclose(got, want, rtol=1e-4, atol=1e-3):
+                    wrong.append(got)
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+    threads = [threading.Thread(target=calls) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not wrong
+    assert settled == [("cols", 512) if same else None]
+    assert trial.calls == 3 * (1 + ROUNDS)

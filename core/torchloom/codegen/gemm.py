@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -246,7 +247,8 @@ class Trial:
     candidate's blocks) called in turn and timed; the first call of each not counted;
     then the decision (:class:`GemmBlocks` module text) handed to ``settle(key,
     blocks)``. Once decided, the chosen function is called (a plan built before the
-    decision keeps calling the trial)."""
+    decision keeps calling the trial). One call at a time takes part: a call made while
+    another thread's does is the whole product, untimed."""
 
     key: tuple
     candidates: list[Blocks]
@@ -262,6 +264,8 @@ class Trial:
     decided: Callable | None = None
     #: the functions timed: the whole call, then each candidate's blocks
     variants: list[Callable] = attrs.field(init=False)
+    #: held by the call taking part (timing, checking, deciding)
+    lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
     def __attrs_post_init__(self) -> None:
         self.best = [float("inf")] * (1 + len(self.candidates))
@@ -274,22 +278,34 @@ class Trial:
               out: torch.Tensor | None = None):
         if self.decided is not None:
             return self.decided(bias, a, b, beta=beta, alpha=alpha, out=out)
-        if torch.is_grad_enabled() and any(
-                t is not None and t.requires_grad for t in (bias, a, b)):
+        if (torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in (bias, a, b))) or \
+                not self.lock.acquire(blocking=False):
             return _whole(bias, a, b, beta=beta, alpha=alpha, out=out)
-        if self.checking is not None:
-            return self._check(bias, a, b, beta=beta, alpha=alpha, out=out)
+        try:
+            if self.decided is not None:  # (another thread's call decided it just before)
+                return self.decided(bias, a, b, beta=beta, alpha=alpha, out=out)
+            if self.checking is not None:
+                return self._check(bias, a, b, beta=beta, alpha=alpha, out=out)
+            return self._timed(bias, a, b, beta=beta, alpha=alpha, out=out)
+        finally:
+            self.lock.release()
+
+    def _timed(self, bias, a, b, **kwargs):
+        """The next variant's call, timed (the lock held)."""
         count = len(self.variants)
         index = self.calls % count
         start = self.clock()
         try:
-            result = self.variants[index](bias, a, b, beta=beta, alpha=alpha, out=out)
+            result = self.variants[index](bias, a, b, **kwargs)
         except Exception as exc:  # (memory, a library's error): the whole call, as ever
+            if index == 0:
+                raise
             log.warning("torchloom: mm of %s x %s in blocks %s failed (%s: %s); it is "
                         "called whole", tuple(a.shape), tuple(b.shape),
                         self.candidates[index - 1], type(exc).__name__, exc)
             self._decide(None)
-            return _whole(bias, a, b, beta=beta, alpha=alpha, out=out)
+            return _whole(bias, a, b, **kwargs)
         seconds = self.clock() - start
         self.calls += 1
         if self.calls > count:  # (the first round warms each variant up)
@@ -315,8 +331,15 @@ class Trial:
         """The whole call, and the chosen blocks beside it: blocks only with its bits."""
         result = _whole(bias, a, b, **kwargs)
         variant = self.variants[1 + self.candidates.index(self.checking)]
-        blocked = variant(bias, a, b, beta=kwargs["beta"], alpha=kwargs["alpha"])
-        self._decide(self.checking if torch.equal(blocked, result) else None)
+        try:
+            blocked = variant(bias, a, b, beta=kwargs["beta"], alpha=kwargs["alpha"])
+        except Exception as exc:  # (memory): whole
+            log.warning("torchloom: mm of %s x %s in blocks %s failed (%s: %s); it is "
+                        "called whole", tuple(a.shape), tuple(b.shape), self.checking,
+                        type(exc).__name__, exc)
+            blocked = None
+        self._decide(self.checking if blocked is not None and torch.equal(blocked, result)
+                     else None)
         return result
 
     def _decide(self, blocks: Blocks | None) -> None:
@@ -369,6 +392,6 @@ def _write(path: Path | None, key: str, blocks: Blocks | None) -> None:
         k: None if v is None else list(v) for k, v in sorted(chosen.items())}}, indent=1)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)

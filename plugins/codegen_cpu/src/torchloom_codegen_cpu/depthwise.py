@@ -43,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 from torchloom.api import TensorType
 
@@ -96,19 +97,26 @@ def _plain4(t) -> bool:
 
 
 def _layout(tensors, weight) -> str | None:
-    """``"last"`` where every tensor is laid out channels-last and not also contiguous,
-    ``"first"`` where every one is contiguous and not also channels-last and the weight has
-    a contiguous weight's strides (eager then lays out every result contiguous), else None
-    (one channel or one pixel is both layouts, a weight's strides can make eager's results
-    channels-last: eager picks those layouts by its own rules)."""
+    """``"last"`` where every tensor is laid out channels-last and not also contiguous and
+    eager lays out its results channels-last, ``"first"`` where every one is contiguous
+    and not also channels-last, the weight has a contiguous weight's strides and eager lays
+    out its results contiguous, else None (one channel or one pixel is both layouts, a
+    weight's strides can make eager's results channels-last: eager picks those layouts by
+    its own rules). Eager's rule (oneDNN's, ``mkldnn_conv_use_channels_last``): results
+    channels-last where the input's or the weight's suggested memory format is; that
+    reads the strides of dims of size 1 (``[N, C, H, 1]`` strided ``(C * H, 1, C, 1)`` is
+    channels-last for ``is_contiguous`` and not for it), so it is asked too."""
     if not all(_plain4(t) for t in (*tensors, weight)):
         return None
     last = [t.is_contiguous(memory_format=torch.channels_last) for t in tensors]
     first = [t.is_contiguous() for t in tensors]
+    eager_last = torch.channels_last in (suggest_memory_format(tensors[0]),
+                                         suggest_memory_format(weight))
     if all(last) and not any(first):
-        return "last"
+        return "last" if eager_last else None
     KH, KW = weight.shape[2], weight.shape[3]
-    if all(first) and not any(last) and weight.stride() == (KH * KW, KH * KW, KW, 1):
+    if all(first) and not any(last) and weight.stride() == (KH * KW, KH * KW, KW, 1) and \
+            not eager_last:
         return "first"
     return None
 
@@ -173,7 +181,7 @@ class Depthwise:
         """``aten.convolution``; a contiguous input's is eager's (copying it and the output
         costs more than the loops save)."""
         found = None
-        if _fast(input, weight, transposed, groups, (input,)) == "last" and \
+        if _fast(input, weight, transposed, groups, (input,), bias) == "last" and \
                 (functions := self._loaded()) is not None:
             found = _forward(functions[0], input, weight, bias, stride, padding, dilation)
         if found is None:
@@ -205,10 +213,10 @@ def _last(t, layout: str):
     return t.contiguous(memory_format=torch.channels_last) if layout == "first" else t
 
 
-def _fast(input, weight, transposed, groups, layouts) -> str | None:
+def _fast(input, weight, transposed, groups, layouts, bias=None) -> str | None:
     """The layout (:func:`_layout`) where depthwise.c takes the call: plain f32 CPU
-    tensors, one filter per channel, not transposed, nothing needing its gradient under
-    grad mode; else None."""
+    tensors, one filter per channel, not transposed, nothing (the bias included) needing
+    its gradient under grad mode; else None."""
     layout = _layout(layouts, weight)
     if transposed or layout is None:
         return None
@@ -216,7 +224,8 @@ def _fast(input, weight, transposed, groups, layouts) -> str | None:
     if groups != C or weight.shape[0] != C or weight.shape[1] != 1 or \
             weight.shape[2] > MAX_KH or C == 0 or 0 in input.shape:
         return None
-    needs = torch.is_grad_enabled() and any(t.requires_grad for t in (*layouts, weight))
+    needs = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (*layouts, weight, bias))
     return None if needs else layout
 
 
@@ -318,6 +327,7 @@ def _agrees(functions) -> bool:
     """Whether the library gives eager's values and layouts on :func:`_check_cases`, laid
     out channels-last and contiguous (whose forward is eager's)."""
     aten = torch.ops.aten
+    g = torch.Generator().manual_seed(1)  # (never the caller's random stream)
     with torch.no_grad():
         for x, w, b, s, p, d in _check_cases():
             for layout, x in (("last", x), ("first", x.contiguous())):
@@ -330,7 +340,7 @@ def _agrees(functions) -> bool:
                 if got is None or not _close((got,), (want.contiguous(
                         memory_format=torch.channels_last),)):
                     return False
-                go = torch.randn(want.shape).contiguous(memory_format=(
+                go = torch.randn(want.shape, generator=g).contiguous(memory_format=(
                     torch.contiguous_format if layout == "first" else torch.channels_last))
                 mask = [True, True, b is not None]
                 want = aten.convolution_backward.default(
