@@ -121,8 +121,7 @@ def test_dynamic_shapes_compile_the_backward_once(tmp_path):
 
 def test_the_backward_compiles_outside_the_tracers_fake_tensor_mode(tmp_path, monkeypatch):
     """The forward's compiler is called under aot_autograd's fake tensor mode; the
-    backward compiled then must not be (the lazy call never is: products are timed on
-    real tensors, constants are real)."""
+    backward compiled then must not be (the lazy call never is: constants are real)."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
     modes: list[int] = []
     real = Compiler.compile_fx

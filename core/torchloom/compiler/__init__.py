@@ -121,8 +121,8 @@ class Compiler:
             "pipeline": fingerprint, "device": device, "codegen": self.device_codegen,
             "versions": self.plugins.versions()},
             remote=self.remote_cache) if compile_cache else None
-        #: which matrix products run in blocks (measured once per shape on this machine,
-        #: kept in the cache directory; ``TORCHLOOM_GEMM_BLOCKS=0``: none)
+        #: which matrix products run in blocks (tried in their first calls once per shape
+        #: on this machine, kept in the cache directory; ``TORCHLOOM_GEMM_BLOCKS=0``: none)
         self.gemms = GemmBlocks(enabled=env_flag("TORCHLOOM_GEMM_BLOCKS", True),
                                 path=disk and disk / "gemm-blocks.json")
         #: what groups whose kernels still build run meanwhile (runtime/tiered.py)

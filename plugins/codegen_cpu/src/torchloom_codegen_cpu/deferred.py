@@ -69,9 +69,8 @@ class Deferred:
 
 
 #: the niceness of a build thread and of the compiler it runs (Linux: a thread's own, which
-#: the processes it starts inherit): the interpreter's thread, making the plan and timing
-#: the products meanwhile, comes first on a machine of few cores; a compiler waited for
-#: has the cores to itself
+#: the processes it starts inherit): the interpreter's thread, making the plan meanwhile,
+#: comes first on a machine of few cores; a compiler waited for has the cores to itself
 BUILD_NICENESS = 10
 
 
