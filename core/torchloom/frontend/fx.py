@@ -124,6 +124,14 @@ def retype_for_device(graph: Graph, registry: OpRegistry) -> None:
                 retyped.add(v)
 
 
+def _effect_token(n: torch.fx.Node) -> bool:
+    """Whether placeholder ``n`` is only ever the token of ``with_effects`` calls."""
+    effects = getattr(torch.ops.higher_order, "with_effects", None)
+    return bool(n.users) and effects is not None and all(
+        u.op == "call_function" and u.target is effects and u.args[:1] == (n,)
+        and n not in u.args[1:] and n not in u.kwargs.values() for u in n.users)
+
+
 def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,
                name: str) -> ImportedGraph:
     graph = Graph(name)
@@ -141,7 +149,9 @@ def _import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None,
             # memory without applying it
             raise UnsupportedError(f"input {n.name} is a view with its "
                                    f"{'negative' if val.is_neg() else 'conjugate'} bit set")
-        t = type_of(val)
+        # an effect token (aot_autograd's, threaded through ``with_effects``): traced as an
+        # empty tensor, called with None (runtime_wrappers: ``[None] * num_tokens``)
+        t = ScalarType("any") if _effect_token(n) else type_of(val)
         symbolic |= _is_symbolic(t, val)
         env[n] = graph.add_input(t, n.name)
     for n in gm.graph.nodes:
