@@ -404,3 +404,17 @@ def test_threads_calling_one_trial_get_the_products_values_and_one_decision():
     assert not errors and not wrong
     assert settled == [("cols", 512) if same else None]
     assert trial.calls == 3 * (1 + ROUNDS)
+
+
+def test_deterministic_algorithms_try_nothing():
+    settled, trial, _, _ = run_trial(lambda v: 1.0 if v == 0 else 0.5, 0)
+    a, b = operands(64, 256, 4096, torch.float32, True)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with MatrixProducts() as counted:
+            for _ in range(20):
+                assert torch.equal(trial.mm(a, b), torch.mm(a, b))
+    finally:
+        torch.use_deterministic_algorithms(before)
+    assert counted.calls == 40 and trial.calls == 0 and not settled

@@ -22,8 +22,10 @@ where they were at least ``MIN_GAIN`` faster and, called once more beside the wh
 product on the same operands, gave its bits (else the node calls ``mm`` as it is: a block
 of a few columns, or of one row, is multiplied by another kernel than the whole, with
 other bits); the bits are compared at the thread count of that call, and a plan keeps
-its choice if the count changes. Every call returns the product's values; only calls
-made while autograd records the product (``out=`` refuses that) are not timed. Only
+its choice if the count changes. Every call returns the product's values (a block's
+within rounding while it is timed; the same bits once chosen); calls made while autograd
+records the product (``out=`` refuses that) or under
+``torch.use_deterministic_algorithms`` are the whole product, untimed. Only
 products big enough to gain (``MIN_MACS``, ``MIN_SIDE``), whose slower trial calls cost
 a fraction of a second (``MAX_MACS``) and whose check takes little memory
 (``MAX_ELEMENTS``) are tried; what was decided is kept in the cache directory for the
@@ -280,6 +282,7 @@ class Trial:
             return self.decided(bias, a, b, beta=beta, alpha=alpha, out=out)
         if (torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad for t in (bias, a, b))) or \
+                torch.are_deterministic_algorithms_enabled() or \
                 not self.lock.acquire(blocking=False):
             return _whole(bias, a, b, beta=beta, alpha=alpha, out=out)
         try:
