@@ -174,19 +174,21 @@ class GemmBlocks:
         """The blocks decided for ``key`` (None: whole), or False while undecided."""
         if key in self.chosen:
             return self.chosen[key]
-        if self.stored is None:
-            self.stored = _read(self.path)
         text = repr(key)
-        if text in self.stored:
+        if text in self._stored():
             self.chosen[key] = self.stored[text]
             return self.chosen[key]
         return False
 
-    def settle(self, key: tuple, blocks: Blocks | None) -> None:
-        """Record a trial's decision (and keep it in ``path``)."""
+    def _stored(self) -> dict[str, Blocks | None]:
+        """``stored``, read from ``path`` at the first need."""
         if self.stored is None:
             self.stored = _read(self.path)
-        self.chosen[key] = self.stored[repr(key)] = blocks
+        return self.stored
+
+    def settle(self, key: tuple, blocks: Blocks | None) -> None:
+        """Record a trial's decision (and keep it in ``path``)."""
+        self.chosen[key] = self._stored()[repr(key)] = blocks
         self.trials.pop(key, None)
         _write(self.path, repr(key), blocks)
 
@@ -259,9 +261,9 @@ class Trial:
     #: timed calls made so far (the warm-up round included)
     calls: int = 0
     #: the fastest time of each variant (index 0: the whole call)
-    best: list[float] = attrs.field(factory=list)
-    #: the blocks whose bits the next call compares, once the timing chose them
-    checking: Blocks | None = None
+    best: list[float] = attrs.field(init=False)
+    #: the candidate (its index) whose bits the next call compares, once timing chose it
+    checking: int | None = None
     #: the function to call, once decided
     decided: Callable | None = None
     #: the functions timed: the whole call, then each candidate's blocks
@@ -304,10 +306,7 @@ class Trial:
         except Exception as exc:  # (memory, a library's error): the whole call, as ever
             if index == 0:
                 raise
-            log.warning("torchloom: mm of %s x %s in blocks %s failed (%s: %s); it is "
-                        "called whole", tuple(a.shape), tuple(b.shape),
-                        self.candidates[index - 1], type(exc).__name__, exc)
-            self._decide(None)
+            self._failed(a, b, index - 1, exc)
             return _whole(bias, a, b, **kwargs)
         seconds = self.clock() - start
         self.calls += 1
@@ -328,27 +327,33 @@ class Trial:
             if blocks[fastest] > MIN_GAIN * whole:
                 self._decide(None)
             else:
-                self.checking = self.candidates[fastest]
+                self.checking = fastest
 
     def _check(self, bias, a, b, **kwargs):
         """The whole call, and the chosen blocks beside it: blocks only with its bits."""
         result = _whole(bias, a, b, **kwargs)
-        variant = self.variants[1 + self.candidates.index(self.checking)]
+        candidate = self.checking
         try:
-            blocked = variant(bias, a, b, beta=kwargs["beta"], alpha=kwargs["alpha"])
+            blocked = self.variants[1 + candidate](bias, a, b, beta=kwargs["beta"],
+                                                   alpha=kwargs["alpha"])
         except Exception as exc:  # (memory): whole
-            log.warning("torchloom: mm of %s x %s in blocks %s failed (%s: %s); it is "
-                        "called whole", tuple(a.shape), tuple(b.shape), self.checking,
-                        type(exc).__name__, exc)
-            blocked = None
-        self._decide(self.checking if blocked is not None and torch.equal(blocked, result)
-                     else None)
+            self._failed(a, b, candidate, exc)
+            return result
+        self._decide(candidate if torch.equal(blocked, result) else None)
         return result
 
-    def _decide(self, blocks: Blocks | None) -> None:
+    def _failed(self, a, b, candidate: int, exc: Exception) -> None:
+        """A candidate's blocks raised: logged, and the product is called whole."""
+        log.warning("torchloom: mm of %s x %s in blocks %s failed (%s: %s); it is called "
+                    "whole", tuple(a.shape), tuple(b.shape), self.candidates[candidate],
+                    type(exc).__name__, exc)
+        self._decide(None)
+
+    def _decide(self, candidate: int | None) -> None:
+        """Settle on a candidate's blocks (its index), or None: whole."""
         self.checking = None
-        self.decided = _whole if blocks is None else blocked_addmm(blocks)
-        self.settle(self.key, blocks)
+        self.decided = self.variants[0 if candidate is None else 1 + candidate]
+        self.settle(self.key, None if candidate is None else self.candidates[candidate])
 
 
 def _machine() -> str:

@@ -40,6 +40,7 @@ on small cases (checked once) are not eager's.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import math
 import os
@@ -125,7 +126,7 @@ class Attention:
 
     def __init__(self, library: Callable[[str], Path]):
         #: direction -> its library (built ahead of its first call, or by it)
-        self._libraries = {d: Ahead(f"attention-{d}", (lambda d: lambda: library(d))(d),
+        self._libraries = {d: Ahead(f"attention-{d}", functools.partial(library, d),
                                     f"attention {d}", "attention runs as eager's op")
                            for d in DIRECTIONS}
         #: direction -> (its C function, sgemm), or None (eager's op), once loaded
