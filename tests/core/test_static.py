@@ -111,3 +111,36 @@ def test_a_codegen_that_does_not_know_the_target_is_left_out(registry):
     chain, declined = target_codegens([_Remembers(), EagerCodegen()], "gfx90a")
     assert [c.name for c in chain] == ["eager"]
     assert "does not generate for target 'gfx90a'" in str(declined[0])
+
+
+GATHERS = """
+graph @g(%w: f32[1000, 8], %i: i64[4, 5], %b: f32[8], %v: f32[6, 8], %j: i64[3]) {
+  %y = torchloom.fusion_group(%w, %i, %b) : f32[4, 5, 8] region @group0(%t: f32[1000, 8], %k: i64[4, 5], %c: f32[8]) {
+    %e = aten.embedding.default(%t, %k) : f32[4, 5, 8]
+    %s = aten.add.Tensor(%e, %c) : f32[4, 5, 8]
+    return %s
+  }
+  %z = aten.embedding.default(%v, %j) : f32[3, 8]
+  %m = aten.mul.Tensor(%v, %v) : f32[6, 8]
+  return %y, %z, %m
+}
+"""
+
+
+def test_a_table_only_gathers_read_counts_the_rows_they_make(registry):
+    """An embedding's table moves the rows its indices name (at most the table): the
+    group's 20 rows of 1,000; the plain op's table is read whole by another op too."""
+    graph = parse_graph(GATHERS)
+    group = next(n for n in graph.nodes if n.region is not None)
+    f32, i64 = 4, 8
+    rows, ids, bias = 20 * 8 * f32, 20 * i64, 8 * f32
+    fused = describe_kernels(graph, registry, {group: EagerCodegen().generate(
+        group, registry)})[0]
+    assert fused.bytes_compulsory == rows + ids + bias + rows
+    table, gathered = 6 * 8 * f32, 3 * i64
+    assert graph_compulsory(graph, registry) == (rows + ids + bias + table + gathered
+                                                 + rows + 3 * 8 * f32 + table)
+    small = parse_graph(GATHERS.replace("f32[1000, 8]", "f32[2, 8]"))
+    whole = 2 * 8 * f32  # fewer rows than gathered: the table, once
+    assert graph_compulsory(small, registry) == (whole + ids + bias + table + gathered
+                                                 + rows + 3 * 8 * f32 + table)

@@ -59,6 +59,11 @@ VIEWS = {
     "aten.unbind.int": "unbind",
 }
 
+#: gathers: ops reading rows of a table at indices a tensor holds. An embedding's element
+#: ``(i..., j)`` is ``weight[ids[i...], j]``; a target that takes them (``GATHERS`` of its
+#: value walk) checks each index as eager does (:meth:`ValueWalk.checked_index`)
+GATHER_OPS = frozenset({"aten.embedding.default"})
+
 #: prefixes of the names writers give coordinates and loop indices (``x0 = x / 8``,
 #: ``r1``, ``xb``, ``c0``, ``j``, ``ks0``): a value named so is bound as ``v<name><n>``
 _COORDINATE_HINTS = frozenset({"x", "r", "j", "c", "xb", "ks", "xindex", "rindex", "roff"})
@@ -246,6 +251,9 @@ class ValueWalk(OutputPlacement):
     SCALAR_DTYPES: ClassVar[Mapping[str, str]] = SCALAR_DTYPES
     POINTWISE: ClassVar[Mapping[str, Any]]
     REDUCTIONS: ClassVar[Mapping[str, Any]]
+    #: whether the target reads tables at indices (:data:`GATHER_OPS`) with
+    #: :meth:`checked_index`
+    GATHERS: ClassVar[bool] = False
 
     def region_devices(self, region) -> set[str]:
         """The devices of the region's tensors; Unsupported for an op without template, a
@@ -256,7 +264,8 @@ class ValueWalk(OutputPlacement):
                 continue  # a kernel argument
             devices.add(self.tensor_type(v).device)
         for n in region.nodes:
-            if n.op not in self.POINTWISE and n.op not in VIEWS and n.op not in self.REDUCTIONS:
+            known = n.op in self.POINTWISE or n.op in VIEWS or n.op in self.REDUCTIONS
+            if not known and not (self.GATHERS and n.op in GATHER_OPS):
                 category = self.registry.category(n.op)
                 raise Unsupported(f"op {n.op} ({category}) has no {self.TARGET} template")
             for v in n.outputs:
@@ -300,6 +309,8 @@ class ValueWalk(OutputPlacement):
             in_coords = self.ix.view_coords(VIEWS[node.op], coords, attrs, t.shape,
                                             self.tensor_type(src).shape, self.known, v.index)
             return self.value_at(src, in_coords)
+        if node.op in GATHER_OPS:
+            return self._gather(node, t, coords)
         if node.op in self.REDUCTIONS:
             expected, e = self.reduced[v]
             if coords != expected and not self.same_elements(coords, expected):
@@ -307,6 +318,22 @@ class ValueWalk(OutputPlacement):
                                   f"its row ({', '.join(map(str, coords))})")
             return e
         return self._pointwise(node, v, t, coords)
+
+    def _gather(self, node: Node, t: TensorType, coords: Coords):
+        """An embedding's element at ``coords``: the table's row the index at the leading
+        coordinates names, at the last coordinate (the index checked by the target)."""
+        table, ids = node.inputs[0], node.inputs[1]
+        shape = _shape(table)
+        if len(shape) != 2 or not isinstance(shape[0], int) or len(coords) != len(t.shape):
+            raise Unsupported(f"{node.op} of a table of shape {list(shape)}")
+        index = self.em.convert(self.value_at(ids, coords[:-1]), "i64")
+        return self.value_at(table, (self.checked_index(ids, index, shape[0]), coords[-1]))
+
+    def checked_index(self, ids: Value, index: Expr, rows: int) -> Code:
+        """``index`` (an i64 value of ``ids``) as a row of a table of ``rows`` rows: a
+        target that takes gathers (``GATHERS``) makes the kernel report an index outside
+        ``[0, rows)`` as eager raises, and never reads past the table."""
+        raise Unsupported(f"gathers have no {self.TARGET} template")
 
     def _run_time_int(self, node: Node, args: Mapping[str, Any], name: str) -> Code:
         """The node reading the int argument ``name`` of ``node`` (``args``: its named

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.base import KernelSource, Reason
+from torchloom.codegen.writer import GATHER_OPS
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, Node, Value
 from torchloom.ir.types import DTYPES, TensorType
 from torchloom.ops.registry import OpRegistry
@@ -100,7 +101,7 @@ def describe_kernels(graph: Graph, registry: OpRegistry,
             # a group no codegen generated for (never compiled): described op by op
             kernel = sources.get(node) or KernelSource("eager", "")
             meta = kernel.metadata
-            compulsory = _io_bytes(node.inputs) + _io_bytes(node.outputs)
+            compulsory = _group_input_bytes(node) + _io_bytes(node.outputs)
             if all(k in meta for k in ("grid", "bytes_read", "bytes_written")):
                 grid = [int(g) for g in meta["grid"]]
                 read, written = int(meta["bytes_read"]), int(meta["bytes_written"])
@@ -126,7 +127,7 @@ def graph_compulsory(graph: Graph, registry: OpRegistry) -> int:
     output that is an input, or a view of one, moves nothing; outputs viewing the same
     data count it once."""
     inputs = set(graph.inputs)
-    total = _io_bytes(graph.inputs)
+    total = sum(_input_bytes(v) for v in dict.fromkeys(graph.inputs))
     stored: set[Value] = set()
     for v in graph.outputs:
         source = v  # the value whose data ``v`` views
@@ -137,6 +138,41 @@ def graph_compulsory(graph: Graph, registry: OpRegistry) -> int:
             stored.add(source)
             total += tensor_bytes(source)
     return total
+
+
+def _input_bytes(v: Value) -> int:
+    """The bytes of graph input ``v`` the graph must read (:func:`_read_bytes`; in groups,
+    through the group's own inputs)."""
+    tables, readers = {v}, []
+    for u in v.users():
+        if u.region is None:
+            readers.append(u)
+        else:
+            inner = {w for k, w in zip(u.inputs, u.region.inputs) if k is v}
+            tables |= inner
+            readers += [g for w in inner for g in w.users()]
+    return _read_bytes(v, tables, readers)
+
+
+def _group_input_bytes(group: Node) -> int:
+    """The bytes of its inputs a fusion group must read (:func:`_read_bytes`)."""
+    total = 0
+    for v in dict.fromkeys(group.inputs):
+        inner = {w for k, w in zip(group.inputs, group.region.inputs) if k is v}
+        total += _read_bytes(v, inner, [g for w in inner for g in w.users()])
+    return total
+
+
+def _read_bytes(v: Value, tables: set[Value], readers: Sequence[Node]) -> int:
+    """The bytes of ``v`` (known as ``tables``) its ``readers`` must read: all of it, but
+    of a table only gathers read (``GATHER_OPS``) the rows they make, at most the table."""
+    whole, rows = tensor_bytes(v), 0
+    for g in readers:
+        if g.op not in GATHER_OPS or g.inputs[0] not in tables or \
+                any(x in tables for x in g.inputs[1:]):
+            return whole
+        rows += tensor_bytes(g.outputs[0])
+    return min(whole, rows) if rows else whole
 
 
 def _free_view_barrier(node: Node, registry: OpRegistry) -> bool:

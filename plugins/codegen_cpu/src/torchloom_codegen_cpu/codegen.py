@@ -59,7 +59,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchloom.api import (FORMS, ArtifactStore, Capabilities, Graph, Kernel, KernelSource,
+from torchloom.api import (FORMS, GATHER_OPS, ArtifactStore, Capabilities, Graph, Kernel, KernelSource,
                            Node, Reason, TensorType, Written, default_cache_dir,
                            eager_rejects, indexing, symbols)
 
@@ -81,9 +81,10 @@ log = logging.getLogger("torchloom.codegen_cpu")
 F16_CHOICES = ("auto", "compile", "eager")
 
 #: what the writer renders, declared through the codegen contract: every kernel form of the
-#: core's schedule (several nests as consecutive loop nests, function.py), symbolic sizes
+#: core's schedule (several nests as consecutive loop nests, function.py), symbolic sizes,
+#: gathers (an embedding's rows read at their indices, each index checked)
 CAPABILITIES = Capabilities(forms=frozenset(FORMS), dtypes=frozenset(STORAGE),
-                            ops=frozenset(POINTWISE) | frozenset(REDUCTIONS),
+                            ops=frozenset(POINTWISE) | frozenset(REDUCTIONS) | GATHER_OPS,
                             kinds=frozenset(spec.kind for spec in REDUCTIONS.values()),
                             devices=frozenset({"cpu"}), symbolic=True)
 

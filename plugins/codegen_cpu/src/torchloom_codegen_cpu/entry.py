@@ -133,10 +133,12 @@ def entry_source(meta: dict[str, Any]) -> str:
             errors.insert(0, error.format(i=i))
         values.append(f"(uint8_t)t{i}" if kind == "bool" else
                       f"(int)v{i}" if i == len(kinds) - 1 else f"v{i}")
+    checks = "checks" in meta  # the kernel returns an int the launcher raises on
     lines += [f"  if ({' || '.join(errors)}) return NULL;",
               "  void* state = PyEval_SaveThread();  /* the GIL released, as ctypes does */",
-              f"  {name}({', '.join(values)});",
+              f"  {'int status = ' if checks else ''}{name}({', '.join(values)});",
               "  PyEval_RestoreThread(state);",
+              "  return Py_BuildValue(\"i\", status);" if checks else
               "  return Py_BuildValue(\"\");  /* None */",
               "}",
               f"static tl_py_method tl_def_{name} = {{\"{name}\", tl_py_{name}, "

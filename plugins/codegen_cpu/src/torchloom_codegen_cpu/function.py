@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import (REDUCTION_KINDS, Graph, Node, ScalarType, Schedule, TensorType,
+from torchloom.api import (GATHER_OPS, REDUCTION_KINDS, Graph, Node, ScalarType, Schedule, TensorType,
                            Value, clone_graph, int_sizes, nonempty_dims, print_graph, stmt,
                            structural_hash, symbols, unread_inputs)
 from torchloom.api import nests as nest_plan
 
 from torchloom_codegen_cpu import rows_and_columns, team
 from torchloom_codegen_cpu.inplace import inplace_pairs
+from torchloom_codegen_cpu.gathers import index_checks
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.render import indented, render
@@ -180,7 +181,14 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     header += [" *   " + line for line in _printed(region).splitlines()]
     header += [f" * {forms} */"]
     definitions = {name: text for w in nests for name, text in w.tables.items()}
-    source = [*definitions.values(), *header, f"void {kernel}({', '.join(params)}) {{"]
+    # a kernel reading tables at indices returns whether one was out of range (gathers.py)
+    gathered: dict[Value, int] = {}
+    for w in nests:
+        for ids, rows in w.gathered.items():
+            gathered[ids] = min(rows, gathered.get(ids, rows))
+    checks = index_checks(gathered, nests[0].ix)
+    source = [*definitions.values(), *header,
+              f"{'int' if checks else 'void'} {kernel}({', '.join(params)}) {{"]
     if not parallel:
         source.append("  (void)nthreads;")
     scratch = {name: v for w in nests for name, v in zip(w.out_names, w.outputs)
@@ -191,7 +199,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         allocated.append(stmt.Var(f"{ctype}* restrict", name,
                                   f"({ctype}*)malloc(({n}) * sizeof({ctype}) + 1)"))
     freed = [stmt.Raw(f"free({name});") for name in scratch]
-    source += [*indented(render([*allocated, *body, *freed])), "}"]
+    returned = [stmt.Raw("return 0;")] if checks else []
+    source += [*indented(render([*checks, *allocated, *body, *freed, *returned])), "}"]
     # the kernel's form as the core's schedule names it (the same for every target)
     metadata = {"kernel": kernel, "kind": nests[0].kind, "nests": len(nests),
                 "schedule": Schedule.of(group).form,
@@ -200,6 +209,8 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
                 "inputs": [_describe(v, nests[0]) for v in region.inputs],
                 "outputs": [_describe(v, nests[0]) for v in region.outputs],
                 "inplace": [list(pair) for pair in inplace]}
+    if checks:  # the launcher raises eager's IndexError where the function returns 1
+        metadata["checks"] = "index"
     nonempty = [[nests[0].dims(d), [nests[0].dims(n) for n in counts], error, message]
                 for d, counts, error, message in nonempty_dims(region, REDUCTION_KINDS)]
     if nonempty:  # a max over rows of symbolic length: the launcher raises on 0, as eager
@@ -215,7 +226,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
         # later loops hit the cache), every output is written once; symbolic sizes have no
         # byte count before the call
         metadata.update({"grid": [sum(w.loop.trips for w in nests)],
-                         "bytes_read": sum(_nbytes(v) for w in nests for v in w.loaded),
+                         "bytes_read": sum(_read_bytes(v) for w in nests for v in w.loaded),
                          "bytes_written": sum(_nbytes(v) for v in region.outputs),
                          "numel": max(w.numel for w in nests)})
     return "\n".join(source) + "\n", metadata
@@ -246,6 +257,15 @@ def _printed(region: Graph) -> str:
 def _numel_text(v: Value, writer: KernelWriter) -> str:
     """C text of ``v``'s element count."""
     return " * ".join(f"({writer.ix.size(d)})" for d in tensor_type(v).shape) or "1"
+
+
+def _read_bytes(v: Value) -> int:
+    """The bytes a nest reads of input ``v``: all of it, but of a table only gathers read
+    its rows at the indices (what they make, in the table's dtype; at most the table)."""
+    users = list(v.users())
+    if not users or any(u.op not in GATHER_OPS or u.inputs[0] is not v for u in users):
+        return _nbytes(v)
+    return min(_nbytes(v), sum(_nbytes(u.outputs[0]) for u in users))
 
 
 def _nbytes(v: Value) -> int:

@@ -57,7 +57,7 @@ ROW_BUFFER = 16384
 class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
-    TARGET, POINTWISE, REDUCTIONS = "C", POINTWISE, REDUCTIONS
+    TARGET, POINTWISE, REDUCTIONS, GATHERS = "C", POINTWISE, REDUCTIONS, True
     tensor_type = staticmethod(tensor_type)
 
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
@@ -125,6 +125,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         #: the row's coordinate name per kept dim ("0" for a dim of one)
         self.row_names: Coords = ()
         self.parallel = False  # whether the nest runs on threads (decided by nest())
+        #: the indices the nest's gathers read (group inputs) -> the fewest rows of a table
+        #: read at them (``checked_index``; gathers.py checks them before the nests run)
+        self.gathered: dict[Value, int] = {}
         #: (the declarations before the loop, a row's statements, the arrays it touches):
         #: what team.py writes the nest from where a function's nests share one region
         self.planned: tuple[list, list, int] = ([], [], 0)  # (by nest())
@@ -137,6 +140,15 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                               f"compiles CPU groups only")
 
     # ---- values ----------------------------------------------------------------------------
+    def checked_index(self, ids: Value, index: Expr, rows: int) -> expr.Code:
+        """``index`` as it is: the function checks every index of ``ids`` before its nests
+        run (gathers.py), from the indices this records."""
+        if ids.producer is not None:
+            raise Unsupported(f"the indices %{ids.name} of a gather are computed in the "
+                              f"group (the kernel checks them in memory, before it runs)")
+        self.gathered[ids] = min(rows, self.gathered.get(ids, rows))
+        return index.code
+
     def value_at(self, v: Value, coords: Coords) -> Expr:
         key = (v, coords)
         hit = self.values.get(key)

@@ -47,7 +47,7 @@ def _function(lib: ctypes.CDLL, meta: dict[str, Any]) -> tuple[Any, bool]:
     argtypes = [_SCALAR_CTYPES[d["scalar"]] if "scalar" in d else ctypes.c_void_p
                 for d in meta["inputs"]]
     # a function of its own from a prototype (the library's cached one keeps its types)
-    prototype = ctypes.CFUNCTYPE(None, *argtypes, *[ctypes.c_void_p] * len(meta["outputs"]),
+    prototype = ctypes.CFUNCTYPE(ctypes.c_int if "checks" in meta else None, *argtypes, *[ctypes.c_void_p] * len(meta["outputs"]),
                                  *[ctypes.c_int64] * len(meta.get("sizes", ())), ctypes.c_int)
     return prototype((meta["kernel"], lib)), False
 
@@ -231,6 +231,9 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
                  for j in range(len(outputs))]
     pointers += [f"sym_{s}" for s in meta.get("sizes", ())]
     call = f"_fn({', '.join(pointers)}, _threads())"
+    if "checks" in meta:  # an index of a gather out of range: eager's error
+        namespace["_index_error"] = index_error
+        call = f"if {call}: _index_error()"
     # skipped when every output is empty: sizes are >= 0, so an output has elements when
     # no int dim is 0 and each symbolic dim is nonzero
     conditions, always = [], False
@@ -249,6 +252,11 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<torchloom launch {meta['kernel']}>", "exec"), namespace)
     return source, namespace["launch"]
+
+
+def index_error() -> None:
+    """Eager's error for an index of an embedding outside its table."""
+    raise IndexError("index out of range in self")
 
 
 def _dense(a: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from torchloom.api import FUSION_GROUP, Node, TensorType
+from torchloom.api import FUSION_GROUP, GATHER_OPS, Node, TensorType
 
 POINTWISE, REDUCTION, VIEW = "pointwise", "reduction", "view"
 
@@ -40,8 +40,10 @@ COMPLEX = frozenset({"c32", "c64", "c128"})
 _DIM_ATTRS = ("dim", "dims")
 
 
-def node_kind(node: Node, registry) -> str | None:
-    """``pointwise``, ``reduction`` or ``view`` when ``node`` may join a group, else None."""
+def node_kind(node: Node, registry, gathers: bool = False) -> str | None:
+    """``pointwise``, ``reduction`` or ``view`` when ``node`` may join a group, else None;
+    ``gathers``: the groups' codegen reads rows of a table at indices (``GATHER_OPS``),
+    so an ``embedding`` joins as a pointwise op does."""
     if node.region is not None or not node.outputs:
         return None
     if not all(isinstance(v.type, TensorType) for v in node.outputs):
@@ -54,6 +56,8 @@ def node_kind(node: Node, registry) -> str | None:
         return None
     if any(t.dtype in COMPLEX for t in (*tensors, *(v.type for v in node.outputs))):
         return None
+    if node.op in GATHER_OPS:  # (BERT's three lookups and their sum: one kernel)
+        return POINTWISE if gathers and gather_fusible(node) else None
     category = registry.get(node.op).category
     if category == POINTWISE:
         if node.op == "aten._to_copy.default" and not _same_place_copy(node):
@@ -71,6 +75,17 @@ def node_kind(node: Node, registry) -> str | None:
             return None
         return VIEW
     return None
+
+
+def gather_fusible(node: Node) -> bool:
+    """An ``embedding`` of a 2-D table of static sizes at int64/int32 indices, its output
+    the indices' shape and the table's row (what a kernel reads as a gather)."""
+    if len(node.inputs) < 2 or len(node.outputs) != 1:
+        return False
+    table, ids, out = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
+    return (isinstance(table, TensorType) and isinstance(ids, TensorType)
+            and len(table.shape) == 2 and all(isinstance(d, int) for d in table.shape)
+            and ids.dtype in ("i64", "i32") and tuple(out.shape) == (*ids.shape, table.shape[1]))
 
 
 def _same_place_copy(node: Node) -> bool:

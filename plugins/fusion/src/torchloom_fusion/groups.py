@@ -34,7 +34,8 @@ import bisect
 
 import attrs
 
-from torchloom.api import Graph, Node, Pass, PassContext, RegionEditor, TensorType, Value
+from torchloom.api import (GATHER_OPS, Graph, Node, Pass, PassContext, RegionEditor, TensorType,
+                           Value)
 
 from torchloom_fusion.fusibility import REDUCTION, VIEW, compatible, is_group, node_kind, \
     numel, reads_column_result, reduction_signature
@@ -53,14 +54,18 @@ class GroupLimits(Pass):
     max_group_outputs: int = attrs.field(default=64, validator=POSITIVE)
 
     def editor(self, graph: Graph, ctx: PassContext) -> GroupEditor:
-        return GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs)
+        return GroupEditor(graph, ctx.registry, self.max_group_inputs, self.max_group_outputs,
+                           gathers=ctx.codegen == "cpu")
 
 
 class GroupEditor:
     """Per-run state of a fusion pass over one graph (never stored between runs)."""
 
-    def __init__(self, graph: Graph, registry, max_inputs: int, max_outputs: int):
+    def __init__(self, graph: Graph, registry, max_inputs: int, max_outputs: int,
+                 gathers: bool = False):
         self.graph, self.registry = graph, registry
+        #: whether gathers (``fusibility.GATHERS``) join groups: the cpu codegen takes them
+        self.gathers = gathers
         self.max_inputs, self.max_outputs = max_inputs, max_outputs
         self.order: dict[Node, int] = {}
         self.mutation_points: list[int] = []
@@ -96,7 +101,7 @@ class GroupEditor:
             elif node.region is not None:
                 self._kind[node] = None
             else:
-                self._kind[node] = node_kind(node, self.registry)
+                self._kind[node] = node_kind(node, self.registry, self.gathers)
         return self._kind[node]
 
     def signatures(self, node: Node) -> frozenset:
@@ -185,6 +190,16 @@ class GroupEditor:
         return {v for v in values if find(v) in roots}
 
     # ---- checks ----------------------------------------------------------------------
+    def gather_indices(self, node: Node) -> list[Value]:
+        """The values a cluster's gathers (``GATHER_OPS``) read as indices, as its inputs:
+        never computed in the gather's group, but read from memory (T5's relative position
+        buckets, ``log`` and ``where`` over ``[q, k]``, gathered for each of ``H`` heads,
+        were computed again for each head: its inference 10 % slower)."""
+        if not is_group(node):
+            return [node.inputs[1]] if node.op in GATHER_OPS else []
+        inner = {n.inputs[1] for n in node.region.nodes if n.op in GATHER_OPS}
+        return [v for v, w in zip(node.inputs, node.region.inputs) if w in inner]
+
     def fits(self, node: Node) -> bool:
         """A cluster alone respects the input and output limits."""
         inputs = node.inputs
@@ -219,6 +234,8 @@ class GroupEditor:
             return None  # only slot "a" could hold: checked first, siblings on a path refuse
         if self.device(a) != self.device(b):
             return None
+        if self.gathers and any(v.producer is a for v in self.gather_indices(b)):
+            return None  # (a kernel would compute each index once per element of its row)
         sa, sb = self.signatures(a), self.signatures(b)
         if (len(sa) > 1 or len(sb) > 1 or (sa and sb and sa != sb)) and (
                 not compatible(sa | sb) or reads_column_result(

@@ -1,0 +1,60 @@
+"""The indices of a kernel's gathers, checked before its nests run.
+
+A gather (``torchloom.api.GATHER_OPS``: an embedding) reads the table's row its index
+names. Eager raises ``IndexError`` for an index outside ``[0, rows)``, a negative one too;
+a kernel cannot raise, so its function first reads every index of each input its gathers
+read (a loop nest over the input's elements, the innermost a SIMD loop or-ing the
+comparisons, made unsigned: a negative index is past the end) and returns 1 where one is
+out of range, before it writes anything; the launcher then raises eager's error. The nests
+read the tables at indices known to be in range::
+
+    int tl_bad = 0;
+    for (int64_t g0 = 0; g0 < 2; g0++) {
+      #pragma omp simd reduction(|:tl_bad)
+      for (int64_t g1 = 0; g1 < 16; g1++) {
+        tl_bad |= (uint64_t)in_ids[g0 * 16 + g1] >= 100ULL;
+      }
+    }
+    if (tl_bad) {
+      return 1;
+    }
+
+(Checked in the nest instead, where the index is read, it was a branch in the SIMD row
+loop wherever an index varies along the row: T5's position buckets, read for each head.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torchloom.api import Value, expr, indexing, stmt
+
+from torchloom_codegen_cpu.emitter import load_element
+from torchloom_codegen_cpu.render import Simd
+from torchloom_codegen_cpu.tensors import tensor_type
+
+#: the flag the checks set
+BAD = "tl_bad"
+
+
+def index_checks(gathered: Mapping[Value, int], ix: indexing.IndexMath) -> list:
+    """The statements checking each input of ``gathered`` (indices -> the rows of the
+    smallest table read at them) and returning 1 on an index out of range; none for none."""
+    if not gathered:
+        return []
+    checks: list = [stmt.Var("int", BAD, expr.as_node(0))]
+    for ids, rows in gathered.items():
+        t = tensor_type(ids)
+        coords = [f"g{k}" for k in range(len(t.shape))]
+        offset = ix.address(coords, t.actual_strides(), t.shape)
+        index = expr.Op("(uint64_t){0}", expr.POSTFIX,
+                        (load_element(f"in_{ids.name}", offset, t.dtype),))
+        check: stmt.Statement = stmt.Update(BAD, "|=", expr.Op(
+            "{0} >= {1}", expr.LOWEST, (index, expr.Literal(f"{rows}ULL", rows))))
+        for k in reversed(range(len(t.shape))):
+            simd = Simd(((("|", (BAD,)),))) if k == len(t.shape) - 1 else None
+            check = stmt.Loop(coords[k], expr.as_node(0), ix.size_code(t.shape[k]), (check,),
+                              annotation=simd)
+        checks.append(check)
+    checks.append(stmt.If(expr.Name(BAD), (stmt.Raw("return 1;"),)))
+    return checks
