@@ -2,7 +2,9 @@
 
 A plain node is *fusible* when its registry category is ``pointwise`` (``_to_copy`` only
 when device and layout stay), ``reduction`` (with dims we can read), or it is one of the
-views whose index mapping a codegen can express. Random, mutating, layout and opaque ops
+views whose index mapping a codegen can express, or a gather (``GATHER_OPS``: an
+embedding) where the groups' codegen reads tables at indices (``cpu``). Random, mutating,
+layout and opaque ops
 never join a group, nor does a node reading or making complex numbers (``COMPLEX``: no
 native codegen renders them, so a group holding one would run on eager whole; left out,
 its neighbours fuse: FNet's bias add before the cast to ``c64`` that feeds its FFT).
