@@ -223,3 +223,31 @@ def test_the_kernel_reads_the_rows_it_gathers(check):
     assert meta["checks"] == "index"
     assert meta["bytes_read"] == 12 * 8 * 4 + 12 * 8
     assert meta["bytes_written"] == 12 * 8 * 4
+
+
+def test_a_table_is_never_written_over_by_the_kernel(check):
+    """A table of the output's type (64 rows gathered at 64 indices) is no in-place input:
+    a row the kernel wrote over could be gathered after (the plan reuses an input that dies
+    at the group for an output the kernel may write over it)."""
+    text = _embedding_group("f32", 64, 16, "i64", (64,),
+                            "%y = aten.mul.Tensor(%e) {other = 2.0} : f32[64, 16]",
+                            "%y: f32[64, 16]")
+    meta = check.codegen.generate(check.compile(text).choices[0].node, check.registry).metadata
+    assert meta["inplace"] == []
+    w = torch.randn(64, 16)
+    ids = torch.randperm(64, generator=torch.Generator().manual_seed(0))
+    check(text, w, ids, exact=True)
+
+
+@pytest.mark.parametrize("rows", [12, 3000])
+def test_a_row_reduction_over_a_transposed_table_matches_eager(check, rows):
+    """The table's rows lie across memory (a transposed weight): the reduction reads
+    each gathered row with a stride (the row form may stage tensors lying across rows)."""
+    width = 300
+    text = group_text(f"%w: f32[{rows}, {width}] strided[1, {rows}], %i: i64[40]", f"""
+        %e = aten.embedding.default(%w, %i) : f32[40, {width}]
+        %s = aten.sum.dim_IntList(%e) {{dim = [1], keepdim = true}} : f32[40, 1]
+        %y = aten.div.Tensor(%e, %s) : f32[40, {width}]""", f"%y: f32[40, {width}], %s: f32[40, 1]")
+    g = torch.Generator().manual_seed(rows)
+    w = torch.rand(width, rows, generator=g).t() + 0.5
+    check(text, w, torch.randint(0, rows, (40,), generator=g), rtol=1e-5, atol=1e-6)

@@ -3,7 +3,7 @@ pairs, which the plan's buffer reuse reads: :mod:`torchloom.codegen.buffers`).""
 
 from __future__ import annotations
 
-from torchloom.api import Graph, TensorType, Value, stmt
+from torchloom.api import GATHER_OPS, Graph, TensorType, Value, stmt
 
 from torchloom_codegen_cpu.kernel import KernelWriter, output_names
 from torchloom_codegen_cpu.ops import VIEWS
@@ -56,11 +56,14 @@ def _touched(body: list) -> dict[str, tuple[int, int]]:
 
 def _read_in_place(region: Graph, v: Value) -> bool:
     """Whether every view in ``region`` of ``v`` or of a value computed from it keeps each
-    element where it is (:func:`_same_elements`)."""
+    element where it is (:func:`_same_elements`), and no gather reads one as its table
+    (its rows are read at indices: a row written over before another row reads it)."""
     reached = {v}
     for node in region.nodes:
         if any(u in reached for u in node.inputs):
             if node.op in VIEWS and not _same_elements(node.inputs[0], node.outputs[0]):
+                return False
+            if node.op in GATHER_OPS and node.inputs[0] in reached:
                 return False
             reached.update(node.outputs)
     return True
