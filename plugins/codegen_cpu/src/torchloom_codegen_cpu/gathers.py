@@ -9,7 +9,7 @@ out of range, before it writes anything; the launcher then raises eager's error.
 read the tables at indices known to be in range::
 
     int tl_bad = 0;
-    for (int64_t g0 = 0; g0 < 2; g0++) {
+    for (int64_t g0 = 0; g0 < 2; g0++) {   /* (a dim of one: no loop, coordinate 0) */
       #pragma omp simd reduction(|:tl_bad)
       for (int64_t g1 = 0; g1 < 16; g1++) {
         tl_bad |= (uint64_t)in_ids[g0 * 16 + g1] >= 100ULL;
@@ -45,14 +45,15 @@ def index_checks(gathered: Mapping[Value, int], ix: indexing.IndexMath) -> list:
     checks: list = [stmt.Var("int", BAD, expr.as_node(0))]
     for ids, rows in gathered.items():
         t = tensor_type(ids)
-        coords = [f"g{k}" for k in range(len(t.shape))]
+        looped = [k for k, d in enumerate(t.shape) if d != 1]  # (a dim of one: at 0)
+        coords = [f"g{k}" if k in looped else "0" for k in range(len(t.shape))]
         offset = ix.address(coords, t.actual_strides(), t.shape)
         index = expr.Op("(uint64_t){0}", expr.POSTFIX,
                         (load_element(f"in_{ids.name}", offset, t.dtype),))
         check: stmt.Statement = stmt.Update(BAD, "|=", expr.Op(
             "{0} >= {1}", expr.LOWEST, (index, expr.Literal(f"{rows}ULL", rows))))
-        for k in reversed(range(len(t.shape))):
-            simd = Simd(((("|", (BAD,)),))) if k == len(t.shape) - 1 else None
+        for k in reversed(looped):
+            simd = Simd(((("|", (BAD,)),))) if k == looped[-1] else None
             check = stmt.Loop(coords[k], expr.as_node(0), ix.size_code(t.shape[k]), (check,),
                               annotation=simd)
         checks.append(check)
