@@ -59,8 +59,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchloom.api import (FORMS, GATHER_OPS, ArtifactStore, Capabilities, Graph, Kernel, KernelSource,
-                           Node, Reason, TensorType, Written, default_cache_dir,
+from torchloom.api import (FORMS, GATHER_OPS, ArtifactStore, Capabilities, Graph, Kernel,
+                           KernelSource, Node, Reason, TensorType, Written, default_cache_dir,
                            eager_rejects, indexing, symbols)
 
 from torchloom_codegen_cpu import attention, depthwise, memory, ops, random_stream

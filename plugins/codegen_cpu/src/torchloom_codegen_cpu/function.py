@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import (GATHER_OPS, REDUCTION_KINDS, Graph, Node, ScalarType, Schedule, TensorType,
-                           Value, clone_graph, int_sizes, nonempty_dims, print_graph, stmt,
-                           structural_hash, symbols, unread_inputs)
+from torchloom.api import (GATHER_OPS, REDUCTION_KINDS, Graph, Node, ScalarType, Schedule,
+                           TensorType, Value, clone_graph, int_sizes, nonempty_dims,
+                           print_graph, stmt, structural_hash, symbols, unread_inputs)
 from torchloom.api import nests as nest_plan
 
 from torchloom_codegen_cpu import rows_and_columns, team
