@@ -47,7 +47,7 @@ from torchloom.codegen.empty_rows import check_source, nonempty_dims
 from torchloom.codegen.int_sizes import int_sizes, unread_inputs
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.tiles import Tiles
-from torchloom.codegen.writer import GATHER_OPS
+from torchloom.codegen.gathers import GATHER_OPS, gathered_rows, input_read_bytes
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
                                     Written, laid_out_as, same_strides)
@@ -102,7 +102,7 @@ __all__ = [
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",
     "contract", "lower", "check_source", "nonempty_dims", "int_sizes", "unread_inputs",
-    "size_param", "Tiles", "GATHER_OPS",
+    "size_param", "Tiles", "GATHER_OPS", "gathered_rows", "input_read_bytes",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

@@ -5,6 +5,8 @@ groups), every index checked before the kernel writes anything (gathers.py), eag
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -122,6 +124,67 @@ def test_an_index_outside_the_table_raises_as_eager(registry, codegen, monkeypat
         F.embedding(ids, w)
     with pytest.raises(IndexError, match="index out of range in self"):
         compiled_graph(w, ids)
+
+
+@pytest.mark.parametrize("shape", ["3, 0, 9", "3, s0, 9"])
+def test_an_index_is_checked_where_every_output_is_empty(registry, codegen, shape):
+    """Eager checks the indices of a lookup multiplied into an empty tensor too: the kernel
+    checks every index its region's gathers read and runs with empty outputs."""
+    text = group_text(f"%w: f32[12, 9], %i: i64[3, 1], %x: f32[{shape}]", f"""
+        %e = aten.embedding.default(%w, %i) : f32[3, 1, 9]
+        %y = aten.mul.Tensor(%e, %x) : f32[{shape}]""", f"%y: f32[{shape}]")
+    compiled_graph = CompiledGraph(parse_graph(text), registry, [codegen])
+    w, x = torch.randn(12, 9), torch.randn(3, 0, 9)
+    for ids in (torch.tensor([[3], [11], [0]]), torch.zeros(3, 1, dtype=torch.long)):
+        compare(compiled_graph(w, ids, x), [F.embedding(ids, w) * x], exact=True)
+    if "s0" in shape:  # (and with elements, at another size)
+        ids, x = torch.tensor([[3], [11], [0]]), torch.randn(3, 4, 9)
+        compare(compiled_graph(w, ids, x), [F.embedding(ids, w) * x], exact=True)
+    for bad in (12, -1):
+        ids = torch.tensor([[3], [bad], [0]])
+        for args in ((w, ids, torch.randn(3, 0, 9)), (w, ids, torch.randn(3, 2, 9))):
+            if args[2].shape[1] and "s0" not in shape:
+                continue
+            with pytest.raises(IndexError, match="index out of range in self"):
+                F.embedding(ids, w) * args[2]
+            with pytest.raises(IndexError, match="index out of range in self"):
+                compiled_graph(*args)
+    assert [c.codegen for c in compiled_graph.choices] == ["cpu"]
+
+
+def test_an_empty_output_raises_as_eager_end_to_end(tmp_path):
+    torch._dynamo.reset()
+
+    def f(w, i, x):
+        return F.embedding(i, w) * x
+
+    compiler, fn = compiled(f, tmp_path)
+    w, x = torch.randn(12, 9), torch.randn(3, 0, 9)
+    assert fn(w, torch.tensor([[3], [11], [1]]), x).shape == (3, 0, 9)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        fn(w, torch.tensor([[3], [12], [1]]), x)
+    assert set(codegens(compiler)) == {"cpu"}
+
+
+@pytest.mark.parametrize("table", [(5, 0), (0, 3)], ids=str)
+@pytest.mark.parametrize("ids", [[1], [7], []], ids=str)
+def test_an_empty_table_behaves_as_eager(tmp_path, table, ids):
+    """A table without rows or columns stays an eager lookup (fusion leaves it out of
+    groups): its results and its errors, type and text, are eager's."""
+    torch._dynamo.reset()
+
+    def f(w, i):
+        return F.embedding(i, w) + 1
+
+    w, i = torch.randn(*table), torch.tensor(ids, dtype=torch.long)
+    _, fn = compiled(f, tmp_path)
+    try:
+        expected = f(w, i)
+    except Exception as error:  # noqa: BLE001 (the same error, whatever eager raises)
+        with pytest.raises(type(error), match=re.escape(str(error).split(",")[0])):
+            fn(w, i)
+    else:
+        compare([fn(w, i)], [expected], exact=True)
 
 
 def test_indices_computed_in_the_group_are_declined(registry, codegen):

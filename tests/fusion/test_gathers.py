@@ -50,3 +50,21 @@ def test_gathers_stay_plain_ops_for_other_codegens(codegen):
     plain = [n.op for n in graph.nodes if n.region is None]
     assert plain.count("aten.embedding.default") == 2
     assert all("embedding" not in n.op for g in groups(graph) for n in g.region.nodes)
+
+
+@pytest.mark.parametrize("table", ["0, 4", "5, 0"])
+def test_a_gather_of_an_empty_table_stays_a_plain_op(table):
+    """Eager raises its own errors for a table without rows or columns: left to it."""
+    width = table.split(", ")[1]
+    graph = parse_graph(f"""
+graph @g(%w: f32[{table}], %ids: i64[2, 6]) {{
+  %x = aten.embedding.default(%w, %ids) : f32[2, 6, {width}]
+  %z = aten.tanh.default(%x) : f32[2, 6, {width}]
+  return %z
+}}
+""")
+    ctx = PassContext(registry=plugin_registry(), codegen="cpu")
+    VerticalFusion().run(graph, ctx)
+    plain = [n.op for n in graph.nodes if n.region is None]
+    assert "aten.embedding.default" in plain
+    assert all("embedding" not in n.op for g in groups(graph) for n in g.region.nodes)

@@ -32,6 +32,7 @@ import attrs
 import torch
 
 from torchloom.codegen.expr import Code, Literal, Load, Name, Op, substitute, wrapped
+from torchloom.codegen.gathers import GATHER_OPS
 from torchloom.codegen.indexing import Coords, Unsupported
 from torchloom.codegen.indexing import same_shape  # noqa: F401 (re-exported: writers' helper)
 from torchloom.codegen.placement import OutputPlacement
@@ -58,11 +59,6 @@ VIEWS = {
     "aten.split.Tensor": "split", "aten.split_with_sizes.default": "split_with_sizes",
     "aten.unbind.int": "unbind",
 }
-
-#: gathers: ops reading rows of a table at indices a tensor holds. An embedding's element
-#: ``(i..., j)`` is ``weight[ids[i...], j]``; a target that takes them (``GATHERS`` of its
-#: value walk) checks each index as eager does (:meth:`ValueWalk.checked_index`)
-GATHER_OPS = frozenset({"aten.embedding.default"})
 
 #: prefixes of the names writers give coordinates and loop indices (``x0 = x / 8``,
 #: ``r1``, ``xb``, ``c0``, ``j``, ``ks0``): a value named so is bound as ``v<name><n>``

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.base import KernelSource, Reason
-from torchloom.codegen.writer import GATHER_OPS
+from torchloom.codegen.gathers import input_read_bytes
 from torchloom.ir.graph import CALL_SUBGRAPH, CONSTANT, FUSION_GROUP, Graph, Node, Value
 from torchloom.ir.types import DTYPES, TensorType
 from torchloom.ops.registry import OpRegistry
@@ -141,8 +141,8 @@ def graph_compulsory(graph: Graph, registry: OpRegistry) -> int:
 
 
 def _input_bytes(v: Value) -> int:
-    """The bytes of graph input ``v`` the graph must read (:func:`_read_bytes`; in groups,
-    through the group's own inputs)."""
+    """The bytes of graph input ``v`` the graph must read (``input_read_bytes``: a table
+    only gathers read moves their rows; in groups, through the group's own inputs)."""
     tables, readers = {v}, []
     for u in v.users():
         if u.region is None:
@@ -151,28 +151,16 @@ def _input_bytes(v: Value) -> int:
             inner = {w for k, w in zip(u.inputs, u.region.inputs) if k is v}
             tables |= inner
             readers += [g for w in inner for g in w.users()]
-    return _read_bytes(v, tables, readers)
+    return input_read_bytes(v, tables, readers, tensor_bytes)
 
 
 def _group_input_bytes(group: Node) -> int:
-    """The bytes of its inputs a fusion group must read (:func:`_read_bytes`)."""
+    """The bytes of its inputs a fusion group must read (``input_read_bytes``)."""
     total = 0
     for v in dict.fromkeys(group.inputs):
         inner = {w for k, w in zip(group.inputs, group.region.inputs) if k is v}
-        total += _read_bytes(v, inner, [g for w in inner for g in w.users()])
+        total += input_read_bytes(v, inner, [g for w in inner for g in w.users()], tensor_bytes)
     return total
-
-
-def _read_bytes(v: Value, tables: set[Value], readers: Sequence[Node]) -> int:
-    """The bytes of ``v`` (known as ``tables``) its ``readers`` must read: all of it, but
-    of a table only gathers read (``GATHER_OPS``) the rows they make, at most the table."""
-    whole, rows = tensor_bytes(v), 0
-    for g in readers:
-        if g.op not in GATHER_OPS or g.inputs[0] not in tables or \
-                any(x in tables for x in g.inputs[1:]):
-            return whole
-        rows += tensor_bytes(g.outputs[0])
-    return min(whole, rows) if rows else whole
 
 
 def _free_view_barrier(node: Node, registry: OpRegistry) -> bool:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import (GATHER_OPS, REDUCTION_KINDS, Graph, Node, ScalarType, Schedule,
-                           TensorType, Value, clone_graph, int_sizes, nonempty_dims,
+from torchloom.api import (REDUCTION_KINDS, Graph, Node, ScalarType, Schedule, TensorType,
+                           Value, clone_graph, input_read_bytes, int_sizes, nonempty_dims,
                            print_graph, stmt, structural_hash, symbols, unread_inputs)
 from torchloom.api import nests as nest_plan
 
@@ -182,11 +182,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     header += [f" * {forms} */"]
     definitions = {name: text for w in nests for name, text in w.tables.items()}
     # a kernel reading tables at indices returns whether one was out of range (gathers.py)
-    gathered: dict[Value, int] = {}
-    for w in nests:
-        for ids, rows in w.gathered.items():
-            gathered[ids] = min(rows, gathered.get(ids, rows))
-    checks = index_checks(gathered, nests[0].ix)
+    checks = index_checks(region, nests[0].ix)
     source = [*definitions.values(), *header,
               f"{'int' if checks else 'void'} {kernel}({', '.join(params)}) {{"]
     if not parallel:
@@ -260,12 +256,8 @@ def _numel_text(v: Value, writer: KernelWriter) -> str:
 
 
 def _read_bytes(v: Value) -> int:
-    """The bytes a nest reads of input ``v``: all of it, but of a table only gathers read
-    its rows at the indices (what they make, in the table's dtype; at most the table)."""
-    users = list(v.users())
-    if not users or any(u.op not in GATHER_OPS or u.inputs[0] is not v for u in users):
-        return _nbytes(v)
-    return min(_nbytes(v), sum(_nbytes(u.outputs[0]) for u in users))
+    """The bytes a nest reads of input ``v`` (a table only gathers read: their rows)."""
+    return input_read_bytes(v, {v}, v.users(), _nbytes)
 
 
 def _nbytes(v: Value) -> int:

@@ -25,9 +25,7 @@ loop wherever an index varies along the row: T5's position buckets, read for eac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from torchloom.api import Value, expr, indexing, stmt
+from torchloom.api import Graph, Unsupported, expr, gathered_rows, indexing, stmt
 
 from torchloom_codegen_cpu.emitter import load_element
 from torchloom_codegen_cpu.render import Simd
@@ -37,13 +35,17 @@ from torchloom_codegen_cpu.tensors import tensor_type
 BAD = "tl_bad"
 
 
-def index_checks(gathered: Mapping[Value, int], ix: indexing.IndexMath) -> list:
-    """The statements checking each input of ``gathered`` (indices -> the rows of the
-    smallest table read at them) and returning 1 on an index out of range; none for none."""
+def index_checks(region: Graph, ix: indexing.IndexMath) -> list:
+    """The statements checking every index the gathers of ``region`` read (each against
+    the smallest table read at it) and returning 1 on one out of range; none for none."""
+    gathered = gathered_rows(region)
     if not gathered:
         return []
     checks: list = [stmt.Var("int", BAD, expr.as_node(0))]
     for ids, rows in gathered.items():
+        if ids.producer is not None:
+            raise Unsupported(f"the indices %{ids.name} of a gather are computed in the "
+                              f"group (the kernel checks them in memory, before it runs)")
         t = tensor_type(ids)
         looped = [k for k, d in enumerate(t.shape) if d != 1]  # (a dim of one: at 0)
         coords = [f"g{k}" if k in looped else "0" for k in range(len(t.shape))]

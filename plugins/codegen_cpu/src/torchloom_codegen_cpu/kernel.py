@@ -125,9 +125,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         #: the row's coordinate name per kept dim ("0" for a dim of one)
         self.row_names: Coords = ()
         self.parallel = False  # whether the nest runs on threads (decided by nest())
-        #: the indices the nest's gathers read (group inputs) -> the fewest rows of a table
-        #: read at them (``checked_index``; gathers.py checks them before the nests run)
-        self.gathered: dict[Value, int] = {}
         #: (the declarations before the loop, a row's statements, the arrays it touches):
         #: what team.py writes the nest from where a function's nests share one region
         self.planned: tuple[list, list, int] = ([], [], 0)  # (by nest())
@@ -141,12 +138,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
 
     # ---- values ----------------------------------------------------------------------------
     def checked_index(self, ids: Value, index: Expr, rows: int) -> expr.Code:
-        """``index`` as it is: the function checks every index of ``ids`` before its nests
-        run (gathers.py), from the indices this records."""
-        if ids.producer is not None:
-            raise Unsupported(f"the indices %{ids.name} of a gather are computed in the "
-                              f"group (the kernel checks them in memory, before it runs)")
-        self.gathered[ids] = min(rows, self.gathered.get(ids, rows))
+        """``index`` as it is: the function checks every index of the region's gathers
+        before its nests run (gathers.py)."""
         return index.code
 
     def value_at(self, v: Value, coords: Coords) -> Expr:

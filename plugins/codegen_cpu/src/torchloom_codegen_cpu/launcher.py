@@ -243,7 +243,7 @@ def _launch_source(meta: dict[str, Any], fn, tensors: bool, into: bool = False,
         dims = [text for text, d in zip(items(o["shape"]), o["shape"]) if not isinstance(d, int)]
         always = always or not dims
         conditions.append(" and ".join(dict.fromkeys(dims)))
-    if always:
+    if always or "checks" in meta:  # (eager checks the indices of an empty result too)
         lines.append(f"    {call}")
     elif conditions:
         lines.append(f"    if {' or '.join(f'({c})' for c in dict.fromkeys(conditions))}:")

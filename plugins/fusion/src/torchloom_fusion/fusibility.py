@@ -80,13 +80,14 @@ def node_kind(node: Node, registry, gathers: bool = False) -> str | None:
 
 
 def gather_fusible(node: Node) -> bool:
-    """An ``embedding`` of a 2-D table of static sizes at int64/int32 indices, its output
-    the indices' shape and the table's row (what a kernel reads as a gather)."""
+    """An ``embedding`` of a 2-D table of static nonzero sizes at int64/int32 indices, its
+    output the indices' shape and the table's row (what a kernel reads as a gather; eager
+    raises its own errors for an empty table)."""
     if len(node.inputs) < 2 or len(node.outputs) != 1:
         return False
     table, ids, out = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
     return (isinstance(table, TensorType) and isinstance(ids, TensorType)
-            and len(table.shape) == 2 and all(isinstance(d, int) for d in table.shape)
+            and len(table.shape) == 2 and all(isinstance(d, int) and d > 0 for d in table.shape)
             and ids.dtype in ("i64", "i32") and tuple(out.shape) == (*ids.shape, table.shape[1]))
 
 
