@@ -25,13 +25,12 @@ import attrs
 
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
 
-from torchloom_codegen_cpu import op_text, row_nest, rows_and_columns, staging, tiles
+from torchloom_codegen_cpu import op_text, row_buffers, row_nest, rows_and_columns, staging, tiles
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit,
-                                          store_statement, whole_vectors)
+                                          store_statement)
 from torchloom_codegen_cpu.nest import ParallelLoop
-from torchloom_codegen_cpu.ops import (COMPUTE, CTYPE, EXPENSIVE, FLOATS, LIBM_VECTOR,
-                                       POINTWISE, REDUCTIONS, literal)
+from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, POINTWISE, REDUCTIONS, literal
 from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, row_offsets,
                                           work)
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,
@@ -100,7 +99,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.out_names = [name for name, _ in outputs]
         self.outputs = [v for _, v in outputs]
         self.kind = "reduction" if self.reductions else "pointwise"
-        #: value -> the element of its row buffer at ``r`` (see _plan_buffers)
+        #: value -> the element of its row buffer at ``r`` (row_buffers.py)
         self.buffers: dict[Value, stmt.Element] = {}
         self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
         self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
@@ -216,81 +215,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
 
     def keeps_operand(self, node: Node, k: int) -> bool:
         return op_text.keeps_operand(node, k)
-
-    def _plan_buffers(self) -> None:
-        """Expensive values (exp, tanh, ...) of a row that several loops read (softmax's
-        exp feeds the sum and the epilogue) are kept in a row buffer by the first loop and
-        read back by the later ones, instead of being recomputed. The buffer is the row of
-        the output the last loop stores, where there is one such output of the value's C
-        type (an f32 softmax: exp is written where its quotient goes, as eager does; the
-        output is a fresh buffer, never an input's), else an array on the thread's stack.
-        A row longer than ``ROW_BUFFER`` or of symbolic length (it may not fit the stack)
-        has only the output's row. ``buffers`` maps each value to its element at ``r``.
-
-        A float value computed from a libm call that varies along the row (``LIBM_VECTOR``)
-        and read by several loops is kept too, even where the call is cheap to repeat: a
-        SIMD loop's libmvec lanes and a plain loop's scalar call (a short row's max,
-        :func:`reduction.short_odd_row`) can round it differently, and amax's gradient,
-        ``x == max(x)``, then found no maximum in its row (a count of 0, NaN)."""
-        stack = isinstance(self.rnumel, int) and self.rnumel <= ROW_BUFFER
-        host = self._buffer_host()
-        if not stack and host is None:
-            return
-        varies: set[Value] = set()  # computed from such a call, not read from a buffer
-        for node in self.region.nodes:
-            derived = node.op in LIBM_VECTOR and self._along_row(node) or any(
-                i in varies for i in node.inputs)
-            if not derived and node.op not in EXPENSIVE:
-                continue
-            got = len(node.outputs) == 1 and self._buffer(
-                node.outputs[0], host, stack, derived and node.op not in EXPENSIVE)
-            if got:
-                host = None if got == "host" else host
-                continue
-            varies.update(v for v in node.outputs if derived)
-
-    def _along_row(self, node: Node) -> bool:
-        """Whether ``node``'s result may change along the row (a result broadcast along
-        every reduced dim is computed once before the row's loops)."""
-        shape = tuple(tensor_type(node.outputs[0]).shape) if node.outputs else ()
-        return len(shape) != len(self.shape) or any(
-            shape[d] != 1 for d in self.reduction_nest.rdims)
-
-    def _buffer(self, v: Value, host, stack: bool, floats_only: bool) -> str | None:
-        """Give ``v`` a row buffer (the host output's row, else the stack's where ``stack``)
-        if it has the row's shape and several readers: which ("host", "stack") or None."""
-        t = tensor_type(v)
-        if tuple(t.shape) != self.shape or len(v.users()) + (v in self.outputs) < 2 or \
-                floats_only and t.dtype not in FLOATS:
-            return None
-        ctype = CTYPE[COMPUTE[t.dtype]]
-        if host is not None and host[0] == ctype and v not in self.outputs:
-            self.buffers[v] = host[1]
-            return "host"
-        if not stack:
-            return None
-        name = f"buf_{v.name}"
-        self.em.statement(stmt.Array(ctype, name, str(whole_vectors(self.rnumel))), False)
-        self.buffers[v] = stmt.Element(name, expr.Name("r"))
-        return "stack"
-
-    def _buffer_host(self) -> tuple[str, stmt.Element] | None:
-        """(C type, element at ``r``) of the one output the last loop of a row stores,
-        if it has the reduced shape, no zero stride and a type C computes in."""
-        full = [(name, v) for name, v in zip(self.out_names, self.outputs)
-                if tuple(tensor_type(v).shape) == self.shape]
-        if len(full) != 1 or sum(self.place_output(v)[0] for v in self.outputs) != 1:
-            return None
-        ((name, v),) = full
-        if name in self.staged:  # (its row is in a block buffer)
-            return None
-        t = tensor_type(v)
-        strides = t.actual_strides()
-        if t.dtype not in ("f32", "f64") or strides is not None and any(
-                s == 0 and d != 1 for s, d in zip(strides, t.shape)):
-            return None
-        offset = self.ix.address(self.full, strides, t.shape, self.known)
-        return CTYPE[COMPUTE[t.dtype]], stmt.Element(name, offset)
 
     def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
@@ -446,7 +370,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             self.rnumel)
         self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
         em.allow_overrun(row_offsets(self))
-        self._plan_buffers()
+        kept, arrays = row_buffers.plan(self, isinstance(self.rnumel, int) and
+                                        self.rnumel <= ROW_BUFFER)
+        self.buffers.update(kept)
+        for array in arrays:
+            em.statement(array, False)
         for node in self.reductions:
             self.reduced.update(lower_reduction(self, node))
         full_outputs = self.place_outputs(zip(self.out_names, self.outputs), self.store)
