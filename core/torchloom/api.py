@@ -24,7 +24,8 @@
   ``stmt`` (the structured statement IR writers build and transform before rendering),
   ``expr`` (expressions as nodes: names, literals, ops with their precedence) and
   ``writer`` (what native kernel writers share: the value walk, numbered statements,
-  op tables);
+  op tables) and ``op_rows`` (pointwise rows every target spells alike: ``OpRow``,
+  ``alpha_rows``, ``clamp_rows``, ``comparisons``);
 - the codegen contract a renderer implements (docs/writing-a-codegen.md): ``contract``
   (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
   :class:`LaunchSpec` and its :class:`Bound`, :class:`Lowered`, :class:`Param`,
@@ -38,8 +39,8 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import (contract, expr, indexing, lower, nests, reductions, row_forms,
-                               schedule, stmt, writer)
+from torchloom.codegen import (contract, expr, indexing, lower, nests, op_rows, reductions,
+                               row_forms, schedule, stmt, writer)
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
@@ -97,7 +98,7 @@ __all__ = [
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
     "laid_out_as", "same_strides",
-    "indexing", "nests", "reductions", "row_forms", "schedule", "stmt", "writer",
+    "indexing", "nests", "op_rows", "reductions", "row_forms", "schedule", "stmt", "writer",
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",

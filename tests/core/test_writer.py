@@ -4,7 +4,7 @@ codegens' tests run it end to end; these pin its pieces)."""
 from __future__ import annotations
 
 import pytest
-from torchloom.api import expr, parse_graph, writer
+from torchloom.api import expr, op_rows, parse_graph, writer
 
 
 class Lines(writer.Statements):
@@ -45,7 +45,7 @@ def test_capture_takes_what_a_write_emits_out_of_the_lines():
 @pytest.mark.parametrize("alpha, expected", [(1, "{self} - ({other})"),
                                              (2, "{self} - ({other}) * {alpha}")])
 def test_alpha_rows(alpha, expected):
-    rows = writer.alpha_rows("({other})")
+    rows = op_rows.alpha_rows("({other})")
     assert rows["aten.sub.Tensor"]({"alpha": alpha}) == expected
     assert rows["aten.rsub.Scalar"]({"alpha": 1}, "f32") == "{other} - {self}"
     assert set(rows) == {"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor",
@@ -53,14 +53,14 @@ def test_alpha_rows(alpha, expected):
 
 
 def test_clamp_rows_nest_min_inside_max():
-    rows = writer.clamp_rows(lambda c, a, b: f"sel({c}, {a}, {b})")
+    rows = op_rows.clamp_rows(lambda c, a, b: f"sel({c}, {a}, {b})")
     low = "sel({min} != {min}, {min}, sel({self} < {min}, {min}, {self}))"  # a NaN bound: NaN
     assert rows["aten.clamp.default"]({"min": 0, "max": None}) == low
     both = rows["aten.clamp.default"]({"min": 0, "max": 1})
     assert both == f"sel({{max}} != {{max}}, {{max}}, sel({low} > {{max}}, {{max}}, {low}))"
     assert rows["aten.clamp_max.default"] == (
         "sel({max} != {max}, {max}, sel({self} > {max}, {max}, {self}))")
-    assert set(writer.comparisons(lambda s: s).values()) == {"==", "!=", "<", "<=", ">", ">="}
+    assert set(op_rows.comparisons(lambda s: s).values()) == {"==", "!=", "<", "<=", ">", ">="}
 
 
 def test_promotion_and_reduced_dims_follow_torch():
@@ -85,9 +85,9 @@ def test_same_shape_compares_symbolic_sizes_by_value():
 
 
 def test_op_rows():
-    row = writer.OpRow(lambda a: "{self} + " + str(a["other"]))
+    row = op_rows.OpRow(lambda a: "{self} + " + str(a["other"]))
     assert row.args == "out" and row.resolve(row.template, {"other": 2}) == "{self} + 2"
-    assert writer.OpRow.resolve("{self}") == "{self}"
+    assert op_rows.OpRow.resolve("{self}") == "{self}"
 
 
 def test_an_expr_holds_a_node_never_bare_text():

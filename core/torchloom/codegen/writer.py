@@ -4,8 +4,9 @@ A writer computes a group's values lazily at coordinates (``value_at``): a regio
 a load, a view maps coordinates to its input's, a reduction result is read where its row
 was reduced, and a pointwise op is its template over its inputs at broadcast coordinates.
 The dispatch, the argument conversions of a pointwise op, the value numbering of
-statements and the op tables that do not depend on the target are here; a codegen gives
-its templates (:class:`OpRow` rows), its literals and its statements' spelling.
+statements and the tables that do not depend on the target are here; a codegen gives its
+templates (rows of :mod:`torchloom.codegen.op_rows`), its literals and its statements'
+spelling.
 
 - :class:`Expr`: a value in the kernel (its expression, a node of
   :mod:`torchloom.codegen.expr`; its compute dtype; whether it depends on the inner
@@ -14,11 +15,8 @@ its templates (:class:`OpRow` rows), its literals and its statements' spelling.
   over the inner index) whose loop-invariant statements go before the loop;
 - :class:`ValueWalk`: the value walk, a mixin of the target's writer (with the output
   placement of a reduction kernel, :class:`~torchloom.codegen.placement.OutputPlacement`);
-- rows shared by the pointwise tables: :func:`comparisons`, :func:`alpha_rows`,
-  :func:`clamp_rows`;
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
-  its index rule in :mod:`torchloom.codegen.indexing`), ``COMPARISONS``, ``SCALAR_DTYPES``;
-- :class:`OpRow`, a pointwise op's row in a target's table;
+  its index rule in :mod:`torchloom.codegen.indexing`), ``SCALAR_DTYPES``;
 - helpers: :func:`named_args`, :func:`output_names`, :func:`promote_dtype`,
   :func:`reduced_dims`, :func:`var_correction`, :func:`same_shape` (indexing's).
 """
@@ -44,9 +42,6 @@ COMPUTE = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "i64": "i64"
 FLOATS = ("f64", "f32", "f16", "bf16")
 #: scalar group inputs a kernel takes as arguments -> their compute dtype
 SCALAR_DTYPES = {"float": "f64", "int": "i64", "bool": "b8"}
-#: comparison ops' names -> the operator (``aten.<name>.Tensor`` and ``.Scalar``)
-COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-
 #: view ops: how output coordinates map to input coordinates (see ``indexing.view_coords``)
 VIEWS = {
     "aten.view.default": "reshape", "aten._unsafe_view.default": "reshape",
@@ -68,81 +63,8 @@ _COORDINATE_HINTS = frozenset({"x", "r", "j", "c", "xb", "ks", "xindex", "rindex
 _OFFSET_VIEWS = frozenset({"slice", "select", "split", "split_with_sizes"})
 
 
-def comparisons(row: Callable[[str], Any]) -> dict[str, Any]:
-    """Table rows of every comparison op: ``row(symbol)`` for ``aten.<cmp>.Tensor/Scalar``."""
-    return {f"aten.{name}.{kind}": row(symbol) for name, symbol in COMPARISONS.items()
-            for kind in ("Tensor", "Scalar")}
-
-
-def alpha_rows(other: str = "{other}", fused: Callable[[str, str, str], str] | None = None
-               ) -> dict[str, Callable[..., str]]:
-    """Templates (functions of the op's attributes) of add, sub and rsub (``.Tensor`` and
-    ``.Scalar``), ``other`` spelling the second operand: ``self + other * alpha``.
-    ``fused(a, b, c)`` spells ``a * b + c`` rounded once: given, ``other`` times an alpha
-    other than 1 is added in one rounding, as eager's vectorized kernels do
-    (``vec::fmadd(other, alpha, self)``: ``x + y * 2`` of -3e38 and 3e38 is 3e38, not inf;
-    eager's scalar loop over the last elements of a row shorter than two vectors rounds
-    twice, a number times alpha there rounded first)."""
-    def binary(sign: str) -> Callable[..., str]:
-        def template(a: Mapping[str, Any], *_) -> str:
-            if a.get("alpha", 1) == 1:
-                return f"{{self}} {sign} {other}"
-            if fused is not None:
-                return fused(other, "{alpha}" if sign == "+" else "-({alpha})", "{self}")
-            return f"{{self}} {sign} {other} * {{alpha}}"
-        return template
-
-    def rsub(a: Mapping[str, Any], *_) -> str:
-        if a.get("alpha", 1) == 1:
-            return "{other} - {self}"
-        return ("{other} - {self} * {alpha}" if fused is None
-                else fused("{self}", "-({alpha})", "{other}"))
-
-    rows = {f"aten.{name}.{kind}": binary(sign) for name, sign in (("add", "+"), ("sub", "-"))
-            for kind in ("Tensor", "Scalar")}
-    return rows | {"aten.rsub.Scalar": rsub, "aten.rsub.Tensor": rsub}
-
-
 #: (view rule, argument) a kernel reads at run time when a graph value (a slice's: with its end)
 _RUN_TIME_ARGS = frozenset({("slice", "start"), ("select", "index"), ("split", "split_size")})
-
-
-def clamp_rows(select: Callable[[str, str, str], str]) -> dict[str, Any]:
-    """Templates of clamp, clamp_min and clamp_max, with bounds given as numbers or as
-    tensors (the ``.Tensor`` overloads: the bounds are operands, converted to the result's
-    dtype like ``self``); ``select(cond, a, b)`` spells a choice. A NaN compares false both
-    ways, so it passes through as in eager; a NaN bound gives NaN, as in eager (a
-    comparison with it alone would ignore it); a minimum above the maximum gives the
-    maximum, as in eager."""
-    low = select("{min} != {min}", "{min}", select("{x} < {min}", "{min}", "{x}"))
-    high = select("{max} != {max}", "{max}", select("{x} > {max}", "{max}", "{x}"))
-
-    def clamp(a: Mapping[str, Any], *_) -> str:
-        out = "{self}"
-        if a.get("min") is not None:
-            out = low.replace("{x}", out)
-        if a.get("max") is not None:
-            out = high.replace("{x}", out)
-        return out
-
-    return {f"aten.{name}.{overload}": template for overload in ("default", "Tensor")
-            for name, template in (("clamp", clamp),
-                                   ("clamp_min", low.replace("{x}", "{self}")),
-                                   ("clamp_max", high.replace("{x}", "{self}")))}
-
-
-@attrs.frozen
-class OpRow:
-    """A pointwise op's row in a native codegen's table: ``template`` (``"{self} * {other}"``
-    or a function giving it) and ``args`` (as ``OpTemplate``'s); targets subclass it."""
-
-    template: Any
-    args: str = "out"
-
-    @staticmethod
-    def resolve(template: Any, *given: Any) -> Any:
-        """``template`` itself, or what it gives for ``given`` when it is a function."""
-        return template(*given) if callable(template) else template
 
 
 @attrs.frozen

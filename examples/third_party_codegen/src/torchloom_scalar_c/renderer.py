@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from torchloom.api import (Capabilities, OpTemplate, indexing, stmt, writer)
+from torchloom.api import Capabilities, OpTemplate, indexing, op_rows, stmt
 
 from torchloom_scalar_c.build import build, compiler_missing
 
@@ -58,8 +58,9 @@ _MAXMIN = "({self} != {self} || {other} != {other}) ? {self} + {other} : {self} 
 
 OPS: dict[str, OpTemplate] = {
     **{f"aten.{name}.default": _c(text) for name, text in _UNARY.items()},
-    **_rows(writer.alpha_rows()), **_rows(writer.clamp_rows(lambda c, a, b: f"({c} ? {a} : {b})")),
-    **_rows(writer.comparisons(lambda symbol: f"{{self}} {symbol} {{other}}"), "promote"),
+    **_rows(op_rows.alpha_rows()),
+    **_rows(op_rows.clamp_rows(lambda c, a, b: f"({c} ? {a} : {b})")),
+    **_rows(op_rows.comparisons(lambda symbol: f"{{self}} {symbol} {{other}}"), "promote"),
     **{f"aten.mul.{k}": _c("{self} * {other}", True) for k in ("Tensor", "Scalar")},
     **{f"aten.div.{k}": _c("{self} / {other}") for k in ("Tensor", "Scalar")},
     "aten.neg.default": _c("-{self}", True),

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import DTYPES, InputRef, Unsupported, expr, reductions, stmt, writer
+from torchloom.api import DTYPES, InputRef, Unsupported, expr, op_rows, reductions, stmt, writer
 
 from torchloom_codegen_cpu import int_division
 from torchloom_codegen_cpu.constants import (  # noqa: F401 (re-exported)
@@ -37,7 +37,7 @@ Template = str | Callable[[Mapping[str, Any], str], str]
 
 
 @attrs.frozen
-class Pointwise(writer.OpRow):
+class Pointwise(op_rows.OpRow):
     """An op's row: ``template`` for float results (None: none), ``ints`` for integer and
     bool ones (None: none)."""
 
@@ -387,8 +387,8 @@ ACTIVATIONS: dict[str, Pointwise] = {
 }
 
 #: add, sub and rsub: floats fused as eager's vector loop (tl_fma), integers as written
-_ALPHA_FLOATS = writer.alpha_rows(fused=lambda a, b, c: f"tl_fma$f({a}, {b}, {c})")
-_ALPHA_INTS = writer.alpha_rows()
+_ALPHA_FLOATS = op_rows.alpha_rows(fused=lambda a, b, c: f"tl_fma$f({a}, {b}, {c})")
+_ALPHA_INTS = op_rows.alpha_rows()
 
 POINTWISE: dict[str, Pointwise] = {
     **{op: Pointwise(_ALPHA_FLOATS[op], "out", _ALPHA_INTS[op]) for op in _ALPHA_INTS},
@@ -440,13 +440,13 @@ POINTWISE: dict[str, Pointwise] = {
             "S_", "(($T)1 / (($T)1 + $exp(-{self})))")),
     "aten.maximum.default": _both(_MAXIMUM),
     "aten.minimum.default": _both(_MINIMUM),
-    **{op: _both(template) for op, template in writer.clamp_rows(
+    **{op: _both(template) for op, template in op_rows.clamp_rows(
         lambda cond, a, b: f"({cond} ? {a} : {b})").items()},
     "aten.where.self": _both("({condition} ? {self} : {other})", args="where"),
     # the mask converted to the result's type (0 or 1) like every input of an "out" op
     "aten.masked_fill.Scalar": _both("({mask} != 0 ? {value} : {self})"),
     "aten.native_dropout_backward.default": Pointwise("{grad_output} * {mask} * {scale}"),
-    **writer.comparisons(lambda sym: _both(f"{{self}} {sym} {{other}}", args="promote")),
+    **op_rows.comparisons(lambda sym: _both(f"{{self}} {sym} {{other}}", args="promote")),
     "aten.isnan.default": _both("{self} != {self}", args="keep"),
     "aten.logical_not.default": _both("!{self}", args="keep"),
     "aten.logical_and.default": _both("({self} != 0) & ({other} != 0)", args="keep"),

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import expr, reductions, writer
+from torchloom.api import expr, op_rows, reductions, writer
 
 from torchloom_codegen_triton import lanes
 
@@ -47,7 +47,7 @@ def _constant(value: Any) -> str:
 
 
 @attrs.frozen
-class Pointwise(writer.OpRow):
+class Pointwise(op_rows.OpRow):
     template: str | Callable[[Mapping[str, Any]], str]
     args: str = "out"
     #: the module helpers (``HELPERS``) the template calls
@@ -91,7 +91,7 @@ def _unary(expr: str) -> Pointwise:
 
 
 POINTWISE: dict[str, Pointwise] = {
-    **{op: Pointwise(template) for op, template in writer.alpha_rows("({other})").items()},
+    **{op: Pointwise(template) for op, template in op_rows.alpha_rows("({other})").items()},
     "aten.mul.Tensor": Pointwise("{self} * ({other})"),
     "aten.mul.Scalar": Pointwise("{self} * ({other})"),
     "aten.div.Tensor": Pointwise("{self} / ({other})"),
@@ -142,10 +142,10 @@ POINTWISE: dict[str, Pointwise] = {
             "S_", "(1.0 / (1.0 + tl.exp(-{self})))")),
     "aten.maximum.default": Pointwise("_maximum({self}, {other})", helpers=("_maximum",)),
     "aten.minimum.default": Pointwise("_minimum({self}, {other})", helpers=("_minimum",)),
-    **{op: Pointwise(template) for op, template in writer.clamp_rows(
+    **{op: Pointwise(template) for op, template in op_rows.clamp_rows(
         lambda cond, a, b: f"tl.where({cond}, {a}, {b})").items()},
     "aten.where.self": Pointwise("tl.where({condition}, {self}, {other})", args="where"),
-    **writer.comparisons(lambda sym: Pointwise(f"{{self}} {sym} ({{other}})", args="promote")),
+    **op_rows.comparisons(lambda sym: Pointwise(f"{{self}} {sym} ({{other}})", args="promote")),
     "aten.isnan.default": Pointwise("{self} != {self}", args="keep"),
     "aten.logical_not.default": Pointwise("{self} == 0", args="keep"),
     "aten.logical_and.default": Pointwise("({self} != 0) & ({other} != 0)", args="keep"),
