@@ -30,7 +30,7 @@ def gathered_rows(region: Graph) -> dict[Value, int]:
 
 
 def input_read_bytes(v: Value, tables: Collection[Value], readers: Iterable[Node],
-               size: Callable[[Value], int]) -> int:
+                     size: Callable[[Value], int]) -> int:
     """The bytes of ``v`` (known as ``tables``: it and the region inputs bound to it) its
     ``readers`` must read: all of it (``size(v)``), but of a table only gathers read, the
     rows they make (``size`` of their results), at most the table."""
