@@ -344,26 +344,120 @@ def test_the_forward_s_library_builds_beside_the_graph_s(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("where", ["key", "value"])
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
-def test_non_finite_keys_or_values_in_a_hidden_block_give_eagers_values(blocked, where, bad):
-    """A block the mask hides whole is skipped only where its keys and values are finite:
-    eager's op multiplies them (by 0), so an inf or NaN there makes rows NaN."""
+def test_non_finite_keys_or_values_give_eagers_op(blocked, where, bad):
+    """A block the mask hides whole is skipped only where every key and value is finite:
+    eager's op multiplies them (by 0), so an inf or NaN there makes rows NaN; and rows of
+    infinite scores follow its own rules. With one, the call is eager's op's."""
     q, k, v, go = qkv(1, 2, 2, 200, 200, 16, seed=5)
     mask = causal_mask(200, 200)  # 6 of 16 blocks hidden whole: the blocked path's
     (k if where == "key" else v)[0, 1, 190, 3] = bad  # key 190: hidden from rows 0-189
-    with torch.no_grad(), Counting(FORWARD, BACKWARD) as counted:
-        got = blocked.forward(q, k, v, 0.0, False, attn_mask=mask)
-        grads = blocked.backward(go, q, k, v, *got, 0.0, False, attn_mask=mask)
-    assert counted.calls == 0, "eager's op ran"
-    want = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
-    wants = BACKWARD(go, q, k, v, *want, 0.0, False, attn_mask=mask)
-    assert bool(want[0].isnan().any())  # the case is one where eager gives NaN
-    # the outputs, NaN where eager's are (a key's inf: eager's logsumexp of such a row is
-    # inf or NaN by its own exp's rules, and its gradients follow: outputs compared only)
-    pairs = zip((*got, *grads), (*want, *wants)) if where == "value" else \
-        [(got[0], want[0])]
-    for a, b in pairs:
-        assert torch.equal(a.isnan(), b.isnan())
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, equal_nan=True)
+    with torch.no_grad():
+        want = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
+        wants = BACKWARD(go, q, k, v, *want, 0.0, False, attn_mask=mask)
+        assert bool(want[0].isnan().any())  # the case is one where eager gives NaN
+        with Counting(FORWARD, BACKWARD) as counted:
+            got = blocked.forward(q, k, v, 0.0, False, attn_mask=mask)
+            grads = blocked.backward(go, q, k, v, *want, 0.0, False, attn_mask=mask)
+    assert counted.calls == 2, "eager's op did not run"
+    for a, b in zip((*got, *grads), (*want, *wants)):
+        assert torch.equal(a, b) or torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
     # finite keys and values: the same blocks are skipped as before (values unchanged)
     q, k, v, go = qkv(1, 2, 2, 200, 200, 16, seed=5)
     check(blocked, q, k, v, go, mask)
+
+
+def _both_directions(blocked, q, k, v, go, mask, backward=True):
+    """The blocked forward and backward (from eager's forward) against eager's: NaN where
+    eager's are, values within float rounding elsewhere."""
+    with torch.no_grad():
+        want = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
+        got = blocked.forward(q, k, v, 0.0, False, attn_mask=mask)
+        grads = blocked.backward(go, q, k, v, *want, 0.0, False, attn_mask=mask) \
+            if backward else ()
+        wants = BACKWARD(go, q, k, v, *want, 0.0, False, attn_mask=mask) if backward else ()
+    for a, b in zip((*got, *grads), (*want, *wants)):
+        assert torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, equal_nan=True)
+    return want
+
+
+@pytest.mark.parametrize("hidden", [float("-inf"), MIN])
+def test_a_nan_in_the_mask_is_never_skipped(blocked, hidden):
+    """A NaN among a block's hiding values, or among a block of zeros, makes its rows NaN
+    in eager's op: the block is computed (a min/max over the block ignores NaN)."""
+    q, k, v, go = qkv(1, 2, 2, 256, 256, 16, seed=7)
+    mask = causal_mask(256, 256, hidden)
+    mask[10, 200] = float("nan")  # in a block hidden otherwise
+    mask[200, 20] = float("nan")  # in a block of zeros
+    want = _both_directions(blocked, q, k, v, go, mask)
+    assert bool(want[0][0, :, 10].isnan().all()) and bool(want[0][0, :, 200].isnan().all())
+
+
+def test_a_finite_hiding_value_is_skipped_only_below_every_score(blocked):
+    """-1e30 hides a key only while scores are far smaller: a key whose score is ~1e30
+    beats it in eager's op, and the blocked path then computes the block (or calls eager's
+    op), never skipping it."""
+    q, k, v, go = qkv(1, 1, 1, 256, 256, 16, seed=8)
+    q = q.abs() + 0.1
+    k[0, 0, 200] = 1e30  # every query's score for key 200 is ~1e30 * sum(q) / 4
+    mask = causal_mask(256, 256, -1e30)  # (gradients: see the next test's last lines)
+    want = _both_directions(blocked, q, k, v, go, mask, backward=False)
+    torch.testing.assert_close(want[0][0, 0, 10], v[0, 0, 200])  # (eager: key 200 wins)
+    # a hiding value of -inf hides it whatever its score: those blocks are skipped again
+    q, k, v, go = qkv(1, 1, 1, 256, 256, 16, seed=8)
+    check(blocked, q, k, v, go, causal_mask(256, 256, float("-inf")))
+
+
+@pytest.mark.parametrize("where", ["query", "grad_out", "out"])
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_non_finite_query_side_values_give_eagers_values(blocked, where, bad):
+    """A hidden key's weights are 0: eager's op multiplies them by the queries (forward)
+    and by the output's gradient and the output (backward), so an inf or NaN there makes
+    the hidden keys' scores or gradients NaN, which a skip would hide."""
+    q, k, v, go = qkv(1, 2, 2, 200, 200, 16, seed=9)
+    mask = causal_mask(200, 200, float("-inf"))
+    with torch.no_grad():
+        out, lse = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
+    {"query": q, "grad_out": go, "out": out}[where][0, 1, 5, 3] = bad
+    with torch.no_grad():
+        got = blocked.forward(q, k, v, 0.0, False, attn_mask=mask)
+        want = FORWARD(q, k, v, 0.0, False, attn_mask=mask)
+        grads = blocked.backward(go, q, k, v, out, lse, 0.0, False, attn_mask=mask)
+        wants = BACKWARD(go, q, k, v, out, lse, 0.0, False, attn_mask=mask)
+    pairs = [*zip(grads, wants), *([] if where == "query" else zip(got, want))]
+    for a, b in pairs:
+        assert torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, equal_nan=True)
+
+
+_MASKED = st.sampled_from([0.0, float("-inf"), MIN, -1e30, -3e29, float("nan"), float("inf"),
+                          1.5, -2.0])
+_VALUES = st.sampled_from([float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.5, -2.0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(blocks=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), _MASKED),
+                       min_size=0, max_size=6),
+       spots=st.lists(st.tuples(st.integers(0, 4), _MASKED, _VALUES), min_size=0, max_size=4),
+       big=st.sampled_from([1.0, 1e25, 1e30]), seed=st.integers(0, 2 ** 16))
+def test_masks_and_values_of_any_kind_give_eagers_values(blocked, blocks, spots, big, seed):
+    """Causal finfo.min masks with whole 64 x 64 blocks set to any special value, single
+    values anywhere set to one (mask: any of ``_MASKED``; query, key, value, output
+    gradient: any of ``_VALUES``), one key scaled up to 1e30: the blocked path's results
+    (whichever way it takes) are eager's, NaN where eager's are. (Gradients only at unit
+    scale: where a score reaches 1e25, its rounding alone is 1e18, and either side's
+    exponential of it less the logsumexp overflows or vanishes by that.)"""
+    q, k, v, go = qkv(1, 2, 2, 256, 256, 8, seed=seed % 97)
+    k[0, :, seed % 256] *= big
+    mask = causal_mask(256, 256)
+    g = torch.Generator().manual_seed(seed)
+    for i, j, value in blocks:
+        mask[i * 64:(i + 1) * 64, j * 64:(j + 1) * 64] = value
+    for which, masked, value in spots:
+        t = (mask, q, k, v, go)[which]
+        at = tuple(int(torch.randint(0, n, (1,), generator=g)) for n in t.shape)
+        t[at] = masked if which == 0 else value
+    if not attention._fast(q, k, v, (), 0.0, False, mask):
+        return
+    _both_directions(blocked, q, k, v, go, mask, backward=big == 1.0)

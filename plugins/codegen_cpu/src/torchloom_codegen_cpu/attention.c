@@ -35,23 +35,31 @@ static inline float tl_attn_exp(float x) {
 /* A mask value that hides its key: -inf, or what models write for it (finfo.min). */
 #define TL_DEAD -1e30f
 
-/* The mask's block of rows [0, n) and columns [0, bk): TL_HIDES where every value hides its
-   key, TL_ZERO where every value is 0 (nothing to add), else TL_MIXED. */
+/* The mask's block of rows [0, n) and columns [0, bk): TL_MINUS_INF where every value is
+   -inf, TL_BELOW where every value hides its key and some are finite, TL_ZERO where every
+   value is 0 (nothing to add), TL_ODD where one is NaN or +inf (eager's op then decides
+   the rows: a max over the block ignores NaN, and its rows' logsumexp follow its own
+   rules), else TL_MIXED. A task skips a block of the first two where tl_attn_skips says. */
 #define TL_MIXED 0
-#define TL_HIDES 1
 #define TL_ZERO 2
+#define TL_MINUS_INF 3
+#define TL_BELOW 4
+#define TL_ODD 5
 static int tl_attn_block(const float *mk, int64_t sml, int n, int bk) {
   float lo = INFINITY, hi = -INFINITY;
+  int nan = 0;
   for (int i = 0; i < n; i++) {
     const float *restrict r = mk + i * sml;
-    #pragma omp simd reduction(min:lo) reduction(max:hi)
+    #pragma omp simd reduction(min:lo) reduction(max:hi) reduction(|:nan)
     for (int j = 0; j < bk; j++) {
       lo = r[j] < lo ? r[j] : lo;
       hi = r[j] > hi ? r[j] : hi;
+      nan |= r[j] != r[j];
     }
+    if (nan || hi == INFINITY) return TL_ODD;
     if (!(hi <= TL_DEAD) && !(lo == 0.0f && hi == 0.0f)) return TL_MIXED;
   }
-  return hi <= TL_DEAD ? TL_HIDES : TL_ZERO;
+  return hi == -INFINITY ? TL_MINUS_INF : hi <= TL_DEAD ? TL_BELOW : TL_ZERO;
 }
 
 /* dead[(bm * Hm + hm) * qblocks + qb) * kblocks + kb]: tl_attn_block of query block qb and
@@ -74,71 +82,87 @@ static void tl_attn_dead_map(const float *mask, const int64_t *sm, int64_t Bm, i
   }
 }
 
-/* Whether the n x D rows of x (ld apart) are all finite: one vector loop when they are
-   contiguous. */
-static int tl_attn_finite(const float *x, int64_t ld, int n, int64_t D) {
+/* The largest |x| over the n x D rows of x (ld apart), INFINITY where one is not finite:
+   one vector loop when they are contiguous. */
+static float tl_attn_most(const float *x, int64_t ld, int64_t n, int64_t D) {
   const int64_t rows = ld == D ? 1 : n, len = ld == D ? n * D : D;
+  float most = 0.0f;
   int bad = 0;
   for (int64_t j = 0; j < rows; j++) {
     const float *restrict r = x + j * ld;
-    #pragma omp simd reduction(|:bad)
-    for (int64_t d = 0; d < len; d++) bad |= !(fabsf(r[d]) <= 3.40282347e38f);
+    #pragma omp simd reduction(max:most) reduction(|:bad)
+    for (int64_t d = 0; d < len; d++) {
+      const float a = fabsf(r[d]);
+      bad |= !(a <= 3.40282347e38f);
+      most = a > most ? a : most;
+    }
   }
-  return !bad;
+  return bad ? INFINITY : most;
 }
 
-/* finite[kb]: 1 where every key and value of key block kb (of every batch and key head) is
-   finite, else 0. A block its mask hides whole is skipped only where this is 1: eager's op
-   multiplies it (by 0), and an inf or NaN key or value there makes rows NaN, which a skip
-   would hide. One pass over k and v, a loop of the caller's parallel region. */
-static void tl_attn_finite_blocks(const float *k, const int64_t *sk, const float *v,
-                                  const int64_t *sv, int64_t B, int64_t Hk, int64_t Lk,
-                                  int64_t D, unsigned char *finite) {
+/* most[kb]: the largest |key| of key block kb (of every batch and key head), INFINITY where
+   a key or value there is not finite. A loop of the caller's parallel region. */
+static void tl_attn_key_bounds(const float *k, const int64_t *sk, const float *v,
+                               const int64_t *sv, int64_t B, int64_t Hk, int64_t Lk,
+                               int64_t D, float *most) {
   const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   #pragma omp for schedule(static)
   for (int64_t kb = 0; kb < kblocks; kb++) {
     const int64_t n0 = kb * TL_ABK;
     const int bk = Lk - n0 < TL_ABK ? (int)(Lk - n0) : TL_ABK;
-    int ok = 1;
-    for (int64_t bh = 0; bh < B * Hk && ok; bh++) {
+    float m = 0.0f;
+    for (int64_t bh = 0; bh < B * Hk && m < INFINITY; bh++) {
       const int64_t b = bh / Hk, h = bh % Hk;
-      ok = tl_attn_finite(k + b * sk[0] + h * sk[1] + n0 * sk[2], sk[2], bk, D) &&
-           tl_attn_finite(v + b * sv[0] + h * sv[1] + n0 * sv[2], sv[2], bk, D);
+      const float mk = tl_attn_most(k + b * sk[0] + h * sk[1] + n0 * sk[2], sk[2], bk, D);
+      const float mv = tl_attn_most(v + b * sv[0] + h * sv[1] + n0 * sv[2], sv[2], bk, D);
+      m = mv == INFINITY ? INFINITY : mk > m ? mk : m;
     }
-    finite[kb] = (unsigned char)ok;
+    most[kb] = m;
   }
 }
 
-/* How many blocks of the map (n of them) are hidden whole. */
+/* How many blocks of the map (n of them) are hidden whole; -1 where one is TL_ODD. */
 static int64_t tl_attn_hidden(const unsigned char *dead, int64_t n) {
   int64_t hidden = 0;
-  for (int64_t i = 0; i < n; i++) hidden += dead[i] == TL_HIDES;
+  for (int64_t i = 0; i < n; i++) {
+    if (dead[i] == TL_ODD) return -1;
+    hidden += dead[i] == TL_MINUS_INF || dead[i] == TL_BELOW;
+  }
   return hidden;
+}
+
+/* Whether a task skips a block of the map (tl_attn_block): one its mask hides whole gets no
+   weight in eager's op always under -inf, and under finite values (TL_BELOW, -1e30 or less)
+   where every score scale * q.k is below 1e22 (bounded by dscale * qmost * kmost: D *
+   |scale| times the largest |q| of the task's rows and |k| of the block): a score added to
+   such a value then rounds to -1e30 or less, 7.6e22 below any row maximum above TL_DEAD
+   (rows that see no other key run eager's op). */
+static inline int tl_attn_skips(int block, float qmost, float kmost, double dscale) {
+  return block == TL_MINUS_INF || (block == TL_BELOW && dscale * qmost * kmost < 1e22);
 }
 
 /* The mask's dead-block map (tl_attn_dead_map: loops of the caller's parallel region),
    then whether fewer than a quarter of its blocks are hidden whole: below that, blocks of
    64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
-   save too little, and *failed is 3 (eager's op runs). Only where enough are hidden are
-   the keys and values read (tl_attn_finite_blocks): a hidden block with a key or value
-   that is not finite becomes TL_MIXED (not skipped), and the count is taken again (fewer:
-   eager's op). 0 without a mask. Every thread counts the same map, so all take the same
-   branch (each loop ends in the region's barrier). */
+   save too little, and *failed is 3 (eager's op runs), as it is for a mask with a NaN or
+   +inf. Only where enough are hidden are the keys and values read (tl_attn_key_bounds into
+   most, kblocks floats): one that is not finite sends the call to eager's op too (its zero
+   weight of a hidden key times it is NaN; its rows of infinite scores follow its own
+   rules). 0 without a mask. Every thread counts the same map and bounds, so all take the
+   same branch (each loop ends in the region's barrier). */
 static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
                             int64_t Lq, int64_t Lk, const float *k, const int64_t *sk,
                             const float *v, const int64_t *sv, int64_t B, int64_t Hk,
-                            int64_t D, unsigned char *finite, unsigned char *dead,
-                            int *failed) {
+                            int64_t D, float *most, unsigned char *dead, int *failed) {
   if (mask == NULL) return 0;
   tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
   const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * kblocks;
   if (tl_attn_hidden(dead, n) * 4 >= n) {
-    tl_attn_finite_blocks(k, sk, v, sv, B, Hk, Lk, D, finite);
-    #pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-      if (dead[i] == TL_HIDES && !finite[i % kblocks]) dead[i] = TL_MIXED;
-    if (tl_attn_hidden(dead, n) * 4 >= n) return 0;
+    tl_attn_key_bounds(k, sk, v, sv, B, Hk, Lk, D, most);
+    int finite = 1;
+    for (int64_t kb = 0; kb < kblocks; kb++) finite &= most[kb] < INFINITY;
+    if (finite) return 0;
   }
   #pragma omp atomic write
   *failed = 3;
@@ -168,16 +192,21 @@ static inline int tl_attn_row(float *restrict row, const float *mk, int64_t sml,
    tl_attn_dead_map); o: n x D. Scores are kept transposed, st[j * TL_ABQ + i] for key j and
    query i, so that each query's maximum and sum over its keys are vector operations across
    16 queries (a horizontal reduction per query row cost as much as the products). Blocks
-   whose mask hides every key are skipped; 1 when a row then had no key its mask lets
-   through (its softmax would need the skipped blocks) or had no key at all (-inf
-   everywhere: eager's op decides what that gives), else 0. */
+   whose mask hides every key are skipped (tl_attn_skips, kmost: tl_attn_key_bounds); 1
+   when a row then had no key its mask lets through (its softmax would need the skipped
+   blocks) or had no key at all (-inf everywhere: eager's op decides what that gives), or
+   when a query of a masked task is not finite (a hidden key's zero weight is NaN in
+   eager's op), else 0. */
 static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const float *k,
                             int64_t skl, const float *v, int64_t svl, const float *mk,
-                            int64_t sml, const unsigned char *dead, float *restrict out,
-                            int64_t sol, float *restrict lse, int64_t slse, int64_t q0, int n,
-                            int64_t Lk, int D, float scale, int causal, float *restrict st,
-                            float *restrict o) {
+                            int64_t sml, const unsigned char *dead, const float *kmost,
+                            float *restrict out, int64_t sol, float *restrict lse,
+                            int64_t slse, int64_t q0, int n, int64_t Lk, int D, float scale,
+                            int causal, float *restrict st, float *restrict o) {
   float m[TL_ABQ], l[TL_ABQ], mx[TL_ABQ], base[TL_ABQ], alpha[TL_ABQ], sum[TL_ABQ];
+  const float qmost = mk != NULL ? tl_attn_most(q + q0 * sql, sql, n, D) : 0.0f;
+  if (qmost == INFINITY) return 1;
+  const double dscale = D * fabs((double)scale);
   for (int i = 0; i < n; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
   memset(o, 0, sizeof(float) * n * D);
   const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
@@ -185,14 +214,14 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
   for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
     const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
     const int block = mk != NULL ? dead[n0 / TL_ABK] : TL_ZERO;
-    if (block == TL_HIDES) {
+    if (mk != NULL && tl_attn_skips(block, qmost, kmost[n0 / TL_ABK], dscale)) {
       skipped = 1;
       continue;
     }
     /* st (bk x n, ld TL_ABQ) = scale * k q^T (+ the mask's block, transposed) */
     tl_gemm(gemm, "T", "N", n, bk, D, scale, q + q0 * sql, sql, k + n0 * skl, skl, 0.0f, st,
             TL_ABQ);
-    if (block == TL_MIXED)
+    if (block != TL_ZERO)
       for (int j = 0; j < bk; j++) {
         float *restrict col = st + j * TL_ABQ;
         const float *mj = mk + q0 * sml + n0 + j;
@@ -257,7 +286,8 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
    mask [B, H, Lq, Lk] added to the scaled scores (or NULL; broadcast dims of stride 0);
    strides: the first three of q, k, v, out, lse and mask, in elements (the last dim of each
    contiguous). 0, or 1 (out of memory), or 2 (a row whose mask hides every key of the
-   blocks computed) or 3 (a mask that hides fewer than a quarter of the blocks whole:
+   blocks computed, or a masked query that is not finite) or 3 (a mask that hides fewer
+   than a quarter of the blocks whole, or a key or value that is not finite:
    tl_attn_few_dead); eager's op runs for those two. */
 int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, const float *v,
                     float *out, float *lse, int64_t B, int64_t H, int64_t Hk, int64_t Lq,
@@ -270,10 +300,10 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
   const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   const int64_t Bm = sm[0] != 0 ? B : 1, Hm = sm[1] != 0 ? H : 1;
   unsigned char *dead = mask != NULL ? malloc(Bm * Hm * blocks * kblocks) : NULL;
-  unsigned char *finite = mask != NULL ? malloc(kblocks) : NULL;
-  if (mask != NULL && (dead == NULL || finite == NULL)) {
+  float *most = mask != NULL ? malloc(sizeof(float) * kblocks) : NULL;
+  if (mask != NULL && (dead == NULL || most == NULL)) {
     free(dead);
-    free(finite);
+    free(most);
     return 1;
   }
   int failed = 0;
@@ -288,7 +318,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     if (!failed) {
       float *o = s + TL_ABQ * TL_ABK;
       const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, k, sk, v, sv, B, Hk, D,
-                                        finite, dead, &failed);
+                                        most, dead, &failed);
       #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t t = 0; t < (none ? 0 : tasks); t++) {
         /* the last rows first: the longest under a causal mask */
@@ -300,7 +330,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
         const unsigned char *row = mask != NULL ? dead + (map * blocks + qb) * kblocks : NULL;
         if (tl_attn_fwd_task(gemm, q + b * sq[0] + h * sq[1], sq[2],
                              k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
-                             sv[2], mk, sm[2], row, out + b * so[0] + h * so[1], so[2],
+                             sv[2], mk, sm[2], row, most, out + b * so[0] + h * so[1], so[2],
                              lse + b * sl[0] + h * sl[1], sl[2], q0, n, Lk, (int)D,
                              (float)scale, causal, s, o)) {
           #pragma omp atomic write
@@ -311,7 +341,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     free(s);
   }
   free(dead);
-  free(finite);
+  free(most);
   return failed;
 }
 
@@ -321,11 +351,15 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
 
 /* The gradients of one head (b, h): dq rows of the head, dk/dv rows of its key head (or of
    a private copy), each zeroed here; s and dp: TL_ABQ x TL_ABK. Blocks whose mask hides
-   every key are skipped where each row's logsumexp came from keys its mask lets through. */
-static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, const float *q,
+   every key are skipped (tl_attn_skips, kmost: tl_attn_key_bounds) where each row's
+   logsumexp came from keys its mask lets through. 1 where a masked block of rows has a
+   query, output or output gradient that is not finite (eager's op: a hidden key's zero
+   weights times it are NaN), else 0. */
+static int tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, const float *q,
                              int64_t sql, const float *k, int64_t skl, const float *v,
                              int64_t svl, const float *mk, int64_t sml,
-                             const unsigned char *dead, int64_t kblocks, const float *out,
+                             const unsigned char *dead, const float *kmost, int64_t kblocks,
+                             const float *out,
                              int64_t sol, const float *lse,
                              int64_t slse, float *gq, int64_t sgql, float *gk, int64_t sgkl,
                              float *gv, int64_t sgvl, int64_t Lq, int64_t Lk, int D,
@@ -336,6 +370,7 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
     memset(gv + j * sgvl, 0, sizeof(float) * D);
   }
   float delta[TL_ABQ];
+  const double dscale = D * fabs((double)scale);
   for (int64_t q0 = 0; q0 < Lq; q0 += TL_ABQ) {
     const int n = Lq - q0 < TL_ABQ ? (int)(Lq - q0) : TL_ABQ;
     for (int i = 0; i < n; i++) {
@@ -347,11 +382,15 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
     }
     int live = mk != NULL;
     for (int i = 0; i < n && live; i++) live = lse[(q0 + i) * slse] > TL_DEAD;
+    const float qmost = mk != NULL ? tl_attn_most(q + q0 * sql, sql, n, D) : 0.0f;
+    if (mk != NULL && (qmost == INFINITY || tl_attn_most(go + q0 * sgl, sgl, n, D) == INFINITY ||
+                       tl_attn_most(out + q0 * sol, sol, n, D) == INFINITY))
+      return 1;
     const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
     for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
       const int bk = nk - n0 < TL_ABK ? (int)(nk - n0) : TL_ABK;
       const int block = mk != NULL ? dead[q0 / TL_ABQ * kblocks + n0 / TL_ABK] : TL_MIXED;
-      if (live && block == TL_HIDES) continue;
+      if (live && tl_attn_skips(block, qmost, kmost[n0 / TL_ABK], dscale)) continue;
       /* s = scale q k^T (+ mask), dp = go v^T (n x bk, row-major) */
       tl_gemm(gemm, "T", "N", bk, n, D, scale, k + n0 * skl, skl, q + q0 * sql, sql, 0.0f, s,
               TL_ABK);
@@ -378,13 +417,16 @@ static void tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, con
               gk + n0 * sgkl, sgkl);
     }
   }
+  return 0;
 }
 
 /* The gradients of tl_attn_fwd_f32's attention: go, out like q; lse [B, H, Lq]; gq like q,
    gk and gv like k (strides: the first three of go, q, k, v, out, lse, gq, gk, gv, mask).
    A key head shared by several query heads (H > Hk) sums their gradients, each computed
-   into private rows first. 0, or 1 (out of memory), or 3 (a mask that hides fewer than a
-   quarter of the blocks whole: eager's op runs). */
+   into private rows first. 0, or 1 (out of memory), or 2 (a masked query, output or output
+   gradient that is not finite) or 3 (a mask that hides fewer than a quarter of the blocks
+   whole, or a key or value that is not finite: tl_attn_few_dead); eager's op runs for
+   those two. */
 int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, const float *k,
                     const float *v, const float *out, const float *lse, float *gq, float *gk,
                     float *gv, int64_t B, int64_t H, int64_t Hk, int64_t Lq, int64_t Lk,
@@ -399,11 +441,11 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
   /* [B, H, 2, Lk, D]: each query head's dk and dv when heads share keys */
   float *own = group > 1 ? malloc(sizeof(float) * B * H * 2 * head) : NULL;
   unsigned char *dead = mask != NULL ? malloc(Bm * Hm * qblocks * kblocks) : NULL;
-  unsigned char *finite = mask != NULL ? malloc(kblocks) : NULL;
-  if ((group > 1 && own == NULL) || (mask != NULL && (dead == NULL || finite == NULL))) {
+  float *most = mask != NULL ? malloc(sizeof(float) * kblocks) : NULL;
+  if ((group > 1 && own == NULL) || (mask != NULL && (dead == NULL || most == NULL))) {
     free(own);
     free(dead);
-    free(finite);
+    free(most);
     return 1;
   }
   int failed = 0;
@@ -417,7 +459,7 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     #pragma omp barrier
     if (!failed) {
       const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, k, sk, v, sv, B, Hk, D,
-                                        finite, dead, &failed);
+                                        most, dead, &failed);
       #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < (none ? 0 : B * H); t++) {
         const int64_t b = t / H, h = t % H, hk = h / group;
@@ -427,12 +469,15 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
         const int64_t sdk = own != NULL ? D : sgk[2], sdv = own != NULL ? D : sgv[2];
         const float *mk = mask != NULL ? mask + b * sm[0] + h * sm[1] : NULL;
         const unsigned char *rows = mask != NULL ? dead + map * qblocks * kblocks : NULL;
-        tl_attn_bwd_task(gemm, go + b * sgo[0] + h * sgo[1], sgo[2], q + b * sq[0] + h * sq[1],
-                         sq[2], k + b * sk[0] + hk * sk[1], sk[2], v + b * sv[0] + hk * sv[1],
-                         sv[2], mk, sm[2], rows, kblocks, out + b * so[0] + h * so[1], so[2],
-                         lse + b * sl[0] + h * sl[1], sl[2], gq + b * sgq[0] + h * sgq[1],
-                         sgq[2], dk, sdk, dv, sdv, Lq, Lk, (int)D, (float)scale, causal, s,
-                         s + TL_ABQ * TL_ABK);
+        if (tl_attn_bwd_task(gemm, go + b * sgo[0] + h * sgo[1], sgo[2],
+                             q + b * sq[0] + h * sq[1], sq[2], k + b * sk[0] + hk * sk[1], sk[2],
+                             v + b * sv[0] + hk * sv[1], sv[2], mk, sm[2], rows, most, kblocks,
+                             out + b * so[0] + h * so[1], so[2], lse + b * sl[0] + h * sl[1],
+                             sl[2], gq + b * sgq[0] + h * sgq[1], sgq[2], dk, sdk, dv, sdv, Lq,
+                             Lk, (int)D, (float)scale, causal, s, s + TL_ABQ * TL_ABK)) {
+          #pragma omp atomic write
+          failed = 2;
+        }
       }
       if (own != NULL && !none) {
         #pragma omp for schedule(static)
@@ -454,7 +499,7 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
   }
   free(own);
   free(dead);
-  free(finite);
+  free(most);
   return failed;
 }
 

@@ -26,10 +26,15 @@ output like the query, the logsumexp ``[B, L, H]`` transposed, gradients ``[B, L
 permuted), so either side's backward takes either side's forward. Exponentials below -80
 are 0 (``tl_attn_exp``: e^-80 is 2e-35, nothing beside a row's largest term of 1) so that
 no subnormal ever costs a microcode assist. A query row that sees no key of the blocks
-computed (its mask hides all, so its softmax is over hidden values) is eager's op's. A
-block the mask hides whole is skipped only where its keys and values are all finite (one
-pass over them a call, ``tl_attn_finite_blocks``): eager's op multiplies them by 0, so an
-inf or NaN there gives NaN rows, as it does here.
+computed (its mask hides all, so its softmax is over hidden values) is eager's op's. Eager's
+op multiplies a hidden key's zero weight by its key and value and by the queries (and in
+the backward the output and its gradient), so one inf or NaN among them gives NaN rows:
+where blocks are to be skipped the keys and values are read once a call
+(``tl_attn_key_bounds``) and each task reads its own rows (``tl_attn_most``), and any
+value that is not finite sends the call to eager's op, as a NaN or +inf in the mask does.
+A block hidden by finite values (``finfo.min``, -1e30) is skipped only where its scores
+are bounded below 1e22 (``D * |scale| * max|q| * max|k|``), so that it adds nothing to
+eager's softmax either (``tl_attn_skips``).
 
 Anything else calls eager's op: a dtype other than f32, dropout, a bool mask, a causal flag
 with a mask, a last dim that is not contiguous, a tensor that needs its gradient under grad
