@@ -35,11 +35,10 @@ static inline float tl_attn_exp(float x) {
 /* A mask value that hides its key: -inf, or what models write for it (finfo.min). */
 #define TL_DEAD -1e30f
 
-/* The mask's block of rows [0, n) and columns [0, bk): TL_MINUS_INF where every value is
-   -inf, TL_BELOW where every value hides its key and some are finite, TL_ZERO where every
-   value is 0 (nothing to add), TL_ODD where one is NaN or +inf (eager's op then decides
-   the rows: a max over the block ignores NaN, and its rows' logsumexp follow its own
-   rules), else TL_MIXED. A task skips a block of the first two where tl_attn_skips says. */
+/* The mask's block of rows [0, n) and columns [0, bk): TL_MINUS_INF (every value -inf),
+   TL_BELOW (every value hides its key, some finite), TL_ZERO (every value 0: nothing to
+   add), TL_ODD (a NaN or +inf: eager's op decides such rows), else TL_MIXED. A task skips
+   a block of the first two where tl_attn_skips says. */
 #define TL_MIXED 0
 #define TL_ZERO 2
 #define TL_MINUS_INF 3
@@ -101,7 +100,7 @@ static float tl_attn_most(const float *x, int64_t ld, int64_t n, int64_t D) {
 }
 
 /* most[kb]: the largest |key| of key block kb (of every batch and key head), INFINITY where
-   a key or value there is not finite. A loop of the caller's parallel region. */
+   a key or value there is not finite (a loop of the caller's parallel region). */
 static void tl_attn_key_bounds(const float *k, const int64_t *sk, const float *v,
                                const int64_t *sv, int64_t B, int64_t Hk, int64_t Lk,
                                int64_t D, float *most) {
@@ -144,12 +143,11 @@ static inline int tl_attn_skips(int block, float qmost, float kmost, double dsca
 /* The mask's dead-block map (tl_attn_dead_map: loops of the caller's parallel region),
    then whether fewer than a quarter of its blocks are hidden whole: below that, blocks of
    64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
-   save too little, and *failed is 3 (eager's op runs), as it is for a mask with a NaN or
-   +inf. Only where enough are hidden are the keys and values read (tl_attn_key_bounds into
-   most, kblocks floats): one that is not finite sends the call to eager's op too (its zero
-   weight of a hidden key times it is NaN; its rows of infinite scores follow its own
-   rules). 0 without a mask. Every thread counts the same map and bounds, so all take the
-   same branch (each loop ends in the region's barrier). */
+   save too little, and *failed is 3 (eager's op runs), as for a mask with a NaN or +inf.
+   Only then are the keys and values read (tl_attn_key_bounds into most, kblocks floats):
+   one that is not finite sends the call to eager's op too (a hidden key's zero weight
+   times it is NaN there). 0 without a mask. Every thread counts the same map and bounds,
+   so all take the same branch (each loop ends in the region's barrier). */
 static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
                             int64_t Lq, int64_t Lk, const float *k, const int64_t *sk,
                             const float *v, const int64_t *sv, int64_t B, int64_t Hk,
