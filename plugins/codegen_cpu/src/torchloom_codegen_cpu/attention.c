@@ -192,9 +192,10 @@ static inline int tl_attn_row(float *restrict row, const float *mk, int64_t sml,
    16 queries (a horizontal reduction per query row cost as much as the products). Blocks
    whose mask hides every key are skipped (tl_attn_skips, kmost: tl_attn_key_bounds); 1
    when a row then had no key its mask lets through (its softmax would need the skipped
-   blocks) or had no key at all (-inf everywhere: eager's op decides what that gives), or
-   when a query of a masked task is not finite (a hidden key's zero weight is NaN in
-   eager's op), else 0. */
+   blocks), had no key at all (-inf everywhere) or an infinite score (a mask's +inf that
+   tl_attn_block's early answer did not see): eager's op decides what those give; or when
+   a query of a masked task is not finite (a hidden key's zero weight is NaN in eager's
+   op), else 0. */
 static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const float *k,
                             int64_t skl, const float *v, int64_t svl, const float *mk,
                             int64_t sml, const unsigned char *dead, const float *kmost,
@@ -268,7 +269,7 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
     tl_gemm(gemm, "N", "T", D, n, bk, 1.0f, v + n0 * svl, svl, st, TL_ABQ, 1.0f, o, D);
   }
   for (int i = 0; i < n; i++)
-    if ((skipped && !(m[i] > TL_DEAD)) || m[i] == -INFINITY) return 1;
+    if ((skipped && !(m[i] > TL_DEAD)) || m[i] == -INFINITY || m[i] == INFINITY) return 1;
   for (int i = 0; i < n; i++) {
     const float inv = 1.0f / l[i];
     float *restrict dst = out + (q0 + i) * sol;
@@ -352,7 +353,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
    every key are skipped (tl_attn_skips, kmost: tl_attn_key_bounds) where each row's
    logsumexp came from keys its mask lets through. 1 where a masked block of rows has a
    query, output or output gradient that is not finite (eager's op: a hidden key's zero
-   weights times it are NaN), else 0. */
+   weights times it are NaN), or a logsumexp of +inf or NaN, else 0. */
 static int tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, const float *q,
                              int64_t sql, const float *k, int64_t skl, const float *v,
                              int64_t svl, const float *mk, int64_t sml,
@@ -380,6 +381,8 @@ static int tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, cons
     }
     int live = mk != NULL;
     for (int i = 0; i < n && live; i++) live = lse[(q0 + i) * slse] > TL_DEAD;
+    for (int i = 0; i < n && mk != NULL; i++)  /* +inf or NaN: eager's rules */
+      if (!(lse[(q0 + i) * slse] <= 3.40282347e38f)) return 1;
     const float qmost = mk != NULL ? tl_attn_most(q + q0 * sql, sql, n, D) : 0.0f;
     if (mk != NULL && (qmost == INFINITY || tl_attn_most(go + q0 * sgl, sgl, n, D) == INFINITY ||
                        tl_attn_most(out + q0 * sol, sol, n, D) == INFINITY))
