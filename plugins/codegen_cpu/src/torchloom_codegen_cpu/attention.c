@@ -145,8 +145,8 @@ static inline int tl_attn_skips(int block, float qmost, float kmost, double dsca
    64 keys (no faster than eager's 512 at head dim 64, 0.75-0.95x without a block to skip)
    save too little, and *failed is 3 (eager's op runs), as for a mask with a NaN or +inf.
    Only then are the keys and values read (tl_attn_key_bounds into most, kblocks floats):
-   one that is not finite sends the call to eager's op too (a hidden key's zero weight
-   times it is NaN there). 0 without a mask. Every thread counts the same map and bounds,
+   one that is not finite makes it 4 (eager's op: a hidden key's zero weight times it is
+   NaN there). 0 without a mask. Every thread counts the same map and bounds,
    so all take the same branch (each loop ends in the region's barrier). */
 static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
                             int64_t Lq, int64_t Lk, const float *k, const int64_t *sk,
@@ -156,14 +156,16 @@ static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, in
   tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
   const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * kblocks;
+  int answer = 3;  /* (the mask's own verdict: attention.py keeps it for the mask) */
   if (tl_attn_hidden(dead, n) * 4 >= n) {
     tl_attn_key_bounds(k, sk, v, sv, B, Hk, Lk, D, most);
     int finite = 1;
     for (int64_t kb = 0; kb < kblocks; kb++) finite &= most[kb] < INFINITY;
     if (finite) return 0;
+    answer = 4;
   }
   #pragma omp atomic write
-  *failed = 3;
+  *failed = answer;
   return 1;
 }
 
@@ -286,8 +288,8 @@ static int tl_attn_fwd_task(tl_sgemm_fn gemm, const float *q, int64_t sql, const
    strides: the first three of q, k, v, out, lse and mask, in elements (the last dim of each
    contiguous). 0, or 1 (out of memory), or 2 (a row whose mask hides every key of the
    blocks computed, or a masked query that is not finite) or 3 (a mask that hides fewer
-   than a quarter of the blocks whole, or a key or value that is not finite:
-   tl_attn_few_dead); eager's op runs for those two. */
+   than a quarter of the blocks whole) or 4 (a key or value that is not finite):
+   tl_attn_few_dead; eager's op runs for those three. */
 int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, const float *v,
                     float *out, float *lse, int64_t B, int64_t H, int64_t Hk, int64_t Lq,
                     int64_t Lk, int64_t D, const float *mask, const int64_t *strides,
@@ -426,8 +428,8 @@ static int tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, cons
    A key head shared by several query heads (H > Hk) sums their gradients, each computed
    into private rows first. 0, or 1 (out of memory), or 2 (a masked query, output or output
    gradient that is not finite) or 3 (a mask that hides fewer than a quarter of the blocks
-   whole, or a key or value that is not finite: tl_attn_few_dead); eager's op runs for
-   those two. */
+   whole) or 4 (a key or value that is not finite): tl_attn_few_dead; eager's op runs for
+   those three. */
 int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, const float *k,
                     const float *v, const float *out, const float *lse, float *gq, float *gk,
                     float *gv, int64_t B, int64_t H, int64_t Hk, int64_t Lq, int64_t Lk,
