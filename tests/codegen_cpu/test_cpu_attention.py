@@ -461,3 +461,23 @@ def test_masks_and_values_of_any_kind_give_eagers_values(blocked, blocks, spots,
     if not attention._fast(q, k, v, (), 0.0, False, mask):
         return
     _both_directions(blocked, q, k, v, go, mask, backward=big == 1.0)
+
+
+@pytest.mark.parametrize("where", ["key", "value", "grad_out", "out"])
+def test_a_causal_flag_with_values_not_finite_gives_eagers_values(blocked, where):
+    """Eager's causal blocks of 512 keys multiply the hidden keys' zero weights too: a NaN
+    value or key hidden from a row makes it NaN (every row, at 300 tokens), and a NaN
+    output gradient makes the hidden keys' gradients NaN; the blocked path then runs
+    eager's op."""
+    q, k, v, go = qkv(1, 2, 1, 300, 300, 16, seed=11)
+    with torch.no_grad():
+        out, lse = FORWARD(q, k, v, 0.0, True)
+    {"key": k, "value": v, "grad_out": go, "out": out}[where][0, 0, 150, 3] = float("nan")
+    with torch.no_grad():
+        got = blocked.forward(q, k, v, 0.0, True)
+        grads = blocked.backward(go, q, k, v, out, lse, 0.0, True)
+        want = FORWARD(q, k, v, 0.0, True)
+        wants = BACKWARD(go, q, k, v, out, lse, 0.0, True)
+    for a, b in zip((*got, *grads), (*want, *wants)):
+        assert torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, equal_nan=True)

@@ -146,18 +146,24 @@ static inline int tl_attn_skips(int block, float qmost, float kmost, double dsca
    save too little, and *failed is 3 (eager's op runs), as for a mask with a NaN or +inf.
    Only then are the keys and values read (tl_attn_key_bounds into most, kblocks floats):
    one that is not finite makes it 4 (eager's op: a hidden key's zero weight times it is
-   NaN there). 0 without a mask. Every thread counts the same map and bounds,
-   so all take the same branch (each loop ends in the region's barrier). */
+   NaN there; under a causal flag too, whose hidden keys eager's blocks of 512 multiply).
+   0 without either. Every thread counts the same map and bounds, so all take the same
+   branch (each loop ends in the region's barrier). */
 static int tl_attn_few_dead(const float *mask, const int64_t *sm, int64_t Bm, int64_t Hm,
                             int64_t Lq, int64_t Lk, const float *k, const int64_t *sk,
                             const float *v, const int64_t *sv, int64_t B, int64_t Hk,
-                            int64_t D, float *most, unsigned char *dead, int *failed) {
-  if (mask == NULL) return 0;
-  tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+                            int64_t D, int causal, float *most, unsigned char *dead,
+                            int *failed) {
+  if (mask == NULL && !causal) return 0;
   const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
-  const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * kblocks;
   int answer = 3;  /* (the mask's own verdict: attention.py keeps it for the mask) */
-  if (tl_attn_hidden(dead, n) * 4 >= n) {
+  int enough = 1;
+  if (mask != NULL) {
+    tl_attn_dead_map(mask, sm, Bm, Hm, Lq, Lk, dead);
+    const int64_t n = Bm * Hm * ((Lq + TL_ABQ - 1) / TL_ABQ) * kblocks;
+    enough = tl_attn_hidden(dead, n) * 4 >= n;
+  }
+  if (enough) {
     tl_attn_key_bounds(k, sk, v, sv, B, Hk, Lk, D, most);
     int finite = 1;
     for (int64_t kb = 0; kb < kblocks; kb++) finite &= most[kb] < INFINITY;
@@ -301,8 +307,8 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
   const int64_t kblocks = (Lk + TL_ABK - 1) / TL_ABK;
   const int64_t Bm = sm[0] != 0 ? B : 1, Hm = sm[1] != 0 ? H : 1;
   unsigned char *dead = mask != NULL ? malloc(Bm * Hm * blocks * kblocks) : NULL;
-  float *most = mask != NULL ? malloc(sizeof(float) * kblocks) : NULL;
-  if (mask != NULL && (dead == NULL || most == NULL)) {
+  float *most = malloc(sizeof(float) * kblocks);
+  if (most == NULL || (mask != NULL && dead == NULL)) {
     free(dead);
     free(most);
     return 1;
@@ -319,7 +325,7 @@ int tl_attn_fwd_f32(int threads, void *sgemm, const float *q, const float *k, co
     if (!failed) {
       float *o = s + TL_ABQ * TL_ABK;
       const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, k, sk, v, sv, B, Hk, D,
-                                        most, dead, &failed);
+                                        causal, most, dead, &failed);
       #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t t = 0; t < (none ? 0 : tasks); t++) {
         /* the last rows first: the longest under a causal mask */
@@ -383,11 +389,12 @@ static int tl_attn_bwd_task(tl_sgemm_fn gemm, const float *go, int64_t sgl, cons
     }
     int live = mk != NULL;
     for (int i = 0; i < n && live; i++) live = lse[(q0 + i) * slse] > TL_DEAD;
-    for (int i = 0; i < n && mk != NULL; i++)  /* +inf or NaN: eager's rules */
+    const int skips = mk != NULL || causal;  /* (keys this task may never multiply) */
+    for (int i = 0; i < n && skips; i++)  /* +inf or NaN: eager's rules */
       if (!(lse[(q0 + i) * slse] <= 3.40282347e38f)) return 1;
-    const float qmost = mk != NULL ? tl_attn_most(q + q0 * sql, sql, n, D) : 0.0f;
-    if (mk != NULL && (qmost == INFINITY || tl_attn_most(go + q0 * sgl, sgl, n, D) == INFINITY ||
-                       tl_attn_most(out + q0 * sol, sol, n, D) == INFINITY))
+    const float qmost = skips ? tl_attn_most(q + q0 * sql, sql, n, D) : 0.0f;
+    if (skips && (qmost == INFINITY || tl_attn_most(go + q0 * sgl, sgl, n, D) == INFINITY ||
+                  tl_attn_most(out + q0 * sol, sol, n, D) == INFINITY))
       return 1;
     const int64_t nk = causal ? (q0 + n < Lk ? q0 + n : Lk) : Lk;
     for (int64_t n0 = 0; n0 < nk; n0 += TL_ABK) {
@@ -444,8 +451,8 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
   /* [B, H, 2, Lk, D]: each query head's dk and dv when heads share keys */
   float *own = group > 1 ? malloc(sizeof(float) * B * H * 2 * head) : NULL;
   unsigned char *dead = mask != NULL ? malloc(Bm * Hm * qblocks * kblocks) : NULL;
-  float *most = mask != NULL ? malloc(sizeof(float) * kblocks) : NULL;
-  if ((group > 1 && own == NULL) || (mask != NULL && (dead == NULL || most == NULL))) {
+  float *most = malloc(sizeof(float) * kblocks);
+  if ((group > 1 && own == NULL) || most == NULL || (mask != NULL && dead == NULL)) {
     free(own);
     free(dead);
     free(most);
@@ -462,7 +469,7 @@ int tl_attn_bwd_f32(int threads, void *sgemm, const float *go, const float *q, c
     #pragma omp barrier
     if (!failed) {
       const int none = tl_attn_few_dead(mask, sm, Bm, Hm, Lq, Lk, k, sk, v, sv, B, Hk, D,
-                                        most, dead, &failed);
+                                        causal, most, dead, &failed);
       #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < (none ? 0 : B * H); t++) {
         const int64_t b = t / H, h = t % H, hk = h / group;
