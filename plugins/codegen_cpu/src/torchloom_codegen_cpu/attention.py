@@ -67,6 +67,7 @@ BACKWARD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
 #: the largest size or stride the BLAS's 32-bit integers take
 _INT_MAX = (1 << 31) - 1
 
+_MASKS = (Path(__file__).parent / "attention_masks.c").read_text
 _ATTENTION = (Path(__file__).parent / "attention.c").read_text
 
 
@@ -76,13 +77,13 @@ DIRECTIONS = ("forward", "backward")
 
 def source(direction: str) -> str:
     """The translation unit of one direction's library: the prelude (its ``tl_exp_core``),
-    then the attention's C (attention.c) with that direction's half. Two libraries, not
-    one: inference builds only the forward's (0.6 of the 1.1 s gcc takes for both on the
+    then the attention's C (attention_masks.c, attention.c) with that direction's half.
+    Two libraries, not one: inference builds only the forward's (0.6 of the 1.1 s gcc takes for both on the
     Intel Xeon of RESULTS.md), training builds the backward's at its first call."""
     if direction not in DIRECTIONS:
         raise ValueError(f"attention library {direction!r}: expected one of {DIRECTIONS}")
     return (f"#define TL_ATTN_{direction.upper()} 1\n" + prelude() +
-            "#include <math.h>\n#include <stdlib.h>\n" + _ATTENTION())
+            "#include <math.h>\n#include <stdlib.h>\n" + _MASKS() + _ATTENTION())
 
 
 def _blas_sgemm() -> int | None:
