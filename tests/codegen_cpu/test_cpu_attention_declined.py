@@ -116,3 +116,17 @@ def test_the_memory_of_masks_is_bounded_and_weak():
     del last  # a freed mask's id may come back for another tensor: never the same entry
     fresh = torch.zeros(8, 8)
     assert not seen.has(fresh, q, k)
+
+
+def test_inference_tensors_are_judged_each_call(blocked):
+    """An inference tensor keeps no version (reading it raises): its mask is judged on
+    every call, and every call gives eager's values."""
+    att, answers = blocked
+    q, k, v, go = _inputs()
+    with torch.inference_mode():
+        mask = _padding().clone()
+        for _ in range(2):
+            got = att.forward(q, k, v, 0.0, False, attn_mask=mask)
+            assert all(torch.equal(a, b) for a, b in
+                       zip(got, FORWARD(q, k, v, 0.0, False, attn_mask=mask)))
+    assert answers == [attention._MASK_DECLINED] * 2

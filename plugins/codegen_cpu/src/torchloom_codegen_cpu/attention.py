@@ -78,8 +78,9 @@ DIRECTIONS = ("forward", "backward")
 def source(direction: str) -> str:
     """The translation unit of one direction's library: the prelude (its ``tl_exp_core``),
     then the attention's C (attention_masks.c, attention.c) with that direction's half.
-    Two libraries, not one: inference builds only the forward's (0.6 of the 1.1 s gcc takes for both on the
-    Intel Xeon of RESULTS.md), training builds the backward's at its first call."""
+    Two libraries, not one: inference builds only the forward's (0.6 of the 1.1 s gcc
+    takes for both on the Intel Xeon of RESULTS.md), training builds the backward's at its
+    first call."""
     if direction not in DIRECTIONS:
         raise ValueError(f"attention library {direction!r}: expected one of {DIRECTIONS}")
     return (f"#define TL_ATTN_{direction.upper()} 1\n" + prelude() +
@@ -119,7 +120,8 @@ class Declined:
     straight to eager's op (the declining C call cost 20-100 us of eager's 1.4-1.5 ms at
     BERT's ``[1, 4, 512, 64]`` with its padding mask, on the 2-vCPU Xeon of RESULTS.md). A
     mask is the same while it is the same object at the same version, address, shape and
-    strides, for the same batch, heads and lengths; the last 16 are kept."""
+    strides, for the same batch, heads and lengths; the last 16 are kept. An inference
+    tensor (``torch.inference_mode``) has no version to tell a change by: never kept."""
 
     _MOST = 16
 
@@ -138,6 +140,8 @@ class Declined:
             entry[1] == self._seen_with(mask, query, key)
 
     def add(self, mask, query, key) -> None:
+        if mask.is_inference():
+            return
         if len(self._seen) >= self._MOST:
             self._seen.clear()
         self._seen[id(mask)] = (weakref.ref(mask), self._seen_with(mask, query, key))
