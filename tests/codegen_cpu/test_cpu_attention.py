@@ -481,3 +481,24 @@ def test_a_causal_flag_with_values_not_finite_gives_eagers_values(blocked, where
     for a, b in zip((*got, *grads), (*want, *wants)):
         assert torch.equal(a.isnan(), b.isnan())
         torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(spots=st.lists(st.tuples(st.integers(0, 3), _VALUES), min_size=0, max_size=3),
+       L=st.integers(65, 300), seed=st.integers(0, 2 ** 16))
+def test_a_causal_flag_and_values_of_any_kind_give_eagers_values(blocked, spots, L, seed):
+    """A causal flag with single values of the query, key, value or output gradient set to
+    inf, NaN or a signed zero: eager's results either way the blocked path goes."""
+    q, k, v, go = qkv(1, 2, 1, L, L, 8, seed=seed % 89)
+    g = torch.Generator().manual_seed(seed)
+    for which, value in spots:
+        t = (q, k, v, go)[which]
+        t[tuple(int(torch.randint(0, n, (1,), generator=g)) for n in t.shape)] = value
+    with torch.no_grad():
+        want = FORWARD(q, k, v, 0.0, True)
+        wants = BACKWARD(go, q, k, v, *want, 0.0, True)
+        got = blocked.forward(q, k, v, 0.0, True)
+        grads = blocked.backward(go, q, k, v, *want, 0.0, True)
+    for a, b in zip((*got, *grads), (*want, *wants)):
+        assert torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, equal_nan=True)
