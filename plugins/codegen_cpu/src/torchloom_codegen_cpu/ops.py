@@ -28,6 +28,7 @@ from torchloom.api import DTYPES, InputRef, Unsupported, expr, op_rows, reductio
 from torchloom_codegen_cpu import int_division
 from torchloom_codegen_cpu.constants import (  # noqa: F401 (re-exported)
     CTYPE, INT_LIMITS, ITEMSIZE, STORAGE, literal)
+from torchloom_codegen_cpu.libmvec import VECTOR_MATH
 
 COMPUTE, FLOATS, VIEWS = writer.COMPUTE, writer.FLOATS, writer.VIEWS
 
@@ -469,12 +470,6 @@ EXPENSIVE = frozenset(f"aten.{name}.default" for name in (
     "erf", "sigmoid", "silu", "silu_backward", "gelu", "gelu_backward")) | {
         "aten.pow.Tensor_Tensor"}
 
-#: transcendental libm functions whose vector variants (glibc libmvec) the prelude
-#: declares, so ``#pragma omp simd`` loops call e.g. ``_ZGVdN8v_expf`` on 8 lanes
-VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
-               "tanh", "erf")
-
-
 def _calls_vector_math(op: str) -> bool:
     """Whether ``op``'s C text may call a :data:`VECTOR_MATH` function (its f64 text, where
     ``$exp``, ``$erf`` and ``$tanh`` are libm's; a template function that cannot be asked
@@ -487,6 +482,8 @@ def _calls_vector_math(op: str) -> bool:
 
 
 #: ops whose result a SIMD loop (libmvec's lanes) and a scalar one may round differently
+#: where the compiler maps libm's calls itself (clang; gcc's kernels get one value,
+#: libmvec.py)
 LIBM_VECTOR = EXPENSIVE | frozenset(op for op in POINTWISE if _calls_vector_math(op))
 
 

@@ -4,27 +4,29 @@
   exactly as c10::BFloat16 does (NaN becomes the quiet NaN 0x7FC0).
 - f16 is stored as its 16 bits too; conversions use the compiler's ``_Float16`` where it
   has one (gcc >= 12, clang >= 15 on x86-64), else exact bit arithmetic (clang 14).
-- Transcendentals: glibc's libmvec has vector variants of ``expf``, ``tanhf``, ``erff``...
-  but ``math.h`` declares them only under ``-ffast-math``, which would break NaN and inf
-  propagation. The prelude declares them itself (``#pragma omp declare simd``), so the
-  ``#pragma omp simd`` loops call e.g. ``_ZGVdN8v_expf`` (AVX2, 8 lanes) without any
-  fast-math flag. glibc documents libmvec's maximum error as 4 ulp, with special inputs
-  (NaN, inf, overflow) handled by the scalar function; tests/codegen_cpu measure the error
-  against eager on every op (see ``test_vector_math_error_bound``).
+- Transcendentals: libm's calls in ``#pragma omp simd`` loops call glibc's libmvec
+  variants without any fast-math flag, one variant per function on every path so that an
+  element's value is the same in every loop and every kernel (``libmvec.py``). glibc
+  documents libmvec's maximum error as 4 ulp, with special inputs (NaN, inf, overflow)
+  handled by the scalar function; tests/codegen_cpu measure the error against eager on
+  every op (see ``test_vector_math_error_bound``).
 """
 
 from __future__ import annotations
 
-from torchloom_codegen_cpu.ops import VECTOR_MATH
+from torchloom_codegen_cpu import libmvec
 from torchloom_codegen_cpu.overrun import SHARE
 from torchloom_codegen_cpu.special import SPECIAL
 
-_TEMPLATE = """\
+_INCLUDES = """\
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+"""
+
+_TEMPLATE = """\
 
 /* a * b + c rounded once where the CPU fuses multiply-adds, else twice. The kernels are
    built with -ffp-contract=off (toolchain.py): these are the only fused ones, where the
@@ -422,11 +424,6 @@ _HEADER = _TEMPLATE.replace(
 
 
 def prelude() -> str:
-    """The prelude. libmvec's SIMD variants are declared when the toolchain defines
-    ``TL_LIBMVEC`` (it links ``-lmvec``), so the source does not depend on the machine."""
-    decls = ["", "#if defined(TL_LIBMVEC) && defined(__x86_64__) && defined(_OPENMP)"]
-    for fn in VECTOR_MATH:
-        decls += ["#pragma omp declare simd notinbranch", f"extern float {fn}f(float);",
-                  "#pragma omp declare simd notinbranch", f"extern double {fn}(double);"]
-    decls.append("#endif")
-    return _HEADER + SPECIAL + SHARE + "\n".join(decls) + "\n"
+    """The prelude: libmvec's block (:func:`libmvec.declarations`) first, so its macros
+    reach every later call of a libm function."""
+    return _INCLUDES + libmvec.declarations() + _HEADER + SPECIAL + SHARE

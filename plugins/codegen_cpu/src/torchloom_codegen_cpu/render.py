@@ -9,7 +9,8 @@ import attrs
 
 from torchloom.api import expr, stmt
 
-from torchloom_codegen_cpu.ops import CTYPE, VECTOR_MATH
+from torchloom_codegen_cpu.libmvec import VECTOR_MATH
+from torchloom_codegen_cpu.ops import CTYPE
 
 #: the value an accumulation masked off adds (see :func:`stmt.masked`)
 _NEUTRAL = {"+=": "0", "*=": "1", "|=": "0"}

@@ -58,6 +58,7 @@ import attrs
 from filelock import FileLock
 from torchloom.api import Activity, ArtifactStore
 
+from torchloom_codegen_cpu import libmvec
 from torchloom_codegen_cpu.entry import ENTRY_HEAD
 
 log = logging.getLogger("torchloom.codegen_cpu")
@@ -70,7 +71,7 @@ _ISA = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
 
 
 #: what the probe checks, in its record's key (a new check must not read an old record)
-_PROBE = "libmvec,pyentry,width,tables"
+_PROBE = "libmvec-variants,pyentry,width,tables"
 
 
 class BuildError(Exception):
@@ -213,14 +214,16 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
     call on the 2-vCPU Xeon of RESULTS.md)."""
     features = cpu_features()
     libs = ("-lmvec", "-lm")
-    test = ("#include <math.h>\n#pragma omp declare simd notinbranch\nextern float expf(float);\n"
+    # the prelude's libmvec block, loaded: every variant it names must resolve (glibc
+    # before 2.35 lacks tan's, erf's, ...)
+    test = ("#define TL_LIBMVEC 1\n#include <math.h>\n" + libmvec.declarations() +
             "void f(float* x, int n) {\n#pragma omp simd\n"
-            "  for (int i = 0; i < n; i++) x[i] = expf(x[i]);\n}\n")
+            "  for (int i = 0; i < n; i++) x[i] = expf(x[i]) + sin(x[i]);\n}\n")
     entry = ENTRY_HEAD + "PyObject* f(PyObject* o) { return PyLong_AsVoidPtr(o) ? " \
         "PyCFunction_New(NULL, o) : PyErr_Format(PyExc_TypeError, \"%d\", 1); }\n"
     with ThreadPoolExecutor(max_workers=5, thread_name_prefix="torchloom-probe") as pool:
         version = pool.submit(_version, cc, timeout)
-        mvec = pool.submit(_compiles, cc, directory, timeout, test, libs)
+        mvec = pool.submit(_compiles, cc, directory, timeout, test, libs, load=True)
         # built and loaded here: the interpreter's symbols must resolve in this process
         pyentry = pool.submit(_compiles, cc, directory, timeout, entry, (), ("-DTL_PYENTRY",),
                               load=True)

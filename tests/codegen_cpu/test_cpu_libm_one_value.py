@@ -1,0 +1,203 @@
+"""A libm value (sin, log, erf, ...) is one value in every loop and every kernel
+(libmvec.py). libmvec's SIMD variants and the scalar functions round differently, and gcc
+picks per loop which elements take which: ``h = sin(x) + y; h == h.amax(0)`` found no
+maximum in some columns (the column form computes ``h`` in two loops), and amax's gradient
+at ``dynamic=True`` (the backward recomputes ``h``) divided by a count of 0: NaN, for sin,
+cos, tan, erf, log, log1p, expm1 and softplus, f32 and f64 alike. Checked here: the mask
+and the gradient end to end (compiled by the cpu codegen, no group on eager), and the
+mechanism itself (a SIMD loop and a scalar loop of one library agree bit for bit on every
+argument kind)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import codegens, compiled, group_text
+from torchloom.api import parse_graph
+from torchloom_codegen_cpu import libmvec
+from torchloom_codegen_cpu.prelude import prelude
+from torchloom_codegen_cpu.toolchain import build
+
+FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "erf": torch.erf,
+             "log": lambda x: torch.log(x.abs() + 0.1), "log1p": lambda x: torch.log1p(x.abs()),
+             "expm1": torch.expm1, "softplus": F.softplus}
+DTYPES = {"f32": torch.float32, "f64": torch.float64}
+
+
+def _column_maxima(g):
+    def f(x, y):
+        h = g(x) + y
+        return (h == h.amax(0, keepdim=True)).sum(0)
+    return f
+
+
+def _amax_sum(g):
+    return lambda x, y: (g(x) + y).amax(0).sum()
+
+
+def _inputs(shape, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=gen, dtype=dtype) * 3,
+            torch.randn(shape, generator=gen, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_every_column_has_its_maximum(tmp_path, name, dtype):
+    compiler, fn = compiled(_column_maxima(FUNCTIONS[name]), tmp_path, dynamic=True)
+    for k, shape in enumerate([(2, 19), (3, 37), (5, 100), (2, 1000)]):
+        x, y = _inputs(shape, DTYPES[dtype], k)
+        count = fn(x, y)
+        assert (count >= 1).all(), (shape, (count == 0).sum())
+        assert torch.equal(count, _column_maxima(FUNCTIONS[name])(x, y))
+    assert codegens(compiler) and set(codegens(compiler)) == {"cpu"}, codegens(compiler)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_amax_gradient_of_a_recomputed_value(tmp_path, name, dtype):
+    g = FUNCTIONS[name]
+    compiler, fn = compiled(_amax_sum(g), tmp_path, dynamic=True)
+    for k, shape in enumerate([(2, 19), (3, 37), (4, 50)]):
+        x, y = _inputs(shape, DTYPES[dtype], k)
+        x.requires_grad_()
+        fn(x, y).backward()
+        got, x.grad = x.grad, None
+        _amax_sum(g)(x, y).backward()
+        assert not got.isnan().any(), (shape, got)
+        torch.testing.assert_close(got, x.grad, rtol=1e-5, atol=1e-5)
+    assert set(codegens(compiler)) == {"cpu"}, codegens(compiler)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.integers(1, 6), cols=st.integers(1, 300), seed=st.integers(0, 2 ** 16),
+       name=st.sampled_from(["sin", "log1p", "erf"]), dtype=st.sampled_from(list(DTYPES)))
+def test_column_maxima_at_any_shape(tmp_path_factory, rows, cols, seed, name, dtype):
+    """Shapes of any row and column count (odd tails, one row, one column), one compile
+    per function and dtype (``dynamic=True``; torch.compile's cache is per test)."""
+    _, fn = compiled(_column_maxima(FUNCTIONS[name]), tmp_path_factory.mktemp("c"),
+                     dynamic=True)
+    x, y = _inputs((rows, cols), DTYPES[dtype], seed)
+    assert torch.equal(fn(x, y), _column_maxima(FUNCTIONS[name])(x, y))
+
+
+_LOOPS = """
+void v_{fn}(const {t}* x, {t}* y, long n) {{
+#pragma omp simd
+  for (long i = 0; i < n; i++) y[i] = {call}(x[i]);
+}}
+__attribute__((optimize("no-tree-vectorize")))
+void s_{fn}(const {t}* x, {t}* y, long n) {{
+  for (long i = 0; i < n; i++) y[i] = {call}(x[i]);
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory, codegen):
+    """A library of one SIMD loop and one scalar loop of each function, f32 and f64."""
+    text = prelude() + "".join(
+        _LOOPS.format(fn=f"{fn}_{t}", t=t, call=fn + ("f" if t == "float" else ""))
+        for fn in libmvec.VECTOR_MATH for t in ("float", "double"))
+    tc = codegen.toolchain()
+    return ctypes.CDLL(str(build(text, tc, tmp_path_factory.mktemp("libm"), codegen.timeout)))
+
+
+def _arguments(dtype) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    info = np.finfo(dtype)
+    parts = [rng.standard_normal(4000) * 10, rng.standard_normal(1000) * 1e4,
+             rng.uniform(-1, 1, 1000), rng.uniform(0, 1e-3, 500),
+             [0.0, -0.0, np.inf, -np.inf, np.nan, info.max, -info.max, info.tiny,
+              info.tiny / 4, 1e30, -1e30, 88.7, 89.0, 709.0, 710.0, -103.0, -745.0]]
+    return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fn", libmvec.VECTOR_MATH)
+def test_a_simd_loop_and_a_scalar_loop_agree(loops, fn, dtype):
+    """Bit for bit, at every offset (a 16-lane body, an 8-lane tail, a scalar tail)."""
+    t = "float" if dtype == np.float32 else "double"
+    x = _arguments(dtype)
+    if fn in ("log", "log2", "log10"):
+        x = np.abs(x)
+    if fn == "log1p":
+        x = np.abs(x) - 0.5
+    n = x.size
+    vector, scalar = np.empty_like(x), np.empty_like(x)
+    pointer = ctypes.c_void_p
+    for offset in (0, 1, 7):  # (the SIMD loop's body and tails move with it)
+        getattr(loops, f"v_{fn}_{t}")(pointer(x[offset:].ctypes.data),
+                                       pointer(vector.ctypes.data), ctypes.c_long(n - offset))
+        getattr(loops, f"s_{fn}_{t}")(pointer(x[offset:].ctypes.data),
+                                       pointer(scalar.ctypes.data), ctypes.c_long(n - offset))
+        v, s = vector[:n - offset], scalar[:n - offset]
+        assert np.array_equal(v.view(np.uint64 if t == "double" else np.uint32)[~np.isnan(v)],
+                              s.view(np.uint64 if t == "double" else np.uint32)[~np.isnan(v)])
+        assert np.array_equal(np.isnan(v), np.isnan(s))
+        want = getattr(torch, {"log1p": "log1p", "expm1": "expm1"}.get(fn, fn))(
+            torch.from_numpy(x[offset:].astype(np.float64)))
+        torch.testing.assert_close(torch.from_numpy(v), want.to(torch.from_numpy(v).dtype),
+                                   rtol=5e-7 if t == "float" else 1e-14, atol=1e-30,  # 4 ulp
+                                   equal_nan=True)
+
+
+#: every op whose template calls a libm function with libmvec variants, and its inputs
+#: (but sinc: a branch and a sin, which gcc 12 does not vectorize, libmvec.py)
+LIBM_OPS = {**{op: 1 for op in (
+    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "erf", "elu",
+    "selu", "celu", "softplus", "mish", "special_entr", "logit")},
+    "logaddexp": 2, "xlogy.Tensor": 2, "special_xlog1py": 2}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_every_libm_op_is_vectorized(registry, codegen, tmp_path, dtype):
+    """Each such op's loop calls the vector clone (``tl_m_``'s, libmvec.py), those with a
+    branch too: gcc 12 if-converts no call it does not know (softplus's loop, its libm
+    calls under other names, was scalar: 20 times slower)."""
+    if not codegen.toolchain().vector_math or "clang" in codegen.toolchain().version:
+        pytest.skip("gcc with libmvec only")  # (glibc on x86-64 has it)
+    n, kernels = 4099, {}
+    for op, arity in LIBM_OPS.items():
+        name = op if "." in op else f"{op}.default"
+        args = ", ".join(f"%a{k}" for k in range(arity))
+        text = group_text(", ".join(f"%a{k}: {dtype}[{n}]" for k in range(arity)),
+                          f"%o = aten.{name}({args}) : {dtype}[{n}]", f"%o: {dtype}[{n}]")
+        node = next(parse_graph(text).nodes)
+        assert codegen.supports(node, registry) is None, op
+        kernels[op] = codegen.generate(node, registry)
+    launchers = codegen.load_many(list(kernels.values()), registry)
+    assert len(launchers) == len(kernels)
+    head = prelude()
+    path = build(codegen.translation_unit(list(kernels.values())), codegen.toolchain(),
+                 codegen.cache_dir, codegen.timeout)
+    code = subprocess.run(["objdump", "-d", str(path)], capture_output=True, text=True).stdout
+    bodies = dict(_functions(code))
+    for op, kernel in kernels.items():
+        assert kernel.source.startswith(head)
+        body = "".join(b for f, b in bodies.items() if f.startswith(kernel.metadata["kernel"]))
+        assert body, (op, sorted(bodies)[:20])
+        assert "v_tl_m_" in body, op
+
+
+def _functions(disassembly: str):
+    """(name, text) of each function objdump lists."""
+    name, lines = None, []
+    for line in disassembly.splitlines():
+        if line.endswith(">:"):
+            if name is not None:
+                yield name, "\n".join(lines)
+            name, lines = line.split("<", 1)[1][:-2], []
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        yield name, "\n".join(lines)
