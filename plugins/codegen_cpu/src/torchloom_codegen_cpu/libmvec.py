@@ -38,49 +38,51 @@ VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "
 _BUILTINS = frozenset(VECTOR_MATH) - {"sin", "cos"}
 
 #: per x86-64 ISA level (the widest the compiler targets first): its macro, glibc's ISA
-#: letter and per C type (D: double, F: float) the lanes, the vector type, a broadcast
-#: and lane 0
-_ISAS = (("__AVX512F__", "e", {"D": (8, "__m512d", "_mm512_set1_pd", "_mm512_cvtsd_f64"),
-                               "F": (16, "__m512", "_mm512_set1_ps", "_mm512_cvtss_f32")}),
-         ("__AVX2__", "d", {"D": (4, "__m256d", "_mm256_set1_pd", "_mm256_cvtsd_f64"),
-                            "F": (8, "__m256", "_mm256_set1_ps", "_mm256_cvtss_f32")}),
-         ("__SSE2__", "b", {"D": (2, "__m128d", "_mm_set1_pd", "_mm_cvtsd_f64"),
-                            "F": (4, "__m128", "_mm_set1_ps", "_mm_cvtss_f32")}))
-_CTYPES = {"D": ("double", ""), "F": ("float", "f")}
-_HIDDEN = '__attribute__((visibility("hidden")))'
+#: letter, the vector's bytes and per C type (D: double, F: float) the instruction that
+#: broadcasts the scalar argument (in xmm0) to the variant's vector
+_ISAS = (("__AVX512F__", "e", 64, {"D": "vbroadcastsd %xmm0, %zmm0",
+                                   "F": "vbroadcastss %xmm0, %zmm0"}),
+         ("__AVX2__", "d", 32, {"D": "vbroadcastsd %xmm0, %ymm0",
+                                "F": "vbroadcastss %xmm0, %ymm0"}),
+         ("__SSE2__", "b", 16, {"D": "unpcklpd %xmm0, %xmm0", "F": "shufps $0, %xmm0, %xmm0"}))
+_CTYPES = {"D": ("double", "", 8), "F": ("float", "f", 4)}
 
 _GCC = "defined(TL_LIBMVEC) && defined(__x86_64__) && defined(_OPENMP)"
 
 
 def _one_variant(fn: str, kind: str) -> list[str]:
-    """``fn``'s lines for a C type (``kind``: D or F): libmvec's variant, the declaration
-    the kernels call (libm's own name or ``tl_m_``'s, declared simd), and ``tl_m_``'s
-    scalar form and clone, defined under their symbols (so gcc makes no clone of its
-    own)."""
-    ctype, suffix = _CTYPES[kind]
-    name, vec = f"{fn}{suffix}", f"tl_m_{kind}vec"
+    """``fn``'s lines for a C type (``kind``: D or F): the declaration the kernels call
+    (libm's own name or ``tl_m_``'s, declared simd, symbol ``tl_m_``'s), and that symbol's
+    scalar form and clone in assembly (no C to compile: it cost 30 ms of every build): the
+    scalar form broadcasts its argument and jumps to the variant, whose lane 0 is in the
+    scalar's return register; the clone jumps to the variant."""
+    ctype, suffix, _ = _CTYPES[kind]
+    name = f"{fn}{suffix}"
     called = name if fn in _BUILTINS else f"tl_m_{name}"
-    return [f"extern {vec} TL_M_{kind}VARIANT({name})({vec});",
-            f"#pragma omp declare simd notinbranch simdlen(TL_M_{kind}LANES)",
+    clone = f"TL_M_{kind}CLONE \"tl_m_{name}\""
+
+    def symbol(label: str) -> str:
+        return f'".globl " {label} "\\n.hidden " {label} "\\n.type " {label} ", @function\\n" {label} ":\\n"'
+    return [f"#pragma omp declare simd notinbranch simdlen(TL_M_{kind}LANES)",
             f'extern {ctype} {called}({ctype}) __asm__("tl_m_{name}") '
             f"__attribute__((const, nothrow, leaf));",
-            f'{ctype} tl_m_{name}_one({ctype}) __asm__("tl_m_{name}");',
-            f"{_HIDDEN} {ctype} tl_m_{name}_one({ctype} x) {{ return TL_M_{kind}ONE({name}, x); }}",
-            f"{_HIDDEN} {vec} TL_M_{kind}VARIANT(tl_m_{name})({vec} x) "
-            f"{{ return TL_M_{kind}VARIANT({name})(x); }}",
+            f'__asm__(".text\\n" {symbol(chr(34) + "tl_m_" + name + chr(34))} TL_M_{kind}BROADCAST '
+            f'"  jmp " TL_M_{kind}CLONE "{name}@PLT\\n" {symbol(clone)} '
+            f'"  jmp " TL_M_{kind}CLONE "{name}@PLT\\n");',
             *([] if fn in _BUILTINS else [f"#define {name}(x) tl_m_{name}(x)"])]
 
 
 def declarations() -> str:
     """The block (after ``math.h``): used when the toolchain defines ``TL_LIBMVEC`` (it
     links ``-lmvec``), so the source does not depend on the machine."""
-    lines = [f"#if {_GCC} && !defined(__clang__)", "#include <immintrin.h>"]
-    for k, (macro, isa, kinds) in enumerate(_ISAS):
+    lines = [f"#if {_GCC} && !defined(__clang__)"]
+    for k, (macro, isa, width, broadcast) in enumerate(_ISAS):
         lines.append(f"#{'el' if k else ''}if defined({macro})")
-        for kind, (lanes, vec, set1, lane0) in kinds.items():
-            lines += [f"#define TL_M_{kind}VARIANT(f) _ZGV{isa}N{lanes}v_##f",
-                      f"#define TL_M_{kind}LANES {lanes}", f"typedef {vec} tl_m_{kind}vec;",
-                      f"#define TL_M_{kind}ONE(f, x) {lane0}(TL_M_{kind}VARIANT(f)({set1}(x)))"]
+        for kind, (_, _, size) in _CTYPES.items():
+            lanes = width // size
+            lines += [f'#define TL_M_{kind}CLONE "_ZGV{isa}N{lanes}v_"',
+                      f"#define TL_M_{kind}LANES {lanes}",
+                      f'#define TL_M_{kind}BROADCAST "  {broadcast[kind]}\\n"']
     lines.append("#endif")
     for fn in VECTOR_MATH:
         lines += _one_variant(fn, "D") + _one_variant(fn, "F")
