@@ -154,8 +154,9 @@ def test_a_simd_loop_and_a_scalar_loop_agree(loops, fn, dtype):
 #: every op whose template calls a libm function with libmvec variants, and its inputs
 #: (but sinc: a branch and a sin, which gcc 12 does not vectorize, libmvec.py)
 LIBM_OPS = {**{op: 1 for op in (
-    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "erf", "elu",
-    "selu", "celu", "softplus", "mish", "special_entr", "logit")},
+    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "erf", "erfc",
+    "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "elu", "selu", "celu",
+    "softplus", "mish", "special_entr", "logit")},
     "logaddexp": 2, "xlogy.Tensor": 2, "special_xlog1py": 2}
 
 

@@ -25,15 +25,22 @@ every loop gives an element one value.
   one argument into a scalar ``sincos`` call before it vectorizes (a rotary embedding's
   loop was scalar glibc sincosf). A loop with a branch and a sin or cos is not vectorized.
 
-clang maps libm's calls itself (``-fveclib=libmvec``): there the block only declares them
-``simd``, and values computed in two loops may still differ.
+The scalar form and the clone are two instructions of assembly each (a broadcast and a
+jump; the variant's lane 0 is in the scalar's return register): as C they cost 30 ms of
+every build. Every library so names every variant: the toolchain's probe loads the block,
+and a glibc without one of them (before 2.35: tan, erf, log1p, ...) builds with libm's
+scalar functions (one value everywhere, slower). (Since glibc 2.35 libmvec also has
+atan2, hypot and pow, of two arguments: not used yet, those loops are scalar.) clang maps libm's calls itself
+(``-fveclib=libmvec``): there the block only declares them ``simd``, and values computed in
+two loops may still differ.
 """
 
 from __future__ import annotations
 
 #: the libm functions with libmvec variants the kernels call
 VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
-               "tanh", "erf")
+               "tanh", "erf", "erfc", "sinh", "cosh", "asinh", "acosh", "atanh", "asin",
+               "acos", "atan")
 #: those called under their own names (the rest through macros: sincos)
 _BUILTINS = frozenset(VECTOR_MATH) - {"sin", "cos"}
 
@@ -50,25 +57,29 @@ _CTYPES = {"D": ("double", "", 8), "F": ("float", "f", 4)}
 _GCC = "defined(TL_LIBMVEC) && defined(__x86_64__) && defined(_OPENMP)"
 
 
+def _label(name: str) -> str:
+    """A hidden function's label (``name``: C string literals), as C string literals."""
+    return (f'".globl " {name} "\\n.hidden " {name} "\\n.type " {name} ", @function\\n" '
+            f'{name} ":\\n"')
+
+
 def _one_variant(fn: str, kind: str) -> list[str]:
     """``fn``'s lines for a C type (``kind``: D or F): the declaration the kernels call
     (libm's own name or ``tl_m_``'s, declared simd, symbol ``tl_m_``'s), and that symbol's
-    scalar form and clone in assembly (no C to compile: it cost 30 ms of every build): the
-    scalar form broadcasts its argument and jumps to the variant, whose lane 0 is in the
-    scalar's return register; the clone jumps to the variant."""
+    scalar form and clone in assembly: the scalar form broadcasts its argument and jumps
+    to the variant, the clone jumps to it. ``.pushsection``: gcc keeps track of the section
+    it is in."""
     ctype, suffix, _ = _CTYPES[kind]
     name = f"{fn}{suffix}"
     called = name if fn in _BUILTINS else f"tl_m_{name}"
-    clone = f"TL_M_{kind}CLONE \"tl_m_{name}\""
-
-    def symbol(label: str) -> str:
-        return f'".globl " {label} "\\n.hidden " {label} "\\n.type " {label} ", @function\\n" {label} ":\\n"'
+    jump = f'"  jmp " TL_M_{kind}CLONE "{name}@PLT\\n"'
     return [f"#pragma omp declare simd notinbranch simdlen(TL_M_{kind}LANES)",
             f'extern {ctype} {called}({ctype}) __asm__("tl_m_{name}") '
             f"__attribute__((const, nothrow, leaf));",
-            f'__asm__(".text\\n" {symbol(chr(34) + "tl_m_" + name + chr(34))} TL_M_{kind}BROADCAST '
-            f'"  jmp " TL_M_{kind}CLONE "{name}@PLT\\n" {symbol(clone)} '
-            f'"  jmp " TL_M_{kind}CLONE "{name}@PLT\\n");',
+            f'__asm__(".pushsection .text\\n" {_label(chr(34) + "tl_m_" + name + chr(34))}',
+            f"        TL_M_{kind}BROADCAST {jump}",
+            f'        {_label(f"TL_M_{kind}CLONE {chr(34)}tl_m_{name}{chr(34)}")}',
+            f'        {jump} ".popsection\\n");',
             *([] if fn in _BUILTINS else [f"#define {name}(x) tl_m_{name}(x)"])]
 
 
