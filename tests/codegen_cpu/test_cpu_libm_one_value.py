@@ -91,22 +91,25 @@ def test_column_maxima_at_any_shape(tmp_path_factory, rows, cols, seed, name, dt
 
 
 _LOOPS = """
-void v_{fn}(const {t}* x, {t}* y, long n) {{
+void v_{fn}(const {t}* x, const {t}* z, {t}* y, long n) {{
 #pragma omp simd
-  for (long i = 0; i < n; i++) y[i] = {call}(x[i]);
+  for (long i = 0; i < n; i++) y[i] = {call}({args});
 }}
 __attribute__((optimize("no-tree-vectorize")))
-void s_{fn}(const {t}* x, {t}* y, long n) {{
-  for (long i = 0; i < n; i++) y[i] = {call}(x[i]);
+void s_{fn}(const {t}* x, const {t}* z, {t}* y, long n) {{
+  for (long i = 0; i < n; i++) y[i] = {call}({args});
 }}
 """
+#: the functions of two arguments (the second from ``z``)
+BINARY = ("pow", "atan2", "hypot")
 
 
 @pytest.fixture(scope="module")
 def loops(tmp_path_factory, codegen):
     """A library of one SIMD loop and one scalar loop of each function, f32 and f64."""
     text = prelude() + "".join(
-        _LOOPS.format(fn=f"{fn}_{t}", t=t, call=fn + ("f" if t == "float" else ""))
+        _LOOPS.format(fn=f"{fn}_{t}", t=t, call=fn + ("f" if t == "float" else ""),
+                      args="x[i], z[i]" if fn in BINARY else "x[i]")
         for fn in libmvec.VECTOR_MATH for t in ("float", "double"))
     tc = codegen.toolchain()
     return ctypes.CDLL(str(build(text, tc, tmp_path_factory.mktemp("libm"), codegen.timeout)))
@@ -132,20 +135,25 @@ def test_a_simd_loop_and_a_scalar_loop_agree(loops, fn, dtype):
         x = np.abs(x)
     if fn == "log1p":
         x = np.abs(x) - 0.5
+    z = np.roll(x, 1) if fn != "pow" else np.tile(
+        np.asarray([2.0, 0.5, -1.5, 3.0, 0.0, -0.0, np.inf, np.nan, 1e-3, 17.25, -7.0],
+                   dtype=dtype), x.size // 11 + 1)[:x.size]
     n = x.size
     vector, scalar = np.empty_like(x), np.empty_like(x)
     pointer = ctypes.c_void_p
     for offset in (0, 1, 7):  # (the SIMD loop's body and tails move with it)
-        getattr(loops, f"v_{fn}_{t}")(pointer(x[offset:].ctypes.data),
-                                       pointer(vector.ctypes.data), ctypes.c_long(n - offset))
-        getattr(loops, f"s_{fn}_{t}")(pointer(x[offset:].ctypes.data),
-                                       pointer(scalar.ctypes.data), ctypes.c_long(n - offset))
+        args = (pointer(x[offset:].ctypes.data), pointer(z[offset:].ctypes.data))
+        getattr(loops, f"v_{fn}_{t}")(*args, pointer(vector.ctypes.data),
+                                       ctypes.c_long(n - offset))
+        getattr(loops, f"s_{fn}_{t}")(*args, pointer(scalar.ctypes.data),
+                                       ctypes.c_long(n - offset))
         v, s = vector[:n - offset], scalar[:n - offset]
         assert np.array_equal(v.view(np.uint64 if t == "double" else np.uint32)[~np.isnan(v)],
                               s.view(np.uint64 if t == "double" else np.uint32)[~np.isnan(v)])
         assert np.array_equal(np.isnan(v), np.isnan(s))
-        want = getattr(torch, {"log1p": "log1p", "expm1": "expm1"}.get(fn, fn))(
-            torch.from_numpy(x[offset:].astype(np.float64)))
+        wide = [torch.from_numpy(a[offset:].astype(np.float64))
+                for a in ((x, z) if fn in BINARY else (x,))]
+        want = getattr(torch, fn)(*wide)
         torch.testing.assert_close(torch.from_numpy(v), want.to(torch.from_numpy(v).dtype),
                                    rtol=5e-7 if t == "float" else 1e-14, atol=1e-30,  # 4 ulp
                                    equal_nan=True)
@@ -157,7 +165,8 @@ LIBM_OPS = {**{op: 1 for op in (
     "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "erf", "erfc",
     "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "elu", "selu", "celu",
     "softplus", "mish", "special_entr", "logit")},
-    "logaddexp": 2, "xlogy.Tensor": 2, "special_xlog1py": 2}
+    "logaddexp": 2, "xlogy.Tensor": 2, "special_xlog1py": 2, "atan2": 2, "hypot": 2,
+    "pow.Tensor_Tensor": 2}
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])

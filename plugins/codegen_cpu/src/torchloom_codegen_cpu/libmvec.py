@@ -29,8 +29,8 @@ The scalar form and the clone are two instructions of assembly each (a broadcast
 jump; the variant's lane 0 is in the scalar's return register): as C they cost 30 ms of
 every build. Every library so names every variant: the toolchain's probe loads the block,
 and a glibc without one of them (before 2.35: tan, erf, log1p, ...) builds with libm's
-scalar functions (one value everywhere, slower). (Since glibc 2.35 libmvec also has
-atan2, hypot and pow, of two arguments: not used yet, those loops are scalar.) clang maps libm's calls itself
+scalar functions (one value everywhere, slower). pow, atan2 and hypot take two arguments
+(``vv`` variants): the scalar form broadcasts both. clang maps libm's calls itself
 (``-fveclib=libmvec``): there the block only declares them ``simd``, and values computed in
 two loops may still differ.
 """
@@ -40,18 +40,21 @@ from __future__ import annotations
 #: the libm functions with libmvec variants the kernels call
 VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
                "tanh", "erf", "erfc", "sinh", "cosh", "asinh", "acosh", "atanh", "asin",
-               "acos", "atan")
+               "acos", "atan", "pow", "atan2", "hypot")
+#: those of two arguments (libmvec's ``vv`` variants)
+_BINARY = frozenset({"pow", "atan2", "hypot"})
 #: those called under their own names (the rest through macros: sincos)
 _BUILTINS = frozenset(VECTOR_MATH) - {"sin", "cos"}
 
 #: per x86-64 ISA level (the widest the compiler targets first): its macro, glibc's ISA
 #: letter, the vector's bytes and per C type (D: double, F: float) the instruction that
-#: broadcasts the scalar argument (in xmm0) to the variant's vector
-_ISAS = (("__AVX512F__", "e", 64, {"D": "vbroadcastsd %xmm0, %zmm0",
-                                   "F": "vbroadcastss %xmm0, %zmm0"}),
-         ("__AVX2__", "d", 32, {"D": "vbroadcastsd %xmm0, %ymm0",
-                                "F": "vbroadcastss %xmm0, %ymm0"}),
-         ("__SSE2__", "b", 16, {"D": "unpcklpd %xmm0, %xmm0", "F": "shufps $0, %xmm0, %xmm0"}))
+#: broadcasts scalar argument ``r`` (in xmm<r>) to the variant's vector
+_ISAS = (("__AVX512F__", "e", 64, {"D": "vbroadcastsd %xmm{r}, %zmm{r}",
+                                   "F": "vbroadcastss %xmm{r}, %zmm{r}"}),
+         ("__AVX2__", "d", 32, {"D": "vbroadcastsd %xmm{r}, %ymm{r}",
+                                "F": "vbroadcastss %xmm{r}, %ymm{r}"}),
+         ("__SSE2__", "b", 16, {"D": "unpcklpd %xmm{r}, %xmm{r}",
+                                "F": "shufps $0, %xmm{r}, %xmm{r}"}))
 _CTYPES = {"D": ("double", "", 8), "F": ("float", "f", 4)}
 
 _GCC = "defined(TL_LIBMVEC) && defined(__x86_64__) && defined(_OPENMP)"
@@ -70,15 +73,16 @@ def _one_variant(fn: str, kind: str) -> list[str]:
     to the variant, the clone jumps to it. ``.pushsection``: gcc keeps track of the section
     it is in."""
     ctype, suffix, _ = _CTYPES[kind]
-    name = f"{fn}{suffix}"
+    name, arity = f"{fn}{suffix}", 2 if fn in _BINARY else 1
     called = name if fn in _BUILTINS else f"tl_m_{name}"
-    jump = f'"  jmp " TL_M_{kind}CLONE "{name}@PLT\\n"'
+    clone, params = f"TL_M_{kind}CLONE{arity}", ", ".join([ctype] * arity)
+    jump = f'"  jmp " {clone} "{name}@PLT\\n"'
     return [f"#pragma omp declare simd notinbranch simdlen(TL_M_{kind}LANES)",
-            f'extern {ctype} {called}({ctype}) __asm__("tl_m_{name}") '
+            f'extern {ctype} {called}({params}) __asm__("tl_m_{name}") '
             f"__attribute__((const, nothrow, leaf));",
             f'__asm__(".pushsection .text\\n" {_label(chr(34) + "tl_m_" + name + chr(34))}',
-            f"        TL_M_{kind}BROADCAST {jump}",
-            f'        {_label(f"TL_M_{kind}CLONE {chr(34)}tl_m_{name}{chr(34)}")}',
+            f"        TL_M_{kind}BROADCAST{arity} {jump}",
+            f'        {_label(f"{clone} {chr(34)}tl_m_{name}{chr(34)}")}',
             f'        {jump} ".popsection\\n");',
             *([] if fn in _BUILTINS else [f"#define {name}(x) tl_m_{name}(x)"])]
 
@@ -91,15 +95,20 @@ def declarations() -> str:
         lines.append(f"#{'el' if k else ''}if defined({macro})")
         for kind, (_, _, size) in _CTYPES.items():
             lanes = width // size
-            lines += [f'#define TL_M_{kind}CLONE "_ZGV{isa}N{lanes}v_"',
+            bcast = [f"  {broadcast[kind].format(r=r)}\\n" for r in range(2)]
+            lines += [f'#define TL_M_{kind}CLONE1 "_ZGV{isa}N{lanes}v_"',
+                      f'#define TL_M_{kind}CLONE2 "_ZGV{isa}N{lanes}vv_"',
                       f"#define TL_M_{kind}LANES {lanes}",
-                      f'#define TL_M_{kind}BROADCAST "  {broadcast[kind]}\\n"']
+                      f'#define TL_M_{kind}BROADCAST1 "{bcast[0]}"',
+                      f'#define TL_M_{kind}BROADCAST2 "{bcast[0]}" "{bcast[1]}"']
     lines.append("#endif")
     for fn in VECTOR_MATH:
         lines += _one_variant(fn, "D") + _one_variant(fn, "F")
     lines.append(f"#elif {_GCC}")
     for fn in VECTOR_MATH:
-        lines += ["#pragma omp declare simd notinbranch", f"extern float {fn}f(float);",
-                  "#pragma omp declare simd notinbranch", f"extern double {fn}(double);"]
+        floats, doubles = (", ".join([t] * (2 if fn in _BINARY else 1))
+                           for t in ("float", "double"))
+        lines += ["#pragma omp declare simd notinbranch", f"extern float {fn}f({floats});",
+                  "#pragma omp declare simd notinbranch", f"extern double {fn}({doubles});"]
     lines.append("#endif")
     return "\n".join(lines) + "\n"
