@@ -28,7 +28,10 @@ from torchloom_codegen_cpu.toolchain import build
 
 FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "erf": torch.erf,
              "log": lambda x: torch.log(x.abs() + 0.1), "log1p": lambda x: torch.log1p(x.abs()),
-             "expm1": torch.expm1, "softplus": F.softplus}
+             "expm1": torch.expm1, "softplus": F.softplus,
+             # sin and cos of one value in one loop (gcc would merge builtins into sincos)
+             "sincos": lambda x: torch.sin(x) * torch.cos(x),
+             "pow": lambda x: x.abs() ** 1.7, "atan2": lambda x: torch.atan2(x, x - 0.5)}
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
 
 
@@ -160,9 +163,8 @@ def test_a_simd_loop_and_a_scalar_loop_agree(loops, fn, dtype):
 
 
 #: every op whose template calls a libm function with libmvec variants, and its inputs
-#: (but sinc: a branch and a sin, which gcc 12 does not vectorize, libmvec.py)
 LIBM_OPS = {**{op: 1 for op in (
-    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "erf", "erfc",
+    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "erf", "erfc", "sinc",
     "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "elu", "selu", "celu",
     "softplus", "mish", "special_entr", "logit")},
     "logaddexp": 2, "xlogy.Tensor": 2, "special_xlog1py": 2, "atan2": 2, "hypot": 2,

@@ -21,9 +21,9 @@ every loop gives an element one value.
 - Most functions keep libm's name, redeclared with ``__asm__("tl_m_f")``: gcc still knows
   them as its builtins, and if-converts a loop whose conditional calls one (gcc 12
   vectorizes no loop with both a branch and a call it does not know).
-- sin and cos are ``tl_m_sin``/``tl_m_cos`` (macros): gcc combines a builtin sin and cos of
-  one argument into a scalar ``sincos`` call before it vectorizes (a rotary embedding's
-  loop was scalar glibc sincosf). A loop with a branch and a sin or cos is not vectorized.
+- cos is ``tl_m_cos`` (a macro): gcc combines a builtin sin and cos of one argument into a
+  scalar ``sincos`` call before it vectorizes (a rotary embedding's loop was scalar glibc
+  sincosf). A loop with both a branch and a cos is not vectorized.
 
 The scalar form and the clone are two instructions of assembly each (a broadcast and a
 jump; the variant's lane 0 is in the scalar's return register): as C they cost 30 ms of
@@ -43,8 +43,8 @@ VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "
                "acos", "atan", "pow", "atan2", "hypot")
 #: those of two arguments (libmvec's ``vv`` variants)
 _BINARY = frozenset({"pow", "atan2", "hypot"})
-#: those called under their own names (the rest through macros: sincos)
-_BUILTINS = frozenset(VECTOR_MATH) - {"sin", "cos"}
+#: those called under their own names (cos through a macro: no sincos)
+_BUILTINS = frozenset(VECTOR_MATH) - {"cos"}
 
 #: per x86-64 ISA level (the widest the compiler targets first): its macro, glibc's ISA
 #: letter, the vector's bytes and per C type (D: double, F: float) the instruction that
