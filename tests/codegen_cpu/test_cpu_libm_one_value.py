@@ -213,3 +213,47 @@ def _functions(disassembly: str):
             lines.append(line)
     if name is not None:
         yield name, "\n".join(lines)
+
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, 1.5, 7.0, 0.3, float("inf"),
+            float("-inf"), float("nan"), 1e-40, -1e-40, 3e38, -3e38, 1e-300, 89.0, 710.0,
+            -710.0, 1.0000001, 0.9999999, 27.0, 1e-8]
+UNARY = ["erfc", "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "sin",
+         "cos", "tan", "tanh", "erf", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p"]
+SPECIAL_TOLERANCE = {torch.float32: 2e-6, torch.float64: 1e-13, torch.bfloat16: 1e-2}
+
+
+def _as_eager(got, want, dtype) -> None:
+    """Within the tolerance, NaN where eager's is NaN, and a zero's sign as eager's."""
+    close = torch.isclose(got.double(), want.double(), rtol=SPECIAL_TOLERANCE[dtype], atol=0,
+                          equal_nan=True)
+    sign = (want != 0) | (torch.signbit(got) == torch.signbit(want))
+    assert (close & sign).all(), [(k, got.flatten()[k], want.flatten()[k])
+                                  for k in torch.nonzero(~(close & sign).flatten())[:8]]
+
+
+@pytest.mark.parametrize("dtype", list(SPECIAL_TOLERANCE))
+def test_special_values_of_every_function(tmp_path, dtype):
+    """Zeros of both signs, infinities, NaN, subnormals, domain edges (1, -1) and overflow:
+    the variants' special cases (their scalar callouts) give eager's values."""
+    x = torch.tensor(SPECIALS, dtype=torch.float64).to(dtype)
+
+    def f(x):
+        return torch.stack([getattr(torch, name)(x) for name in UNARY])
+    compiler, fn = compiled(f, tmp_path)
+    _as_eager(fn(x), f(x), dtype)
+    assert set(codegens(compiler)) == {"cpu"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_special_values_of_two_arguments(tmp_path, dtype):
+    """pow (pow(1, NaN) = 1, pow(NaN, 0) = 1, pow(-0, -3) = -inf, ...), atan2 (the signs of
+    zeros) and hypot (hypot(inf, NaN) = inf) on every pair of special values."""
+    grid = torch.tensor(SPECIALS, dtype=dtype)
+    x, y = grid.repeat_interleave(len(SPECIALS)), grid.repeat(len(SPECIALS))
+
+    def f(x, y):
+        return torch.stack([torch.pow(x, y), torch.atan2(x, y), torch.hypot(x, y)])
+    compiler, fn = compiled(f, tmp_path)
+    _as_eager(fn(x, y), f(x, y), dtype)
+    assert set(codegens(compiler)) == {"cpu"}
