@@ -85,8 +85,9 @@ def test_amax_gradient_of_a_recomputed_value(tmp_path, name, dtype):
 @given(rows=st.integers(1, 6), cols=st.integers(1, 300), seed=st.integers(0, 2 ** 16),
        name=st.sampled_from(["sin", "log1p", "erf"]), dtype=st.sampled_from(list(DTYPES)))
 def test_column_maxima_at_any_shape(tmp_path_factory, rows, cols, seed, name, dtype):
-    """Shapes of any row and column count (odd tails, one row, one column), one compile
-    per function and dtype (``dynamic=True``; torch.compile's cache is per test)."""
+    """Shapes of any row and column count (odd tails, one row, one column). Each example
+    compiles again, at ``dynamic=True``: the C source of a function and dtype is the same at
+    every size, so its library is built once and shared."""
     _, fn = compiled(_column_maxima(FUNCTIONS[name]), tmp_path_factory.mktemp("c"),
                      dynamic=True)
     x, y = _inputs((rows, cols), DTYPES[dtype], seed)
