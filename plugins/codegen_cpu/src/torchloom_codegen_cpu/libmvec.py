@@ -24,6 +24,14 @@ every loop gives an element one value.
 - cos is ``tl_m_cos`` (a macro): gcc combines a builtin sin and cos of one argument into a
   scalar ``sincos`` call before it vectorizes (a rotary embedding's loop was scalar glibc
   sincosf). A loop with both a branch and a cos is not vectorized.
+- f32 cos is ``(float)tl_m_cos((double)x)``: the f32 variant misses the correctly rounded
+  value in a fifth of tiny arguments (cos(3.4e-6) is 1 - 2^-24 where eager gives 1), which
+  the cancellation in sinc's gradient, ``(cos(pi x) pi x - sin(pi x)) / (pi x^2)``, made 0.057
+  where eager's is 0 (OpInfo's sinc samples). The double variant rounded to f32 was
+  correctly rounded on a million arguments, every function; but an f32 loop through double
+  runs at half the speed or less (sin 0.18 -> 0.47 ms a million elements, softplus and pow
+  then slower than eager), so the other functions keep their f32 variants (within 4 ulp,
+  sin and tan of tiny arguments correctly rounded).
 
 The scalar form and the clone are two instructions of assembly each (a broadcast and a
 jump; the variant's lane 0 is in the scalar's return register): as C they cost 30 ms of
@@ -45,6 +53,9 @@ VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "
 _BINARY = frozenset({"pow", "atan2", "hypot"})
 #: those called under their own names (cos through a macro: no sincos)
 _BUILTINS = frozenset(VECTOR_MATH) - {"cos"}
+#: those whose f32 form is the double variant's value rounded (one of them at most: a
+#: through-double f32 loop runs at about half the speed; see the module's docstring)
+_THROUGH_DOUBLE = frozenset({"cos"})
 
 #: per x86-64 ISA level (the widest the compiler targets first): its macro, glibc's ISA
 #: letter, the vector's bytes and per C type (D: double, F: float) the instruction that
@@ -103,7 +114,9 @@ def declarations() -> str:
                       f'#define TL_M_{kind}BROADCAST2 "{bcast[0]}" "{bcast[1]}"']
     lines.append("#endif")
     for fn in VECTOR_MATH:
-        lines += _one_variant(fn, "D") + _one_variant(fn, "F")
+        lines += _one_variant(fn, "D") + (
+            _one_variant(fn, "F") if fn not in _THROUGH_DOUBLE else
+            [f"#define {fn}f(x) ((float)tl_m_{fn}((double)(x)))"])
     lines.append(f"#elif {_GCC}")
     for fn in VECTOR_MATH:
         floats, doubles = (", ".join([t] * (2 if fn in _BINARY else 1))
