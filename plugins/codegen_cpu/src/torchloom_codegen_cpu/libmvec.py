@@ -53,8 +53,8 @@ VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "
 _BINARY = frozenset({"pow", "atan2", "hypot"})
 #: those called under their own names (cos through a macro: no sincos)
 _BUILTINS = frozenset(VECTOR_MATH) - {"cos"}
-#: those whose f32 form is the double variant's value rounded (one of them at most: a
-#: through-double f32 loop runs at about half the speed; see the module's docstring)
+#: those whose f32 form is the double variant's value rounded (an f32 loop through double
+#: runs at half the speed: only where the f32 variant's error was seen; the docstring)
 _THROUGH_DOUBLE = frozenset({"cos"})
 
 #: per x86-64 ISA level (the widest the compiler targets first): its macro, glibc's ISA
