@@ -116,7 +116,8 @@ def declarations() -> str:
     for fn in VECTOR_MATH:
         lines += _one_variant(fn, "D") + (
             _one_variant(fn, "F") if fn not in _THROUGH_DOUBLE else
-            [f"#define {fn}f(x) ((float)tl_m_{fn}((double)(x)))"])
+            [f"#define {fn}f(x) ((float){fn if fn in _BUILTINS else 'tl_m_' + fn}"
+             f"((double)(x)))"])
     lines.append(f"#elif {_GCC}")
     for fn in VECTOR_MATH:
         floats, doubles = (", ".join([t] * (2 if fn in _BINARY else 1))
