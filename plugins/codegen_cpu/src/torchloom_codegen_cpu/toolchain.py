@@ -19,7 +19,9 @@ rsub with an alpha, lerp) or gcc contracts their expression as it builds ATen (a
 prelude's polynomials, whose results are bit for bit those they were measured with under
 gcc's contraction (tl_tanh's clamp aside: see there). A value converted to bf16 or f16
 still rounds from the f32 result as eager's does. ``-fwrapv``: integer overflow wraps, as
-in eager. Where a library may call the interpreter's functions (resolved when it loads, as
+in eager. ``-Werror=implicit-function-declaration``: a call of a function the source does
+not declare (a macro naming a function that does not exist) is a build error, not a call
+of an ``int f()`` that returns garbage. Where a library may call the interpreter's functions (resolved when it loads, as
 an extension module's: Linux), ``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
 
 A library is cached as ``<dir>/<key>.so`` where ``key`` hashes the source, the compiler's
@@ -64,7 +66,8 @@ from torchloom_codegen_cpu.entry import ENTRY_HEAD
 log = logging.getLogger("torchloom.codegen_cpu")
 
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fopenmp", "-fno-math-errno",
-         "-fno-trapping-math", "-ffp-contract=off", "-fwrapv", "-fPIC", "-shared")
+         "-fno-trapping-math", "-ffp-contract=off", "-fwrapv",
+         "-Werror=implicit-function-declaration", "-fPIC", "-shared")
 #: CPU features that decide what -march=native generates
 _ISA = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
         "avx512dq", "avx512_bf16", "avx512_fp16", "amx_bf16", "asimd", "sve")
