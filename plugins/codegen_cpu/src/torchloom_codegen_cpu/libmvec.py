@@ -56,6 +56,7 @@ _BUILTINS = frozenset(VECTOR_MATH) - {"cos"}
 #: those whose f32 form is the double variant's value rounded (an f32 loop through double
 #: runs at half the speed: only where the f32 variant's error was seen; the docstring)
 _THROUGH_DOUBLE = frozenset({"cos"})
+assert not _THROUGH_DOUBLE & _BINARY  # (its macro takes one argument)
 
 #: per x86-64 ISA level (the widest the compiler targets first): its macro, glibc's ISA
 #: letter, the vector's bytes and per C type (D: double, F: float) the instruction that
