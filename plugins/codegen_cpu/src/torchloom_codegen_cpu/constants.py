@@ -4,6 +4,7 @@ sizes, integer limits, and Python scalars as C literals."""
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any
 
 import torch
@@ -65,3 +66,19 @@ def signed_range(dtype: str) -> tuple[int, int] | None:
         return None
     info = torch.iinfo(DTYPES[dtype])
     return info.min, info.max
+
+
+def round_to(value: float, dtype: str) -> float:
+    """``value`` rounded to bf16 or f16 (to nearest, ties to even; through float32 first,
+    as c10 converts a double)."""
+    try:
+        single = struct.pack("<f", value)
+        if dtype == "f16":
+            return struct.unpack("<e", struct.pack("<e", struct.unpack("<f", single)[0]))[0]
+    except OverflowError:  # beyond the type's range (or float32's): inf, as c10 gives
+        return math.copysign(math.inf, value)
+    (bits,) = struct.unpack("<I", single)
+    if math.isnan(value) or math.isinf(value):
+        return value
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]

@@ -27,8 +27,9 @@ from torchloom.api import DTYPES, InputRef, Unsupported, expr, op_rows, reductio
 
 from torchloom_codegen_cpu import int_division
 from torchloom_codegen_cpu.constants import (  # noqa: F401 (re-exported)
-    CTYPE, INT_LIMITS, ITEMSIZE, STORAGE, literal)
+    CTYPE, INT_LIMITS, ITEMSIZE, STORAGE, literal, round_to)
 from torchloom_codegen_cpu.libmvec import VECTOR_MATH
+from torchloom_codegen_cpu.logit import logit, logit_backward
 
 COMPUTE, FLOATS, VIEWS = writer.COMPUTE, writer.FLOATS, writer.VIEWS
 
@@ -88,22 +89,6 @@ def _pow(a: Mapping[str, Any], dtype: str = "f32") -> str:
         # eager converts the exponent to the tensor's type first (1/3 -> 0.333984375)
         return f"pow$f({{self}}, {literal(round_to(exponent, dtype), 'f32')})"
     return "pow$f({self}, {exponent})"
-
-
-def round_to(value: float, dtype: str) -> float:
-    """``value`` rounded to bf16 or f16 (to nearest, ties to even; through float32 first,
-    as c10 converts a double)."""
-    try:
-        single = struct.pack("<f", value)
-        if dtype == "f16":
-            return struct.unpack("<e", struct.pack("<e", struct.unpack("<f", single)[0]))[0]
-    except OverflowError:  # beyond the type's range (or float32's): inf, as c10 gives
-        return math.copysign(math.inf, value)
-    (bits,) = struct.unpack("<I", single)
-    if math.isnan(value) or math.isinf(value):
-        return value
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
-    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
 def _div_mode(a: Mapping[str, Any], dtype: str = "f32") -> str:
@@ -252,26 +237,6 @@ def _nan_to_num(a: Mapping[str, Any], dtype: str = "f32") -> str:
             f"{{self}} == -($T)INFINITY ? ($T){neg} : {{self}})")
 
 
-def _logit(a: Mapping[str, Any], dtype: str = "f32") -> str:
-    """eager's logit_kernel: x clamped to [eps, 1 - eps] (bounds in the tensor's type),
-    then log(x / (1 - x)); in bf16/f16 every step rounds to the type (Vectorized<BFloat16>
-    operations)."""
-    low = dtype in ("bf16", "f16")
-
-    def r(text: str) -> str:
-        return f"tl_round_{dtype}({text})" if low else text
-    z = "{self}"
-    if a.get("eps") is not None:
-        eps = float(a["eps"])
-        lo, hi = (round_to(eps, dtype), round_to(1 - round_to(eps, dtype), dtype)) if low \
-            else (eps, None)
-        lo_c = f"($T){literal(lo, 'f64')}"
-        hi_c = f"($T){literal(hi, 'f64')}" if hi is not None else f"(($T)1 - {lo_c})"
-        z = f"({{self}} < {lo_c} ? {lo_c} : {{self}} > {hi_c} ? {hi_c} : {{self}})"
-    quotient = r(z + " / " + r("(($T)1 - " + z + ")"))
-    return f"({z} == ($T)1 ? ($T)INFINITY : log$f({quotient}))"
-
-
 #: a NaN bound gives NaN, as eager
 _HARDTANH = ("({min_val} != {min_val} ? {min_val} : {max_val} != {max_val} ? {max_val} : "
              "{self} < {min_val} ? {min_val} : {self} > {max_val} ? {max_val} : {self})")
@@ -350,7 +315,8 @@ ACTIVATIONS: dict[str, Pointwise] = {
     "aten.acos.default": _unary("acos$f(X)"),
     "aten.erfc.default": _unary("erfc$f(X)"),
     **{op: _special(template) for op, template in _SPECIALS.items()},
-    "aten.logit.default": Pointwise(_logit),
+    "aten.logit.default": Pointwise(logit),
+    "aten.logit_backward.default": Pointwise(logit_backward),
     "aten.nan_to_num.default": Pointwise(_nan_to_num, "out", "{self}"),
     "aten.isinf.default": Pointwise("({self} == INFINITY || {self} == -INFINITY)", "keep",
                                     "0"),
