@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
