@@ -45,6 +45,8 @@ two loops may still differ.
 
 from __future__ import annotations
 
+import functools
+
 #: the libm functions with libmvec variants the kernels call
 VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
                "tanh", "erf", "erfc", "sinh", "cosh", "asinh", "acosh", "atanh", "asin",
@@ -99,9 +101,11 @@ def _one_variant(fn: str, kind: str) -> list[str]:
             *([] if fn in _BUILTINS else [f"#define {name}(x) tl_m_{name}(x)"])]
 
 
+@functools.cache
 def declarations() -> str:
     """The block (after ``math.h``): used when the toolchain defines ``TL_LIBMVEC`` (it
-    links ``-lmvec``), so the source does not depend on the machine."""
+    links ``-lmvec``), so the source does not depend on the machine. Built once: the
+    prelude, which starts with it, is asked for by every kernel (0.09 ms a build)."""
     lines = [f"#if {_GCC} && !defined(__clang__)"]
     for k, (macro, isa, width, broadcast) in enumerate(_ISAS):
         lines.append(f"#{'el' if k else ''}if defined({macro})")
