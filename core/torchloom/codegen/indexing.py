@@ -48,7 +48,8 @@ from typing import Any
 import attrs
 
 from torchloom.codegen.coords import ZERO, Coords, enclosed, is_zero, key, node, operand, total
-from torchloom.codegen.samples import (Unsupported, points as _points, same, same_shape,
+from torchloom.codegen.known_runs import fold_runs, known_runs as _known_runs
+from torchloom.codegen.samples import (Unsupported, points as _points, prod, same, same_shape,
                                        sample_value, view_groups as _view_groups)
 from torchloom.codegen.wholes import Wholes
 from torchloom.codegen.expr import (ATOM, LOWEST, POSTFIX, PRODUCT, SUM, Code, Literal, Name,
@@ -93,44 +94,6 @@ TRITON = Language("triton", "//", {"Max": "tl.maximum({0}, {1})",
 #: size expressions themselves (``symbols``' grammar): dims renamed to the size arguments
 SYMBOLS = Language("symbols", "//", {"Max": "Max({0}, {1})", "Min": "Min({0}, {1})",
                                      "Abs": "Abs({0})"})
-
-
-def _known_runs(coords: tuple[Code, ...], shape: tuple[Dim, ...],
-                known: Known) -> tuple[list[Code], list[Dim]]:
-    """``coords`` over ``shape`` with each longest run that ``known`` maps to an index
-    replaced by that index (over the run's product of sizes), from the outermost dim."""
-    out_c: list[Code] = []
-    out_d: list[Dim] = []
-    i, n = 0, len(coords)
-    while i < n:
-        for j in range(n, i + 1, -1):  # runs of two or more dims, the longest first
-            index = known.get((key(coords[i:j]), shape[i:j]))
-            if index is not None:
-                out_c.append(index)
-                out_d.append(prod(shape[i:j]))
-                i = j
-                break
-        else:
-            out_c.append(coords[i])
-            out_d.append(shape[i])
-            i += 1
-    return out_c, out_d
-
-
-def prod(dims: Sequence[Dim]) -> Dim:
-    """The product of ``dims``: an int when all are ints, else a size expression."""
-    const, factors = 1, []
-    for d in dims:
-        if isinstance(d, int):
-            const *= d
-        elif d is None:
-            raise Unsupported("a dim of unknown size")
-        else:
-            factors.append(d if parse_dim(d).body.__class__ in (ast.Name, ast.Call)
-                           else f"({d})")
-    if not factors or const == 0:
-        return const
-    return "*".join(([str(const)] if const != 1 else []) + factors)
 
 
 def memory_order(t: TensorType) -> tuple[int, ...]:
@@ -245,6 +208,10 @@ class IndexMath:
         if real:
             known[(key([c for c, _ in real]), tuple(d for _, d in real))] = node(index)
 
+    def times(self, c: Code, stride: Dim) -> Code:
+        """``c`` times ``stride`` (``c`` itself for a stride of 1)."""
+        return self._times(c, stride)
+
     def _times(self, c: Code, stride: Dim) -> Code:
         return c if stride == 1 else Op("{0} * {1}", PRODUCT,
                                         (operand(c), operand(self.size_code(stride))))
@@ -310,6 +277,10 @@ class IndexMath:
             expected = prod([expected, d])
         else:  # row-major: the linear index (often the very index the coords came from)
             return self.linear([c for c, _, _ in real], [d for _, _, d in real], known)
+        if known:
+            folded = fold_runs(self, real, known)
+            if folded is not None:
+                return folded
         return total([self._times(c, s) for c, s, d in zip(coords, strides, shape)
                      if d != 1 and s != 0 and not is_zero(c)])
 

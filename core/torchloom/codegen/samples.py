@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchloom.ir.symbols import Dim, SymbolicDimError, evaluate, sample_points, symbols_of
+import ast
+
+from torchloom.ir.symbols import (Dim, SymbolicDimError, evaluate, parse_dim, sample_points,
+                                  symbols_of)
 
 
 class Unsupported(Exception):
@@ -91,4 +94,21 @@ def same_shape(a: Sequence, b: Sequence) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
-__all__ = ["Unsupported", "points", "same", "same_shape", "sample_value", "view_groups"]
+__all__ = ["Unsupported", "points", "prod", "same", "same_shape", "sample_value",
+           "view_groups"]
+
+
+def prod(dims: Sequence[Dim]) -> Dim:
+    """The product of ``dims``: an int when all are ints, else a size expression."""
+    const, factors = 1, []
+    for d in dims:
+        if isinstance(d, int):
+            const *= d
+        elif d is None:
+            raise Unsupported("a dim of unknown size")
+        else:
+            factors.append(d if parse_dim(d).body.__class__ in (ast.Name, ast.Call)
+                           else f"({d})")
+    if not factors or const == 0:
+        return const
+    return "*".join(([str(const)] if const != 1 else []) + factors)

@@ -16,7 +16,7 @@ import attrs
 
 from torchloom.api import TensorType, expr, stmt, writer
 
-from torchloom_codegen_cpu import lanes, overrun
+from torchloom_codegen_cpu import lanes, overrun, row_blocks
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, ITEMSIZE, STORAGE
 from torchloom_codegen_cpu.render import Simd, compare, costly, divides_integers, ternary
 
@@ -161,6 +161,8 @@ class Emitter(writer.Statements):
         #: whether a row loop ran past its row's end (the row loop then shares rows out
         #: explicitly: overrun.chunked)
         self.overran = False
+        #: the row's coordinates in blocks of lanes (row_blocks.py; None: declared from r)
+        self.row_blocks: row_blocks.RowBlocks | None = None
 
     def inner(self, name: str) -> None:
         """``name`` depends on the inner index (a loop variable, a coordinate of it)."""
@@ -170,6 +172,21 @@ class Emitter(writer.Statements):
         """C text ``text`` holds values of 16-bit float dtype ``dtype`` exactly (a table
         read: rounding it to ``dtype`` is the value itself)."""
         self.exact[text] = dtype
+
+    def use_row_blocks(self, blocks: row_blocks.RowBlocks | None) -> None:
+        """Row loops whose header is ``blocks.header`` run in blocks of lanes with the
+        coordinates of ``blocks`` (row_blocks.py) where their rows are whole blocks."""
+        self.row_blocks = blocks
+
+    def _blocks_of(self, header: list, n: int | expr.Code, width: int
+                   ) -> row_blocks.RowBlocks | None:
+        """:attr:`row_blocks` for a row loop with ``header`` over ``n`` elements in blocks
+        of ``width`` lanes, where they apply (a static row of whole blocks)."""
+        blocks = self.row_blocks
+        if blocks is None or blocks.width != width or tuple(header) != blocks.header or \
+                not isinstance(n, int) or n < width or n % width:
+            return None
+        return blocks
 
     def allow_overrun(self, offsets: dict[str, str] | None) -> None:
         """Row loops may run past the row's end over the tensors ``offsets`` names (see
@@ -258,7 +275,10 @@ class Emitter(writer.Statements):
         width = TAIL if masked or isinstance(n, int) and n % TAIL == 0 else \
             8 if narrow_row(n, self.narrow_limit) else 0  # (8: rows of 8-lane vectors)
         tree = width and lanes.lane_loop(pragma, n, header, body, self._accumulator,
-                                         width, masked)
+                                         width, masked,
+                                         self._blocks_of(header, n // width * width
+                                                         if isinstance(n, int) else n,
+                                                         width))
         if tree:  # its lanes combined as a tree (lanes.py)
             self.lines += tree
             return
@@ -292,7 +312,8 @@ class Emitter(writer.Statements):
         static = isinstance(n, int)
         if static and tail == TAIL and not _masks_a_tail(pragma, n, body) or \
                 not all(map(_maskable, body)):
-            self._loop(pragma, "r", _int(0), self._trip_count(n, pragma), header, body)
+            if not self._in_row_blocks(pragma, n, header, body):
+                self._loop(pragma, "r", _int(0), self._trip_count(n, pragma), header, body)
             return
         if static:
             blocks, start, end = _int(n // tail * tail), _int(n - tail), _int(n)
@@ -305,13 +326,24 @@ class Emitter(writer.Statements):
             start = self.emit(ternary(compare("==", blocks, end), end, ternary(
                 compare("==", blocks, _int(0)), _int(0),
                 expr.infix("-", expr.SUM, end, whole))), "i64", "r_tail", inner=False).code
-        self._loop(pragma, "r", _int(0), blocks, header, body)
+        if not (static and self._in_row_blocks(pragma, n // tail * tail, header, body)):
+            self._loop(pragma, "r", _int(0), blocks, header, body)
         masked = [_masked(s, compare(">=", _R, blocks)) for s in body]
         if static:
             self._loop(pragma, "r", start, end, header, masked)
         else:  # no remainder: not even the lane setup of an empty loop
             tail_loop = self.capture(lambda: self._loop(pragma, "r", start, end, header, masked))
             self.lines.append(stmt.If(compare("<", start, end), tuple(tail_loop), flat=True))
+
+    def _in_row_blocks(self, pragma: Simd | None, n: int | expr.Code, header: list,
+                       body: list) -> bool:
+        """The row loop over ``[0, n)`` in blocks of lanes (row_blocks.py), where its
+        coordinates have them and ``pragma`` makes it a SIMD loop; whether it was."""
+        blocks = None if pragma is None else self._blocks_of(header, n, TAIL)
+        if blocks is None:
+            return False
+        self.lines.append(row_blocks.loops(blocks, n // TAIL, body, pragma))
+        return True
 
     def _past_the_end(self, body: list, n: int, pragma: Simd) -> list | None:
         """``body`` for a loop of whole 8-lane vectors past the row's end (overrun.py):

@@ -25,7 +25,8 @@ import attrs
 
 from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
 
-from torchloom_codegen_cpu import op_text, row_buffers, row_nest, rows_and_columns, staging, tiles
+from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_nest, rows_and_columns,
+                                  staging, tiles)
 from torchloom_codegen_cpu.columns import column_body, column_form
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit,
                                           store_statement)
@@ -365,6 +366,12 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         em = self.em
         xs = self.row_names = tuple(self.row_coords("x", self.kept_shape))
         self.r_header, rs = self.inner_coords("r", self.red_shape)
+        runs = row_blocks.runs("r", self.red_shape)  # trailing dims read as one index
+        for run in runs:
+            self.em.inner(run.name)
+            self.ix.remember(self.known, [rs[k] for k in run.dims], run.sizes, run.name)
+        self.r_header += row_blocks.run_declarations("r", runs)
+        self.em.use_row_blocks(row_blocks.blocked("r", self.red_shape, self.r_header, runs))
         #: the row length: an int, or C text (symbolic)
         self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size_code(
             self.rnumel)

@@ -57,6 +57,7 @@ import attrs
 
 from torchloom.api import expr, stmt
 
+from torchloom_codegen_cpu import row_blocks
 from torchloom_codegen_cpu.render import Simd, compare, ternary
 
 #: reduction operators of a SIMD pragma this form takes -> their update (max and min: a
@@ -68,7 +69,8 @@ _FLAT = (stmt.Declare, stmt.Store, stmt.Update, stmt.Select)
 
 def lane_loop(pragma: Simd | None, n: int | expr.Code, header: list, body: list,
               declared: Callable[[str], stmt.Var | None], lanes: int,
-              masked: bool = False) -> list | None:
+              masked: bool = False, blocks: row_blocks.RowBlocks | None = None
+              ) -> list | None:
     """The statements of a row loop over ``r`` in ``[0, n)`` (``header``: the coordinates
     each iteration starts with, ``body``: its statements) with its lanes combined as a tree,
     or None where this form does not apply: a static row that is not whole blocks of
@@ -119,9 +121,12 @@ def lane_loop(pragma: Simd | None, n: int | expr.Code, header: list, body: list,
         lines.append(stmt.Loop("rl", "0", str(lanes),
                                (stmt.Update(stmt.Element(array, _RL), "=", start),)))
     r = stmt.Declare("int64_t", "r", expr.plus(expr.times("rb", lanes), _RL))
-    blocks = str(n // lanes) if static else expr.over(expr.paren(n), lanes)
-    lines.append(stmt.Loop("rb", "0", blocks, (
-        stmt.Loop("rl", "0", str(lanes), tuple(inner), (r, *header), Simd()),)))
+    count = str(n // lanes) if static else expr.over(expr.paren(n), lanes)
+    if blocks is not None and static and blocks.width == lanes:
+        lines.append(row_blocks.loops(blocks, n // lanes, inner, Simd()))
+    else:
+        lines.append(stmt.Loop("rb", "0", count, (
+            stmt.Loop("rl", "0", str(lanes), tuple(inner), (r, *header), Simd()),)))
     ctypes = {arrays[name]: var.ctype for name, var in vars_.items()}
     if not static:
         lines.append(_masked_tail(expr.paren(n), lanes, header, inner, ctypes))
