@@ -42,7 +42,8 @@ stream with SIMD loops, and ``bernoulli.p`` of f32/f64 (the same draws; random_s
 also wrapped by activation checkpointing's ``run_and_save_rng_state``/
 ``run_with_rng_state``); causal f32 flash attention and its backward,
 by blocks that skip what the mask hides (attention.py); f32 channels-last depthwise
-convolutions and their backward, by loops over the channels (depthwise.py).
+convolutions and their backward, by loops over the channels (depthwise.py); f32/f64 max
+pooling of large NCHW tensors through eager's channels-last kernel (pooling.py).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from torchloom.api import (FORMS, GATHER_OPS, ArtifactStore, Capabilities, Graph
                            KernelSource, Node, Reason, TensorType, Written, default_cache_dir,
                            eager_rejects, indexing, symbols)
 
-from torchloom_codegen_cpu import attention, depthwise, memory, ops, random_stream
+from torchloom_codegen_cpu import attention, depthwise, memory, ops, pooling, random_stream
 from torchloom_codegen_cpu.deferred import Building, Deferred, Offered
 from torchloom_codegen_cpu.entry import ENTRY_HEAD, entry_source
 from torchloom_codegen_cpu.function import write_function
@@ -191,12 +192,15 @@ class CpuCodegen:
         replaying the generator's state), causal f32 flash attention and its backward by blocks
         (attention.py, the direction's library built on a thread from this offer on,
         beside the graph's: ``prepare`` offers ahead), f32 channels-last depthwise
-        convolutions and their backward (depthwise.py, built the same way); the dropout
+        convolutions and their backward (depthwise.py, built the same way), large f32/f64
+        NCHW max pooling through channels-last (pooling.py); the dropout
         library is built at its first call. None for other nodes."""
         del registry
         dropout = random_stream.form(node)
         if dropout is not None:
             return self._dropout_call(*dropout)
+        if pooling.offered(node):
+            return pooling.max_pool
         if depthwise.offered(node) and find_compiler() is not None:
             if self._probed():
                 self._depthwise.build_ahead()
