@@ -127,3 +127,24 @@ def test_address_folds_a_known_run_laid_out_end_to_end():
     assert "rs2" not in gappy.text
     assert ix.address(coords, (401408, 1, 3584, 32), shape, {}).text == \
         "r0 * 401408 + r1 * 3584 + r2 * 32 + x"
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 32, 32), (3, 2, 16, 48), (2, 2, 14, 14)])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_other_reductions_over_several_dims_give_eagers_values(check, shape, dtype):
+    """Maxima, minima, means and variances over dims 0, 2, 3 (lanes.py's blocks, the
+    variance's two passes) beside a pointwise output of the rows' shape."""
+    n, c, h, w = shape
+    t, k = f"{dtype}[{n}, {c}, {h}, {w}]", f"{dtype}[1, {c}, 1, 1]"
+    text = group_text(f"%a: {t}", f"""
+        %m = aten.amax.default(%a) {{dim = [0, 2, 3], keepdim = true}} : {k}
+        %l = aten.amin.default(%a) {{dim = [0, 2, 3], keepdim = true}} : {k}
+        %u = aten.mean.dim(%a) {{dim = [0, 2, 3], keepdim = true}} : {k}
+        %v = aten.var.correction(%a) {{dim = [0, 2, 3], correction = 1, keepdim = true}} : {k}
+        %d = aten.sub.Tensor(%a, %u) : {t}
+        %o = aten.div.Tensor(%d, %v) : {t}""", f"%m: {k}, %l: {k}, %v: {k}, %o: {t}")
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(shape, generator=g, dtype=DTYPES[dtype])
+    a[0, 0, 1, 2] = float("nan")
+    a[1, 1, 0, 0] = float("-inf")
+    check(text, a, **_tolerance(dtype))

@@ -338,8 +338,11 @@ class Emitter(writer.Statements):
     def _in_row_blocks(self, pragma: Simd | None, n: int | expr.Code, header: list,
                        body: list) -> bool:
         """The row loop over ``[0, n)`` in blocks of lanes (row_blocks.py), where its
-        coordinates have them and ``pragma`` makes it a SIMD loop; whether it was."""
-        blocks = None if pragma is None else self._blocks_of(header, n, TAIL)
+        coordinates have them and ``pragma`` makes it a SIMD loop that reduces nothing (a
+        reduction clause on the lanes' loop would combine its lanes once a block: sums
+        take lanes.py's blocks, which combine them once a row); whether it was."""
+        blocks = None if pragma is None or pragma.reductions else \
+            self._blocks_of(header, n, TAIL)
         if blocks is None:
             return False
         self.lines.append(row_blocks.loops(blocks, n // TAIL, body, pragma))
