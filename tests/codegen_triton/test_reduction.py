@@ -131,3 +131,17 @@ def test_reductions_of_a_0d_tensor_match_eager(check, name, dim, keepdim, masked
             want = CompiledGraph(parse_graph(text), check.registry, [EagerCodegen()])(*inputs)
             for a, b in zip(got, want, strict=True):
                 assert a.shape == () and torch.equal(a.signbit(), b.signbit()), (inputs, a, b)
+
+
+def test_an_empty_input_is_never_read(form_check):
+    """A reduction over an empty row reads no element of its input (whose pointer may be
+    null or dangling: the interpreter crashed reading it unmasked), and gives eager's sums
+    and means (0 and NaN)."""
+    _, check = form_check
+    text = group_text("%a: f32[3, 0]", """
+        %s = aten.sum.dim_IntList(%a) {dim = [-1]} : f32[3]
+        %m = aten.mean.dim(%a) {dim = [-1]} : f32[3]""", "%s: f32[3], %m: f32[3]")
+    _, compiled = check(text, torch.empty(3, 0))
+    source = check.codegen.generate(compiled.choices[0].node, check.registry).source
+    loads = [line for line in source.splitlines() if "tl.load(in_a" in line]
+    assert loads and all("0 * xindex != 0" in line for line in loads)

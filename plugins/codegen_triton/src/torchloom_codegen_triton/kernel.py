@@ -234,7 +234,10 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         pointer = expr.Name(f"in_{v.name}")
         if self.tiles is not None and self.em.depends_on_x(offset):
             offset = _every_lane(offset, _XINDEX)  # every pointer block of the tile's shape
-        if not rdep and not self.em.depends_on_x(offset):  # one element for every lane
+        if 0 in t.shape:  # an empty tensor: no element to read (its pointer may be null)
+            text = expr.Op("tl.load({0} + {1} + 0 * {2}, 0 * {2} != 0, other=0)",
+                           expr.POSTFIX, (pointer, offset, _XINDEX))
+        elif not rdep and not self.em.depends_on_x(offset):  # one element for every lane
             text = expr.Op("tl.load({0} + {1} + 0 * {2})", expr.POSTFIX,
                            (pointer, offset, _XINDEX))
         else:
