@@ -56,7 +56,7 @@ def fold_runs(ix: Any, real: list[tuple[Code, Dim, Dim]], known: dict) -> Code |
         run = real[i:j]
         cs, ds = known_runs(tuple(c for c, _, _ in run), tuple(d for _, _, d in run),
                             known) if len(run) > 1 else ([], [])
-        if len(cs) < len(run):
+        if len(run) > 1 and len(cs) < len(run):  # (a run of one dim has nothing to fold)
             folded = True
             terms.append(ix.times(ix.linear(cs, ds), run[-1][1]))
         else:
