@@ -210,9 +210,6 @@ class IndexMath:
 
     def times(self, c: Code, stride: Dim) -> Code:
         """``c`` times ``stride`` (``c`` itself for a stride of 1)."""
-        return self._times(c, stride)
-
-    def _times(self, c: Code, stride: Dim) -> Code:
         return c if stride == 1 else Op("{0} * {1}", PRODUCT,
                                         (operand(c), operand(self.size_code(stride))))
 
@@ -235,7 +232,7 @@ class IndexMath:
         stride: Dim = 1
         for c, d in reversed(list(zip(coords, shape))):
             if d != 1 and not is_zero(c):
-                terms.append(self._times(c, stride))
+                terms.append(self.times(c, stride))
             stride = prod([stride, d])
         return total(terms[::-1])
 
@@ -281,7 +278,7 @@ class IndexMath:
             folded = fold_runs(self, real, known)
             if folded is not None:
                 return folded
-        return total([self._times(c, s) for c, s, d in zip(coords, strides, shape)
+        return total([self.times(c, s) for c, s, d in zip(coords, strides, shape)
                      if d != 1 and s != 0 and not is_zero(c)])
 
     def broadcast(self, coords: Sequence[Code | str], out_shape: Sequence[Dim],

@@ -101,9 +101,10 @@ class CpuCodegen:
     @property
     def version(self) -> str:
         """"4" (session 65: rows over several reduced dims read in blocks, their trailing
-        dims as one index: kernels cached by "3" are right but scalar there); "3" (session
-        36: a kernel's metadata says which symbolic rows a max may not find empty; "2", session 34: kernels built without contraction, whose sources spell
-        their fused multiply-adds: sources cached by "1" assumed gcc's) and the forms of eager's
+        dims as one index: kernels cached by "3" are right but scalar there; "3", session
+        36: a kernel's metadata says which symbolic rows a max may not find empty; "2",
+        session 34: kernels built without contraction, whose sources spell their fused
+        multiply-adds: sources cached by "1" assumed gcc's) and the forms of eager's
         GELU this machine's kernels reproduce (``ops.eager_gelu_form``, which differ by
         CPU): a kernel's C source depends on them, so kernels cached on disk or in a shared
         cache are kept apart per form, never loaded on a machine whose eager computes

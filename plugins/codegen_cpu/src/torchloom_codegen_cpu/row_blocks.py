@@ -89,7 +89,7 @@ def blocked(index: str, shape: Sequence[Any], header: Sequence[Any], found: Sequ
     real = [k for k, d in enumerate(shape) if d != 1]
     if len(real) < 2 or not all(isinstance(d, int) for d in shape):
         return None
-    inner = {k: 1 for k in real}  # each real dim's span of the elements inside it
+    inner = {}  # each real dim's span of the elements inside it
     span = 1
     for k in reversed(real):
         inner[k] = span
