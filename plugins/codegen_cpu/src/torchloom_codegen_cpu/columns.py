@@ -46,8 +46,9 @@ from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
 from torchloom_codegen_cpu.render import Simd, smaller
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
-from torchloom_codegen_cpu.reduction import (accumulate, identity,
-                                              rows_lie_in_memory_order, sum_dtype)
+from torchloom_codegen_cpu.reduction import (accumulate, columns_lie_in_memory_order,
+                                              identity, rows_lie_in_memory_order,
+                                              sum_dtype)
 from torchloom_codegen_cpu.rows_and_columns import partials
 from torchloom_codegen_cpu.tensors import tensor_type
 
@@ -68,9 +69,14 @@ writer_upstream = writer.upstream_nodes
 
 def column_form(w: Writer) -> bool:
     """Whether the group's reductions can take the column form (see the module docstring)."""
-    if not w.kept or w.kept[-1] != len(w.shape) - 1 or (
-            isinstance(w.rnumel, int) and w.rnumel <= 1) or rows_lie_in_memory_order(w):
+    if not w.kept or (isinstance(w.rnumel, int) and w.rnumel <= 1) or \
+            rows_lie_in_memory_order(w):
         return False  # (rows in memory order: the row form reads them contiguously)
+    trailing = w.kept == list(range(len(w.shape) - len(w.kept), len(w.shape)))
+    # kept dims innermost by shape, or one kept dim innermost in memory (channels-last)
+    one_in_memory = len(w.kept) == 1 and columns_lie_in_memory_order(w)
+    if w.kept[-1] != len(w.shape) - 1 and not one_in_memory:
+        return False
     for node in w.reductions:
         spec = REDUCTIONS[node.op]
         if spec.kind not in _KINDS or len(node.outputs) != 1:
@@ -78,18 +84,23 @@ def column_form(w: Writer) -> bool:
     if len(schedule.levels(w.reductions)) > 1 or _reads_reductions(w):
         # several walks: only where a block's columns are contiguous (every kept dim after
         # every reduced one); otherwise each walk delinearises its columns per element
-        # (softmax over dim 1 of [8, 512, 196]: 7.3 ms, eager 0.9)
-        if w.kept != list(range(len(w.shape) - len(w.kept), len(w.shape))):
+        # (softmax over dim 1 of [8, 512, 196]: 7.3 ms, eager 0.9); one kept dim is
+        # its own coordinate
+        if not trailing and not one_in_memory:
             return False
     reductions = set(w.reductions)
-    return all(v.producer in reductions or w.output_place(v) in PER_ELEMENT
-               for v in w.outputs)  # (a value per column computed from a result: row form)
+    return all(v.producer in reductions or w.output_place(v) in PER_ELEMENT + PER_COLUMN
+               for v in w.outputs)
 
 
 #: outputs stored per element of a walk: the reduced shape's elements in any view of them
 #: (GELU's gradient as ``[2, 256, 1024]`` beside its bias gradient over the ``[512, 1024]``
 #: view)
 PER_ELEMENT = ("full", "full view")
+#: outputs of a column's values that are not a reduction's own result, computed from the
+#: results (a batch norm's weight gradient ``sum(g * (x - mean)) * invstd``): stored by
+#: the last loop over the block's columns, after every result
+PER_COLUMN = ("row", "keepdim")
 
 
 def _full_outputs(w: Writer) -> list:
@@ -127,7 +138,7 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
     for level, nodes in enumerate(levels):
         accs = _accumulators(w, nodes, block)
         _walk(w, accs, kept, xloop, x_header, level == 0 and not late)
-        _results(w, accs, kept, xs, xloop, x_header)
+        _results(w, accs, kept, xs, xloop, x_header, level == len(levels) - 1)
     if late:
         _walk(w, [], kept, xloop, x_header, True)
     return loop, em.lines
@@ -196,7 +207,7 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
         for k, (_, _, _, acc, _) in enumerate(accs):
             em.statement(stmt.Var("double* restrict", acc, expr.plus("parts", k * columns)),
                          False)
-        _results(w, accs, kept, xs, xloop, x_header)
+        _results(w, accs, kept, xs, xloop, x_header, True)
 
     after = (stmt.Block(tuple(em.capture(combine))), stmt.Raw("free(parts);"))
     loop = ParallelLoop("xb", rows, ThreadBlocks(rows, expr.as_node(rows), rows),
@@ -247,11 +258,16 @@ def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,
 
     def write() -> None:
         coords = list(kept)
+        rs = []
         for k, c in enumerate(w.ix.delinear("r", w.red_shape)):
             if not indexing.is_zero(c) and c != expr.Name("r"):
                 em.statement(stmt.Declare("int64_t", f"r{k}", c), False)
                 c = expr.Name(f"r{k}")
             coords[w.rdims[k]] = c
+            rs.append(c)
+        # (reduced dims laid out end to end in memory: read at ``r`` times the innermost's
+        # stride, not through the coordinates' divisions: channels-last N, H and W)
+        w.ix.remember(w.known, rs, w.red_shape, "r")
         full = tuple(coords)
         em.begin_phase()
         for node, kind, dtype, acc, nan in accs:
@@ -269,10 +285,13 @@ def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,
 
 
 def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
-             x_header: list) -> None:
+             x_header: list, last: bool) -> None:
     """One SIMD loop over the block's columns: each reduction's result, kept in an array
-    of the block when a later walk reads it, and stored when it is an output."""
+    of the block when a later walk reads it, and stored when it is an output; after the
+    ``last`` results, the outputs of :data:`PER_COLUMN` too."""
     em = w.em
+    keepdim_coords = tuple(indexing.ZERO if d in w.rdims else kept[d]
+                           for d in range(len(w.shape)))
     em.begin_phase()
     for node, kind, dtype, acc, nan in accs:
         (value,) = node.outputs
@@ -291,11 +310,14 @@ def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
             element = expr.Load(acc, _IN_BLOCK)
             e = Expr(element if e.dtype == dtype else
                      expr.Op(f"({CTYPE[e.dtype]}){{0}}", expr.LOWEST, (element,)), e.dtype, True)
-        keepdim = bool(node.attrs.get("keepdim", False))
-        coords = tuple(indexing.ZERO if d in w.rdims else kept[d] for d in range(len(w.shape))) \
-            if keepdim else tuple(xs)
+        coords = keepdim_coords if node.attrs.get("keepdim", False) else tuple(xs)
         w.set_result(value, coords, Expr(e.code, e.dtype, True))
         for name, out in zip(w.out_names, w.outputs):
             if out is value:
                 w.store(name, out, coords)
+    reductions = set(w.reductions)
+    for name, out in zip(w.out_names, w.outputs):
+        place = w.output_place(out)
+        if last and out.producer not in reductions and place in PER_COLUMN:
+            w.store(name, out, tuple(xs) if place == "row" else keepdim_coords)
     em.end_phase(Simd(), *xloop, x_header)
