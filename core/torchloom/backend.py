@@ -46,7 +46,7 @@ import difflib
 import gc
 from typing import Any
 
-from torchloom.frontend import dense_layouts
+from torchloom.frontend import conv_layouts, dense_layouts
 from torchloom.compiler.ahead import AheadBackward
 from torchloom.compiler.mode import check_mode
 from torchloom.errors import PipelineError
@@ -54,7 +54,7 @@ from torchloom.passes.pipeline import PARTITIONERS
 
 #: the options of ``torch.compile(backend="torchloom", options=...)`` the README documents
 OPTION_KEYS = ("pipeline", "dump_dir", "cache_dir", "compile_cache", "partitioner", "mode",
-               "remote_cache", "verify")
+               "remote_cache", "verify", "channels_last")
 #: accepted but not offered to users: ``compiler``, a ready :class:`Compiler` (explain,
 #: bench and tests pass one to read its compilations afterwards)
 INTERNAL_OPTION_KEYS = ("compiler",)
@@ -81,6 +81,10 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
         raise PipelineError(f"torch.compile(backend='torchloom'): mode {mode!r} and option "
                             f"mode {options['mode']!r} disagree")
     mode = check_mode(options.get("mode", mode))
+    channels_last = options.get("channels_last", True)
+    if not isinstance(channels_last, bool):
+        raise PipelineError(f"torch.compile(backend='torchloom'): option channels_last "
+                            f"must be True or False, not {channels_last!r}")
     compiler = options.get("compiler") or Compiler(options.get("pipeline", "default"),
                                                   dump_dir=options.get("dump_dir"),
                                                   cache_dir=options.get("cache_dir"),
@@ -121,10 +125,15 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     # an inference graph's input mutations stay in it (a trailing copy_ the plan can turn
     # into the kernel writing the input: an optimizer step's parameters and states)
     split = split_options(partitioner, compiler.foreach_decompositions)
-    if ahead is not None:
-        split["partition_fn"] = ahead.partitioner(split["partition_fn"])
     # transposed elementwise results traced row-major (frontend/dense_layouts.py)
     dense_layouts.make_dense(gm)
+    # convolutional graphs traced channels-last, gradients laid out as eager's
+    # (frontend/conv_layouts.py)
+    if channels_last and conv_layouts.make_channels_last(gm):
+        split["partition_fn"] = conv_layouts.gradients_restored(split["partition_fn"],
+                                                                example_inputs)
+    if ahead is not None:
+        split["partition_fn"] = ahead.partitioner(split["partition_fn"])
     with young_collections(), checkpoints_without_backward(gm):
         compiled = aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_backward,
                                 keep_inference_input_mutations=True, **split)(gm, example_inputs)

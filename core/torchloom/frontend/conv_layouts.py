@@ -1,0 +1,236 @@
+"""Convolutional graphs traced channels-last on the CPU.
+
+oneDNN's convolutions run faster on channels-last (NHWC) tensors than on NCHW ones
+(this machine, 2 threads: a 7 x 7 stride-2 stem over ``[2, 3, 224, 224]`` 5.6 against
+1.5 ms; 3 x 3 over ``[2, 32, 56, 56]`` 1.2 against 0.8), and Inductor lays out every CPU
+graph with a convolution so (``decide_layout_opt``). The joint graph's layouts are
+eager's, fixed when aot_autograd traces it, so the choice is made before, on Dynamo's
+graph, by :func:`make_channels_last`:
+
+- each ``conv2d`` reads its input through ``.contiguous(memory_format=channels_last)``
+  (no copy where it already is: after the first convolution, eager lays out what
+  follows channels-last itself: convolutions' results, norms, pointwise ops, pooling, and
+  their gradients in the backward), but one whose input needs a gradient and is not
+  computed from another such convolution (the copy's gradient would reach the input,
+  whose gradient eager lays out row-major, channels-last);
+- a value whose layout may now differ from the traced one (*changed*: computed from a
+  convolution's result through any op but :data:`_RESETS`, whose results are laid out
+  row-major whatever their operands) is read through ``.contiguous()`` again by every op
+  this module does not know to be indifferent to layouts (:data:`_SAFE`: ``view`` is
+  not, and neither is an op it has never heard of) and by the graph's outputs, so that
+  they see eager's layouts;
+
+where every ``conv2d`` is on the CPU, f32 or bf16, of static sizes, oneDNN is there and
+on, and the ``channels_last`` option is not false. The graph is left as it is where a
+changed value must be restored but was traced neither row-major nor channels-last, or
+where a restoring copy would stand before an op other than the outputs in a graph that
+mutates a tensor in place (the copy would no longer alias what the mutation changes).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+F = torch.nn.functional
+
+#: ops whose values do not depend on their operands' layouts and which accept any
+#: (elementwise ops, norms, convolutions, pooling, reshapes that copy where they must)
+_SAFE_FUNCTIONS = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance_norm",
+                   "relu", "relu_", "relu6", "gelu", "silu", "mish", "sigmoid", "tanh",
+                   "hardswish", "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu",
+                   "softplus", "dropout", "dropout2d", "max_pool2d", "avg_pool2d",
+                   "adaptive_avg_pool2d", "adaptive_max_pool2d", "interpolate", "flatten",
+                   "reshape", "permute", "transpose", "unsqueeze", "squeeze", "add",
+                   "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt", "clamp",
+                   "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
+                   "nll_loss", "mse_loss", "l1_loss", "linear", "matmul", "mm", "bmm")
+_SAFE_OPERATORS = (operator.add, operator.sub, operator.mul, operator.truediv,
+                   operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                   operator.neg, operator.getitem, operator.matmul, getattr)
+_SAFE_METHODS = frozenset(_SAFE_FUNCTIONS + (
+    "add_", "sub_", "mul_", "div_", "clamp_", "sigmoid_", "tanh_", "__add__", "__sub__",
+    "__mul__", "__truediv__", "__radd__", "__rmul__", "size", "dim", "to", "float",
+    "type_as", "contiguous", "mean", "sum", "flatten", "reshape"))
+#: ... of which those whose results are laid out row-major whatever their operands'
+_RESET_NAMES = ("linear", "matmul", "mm", "bmm")
+
+#: the dtypes oneDNN's channels-last convolutions are fast for
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _functions(names) -> frozenset:
+    found = set()
+    for name in names:
+        for module in (torch, F, torch._C._nn):
+            if callable(getattr(module, name, None)):
+                found.add(getattr(module, name))
+    return frozenset(found)
+
+
+def _value(node) -> torch.Tensor | None:
+    value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _is_conv2d(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in (torch.conv2d, F.conv2d)
+
+
+def _eligible(conv: torch.fx.Node) -> bool:
+    """A CPU conv2d over a batch (4-D), f32 or bf16, of static sizes."""
+    x = _value(conv.args[0]) if conv.args else None
+    return x is not None and x.dim() == 4 and x.device.type == "cpu" and \
+        x.dtype in DTYPES and all(type(d) is int for d in (*x.shape, *x.stride()))
+
+
+def _mkldnn() -> bool:
+    return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+
+
+def _in_place(node: torch.fx.Node) -> bool:
+    """Whether ``node`` mutates a tensor (an in-place method, ``inplace=True``, ``+=``)."""
+    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.startswith("__")
+    if node.op == "call_function":
+        return node.target in (operator.iadd, operator.isub, operator.imul,
+                               operator.itruediv) or \
+            getattr(node.target, "__name__", "").endswith("_")
+    return False
+
+
+def _restore_format(node: torch.fx.Node):
+    """The memory format that restores ``node``'s traced layout, or None where none does."""
+    value = _value(node)
+    if value is None:
+        return None
+    if value.is_contiguous():
+        return torch.contiguous_format
+    if value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return None
+
+
+def plan(gm: torch.fx.GraphModule) -> tuple[list, list] | None:
+    """(the convolutions, the (user, value) pairs to restore), or None where the graph is
+    left as it is (module docstring)."""
+    graph = gm.graph
+    every = [n for n in graph.nodes if _is_conv2d(n)]
+    if not every or not _mkldnn() or not all(_eligible(n) for n in every):
+        return None
+    convs: list[torch.fx.Node] = []
+    safe, resets = _functions(_SAFE_FUNCTIONS), _functions(_RESET_NAMES)
+    changed: set[torch.fx.Node] = set()
+    restores: list[tuple[torch.fx.Node, torch.fx.Node]] = []
+    for node in graph.nodes:
+        inputs = [a for a in node.all_input_nodes if a in changed]
+        if node.op == "output":
+            restores += [(node, a) for a in inputs]
+        elif _is_conv2d(node):
+            if inputs or not _value(node.args[0]).requires_grad:
+                convs.append(node)  # (not read channels-last: a gradient eager lays out
+                changed.add(node)   # row-major would come back channels-last)
+        elif inputs and node.op == "call_method" and node.target in _SAFE_METHODS or \
+                inputs and node.op == "call_function" and (
+                    node.target in safe or node.target in _SAFE_OPERATORS):
+            if node.target not in resets and not (
+                    node.op == "call_method" and node.target in _RESET_NAMES):
+                changed.add(node)
+        elif inputs:
+            restores += [(node, a) for a in inputs]
+    if not convs or any(_restore_format(a) is None for _, a in restores):
+        return None
+    if any(user.op != "output" for user, _ in restores) and \
+            any(_in_place(n) for n in graph.nodes):
+        return None
+    return convs, restores
+
+
+def make_channels_last(gm: torch.fx.GraphModule) -> int:
+    """Lay out ``gm``'s convolutions channels-last (module docstring); returns how many
+    convolutions now read a channels-last input (0: the graph is as it was). ``gm`` is
+    recompiled when changed."""
+    planned = plan(gm)
+    if planned is None:
+        return 0
+    convs, restores = planned
+    graph = gm.graph
+    for conv in convs:
+        _read_through(graph, conv, conv.args[0], torch.channels_last)
+    for user, value in restores:
+        _read_through(graph, user, value, _restore_format(value))
+    gm.recompile()
+    return len(convs)
+
+
+def _read_through(graph, user: torch.fx.Node, value: torch.fx.Node, memory_format) -> None:
+    """Make ``user`` read ``value`` through ``.contiguous(memory_format=...)``."""
+    with graph.inserting_before(user):
+        copy = graph.call_method("contiguous", (value,), {"memory_format": memory_format})
+    copy.meta.update({k: v for k, v in value.meta.items() if k != "example_value"})
+    traced = _value(value)
+    fake_mode = getattr(traced, "fake_mode", None)
+    if fake_mode is not None:
+        with fake_mode:
+            copy.meta["example_value"] = traced.contiguous(memory_format=memory_format)
+    user.replace_input_with(value, copy)
+
+
+def gradients_restored(partition_fn, example_inputs):
+    """``partition_fn`` (aot_autograd's forward/backward split) whose backward lays out
+    each input's gradient as eager does where a graph traced channels-last would not: as
+    the input (a convolution's weight read by channels-last activations gets a
+    channels-last gradient from oneDNN; eager's, from NCHW activations, is row-major).
+    ``.grad`` would be copied to the parameter's layout anyway (autograd's layout
+    contract); ``torch.autograd.grad`` returns it as it is."""
+    def partition(joint, joint_inputs, **kwargs):
+        forward, backward = partition_fn(joint, joint_inputs, **kwargs)
+        restore_gradients(backward, example_inputs)
+        return forward, backward
+    return partition
+
+
+def restore_gradients(backward: torch.fx.GraphModule, example_inputs) -> int:
+    """Lay out each gradient ``backward`` returns as its input (one gradient or None per
+    input, in order) where both are dense, row-major or channels-last, and differ;
+    returns how many. Nothing where the outputs do not pair with the inputs."""
+    (output,) = [n for n in backward.graph.nodes if n.op == "output"]
+    grads = output.args[0]
+    if not isinstance(grads, (list, tuple)) or len(grads) != len(example_inputs):
+        return 0
+    pairs = [(g, x) for g, x in zip(grads, example_inputs)
+             if isinstance(g, torch.fx.Node) and isinstance(x, torch.Tensor)]
+    vals = [g.meta.get("val") for g, _ in pairs]
+    if any(not isinstance(v, torch.Tensor) or v.shape != x.shape
+           for v, (_, x) in zip(vals, pairs)):
+        return 0
+    restored = 0
+    for (grad, x), val in zip(pairs, vals):
+        fmt = _format_of(x)
+        if fmt is None or val.is_contiguous(memory_format=fmt):
+            continue
+        with backward.graph.inserting_before(output):
+            copy = backward.graph.call_function(torch.ops.aten.clone.default, (grad,),
+                                                {"memory_format": fmt})
+        copy.meta.update(grad.meta)
+        fake_mode = getattr(val, "fake_mode", None)
+        if fake_mode is not None:
+            with fake_mode:
+                copy.meta["val"] = val.clone(memory_format=fmt)
+        output.replace_input_with(grad, copy)
+        restored += 1
+    if restored:
+        backward.recompile()
+    return restored
+
+
+def _format_of(x: torch.Tensor):
+    if x.is_contiguous():
+        return torch.contiguous_format
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return None
