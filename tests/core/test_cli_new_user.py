@@ -232,7 +232,7 @@ def test_the_unknown_option_error_lists_the_documented_options_only():
     assert str(err.value) == (
         "torch.compile(backend='torchloom'): unknown option(s) 'pipline' (did you mean "
         "'pipeline'?); known: pipeline, dump_dir, cache_dir, compile_cache, partitioner, mode, "
-        "remote_cache, verify")
+        "remote_cache, verify, channels_last")
     readme = (ROOT / "README.md").read_text()
     using = readme.split("## Using it", 1)[1].split("\n## ", 1)[0]
     options = using.split("Options:", 1)[1].split("An\nunknown option", 1)[0]

@@ -20,8 +20,9 @@ graph, by :func:`make_channels_last`:
   not, and neither is an op it has never heard of) and by the graph's outputs, so that
   they see eager's layouts;
 
-where every ``conv2d`` is on the CPU, f32 or bf16, of static sizes, oneDNN is there and
-on, and the ``channels_last`` option is not false. The graph is left as it is where a
+where every ``conv2d`` is on the CPU, f32 or bf16, of static sizes, one reads at least
+:data:`MIN_NUMEL` elements, oneDNN is there and on, and the ``channels_last`` option is
+not false. The graph is left as it is where a
 changed value must be restored but was traced neither row-major nor channels-last, or
 where a restoring copy would stand before an op other than the outputs in a graph that
 mutates a tensor in place (the copy would no longer alias what the mutation changes).
@@ -79,6 +80,12 @@ def _is_conv2d(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target in (torch.conv2d, F.conv2d)
 
 
+#: a graph whose convolutions all read fewer elements is left as it is: its copies into
+#: and out of channels-last cost about what its convolutions gain, and its weights'
+#: gradients, summed in another order, differ in the last bits from eager's for nothing
+MIN_NUMEL = 16384
+
+
 def _eligible(conv: torch.fx.Node) -> bool:
     """A CPU conv2d over a batch (4-D), f32 or bf16, of static sizes."""
     x = _value(conv.args[0]) if conv.args else None
@@ -120,7 +127,8 @@ def plan(gm: torch.fx.GraphModule) -> tuple[list, list] | None:
     left as it is (module docstring)."""
     graph = gm.graph
     every = [n for n in graph.nodes if _is_conv2d(n)]
-    if not every or not _mkldnn() or not all(_eligible(n) for n in every):
+    if not every or not _mkldnn() or not all(_eligible(n) for n in every) or \
+            max(_value(n.args[0]).numel() for n in every) < MIN_NUMEL:
         return None
     convs: list[torch.fx.Node] = []
     safe, resets = _functions(_SAFE_FUNCTIONS), _functions(_RESET_NAMES)
