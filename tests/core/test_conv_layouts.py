@@ -114,7 +114,7 @@ def test_each_convolution_reads_a_channels_last_input():
     args = _inputs()
     gm = dynamo_graph(block, *args)
     assert conv_layouts.make_channels_last(gm) == 2
-    assert channels_last_reads(gm) == 2
+    assert channels_last_reads(gm) == 4  # (inputs and weights)
     assert restores(gm) == ["output"]  # (z, returned: its traced layout is row-major)
     graphs = []
 
