@@ -129,7 +129,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     dense_layouts.make_dense(gm)
     # convolutional graphs traced channels-last, gradients laid out as eager's
     # (frontend/conv_layouts.py)
-    if channels_last and conv_layouts.make_channels_last(gm):
+    row_major = channels_last and conv_layouts.row_major_convolutions(gm)
+    if channels_last and conv_layouts.make_channels_last(gm) and row_major:
         split["partition_fn"] = conv_layouts.gradients_restored(split["partition_fn"],
                                                                 example_inputs)
     if ahead is not None:

@@ -136,15 +136,65 @@ def test_a_view_reads_its_tensor_restored():
     assert "view" in restores(gm)
 
 
-def test_a_restore_that_would_break_an_alias_leaves_the_graph():
-    """``z += y`` beside a restored ``view``: the graph is left as traced."""
+def test_an_in_place_sum_before_a_restored_view_is_laid_out():
+    """``z += y`` writes a convolution's result; the ``view`` reads the ReLU after it, a
+    tensor nothing writes: the restoring copy is never seen."""
     gm = dynamo_graph(lambda *a: block(*a, view=True, in_place=True), *_inputs())
-    before = len(gm.graph.nodes)
-    assert conv_layouts.make_channels_last(gm) == 0
-    assert len(gm.graph.nodes) == before and channels_last_reads(gm) == 0
-    # an in-place sum restored at the outputs only is laid out channels-last
-    gm = dynamo_graph(lambda *a: block(*a, in_place=True), *_inputs())
     assert conv_layouts.make_channels_last(gm) == 2
+
+
+_W = torch.randn(8, 3, 3, 3, generator=torch.Generator().manual_seed(5))
+
+
+def _written_copy(x):  # eager's contiguous() of a row-major tensor is that tensor
+    y = F.conv2d(x, _W, padding=1)
+    z = y.contiguous()
+    z.add_(1)
+    return y
+
+
+def _written_reshape(x):  # eager's reshape is a view
+    y = F.conv2d(x, _W, padding=1)
+    y.reshape(2, -1).mul_(2)
+    return y
+
+
+def _view_then_setitem(x):
+    y = F.conv2d(x, _W, padding=1)
+    v = y.view(2, -1)
+    y[:, 0] = 0
+    return v
+
+
+def _slice_then_power(x):  # y **= 2 is operator.ipow, not a known op: restored, written
+    y = F.conv2d(x, _W, padding=1)
+    z = y[0]
+    y **= 2
+    return z
+
+
+def _aliasing_outputs(x):
+    y = F.conv2d(x, _W, padding=1)
+    return y, y[0]
+
+
+@pytest.mark.parametrize("fn", [_written_copy, _written_reshape, _view_then_setitem,
+                                _slice_then_power, _aliasing_outputs])
+def test_a_copy_eager_would_not_make_leaves_the_graph(fn):
+    """Where a copy made for the layout could be seen (a tensor aliasing it written
+    after it, outputs aliasing each other), nothing is laid out, and the values and
+    aliases are eager's (found by a hostile reviewer)."""
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    assert conv_layouts.make_channels_last(dynamo_graph(fn, x)) == 0
+    want = fn(x)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="torchloom")(x)
+    for a, b in zip(want if isinstance(want, tuple) else (want,),
+                    got if isinstance(got, tuple) else (got,)):
+        torch.testing.assert_close(b, a)
+    if fn is _aliasing_outputs:
+        got[0].zero_()
+        assert not got[1].any()  # (a view of the first output, as in eager)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
@@ -205,6 +255,22 @@ def test_a_channels_last_program_keeps_its_layouts():
     gm = dynamo_graph(fn, *args)
     assert conv_layouts.make_channels_last(gm) == 2
     assert restores(gm) == []  # (restored to their traced channels-last layout)
+
+
+def test_a_channels_last_input_gives_eagers_weight_gradient():
+    """Eager's weight gradient beside a channels-last input is channels-last: left as
+    traced, not made row-major like the weight."""
+    x, w1, *_ = _inputs()
+    x = x.contiguous(memory_format=CL)
+    w1 = w1.detach().requires_grad_()
+
+    def fn(x, w):
+        return torch.relu(F.conv2d(x, w, None, 1, 3))
+    want = torch.autograd.grad(fn(x, w1).sum(), w1)[0]
+    torch._dynamo.reset()
+    got = torch.autograd.grad(torch.compile(fn, backend="torchloom")(x, w1).sum(), w1)[0]
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_the_option_turns_it_off_and_is_checked():

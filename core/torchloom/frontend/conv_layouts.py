@@ -23,14 +23,16 @@ fixed when aot_autograd traces it, so the choice is made before, on Dynamo's gra
   not known to be indifferent to layouts (:data:`_SAFE_FUNCTIONS`, :data:`_SAFE_METHODS`:
   ``view`` is not, nor is an op this module has never heard of) and by the graph's
   outputs, so that they see eager's layouts;
-- the backward lays out each input's gradient as the input (:func:`gradients_restored`).
+- the backward lays out each input's gradient as the input (:func:`gradients_restored`)
+  where every convolution read a row-major input and weight.
 
 This is done where every ``conv2d`` is on the CPU, f32 or bf16, of static sizes, one
 reads at least :data:`MIN_NUMEL` elements, oneDNN is there and on, and the backend option
 ``channels_last`` is not false. The graph is left as it is where a changed value must be
-restored but was traced neither row-major nor channels-last, or where a restoring copy
-would stand before an op other than the outputs in a graph that mutates a tensor in place
-(the copy would no longer alias what the mutation changes).
+restored but was traced neither row-major nor channels-last, or where a copy made so where
+eager's op returned a view could be seen (:func:`_breaks_aliases`: a restoring copy, or a
+``contiguous``/``reshape``/``flatten`` of a changed value, with a tensor aliasing it written
+in place after it, an in-place op on a restored value, outputs aliasing each other).
 """
 
 from __future__ import annotations
@@ -62,6 +64,28 @@ _SAFE_METHODS = frozenset(_SAFE_FUNCTIONS + (
     "type_as", "contiguous", "mean", "sum", "flatten", "reshape"))
 #: ... of which those whose results are laid out row-major whatever their operands'
 _RESET_NAMES = ("linear", "matmul", "mm", "bmm")
+#: ops whose result is a new tensor, never an alias of an operand (other ops are taken to
+#: alias all of theirs)
+_FRESH_NAMES = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance_norm", "relu",
+                "relu6", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish",
+                "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu", "softplus",
+                "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+                "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt", "clamp",
+                "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
+                "nll_loss", "mse_loss", "l1_loss", "linear", "matmul", "mm", "bmm",
+                "__add__", "__sub__", "__mul__", "__truediv__", "__radd__", "__rmul__")
+_FRESH_OPERATORS = (operator.add, operator.sub, operator.mul, operator.truediv,
+                    operator.neg, operator.matmul, operator.pow, operator.floordiv,
+                    operator.mod)
+#: ops whose result is a view of their operand where its layout allows, else a copy: of a
+#: changed value, a copy where eager's was a view, perhaps
+_VIEW_OR_COPY = frozenset(("contiguous", "reshape", "flatten", "to", "float", "type_as"))
+_IN_PLACE_OPERATORS = frozenset((
+    operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+    operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior,
+    operator.ixor, operator.ilshift, operator.irshift, operator.setitem))
+_IN_PLACE_DUNDERS = frozenset(f"__{name.__name__.strip('_')}__"
+                              for name in _IN_PLACE_OPERATORS)
 
 #: the dtypes oneDNN's channels-last convolutions are fast for
 DTYPES = (torch.float32, torch.bfloat16)
@@ -102,17 +126,73 @@ def _mkldnn() -> bool:
     return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
 
 
-def _in_place(node: torch.fx.Node) -> bool:
-    """Whether ``node`` mutates a tensor (an in-place method, ``inplace=True``, ``+=``)."""
-    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
-        return True
+def _mutated(node: torch.fx.Node):
+    """The tensor ``node`` writes in place (an in-place method or operator, ``inplace=True``,
+    ``out=``, ``x[i] = v``), or None."""
+    if isinstance(node.kwargs.get("out"), torch.fx.Node):
+        return node.kwargs["out"]
+    first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    if node.kwargs.get("inplace") is True:
+        return first
     if node.op == "call_method":
-        return node.target.endswith("_") and not node.target.startswith("__")
-    if node.op == "call_function":
-        return node.target in (operator.iadd, operator.isub, operator.imul,
-                               operator.itruediv) or \
-            getattr(node.target, "__name__", "").endswith("_")
-    return False
+        name = node.target
+        written = name in _IN_PLACE_DUNDERS or name.endswith("_") and not name.startswith("_")
+        return first if written else None
+    if node.op == "call_function" and (node.target in _IN_PLACE_OPERATORS or getattr(
+            node.target, "__name__", "").endswith("_")):
+        return first
+    return None
+
+
+def _fresh(node: torch.fx.Node, fresh: frozenset) -> bool:
+    """Whether ``node``'s result is a new tensor (:data:`_FRESH_NAMES`)."""
+    if node.op == "call_method":
+        return node.target in _FRESH_NAMES
+    return node.op == "call_function" and (node.target in fresh or
+                                           node.target in _FRESH_OPERATORS)
+
+
+def _breaks_aliases(graph, changed: set, restores: list) -> bool:
+    """Whether a copy made here where eager's op returned a view (a view-or-copy op of a
+    changed value, a restoring copy) could be seen: a tensor aliasing it is written after
+    it, or graph outputs alias each other and one of them is restored. Aliases are
+    over-approximated: every op but the fresh ones (:func:`_fresh`) and in-place ones
+    (their result is the tensor written) is taken to alias all its operands."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    parent: dict = {}
+
+    def find(n):
+        while parent.get(n, n) is not n:
+            n = parent[n]
+        return n
+    fresh = _functions(_FRESH_NAMES)
+    writes = []  # (position, tensor written)
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        written = _mutated(node)
+        if written is not None:
+            parent[find(node)] = find(written)
+            writes.append((order[node], written))
+        elif not _fresh(node, fresh):
+            for a in node.all_input_nodes:
+                parent[find(node)] = find(a)
+    points = [(order[n], n) for n in changed if n.op == "call_method" and
+              n.target in _VIEW_OR_COPY or n.target in (torch.flatten, torch.reshape)]
+    points += [(order[user], value) for user, value in restores if user.op != "output"]
+    if any(at >= pos and find(w) is find(n) for pos, n in points for at, w in writes):
+        return True
+    (output,) = [n for n in graph.nodes if n.op == "output"]
+    outputs = output.all_input_nodes
+    return any(sum(find(o) is find(value) for o in outputs) > 1
+               for user, value in restores if user.op == "output")
+
+
+def row_major_convolutions(gm: torch.fx.GraphModule) -> bool:
+    """Whether every ``conv2d`` of ``gm`` reads a row-major input and weight (eager then
+    lays out their gradients row-major: :func:`gradients_restored` applies)."""
+    return all(_value(a) is not None and _value(a).is_contiguous()
+               for n in gm.graph.nodes if _is_conv2d(n) for a in n.args[:2])
 
 
 def _restore_format(node: torch.fx.Node):
@@ -150,15 +230,19 @@ def plan(gm: torch.fx.GraphModule) -> tuple[list, list] | None:
         elif inputs and node.op == "call_method" and node.target in _SAFE_METHODS or \
                 inputs and node.op == "call_function" and (
                     node.target in safe or node.target in _SAFE_OPERATORS):
-            if node.target not in resets and not (
+            written = _mutated(node)
+            if written is not None:  # (its result is the tensor written, as laid out)
+                if written in changed:
+                    changed.add(node)
+            elif node.target not in resets and not (
                     node.op == "call_method" and node.target in _RESET_NAMES):
                 changed.add(node)
         elif inputs:
+            if _mutated(node) in changed:
+                return None  # (restored, the copy would be written, not the tensor)
             restores += [(node, a) for a in inputs]
-    if not convs or any(_restore_format(a) is None for _, a in restores):
-        return None
-    if any(user.op != "output" for user, _ in restores) and \
-            any(_in_place(n) for n in graph.nodes):
+    if not convs or any(_restore_format(a) is None for _, a in restores) or \
+            _breaks_aliases(graph, changed, restores):
         return None
     return convs, restores
 
