@@ -178,12 +178,44 @@ def _aliasing_outputs(x):
     return y, y[0]
 
 
+def _positional_inplace(x):  # nn.LeakyReLU(inplace=True) passes it positionally
+    y = F.conv2d(x, _W, padding=1)
+    F.leaky_relu(y.reshape(2, -1), 0.5, True)
+    return y
+
+
+def _unknown_in_place(x):  # not a known op: restored, and the copy written
+    y = F.conv2d(x, _W, padding=1)
+    F.celu(y, 1.0, True)
+    return y
+
+
+def _foreach_write(x):
+    y = F.conv2d(x, _W, padding=1)
+    torch._foreach_mul_([y], 2.0)
+    return y
+
+
+def _aten_write(x):  # an OpOverload's name is "mul_.Tensor"
+    y = F.conv2d(x, _W, padding=1)
+    torch.ops.aten.mul_.Tensor(y.reshape(2, -1), torch.tensor(2.0))
+    return y
+
+
+def _statistics_in_a_view(x):  # the norm writes its running mean, a view of y
+    y = F.conv2d(x, _W, padding=1)
+    F.batch_norm(y, y.reshape(-1)[:8], torch.ones(8), training=True, momentum=0.5)
+    return y
+
+
 @pytest.mark.parametrize("fn", [_written_copy, _written_reshape, _view_then_setitem,
-                                _slice_then_power, _aliasing_outputs])
+                                _slice_then_power, _aliasing_outputs, _positional_inplace,
+                                _unknown_in_place, _foreach_write, _aten_write,
+                                _statistics_in_a_view])
 def test_a_copy_eager_would_not_make_leaves_the_graph(fn):
     """Where a copy made for the layout could be seen (a tensor aliasing it written
     after it, outputs aliasing each other), nothing is laid out, and the values and
-    aliases are eager's (found by a hostile reviewer)."""
+    aliases are eager's (found by two hostile reviewers)."""
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
     assert conv_layouts.make_channels_last(dynamo_graph(fn, x)) == 0
     want = fn(x)

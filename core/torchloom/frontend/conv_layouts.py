@@ -126,22 +126,48 @@ def _mkldnn() -> bool:
     return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
 
 
-def _mutated(node: torch.fx.Node):
-    """The tensor ``node`` writes in place (an in-place method or operator, ``inplace=True``,
-    ``out=``, ``x[i] = v``), or None."""
-    if isinstance(node.kwargs.get("out"), torch.fx.Node):
-        return node.kwargs["out"]
-    first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
-    if node.kwargs.get("inplace") is True:
-        return first
+#: norms that write their running statistics (arguments 1 and 2) in training
+_NORMS = frozenset((F.batch_norm, F.instance_norm, torch.batch_norm, torch.instance_norm))
+
+
+def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The tensors ``node`` may write in place, over-approximated: ``out=``; the first
+    argument (each tensor of a list there: ``_foreach_mul_``) of an in-place method or
+    operator (``+=``, ``x[i] = v``), of a function named ``..._``, and of one given a
+    literal ``True`` (``inplace``, positional or not: ``F.leaky_relu(z, 0.5, True)``;
+    ``F.dropout``'s ``training`` counts too); a norm's running statistics; every tensor
+    argument of an aten op whose schema writes."""
+    out = node.kwargs.get("out")
+    if isinstance(out, torch.fx.Node):
+        return [out]
+    first = node.args[0] if node.args else None
+    firsts = [first] if isinstance(first, torch.fx.Node) else [
+        a for a in first if isinstance(a, torch.fx.Node)] if isinstance(
+            first, (list, tuple)) else []
     if node.op == "call_method":
         name = node.target
-        written = name in _IN_PLACE_DUNDERS or name.endswith("_") and not name.startswith("_")
-        return first if written else None
-    if node.op == "call_function" and (node.target in _IN_PLACE_OPERATORS or getattr(
-            node.target, "__name__", "").endswith("_")):
-        return first
-    return None
+        in_place = name in _IN_PLACE_DUNDERS or name.endswith("_") and \
+            not name.startswith("_")
+        return firsts if in_place or node.kwargs.get("inplace") is True else []
+    if node.op != "call_function":
+        return []
+    target = node.target
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return list(node.all_input_nodes) if _mutable(target) else []
+    if target in _NORMS:
+        stats = (*node.args[1:3], node.kwargs.get("running_mean"),
+                 node.kwargs.get("running_var"))
+        return [a for a in stats if isinstance(a, torch.fx.Node)]
+    if target in _IN_PLACE_OPERATORS or getattr(target, "__name__", "").endswith("_") or \
+            any(a is True for a in (*node.args[1:], *node.kwargs.values())):
+        return firsts
+    return []
+
+
+def _mutable(op) -> bool:
+    overloads = [getattr(op, name) for name in op.overloads()] \
+        if isinstance(op, torch._ops.OpOverloadPacket) else [op]
+    return any(o._schema.is_mutable for o in overloads)
 
 
 def _fresh(node: torch.fx.Node, fresh: frozenset) -> bool:
@@ -170,11 +196,11 @@ def _breaks_aliases(graph, changed: set, restores: list) -> bool:
     for node in graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
-        written = _mutated(node)
-        if written is not None:
-            parent[find(node)] = find(written)
-            writes.append((order[node], written))
-        elif not _fresh(node, fresh):
+        written = _written(node)
+        for w in written:
+            parent[find(node)] = find(w)
+            writes.append((order[node], w))
+        if not written and not _fresh(node, fresh):
             for a in node.all_input_nodes:
                 parent[find(node)] = find(a)
     points = [(order[n], n) for n in changed if n.op == "call_method" and
@@ -230,15 +256,15 @@ def plan(gm: torch.fx.GraphModule) -> tuple[list, list] | None:
         elif inputs and node.op == "call_method" and node.target in _SAFE_METHODS or \
                 inputs and node.op == "call_function" and (
                     node.target in safe or node.target in _SAFE_OPERATORS):
-            written = _mutated(node)
-            if written is not None:  # (its result is the tensor written, as laid out)
-                if written in changed:
+            written = [] if node.target in _NORMS else _written(node)
+            if written:  # (its result is the tensor written, as laid out)
+                if any(w in changed for w in written):
                     changed.add(node)
             elif node.target not in resets and not (
                     node.op == "call_method" and node.target in _RESET_NAMES):
                 changed.add(node)
         elif inputs:
-            if _mutated(node) in changed:
+            if any(w in changed for w in _written(node)):
                 return None  # (restored, the copy would be written, not the tensor)
             restores += [(node, a) for a in inputs]
     if not convs or any(_restore_format(a) is None for _, a in restores) or \
