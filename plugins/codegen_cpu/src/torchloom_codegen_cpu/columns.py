@@ -1,6 +1,7 @@
 """The column form of a reduction kernel: reductions whose kept dims are innermost (a bias
-gradient ``sum(g, dim=0)``, layer_norm's weight gradient), where the row form would read
-every row with a stride.
+gradient ``sum(g, dim=0)``, layer_norm's weight gradient), or whose one kept dim is
+innermost in memory (a channels-last batch norm's gradients, sums over N, H and W), where
+the row form would read every row with a stride.
 
 A block of kept elements (columns) is one parallel iteration; it walks the reduced dims in
 order and, for each, runs a SIMD loop over its columns, accumulating into one array per
