@@ -229,6 +229,21 @@ def test_a_copy_eager_would_not_make_leaves_the_graph(fn):
         assert not got[1].any()  # (a view of the first output, as in eager)
 
 
+def _padded_head(x, w1, w2, bn, wf):
+    """MobileNetV2's shape of it in Hugging Face: TF-style padding before each
+    convolution, and the pooled features flattened then dropped out in place."""
+    y = torch.relu(F.conv2d(F.pad(x, (0, 1, 0, 1)), w1, None, 2))
+    y = F.conv2d(F.pad(y, (1, 1, 1, 1)), w2)
+    pooled = F.adaptive_avg_pool2d(y, 1).flatten(1)
+    return F.linear(F.dropout(pooled, 0.0, True, True), wf), y
+
+
+def test_padding_and_a_flattened_pool_written_in_place_are_laid_out():
+    args = _inputs()
+    assert conv_layouts.make_channels_last(dynamo_graph(_padded_head, *args)) == 2
+    _check_against_eager(_padded_head, args)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
 def test_other_dtypes_are_left(dtype):
     gm = dynamo_graph(block, *_inputs(dtype=dtype))

@@ -50,7 +50,8 @@ _SAFE_FUNCTIONS = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance
                    "relu", "relu_", "relu6", "gelu", "silu", "mish", "sigmoid", "tanh",
                    "hardswish", "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu",
                    "softplus", "dropout", "dropout2d", "max_pool2d", "avg_pool2d",
-                   "adaptive_avg_pool2d", "adaptive_max_pool2d", "interpolate", "flatten",
+                   "adaptive_avg_pool2d", "adaptive_max_pool2d", "interpolate", "pad",
+                   "flatten",
                    "reshape", "permute", "transpose", "unsqueeze", "squeeze", "add",
                    "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt", "clamp",
                    "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
@@ -70,7 +71,7 @@ _FRESH_NAMES = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance_no
                 "relu6", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish",
                 "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu", "softplus",
                 "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-                "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt", "clamp",
+                "pad", "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt", "clamp",
                 "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
                 "nll_loss", "mse_loss", "l1_loss", "linear", "matmul", "mm", "bmm",
                 "__add__", "__sub__", "__mul__", "__truediv__", "__radd__", "__rmul__")
@@ -203,8 +204,9 @@ def _breaks_aliases(graph, changed: set, restores: list) -> bool:
         if not written and not _fresh(node, fresh):
             for a in node.all_input_nodes:
                 parent[find(node)] = find(a)
-    points = [(order[n], n) for n in changed if n.op == "call_method" and
-              n.target in _VIEW_OR_COPY or n.target in (torch.flatten, torch.reshape)]
+    points = [(order[n], n) for n in changed if (n.op == "call_method" and
+              n.target in _VIEW_OR_COPY or n.target in (torch.flatten, torch.reshape))
+              and not _always_a_view(n)]
     points += [(order[user], value) for user, value in restores if user.op != "output"]
     if any(at >= pos and find(w) is find(n) for pos, n in points for at, w in writes):
         return True
@@ -212,6 +214,22 @@ def _breaks_aliases(graph, changed: set, restores: list) -> bool:
     outputs = output.all_input_nodes
     return any(sum(find(o) is find(value) for o in outputs) > 1
                for user, value in restores if user.op == "output")
+
+
+def _always_a_view(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a ``flatten`` that merges at most one dim of a size over 1 (a
+    pooled ``[N, C, 1, 1]`` flattened: a view whatever the strides)."""
+    if node.target not in ("flatten", torch.flatten) or not node.args:
+        return False
+    value = _value(node.args[0])
+    if value is None or value.dim() == 0:
+        return False
+    start = node.args[1] if len(node.args) > 1 else node.kwargs.get("start_dim", 0)
+    end = node.args[2] if len(node.args) > 2 else node.kwargs.get("end_dim", -1)
+    if not isinstance(start, int) or not isinstance(end, int):
+        return False
+    dims = value.shape[start % value.dim():end % value.dim() + 1]
+    return all(type(d) is int for d in dims) and sum(1 for d in dims if d != 1) <= 1
 
 
 def row_major_convolutions(gm: torch.fx.GraphModule) -> bool:
