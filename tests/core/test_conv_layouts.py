@@ -17,23 +17,10 @@ from torchloom.backend import torchloom_backend
 from torchloom.errors import PipelineError
 from torchloom.frontend import conv_layouts
 
+from test_dense_layouts import dynamo_graph
+
 F = torch.nn.functional
 CL = torch.channels_last
-
-
-def dynamo_graph(fn, *args, dynamic=False):
-    """Dynamo's one graph of ``fn`` (its example values in the nodes' meta)."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, dynamic=dynamic)(*args)
-    torch._dynamo.reset()
-    (gm,) = graphs
-    return gm
 
 
 def channels_last_reads(gm) -> int:
