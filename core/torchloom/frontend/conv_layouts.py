@@ -51,11 +51,11 @@ _SAFE_FUNCTIONS = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance
                    "hardswish", "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu",
                    "softplus", "dropout", "dropout2d", "max_pool2d", "avg_pool2d",
                    "adaptive_avg_pool2d", "adaptive_max_pool2d", "interpolate", "pad",
-                   "flatten",
-                   "reshape", "permute", "transpose", "unsqueeze", "squeeze", "add",
-                   "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt", "clamp",
-                   "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
-                   "nll_loss", "mse_loss", "l1_loss", "linear", "matmul", "mm", "bmm")
+                   "flatten", "reshape", "permute", "transpose", "unsqueeze", "squeeze",
+                   "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt",
+                   "clamp", "pow", "mean", "sum", "amax", "amin", "cat", "where",
+                   "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "linear", "matmul",
+                   "mm", "bmm")
 _SAFE_OPERATORS = (operator.add, operator.sub, operator.mul, operator.truediv,
                    operator.iadd, operator.isub, operator.imul, operator.itruediv,
                    operator.neg, operator.getitem, operator.matmul, getattr)
@@ -71,8 +71,8 @@ _FRESH_NAMES = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance_no
                 "relu6", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish",
                 "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu", "softplus",
                 "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-                "pad", "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt", "clamp",
-                "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
+                "pad", "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt",
+                "clamp", "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
                 "nll_loss", "mse_loss", "l1_loss", "linear", "matmul", "mm", "bmm",
                 "__add__", "__sub__", "__mul__", "__truediv__", "__radd__", "__rmul__")
 _FRESH_OPERATORS = (operator.add, operator.sub, operator.mul, operator.truediv,
@@ -190,6 +190,7 @@ def _breaks_aliases(graph, changed: set, restores: list) -> bool:
 
     def find(n):
         while parent.get(n, n) is not n:
+            parent[n] = parent.get(parent[n], parent[n])  # (halving: short chains)
             n = parent[n]
         return n
     fresh = _functions(_FRESH_NAMES)
