@@ -18,7 +18,7 @@ fixed when aot_autograd traces it, so the choice is made before, on Dynamo's gra
   convolution's result is left (the copy's gradient would reach the input channels-last,
   where eager's is row-major), and so, then, are the ones after it;
 - a value whose layout may now differ from the traced one (*changed*: computed from a
-  convolution's result through any op but :data:`_RESET_NAMES`', whose results are
+  convolution's result through any op but :data:`_RESET_NAMES`, whose results are
   row-major whatever their operands) is read through ``.contiguous()`` again by every op
   not known to be indifferent to layouts (:data:`_SAFE_FUNCTIONS`, :data:`_SAFE_METHODS`:
   ``view`` is not, nor is an op this module has never heard of) and by the graph's
@@ -44,37 +44,31 @@ import torch.fx
 
 F = torch.nn.functional
 
-#: ops whose values do not depend on their operands' layouts and which accept any
-#: (elementwise ops, norms, convolutions, pooling, reshapes that copy where they must)
-_SAFE_FUNCTIONS = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance_norm",
-                   "relu", "relu_", "relu6", "gelu", "silu", "mish", "sigmoid", "tanh",
-                   "hardswish", "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu",
-                   "softplus", "dropout", "dropout2d", "max_pool2d", "avg_pool2d",
-                   "adaptive_avg_pool2d", "adaptive_max_pool2d", "interpolate", "pad",
-                   "flatten", "reshape", "permute", "transpose", "unsqueeze", "squeeze",
-                   "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt",
-                   "clamp", "pow", "mean", "sum", "amax", "amin", "cat", "where",
-                   "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "linear", "matmul",
-                   "mm", "bmm")
+#: ops whose result is a new tensor, never an alias of an operand (other ops are taken to
+#: alias all of theirs), whatever their operands' layouts
+_FRESH_FUNCTIONS = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance_norm",
+                    "relu", "relu6", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish",
+                    "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu", "softplus",
+                    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+                    "pad", "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt",
+                    "clamp", "pow", "mean", "sum", "amax", "amin", "cat", "where",
+                    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "linear", "matmul",
+                    "mm", "bmm")
+_FRESH_NAMES = _FRESH_FUNCTIONS + ("__add__", "__sub__", "__mul__", "__truediv__",
+                                   "__radd__", "__rmul__")
+#: ops whose values do not depend on their operands' layouts and which accept any: the
+#: fresh ones, views, reshapes that copy where they must, and a few that may write
+_SAFE_FUNCTIONS = _FRESH_FUNCTIONS + ("relu_", "dropout", "dropout2d", "interpolate",
+                                      "flatten", "reshape", "permute", "transpose",
+                                      "unsqueeze", "squeeze")
 _SAFE_OPERATORS = (operator.add, operator.sub, operator.mul, operator.truediv,
                    operator.iadd, operator.isub, operator.imul, operator.itruediv,
                    operator.neg, operator.getitem, operator.matmul, getattr)
-_SAFE_METHODS = frozenset(_SAFE_FUNCTIONS + (
-    "add_", "sub_", "mul_", "div_", "clamp_", "sigmoid_", "tanh_", "__add__", "__sub__",
-    "__mul__", "__truediv__", "__radd__", "__rmul__", "size", "dim", "to", "float",
-    "type_as", "contiguous", "mean", "sum", "flatten", "reshape"))
+_SAFE_METHODS = frozenset(_SAFE_FUNCTIONS + _FRESH_NAMES + (
+    "add_", "sub_", "mul_", "div_", "clamp_", "sigmoid_", "tanh_", "size", "dim", "to",
+    "float", "type_as", "contiguous"))
 #: ... of which those whose results are laid out row-major whatever their operands'
 _RESET_NAMES = ("linear", "matmul", "mm", "bmm")
-#: ops whose result is a new tensor, never an alias of an operand (other ops are taken to
-#: alias all of theirs)
-_FRESH_NAMES = ("conv2d", "batch_norm", "layer_norm", "group_norm", "instance_norm", "relu",
-                "relu6", "gelu", "silu", "mish", "sigmoid", "tanh", "hardswish",
-                "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu", "softplus",
-                "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-                "pad", "add", "sub", "mul", "div", "neg", "abs", "exp", "sqrt", "rsqrt",
-                "clamp", "pow", "mean", "sum", "amax", "amin", "cat", "where", "cross_entropy",
-                "nll_loss", "mse_loss", "l1_loss", "linear", "matmul", "mm", "bmm",
-                "__add__", "__sub__", "__mul__", "__truediv__", "__radd__", "__rmul__")
 _FRESH_OPERATORS = (operator.add, operator.sub, operator.mul, operator.truediv,
                     operator.neg, operator.matmul, operator.pow, operator.floordiv,
                     operator.mod)
@@ -243,13 +237,7 @@ def row_major_convolutions(gm: torch.fx.GraphModule) -> bool:
 def _restore_format(node: torch.fx.Node):
     """The memory format that restores ``node``'s traced layout, or None where none does."""
     value = _value(node)
-    if value is None:
-        return None
-    if value.is_contiguous():
-        return torch.contiguous_format
-    if value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last):
-        return torch.channels_last
-    return None
+    return None if value is None else _format_of(value)
 
 
 def plan(gm: torch.fx.GraphModule) -> tuple[list, list] | None:
@@ -375,6 +363,7 @@ def restore_gradients(backward: torch.fx.GraphModule, example_inputs) -> int:
 
 
 def _format_of(x: torch.Tensor):
+    """The memory format ``x`` is laid out in, row-major or channels-last, or None."""
     if x.is_contiguous():
         return torch.contiguous_format
     if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
