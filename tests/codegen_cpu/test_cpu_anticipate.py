@@ -167,7 +167,10 @@ def test_the_probe_gives_what_each_check_gives_alone(tmp_path):
                         *(("-fveclib=libmvec",) if tc.vector_math and "clang" in tc.version
                           else ()),
                         *(("-DTL_PYENTRY",) if "-DTL_PYENTRY" in tc.flags else ()),
-                        *width, *tables)
+                        *width, *tables,
+                        *(toolchain.NO_PRE if "clang" not in tc.version and toolchain._compiles(
+                            cc, d, 60, "int f(int x) { return x; }\n", (), toolchain.NO_PRE)
+                          else ()))
     assert tc.libs == (("-lmvec", "-lm") if tc.vector_math else ("-lm",))
 
 

@@ -83,7 +83,8 @@ def test_toolchain_uses_tables_where_gathers_vectorize(tmp_path):
         assert have_tables
         added = [f for f in tc.flags if f not in toolchain.FLAGS]
         assert set(added) <= {"-DTL_LIBMVEC", "-DTL_PYENTRY", "-mtune-ctrl=use_gather",
-                              "-DTL_TABLES=1", "-mprefer-vector-width=512"}, added
+                              "-DTL_TABLES=1", "-mprefer-vector-width=512",
+                              *toolchain.NO_PRE}, added
 
 
 def _source(codegen: CpuCodegen, registry, text: str) -> str:

@@ -71,7 +71,8 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
               torch.ops.aten._safe_softmax.default: _safe_softmax_as_cpu,
               torch.ops.aten.slice_backward.default: _slice_backward_as_cpu,
               torch.ops.aten.nll_loss_backward.default: _nll_loss_backward_as_cpu,
-              torch.ops.aten.cat.default: _cat_as_cpu}
+              torch.ops.aten.cat.default: _cat_as_cpu,
+              torch.ops.aten.max_pool2d_with_indices.default: _max_pool2d_as_cpu}
     for op, wrap in as_cpu.items():
         if op in table:
             table[op] = wrap(table[op], device)
@@ -142,6 +143,81 @@ def _cat_as_cpu(decomposed: Callable, device: str | None) -> Callable:
             result = torch.where(index < first, piece, result)
         return result
     return cat
+
+
+def _max_pool2d_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """Each window element read through a padded view of the input (tiled along H and W,
+    -inf outside it: ``_tiled``) sliced with the stride, and kept as eager's loop keeps it:
+    where it is greater than the maximum so far or NaN; the index of the element kept
+    likewise, starting at the window's first element inside the input (see the module
+    docstring). torch's decomposition off the CPU, for integer dtypes, a dilation other
+    than 1 or sizes that are not ints."""
+    import torch
+
+    def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation=(1,),
+                                ceil_mode=False):
+        def pair(v, default):
+            v = list(v) if isinstance(v, (list, tuple)) else [v]
+            v = v or list(default)
+            return v * 2 if len(v) == 1 else v
+        k, p, dil = pair(kernel_size, ()), pair(padding, (0,)), pair(dilation, (1,))
+        s = pair(stride, k)
+        if (device or self.device.type) != "cpu" or not self.dtype.is_floating_point or \
+                self.dim() not in (3, 4) or dil != [1, 1] or \
+                any(type(n) is not int for n in (*self.shape[-2:], *k, *s, *p)) or \
+                any(n <= 0 for n in (*self.shape[-2:], *k, *s)) or \
+                any(2 * pad > kk for pad, kk in zip(p, k)):
+            return decomposed(self, kernel_size, stride, padding, dilation, ceil_mode)
+        # eager's output has the layout the input suggests (channels-last or
+        # contiguous): pooled over H and W of an NHWC view where channels-last
+        from torch._prims_common import suggest_memory_format
+        nhwc = self.dim() == 4 and suggest_memory_format(self) == torch.channels_last
+        if not nhwc and not self.is_contiguous():
+            return decomposed(self, kernel_size, stride, padding, dilation, ceil_mode)
+        x = self.permute(0, 2, 3, 1) if nhwc else self
+        rank, dims = x.dim(), ((1, 2) if nhwc else (self.dim() - 2, self.dim() - 1))
+        sizes = self.shape[-2:]
+        outs = [_pooled_size(n, kk, ss, pp, ceil_mode) for n, kk, ss, pp in zip(sizes, k, s, p)]
+        if min(outs) < 1:  # (eager raises: so does torch's decomposition)
+            return decomposed(self, kernel_size, stride, padding, dilation, ceil_mode)
+        padded = x
+        for i, d in enumerate(dims):
+            n = max(sizes[i] + 2 * p[i], (outs[i] - 1) * s[i] + k[i])
+            padded = _tiled(padded, d, p[i], n)
+        starts = [_dim_index(o, d, rank, self.device) * s[i] - p[i]
+                  for i, (o, d) in enumerate(zip(outs, dims))]
+        best = float("-inf")
+        where = starts[0].clamp_min(0) * sizes[1] + starts[1].clamp_min(0)
+        for kh in range(k[0]):
+            rows = padded.narrow(dims[0], kh, (outs[0] - 1) * s[0] + 1)
+            rows = rows[(slice(None),) * dims[0] + (slice(None, None, s[0]),)]
+            row = starts[0] + kh
+            row_inside = (row >= 0) & (row < sizes[0])
+            for kw in range(k[1]):
+                value = rows.narrow(dims[1], kw, (outs[1] - 1) * s[1] + 1)
+                value = value[(slice(None),) * dims[1] + (slice(None, None, s[1]),)]
+                col = starts[1] + kw
+                inside = row_inside & (col >= 0) & (col < sizes[1])
+                # eager's (value > best or value is NaN), best staying NaN once NaN
+                take = inside & ((value > best) | value.isnan())
+                best = torch.where(take, value, best)
+                where = torch.where(take, row * sizes[1] + col, where)
+        if nhwc:
+            best, where = best.permute(0, 3, 1, 2), where.permute(0, 3, 1, 2)
+        layout = torch.channels_last if nhwc else torch.contiguous_format
+        # (the selects' layout follows their operands': a dim of one element may order
+        # them otherwise)
+        return tuple(t if t.is_contiguous(memory_format=layout) else
+                     t.contiguous(memory_format=layout) for t in (best, where))
+    return max_pool2d_with_indices
+
+
+def _pooled_size(n: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """A pooled dim's size, as eager's ``pooling_output_shape`` (dilation 1)."""
+    out = (n + 2 * pad - kernel + ((stride - 1) if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= n + pad:
+        out -= 1
+    return out
 
 
 def _promoted(tensors):
