@@ -48,6 +48,16 @@ from torch's decompositions (which follow the CUDA kernels).
   concatenation (``q * cos + rotate_half(q) * sin``) computes it, where eager (and a
   codegen given the ``cat``) writes it out and reads it back.
 
+- ``max_pool2d_with_indices`` with a dilation of 1 and a floating dtype, on the CPU: each
+  window element read through a view of the input padded by tiling (as the slice's
+  gradient above) and sliced with the stride, kept where it is greater than the maximum
+  so far or NaN (eager's loop: the first of equal values stays, ``-0.0`` before ``+0.0``
+  included), and its index likewise, from the window's first element inside the input;
+  positions outside the input are never kept. Bit for bit eager's values and indices (NaN
+  payloads aside), laid out as eager's (channels-last where the input suggests it: then
+  pooled over an NHWC view). ``fusion.decompose`` uses it where it pays (channels-last,
+  indices unread).
+
 Used by the backend (the composites decomposed before aot_autograd's split) and by
 ``fusion.decompose`` (through ``torchloom.api``).
 """
@@ -198,7 +208,7 @@ def _max_pool2d_as_cpu(decomposed: Callable, device: str | None) -> Callable:
                 value = value[(slice(None),) * dims[1] + (slice(None, None, s[1]),)]
                 col = starts[1] + kw
                 inside = row_inside & (col >= 0) & (col < sizes[1])
-                # eager's (value > best or value is NaN), best staying NaN once NaN
+                # eager's rule: greater than the maximum so far, or NaN, replaces it
                 take = inside & ((value > best) | value.isnan())
                 best = torch.where(take, value, best)
                 where = torch.where(take, row * sizes[1] + col, where)
