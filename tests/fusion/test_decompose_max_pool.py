@@ -42,7 +42,7 @@ def _pools(draw):
     stride = draw(st.sampled_from([[], [1, 1], [2, 2], [3, 2], [1, 3]]))
     padding = [draw(st.integers(0, k // 2)) for k in kernel]
     return (shape, kernel, stride, padding, draw(st.booleans()),
-            draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16])),
+            draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16])),
             draw(st.sampled_from(["cl", "contiguous"])), draw(st.integers(0, 2 ** 16)))
 
 
@@ -55,7 +55,7 @@ def _bits(t):
     """NaN made one value (eager's bf16 kernel rounds its payloads), -0.0 kept apart."""
     t = torch.where(t.isnan(), torch.zeros((), dtype=t.dtype), t)
     return t.view({torch.float32: torch.int32, torch.float64: torch.int64,
-                   torch.bfloat16: torch.int16}[t.dtype])
+                   torch.bfloat16: torch.int16, torch.float16: torch.int16}[t.dtype])
 
 
 @settings(max_examples=400, deadline=None)
