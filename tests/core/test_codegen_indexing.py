@@ -21,9 +21,10 @@ class _Tl:  # what Triton's size functions are, in Python
 
 
 def _python(text, language) -> str:
-    """C integer division is Python's floor division for the non-negative values here
-    (``text``: an index expression's node or its text)."""
-    text = str(text)
+    """C integer division is Python's floor division for the non-negative values here,
+    and C's casts to 32 and 64 bits change none of them (``text``: an index expression's
+    node or its text)."""
+    text = str(text).replace("(int32_t)", "").replace("(int64_t)", "")
     return re.sub(r"(?<=[\w)]) / (?=[\w(])", " // ", text) if language.floor_div == "/" \
         else text
 
@@ -90,7 +91,20 @@ def test_delinear_and_linear_round_trip(language):
 
 
 def test_division_is_the_language_s():
-    assert texts(IndexMath(C).delinear("x", (4, 6))) == ("x / 6", "x % 6")
+    """C divides indices of static shapes by sizes that are no powers of two in 32 bits
+    (what gcc vectorizes), cast back to 64; by powers of two, and at symbolic or large
+    sizes, in the index's own type."""
+    assert texts(IndexMath(C).delinear("x", (4, 6))) == (
+        "(int64_t)((int32_t)x / 6)", "(int64_t)((int32_t)x % 6)")
+    assert texts(IndexMath(C).delinear("rb * 16 + rl", (3, 7, 16))) == (
+        "(int64_t)((int32_t)(rb * 16 + rl) / 112)",
+        "(int64_t)(((int32_t)(rb * 16 + rl) / 16) % 7)", "(rb * 16 + rl) % 16")
+    assert texts(IndexMath(C).delinear("x", (4, 8))) == ("x / 8", "x % 8")
+    big = 2 ** 16
+    assert texts(IndexMath(C).delinear("x", (big, big // 2 + 1))) == (
+        f"x / {big // 2 + 1}", f"x % {big // 2 + 1}")
+    assert texts(IndexMath(C, {"s0": "s0"}).delinear("x", (4, "s0"))) == (
+        "x / s0", "x % s0")
     assert texts(IndexMath(TRITON).delinear("x", (4, 6))) == ("x // 6", "x % 6")
 
 
