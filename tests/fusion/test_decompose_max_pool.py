@@ -30,6 +30,8 @@ def _values(shape, dtype, g, layout):
     x[(special > 0.03) & (special < 0.06)] = float("inf")
     x[(special > 0.06) & (special < 0.12)] = float("-inf")
     x = x.to(dtype)
+    if layout == "transposed":  # (neither layout: eager reads a contiguous copy)
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
     return x.contiguous(memory_format=CL) if layout == "cl" and x.dim() == 4 else x
 
 
@@ -43,7 +45,8 @@ def _pools(draw):
     padding = [draw(st.integers(0, k // 2)) for k in kernel]
     return (shape, kernel, stride, padding, draw(st.booleans()),
             draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16])),
-            draw(st.sampled_from(["cl", "contiguous"])), draw(st.integers(0, 2 ** 16)))
+            draw(st.sampled_from(["cl", "contiguous", "transposed"])),
+            draw(st.integers(0, 2 ** 16)))
 
 
 def _strides(t):
@@ -81,16 +84,27 @@ def test_the_decomposition_is_eager_s_pool_bit_for_bit(case):
 
 
 def test_torch_s_decomposition_where_this_one_does_not_apply():
-    """A dilation, an integer tensor (eager raises for it on the CPU), a transposed input
-    that is neither layout: torch's own decomposition, eager's values."""
+    """A dilation: torch's own decomposition, eager's values."""
     table = decomposition_table([POOL], "cpu")
     x = torch.randn(2, 3, 9, 9)
     for args in (([3, 3], [2, 2], [1, 1], [2, 2], False),):
         for want, got in zip(POOL(x, *args), table[POOL](x, *args)):
             torch.testing.assert_close(got, want)
-    odd = torch.randn(2, 3, 9, 7).transpose(2, 3)
-    for want, got in zip(POOL(odd, [2, 2]), table[POOL](odd, [2, 2])):
-        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("shape", [(1, 0, 5, 5), (0, 5, 5), (2, 3, 0, 5), (2, 3, 5, 0)])
+def test_an_empty_plane_raises_eager_s_error(shape):
+    x = torch.randn(shape)
+    with pytest.raises(RuntimeError, match="Expected 3D or 4D"):
+        POOL(x, [2, 2])
+    with pytest.raises(RuntimeError, match="Expected 3D or 4D"):
+        decomposition_table([POOL], "cpu")[POOL](x, [2, 2])
+
+
+def test_an_empty_batch_pools_to_an_empty_batch():
+    x = torch.randn(0, 3, 5, 5).contiguous(memory_format=CL)
+    got, want = decomposition_table([POOL], "cpu")[POOL](x, [2, 2]), POOL(x, [2, 2])
+    assert got[0].shape == want[0].shape and got[1].shape == want[1].shape
 
 
 class _Stem(torch.nn.Module):
@@ -153,6 +167,22 @@ def test_a_training_step_keeps_the_pool_whose_indices_its_gradient_reads():
         # (sums over 8,192 pixels in other orders: within 1e-5 of the gradient's scale)
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4,
                                    atol=1e-5 * float(q.grad.abs().max()))
+    assert _compiled_ops(compiler)["aten.max_pool2d_with_indices.default"] == 1
+    torch._dynamo.reset()
+
+
+def test_a_dilated_pool_is_left_to_eager_s_op():
+    """(A dilation other than 1 is not this decomposition's; torch's, which the pass would
+    otherwise trace, reads the window through an unfold.)"""
+    torch._dynamo.reset()
+    compiler = Compiler(keep_ir=True)
+
+    def fn(x):
+        return torch.nn.functional.max_pool2d(x * 1, 2, 1, 0, dilation=2)
+    x = torch.randn(2, 4, 3, 3).contiguous(memory_format=CL)
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)
     assert _compiled_ops(compiler)["aten.max_pool2d_with_indices.default"] == 1
     torch._dynamo.reset()
 

@@ -156,9 +156,9 @@ def _cat_as_cpu(decomposed: Callable, device: str | None) -> Callable:
 
 
 def _max_pool2d_as_cpu(decomposed: Callable, device: str | None) -> Callable:
-    """Each window element read through a padded view of the input (tiled along H and W,
-    -inf outside it: ``_tiled``) sliced with the stride, and kept as eager's loop keeps it:
-    where it is greater than the maximum so far or NaN; the index of the element kept
+    """Each window element read through a padded view of the input (tiled along H and W:
+    ``_tiled``) sliced with the stride, and kept as eager's loop keeps it where it is inside
+    the input and greater than the maximum so far or NaN; the index of the element kept
     likewise, starting at the window's first element inside the input (see the module
     docstring). torch's decomposition off the CPU, for integer dtypes, a dilation other
     than 1 or sizes that are not ints."""
@@ -172,6 +172,10 @@ def _max_pool2d_as_cpu(decomposed: Callable, device: str | None) -> Callable:
             return v * 2 if len(v) == 1 else v
         k, p, dil = pair(kernel_size, ()), pair(padding, (0,)), pair(dilation, (1,))
         s = pair(stride, k)
+        if self.dim() in (3, 4) and any(type(d) is int and d == 0 for d in self.shape[-3:]):
+            # (eager's check: a batch of 0 runs)
+            raise RuntimeError("Expected 3D or 4D (batch mode) tensor with optional 0 dim "
+                               f"batch size for input, but got:{list(self.shape)}")
         if (device or self.device.type) != "cpu" or not self.dtype.is_floating_point or \
                 self.dim() not in (3, 4) or dil != [1, 1] or \
                 any(type(n) is not int for n in (*self.shape[-2:], *k, *s, *p)) or \
@@ -179,11 +183,12 @@ def _max_pool2d_as_cpu(decomposed: Callable, device: str | None) -> Callable:
                 any(2 * pad > kk for pad, kk in zip(p, k)):
             return decomposed(self, kernel_size, stride, padding, dilation, ceil_mode)
         # eager's output has the layout the input suggests (channels-last or
-        # contiguous): pooled over H and W of an NHWC view where channels-last
+        # contiguous): pooled over H and W of an NHWC view where channels-last; other
+        # layouts read as a contiguous copy, as eager's kernel reads them
         from torch._prims_common import suggest_memory_format
         nhwc = self.dim() == 4 and suggest_memory_format(self) == torch.channels_last
         if not nhwc and not self.is_contiguous():
-            return decomposed(self, kernel_size, stride, padding, dilation, ceil_mode)
+            self = self.contiguous()
         x = self.permute(0, 2, 3, 1) if nhwc else self
         rank, dims = x.dim(), ((1, 2) if nhwc else (self.dim() - 2, self.dim() - 1))
         sizes = self.shape[-2:]

@@ -82,9 +82,11 @@ def _pooled_channels_last(node: Node) -> bool:
         return False
     kernel = node.attrs.get("kernel_size", [])
     kernel = list(kernel) * 2 if len(kernel) == 1 else list(kernel)
+    dilation = node.attrs.get("dilation", [1])
     n, c, h, w = x.shape
     channels_last = (h * w * c, 1, w * c, c)
     return len(kernel) == 2 and kernel[0] * kernel[1] <= POOL_WINDOW and \
+        all(d == 1 for d in dilation) and x.torch_dtype.is_floating_point and \
         tuple(x.actual_strides()) == channels_last
 
 
