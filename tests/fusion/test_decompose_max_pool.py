@@ -7,8 +7,6 @@ unread, a window of at most 25 elements)."""
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +14,8 @@ from hypothesis import strategies as st
 
 from torchloom.api import decomposition_table
 from torchloom.tools import Compiler
+
+from test_decompose_cat import _ops as _compiled_ops
 
 POOL = torch.ops.aten.max_pool2d_with_indices.default
 CL = torch.channels_last
@@ -119,14 +119,6 @@ class _Stem(torch.nn.Module):
 
     def forward(self, x):
         return self.out(self.pool(torch.relu(self.bn(self.conv(x)))))
-
-
-def _compiled_ops(compiler):
-    found: collections.Counter[str] = collections.Counter()
-    for comp in compiler.compilations:
-        for graph in (comp.graph, *comp.graph.subgraphs.values()):
-            found.update(n.op for n in graph.nodes)
-    return found
 
 
 @pytest.mark.parametrize("size, kernel, stride, padding", [
