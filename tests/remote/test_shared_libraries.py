@@ -156,15 +156,17 @@ def test_bad_toolchain_record_is_rejected_and_probed_again(redis_url, redis_clie
     first = probe(cc, tmp_path / "a", 60, store)  # probed here, and shared
     [key] = entries(redis_client, NS)
     name = key.decode().rpartition(":")[2]
-    # --version, two builds (libmvec links; a library calling the interpreter links) and on
-    # an AVX-512 CPU one build with 512-bit vectors preferred (toolchain._width_flags) and
-    # one or two compiles to assembly (do table reads gather? tables.py)
+    # --version, three builds (libmvec links; a library calling the interpreter links; one
+    # without gcc's PRE, toolchain.NO_PRE) and on an AVX-512 CPU one build with 512-bit
+    # vectors preferred (toolchain._width_flags) and one or two compiles to assembly (do
+    # table reads gather? tables.py)
     probed = len(runs(cc_log))
     wide = sum("-mprefer-vector-width=512" in r.split() for r in runs(cc_log))
     assert wide == ("avx512f" in cpu_features())
-    assert name.startswith("toolchain-") and probed == 3 + wide + sum(
+    assert sum("-fno-tree-pre" in r.split() for r in runs(cc_log)) == 1
+    assert name.startswith("toolchain-") and probed == 4 + wide + sum(
         "-S" in r.split() for r in runs(cc_log))
-    assert probed in (3, 5, 6)
+    assert probed in (4, 6, 7)
     assert probe(cc, tmp_path / "b", 60, store) == first and len(runs(cc_log)) == probed
     redis_client.set(key, sign(KEY.encode(), NS, name, b'{"version": "x", "flags": "-O0"}'))
     assert probe(cc, tmp_path / "c", 60, store) == first  # authentic, but no record:
