@@ -50,7 +50,7 @@ def _private_kernel_cache(_shared_libraries, tmp_path_factory, monkeypatch):
     Only the cpu codegen's libraries (``cpu/``: each keyed by its C source and the
     toolchain, as every process of a user shares them) are shared by the tests of one
     process: a kernel two tests generate is built once and the compiler probed once per
-    process, not once per test (the probe alone is four compiler runs). The tests that
+    process, not once per test (the probe alone is several compiler runs). The tests that
     count builds or probes, or damage, lock or remove libraries, give their compilers and
     codegens a ``cache_dir`` of their own (``tmp_path``)."""
     cache = tmp_path_factory.mktemp("torchloom-cache")
