@@ -20,9 +20,9 @@ prelude's polynomials, whose results are bit for bit those they were measured wi
 gcc's contraction (tl_tanh's clamp aside: see there). A value converted to bf16 or f16
 still rounds from the f32 result as eager's does. ``-fwrapv``: integer overflow wraps, as
 in eager. ``-fno-tree-pre`` (gcc): a NaN test of a value chosen with a constant kept whole
-SIMD loops scalar (:data:`NO_PRE`). ``-Werror=implicit-function-declaration``: a call of a function the source does
-not declare (a macro naming a function that does not exist) is a build error, not a call
-of an ``int f()`` that returns garbage. Where a library may call the interpreter's
+SIMD loops scalar (:data:`NO_PRE`). ``-Werror=implicit-function-declaration``: a call of
+a function the source does not declare (a macro naming a function that does not exist) is
+a build error, not a call of an ``int f()`` that returns garbage. Where a library may call the interpreter's
 functions (resolved when it loads, as an extension module's: Linux), ``-DTL_PYENTRY``:
 kernels get CPython entries (entry.py).
 
@@ -279,10 +279,10 @@ def _width_flags(cc: str, directory: Path, timeout: float, features: str) -> tup
 #: gcc's partial redundancy elimination off. It moves a NaN test (or a comparison) of a
 #: value chosen with a constant (ReLU's ``x < 0 ? 0 : x``, a ``masked_fill`` of -inf) into
 #: the choice, ``x < 0 ? 0 : x != x``: a choice between masks, which gcc 12's vectorizer
-#: cannot build, so the whole SIMD loop ran scalar. 2 threads, this machine (RESULTS.md,
-#: session 67): ``amax(relu(x), -1)`` over 4096 x 1024 12.7 -> 0.22 ms, a softmax over a
-#: ``masked_fill`` of -inf 8.2 -> 1.9 ms, ``maximum(relu(a), b)`` 25 -> 1.05 ms, a max
-#: pool reading a batch norm and a ReLU 4.4 -> 0.31 ms. The kernels write their values
+#: cannot build, so the whole SIMD loop ran scalar. 2 threads, the AMD EPYC Zen 4 of
+#: RESULTS.md (session 67): ``amax(relu(x), -1)`` over 4096 x 1024 12.7 -> 0.22 ms, a
+#: softmax over a ``masked_fill`` of -inf 8.2 -> 1.9 ms, ``maximum(relu(a), b)`` 25 -> 1.05
+#: ms, ResNet's stem with its max pool decomposed 12.8 -> 2.0 ms. The kernels write values
 #: once each (value numbering by source text, emitter.py): of the model zoo's 341 kernels
 #: none vectorizes fewer loops without it, 236 compile to the same instructions, the
 #: others within 2 % of their count. gcc only (clang has no such pass to turn off)
