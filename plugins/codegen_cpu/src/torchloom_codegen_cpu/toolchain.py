@@ -22,9 +22,9 @@ still rounds from the f32 result as eager's does. ``-fwrapv``: integer overflow 
 in eager. ``-fno-tree-pre`` (gcc): a NaN test of a value chosen with a constant kept whole
 SIMD loops scalar (:data:`NO_PRE`). ``-Werror=implicit-function-declaration``: a call of
 a function the source does not declare (a macro naming a function that does not exist) is
-a build error, not a call of an ``int f()`` that returns garbage. Where a library may call the interpreter's
-functions (resolved when it loads, as an extension module's: Linux), ``-DTL_PYENTRY``:
-kernels get CPython entries (entry.py).
+a build error, not a call of an ``int f()`` that returns garbage. Where a library may call
+the interpreter's functions (resolved when it loads, as an extension module's: Linux),
+``-DTL_PYENTRY``: kernels get CPython entries (entry.py).
 
 A library is cached as ``<dir>/<key>.so`` where ``key`` hashes the source, the compiler's
 path and version, the flags and the CPU features; ``<key>.so.sha256`` beside it vouches for
