@@ -168,8 +168,7 @@ def test_the_probe_gives_what_each_check_gives_alone(tmp_path):
                           else ()),
                         *(("-DTL_PYENTRY",) if "-DTL_PYENTRY" in tc.flags else ()),
                         *width, *tables,
-                        *(toolchain.NO_PRE if "clang" not in tc.version and toolchain._compiles(
-                            cc, d, 60, "int f(int x) { return x; }\n", (), toolchain.NO_PRE)
+                        *(toolchain._pre_flags(cc, d, 60) if "clang" not in tc.version
                           else ()))
     assert tc.libs == (("-lmvec", "-lm") if tc.vector_math else ("-lm",))
 

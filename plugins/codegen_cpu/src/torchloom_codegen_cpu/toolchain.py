@@ -234,8 +234,7 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
                               load=True)
         width = pool.submit(_width_flags, cc, directory, timeout, features)
         tables = pool.submit(_table_flags, cc, directory, timeout, features)
-        pre = pool.submit(_compiles, cc, directory, timeout, "int f(int x) { return x; }\n",
-                          (), NO_PRE)
+        pre = pool.submit(_pre_flags, cc, directory, timeout)
         version, ok = version.result(), mvec.result()
         flags = FLAGS
         if ok:
@@ -246,8 +245,8 @@ def _probe(cc: str, directory: Path, timeout: float) -> Toolchain:
         if pyentry.result():
             flags = (*flags, "-DTL_PYENTRY")  # kernels get Python entries (entry.py)
         flags = (*flags, *width.result(), *tables.result())
-        if pre.result() and "clang" not in version:
-            flags = (*flags, *NO_PRE)
+        if "clang" not in version:
+            flags = (*flags, *pre.result())
     return Toolchain(cc, version, flags, libs if ok else ("-lm",), ok, features)
 
 
@@ -287,6 +286,12 @@ def _width_flags(cc: str, directory: Path, timeout: float, features: str) -> tup
 #: none vectorizes fewer loops without it, 236 compile to the same instructions, the
 #: others within 2 % of their count. gcc only (clang has no such pass to turn off)
 NO_PRE = ("-fno-tree-pre",)
+
+
+def _pre_flags(cc: str, directory: Path, timeout: float) -> tuple[str, ...]:
+    """:data:`NO_PRE` where ``cc`` takes it."""
+    return NO_PRE if _compiles(cc, directory, timeout, "int f(int x) { return x; }\n", (),
+                               NO_PRE) else ()
 
 
 #: a table read in a SIMD loop, as the kernels' result tables are read (tables.py)
