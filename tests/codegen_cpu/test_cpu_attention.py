@@ -323,6 +323,8 @@ def test_the_forward_s_library_builds_beside_the_graph_s(monkeypatch, tmp_path):
 
     def build(self, source):
         kind = "attention" if "#define TL_ATTN_" in source else "graph"
+        if not self.directory().is_relative_to(tmp_path):  # (an earlier test's thread)
+            return real(self, source)
         builds.append((kind, threading.current_thread().name, self._attention.started_ahead()))
         return real(self, source)
     monkeypatch.setattr(CpuCodegen, "_build", build)

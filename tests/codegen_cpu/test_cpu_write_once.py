@@ -7,6 +7,8 @@ kernel's stored metadata). Results match eager on both."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torchloom.api import parse_graph
@@ -70,7 +72,9 @@ def test_cold_writes_each_kernel_once_and_warm_writes_none(tmp_path, writes, gra
     writes.clear()
     built = []
     real_build = cpu_codegen.build
-    monkeypatch.setattr(cpu_codegen, "build", lambda *a, **k: built.append(a) or real_build(*a, **k))
+    # (a build in another directory is a thread an earlier test in this process left)
+    monkeypatch.setattr(cpu_codegen, "build", lambda *a, **k: (
+        Path(a[2]).is_relative_to(tmp_path) and built.append(a)) or real_build(*a, **k))
     warm = Compiler("default", cache_dir=tmp_path, compile_cache=graph_cache,
                     strict=True).compile_graph(parse_graph(GRAPH))
     # each kernel's stored metadata names the graph's library: no build, not even a lookup
