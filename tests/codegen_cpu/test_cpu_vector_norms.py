@@ -1,7 +1,7 @@
 """``linalg_vector_norm`` over given dims is decomposed by ``fusion.decompose`` (torch's
 own composite: abs, a power or max/min, sum, the root) and compiled by the cpu codegen (it
 ran on eager: "has no C template"); order 0 and norms over every dim stay composites
-(measured slower compiled: decompose._ONLY_WHEN). End to end through ``torch.compile``
+(measured slower compiled: decompose_when.ONLY_WHEN). End to end through ``torch.compile``
 against eager: orders 1, 2, 3, 0.5, +-inf, rows of NaN, +-inf, zeros, -0.0, values whose
 squares overflow or underflow, low precision and a dtype argument, other dims, dynamic
 shapes, F.normalize and the gradient."""

@@ -41,7 +41,7 @@ OPS = [
     "nn.functional.mse_loss", "nn.functional.smooth_l1_loss", "nn.functional.l1_loss",
     # views, layout, casts
     "transpose", "permute", "expand", "reshape", "squeeze", "unsqueeze", "flatten", "narrow",
-    "select", "cat", "stack", "clone", "contiguous", "to",
+    "select", "cat", "stack", "clone", "contiguous", "to", "roll", "nn.functional.pad:constant",
 ]
 HIGH = [torch.float64, torch.bfloat16, torch.float16]
 INTS = [torch.int32, torch.int64, torch.bool]
@@ -53,7 +53,8 @@ TOLERANCES = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (5e-3, 5e-3)}
 BACKWARD = ["add", "mul", "div:no_rounding_mode", "sub", "pow", "exp", "log", "tanh", "sigmoid", "sqrt",
             "abs", "clamp", "where", "maximum", "lerp", "addcmul", "sum", "mean", "amax",
             "var", "logsumexp", "softmax", "log_softmax", "nn.functional.gelu",
-            "nn.functional.silu", "nn.functional.layer_norm", "transpose", "expand", "permute"]
+            "nn.functional.silu", "nn.functional.layer_norm", "transpose", "expand", "permute",
+            "roll", "nn.functional.pad:constant"]
 
 
 def op_info(spec: str):

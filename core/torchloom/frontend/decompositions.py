@@ -58,12 +58,23 @@ from torch's decompositions (which follow the CUDA kernels).
   pooled over an NHWC view). ``fusion.decompose`` uses it where it pays (channels-last,
   indices unread).
 
+- ``roll`` along dims of int sizes, on the CPU: the input read through the views that tile
+  it along each rolled dim (element ``c`` reads ``x[(c - shift) mod n]``, as above), then
+  copied contiguous (eager's ``roll`` is two ``cat`` calls a dim on the CPU: Swin's shifted
+  windows roll twice a block). The kernel reading the rolled tensor computes it.
+
+- ``constant_pad_nd`` on the CPU, pads of int sizes along dims of int sizes: negative pads
+  narrow the input, positive ones tile it along the dim (as above) and ``masked_fill`` the
+  value outside it; all pads 0 is a ``clone``. Laid out as eager's (the layout the input
+  suggests). The kernel reading the padded tensor computes it.
+
 Used by the backend (the composites decomposed before aot_autograd's split) and by
 ``fusion.decompose`` (through ``torchloom.api``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -82,7 +93,9 @@ def decomposition_table(ops: Iterable[Any], device: str | None = None) -> dict[A
               torch.ops.aten.slice_backward.default: _slice_backward_as_cpu,
               torch.ops.aten.nll_loss_backward.default: _nll_loss_backward_as_cpu,
               torch.ops.aten.cat.default: _cat_as_cpu,
-              torch.ops.aten.max_pool2d_with_indices.default: _max_pool2d_as_cpu}
+              torch.ops.aten.max_pool2d_with_indices.default: _max_pool2d_as_cpu,
+              torch.ops.aten.roll.default: _roll_as_cpu,
+              torch.ops.aten.constant_pad_nd.default: _constant_pad_as_cpu}
     for op, wrap in as_cpu.items():
         if op in table:
             table[op] = wrap(table[op], device)
@@ -225,6 +238,73 @@ def _max_pool2d_as_cpu(decomposed: Callable, device: str | None) -> Callable:
         return tuple(t if t.is_contiguous(memory_format=layout) else
                      t.contiguous(memory_format=layout) for t in (best, where))
     return max_pool2d_with_indices
+
+
+def _roll_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """The input tiled along each rolled dim by views, copied contiguous (see the module
+    docstring); torch's decomposition off the CPU, without dims (a flattened roll), for
+    a dim out of range or of a size that is not a positive int, or a shift that is not an
+    int."""
+    import torch
+
+    def roll(self, shifts, dims=()):
+        shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+        dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+        rank = self.dim()
+        if (device or self.device.type) != "cpu" or not dims or len(shifts) != len(dims) or \
+                any(type(s) is not int for s in shifts) or \
+                any(type(d) is not int or not -rank <= d < rank or
+                    type(self.shape[d]) is not int or self.shape[d] <= 0 for d in dims):
+            return decomposed(self, shifts, dims)
+        x = self
+        for s, d in zip(shifts, dims):  # (a dim named twice rolls twice, as eager's)
+            n = x.shape[d % rank]
+            if s % n:
+                x = _tiled(x, d % rank, s % n, n)
+        return x.clone(memory_format=torch.contiguous_format)
+    return roll
+
+
+def _constant_pad_as_cpu(decomposed: Callable, device: str | None) -> Callable:
+    """Negative pads narrowed, positive ones tiled by views and filled by ``masked_fill``
+    (see the module docstring); torch's decomposition off the CPU, for pads or sizes that
+    are not ints, a size that would be negative or empty along a padded dim, or a value
+    that an integer dtype cannot hold as given."""
+    import torch
+    from torch._prims_common import suggest_memory_format
+
+    def constant_pad_nd(input, pad, value=0):
+        rank, pad = input.dim(), list(pad)
+        if (device or input.device.type) != "cpu" or len(pad) % 2 or len(pad) // 2 > rank or \
+                any(type(p) is not int for p in pad):
+            return decomposed(input, pad, value)
+        if all(p == 0 for p in pad):  # (eager's copy, whatever the value)
+            return input.clone()
+        if any(p > 0 for p in pad) and not input.dtype.is_floating_point and \
+                not input.dtype.is_complex and \
+                not (math.isfinite(value) and float(value) == int(value)):
+            return decomposed(input, pad, value)
+        x, mask = input, None
+        for i in range(len(pad) // 2):
+            d, before, after = rank - 1 - i, pad[2 * i], pad[2 * i + 1]
+            n = x.shape[d]
+            if type(n) is not int or n + min(before, 0) + min(after, 0) <= 0:
+                return decomposed(input, pad, value)
+            x = x.narrow(d, -min(before, 0), n + min(before, 0) + min(after, 0))
+            n, before, after = x.shape[d], max(before, 0), max(after, 0)
+            if before or after:
+                x = _tiled(x, d, before, before + n + after)
+                index = _dim_index(before + n + after, d, rank, input.device)
+                outside = (index < before) | (index >= before + n)
+                mask = outside if mask is None else mask | outside
+        if mask is None:  # (only narrowed: a copy, as torch's)
+            return x.clone()
+        if input.dtype is torch.bool:
+            value = bool(value)
+        elif not input.dtype.is_floating_point and not input.dtype.is_complex:
+            value = int(value)  # (an int64 label pad's -100.0: an int fill)
+        return x.masked_fill(mask, value).contiguous(memory_format=suggest_memory_format(input))
+    return constant_pad_nd
 
 
 def _pooled_size(n: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:

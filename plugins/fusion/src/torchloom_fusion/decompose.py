@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import attrs
@@ -11,6 +10,8 @@ import torch
 from torchloom.api import (Graph, Node, PassContext, PassResult, Pass, ScalarType,
                            TensorType, attrs_key, decomposition_table, eager_rejects, import_fx,
                            mark_decomposition, symbols, unmarked_attrs)
+
+from torchloom_fusion.decompose_when import ONLY_WHEN
 
 #: composites traced through torch's own decomposition table. Not ``gelu_backward``: it is
 #: pointwise, so it fuses as one op exactly as its primitives would, and the native codegens
@@ -39,88 +40,14 @@ DECOMPOSED_OPS: tuple[str, ...] = (
     # the kernel making the input (a batch norm's, a ReLU's) computes the maximum
     # (torchloom.frontend.decompositions; where _pooled_channels_last says)
     "aten.max_pool2d_with_indices.default",
+    # Swin's shifted windows, pads: the input read through tiled views by the kernel
+    # reading the result (on the CPU: torchloom.frontend.decompositions; where
+    # _rolled_on_cpu and _padded_on_cpu say)
+    "aten.roll.default", "aten.constant_pad_nd.default",
 )
 
-#: composites decomposed only where their attributes pass a test: a vector norm of order 0
-#: (a count of nonzero values) or over every dim ran slower compiled than eager's own kernel
-#: (2048 x 1024: order 0 2.0 against 1.7 ms, f64 2.5 against 1.4; every dim 0.40 against
-#: 0.31, bf16 0.29 against 0.16), other orders over given dims 1.7-36x faster in f32/bf16/f64
-_ONLY_WHEN: dict[str, Callable[[Node, PassContext], bool]] = {
-    "aten.linalg_vector_norm.default":
-        lambda node, ctx: node.attrs.get("ord", 2) != 0 and bool(node.attrs.get("dim")),
-    # where a pointwise op reads it (rotary embeddings); and where the cpu codegen compiles
-    # the groups and nothing but the concatenation reads its pieces (a fused q/k/v
-    # projection's gradients, which its GEMMs and its bias gradient's sum read): the kernel
-    # making the pieces writes the concatenation, no cat call after it (the dynamic
-    # transformer stack's pass 4-6 % faster). Triton (CPU groups in its interpreter) keeps
-    # that cat, as on CUDA: as tiles beside the bias gradient's sum a group may carry outputs
-    # of the pieces' shape (an LSTM's cell gradient), a form only cpu renders
-    "aten.cat.default": lambda node, ctx: _cat_on_cpu_of_int_sizes(node) and (
-        _read_pointwise(node.output, ctx.registry) or
-        (ctx.codegen == "cpu" and _pieces_read_only_here(node))),
-    "aten.max_pool2d_with_indices.default": lambda node, ctx: _pooled_channels_last(node),
-}
-
-#: the most window elements a decomposed max pool reads (each one a load, a comparison and
-#: two selects per output element, unrolled)
-POOL_WINDOW = 25
-
-
-def _pooled_channels_last(node: Node) -> bool:
-    """A max pool of a static channels-last CPU tensor (more than one channel) of at most
-    :data:`POOL_WINDOW` elements a window, its indices unread (inference). Its kernel then
-    runs along the channels, a SIMD loop reading each window element at a shifted offset,
-    and computes the input's own op there: ResNet's stem, batch norm + ReLU + 3 x 3 pool
-    over ``[2, 32, 112, 112]``, 0.31 ms a call against 0.14 (the norm's kernel) + 0.37
-    (eager's pool); Inductor's kernel 0.24. A contiguous NCHW input would step two elements
-    a lane along W (a 4.4 ms kernel: eager's, or the cpu codegen's channels-last pool, is
-    faster), and with the indices read (a training step) the kernels of that model's step
-    took 5.1 ms against 4.8 with eager's pool."""
-    x, indices = node.inputs[0].type, node.outputs[1]
-    if indices.uses or indices in node.graph.outputs or not isinstance(x, TensorType) or \
-            x.device != "cpu" or x.rank != 4 or not x.is_static or x.shape[1] < 2:
-        return False
-    kernel = node.attrs.get("kernel_size", [])
-    kernel = list(kernel) * 2 if len(kernel) == 1 else list(kernel)
-    dilation = node.attrs.get("dilation", [1])
-    n, c, h, w = x.shape
-    channels_last = (h * w * c, 1, w * c, c)
-    return len(kernel) == 2 and kernel[0] * kernel[1] <= POOL_WINDOW and \
-        all(d == 1 for d in dilation) and x.torch_dtype.is_floating_point and \
-        tuple(x.actual_strides()) == channels_last
-
-
-def _read_pointwise(value, registry) -> bool:
-    """Every reader of ``value`` is a pointwise op; no graph output."""
-    graph = value.graph
-    return value not in graph.outputs and bool(value.uses) and all(
-        (opdef := registry.lookup(user.op)) is not None and opdef.category == "pointwise"
-        for user in value.users())
-
-
-def _pieces_read_only_here(node: Node) -> bool:
-    """Every piece of the concatenation ``node`` is read by it alone (once), made by a
-    node of the graph (no graph input) and is no graph output."""
-    graph = node.graph
-    return all(v.producer is not None and v not in graph.outputs and v.uses == [node]
-               for v in node.inputs)
-
-
-def _cat_on_cpu_of_int_sizes(node: Node) -> bool:
-    """A ``cat`` of CPU tensors of one rank, of static sizes along the dim and none empty
-    there (what its CPU decomposition takes; others are not traced, and get no note: their
-    views would need size expressions). Other dims may be symbols (a model's sequence
-    length: rotary embeddings' ``rotate_half`` concatenates two halves of the head dim)."""
-    types = [v.type for v in node.inputs]
-    if len(types) < 2 or not all(isinstance(t, TensorType) and t.device == "cpu" and
-                                 None not in t.shape for t in types):
-        return False  # (one piece: a copy, which the decomposition leaves to cat)
-    rank = len(types[0].shape)
-    if rank == 0 or any(len(t.shape) != rank for t in types):
-        return False
-    dim = node.attrs.get("dim", 0)
-    return isinstance(dim, int) and all(
-        isinstance(t.shape[dim % rank], int) and t.shape[dim % rank] > 0 for t in types)
+#: composites decomposed only where a test of the node passes (decompose_when.py)
+_ONLY_WHEN = ONLY_WHEN
 
 
 def _always(node: Node, ctx: PassContext) -> bool:
