@@ -50,19 +50,20 @@ def _slices(draw):
     shape[dim] = n
     start = draw(st.integers(-n - 3, n - 1))
     end = draw(st.one_of(st.integers(-n, n + 5), st.just(2 ** 63 - 1)))
-    return shape, dim, start, end, draw(st.sampled_from(DTYPES)), draw(st.integers(0, 99))
+    step = draw(st.sampled_from([1, 1, 2, 3, 5]))
+    return shape, dim, start, end, step, draw(st.sampled_from(DTYPES)), draw(st.integers(0, 99))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(_slices())
 def test_slice_backward_decomposition_is_eager_bit_for_bit(case):
-    shape, dim, start, end, dtype, seed = case
-    taken = torch.empty(shape)[(slice(None),) * (dim % len(shape)) + (slice(start, end),)]
+    shape, dim, start, end, step, dtype, seed = case
+    taken = torch.empty(shape)[(slice(None),) * (dim % len(shape)) + (slice(start, end, step),)]
     if not taken.numel():
         return
     grad = _values(taken.shape, dtype, seed)
-    expected = SLICE_BACKWARD(grad, shape, dim, start, end, 1)
-    actual = _cpu_table()[SLICE_BACKWARD](grad, shape, dim, start, end, 1)
+    expected = SLICE_BACKWARD(grad, shape, dim, start, end, step)
+    actual = _cpu_table()[SLICE_BACKWARD](grad, shape, dim, start, end, step)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
     _same_bits(actual, expected)
 
@@ -177,8 +178,8 @@ def test_rotary_block_at_symbolic_lengths():
 def test_sliced_input_gradient_compiled_as_eager(case):
     """A slice of an input feeding a pointwise op, forward and backward through
     torch.compile, at many shapes, dims and bounds."""
-    shape, dim, start, end, dtype, seed = case
-    index = (slice(None),) * (dim % len(shape)) + (slice(start, end),)
+    shape, dim, start, end, step, dtype, seed = case
+    index = (slice(None),) * (dim % len(shape)) + (slice(start, end, step),)
     if not torch.empty(shape)[index].numel():
         return
 
@@ -187,6 +188,28 @@ def test_sliced_input_gradient_compiled_as_eager(case):
     x = _values(shape, torch.float32 if dtype == torch.float16 else dtype, seed)
     compiler = _compile_and_compare(fn, (x.requires_grad_(),))
     assert "aten.slice_backward.default" not in _zero_makers(compiler)
+    assert all(choice.codegen == "cpu" for comp in compiler.compilations
+               for choice in comp.compiled.choices)
+
+
+def _patch_merging(x, w):
+    """Swin's patch merging: every other row and column, four ways, concatenated along the
+    channels, normalized and projected."""
+    pieces = [x[:, i::2, j::2] for j in (0, 1) for i in (0, 1)]
+    merged = torch.nn.functional.layer_norm(torch.cat(pieces, -1), (4 * x.shape[-1],))
+    return (merged @ w).square().mean()
+
+
+@pytest.mark.parametrize("size", [8, 14])
+def test_patch_merging_gradient_makes_no_zeros_outside_kernels(size):
+    """Each strided slice's gradient (a step of 2, two dims) is its zeros and its copy
+    (eight ``new_zeros`` and ``slice_scatter`` pairs) no more: the kernel summing the four
+    gradients reads each through views; eager's gradients."""
+    g = torch.Generator().manual_seed(size)
+    x = torch.randn(2, size, size, 16, generator=g).requires_grad_()
+    w = torch.randn(64, 32, generator=g).requires_grad_()
+    compiler = _compile_and_compare(_patch_merging, (x, w))
+    assert _zero_makers(compiler) == {}
     assert all(choice.codegen == "cpu" for comp in compiler.compilations
                for choice in comp.compiled.choices)
 

@@ -26,12 +26,14 @@ from torch's decompositions (which follow the CUDA kernels).
 
 - ``slice_backward`` (a slice's gradient: eager fills a tensor of zeros, then copies the
   gradient into the slice: a factory and a copy outside any kernel, twice per rotary
-  embedding): on the CPU, for a step of 1 and static sizes along the sliced dim, the
+  embedding): on the CPU, for static sizes along the sliced dim, the
   gradient read through views that tile it along the dim (``unsqueeze``, ``expand``,
   ``reshape``, ``slice``: element ``c`` reads ``grad[(c - start) mod length]``, always in
   bounds) and ``masked_fill`` with 0 outside ``[start, start + length)`` (a mask from
-  ``arange`` over the dim). Every op is pointwise or a view but ``arange``, so the zeros
-  are written by the kernel that reads the gradient.
+  ``arange`` over the dim). A step above 1 (Swin's patch merging takes every other row
+  and column) first spreads the gradient by views, element ``c`` reading ``grad[c //
+  step]``, and masks the elements between the steps too. Every op is pointwise or a view
+  but ``arange``, so the zeros are written by the kernel that reads the gradient.
 
 - ``nll_loss_backward`` without class weights (cross entropy's gradient: eager fills a
   ``[N, C]`` tensor of zeros and writes one element per row): on the CPU ``-(g /
@@ -129,13 +131,20 @@ def _slice_backward_as_cpu(decomposed: Callable, device: str | None) -> Callable
         d = dim % rank
         n, length = input_sizes[d], grad_output.shape[d]
         # (symbolic sizes along dim, or nothing to pad: torch's)
-        if (device or grad_output.device.type) != "cpu" or step != 1 or \
-                type(n) is not int or type(length) is not int or not 0 < length < n:
+        if (device or grad_output.device.type) != "cpu" or type(step) is not int or \
+                step < 1 or type(n) is not int or type(length) is not int or \
+                not 0 < length < n:
             return decomposed(grad_output, input_sizes, dim, start, end, step)
         first = min(max(start + n if start < 0 else start, 0), n)
         index = _dim_index(n, d, rank, grad_output.device)
-        outside = (index < first) | (index >= first + length)
-        return _tiled(grad_output, d, first, n).masked_fill(outside, 0)
+        outside = (index < first) | (index >= first + length * step)
+        grad = grad_output
+        if step > 1:  # element c of the spread gradient is grad[c // step]
+            sizes = list(grad.shape)
+            grad = grad.unsqueeze(d + 1).expand(*sizes[:d + 1], step, *sizes[d + 1:])
+            grad = grad.reshape(*sizes[:d], length * step, *sizes[d + 1:])
+            outside = outside | ((index - first).remainder(step) != 0)
+        return _tiled(grad, d, first, n).masked_fill(outside, 0)
     return slice_backward
 
 
