@@ -53,7 +53,7 @@ from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
                                     Written, laid_out_as, same_strides)
 from torchloom.environment import default_cache_dir, env_flag
-from torchloom.frontend.decompositions import decomposition_table
+from torchloom.frontend.decompositions import decomposition_table, pad_fill
 from torchloom.frontend.fx import import_fx
 from torchloom.frontend.patterns import Rewrite, pattern_pass
 from torchloom.ir import (DTYPES, Graph, InputRef, Node, ScalarType, TensorType, Value,
@@ -80,8 +80,9 @@ __all__ = [
     # the IR
     "DTYPES", "Graph", "InputRef", "Node", "ScalarType", "TensorType", "Value",
     "CALL_SUBGRAPH", "CONSTANT", "FUSION_GROUP", "attrs_key", "canonical_text", "clone_graph",
-    "decomposition_table", "format_attrs", "format_type", "import_fx", "mark_decomposition",
-    "parse_graph", "print_graph", "structural_hash", "symbols", "unmarked_attrs", "verify",
+    "decomposition_table", "pad_fill", "format_attrs", "format_type", "import_fx",
+    "mark_decomposition", "parse_graph", "print_graph", "structural_hash", "symbols",
+    "unmarked_attrs", "verify",
     # region surgery
     "RegionEditor", "add_region_input", "add_subgraph_input", "remove_region_input",
     "select_region_inputs", "select_region_outputs", "subgraph_calls",

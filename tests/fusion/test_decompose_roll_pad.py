@@ -231,3 +231,62 @@ def test_a_labels_pad_of_int64_keeps_its_fill():
     # (an int fill: a float -100.0 in an integer computation had no cpu kernel)
     assert {c.codegen for c in compiler.compilations[-1].compiled.choices} == {"cpu"}
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype, value", [
+    (torch.int64, 1.5), (torch.int32, -1.5), (torch.int8, 2.7), (torch.uint8, 3.9),
+    (torch.bool, 1.5), (torch.bool, float("nan")), (torch.bool, float("inf")),
+    (torch.bool, 0.0), (torch.float32, float("inf")), (torch.float16, 65504.0)])
+def test_a_fill_is_converted_as_eager_converts_it(dtype, value):
+    """An integer pad's fractional fill is truncated, a bool's is its truth (NaN and inf
+    are true): the kernel writes eager's values and keeps the input's (a pad left to
+    torch's decomposition lost its copy of the input: only the fill came out)."""
+    torch._dynamo.reset()
+    compiler = Compiler(keep_ir=True)
+
+    def fn(x):
+        return torch.nn.functional.pad(x, (1, 2, -1, 1), value=value)
+    x = torch.arange(12).view(3, 4).to(dtype)
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler})
+    _same(compiled(x), fn(x))
+    assert _compiled_ops(compiler)["aten.constant_pad_nd.default"] == 0
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype, value", [
+    (torch.float32, 1e39), (torch.bfloat16, 3.4e38), (torch.float16, 65520.0),
+    (torch.int8, 300), (torch.uint8, -1), (torch.int32, float("nan")),
+    (torch.int64, float("inf"))])
+def test_a_fill_the_dtype_cannot_hold_raises_as_eager(dtype, value):
+    """Eager's pad raises for a value its dtype cannot hold; the op is left to it."""
+    torch._dynamo.reset()
+
+    def fn(x):
+        return torch.nn.functional.pad(x, (1, 1), value=value) * 1
+    x = torch.ones(2, 3, dtype=dtype)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        fn(x)
+    compiled = torch.compile(fn, backend="torchloom", options={"compiler": Compiler()})
+    with pytest.raises(RuntimeError, match="without overflow"):
+        compiled(x)
+    torch._dynamo.reset()
+
+
+def test_a_decomposition_that_writes_in_place_is_not_used(monkeypatch):
+    """torch's own ``constant_pad_nd`` decomposition (what ours falls back to at symbolic
+    sizes) fills a new tensor and copies the input into a view of it in place; the IR's
+    ops are values, so that write would be lost (the result: the fill alone). Asked to
+    decompose such a pad anyway, the pass keeps the op: eager's values at each size."""
+    import torchloom_fusion.decompose_when as when
+    monkeypatch.setitem(when.ONLY_WHEN, "aten.constant_pad_nd.default",
+                        lambda node, ctx: True)
+    torch._dynamo.reset()
+
+    def fn(x):
+        return torch.nn.functional.pad(x * 2, (1, 1), value=7.0) + 1
+    compiled = torch.compile(fn, backend="torchloom", dynamic=True,
+                             options={"compiler": Compiler()})
+    for n in (5, 9):
+        x = torch.randn(3, n)
+        _same(compiled(x), fn(x))
+    torch._dynamo.reset()

@@ -278,7 +278,8 @@ def _constant_pad_as_cpu(decomposed: Callable, device: str | None) -> Callable:
     """Negative pads narrowed, positive ones tiled by views and filled by ``masked_fill``
     (see the module docstring); torch's decomposition off the CPU, for pads or sizes that
     are not ints, a size that would be negative or empty along a padded dim, or a value
-    that an integer dtype cannot hold as given."""
+    the dtype cannot hold (:func:`pad_fill`; ``fusion.decompose`` leaves those to eager's
+    op, which raises)."""
     import torch
     from torch._prims_common import suggest_memory_format
 
@@ -289,9 +290,8 @@ def _constant_pad_as_cpu(decomposed: Callable, device: str | None) -> Callable:
             return decomposed(input, pad, value)
         if all(p == 0 for p in pad):  # (eager's copy, whatever the value)
             return input.clone()
-        if any(p > 0 for p in pad) and not input.dtype.is_floating_point and \
-                not input.dtype.is_complex and \
-                not (math.isfinite(value) and float(value) == int(value)):
+        fill = pad_fill(value, input.dtype)
+        if fill is None and any(p > 0 for p in pad):  # (eager raises: its op must run)
             return decomposed(input, pad, value)
         x, mask = input, None
         for i in range(len(pad) // 2):
@@ -308,12 +308,29 @@ def _constant_pad_as_cpu(decomposed: Callable, device: str | None) -> Callable:
                 mask = outside if mask is None else mask | outside
         if mask is None:  # (only narrowed: a copy, as torch's)
             return x.clone()
-        if input.dtype is torch.bool:
-            value = bool(value)
-        elif not input.dtype.is_floating_point and not input.dtype.is_complex:
-            value = int(value)  # (an int64 label pad's -100.0: an int fill)
-        return x.masked_fill(mask, value).contiguous(memory_format=suggest_memory_format(input))
+        return x.masked_fill(mask, fill).contiguous(memory_format=suggest_memory_format(input))
     return constant_pad_nd
+
+
+def pad_fill(value, dtype):
+    """The value a constant pad of ``dtype`` writes for ``value``, converted as eager
+    converts it (a bool's truth, an integer's truncation: an int64 label pad's ``-100.0`` an
+    int fill), or None where eager's op raises (a value the dtype cannot hold: ``1e39`` in
+    f32, 300 in int8, NaN in an integer) or is complex."""
+    import torch
+    if dtype is torch.bool:
+        return bool(value)
+    if dtype.is_complex or isinstance(value, complex):
+        return None
+    if dtype.is_floating_point:
+        v = float(value)
+        return v if not math.isfinite(v) or abs(v) <= torch.finfo(dtype).max else None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        value = int(value)
+    info = torch.iinfo(dtype)
+    return int(value) if info.min <= value <= info.max else None
 
 
 def _pooled_size(n: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:

@@ -193,6 +193,8 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     try:
         with fake_mode:
             gm = make_fx(call, decomposition_table=table, tracing_mode="real")(*examples)
+        if _mutates(gm):
+            return None
         imported = import_fx(gm, examples, name="decomposed")
     except Exception as exc:  # an op torch cannot decompose here: keep the composite
         return None
@@ -208,6 +210,14 @@ def _trace_decomposition(node: Node, registry) -> Graph | None:
     if node.op in _SOFTMAX and _over_last_dim_on_cpu(node):
         _normalize_by_reciprocal(sub)
     return sub
+
+
+def _mutates(gm) -> bool:
+    """Whether the traced decomposition writes a tensor in place (torch's
+    ``constant_pad_nd`` copies the input into a view of the filled result with
+    ``prims.copy_to``): the IR's ops are values, so such a write would be lost."""
+    return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and
+               n.target._schema.is_mutable for n in gm.graph.nodes)
 
 
 #: softmax over the last dim on the CPU: eager's kernel (``_vec_softmax_lastdim``, every

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torchloom.api import Node, PassContext, TensorType
+from torchloom.api import Node, PassContext, TensorType, pad_fill
 
 #: composites decomposed only where their attributes pass a test: a vector norm of order 0
 #: (a count of nonzero values) or over every dim ran slower compiled than eager's own kernel
@@ -40,8 +40,8 @@ def _rolled_on_cpu(node: Node) -> bool:
     """A ``roll`` of a CPU tensor along given dims (not flattened) of int sizes by int
     shifts: what its CPU decomposition takes (otherwise torch's would gather)."""
     t, shifts, dims = _cpu_tensor(node.inputs[0]), node.attrs.get("shifts"), node.attrs.get("dims")
-    if t is None or not isinstance(shifts, (list, tuple)) or not isinstance(dims, (list, tuple)) or \
-            not dims or len(shifts) != len(dims):
+    if t is None or not isinstance(shifts, (list, tuple)) or \
+            not isinstance(dims, (list, tuple)) or not dims or len(shifts) != len(dims):
         return False
     return all(isinstance(s, int) for s in shifts) and all(
         isinstance(d, int) and -t.rank <= d < t.rank and isinstance(t.shape[d], int) and
@@ -50,11 +50,15 @@ def _rolled_on_cpu(node: Node) -> bool:
 
 def _padded_on_cpu(node: Node) -> bool:
     """A ``constant_pad_nd`` of a CPU tensor by int pads along dims of int sizes, none left
-    empty: what its CPU decomposition takes (otherwise torch's fills a new tensor)."""
+    empty, its value one the dtype holds: what its CPU decomposition takes (otherwise
+    torch's fills a new tensor, or eager's op raises)."""
     t, pad = _cpu_tensor(node.inputs[0]), node.attrs.get("pad")
-    if t is None or not isinstance(pad, (list, tuple)) or len(pad) % 2 or len(pad) // 2 > t.rank or \
-            not all(isinstance(p, int) for p in pad):
+    if t is None or not isinstance(pad, (list, tuple)) or len(pad) % 2 or \
+            len(pad) // 2 > t.rank or not all(isinstance(p, int) for p in pad):
         return False
+    if any(p > 0 for p in pad) and \
+            pad_fill(node.attrs.get("value", 0), t.torch_dtype) is None:
+        return False  # (eager's op raises: a value the dtype cannot hold)
     sizes = [t.shape[t.rank - 1 - i] for i in range(len(pad) // 2)]
     return all(isinstance(n, int) and n + min(pad[2 * i], 0) + min(pad[2 * i + 1], 0) > 0
                for i, n in enumerate(sizes))
