@@ -63,6 +63,7 @@ def _padded_on_cpu(node: Node) -> bool:
     return all(isinstance(n, int) and n + min(pad[2 * i], 0) + min(pad[2 * i + 1], 0) > 0
                for i, n in enumerate(sizes))
 
+
 #: the most window elements a decomposed max pool reads (each one a load, a comparison and
 #: two selects per output element, unrolled)
 POOL_WINDOW = 25
@@ -118,7 +119,8 @@ def _reduced_along_rows(node: Node, registry) -> bool:
     0.2 for Inductor's kernel, which writes the pieces once. (A sum over other dims, a
     bias gradient's, makes one pass: there the decomposition pays.)"""
     t = node.output.type
-    if not isinstance(t, TensorType) or node.attrs.get("dim", 0) % t.rank != t.rank - 1:
+    if not isinstance(t, TensorType) or t.rank == 0 or \
+            node.attrs.get("dim", 0) % t.rank != t.rank - 1:
         return False
     seen, todo = set(), [node.output]
     while todo:
@@ -132,7 +134,7 @@ def _reduced_along_rows(node: Node, registry) -> bool:
             category = opdef.category if opdef is not None else None
             if user.op in _ROW_COMPOSITES or category == "reduction":
                 attr = _ROW_COMPOSITES.get(user.op, "dim")
-                dims = node_dims(user.attrs.get("dims", user.attrs.get(attr))) \
+                dims = _node_dims(user.attrs.get("dims", user.attrs.get(attr))) \
                     if attr is not None else None
                 if attr is None or dims is None or (rank - 1) in {d % rank for d in dims}:
                     return True
@@ -143,7 +145,7 @@ def _reduced_along_rows(node: Node, registry) -> bool:
     return False
 
 
-def node_dims(dims) -> list[int] | None:
+def _node_dims(dims) -> list[int] | None:
     """A reduction's ``dim`` attribute as a list (None or empty: every dim)."""
     if dims is None or dims == [] or dims == ():
         return None
