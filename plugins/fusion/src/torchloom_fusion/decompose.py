@@ -46,10 +46,8 @@ DECOMPOSED_OPS: tuple[str, ...] = (
     "aten.roll.default", "aten.constant_pad_nd.default",
 )
 
-#: composites decomposed only where a test of the node passes (decompose_when.py)
-_ONLY_WHEN = ONLY_WHEN
 
-
+#: (a composite ONLY_WHEN (decompose_when.py) does not name is decomposed wherever found)
 def _always(node: Node, ctx: PassContext) -> bool:
     return True
 
@@ -123,7 +121,7 @@ class Decompose(Pass):
         done = addmm = 0
         graph_outputs = set(graph.outputs)
         for node in list(graph.nodes):
-            if node.op in wanted and _ONLY_WHEN.get(node.op, _always)(node, ctx):
+            if node.op in wanted and ONLY_WHEN.get(node.op, _always)(node, ctx):
                 sub = self._trace(node, ctx, traced)
                 if sub is not None and _fits(sub, node, graph_outputs):
                     _splice(graph, node, sub)
