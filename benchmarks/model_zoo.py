@@ -35,6 +35,12 @@ Run the whole zoo and get a markdown table::
     .venv/bin/python benchmarks/model_zoo.py --threads 2 1 --out table.md
     .venv/bin/python benchmarks/model_zoo.py --models gpt2 vit --modes infer --quick
 
+``--isolate`` runs each side in a process of its own (``zoo_isolated.py``): in one
+process the sides share glibc's heap, and torchloom's cpu codegen has glibc keep freed
+memory, which spares eager and Inductor their page faults there too; alone, each side
+runs as its user's process does. ``--beyond`` adds the models of ``zoo_models.BEYOND``
+(Mistral, Gemma, GPT-NeoX, OPT, DistilBERT, RoBERTa, BART, DeiT, Swin, ResNet).
+
 Rows print as they are measured. ``benchmarks/test_model_zoo.py`` gates a few rows in CI
 (``TORCHLOOM_ZOO=full`` runs it over the whole zoo).
 """
@@ -57,158 +63,9 @@ import attrs
 import torch
 
 from timing import gc_paused
-
-MODES = ("train", "infer", "dynamic", "optimizer", "step", "checkpointed")
-#: modes whose step computes a loss and its gradients
-TRAINING = ("train", "step", "checkpointed")
-SIDES = ("eager", "inductor", "torchloom")
-VOCAB = 8192
-TOKENS = 512  # tokens per step of the text models (batch 1)
-
-
-# ---- the zoo -------------------------------------------------------------------------------
-def _gpt2():
-    import transformers as t
-    return t.GPT2LMHeadModel(t.GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=VOCAB,
-                                          n_positions=TOKENS, bos_token_id=0, eos_token_id=0))
-
-
-def _decoder_config(config_class, **extra):
-    return config_class(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
-                        vocab_size=VOCAB, max_position_embeddings=TOKENS, **extra)
-
-
-def _llama():
-    import transformers as t
-    return t.LlamaForCausalLM(_decoder_config(t.LlamaConfig, num_key_value_heads=2,
-                                              intermediate_size=704))
-
-
-def _qwen2():
-    import transformers as t
-    return t.Qwen2ForCausalLM(_decoder_config(t.Qwen2Config, num_key_value_heads=2,
-                                              intermediate_size=704))
-
-
-def _phi():
-    import transformers as t
-    return t.PhiForCausalLM(_decoder_config(t.PhiConfig, intermediate_size=1024,
-                                            partial_rotary_factor=0.5))
-
-
-def _bert():
-    import transformers as t
-    return t.BertForMaskedLM(t.BertConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-        vocab_size=VOCAB, max_position_embeddings=TOKENS))
-
-
-def _t5():
-    import transformers as t
-    return t.T5ForConditionalGeneration(t.T5Config(
-        d_model=256, d_kv=32, d_ff=1024, num_layers=4, num_decoder_layers=4, num_heads=8,
-        vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0))
-
-
-def _vit():
-    import transformers as t
-    return t.ViTForImageClassification(t.ViTConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-        image_size=224, patch_size=16, num_labels=10))
-
-
-def _convnext():
-    import transformers as t
-    return t.ConvNextForImageClassification(t.ConvNextConfig(
-        depths=[2, 2, 4, 2], hidden_sizes=[32, 64, 128, 256], image_size=IMAGE["convnext"],
-        num_labels=10))
-
-
-def _whisper_encoder():
-    import transformers as t
-    # the encoder (two convolutions over 80 mel bins, 4 layers) with a classification head
-    return t.WhisperForAudioClassification(t.WhisperConfig(
-        d_model=256, encoder_layers=4, encoder_attention_heads=4, encoder_ffn_dim=1024,
-        decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=256, num_mel_bins=80,
-        max_source_positions=TOKENS, vocab_size=VOCAB, num_labels=10,
-        classifier_proj_size=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
-        decoder_start_token_id=0))
-
-
-#: images per step and their side, per vision model
-IMAGES = {"vit": 2, "convnext": 2}
-IMAGE = {"vit": 224, "convnext": 224}
-
-
-def _text(g: torch.Generator, length: int) -> dict:
-    ids = torch.randint(1, VOCAB, (1, length), generator=g)
-    return {"input_ids": ids, "labels": ids}
-
-
-def _masked_text(g: torch.Generator, length: int) -> dict:
-    batch = _text(g, length)
-    mask = torch.ones(1, length, dtype=torch.long)
-    mask[:, length - length // 8:] = 0  # a padded tail, as in a batch of unequal texts
-    return {**batch, "attention_mask": mask}
-
-
-def _seq2seq(g: torch.Generator, length: int) -> dict:
-    target = torch.randint(1, VOCAB, (1, length // 4 + 1), generator=g)
-    return {"input_ids": torch.randint(1, VOCAB, (1, length), generator=g),
-            "decoder_input_ids": target[:, :-1], "labels": target[:, 1:]}
-
-
-def _images(name: str):
-    def batch(g: torch.Generator, length: int) -> dict:
-        n, side = IMAGES[name], IMAGE[name]
-        return {"pixel_values": torch.randn(n, 3, side, side, generator=g),
-                "labels": torch.randint(0, 10, (n,), generator=g)}
-    return batch
-
-
-def _audio(g: torch.Generator, length: int) -> dict:
-    # Whisper's encoder takes exactly 2 * max_source_positions mel frames
-    return {"input_features": torch.randn(1, 80, 2 * TOKENS, generator=g),
-            "labels": torch.randint(0, 10, (1,), generator=g)}
-
-
-@attrs.frozen
-class ZooModel:
-    """A zoo entry: ``build()`` makes the model (random weights), ``batch(generator,
-    length)`` one step's inputs with labels (dropped for inference); ``lengths``: the sequence lengths of its
-    ``dynamic`` row, in the order they arrive (none: no such row)."""
-
-    name: str
-    title: str
-    build: Callable[[], torch.nn.Module]
-    batch: Callable[[torch.Generator, int], dict]
-    lengths: tuple[int, ...] = ()
-
-
-#: a server's mix of lengths: the first two compile (static, then symbolic), the rest reuse
-SERVED_LENGTHS = (64, 320, 128, 512, 192, 448, 256, 384)
-
-ZOO = {m.name: m for m in (
-    ZooModel("gpt2", "GPT-2", _gpt2, _text, SERVED_LENGTHS),
-    ZooModel("llama", "Llama (GQA)", _llama, _text, SERVED_LENGTHS),
-    ZooModel("qwen2", "Qwen2 (GQA, qkv bias)", _qwen2, _text),
-    ZooModel("phi", "Phi (partial rotary)", _phi, _text),
-    ZooModel("bert", "BERT (MLM, padded)", _bert, _masked_text),
-    ZooModel("t5", "T5 (encoder-decoder)", _t5, _seq2seq),
-    ZooModel("vit", "ViT (224px)", _vit, _images("vit")),
-    ZooModel("convnext", "ConvNeXt (224px)", _convnext, _images("convnext")),
-    ZooModel("whisper", "Whisper encoder", _whisper_encoder, _audio),
-)}
-
-
-NOT_CHECKPOINTED = ("convnext",)  # (transformers gives it no activation checkpointing)
-
-
-def rows(models, modes) -> list[tuple[str, str]]:
-    """(model, mode) pairs that exist: a ``dynamic`` row only for models with lengths, a
-    ``checkpointed`` one only for models that checkpoint (not ConvNeXt)."""
-    return [(m, mode) for m in models for mode in modes if (mode != "dynamic" or ZOO[m].lengths)
-            and (mode != "checkpointed" or m not in NOT_CHECKPOINTED)]
+from zoo_models import (  # noqa: F401 (the zoo's names, importers take from here)
+    BEYOND, IMAGE, IMAGES, MODELS, MODES, NOT_CHECKPOINTED, SERVED_LENGTHS, SIDES, TOKENS,
+    TRAINING, VOCAB, ZOO, ZooModel, rows)
 
 
 # ---- compiling and timing ------------------------------------------------------------------
@@ -237,7 +94,7 @@ def _env(name: str, value: str):
 def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
     """Build the model, compile it for ``side`` (``eager``: not compiled), and run the
     first step, timed. ``cache_root``: where torchloom's cold caches go."""
-    spec = ZOO[name]
+    spec = MODELS[name]
     torch.manual_seed(0)  # the same weights on every side
     model = spec.build().train(mode in TRAINING)
     if mode == "checkpointed":
@@ -298,10 +155,12 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
     return Side(step, first, made[0] if made else None)
 
 
-def interleaved(steps: dict[str, Callable[[], None]], rounds: int,
-                warmup: int = 1) -> dict[str, list[float]]:
+def interleaved(steps: dict[str, Callable[[], float | None]], rounds: int,
+                warmup: int = 1, *, timed_inside: bool = False) -> dict[str, list[float]]:
     """Seconds of each side's step in each of ``rounds`` rounds that run every side once,
-    the order rotated each round (drift and cache effects favour none)."""
+    the order rotated each round (drift and cache effects favour none). ``timed_inside``:
+    each step returns the seconds it measured itself (a side in another process,
+    :mod:`zoo_isolated`), which are taken instead of the time around the call."""
     names = list(steps)
     for _ in range(warmup):
         for n in names:
@@ -311,8 +170,8 @@ def interleaved(steps: dict[str, Callable[[], None]], rounds: int,
         for r in range(rounds):
             for n in names[r % len(names):] + names[:r % len(names)]:
                 start = time.perf_counter()
-                steps[n]()
-                samples[n].append(time.perf_counter() - start)
+                took = steps[n]()
+                samples[n].append(took if timed_inside else time.perf_counter() - start)
     return samples
 
 
@@ -414,8 +273,8 @@ def table_row(r: RowResult) -> str:
     groups = f"{r.groups.on_eager} / {r.groups.groups}" if r.groups else "-"
     if r.groups and r.groups.fallbacks:
         groups += f" ({len(r.groups.fallbacks)} graphs on eager)"
-    row = f"{r.mode} ({len(ZOO[r.model].lengths)} lengths)" if r.mode == "dynamic" else r.mode
-    return (f"| {ZOO[r.model].title} | {row} | {r.threads} | {ms('eager')} | "
+    row = f"{r.mode} ({len(MODELS[r.model].lengths)} lengths)" if r.mode == "dynamic" else r.mode
+    return (f"| {MODELS[r.model].title} | {row} | {r.threads} | {ms('eager')} | "
             f"{ms('inductor')} | {ms('torchloom')} | {ratio('eager')} | "
             f"{ratio('inductor')} | {first('inductor')} | {first('torchloom')} | {groups} |")
 
@@ -440,7 +299,7 @@ def first_calls(results: list[RowResult]) -> list[str]:
            if {"torchloom", "inductor"} <= set(r.first_call_s)]
     if not got:
         return []
-    above = ", ".join(f"{ZOO[r.model].title} {r.mode} {x:.2f}" for x, r in got if x > 0.3)
+    above = ", ".join(f"{MODELS[r.model].title} {r.mode} {x:.2f}" for x, r in got if x > 0.3)
     return [f"- first calls: torchloom {min(x for x, _ in got):.2f}-"
             f"{max(x for x, _ in got):.2f}x Inductor's; above 0.3x: {above or 'none'}"]
 
@@ -458,7 +317,7 @@ def reasons_section(results: list[RowResult]) -> list[str]:
                 reasons.update(r.groups.reasons)
                 fallbacks += r.groups.fallbacks
         total = sum(reasons.values())
-        lines.append(f"- **{ZOO[name].title}**: {total} group(s) on eager"
+        lines.append(f"- **{MODELS[name].title}**: {total} group(s) on eager"
                      + (":" if total or fallbacks else ""))
         lines += [f"  - {n}x {reason}" for reason, n in reasons.most_common()]
         lines += [f"  - graph on eager: {f}" for f in fallbacks]
@@ -467,7 +326,13 @@ def reasons_section(results: list[RowResult]) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", choices=list(ZOO), default=list(ZOO))
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(ZOO),
+                        help="the zoo's by default; those of BEYOND may be named too")
+    parser.add_argument("--beyond", action="store_true",
+                        help="also every model beyond the zoo (zoo_models.BEYOND)")
+    parser.add_argument("--isolate", action="store_true",
+                        help="each side in a process of its own (zoo_isolated.py): no "
+                             "allocator or thread state shared between the sides")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--threads", nargs="+", type=int, default=[2, 1])
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
@@ -479,16 +344,20 @@ def main(argv=None) -> int:
     if "torchloom" not in args.sides:
         parser.error("--sides must include torchloom (the ratios are torchloom's)")
     rounds, warmup = (3, 0) if args.quick else (args.rounds, 1)
+    models = list(dict.fromkeys(args.models + (list(BEYOND) if args.beyond else [])))
+    measure = measure_row
+    if args.isolate:
+        from zoo_isolated import measure_row_isolated as measure
     lines = [HEADER]
     print(HEADER, flush=True)
     results = []
     for threads in args.threads:
-        for name, mode in rows(args.models, args.modes):
+        for name, mode in rows(models, args.modes):
             try:
-                result = measure_row(name, mode, threads, sides=args.sides, rounds=rounds,
-                                     warmup=warmup)
+                result = measure(name, mode, threads, sides=args.sides, rounds=rounds,
+                                 warmup=warmup)
             except Exception as exc:  # one model's failure costs its row, not the run
-                line = (f"| {ZOO[name].title} | {mode} | {threads} | failed: "
+                line = (f"| {MODELS[name].title} | {mode} | {threads} | failed: "
                         f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} |")
             else:
                 results.append(result)

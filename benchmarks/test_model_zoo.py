@@ -137,3 +137,31 @@ def test_the_table_pairs_each_round_and_names_slow_first_calls():
     assert "| 2.00 | 0.90 | 10.0 | 4.0 |" in table_row(row)
     assert first_calls([row]) == ["- first calls: torchloom 0.40-0.40x Inductor's; above "
                                   "0.3x: GPT-2 infer 0.40"]
+
+
+@pytest.mark.counted
+def test_steps_timed_inside_their_side_give_their_own_seconds():
+    """A side in another process times its own step (``timed_inside``): the seconds it
+    returns are the sample, not the time around the message."""
+    from model_zoo import interleaved
+    given = {"eager": iter([0.5, 0.25, 0.125]), "torchloom": iter([1.0, 2.0, 3.0])}
+    samples = interleaved({k: lambda it=v: next(it) for k, v in given.items()}, rounds=2,
+                          warmup=1, timed_inside=True)
+    assert samples == {"eager": [0.25, 0.125], "torchloom": [2.0, 3.0]}
+
+
+@pytest.mark.counted
+def test_isolated_sides_each_run_in_a_process_of_their_own(tmp_path):
+    """``--isolate``: every side is built, compiled and stepped by a worker process; the
+    row carries the same results as in one process (times, first calls, torchloom's
+    groups), and a side that fails names itself with its error."""
+    from zoo_isolated import SideFailed, measure_row_isolated
+    row = measure_row_isolated("vit", "infer", 1, sides=("eager", "torchloom"), rounds=2,
+                               warmup=0, cache_root=tmp_path)
+    assert set(row.ms) == set(row.first_call_s) == {"eager", "torchloom"}
+    assert all(v > 0 for v in row.ms.values()) and all(v > 0 for v in row.first_call_s.values())
+    assert row.groups is not None and row.groups.groups > 0 and row.groups.on_eager == 0
+    assert row.paired["torchloom"] == 1.0 and row.paired["eager"] > 0
+    assert any(tmp_path.iterdir())  # torchloom's worker compiled into the given cache
+    with pytest.raises(SideFailed, match=r"nonsense: ValueError: side 'nonsense'"):
+        measure_row_isolated("vit", "infer", 1, sides=("nonsense",), rounds=1)
