@@ -156,19 +156,23 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
 
 
 def interleaved(steps: dict[str, Callable[[], float | None]], rounds: int,
-                warmup: int = 1, *, timed_inside: bool = False) -> dict[str, list[float]]:
+                warmup: int = 1, *, timed_inside: bool = False,
+                gap_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds of each side's step in each of ``rounds`` rounds that run every side once,
     the order rotated each round (drift and cache effects favour none). ``timed_inside``:
     each step returns the seconds it measured itself (a side in another process,
-    :mod:`zoo_isolated`), which are taken instead of the time around the call."""
+    :mod:`zoo_isolated`), which are taken instead of the time around the call; ``gap_s``:
+    an idle pause before each step (another process's OpenMP workers stop spinning)."""
     names = list(steps)
     for _ in range(warmup):
         for n in names:
+            time.sleep(gap_s)
             steps[n]()
     samples: dict[str, list[float]] = {n: [] for n in names}
     with gc_paused():
         for r in range(rounds):
             for n in names[r % len(names):] + names[:r % len(names)]:
+                time.sleep(gap_s)
                 start = time.perf_counter()
                 took = steps[n]()
                 samples[n].append(took if timed_inside else time.perf_counter() - start)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,10 @@ def test_steps_timed_inside_their_side_give_their_own_seconds():
     samples = interleaved({k: lambda it=v: next(it) for k, v in given.items()}, rounds=2,
                           warmup=1, timed_inside=True)
     assert samples == {"eager": [0.25, 0.125], "torchloom": [2.0, 3.0]}
+    start = time.perf_counter()  # a pause before each step, outside its time
+    samples = interleaved({"eager": lambda: None, "torchloom": lambda: None}, rounds=2,
+                          warmup=1, gap_s=0.02)
+    assert time.perf_counter() - start >= 6 * 0.02 and max(samples["eager"]) < 0.02
 
 
 @pytest.mark.counted

@@ -9,9 +9,10 @@ Inductor alone, for one, faults in ~8,000 fresh pages a step (0 beside torchloom
 Here each side is a worker process (``spawn``: nothing inherited but the environment) that
 builds and compiles its model and runs its first call, timed; the workers are started one
 after another, so no compile overlaps another's. The parent then runs the same interleaved
-rounds as :func:`model_zoo.interleaved` by messages: a worker times its own step (the
-message costs nothing inside it) and sends the seconds back. Idle workers wait on their
-pipe, using no CPU.
+rounds as :func:`model_zoo.interleaved` by messages: after a pause (:data:`GAP_S`) and
+an untimed step (:data:`SETTLE_STEPS`), a worker times its next step (the message costs
+nothing inside it) and sends the seconds back: each timed step follows a step of its own
+side, as a user's steps follow each other. Idle workers wait on their pipe, using no CPU.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ from timing import gc_paused
 
 #: seconds a worker may take to stop before it is killed
 STOP_S = 30.0
+#: the pause before each step: a side's OpenMP workers spin for a while after its step
+#: (libgomp's default, ~300,000 spins), which in one process keeps the shared team ready
+#: for the next side's step, but from another process takes the cores from it
+GAP_S = 0.05
+#: untimed steps a worker runs before each timed one: its caches and OpenMP team as a
+#: user's process has them, one step after another (the other sides' processes ran last)
+SETTLE_STEPS = 1
 
 
 class SideFailed(RuntimeError):
@@ -50,6 +58,8 @@ def _serve(conn, name: str, mode: str, side: str, threads: int, cache_root: str)
     with gc_paused():
         while conn.recv() == "step":
             try:
+                for _ in range(SETTLE_STEPS):
+                    built.step()
                 start = time.perf_counter()
                 built.step()
                 took = time.perf_counter() - start
@@ -111,7 +121,8 @@ def measure_row_isolated(name: str, mode: str, threads: int, *, sides=model_zoo.
                 _, first[side], got = worker.reply()
                 groups = got if side == "torchloom" else groups
             samples = model_zoo.interleaved({s: w.step for s, w in workers.items()},
-                                            rounds, warmup, timed_inside=True)
+                                            rounds, warmup, timed_inside=True,
+                                            gap_s=GAP_S)
         finally:
             for worker in workers.values():
                 worker.stop()
