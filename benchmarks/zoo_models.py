@@ -66,11 +66,14 @@ def _t5():
         vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0))
 
 
+#: the sizes of the ViT-like encoders (ViT; DeiT beyond the zoo)
+VIT_SIZES = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "intermediate_size": 1024, "image_size": 224, "patch_size": 16, "num_labels": 10}
+
+
 def _vit():
     import transformers as t
-    return t.ViTForImageClassification(t.ViTConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-        image_size=224, patch_size=16, num_labels=10))
+    return t.ViTForImageClassification(t.ViTConfig(**VIT_SIZES))
 
 
 def _convnext():
@@ -207,9 +210,7 @@ def _bart():
 
 def _deit():
     import transformers as t
-    return t.DeiTForImageClassification(t.DeiTConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-        image_size=224, patch_size=16, num_labels=10))
+    return t.DeiTForImageClassification(t.DeiTConfig(**VIT_SIZES))
 
 
 def _swin():
