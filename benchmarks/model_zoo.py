@@ -234,6 +234,14 @@ class RowResult:
             return self.paired[over]
         return self.ms[over] / self.ms["torchloom"]
 
+    @classmethod
+    def of_rounds(cls, name: str, mode: str, threads: int, samples: dict[str, list[float]],
+                  first_call_s: dict[str, float], groups: EagerGroups | None) -> RowResult:
+        """The row from the seconds of each side's step in each round."""
+        return cls(name, mode, threads,
+                   {k: statistics.median(v) * 1e3 for k, v in samples.items()},
+                   first_call_s, groups, paired_ratios(samples))
+
 
 def measure_row(name: str, mode: str, threads: int, *, sides=SIDES, rounds: int = 7,
                 warmup: int = 1, cache_root: Path | None = None) -> RowResult:
@@ -245,12 +253,10 @@ def measure_row(name: str, mode: str, threads: int, *, sides=SIDES, rounds: int 
     try:
         built = {side: make_side(name, mode, side, cache_root) for side in sides}
         samples = interleaved({side: b.step for side, b in built.items()}, rounds, warmup)
-        ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-        paired = paired_ratios(samples)
         compiler = built["torchloom"].compiler if "torchloom" in built else None
-        return RowResult(name, mode, threads, ms,
-                         {side: b.first_call_s for side, b in built.items()},
-                         eager_groups(compiler) if compiler is not None else None, paired)
+        return RowResult.of_rounds(name, mode, threads, samples,
+                                   {side: b.first_call_s for side, b in built.items()},
+                                   eager_groups(compiler) if compiler is not None else None)
     finally:
         torch._dynamo.reset()
         torch.set_num_threads(before)

@@ -18,7 +18,6 @@ side, as a user's steps follow each other. Idle workers wait on their pipe, usin
 from __future__ import annotations
 
 import multiprocessing
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -126,6 +125,4 @@ def measure_row_isolated(name: str, mode: str, threads: int, *, sides=model_zoo.
         finally:
             for worker in workers.values():
                 worker.stop()
-    ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    return model_zoo.RowResult(name, mode, threads, ms, first, groups,
-                               model_zoo.paired_ratios(samples))
+    return model_zoo.RowResult.of_rounds(name, mode, threads, samples, first, groups)

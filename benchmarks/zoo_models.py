@@ -34,22 +34,20 @@ def _decoder_config(config_class, **extra):
                         vocab_size=VOCAB, max_position_embeddings=TOKENS, **extra)
 
 
-def _llama():
-    import transformers as t
-    return t.LlamaForCausalLM(_decoder_config(t.LlamaConfig, num_key_value_heads=2,
-                                              intermediate_size=704))
+def _decoder(class_name: str, config_name: str, **extra):
+    """A builder of transformers' decoder ``class_name`` at the zoo's decoder sizes."""
+    def build():
+        import transformers as t
+        return getattr(t, class_name)(_decoder_config(getattr(t, config_name), **extra))
+    return build
 
 
-def _qwen2():
-    import transformers as t
-    return t.Qwen2ForCausalLM(_decoder_config(t.Qwen2Config, num_key_value_heads=2,
-                                              intermediate_size=704))
-
-
-def _phi():
-    import transformers as t
-    return t.PhiForCausalLM(_decoder_config(t.PhiConfig, intermediate_size=1024,
-                                            partial_rotary_factor=0.5))
+_llama = _decoder("LlamaForCausalLM", "LlamaConfig", num_key_value_heads=2,
+                  intermediate_size=704)
+_qwen2 = _decoder("Qwen2ForCausalLM", "Qwen2Config", num_key_value_heads=2,
+                  intermediate_size=704)
+_phi = _decoder("PhiForCausalLM", "PhiConfig", intermediate_size=1024,
+                partial_rotary_factor=0.5)
 
 
 def _bert():
@@ -134,8 +132,8 @@ def _audio(g: torch.Generator, length: int) -> dict:
 @attrs.frozen
 class ZooModel:
     """A zoo entry: ``build()`` makes the model (random weights), ``batch(generator,
-    length)`` one step's inputs with labels (dropped for inference); ``lengths``: the sequence lengths of its
-    ``dynamic`` row, in the order they arrive (none: no such row)."""
+    length)`` one step's inputs with labels (dropped for inference); ``lengths``: the
+    sequence lengths of its ``dynamic`` row, in the order they arrive (none: no such row)."""
 
     name: str
     title: str
@@ -171,13 +169,6 @@ def rows(models, modes) -> list[tuple[str, str]]:
             and (mode != "checkpointed" or m not in NOT_CHECKPOINTED)]
 
 # ---- beyond the zoo: the same sizes, other architectures (session 65) ----------------------
-def _decoder(class_name: str, config_name: str, **extra):
-    def build():
-        import transformers as t
-        return getattr(t, class_name)(_decoder_config(getattr(t, config_name), **extra))
-    return build
-
-
 def _opt():
     import transformers as t
     return t.OPTForCausalLM(t.OPTConfig(

@@ -89,3 +89,9 @@ def fuse_and_compare(text: str, registry, passes=None, seed: int = 0) -> Graph:
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e, equal_nan=True)
     return fused
+
+
+def strides_that_show(t: torch.Tensor) -> list[int]:
+    """The strides of ``t``'s dims of more than one element: a dim of one may have any
+    stride (the graph's types do not tell them apart), so layouts compare on these."""
+    return [s for n, s in zip(t.shape, t.stride()) if n > 1]

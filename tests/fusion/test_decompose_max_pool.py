@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torchloom.api import decomposition_table
 from torchloom.tools import Compiler
 
+from fusion_testing import strides_that_show
 from test_decompose_cat import _ops as _compiled_ops
 
 POOL = torch.ops.aten.max_pool2d_with_indices.default
@@ -49,11 +50,6 @@ def _pools(draw):
             draw(st.integers(0, 2 ** 16)))
 
 
-def _strides(t):
-    """The strides of dims of more than one element (a dim of one may have any)."""
-    return [s for n, s in zip(t.shape, t.stride()) if n > 1]
-
-
 def _bits(t):
     """NaN made one value (eager's bf16 kernel rounds its payloads), -0.0 kept apart."""
     t = torch.where(t.isnan(), torch.zeros((), dtype=t.dtype), t)
@@ -76,8 +72,9 @@ def test_the_decomposition_is_eager_s_pool_bit_for_bit(case):
         return
     got, got_indices = decomposition_table([POOL], "cpu")[POOL](x, kernel, stride, padding,
                                                                 [1, 1], ceil_mode)
-    assert got.shape == values.shape and _strides(got) == _strides(values)
-    assert _strides(got_indices) == _strides(indices) and got_indices.dtype == torch.int64
+    assert got.shape == values.shape and strides_that_show(got) == strides_that_show(values)
+    assert strides_that_show(got_indices) == strides_that_show(indices)
+    assert got_indices.dtype == torch.int64
     assert torch.equal(got.isnan(), values.isnan())
     assert torch.equal(_bits(got), _bits(values))
     assert torch.equal(got_indices, indices)
@@ -215,7 +212,7 @@ def test_a_channels_last_pool_of_special_values_gives_eager_s_values(
     compiled = torch.compile(fn, backend="torchloom", options={"compiler": compiler})
     with torch.no_grad():
         got, want = compiled(x), fn(x)
-    assert got.shape == want.shape and _strides(got) == _strides(want)
+    assert got.shape == want.shape and strides_that_show(got) == strides_that_show(want)
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(_bits(got), _bits(want))
     assert _compiled_ops(compiler)["aten.max_pool2d_with_indices.default"] == 0
     torch._dynamo.reset()

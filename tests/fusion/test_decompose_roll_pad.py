@@ -17,6 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torchloom.api import decomposition_table
 from torchloom.tools import Compiler
 
+from fusion_testing import strides_that_show
 from test_decompose_cat import _ops as _compiled_ops
 
 ROLL = torch.ops.aten.roll.default
@@ -43,16 +44,10 @@ def _same(got, want):
         assert torch.equal(torch.signbit(got), torch.signbit(want))
 
 
-def _strides(t):
-    """The strides of dims of more than one element (a dim of one may have any: the
-    graph's types do not tell them apart)."""
-    return [s for n, s in zip(t.shape, t.stride()) if n > 1]
-
-
 def _meta_strides(op, x, *args):
     """The strides torch's fake run gives (the graph's types)."""
     with FakeTensorMode() as mode:
-        return _strides(op(mode.from_tensor(x), *args))
+        return strides_that_show(op(mode.from_tensor(x), *args))
 
 
 @st.composite
@@ -73,7 +68,7 @@ def test_the_roll_decomposition_is_eager_s_roll_bit_for_bit(case):
     x = _values(shape, dtype, torch.Generator().manual_seed(seed), layout)
     got = decomposition_table([ROLL], "cpu")[ROLL](x, shifts, dims)
     _same(got, ROLL(x, shifts, dims))
-    assert _strides(got) == _meta_strides(ROLL, x, shifts, dims)
+    assert strides_that_show(got) == _meta_strides(ROLL, x, shifts, dims)
 
 
 @st.composite
@@ -105,7 +100,8 @@ def test_the_pad_decomposition_is_eager_s_pad_bit_for_bit(case):
         return
     got = decomposition_table([PAD], "cpu")[PAD](x, pad, value)
     _same(got, want)
-    assert _strides(got) == _strides(want) == _meta_strides(PAD, x, pad, value)
+    assert strides_that_show(got) == strides_that_show(want) == \
+        _meta_strides(PAD, x, pad, value)
 
 
 def test_pytorch_s_own_samples():
