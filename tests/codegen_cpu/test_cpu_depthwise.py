@@ -1,10 +1,11 @@
-"""Depthwise convolutions by loops over the channels (torchloom_codegen_cpu.depthwise): the
-forward and the three gradients are eager's ``aten.convolution`` and
+"""Depthwise convolutions' backward by loops over the channels
+(torchloom_codegen_cpu.depthwise): the three gradients are eager's
 ``aten.convolution_backward`` values within float rounding, with eager's layouts, for
 channels-last and contiguous tensors, any kernel size, stride, padding and dilation,
 channel counts past a block of 16, borders, non-finite values and signed zeros; calls it
-does not take are eager's op; the codegen offers it for depthwise f32 nodes only; compiled
-training steps run it (eager's convolutions counted)."""
+does not take are eager's op; the codegen offers it for the backward of depthwise f32
+nodes only (the forward stays eager's); compiled training steps run it (eager's
+convolutions counted)."""
 
 from __future__ import annotations
 
@@ -50,16 +51,11 @@ def same(got, want, atol=1e-4):
 
 
 def check(loops, x, w, b, stride, padding, dilation, mask=(True, True, True), seed=1):
-    """Both directions on both sides: eager's op never called on ours, eager's values."""
+    """The backward on both sides: eager's op never called on ours, eager's values."""
     C = x.shape[1]
     args = (stride, padding, dilation, False, [0, 0], C)
-    with Counting(FORWARD, BACKWARD) as counted:
-        got = loops.forward(x, w, b, *args)
-    # (a contiguous input's forward is eager's op, by the module's rule)
-    assert counted.calls == x.is_contiguous(), "the forward ran eager's op"
-    want = FORWARD(x, w, b, *args)
-    same(got, want)
-    go = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed)).contiguous(
+    out = FORWARD(x, w, b, *args)
+    go = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).contiguous(
         memory_format=torch.contiguous_format if x.is_contiguous() else CL)
     mask = [mask[0], mask[1], mask[2] and b is not None]
     sizes = [C] if b is not None else None
@@ -124,74 +120,106 @@ def test_non_finite_values_give_eagers(loops, where, bad):
 
 
 def test_signed_zeros_are_eagers(loops):
-    """Eager adds the bias to a sum started at +0: a bias of -0 on products of -0 gives
-    +0."""
+    """Sums start at +0, as eager's: products of -0 give +0, in both gradients."""
     x = torch.zeros(1, 16, 5, 5).to(memory_format=CL)
+    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 16)
     for sign in (1.0, -1.0):
         w = torch.full((16, 1, 3, 3), -sign)
-        for b in (torch.full((16,), -0.0), None):
-            args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 16)
-            got, want = loops.forward(sign * x, w, b, *args), FORWARD(sign * x, w, b, *args)
-            assert torch.equal(torch.signbit(got), torch.signbit(want))
+        go = (sign * x).contiguous(memory_format=CL)
+        got = loops.backward(go, sign * x, w, [16], *args, [True, True, True])
+        want = BACKWARD(go, sign * x, w, [16], *args, [True, True, True])
+        for a, e in zip(got, want):
+            assert torch.equal(torch.signbit(a), torch.signbit(e))
 
 
-def calls_eager(loops, *args) -> bool:
-    """``forward(*args)``: eager's values exactly, from eager's op."""
+def calls_eager(loops, go, x, w, bias, *args) -> bool:
+    """``backward`` of these: eager's values exactly, from eager's op."""
+    sizes = None if bias is None else [bias.shape[0]]
+    mask = [True, True, bias is not None]
     with Counting(FORWARD, BACKWARD) as counted:
-        got = loops.forward(*args)
-    assert torch.equal(got, FORWARD(*args))
+        got = loops.backward(go, x, w, sizes, *args, mask)
+    want = BACKWARD(go, x, w, sizes, *args, mask)
+    assert all((a is None) == (e is None) and (a is None or torch.equal(a, e))
+               for a, e in zip(got, want))
     return counted.calls == 1
+
+
+def gradient(x, w, b, *args):
+    """A gradient of the convolution's output, laid out as eager's output."""
+    out = FORWARD(x.detach(), w.detach(), None if b is None else b.detach(), *args)
+    return torch.randn(out.shape, dtype=out.dtype).contiguous(
+        memory_format=torch.channels_last if out.is_contiguous(memory_format=CL) and
+        not out.is_contiguous() else torch.contiguous_format)
 
 
 def test_calls_it_does_not_take_are_eagers_op(loops):
     x, w, b = tensors(2, 8, 9, 9, 3, 3)
     args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 8)
+
+    def eager(x, w, b, *args):
+        return calls_eager(loops, gradient(x, w, b, *args), x, w, b, *args)
     # channels first with a channels-last weight: eager's results are channels-last
-    assert calls_eager(loops, x.contiguous(), w.to(memory_format=CL), b, *args)
-    assert calls_eager(loops, x.double(), w.double(), b.double(), *args)
-    assert calls_eager(loops, x.bfloat16(), w.bfloat16(), b.bfloat16(), *args)
+    assert eager(x.contiguous(), w.to(memory_format=CL), b, *args)
+    assert eager(x.double(), w.double(), b.double(), *args)
+    assert eager(x.bfloat16(), w.bfloat16(), b.bfloat16(), *args)
     two = torch.randn(16, 1, 3, 3)  # two filters per channel
-    assert calls_eager(loops, x, two, None, *args)
+    assert eager(x, two, None, *args)
     grouped = torch.randn(4, 2, 3, 3)  # two channels per group
-    assert calls_eager(loops, x[:, :4], grouped, b[:4], [1, 1], [1, 1], [1, 1], False, [0, 0], 2)
+    assert eager(x[:, :4], grouped, b[:4], [1, 1], [1, 1], [1, 1], False, [0, 0], 2)
     transposed = torch.randn(8, 1, 3, 3)
-    assert calls_eager(loops, x, transposed, None, [1, 1], [1, 1], [1, 1], True, [0, 0], 8)
-    needs = x.clone().requires_grad_()
-    assert calls_eager(loops, needs, w, b, *args)
+    assert eager(x, transposed, None, [1, 1], [1, 1], [1, 1], True, [0, 0], 8)
+    go = gradient(x, w, b, *args)
     with pytest.raises(RuntimeError) as want:  # eager's error for what eager refuses
-        FORWARD(x, w, b, [1, 1], [-1, -1], [1, 1], False, [0, 0], 8)
+        BACKWARD(go, x, w, [8], [1, 1], [-1, -1], [1, 1], False, [0, 0], 8, [True] * 3)
     with pytest.raises(RuntimeError) as got:
-        loops.forward(x, w, b, [1, 1], [-1, -1], [1, 1], False, [0, 0], 8)
+        loops.backward(go, x, w, [8], [1, 1], [-1, -1], [1, 1], False, [0, 0], 8, [True] * 3)
     assert str(got.value) == str(want.value)
     for one in (torch.randn(2, 1, 9, 9), torch.randn(2, 8, 1, 1).to(memory_format=CL)):
         # one channel or one pixel: channels-last and
         assert one.is_contiguous()  # contiguous both, so eager picks the layouts
-        assert calls_eager(loops, one, w[:one.shape[1]], b[:one.shape[1]], [1, 1], [1, 1],
-                           [1, 1], False, [0, 0], one.shape[1])
-    go = torch.randn(2, 8, 9, 9)  # a channels-first gradient: eager's backward
+        C = one.shape[1]
+        assert calls_eager(loops, torch.randn(2, C, *one.shape[2:]), one, w[:C], b[:C],
+                           [1, 1], [1, 1], [1, 1], False, [0, 0], C)
+    # a channels-first gradient of a channels-last input: eager's backward
+    assert calls_eager(loops, torch.randn(2, 8, 9, 9), x, w, b, *args)
+
+
+def test_under_grad_mode_a_gradient_that_needs_its_own_is_eagers(loops):
+    """A double backward (the input or the output's gradient recorded by autograd) is
+    eager's op, which autograd can differentiate; without grad mode, ours."""
+    x, w, b = tensors(2, 8, 9, 9, 3, 3)
+    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 8)
+    go = gradient(x, w, b, *args).requires_grad_()
     with Counting(FORWARD, BACKWARD) as counted:
         got = loops.backward(go, x, w, [8], *args, [True, True, True])
-    want = BACKWARD(go, x, w, [8], *args, [True, True, True])
-    assert counted.calls == 1 and all(torch.equal(a, e) for a, e in zip(got, want))
+    assert counted.calls == 1 and got[0].grad_fn is not None
+    with torch.no_grad(), Counting(FORWARD, BACKWARD) as counted:
+        loops.backward(go, x, w, [8], *args, [True, True, True])
+    assert counted.calls == 0
 
 
-NODE = """\
-graph @g(%x: DT[2, 8, 9, 9], %w: DT[OUT, 1, 3, 3]) {
+NODES = """\
+graph @g(%x: DT[2, 8, 9, 9], %w: DT[OUT, 1, 3, 3], %go: DT[2, OUT, 9, 9]) {
   %o = aten.convolution.default(%x, %w) {stride = [1, 1], padding = [1, 1], \
 dilation = [1, 1], transposed = false, output_padding = [0, 0], groups = GROUPS} : DT[2, OUT, 9, 9]
-  return %o
+  %gx, %gw = aten.convolution_backward.default(%go, %x, %w) {bias_sizes = none, \
+stride = [1, 1], padding = [1, 1], dilation = [1, 1], transposed = false, \
+output_padding = [0, 0], groups = GROUPS, output_mask = [true, true, false]} : \
+DT[2, 8, 9, 9], DT[OUT, 1, 3, 3]
+  return %o, %gx, %gw
 }"""
 
 
 @pytest.mark.parametrize("dtype, out, groups, offered", [
     ("f32", 8, 8, True), ("f64", 8, 8, False), ("f32", 16, 8, False), ("f32", 8, 1, False)])
-def test_the_codegen_offers_it_for_depthwise_f32_nodes(registry, codegen, dtype, out, groups,
-                                                       offered):
-    text = NODE.replace("DT", dtype).replace("OUT", str(out)).replace("GROUPS", str(groups))
+def test_the_codegen_offers_the_backward_of_depthwise_f32_nodes(registry, codegen, dtype, out,
+                                                                groups, offered):
+    text = NODES.replace("DT", dtype).replace("OUT", str(out)).replace("GROUPS", str(groups))
     if groups == 1:
-        text = text.replace("%w: f32[8, 1, 3, 3]", "%w: f32[8, 8, 3, 3]")
+        text = text.replace("f32[8, 1, 3, 3]", "f32[8, 8, 3, 3]")
     calls = library_calls(None, [codegen], registry)
-    assert [calls(n) is not None for n in parse_graph(text).nodes] == [offered]
+    # (the forward is eager's op: faster in the models)
+    assert [calls(n) is not None for n in parse_graph(text).nodes] == [False, offered]
 
 
 class Block(torch.nn.Module):
@@ -222,11 +250,11 @@ class Inverted(torch.nn.Module):
         return x + self.pw(torch.nn.functional.relu6(self.norm(self.dw(x))))
 
 
-@pytest.mark.parametrize("model, layout, left", [
-    (Block, CL, 0),  # ConvNeXt's block: channels-last, both directions ours
-    # channels first: the depthwise forward and the pointwise convolution both ways eager's
-    (Inverted, torch.contiguous_format, 3)])
-def test_a_compiled_training_step_runs_it(tmp_path, model, layout, left):
+@pytest.mark.parametrize("model, layout, calls, left", [
+    (Block, CL, 2, 1),  # ConvNeXt's block: channels-last, the backward ours
+    # channels first: the pointwise convolution both ways eager's too
+    (Inverted, torch.contiguous_format, 4, 3)])
+def test_a_compiled_training_step_runs_it(tmp_path, model, layout, calls, left):
     torch.manual_seed(0)
     model = model()
     _, fn = compiled(model, tmp_path)
@@ -245,7 +273,7 @@ def test_a_compiled_training_step_runs_it(tmp_path, model, layout, left):
                      eager_calls))
         model.zero_grad()
     (want, wx, w_grads, eager_calls), (got, gx, g_grads, compiled_calls) = runs
-    assert (eager_calls, compiled_calls) == (2 + 2 * (left > 0), left)
+    assert (eager_calls, compiled_calls) == (calls, left)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gx, wx, rtol=1e-4, atol=1e-6)
     for g, w in zip(g_grads, w_grads):
@@ -262,9 +290,9 @@ def test_a_pixel_column_laid_out_by_a_transpose_gets_eagers_layouts(loops):
     w, b = torch.randn(8, 1, 3, 1), torch.randn(8)
     args = ([1, 1], [1, 0], [1, 1], False, [0, 0], 8)
     assert x.is_contiguous(memory_format=CL) and not x.is_contiguous()
-    assert calls_eager(loops, x, w, b, *args)
     want = FORWARD(x, w, b, *args)
     go = torch.randn(want.shape).transpose(1, 2).contiguous().transpose(1, 2)
+    assert calls_eager(loops, go, x, w, b, *args)
     got = loops.backward(go, x, w, [8], *args, [True, True, True])
     for a, e in zip(got, BACKWARD(go, x, w, [8], *args, [True, True, True])):
         assert a.stride() == e.stride() and torch.equal(a, e)
@@ -300,16 +328,3 @@ def test_loading_the_library_draws_nothing_from_the_callers_random_stream(codege
     state = torch.get_rng_state()
     assert fresh._loaded() is not None
     assert torch.equal(torch.get_rng_state(), state)
-
-
-def test_a_bias_that_needs_its_gradient_is_eagers_under_grad_mode(loops):
-    x, w, b = tensors(2, 8, 9, 9, 3, 3)
-    b.requires_grad_()
-    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 8)
-    with Counting(FORWARD, BACKWARD) as counted:
-        got = loops.forward(x, w, b, *args)
-    assert counted.calls == 1 and got.grad_fn is not None
-    with torch.no_grad():
-        with Counting(FORWARD, BACKWARD) as counted:
-            loops.forward(x, w, b, *args)
-    assert counted.calls == 0

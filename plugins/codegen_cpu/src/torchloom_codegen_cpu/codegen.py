@@ -41,8 +41,8 @@ eager draws one element at a time from torch's mt19937 stream, computed from the
 stream with SIMD loops, and ``bernoulli.p`` of f32/f64 (the same draws; random_stream.py;
 also wrapped by activation checkpointing's ``run_and_save_rng_state``/
 ``run_with_rng_state``); causal f32 flash attention and its backward,
-by blocks that skip what the mask hides (attention.py); f32 channels-last depthwise
-convolutions and their backward, by loops over the channels (depthwise.py); f32/f64 max
+by blocks that skip what the mask hides (attention.py); the backward of f32 depthwise
+convolutions, by loops over the channels (depthwise.py); f32/f64 max
 pooling of large NCHW tensors through eager's channels-last kernel (pooling.py).
 """
 
@@ -193,8 +193,8 @@ class CpuCodegen:
         stream (random_stream.py; also as activation checkpointing runs it, saving and
         replaying the generator's state), causal f32 flash attention and its backward by blocks
         (attention.py, the direction's library built on a thread from this offer on,
-        beside the graph's: ``prepare`` offers ahead), f32 channels-last depthwise
-        convolutions and their backward (depthwise.py, built the same way), large f32/f64
+        beside the graph's: ``prepare`` offers ahead), the backward of f32 depthwise
+        convolutions (depthwise.py, built the same way), large f32/f64
         NCHW max pooling through channels-last (pooling.py); the dropout
         library is built at its first call. None for other nodes."""
         del registry
@@ -206,9 +206,7 @@ class CpuCodegen:
         if depthwise.offered(node) and find_compiler() is not None:
             if self._probed():
                 self._depthwise.build_ahead()
-            fn = self._depthwise.forward if node.op == depthwise.FORWARD \
-                else self._depthwise.backward
-            return Offered(fn, self._depthwise.ready)
+            return Offered(self._depthwise.backward, self._depthwise.ready)
         if node.op not in (attention.FORWARD, attention.BACKWARD) or \
                 not node.inputs or find_compiler() is None:
             return None

@@ -1,7 +1,8 @@
-/* Depthwise 2-D convolution of f32 tensors whose channels are contiguous (channels-last),
-   forward and backward (depthwise.py calls these; its doc says when).
+/* The backward of a depthwise 2-D convolution of f32 tensors whose channels are contiguous
+   (channels-last): the input's gradient and the weight's (depthwise.py calls these; its
+   doc says when; the forward is eager's op).
 
-   Shapes: input [N, H, W, C] and output [N, OH, OW, C] (element strides of n, h and w in
+   Shapes: input [N, H, W, C] and output (its gradient) [N, OH, OW, C] (element strides of n, h and w in
    g[], channel stride 1), weight [C, 1, KH, KW] (strides of c, kh and kw in g[]), read as
    wt[KH * KW][C] (tl_dw_taps). Element (n, oh, ow, c) of the output reads input
    (n, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw, c). One array g[] (below) holds the
@@ -10,11 +11,11 @@
    The channels are the inner loop, in blocks of TL_DW_LANES (a literal count gcc
    vectorizes; the last block of a channel count that is no multiple of it is a loop of
    its own). Products are added by fused multiply-adds (fmaf, as oneDNN's kernels: one
-   rounding each). Sums: an output element's KH * KW products in f32 (as eager's); the weight's
+   rounding each). Sums: an input gradient element's products in f32 (as eager's); the weight's
    gradient over N * OH * OW products is summed in f32 over a few rows (at least
    TL_DW_BATCH output pixels), then in double across those and threads, so a large image
    loses no more than a few rows' rounding.
-   Threads split the rows (n, oh) of the output (forward, weight gradient) or of the
+   Threads split the rows (n, oh) of the output's gradient (weight gradient) or of the
    input (input gradient). */
 
 #include <stdint.h>
@@ -74,7 +75,7 @@ static inline void tl_dw_fma(float *restrict dst, const float *a, const float *b
 static inline __attribute__((always_inline)) void tl_dw_block(
     float *restrict dst, int64_t sd, int64_t q, const float *const *src, const int64_t *taph,
     int nrows, int64_t ss, int64_t step, int64_t base, int64_t delta, int64_t KW,
-    const float *wt, int64_t C, const float *bias, int64_t c0, const int lanes) {
+    const float *wt, int64_t C, int64_t c0, const int lanes) {
   float acc[TL_DW_PIXELS][lanes];
   for (int p = 0; p < TL_DW_PIXELS; p++) {
     #pragma omp simd
@@ -96,7 +97,7 @@ static inline __attribute__((always_inline)) void tl_dw_block(
   for (int p = 0; p < TL_DW_PIXELS; p++) {
     #pragma omp simd
     for (int c = 0; c < lanes; c++)
-      dst[(q + p) * sd + c0 + c] = bias ? acc[p][c] + bias[c0 + c] : acc[p][c];
+      dst[(q + p) * sd + c0 + c] = acc[p][c];
   }
 }
 
@@ -107,7 +108,7 @@ static inline __attribute__((always_inline)) void tl_dw_block(
 static inline __attribute__((always_inline)) void tl_dw_edge(
     float *restrict d, int64_t q, const float *const *src, const int64_t *taph, int nrows,
     int64_t ss, int64_t srcW, int64_t step, int64_t base, int64_t delta, int64_t KW,
-    const float *wt, int64_t C, const float *bias, int64_t c0, const int lanes) {
+    const float *wt, int64_t C, int64_t c0, const int lanes) {
   float even[lanes], odd[lanes];
   #pragma omp simd
   for (int c = 0; c < lanes; c++) even[c] = odd[c] = 0.0f;
@@ -126,15 +127,15 @@ static inline __attribute__((always_inline)) void tl_dw_edge(
     }
   #pragma omp simd
   for (int c = 0; c < lanes; c++)
-    d[c0 + c] = bias ? (even[c] + odd[c]) + bias[c0 + c] : even[c] + odd[c];
+    d[c0 + c] = even[c] + odd[c];
 }
 
 /* Channels c0 .. C - 1 (fewer than a block, or none) of pixel q of tl_dw_row (its
-   arguments), tap by tap in memory, the taps outside the row skipped, the bias last. */
+   arguments), tap by tap in memory, the taps outside the row skipped. */
 static void tl_dw_rest(float *restrict d, int64_t q, const float *const *src,
                        const int64_t *taph, int nrows, int64_t ss, int64_t srcW, int64_t step,
                        int64_t base, int64_t delta, int64_t KW, const float *wt, int64_t C,
-                       const float *bias, int64_t c0) {
+                       int64_t c0) {
   if (c0 >= C) return;
   for (int64_t c = c0; c < C; c++) d[c] = 0.0f;
   for (int k = 0; k < nrows; k++)
@@ -143,21 +144,18 @@ static void tl_dw_rest(float *restrict d, int64_t q, const float *const *src,
       if (col >= 0 && col < srcW)
         tl_dw_fma(d + c0, src[k] + col * ss + c0, wt + (taph[k] * KW + kw) * C + c0, C - c0);
     }
-  if (bias)
-    for (int64_t c = c0; c < C; c++) d[c] += bias[c];
 }
 
 /* One row of a depthwise correlation: dst pixel q (stride sd, q < P) is the sum, from 0,
    over the rows src[k] (k < nrows, each a row of srcW pixels of stride ss, from tap
-   row taph[k]) and the taps kw < KW, of src[k][q * step + base + kw * delta] * wt[tap][c],
-   plus bias[c] where bias is not NULL (last, as eager: a bias of -0 gives +0 on a sum of
-   +0). Pixels whose every tap is inside the row go TL_DW_PIXELS at a time, with their
+   row taph[k]) and the taps kw < KW, of src[k][q * step + base + kw * delta] * wt[tap][c].
+   Pixels whose every tap is inside the row go TL_DW_PIXELS at a time, with their
    accumulators in registers (tl_dw_block: blocks of 32 channels, then one of 16); the
    others by tl_dw_edge, and the channels past the last block by tl_dw_rest. */
 static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *const *src,
                       const int64_t *taph, int nrows, int64_t ss, int64_t srcW, int64_t step,
-                      int64_t base, int64_t delta, int64_t KW, const float *wt, int64_t C,
-                      const float *bias) {
+                      int64_t base, int64_t delta, int64_t KW, const float *wt,
+                      int64_t C) {
   /* the pixels whose taps all fall inside the row: q in [qa, qb) */
   const int64_t first = delta >= 0 ? base : base + (KW - 1) * delta;  /* leftmost tap */
   const int64_t last = delta >= 0 ? base + (KW - 1) * delta : base;
@@ -171,14 +169,14 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
     if (q >= qa && q + TL_DW_PIXELS <= qb && full > 0) {  /* a block of interior pixels */
       int64_t c0 = 0;
       for (; c0 + 2 * TL_DW_LANES <= full; c0 += 2 * TL_DW_LANES)
-        tl_dw_block(dst, sd, q, src, taph, nrows, ss, step, base, delta, KW, wt, C, bias,
-                    c0, 2 * TL_DW_LANES);
+        tl_dw_block(dst, sd, q, src, taph, nrows, ss, step, base, delta, KW, wt, C, c0,
+                    2 * TL_DW_LANES);
       if (c0 < full)
-        tl_dw_block(dst, sd, q, src, taph, nrows, ss, step, base, delta, KW, wt, C, bias,
-                    c0, TL_DW_LANES);
+        tl_dw_block(dst, sd, q, src, taph, nrows, ss, step, base, delta, KW, wt, C, c0,
+                    TL_DW_LANES);
       for (int p = 0; p < TL_DW_PIXELS && full < C; p++)  /* the channels past the blocks */
         tl_dw_rest(dst + (q + p) * sd, q + p, src, taph, nrows, ss, srcW, step, base, delta,
-                   KW, wt, C, bias, full);
+                   KW, wt, C, full);
       q += TL_DW_PIXELS - 1;
       continue;
     }
@@ -186,50 +184,24 @@ static void tl_dw_row(float *restrict dst, int64_t sd, int64_t P, const float *c
     int64_t c0 = 0;  /* blocks of 64 channels (eight chains), then 32, then 16 */
     for (; c0 + 4 * TL_DW_LANES <= C; c0 += 4 * TL_DW_LANES)
       tl_dw_edge(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
-                 bias, c0, 4 * TL_DW_LANES);
+                 c0, 4 * TL_DW_LANES);
     if (c0 + 2 * TL_DW_LANES <= C) {
       tl_dw_edge(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
-                 bias, c0, 2 * TL_DW_LANES);
+                 c0, 2 * TL_DW_LANES);
       c0 += 2 * TL_DW_LANES;
     }
     if (c0 + TL_DW_LANES <= C) {
       tl_dw_edge(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
-                 bias, c0, TL_DW_LANES);
+                 c0, TL_DW_LANES);
       c0 += TL_DW_LANES;
     }
     tl_dw_rest(dst + q * sd, q, src, taph, nrows, ss, srcW, step, base, delta, KW, wt, C,
-               bias, c0);
+               c0);
   }
 }
 
 /* at most this many tap rows (a larger kernel height goes to eager's op: depthwise.py) */
 #define TL_DW_MAX_KH 64
-
-/* the forward: out = conv(x, w) + bias (bias may be NULL; x's strides at G_A, out's at
-   G_B). Returns 1 where memory for the taps could not be had (nothing written), else 0. */
-int tl_dw_fwd_f32(int threads, const float *x, const float *w, const float *bias, float *out,
-                  const int64_t *g) {
-  const int64_t rows = g[G_N] * g[G_OH], *sx = g + G_A, *so = g + G_B;
-  float *wt = tl_dw_taps(w, g);
-  if (!wt) return 1;
-  #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t n = r / g[G_OH], oh = r % g[G_OH];
-    const float *src[TL_DW_MAX_KH];
-    int64_t taph[TL_DW_MAX_KH];
-    int nrows = 0;
-    for (int64_t kh = 0; kh < g[G_KH]; kh++) {
-      const int64_t ih = oh * g[G_SH] - g[G_PH] + kh * g[G_DH];
-      if (ih < 0 || ih >= g[G_H]) continue;
-      src[nrows] = x + n * sx[0] + ih * sx[1];
-      taph[nrows++] = kh;
-    }
-    tl_dw_row(out + n * so[0] + oh * so[1], so[2], g[G_OW], src, taph, nrows, sx[2], g[G_W],
-              g[G_SW], -g[G_PW], g[G_DW], g[G_KW], wt, g[G_C], bias);
-  }
-  free(wt);
-  return 0;
-}
 
 /* the input's gradient: gi[n, ih, iw, c] = sum over the taps that read (ih, iw) of
    go[n, oh, ow, c] * wt[tap][c] (go's strides at G_A, gi's at G_B). Unit strides: a
@@ -257,7 +229,7 @@ int tl_dw_bwd_input_f32(int threads, const float *go, const float *w, float *gi,
     }
     if (unit) {
       tl_dw_row(grow, sgi[2], g[G_W], src, taph, nrows, sgo[2], g[G_OW], 1, g[G_PW],
-                -g[G_DW], g[G_KW], wt, C, NULL);
+                -g[G_DW], g[G_KW], wt, C);
       continue;
     }
     for (int64_t iw = 0; iw < g[G_W]; iw++)

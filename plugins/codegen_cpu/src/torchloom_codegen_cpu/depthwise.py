@@ -1,29 +1,29 @@
-"""Depthwise 2-D convolutions on the CPU (ConvNeXt's 7x7 blocks, MobileNet's and
-EfficientNet's 3x3 and 5x5): ``aten.convolution`` and ``aten.convolution_backward`` of f32
-channels-last tensors with one filter per channel, as loops over the channels (depthwise.c).
+"""The backward of depthwise 2-D convolutions on the CPU (ConvNeXt's 7x7 blocks,
+MobileNet's and EfficientNet's 3x3 and 5x5): ``aten.convolution_backward`` of f32 tensors
+with one filter per channel, as loops over the channels (depthwise.c).
 
 Eager (and Inductor, which calls eager's op) sends them to oneDNN, whose weight gradient
 is slow here: on the 2-vCPU Intel Xeon of ``benchmarks/RESULTS.md``, ConvNeXt's four block
 shapes (``[2, C, 56^2 .. 7^2]``, C = 32 .. 256, 7x7, channels-last) took 0.7-1.9 ms a
 backward, 12 ms of a 55 ms training step. depthwise.c walks the channels as the inner loop
-(the channels-last layout makes them contiguous), a few output pixels at once with their
-sums in registers: the backward 3.5-4x eager's speed, the forward 0.9-1.2x (2 threads).
+(the channels-last layout makes them contiguous), a few pixels at once with their sums in
+registers: the backward 3.5-4x eager's speed (2 threads). The forward is eager's op: the
+same loops were 0.9-1.2x its speed alone, and slower in the models (ConvNeXt's inference
+step 2.4 % faster, its training step 1.1 %, with eager's forward: ``benchmarks/RESULTS.md``,
+session 70).
 
-Values are eager's within float rounding: an output element's products are summed in f32
-by fused multiply-adds in another order, the bias added last (as eager: a bias of -0 on a
-sum of +0 gives +0); the weight's gradient, a sum over every output element, is summed in
-f32 over rows of at least 64 output pixels together and in double across those and
-threads (tests/codegen_cpu/test_cpu_depthwise.py compares with eager's op). A tap outside
-the input is skipped, never multiplied by a zero (an infinite tap gives no NaN there, as
-eager's). Outputs have eager's
-layouts: for channels-last calls the output and the input's gradient channels-last, the
-weight's gradient in the weight's channels-last strides; for contiguous ones all
-contiguous; the bias's gradient contiguous.
+Values are eager's within float rounding: an input gradient element's products are summed
+in f32 by fused multiply-adds in another order; the weight's gradient, a sum over every
+output element, is summed in f32 over rows of at least 64 output pixels together and in
+double across those and threads (tests/codegen_cpu/test_cpu_depthwise.py compares with
+eager's op). A tap outside the input is skipped, never multiplied by a zero (an infinite
+tap gives no NaN there, as eager's). Outputs have eager's layouts: for channels-last calls
+the input's gradient channels-last, the weight's gradient in the weight's channels-last
+strides; for contiguous ones all contiguous; the bias's gradient contiguous.
 
-Contiguous (channels-first) backward calls are copied to channels-last for the loops and
-their results back (eager's oneDNN path is slower still there: ConvNeXt's first stage's
-backward took 5.5 ms, 1.4 ms so); their forward is eager's (the copies cost more than the
-loops save: 0.36 against 0.20 ms).
+Contiguous (channels-first) calls are copied to channels-last for the loops and their
+results back (eager's oneDNN path is slower still there: ConvNeXt's first stage's backward
+took 5.5 ms, 1.4 ms so).
 
 Anything else calls eager's op: a dtype other than f32, a transposed convolution, a
 filter count other than the channels (a channel multiplier), an input and an output
@@ -51,9 +51,9 @@ from torchloom_codegen_cpu.deferred import Ahead
 
 log = logging.getLogger("torchloom.codegen_cpu")
 
-FORWARD = "aten.convolution.default"
 BACKWARD = "aten.convolution_backward.default"
-OPS = (FORWARD, BACKWARD)
+#: the ops this module takes (the forward, ``aten.convolution``, stays eager's)
+OPS = (BACKWARD,)
 #: the tallest kernel depthwise.c takes (its ``TL_DW_MAX_KH``)
 MAX_KH = 64
 
@@ -66,12 +66,11 @@ def source() -> str:
 
 
 def offered(node) -> bool:
-    """Whether ``node`` (a convolution or its backward) may be a depthwise f32 CPU one, by
-    its types and arguments (the layout is checked at each call)."""
-    at = 1 if node.op == BACKWARD else 0  # (the backward's input comes after grad_output)
-    if node.op not in OPS or len(node.inputs) < at + 2:
+    """Whether ``node`` may be the backward of a depthwise f32 CPU convolution, by its
+    types and arguments (the layout is checked at each call)."""
+    if node.op != BACKWARD or len(node.inputs) < 3:
         return False
-    x, w = node.inputs[at].type, node.inputs[at + 1].type
+    x, w = node.inputs[1].type, node.inputs[2].type  # (after grad_output)
     if not (isinstance(x, TensorType) and isinstance(w, TensorType)) or \
             x.device != "cpu" or x.dtype != "f32" or w.dtype != "f32" or \
             len(x.shape) != 4 or len(w.shape) != 4:
@@ -83,7 +82,6 @@ def offered(node) -> bool:
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
-_FORWARD_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P)
 _INPUT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P)
 _WEIGHT_SIGNATURE = ctypes.CFUNCTYPE(_I, _I, _P, _P, _P, _P, _P)
 
@@ -121,11 +119,6 @@ def _layout(tensors, weight) -> str | None:
     return None
 
 
-def _plain(t, shape) -> bool:
-    return type(t) in _PLAIN and t.dtype is torch.float32 and t.is_cpu and \
-        tuple(t.shape) == tuple(shape)
-
-
 def _pair(v) -> tuple[int, int] | None:
     v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
     v = v * 2 if len(v) == 1 else v
@@ -134,15 +127,14 @@ def _pair(v) -> tuple[int, int] | None:
 
 
 class Depthwise:
-    """Eager's depthwise convolution and its backward, f32 channels-last calls by loops
-    over the channels (see the module's doc); the C functions come from ``library()`` (a
-    path to the built :func:`source`), loaded and checked on the first call that can use
-    them."""
+    """Eager's depthwise convolution backward, f32 calls by loops over the channels (see
+    the module's doc); the C functions come from ``library()`` (a path to the built
+    :func:`source`), loaded and checked on the first call that can use them."""
 
     def __init__(self, library: Callable[[], Path]):
         self._library = Ahead("depthwise", library, "depthwise convolution",
                               "depthwise convolutions run as eager's op")
-        #: (forward, input gradient, weight gradient), or None (eager's ops), once loaded
+        #: (input gradient, weight gradient), or None (eager's op), once loaded
         self._functions: tuple | None = None
         self._loaded_once = False
 
@@ -166,8 +158,7 @@ class Depthwise:
         lib = self._library.open(log)
         if lib is None:
             return None
-        functions = (_FORWARD_SIGNATURE(("tl_dw_fwd_f32", lib)),
-                     _INPUT_SIGNATURE(("tl_dw_bwd_input_f32", lib)),
+        functions = (_INPUT_SIGNATURE(("tl_dw_bwd_input_f32", lib)),
                      _WEIGHT_SIGNATURE(("tl_dw_bwd_weight_f32", lib)))
         if not _agrees(functions):
             log.warning("torchloom: cpu codegen: the depthwise convolution library differs "
@@ -176,20 +167,6 @@ class Depthwise:
             return None
         return functions
 
-    def forward(self, input, weight, bias, stride, padding, dilation, transposed,
-                output_padding, groups):
-        """``aten.convolution``; a contiguous input's is eager's (copying it and the output
-        costs more than the loops save)."""
-        found = None
-        if _fast(input, weight, transposed, groups, (input,), bias) == "last" and \
-                (functions := self._loaded()) is not None:
-            found = _forward(functions[0], input, weight, bias, stride, padding, dilation)
-        if found is None:
-            return torch.ops.aten.convolution.default(
-                input, weight, bias, stride, padding, dilation, transposed, output_padding,
-                groups)
-        return found
-
     def backward(self, grad_output, input, weight, bias_sizes, stride, padding, dilation,
                  transposed, output_padding, groups, output_mask):
         """``aten.convolution_backward``: the gradients ``output_mask`` asks for (None for
@@ -197,7 +174,7 @@ class Depthwise:
         found = None
         layout = _fast(input, weight, transposed, groups, (input, grad_output))
         if layout is not None and (functions := self._loaded()) is not None:
-            found = _backward(functions[1], functions[2], _last(grad_output, layout),
+            found = _backward(functions[0], functions[1], _last(grad_output, layout),
                               _last(input, layout), weight, stride, padding, dilation,
                               output_mask, layout)
         if found is None:
@@ -213,10 +190,10 @@ def _last(t, layout: str):
     return t.contiguous(memory_format=torch.channels_last) if layout == "first" else t
 
 
-def _fast(input, weight, transposed, groups, layouts, bias=None) -> str | None:
+def _fast(input, weight, transposed, groups, layouts) -> str | None:
     """The layout (:func:`_layout`) where depthwise.c takes the call: plain f32 CPU
-    tensors, one filter per channel, not transposed, nothing (the bias included) needing
-    its gradient under grad mode; else None."""
+    tensors, one filter per channel, not transposed, nothing needing its gradient under
+    grad mode; else None."""
     layout = _layout(layouts, weight)
     if transposed or layout is None:
         return None
@@ -225,7 +202,7 @@ def _fast(input, weight, transposed, groups, layouts, bias=None) -> str | None:
             weight.shape[2] > MAX_KH or C == 0 or 0 in input.shape:
         return None
     needs = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (*layouts, weight, bias))
+        t.requires_grad for t in (*layouts, weight))
     return None if needs else layout
 
 
@@ -249,20 +226,6 @@ def _geometry(sizes: list[int], a, b, w) -> ctypes.Array:
     sa, sb, sw = a.stride(), b.stride(), w.stride()
     g = [*sizes, sa[0], sa[2], sa[3], sb[0], sb[2], sb[3], sw[0], sw[2], sw[3]]
     return (ctypes.c_int64 * len(g))(*g)  # (depthwise.c's G_SIZE)
-
-
-def _forward(fn, input, weight, bias, stride, padding, dilation):
-    sizes = _params(input, weight, stride, padding, dilation)
-    if sizes is None or not (bias is None or _plain(bias, (input.shape[1],))):
-        return None
-    out = torch.empty((sizes[0], sizes[3], sizes[4], sizes[5]), dtype=torch.float32,
-                      memory_format=torch.channels_last)
-    bias = bias.contiguous() if bias is not None else None
-    if fn(torch.get_num_threads(), input.data_ptr(), weight.data_ptr(),
-          bias.data_ptr() if bias is not None else None, out.data_ptr(),
-          _geometry(sizes, input, out, weight)):
-        raise _out_of_memory()
-    return out
 
 
 def _backward(grad_input_fn, grad_weight_fn, grad_output, input, weight, stride, padding,
@@ -324,8 +287,8 @@ def _close(got, want) -> bool:
 
 
 def _agrees(functions) -> bool:
-    """Whether the library gives eager's values and layouts on :func:`_check_cases`, laid
-    out channels-last and contiguous (whose forward is eager's)."""
+    """Whether the library gives eager's gradients and layouts on :func:`_check_cases`,
+    laid out channels-last and contiguous."""
     aten = torch.ops.aten
     g = torch.Generator().manual_seed(1)  # (never the caller's random stream)
     with torch.no_grad():
@@ -334,18 +297,13 @@ def _agrees(functions) -> bool:
                 C = x.shape[1]
                 if _fast(x, w, False, C, (x,)) != layout:
                     return False
-                want = aten.convolution.default(x, w, b, s, p, d, False, [0, 0], C)
-                got = _forward(functions[0], x.contiguous(memory_format=torch.channels_last),
-                               w, b, s, p, d)
-                if got is None or not _close((got,), (want.contiguous(
-                        memory_format=torch.channels_last),)):
-                    return False
-                go = torch.randn(want.shape, generator=g).contiguous(memory_format=(
+                out = aten.convolution.default(x, w, b, s, p, d, False, [0, 0], C)
+                go = torch.randn(out.shape, generator=g).contiguous(memory_format=(
                     torch.contiguous_format if layout == "first" else torch.channels_last))
                 mask = [True, True, b is not None]
                 want = aten.convolution_backward.default(
                     go, x, w, [C] if b is not None else None, s, p, d, False, [0, 0], C, mask)
-                got = _backward(functions[1], functions[2], _last(go, layout),
+                got = _backward(functions[0], functions[1], _last(go, layout),
                                 _last(x, layout), w, s, p, d, mask, layout)
                 if got is None or not _close(got, want):
                     return False
