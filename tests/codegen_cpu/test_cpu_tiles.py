@@ -1,7 +1,8 @@
 """Pointwise walks that read an input across its rows run in tiles (tiles.py): ``a.t() + b``
 walks 32 x 32 tiles, each element computed as before (bitwise eager's), at every size
 (partial tiles), dtype and thread count; walks whose loads follow the rows, small walks
-and long (chunked) rows keep the row walk."""
+and long (chunked) rows keep the row walk. Rows of a few elements read across (an NCHW
+image copied to channels-last) are walked turned: the input's dim innermost."""
 
 from __future__ import annotations
 
@@ -113,3 +114,59 @@ def test_a_nest_after_the_rows_reads_their_results_and_a_transposed_input(check)
     assert "xt0" in check.source(text)
     g = torch.Generator().manual_seed(3)
     check(text, torch.randn(128, 300, generator=g), torch.randn(128, 96, generator=g))
+
+
+def _to_channels_last(n: int, c: int, h: int, w: int, dtype: str = "f32") -> str:
+    """An NCHW input copied channels-last (the first convolution's input), plus one."""
+    return group_text(f"%a: {dtype}[{n}, {c}, {h}, {w}]", f"""
+        %p = aten.permute.default(%a) {{dims = [0, 2, 3, 1]}} : {dtype}[{n}, {h}, {w}, {c}] strided[{c * h * w}, {w}, 1, {h * w}]
+        %o = aten.add.Tensor(%p) {{other = 1}} : {dtype}[{n}, {h}, {w}, {c}]""",
+        f"%o: {dtype}[{n}, {h}, {w}, {c}]")
+
+
+@pytest.mark.parametrize("c, w, turned", [
+    (3, 224, True),   # an RGB image: rows of 3 channels, each from another plane
+    (2, 64, True), (4, 64, True),
+    (5, 64, False),   # rows longer than tiles.SHORT
+    (3, 63, False),   # the input's run shorter than two tiles
+])
+def test_short_rows_read_across_walk_the_inputs_dim_innermost(check, c, w, turned):
+    n, h = 2, 5
+    text = _to_channels_last(n, c, h, w)
+    rows = n * c * h if turned else n * h * w
+    assert f"pointwise over {rows} rows" in check.source(text)
+    g = torch.Generator().manual_seed(c * w)
+    check(text, torch.randn(n, c, h, w, generator=g), exact=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", list(TYPES))
+def test_turned_walks_match_eager_exactly_at_every_dtype_and_thread_count(check, dtype,
+                                                                          threads):
+    text = _to_channels_last(2, 3, 7, 100, TYPES[dtype])
+    x = _inputs(2 * 3 * 7, 100, dtype, seed=threads)[1].reshape(2, 3, 7, 100)
+    with thread_count(threads):
+        check(text, x, exact=True)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 9),
+                       st.integers(1, 200)),
+       perm=st.permutations([0, 1, 2, 3]), layout=st.sampled_from(["last", "first"]))
+def test_images_laid_out_and_permuted_through_torch_compile_match_eager(
+        tmp_path_factory, shape, perm, layout):
+    """End to end: an image copied to channels-last (or from it) and permuted, times a
+    contiguous tensor of the permuted shape: eager's values and layouts."""
+    x = torch.randn(*shape)
+    b = torch.randn(*[shape[p] for p in perm])
+
+    def fn(x, b):
+        fmt = torch.channels_last if layout == "last" else torch.contiguous_format
+        y = x.contiguous(memory_format=fmt) * 2
+        return y, y.permute(*perm) * b
+
+    _, compiled_fn = compiled(fn, tmp_path_factory.mktemp("turned"))
+    for got, want in zip(compiled_fn(x, b), fn(x, b)):
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

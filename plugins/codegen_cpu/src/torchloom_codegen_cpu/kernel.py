@@ -304,8 +304,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         first = outs[0]
         self.numel = schedule.elementwise_numel([t.shape for t in outs])
         order = memory_order(first) if first.shape else ()
-        walk = [first.shape[d] for d in order] or [1]
         flat = walked_flat(self.outputs)
+        if not flat:  # (rows of a few elements read across: the input's dim innermost)
+            order = tiles.turned(order, first.shape, lambda: tiles.plan(
+                self.region, self.registry, self.outputs, order[-1], self.stored))
+        walk = [first.shape[d] for d in order] or [1]
         if flat:  # one run over every element: the row length no longer bounds the SIMD loop
             walk = [prod(walk)]
         inner, size = walk[-1], self.ix.size_code

@@ -14,6 +14,12 @@ rows up to 8192 elements) has the core's tile plan (``torchloom.codegen.tiles.Ti
 input, of any size, laid out innermost along another dim than the walk's) and an input
 read across the walk steps over :data:`STRIDED` elements or more per ``j``; the
 tile's rows stay in order, so each output element is computed exactly as before.
+
+A walk whose rows are too short for tiles or a vector (:data:`SHORT` elements or fewer: an
+NCHW image copied to channels-last, rows of 3 channels each read from another plane) is
+turned instead (:func:`turned`): the dim the input is laid out along becomes the walk's
+innermost, its reads contiguous and the output's stores strided (a row of 224 pixels of
+one channel, where the row walk read 3 elements from 3 planes per pixel).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from torchloom_codegen_cpu.tensors import tensor_type
 TILE = 32
 #: a load stepping over at least this many elements per ``j`` reads across rows
 STRIDED = 16
+#: a walk's rows of at most this many elements are turned (:func:`turned`), not tiled
+SHORT = 4
 
 
 def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
@@ -67,3 +75,20 @@ def tiled(walk: list, lines: list, row_loop: stmt.Loop, plan: Callable[[], Tiles
                                                    expr.as_node(inner)))]
     body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loop else s for s in lines]
     return ParallelLoop("xt", across * down), [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]
+
+
+def turned(order: tuple[int, ...], shape, plan: Callable[[], Tiles | None]
+           ) -> tuple[int, ...]:
+    """The order of dims to walk ``shape`` in, given the first output's memory ``order``:
+    ``order`` itself, or, where its innermost dim is static and of :data:`SHORT` elements
+    or fewer and ``plan()`` (the core's tile plan of the walk) has an input reading across
+    it by :data:`STRIDED` elements or more per step, along a static dim ``d1`` of at least
+    ``2 * TILE``, the same with ``d1`` moved innermost (the input's contiguous run walked
+    as the SIMD loop; each element is computed as before, in another order)."""
+    if len(order) < 2 or not isinstance(shape[order[-1]], int) or shape[order[-1]] > SHORT:
+        return order
+    found = plan()
+    if found is None or found.step < STRIDED or found.d1 not in order or \
+            not isinstance(shape[found.d1], int) or shape[found.d1] < 2 * TILE:
+        return order
+    return (*(d for d in order if d != found.d1), found.d1)
