@@ -2,9 +2,9 @@
    (channels-last): the input's gradient and the weight's (depthwise.py calls these; its
    doc says when; the forward is eager's op).
 
-   Shapes: input [N, H, W, C] and output (its gradient) [N, OH, OW, C] (element strides of n, h and w in
-   g[], channel stride 1), weight [C, 1, KH, KW] (strides of c, kh and kw in g[]), read as
-   wt[KH * KW][C] (tl_dw_taps). Element (n, oh, ow, c) of the output reads input
+   Shapes: input [N, H, W, C] and output (its gradient) [N, OH, OW, C] (element strides
+   of n, h and w in g[], channel stride 1), weight [C, 1, KH, KW] (strides of c, kh and
+   kw in g[]), read as wt[KH * KW][C] (tl_dw_taps). Element (n, oh, ow, c) of the output reads input
    (n, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw, c). One array g[] (below) holds the
    sizes and strides: one argument to convert per call.
 
