@@ -156,9 +156,12 @@ def test_turned_walks_match_eager_exactly_at_every_dtype_and_thread_count(check,
        perm=st.permutations([0, 1, 2, 3]), layout=st.sampled_from(["last", "first"]))
 def test_images_laid_out_and_permuted_through_torch_compile_match_eager(
         tmp_path_factory, shape, perm, layout):
-    """End to end: an image copied to channels-last (or from it) and permuted, times a
-    contiguous tensor of the permuted shape: eager's values and layouts."""
+    """End to end: an image copied to channels-last (or, given channels-last, back to
+    contiguous) and permuted, times a contiguous tensor of the permuted shape: eager's
+    values and layouts."""
     x = torch.randn(*shape)
+    if layout == "first":  # (a contiguous input's contiguous() copies nothing)
+        x = x.contiguous(memory_format=torch.channels_last)
     b = torch.randn(*[shape[p] for p in perm])
 
     def fn(x, b):
