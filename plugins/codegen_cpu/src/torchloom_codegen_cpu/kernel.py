@@ -204,6 +204,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
 
     def _render(self, node: Node, spec, named: dict[str, expr.Code], compute: str,
                 ir_dtype: str, given: dict[str, Any]) -> expr.Code:
+        masks = op_text.lane_masks(node, named, ir_dtype, self.em.is_inner)
+        if masks is not None:  # a truth value of the row with one of the lane
+            symbol, outer, inner = masks
+            return op_text.combined(symbol, self.em.emit(outer, "i32", "m", inner=False).code,
+                                    inner)
         code, table = op_text.op_text(node, spec, named, compute, ir_dtype, given)
         if table is not None:  # (its results are rounded to ir_dtype)
             function, definition = table

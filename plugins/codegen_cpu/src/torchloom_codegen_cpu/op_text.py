@@ -5,6 +5,7 @@ input read from a table of their results (tables.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torchloom.api import InputRef, Node, TensorType, Value, expr, schedule
@@ -27,6 +28,11 @@ ROUNDED_SCALARS = {
 }
 
 EXP = "aten.exp.default"
+
+#: ops combining two truth values with a C operator (logical ones compare to 0 first)
+BOOL_OPERATORS = {"aten.bitwise_and.Tensor": "&", "aten.bitwise_or.Tensor": "|",
+                  "aten.bitwise_xor.Tensor": "^", "aten.logical_and.default": "&",
+                  "aten.logical_or.default": "|", "aten.logical_xor.default": "^"}
 
 
 def _one_element(v: Value) -> bool:
@@ -56,6 +62,42 @@ def op_text(node: Node, spec, named: dict[str, expr.Code], compute: str, ir_dtyp
     if nonpositive:  # (computing this exp costs about what a table read does: no table)
         return code, None
     return _tabulated(node, template, named, compute, ir_dtype, given) or (code, None)
+
+
+def lane_masks(node: Node, named: dict[str, expr.Code], ir_dtype: str,
+               is_inner: Callable[[expr.Code], bool]
+               ) -> tuple[str, expr.Code, expr.Code] | None:
+    """(operator, the 32-bit mask of the operand computed once per row, that of the
+    operand computed in the SIMD loop) for a :data:`BOOL_OPERATORS` op with a bool result
+    whose operands are one of each (``is_inner``); None for any other op (see
+    :func:`combined`). gcc 12 builds the vector mask of a ``_Bool`` computed before the
+    loop bit by bit, 16 shifts and ors a mask (``m & (a[j] > b[j])``: ~45 scalar
+    instructions per vector); a mask made once per row as an int of all ones or zeros is
+    one broadcast, and the loop combines it with the lane's condition as ints. A max
+    pool's window masks (9 a pixel, ResNet's stem) alone: 292 -> 251 us (RESULTS.md,
+    session 71)."""
+    symbol = BOOL_OPERATORS.get(node.op)
+    a, b = named.get("self"), named.get("other")
+    if symbol is None or ir_dtype != "b8" or a is None or b is None or \
+            is_inner(a) == is_inner(b):
+        return None
+    outer, inner = (b, a) if is_inner(a) else (a, b)
+    logical = node.op.startswith("aten.logical_")
+    return symbol, _int_mask(outer, logical), _int_mask(inner, logical)
+
+
+def combined(symbol: str, a: expr.Code, b: expr.Code) -> expr.Code:
+    """``(a symbol b) != 0`` over two :func:`lane_masks` masks: ``-x & -y`` is non-zero
+    exactly where ``x & y`` holds (``|`` and ``^`` alike)."""
+    return expr.compare("!=", expr.Op(f"({{0}} {symbol} {{1}})", expr.ATOM, (a, b)),
+                        expr.Literal("0", 0))
+
+
+def _int_mask(e: expr.Code, logical: bool) -> expr.Code:
+    """``-(int32_t)e``: all ones where ``e`` holds, else 0 (``e != 0`` first if
+    ``logical``: its operand may be a number)."""
+    truth = expr.compare("!=", e, expr.Literal("0", 0)) if logical else e
+    return expr.Op("-(int32_t){0}", expr.POSTFIX, (expr.paren(truth),))
 
 
 def scalar_operand(node: Node, name: str, value):
