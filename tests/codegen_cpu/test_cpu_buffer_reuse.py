@@ -154,6 +154,64 @@ def test_in_place_pairs_of_the_c_kernel(registry, codegen, body, pairs):
     assert "restrict in_in_y" in signature
 
 
+def reshaped(body: str, out: str) -> str:
+    return (f"graph @g(%x: f32[8, 64], %y: f32[64]) {{\n"
+            f"  %o = torchloom.fusion_group(%x, %y) : {out} "
+            f"region @k(%in_x: f32[8, 64], %in_y: f32[64]) {{\n"
+            f"{body}\n  }}\n  return %o\n}}")
+
+
+@pytest.mark.parametrize("body, out, pairs", [
+    # a matmul's output read as [batch, tokens, features]: each element where it is
+    ("    %v = aten.view.default(%in_x) {size = [2, 4, 64]} : f32[2, 4, 64]\n"
+     "    %a = aten.add.Tensor(%v, %in_y) : f32[2, 4, 64]\n"
+     "    %g = aten.gelu.default(%a) : f32[2, 4, 64]\n    return %g",
+     "f32[2, 4, 64]", [[0, 0]]),
+    # a reshape that moves the rows' boundaries keeps the elements' order too
+    ("    %v = aten.view.default(%in_x) {size = [16, 32]} : f32[16, 32]\n"
+     "    %g = aten.exp.default(%v) : f32[16, 32]\n    return %g",
+     "f32[16, 32]", [[0, 0]]),
+    # reshaped, then transposed: read at other places than written
+    ("    %v = aten.view.default(%in_x) {size = [16, 32]} : f32[16, 32]\n"
+     "    %t = aten.t.default(%v) : f32[32, 16] strided[1, 32]\n"
+     "    %g = aten.exp.default(%t) : f32[32, 16]\n    return %g",
+     "f32[32, 16]", []),
+    # broadcast along a dim of the output: more elements than the input holds
+    ("    %v = aten.view.default(%in_x) {size = [8, 1, 64]} : f32[8, 1, 64]\n"
+     "    %e = aten.expand.default(%v) {size = [8, 2, 64]} : f32[8, 2, 64] strided[64, 0, 1]\n"
+     "    %g = aten.exp.default(%e) : f32[8, 2, 64]\n    return %g",
+     "f32[8, 2, 64]", []),
+])
+def test_a_reshaped_input_is_written_in_place(registry, codegen, body, out, pairs):
+    node = next(n for n in parse_graph(reshaped(body, out)).nodes if n.region is not None)
+    kernel = codegen.load(codegen.generate(node, registry), registry)
+    assert sorted(map(list, kernel.inplace)) == pairs
+    x, y = torch.randn(8, 64), torch.randn(64)
+    fresh, = kernel(x.clone(), y)
+    if pairs:  # given the input's buffer, the same values as in fresh memory
+        buffer = x.clone()
+        got, = kernel.into((buffer.view(fresh.shape),), buffer, y)
+        assert got.data_ptr() == buffer.data_ptr()
+        torch.testing.assert_close(got, fresh, atol=0, rtol=0)
+
+
+def test_gelu_of_a_reshaped_matmul_output_writes_over_it(cache_dir):
+    """ViT's MLP (issue 41): ``gelu(x @ w.t() + b)`` with the tokens of two images,
+    the matmul ``f32[394, 1024]`` read as ``f32[2, 197, 1024]``: the kernel writes its
+    result over the matmul's output, eager's values."""
+    torch.manual_seed(0)
+    fc = torch.nn.Linear(256, 1024)
+    compiled, compiler = compile_with(lambda h: torch.nn.functional.gelu(fc(h)), cache_dir)
+    for _ in range(2):
+        h = torch.randn(2, 197, 256)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(h), torch.nn.functional.gelu(fc(h)))
+    plan = compiler.compilations[-1].compiled.plan
+    held = [v for v in plan.reuse.held if v.producer is not None]
+    assert [v.producer.op for v in held] == ["aten.mm.default"], compiler.compilations[-1].compiled.source
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("cols, pairs", [(64, [[0, 0]]), (13, [[0, 0]]), (23, [])])
 def test_rows_run_past_their_end_are_never_in_place(registry, codegen, cols, pairs):
     """Rows of 23 run as whole 8-lane vectors past the row's end (overrun.py): the lanes

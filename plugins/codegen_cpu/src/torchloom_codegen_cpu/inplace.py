@@ -14,9 +14,9 @@ def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list
     """(input, output) pairs the kernel may be given one buffer for (the plan writes an
     output into an input that dies at the group, or into a graph input in place of a
     ``copy_``: :mod:`torchloom.codegen.buffers`): the input read at the walk's coordinates
-    only (no view of it, or of a value computed from it, but one that only adds or drops
-    dims of size 1 between dense tensors: :func:`_same_elements`), with the output's dtype
-    and elements (:func:`_same_elements` again), and its last read before the output is
+    only (no view of it, or of a value computed from it, but a reshape between dense
+    tensors: :func:`_same_elements`), with the output's dtype and elements
+    (:func:`_same_elements` again), and its last read before the output is
     first stored (in program order: :func:`_touched`). Every nest is pointwise, or a
     reduction over rows (``x``) with no column sums carried: a row is one iteration's, its
     passes read the input before the last one writes the output at the element it read (a
@@ -70,13 +70,16 @@ def _read_in_place(region: Graph, v: Value) -> bool:
 
 
 def _same_elements(a: Value, b: Value) -> bool:
-    """Whether ``a`` and ``b`` are dense tensors of one dtype and static shapes equal but
-    for dims of size 1: element ``k`` of each, row-major, sits at the same coordinates."""
+    """Whether element ``k`` of ``a`` and of ``b``, row-major, sit at the same place in
+    memory: one type, or dense tensors (row-major, first element first) of one dtype and
+    static element count. A view between such tensors (a reshape: GELU's
+    ``f32[394, 1024]`` matmul output read as ``f32[2, 197, 1024]``; dims of size 1 added
+    or dropped) reads every element where it is, and any other view (a transpose, a
+    broadcast, a slice) is not dense or holds fewer elements."""
     ta, tb = a.type, b.type
     if not (isinstance(ta, TensorType) and isinstance(tb, TensorType)):
         return False
     if ta == tb:
         return True
     return ta.dtype == tb.dtype and ta.device == tb.device and ta.is_static and \
-        tb.is_static and ta.is_dense and tb.is_dense and \
-        [d for d in ta.shape if d != 1] == [d for d in tb.shape if d != 1]
+        tb.is_static and ta.is_dense and tb.is_dense and ta.numel() == tb.numel()
