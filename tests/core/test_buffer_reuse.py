@@ -132,6 +132,50 @@ graph @g(%x: f32[{N}, {N}]) {{
     torch.testing.assert_close(plan.fn(x)[0], x.neg() + x.exp().t())
 
 
+def _viewed_then_read(view: str, view_type: str, reads: str = "%w") -> str:
+    """k0 -> a view of its output -> k1 (exp) reading it, the view's shape out."""
+    count = reads.count("%")
+    params = ", ".join(f"%in{i}: {t}" for i, t in enumerate(
+        [view_type, f"f32[{N}, {N}]"][:count]))
+    shape = view_type.split(" strided")[0]
+    return f"""\
+graph @g(%x: f32[{N}, {N}]) {{
+  %v0 = torchloom.fusion_group(%x) : f32[{N}, {N}] region @k0(%in0: f32[{N}, {N}]) {{
+    %t0 = aten.neg.default(%in0) : f32[{N}, {N}]
+    return %t0
+  }}
+  %w = {view} : {view_type}
+  %v1 = torchloom.fusion_group({reads}) : {shape} region @k1({params}) {{
+    %t0 = aten.exp.default(%in0) : {shape}
+    return %t0
+  }}
+  return %v1
+}}"""
+
+
+@pytest.mark.parametrize("view, view_type, reads, in_place", [
+    # all of v0, each element in its place: written over v0 (the LM head's bias add)
+    ("aten.view.default(%v0) {size = [1, 256, 256]}", f"f32[1, {N}, {N}]", "%w", True),
+    ("aten.view.default(%v0) {size = [128, 512]}", "f32[128, 512]", "%w", True),
+    # transposed: element k elsewhere; a slice: part of v0 only
+    ("aten.t.default(%v0)", f"f32[{N}, {N}] strided[1, {N}]", "%w", False),
+    ("aten.slice.Tensor(%v0) {dim = 0, start = 0, end = 128}", f"f32[128, {N}]", "%w", False),
+    # the kernel reads v0 beside the view: two inputs of one storage
+    ("aten.view.default(%v0) {size = [1, 256, 256]}", f"f32[1, {N}, {N}]", "%w, %v0", False),
+])
+def test_in_place_through_a_view_of_all_of_a_buffer(registry, view, view_type, reads,
+                                                     in_place):
+    g = parse_graph(_viewed_then_read(view, view_type, reads))
+    kernel_for, k = kernels_for(registry, inplace={(0, 0)})
+    plan = build_function(g, registry, kernel_for)
+    assert plan.reuse.count == (1 if in_place else 0)
+    x = torch.randn(N, N)
+    (out,) = plan.fn(x)
+    fresh = build_function(g, registry).fn(x)[0]
+    torch.testing.assert_close(out, fresh, atol=0, rtol=0)
+    assert (out.data_ptr() == k["k0"].returned[-1][0].data_ptr()) == in_place
+
+
 def test_donated_input_is_reused_and_others_are_not(registry):
     g = parse_graph(f"""\
 graph @g(%x: f32[{N}, {N}], %s: f32[{N}, {N}]) {{

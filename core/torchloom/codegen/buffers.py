@@ -22,7 +22,10 @@ Which buffers may be written (``plan_reuse``):
   the registry does not know): that node may return it;
 - in place (the storage's last reader is the writing kernel itself) only where the kernel
   allows it: its ``inplace`` attribute lists the (input, output) pairs whose elements it
-  reads before writing (Inductor's ``can_inplace``: the buffer read at the index written);
+  reads before writing (Inductor's ``can_inplace``: the buffer read at the index written),
+  and reads the storage or a view of all of it with every element in its place (dense,
+  as many elements: a language model head's ``f32[128, 8192]`` product read as ``f32[1,
+  128, 8192]`` by the kernel adding the logits' bias);
 - the output and the dead buffer have the same dtype and device, static sizes, at least
   :data:`MIN_BYTES` (small tensors come from the allocator's free lists without faults),
   and the same shape and strides, or both dense (row-major) with the same element count:
@@ -266,16 +269,29 @@ def given(buffer, shape: tuple[int, ...]):
 def _in_place(node: Node, j: int, pairs: Collection[tuple[int, int]],
               root: dict[Value, Value], candidates: set[Value], dies: dict[Value, int],
               idx: int) -> Value | None:
-    """An input of ``node`` whose buffer output ``j`` may be written into: the kernel
-    allows the pair, the input owns its storage, no other input shares it, and this node
-    is its storage's last reader."""
+    """The storage whose buffer output ``j`` of ``node`` may be written into: the kernel
+    allows the pair, its input is the storage or a view of all of it holding each element
+    where it is (:func:`_whole`: a matmul's ``f32[128, 8192]`` read as ``f32[1, 128,
+    8192]``), no other input shares it, and this node is its last reader."""
     for i, k in pairs:
         v = node.inputs[i] if k == j and i < len(node.inputs) else None
-        if v is not None and root[v] is v and v in candidates and dies.get(v) == idx and \
-                (key := _key(v)) is not None and key == _key(node.outputs[j]) and \
-                sum(root[u] is v for u in node.inputs) == 1:
-            return v
+        if v is None:
+            continue
+        r = root[v]
+        if (r is v or _whole(v, r)) and r in candidates and dies.get(r) == idx and \
+                (key := _key(r)) is not None and key == _key(node.outputs[j]) and \
+                sum(root[u] is r for u in node.inputs) == 1:
+            return r
     return None
+
+
+def _whole(view: Value, base: Value) -> bool:
+    """Whether ``view`` of ``base`` is all of it, element ``k`` of each (row-major) at the
+    same place: both dense with one element count (a dense view of as many elements
+    starts where its base does)."""
+    a, b = view.type, base.type
+    return isinstance(a, TensorType) and isinstance(b, TensorType) and a.is_dense and \
+        b.is_dense and a.numel() is not None and a.numel() == b.numel()
 
 
 def _take(free: dict[tuple, list[Value]], v: Value) -> Value | None:
