@@ -14,10 +14,10 @@ def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list
     """(input, output) pairs the kernel may be given one buffer for (the plan writes an
     output into an input that dies at the group, or into a graph input in place of a
     ``copy_``: :mod:`torchloom.codegen.buffers`): the input read at the walk's coordinates
-    only (no view of it, or of a value computed from it, but a reshape between dense
-    tensors: :func:`_same_elements`), with the output's dtype and elements
-    (:func:`_same_elements` again), and its last read before the output is
-    first stored (in program order: :func:`_touched`). Every nest is pointwise, or a
+    only (no view of it, or of a value computed from it, but a reshape or one that only
+    adds or drops dims of size 1: :func:`_read_in_place`), with the output's dtype and
+    its elements at the same places (:func:`_same_places`), and its last read before the
+    output is first stored (in program order: :func:`_touched`). Every nest is pointwise, or a
     reduction over rows (``x``) with no column sums carried: a row is one iteration's, its
     passes read the input before the last one writes the output at the element it read (a
     cross entropy's ``f32[1, N, C]`` gradient written over the saved ``f32[N, C]``
@@ -36,7 +36,7 @@ def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list
     for j, (name, out) in enumerate(zip(output_names(region), region.outputs)):
         stored = touched.get(name, (-1, -1))[0]
         for i, v in enumerate(region.inputs):
-            if _same_elements(v, out) and stored >= 0 and \
+            if _same_places(v, out) and stored >= 0 and \
                     touched.get(f"in_{v.name}", (-1, -1))[1] < stored and \
                     _read_in_place(region, v):
                 pairs.append((i, j))
@@ -56,12 +56,14 @@ def _touched(body: list) -> dict[str, tuple[int, int]]:
 
 def _read_in_place(region: Graph, v: Value) -> bool:
     """Whether every view in ``region`` of ``v`` or of a value computed from it keeps each
-    element where it is (:func:`_same_elements`), and no gather reads one as its table
+    element's row-major index (a reshape, :data:`VIEWS`' rule ``reshape``, always; any
+    other view where :func:`_same_elements`), and no gather reads one as its table
     (its rows are read at indices: a row written over before another row reads it)."""
     reached = {v}
     for node in region.nodes:
         if any(u in reached for u in node.inputs):
-            if node.op in VIEWS and not _same_elements(node.inputs[0], node.outputs[0]):
+            if node.op in VIEWS and VIEWS[node.op] != "reshape" and \
+                    not _same_elements(node.inputs[0], node.outputs[0]):
                 return False
             if node.op in GATHER_OPS and node.inputs[0] in reached:
                 return False
@@ -70,16 +72,26 @@ def _read_in_place(region: Graph, v: Value) -> bool:
 
 
 def _same_elements(a: Value, b: Value) -> bool:
-    """Whether element ``k`` of ``a`` and of ``b``, row-major, sit at the same place in
-    memory: one type, or dense tensors (row-major, first element first) of one dtype and
-    static element count. A view between such tensors (a reshape: GELU's
-    ``f32[394, 1024]`` matmul output read as ``f32[2, 197, 1024]``; dims of size 1 added
-    or dropped) reads every element where it is, and any other view (a transpose, a
-    broadcast, a slice) is not dense or holds fewer elements."""
+    """Whether ``a`` and ``b`` are dense tensors of one dtype and static shapes equal but
+    for dims of size 1: element ``k`` of each, row-major, sits at the same coordinates."""
     ta, tb = a.type, b.type
     if not (isinstance(ta, TensorType) and isinstance(tb, TensorType)):
         return False
     if ta == tb:
         return True
     return ta.dtype == tb.dtype and ta.device == tb.device and ta.is_static and \
-        tb.is_static and ta.is_dense and tb.is_dense and ta.numel() == tb.numel()
+        tb.is_static and ta.is_dense and tb.is_dense and \
+        [d for d in ta.shape if d != 1] == [d for d in tb.shape if d != 1]
+
+
+def _same_places(a: Value, b: Value) -> bool:
+    """Whether element ``k`` of ``a`` and of ``b``, row-major, sit at the same place in
+    their buffers: :func:`_same_elements`, or dense tensors of one dtype and static
+    element count (a kernel's input and output, between which only reshapes keep each
+    element's row-major index: GELU's ``f32[394, 1024]`` matmul output read as ``f32[2,
+    197, 1024]``)."""
+    ta, tb = a.type, b.type
+    return _same_elements(a, b) or (
+        isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.dtype == tb.dtype
+        and ta.device == tb.device and ta.is_static and tb.is_static and ta.is_dense
+        and tb.is_dense and ta.numel() == tb.numel())
