@@ -279,7 +279,7 @@ def test_the_plan_tries_a_product_in_its_own_calls(registry):
     """No product is timed when the plan is built; its first call is the whole product,
     the next ones the trial's variants, and the decision holds for every later call."""
     text = mm_graph(64, 256, 4096)
-    blocks = GemmBlocks(clock=Script(lambda v: 1.0 if v == 0 else 0.5, 3))
+    blocks = GemmBlocks(clock=Script(lambda v: 1.0 if v == 0 else 0.5, 3), onednn=False)
     plan = build_function(parse_graph(text), registry, calls=blocks.callable_for)
     assert len(blocks.trials) == 1 and not blocks.chosen
     a, b = operands(64, 256, 4096, torch.float32, False)

@@ -1,5 +1,5 @@
 """Matrix products the plan calls in blocks of columns or rows, where that was measured
-faster and gives the same bits.
+faster and gives the same bits, or through oneDNN where that was measured faster.
 
 A library GEMM is not equally fast at every shape: on the 2-vCPU AMD Zen 3 machine of
 ``benchmarks/RESULTS.md``, MKL's ``mm`` of ``[512, 256] x [256, 8192]`` (a language model's
@@ -8,21 +8,30 @@ head) ran at 72 GFLOP/s where ``[512, 256] x [256, 704]`` ran at 123; called on 
 same product took 18-20 instead of 23-30 ms, and every element was the same (each output
 element is the same dot product, summed by the same kernel). The head's weight gradient,
 ``[8192, 512] x [512, 256]``, gained the same way in blocks of 1,024 rows (21.5 against
-25.2 ms). Eager and Inductor call them whole.
+25.2 ms). Eager and Inductor call them whole. On the AMD EPYC Zen 4 of RESULTS.md's
+session 71, MKL's whole call was slower than oneDNN's linear of the same operands
+(``torch.ops.mkldnn._linear_pointwise``, the op Inductor's frozen CPU graphs call):
+``[512, 256] x [256, 8192]`` 13.4 against 10.7 ms, ``[128, 256] x [256, 8192]`` 3.8
+against 3.0, the head's input gradient ``[512, 8192] x [8192, 256]`` 12.5 against 11.0
+(its weight gradient, a transposed operand, slower: 15.1 against 19.0). oneDNN is
+another library: its products are the values within rounding, not the same bits, as
+the cpu codegen's attention is (docs/design.md).
 
 :class:`GemmBlocks` decides per static ``aten.mm`` and ``aten.addmm`` node of a plan (the
 head of a model whose head has a bias, Phi's), once per shape, layout, dtype and thread
 count, in the product's own first calls, not when the plan is built (timing there cost a
 first call 0.1-0.4 s a head, on a machine where no block ever won): a :class:`Trial` calls
-the whole product and blocks of about 512 and 1,024 columns and rows (as many as the
-product has twice over) in turn, one per call, on the caller's operands, timing each; the
+the whole product, blocks of about 512 and 1,024 columns and rows (as many as the product
+has twice over) and, for f32 products without a bias or with one per column, oneDNN's
+linear (:data:`ONEDNN`) in turn, one per call, on the caller's operands, timing each; the
 first call of each is not counted (first touch, library set-up), then ``ROUNDS`` rounds,
 or ``EARLY_ROUNDS`` where no block was faster at all. It takes the fastest blocks only
 where they were at least ``MIN_GAIN`` faster and, called once more beside the whole
-product on the same operands, gave its bits (else the node calls ``mm`` as it is: a block
-of a few columns, or of one row, is multiplied by another kernel than the whole, with
-other bits); the bits are compared at the thread count of that call, and a plan keeps
-its choice if the count changes. Every call returns the product's values (a block's
+product on the same operands, gave its bits (oneDNN's: its values within
+:data:`ONEDNN_TOLERANCE` of the result's largest magnitude; else the node calls ``mm`` as
+it is: a block of a few columns, or of one row, is multiplied by another kernel than the
+whole, with other bits); the bits are compared at the thread count of that call, and a
+XX
 within rounding while it is timed; the same bits once chosen); calls made while autograd
 records the product (``out=`` refuses that) or under
 ``torch.use_deterministic_algorithms`` are the whole product, untimed. Only
@@ -74,8 +83,16 @@ EARLY_ROUNDS = 2
 MIN_SIDE = 4096
 
 
-#: how a product is cut: ("cols" or "rows", about how many per block)
+#: how a product is cut: ("cols" or "rows", about how many per block), or :data:`ONEDNN`
 Blocks = tuple[str, int]
+
+#: the candidate calling oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, the op
+#: Inductor's frozen CPU graphs call) instead of the BLAS ``mm``: another library, so the
+#: values within rounding, not the bits (module text)
+ONEDNN: Blocks = ("onednn", 0)
+#: the rounding a product of oneDNN's may differ by from the whole call's (relative to
+#: the largest magnitude of the result)
+ONEDNN_TOLERANCE = 1e-4
 
 
 def _steps(n: int, size: int) -> range:
@@ -102,7 +119,9 @@ def blocked_mm(blocks: Blocks) -> Callable[..., torch.Tensor]:
 def blocked_addmm(blocks: Blocks) -> Callable[..., torch.Tensor]:
     """``addmm(bias, a, b, beta=1, alpha=1, out=None)`` in ``blocks`` as
     :func:`blocked_mm` (bias None: ``mm``), each block with its part of ``bias`` (the
-    bias as it is along a dim it broadcasts)."""
+    bias as it is along a dim it broadcasts). :data:`ONEDNN`: :func:`onednn_addmm`."""
+    if blocks == ONEDNN:
+        return onednn_addmm
     axis, size = blocks
 
     def addmm(bias, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1,
@@ -128,6 +147,37 @@ def blocked_addmm(blocks: Blocks) -> Callable[..., torch.Tensor]:
         return out
     addmm.__name__ = f"addmm_{axis}_of_{size}"
     return addmm
+
+
+def onednn_addmm(bias, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """``addmm(bias, a, b)`` (bias None: ``mm``; bias of ``b``'s columns, beta and alpha
+    1: :meth:`GemmBlocks.callable_for` offers it so) by oneDNN's linear of ``a`` and the
+    weight ``b.t()``, a new tensor (``out`` is not written: the plan takes the result).
+    Where autograd would record the product, the whole call."""
+    if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (bias, a, b)):
+        return _whole(bias, a, b, beta=beta, alpha=alpha)
+    return torch.ops.mkldnn._linear_pointwise(a, b.t(), bias, "none", [], "")
+
+
+def _onednn_linear() -> bool:
+    """Whether this torch has oneDNN's linear op (CPU builds with oneDNN)."""
+    try:
+        return torch.backends.mkldnn.is_available() and \
+            torch.ops.mkldnn._linear_pointwise is not None
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _within_rounding(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether ``x`` is ``y`` but for rounding (:data:`ONEDNN_TOLERANCE`); NaN where it is."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    finite = y[y.isfinite()]
+    scale = float(finite.abs().max()) if finite.numel() else 1.0
+    return torch.allclose(x, y, rtol=ONEDNN_TOLERANCE, atol=ONEDNN_TOLERANCE * scale,
+                          equal_nan=True)
 
 
 def _bias_part(bias: Any, cols: bool, part: slice, m: int, n: int) -> Any:
@@ -160,6 +210,8 @@ class GemmBlocks:
     not a known choice is tried again."""
 
     enabled: bool = True
+    #: whether oneDNN's linear is a candidate (:data:`ONEDNN`)
+    onednn: bool = True
     #: (shapes, strides, bias shape, dtype, threads) -> the blocks chosen (None: whole)
     chosen: dict[tuple, Blocks | None] = attrs.field(factory=dict)
     path: Path | None = None
@@ -231,6 +283,9 @@ class GemmBlocks:
                 (m, _), (_, n) = key[0], key[2]
                 candidates = [(axis, size) for axis, side in (("cols", n), ("rows", m))
                               for size in SIZES if 2 * size <= side]
+                if self.onednn and key[5] == "f32" and key[4] in (None, (n,)) and \
+                        _onednn_linear():
+                    candidates.append(ONEDNN)
                 trial = self.trials[key] = Trial(key, candidates, self.settle, self.clock)
             return trial.mm if mm else trial.addmm
         if blocks is None:
@@ -330,7 +385,8 @@ class Trial:
                 self.checking = fastest
 
     def _check(self, bias, a, b, **kwargs):
-        """The whole call, and the chosen blocks beside it: blocks only with its bits."""
+        """The whole call, and the chosen blocks beside it: blocks only with its bits
+    (oneDNN's product within rounding of its values)."""
         result = _whole(bias, a, b, **kwargs)
         candidate = self.checking
         try:
@@ -339,7 +395,9 @@ class Trial:
         except Exception as exc:  # (memory): whole
             self._failed(a, b, candidate, exc)
             return result
-        self._decide(candidate if torch.equal(blocked, result) else None)
+        same = _within_rounding(blocked, result) if self.candidates[candidate] == ONEDNN \
+            else torch.equal(blocked, result)
+        self._decide(candidate if same else None)
         return result
 
     def _failed(self, a, b, candidate: int, exc: Exception) -> None:
@@ -373,6 +431,8 @@ def _choice(value: Any) -> Blocks | None | bool:
     if isinstance(value, list) and len(value) == 2 and value[0] in ("cols", "rows") and \
             value[1] in SIZES:
         return value[0], value[1]
+    if value == list(ONEDNN):
+        return ONEDNN
     return False
 
 
