@@ -208,7 +208,8 @@ def test_gelu_of_a_reshaped_matmul_output_writes_over_it(cache_dir):
             torch.testing.assert_close(compiled(h), torch.nn.functional.gelu(fc(h)))
     plan = compiler.compilations[-1].compiled.plan
     held = [v for v in plan.reuse.held if v.producer is not None]
-    assert [v.producer.op for v in held] == ["aten.mm.default"], compiler.compilations[-1].compiled.source
+    source = compiler.compilations[-1].compiled.source
+    assert [v.producer.op for v in held] == ["aten.mm.default"], source
     torch._dynamo.reset()
 
 

@@ -96,7 +96,8 @@ def test_logical_ops_of_numbers_compare_them_to_zero(check, op):
     check(text, s, a, exact=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(op=st.sampled_from(list(OPS)), rows=st.integers(1, 70), cols=st.integers(1, 140),
        dtype=st.sampled_from(list(TYPES)), row_first=st.booleans(), stored=st.booleans(),
        threads=st.sampled_from([1, 2, 3]), seed=st.integers(0, 999))

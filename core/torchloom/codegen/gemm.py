@@ -31,10 +31,10 @@ product on the same operands, gave its bits (oneDNN's: its values within
 :data:`ONEDNN_TOLERANCE` of the result's largest magnitude; else the node calls ``mm`` as
 it is: a block of a few columns, or of one row, is multiplied by another kernel than the
 whole, with other bits); the bits are compared at the thread count of that call, and a
-XX
-within rounding while it is timed; the same bits once chosen); calls made while autograd
-records the product (``out=`` refuses that) or under
-``torch.use_deterministic_algorithms`` are the whole product, untimed. Only
+plan keeps its choice if the count changes. Every call returns the product's values (a
+block's or oneDNN's within rounding while it is timed; once chosen, the same bits, or
+oneDNN's values); calls made while autograd records the product (``out=`` refuses that)
+or under ``torch.use_deterministic_algorithms`` are the whole product, untimed. Only
 products big enough to gain (``MIN_MACS``, ``MIN_SIDE``), whose slower trial calls cost
 a fraction of a second (``MAX_MACS``) and whose check takes little memory
 (``MAX_ELEMENTS``) are tried; what was decided is kept in the cache directory for the
@@ -386,7 +386,7 @@ class Trial:
 
     def _check(self, bias, a, b, **kwargs):
         """The whole call, and the chosen blocks beside it: blocks only with its bits
-    (oneDNN's product within rounding of its values)."""
+        (oneDNN's product within rounding of its values)."""
         result = _whole(bias, a, b, **kwargs)
         candidate = self.checking
         try:

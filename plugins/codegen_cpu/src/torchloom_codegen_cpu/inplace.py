@@ -17,8 +17,8 @@ def inplace_pairs(region: Graph, nests: list[KernelWriter], body: list
     only (no view of it, or of a value computed from it, but a reshape or one that only
     adds or drops dims of size 1: :func:`_read_in_place`), with the output's dtype and
     its elements at the same places (:func:`_same_places`), and its last read before the
-    output is first stored (in program order: :func:`_touched`). Every nest is pointwise, or a
-    reduction over rows (``x``) with no column sums carried: a row is one iteration's, its
+    output is first stored (in program order: :func:`_touched`). Every nest is pointwise,
+    or a reduction over rows (``x``) with no column sums carried: a row is one iteration's, its
     passes read the input before the last one writes the output at the element it read (a
     cross entropy's ``f32[1, N, C]`` gradient written over the saved ``f32[N, C]``
     log-probabilities). Nests run one after the other (each its own parallel loop, which
