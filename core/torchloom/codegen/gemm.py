@@ -128,8 +128,7 @@ def blocked_addmm(blocks: Blocks) -> Callable[..., torch.Tensor]:
               out: torch.Tensor | None = None):
         m, n = a.shape[0], b.shape[1]
         if out is None:
-            if torch.is_grad_enabled() and any(
-                    t is not None and t.requires_grad for t in (bias, a, b)):
+            if _recorded(bias, a, b):
                 return torch.mm(a, b) if bias is None else torch.addmm(
                     bias, a, b, beta=beta, alpha=alpha)
             out = torch.empty((m, n), dtype=a.dtype, device=a.device)
@@ -155,10 +154,15 @@ def onednn_addmm(bias, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1,
     1: :meth:`GemmBlocks.callable_for` offers it so) by oneDNN's linear of ``a`` and the
     weight ``b.t()``, a new tensor (``out`` is not written: the plan takes the result).
     Where autograd would record the product, the whole call."""
-    if torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (bias, a, b)):
+    if _recorded(bias, a, b):
         return _whole(bias, a, b, beta=beta, alpha=alpha)
     return torch.ops.mkldnn._linear_pointwise(a, b.t(), bias, "none", [], "")
+
+
+def _recorded(*operands) -> bool:
+    """Whether autograd records a product of ``operands`` (None: no operand)."""
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in operands)
 
 
 def _onednn_linear() -> bool:
@@ -337,8 +341,7 @@ class Trial:
               out: torch.Tensor | None = None):
         if self.decided is not None:
             return self.decided(bias, a, b, beta=beta, alpha=alpha, out=out)
-        if (torch.is_grad_enabled() and any(
-                t is not None and t.requires_grad for t in (bias, a, b))) or \
+        if _recorded(bias, a, b) or \
                 torch.are_deterministic_algorithms_enabled() or \
                 not self.lock.acquire(blocking=False):
             return _whole(bias, a, b, beta=beta, alpha=alpha, out=out)

@@ -75,23 +75,22 @@ def _same_elements(a: Value, b: Value) -> bool:
     """Whether ``a`` and ``b`` are dense tensors of one dtype and static shapes equal but
     for dims of size 1: element ``k`` of each, row-major, sits at the same coordinates."""
     ta, tb = a.type, b.type
-    if not (isinstance(ta, TensorType) and isinstance(tb, TensorType)):
-        return False
-    if ta == tb:
-        return True
-    return ta.dtype == tb.dtype and ta.device == tb.device and ta.is_static and \
-        tb.is_static and ta.is_dense and tb.is_dense and \
+    return ta == tb and isinstance(ta, TensorType) or _dense_pair(ta, tb) and \
         [d for d in ta.shape if d != 1] == [d for d in tb.shape if d != 1]
 
 
 def _same_places(a: Value, b: Value) -> bool:
     """Whether element ``k`` of ``a`` and of ``b``, row-major, sit at the same place in
-    their buffers: :func:`_same_elements`, or dense tensors of one dtype and static
-    element count (a kernel's input and output, between which only reshapes keep each
-    element's row-major index: GELU's ``f32[394, 1024]`` matmul output read as ``f32[2,
-    197, 1024]``)."""
+    their buffers: one type, or dense tensors of one dtype and static element count (a
+    kernel's input and output, between which only reshapes keep each element's row-major
+    index: GELU's ``f32[394, 1024]`` matmul output read as ``f32[2, 197, 1024]``)."""
     ta, tb = a.type, b.type
-    return _same_elements(a, b) or (
-        isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.dtype == tb.dtype
-        and ta.device == tb.device and ta.is_static and tb.is_static and ta.is_dense
-        and tb.is_dense and ta.numel() == tb.numel())
+    return ta == tb and isinstance(ta, TensorType) or _dense_pair(ta, tb) and \
+        ta.numel() == tb.numel()
+
+
+def _dense_pair(ta, tb) -> bool:
+    """Whether types ``ta`` and ``tb`` are static dense tensors of one dtype and device."""
+    return isinstance(ta, TensorType) and isinstance(tb, TensorType) and \
+        ta.dtype == tb.dtype and ta.device == tb.device and ta.is_static and \
+        tb.is_static and ta.is_dense and tb.is_dense
