@@ -25,7 +25,10 @@ Every side gets its own model (same seed, same weights) and optimizer. Compiled 
 start cold: Inductor inside ``torch._inductor.utils.fresh_cache()``, torchloom with a new
 cache directory (its kernel cache and the cpu codegen's libraries); the first call
 (compiles included, the backward's at the first backward; torchloom's ``Compiler`` too, made
-when the backend is first called) is timed. ``torch._dynamo.reset()`` after each row.
+when the backend is first called) is timed. torchloom's side then runs untimed steps
+until its matrix products' trials (``torchloom.codegen.gemm``: each product shape's first
+calls time its candidates) have decided, at most :data:`TRIAL_STEPS`: the rounds time
+what a user's later steps run, not the trials. ``torch._dynamo.reset()`` after each row.
 
 For torchloom, every fusion group no native codegen took (it runs op by op on the ``eager``
 codegen) is counted with the codegens' reasons (:func:`eager_groups`); issue 41 wants none.
@@ -69,6 +72,11 @@ from zoo_models import (  # noqa: F401 (the zoo's names, importers take from her
 
 
 # ---- compiling and timing ------------------------------------------------------------------
+#: the most untimed steps torchloom's side runs after its first call while its matrix
+#: products' trials are under way (module text)
+TRIAL_STEPS = 20
+
+
 @attrs.define
 class Side:
     """One side of a row: ``step()`` runs one step; ``first_call_s`` timed the first."""
@@ -152,7 +160,19 @@ def make_side(name: str, mode: str, side: str, cache_root: Path) -> Side:
         start = time.perf_counter()
         step()
         first = time.perf_counter() - start
-    return Side(step, first, made[0] if made else None)
+    compiler = made[0] if made else None
+    settle_trials(step, compiler)
+    return Side(step, first, compiler)
+
+
+def settle_trials(step: Callable[[], object], compiler) -> int:
+    """Run ``step`` until ``compiler``'s matrix products have no trial under way, at most
+    :data:`TRIAL_STEPS` times (module text); the steps run. No compiler: none."""
+    ran = 0
+    while compiler is not None and compiler.gemms.trials and ran < TRIAL_STEPS:
+        step()
+        ran += 1
+    return ran
 
 
 def interleaved(steps: dict[str, Callable[[], float | None]], rounds: int,

@@ -141,6 +141,28 @@ def test_the_table_pairs_each_round_and_names_slow_first_calls():
 
 
 @pytest.mark.counted
+def test_untimed_steps_run_until_the_products_trials_decide():
+    """torchloom's side steps until no matrix product's trial is under way (the rounds
+    time what later steps run), never more than ``TRIAL_STEPS``; no compiler, no step."""
+    from model_zoo import TRIAL_STEPS, settle_trials
+
+    class Compiler:
+        def __init__(self, left):
+            self.left, self.gemms = left, self
+            self.trials = {"mm": "under way"} if left else {}
+
+        def step(self):
+            self.left -= 1
+            if self.left == 0:
+                self.trials = {}
+
+    for left, ran in ((0, 0), (1, 1), (3, 3), (TRIAL_STEPS + 5, TRIAL_STEPS)):
+        compiler = Compiler(left)
+        assert settle_trials(compiler.step, compiler) == ran
+    assert settle_trials(lambda: pytest.fail("stepped"), None) == 0
+
+
+@pytest.mark.counted
 def test_steps_timed_inside_their_side_give_their_own_seconds():
     """A side in another process times its own step (``timed_inside``): the seconds it
     returns are the sample, not the time around the message."""

@@ -128,7 +128,10 @@ def test_only_large_static_dense_products_are_tried():
     big = MAX_MACS // (512 * 256) + 1
     assert blocks.callable_for(node_of(mm_graph(512, 256, big))) is None  # too long
     assert blocks.callable_for(node_of(mm_graph(8192, 8, 8192))) is None  # too much memory
-    assert blocks.callable_for(node_of(mm_graph(2048, 2048, 2048))) is None  # sides < MIN_SIDE
+    assert blocks.callable_for(node_of(mm_graph(2048, 2048, 2048))) is None  # too long
+    small = node_of(mm_graph(512, 1024, 256))  # sides < MIN_SIDE: no blocks to try
+    assert GemmBlocks(onednn=False).callable_for(small) is None
+    assert blocks.callable_for(node_of(mm_graph(512, 1024, 256, dtype="f64"))) is None
     assert MAX_ELEMENTS < 2 * 8192 * 8192
     assert blocks.callable_for(node_of(mm_graph(512, 256, 4096, dims=("s0, 256", "256, 4096")
                                                 ).replace("s0", "512"))) is not None
@@ -258,7 +261,8 @@ graph @g(%a: f32[512, 256], %b: f32[256, 4096] strided[1, 256], %c: f32[4096, 25
   return %w
 }"""
     graph = parse_graph(text)
-    blocks = decided_blocks(("cols", 512), next(n for n in graph.nodes if n.op == gemm.MM))
+    blocks = decided_blocks(("cols", 512), next(n for n in graph.nodes if n.op == gemm.MM),
+                            onednn=False)
     plan = build_function(graph, registry, calls=blocks.callable_for)
     assert not blocks.trials  # y and w: the shape decided; z: 512 x 256, too narrow
     a, b, c = torch.randn(512, 256), torch.randn(4096, 256).t(), torch.randn(4096, 256)

@@ -47,6 +47,13 @@ def test_offered_for_f32_products_without_a_bias_or_with_one_per_column():
     assert ONEDNN not in candidates(node_of(mm_graph(512, 256, 4096)), onednn=False)
 
 
+@pytest.mark.parametrize("m, k, n", [(512, 256, 1024), (512, 1024, 256), (64, 1024, 1024),
+                                     (4000, 128, 256)])
+def test_the_only_candidate_of_a_product_with_no_side_for_blocks(m, k, n):
+    trial = GemmBlocks().callable_for(node_of(mm_graph(m, k, n))).__self__
+    assert max(m, n) < gemm.MIN_SIDE and trial.candidates == [ONEDNN]
+
+
 @settings(max_examples=40, deadline=None)
 @given(m=st.integers(1, 200), k=st.integers(1, 300), n=st.integers(1, 700),
        transposed=st.booleans(), a_transposed=st.booleans(), bias=st.booleans(),

@@ -35,10 +35,10 @@ plan keeps its choice if the count changes. Every call returns the product's val
 block's or oneDNN's within rounding while it is timed; once chosen, the same bits, or
 oneDNN's values); calls made while autograd records the product (``out=`` refuses that)
 or under ``torch.use_deterministic_algorithms`` are the whole product, untimed. Only
-products big enough to gain (``MIN_MACS``, ``MIN_SIDE``), whose slower trial calls cost
-a fraction of a second (``MAX_MACS``) and whose check takes little memory
-(``MAX_ELEMENTS``) are tried; what was decided is kept in the cache directory for the
-next process.
+products big enough to gain (``MIN_MACS``; blocks only where a side is ``MIN_SIDE`` or
+more), whose slower trial calls cost a fraction of a second (``MAX_MACS``) and whose
+check takes little memory (``MAX_ELEMENTS``) are tried; what was decided is kept in the
+cache directory for the next process.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ ROUNDS = 4
 #: timed rounds after which a trial stops where every block was slower than the whole call
 #: (where none wins, as on the Intel Xeon of RESULTS.md's sessions 42-46)
 EARLY_ROUNDS = 2
-#: the side (rows of the result, or columns) below which a product is not tried: the
-#: gains measured were on 8,192 (a vocabulary)
+#: the side (rows of the result, or columns) below which a product is not tried in
+#: blocks (oneDNN's linear still is): the gains measured were on 8,192 (a vocabulary)
 MIN_SIDE = 4096
 
 
@@ -266,30 +266,41 @@ class GemmBlocks:
                 "f32", "f64", "bf16"):
             return None
         (m, k), n = a.shape, b.shape[1]
-        if not MIN_MACS <= m * k * n <= MAX_MACS or max(m, n) < MIN_SIDE or \
+        if not MIN_MACS <= m * k * n <= MAX_MACS or \
                 m * k + k * n + 2 * m * n > MAX_ELEMENTS:
             return None
         shape = None if bias is None else tuple(bias.shape)
         return (a.shape, a.actual_strides(), b.shape, b.actual_strides(), shape, a.dtype,
                 torch.get_num_threads())
 
+    def candidates(self, key: tuple | None) -> list[Blocks]:
+        """What a trial of ``key``'s product times beside the whole call: blocks of
+        :data:`SIZES` columns and rows where a side is ``MIN_SIDE`` or more (as many as
+        the side has twice over), and :data:`ONEDNN` for f32 products without a bias or
+        with one per column, of any side."""
+        if key is None:
+            return []
+        (m, _), (_, n) = key[0], key[2]
+        candidates = [(axis, size) for axis, side in (("cols", n), ("rows", m))
+                      for size in SIZES if 2 * size <= side] \
+            if max(m, n) >= MIN_SIDE else []
+        if self.onednn and key[5] == "f32" and key[4] in (None, (n,)) and \
+                _onednn_linear():
+            candidates.append(ONEDNN)
+        return candidates
+
     def callable_for(self, node: Node) -> Callable | None:
         """The ``mm``/``addmm`` to call for ``node`` in place of its op (blocked, or a
         trial while undecided), or None."""
         key = self.key(node)
-        if key is None:
+        candidates = self.candidates(key)
+        if not candidates:
             return None
         mm = node.op == MM
         blocks = self.decided(key)
         if blocks is False:
             trial = self.trials.get(key)
             if trial is None:
-                (m, _), (_, n) = key[0], key[2]
-                candidates = [(axis, size) for axis, side in (("cols", n), ("rows", m))
-                              for size in SIZES if 2 * size <= side]
-                if self.onednn and key[5] == "f32" and key[4] in (None, (n,)) and \
-                        _onednn_linear():
-                    candidates.append(ONEDNN)
                 trial = self.trials[key] = Trial(key, candidates, self.settle, self.clock)
             return trial.mm if mm else trial.addmm
         if blocks is None:
