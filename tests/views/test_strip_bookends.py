@@ -170,3 +170,73 @@ def test_reshapes_of_strided_inputs_with_symbolic_sizes_stay_in_the_kernel():
                                       _symbolic_gelu("f32[s0, 8] strided[1, s0]"))
     assert result.stats["hoisted"] == 0
     assert [n.op for n in after.nodes] == [FUSION_GROUP]
+
+
+NORM_WEIGHT = """graph @bn(%x: f32[2, 3, 4, 5], %w: f32[3], %b: f32[1, 3, 1]) {
+  %y = torchloom.fusion_group(%x, %w, %b) : f32[2, 3, 4, 5] region @group0(%a: f32[2, 3, 4, 5], %p: f32[3], %q: f32[1, 3, 1]) {
+    %u = aten.unsqueeze.default(%p) {dim = -1} : f32[3, 1]
+    %v = aten.unsqueeze.default(%u) {dim = -1} : f32[3, 1, 1]
+    %m = aten.mul.Tensor(%a, %v) : f32[2, 3, 4, 5]
+    %s = aten.squeeze.dim(%q) {dim = 0} : f32[3, 1]
+    %r = aten.view.default(%s) {size = [3, 1, 1]} : f32[3, 1, 1]
+    %o = aten.add.Tensor(%m, %r) : f32[2, 3, 4, 5]
+    return %o
+  }
+  return %y
+}
+"""
+
+
+def test_views_adding_or_removing_unit_dims_stay_in_a_group_that_computes():
+    """A batch norm's weight made ``[C, 1, 1]`` (unsqueezes, a squeeze, a view adding a
+    dim of size 1) is read at the same places with the same strides inside the kernel:
+    no index math there, one call per run outside. Nothing is hoisted."""
+    before, after, _, result, plugins = run_pass("views.strip-bookends", NORM_WEIGHT)
+    assert not result.changed and result.stats["hoisted"] == 0
+    group = _group(after)
+    assert [n.op for n in after.nodes] == [FUSION_GROUP]
+    assert [v.type.shape for v in group.inputs] == [(2, 3, 4, 5), (3,), (1, 3, 1)]
+    assert_same_results(before, after, plugins)
+
+
+def test_a_view_moving_elements_is_still_hoisted_beside_unit_dim_ones():
+    text = NORM_WEIGHT.replace("%q: f32[1, 3, 1]", "%q: f32[3]").replace(
+        "%b: f32[1, 3, 1]", "%b: f32[3]").replace(
+        "%s = aten.squeeze.dim(%q) {dim = 0} : f32[3, 1]",
+        "%s = aten.view.default(%q) {size = [3, 1]} : f32[3, 1]")
+    before, after, _, result, plugins = run_pass("views.strip-bookends", text)
+    assert not result.changed  # [3] -> [3, 1] -> [3, 1, 1]: unit dims only, kept
+    moved = """graph @bn(%x: f32[2, 3, 4, 5], %b: f32[6]) {
+  %y = torchloom.fusion_group(%x, %b) : f32[2, 3, 4, 5] region @group0(%a: f32[2, 3, 4, 5], %q: f32[6]) {
+    %s = aten.view.default(%q) {size = [3, 2]} : f32[3, 2]
+    %c = aten.slice.Tensor(%s) {dim = 1, start = 0, end = 1} : f32[3, 1] strided[2, 1]
+    %r = aten.unsqueeze.default(%c) {dim = -1} : f32[3, 1, 1] strided[2, 1, 1]
+    %o = aten.add.Tensor(%a, %r) : f32[2, 3, 4, 5]
+    return %o
+  }
+  return %y
+}
+"""
+    before, after, _, result, plugins = run_pass("views.strip-bookends", moved)
+    assert result.stats["hoisted"] == 2  # [6] -> [3, 2], then its slice: elements move
+    assert [n.op for n in after.nodes] == ["aten.view.default", "aten.slice.Tensor",
+                                           FUSION_GROUP]
+    assert [n.op for n in _group(after).region.nodes] == ["aten.unsqueeze.default",
+                                                          "aten.add.Tensor"]
+    assert_same_results(before, after, plugins)
+
+
+def test_a_group_of_unit_dim_views_only_still_disappears():
+    text = """graph @v(%x: f32[4, 6]) {
+  %y = torchloom.fusion_group(%x) : f32[4, 1, 6] region @group0(%a: f32[4, 6]) {
+    %u = aten.unsqueeze.default(%a) {dim = 1} : f32[4, 1, 6]
+    return %u
+  }
+  return %y
+}
+"""
+    before, after, _, result, plugins = run_pass("views.strip-bookends", text)
+    assert result.stats["groups_removed"] == 1
+    assert [n.op for n in after.nodes] == ["aten.unsqueeze.default"]
+    assert count_kernels(after, plugins.registry) == 0
+    assert_same_results(before, after, plugins)

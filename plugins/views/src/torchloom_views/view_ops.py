@@ -25,6 +25,23 @@ def is_view(node: Node) -> bool:
             and len(node.inputs) == 1 and isinstance(node.inputs[0].type, TensorType))
 
 
+#: views that may only add or remove dims of size 1 (``unit_dims_only`` checks the sizes)
+_UNIT_DIM_VIEWS = RESHAPES | {"aten.unsqueeze.default", "aten.squeeze.dim",
+                              "aten.squeeze.dims", "aten.squeeze.default"}
+
+
+def unit_dims_only(node: Node) -> bool:
+    """A view (``is_view``) that only adds or removes dims of size 1: every element at
+    the same place, read with the same strides (``weight.unsqueeze(-1).unsqueeze(-1)``)."""
+    if node.op not in _UNIT_DIM_VIEWS or not is_view(node) or \
+            not isinstance(node.output.type, TensorType):
+        return False
+    source, target = node.inputs[0].type.shape, node.output.type.shape
+    if source is None or target is None:
+        return False
+    return [d for d in source if d != 1] == [d for d in target if d != 1]
+
+
 def is_zero_copy(node: Node, input_type: TensorType) -> bool:
     """True when ``node`` applied to a tensor of ``input_type`` is a pure alias."""
     if node.op not in RESHAPES:
