@@ -37,8 +37,6 @@ def unit_dims_only(node: Node) -> bool:
             not isinstance(node.output.type, TensorType):
         return False
     source, target = node.inputs[0].type.shape, node.output.type.shape
-    if source is None or target is None:
-        return False
     return [d for d in source if d != 1] == [d for d in target if d != 1]
 
 
