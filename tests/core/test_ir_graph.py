@@ -228,3 +228,16 @@ def test_is_dense_agrees_with_torch_is_contiguous(shape, data):
     storage = torch.empty(1 + sum((d - 1) * s for d, s in zip(shape, strides or ())))
     expected = True if strides is None else storage.as_strided(shape, strides).is_contiguous()
     assert t.is_dense == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.lists(st.integers(1, 4), min_size=0, max_size=4),
+       b=st.lists(st.integers(1, 4), min_size=0, max_size=4))
+def test_squeezed_shapes_agree_exactly_when_one_reshapes_to_the_other_by_unit_dims(a, b):
+    """TensorType.squeezed_shape is the shape without its size-1 dims: two shapes squeeze
+    alike exactly when torch's squeeze of one and the other give the same shape."""
+    import torch
+    ta, tb = TensorType.make(a, "f32"), TensorType.make(b, "f32")
+    same = torch.empty(a).squeeze().shape == torch.empty(b).squeeze().shape
+    assert (ta.squeezed_shape() == tb.squeezed_shape()) == same
+    assert TensorType.make([3, 1, "s0", 1], "f32").squeezed_shape() == (3, "s0")

@@ -112,6 +112,11 @@ class TensorType:
         return self.strides is None or self.strides == contiguous_strides(self.shape) or \
             _size1_equivalent(self.shape, self.strides)
 
+    def squeezed_shape(self) -> tuple[Dim, ...]:
+        """The shape without its dims of size 1: two tensors whose squeezed shapes are
+        equal (``[C]`` and ``[C, 1, 1]``) hold their elements at the same row-major index."""
+        return tuple(d for d in self.shape if d != 1)
+
     def numel(self) -> int | None:
         n = 1
         for d in self.shape:

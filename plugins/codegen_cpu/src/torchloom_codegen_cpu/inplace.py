@@ -76,7 +76,7 @@ def _same_elements(a: Value, b: Value) -> bool:
     for dims of size 1: element ``k`` of each, row-major, sits at the same coordinates."""
     ta, tb = a.type, b.type
     return ta == tb and isinstance(ta, TensorType) or _dense_pair(ta, tb) and \
-        [d for d in ta.shape if d != 1] == [d for d in tb.shape if d != 1]
+        ta.squeezed_shape() == tb.squeezed_shape()
 
 
 def _same_places(a: Value, b: Value) -> bool:

@@ -36,8 +36,7 @@ def unit_dims_only(node: Node) -> bool:
     if node.op not in _UNIT_DIM_VIEWS or not is_view(node) or \
             not isinstance(node.output.type, TensorType):
         return False
-    source, target = node.inputs[0].type.shape, node.output.type.shape
-    return [d for d in source if d != 1] == [d for d in target if d != 1]
+    return node.inputs[0].type.squeezed_shape() == node.output.type.squeezed_shape()
 
 
 def is_zero_copy(node: Node, input_type: TensorType) -> bool:
