@@ -29,8 +29,9 @@
 - the codegen contract a renderer implements (docs/writing-a-codegen.md): ``contract``
   (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
   :class:`LaunchSpec` and its :class:`Bound`, :class:`Lowered`, :class:`Param`,
-  :func:`size_param`, :data:`FORMS`, :data:`REDUCTION_KINDS`) and ``lower`` (the lowering
-  to statements, :class:`RendererCodegen`), :class:`Unsupported`; the empty-row checks
+  :func:`size_param`, :data:`FORMS`, :data:`REDUCTION_KINDS`), the pointwise walk
+  (:class:`Walk`) and the 2-D tile plan (:class:`Tiles`), and ``lower`` (the lowering to
+  statements, :class:`RendererCodegen`), :class:`Unsupported`; the empty-row checks
   every launcher makes (:func:`nonempty_dims`, :func:`check_source`);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
@@ -48,6 +49,7 @@ from torchloom.codegen.empty_rows import check_source, nonempty_dims
 from torchloom.codegen.int_sizes import int_sizes, unread_inputs
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.tiles import Tiles
+from torchloom.codegen.walks import Walk
 from torchloom.codegen.gathers import GATHER_OPS, gathered_rows, input_read_bytes
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
@@ -104,7 +106,7 @@ __all__ = [
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",
     "contract", "lower", "check_source", "nonempty_dims", "int_sizes", "unread_inputs",
-    "size_param", "Tiles", "GATHER_OPS", "gathered_rows", "input_read_bytes",
+    "size_param", "Tiles", "Walk", "GATHER_OPS", "gathered_rows", "input_read_bytes",
     # the environment
     "Activity", "Progress", "default_cache_dir", "env_flag",
 ]

@@ -86,9 +86,19 @@ def test_retries_still_accepted_and_multiply_the_budget(pytester):
     result.stdout.fnmatch_lines(["*INCONCLUSIVE: candidate [01].*x baseline*120 rounds x 2 calls*"])
 
 
+def _both_pass_and_one_warns(result) -> None:
+    """Warn mode: the failing gate warns and passes; under a loaded xdist run the passing
+    gate (3 rounds) may come out inconclusive, a second warning (sessions 36, 73), never a
+    failure."""
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 2 and set(outcomes) <= {"passed", "warnings"}, \
+        result.stdout.str()
+    assert outcomes.get("warnings", 0) >= 1, result.stdout.str()
+
+
 def test_warn_times_and_warns_instead_of_failing(gates):
     result = gates.runpytest("-p", "no:cacheprovider", "--perf-gates=warn")
-    result.assert_outcomes(passed=2, warnings=1)
+    _both_pass_and_one_warns(result)
     result.stdout.fnmatch_lines(["*PerfGateWarning: perf gate: candidate is 0.*x baseline*"])
 
 
@@ -101,7 +111,7 @@ def test_off_skips_the_gates_and_times_nothing(gates):
 
 def test_the_ini_option_sets_the_default_and_the_flag_wins(gates):
     gates.makeini("[pytest]\nperf_gates = warn\n")
-    gates.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2, warnings=1)
+    _both_pass_and_one_warns(gates.runpytest("-p", "no:cacheprovider"))
     gates.runpytest("-p", "no:cacheprovider", "--perf-gates=fail").assert_outcomes(
         passed=1, failed=1)
     gates.makeini("[pytest]\nperf_gates = sometimes\n")

@@ -8,8 +8,6 @@ its column nests are row-by-row loops reading with a stride) and matches eager."
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import attrs
 import pytest
@@ -23,26 +21,7 @@ from torchloom.runtime.executor import CompiledGraph
 from torchloom.testing import pointwise, reductions
 from torchloom.testing.reductions import (group_text, randn, row_results_for_columns,
                                           stored_output_for_columns)
-from torchloom.tools import EagerCodegen, load_plugins
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "third_party_codegen" / "src"
-
-
-@pytest.fixture(scope="module")
-def scalar_c(tmp_path_factory):
-    """(the example's renderer class, the registry), the example imported from its tree."""
-    sys.path.insert(0, str(EXAMPLE))
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    try:
-        from torchloom_scalar_c.renderer import ScalarC
-        yield ScalarC, load_plugins().registry
-    finally:
-        mp.undo()
-        sys.path.remove(str(EXAMPLE))
-        for name in [m for m in sys.modules if m.startswith("torchloom_scalar_c")]:
-            del sys.modules[name]
-
+from torchloom.tools import EagerCodegen
 
 def _every_form(scalar_class):
     class EveryForm(scalar_class):

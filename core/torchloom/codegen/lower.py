@@ -8,8 +8,10 @@ transform first, a loop nest per nest of the core's nest plan
 (:mod:`torchloom.codegen.nests`, the plan the cpu codegen writes too), one after the
 other: a later nest reads what an earlier one stored (an output, or a reduction's results
 in a scratch array of one value per row, which the launch spec names and the launcher
-allocates). A pointwise nest is one loop ``x`` over its first output's elements; a
-reduction group is a loop ``x`` over the rows of its nest holding, per reduction in program
+allocates). A pointwise nest is the schedule's walk (:class:`~torchloom.codegen.walks.Walk`):
+a loop ``x`` over the rows of its first output in memory order and in it a loop ``j``
+over a row (values not read at ``j`` computed once per row, before it), or one loop ``x``
+over every element where the walk is flat; a reduction group is a loop ``x`` over the rows of its nest holding, per reduction in program
 order, an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input
 into it (``var``: a loop for the mean, one for the squares), the reduction's results
 (``Declare``), its outputs of a row's shape stored after them and those of the nest's shape
@@ -41,6 +43,7 @@ from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, pro
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest
+from torchloom.codegen.walks import Walk
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
                                       same_shape, var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
@@ -151,6 +154,8 @@ class _Lowering(ValueWalk):
         self.full: Coords | None = None
         self.row: Coords | None = None
         self.row_keepdim: Coords | None = None
+        #: the index of the loops over a row (a value not read at it is computed before)
+        self.inner = "r"
 
     # ---- values ------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
@@ -158,7 +163,7 @@ class _Lowering(ValueWalk):
         if hit is not None:
             return hit
         if len(self.em.scopes) > 2 and self.em.target is None and not any(
-                "r" in stmt.scan(c).names for c in coords):
+                self.inner in stmt.scan(c).names for c in coords):
             # a value of the row read in a loop over it: computed once, before the loop
             with self.em.hoisting(1):
                 return self.value_at(v, coords)
@@ -207,11 +212,30 @@ class _Lowering(ValueWalk):
 
     # ---- the loops ---------------------------------------------------------------------
     def pointwise(self) -> list:
-        shape = tuple(self.outputs[0][1].type.shape)
+        walk = Walk.of([v for _, v in self.outputs], lambda v: v.type)
+        shape, sizes = walk.shape, walk.sizes
         numel = prod(shape)
-        coords = self.ix.delinear("x", shape)
-        self._know(coords, shape, "x")
+        # a loop x over the rows, in it a loop j over a row; one loop x over every
+        # element where rows are single elements or one row is all of them
+        rows = len(sizes) > 1 and sizes[-1] != 1
         self.em.open()
+        if walk.flat:  # (every tensor dense and of this shape: the element's index is x)
+            coords = self.ix.delinear("x", shape)
+            self._know(coords, shape, "x")
+        else:
+            if rows:
+                walked = (*self.ix.delinear("x", sizes[:-1]), Name("j"))
+                inner = self.ix.size_code(sizes[-1])
+                self._know(walked, sizes, expr.plus(expr.times("x", inner), "j"))
+                self.inner = "j"
+                self.em.open()
+            else:
+                walked = self.ix.delinear("x", sizes)
+                self._know(walked, sizes, "x")
+            logical = [ZERO] * len(shape)
+            for d, c in zip(walk.order, walked):
+                logical[d] = c
+            coords = tuple(logical)
         for pointer, v in self.outputs:
             out = tuple(v.type.shape)
             if same_shape(out, shape):
@@ -222,7 +246,10 @@ class _Lowering(ValueWalk):
                 raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
                                   f"the loop over {list(shape)}")
             self._store(pointer, v, at, self.value_at(v, at))
-        return [stmt.Loop("x", "0", self.ix.size(numel), tuple(self.em.close()))]
+        if rows:
+            self.em.add(stmt.Loop("j", "0", self.ix.size(sizes[-1]), tuple(self.em.close())))
+        return [stmt.Loop("x", "0", self.ix.size(walk.rows if rows else numel),
+                          tuple(self.em.close()))]
 
     def reduction(self) -> list:
         nest = self.nest

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import Node, TensorType, Value, expr, indexing, schedule, stmt, writer
+from torchloom.api import Node, TensorType, Value, Walk, expr, indexing, schedule, stmt, writer
 
 from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_nest, rows_and_columns,
                                   staging, tiles)
@@ -38,7 +38,7 @@ from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lowe
                                              prefetch_next_row)
 from torchloom_codegen_cpu.render import (Pragma, Simd, compare, every, in_block, par, pure,
                                          smaller)
-from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type, walked_flat
+from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
 Coords = indexing.Coords
 ZERO, is_zero = indexing.ZERO, indexing.is_zero
@@ -308,14 +308,13 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         outs = [tensor_type(v) for v in self.outputs]
         first = outs[0]
         self.numel = schedule.elementwise_numel([t.shape for t in outs])
-        order = memory_order(first) if first.shape else ()
-        flat = walked_flat(self.outputs)
-        if not flat:  # (rows of a few elements read across: the input's dim innermost)
-            order = tiles.turned(order, first.shape, lambda: tiles.plan(
-                self.region, self.registry, self.outputs, order[-1], self.stored))
-        walk = [first.shape[d] for d in order] or [1]
-        if flat:  # one run over every element: the row length no longer bounds the SIMD loop
-            walk = [prod(walk)]
+        planned = Walk.of(self.outputs, tensor_type)
+        # (rows of a few elements read across: the input's dim innermost)
+        planned = tiles.turned(planned, lambda: tiles.plan(
+            self.region, self.registry, self.outputs, planned.order[-1], self.stored))
+        order, flat = planned.order, planned.flat
+        # (flat: one run over every element, the row length no longer bounds the SIMD loop)
+        walk = planned.sizes
         inner, size = walk[-1], self.ix.size_code
         if isinstance(inner, int):
             chunk = min(inner, FLAT_CHUNK) if flat else inner if inner <= 2 * CHUNK else CHUNK

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import attrs
 
-from torchloom.api import Tiles, expr, indexing, stmt
+from torchloom.api import Tiles, Walk, expr, indexing, stmt
 
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.render import smaller
@@ -77,18 +77,19 @@ def tiled(walk: list, lines: list, row_loop: stmt.Loop, plan: Callable[[], Tiles
     return ParallelLoop("xt", across * down), [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]
 
 
-def turned(order: tuple[int, ...], shape, plan: Callable[[], Tiles | None]
-           ) -> tuple[int, ...]:
-    """The order of dims to walk ``shape`` in, given the first output's memory ``order``:
-    ``order`` itself, or, where its innermost dim is static and of :data:`SHORT` elements
-    or fewer and ``plan()`` (the core's tile plan of the walk) has an input reading across
-    it by :data:`STRIDED` elements or more per step, along a static dim ``d1`` of at least
-    ``2 * TILE``, the same with ``d1`` moved innermost (the input's contiguous run walked
-    as the SIMD loop; each element is computed as before, in another order)."""
-    if len(order) < 2 or not isinstance(shape[order[-1]], int) or shape[order[-1]] > SHORT:
-        return order
+def turned(walk: Walk, plan: Callable[[], Tiles | None]) -> Walk:
+    """The walk to take: ``walk`` itself (the first output in memory order), or, where its
+    innermost dim is static and of :data:`SHORT` elements or fewer and ``plan()`` (the
+    core's tile plan of the walk) has an input reading across it by :data:`STRIDED`
+    elements or more per step, along a static dim ``d1`` of at least ``2 * TILE``, the walk
+    turned with ``d1`` innermost (the input's contiguous run walked as the SIMD loop; each
+    element is computed as before, in another order)."""
+    order, shape = walk.order, walk.shape
+    if walk.flat or len(order) < 2 or not isinstance(shape[order[-1]], int) or \
+            shape[order[-1]] > SHORT:
+        return walk
     found = plan()
     if found is None or found.step < STRIDED or found.d1 not in order or \
             not isinstance(shape[found.d1], int) or shape[found.d1] < 2 * TILE:
-        return order
-    return (*(d for d in order if d != found.d1), found.d1)
+        return walk
+    return walk.turned(found.d1)

@@ -1,0 +1,125 @@
+"""The lowering's pointwise nests walk the schedule's :class:`~torchloom.api.Walk`: the first
+output's rows in memory order, a loop over a row inside, values that do not change along a
+row computed once per row; flat walks one loop over every element. Each group runs on
+``scalar_c`` and matches eager exactly (negations, adds and multiplies of the same operands)."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchloom.api import RendererCodegen, Schedule, Walk, expr, lower, parse_graph, stmt
+from torchloom.runtime.executor import CompiledGraph
+from torchloom.tools import EagerCodegen
+
+
+def _type(t: torch.Tensor) -> str:
+    dims = ", ".join(map(str, t.shape))
+    dense = t.is_contiguous()
+    return f"f32[{dims}]" + ("" if dense else f" strided[{', '.join(map(str, t.stride()))}]")
+
+
+def _group(shape, perm, bshape) -> tuple[str, torch.Tensor, torch.Tensor]:
+    """``-a.permute(perm) * b + b`` over ``a`` of ``shape`` and a broadcast ``b``: the
+    group text (types as torch lays them out) and the inputs."""
+    g = torch.Generator().manual_seed(len(shape) * 7 + sum(shape))
+    a = torch.randn(shape, generator=g)
+    b = torch.randn(bshape, generator=g)
+    view = a.permute(perm)
+    out = -view * b + b
+    region = (f"%p: {_type(a)}, %q: {_type(b)}")
+    text = f"""graph @g(%a: {_type(a)}, %b: {_type(b)}) {{
+  %o = torchloom.fusion_group(%a, %b) : {_type(out)} region @k({region}) {{
+    %t0 = aten.permute.default(%p) {{dims = {list(perm)}}} : {_type(view)}
+    %t1 = aten.neg.default(%t0) : {_type(-view)}
+    %t2 = aten.mul.Tensor(%t1, %q) : {_type(-view * b)}
+    %t3 = aten.add.Tensor(%t2, %q) : {_type(out)}
+    return %t3
+  }}
+  return %o
+}}
+"""
+    return text, a, b
+
+
+def _loops(body) -> list[stmt.Loop]:
+    return [s for s in stmt.walk(list(body)) if isinstance(s, stmt.Loop)]
+
+
+def _lowered(scalar_c, text, inputs):
+    cls, registry = scalar_c
+    renderer = cls()
+    compiled = CompiledGraph(parse_graph(text), registry, [RendererCodegen(renderer),
+                                                          EagerCodegen()])
+    assert [c.codegen for c in compiled.choices] == ["scalar_c"], compiled.choices
+    got = compiled(*inputs)
+    want = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])(*inputs)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    group = next(parse_graph(text).nodes)
+    return group, lower.lower(group, registry, Schedule.of(group), renderer)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_pointwise_walks_rows_in_the_first_outputs_memory_order(scalar_c, data):
+    """Any permuted read against any broadcast operand: the kernel loops over the walk's
+    rows and a row (or every element once, flat), and matches eager exactly."""
+    shape = tuple(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=4)))
+    perm = tuple(data.draw(st.permutations(range(len(shape)))))
+    out_shape = [shape[d] for d in perm]
+    bshape = [d if data.draw(st.booleans()) else 1 for d in out_shape]
+    text, a, b = _group(shape, perm, bshape)
+    group, lowered = _lowered(scalar_c, text, (a, b))
+    walk = Walk.of(group.region.outputs, lambda v: v.type)
+    loops = _loops(lowered.body)
+    sizes = walk.sizes
+    if len(sizes) > 1 and sizes[-1] != 1:
+        assert [(s.var, s.end) for s in loops] == [("x", str(walk.rows)),
+                                                   ("j", str(walk.inner))]
+    else:
+        assert [(s.var, s.end) for s in loops] == [("x", str(a.numel()))]
+
+
+def test_a_value_of_the_row_is_computed_once_before_the_loop_over_it(scalar_c):
+    """``-a * b + b`` with ``b`` one value per row: ``b``'s load stays out of the loop
+    ``j``, computed once per row; ``a``'s loads are the row's (``x * 16 + j``)."""
+    text, a, b = _group((8, 16), (0, 1), [8, 1])
+    _, lowered = _lowered(scalar_c, text, (a, b))
+    (outer,) = lowered.body
+    inner = [s for s in outer.body if isinstance(s, stmt.Loop)]
+    assert len(inner) == 1 and inner[0].var == "j"
+    before = [s for s in outer.body if isinstance(s, stmt.Declare)]
+    assert [expr.code(s.expr).text for s in before] == ["in_q[x]"]
+    loads = [expr.code(s.expr).text for s in stmt.walk(list(inner[0].body))
+             if isinstance(s, stmt.Declare) and "in_" in expr.code(s.expr).text]
+    assert loads == ["in_p[x * 16 + j]"]
+
+
+FLAT = """graph @g(%a: f32[4, 6], %b: f32[1, 1]) {
+  %o = torchloom.fusion_group(%a, %b) : f32[4, 6] region @k(%p: f32[4, 6], %q: f32[1, 1]) {
+    %t0 = aten.mul.Tensor(%p, %q) : f32[4, 6]
+    return %t0
+  }
+  return %o
+}
+"""
+
+
+def test_walks_of_the_schedule():
+    """Walk.of: memory order of the first output, flat only for dense static tensors of one
+    shape with no view; turned puts a dim innermost."""
+    g = parse_graph(_group((4, 6), (1, 0), [6, 4])[0])
+    walk = Walk.of(next(g.nodes).region.outputs, lambda v: v.type)
+    assert walk.order == (1, 0) and not walk.flat  # (a transposed read, a row-major output)
+    g = parse_graph(_group((4, 6), (0, 1), [4, 6])[0])
+    walk = Walk.of(next(g.nodes).region.outputs, lambda v: v.type)
+    assert not walk.flat and walk.sizes == [4, 6]  # (a permute, even of (0, 1), is a view)
+    g = parse_graph(FLAT)
+    walk = Walk.of(next(g.nodes).region.outputs, lambda v: v.type)
+    assert walk.flat and walk.sizes == [24] and walk.rows == 1 and walk.inner == 24
+    turned = Walk((2, 3, 40), (0, 1, 2), False).turned(1)
+    assert turned.order == (0, 2, 1) and turned.sizes == [2, 40, 3] and turned.rows == 80
+    assert Walk((), (), False).sizes == [1]
