@@ -5,6 +5,7 @@ row computed once per row; flat walks one loop over every element. Each group ru
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,3 +124,52 @@ def test_walks_of_the_schedule():
     turned = Walk((2, 3, 40), (0, 1, 2), False).turned(1)
     assert turned.order == (0, 2, 1) and turned.sizes == [2, 40, 3] and turned.rows == 80
     assert Walk((), (), False).sizes == [1]
+
+
+TWO_OUTPUTS = """graph @g(%a: f32[{s}], %b: f32[{s}]) {{
+  %o, %p = torchloom.fusion_group(%a, %b) : f32[{s}], f32[{s}] region @k(%x: f32[{s}], %y: f32[{s}]) {{
+    %t0 = aten.add.Tensor(%x, %y) : f32[{s}]
+    %t1 = aten.neg.default(%x) : f32[{s}]
+    return %t0, %t1
+  }}
+  return %o, %p
+}}
+"""
+
+RESHAPED_OUTPUTS = ["""graph @g(%a: f32[6, 4], %b: f32[4]) {
+  %o, %p = torchloom.fusion_group(%a, %b) : f32[4, 6] strided[1, 4], f32[24] region @k(%x: f32[6, 4], %y: f32[4]) {
+    %t0 = aten.add.Tensor(%x, %y) : f32[6, 4]
+    %t1 = aten.t.default(%t0) : f32[4, 6] strided[1, 4]
+    %t2 = aten.view.default(%t0) {size = [24]} : f32[24]
+    return %t1, %t2
+  }
+  return %o, %p
+}
+""", """graph @g(%a: f32[6, 4], %b: f32[6, 1]) {
+  %o, %p = torchloom.fusion_group(%a, %b) : f32[6, 4], f32[2, 12] region @k(%x: f32[6, 4], %y: f32[6, 1]) {
+    %t0 = aten.mul.Tensor(%x, %y) : f32[6, 4]
+    %t2 = aten.view.default(%t0) {size = [2, 12]} : f32[2, 12]
+    %t3 = aten.neg.default(%t2) : f32[2, 12]
+    return %t0, %t3
+  }
+  return %o, %p
+}
+"""]
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (3, 1), (1, 7), (2, 3, 4)])
+def test_walks_of_empty_and_unit_dims(scalar_c, shape):
+    """Empty walks, rows of one element and a single row (flat: dense, no view)."""
+    text = TWO_OUTPUTS.format(s=", ".join(map(str, shape)))
+    g = torch.Generator().manual_seed(len(shape))
+    _lowered(scalar_c, text, (torch.randn(shape, generator=g), torch.randn(shape, generator=g)))
+
+
+@pytest.mark.parametrize("text", RESHAPED_OUTPUTS, ids=["transposed_first", "reshaped_second"])
+def test_outputs_of_other_shapes_are_stored_at_the_walks_elements(scalar_c, text):
+    """A second output of another shape (as many elements) is stored at the element the
+    walk of the first is at: the first laid out transposed, or row-major."""
+    group = next(parse_graph(text).nodes)
+    shapes = [tuple(v.type.shape) for v in group.region.inputs]
+    g = torch.Generator().manual_seed(3)
+    _lowered(scalar_c, text, tuple(torch.randn(s, generator=g) for s in shapes))
