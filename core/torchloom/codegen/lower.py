@@ -8,12 +8,13 @@ transform first, a loop nest per nest of the core's nest plan
 (:mod:`torchloom.codegen.nests`, the plan the cpu codegen writes too), one after the
 other: a later nest reads what an earlier one stored (an output, or a reduction's results
 in a scratch array of one value per row, which the launch spec names and the launcher
-allocates). A pointwise nest is the schedule's walk (:class:`~torchloom.codegen.walks.Walk`):
-a loop ``x`` over the rows of its first output in memory order and in it a loop ``j``
-over a row (values not read at ``j`` computed once per row, before it), or one loop ``x``
-over every element where the walk is flat; a reduction group is a loop ``x`` over the rows of its nest holding, per reduction in program
-order, an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input
-into it (``var``: a loop for the mean, one for the squares), the reduction's results
+allocates). A pointwise nest is the schedule's walk
+(:class:`~torchloom.codegen.walks.Walk`): a loop ``x`` over the rows of its first output in
+memory order and in it a loop ``j`` over a row (values not read at ``j`` computed once per
+row, before it), or one loop ``x`` over every element where the walk is flat; a reduction
+group is a loop ``x`` over the rows of its nest holding, per reduction in program order,
+an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input into
+it (``var``: a loop for the mean, one for the squares), the reduction's results
 (``Declare``), its outputs of a row's shape stored after them and those of the nest's shape
 stored by a last loop ``r``; a value of the row read inside a loop over it is computed
 once, before that loop. For ``softmax`` over ``f32[8, 20]``::
