@@ -218,13 +218,13 @@ class _Lowering(ValueWalk):
         numel = prod(shape)
         # a loop x over the rows, in it a loop j over a row; one loop x over every
         # element where rows are single elements or one row is all of them
-        rows = len(sizes) > 1 and sizes[-1] != 1
+        nested = len(sizes) > 1 and sizes[-1] != 1
         self.em.open()
         if walk.flat:  # (every tensor dense and of this shape: the element's index is x)
             coords = self.ix.delinear("x", shape)
             self._know(coords, shape, "x")
         else:
-            if rows:
+            if nested:
                 walked = (*self.ix.delinear("x", sizes[:-1]), Name("j"))
                 inner = self.ix.size_code(sizes[-1])
                 self._know(walked, sizes, expr.plus(expr.times("x", inner), "j"))
@@ -247,9 +247,9 @@ class _Lowering(ValueWalk):
                 raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
                                   f"the loop over {list(shape)}")
             self._store(pointer, v, at, self.value_at(v, at))
-        if rows:
+        if nested:
             self.em.add(stmt.Loop("j", "0", self.ix.size(sizes[-1]), tuple(self.em.close())))
-        return [stmt.Loop("x", "0", self.ix.size(walk.rows if rows else numel),
+        return [stmt.Loop("x", "0", self.ix.size(walk.rows if nested else numel),
                           tuple(self.em.close()))]
 
     def reduction(self) -> list:
