@@ -20,7 +20,8 @@
   ops' table, :func:`~torchloom.codegen.reductions.reduction_table`), ``schedule`` (the
   target-independent kernel schedule: :class:`~torchloom.codegen.schedule.ReductionNest`),
   ``nests`` (the schedule's nest plan: which loop nests a kernel runs, what each stores,
-  computes and reads back, :func:`~torchloom.codegen.nests.plan`),
+  computes and reads back, :func:`~torchloom.codegen.nests.plan`), ``columns`` (a
+  reduction nest's column form: :func:`~torchloom.codegen.columns.plan`),
   ``stmt`` (the structured statement IR writers build and transform before rendering),
   ``expr`` (expressions as nodes: names, literals, ops with their precedence) and
   ``writer`` (what native kernel writers share: the value walk, numbered statements,
@@ -40,8 +41,8 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import (contract, expr, indexing, lower, nests, op_rows, reductions,
-                               row_forms, schedule, stmt, writer)
+from torchloom.codegen import (columns, contract, expr, indexing, lower, nests, op_rows,
+                               reductions, row_forms, schedule, stmt, writer)
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
@@ -101,7 +102,8 @@ __all__ = [
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
     "laid_out_as", "same_strides",
-    "indexing", "nests", "op_rows", "reductions", "row_forms", "schedule", "stmt", "writer",
+    "columns", "indexing", "nests", "op_rows", "reductions", "row_forms", "schedule", "stmt",
+    "writer",
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",

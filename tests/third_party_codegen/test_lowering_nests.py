@@ -2,8 +2,8 @@
 plan the cpu codegen writes too): reductions of several classes one nest after the other,
 row results a later nest reads from scratch arrays, outputs read back where a later nest
 sums them, pointwise outputs of several element counts, and the nests after a reduction
-whose nest cannot hold an output. Each group runs on ``scalar_c`` (claiming every form:
-its column nests are row-by-row loops reading with a stride) and matches eager."""
+whose nest cannot hold an output. Each group runs on ``scalar_c`` (claiming every form)
+and matches eager."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from torchloom.runtime.executor import CompiledGraph
 from torchloom.testing import pointwise, reductions
 from torchloom.testing.reductions import (group_text, randn, row_results_for_columns,
                                           stored_output_for_columns)
+from torchloom.testing.renderers import lowered_against_eager
 from torchloom.tools import EagerCodegen
 
 def _every_form(scalar_class):
@@ -31,17 +32,8 @@ def _every_form(scalar_class):
 
 def _run(scalar_c, text, inputs, rtol=1.3e-6, atol=1e-5, renderer=None):
     cls, registry = scalar_c
-    codegen = RendererCodegen(renderer or _every_form(cls))
-    compiled = CompiledGraph(parse_graph(text), registry, [codegen, EagerCodegen()])
-    assert [c.codegen for c in compiled.choices] == ["scalar_c"], compiled.choices
-    got = compiled(*inputs)
-    want = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])(*inputs)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True)
-    group = next(parse_graph(text).nodes)
-    return lower.lower(group, registry, Schedule.of(group), codegen.renderer)
+    return lowered_against_eager(renderer or _every_form(cls), registry, text, inputs,
+                                 rtol, atol)
 
 
 def _t(dtype: str, shape) -> str:
@@ -59,9 +51,16 @@ def test_row_results_a_column_nest_reads_come_from_scratch(scalar_c, shape):
     lowered = _run(scalar_c, text, (a, grad), rtol=2e-5, atol=2e-5)
     scratch = [p.name for p in lowered.launch.params if p.role == "scratch"]
     assert scratch and len(lowered.launch.scratch) == len(scratch)
-    assert all(numel == max(1, torch.Size(shape[:-1]).numel())
-               for numel, _ in lowered.launch.scratch)
-    assert len([s for s in lowered.body if type(s).__name__ == "Loop"]) == 2  # two nests
+    rows = max(1, torch.Size(shape[:-1]).numel())
+    counts = {name: numel for name, (numel, _) in zip(scratch, lowered.launch.scratch)}
+    # the row results, one per row; the column nest's sums, one per column (columns.py)
+    assert {n for name, n in counts.items() if name.startswith("scratch_")} == {rows}
+    columns = rows > 1  # (one row: the column nest sums rows of one element, by rows)
+    assert {n for name, n in counts.items() if name.startswith("acc_")} == (
+        {shape[-1]} if columns else set())
+    loops = [s.var for s in lowered.body if type(s).__name__ == "Loop"]
+    # the row nest; the column nest: its sums started, the walk over rows, its results
+    assert loops == (["x", "x", "r", "x"] if columns else ["x", "x"])
 
 
 @pytest.mark.parametrize("shape", [(8, 6), (33, 70), (4, 5, 3)])
@@ -77,7 +76,9 @@ def test_a_stored_output_is_read_back_by_a_later_nest(scalar_c, shape, dtype):
     grad.view(-1)[3] = float("nan")
     tol = (1.6e-2, 1e-2) if dtype == "bf16" else (1e-5, 1e-5)
     lowered = _run(scalar_c, text, (a, grad), *tol)
-    assert not lowered.launch.scratch  # (what it reads back is an output)
+    scratch = [p.name for p in lowered.launch.params if p.role == "scratch"]
+    # what it reads back is an output: no row results in scratch; the column sums' arrays
+    assert scratch == [n for n in scratch if n.startswith("acc_sum")]
 
 
 @pytest.mark.parametrize("rows", [1, 5, 64])
@@ -130,9 +131,9 @@ def test_outputs_of_another_count_after_the_reduction(scalar_c, shape):
     _run(scalar_c, text, (grad,))
 
 
-def test_the_example_renders_row_nests_and_declines_a_column_one(scalar_c):
-    """scalar_c claims several nests of rows; a group with a column nest is declined for
-    that nest's form, said so."""
+def test_several_nests_are_declined_for_a_nest_form_the_renderer_lacks(scalar_c):
+    """scalar_c renders several nests of rows, and of rows and columns; a renderer of row
+    nests alone declines the second group for its column nest's form, said so."""
     cls, registry = scalar_c
     two_rows = group_text("%a: f32[4, 6], %b: f32[3, 5]", """
         %s = aten.sum.dim_IntList(%a) {dim = [1]} : f32[4]
@@ -146,7 +147,12 @@ def test_the_example_renders_row_nests_and_declines_a_column_one(scalar_c):
     group = next(parse_graph(rows_and_columns).nodes)
     schedule = Schedule.of(group)
     assert schedule.parts == ("row_reduction", "column_reduction")
-    assert RendererCodegen(cls()).supports(group, registry) == Reason(
+    _run(scalar_c, rows_and_columns, (randn(g, 4, 6),), renderer=cls())
+
+    class Rows(cls):
+        capabilities = attrs.evolve(cls.capabilities, forms=frozenset(
+            {"pointwise", "row_reduction", "several_nests"}))
+    assert RendererCodegen(Rows()).supports(group, registry) == Reason(
         "scalar_c", f"renders pointwise, row_reduction, several_nests nests; this group's "
                     f"nests include a column_reduction ({schedule.detail})")
 
@@ -270,7 +276,8 @@ def test_a_symbolic_launch_spec_round_trips_and_binds(scalar_c):
     assert bound.sizes == (3, 5)
     assert [o[0] for o in bound.outputs] == [(3,), (5, 3)]
     assert bound.inputs == (((5, 3), (3, 1)), ((5, 3), (3, 1)))
-    assert {n for n, _ in bound.scratch} == {5}
+    # the column sums' array (3 columns), the two row results (5 rows)
+    assert sorted(n for n, _ in bound.scratch) == [3, 5, 5]
 
 
 def test_a_launch_spec_naming_another_error_is_refused(scalar_c):

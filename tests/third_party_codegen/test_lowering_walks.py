@@ -10,9 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchloom.api import RendererCodegen, Schedule, Walk, expr, lower, parse_graph, stmt
-from torchloom.runtime.executor import CompiledGraph
-from torchloom.tools import EagerCodegen
+from torchloom.api import Walk, expr, parse_graph, stmt
+from torchloom.testing.renderers import lowered_against_eager
 
 
 def _type(t: torch.Tensor) -> str:
@@ -50,17 +49,8 @@ def _loops(body) -> list[stmt.Loop]:
 
 def _lowered(scalar_c, text, inputs):
     cls, registry = scalar_c
-    renderer = cls()
-    compiled = CompiledGraph(parse_graph(text), registry, [RendererCodegen(renderer),
-                                                          EagerCodegen()])
-    assert [c.codegen for c in compiled.choices] == ["scalar_c"], compiled.choices
-    got = compiled(*inputs)
-    want = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])(*inputs)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape
-        torch.testing.assert_close(g, w, rtol=0, atol=0)
-    group = next(parse_graph(text).nodes)
-    return group, lower.lower(group, registry, Schedule.of(group), renderer)
+    lowered = lowered_against_eager(cls(), registry, text, inputs, rtol=0, atol=0)
+    return next(parse_graph(text).nodes), lowered
 
 
 @settings(max_examples=25, deadline=None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from torchloom.api import Schedule, lower, parse_graph, stmt
+from torchloom.testing import pointwise
 from torchloom.testing.reductions import CASES
 from torchloom.tools import load_plugins
 
@@ -61,7 +62,7 @@ def test_the_rmsnorm_example_is_what_the_code_gives(scalar_c):
 
 
 def test_the_declined_example_is_scalar_c_reason(scalar_c):
-    group = next(parse_graph(CASES["sum_dim0_keepdim"][0]).nodes)
+    group = next(parse_graph(pointwise.CASES["backward_templates"][0]).nodes)
     reason = scalar_c.capabilities.gap(Schedule.of(group))
     assert f"scalar_c: {reason}\n" in blocks("text")
 

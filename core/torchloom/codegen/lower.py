@@ -34,13 +34,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from torchloom.codegen import expr, nests, stmt
+from torchloom.codegen import columns, expr, nests, stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written, laid_out_as
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
                                         Schedule, size_param)
 from torchloom.codegen.empty_rows import nonempty_dims
 from torchloom.codegen.expr import Code, Literal, Name, Op
 from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod, same
+from torchloom.codegen.lower_columns import ColumnLowering
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest
@@ -124,7 +125,7 @@ class _Scopes:
         return self.convert(e, COMPUTE[ir_dtype])
 
 
-class _Lowering(ValueWalk):
+class _Lowering(ColumnLowering, ValueWalk):
     """One nest of a group lowered for one renderer (see the module docstring): it stores
     ``outputs`` (pointer, value), computes ``reductions`` over ``nest`` (None: a pointwise
     walk over its first output) and reads the values of ``read_back`` from the pointer an
@@ -157,6 +158,9 @@ class _Lowering(ValueWalk):
         self.row_keepdim: Coords | None = None
         #: the index of the loops over a row (a value not read at it is computed before)
         self.inner = "r"
+        #: the scratch arrays the nest asks for besides its nests' row results: (name,
+        #: element count, dtype); a column walk's accumulators
+        self.arrays: list[tuple[str, Any, str]] = []
 
     # ---- values ------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
@@ -311,13 +315,19 @@ class _Lowering(ValueWalk):
         else:
             acc = self._var(kind, dtype)
             self._fold(kind, acc, src, dtype)
+        self.results(node, Name(acc), Name(mean), Name(value))
+
+    def results(self, node: Node, acc: Code, mean: Code = Name(""),
+                value: Code = Name("")) -> None:
+        """``node``'s outputs from its accumulator ``acc`` (and ``var``'s ``mean``, an arg
+        reduction's extreme ``value``), recorded for what reads them at their row."""
+        n = self.ix.size_code(self.nest.rnumel)
         rank = len(self.shape)
         correction = var_correction(node)
         dof = Op("({0} - {1})", expr.ATOM, (n, Literal(str(correction), correction)))
-        for out, template in zip(node.outputs, spec.outputs):
+        for out, template in zip(node.outputs, self.REDUCTIONS[node.op].outputs):
             t = out.type
-            code = expr.fill(template, dict(
-                acc=Name(acc), n=n, mean=Name(mean), value=Name(value), dof=dof))
+            code = expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
             e = self.em.emit(code, COMPUTE[t.dtype], out.name)
             if t.dtype in _LOW:
                 e = self.em.cast(e, t.dtype)
@@ -333,7 +343,7 @@ def _region_symbols(region) -> list[str]:
                    for s in symbols.symbols_of(d)})
 
 
-def _launch(region, scratch: list[tuple[str, Value]]) -> LaunchSpec:
+def _launch(region, scratch: list[tuple[str, Any, str]]) -> LaunchSpec:
     params, inputs = [], []
     for v in region.inputs:
         if isinstance(v.type, ScalarType):
@@ -350,7 +360,7 @@ def _launch(region, scratch: list[tuple[str, Value]]) -> LaunchSpec:
         t = v.type
         params.append(Param(f"out{k}", "output", t.dtype))
         outputs.append((tuple(t.shape), strides_of(t), t.dtype))
-    params += [Param(name, "scratch", v.type.dtype) for name, v in scratch]
+    params += [Param(name, "scratch", dtype) for name, _, dtype in scratch]
     bound = symbols.bind_symbols([None if i is None else i[0] for i in inputs])
     sizes = []
     for s in _region_symbols(region):
@@ -360,7 +370,7 @@ def _launch(region, scratch: list[tuple[str, Value]]) -> LaunchSpec:
         params.append(Param(size_param(s), "size", "i64"))
         sizes.append((s, *bound[s]))
     return LaunchSpec("kernel", tuple(params), tuple(outputs),
-                      tuple((prod(v.type.shape), v.type.dtype) for _, v in scratch),
+                      tuple((numel, dtype) for _, numel, dtype in scratch),
                       tuple(inputs), tuple(sizes),
                       nonempty_dims(region, REDUCTION_KINDS))
 
@@ -370,9 +380,10 @@ def _is_reduction(node: Node) -> bool:
 
 
 def _lower_nests(group: Node, registry: Any, renderer: Renderer,
-                 planned: tuple[nests.Nest, ...]) -> tuple[list, list[tuple[str, Value]]]:
+                 planned: tuple[nests.Nest, ...]) -> tuple[list, list[tuple[str, Any, str]]]:
     """The statements of the planned nests, one after the other, and the scratch arrays
-    they store row results to (pointer, value). Outputs are the kernel's ``out<k>``."""
+    they store row results to and accumulate columns in (pointer, element count, dtype).
+    Outputs are the kernel's ``out<k>``."""
     region = group.region
     pointer = {name: f"out{k}" for k, name in enumerate(output_names(region))}
     em, body, scratch = _Scopes(renderer), [], []
@@ -382,11 +393,18 @@ def _lower_nests(group: Node, registry: Any, renderer: Renderer,
                                                               region.outputs))]
         members = set(region.nodes if nest.reductions is None else nest.reductions)
         reductions = [n for n in region.nodes if n in members and _is_reduction(n)]
-        scratch += [(name, v) for name, v in outputs if nests.is_scratch(name)]
+        scratch += [(name, prod(v.type.shape), v.type.dtype) for name, v in outputs
+                    if nests.is_scratch(name)]
         shape = ReductionNest.of(reductions, lambda v: v.type) if reductions else None
         walk = _Lowering(group, registry, renderer, em, shape, outputs, reductions,
                          {v: pointer.get(name, name) for v, name in nest.read_back})
-        body += walk.reduction() if reductions else walk.pointwise()
+        if not reductions:
+            body += walk.pointwise()
+            continue
+        plan = columns.plan(shape, reductions, region.inputs, [v for _, v in outputs],
+                            lambda v: v.type, walk.output_place)
+        body += walk.reduction() if plan is None else walk.columns(plan)
+        scratch += walk.arrays
     return body, scratch
 
 

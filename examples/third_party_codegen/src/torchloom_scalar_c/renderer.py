@@ -104,8 +104,8 @@ def _lines(s: Any) -> list[str]:
 
 
 class ScalarC:
-    """Plain scalar C for pointwise groups and row reductions, one nest or several (see
-    the module)."""
+    """Plain scalar C for pointwise groups and reductions (by rows, by columns, strided),
+    one nest or several (see the module)."""
 
     name = "scalar_c"
     version = "0.1.0"
@@ -113,7 +113,8 @@ class ScalarC:
     language = indexing.C
     sqrt = "sqrt({x})"
     capabilities = Capabilities(
-        forms=frozenset({"pointwise", "row_reduction", "several_nests"}),
+        forms=frozenset({"pointwise", "row_reduction", "column_reduction", "strided_reduction",
+                         "several_nests"}),
         dtypes=frozenset({"f64", "f32", "bf16", "i64", "i32", "b8"}), ops=frozenset(OPS),
         kinds=frozenset({"sum", "prod", "max", "min", "var", "argmax", "argmin", "any", "all"}),
         symbolic=True)

@@ -41,15 +41,14 @@ step, ~0.8 ms of its 48 (RESULTS.md, session 54).
 
 from __future__ import annotations
 
-from torchloom.api import expr, indexing, schedule, stmt, writer
+from torchloom.api import columns as column_form
+from torchloom.api import expr, indexing, stmt
 
 from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
 from torchloom_codegen_cpu.render import Simd, smaller
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
-from torchloom_codegen_cpu.reduction import (accumulate, columns_lie_in_memory_order,
-                                              identity, rows_lie_in_memory_order,
-                                              sum_dtype)
+from torchloom_codegen_cpu.reduction import accumulate, identity, sum_dtype
 from torchloom_codegen_cpu.rows_and_columns import partials
 from torchloom_codegen_cpu.tensors import tensor_type
 
@@ -64,44 +63,16 @@ SPLIT_ROWS = 64
 UNIT = 16
 #: columns at most per block
 CAP = 2048
-_KINDS = ("sum", "prod", "max", "min")
-writer_upstream = writer.upstream_nodes
 
 
-def column_form(w: Writer) -> bool:
-    """Whether the group's reductions can take the column form (see the module docstring)."""
-    if not w.kept or (isinstance(w.rnumel, int) and w.rnumel <= 1) or \
-            rows_lie_in_memory_order(w):
-        return False  # (rows in memory order: the row form reads them contiguously)
-    trailing = w.kept == list(range(len(w.shape) - len(w.kept), len(w.shape)))
-    # kept dims innermost by shape, or one kept dim innermost in memory (channels-last)
-    one_in_memory = len(w.kept) == 1 and columns_lie_in_memory_order(w)
-    if w.kept[-1] != len(w.shape) - 1 and not one_in_memory:
-        return False
-    for node in w.reductions:
-        spec = REDUCTIONS[node.op]
-        if spec.kind not in _KINDS or len(node.outputs) != 1:
-            return False
-    if len(schedule.levels(w.reductions)) > 1 or _reads_reductions(w):
-        # several walks: only where a block's columns are contiguous (every kept dim after
-        # every reduced one); otherwise each walk delinearises its columns per element
-        # (softmax over dim 1 of [8, 512, 196]: 7.3 ms, eager 0.9); one kept dim is
-        # its own coordinate
-        if not trailing and not one_in_memory:
-            return False
-    reductions = set(w.reductions)
-    return all(v.producer in reductions or w.output_place(v) in PER_ELEMENT + PER_COLUMN
-               for v in w.outputs)
+def column_plan(w: Writer) -> column_form.Columns | None:
+    """The group's column form (the core's plan, :func:`torchloom.codegen.columns.plan`;
+    see the module docstring), or None where it keeps the row form."""
+    return column_form.plan(w.reduction_nest, w.reductions, w.region.inputs, w.outputs,
+                            tensor_type, w.output_place)
 
 
-#: outputs stored per element of a walk: the reduced shape's elements in any view of them
-#: (GELU's gradient as ``[2, 256, 1024]`` beside its bias gradient over the ``[512, 1024]``
-#: view)
-PER_ELEMENT = ("full", "full view")
-#: outputs of a column's values that are not a reduction's own result, computed from the
-#: results (a batch norm's weight gradient ``sum(g * (x - mean)) * invstd``): stored by
-#: the last loop over the block's columns, after every result
-PER_COLUMN = ("row", "keepdim")
+PER_ELEMENT, PER_COLUMN = column_form.PER_ELEMENT, column_form.PER_COLUMN
 
 
 def _full_outputs(w: Writer) -> list:
@@ -111,10 +82,11 @@ def _full_outputs(w: Writer) -> list:
             if v.producer not in reductions and w.output_place(v) in PER_ELEMENT]
 
 
-def column_body(w: Writer) -> tuple[ParallelLoop, list]:
-    """The loop over blocks of columns ``xb`` and the statements of one block (or, split
-    by rows, the loop over the threads' shares of rows: :func:`_split_body`)."""
-    if split_by_rows(w):
+def column_body(w: Writer, plan: column_form.Columns) -> tuple[ParallelLoop, list]:
+    """The loop over blocks of columns ``xb`` and the statements of one block, walking as
+    ``plan`` says (or, split by rows, the loop over the threads' shares of rows:
+    :func:`_split_body`)."""
+    if split_by_rows(w, plan):
         return _split_body(w)
     em = w.em
     columns = w.rows
@@ -132,10 +104,9 @@ def column_body(w: Writer) -> tuple[ParallelLoop, list]:
     em.statement(stmt.Declare("int64_t", "c1", smaller(expr.Name("e1"), end)), False)
     x_header, xs, kept = _column_coords(w)
     xloop = ("x", "c0", "c1")  # (the loop over the block's columns)
-    levels = schedule.levels(w.reductions)
+    levels, late = plan.walks, plan.late
     # full-shape outputs go in the first walk when they read no reduction result, else in
     # a walk of their own after the last results (softmax's quotient)
-    late = _reads_reductions(w)
     for level, nodes in enumerate(levels):
         accs = _accumulators(w, nodes, block)
         _walk(w, accs, kept, xloop, x_header, level == 0 and not late)
@@ -156,7 +127,7 @@ def _column_coords(w: Writer) -> tuple[list, list, list]:
     return x_header, xs, kept
 
 
-def split_by_rows(w: Writer) -> bool:
+def split_by_rows(w: Writer, plan: column_form.Columns) -> bool:
     """Whether the column form is split by rows (module docstring): static sizes, at most
     :data:`SPLIT_COLUMNS` columns, the kept dims innermost (a row's columns contiguous), at
     least :data:`SPLIT_ROWS` reduced elements, one walk, and every reduction a sum
@@ -165,7 +136,7 @@ def split_by_rows(w: Writer) -> bool:
             w.rows > SPLIT_COLUMNS or w.rnumel < SPLIT_ROWS or \
             w.kept != list(range(len(w.shape) - len(w.kept), len(w.shape))):
         return False
-    if len(schedule.levels(w.reductions)) != 1 or _reads_reductions(w):
+    if len(plan.walks) != 1 or plan.late:
         return False
     return all(REDUCTIONS[node.op].kind == "sum" and not node.outputs[0].uses and
                sum_dtype(COMPUTE[tensor_type(node.outputs[0]).dtype], w.rnumel, 1) == "f64"
@@ -214,12 +185,6 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
     loop = ParallelLoop("xb", rows, ThreadBlocks(rows, expr.as_node(rows), rows),
                         before=(partials("parts", "n_xb", width),), after=after)
     return loop, em.lines
-
-
-def _reads_reductions(w: Writer) -> bool:
-    """Whether a full-shape output is computed from a reduction's result."""
-    reductions = set(w.reductions)
-    return any(writer_upstream([v]) & reductions for _, v in _full_outputs(w))
 
 
 def _accumulators(w: Writer, nodes: list, block) -> list:

@@ -27,7 +27,7 @@ from torchloom.api import Node, TensorType, Value, Walk, expr, indexing, schedul
 
 from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_nest, rows_and_columns,
                                   staging, tiles)
-from torchloom_codegen_cpu.columns import column_body, column_form
+from torchloom_codegen_cpu.columns import column_body, column_plan
 from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit,
                                           store_statement)
 from torchloom_codegen_cpu.nest import ParallelLoop
@@ -365,8 +365,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
     def _reduction_body(self) -> list:
         nest = self.reduction_nest = schedule.ReductionNest.of(self.reductions, tensor_type)
         self.rows, self.numel = nest.rows, nest.numel
-        if column_form(self):
-            self.loop, lines = column_body(self)
+        plan = column_plan(self)
+        if plan is not None:
+            self.loop, lines = column_body(self, plan)
             return lines
         self.loop = ParallelLoop("x", self.rows)
         check_row_stride(self)

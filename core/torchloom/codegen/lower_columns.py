@@ -1,0 +1,111 @@
+"""The lowering of a reduction nest in the column form (:mod:`torchloom.codegen.columns`):
+each column's accumulators in an array the kernel is handed (a scratch array of one value
+per column, which the launch spec names and the launcher allocates), walked as scalar
+loops, the reduced elements outer and the columns inner, so that every tensor is read in
+memory order. For ``sum(a, dim=0)`` of ``f32[512, 64]``::
+
+    Loop x in [0, 64): Store acc_sum_1[x] = 0
+    Loop r in [0, 512):
+      Loop x in [0, 64):
+        Var f32 sum_2 = acc_sum_1[x]; <accumulate sum: a[r, x]>; Store acc_sum_1[x] = sum_2
+    Loop x in [0, 64): Store out0[x] = acc_sum_1[x]
+
+A walk's reductions may read the results of the walks before it (softmax over dim 0: the
+sum of ``exp(a - max)``), computed from their arrays at the column; full-shape outputs are
+stored by the first walk, or by a walk of their own after the last when one reads a
+result; a value read at the reduced element alone is computed once per ``r``, before the
+loop over the columns. Each column combines its elements in order, as the row form does:
+the same values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchloom.codegen import stmt
+from torchloom.codegen.columns import Columns
+from torchloom.codegen.expr import Name
+from torchloom.codegen.writer import COMPUTE
+from torchloom.ir import Node
+
+#: a column's element in the accumulator arrays
+_X = Name("x")
+
+
+class ColumnLowering:
+    """The column form of the core's lowering (mixed into its ``_Lowering``, which has
+    ``nest``, ``outputs``, ``em``, ``ix``, ``renderer``, ``REDUCTIONS`` and ``arrays``, the
+    scratch arrays it asks for: (name, element count, dtype))."""
+
+    def columns(self, plan: Columns) -> list:
+        """The nest's statements in the column form ``plan``."""
+        nest = self.nest
+        xs = self.ix.delinear("x", nest.kept_shape)
+        self._know(xs, nest.kept_shape, "x")
+        rs = self.ix.delinear("r", nest.red_shape)
+        self._know(rs, nest.red_shape, "r")
+        self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
+        self.inner = "x"  # (a value read at r alone: computed once per r, before the columns)
+        per_element, per_column = [], []
+        for pointer, v in self.outputs:
+            in_walk, coords = self.place_output(v)
+            (per_element if in_walk else per_column).append((pointer, v, coords))
+        arrays: dict[Node, tuple[str, str]] = {}  # reduction -> (its array, compute dtype)
+        body = []
+        for level, nodes in enumerate(plan.walks):
+            start = []
+            for node in nodes:
+                kind, dtype = self._column_kind(node)
+                name = self.em.fresh(f"acc_{kind}")
+                self.arrays.append((name, nest.rows, dtype))
+                arrays[node] = (name, dtype)
+                start.append(stmt.Store(stmt.Element(name, _X), self.renderer.store_value(
+                    self.renderer.initial(kind, dtype), dtype)))
+            body.append(self._over_columns(start))
+            stores = per_element if level == 0 and not plan.late else []
+            body.append(self._column_walk(arrays, nodes, stores))
+        if plan.late:
+            body.append(self._column_walk(arrays, (), per_element))
+        self.em.open()
+        self._column_results(arrays)
+        for pointer, v, coords in per_column:
+            self._store(pointer, v, coords, self.value_at(v, coords))
+        return [*body, self._over_columns(self.em.close())]
+
+    def _column_kind(self, node: Node) -> tuple[str, str]:
+        """The reduction's kind and its accumulator's compute dtype."""
+        return self.REDUCTIONS[node.op].kind, COMPUTE[node.outputs[0].type.dtype]
+
+    def _over_columns(self, body: Any) -> stmt.Loop:
+        return stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(body))
+
+    def _column_walk(self, arrays: dict[Node, tuple[str, str]], nodes: tuple[Node, ...],
+                     stores: list) -> stmt.Loop:
+        """A walk over the reduced elements (``r``) and, for each, the columns (``x``):
+        ``nodes`` folded into their arrays, ``stores`` (pointer, output, coordinates)
+        stored; the other reductions of ``arrays`` are results read at the column."""
+        self.em.open()
+        self.em.open()
+        self._column_results({n: a for n, a in arrays.items() if n not in nodes})
+        for node in nodes:
+            name, dtype = arrays[node]
+            kind = self.REDUCTIONS[node.op].kind
+            value = self.em.convert(self.value_at(node.inputs[0], self.full), dtype)
+            acc = self.em.fresh(kind)
+            self.em.add(stmt.Var(dtype, acc, self.renderer.read(name, "x", dtype)))
+            for s in self.renderer.accumulate(kind, acc, value.text, "r", ""):
+                self.em.add(s)
+            self.em.add(stmt.Store(stmt.Element(name, _X),
+                                   self.renderer.store_value(acc, dtype)))
+        for pointer, v, coords in stores:
+            self._store(pointer, v, coords, self.value_at(v, coords))
+        self.em.add(self._over_columns(self.em.close()))
+        return stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(self.em.close()))
+
+    def _column_results(self, arrays: dict[Node, tuple[str, str]]) -> None:
+        """The results of the reductions of ``arrays`` at column ``x``, for what reads
+        them (declarations nothing reads are dropped after the lowering)."""
+        self.reduced.clear()
+        for node, (name, dtype) in arrays.items():
+            acc = self.em.emit(self.renderer.read(name, "x", dtype), dtype, "acc")
+            self.results(node, acc.code)
