@@ -11,9 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchloom.api import DTYPES, columns, parse_graph, schedule, stmt
+from torchloom.api import DTYPES, RendererCodegen, columns, parse_graph, schedule, stmt
+from torchloom.runtime.executor import CompiledGraph
 from torchloom.testing.reductions import group_text, symbolic_sizes
 from torchloom.testing.renderers import lowered_against_eager
+from torchloom.tools import EagerCodegen
 
 #: op, attributes, whether it takes integers
 _REDUCTIONS = {"sum": ("aten.sum.dim_IntList", True), "mean": ("aten.mean.dim", False),
@@ -181,3 +183,25 @@ def test_rows_in_memory_order_keep_the_row_form(scalar_c):
     a = torch.randn(5, 12, generator=torch.Generator().manual_seed(3)).t()
     lowered = lowered_against_eager(cls(), registry, text, (a,))
     assert not _walks(lowered.body) and len(_rows(lowered.body)) == 1
+
+
+@pytest.mark.parametrize("rows, cols", [(0, 5), (4, 0), (1, 7), (9, 1)])
+def test_column_reductions_of_empty_and_single_sizes(scalar_c, rows, cols):
+    """The kernel written for ``[s6, s10]`` called with no rows (sums of nothing: zeros;
+    a maximum of nothing raises, as eager), no columns (empty results), one row or one
+    column, as eager."""
+    cls, registry = scalar_c
+    text = symbolic_sizes(group_text("%g: f32[6, 10]", """
+        %s = aten.sum.dim_IntList(%g) {dim = [0]} : f32[10]
+        %m = aten.amax.default(%g) {dim = [0]} : f32[10]""", "%s: f32[10], %m: f32[10]"))
+    g = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows * 10 + cols))
+    if rows == 0:
+        compiled = CompiledGraph(parse_graph(text), registry,
+                                 [RendererCodegen(cls()), EagerCodegen()])
+        with pytest.raises(IndexError, match="amax"):
+            compiled(g)
+        sums = symbolic_sizes(group_text("%g: f32[6, 10]", """
+            %s = aten.sum.dim_IntList(%g) {dim = [0]} : f32[10]""", "%s: f32[10]"))
+        lowered_against_eager(cls(), registry, sums, (g,))
+        return
+    lowered_against_eager(cls(), registry, text, (g,))

@@ -1,7 +1,9 @@
-"""The column form of a reduction kernel: reductions whose kept dims are innermost (a bias
-gradient ``sum(g, dim=0)``, layer_norm's weight gradient), or whose one kept dim is
-innermost in memory (a channels-last batch norm's gradients, sums over N, H and W), where
-the row form would read every row with a stride.
+"""The cpu's rendering of the column form the core plans (:mod:`torchloom.codegen.columns`:
+which nests take it, which reductions each walk computes, where outputs are stored):
+reductions whose kept dims are innermost (a bias gradient ``sum(g, dim=0)``, layer_norm's
+weight gradient), or whose one kept dim is innermost in memory (a channels-last batch
+norm's gradients, sums over N, H and W), where the row form would read every row with a
+stride.
 
 A block of kept elements (columns) is one parallel iteration; it walks the reduced dims in
 order and, for each, runs a SIMD loop over its columns, accumulating into one array per
@@ -19,12 +21,10 @@ and at most ``CAP`` columns (the accumulators stay in the L1 cache). On one thre
 read 1 KB of every 8 KB row (GELU's backward fused with its bias gradient, one thread: 1.5
 against 2.1 ms, and 0.8 against 1.7 ms once its erf is inline). Each column still sums its
 rows in order, whatever the blocks (an f32 sum over more than ``F32_SUM_COUNT`` rows in
-double: ``reduction.sum_dtype``). Reductions that combine (sum, prod, max, min, mean)
-take this form. A reduction computed from another's result comes in a later walk (softmax
-over dim 0: the max, then the sum of exp(x - max)), each column's result kept in its
-block's array for the next walks, and full-shape outputs that read a result are stored by
-a last walk; several walks are taken only where the kept dims are innermost (a block's
-columns contiguous). Other groups use the row form.
+double: ``reduction.sum_dtype``). A reduction computed from another's result comes in a
+later walk (softmax over dim 0: the max, then the sum of exp(x - max)), each column's
+result kept in its block's array for the next walks, and full-shape outputs that read a
+result are stored by a last walk. Other groups use the row form.
 
 **Split by rows.** A block of columns reads a slice of every row, whichever thread wrote
 that row: on two threads each read half of each row of a tensor its producer (SDPA's
