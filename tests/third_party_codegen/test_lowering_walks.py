@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchloom.api import Walk, expr, parse_graph, stmt
+from torchloom.api import DTYPES, Walk, expr, parse_graph, stmt
 from torchloom.testing.renderers import lowered_against_eager
 
 
@@ -163,3 +163,44 @@ def test_outputs_of_other_shapes_are_stored_at_the_walks_elements(scalar_c, text
     shapes = [tuple(v.type.shape) for v in group.region.inputs]
     g = torch.Generator().manual_seed(3)
     _lowered(scalar_c, text, tuple(torch.randn(s, generator=g) for s in shapes))
+
+
+def _transposed(shape, perm, dtype="f32"):
+    """``a.permute(perm) + b`` (``b`` laid out as the output): the group and its inputs."""
+    g = torch.Generator().manual_seed(sum(shape))
+    a = torch.randn(shape, generator=g).to(DTYPES[dtype])
+    out = a.permute(perm)
+    b = torch.randn(out.shape, generator=g).to(DTYPES[dtype])
+    view = _type(out).replace("f32", dtype)
+    t, o = _type(a).replace("f32", dtype), _type(b).replace("f32", dtype)
+    text = f"""graph @g(%a: {t}, %b: {o}) {{
+  %o = torchloom.fusion_group(%a, %b) : {o} region @k(%p: {t}, %q: {o}) {{
+    %t0 = aten.permute.default(%p) {{dims = {list(perm)}}} : {view}
+    %t1 = aten.add.Tensor(%t0, %q) : {o}
+    return %t1
+  }}
+  return %o
+}}
+"""
+    return text, (a, b)
+
+
+@pytest.mark.parametrize("shape, perm, dtype, tiled", [
+    ((512, 256), (1, 0), "f32", True), ((70, 100), (1, 0), "f32", True),
+    ((3, 64, 80), (0, 2, 1), "bf16", True), ((65, 2, 129), (2, 1, 0), "f64", True),
+    ((40, 300), (1, 0), "f32", False),  # (40 rows: fewer than two tiles' worth)
+    ((256, 128), (0, 1), "f32", False)])  # (nothing read across)
+def test_rows_read_across_are_walked_in_tiles(scalar_c, shape, perm, dtype, tiled):
+    """A walk whose rows an input reads across (a transposed read stepping 16 elements or
+    more) goes in 32 x 32 tiles of its rows and a row, as the cpu codegen walks it
+    (``tiles.tile_rows``): each element computed as before, exactly."""
+    cls, registry = scalar_c
+    text, inputs = _transposed(shape, perm, dtype)
+    lowered = lowered_against_eager(cls(), registry, text, inputs, rtol=0, atol=0)
+    [top] = lowered.body
+    assert (top.var == "xt") == tiled, top
+    if tiled:
+        [row] = [s for s in top.body if isinstance(s, stmt.Loop)]
+        assert (row.var, row.start, row.end) == ("x", "xt0", "xt1")
+        assert [(s.var, s.start, s.end) for s in row.body if isinstance(s, stmt.Loop)] == [
+            ("j", "jt0", "jt1")]

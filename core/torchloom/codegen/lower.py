@@ -34,7 +34,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from torchloom.codegen import columns, expr, nests, stmt
+from torchloom.codegen import columns, expr, nests, stmt, tiles
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written, laid_out_as
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
                                         Schedule, size_param)
@@ -251,10 +251,22 @@ class _Lowering(ColumnLowering, ValueWalk):
                 raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
                                   f"the loop over {list(shape)}")
             self._store(pointer, v, at, self.value_at(v, at))
-        if nested:
-            self.em.add(stmt.Loop("j", "0", self.ix.size(sizes[-1]), tuple(self.em.close())))
-        return [stmt.Loop("x", "0", self.ix.size(walk.rows if nested else numel),
-                          tuple(self.em.close()))]
+        if not nested:
+            return [stmt.Loop("x", "0", self.ix.size(numel), tuple(self.em.close()))]
+        row_loop = stmt.Loop("j", "0", self.ix.size(sizes[-1]), tuple(self.em.close()))
+        self.em.add(row_loop)
+        row = self.em.close()
+        # (rows read across by an input: in tiles, as the cpu codegen walks them)
+        tiled = tiles.tile_rows(sizes, row, row_loop, lambda: tiles.across(
+            self.region, self.registry, lambda v: v.type, [v for _, v in self.outputs],
+            walk.order[-1], list(self.read_back)), self._smaller, "i64")
+        if tiled is not None:
+            return [stmt.Loop("xt", "0", str(tiled[0]), tuple(tiled[1]))]
+        return [stmt.Loop("x", "0", self.ix.size(walk.rows), tuple(row))]
+
+    def _smaller(self, a: Code, b: Code) -> Code:
+        """The smaller of two indices, as the renderer's language writes it."""
+        return Op(self.renderer.language.functions["Min"], expr.ATOM, (a, b))
 
     def reduction(self) -> list:
         nest = self.nest

@@ -31,13 +31,21 @@ from typing import Any
 
 import attrs
 
-from torchloom.codegen.expr import Name, names
-from torchloom.codegen.indexing import C, Coords, IndexMath, memory_order, prod, same_shape
+from torchloom.codegen import expr, stmt
+from torchloom.codegen.expr import Code, Name, names
+from torchloom.codegen.indexing import (C, Coords, IndexMath, Unsupported, memory_order, prod,
+                                        same_shape)
 from torchloom.codegen.samples import sample_value
 from torchloom.codegen.writer import Expr, ValueWalk
 from torchloom.ir import Node, TensorType, Value
 
 TypeOf = Callable[[Value], TensorType]
+
+#: rows and columns of a tile of a walk's rows (:func:`tile_rows`)
+TILE = 32
+#: an input read across a walk steps over at least this many elements per element of its
+#: innermost dim: tiles pay (:func:`tile_rows`)
+STRIDED = 16
 
 #: what the probe "computes": nothing, only where each input is read
 _NOTHING = Expr(Name("_"), "f32")
@@ -185,3 +193,52 @@ class Tiles:
                     not isinstance(shape[d], int) or shape[d] >= min_dim for d in (d0, d1))):
                 found = d1
         return None if found is None else cls(d0, found, step)
+
+
+def across(region, registry: Any, type_of: TypeOf, outputs: Sequence[Value], d0: int,
+           stops: Collection[Value] = ()) -> Tiles | None:
+    """The tile plan of a walk of ``outputs`` whose innermost dim is ``d0`` against an
+    input of any size read across it, along the dim it steps least along (a CPU's cache
+    holds no input whole: ``cached=None, unit=False``); None where there is none, or the
+    probe cannot follow the group's index math (the row walk is as right, only slower)."""
+    try:
+        found = Tiles.of(region, registry, type_of, None, outputs, cached=None, unit=False,
+                         stops=stops)
+    except Unsupported:
+        return None
+    return found if found is not None and found.d0 == d0 else None
+
+
+def tile_rows(sizes: Sequence[Any], lines: Sequence[Any], row_loop: stmt.Loop,
+              plan: Callable[[], Tiles | None], smaller: Callable[[Code, Code], Code],
+              index: str) -> tuple[int, list] | None:
+    """A walk's rows (``sizes``: its rows' dims, then a row's) in tiles of :data:`TILE`
+    rows by :data:`TILE` elements of a row: (the number of tiles, the statements of tile
+    ``xt``): ``lines``, a row ``x``'s statements holding ``row_loop`` (its loop over the
+    row), in a loop over the tile's rows ``[xt0, xt1)``, ``row_loop`` over the tile's
+    elements ``[jt0, jt1)``; each element computed as before, in another order::
+
+        Loop x in [0, R): body, Loop j in [0, N)      Loop xt in [0, tiles):
+                                                 ->     xt0, xt1, jt0, jt1
+                                                        Loop x in [xt0, xt1): body,
+                                                          Loop j in [jt0, jt1)
+
+    None where tiles do not pay: sizes not static, fewer than ``2 * TILE`` rows or
+    elements in a row, or ``plan()`` (:func:`across`, asked last: it probes the group)
+    has no input read across the walk by :data:`STRIDED` elements or more per element.
+    ``smaller(a, b)``: the target's minimum of two indices; ``index``: the type its
+    declarations of indices give (``int64_t``, the lowering's ``i64``)."""
+    rows, inner = prod(list(sizes[:-1])), sizes[-1]
+    if not (isinstance(rows, int) and isinstance(inner, int)) or min(rows, inner) < 2 * TILE \
+            or not any(s is row_loop for s in lines):
+        return None
+    found = plan()
+    if found is None or found.step < STRIDED:
+        return None
+    across_, down = -(-inner // TILE), -(-rows // TILE)
+    head = [stmt.Declare(index, "xt0", expr.times(expr.over("xt", across_), TILE)),
+            stmt.Declare(index, "xt1", smaller(expr.plus("xt0", TILE), expr.as_node(rows))),
+            stmt.Declare(index, "jt0", expr.times(expr.modulo("xt", across_), TILE)),
+            stmt.Declare(index, "jt1", smaller(expr.plus("jt0", TILE), expr.as_node(inner)))]
+    body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loop else s for s in lines]
+    return across_ * down, [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]

@@ -26,55 +26,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import attrs
-
-from torchloom.api import Tiles, Walk, expr, indexing, stmt
+from torchloom.api import Tiles, Walk, stmt, tiles
 
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.render import smaller
 from torchloom_codegen_cpu.tensors import tensor_type
 
-#: rows and columns of a tile
-TILE = 32
-#: a load stepping over at least this many elements per ``j`` reads across rows
-STRIDED = 16
+TILE, STRIDED = tiles.TILE, tiles.STRIDED
 #: a walk's rows of at most this many elements are turned (:func:`turned`), not tiled
 SHORT = 4
 
 
 def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
     """The core's tile plan of a walk of ``outputs`` whose innermost dim is ``d0``
-    (``stored``: values earlier nests wrote, which it reads back)."""
-    try:
-        found = Tiles.of(region, registry, tensor_type, None, outputs, cached=None,
-                         unit=False, stops=stored)
-    except indexing.Unsupported:  # (index math the probe cannot follow: the row walk is
-        return None               # as right, only slower for a transposed read)
-    return found if found is not None and found.d0 == d0 else None
+    (``stored``: values earlier nests wrote, which it reads back): :func:`tiles.across`."""
+    return tiles.across(region, registry, tensor_type, outputs, d0, stored)
 
 
 def tiled(walk: list, lines: list, row_loop: stmt.Loop, plan: Callable[[], Tiles | None]
           ) -> tuple[ParallelLoop, list] | None:
     """The loop over tiles ``xt`` and its body: ``lines`` (a row ``x``: its statements and
     ``row_loop``, its SIMD loop over the whole row) in a loop over the tile's rows, the row
-    loop over the tile's columns; None when the walk is not worth tiling: ``plan()``, the
-    core's tile plan of the walk (its ``d0`` the walk's innermost dim), is None or its
-    input steps fewer than :data:`STRIDED` elements per ``j``."""
-    rows, inner = indexing.prod(walk[:-1]), walk[-1]
-    if not (isinstance(rows, int) and isinstance(inner, int)) or min(rows, inner) < 2 * TILE \
-            or not any(s is row_loop for s in lines):
-        return None
-    found = plan()
-    if found is None or found.step < STRIDED:
-        return None
-    across, down = -(-inner // TILE), -(-rows // TILE)
-    head = [stmt.Declare("int64_t", "xt0", expr.times(expr.over("xt", across), TILE)),
-            stmt.Declare("int64_t", "xt1", smaller(expr.plus("xt0", TILE), expr.as_node(rows))),
-            stmt.Declare("int64_t", "jt0", expr.times(expr.modulo("xt", across), TILE)),
-            stmt.Declare("int64_t", "jt1", smaller(expr.plus("jt0", TILE),
-                                                   expr.as_node(inner)))]
-    body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loop else s for s in lines]
-    return ParallelLoop("xt", across * down), [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]
+    loop over the tile's columns (the core's :func:`tiles.tile_rows`); None when the walk
+    is not worth tiling."""
+    found = tiles.tile_rows(walk, lines, row_loop, plan, smaller, "int64_t")
+    return None if found is None else (ParallelLoop("xt", found[0]), found[1])
 
 
 def turned(walk: Walk, plan: Callable[[], Tiles | None]) -> Walk:
