@@ -311,3 +311,32 @@ def test_empty_symbolic_rows_raise_as_eager(scalar_c, name):
     assert str(got.value) == str(want.value)
     a = torch.randn(3, 5)
     torch.testing.assert_close(compiled(a), eager(a))
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning")
+@pytest.mark.parametrize("shape", [(5, 37), (1, 8), (4, 1), (3, 2, 9)])
+def test_reductions_of_one_level_share_a_loop_over_the_row(scalar_c, shape):
+    """A sum, a maximum, an argmax and a variance of one row, none reading another's
+    result: their accumulators fold in one loop over the row (the variance's squared
+    deviations in a second, after its mean), a softmax's sum after its maximum in a loop
+    of its own; every result as eager's (NaN rows included)."""
+    cls, registry = scalar_c
+    rows = _t("f32", shape[:-1])
+    keep = _t("f32", [*shape[:-1], 1])
+    t = _t("f32", shape)
+    text = group_text(f"%a: {t}", f"""
+        %s = aten.sum.dim_IntList(%a) {{dim = [-1]}} : {rows}
+        %m = aten.amax.default(%a) {{dim = [-1], keepdim = true}} : {keep}
+        %i = aten.argmax.default(%a) {{dim = -1}} : {_t("i64", shape[:-1])}
+        %v, %u = aten.var_mean.correction(%a) {{dim = [-1], correction = 1}} : {rows}, {rows}
+        %d = aten.sub.Tensor(%a, %m) : {t}
+        %e = aten.exp.default(%d) : {t}
+        %z = aten.sum.dim_IntList(%e) {{dim = [-1]}} : {rows}""",
+        f"%s: {rows}, %i: {_t('i64', shape[:-1])}, %v: {rows}, %u: {rows}, %z: {rows}")
+    a = randn(torch.Generator().manual_seed(sum(shape)), *shape)
+    a.view(-1)[0] = float("nan")
+    lowered = _run(scalar_c, text, (a,), rtol=2e-5, atol=2e-5, renderer=cls())
+    [row] = lowered.body
+    loops = [s for s in row.body if type(s).__name__ == "Loop"]
+    # sum, max, argmax and the variance's sum; the squares; the softmax's sum
+    assert [s.var for s in loops] == ["r"] * 3

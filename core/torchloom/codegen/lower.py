@@ -11,13 +11,16 @@ in a scratch array of one value per row, which the launch spec names and the lau
 allocates). A pointwise nest is the schedule's walk
 (:class:`~torchloom.codegen.walks.Walk`): a loop ``x`` over the rows of its first output in
 memory order and in it a loop ``j`` over a row (values not read at ``j`` computed once per
-row, before it), or one loop ``x`` over every element where the walk is flat; a reduction
-group is a loop ``x`` over the rows of its nest holding, per reduction in program order,
-an accumulator (``Var``) and a loop ``r`` over the row folding the reduction's input into
-it (``var``: a loop for the mean, one for the squares), the reduction's results
-(``Declare``), its outputs of a row's shape stored after them and those of the nest's shape
-stored by a last loop ``r``; a value of the row read inside a loop over it is computed
-once, before that loop. For ``softmax`` over ``f32[8, 20]``::
+row, before it; rows an input reads across in tiles, ``tiles.tile_rows``), or one loop
+``x`` over every element where the walk is flat. A reduction nest in the column form
+(:mod:`torchloom.codegen.columns`) walks its columns (:mod:`.lower_columns`); any other
+is a loop ``x`` over the rows of its nest holding, per level of reductions (none reading
+another's result: ``schedule.levels``), their accumulators (``Var``) and one loop ``r``
+over the row folding each reduction's input into its own (``var``: its mean in that
+loop, its squares in a second), the reductions' results (``Declare``), its outputs of a
+row's shape stored after them and those of the nest's shape stored by a last loop
+``r``; a value of the row read inside a loop over it is computed once, before that loop.
+For ``softmax`` over ``f32[8, 20]``::
 
     Loop x in [0, 8):
       Var f32 max_1 = <initial max>;  Loop r in [0, 20): <a[x, r]>, <accumulate max>
@@ -30,8 +33,6 @@ views are index math, broadcasts read one element, bf16/f16 results round as eag
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from torchloom.codegen import columns, expr, nests, stmt, tiles
@@ -44,86 +45,12 @@ from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, pro
 from torchloom.codegen.lower_columns import ColumnLowering
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.restride import strides_of
-from torchloom.codegen.schedule import ReductionNest
+from torchloom.codegen.schedule import ReductionNest, levels
+from torchloom.codegen.scopes import LOW, Scopes
 from torchloom.codegen.walks import Walk
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
                                       same_shape, var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
-
-_LOW = ("bf16", "f16")
-
-
-class _Scopes:
-    """Statements in nested scopes (a loop's body is one), each with the names its values
-    are bound to: a value computed in a scope is visible in the scopes inside it."""
-
-    def __init__(self, renderer: Renderer):
-        self.renderer = renderer
-        self.scopes: list[tuple[list, dict]] = [([], {})]
-        self.count = 0
-        #: the scope new statements go to (None: the innermost); see ``hoisting``
-        self.target: int | None = None
-
-    def fresh(self, hint: str) -> str:
-        self.count += 1
-        hint = "".join(c if c.isalnum() or c == "_" else "_" for c in hint).strip("_") or "v"
-        return f"{hint}_{self.count}"
-
-    def lookup(self, key: Any) -> Any:
-        for _, memo in reversed(self.scopes):
-            if key in memo:
-                return memo[key]
-        return None
-
-    def remember(self, key: Any, value: Any) -> None:
-        self.scopes[-1 if self.target is None else self.target][1][key] = value
-
-    def add(self, statement: Any) -> None:
-        self.scopes[-1 if self.target is None else self.target][0].append(statement)
-
-    @contextlib.contextmanager
-    def hoisting(self, level: int) -> Iterator[None]:
-        """Statements and values go to scope ``level`` (before the loops inside it)."""
-        saved, self.target = self.target, level
-        try:
-            yield
-        finally:
-            self.target = saved
-
-    def open(self) -> None:
-        self.scopes.append(([], {}))
-
-    def close(self) -> list:
-        return self.scopes.pop()[0]
-
-    # ---- what ValueWalk asks of an emitter ---------------------------------------------
-    def emit(self, text: Code | str, dtype: str, hint: str = "v", inner: bool = False
-             ) -> Expr:
-        """``text`` bound to a name (one per expression in scope); a name or a literal as
-        it is."""
-        code = expr.code(text)
-        if code.trivial:
-            return Expr(code, dtype)
-        name = self.lookup(("text", code.text, dtype))
-        if name is None:
-            name = self.fresh(hint)
-            self.remember(("text", code.text, dtype), name)
-            self.add(stmt.Declare(dtype, name, code))
-        return Expr(Name(name), dtype)
-
-    def convert(self, e: Expr, dtype: str) -> Expr:
-        if e.dtype == dtype:
-            return e
-        # the renderer's spelling (text): an opaque node
-        return Expr(expr.code(self.renderer.convert(e.text, e.dtype, dtype)), dtype)
-
-    def cast(self, e: Expr, ir_dtype: str) -> Expr:
-        """An explicit conversion to IR dtype ``ir_dtype``: bf16/f16 round, as f32."""
-        if ir_dtype in _LOW:
-            return self.emit(self.renderer.round(self.convert(e, "f32").text, ir_dtype),
-                             "f32", ir_dtype)
-        return self.convert(e, COMPUTE[ir_dtype])
-
 
 class _Lowering(ColumnLowering, ValueWalk):
     """One nest of a group lowered for one renderer (see the module docstring): it stores
@@ -133,7 +60,7 @@ class _Lowering(ColumnLowering, ValueWalk):
 
     tensor_type = staticmethod(lambda v: v.type)
 
-    def __init__(self, group: Node, registry: Any, renderer: Renderer, em: _Scopes,
+    def __init__(self, group: Node, registry: Any, renderer: Renderer, em: Scopes,
                  nest: ReductionNest | None, outputs: list[tuple[str, Value]],
                  reductions: list[Node], read_back: dict[Value, str]):
         self.region, self.registry = group.region, registry
@@ -280,8 +207,8 @@ class _Lowering(ColumnLowering, ValueWalk):
         self.full = tuple(full)
         self.row_keepdim = tuple(ZERO if d in nest.rdims else c for d, c in enumerate(full))
         self.em.open()
-        for node in self.reductions:
-            self._reduce(node)
+        for level in levels(self.reductions):
+            self._reduce(level)
         last = self.place_outputs(self.outputs, lambda pointer, v, at: self._store(
             pointer, v, at, self.value_at(v, at)))
         if last:
@@ -294,12 +221,17 @@ class _Lowering(ColumnLowering, ValueWalk):
     def _loop_r(self, body: list) -> None:
         self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body)))
 
-    def _fold(self, kind: str, acc: str, src: Value, dtype: str, extra: str = "") -> None:
-        """A loop over the row folding ``src`` (as ``dtype``) into ``acc``."""
+    def _fold(self, folds: list[tuple[str, str, Value, str, str]]) -> None:
+        """One loop over the row folding each (kind, accumulator, source, dtype, extra) of
+        ``folds``: ``src`` as ``dtype`` into the accumulator (``extra``: see
+        ``Renderer.accumulate``); none without folds."""
+        if not folds:
+            return
         self.em.open()
-        x = self.em.convert(self.value_at(src, self.full), dtype)
-        for s in self.renderer.accumulate(kind, acc, x.text, "r", extra):
-            self.em.add(s)
+        for kind, acc, src, dtype, extra in folds:
+            x = self.em.convert(self.value_at(src, self.full), dtype)
+            for s in self.renderer.accumulate(kind, acc, x.text, "r", extra):
+                self.em.add(s)
         self._loop_r(self.em.close())
 
     def _var(self, kind: str, dtype: str, init: str | None = None) -> str:
@@ -307,27 +239,42 @@ class _Lowering(ColumnLowering, ValueWalk):
         self.em.add(stmt.Var(dtype, name, init or self.renderer.initial(kind, dtype)))
         return name
 
-    def _reduce(self, node: Node) -> None:
-        spec = self.REDUCTIONS[node.op]
-        kind, src = spec.kind, node.inputs[0]
+    def _reduce(self, level: list[Node]) -> None:
+        """The reductions of one level (none reads another's result: ``schedule.levels``):
+        their accumulators, one loop over the row folding them all (a variance's squared
+        deviations in a second loop, after its mean), then their results."""
         n = self.ix.size_code(self.nest.rnumel)
-        src_dtype = COMPUTE[src.type.dtype]
-        dtype = "b8" if kind in ("any", "all") else COMPUTE[node.outputs[0].type.dtype]
-        mean = value = ""
-        if kind == "var":
-            total = self._var("sum", dtype)
-            self._fold("sum", total, src, dtype)
+        first, means, accs = [], {}, {}
+        for node in level:
+            kind, src = self.REDUCTIONS[node.op].kind, node.inputs[0]
+            src_dtype = COMPUTE[src.type.dtype]
+            dtype = "b8" if kind in ("any", "all") else COMPUTE[node.outputs[0].type.dtype]
+            if kind == "var":
+                total = self._var("sum", dtype)
+                first.append(("sum", total, src, dtype, ""))
+                means[node] = total
+            elif kind in ("argmax", "argmin"):
+                value = self._var("best", src_dtype, self.renderer.initial(kind, src_dtype))
+                acc = self._var(kind, "i64", "0")
+                first.append((kind, acc, src, src_dtype, value))
+                accs[node] = (acc, "", value)
+            else:
+                acc = self._var(kind, dtype)
+                first.append((kind, acc, src, dtype, ""))
+                accs[node] = (acc, "", "")
+        self._fold(first)
+        second = []
+        for node, total in means.items():
+            src = node.inputs[0]
+            dtype = COMPUTE[node.outputs[0].type.dtype]
             mean = self.em.emit(f"{total} / {n}", dtype, "mean").text
             acc = self._var("var", dtype, self.renderer.initial("sum", dtype))
-            self._fold("var", acc, src, dtype, mean)
-        elif kind in ("argmax", "argmin"):
-            value = self._var("best", src_dtype, self.renderer.initial(kind, src_dtype))
-            acc = self._var(kind, "i64", "0")
-            self._fold(kind, acc, src, src_dtype, value)
-        else:
-            acc = self._var(kind, dtype)
-            self._fold(kind, acc, src, dtype)
-        self.results(node, Name(acc), Name(mean), Name(value))
+            second.append(("var", acc, src, dtype, mean))
+            accs[node] = (acc, mean, "")
+        self._fold(second)
+        for node in level:
+            acc, mean, value = accs[node]
+            self.results(node, Name(acc), Name(mean), Name(value))
 
     def results(self, node: Node, acc: Code, mean: Code = Name(""),
                 value: Code = Name("")) -> None:
@@ -341,7 +288,7 @@ class _Lowering(ColumnLowering, ValueWalk):
             t = out.type
             code = expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
             e = self.em.emit(code, COMPUTE[t.dtype], out.name)
-            if t.dtype in _LOW:
+            if t.dtype in LOW:
                 e = self.em.cast(e, t.dtype)
             self.reduced[out] = (self.row_keepdim if len(t.shape) == rank and rank else
                                  self.row, e)
@@ -398,7 +345,7 @@ def _lower_nests(group: Node, registry: Any, renderer: Renderer,
     Outputs are the kernel's ``out<k>``."""
     region = group.region
     pointer = {name: f"out{k}" for k, name in enumerate(output_names(region))}
-    em, body, scratch = _Scopes(renderer), [], []
+    em, body, scratch = Scopes(renderer), [], []
     for nest in planned:
         outputs = [(pointer.get(name, name), v) for name, v in (
             nest.outputs if nest.outputs is not None else zip(output_names(region),
