@@ -40,11 +40,18 @@ def _t(dtype: str, shape) -> str:
     return f"{dtype}[{', '.join(map(str, shape))}]"
 
 
+_SUM, _AMAX = "aten.sum.dim_IntList", "aten.amax.default"
+
+
+@pytest.mark.parametrize("column", [_SUM, _AMAX])
 @pytest.mark.parametrize("shape", [(8, 6), (33, 7), (1, 5), (2, 4, 9), (3, 1, 1)])
-def test_row_results_a_column_nest_reads_come_from_scratch(scalar_c, shape):
+def test_row_results_the_columns_read(scalar_c, shape, column):
     """A layer_norm backward recomputing its statistics: the weight gradient's column sums
-    read mean and rstd per row, which the row nest stores in scratch arrays."""
-    text = row_results_for_columns(shape)
+    read mean and rstd per row. The row nest carries the sums (an array of one sum per
+    column, each adding its rows in order); a column maximum, which it does not carry,
+    is a column nest reading the row results from the scratch arrays the row nest stores
+    them in."""
+    text = row_results_for_columns(shape, column)
     g = torch.Generator().manual_seed(sum(shape))
     a, grad = randn(g, *shape) * 3 + 1, randn(g, *shape)
     a.view(-1)[-1] = float("nan")
@@ -53,23 +60,29 @@ def test_row_results_a_column_nest_reads_come_from_scratch(scalar_c, shape):
     assert scratch and len(lowered.launch.scratch) == len(scratch)
     rows = max(1, torch.Size(shape[:-1]).numel())
     counts = {name: numel for name, (numel, _) in zip(scratch, lowered.launch.scratch)}
-    # the row results, one per row; the column nest's sums, one per column (columns.py)
+    loops = [s.var for s in lowered.body if type(s).__name__ == "Loop"]
+    if column == _SUM:  # carried: its sums started, the row nest, the sums stored
+        assert counts == {scratch[0]: shape[-1]} and scratch[0].startswith("acc_colsum")
+        assert loops == ["r", "x", "r"]
+        return
+    # the row results, one per row; the column nest's maxima, one per column (columns.py)
     assert {n for name, n in counts.items() if name.startswith("scratch_")} == {rows}
-    columns = rows > 1  # (one row: the column nest sums rows of one element, by rows)
+    columns = rows > 1  # (one row: the column nest reduces rows of one element, by rows)
     assert {n for name, n in counts.items() if name.startswith("acc_")} == (
         {shape[-1]} if columns else set())
-    loops = [s.var for s in lowered.body if type(s).__name__ == "Loop"]
-    # the row nest; the column nest: its sums started, the walk over rows, its results
+    # the row nest; the column nest: its maxima started, the walk over rows, its results
     assert loops == (["x", "x", "r", "x"] if columns else ["x", "x"])
 
 
+@pytest.mark.parametrize("column", [_SUM, _AMAX])
 @pytest.mark.parametrize("shape", [(8, 6), (33, 70), (4, 5, 3)])
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
-def test_a_stored_output_is_read_back_by_a_later_nest(scalar_c, shape, dtype):
+def test_a_stored_output_the_columns_read(scalar_c, shape, dtype, column):
     """A cross-entropy gradient and the bias gradient summed from it over the batch: the
-    column nest reads the gradient the row nest stored (rounded to its dtype, as eager
-    reads it)."""
-    text = stored_output_for_columns(shape, dtype)
+    row nest carries the sums of the gradient it computes (its value before rounding to
+    the output's dtype, as the cpu codegen does); a column maximum is a column nest
+    reading back the gradient the row nest stored (rounded, as eager reads it)."""
+    text = stored_output_for_columns(shape, dtype, column)
     g = torch.Generator().manual_seed(len(shape))
     a = (randn(g, *shape) - 2).to(DTYPES[dtype])
     grad = randn(g, *shape).to(DTYPES[dtype])
@@ -77,12 +90,15 @@ def test_a_stored_output_is_read_back_by_a_later_nest(scalar_c, shape, dtype):
     tol = (1.6e-2, 1e-2) if dtype == "bf16" else (1e-5, 1e-5)
     lowered = _run(scalar_c, text, (a, grad), *tol)
     scratch = [p.name for p in lowered.launch.params if p.role == "scratch"]
-    # what it reads back is an output: no row results in scratch; the column sums' arrays
-    assert scratch == [n for n in scratch if n.startswith("acc_sum")]
+    # no row results in scratch (what it reads back is an output); the columns' arrays
+    prefix = "acc_colsum" if column == _SUM else "acc_max"
+    assert scratch and scratch == [n for n in scratch if n.startswith(prefix)]
 
 
 @pytest.mark.parametrize("rows", [1, 5, 64])
-def test_row_and_column_sums_of_one_shape_are_two_nests(scalar_c, rows):
+def test_row_and_column_sums_of_one_shape_are_one_nest(scalar_c, rows):
+    """A layer norm's backward: the row nest carries the weight and bias gradients' column
+    sums (one array each, one sum per column), one read of every input."""
     t, k = _t("f32", (rows, 48)), _t("f32", (rows, 1))
     text = group_text(f"%g: {t}, %w: f32[48], %x: {t}, %m: {k}, %r: {k}", f"""
         %t0 = aten.mul.Tensor(%g, %w) : {t}
@@ -98,7 +114,11 @@ def test_row_and_column_sums_of_one_shape_are_two_nests(scalar_c, rows):
     g = torch.Generator().manual_seed(rows)
     inputs = (randn(g, rows, 48), randn(g, 48), randn(g, rows, 48), randn(g, rows, 1),
               randn(g, rows, 1).abs())
-    _run(scalar_c, text, inputs, rtol=1e-5, atol=1e-5)
+    lowered = _run(scalar_c, text, inputs, rtol=1e-5, atol=1e-5)
+    assert [s.var for s in lowered.body] == ["r", "x", "r"]
+    assert [(p.name[:10], n) for p, (n, _) in zip(
+        [p for p in lowered.launch.params if p.role == "scratch"], lowered.launch.scratch)] == [
+        ("acc_colsum", 48)] * 2
 
 
 @pytest.mark.parametrize("n", [1, 6, 37])
@@ -268,7 +288,7 @@ def test_a_symbolic_launch_spec_round_trips_and_binds(scalar_c):
     binds a call's sizes: outputs, scratch arrays and input layouts at those sizes."""
     cls, registry = scalar_c
     group = next(parse_graph(reductions.symbolic_sizes(
-        row_results_for_columns((8, 6)))).nodes)
+        row_results_for_columns((8, 6), _AMAX))).nodes)
     launch = lower.lower(group, registry, Schedule.of(group), _every_form(cls)).launch
     assert LaunchSpec.from_json(json.loads(json.dumps(launch.to_json()))) == launch
     assert launch.sizes == (("s6", 0, 1), ("s8", 0, 0))
@@ -276,7 +296,7 @@ def test_a_symbolic_launch_spec_round_trips_and_binds(scalar_c):
     assert bound.sizes == (3, 5)
     assert [o[0] for o in bound.outputs] == [(3,), (5, 3)]
     assert bound.inputs == (((5, 3), (3, 1)), ((5, 3), (3, 1)))
-    # the column sums' array (3 columns), the two row results (5 rows)
+    # the column maxima's array (3 columns), the two row results (5 rows)
     assert sorted(n for n, _ in bound.scratch) == [3, 5, 5]
 
 

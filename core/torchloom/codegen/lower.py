@@ -42,7 +42,7 @@ from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Pa
 from torchloom.codegen.empty_rows import nonempty_dims
 from torchloom.codegen.expr import Code, Literal, Name, Op
 from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod, same
-from torchloom.codegen.lower_columns import ColumnLowering
+from torchloom.codegen.lower_columns import ColumnLowering, carried_output
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
@@ -62,7 +62,8 @@ class _Lowering(ColumnLowering, ValueWalk):
 
     def __init__(self, group: Node, registry: Any, renderer: Renderer, em: Scopes,
                  nest: ReductionNest | None, outputs: list[tuple[str, Value]],
-                 reductions: list[Node], read_back: dict[Value, str]):
+                 reductions: list[Node], read_back: dict[Value, str],
+                 carried: tuple[tuple[str, Node], ...] = ()):
         self.region, self.registry = group.region, registry
         self.renderer = renderer
         self.TARGET = renderer.name
@@ -86,8 +87,14 @@ class _Lowering(ColumnLowering, ValueWalk):
         #: the index of the loops over a row (a value not read at it is computed before)
         self.inner = "r"
         #: the scratch arrays the nest asks for besides its nests' row results: (name,
-        #: element count, dtype); a column walk's accumulators
+        #: element count, dtype); a column walk's accumulators, the sums carried
         self.arrays: list[tuple[str, Any, str]] = []
+        #: the column sums a row nest carries: (pointer, sum node, the array of its sums)
+        self.carried: list[tuple[str, Node, str]] = []
+        for pointer, node in carried:
+            name = em.fresh("acc_colsum")
+            self.arrays.append((name, nest.rnumel, COMPUTE[node.outputs[0].type.dtype]))
+            self.carried.append((pointer, node, name))
 
     # ---- values ------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
@@ -211,12 +218,17 @@ class _Lowering(ColumnLowering, ValueWalk):
             self._reduce(level)
         last = self.place_outputs(self.outputs, lambda pointer, v, at: self._store(
             pointer, v, at, self.value_at(v, at)))
-        if last:
+        if last or self.carried:
             self.em.open()
             for pointer, v, coords in last:
                 self._store(pointer, v, coords, self.value_at(v, coords))
+            self.carry()
             self._loop_r(self.em.close())
-        return [stmt.Loop("x", "0", self.ix.size(nest.rows), tuple(self.em.close()))]
+        rows = stmt.Loop("x", "0", self.ix.size(nest.rows), tuple(self.em.close()))
+        if not self.carried:
+            return [rows]
+        before, after = self.around_the_rows()
+        return [*before, rows, *after]
 
     def _loop_r(self, body: list) -> None:
         self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body)))
@@ -338,6 +350,13 @@ def _is_reduction(node: Node) -> bool:
     return node.op in REDUCTION_KINDS
 
 
+def _fold(classes: list, parts: list, depends: Any) -> tuple[int, int] | None:
+    """Column sums ride in the row nest (:func:`nests.carried_columns`) where their outputs
+    are of their nest's kept shape (:func:`carried_output`)."""
+    return nests.carried_columns(classes, parts, depends, lambda v: v.type.shape,
+                                 lambda plan: True, carried_output)
+
+
 def _lower_nests(group: Node, registry: Any, renderer: Renderer,
                  planned: tuple[nests.Nest, ...]) -> tuple[list, list[tuple[str, Any, str]]]:
     """The statements of the planned nests, one after the other, and the scratch arrays
@@ -356,7 +375,8 @@ def _lower_nests(group: Node, registry: Any, renderer: Renderer,
                     if nests.is_scratch(name)]
         shape = ReductionNest.of(reductions, lambda v: v.type) if reductions else None
         walk = _Lowering(group, registry, renderer, em, shape, outputs, reductions,
-                         {v: pointer.get(name, name) for v, name in nest.read_back})
+                         {v: pointer.get(name, name) for v, name in nest.read_back},
+                         tuple((pointer.get(name, name), n) for name, n in nest.columns))
         if not reductions:
             body += walk.pointwise()
             continue
@@ -372,11 +392,11 @@ def lower(group: Node, registry: Any, schedule: Schedule, renderer: Renderer) ->
     loop nests the core's nest plan gives it (:mod:`torchloom.codegen.nests`), one after
     the other; :class:`Unsupported` with the reason when the lowering cannot express it."""
     region = group.region
-    planned = nests.plan(region, _is_reduction, lambda v: v.type)
+    planned = nests.plan(region, _is_reduction, lambda v: v.type, _fold)
     try:
         body, scratch = _lower_nests(group, registry, renderer, planned)
     except Unsupported as declined:  # the reduction's nest cannot hold every output
-        after = nests.after_the_rows(region, _is_reduction, lambda v: v.type)
+        after = nests.after_the_rows(region, _is_reduction, lambda v: v.type, _fold)
         if after is None:
             raise
         try:

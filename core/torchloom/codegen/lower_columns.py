@@ -22,20 +22,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.codegen import stmt
+from torchloom.codegen import expr, stmt
 from torchloom.codegen.columns import Columns
 from torchloom.codegen.expr import Name
-from torchloom.codegen.writer import COMPUTE
+from torchloom.codegen.indexing import ZERO
+from torchloom.codegen.schedule import ReductionNest
+from torchloom.codegen.scopes import LOW
+from torchloom.codegen.writer import COMPUTE, same_shape
 from torchloom.ir import Node
 
 #: a column's element in the accumulator arrays
 _X = Name("x")
+#: a column's element in the arrays of sums a row nest carries
+_R = Name("r")
+
+
+def carried_output(node: Node) -> bool:
+    """Whether column sum ``node``'s output is one a row nest carrying it stores: of its
+    nest's kept shape, or that with the reduced dims kept as 1."""
+    nest = ReductionNest.of([node], lambda v: v.type)
+    shape = node.outputs[0].type.shape
+    return same_shape(shape, nest.kept_shape) or same_shape(
+        shape, [1 if d in nest.rdims else n for d, n in enumerate(nest.shape)])
 
 
 class ColumnLowering:
     """The column form of the core's lowering (mixed into its ``_Lowering``, which has
-    ``nest``, ``outputs``, ``em``, ``ix``, ``renderer``, ``REDUCTIONS`` and ``arrays``, the
-    scratch arrays it asks for: (name, element count, dtype))."""
+    ``nest``, ``outputs``, ``em``, ``ix``, ``renderer``, ``REDUCTIONS``, ``arrays``, the
+    scratch arrays it asks for: (name, element count, dtype), and ``carried``, the column
+    sums its row nest carries: (pointer, sum node, the array of its sums))."""
 
     def columns(self, plan: Columns) -> list:
         """The nest's statements in the column form ``plan``."""
@@ -109,3 +124,46 @@ class ColumnLowering:
         for node, (name, dtype) in arrays.items():
             acc = self.em.emit(self.renderer.read(name, "x", dtype), dtype, "acc")
             self.results(node, acc.code)
+
+    # ---- column sums carried by a row nest (the row + column form) ---------------------
+    def carry(self) -> None:
+        """In the row nest's last loop over the row (``r``, a column): each carried column
+        sum's operand at ``(x, r)`` added into its array at ``r``."""
+        for _, node, name in self.carried:
+            dtype = COMPUTE[node.outputs[0].type.dtype]
+            value = self.em.convert(self.value_at(node.inputs[0], self.full), dtype)
+            acc = self.em.fresh("sum")
+            self.em.add(stmt.Var(dtype, acc, self.renderer.read(name, "r", dtype)))
+            for s in self.renderer.accumulate("sum", acc, value.text, "r", ""):
+                self.em.add(s)
+            self.em.add(stmt.Store(stmt.Element(name, _R),
+                                   self.renderer.store_value(acc, dtype)))
+
+    def around_the_rows(self) -> tuple[list, list]:
+        """The loops before a row nest carrying column sums (their arrays started) and
+        after it (each column's sum stored): each column adds its rows in order, as a
+        column walk would."""
+        start = []
+        for _, node, name in self.carried:
+            dtype = COMPUTE[node.outputs[0].type.dtype]
+            start.append(stmt.Store(stmt.Element(name, _R), self.renderer.store_value(
+                self.renderer.initial("sum", dtype), dtype)))
+        self.em.open()
+        for pointer, node, name in self.carried:
+            out = node.outputs[0]
+            dtype = COMPUTE[out.type.dtype]
+            nest = ReductionNest.of([node], lambda v: v.type)
+            row = self.ix.delinear("r", nest.kept_shape)
+            self._know(row, nest.kept_shape, "r")
+            keep = iter(row)
+            coords = tuple(row) if same_shape(out.type.shape, nest.kept_shape) else tuple(
+                ZERO if d in nest.rdims else next(keep) for d in range(len(nest.shape)))
+            acc = self.em.emit(self.renderer.read(name, "r", dtype), dtype, "acc")
+            code = expr.fill(self.REDUCTIONS[node.op].outputs[0], {"acc": acc.code})
+            e = self.em.emit(code, dtype, out.name)
+            if out.type.dtype in LOW:
+                e = self.em.cast(e, out.type.dtype)
+            self._store(pointer, out, coords, e)
+        rows = self.ix.size(self.nest.rnumel)
+        return [stmt.Loop("r", "0", rows, tuple(start))], [
+            stmt.Loop("r", "0", rows, tuple(self.em.close()))]

@@ -39,7 +39,7 @@ from typing import Any, Optional
 import attrs
 
 from torchloom.codegen import indexing
-from torchloom.codegen.schedule import nest_classes
+from torchloom.codegen.schedule import RowsAndColumns, nest_classes
 from torchloom.codegen.writer import VIEWS, output_names, reduced_dims, upstream_nodes
 from torchloom.ir import Graph, Node, TensorType, Value
 
@@ -60,6 +60,37 @@ class Nest:
     reductions: Optional[tuple[Node, ...]] = None
     read_back: tuple[tuple[Value, str], ...] = ()
     columns: tuple[tuple[str, Node], ...] = ()
+
+
+#: the column reduction a row nest carries
+_SUM = "aten.sum.dim_IntList"
+
+
+def carried_columns(classes: list, parts: list, depends: Callable[[Value], frozenset],
+                    shape_of: Callable[[Value], Any], accept: Callable[[RowsAndColumns], bool],
+                    fits: Callable[[Node], bool]) -> Optional[tuple[int, int]]:
+    """A :data:`Fold`: (row class, column class) where the column class's sums ride in the
+    row nest (the row + column form, :class:`~torchloom.codegen.schedule.RowsAndColumns`),
+    else None. They ride where the target accepts the plan (``accept``), every column
+    reduction is a plain sum (no dtype argument) of one result nothing in the group reads
+    and that the target ``fits``, the column class's outputs are its sums, and nothing the
+    rows compute or store reads them. ``parts``: each class's outputs; ``depends(v)``: the
+    classes value ``v`` depends on."""
+    plan = RowsAndColumns.of([n for members in classes for n in members], shape_of)
+    if plan is None or not accept(plan):
+        return None
+    row = next(k for k, members in enumerate(classes) if members[0] in plan.rows)
+    col = 1 - row
+    for node in plan.columns:
+        (v,) = node.outputs
+        if node.op != _SUM or "dtype" in node.attrs or v.users() or not fits(node):
+            return None
+    if sorted(v.name for _, v in parts[col]) != sorted(n.outputs[0].name for n in plan.columns):
+        return None
+    if any(col in depends(v) for _, v in parts[row]) or \
+            any(col in depends(n.inputs[0]) for n in plan.rows):
+        return None  # (the rows read the columns' results)
+    return row, col
 
 
 def scratch_name(v: Value) -> str:

@@ -189,11 +189,12 @@ def _typed(dtype: str, shape) -> str:
     return f"{dtype}[{', '.join(map(str, shape))}]"
 
 
-def row_results_for_columns(shape) -> str:
+def row_results_for_columns(shape, column: str = "aten.sum.dim_IntList") -> str:
     """A layer_norm backward recomputing its statistics over the rows of ``shape``: the
-    weight gradient's column sums read mean and rstd per row (a nest plan's scratch arrays);
-    inputs ``%a``, ``%g`` of ``shape``; outputs the column sums ``%w`` and ``%o``, the
-    normalized input times its row's sum of ``g * normalized``."""
+    weight gradient's column sums read mean and rstd per row (a nest plan's scratch arrays,
+    or a row nest carrying the sums); inputs ``%a``, ``%g`` of ``shape``; outputs the column
+    sums ``%w`` (``column``: another column reduction, ``aten.amax.default``) and ``%o``,
+    the normalized input times its row's sum of ``g * normalized``."""
     t, k = _typed("f32", shape), _typed("f32", (*shape[:-1], 1))
     c = _typed("f32", shape[-1:])
     dims = ", ".join(map(str, range(len(shape) - 1)))
@@ -204,15 +205,16 @@ def row_results_for_columns(shape) -> str:
         %d = aten.sub.Tensor(%a, %m) : {t}
         %n = aten.mul.Tensor(%d, %r) : {t}
         %p = aten.mul.Tensor(%g, %n) : {t}
-        %w = aten.sum.dim_IntList(%p) {{dim = [{dims}]}} : {c}
+        %w = {column}(%p) {{dim = [{dims}]}} : {c}
         %s = aten.sum.dim_IntList(%p) {{dim = [-1], keepdim = true}} : {k}
         %o = aten.mul.Tensor(%n, %s) : {t}""", f"%w: {c}, %o: {t}")
 
 
-def stored_output_for_columns(shape, dtype: str) -> str:
+def stored_output_for_columns(shape, dtype: str, column: str = "aten.sum.dim_IntList") -> str:
     """A cross-entropy gradient and the bias gradient summed from it over the batch: the
-    column sum reads an output the row nest stores (read back, rounded to its dtype);
-    inputs ``%a``, ``%g`` of ``shape``; outputs ``%b``, ``%d``, ``%s``."""
+    column sum (``column``: another column reduction) reads an output the row nest stores
+    (read back, rounded to its dtype, or carried by the row nest); inputs ``%a``, ``%g`` of
+    ``shape``; outputs ``%b``, ``%d``, ``%s``."""
     t, k = _typed(dtype, shape), _typed(dtype, (*shape[:-1], 1))
     c = _typed(dtype, shape[-1:])
     dims = ", ".join(map(str, range(len(shape) - 1)))
@@ -221,7 +223,7 @@ def stored_output_for_columns(shape, dtype: str) -> str:
         %s = aten.sum.dim_IntList(%g) {{dim = [-1], keepdim = true}} : {k}
         %m = aten.mul.Tensor(%e, %s) : {t}
         %d = aten.sub.Tensor(%g, %m) : {t}
-        %b = aten.sum.dim_IntList(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
+        %b = {column}(%d) {{dim = [{dims}]}} : {c}""", f"%b: {c}, %d: {t}, %s: {k}")
 
 
 #: groups whose max, min, argmax or argmin reduce symbolic dims into an output, and a shape

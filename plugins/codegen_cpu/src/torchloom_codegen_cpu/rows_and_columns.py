@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import Node, Value, expr, schedule, stmt
+from torchloom.api import Node, Value, expr, nests, schedule, stmt
 
 from torchloom_codegen_cpu.nest import Writer
 from torchloom_codegen_cpu.ops import CTYPE, COMPUTE
@@ -34,40 +34,31 @@ from torchloom_codegen_cpu.tensors import tensor_type
 MIN_ROW = 256
 #: the longest: a thread's partials are MAX_ROW doubles per column sum
 MAX_ROW = 8192
-_SUM = "aten.sum.dim_IntList"
 
 
 def foldable(classes: list[list[Node]], parts: list[list[tuple[str, Value]]],
              depends: Any) -> tuple[int, int] | None:
     """(row class, column class) when the column class can ride in the row nest (see the
-    module docstring), else None. ``depends(v)``: the classes value ``v`` depends on."""
-    plan = schedule.RowsAndColumns.of([n for members in classes for n in members],
-                                      lambda v: tensor_type(v).shape)
-    if plan is None or not plan.trailing or not all(isinstance(d, int) for d in plan.shape):
-        return None
-    row = next(k for k, members in enumerate(classes) if members[0] in plan.rows)
-    col = 1 - row
-    if _fits(plan, parts[row], parts[col], depends, col):
-        return row, col
-    return None
+    module docstring; the core's :func:`nests.carried_columns` with the cpu's conditions),
+    else None. ``depends(v)``: the classes value ``v`` depends on."""
+    return nests.carried_columns(classes, parts, depends, lambda v: tensor_type(v).shape,
+                                 _accepts, _fits)
 
 
-def _fits(plan: schedule.RowsAndColumns, row_part, col_part, depends, col: int) -> bool:
+def _accepts(plan: schedule.RowsAndColumns) -> bool:
+    """Static rows innermost of a whole number of 16-lane vectors, MIN_ROW to MAX_ROW."""
+    if not plan.trailing or not all(isinstance(d, int) for d in plan.shape):
+        return False
     n = plan.row_nest.rnumel
-    if n % 16 or not MIN_ROW <= n <= MAX_ROW:
-        return False
-    for node in plan.columns:
-        (v,) = node.outputs
-        if node.op != _SUM or "dtype" in node.attrs or v.users() or \
-                not tensor_type(v).is_dense or \
-                tensor_type(node.inputs[0]).dtype not in ("f32", "f64") or \
-                tensor_type(v).dtype != tensor_type(node.inputs[0]).dtype:
-            return False
-    if sorted(v.name for _, v in col_part) != sorted(n.outputs[0].name for n in plan.columns):
-        return False
-    # the rows read nothing of the columns' results
-    return not any(col in depends(v) for _, v in row_part) and \
-        not any(col in depends(n.inputs[0]) for n in plan.rows)
+    return not n % 16 and MIN_ROW <= n <= MAX_ROW
+
+
+def _fits(node: Node) -> bool:
+    """A dense f32/f64 sum of its input's dtype (added in double partials)."""
+    (v,) = node.outputs
+    return tensor_type(v).is_dense and \
+        tensor_type(node.inputs[0]).dtype in ("f32", "f64") and \
+        tensor_type(v).dtype == tensor_type(node.inputs[0]).dtype
 
 
 def accumulate(w: Writer) -> None:
