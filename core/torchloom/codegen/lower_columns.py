@@ -104,14 +104,7 @@ class ColumnLowering:
         self._column_results({n: a for n, a in arrays.items() if n not in nodes})
         for node in nodes:
             name, dtype = arrays[node]
-            kind = self.REDUCTIONS[node.op].kind
-            value = self.em.convert(self.value_at(node.inputs[0], self.full), dtype)
-            acc = self.em.fresh(kind)
-            self.em.add(stmt.Var(dtype, acc, self.renderer.read(name, "x", dtype)))
-            for s in self.renderer.accumulate(kind, acc, value.text, "r", ""):
-                self.em.add(s)
-            self.em.add(stmt.Store(stmt.Element(name, _X),
-                                   self.renderer.store_value(acc, dtype)))
+            self._fold_into(name, _X, self.REDUCTIONS[node.op].kind, dtype, node)
         for pointer, v, coords in stores:
             self._store(pointer, v, coords, self.value_at(v, coords))
         self.em.add(self._over_columns(self.em.close()))
@@ -130,14 +123,17 @@ class ColumnLowering:
         """In the row nest's last loop over the row (``r``, a column): each carried column
         sum's operand at ``(x, r)`` added into its array at ``r``."""
         for _, node, name in self.carried:
-            dtype = COMPUTE[node.outputs[0].type.dtype]
-            value = self.em.convert(self.value_at(node.inputs[0], self.full), dtype)
-            acc = self.em.fresh("sum")
-            self.em.add(stmt.Var(dtype, acc, self.renderer.read(name, "r", dtype)))
-            for s in self.renderer.accumulate("sum", acc, value.text, "r", ""):
-                self.em.add(s)
-            self.em.add(stmt.Store(stmt.Element(name, _R),
-                                   self.renderer.store_value(acc, dtype)))
+            self._fold_into(name, _R, "sum", COMPUTE[node.outputs[0].type.dtype], node)
+
+    def _fold_into(self, array: str, at: Name, kind: str, dtype: str, node: Node) -> None:
+        """Reduction ``node``'s input at ``full`` (as ``dtype``) folded into element ``at``
+        of its accumulator array: read into a variable, accumulated, stored back."""
+        value = self.em.convert(self.value_at(node.inputs[0], self.full), dtype)
+        acc = self.em.fresh(kind)
+        self.em.add(stmt.Var(dtype, acc, self.renderer.read(array, at.text, dtype)))
+        for s in self.renderer.accumulate(kind, acc, value.text, "r", ""):
+            self.em.add(s)
+        self.em.add(stmt.Store(stmt.Element(array, at), self.renderer.store_value(acc, dtype)))
 
     def around_the_rows(self) -> tuple[list, list]:
         """The loops before a row nest carrying column sums (their arrays started) and
