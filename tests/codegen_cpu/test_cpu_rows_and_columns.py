@@ -158,3 +158,17 @@ def test_layer_norm_training_matches_eager(tmp_path_factory, rows, n, dtype, aff
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, equal_nan=True, **tol)
         assert torch.equal(g.isnan(), e.isnan())
+
+
+@pytest.mark.parametrize("rows", [4, 33])
+def test_a_column_variance_beside_row_sums_is_judged(check, rows):
+    """Rows the rule takes (256 values) beside a column reduction of two outputs
+    (``var_mean`` over dim 0): the rule unpacked every column reduction's one output and
+    raised while judging, so the group ran on eager; it is not carried (no sum), and the
+    cpu writes the two nests."""
+    t, k = f"f32[{rows}, 256]", f"f32[{rows}]"
+    text = group_text(f"%a: {t}", f"""
+        %s = aten.sum.dim_IntList(%a) {{dim = [1]}} : {k}
+        %v, %m = aten.var_mean.correction(%a) {{dim = [0], correction = 1}} : f32[256], f32[256]""",
+        f"%s: {k}, %v: f32[256], %m: f32[256]")
+    check(text, randn(torch.Generator().manual_seed(rows), rows, 256), rtol=1e-5, atol=1e-5)

@@ -205,3 +205,24 @@ def test_column_reductions_of_empty_and_single_sizes(scalar_c, rows, cols):
         lowered_against_eager(cls(), registry, sums, (g,))
         return
     lowered_against_eager(cls(), registry, text, (g,))
+
+
+@pytest.mark.parametrize("shape", [(7, 1), (5, 1, 1), (9, 3)])
+def test_one_column_keeps_what_reads_its_results_in_the_column_loop(scalar_c, shape):
+    """Found by random programs: a softmax over dim 0 of ``[7, 1]``, whose one column's
+    coordinates are all 0. A value of the walk that names no column coordinate is computed
+    once per reduced element, before the loop over the columns, but one computed from a
+    result (``a - max``) reads the loop's declaration of it: it stays in the loop (the
+    kernel named an undeclared result and did not build)."""
+    cls, registry = scalar_c
+    t, k = _t("f32", shape), _t("f32", [1, *shape[1:]])
+    text = group_text(f"%a: {t}", f"""
+        %m = aten.amax.default(%a) {{dim = [0], keepdim = true}} : {k}
+        %d = aten.sub.Tensor(%a, %m) : {t}
+        %e = aten.exp.default(%d) : {t}
+        %s = aten.sum.dim_IntList(%e) {{dim = [0], keepdim = true}} : {k}
+        %o = aten.div.Tensor(%e, %s) : {t}
+        %y = aten.sin.default(%o) : {t}""", f"%y: {t}")
+    a = torch.randn(shape, generator=torch.Generator().manual_seed(7))
+    lowered = lowered_against_eager(cls(), registry, text, (a,), 2e-6, 1e-6)
+    assert len(_walks(lowered.body)) == 3

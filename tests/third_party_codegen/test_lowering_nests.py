@@ -360,3 +360,18 @@ def test_reductions_of_one_level_share_a_loop_over_the_row(scalar_c, shape):
     loops = [s for s in row.body if type(s).__name__ == "Loop"]
     # sum, max, argmax and the variance's sum; the squares; the softmax's sum
     assert [s.var for s in loops] == ["r"] * 3
+
+
+@pytest.mark.parametrize("rows", [4, 9])
+def test_a_column_variance_beside_row_sums_is_two_nests(scalar_c, rows):
+    """Found by random programs: a column reduction of two outputs (``var_mean``) beside
+    row sums of the same shape. The row + column plan looked for column sums by unpacking
+    each column reduction's one output, and raised; it is not carried: two nests."""
+    t = _t("f32", (rows, 256))
+    text = group_text(f"%a: {t}", f"""
+        %s = aten.sum.dim_IntList(%a) {{dim = [1]}} : {_t("f32", (rows,))}
+        %v, %m = aten.var_mean.correction(%a) {{dim = [0], correction = 1}} : f32[256], f32[256]""",
+        f"%s: {_t('f32', (rows,))}, %v: f32[256], %m: f32[256]")
+    a = randn(torch.Generator().manual_seed(rows), rows, 256)
+    lowered = _run(scalar_c, text, (a,), rtol=2e-5, atol=2e-5, renderer=scalar_c[0]())
+    assert not [p for p in lowered.launch.params if p.name.startswith("acc_colsum")]

@@ -49,7 +49,7 @@ from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.scopes import LOW, Scopes
 from torchloom.codegen.walks import Walk
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
-                                      same_shape, var_correction)
+                                      same_shape, upstream_nodes, var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
 
 class _Lowering(ColumnLowering, ValueWalk):
@@ -86,6 +86,10 @@ class _Lowering(ColumnLowering, ValueWalk):
         self.row_keepdim: Coords | None = None
         #: the index of the loops over a row (a value not read at it is computed before)
         self.inner = "r"
+        #: whether reductions' results are declared inside the loop over the inner index
+        #: (a column walk's): values computed from them stay in it (``value_at``)
+        self.results_inside = False
+        self._from_results: dict[Value, bool] = {}
         #: the scratch arrays the nest asks for besides its nests' row results: (name,
         #: element count, dtype); a column walk's accumulators, the sums carried
         self.arrays: list[tuple[str, Any, str]] = []
@@ -102,13 +106,24 @@ class _Lowering(ColumnLowering, ValueWalk):
         if hit is not None:
             return hit
         if len(self.em.scopes) > 2 and self.em.target is None and not any(
-                self.inner in stmt.scan(c).names for c in coords):
+                self.inner in stmt.scan(c).names for c in coords) and \
+                not self._reads_inner_results(v):
             # a value of the row read in a loop over it: computed once, before the loop
             with self.em.hoisting(1):
                 return self.value_at(v, coords)
         hit = self._compute(v, coords)
         self.em.remember(("value", v, coords), hit)
         return hit
+
+    def _reads_inner_results(self, v: Value) -> bool:
+        """Whether ``v`` is computed from a reduction's result that the loop over the
+        inner index declares (a column walk's, read from its array at the column: one
+        column's coordinates never name the column, yet its results are the loop's)."""
+        if not self.results_inside:
+            return False
+        if v not in self._from_results:
+            self._from_results[v] = bool(upstream_nodes([v]) & set(self.reductions))
+        return self._from_results[v]
 
     def _compute(self, v: Value, coords: Coords) -> Expr:
         pointer = self.read_back.get(v)

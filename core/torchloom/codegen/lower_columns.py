@@ -61,6 +61,7 @@ class ColumnLowering:
         self._know(rs, nest.red_shape, "r")
         self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
         self.inner = "x"  # (a value read at r alone: computed once per r, before the columns)
+        self.results_inside = True  # (but not one computed from a result: the loop's)
         per_element, per_column = [], []
         for pointer, v in self.outputs:
             in_walk, coords = self.place_output(v)

@@ -81,9 +81,9 @@ def carried_columns(classes: list, parts: list, depends: Callable[[Value], froze
         return None
     row = next(k for k, members in enumerate(classes) if members[0] in plan.rows)
     col = 1 - row
-    for node in plan.columns:
-        (v,) = node.outputs
-        if node.op != _SUM or "dtype" in node.attrs or v.users() or not fits(node):
+    for node in plan.columns:  # (a sum has one output; another reduction may have two)
+        if node.op != _SUM or "dtype" in node.attrs or node.outputs[0].users() or \
+                not fits(node):
             return None
     if sorted(v.name for _, v in parts[col]) != sorted(n.outputs[0].name for n in plan.columns):
         return None
