@@ -204,3 +204,32 @@ def test_rows_read_across_are_walked_in_tiles(scalar_c, shape, perm, dtype, tile
         assert (row.var, row.start, row.end) == ("x", "xt0", "xt1")
         assert [(s.var, s.start, s.end) for s in row.body if isinstance(s, stmt.Loop)] == [
             ("j", "jt0", "jt1")]
+
+
+@pytest.mark.parametrize("n, c, hw", [(2, 3, 80), (1, 4, 64), (2, 3, 8)])
+def test_rows_too_short_for_tiles_are_turned(scalar_c, n, c, hw):
+    """An NCHW image copied to channels-last (rows of ``c`` channels, each read from
+    another plane): where the rows are 4 elements or fewer and the plane 64 or more, the
+    walk is turned (``tiles.turned``, as the cpu codegen turns it): its innermost loop runs
+    along the input's contiguous pixels, each element computed as before, exactly."""
+    cls, registry = scalar_c
+    g = torch.Generator().manual_seed(c)
+    a = torch.randn(n, c, hw, generator=g)
+    out = a.permute(0, 2, 1).contiguous().permute(0, 2, 1)  # (channels innermost in memory)
+    t, o = _type(a), _type(out)
+    text = f"""graph @g(%a: {t}) {{
+  %o = torchloom.fusion_group(%a) : {o} region @k(%p: {t}) {{
+    %t0 = aten.mul.Tensor(%p) {{other = 2}} : {o}
+    return %t0
+  }}
+  return %o
+}}
+"""
+    lowered = lowered_against_eager(cls(), registry, text, (a,), rtol=0, atol=0)
+    group = next(parse_graph(text).nodes)
+    walk = Walk.of(group.region.outputs, lambda v: v.type)
+    assert walk.order[-1] == 1  # (the output's channels innermost in memory)
+    inner = [s for s in stmt.walk(list(lowered.body)) if isinstance(s, stmt.Loop)][-1]
+    turned = hw >= 64
+    # turned: the innermost loop runs over the pixels (hw), else over the channels (c)
+    assert str(inner.end) == str(hw if turned else c), inner

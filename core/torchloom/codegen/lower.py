@@ -167,6 +167,8 @@ class _Lowering(ColumnLowering, ValueWalk):
     # ---- the loops ---------------------------------------------------------------------
     def pointwise(self) -> list:
         walk = Walk.of([v for _, v in self.outputs], lambda v: v.type)
+        # (rows of a few elements read across: the input's dim innermost)
+        walk = tiles.turned(walk, lambda: self._across(walk.order[-1]))
         shape, sizes = walk.shape, walk.sizes
         numel = prod(shape)
         # a loop x over the rows, in it a loop j over a row; one loop x over every
@@ -206,12 +208,16 @@ class _Lowering(ColumnLowering, ValueWalk):
         self.em.add(row_loop)
         row = self.em.close()
         # (rows read across by an input: in tiles, as the cpu codegen walks them)
-        tiled = tiles.tile_rows(sizes, row, row_loop, lambda: tiles.across(
-            self.region, self.registry, lambda v: v.type, [v for _, v in self.outputs],
-            walk.order[-1], list(self.read_back)), self._smaller, "i64")
+        tiled = tiles.tile_rows(sizes, row, row_loop, lambda: self._across(walk.order[-1]),
+                                self._smaller, "i64")
         if tiled is not None:
             return [stmt.Loop("xt", "0", str(tiled[0]), tuple(tiled[1]))]
         return [stmt.Loop("x", "0", self.ix.size(walk.rows), tuple(row))]
+
+    def _across(self, d0: int) -> tiles.Tiles | None:
+        """The tile plan of this nest's walk with innermost dim ``d0`` (:func:`tiles.across`)."""
+        return tiles.across(self.region, self.registry, lambda v: v.type,
+                            [v for _, v in self.outputs], d0, list(self.read_back))
 
     def _smaller(self, a: Code, b: Code) -> Code:
         """The smaller of two indices, as the renderer's language writes it."""

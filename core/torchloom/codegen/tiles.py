@@ -36,6 +36,7 @@ from torchloom.codegen.expr import Code, Name, names
 from torchloom.codegen.indexing import (C, Coords, IndexMath, Unsupported, memory_order, prod,
                                         same_shape)
 from torchloom.codegen.samples import sample_value
+from torchloom.codegen.walks import Walk
 from torchloom.codegen.writer import Expr, ValueWalk
 from torchloom.ir import Node, TensorType, Value
 
@@ -46,6 +47,8 @@ TILE = 32
 #: an input read across a walk steps over at least this many elements per element of its
 #: innermost dim: tiles pay (:func:`tile_rows`)
 STRIDED = 16
+#: a walk's rows of at most this many elements are turned (:func:`turned`), not tiled
+SHORT = 4
 
 #: what the probe "computes": nothing, only where each input is read
 _NOTHING = Expr(Name("_"), "f32")
@@ -242,3 +245,22 @@ def tile_rows(sizes: Sequence[Any], lines: Sequence[Any], row_loop: stmt.Loop,
             stmt.Declare(index, "jt1", smaller(expr.plus("jt0", TILE), expr.as_node(inner)))]
     body = [attrs.evolve(s, start="jt0", end="jt1") if s is row_loop else s for s in lines]
     return across_ * down, [*head, stmt.Loop("x", "xt0", "xt1", tuple(body))]
+
+
+def turned(walk: Walk, plan: Callable[[], Tiles | None]) -> Walk:
+    """The walk to take: ``walk`` itself (the first output in memory order), or, where its
+    innermost dim is static and of :data:`SHORT` elements or fewer and ``plan()``
+    (:func:`across`) has an input reading across it by :data:`STRIDED` elements or more
+    per step, along a static dim ``d1`` of at least ``2 * TILE``, the walk turned with
+    ``d1`` innermost: rows too short for tiles (an NCHW image copied to channels-last,
+    rows of 3 channels each read from another plane) read the input's contiguous run
+    along a row instead; each element is computed as before, in another order."""
+    order, shape = walk.order, walk.shape
+    if walk.flat or len(order) < 2 or not isinstance(shape[order[-1]], int) or \
+            shape[order[-1]] > SHORT:
+        return walk
+    found = plan()
+    if found is None or found.step < STRIDED or found.d1 not in order or \
+            not isinstance(shape[found.d1], int) or shape[found.d1] < 2 * TILE:
+        return walk
+    return walk.turned(found.d1)

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torchloom.api import Tiles, Walk, stmt, tiles
+from torchloom.api import Tiles, stmt, tiles
 
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.render import smaller
 from torchloom_codegen_cpu.tensors import tensor_type
 
-TILE, STRIDED = tiles.TILE, tiles.STRIDED
-#: a walk's rows of at most this many elements are turned (:func:`turned`), not tiled
-SHORT = 4
+TILE, STRIDED, SHORT = tiles.TILE, tiles.STRIDED, tiles.SHORT
 
 
 def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
@@ -53,19 +51,5 @@ def tiled(walk: list, lines: list, row_loop: stmt.Loop, plan: Callable[[], Tiles
     return None if found is None else (ParallelLoop("xt", found[0]), found[1])
 
 
-def turned(walk: Walk, plan: Callable[[], Tiles | None]) -> Walk:
-    """The walk to take: ``walk`` itself (the first output in memory order), or, where its
-    innermost dim is static and of :data:`SHORT` elements or fewer and ``plan()`` (the
-    core's tile plan of the walk) has an input reading across it by :data:`STRIDED`
-    elements or more per step, along a static dim ``d1`` of at least ``2 * TILE``, the walk
-    turned with ``d1`` innermost (the input's contiguous run walked as the SIMD loop; each
-    element is computed as before, in another order)."""
-    order, shape = walk.order, walk.shape
-    if walk.flat or len(order) < 2 or not isinstance(shape[order[-1]], int) or \
-            shape[order[-1]] > SHORT:
-        return walk
-    found = plan()
-    if found is None or found.step < STRIDED or found.d1 not in order or \
-            not isinstance(shape[found.d1], int) or shape[found.d1] < 2 * TILE:
-        return walk
-    return walk.turned(found.d1)
+#: the walk to take (the core's :func:`tiles.turned`: rows too short for tiles turned)
+turned = tiles.turned
