@@ -207,9 +207,10 @@ class _Lowering(ColumnLowering, ValueWalk):
         row_loop = stmt.Loop("j", "0", self.ix.size(sizes[-1]), tuple(self.em.close()))
         self.em.add(row_loop)
         row = self.em.close()
-        # (rows read across by an input: in tiles, as the cpu codegen walks them)
-        tiled = tiles.tile_rows(sizes, row, row_loop, lambda: self._across(walk.order[-1]),
-                                self._smaller, "i64")
+        # (rows read across by an input: in tiles, as the cpu codegen walks them, where
+        # the renderer's language writes the smaller of two indices)
+        tiled = None if "Min" not in self.renderer.language.functions else tiles.tile_rows(
+            sizes, row, row_loop, lambda: self._across(walk.order[-1]), self._smaller, "i64")
         if tiled is not None:
             return [stmt.Loop("xt", "0", str(tiled[0]), tuple(tiled[1]))]
         return [stmt.Loop("x", "0", self.ix.size(walk.rows), tuple(row))]
