@@ -321,11 +321,14 @@ class _Lowering(ColumnLowering, ValueWalk):
         for out, template in zip(node.outputs, self.REDUCTIONS[node.op].outputs):
             t = out.type
             code = expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
-            e = self.em.emit(code, COMPUTE[t.dtype], out.name)
-            if t.dtype in LOW:
-                e = self.em.cast(e, t.dtype)
             self.reduced[out] = (self.row_keepdim if len(t.shape) == rank and rank else
-                                 self.row, e)
+                                 self.row, self.result_value(out, code))
+
+    def result_value(self, out: Value, code: Code) -> Expr:
+        """Reduction output ``out``'s value ``code`` (its template filled) bound in its
+        compute dtype, rounded as eager rounds a bf16/f16 result."""
+        e = self.em.emit(code, COMPUTE[out.type.dtype], out.name)
+        return self.em.cast(e, out.type.dtype) if out.type.dtype in LOW else e
 
 
 def _region_symbols(region) -> list[str]:

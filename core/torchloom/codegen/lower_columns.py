@@ -27,7 +27,6 @@ from torchloom.codegen.columns import Columns
 from torchloom.codegen.expr import Name
 from torchloom.codegen.indexing import ZERO
 from torchloom.codegen.schedule import ReductionNest
-from torchloom.codegen.scopes import LOW
 from torchloom.codegen.writer import COMPUTE, same_shape
 from torchloom.ir import Node
 
@@ -71,7 +70,8 @@ class ColumnLowering:
         for level, nodes in enumerate(plan.walks):
             start = []
             for node in nodes:
-                kind, dtype = self._column_kind(node)
+                kind = self.REDUCTIONS[node.op].kind
+                dtype = COMPUTE[node.outputs[0].type.dtype]
                 name = self.em.fresh(f"acc_{kind}")
                 self.arrays.append((name, nest.rows, dtype))
                 arrays[node] = (name, dtype)
@@ -87,10 +87,6 @@ class ColumnLowering:
         for pointer, v, coords in per_column:
             self._store(pointer, v, coords, self.value_at(v, coords))
         return [*body, self._over_columns(self.em.close())]
-
-    def _column_kind(self, node: Node) -> tuple[str, str]:
-        """The reduction's kind and its accumulator's compute dtype."""
-        return self.REDUCTIONS[node.op].kind, COMPUTE[node.outputs[0].type.dtype]
 
     def _over_columns(self, body: Any) -> stmt.Loop:
         return stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(body))
@@ -157,10 +153,7 @@ class ColumnLowering:
                 ZERO if d in nest.rdims else next(keep) for d in range(len(nest.shape)))
             acc = self.em.emit(self.renderer.read(name, "r", dtype), dtype, "acc")
             code = expr.fill(self.REDUCTIONS[node.op].outputs[0], {"acc": acc.code})
-            e = self.em.emit(code, dtype, out.name)
-            if out.type.dtype in LOW:
-                e = self.em.cast(e, out.type.dtype)
-            self._store(pointer, out, coords, e)
+            self._store(pointer, out, coords, self.result_value(out, code))
         rows = self.ix.size(self.nest.rnumel)
         return [stmt.Loop("r", "0", rows, tuple(start))], [
             stmt.Loop("r", "0", rows, tuple(self.em.close()))]
