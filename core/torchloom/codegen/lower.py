@@ -9,10 +9,11 @@ transform first, a loop nest per nest of the core's nest plan
 other: a later nest reads what an earlier one stored (an output, or a reduction's results
 in a scratch array of one value per row, which the launch spec names and the launcher
 allocates). A pointwise nest is the schedule's walk
-(:class:`~torchloom.codegen.walks.Walk`): a loop ``x`` over the rows of its first output in
-memory order and in it a loop ``j`` over a row (values not read at ``j`` computed once per
-row, before it; rows an input reads across in tiles, ``tiles.tile_rows``), or one loop
-``x`` over every element where the walk is flat. A reduction nest in the column form
+(:class:`~torchloom.codegen.walks.Walk`) in the loops every target writes
+(:mod:`torchloom.codegen.walk_nest`, lowered by :mod:`.lower_walks`): a loop ``x`` over the
+rows of its first output in memory order and in it a loop ``j`` over a row (values not
+read at ``j`` computed once per row, before it; rows an input reads across in tiles,
+``tiles.tile_rows``; a flat walk one row of every element). A reduction nest in the column form
 (:mod:`torchloom.codegen.columns`) walks its columns (:mod:`.lower_columns`); any other
 is a loop ``x`` over the rows of its nest holding, per level of reductions (none reading
 another's result: ``schedule.levels``), their accumulators (``Var``) and one loop ``r``
@@ -35,24 +36,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.codegen import columns, expr, nests, stmt, tiles
+from torchloom.codegen import columns, expr, nests, stmt
 from torchloom.codegen.base import Kernel, KernelSource, Reason, Written, laid_out_as
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
                                         Schedule, size_param)
 from torchloom.codegen.empty_rows import nonempty_dims
 from torchloom.codegen.expr import Code, Literal, Name, Op
-from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod, same
+from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod
 from torchloom.codegen.lower_columns import ColumnLowering, carried_output
+from torchloom.codegen.lower_walks import WalkLowering
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.scopes import LOW, Scopes
-from torchloom.codegen.walks import Walk
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
-                                      same_shape, upstream_nodes, var_correction)
+                                      upstream_nodes, var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
 
-class _Lowering(ColumnLowering, ValueWalk):
+
+class _Lowering(ColumnLowering, WalkLowering, ValueWalk):
     """One nest of a group lowered for one renderer (see the module docstring): it stores
     ``outputs`` (pointer, value), computes ``reductions`` over ``nest`` (None: a pointwise
     walk over its first output) and reads the values of ``read_back`` from the pointer an
@@ -165,65 +167,6 @@ class _Lowering(ColumnLowering, ValueWalk):
         self.em.add(stmt.Store(stmt.Element(pointer, offset), value))
 
     # ---- the loops ---------------------------------------------------------------------
-    def pointwise(self) -> list:
-        walk = Walk.of([v for _, v in self.outputs], lambda v: v.type)
-        # (rows of a few elements read across: the input's dim innermost)
-        walk = tiles.turned(walk, lambda: self._across(walk.order[-1]))
-        shape, sizes = walk.shape, walk.sizes
-        numel = prod(shape)
-        # a loop x over the rows, in it a loop j over a row; one loop x over every
-        # element where rows are single elements or one row is all of them
-        nested = len(sizes) > 1 and sizes[-1] != 1
-        self.em.open()
-        if walk.flat:  # (every tensor dense and of this shape: the element's index is x)
-            coords = self.ix.delinear("x", shape)
-            self._know(coords, shape, "x")
-        else:
-            if nested:
-                walked = (*self.ix.delinear("x", sizes[:-1]), Name("j"))
-                inner = self.ix.size_code(sizes[-1])
-                self._know(walked, sizes, expr.plus(expr.times("x", inner), "j"))
-                self.inner = "j"
-                self.em.open()
-            else:
-                walked = self.ix.delinear("x", sizes)
-                self._know(walked, sizes, "x")
-            logical = [ZERO] * len(shape)
-            for d, c in zip(walk.order, walked):
-                logical[d] = c
-            coords = tuple(logical)
-        for pointer, v in self.outputs:
-            out = tuple(v.type.shape)
-            if same_shape(out, shape):
-                at = coords
-            elif same(prod(out), numel):
-                at = self.ix.reshape(coords, shape, out, self.known)
-            else:
-                raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
-                                  f"the loop over {list(shape)}")
-            self._store(pointer, v, at, self.value_at(v, at))
-        if not nested:
-            return [stmt.Loop("x", "0", self.ix.size(numel), tuple(self.em.close()))]
-        row_loop = stmt.Loop("j", "0", self.ix.size(sizes[-1]), tuple(self.em.close()))
-        self.em.add(row_loop)
-        row = self.em.close()
-        # (rows read across by an input: in tiles, as the cpu codegen walks them, where
-        # the renderer's language writes the smaller of two indices)
-        tiled = None if "Min" not in self.renderer.language.functions else tiles.tile_rows(
-            sizes, row, row_loop, lambda: self._across(walk.order[-1]), self._smaller, "i64")
-        if tiled is not None:
-            return [stmt.Loop("xt", "0", str(tiled[0]), tuple(tiled[1]))]
-        return [stmt.Loop("x", "0", self.ix.size(walk.rows), tuple(row))]
-
-    def _across(self, d0: int) -> tiles.Tiles | None:
-        """The tile plan of this nest's walk with innermost dim ``d0`` (:func:`tiles.across`)."""
-        return tiles.across(self.region, self.registry, lambda v: v.type,
-                            [v for _, v in self.outputs], d0, list(self.read_back))
-
-    def _smaller(self, a: Code, b: Code) -> Code:
-        """The smaller of two indices, as the renderer's language writes it."""
-        return Op(self.renderer.language.functions["Min"], expr.ATOM, (a, b))
-
     def reduction(self) -> list:
         nest = self.nest
         self.row = self.ix.delinear("x", nest.kept_shape)

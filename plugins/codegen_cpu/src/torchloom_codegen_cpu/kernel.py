@@ -23,7 +23,8 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import Node, TensorType, Value, Walk, expr, indexing, schedule, stmt, writer
+from torchloom.api import (Node, TensorType, Value, Walk, expr, indexing, schedule, stmt,
+                           walk_nest, writer)
 
 from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_nest, rows_and_columns,
                                   staging, tiles)
@@ -54,7 +55,7 @@ FLAT_CHUNK = 1024
 ROW_BUFFER = 16384
 
 
-class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
+class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS, GATHERS = "C", POINTWISE, REDUCTIONS, True
@@ -305,62 +306,40 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         return self._pointwise_body() if self.kind == "pointwise" else self._reduction_body()
 
     def _pointwise_body(self) -> list:
-        outs = [tensor_type(v) for v in self.outputs]
-        first = outs[0]
-        self.numel = schedule.elementwise_numel([t.shape for t in outs])
+        self.numel = schedule.elementwise_numel([tensor_type(v).shape for v in self.outputs])
         planned = Walk.of(self.outputs, tensor_type)
         # (rows of a few elements read across: the input's dim innermost)
-        planned = tiles.turned(planned, lambda: tiles.plan(
-            self.region, self.registry, self.outputs, planned.order[-1], self.stored))
-        order, flat = planned.order, planned.flat
+        walk = tiles.turned(planned, lambda: self.tile_plan(planned.order[-1]))
         # (flat: one run over every element, the row length no longer bounds the SIMD loop)
-        walk = planned.sizes
-        inner, size = walk[-1], self.ix.size_code
-        if isinstance(inner, int):
-            chunk = min(inner, FLAT_CHUNK) if flat else inner if inner <= 2 * CHUNK else CHUNK
-            chunks = -(-inner // chunk) if inner else 0
-            chunked = chunks > 1
-        else:  # chunks of CHUNK (one for a short row), counted at run time
-            chunk, chunks, chunked = CHUNK, f"CeilDiv({inner}, {CHUNK})", True
-        self.rows = prod([prod(walk[:-1]), chunks])
-        em = self.em
-        if chunked:
-            count, end = expr.paren(size(chunks)), expr.paren(size(inner))
-            em.statement(stmt.Declare("int64_t", "row", expr.over("x", count)), False)
-            em.statement(stmt.Declare("int64_t", "j0", expr.times(expr.modulo("x", count),
-                                                                  chunk)), False)
-            em.statement(stmt.Declare("int64_t", "j1", smaller(expr.plus("j0", chunk), end)),
-                         False)
-            row, bounds = "row", ("j0", "j1")
-        else:
-            row, bounds = "x", ("0", str(size(inner)))
-        em.inner("j")
-        header: list = []
-        if flat:  # the element's coordinates, declared per element where a load needs them
-            header, logical = self.inner_coords("j", first.shape)
-        else:
-            walk_coords = [*self.row_coords(row, walk[:-1]),
-                           expr.Name("j") if inner != 1 else ZERO]
-            self.ix.remember(self.known, walk_coords, walk, (
-                "j" if prod(walk[:-1]) == 1 else f"{row} * {par(size(inner))} + j"))
-            logical: list[expr.Code] = [ZERO] * len(order)
-            for d, c in zip(order, walk_coords):
-                logical[d] = c
-        em.begin_phase()
-        for name, v, t in zip(self.out_names, self.outputs, outs):
-            coords = tuple(logical) if tuple(t.shape) == tuple(first.shape) else \
-                self.ix.reshape(tuple(logical), first.shape, t.shape, self.known)
-            self.store(name, v, coords)
-        row_loop = em.end_phase(Simd(), "j", *bounds, header)
-        tiling = None if chunked or flat else tiles.tiled(
-            walk, em.lines, row_loop,
-            lambda: tiles.plan(self.region, self.registry, self.outputs, order[-1],
-                               self.stored))
-        if tiling is not None:
-            self.loop, lines = tiling
-            return lines
-        self.loop = ParallelLoop("x", self.rows)
-        return em.lines
+        chunks = walk_nest.RowChunks.of(walk, CHUNK, FLAT_CHUNK)
+        self.rows = chunks.trips(walk)
+        var, trips, lines = self.walk_rows(list(zip(self.out_names, self.outputs)), walk,
+                                           chunks)
+        self.loop = ParallelLoop(var, trips)
+        return lines
+
+    # what WalkNest asks of a writer (walk_nest.py): a row's statements, its SIMD loop
+    smaller = staticmethod(smaller)
+
+    def begin_row(self) -> None:
+        pass  # (a row's statements are the emitter's lines)
+
+    def row_statement(self, statement) -> None:
+        self.em.statement(statement, False)
+
+    def end_row(self) -> list:
+        return self.em.lines
+
+    def begin_inner(self, index: str) -> None:
+        self.em.inner(index)
+        self.em.begin_phase()
+
+    def end_inner(self, index: str, start: str, end: str, header: list) -> stmt.Loop:
+        return self.em.end_phase(Simd(), index, start, end, header)
+
+    def tile_plan(self, d0: int):
+        """The core's tile plan of this walk with innermost dim ``d0`` (tiles.py)."""
+        return tiles.plan(self.region, self.registry, self.outputs, d0, self.stored)
 
     def _reduction_body(self) -> list:
         nest = self.reduction_nest = schedule.ReductionNest.of(self.reductions, tensor_type)

@@ -24,12 +24,8 @@ one channel, where the row walk read 3 elements from 3 planes per pixel).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from torchloom.api import Tiles, tiles
 
-from torchloom.api import Tiles, stmt, tiles
-
-from torchloom_codegen_cpu.nest import ParallelLoop
-from torchloom_codegen_cpu.render import smaller
 from torchloom_codegen_cpu.tensors import tensor_type
 
 TILE, STRIDED, SHORT = tiles.TILE, tiles.STRIDED, tiles.SHORT
@@ -39,16 +35,6 @@ def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
     """The core's tile plan of a walk of ``outputs`` whose innermost dim is ``d0``
     (``stored``: values earlier nests wrote, which it reads back): :func:`tiles.across`."""
     return tiles.across(region, registry, tensor_type, outputs, d0, stored)
-
-
-def tiled(walk: list, lines: list, row_loop: stmt.Loop, plan: Callable[[], Tiles | None]
-          ) -> tuple[ParallelLoop, list] | None:
-    """The loop over tiles ``xt`` and its body: ``lines`` (a row ``x``: its statements and
-    ``row_loop``, its SIMD loop over the whole row) in a loop over the tile's rows, the row
-    loop over the tile's columns (the core's :func:`tiles.tile_rows`); None when the walk
-    is not worth tiling."""
-    found = tiles.tile_rows(walk, lines, row_loop, plan, smaller, "int64_t")
-    return None if found is None else (ParallelLoop("xt", found[0]), found[1])
 
 
 #: the walk to take (the core's :func:`tiles.turned`: rows too short for tiles turned)

@@ -1,0 +1,139 @@
+"""A pointwise nest's loops, written once for every target: :class:`WalkNest`, mixed into
+the ``cpu`` codegen's kernel writer and the core's lowering (:mod:`torchloom.codegen.lower`).
+
+The nest walks its :class:`~torchloom.codegen.walks.Walk` (turned where its rows are too
+short, :func:`tiles.turned`): a loop ``x`` over its rows and in it a loop ``j`` over a
+row, whose values not read at ``j`` are computed once per row, before it. A target that
+runs rows on threads cuts long rows into chunks (:class:`RowChunks`) so that one long row
+still spreads over them: ``x`` then counts (row, chunk) pairs, ``row`` the row and ``j``
+runs over the chunk ``[j0, j1)``. A flat walk is one row of every element, cut into
+chunks alike, an element's coordinates declared in the loop over it where a read needs
+them. Rows read across by an input are walked in tiles (:func:`tiles.tile_rows`)::
+
+    f32[64, 300] = tanh(a + b), whole rows:       Loop x in [0, 64): Loop j in [0, 300): ...
+    f32[2, 10000], rows in chunks of 4096:        Loop x in [0, 6):
+                                                    row = x / 3; j0 = x % 3 * 4096
+                                                    j1 = min(j0 + 4096, 10000)
+                                                    Loop j in [j0, j1): ...
+
+What the writer gives (each target its own way): ``ix`` and ``known`` (its index math),
+``row_coords``/``inner_coords`` (a walk's coordinates: declared in the row, or in the loop
+over ``j``), ``begin_row``/``row_statement``/``end_row`` (a row's statements),
+``begin_inner``/``end_inner`` (the loop over a row, around what is read at ``j``),
+``store``, ``tile_plan`` (:func:`tiles.across` for its values) and ``smaller`` with
+``INDEX`` (the target's minimum of two indices, its index type).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from torchloom.codegen import expr, stmt, tiles
+from torchloom.codegen.expr import Code, Name
+from torchloom.codegen.indexing import ZERO, Coords, Unsupported, prod
+from torchloom.codegen.samples import same
+from torchloom.codegen.walks import Walk
+from torchloom.ir import Value
+
+
+@attrs.frozen
+class RowChunks:
+    """A walk's rows in chunks of ``size`` elements, ``count`` chunks a row (an int, or a
+    size expression for symbolic rows); ``cut``: whether rows are cut at all (else a row
+    is one chunk, or none for rows of no elements)."""
+
+    size: Any
+    count: Any
+    cut: bool
+
+    @classmethod
+    def of(cls, walk: Walk, chunk: int | None, flat_chunk: int | None) -> RowChunks:
+        """Rows of ``walk`` cut into chunks of ``chunk`` elements where longer than two
+        (a flat walk's one row: of ``flat_chunk``; symbolic rows: always, counted at run
+        time); None for either: rows whole."""
+        inner = walk.inner
+        whole = chunk is None if not walk.flat else flat_chunk is None
+        if not isinstance(inner, int):
+            return cls(chunk, f"CeilDiv({inner}, {chunk})", True) if not whole else \
+                cls(inner, 1, False)
+        if whole:
+            size = inner
+        elif walk.flat:
+            size = min(inner, flat_chunk)
+        else:
+            size = inner if inner <= 2 * chunk else chunk
+        count = -(-inner // size) if inner else 0
+        return cls(size, count, count > 1)
+
+    def trips(self, walk: Walk) -> Any:
+        """The loop ``x``'s trip count: (row, chunk) pairs."""
+        return prod([walk.rows, self.count])
+
+
+class WalkNest:
+    """A pointwise nest's loops over its walk (see the module docstring); mixed into a
+    target's writer, which gives the methods the docstring names."""
+
+    INDEX = "int64_t"
+
+    def walk_rows(self, outputs: Sequence[tuple[str, Value]], walk: Walk, chunks: RowChunks
+                  ) -> tuple[str, Any, list]:
+        """The walk's loop over rows, storing ``outputs`` (pointer, value) at each element:
+        (its variable, its trip count, its body)."""
+        size = self.ix.size_code
+        sizes, order, inner = walk.sizes, walk.order, walk.inner
+        self.begin_row()
+        if chunks.cut:
+            count, end = expr.paren(size(chunks.count)), expr.paren(size(inner))
+            self.row_statement(stmt.Declare(self.INDEX, "row", expr.over("x", count)))
+            self.row_statement(stmt.Declare(self.INDEX, "j0", expr.times(
+                expr.modulo("x", count), chunks.size)))
+            self.row_statement(stmt.Declare(self.INDEX, "j1", self.smaller(
+                expr.plus("j0", chunks.size), end)))
+            row, bounds = "row", ("j0", "j1")
+        else:
+            row, bounds = "x", ("0", str(size(inner)))
+        header: list = []
+        if walk.flat:  # the element's coordinates, declared per element where a read needs them
+            header, logical = self.inner_coords("j", walk.shape)
+        else:
+            walked = [*self.row_coords(row, sizes[:-1]), Name("j") if inner != 1 else ZERO]
+            self.ix.remember(self.known, walked, sizes, self.walk_index(row, sizes))
+            logical = [ZERO] * len(order)
+            for d, c in zip(order, walked):
+                logical[d] = c
+        self.begin_inner("j")
+        for pointer, v in outputs:
+            self.store(pointer, v, self._walked(v, walk.shape, tuple(logical)))
+        row_loop = self.end_inner("j", *bounds, header)
+        lines = self.end_row()
+        tiled = None if chunks.cut or walk.flat else tiles.tile_rows(
+            sizes, lines, row_loop, lambda: self.tile_plan(order[-1]), self.smaller,
+            self.INDEX)
+        if tiled is not None:
+            return "xt", tiled[0], tiled[1]
+        return "x", chunks.trips(walk), lines
+
+    def walk_index(self, row: str, sizes: Sequence[Any]) -> str:
+        """The linear index of the walk's element ``(row, j)`` (``sizes``: the walk's)."""
+        if prod(list(sizes[:-1])) == 1:
+            return "j"
+        return f"{row} * {expr.par(self.ix.size_code(sizes[-1]))} + j"
+
+    def _walked(self, v: Value, shape: tuple, coords: Coords) -> Coords:
+        """Output ``v``'s coordinates at the walk's element ``coords`` (of ``shape``): the
+        same, or reshaped where ``v`` has as many elements in another shape."""
+        out = tuple(self.tensor_type(v).shape)
+        if out == tuple(shape):
+            return coords
+        if not same(prod(out), prod(shape)):
+            raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
+                              f"the loop over {list(shape)}")
+        return self.ix.reshape(coords, shape, out, self.known)
+
+    def smaller(self, a: Code, b: Code) -> Code:
+        """The smaller of two indices."""
+        raise NotImplementedError
