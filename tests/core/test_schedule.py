@@ -4,7 +4,7 @@ reductions, the same data both native codegens render."""
 from __future__ import annotations
 
 import pytest
-from torchloom.api import Schedule, expr, indexing, parse_graph, schedule
+from torchloom.api import Schedule, Walk, expr, indexing, parse_graph, schedule, walk_nest
 from torchloom.codegen.indexing import Unsupported
 
 
@@ -157,3 +157,35 @@ def test_max_shift_finds_softmaxs_maximum_of_the_same_input():
     # another tensor's maximum, a maximum without keepdim, alpha 2, the maximum itself
     for node in (f, h, k, m):
         assert schedule.max_shift(node.outputs[0]) is None
+
+
+@pytest.mark.parametrize("shape, flat, chunk, flat_chunk, want", [
+    ((64, 300), False, 4096, 1024, (300, 1, False)),        # a short row: whole
+    ((2, 8192), False, 4096, 1024, (8192, 1, False)),       # up to two chunks: whole
+    ((2, 8193), False, 4096, 1024, (4096, 3, True)),        # longer: cut
+    ((3, 0), False, 4096, 1024, (0, 0, False)),             # rows of no elements: none
+    ((4, 6000), True, 4096, 1024, (1024, 24, True)),        # flat: one row, in its chunks
+    ((4, 6), True, 4096, 1024, (24, 1, False)),             # flat and short
+    ((2, 10000), False, None, None, (10000, 1, False)),     # no chunks asked: whole
+    ((4, 6000), True, 4096, None, (24000, 1, False)),       # a flat row whole
+])
+def test_row_chunks_cut_long_rows_only(shape, flat, chunk, flat_chunk, want):
+    """RowChunks.of: a walk's rows cut into chunks where longer than two (a flat walk's one
+    row into its own chunks); the loop over rows runs (row, chunk) pairs."""
+    walk = Walk(shape, tuple(range(len(shape))), flat)
+    chunks = walk_nest.RowChunks.of(walk, chunk, flat_chunk)
+    assert (chunks.size, chunks.count, chunks.cut) == want
+    assert chunks.trips(walk) == walk.rows * chunks.count
+    if chunks.cut:  # every element in exactly one chunk
+        assert (chunks.count - 1) * chunks.size < walk.inner <= chunks.count * chunks.size
+
+
+def test_row_chunks_of_symbolic_rows_are_counted_at_run_time():
+    """Rows of a symbolic length are always cut (a chunk count of ``CeilDiv``), unless
+    the target keeps rows whole."""
+    s0 = "s0"  # (a symbolic dim, as the IR's types hold it)
+    walk = Walk((8, s0), (0, 1), False)
+    chunks = walk_nest.RowChunks.of(walk, 4096, 1024)
+    assert chunks.cut and chunks.size == 4096 and chunks.count == f"CeilDiv({s0}, 4096)"
+    whole = walk_nest.RowChunks.of(walk, None, None)
+    assert not whole.cut and whole.count == 1 and whole.size == s0
