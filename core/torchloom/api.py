@@ -31,8 +31,8 @@
   (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
   :class:`LaunchSpec` and its :class:`Bound`, :class:`Lowered`, :class:`Param`,
   :func:`size_param`, :data:`FORMS`, :data:`REDUCTION_KINDS`), the pointwise walk
-  (:class:`Walk`; ``walk_nest``, its loops written once for every target) and the
-  2-D tile plan (:class:`Tiles`; ``tiles``, with the transform
+  (:class:`Walk`; ``walk_nest``, its loops written once for every target; ``row_form``,
+  a reduction nest's row written once alike) and the 2-D tile plan (:class:`Tiles`; ``tiles``, with the transform
   putting a walk's rows in tiles, :func:`~torchloom.codegen.tiles.tile_rows`), and
   ``lower`` (the lowering to statements, :class:`RendererCodegen`),
   :class:`Unsupported`; the empty-row checks
@@ -45,8 +45,8 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 
 from torchloom import errors
 from torchloom.codegen import (columns, contract, expr, indexing, lower, nests, op_rows,
-                               reductions, row_forms, schedule, stmt, tiles, walk_nest,
-                               writer)
+                               reductions, row_form, row_forms, schedule, stmt, tiles,
+                               walk_nest, writer)
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
@@ -107,7 +107,7 @@ __all__ = [
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
     "laid_out_as", "same_strides",
     "columns", "indexing", "nests", "op_rows", "reductions", "row_forms", "schedule", "stmt",
-    "tiles", "walk_nest", "writer",
+    "tiles", "walk_nest", "row_form", "writer",
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",

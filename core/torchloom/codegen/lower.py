@@ -15,7 +15,8 @@ rows of its first output in memory order and in it a loop ``j`` over a row (valu
 read at ``j`` computed once per row, before it; rows an input reads across in tiles,
 ``tiles.tile_rows``; a flat walk one row of every element). A reduction nest in the column form
 (:mod:`torchloom.codegen.columns`) walks its columns (:mod:`.lower_columns`); any other
-is a loop ``x`` over the rows of its nest holding, per level of reductions (none reading
+is a loop ``x`` over the rows of its nest (each the row every target writes,
+:mod:`torchloom.codegen.row_form`) holding, per level of reductions (none reading
 another's result: ``schedule.levels``), their accumulators (``Var``) and one loop ``r``
 over the row folding each reduction's input into its own (``var``: its mean in that
 loop, its squares in a second), the reductions' results (``Declare``), its outputs of a
@@ -42,19 +43,20 @@ from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Pa
                                         Schedule, size_param)
 from torchloom.codegen.empty_rows import nonempty_dims
 from torchloom.codegen.expr import Code, Literal, Name, Op
-from torchloom.codegen.indexing import ZERO, Coords, IndexMath, Unsupported, prod
+from torchloom.codegen.indexing import Coords, IndexMath, Unsupported, prod
 from torchloom.codegen.lower_columns import ColumnLowering, carried_output
 from torchloom.codegen.lower_walks import WalkLowering
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
+from torchloom.codegen.row_form import RowForm
 from torchloom.codegen.scopes import LOW, Scopes
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
                                       upstream_nodes, var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
 
 
-class _Lowering(ColumnLowering, WalkLowering, ValueWalk):
+class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
     """One nest of a group lowered for one renderer (see the module docstring): it stores
     ``outputs`` (pointer, value), computes ``reductions`` over ``nest`` (None: a pointwise
     walk over its first output) and reads the values of ``read_back`` from the pointer an
@@ -168,32 +170,30 @@ class _Lowering(ColumnLowering, WalkLowering, ValueWalk):
 
     # ---- the loops ---------------------------------------------------------------------
     def reduction(self) -> list:
-        nest = self.nest
-        self.row = self.ix.delinear("x", nest.kept_shape)
-        self._know(self.row, nest.kept_shape, "x")
-        red = self.ix.delinear("r", nest.red_shape)
-        self._know(red, nest.red_shape, "r")
-        full = [""] * len(nest.shape)
-        for d, c in [*zip(nest.kept, self.row), *zip(nest.rdims, red)]:
-            full[d] = c
-        self.full = tuple(full)
-        self.row_keepdim = tuple(ZERO if d in nest.rdims else c for d, c in enumerate(full))
         self.em.open()
-        for level in levels(self.reductions):
-            self._reduce(level)
-        last = self.place_outputs(self.outputs, lambda pointer, v, at: self._store(
-            pointer, v, at, self.value_at(v, at)))
-        if last or self.carried:
-            self.em.open()
-            for pointer, v, coords in last:
-                self._store(pointer, v, coords, self.value_at(v, coords))
-            self.carry()
-            self._loop_r(self.em.close())
-        rows = stmt.Loop("x", "0", self.ix.size(nest.rows), tuple(self.em.close()))
+        self.row_form(self.nest, self.outputs)
+        rows = stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(self.em.close()))
         if not self.carried:
             return [rows]
         before, after = self.around_the_rows()
         return [*before, rows, *after]
+
+    # what RowForm asks of a writer (row_form.py): one loop per level of reductions
+    def begin_reductions(self, xs: list, header: list, rs: list) -> None:
+        pass  # (coordinates inline, no row buffers)
+
+    def reduce_row(self) -> None:
+        for level in levels(self.reductions):
+            self._reduce(level)
+
+    def carries_columns(self) -> bool:
+        return bool(self.carried)
+
+    def begin_row_loop(self) -> None:
+        self.em.open()
+
+    def end_row_loop(self) -> None:
+        self._loop_r(self.em.close())
 
     def _loop_r(self, body: list) -> None:
         self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body)))

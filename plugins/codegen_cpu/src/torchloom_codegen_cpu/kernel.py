@@ -23,8 +23,8 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import (Node, TensorType, Value, Walk, expr, indexing, schedule, stmt,
-                           walk_nest, writer)
+from torchloom.api import (Node, TensorType, Value, Walk, expr, indexing, row_form, schedule,
+                           stmt, walk_nest, writer)
 
 from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_nest, rows_and_columns,
                                   staging, tiles)
@@ -55,7 +55,8 @@ FLAT_CHUNK = 1024
 ROW_BUFFER = 16384
 
 
-class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest):
+class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
+                   row_form.RowForm):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS, GATHERS = "C", POINTWISE, REDUCTIONS, True
@@ -350,40 +351,52 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest):
             return lines
         self.loop = ParallelLoop("x", self.rows)
         check_row_stride(self)
+        looped = self.row_form(nest, zip(self.out_names, self.outputs))
+        lines = self.em.lines if looped else across_rows(self, self.em.lines)
+        if self.staged:  # blocks of rows, their staged tensors copied in and out
+            self.loop, lines = staging.blocked(
+                lines, self.rows, self.rnumel, list(self.staged.values()), self._block_base)
+        return lines
+
+    # what RowForm asks of a writer (row_form.py): SIMD loops over the row, row buffers
+    def begin_reductions(self, xs: list, header: list, rs: list) -> None:
+        """The row's names, its reduced dims read as runs and blocks of lanes, its bound,
+        the tensors a row loop may run past the row's end over, its row buffers."""
         em = self.em
-        xs = self.row_names = tuple(self.row_coords("x", self.kept_shape))
-        self.r_header, rs = self.inner_coords("r", self.red_shape)
+        self.row_names = tuple(xs)
+        self.r_header = list(header)
         runs = row_blocks.runs("r", self.red_shape)  # trailing dims read as one index
         for run in runs:
-            self.em.inner(run.name)
+            em.inner(run.name)
             self.ix.remember(self.known, [rs[k] for k in run.dims], run.sizes, run.name)
         self.r_header += row_blocks.run_declarations("r", runs)
-        self.em.use_row_blocks(row_blocks.blocked("r", self.red_shape, self.r_header, runs))
+        em.use_row_blocks(row_blocks.blocked("r", self.red_shape, self.r_header, runs))
         #: the row length: an int, or C text (symbolic)
         self.rbound = self.rnumel if isinstance(self.rnumel, int) else self.ix.size_code(
             self.rnumel)
-        self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
         em.allow_overrun(row_offsets(self))
         kept, arrays = row_buffers.plan(self, isinstance(self.rnumel, int) and
                                         self.rnumel <= ROW_BUFFER)
         self.buffers.update(kept)
         for array in arrays:
             em.statement(array, False)
+
+    def reduce_row(self) -> None:
         for node in self.reductions:
             self.reduced.update(lower_reduction(self, node))
-        full_outputs = self.place_outputs(zip(self.out_names, self.outputs), self.store)
-        if full_outputs or self.columns:
-            prefetch_next_row(self)
-            em.begin_phase()
-            for name, v, coords in full_outputs:
-                self.store(name, v, coords)
-            rows_and_columns.accumulate(self)
-            em.end_row_phase(Simd(), self.rbound, self.r_header)
-        lines = em.lines if full_outputs or self.columns else across_rows(self, em.lines)
-        if self.staged:  # blocks of rows, their staged tensors copied in and out
-            self.loop, lines = staging.blocked(
-                lines, self.rows, self.rnumel, list(self.staged.values()), self._block_base)
-        return lines
+
+    def carries_columns(self) -> bool:
+        return bool(self.columns)
+
+    def begin_row_loop(self) -> None:
+        prefetch_next_row(self)
+        self.em.begin_phase()
+
+    def carry(self) -> None:
+        rows_and_columns.accumulate(self)
+
+    def end_row_loop(self) -> None:
+        self.em.end_row_phase(Simd(), self.rbound, self.r_header)
 
     def _block_base(self, s: staging.Staged) -> expr.Code:
         """The C offset of staged tensor ``s``'s element at row ``xlo`` and ``r`` = 0."""
