@@ -43,14 +43,20 @@ class RowForm:
     row: Coords | None
     row_keepdim: Coords | None
 
+    def row_coordinates(self, nest: ReductionNest) -> tuple[list, list, list]:
+        """The row's coordinates (``x``), and a row's element's (``r``): (``xs``, the
+        statements that declare ``r``'s in each loop over the row, ``rs``); sets ``full``,
+        ``row`` and ``row_keepdim``."""
+        xs = self.row_coords("x", nest.kept_shape)
+        header, rs = self.inner_coords("r", nest.red_shape)
+        self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
+        return xs, header, rs
+
     def row_form(self, nest: ReductionNest, outputs: Iterable[tuple[Any, Value]]) -> bool:
         """One row of ``nest``'s statements, storing ``outputs`` (key, value) where they
         are placed; whether it ends in a loop over the row (outputs of the nest's shape, or
         column sums carried)."""
-        xs = self.row_coords("x", nest.kept_shape)
-        header, rs = self.inner_coords("r", nest.red_shape)
-        self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
-        self.begin_reductions(xs, header, rs)
+        self.begin_reductions(*self.row_coordinates(nest))
         self.reduce_row()
         last = self.place_outputs(outputs, self.store)
         if not (last or self.carries_columns()):

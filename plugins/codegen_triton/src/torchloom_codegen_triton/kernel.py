@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, row_forms,
-                           schedule, stmt, writer)
+from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph, row_form,
+                           row_forms, schedule, stmt, writer)
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Emitter, Expr
@@ -71,7 +71,7 @@ def _mask(rdep: bool) -> expr.Code:
     xmask = expr.Name("xmask")
     return expr.Op("{0} & {1}", expr.LOWEST, (xmask, expr.Name("rmask"))) if rdep else xmask
 
-class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
+class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS = "Triton", POINTWISE, REDUCTIONS
@@ -124,6 +124,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         self.row: Coords = ()
         self.row_keepdim: Coords = ()
         self.r_header: tuple[stmt.Statement, ...] = ()
+        #: this program's first block of rows (``tl.program_id(0)``, in a row + column
+        #: kernel offset by its walk ``it``), set by body()
+        self.block: expr.Code | None = None
         #: the pointer argument of each output
         self.out_names = out_names if out_names is not None else writer.output_names(self.region)
         #: written by function(): the outputs the finishing kernel stores, the module
@@ -297,7 +300,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         pid = lanes.program(0, wide)
         for k in range(len(self.symbols) if wide else 0):  # size math in 64 bits too
             em.statement(stmt.Assign(f"ks{k}", lanes.to_int64(f"ks{k}")), False)
-        rows, rnumel = self.ix.size(self.rows), self.ix.size(self.rnumel)
         if self.tiles is not None:
             coords = tile_coords(self, *self.tiles)
             for i, v in enumerate(self.region.outputs):
@@ -322,25 +324,18 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
                     walks[key] = tuple(logical)
                 self.store(i, v, walks[key])
             return em.lines
-        self._row_coordinates(pid)
+        self.block = pid if self.col is None else \
+            lanes.plus(pid, lanes.times("it", self.col.programs))
         if self.split is not None:  # this program's chunk; _finish combines the chunks
+            self.begin_reductions(*self.row_coordinates(self.reduction_nest))
             em.statement(stmt.Assign("rstart", lanes.times(lanes.program(1), self.split.chunk)),
                          False)
             self.split.body()
             return em.lines
-        if self.looped:  # one pass per level of reductions (looped.py)
-            lower_looped(self, self.reductions)
-        for node in self.reductions if not self.looped else ():
-            lower_reduction(self, node)
         # (a row + column kernel's column outputs: stored by the finishing kernel)
-        full_outputs = self.place_outputs(
-            [(i, v) for i, v in enumerate(self.region.outputs)
-             if self.col is None or not self.col.is_column_output(v)], self.store)
-        if full_outputs:
-            em.begin_phase(rnumel, self.r_header)
-            for i, v, coords in full_outputs:
-                self.store(i, v, coords)
-            em.end_phase()
+        self.row_form(self.reduction_nest, [
+            (i, v) for i, v in enumerate(self.region.outputs)
+            if self.col is None or not self.col.is_column_output(v)])
         if self.col is not None:  # every program walks its row blocks, summing columns
             init, update, store = self.col.accumulate()
             n = self.col.programs
@@ -348,16 +343,19 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
             return [*init, stmt.Loop("it", "0", blocks, tuple(em.lines + update)), *store]
         return em.lines
 
-    def _row_coordinates(self, pid: expr.Code) -> None:
-        """Write a reduction's row and element coordinates: ``row``, ``row_keepdim``,
-        ``full`` and the ``r_header`` every loop over the row starts with."""
+    # what RowForm asks of a writer (row_form.py): blocks of rows, the row in lanes
+    def row_coords(self, index: str, shape) -> list[expr.Code]:
+        """This program's block of rows (``xindex``, ``xmask``) and their coordinates."""
         em = self.em
-        block = pid if self.col is None else \
-            lanes.plus(pid, lanes.times("it", self.col.programs))
-        em.statement(stmt.Assign("xindex", lanes.column(lanes.block_lanes(block, "XBLOCK"))),
-                     False)
+        em.statement(stmt.Assign("xindex", lanes.column(lanes.block_lanes(self.block,
+                                                                          "XBLOCK"))), False)
         em.statement(stmt.Assign("xmask", _below(_XINDEX, self.ix.size_code(self.rows))), False)
-        xs = self.coords("x", "xindex", self.kept_shape, False)
+        return self.coords(index, "xindex", shape, False)
+
+    def inner_coords(self, index: str, shape) -> tuple[list, list[expr.Code]]:
+        """A row's lanes (``rindex``, ``rmask``) and their coordinates: (the statements
+        that start each loop over the row, looped; else none, written once), names."""
+        em = self.em
         lane = lanes.row(lanes.arange("RBLOCK"))
         rheader = [stmt.Assign("rindex", lanes.plus("roff", lane) if self.looped else lane),
                    stmt.Assign("rmask", _below(expr.Name("rindex"),
@@ -365,14 +363,34 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest):
         em.mark_r("rindex", "rmask", "roff")
         rs: list[expr.Code] = []
         if self.looped:
-            inner = em.capture(lambda: rs.extend(self.coords("r", "rindex", self.red_shape,
-                                                             True)))
-            self.r_header = (*rheader, *inner)
-        else:
-            for s in rheader:
-                em.statement(s, False)
-            rs = self.coords("r", "rindex", self.red_shape, True)
-        self.full, self.row, self.row_keepdim = self.reduction_nest.coordinates(xs, rs)
+            inner = em.capture(lambda: rs.extend(self.coords(index, "rindex", shape, True)))
+            return [*rheader, *inner], rs
+        for s in rheader:
+            em.statement(s, False)
+        return [], self.coords(index, "rindex", shape, True)
+
+    def begin_reductions(self, xs: list, header: list, rs: list) -> None:
+        if header:
+            self.r_header = tuple(header)
+
+    def reduce_row(self) -> None:
+        if self.looped:  # one pass per level of reductions (looped.py)
+            lower_looped(self, self.reductions)
+            return
+        for node in self.reductions:
+            lower_reduction(self, node)
+
+    def carries_columns(self) -> bool:
+        return False  # (a row + column kernel's partials: ColumnPartials, around the rows)
+
+    def begin_row_loop(self) -> None:
+        self.em.begin_phase(self.ix.size(self.rnumel), self.r_header)
+
+    def carry(self) -> None:
+        pass
+
+    def end_row_loop(self) -> None:
+        self.em.end_phase()
 
     def finish_rows(self) -> None:
         """The rows of a split reduction's finishing kernel (``FBLOCK`` per program):
