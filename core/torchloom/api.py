@@ -21,7 +21,8 @@
   target-independent kernel schedule: :class:`~torchloom.codegen.schedule.ReductionNest`),
   ``nests`` (the schedule's nest plan: which loop nests a kernel runs, what each stores,
   computes and reads back, :func:`~torchloom.codegen.nests.plan`), ``columns`` (a
-  reduction nest's column form: :func:`~torchloom.codegen.columns.plan`),
+  reduction nest's column form: :func:`~torchloom.codegen.columns.plan`; ``column_nest``,
+  its walks written once for every target),
   ``stmt`` (the structured statement IR writers build and transform before rendering),
   ``expr`` (expressions as nodes: names, literals, ops with their precedence) and
   ``writer`` (what native kernel writers share: the value walk, numbered statements,
@@ -44,9 +45,9 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 """
 
 from torchloom import errors
-from torchloom.codegen import (columns, contract, expr, indexing, lower, nests, op_rows,
-                               reductions, row_form, row_forms, schedule, stmt, tiles,
-                               walk_nest, writer)
+from torchloom.codegen import (column_nest, columns, contract, expr, indexing, lower, nests,
+                               op_rows, reductions, row_form, row_forms, schedule, stmt,
+                               tiles, walk_nest, writer)
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
@@ -107,7 +108,7 @@ __all__ = [
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
     "laid_out_as", "same_strides",
     "columns", "indexing", "nests", "op_rows", "reductions", "row_forms", "schedule", "stmt",
-    "tiles", "walk_nest", "row_form", "writer",
+    "tiles", "walk_nest", "row_form", "column_nest", "writer",
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",

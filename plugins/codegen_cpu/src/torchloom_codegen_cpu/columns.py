@@ -42,7 +42,7 @@ step, ~0.8 ms of its 48 (RESULTS.md, session 54).
 from __future__ import annotations
 
 from torchloom.api import columns as column_form
-from torchloom.api import expr, indexing, stmt
+from torchloom.api import column_nest, expr, indexing, stmt
 
 from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
@@ -84,8 +84,8 @@ def _full_outputs(w: Writer) -> list:
 
 def column_body(w: Writer, plan: column_form.Columns) -> tuple[ParallelLoop, list]:
     """The loop over blocks of columns ``xb`` and the statements of one block, walking as
-    ``plan`` says (or, split by rows, the loop over the threads' shares of rows:
-    :func:`_split_body`)."""
+    ``plan`` says (the core's :func:`column_nest.walks`), or, split by rows, the loop over
+    the threads' shares of rows (:func:`_split_body`)."""
     if split_by_rows(w, plan):
         return _split_body(w)
     em = w.em
@@ -102,29 +102,9 @@ def column_body(w: Writer, plan: column_form.Columns) -> tuple[ParallelLoop, lis
     em.statement(stmt.Declare("int64_t", "e1", expr.times(
         expr.over(expr.times(expr.plus("xb", 1), count), "n_xb"), UNIT)), False)
     em.statement(stmt.Declare("int64_t", "c1", smaller(expr.Name("e1"), end)), False)
-    x_header, xs, kept = _column_coords(w)
-    xloop = ("x", "c0", "c1")  # (the loop over the block's columns)
-    levels, late = plan.walks, plan.late
-    # full-shape outputs go in the first walk when they read no reduction result, else in
-    # a walk of their own after the last results (softmax's quotient)
-    for level, nodes in enumerate(levels):
-        accs = _accumulators(w, nodes, block)
-        _walk(w, accs, kept, xloop, x_header, level == 0 and not late)
-        _results(w, accs, kept, xs, xloop, x_header, level == len(levels) - 1)
-    if late:
-        _walk(w, [], kept, xloop, x_header, True)
+    column_nest.walks(_Block(w, block), plan, w.reduction_nest,
+                      list(zip(w.out_names, w.outputs)))
     return loop, em.lines
-
-
-def _column_coords(w: Writer) -> tuple[list, list, list]:
-    """The SIMD loop's header declaring a column's coordinates (recomputed in every
-    loop), those coordinates, and the coordinates of a full-shape element at that column
-    (the kept dims' set, the reduced dims' left empty for the walk)."""
-    x_header, xs = w.inner_coords("x", w.kept_shape)
-    kept: list[expr.Code] = [indexing.ZERO] * len(w.shape)
-    for d, c in zip(w.kept, xs):
-        kept[d] = c
-    return x_header, xs, kept
 
 
 def split_by_rows(w: Writer, plan: column_form.Columns) -> bool:
@@ -162,10 +142,11 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
         acc = em.fresh("acc_sum")
         em.statement(stmt.Var("double* restrict", acc, expr.plus("part", k * columns)),
                      False)
-        accs.append((node, "sum", "f64", acc, None))
-    x_header, xs, kept = _column_coords(w)
-    xloop = ("x", "c0", "c1")
-    _walk(w, accs, kept, xloop, x_header, True, ("r0", "r1"))
+        accs.append(column_nest.Accumulator(node, "sum", "f64", acc))
+    target, nest = _Block(w, columns), w.reduction_nest
+    x_header, xs = target.inner_coords("x", nest.kept_shape)
+    column_nest.walk(target, nest, accs, column_nest.column_of(nest, xs), x_header,
+                     _full_outputs(w), ("r0", "r1"))
 
     def combine() -> None:
         em.forget_row_values()
@@ -176,10 +157,11 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
             False)
         em.statement(stmt.Declare("int64_t", "c0", "0"), False)
         em.statement(stmt.Declare("int64_t", "c1", str(columns)), False)
-        for k, (_, _, _, acc, _) in enumerate(accs):
-            em.statement(stmt.Var("double* restrict", acc, expr.plus("parts", k * columns)),
-                         False)
-        _results(w, accs, kept, xs, xloop, x_header, True)
+        for k, acc in enumerate(accs):
+            em.statement(stmt.Var("double* restrict", acc.array,
+                                  expr.plus("parts", k * columns)), False)
+        column_nest.results(target, nest, accs, xs, x_header,
+                            list(zip(w.out_names, w.outputs)), set(w.reductions))
 
     after = (stmt.Block(tuple(em.capture(combine))), stmt.Raw("free(parts);"))
     loop = ParallelLoop("xb", rows, ThreadBlocks(rows, expr.as_node(rows), rows),
@@ -187,103 +169,86 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
     return loop, em.lines
 
 
-def _accumulators(w: Writer, nodes: list, block) -> list:
-    em = w.em
-    accs = []
-    for node in nodes:
-        kind = REDUCTIONS[node.op].kind
-        dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
-        if kind == "sum":  # a long f32 sum in double (reduction.sum_dtype)
-            dtype = sum_dtype(dtype, w.rnumel, 1)
-        acc = em.fresh(f"acc_{kind}")
-        em.statement(stmt.Array(CTYPE[dtype], acc, str(block)), False)
-        em.statement(_fill(acc, identity(kind, dtype)), False)
-        nan = None
-        if kind in ("max", "min") and dtype in FLOATS:
-            nan = em.fresh("nan")
-            em.statement(stmt.Array("int", nan, str(block)), False)
-            em.statement(_fill(nan, "0"), False)
-        accs.append((node, kind, dtype, acc, nan))
-    return accs
+class _Block:
+    """The cpu's column walks (the core's :class:`column_nest.ColumnTarget`): a block's
+    columns ``x`` in ``[c0, c1)`` under SIMD loops, each accumulator an array of the
+    block's ``block`` columns (a column at ``x - c0``), a max/min's NaN flags beside it;
+    what it writes goes to the writer ``w``'s emitter."""
+
+    def __init__(self, w: Writer, block):
+        self.w, self.em, self.block = w, w.em, block
+        self.ix, self.known = w.ix, w.known
+        self.output_place, self.element_coords = w.output_place, w.element_coords
+        self.store, self.set_result = w.store, w.set_result
+
+    def inner_coords(self, index: str, shape) -> tuple[list, list]:
+        return self.w.inner_coords(index, shape)
+
+    def reduced_coords(self, index: str, shape) -> list:
+        rs: list = []
+        for k, c in enumerate(self.ix.delinear(index, shape)):
+            if not indexing.is_zero(c) and c != expr.Name(index):
+                self.em.statement(stmt.Declare("int64_t", f"{index}{k}", c), False)
+                c = expr.Name(f"{index}{k}")
+            rs.append(c)
+        return rs
+
+    def accumulators(self, nodes) -> list[column_nest.Accumulator]:
+        em, accs = self.em, []
+        for node in nodes:
+            kind = REDUCTIONS[node.op].kind
+            dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
+            if kind == "sum":  # a long f32 sum in double (reduction.sum_dtype)
+                dtype = sum_dtype(dtype, self.w.rnumel, 1)
+            acc = em.fresh(f"acc_{kind}")
+            em.statement(stmt.Array(CTYPE[dtype], acc, str(self.block)), False)
+            em.statement(_fill(acc, identity(kind, dtype)), False)
+            nan = None
+            if kind in ("max", "min") and dtype in FLOATS:
+                nan = em.fresh("nan")
+                em.statement(stmt.Array("int", nan, str(self.block)), False)
+                em.statement(_fill(nan, "0"), False)
+            accs.append(column_nest.Accumulator(node, kind, dtype, acc, nan))
+        return accs
+
+    def over_reduced(self, write, rows: tuple[str, str] | None) -> None:
+        walk = self.w.walk(write)
+        first, end = rows or ("0", str(self.ix.size(self.w.rnumel)))
+        self.em.statement(stmt.Loop("r", first, end, tuple(walk)), False)
+
+    def begin_columns(self) -> None:
+        self.em.begin_phase()
+
+    def end_columns(self, header: list) -> None:
+        self.em.end_phase(Simd(), "x", "c0", "c1", header)
+
+    def fold(self, acc: column_nest.Accumulator, full) -> None:
+        v = self.em.convert(self.w.value_at(acc.node.inputs[0], full), acc.dtype).code
+        accumulate(self.em, acc.kind, stmt.Element(acc.array, _IN_BLOCK),
+                   acc.nan and stmt.Element(acc.nan, _IN_BLOCK), v)
+
+    def result(self, acc: column_nest.Accumulator) -> Expr:
+        em, dtype = self.em, acc.dtype
+        (value,) = acc.node.outputs
+        ir_dtype = tensor_type(value).dtype
+        text: expr.Code = expr.Load(acc.array, _IN_BLOCK)
+        if acc.nan is not None:
+            text = expr.Op(f"({{0}} ? ({CTYPE[dtype]})NAN : {{1}})", expr.ATOM,
+                           (expr.Load(acc.nan, _IN_BLOCK), text))
+        template = REDUCTIONS[acc.node.op].outputs[0]
+        code = expr.fill(template, {"acc": text, "n": self.w.count(self.w.rnumel, dtype)})
+        e = em.convert(em.emit(code, dtype, acc.kind, inner=True), COMPUTE[ir_dtype])
+        if ir_dtype in ("f16", "bf16"):
+            e = em.cast(e, ir_dtype)
+        if value.uses:  # read by a later walk: the block's array (its accumulator)
+            em.statement(stmt.Store(stmt.Element(acc.array, _IN_BLOCK), e.code), True)
+            element = expr.Load(acc.array, _IN_BLOCK)
+            e = Expr(element if e.dtype == dtype else
+                     expr.Op(f"({CTYPE[e.dtype]}){{0}}", expr.LOWEST, (element,)), e.dtype, True)
+        return Expr(e.code, e.dtype, True)
 
 
 def _fill(array: str, value: str) -> stmt.Loop:
     """The loop setting a block's ``c1 - c0`` accumulators to ``value``."""
     x = expr.Name("x")
     return stmt.Loop("x", "0", "c1 - c0", (stmt.Store(stmt.Element(array, x), value),))
-
-
-def _walk(w: Writer, accs: list, kept: list, xloop: tuple, x_header: list,
-          store_full: bool, rows: tuple[str, str] | None = None) -> None:
-    """One walk over the reduced elements in memory order (its coordinates declared in
-    it), a SIMD loop over the block's columns for each: accumulating ``accs`` and
-    (``store_full``) storing the group's full-shape outputs. ``kept``: the coordinates of
-    the kept dims (a column), the reduced dims' left empty. ``rows``: the C names of the
-    first and past-the-last reduced element walked (default: all of them)."""
-    em = w.em
-
-    def write() -> None:
-        coords = list(kept)
-        rs = []
-        for k, c in enumerate(w.ix.delinear("r", w.red_shape)):
-            if not indexing.is_zero(c) and c != expr.Name("r"):
-                em.statement(stmt.Declare("int64_t", f"r{k}", c), False)
-                c = expr.Name(f"r{k}")
-            coords[w.rdims[k]] = c
-            rs.append(c)
-        # (reduced dims laid out end to end in memory: read at ``r`` times the innermost's
-        # stride, not through the coordinates' divisions: channels-last N, H and W)
-        w.ix.remember(w.known, rs, w.red_shape, "r")
-        full = tuple(coords)
-        em.begin_phase()
-        for node, kind, dtype, acc, nan in accs:
-            v = em.convert(w.value_at(node.inputs[0], full), dtype).code
-            accumulate(em, kind, stmt.Element(acc, _IN_BLOCK),
-                       nan and stmt.Element(nan, _IN_BLOCK), v)
-        if store_full:
-            for name, v in _full_outputs(w):
-                w.store(name, v, w.element_coords(v, full))  # (at this walk's coordinates)
-        em.end_phase(Simd(), *xloop, x_header)
-
-    walk = w.walk(write)
-    first, end = rows or ("0", str(w.ix.size(w.rnumel)))
-    em.statement(stmt.Loop("r", first, end, tuple(walk)), False)
-
-
-def _results(w: Writer, accs: list, kept: list, xs: list, xloop: tuple,
-             x_header: list, last: bool) -> None:
-    """One SIMD loop over the block's columns: each reduction's result, kept in an array
-    of the block when a later walk reads it, and stored when it is an output; after the
-    ``last`` results, the outputs of :data:`PER_COLUMN` too."""
-    em = w.em
-    keepdim_coords = tuple(indexing.ZERO if d in w.rdims else kept[d]
-                           for d in range(len(w.shape)))
-    em.begin_phase()
-    for node, kind, dtype, acc, nan in accs:
-        (value,) = node.outputs
-        ir_dtype = tensor_type(value).dtype
-        text: expr.Code = expr.Load(acc, _IN_BLOCK)
-        if nan is not None:
-            text = expr.Op(f"({{0}} ? ({CTYPE[dtype]})NAN : {{1}})", expr.ATOM,
-                           (expr.Load(nan, _IN_BLOCK), text))
-        template = REDUCTIONS[node.op].outputs[0]
-        code = expr.fill(template, {"acc": text, "n": w.count(w.rnumel, dtype)})
-        e = em.convert(em.emit(code, dtype, kind, inner=True), COMPUTE[ir_dtype])
-        if ir_dtype in ("f16", "bf16"):
-            e = em.cast(e, ir_dtype)
-        if value.uses:  # read by a later walk: the block's array (its accumulator)
-            em.statement(stmt.Store(stmt.Element(acc, _IN_BLOCK), e.code), True)
-            element = expr.Load(acc, _IN_BLOCK)
-            e = Expr(element if e.dtype == dtype else
-                     expr.Op(f"({CTYPE[e.dtype]}){{0}}", expr.LOWEST, (element,)), e.dtype, True)
-        coords = keepdim_coords if node.attrs.get("keepdim", False) else tuple(xs)
-        w.set_result(value, coords, Expr(e.code, e.dtype, True))
-        for name, out in zip(w.out_names, w.outputs):
-            if out is value:
-                w.store(name, out, coords)
-    reductions = set(w.reductions)
-    for name, out in zip(w.out_names, w.outputs):
-        place = w.output_place(out)
-        if last and out.producer not in reductions and place in PER_COLUMN:
-            w.store(name, out, tuple(xs) if place == "row" else keepdim_coords)
-    em.end_phase(Simd(), *xloop, x_header)
