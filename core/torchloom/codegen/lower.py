@@ -113,7 +113,8 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
                 self.inner in stmt.scan(c).names for c in coords) and \
                 not self._reads_inner_results(v):
             # a value of the row read in a loop over it: computed once, before the loop
-            with self.em.hoisting(1):
+            # (in the scope around the innermost loop)
+            with self.em.hoisting(len(self.em.scopes) - 2):
                 return self.value_at(v, coords)
         hit = self._compute(v, coords)
         self.em.remember(("value", v, coords), hit)
@@ -257,15 +258,22 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
                 value: Code = Name("")) -> None:
         """``node``'s outputs from its accumulator ``acc`` (and ``var``'s ``mean``, an arg
         reduction's extreme ``value``), recorded for what reads them at their row."""
-        n = self.ix.size_code(self.nest.rnumel)
         rank = len(self.shape)
+        for out in node.outputs:
+            code = self.result_code(node, out, acc, mean, value)
+            self.reduced[out] = (self.row_keepdim if len(out.type.shape) == rank and rank
+                                 else self.row, self.result_value(out, code))
+
+    def result_code(self, node: Node, out: Value, acc: Code, mean: Code = Name(""),
+                    value: Code = Name("")) -> Code:
+        """Reduction ``node``'s output ``out``: its template filled with the accumulator
+        ``acc`` (and ``mean``, ``value``: see :meth:`results`), the row length and
+        ``var``'s degrees of freedom."""
+        n = self.ix.size_code(self.nest.rnumel)
         correction = var_correction(node)
         dof = Op("({0} - {1})", expr.ATOM, (n, Literal(str(correction), correction)))
-        for out, template in zip(node.outputs, self.REDUCTIONS[node.op].outputs):
-            t = out.type
-            code = expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
-            self.reduced[out] = (self.row_keepdim if len(t.shape) == rank and rank else
-                                 self.row, self.result_value(out, code))
+        template = self.REDUCTIONS[node.op].outputs[node.outputs.index(out)]
+        return expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
 
     def result_value(self, out: Value, code: Code) -> Expr:
         """Reduction output ``out``'s value ``code`` (its template filled) bound in its

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchloom.codegen import expr, stmt
+from torchloom.codegen import column_nest, expr, stmt
 from torchloom.codegen.columns import Columns
 from torchloom.codegen.expr import Name
-from torchloom.codegen.indexing import ZERO
+from torchloom.codegen.indexing import ZERO, Coords
 from torchloom.codegen.schedule import ReductionNest
-from torchloom.codegen.writer import COMPUTE, same_shape
-from torchloom.ir import Node
+from torchloom.codegen.writer import COMPUTE, Expr, same_shape
+from torchloom.ir import Node, Value
 
 #: a column's element in the accumulator arrays
 _X = Name("x")
@@ -52,80 +52,80 @@ class ColumnLowering:
     sums its row nest carries: (pointer, sum node, the array of its sums))."""
 
     def columns(self, plan: Columns) -> list:
-        """The nest's statements in the column form ``plan``."""
-        nest = self.nest
-        xs = self.ix.delinear("x", nest.kept_shape)
-        self._know(xs, nest.kept_shape, "x")
-        rs = self.ix.delinear("r", nest.red_shape)
-        self._know(rs, nest.red_shape, "r")
-        self.full, self.row, self.row_keepdim = nest.coordinates(xs, rs)
+        """The nest's statements in the column form ``plan`` (the core's walks,
+        :func:`column_nest.walks`, over every column in scalar loops)."""
         self.inner = "x"  # (a value read at r alone: computed once per r, before the columns)
         self.results_inside = True  # (but not one computed from a result: the loop's)
-        per_element, per_column = [], []
-        for pointer, v in self.outputs:
-            in_walk, coords = self.place_output(v)
-            (per_element if in_walk else per_column).append((pointer, v, coords))
-        arrays: dict[Node, tuple[str, str]] = {}  # reduction -> (its array, compute dtype)
-        body = []
-        for level, nodes in enumerate(plan.walks):
-            start = []
-            for node in nodes:
-                kind = self.REDUCTIONS[node.op].kind
-                dtype = COMPUTE[node.outputs[0].type.dtype]
-                name = self.em.fresh(f"acc_{kind}")
-                self.arrays.append((name, nest.rows, dtype))
-                arrays[node] = (name, dtype)
-                start.append(stmt.Store(stmt.Element(name, _X), self.renderer.store_value(
-                    self.renderer.initial(kind, dtype), dtype)))
-            body.append(self._over_columns(start))
-            stores = per_element if level == 0 and not plan.late else []
-            body.append(self._column_walk(arrays, nodes, stores))
-        if plan.late:
-            body.append(self._column_walk(arrays, (), per_element))
         self.em.open()
-        self._column_results(arrays)
-        for pointer, v, coords in per_column:
-            self._store(pointer, v, coords, self.value_at(v, coords))
-        return [*body, self._over_columns(self.em.close())]
+        column_nest.walks(self, plan, self.nest, self.outputs)
+        return self.em.close()
 
-    def _over_columns(self, body: Any) -> stmt.Loop:
-        return stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(body))
+    # what column_nest asks of a target: scratch arrays of one value per column
+    def reduced_coords(self, index: str, shape) -> list:
+        return list(self.ix.delinear(index, shape))
 
-    def _column_walk(self, arrays: dict[Node, tuple[str, str]], nodes: tuple[Node, ...],
-                     stores: list) -> stmt.Loop:
-        """A walk over the reduced elements (``r``) and, for each, the columns (``x``):
-        ``nodes`` folded into their arrays, ``stores`` (pointer, output, coordinates)
-        stored; the other reductions of ``arrays`` are results read at the column."""
-        self.em.open()
-        self.em.open()
-        self._column_results({n: a for n, a in arrays.items() if n not in nodes})
+    def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
+        self.reduced[value] = (coords, e)
+
+    def accumulators(self, nodes) -> list[column_nest.Accumulator]:
+        accs, start = [], []
         for node in nodes:
-            name, dtype = arrays[node]
-            self._fold_into(name, _X, self.REDUCTIONS[node.op].kind, dtype, node)
-        for pointer, v, coords in stores:
-            self._store(pointer, v, coords, self.value_at(v, coords))
-        self.em.add(self._over_columns(self.em.close()))
-        return stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(self.em.close()))
+            kind = self.REDUCTIONS[node.op].kind
+            dtype = COMPUTE[node.outputs[0].type.dtype]
+            name = self.em.fresh(f"acc_{kind}")
+            self.arrays.append((name, self.nest.rows, dtype))
+            start.append(stmt.Store(stmt.Element(name, _X), self.renderer.store_value(
+                self.renderer.initial(kind, dtype), dtype)))
+            accs.append(column_nest.Accumulator(node, kind, dtype, name))
+        self.em.add(self._over_columns(start))
+        return accs
 
-    def _column_results(self, arrays: dict[Node, tuple[str, str]]) -> None:
-        """The results of the reductions of ``arrays`` at column ``x``, for what reads
-        them (declarations nothing reads are dropped after the lowering)."""
-        self.reduced.clear()
-        for node, (name, dtype) in arrays.items():
-            acc = self.em.emit(self.renderer.read(name, "x", dtype), dtype, "acc")
-            self.results(node, acc.code)
+    def over_reduced(self, write, rows: tuple[str, str] | None) -> None:
+        self.em.open()
+        write()
+        first, end = rows or ("0", self.ix.size(self.nest.rnumel))
+        self.em.add(stmt.Loop("r", first, end, tuple(self.em.close())))
+
+    def begin_columns(self) -> None:
+        self.em.open()
+
+    def end_columns(self, header: list) -> None:
+        self.em.add(self._over_columns(self.em.close(), header))
+
+    def fold(self, acc: column_nest.Accumulator, full: Coords) -> None:
+        self._fold_into(acc.array, _X, acc.kind, acc.dtype, acc.node, full)
+
+    def result(self, acc: column_nest.Accumulator) -> Expr:
+        """The reduction's result at column ``x``, from its array; written back to it
+        where a later walk reads it (read from there then)."""
+        (value,) = acc.node.outputs
+        read = self.em.emit(self.renderer.read(acc.array, "x", acc.dtype), acc.dtype, "acc")
+        e = self.result_value(value, self.result_code(acc.node, value, read.code))
+        if not value.uses:
+            return e
+        if e.text != read.text:  # (a result other than the accumulator itself: a mean)
+            kept = self.em.convert(e, acc.dtype)
+            self.em.add(stmt.Store(stmt.Element(acc.array, _X),
+                                   self.renderer.store_value(kept.text, acc.dtype)))
+        back = Expr(expr.code(self.renderer.read(acc.array, "x", acc.dtype)), acc.dtype)
+        return self.em.convert(back, e.dtype)
+
+    def _over_columns(self, body: Any, header: Any = ()) -> stmt.Loop:
+        return stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(body), tuple(header))
 
     # ---- column sums carried by a row nest (the row + column form) ---------------------
     def carry(self) -> None:
         """In the row nest's last loop over the row (``r``, a column): each carried column
         sum's operand at ``(x, r)`` added into its array at ``r``."""
         for _, node, name in self.carried:
-            self._fold_into(name, _R, "sum", COMPUTE[node.outputs[0].type.dtype], node)
+            self._fold_into(name, _R, "sum", COMPUTE[node.outputs[0].type.dtype], node,
+                            self.full)
 
-    def _fold_into(self, array: str, at: Name, kind: str, dtype: str, node: Node) -> None:
+    def _fold_into(self, array: str, at: Name, kind: str, dtype: str, node: Node,
+                   full: Coords) -> None:
         """Reduction ``node``'s input at ``full`` (as ``dtype``) folded into element ``at``
         of its accumulator array: read into a variable, accumulated, stored back."""
-        value = self.em.convert(self.value_at(node.inputs[0], self.full), dtype)
+        value = self.em.convert(self.value_at(node.inputs[0], full), dtype)
         acc = self.em.fresh(kind)
         self.em.add(stmt.Var(dtype, acc, self.renderer.read(array, at.text, dtype)))
         for s in self.renderer.accumulate(kind, acc, value.text, "r", ""):

@@ -62,15 +62,25 @@ class OutputPlacement:
             return False, self.row
         if place == "rows":
             return False, self.ix.reshape(self.row, self.kept_shape, shape, self.known)
-        # another view of P: P's element i goes to the output's i-th element in memory
-        # order, so a permuted output (a transposed gradient) reads its values at their
-        # own rows (in logical order, a row result would be read at other rows)
+        return True, self.view_coords(v, self.full)
+
+    def element_coords(self, v: Value, full: Coords) -> Coords:
+        """The coordinates of output ``v``, of P's elements in some view (``"full"`` or
+        ``"full view"``), at P's element ``full`` (:meth:`view_coords` for another view)."""
+        return full if self.output_place(v) == "full" else self.view_coords(v, full)
+
+    def view_coords(self, v: Value, full: Coords) -> Coords:
+        """The coordinates of output ``v``, another view of P, at P's element ``full``: P's
+        element i goes to the output's i-th element in memory order, so a permuted output
+        (a transposed gradient) reads its values at their own rows (in logical order, a
+        row result would be read at other rows)."""
+        shape = tuple(self.tensor_type(v).shape)
         order = memory_order(self.tensor_type(v))
-        stored = self.ix.reshape(self.full, self.shape, [shape[d] for d in order], self.known)
+        stored = self.ix.reshape(full, self.shape, [shape[d] for d in order], self.known)
         coords = [""] * len(shape)
         for k, d in enumerate(order):
             coords[d] = stored[k]
-        return True, tuple(coords)
+        return tuple(coords)
 
     def place_outputs(self, outputs: Iterable[tuple[Any, Value]],
                       store: Callable[[Any, Value, Coords], None]) -> list[tuple[Any, Value, Coords]]:
