@@ -1,8 +1,8 @@
 """The column form of a reduction nest, planned once: which nests take it, which reductions
 each walk over the reduced elements computes, and where the outputs are stored. The
 ``cpu`` codegen renders the plan as blocks of columns under SIMD loops (its
-``columns.py``), the core's lowering as scalar loops (``lower.py``); a nest without a
-plan keeps the row form.
+``columns.py``), the core's lowering as scalar loops (``lower_columns.py``), both through
+:func:`torchloom.codegen.column_nest.walks`; a nest without a plan keeps the row form.
 
 A nest takes the column form when its rows would be read with a stride: reductions whose
 kept dims are innermost (a bias gradient ``sum(g, dim=0)``, layer_norm's weight gradient),
@@ -19,8 +19,9 @@ Reductions that combine element by element (:data:`KINDS`: sum, prod, max, min; 
 sum) with one output take this form. A reduction computed from another's result comes in
 a later walk (softmax over dim 0: the max, then the sum of ``exp(x - max)``: ``walks``);
 full-shape outputs go in the first walk, or, when one of them reads a result, in a walk
-of their own after the last (``late``); the results and the outputs of a column's values
-(:data:`PER_COLUMN`) are stored after the walks. Several walks, or a late one, only where
+of their own after the last (``late``); each walk's results are taken after it, and the
+outputs of a column's values (:data:`PER_COLUMN`) after the last results (the walks every
+target writes: :mod:`torchloom.codegen.column_nest`). Several walks, or a late one, only where
 a walk's columns are contiguous (every kept dim after every reduced one) or are one dim.
 """
 

@@ -10,12 +10,14 @@ memory order. For ``sum(a, dim=0)`` of ``f32[512, 64]``::
         Var f32 sum_2 = acc_sum_1[x]; <accumulate sum: a[r, x]>; Store acc_sum_1[x] = sum_2
     Loop x in [0, 64): Store out0[x] = acc_sum_1[x]
 
-A walk's reductions may read the results of the walks before it (softmax over dim 0: the
-sum of ``exp(a - max)``), computed from their arrays at the column; full-shape outputs are
-stored by the first walk, or by a walk of their own after the last when one reads a
-result; a value read at the reduced element alone is computed once per ``r``, before the
-loop over the columns. Each column combines its elements in order, as the row form does:
-the same values.
+The walks are the core's (:func:`column_nest.walks`, the ones the cpu codegen writes as
+blocks of columns): after each walk a loop over the columns takes its results, kept in
+their arrays where a later walk reads them (softmax over dim 0: the sum of
+``exp(a - max)`` reads the max from its array at the column); full-shape outputs are stored
+by the first walk, or by a walk of their own after the last when one reads a result; a
+value read at the reduced element alone is computed once per ``r``, before the loop over
+the columns. Each column combines its elements in order, as the row form does: the same
+values.
 """
 
 from __future__ import annotations
