@@ -54,7 +54,8 @@ def test_drop_unused_removes_declarations_nothing_after_reads_at_any_depth():
 
 def test_a_name_a_later_statement_declares_again_keeps_the_earlier_one():
     # program order, as the lines read: a later declaration of the same name counts as a use
-    body = [Loop("r", "0", "4", head=(Declare("int64_t", "r0", "r / 2"),), body=()),
+    body = [Loop("r", "0", "4", head=(Declare("int64_t", "r0", "r / 2"),),
+                 body=(Store(Element("p", "r"), "1"),)),
             Loop("r", "0", "4", head=(Declare("int64_t", "r0", "r / 2"),),
                  body=(Store(Element("o", "r0"), "1"),))]
     kept = stmt.drop_unused(body)
@@ -63,8 +64,25 @@ def test_a_name_a_later_statement_declares_again_keeps_the_earlier_one():
 
 def test_drop_unused_sees_names_in_loop_bounds_and_branches():
     body = [Declare("int64_t", "n", "m * 2"), Declare("int64_t", "k", "m + 1"),
-            If("k > 0", (Loop("r", "0", "n", ()),), (Raw("q = 0;"),))]
+            If("k > 0", (Loop("r", "0", "n", (Store(Element("o", "r"), "1"),)),),
+               (Raw("q = 0;"),))]
     assert [s.name for s in stmt.drop_unused(body) if isinstance(s, Declare)] == ["n", "k"]
+
+
+def test_drop_unused_removes_loops_left_with_nothing_to_do():
+    """A loop whose body is only unread declarations goes, with the declarations only its
+    bounds read (a SIMD loop over a row whose values all moved before it); a loop storing
+    anything, or running a raw line, stays."""
+    body = [Declare("int64_t", "j1", "j0 + 16"),
+            Loop("x", "0", "4", (
+                Declare("float", "t", "in_a[x]"), Store(Element("out", "x"), "t"),
+                Loop("j", "0", "j1", (Declare("float", "u", "in_b[j]"),)))),
+            Loop("r", "0", "8", (Loop("q", "0", "2", (Declare("float", "w", "1"),)),)),
+            Loop("r", "0", "8", (Raw("asm(\"\");"),))]
+    kept = stmt.drop_unused(body)
+    assert [type(s) for s in kept] == [Loop, Loop]
+    assert [type(s) for s in kept[0].body] == [Declare, Store]
+    assert isinstance(kept[1].body[0], Raw)
 
 
 def test_map_loops_rewrites_nested_loops_inner_first():
@@ -135,7 +153,8 @@ def test_an_unpacking_stays_while_any_of_its_names_is_read():
 
 
 def test_a_loop_step_is_a_name_the_loop_reads():
-    body = [Assign("step", "2 * k"), Loop("i", "0", "n", (), step="step")]
+    body = [Assign("step", "2 * k"),
+            Loop("i", "0", "n", (Store(Element("o", "i"), "1"),), step="step")]
     assert [type(s) for s in stmt.drop_unused(body)] == [Assign, Loop]
 
 
