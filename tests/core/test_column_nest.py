@@ -115,7 +115,7 @@ def test_a_result_read_by_a_later_walk_and_a_late_walk():
 
 @pytest.mark.parametrize("shape", [(4, 3, 8), (2, 5, 3, 8)])
 def test_outputs_of_a_column_are_stored_after_the_last_results(shape):
-    """A value computed from a result per column (``mean * 2``) is stored after the
+    """A value computed from a result per column (``s * s``) is stored after the
     results, once; the reduced coordinates of leading dims come from ``r``."""
     dims = list(range(len(shape) - 1))
     t_in = f"f32[{', '.join(map(str, shape))}]"

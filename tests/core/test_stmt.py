@@ -72,17 +72,22 @@ def test_drop_unused_sees_names_in_loop_bounds_and_branches():
 def test_drop_unused_removes_loops_left_with_nothing_to_do():
     """A loop whose body is only unread declarations goes, with the declarations only its
     bounds read (a SIMD loop over a row whose values all moved before it); a loop storing
-    anything, or running a raw line, stays."""
+    anything, running a raw line, or assigning a name in its head that a later statement
+    reads, stays."""
     body = [Declare("int64_t", "j1", "j0 + 16"),
             Loop("x", "0", "4", (
                 Declare("float", "t", "in_a[x]"), Store(Element("out", "x"), "t"),
                 Loop("j", "0", "j1", (Declare("float", "u", "in_b[j]"),)))),
             Loop("r", "0", "8", (Loop("q", "0", "2", (Declare("float", "w", "1"),)),)),
-            Loop("r", "0", "8", (Raw("asm(\"\");"),))]
+            Loop("r", "0", "8", (Raw("asm(\"\");"),)),
+            Loop("i", "0", "4", (Declare("float", "v", "1"),), head=(Assign("k", "i * 2"),)),
+            Store(Element("out", "0"), "k")]
     kept = stmt.drop_unused(body)
-    assert [type(s) for s in kept] == [Loop, Loop]
+    assert [type(s) for s in kept] == [Loop, Loop, Loop, Store]
     assert [type(s) for s in kept[0].body] == [Declare, Store]
     assert isinstance(kept[1].body[0], Raw)
+    # (an assignment in a loop's head, read after it: Python's loops keep their names)
+    assert kept[2].head == (Assign("k", "i * 2"),) and kept[2].body == ()
 
 
 def test_map_loops_rewrites_nested_loops_inner_first():

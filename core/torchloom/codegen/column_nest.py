@@ -8,8 +8,8 @@ started at the reduction's identity), one walk over the reduced elements (``r``,
 coordinates declared in it) and, for each, a loop over the columns (``x``) folding every
 accumulator and storing the full-shape outputs (in the first walk, or in a walk of their
 own after the last results where one reads a result); then a loop over the columns taking
-each reduction's result (kept in its array where a later walk reads it, stored where it is
-an output), and after the last results the outputs of a column's values::
+each reduction's result (readable by later walks at the column, stored where it is an
+output), and after the last results the outputs of a column's values::
 
     sum(g, dim=0) over f32[512, 64]:     acc_sum = {0, ...}
                                          Loop r in [0, 512): Loop x: acc_sum[x] += g[r, x]
@@ -60,11 +60,17 @@ class ColumnTarget(Protocol):
 
     def reduced_coords(self, index: str, shape) -> list:
         """The coordinates of the reduced element ``index`` over ``shape`` (declared once
-        per element, where the target declares them)."""
+        per element, where the target declares them), remembered as delinearised from
+        ``index`` (reduced dims laid out end to end in memory are then read at ``r`` times
+        the innermost's stride, not through the coordinates' divisions: channels-last N,
+        H and W)."""
 
     def output_place(self, v: Value) -> str: ...
 
-    def element_coords(self, v: Value, full: Coords) -> Coords: ...
+    def element_coords(self, v: Value, full: Coords) -> Coords:
+        """Output ``v``'s coordinates at P's element ``full``: ``full`` itself, or for
+        another view of P the target's order of its elements (the core's
+        ``OutputPlacement.element_coords``: memory order; the cpu's: logical order)."""
 
     def store(self, key: Any, v: Value, coords: Coords) -> None: ...
 
@@ -88,8 +94,9 @@ class ColumnTarget(Protocol):
         accumulator."""
 
     def result(self, acc: Accumulator) -> Expr:
-        """The reduction's result at the column, written back to its array where a later
-        walk reads it (the Expr then reads the array)."""
+        """The reduction's result at the column, as a value a later walk may read at that
+        column (the cpu writes it back to its array where anything reads it; the lowering
+        computes it again from the accumulator where it is read)."""
 
 
 def walks(target: ColumnTarget, plan: Columns, nest: ReductionNest,
@@ -128,12 +135,8 @@ def walk(target: ColumnTarget, nest: ReductionNest, accs: Sequence[Accumulator],
 
     def write() -> None:
         coords = list(kept)
-        rs = target.reduced_coords("r", nest.red_shape)
-        for d, c in zip(nest.rdims, rs):
+        for d, c in zip(nest.rdims, target.reduced_coords("r", nest.red_shape)):
             coords[d] = c
-        # (reduced dims laid out end to end in memory: read at ``r`` times the innermost's
-        # stride, not through the coordinates' divisions: channels-last N, H and W)
-        target.ix.remember(target.known, rs, nest.red_shape, "r")
         full = tuple(coords)
         target.begin_columns()
         for acc in accs:

@@ -11,9 +11,9 @@ memory order. For ``sum(a, dim=0)`` of ``f32[512, 64]``::
     Loop x in [0, 64): Store out0[x] = acc_sum_1[x]
 
 The walks are the core's (:func:`column_nest.walks`, the ones the cpu codegen writes as
-blocks of columns): after each walk a loop over the columns takes its results, kept in
-their arrays where a later walk reads them (softmax over dim 0: the sum of
-``exp(a - max)`` reads the max from its array at the column); full-shape outputs are stored
+blocks of columns): after each walk a loop over the columns takes its results; a later
+walk computes a result again from its array at the column where it reads it (softmax over
+dim 0: the sum of ``exp(a - max)`` reads the max from its array); full-shape outputs are stored
 by the first walk, or by a walk of their own after the last when one reads a result; a
 value read at the reduced element alone is computed once per ``r``, before the loop over
 the columns. Each column combines its elements in order, as the row form does: the same
@@ -29,6 +29,7 @@ from torchloom.codegen.columns import Columns
 from torchloom.codegen.expr import Name
 from torchloom.codegen.indexing import ZERO, Coords
 from torchloom.codegen.schedule import ReductionNest
+from torchloom.codegen.scopes import LOW
 from torchloom.codegen.writer import COMPUTE, Expr, same_shape
 from torchloom.ir import Node, Value
 
@@ -64,7 +65,9 @@ class ColumnLowering:
 
     # what column_nest asks of a target: scratch arrays of one value per column
     def reduced_coords(self, index: str, shape) -> list:
-        return list(self.ix.delinear(index, shape))
+        rs = list(self.ix.delinear(index, shape))
+        self._know(rs, shape, index)
+        return rs
 
     def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
         self.reduced[value] = (coords, e)
@@ -98,19 +101,16 @@ class ColumnLowering:
         self._fold_into(acc.array, _X, acc.kind, acc.dtype, acc.node, full)
 
     def result(self, acc: column_nest.Accumulator) -> Expr:
-        """The reduction's result at column ``x``, from its array; written back to it
-        where a later walk reads it (read from there then)."""
+        """The reduction's result at column ``x``: its template over the accumulator read
+        from its array, computed again where it is read (the array keeps the accumulator;
+        a bf16/f16 result rounded as eager rounds it)."""
         (value,) = acc.node.outputs
-        read = self.em.emit(self.renderer.read(acc.array, "x", acc.dtype), acc.dtype, "acc")
-        e = self.result_value(value, self.result_code(acc.node, value, read.code))
-        if not value.uses:
+        read = expr.code(self.renderer.read(acc.array, "x", acc.dtype))
+        e = Expr(self.result_code(acc.node, value, read), COMPUTE[value.type.dtype])
+        if value.type.dtype not in LOW:
             return e
-        if e.text != read.text:  # (a result other than the accumulator itself: a mean)
-            kept = self.em.convert(e, acc.dtype)
-            self.em.add(stmt.Store(stmt.Element(acc.array, _X),
-                                   self.renderer.store_value(kept.text, acc.dtype)))
-        back = Expr(expr.code(self.renderer.read(acc.array, "x", acc.dtype)), acc.dtype)
-        return self.em.convert(back, e.dtype)
+        return Expr(expr.code(self.renderer.round(self.em.convert(e, "f32").text,
+                                                  value.type.dtype)), "f32")
 
     def _over_columns(self, body: Any, header: Any = ()) -> stmt.Loop:
         return stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(body), tuple(header))

@@ -2,11 +2,12 @@
 codegen writes too): the walk's rows whole (one thread), a loop ``x`` over them and in it
 a loop ``j`` over a row, the row's values computed once before it (the lowering's scopes),
 coordinates written inline; rows read across in tiles where the renderer's language writes
-the smaller of two indices. ``f32[64, 300] = tanh(a + b)``::
+the smaller of two indices. ``f32[64, 300] = tanh(a + b[:, None])``::
 
     Loop x in [0, 64):
+      Declare b_1 = in_b[x]
       Loop j in [0, 300):
-        Declare a_1 = in_a[x * 300 + j]; ...; Store out0[x * 300 + j] = tanh_4
+        Declare a_2 = in_a[x * 300 + j]; ...; Store out0[x * 300 + j] = tanh_4
 
 A flat walk is one row of every element (``Loop x in [0, 1)``, ``Loop j`` over them).
 """
@@ -73,12 +74,13 @@ class WalkLowering(WalkNest):
         self._store(pointer, v, coords, self.value_at(v, coords))
 
     def tile_plan(self, d0: int) -> tiles.Tiles | None:
-        """The tile plan of this nest's walk with innermost dim ``d0`` (:func:`tiles.across`);
-        None where the renderer's language writes no smaller of two indices (no tiles)."""
-        if "Min" not in self.renderer.language.functions:
-            return None
+        """The tile plan of this nest's walk with innermost dim ``d0`` (:func:`tiles.across`)."""
         return tiles.across(self.region, self.registry, lambda v: v.type,
                             [v for _, v in self.outputs], d0, list(self.read_back))
+
+    def writes_tiles(self) -> bool:
+        """Tiles where the renderer's language writes the smaller of two indices."""
+        return "Min" in self.renderer.language.functions
 
     def smaller(self, a: Code, b: Code) -> Code:
         """The smaller of two indices, as the renderer's language writes it."""

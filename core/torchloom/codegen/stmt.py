@@ -359,7 +359,8 @@ def masked(statement: Statement, mask: Text) -> Statement | None:
 
 def drop_unused(statements: Sequence[Statement]) -> list[Statement]:
     """``statements`` without the declarations (and assignments) no statement after them
-    (in program order, at any depth) mentions, and without the loops left empty: coordinates
+    (in program order, at any depth) mentions, and without the loops left with nothing to
+    do (whose head assigns nothing: a Python target's names outlive its loop): coordinates
     a walk did not need, so the source shows only what the kernel computes."""
     used: set[str] = set()
     return _kept(statements, used)
@@ -373,8 +374,8 @@ def _kept(statements: Sequence[Statement], used: set[str]) -> list[Statement]:
             continue
         if isinstance(s, Loop):
             body = _kept(s.body, used)
-            if not body:  # (a loop left with nothing to do: a result nothing reads)
-                continue
+            if not body and not any(isinstance(h, Assign) for h in s.head):
+                continue  # (nothing to do; an assignment in its head may outlive it)
             head = _kept(s.head, used)
             s = attrs.evolve(s, head=tuple(head), body=tuple(body))
         elif isinstance(s, If):

@@ -1,5 +1,5 @@
 """A pointwise nest's loops, written once for every target: :class:`WalkNest`, mixed into
-the ``cpu`` codegen's kernel writer and the core's lowering (:mod:`torchloom.codegen.lower`).
+the ``cpu`` codegen's kernel writer and the core's lowering (:mod:`torchloom.codegen.lower_walks`).
 
 The nest walks its :class:`~torchloom.codegen.walks.Walk` (turned where its rows are too
 short, :func:`tiles.turned`): a loop ``x`` over its rows and in it a loop ``j`` over a
@@ -10,8 +10,8 @@ runs over the chunk ``[j0, j1)``. A flat walk is one row of every element, cut i
 chunks alike, an element's coordinates declared in the loop over it where a read needs
 them. Rows read across by an input are walked in tiles (:func:`tiles.tile_rows`)::
 
-    f32[64, 300] = tanh(a + b), whole rows:       Loop x in [0, 64): Loop j in [0, 300): ...
-    f32[2, 10000], rows in chunks of 4096:        Loop x in [0, 6):
+    f32[64, 300] = tanh(a + b[:, None]):          Loop x in [0, 64): Loop j in [0, 300): ...
+    the same over f32[2, 10000], chunks of 4096:  Loop x in [0, 6):
                                                     row = x / 3; j0 = x % 3 * 4096
                                                     j1 = min(j0 + 4096, 10000)
                                                     Loop j in [j0, j1): ...
@@ -20,8 +20,11 @@ What the writer gives (each target its own way): ``ix`` and ``known`` (its index
 ``row_coords``/``inner_coords`` (a walk's coordinates: declared in the row, or in the loop
 over ``j``), ``begin_row``/``row_statement``/``end_row`` (a row's statements),
 ``begin_inner``/``end_inner`` (the loop over a row, around what is read at ``j``),
-``store``, ``tile_plan`` (:func:`tiles.across` for its values) and ``smaller`` with
-``INDEX`` (the target's minimum of two indices, its index type).
+``store``, ``tensor_type``, ``tile_plan`` (:func:`tiles.across` for its values) and
+``smaller`` with ``INDEX`` (the target's minimum of two indices, its index type); it may
+override ``walk_index`` (the linear index of the walk's element) and ``writes_tiles``.
+The loop ``x`` may run a single trip (a flat walk, one dim, no dims): a target's threads
+or vectors that need many go on ``j`` or on chunks of it.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ class RowChunks:
     @classmethod
     def of(cls, walk: Walk, chunk: int | None, flat_chunk: int | None) -> RowChunks:
         """Rows of ``walk`` cut into chunks of ``chunk`` elements where longer than two
-        (a flat walk's one row: of ``flat_chunk``; symbolic rows: always, counted at run
-        time); None for either: rows whole."""
+        chunks (a flat walk's one row: into chunks of ``flat_chunk``; symbolic rows:
+        always, counted at run time); None for either: rows whole."""
         inner = walk.inner
         whole = chunk is None if not walk.flat else flat_chunk is None
         if not isinstance(inner, int):
@@ -110,7 +113,7 @@ class WalkNest:
             self.store(pointer, v, self._walked(v, walk.shape, tuple(logical)))
         row_loop = self.end_inner("j", *bounds, header)
         lines = self.end_row()
-        tiled = None if chunks.cut or walk.flat else tiles.tile_rows(
+        tiled = None if chunks.cut or walk.flat or not self.writes_tiles() else tiles.tile_rows(
             sizes, lines, row_loop, lambda: self.tile_plan(order[-1]), self.smaller,
             self.INDEX)
         if tiled is not None:
@@ -133,6 +136,10 @@ class WalkNest:
             raise Unsupported(f"output %{v.name} of shape {list(out)} is not walked by "
                               f"the loop over {list(shape)}")
         return self.ix.reshape(coords, shape, out, self.known)
+
+    def writes_tiles(self) -> bool:
+        """Whether the target walks rows read across in tiles (it can write ``smaller``)."""
+        return True
 
     def smaller(self, a: Code, b: Code) -> Code:
         """The smaller of two indices."""

@@ -72,7 +72,7 @@ def column_plan(w: Writer) -> column_form.Columns | None:
                             tensor_type, w.output_place)
 
 
-PER_ELEMENT, PER_COLUMN = column_form.PER_ELEMENT, column_form.PER_COLUMN
+PER_ELEMENT = column_form.PER_ELEMENT
 
 
 def _full_outputs(w: Writer) -> list:
@@ -191,6 +191,7 @@ class _Block:
                 self.em.statement(stmt.Declare("int64_t", f"{index}{k}", c), False)
                 c = expr.Name(f"{index}{k}")
             rs.append(c)
+        self.ix.remember(self.known, rs, shape, index)
         return rs
 
     def accumulators(self, nodes) -> list[column_nest.Accumulator]:

@@ -43,7 +43,6 @@ from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
 Coords = indexing.Coords
 ZERO, is_zero = indexing.ZERO, indexing.is_zero
-prod = indexing.prod
 
 SCALAR_DTYPES = writer.SCALAR_DTYPES
 #: the innermost dim of a pointwise walk is split into chunks of this many elements
