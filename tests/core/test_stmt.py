@@ -73,7 +73,7 @@ def test_drop_unused_removes_loops_left_with_nothing_to_do():
     """A loop whose body is only unread declarations goes, with the declarations only its
     bounds read (a SIMD loop over a row whose values all moved before it); a loop storing
     anything, running a raw line, or assigning a name in its head that a later statement
-    reads, stays."""
+    reads, stays; branches and blocks likewise."""
     body = [Declare("int64_t", "j1", "j0 + 16"),
             Loop("x", "0", "4", (
                 Declare("float", "t", "in_a[x]"), Store(Element("out", "x"), "t"),
@@ -88,6 +88,12 @@ def test_drop_unused_removes_loops_left_with_nothing_to_do():
     assert isinstance(kept[1].body[0], Raw)
     # (an assignment in a loop's head, read after it: Python's loops keep their names)
     assert kept[2].head == (Assign("k", "i * 2"),) and kept[2].body == ()
+    # a branch or a block left empty goes too, and what only its condition read
+    body = [Declare("int64_t", "t", "n - 16"), If("t < n", (Loop("r", "t", "n", ()),)),
+            Block((Declare("float", "w", "2"),)),
+            If("n > 0", (), (Store(Element("o", "0"), "1"),))]
+    kept = stmt.drop_unused(body)
+    assert [type(s) for s in kept] == [If] and kept[0].then == ()
 
 
 def test_map_loops_rewrites_nested_loops_inner_first():

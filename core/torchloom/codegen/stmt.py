@@ -359,9 +359,10 @@ def masked(statement: Statement, mask: Text) -> Statement | None:
 
 def drop_unused(statements: Sequence[Statement]) -> list[Statement]:
     """``statements`` without the declarations (and assignments) no statement after them
-    (in program order, at any depth) mentions, and without the loops left with nothing to
-    do (whose head assigns nothing: a Python target's names outlive its loop): coordinates
-    a walk did not need, so the source shows only what the kernel computes."""
+    (in program order, at any depth) mentions, and without the loops (whose head assigns
+    nothing: a Python target's names outlive its loop), branches and blocks left with
+    nothing to do: coordinates a walk did not need, so the source shows only what the
+    kernel computes."""
     used: set[str] = set()
     return _kept(statements, used)
 
@@ -380,9 +381,15 @@ def _kept(statements: Sequence[Statement], used: set[str]) -> list[Statement]:
             s = attrs.evolve(s, head=tuple(head), body=tuple(body))
         elif isinstance(s, If):
             orelse = None if s.orelse is None else tuple(_kept(s.orelse, used))
-            s = attrs.evolve(s, then=tuple(_kept(s.then, used)), orelse=orelse)
+            then = tuple(_kept(s.then, used))
+            if not then and not orelse:
+                continue  # (a branch left with nothing to do either way)
+            s = attrs.evolve(s, then=then, orelse=orelse)
         elif isinstance(s, Block):
-            s = attrs.evolve(s, body=tuple(_kept(s.body, used)))
+            body = tuple(_kept(s.body, used))
+            if not body:
+                continue
+            s = attrs.evolve(s, body=body)
         used.update(s.names)
         kept.append(s)
     return kept[::-1]
