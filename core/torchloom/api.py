@@ -33,8 +33,9 @@
   :class:`LaunchSpec` and its :class:`Bound`, :class:`Lowered`, :class:`Param`,
   :func:`size_param`, :data:`FORMS`, :data:`REDUCTION_KINDS`), the pointwise walk
   (:class:`Walk`; ``walk_nest``, its loops written once for every target; ``row_form``,
-  a reduction nest's row written once alike) and the 2-D tile plan (:class:`Tiles`; ``tiles``, with the transform
-  putting a walk's rows in tiles, :func:`~torchloom.codegen.tiles.tile_rows`), and
+  a reduction nest's row written once alike) and the 2-D tile plan (:class:`Tiles`;
+  ``tiles``, with the transform putting a walk's rows in tiles,
+  :func:`~torchloom.codegen.tiles.tile_rows`), and
   ``lower`` (the lowering to statements, :class:`RendererCodegen`),
   :class:`Unsupported`; the empty-row checks
   every launcher makes (:func:`nonempty_dims`, :func:`check_source`);

@@ -6,10 +6,10 @@ A row is one element of the nest's kept dims (``x``; a GPU program takes a block
 its elements the reduced dims' (``r``). Per row: the row's coordinates, then its
 reductions (each target its own loops over the row: the cpu one SIMD loop per reduction
 with its numerics, triton a block reduction over a row's lanes per reduction or its looped
-passes, the lowering one loop per level of reductions), then the outputs stored once per row (a row's shape: a
-reduction's result, values computed from results), and, where the nest has outputs of
-its own shape or carries column sums (the row + column form), one last loop over the row
-storing those and adding each column sum's operand::
+passes, the lowering one loop per level of reductions), then the outputs stored once per
+row (a row's shape: a reduction's result, values computed from results), and, where the
+nest has outputs of its own shape or carries column sums (the row + column form), one
+last loop over the row storing those and adding each column sum's operand::
 
     sum(a, dim=1) and a - mean over f32[8, 20]:    row x: coordinates of x and r
                                                      <reductions over r>
