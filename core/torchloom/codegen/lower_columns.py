@@ -65,9 +65,7 @@ class ColumnLowering:
 
     # what column_nest asks of a target: scratch arrays of one value per column
     def reduced_coords(self, index: str, shape) -> list:
-        rs = list(self.ix.delinear(index, shape))
-        self._know(rs, shape, index)
-        return rs
+        return self.row_coords(index, shape)  # (inline, remembered: WalkLowering's)
 
     def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
         self.reduced[value] = (coords, e)
@@ -107,10 +105,7 @@ class ColumnLowering:
         (value,) = acc.node.outputs
         read = expr.code(self.renderer.read(acc.array, "x", acc.dtype))
         e = Expr(self.result_code(acc.node, value, read), COMPUTE[value.type.dtype])
-        if value.type.dtype not in LOW:
-            return e
-        return Expr(expr.code(self.renderer.round(self.em.convert(e, "f32").text,
-                                                  value.type.dtype)), "f32")
+        return self.em.rounded(e, value.type.dtype) if value.type.dtype in LOW else e
 
     def _over_columns(self, body: Any, header: Any = ()) -> stmt.Loop:
         return stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(body), tuple(header))

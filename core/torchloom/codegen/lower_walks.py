@@ -20,7 +20,6 @@ from torchloom.codegen import expr, stmt, tiles
 from torchloom.codegen.expr import Code, Op
 from torchloom.codegen.indexing import Coords
 from torchloom.codegen.walk_nest import RowChunks, WalkNest
-from torchloom.codegen.walks import Walk
 from torchloom.ir import Value
 
 
@@ -29,9 +28,7 @@ class WalkLowering(WalkNest):
     ``outputs`` (pointer, value), ``read_back``, ``renderer``, ``_store``, ``_know``)."""
 
     def pointwise(self) -> list:
-        planned = Walk.of([v for _, v in self.outputs], lambda v: v.type)
-        # (rows of a few elements read across: the input's dim innermost)
-        walk = tiles.turned(planned, lambda: self.tile_plan(planned.order[-1]))
+        walk = self.planned_walk([v for _, v in self.outputs])
         # rows whole (one thread); values of a row hoisted before the loop over it
         var, trips, body = self.walk_rows(self.outputs, walk, RowChunks.of(walk, None, None))
         return [stmt.Loop(var, "0", self.ix.size(trips), tuple(body))]

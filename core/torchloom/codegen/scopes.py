@@ -84,6 +84,10 @@ class Scopes:
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit conversion to IR dtype ``ir_dtype``: bf16/f16 round, as f32."""
         if ir_dtype in LOW:
-            return self.emit(self.renderer.round(self.convert(e, "f32").text, ir_dtype),
-                             "f32", ir_dtype)
+            return self.emit(self.rounded(e, ir_dtype).code, "f32", ir_dtype)
         return self.convert(e, COMPUTE[ir_dtype])
+
+    def rounded(self, e: Expr, dtype: str) -> Expr:
+        """``e`` rounded to bf16/f16 ``dtype`` as the renderer spells it, an f32 value not
+        bound to a name (:meth:`cast` binds it)."""
+        return Expr(expr.code(self.renderer.round(self.convert(e, "f32").text, dtype)), "f32")

@@ -82,6 +82,12 @@ class WalkNest:
 
     INDEX = "int64_t"
 
+    def planned_walk(self, outputs: Sequence[Value]) -> Walk:
+        """The walk of a nest storing ``outputs``: the schedule's, turned where its rows
+        are too short and an input is read across them (:func:`tiles.turned`)."""
+        planned = Walk.of(outputs, self.tensor_type)
+        return tiles.turned(planned, lambda: self.tile_plan(planned.order[-1]))
+
     def walk_rows(self, outputs: Sequence[tuple[str, Value]], walk: Walk, chunks: RowChunks
                   ) -> tuple[str, Any, list]:
         """The walk's loop over rows, storing ``outputs`` (pointer, value) at each element:

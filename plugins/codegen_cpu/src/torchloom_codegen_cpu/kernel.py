@@ -23,8 +23,8 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import (Node, TensorType, Value, Walk, expr, indexing, row_form, schedule,
-                           stmt, walk_nest, writer)
+from torchloom.api import (Node, TensorType, Value, expr, indexing, row_form, schedule, stmt,
+                           walk_nest, writer)
 
 from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_nest, rows_and_columns,
                                   staging, tiles)
@@ -307,9 +307,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
 
     def _pointwise_body(self) -> list:
         self.numel = schedule.elementwise_numel([tensor_type(v).shape for v in self.outputs])
-        planned = Walk.of(self.outputs, tensor_type)
-        # (rows of a few elements read across: the input's dim innermost)
-        walk = tiles.turned(planned, lambda: self.tile_plan(planned.order[-1]))
+        walk = self.planned_walk(self.outputs)
         # (flat: one run over every element, the row length no longer bounds the SIMD loop)
         chunks = walk_nest.RowChunks.of(walk, CHUNK, FLAT_CHUNK)
         self.rows = chunks.trips(walk)

@@ -17,9 +17,10 @@ tile's rows stay in order, so each output element is computed exactly as before.
 
 A walk whose rows are too short for tiles or a vector (:data:`SHORT` elements or fewer: an
 NCHW image copied to channels-last, rows of 3 channels each read from another plane) is
-turned instead (:func:`turned`): the dim the input is laid out along becomes the walk's
-innermost, its reads contiguous and the output's stores strided (a row of 224 pixels of
-one channel, where the row walk read 3 elements from 3 planes per pixel).
+turned instead (the core's :func:`tiles.turned`, in ``WalkNest.planned_walk``): the dim
+the input is laid out along becomes the walk's innermost, its reads contiguous and the
+output's stores strided (a row of 224 pixels of one channel, where the row walk read 3
+elements from 3 planes per pixel).
 """
 
 from __future__ import annotations
@@ -36,6 +37,3 @@ def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
     (``stored``: values earlier nests wrote, which it reads back): :func:`tiles.across`."""
     return tiles.across(region, registry, tensor_type, outputs, d0, stored)
 
-
-#: the walk to take (the core's :func:`tiles.turned`: rows too short for tiles turned)
-turned = tiles.turned
