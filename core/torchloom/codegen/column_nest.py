@@ -105,8 +105,7 @@ def walks(target: ColumnTarget, plan: Columns, nest: ReductionNest,
     header, xs = target.inner_coords("x", nest.kept_shape)
     kept = column_of(nest, xs)
     members = {node for nodes in plan.walks for node in nodes}
-    full_outputs = [(key, v) for key, v in outputs if v.producer not in members
-                    and target.output_place(v) in PER_ELEMENT]
+    full_outputs = stored_per_element(target, members, outputs)
     for level, nodes in enumerate(plan.walks):
         accs = target.accumulators(nodes)
         walk(target, nest, accs, kept, header, full_outputs if level == 0 and not plan.late
@@ -115,6 +114,14 @@ def walks(target: ColumnTarget, plan: Columns, nest: ReductionNest,
                 members if level == len(plan.walks) - 1 else None)
     if plan.late:
         walk(target, nest, [], kept, header, full_outputs)
+
+
+def stored_per_element(target: ColumnTarget, reductions: set[Node],
+                       outputs: Sequence[tuple[Any, Value]]) -> list[tuple[Any, Value]]:
+    """The ``outputs`` (key, value) a walk stores at each of its elements: those none of
+    ``reductions`` computes, of P's elements in some view (:data:`PER_ELEMENT`)."""
+    return [(key, v) for key, v in outputs
+            if v.producer not in reductions and target.output_place(v) in PER_ELEMENT]
 
 
 def column_of(nest: ReductionNest, xs: Sequence[Any]) -> list:

@@ -72,16 +72,6 @@ def column_plan(w: Writer) -> column_form.Columns | None:
                             tensor_type, w.output_place)
 
 
-PER_ELEMENT = column_form.PER_ELEMENT
-
-
-def _full_outputs(w: Writer) -> list:
-    """(C name, value) of each output stored per element of the walk."""
-    reductions = set(w.reductions)
-    return [(name, v) for name, v in zip(w.out_names, w.outputs)
-            if v.producer not in reductions and w.output_place(v) in PER_ELEMENT]
-
-
 def column_body(w: Writer, plan: column_form.Columns) -> tuple[ParallelLoop, list]:
     """The loop over blocks of columns ``xb`` and the statements of one block, walking as
     ``plan`` says (the core's :func:`column_nest.walks`), or, split by rows, the loop over
@@ -145,8 +135,10 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
         accs.append(column_nest.Accumulator(node, "sum", "f64", acc))
     target, nest = _Block(w, columns), w.reduction_nest
     x_header, xs = target.inner_coords("x", nest.kept_shape)
+    outputs = list(zip(w.out_names, w.outputs))
     column_nest.walk(target, nest, accs, column_nest.column_of(nest, xs), x_header,
-                     _full_outputs(w), ("r0", "r1"))
+                     column_nest.stored_per_element(target, set(w.reductions), outputs),
+                     ("r0", "r1"))
 
     def combine() -> None:
         em.forget_row_values()
@@ -160,8 +152,7 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
         for k, acc in enumerate(accs):
             em.statement(stmt.Var("double* restrict", acc.array,
                                   expr.plus("parts", k * columns)), False)
-        column_nest.results(target, nest, accs, xs, x_header,
-                            list(zip(w.out_names, w.outputs)), set(w.reductions))
+        column_nest.results(target, nest, accs, xs, x_header, outputs, set(w.reductions))
 
     after = (stmt.Block(tuple(em.capture(combine))), stmt.Raw("free(parts);"))
     loop = ParallelLoop("xb", rows, ThreadBlocks(rows, expr.as_node(rows), rows),
