@@ -12,6 +12,7 @@ import pathlib
 
 import torchloom.codegen.placement
 import torchloom.codegen.schedule
+import torchloom.codegen.statements
 import torchloom.codegen.writer
 import torchloom_codegen_cpu
 
@@ -91,8 +92,8 @@ def _self_fields(function: ast.FunctionDef) -> dict[str, int]:
 
 def test_every_attribute_is_declared_in_init():
     trees = [*MODULES.values(), *(ast.parse(pathlib.Path(m.__file__).read_text()) for m in
-                                  (torchloom.codegen.writer, torchloom.codegen.schedule,
-                                   torchloom.codegen.placement))]
+                                  (torchloom.codegen.writer, torchloom.codegen.statements,
+                                   torchloom.codegen.schedule, torchloom.codegen.placement))]
     classes = {c.name: c for tree in trees for c in ast.walk(tree)
                if isinstance(c, ast.ClassDef)}
 

@@ -1,64 +1,27 @@
-"""The lowering's statements in nested scopes (:class:`Scopes`): what the core's value walk
-asks of an emitter (``emit``, ``convert``, ``cast``), values numbered by their text in
-scope, and statements hoisted before the loops inside a scope."""
+"""The lowering's emitter (:class:`Scopes`): what the core's value walk asks of an emitter
+(``emit``, ``convert``, ``cast``) over the statements in nested scopes every writer builds
+on (:class:`torchloom.codegen.statements.Statements`: values numbered by their text in
+scope, statements hoisted before the loops inside a scope)."""
 
 from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
-from typing import Any
 
 from torchloom.codegen import expr, stmt
 from torchloom.codegen.contract import Renderer
 from torchloom.codegen.expr import Code, Name
+from torchloom.codegen.statements import Statements
 from torchloom.codegen.writer import COMPUTE, Expr
 
 #: low-precision float dtypes: computed in f32, rounded as eager rounds them
 LOW = ("bf16", "f16")
 
 
-class Scopes:
-    """Statements in nested scopes (a loop's body is one), each with the names its values
-    are bound to: a value computed in a scope is visible in the scopes inside it."""
+class Scopes(Statements):
+    """The lowering's emitter: statements in nested scopes (:class:`Statements`, a loop's
+    body is one), a value computed in a scope visible in the scopes inside it."""
 
     def __init__(self, renderer: Renderer):
+        super().__init__()
         self.renderer = renderer
-        self.scopes: list[tuple[list, dict]] = [([], {})]
-        self.count = 0
-        #: the scope new statements go to (None: the innermost); see ``hoisting``
-        self.target: int | None = None
-
-    def fresh(self, hint: str) -> str:
-        self.count += 1
-        hint = "".join(c if c.isalnum() or c == "_" else "_" for c in hint).strip("_") or "v"
-        return f"{hint}_{self.count}"
-
-    def lookup(self, key: Any) -> Any:
-        for _, memo in reversed(self.scopes):
-            if key in memo:
-                return memo[key]
-        return None
-
-    def remember(self, key: Any, value: Any) -> None:
-        self.scopes[-1 if self.target is None else self.target][1][key] = value
-
-    def add(self, statement: Any) -> None:
-        self.scopes[-1 if self.target is None else self.target][0].append(statement)
-
-    @contextlib.contextmanager
-    def hoisting(self, level: int) -> Iterator[None]:
-        """Statements and values go to scope ``level`` (before the loops inside it)."""
-        saved, self.target = self.target, level
-        try:
-            yield
-        finally:
-            self.target = saved
-
-    def open(self) -> None:
-        self.scopes.append(([], {}))
-
-    def close(self) -> list:
-        return self.scopes.pop()[0]
 
     # ---- what ValueWalk asks of an emitter ---------------------------------------------
     def emit(self, text: Code | str, dtype: str, hint: str = "v", inner: bool = False

@@ -11,8 +11,9 @@ spelling.
 - :class:`Expr`: a value in the kernel (its expression, a node of
   :mod:`torchloom.codegen.expr`; its compute dtype; whether it depends on the inner
   (reduced or SIMD) index);
-- :class:`Statements`: SSA-style statements numbered by their text, with *phases* (loops
-  over the inner index) whose loop-invariant statements go before the loop;
+- :class:`Statements` (:mod:`torchloom.codegen.statements`, re-exported): statements in
+  scopes numbered by their text, with *phases* (loops over the inner index) whose
+  loop-invariant statements go before the loop;
 - :class:`ValueWalk`: the value walk, a mixin of the target's writer (with the output
   placement of a reduction kernel, :class:`~torchloom.codegen.placement.OutputPlacement`);
 - tables: ``COMPUTE`` (IR dtype -> compute dtype), ``FLOATS``, ``VIEWS`` (view op ->
@@ -34,6 +35,7 @@ from torchloom.codegen.gathers import GATHER_OPS
 from torchloom.codegen.indexing import Coords, Unsupported
 from torchloom.codegen.indexing import same_shape  # noqa: F401 (re-exported: writers' helper)
 from torchloom.codegen.placement import OutputPlacement
+from torchloom.codegen.statements import Statements  # noqa: F401 (re-exported: writers' base)
 from torchloom.ir import DTYPES, InputRef, Node, ScalarType, TensorType, Value
 
 #: IR dtype -> dtype the kernel computes in (fp16/bf16 are computed in fp32, as eager does)
@@ -55,9 +57,6 @@ VIEWS = {
     "aten.unbind.int": "unbind",
 }
 
-#: prefixes of the names writers give coordinates and loop indices (``x0 = x / 8``,
-#: ``r1``, ``xb``, ``c0``, ``j``, ``ks0``): a value named so is bound as ``v<name><n>``
-_COORDINATE_HINTS = frozenset({"x", "r", "j", "c", "xb", "ks", "xindex", "rindex", "roff"})
 
 #: view kinds whose coordinates depend on argument values (an offset), not only on shapes
 _OFFSET_VIEWS = frozenset({"slice", "select", "split", "split_with_sizes"})
@@ -79,77 +78,6 @@ class Expr:
     @property
     def text(self) -> str:
         return self.code.text
-
-
-class Statements:
-    """Statements numbered by their text (the same text in scope is bound once), in phases.
-
-    Outside a phase statements go to ``lines``; inside one (``open_phase``), an inner
-    statement goes into the loop's body and any other before the loop (hoisted by
-    construction). A subclass's ``emit`` uses a trivial expression (a name, a literal:
-    :mod:`torchloom.codegen.expr`) as it is and binds any other."""
-
-    def __init__(self) -> None:
-        #: the statements (``torchloom.codegen.stmt``) written outside a phase
-        self.lines: list[Any] = []
-        self._memo: dict[str, str] = {}
-        self._phase_memo: dict[str, str] = {}
-        self._phase: tuple[list[Any], list[Any]] | None = None
-        self._count = 0
-        self.phase_id = 0
-
-    def fresh(self, hint: str) -> str:
-        """A new name from ``hint`` (a value's name, say); never one of the names a
-        writer gives coordinates and loop indices (``x1``, ``r0``, ``j``, ``c0``)."""
-        self._count += 1
-        if hint in _COORDINATE_HINTS:
-            hint = f"v{hint}"
-        return f"{hint}_{self._count}" if hint[-1:].isdigit() else f"{hint}{self._count}"
-
-    def bind(self, text: str, hint: str, inner: bool,
-             line: Callable[[str], Any]) -> tuple[str, bool]:
-        """The name bound to ``text`` in scope (the phase's, with ``inner``), binding it
-        with the statement ``line(name)`` when there is none; (name, newly bound)."""
-        memo = self._phase_memo if inner else self._memo
-        name = memo.get(text)
-        if name is not None:
-            return name, False
-        name = self.fresh(hint)
-        memo[text] = name
-        self.statement(line(name), inner)
-        return name, True
-
-    def statement(self, line: Any, inner: bool) -> None:
-        if self._phase is None:
-            self.lines.append(line)
-        elif inner:
-            self._phase[1].append(line)
-        else:
-            self._phase[0].append(line)
-
-    def capture(self, write: Callable[[], None]) -> list:
-        """The statements ``write()`` emits outside a phase, taken out of ``lines``."""
-        lines, self.lines = self.lines, []
-        write()
-        captured, self.lines = self.lines, lines
-        return captured
-
-    def open_phase(self) -> None:
-        """Start a loop over the inner index."""
-        self._phase = ([], [])
-        self._phase_memo = {}
-        self.phase_id += 1
-
-    def close_phase(self) -> list[Any] | None:
-        """End the loop: the hoisted statements go to ``lines``; returns the loop's body
-        (None when no phase is open) for the caller to wrap in its loop."""
-        if self._phase is None:
-            return None
-        pre, body = self._phase
-        self._phase = None
-        self._phase_memo = {}
-        self.lines.extend(pre)
-        return body
 
 
 class ValueWalk(OutputPlacement):

@@ -141,7 +141,7 @@ def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
                      ("r0", "r1"))
 
     def combine() -> None:
-        em.forget_row_values()
+        em.forget_values()
         x = expr.Name("x")
         later = expr.Load("parts", expr.plus(expr.times("t", width), x))
         em.statement(stmt.Loop("t", "1", "n_xb", (stmt.Loop("x", "0", str(width), (

@@ -10,8 +10,6 @@ hoisting by construction).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import attrs
 
 from torchloom.api import TensorType, expr, stmt, writer
@@ -211,7 +209,7 @@ class Emitter(writer.Statements):
         inner = self.is_inner(code) if inner is None else inner
         if code.trivial:
             return Expr(code, dtype, inner)
-        inner = inner and self._phase is not None
+        inner = inner and self.in_phase
         name, new = self.bind(text, hint, inner,
                               lambda name: stmt.Declare(CTYPE[dtype], name, code))
         if new and inner:
@@ -219,17 +217,6 @@ class Emitter(writer.Statements):
         if text in self.exact:
             self.exact[name] = self.exact[text]
         return Expr(expr.Name(name), dtype, inner)
-
-    def forget_row_values(self) -> None:
-        """Row statements emitted so far are out of scope from here on (a nested loop)."""
-        self._memo = {}
-
-    def capture(self, write: Callable[[], None]) -> list:
-        """The statements ``write()`` emits outside a phase, taken out of ``lines``."""
-        lines, self.lines = self.lines, []
-        write()
-        captured, self.lines = self.lines, lines
-        return captured
 
     # ---- phases --------------------------------------------------------------------------
     def begin_phase(self) -> None:
@@ -280,7 +267,7 @@ class Emitter(writer.Statements):
                                                          if isinstance(n, int) else n,
                                                          width))
         if tree:  # its lanes combined as a tree (lanes.py)
-            self.lines += tree
+            self.lines.extend(tree)
             return
         if pragma is not None and narrow_row(n, self.narrow_limit):
             self._loop(attrs.evolve(pragma, simdlen=8), "r", _int(0),
@@ -389,8 +376,8 @@ class Emitter(writer.Statements):
                 and 0 < n <= HIDDEN_COUNT):
             return _int(n)
         name = self.fresh("r_n")
-        self.lines += [stmt.Var("int64_t", name, _int(n)),
-                       stmt.Raw(f'__asm__("" : "+r"({name}));')]
+        self.lines.extend([stmt.Var("int64_t", name, _int(n)),
+                           stmt.Raw(f'__asm__("" : "+r"({name}));')])
         return expr.Name(name)
 
     def _loop(self, annotation: Simd | None, var: str, start: expr.Code | str,

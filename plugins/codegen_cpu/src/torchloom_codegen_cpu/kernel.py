@@ -284,7 +284,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
         computes them again; the names it declared are out of scope)."""
         before = set(self.values)
         statements = self.em.capture(write)
-        self.em.forget_row_values()
+        self.em.forget_values()
         for key in [k for k, (e, _) in self.values.items() if k not in before and not e.inner]:
             del self.values[key]
         return statements

@@ -1,0 +1,146 @@
+"""The one statement emitter every kernel writer builds on (:class:`Statements`): statements
+(:mod:`torchloom.codegen.stmt`) in nested scopes, values numbered by their text in scope,
+fresh names, and two ways of putting a statement before the loops inside a scope:
+
+- *phases* (the ``cpu`` and ``triton`` writers): :meth:`Statements.open_phase` opens a
+  loop over the inner index; a statement said to be inner goes into the loop's body, any
+  other before the loop (hoisted by construction); :meth:`Statements.close_phase` returns
+  the body for the caller to wrap in its loop;
+- *hoisting* (the core's lowering, :class:`torchloom.codegen.scopes.Scopes`):
+  :meth:`Statements.open` / :meth:`Statements.close` nest scopes (a loop's body is one)
+  and :meth:`Statements.hoisting` sends statements and values to an outer one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+#: names writers give coordinates and loop indices: no value is named after one
+_COORDINATE_HINTS = frozenset({"x", "r", "j", "c", "xb", "ks", "xindex", "rindex", "roff"})
+
+
+class Statements:
+    """Statements in nested scopes (a loop's body is one), each with the values bound in
+    it: ``scopes`` lists them, the outermost first, as (statements, memo) pairs."""
+
+    def __init__(self) -> None:
+        self.scopes: list[tuple[list[Any], dict[Any, Any]]] = [([], {})]
+        #: the scope new statements go to (None: the innermost); see :meth:`hoisting`
+        self.target: int | None = None
+        #: the index in ``scopes`` of the open phase's body (None: no phase is open)
+        self._phase: int | None = None
+        self._count = 0
+        #: how many phases were opened (a value bound inside one is valid in it only)
+        self.phase_id = 0
+
+    # ---- names ---------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        """A new name from ``hint`` (a value's name, say), made an identifier; never one of
+        the names a writer gives coordinates and loop indices (``x1``, ``r0``, ``j``)."""
+        self._count += 1
+        hint = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_"
+                       for c in hint) or "v"
+        if hint in _COORDINATE_HINTS or hint[0].isdigit():
+            hint = f"v{hint}"
+        return f"{hint}_{self._count}" if hint[-1].isdigit() else f"{hint}{self._count}"
+
+    # ---- scopes ----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open a scope (a loop's body) inside the innermost one."""
+        self.scopes.append(([], {}))
+
+    def close(self) -> list[Any]:
+        """Close the innermost scope: its statements."""
+        return self.scopes.pop()[0]
+
+    @contextlib.contextmanager
+    def hoisting(self, level: int) -> Iterator[None]:
+        """Statements and values go to scope ``level`` (before the loops inside it)."""
+        saved, self.target = self.target, level
+        try:
+            yield
+        finally:
+            self.target = saved
+
+    def add(self, statement: Any) -> None:
+        """``statement`` at the end of the target scope (the innermost unless hoisting)."""
+        self.scopes[-1 if self.target is None else self.target][0].append(statement)
+
+    def lookup(self, key: Any) -> Any:
+        """The value ``key`` is bound to in any scope open (None: in none)."""
+        for _, memo in reversed(self.scopes):
+            if key in memo:
+                return memo[key]
+        return None
+
+    def remember(self, key: Any, value: Any) -> None:
+        """Bind ``key`` to ``value`` in the target scope."""
+        self.scopes[-1 if self.target is None else self.target][1][key] = value
+
+    # ---- phases ----------------------------------------------------------------------------
+    @property
+    def in_phase(self) -> bool:
+        return self._phase is not None
+
+    def _outer(self) -> int:
+        """The scope statements that are not inner go to: before the phase's loop."""
+        return -1 if self._phase is None else self._phase - 1
+
+    @property
+    def lines(self) -> list[Any]:
+        """The statements outside the phase (all of them when no phase is open)."""
+        return self.scopes[self._outer()][0]
+
+    @lines.setter
+    def lines(self, statements: list[Any]) -> None:
+        level = self._outer()
+        self.scopes[level] = (statements, self.scopes[level][1])
+
+    def statement(self, line: Any, inner: bool) -> None:
+        """``line`` in the open phase's body when ``inner``, else before its loop."""
+        level = self._phase if inner and self._phase is not None else self._outer()
+        self.scopes[level][0].append(line)
+
+    def bind(self, text: str, hint: str, inner: bool,
+             line: Callable[[str], Any]) -> tuple[str, bool]:
+        """The name bound to ``text`` in its scope (the open phase's body when ``inner``,
+        the scope before its loop otherwise), binding it with the statement
+        ``line(name)`` when there is none; (name, newly bound)."""
+        memo = self.scopes[self._phase if inner and self._phase is not None
+                           else self._outer()][1]
+        name = memo.get(text)
+        if name is not None:
+            return name, False
+        name = self.fresh(hint)
+        memo[text] = name
+        self.statement(line(name), inner)
+        return name, True
+
+    def forget_values(self) -> None:
+        """Values bound before the phase's loop so far are out of scope from here on."""
+        self.scopes[self._outer()][1].clear()
+
+    def capture(self, write: Callable[[], None]) -> list[Any]:
+        """The statements ``write()`` emits outside a phase, taken out of ``lines``."""
+        assert self._phase is None, "capture inside a phase"
+        saved, self.lines = self.lines, []
+        write()
+        captured, self.lines = self.lines, saved
+        return captured
+
+    def open_phase(self) -> None:
+        """Start a loop over the inner index."""
+        assert self._phase is None, "a phase inside a phase"
+        self.open()
+        self._phase = len(self.scopes) - 1
+        self.phase_id += 1
+
+    def close_phase(self) -> list[Any] | None:
+        """End the loop: its body (None when no phase is open) for the caller to wrap in
+        its loop; the statements hoisted out of it are already before it."""
+        if self._phase is None:
+            return None
+        self._phase = None
+        return self.close()
