@@ -69,8 +69,8 @@ class ColumnTarget(Protocol):
 
     def element_coords(self, v: Value, full: Coords) -> Coords:
         """Output ``v``'s coordinates at P's element ``full``: ``full`` itself, or for
-        another view of P the target's order of its elements (the core's
-        ``OutputPlacement.element_coords``: memory order; the cpu's: logical order)."""
+        another view of P its element in memory order
+        (``OutputPlacement.element_coords``)."""
 
     def store(self, key: Any, v: Value, coords: Coords) -> None: ...
 

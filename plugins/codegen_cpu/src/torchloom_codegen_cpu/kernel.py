@@ -267,13 +267,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
         self.ix.remember(self.known, names, shape, index)
         return header, names
 
-    def element_coords(self, v: Value, full: Coords) -> Coords:
-        """The coordinates of output ``v``, of the reduced shape's elements in some view
-        (:meth:`output_place` ``"full"`` or ``"full view"``), at element ``full``."""
-        if self.output_place(v) == "full":
-            return full
-        return self.ix.reshape(full, self.shape, tuple(tensor_type(v).shape), self.known)
-
     def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
         """Reduction output ``value`` is ``e``, read at ``coords`` (its row)."""
         self.reduced[value] = (coords, e)
