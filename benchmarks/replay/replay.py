@@ -1,11 +1,12 @@
 """Replay recorded groups through the codegens of one source tree: each group's supports()
-reason, and its source and metadata (cpu: ``write_function``; triton: ``generate``), or the
-exception, as JSON lines.
+reason, and its source and metadata (cpu: ``write_function``; triton and scalar_c, the core's
+lowering rendered by examples/third_party_codegen: ``generate``), or the exception, as JSON
+lines.
 
     python benchmarks/replay/replay.py TREE groups.jsonl out.jsonl
 
 TREE is a checkout (a ``git archive`` copy of another commit, or the working tree): its
-``core`` and the two codegens' ``src`` go first on ``sys.path``."""
+``core``, the two codegens' ``src`` and scalar_c's go first on ``sys.path``."""
 
 import json
 import os
@@ -19,19 +20,23 @@ def _where(exc: BaseException) -> list[str]:
 
 
 def main(tree: str, groups: str, out_path: str) -> None:
-    for sub in ("plugins/codegen_triton/src", "plugins/codegen_cpu/src", "core"):
+    for sub in ("examples/third_party_codegen/src", "plugins/codegen_triton/src",
+                "plugins/codegen_cpu/src", "core"):
         sys.path.insert(0, os.path.join(tree, sub))
     os.environ.setdefault("TRITON_INTERPRET", "1")
     import torchloom
+    from torchloom.api import RendererCodegen
     from torchloom.ir.text import parse_graph
     from torchloom.ops.aten import default_registry
     from torchloom_codegen_cpu.codegen import CpuCodegen
     from torchloom_codegen_cpu.function import write_function
     from torchloom_codegen_triton.codegen import TritonCodegen
+    from torchloom_scalar_c.renderer import ScalarC
 
     print("torchloom from", torchloom.__file__, file=sys.stderr)
     registry = default_registry()
-    codegens = {"cpu": CpuCodegen(), "triton": TritonCodegen()}
+    codegens = {"cpu": CpuCodegen(), "triton": TritonCodegen(),
+                "scalar_c": RendererCodegen(ScalarC())}
     seen = set()
     with open(out_path, "w") as out:
         for line in open(groups):

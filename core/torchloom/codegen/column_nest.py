@@ -133,6 +133,14 @@ def column_of(nest: ReductionNest, xs: Sequence[Any]) -> list:
     return kept
 
 
+def result_coords(nest: ReductionNest, xs: Sequence[Any], keepdim: bool) -> tuple:
+    """The coordinates of a column's result at the column ``xs``: the kept dims', or with
+    ``keepdim`` the full shape's with the reduced dims 0."""
+    if not keepdim:
+        return tuple(xs)
+    return tuple(ZERO if d in nest.rdims else c for d, c in enumerate(column_of(nest, xs)))
+
+
 def walk(target: ColumnTarget, nest: ReductionNest, accs: Sequence[Accumulator],
          kept: Sequence[Any], header: list, stores: Sequence[tuple[Any, Value]],
          rows: tuple[str, str] | None = None) -> None:
@@ -162,8 +170,7 @@ def results(target: ColumnTarget, nest: ReductionNest, accs: Sequence[Accumulato
     stored where it is one of ``outputs``); after the last walk (``last``: every
     reduction of the nest), the outputs of a column's values (:data:`PER_COLUMN`) that no
     reduction computes too."""
-    keepdim = tuple(ZERO if d in nest.rdims else c
-                    for d, c in enumerate(column_of(nest, xs)))
+    keepdim = result_coords(nest, xs, True)
     target.begin_columns()
     for acc in accs:
         (value,) = acc.node.outputs

@@ -27,7 +27,7 @@ from typing import Any
 from torchloom.codegen import column_nest, expr, stmt
 from torchloom.codegen.columns import Columns
 from torchloom.codegen.expr import Name
-from torchloom.codegen.indexing import ZERO, Coords
+from torchloom.codegen.indexing import Coords
 from torchloom.codegen.schedule import ReductionNest
 from torchloom.codegen.scopes import LOW
 from torchloom.codegen.writer import COMPUTE, Expr, same_shape
@@ -145,9 +145,8 @@ class ColumnLowering:
             nest = ReductionNest.of([node], lambda v: v.type)
             row = self.ix.delinear("r", nest.kept_shape)
             self._know(row, nest.kept_shape, "r")
-            keep = iter(row)
-            coords = tuple(row) if same_shape(out.type.shape, nest.kept_shape) else tuple(
-                ZERO if d in nest.rdims else next(keep) for d in range(len(nest.shape)))
+            coords = column_nest.result_coords(
+                nest, row, not same_shape(out.type.shape, nest.kept_shape))
             acc = self.em.emit(self.renderer.read(name, "r", dtype), dtype, "acc")
             code = expr.fill(self.REDUCTIONS[node.op].outputs[0], {"acc": acc.code})
             self._store(pointer, out, coords, self.result_value(out, code))
