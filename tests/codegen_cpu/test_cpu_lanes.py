@@ -1,5 +1,5 @@
 """Row sums, maxes and mins with their lanes combined as a tree (lanes.py): static rows of
-whole 16-lane vectors (and 8-lane rows, emitter.narrow_row) and symbolic rows (whole blocks,
+whole 16-lane vectors (and 8-lane rows, row_loops.narrow_row) and symbolic rows (whole blocks,
 then a masked last block) run as blocks into an explicit array of lanes combined in halves;
 other rows (a product, a static row with a masked tail) keep gcc's reduction clause. Values stay eager's at every such length and dtype, with NaN, inf and
 -0.0 anywhere in the row."""

@@ -96,7 +96,7 @@ def test_several_reductions_share_one_kernel(check):
     reduction one accumulator over the row with an OpenMP reduction clause (a row of 20
     is one loop of three 8-lane vectors past the row's end, accumulating the first 20
     lanes, and in each thread's last row a loop over its whole 8-lane blocks, 16 values,
-    and one over the last 8, the tail masked: emitter.narrow_odd_row, overrun.py)."""
+    and one over the last 8, the tail masked: row_loops.narrow_odd_row, overrun.py)."""
     text, inputs = CASES["softmax"]
     _, compiled = check(text, *inputs())
     assert len(compiled.choices) == 1 and len(compiled.cache) == 1

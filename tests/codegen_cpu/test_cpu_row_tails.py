@@ -1,5 +1,5 @@
 """Row loops as whole blocks of 16 and a masked tail over the last 16 (emitter.py
-``end_row_phase``): every element stored and accumulated exactly once, at every row length
+``row_loops.shaped``): every element stored and accumulated exactly once, at every row length
 (static and symbolic), with NaN, inf and -0.0 placed where the two loops overlap, in the
 tail, and in the blocks."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torchloom.api import parse_graph
 
-from torchloom_codegen_cpu.emitter import SCALAR_REMAINDER, TAIL, narrow_odd_row
+from torchloom_codegen_cpu.row_loops import SCALAR_REMAINDER, TAIL, narrow_odd_row
 
 from conftest import group_text
 
@@ -75,7 +75,7 @@ def test_symbolic_rows_match_eager_at_every_length(check):
                                       (100, 8), (109, 16), (1000, 16), (8, None), (98, 8)])
 def test_a_tail_loop_only_where_the_remainder_is_long_enough(codegen, registry, n, lanes):
     """Rows of 17-104 values not a multiple of 8 run 8-lane blocks and a masked last 8
-    (emitter.narrow_odd_row); longer ones 16-lane blocks and a masked last 16 where the
+    (row_loops.narrow_odd_row); longer ones 16-lane blocks and a masked last 16 where the
     remainder is at least SCALAR_REMAINDER; whole vectors and short rows no tail."""
     body, results = _reductions(n)
     graph = parse_graph(group_text(f"%a: f32[4, {n}]", body, results))

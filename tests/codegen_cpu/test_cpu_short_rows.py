@@ -2,7 +2,7 @@
 (reduction.short_odd_row): rows of 1-7 and 9-15 values reduce in a plain loop, rows of 8, 16
 and more in a SIMD one; kernels with only per-row outputs over rows of 1-4 values lose
 their SIMD row loops (reduction.across_rows); rows of 16-64 hide their length
-(Emitter._trip_count); cheap loops over rows of 16k+8 run whole (emitter._cheap). Every
+(row_loops._trip_count); cheap loops over rows of 16k+8 run whole (row_loops._cheap). Every
 length gives eager's values (NaN anywhere in a row, +-inf, -0.0 against 0.0, denormals,
 ints, bool)."""
 
@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 from torchloom.api import parse_graph
-from torchloom_codegen_cpu.emitter import NARROW_ROWS, NARROW_ROWS_MIXED, narrow_row
+from torchloom_codegen_cpu.row_loops import NARROW_ROWS, NARROW_ROWS_MIXED, narrow_row
 
 from conftest import compiled, group_text, softmax_text, tree_loops
 
@@ -150,8 +150,8 @@ HIDDEN = re.compile(r'__asm__\("" : "\+r"\((r_n\w*)\)\);')
                                           (48, True), (64, True), (80, False), (128, False)])
 def test_rows_of_one_to_four_vectors_hide_their_length(codegen, registry, check, cols, hidden):
     """Every row loop of a softmax over rows of 16-64 values (whole vectors), or of an
-    8-lane row (24: emitter.narrow_row), counts to a copy of the length gcc cannot see
-    (Emitter._trip_count); other lengths count to the number itself; values stay eager's
+    8-lane row (24: row_loops.narrow_row), counts to a copy of the length gcc cannot see
+    (row_loops._trip_count); other lengths count to the number itself; values stay eager's
     either way."""
     text = softmax_text("f32", 33, cols)
     source = codegen.generate(next(parse_graph(text).nodes), registry).source
@@ -186,10 +186,10 @@ def row_loops(codegen, registry, text: str) -> list[tuple[str, str, str]]:
 def test_half_vector_remainders(codegen, registry, check, cols):
     """A row of whole 16-lane vectors and half a vector (n % 16 == 8) up to
     ``NARROW_ROWS`` values, and a row of 16, runs each loop whole on 8-lane vectors
-    (``simdlen(8)``) counting to a hidden copy of its length (emitter.narrow_row); kernels
+    (``simdlen(8)``) counting to a hidden copy of its length (row_loops.narrow_row); kernels
     with 2- or 8-byte elements do so up to ``NARROW_ROWS_MIXED`` values. Longer rows run a
     cheap loop whole (gcc ends it with one half-width iteration) and a costly or max/min
-    one as blocks into lanes and a masked last block over them (Emitter._cheap, lanes.py).
+    one as blocks into lanes and a masked last block over them (row_loops._cheap, lanes.py).
     Values stay eager's."""
     for dtype, limit in (("f32", NARROW_ROWS), ("bf16", NARROW_ROWS_MIXED),
                          ("f64", NARROW_ROWS_MIXED)):

@@ -26,11 +26,10 @@ import attrs
 from torchloom.api import (Node, TensorType, Value, expr, indexing, row_form, schedule, stmt,
                            walk_nest, writer)
 
-from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_nest, rows_and_columns,
-                                  staging, tiles)
+from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_loops, row_nest,
+                                  rows_and_columns, staging, tiles)
 from torchloom_codegen_cpu.columns import column_body, column_plan
-from torchloom_codegen_cpu.emitter import (Emitter, Expr, load_element, narrow_limit,
-                                          store_statement)
+from torchloom_codegen_cpu.emitter import Emitter, Expr, load_element, store_statement
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, POINTWISE, REDUCTIONS, literal
 from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, row_offsets,
@@ -91,7 +90,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
         self.row_walks: list[tuple[str, tuple]] = []
         self.ix = indexing.IndexMath(indexing.C, names)
         self._as_dims = indexing.IndexMath(indexing.SYMBOLS, names)
-        self.em = Emitter(narrow_limit(self.region))
+        self.em = Emitter(row_loops.narrow_limit(self.region))
         self._check_region()
         if reductions is None:
             reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]

@@ -1,5 +1,5 @@
 """A row's sums, maxes and mins with their lanes combined as a tree
-(``Emitter.end_row_phase``).
+(``row_loops.shaped``).
 
 gcc 12 compiles ``#pragma omp simd reduction(+:acc)`` as a private copy of ``acc`` per
 lane (an "omp simd array") and, after the loop, adds the lanes to ``acc`` one after the
@@ -27,7 +27,7 @@ Its loops had ended in gcc's serial combine twice per accumulator (the blocks' l
 masked tail's): C harness, one thread, the attention softmax of the dynamic transformer
 stack (``[8, S, S]``, rows of S): S = 22 8.8 -> 5.5 us, 36 17.2 -> 11.3, 50 33.9 -> 18.4,
 66 47.7 -> 27.7; S = 6 (a row shorter than a block) 4.9 -> 4.1. A static row that ends
-in a masked 16-lane block (``Emitter._blocks``: a remainder of 4 or more, not 8-lane
+in a masked 16-lane block (``row_loops._blocks``: a remainder of 4 or more, not 8-lane
 rows) does the same; through torch.compile, 2 threads, best of 15: softmax over rows of
 197 (4096 rows) 278 -> 207 us, of 500 323 -> 289, a sum over rows of 150 113 -> 90;
 log_softmax over rows of 30522 and amax over rows of 1000 alike (within the noise).

@@ -1,4 +1,4 @@
-"""Row loops that run past the row's end (short odd rows: :meth:`Emitter.end_row_phase`).
+"""Row loops that run past the row's end (short odd rows: :func:`row_loops.shaped`).
 
 A row of ``n`` values, ``n`` not a multiple of 8, runs fastest as one loop of whole 8-lane
 vectors over ``ceil(n / 8) * 8`` elements with known count: gcc unrolls it and combines

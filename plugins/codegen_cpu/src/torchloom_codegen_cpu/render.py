@@ -116,7 +116,7 @@ def _store(s: stmt.Store) -> list[str]:
     t = element(s.target)
     if s.mask is None:
         return [f"{t} = {s.value};"]
-    # the lanes masked off write back what they read (see Emitter._blocks)
+    # the lanes masked off write back what they read (see row_loops._blocks)
     return [f"{t} = {s.mask} ? {par(s.value)} : {t};"]
 
 
@@ -181,7 +181,7 @@ _ONE_INSTRUCTION = frozenset({"tl_fma", "tl_fmaf"})
 
 def costly(s) -> bool:
     """Whether a statement calls a costly function (a transcendental, the prelude's but a
-    multiply-add): see ``Emitter._cheap``."""
+    multiply-add): see ``row_loops._cheap``."""
     return any(name.startswith("tl_") and len(name) > 3 and name not in _ONE_INSTRUCTION or
                name in VECTOR_MATH or name.endswith("f") and name[:-1] in VECTOR_MATH
                for name in s.facts.calls)

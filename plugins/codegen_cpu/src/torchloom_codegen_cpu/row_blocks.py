@@ -31,7 +31,7 @@ import attrs
 
 from torchloom.api import expr, stmt
 
-#: lanes of a block: one AVX-512 vector of f32 (``emitter.TAIL``)
+#: lanes of a block: one AVX-512 vector of f32 (``row_loops.TAIL``)
 WIDTH = 16
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from torchloom.api import Node, Value, expr, stmt
 
-from torchloom_codegen_cpu.emitter import whole_vectors
+from torchloom_codegen_cpu.row_loops import whole_vectors
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, EXPENSIVE, FLOATS, LIBM_VECTOR
 from torchloom_codegen_cpu.tensors import tensor_type
 
