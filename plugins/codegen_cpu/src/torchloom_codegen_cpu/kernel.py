@@ -144,12 +144,12 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
 
     def value_at(self, v: Value, coords: Coords) -> Expr:
         key = (v, coords)
-        hit = self.values.get(key)
-        if hit is not None and (not hit[0].inner or hit[1] == self.em.phase_id):
-            return hit[0]
+        known, earlier = self.known_value(key)
+        if known is not None:
+            return known
         buffer = self.buffers.get(v) if coords == self.full else None
-        if buffer is not None and hit is not None:  # computed by an earlier loop of the row
-            e = self.em.emit(expr.Load(buffer.pointer, buffer.offset), hit[0].dtype, v.name,
+        if buffer is not None and earlier is not None:  # computed by an earlier loop of the row
+            e = self.em.emit(expr.Load(buffer.pointer, buffer.offset), earlier.dtype, v.name,
                              inner=True)
         else:
             e = self._compute(v, coords)
@@ -159,7 +159,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
             # buffer can be an output's row: out[0] = tanh(x) * 0.5 + ...; then out[0] = tanh(x))
             if buffer is not None and e.inner:
                 self.em.statement(stmt.Store(buffer, e.code), True)
-        self.values[key] = (e, self.em.phase_id)
+        self.keep_value(key, e)
         return e
 
     def _compute(self, v: Value, coords: Coords) -> Expr:

@@ -203,12 +203,11 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
     # ---- values ----------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
         key = (v, coords)
-        hit = self.values.get(key)
-        if hit is not None and (not hit[0].inner or not self.looped or hit[1] == self.em.phase_id):
-            return hit[0]
-        e = self._compute(v, coords)
-        self.values[key] = (e, self.em.phase_id)
-        return e
+        known, _ = self.known_value(key)  # (the persistent form opens no phase: all known)
+        if known is None:
+            known = self._compute(v, coords)
+            self.keep_value(key, known)
+        return known
 
     def _literal(self, node: Node, value, compute: str) -> expr.Literal:
         return literal(value)
