@@ -86,7 +86,7 @@ class ValueWalk(OutputPlacement):
     The writer has ``em`` (its emitter: ``emit``, ``convert``, ``cast``), ``ix`` (its
     ``IndexMath``), ``known``, ``registry``, ``reduced`` (reduction output -> (coordinates
     of its row, its Expr)) and ``values`` (the values computed so far, each with the phase
-it was computed in: :meth:`known_value`); it gives the class attributes ``TARGET`` (for
+    it was computed in: :meth:`known_value`); it gives the class attributes ``TARGET`` (for
     reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods ``tensor_type``, ``_load``,
     ``_literal`` and ``_render`` (a scalar attribute's :class:`~torchloom.codegen.expr.Literal`;
     a pointwise op's expression, :func:`~torchloom.codegen.expr.fill` of its template over
