@@ -135,6 +135,7 @@ def _product(symbol: str, a: expr.Code, b: expr.Code) -> expr.Code:
 def _word(text: str) -> bool:
     return bool(text) and all(c.isascii() and (c.isalnum() or c == "_") for c in text)
 
+
 @attrs.frozen
 class RowLoops:
     """What shaping a row loop reads of the kernel being written (the emitter's):
@@ -197,23 +198,19 @@ def shaped(loops: RowLoops, pragma: Simd | None, n: int | expr.Code, header: lis
                                                 if isinstance(n, int) else n, width))
     if tree:  # its lanes combined as a tree (lanes.py)
         return Shaped(tuple(tree))
-    out: list = []
     if pragma is not None and narrow_row(n, limit):
-        out.append(_loop(attrs.evolve(pragma, simdlen=8), "r", _int(0),
-                         _trip_count(loops, out, n, pragma, True), header, body))
-        return Shaped(tuple(out))
+        count, declared = _trip_count(loops, n, pragma, True)
+        return Shaped((*declared, _loop(attrs.evolve(pragma, simdlen=8), "r", _int(0), count,
+                                        header, body)))
     tail = TAIL
     if pragma is not None and narrow_odd_row(n, limit):
         tail, pragma = 8, attrs.evolve(pragma, simdlen=8)
-        whole = _past_the_end(loops, out, body, n, pragma)
+        whole, declared = _past_the_end(loops, body, n, pragma)
         if whole is not None:  # all rows but each thread's last one (overrun.py)
             past = _loop(pragma, "r", _int(0), _int(whole_vectors(n)), header, whole)
-            blocks: list = []
-            _blocks(loops, blocks, pragma, n, header, body, tail)
-            out.append(stmt.If(overrun.GUARD, (past,), tuple(blocks)))
-            return Shaped(tuple(out), True)
-    _blocks(loops, out, pragma, n, header, body, tail)
-    return Shaped(tuple(out))
+            blocks = _blocks(loops, pragma, n, header, body, tail)
+            return Shaped((*declared, stmt.If(overrun.GUARD, (past,), tuple(blocks))), True)
+    return Shaped(tuple(_blocks(loops, pragma, n, header, body, tail)))
 
 
 def _blocks_of(loops: RowLoops, header: list, n: int | expr.Code, width: int
@@ -227,17 +224,18 @@ def _blocks_of(loops: RowLoops, header: list, n: int | expr.Code, width: int
     return blocks
 
 
-def _blocks(loops: RowLoops, out: list, pragma: Simd | None, n: int | expr.Code,
-            header: list, body: list, tail: int) -> None:
+def _blocks(loops: RowLoops, pragma: Simd | None, n: int | expr.Code, header: list,
+            body: list, tail: int) -> list:
     """The row loop as whole blocks of ``tail`` elements and a masked last block (see
-    :func:`shaped`), added to ``out``."""
+    :func:`shaped`): its statements."""
     static = isinstance(n, int)
     if static and tail == TAIL and not _masks_a_tail(pragma, n, body) or \
             not all(map(_maskable, body)):
-        if not _in_row_blocks(loops, out, pragma, n, header, body):
-            out.append(_loop(pragma, "r", _int(0), _trip_count(loops, out, n, pragma),
-                             header, body))
-        return
+        blocked = _in_row_blocks(loops, pragma, n, header, body)
+        if blocked is not None:
+            return [blocked]
+        count, declared = _trip_count(loops, n, pragma)
+        return [*declared, _loop(pragma, "r", _int(0), count, header, body)]
     if static:
         blocks, start, end = _int(n // tail * tail), _int(n - tail), _int(n)
     else:  # row values: one pair per row length, shared by its loops
@@ -248,62 +246,60 @@ def _blocks(loops: RowLoops, out: list, pragma: Simd | None, n: int | expr.Code,
         start = loops.bind(ternary(compare("==", blocks, end), end, ternary(
             compare("==", blocks, _int(0)), _int(0),
             expr.infix("-", expr.SUM, end, whole))), "r_tail")
-    if not (static and _in_row_blocks(loops, out, pragma, n // tail * tail, header, body)):
-        out.append(_loop(pragma, "r", _int(0), blocks, header, body))
+    blocked = _in_row_blocks(loops, pragma, n // tail * tail, header, body) if static \
+        else None
+    first = blocked or _loop(pragma, "r", _int(0), blocks, header, body)
     masked = [_masked(s, compare(">=", _R, blocks)) for s in body]
     tail_loop = _loop(pragma, "r", start, end, header, masked)
     # (symbolic: no remainder, not even the lane setup of an empty loop)
-    out.append(tail_loop if static else
-               stmt.If(compare("<", start, end), (tail_loop,), flat=True))
+    return [first, tail_loop if static else
+            stmt.If(compare("<", start, end), (tail_loop,), flat=True)]
 
 
-def _in_row_blocks(loops: RowLoops, out: list, pragma: Simd | None, n: int | expr.Code,
-                   header: list, body: list) -> bool:
-    """The row loop over ``[0, n)`` in blocks of lanes (row_blocks.py), added to ``out``
-    where its coordinates have them and ``pragma`` makes it a SIMD loop that reduces
-    nothing (a reduction clause on the lanes' loop would combine its lanes once a block:
-    sums take lanes.py's blocks, which combine them once a row); whether it was."""
+def _in_row_blocks(loops: RowLoops, pragma: Simd | None, n: int | expr.Code, header: list,
+                   body: list) -> stmt.Loop | None:
+    """The row loop over ``[0, n)`` in blocks of lanes (row_blocks.py) where its
+    coordinates have them and ``pragma`` makes it a SIMD loop that reduces nothing (a
+    reduction clause on the lanes' loop would combine its lanes once a block: sums take
+    lanes.py's blocks, which combine them once a row); None elsewhere."""
     blocks = None if pragma is None or pragma.reductions else \
         _blocks_of(loops, header, n, TAIL)
-    if blocks is None:
-        return False
-    out.append(row_blocks.loops(blocks, n // TAIL, body, pragma))
-    return True
+    return None if blocks is None else row_blocks.loops(blocks, n // TAIL, body, pragma)
 
 
-def _past_the_end(loops: RowLoops, out: list, body: list, n: int, pragma: Simd
-                  ) -> list | None:
+def _past_the_end(loops: RowLoops, body: list, n: int, pragma: Simd
+                  ) -> tuple[list | None, list]:
     """``body`` for a loop of whole 8-lane vectors past the row's end (overrun.py):
     accumulator updates take the lanes ``r < n`` only; loads and stores stay whole. None
     unless every element it touches is a row buffer's or at ``(x, r)`` of a tensor whose
     rows lie end to end, and no integer division (which lanes past the end could make
-    divide by zero). The bound it reads is declared in ``out``."""
+    divide by zero); with the statements declaring the bound it reads."""
     if loops.overrun is None or n > overrun.OVERRUN_ROWS:
-        return None
+        return None, []
     for s in body:
         if s.facts.nested or divides_integers(s):
-            return None
+            return None, []
         if any(not e.pointer.startswith("buf_") and
                loops.overrun.get(e.pointer) != str(e.offset)
                for e in s.facts.elements):
-            return None
+            return None, []
         if not isinstance(s, (stmt.Declare, stmt.Store)) and not _maskable(s):
-            return None
+            return None, []
     if all(isinstance(s, (stmt.Declare, stmt.Store)) for s in body):
-        return list(body)
+        return list(body), []
     # the loop qualifies: its bound declared now (none left unused); a row of 8k + 7:
     # only the last lane is off, and gcc 12 turned the select of a known bound into a
     # loop exit it could not vectorize (3.5x slower)
-    keep = _trip_count(loops, out, n, pragma, True) if n % 8 == 7 else _int(n)
+    keep, declared = _trip_count(loops, n, pragma, True) if n % 8 == 7 else (_int(n), [])
     return [s if isinstance(s, (stmt.Declare, stmt.Store)) else
-            _masked(s, compare("<", _R, keep)) for s in body]
+            _masked(s, compare("<", _R, keep)) for s in body], declared
 
 
-def _trip_count(loops: RowLoops, out: list, n: int | expr.Code, pragma: Simd | None,
-                hide: bool = False) -> expr.Code:
+def _trip_count(loops: RowLoops, n: int | expr.Code, pragma: Simd | None,
+                hide: bool = False) -> tuple[expr.Code, list]:
     """The trip count of a SIMD row loop: ``n``, or for rows of whole vectors up to
     :data:`HIDDEN_COUNT` values a copy of it gcc cannot see through (an empty asm that
-    "changes" it), declared in ``out``. Knowing that a loop runs 1-4 vectors, gcc 12
+    "changes" it), with the statements declaring it. Knowing that a loop runs 1-4 vectors, gcc 12
     unrolls it completely and combines the lanes of its reductions in a serial chain; with
     the count hidden it keeps the vector loop (C harness, one thread, rows of 16: softmax
     kernel 1.23 -> 1.04 ms, sum 0.43 -> 0.26, var_mean 1.16 -> 0.93; rows of 32-64: 4-15%;
@@ -313,10 +309,10 @@ def _trip_count(loops: RowLoops, out: list, n: int | expr.Code, pragma: Simd | N
     -> 0.67 ms)."""
     if not (hide or pragma is not None and isinstance(n, int) and n % TAIL == 0
             and 0 < n <= HIDDEN_COUNT):
-        return _int(n)
+        return _int(n), []
     name = loops.fresh("r_n")
-    out += [stmt.Var("int64_t", name, _int(n)), stmt.Raw(f'__asm__("" : "+r"({name}));')]
-    return expr.Name(name)
+    return expr.Name(name), [stmt.Var("int64_t", name, _int(n)),
+                             stmt.Raw(f'__asm__("" : "+r"({name}));')]
 
 
 def _loop(annotation: Simd | None, var: str, start: expr.Code | str, end: expr.Code | str,
