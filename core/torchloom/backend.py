@@ -47,6 +47,7 @@ import gc
 from typing import Any
 
 from torchloom.frontend import conv_layouts, dense_layouts
+from torchloom.frontend.addcdiv import restore_addcdiv
 from torchloom.compiler.ahead import AheadBackward
 from torchloom.compiler.mode import check_mode
 from torchloom.errors import PipelineError
@@ -125,6 +126,8 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     # an inference graph's input mutations stay in it (a trailing copy_ the plan can turn
     # into the kernel writing the input: an optimizer step's parameters and states)
     split = split_options(partitioner, compiler.foreach_decompositions)
+    # addcdiv as eager computes it where Dynamo wrote it out (frontend/addcdiv.py)
+    restore_addcdiv(gm)
     # transposed elementwise results traced row-major (frontend/dense_layouts.py)
     dense_layouts.make_dense(gm)
     # convolutional graphs traced channels-last, gradients laid out as eager's
