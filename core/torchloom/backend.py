@@ -47,7 +47,7 @@ import gc
 from typing import Any
 
 from torchloom.frontend import conv_layouts, dense_layouts
-from torchloom.frontend.addcdiv import restore_addcdiv
+from torchloom.frontend.addc_ops import restore_addc_ops
 from torchloom.compiler.ahead import AheadBackward
 from torchloom.compiler.mode import check_mode
 from torchloom.errors import PipelineError
@@ -126,8 +126,9 @@ def torchloom_backend(gm, example_inputs, options: dict[str, Any] | None = None,
     # an inference graph's input mutations stay in it (a trailing copy_ the plan can turn
     # into the kernel writing the input: an optimizer step's parameters and states)
     split = split_options(partitioner, compiler.foreach_decompositions)
-    # addcdiv as eager computes it where Dynamo wrote it out (frontend/addcdiv.py)
-    restore_addcdiv(gm)
+    # addcdiv and addcmul as eager computes them where Dynamo wrote them out
+    # (frontend/addc_ops.py)
+    restore_addc_ops(gm)
     # transposed elementwise results traced row-major (frontend/dense_layouts.py)
     dense_layouts.make_dense(gm)
     # convolutional graphs traced channels-last, gradients laid out as eager's

@@ -1,14 +1,14 @@
-"""addcdiv put back where Dynamo wrote it out (torchloom.frontend.addcdiv): a compiled
-``torch.addcdiv(..., value=v)`` and ``Tensor.addcdiv_`` (Adam's update without foreach)
-give eager's values bit for bit in f32, bf16 and f16, and ops a program writes itself are
-left as written."""
+"""addcdiv and addcmul put back where Dynamo wrote them out (torchloom.frontend.addc_ops): a
+compiled ``torch.addcdiv(..., value=v)``, ``Tensor.addcdiv_`` and ``Tensor.addcmul_``
+(Adam's update without foreach) give eager's values bit for bit in f32, bf16 and f16, and
+ops a program writes itself are left as written."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from torchloom.frontend.addcdiv import restore_addcdiv
+from torchloom.frontend.addc_ops import restore_addc_ops
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -35,8 +35,20 @@ def negative_int(x, a, b):
     return x.addcdiv(a, b[0], value=-2)  # (the method, a broadcast divisor)
 
 
+def second_moment(x, a, b):
+    y = x.abs()
+    y.mul_(0.999).addcmul_(a, a, value=0.001)  # (Adam: exp_avg_sq, its gradient squared)
+    return y
+
+
+def products(x, a, b):
+    y = x.clone()
+    y.addcmul_(a, b, value=-3)
+    return y
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fn", [functional, in_place, negative_int])
+@pytest.mark.parametrize("fn", [functional, in_place, negative_int, second_moment, products])
 @pytest.mark.parametrize("shape", [(1000,), (7, 33), (2, 3, 5)])
 def test_addcdiv_compiled_is_eager_bit_for_bit(fn, dtype, shape):
     torch._dynamo.reset()
@@ -62,12 +74,14 @@ def _targets(gm) -> list:
     return [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
 
 
-@pytest.mark.parametrize("fn", [functional, in_place])
-def test_dynamos_writing_out_becomes_the_op_again(fn):
+@pytest.mark.parametrize(("fn", "op", "written"), [(functional, torch.addcdiv, torch.div),
+                                                   (in_place, torch.addcdiv, torch.div),
+                                                   (products, torch.addcmul, torch.mul)])
+def test_dynamos_writing_out_becomes_the_op_again(fn, op, written):
     gm = _dynamo_graph(fn, *_inputs((4,), torch.float32, 0))
-    assert torch.addcdiv not in _targets(gm)  # (Dynamo wrote it out)
-    assert restore_addcdiv(gm) == 1
-    assert torch.addcdiv in _targets(gm) and torch.div not in _targets(gm)
+    assert op not in _targets(gm)  # (Dynamo wrote it out)
+    assert restore_addc_ops(gm) == 1
+    assert op in _targets(gm) and written not in _targets(gm)
     args = _inputs((4,), torch.float32, 1)
     assert torch.equal(gm(*args)[0], fn(*args))
 
@@ -79,9 +93,13 @@ def test_operators_a_program_writes_are_left_as_written():
     def tensor_value(x, a, b):
         return torch.addcdiv(x, a, b, value=torch.tensor(0.5))  # (not a Python number)
 
-    for fn in (written, tensor_value):
+    def product_read_twice(x, a, b):
+        p = torch.mul(a, b)
+        return torch.add(x, torch.mul(p, 2.0)), p
+
+    for fn in (written, tensor_value, product_read_twice):
         gm = _dynamo_graph(fn, *_inputs((4,), torch.float32, 0))
-        assert restore_addcdiv(gm) == 0
+        assert restore_addc_ops(gm) == 0
     for dtype in DTYPES:
         torch._dynamo.reset()
         args = _inputs((300,), dtype, 2)
