@@ -64,9 +64,14 @@ class Statements:
         finally:
             self.target = saved
 
+    def _targeted(self) -> int:
+        """The scope :meth:`add` and :meth:`remember` go to: the innermost unless
+        hoisting."""
+        return -1 if self.target is None else self.target
+
     def add(self, statement: Any) -> None:
         """``statement`` at the end of the target scope (the innermost unless hoisting)."""
-        self.scopes[-1 if self.target is None else self.target][0].append(statement)
+        self.scopes[self._targeted()][0].append(statement)
 
     def lookup(self, key: Any) -> Any:
         """The value ``key`` is bound to in any scope open (None: in none)."""
@@ -77,7 +82,7 @@ class Statements:
 
     def remember(self, key: Any, value: Any) -> None:
         """Bind ``key`` to ``value`` in the target scope."""
-        self.scopes[-1 if self.target is None else self.target][1][key] = value
+        self.scopes[self._targeted()][1][key] = value
 
     # ---- phases ----------------------------------------------------------------------------
     @property
@@ -87,6 +92,11 @@ class Statements:
     def _outer(self) -> int:
         """The scope statements that are not inner go to: before the phase's loop."""
         return -1 if self._phase is None else self._phase - 1
+
+    def _level(self, inner: bool) -> int:
+        """The scope of a statement or value: the open phase's body when ``inner``, else
+        :meth:`_outer`."""
+        return self._phase if inner and self._phase is not None else self._outer()
 
     @property
     def lines(self) -> list[Any]:
@@ -100,16 +110,14 @@ class Statements:
 
     def statement(self, line: Any, inner: bool) -> None:
         """``line`` in the open phase's body when ``inner``, else before its loop."""
-        level = self._phase if inner and self._phase is not None else self._outer()
-        self.scopes[level][0].append(line)
+        self.scopes[self._level(inner)][0].append(line)
 
     def bind(self, text: str, hint: str, inner: bool,
              line: Callable[[str], Any]) -> tuple[str, bool]:
         """The name bound to ``text`` in its scope (the open phase's body when ``inner``,
         the scope before its loop otherwise), binding it with the statement
         ``line(name)`` when there is none; (name, newly bound)."""
-        memo = self.scopes[self._phase if inner and self._phase is not None
-                           else self._outer()][1]
+        memo = self.scopes[self._level(inner)][1]
         name = memo.get(text)
         if name is not None:
             return name, False
