@@ -386,3 +386,24 @@ def test_outputs_of_other_layouts_are_walked_in_their_own_order(check):
                         f"%e: {t}, %b: {tt}")
     node = check.compile(shared).choices[0].node
     assert check.codegen.generate(node, check.registry).metadata["nests"] == 1
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 9, 20])
+def test_outputs_equal_in_size_only_past_a_threshold_get_nests_of_their_own(check, rows):
+    """A chunked loss's gradient (``F.linear_cross_entropy`` at dynamic sizes): the weights
+    of all 8 rows and those of the first chunk, ``Max(1, Min(8, s0))`` rows, came out of
+    one group. The sizes are equal at every point from 8 up, so both outputs were walked
+    by one loop over the chunk's rows, and the other rows of the 8 were never written
+    (garbage where the chunk is shorter)."""
+    chunk = '"Max(1,Min(8,s0))"'
+    text = group_text(f'%g: f32[8], %n: int, %x: f32[{chunk}, s1], %c: int[s0]', f"""
+        %w = aten.mul.Tensor(%g) {{other = -2}} : f32[8]
+        %first = aten.slice.Tensor(%w, %n) {{dim = 0, start = 0}} : f32[{chunk}]
+        %col = aten.unsqueeze.default(%first) {{dim = 1}} : f32[{chunk}, 1]
+        %y = aten.mul.Tensor(%x, %col) : f32[{chunk}, s1]""",
+        f"%y: f32[{chunk}, s1], %first: f32[{chunk}], %w: f32[8]")
+    compiled = check.compile(text)
+    assert compiled.choices[0].codegen == "cpu", compiled.choices[0].fallback_reasons
+    n = max(1, min(8, rows))
+    g, x = torch.randn(8), torch.randn(n, 5)
+    compare(compiled(g, n, x, rows), check.reference(text, g, n, x, rows))

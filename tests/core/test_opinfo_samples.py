@@ -170,3 +170,27 @@ def test_shift_operators_compile():
     x = torch.arange(-6, 6, dtype=torch.int32)
     fn = lambda a: (a << 1) + (a >> 2)  # noqa: E731
     torch.testing.assert_close(run_compiled(fn, (x,)), fn(x))
+
+
+def test_chunked_linear_cross_entropy_gradient_at_dynamic_sizes():
+    """OpInfo's ``nn.functional.linear_cross_entropy:chunked_none`` sample (8 rows, chunks
+    of 2) with every size symbolic: the gradient's chunk of ``Max(1, Min(8, s))`` rows and
+    the weights of all 8 rows were written by one loop over the chunk, leaving 6 rows of
+    an output unwritten (gradients of 1e30 and more)."""
+    op = op_info("nn.functional.linear_cross_entropy:chunked_none")
+    sample = list(op.sample_inputs("cpu", torch.float32, requires_grad=True))[1]
+
+    def fn(x, sample=sample):  # (the chunk size becomes a graph input: dynamic=True)
+        return op.op(x, *sample.args, **sample.kwargs)
+
+    def grad(f):
+        x = sample.input.detach().clone().requires_grad_()
+        out = f(x)
+        return out, torch.autograd.grad(out.sum(), [x])[0]
+
+    compiler = Compiler("default")
+    compiled = torch.compile(fn, dynamic=True, backend="torchloom",
+                             options={"compiler": compiler})
+    torch.testing.assert_close(grad(compiled), grad(fn))
+    assert any(c.codegen == "cpu" for comp in compiler.compilations
+               for c in comp.compiled.choices)

@@ -185,6 +185,10 @@ graph @g(%x: f32[4]) {
     ((8, "s0//CeilToInt(IntTrueDiv(s0,2))", "CeilToInt(IntTrueDiv(s0,2))", 4),
      ("4*CeilToInt(IntTrueDiv(s0,2))*(s0//CeilToInt(IntTrueDiv(s0,2)))", 4,
       "4*(s0//CeilToInt(IntTrueDiv(s0,2)))", 1), False),
+    # a chunk of at most 8 rows of 3 (the last chunk shorter): rows of 3 at any size, but
+    # padded to 8 x 3 for the last chunk's rows only where s0 >= 8 (equal at large points)
+    (("Max(1,Min(8,s0))", 3), (3, 1), True),
+    ((2, "Max(1,Min(8,s0))", 3), (24, 3, 1), False),
 ])
 def test_symbolic_contiguity_is_decided_by_value(shape, strides, contiguous):
     from torchloom.ir.symbols import symbolic_contiguous
@@ -228,3 +232,33 @@ def test_sample_points_fix_each_symbol_by_its_name_and_point():
     assert all(8 <= v < 64 for v in a[-1].values())
     assert sample_points({"s0"}, 2, salt="x") != sample_points({"s0"}, 2)
     assert sample_points(set(), 3) == [{}, {}, {}]
+
+
+@pytest.mark.parametrize("a, b, equal", [
+    ("Max(1,Min(8,s0))", 8, False),          # a chunk's rows: 8 only from s0 = 8
+    ("Min(100,s0)", 100, False),             # a threshold past the small random point
+    ("Max(3,s0)", "s0", False),
+    ("Max(2,s0)", "s0", True),               # symbols are 2 or more: no threshold bites
+    ("Min(s0,s1)", "Min(s1,s0)", True),
+    ("s0//2*2", "s0", False),                # odd sizes
+    ("Mod(s0,1)", 0, True),
+    ("2*s0+s1", "s1+s0*2", True),            # polynomials: the random points decide
+])
+def test_dims_with_thresholds_are_compared_at_small_sizes(a, b, equal):
+    """Two dims equal at large random sizes may differ below a threshold (the rows of the
+    last chunk of a chunked loss: ``Max(1, Min(8, s0))`` rows were walked as 8, leaving an
+    output's other rows unwritten); polynomials equal at the random points are equal."""
+    from torchloom.codegen.samples import same
+    from torchloom.ir.symbols import agree_at_small_sizes, is_polynomial
+    assert same(a, b) is equal and same(b, a) is equal
+    assert agree_at_small_sizes(a, b) is equal or not (is_polynomial(a) and is_polynomial(b))
+    assert is_polynomial("2*s0+s1**2-3") and not is_polynomial("Max(1,s0)")
+    assert not is_polynomial("s0//2") and is_polynomial(4)
+
+
+def test_small_size_points_turn_at_each_constant_of_the_dims():
+    from torchloom.ir.symbols import small_size_points
+    points = small_size_points(("Min(1000,s0)", "s1"))
+    values = {p["s0"] for p in points}
+    assert {2, 8, 999, 1000, 1001} <= values and all(v >= 2 for v in values)
+    assert any(p["s0"] != p["s1"] for p in points)  # staggered points too

@@ -2,8 +2,10 @@
 
 No symbolic algebra runs: two sizes are :func:`same` when they are equal at three fixed
 pseudo-random points (two with every symbol large, one with every symbol below 64, so that
-sizes equal only past a threshold, ``64 - Max(0, 64 - s)`` and ``s``, are told apart), as
-``symbols.symbolic_contiguous`` judges strides. :func:`sample_value` is a size at a
+sizes equal only past a threshold, ``64 - Max(0, 64 - s)`` and ``s``, are told apart) and,
+where either is more than a polynomial of its symbols, at small sizes and around its
+constants too (``symbols.agree_at_small_sizes``), as ``symbols.symbolic_contiguous``
+judges strides. :func:`sample_value` is a size at a
 representative point (for choices that only cost speed), :func:`view_groups` the dims of a
 view's output and input in groups of equal size. What cannot be judged raises
 :class:`Unsupported` (the reason a codegen declines a group with).
@@ -15,8 +17,8 @@ from collections.abc import Sequence
 
 import ast
 
-from torchloom.ir.symbols import (Dim, SymbolicDimError, evaluate, parse_dim, sample_points,
-                                  symbols_of)
+from torchloom.ir.symbols import (Dim, SymbolicDimError, agree_at_small_sizes, evaluate,
+                                  parse_dim, sample_points, symbols_of)
 
 
 class Unsupported(Exception):
@@ -50,6 +52,8 @@ def view_groups(outs: list[int], ins: list[int], out_shape: Sequence[Dim],
                 j += 1
             else:
                 return [(outs, ins)]
+        if not same(prod([out_shape[d] for d in group_o]), prod([in_shape[d] for d in group_i])):
+            return [(outs, ins)]  # equal at the points only (a threshold: see same)
         groups.append((group_o, group_i))
     return groups
 
@@ -83,10 +87,13 @@ def sample_value(dim: Dim) -> int:
 
 
 def same(a: Dim, b: Dim) -> bool:
-    """Whether dims ``a`` and ``b`` are equal at every runtime size (``2*s0``, ``s0*2``)."""
+    """Whether dims ``a`` and ``b`` are equal at every runtime size (``2*s0``, ``s0*2``):
+    at the sample points, and where either has a threshold, at small sizes too
+    (``Max(1, Min(8, s))``, a chunk's rows, is 8 only from ``s = 8``:
+    :func:`symbols.agree_at_small_sizes`)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return a == b or points(a) == points(b)
+    return a == b or (points(a) == points(b) and agree_at_small_sizes(a, b))
 
 
 def same_shape(a: Sequence, b: Sequence) -> bool:

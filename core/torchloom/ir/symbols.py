@@ -157,11 +157,64 @@ def sample_points(names, count: int, small_last: bool = False,
             for k in range(count)]
 
 
+def is_polynomial(dim: Dim) -> bool:
+    """Whether ``dim`` is an int, or symbols and ints joined by ``+``, ``-``, ``*`` and int
+    powers only: two such dims equal at a few pseudo-random points are equal at every
+    size. A dim with a function (``Max``, ``Min``, ``Mod``) or a division may equal
+    another only past a threshold (:func:`agree_at_small_sizes`)."""
+    if not isinstance(dim, str):
+        return True
+    try:
+        tree = parse_dim(dim)
+    except SymbolicDimError:
+        return False
+    return not any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(
+        n.op, (ast.Div, ast.FloorDiv, ast.Mod))) for n in ast.walk(tree))
+
+
+#: sizes every symbol takes at once where dims with thresholds are compared (besides the
+#: int constants of the dims themselves, each one below and one above)
+SMALL_SIZES = (2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129)
+
+
+def small_size_points(dims: Sequence[Dim]) -> list[dict[str, int]]:
+    """Points of the symbols of ``dims`` where thresholds bite: every symbol at once at
+    each of :data:`SMALL_SIZES` and at each int constant ``c`` of the dims (``c - 1``,
+    ``c``, ``c + 1``: ``Min(8, s)`` turns at 8), then the symbols at staggered small sizes
+    (the ``k``-th at ``2 + k`` and ``9 + k``)."""
+    names = sorted({s for d in dims for s in symbols_of(d)})
+    values = set(SMALL_SIZES)
+    for d in dims:
+        if isinstance(d, str):
+            for node in ast.walk(parse_dim(d)):
+                if isinstance(node, ast.Constant) and type(node.value) is int and \
+                        2 <= node.value <= 1 << 40:
+                    values |= {node.value - 1, node.value, node.value + 1}
+    points = [{s: v for s in names} for v in sorted(v for v in values if v >= 2)]
+    return points + [{s: base + k for k, s in enumerate(names)} for base in (2, 9)]
+
+
+def agree_at_small_sizes(a: Dim, b: Dim) -> bool:
+    """Whether dims ``a`` and ``b``, known equal at pseudo-random points, are equal where
+    thresholds bite too (:func:`small_size_points`): at once where both are polynomials
+    (:func:`is_polynomial`). ``Max(1, Min(8, s))``, the rows of a chunk of at most 8 (the
+    last one shorter), is 8 at every point from 8 up, yet 2 at ``s = 2``. False where
+    either cannot be evaluated at one of the points (a verdict of equal must hold at
+    every size)."""
+    if is_polynomial(a) and is_polynomial(b):
+        return True
+    try:
+        return all(evaluate(a, p) == evaluate(b, p) for p in small_size_points((a, b)))
+    except (SymbolicDimError, ZeroDivisionError, OverflowError):
+        return False
+
+
 def symbolic_contiguous(shape, strides) -> bool:
     """Whether symbolic ``strides`` are the row-major ones of ``shape`` (dims of size 1
     aside, as torch's ``is_contiguous``): equal at four pseudo-random points with every
     symbol > 1 (the last with symbols below 64), which two different polynomials of sizes
-    practically never are. No symbolic algebra runs, so any printed form torch gives
+    practically never are, and at small sizes too where a dim has a threshold
+    (``Min(8, s)``: :func:`small_size_points`). No symbolic algebra runs, so any printed form torch gives
     (``32*s0``, ``s0*32``) agrees.
     Only a dim that is the int 1 (or 0) excuses its stride: a symbolic dim that is 1 at
     every point drawn may be 2 at another (``X // CeilToInt(X / 2)`` is 1 for odd ``X``,
@@ -172,7 +225,10 @@ def symbolic_contiguous(shape, strides) -> bool:
         return False
     names = {s for d in (*shape, *strides) for s in symbols_of(d)}
     try:
-        for point in sample_points(names, 4, small_last=True, salt="contiguous "):
+        points = sample_points(names, 4, small_last=True, salt="contiguous ")
+        if not all(is_polynomial(d) for d in (*shape, *strides)):
+            points += small_size_points((*shape, *strides))  # (agree_at_small_sizes)
+        for point in points:
             expected = 1
             for d, stride in zip(reversed(shape), reversed(strides)):
                 size = evaluate(d, point)
