@@ -157,6 +157,7 @@ def sample_points(names, count: int, small_last: bool = False,
             for k in range(count)]
 
 
+@functools.lru_cache(maxsize=4096)
 def is_polynomial(dim: Dim) -> bool:
     """Whether ``dim`` is an int, or symbols and ints joined by ``+``, ``-``, ``*`` and int
     powers only: two such dims equal at a few pseudo-random points are equal at every
@@ -194,6 +195,7 @@ def small_size_points(dims: Sequence[Dim]) -> list[dict[str, int]]:
     return points + [{s: base + k for k, s in enumerate(names)} for base in (2, 9)]
 
 
+@functools.lru_cache(maxsize=4096)
 def agree_at_small_sizes(a: Dim, b: Dim) -> bool:
     """Whether dims ``a`` and ``b``, known equal at pseudo-random points, are equal where
     thresholds bite too (:func:`small_size_points`): at once where both are polynomials
