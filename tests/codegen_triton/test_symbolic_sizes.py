@@ -480,3 +480,21 @@ def test_a_symbolic_kernel_is_read_back_from_the_disk_cache(registry, tmp_path):
     for rows, cols in [(3, 7), (0, 2), (1, 1)]:
         x = torch.randn(rows, cols)
         torch.testing.assert_close(kernel(x)[0], x - x.amax(-1, keepdim=True))
+
+
+
+def test_outputs_equal_in_size_only_past_a_threshold_are_not_one_walk(registry, tmp_path):
+    """A chunked loss's gradient at dynamic sizes: the first chunk's ``Max(1, Min(8, s0))``
+    weights and all 8 rows' come out of one group. The sizes are equal only from ``s0 =
+    8`` (judged equal at large sizes alone, the cpu codegen walked both by the chunk's
+    loop: tests/codegen_cpu): triton's pointwise kernel walks one element count, so it
+    declines the group."""
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False)
+    chunk = '"Max(1,Min(8,s0))"'
+    text = group_text(f'%g: f32[8], %n: int, %c: int[s0]', f"""
+        %w = aten.mul.Tensor(%g) {{other = -2}} : f32[8]
+        %first = aten.slice.Tensor(%w, %n) {{dim = 0, start = 0}} : f32[{chunk}]""",
+        f"%first: f32[{chunk}], %w: f32[8]")
+    graph = parse_graph(text)
+    reason = codegen.supports(next(iter(graph.nodes)), registry)
+    assert reason is not None and "different element counts" in reason.message
