@@ -216,8 +216,8 @@ def symbolic_contiguous(shape, strides) -> bool:
     aside, as torch's ``is_contiguous``): equal at four pseudo-random points with every
     symbol > 1 (the last with symbols below 64), which two different polynomials of sizes
     practically never are, and at small sizes too where a dim has a threshold
-    (``Min(8, s)``: :func:`small_size_points`). No symbolic algebra runs, so any printed form torch gives
-    (``32*s0``, ``s0*32``) agrees.
+    (``Min(8, s)``: :func:`small_size_points`). No symbolic algebra runs, so any printed
+    form torch gives (``32*s0``, ``s0*32``) agrees.
     Only a dim that is the int 1 (or 0) excuses its stride: a symbolic dim that is 1 at
     every point drawn may be 2 at another (``X // CeilToInt(X / 2)`` is 1 for odd ``X``,
     2 for even: MobileViT's patch grid, whose transposed gradient was taken for
