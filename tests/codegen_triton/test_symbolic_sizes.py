@@ -482,7 +482,6 @@ def test_a_symbolic_kernel_is_read_back_from_the_disk_cache(registry, tmp_path):
         torch.testing.assert_close(kernel(x)[0], x - x.amax(-1, keepdim=True))
 
 
-
 def test_outputs_equal_in_size_only_past_a_threshold_are_not_one_walk(registry, tmp_path):
     """A chunked loss's gradient at dynamic sizes: the first chunk's ``Max(1, Min(8, s0))``
     weights and all 8 rows' come out of one group. The sizes are equal only from ``s0 =

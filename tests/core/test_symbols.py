@@ -185,8 +185,9 @@ graph @g(%x: f32[4]) {
     ((8, "s0//CeilToInt(IntTrueDiv(s0,2))", "CeilToInt(IntTrueDiv(s0,2))", 4),
      ("4*CeilToInt(IntTrueDiv(s0,2))*(s0//CeilToInt(IntTrueDiv(s0,2)))", 4,
       "4*(s0//CeilToInt(IntTrueDiv(s0,2)))", 1), False),
-    # a chunk of at most 8 rows of 3 (the last chunk shorter): rows of 3 at any size, but
-    # padded to 8 x 3 for the last chunk's rows only where s0 >= 8 (equal at large points)
+    # a chunk of at most 8 rows of 3 (the last one shorter) is contiguous at any size; two
+    # chunks laid out 24 apart are so only where a chunk has 8 rows (s0 >= 8: at every
+    # sample point, so they were taken for contiguous)
     (("Max(1,Min(8,s0))", 3), (3, 1), True),
     ((2, "Max(1,Min(8,s0))", 3), (24, 3, 1), False),
 ])
