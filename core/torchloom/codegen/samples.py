@@ -52,7 +52,8 @@ def view_groups(outs: list[int], ins: list[int], out_shape: Sequence[Dim],
                 j += 1
             else:
                 return [(outs, ins)]
-        if not same(prod([out_shape[d] for d in group_o]), prod([in_shape[d] for d in group_i])):
+        if not agree_at_small_sizes(prod([out_shape[d] for d in group_o]),
+                                    prod([in_shape[d] for d in group_i])):
             return [(outs, ins)]  # equal at the points only (a threshold: see same)
         groups.append((group_o, group_i))
     return groups

@@ -28,8 +28,8 @@ from math import lcm
 from collections.abc import Callable, Mapping
 
 from torchloom.codegen.expr import PRODUCT, SUM, Code, Literal, Name, Op, paren
-from torchloom.ir.symbols import (SymbolicDimError, evaluate, parse_dim, sample_points,
-                                  symbols_of)
+from torchloom.ir.symbols import (SymbolicDimError, evaluate, parse_dim, polynomial_tree,
+                                  sample_points, symbols_of)
 
 
 class Wholes:
@@ -55,7 +55,7 @@ class Wholes:
         #: division, Max or Mod: equal at random points is then equal everywhere), its
         #: symbols and its sample values
         self.affine = [(k, v, frozenset(symbols_of(k)), _samples(k)) for k, v in keys.items()
-                       if _polynomial(parse_dim(k).body)]
+                       if polynomial_tree(parse_dim(k).body)]
 
     def __bool__(self) -> bool:
         return bool(self.whole or self.parts)
@@ -72,7 +72,7 @@ class Wholes:
             found = self._product(node, print_)
             if found is not None:
                 return found
-        if _polynomial(node) and any(s not in self.symbols for s in symbols_of(text)):
+        if polynomial_tree(node) and any(s not in self.symbols for s in symbols_of(text)):
             return self._affine(text)
         return None
 
@@ -158,17 +158,6 @@ class Wholes:
                           (paren(code, PRODUCT), Literal(str(q), q)))
             return code
         return None
-
-
-def _polynomial(node: ast.AST) -> bool:
-    """Whether ``node`` is built of symbols and ints by ``+``, ``-`` and ``*`` only."""
-    if isinstance(node, ast.BinOp):
-        return isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)) and \
-            _polynomial(node.left) and _polynomial(node.right)
-    if isinstance(node, ast.UnaryOp):
-        return isinstance(node.op, (ast.USub, ast.UAdd)) and _polynomial(node.operand)
-    return isinstance(node, ast.Name) or (isinstance(node, ast.Constant) and
-                                          type(node.value) is int)
 
 
 def _samples(dim: str, symbols: frozenset[str] | None = None) -> tuple[int, ...] | None:

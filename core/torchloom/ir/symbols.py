@@ -157,20 +157,30 @@ def sample_points(names, count: int, small_last: bool = False,
             for k in range(count)]
 
 
+def polynomial_tree(node: ast.AST) -> bool:
+    """Whether the expression ``node`` (of :func:`parse_dim`'s tree) is built of symbols
+    and ints by ``+``, ``-`` and ``*`` only."""
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)) and \
+            polynomial_tree(node.left) and polynomial_tree(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, (ast.USub, ast.UAdd)) and polynomial_tree(node.operand)
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Constant) and
+                                          type(node.value) is int)
+
+
 @functools.lru_cache(maxsize=4096)
 def is_polynomial(dim: Dim) -> bool:
-    """Whether ``dim`` is an int, or symbols and ints joined by ``+``, ``-``, ``*`` and int
-    powers only: two such dims equal at a few pseudo-random points are equal at every
-    size. A dim with a function (``Max``, ``Min``, ``Mod``) or a division may equal
-    another only past a threshold (:func:`agree_at_small_sizes`)."""
+    """Whether ``dim`` is an int, or symbols and ints joined by ``+``, ``-`` and ``*`` only
+    (:func:`polynomial_tree`): two such dims equal at a few pseudo-random points are equal
+    at every size. A dim with a function (``Max``, ``Min``, ``Mod``), a division or a power
+    may equal another only past a threshold (:func:`agree_at_small_sizes`)."""
     if not isinstance(dim, str):
         return True
     try:
-        tree = parse_dim(dim)
+        return polynomial_tree(parse_dim(dim).body)
     except SymbolicDimError:
         return False
-    return not any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(
-        n.op, (ast.Div, ast.FloorDiv, ast.Mod))) for n in ast.walk(tree))
 
 
 #: sizes every symbol takes at once where dims with thresholds are compared (besides the
