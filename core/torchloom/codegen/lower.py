@@ -76,7 +76,10 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         self.ix = IndexMath(renderer.language,
                             {s: size_param(s) for s in _region_symbols(self.region)})
         self.known: dict = {}
+        self.row_values: dict[str, Code] = {}
+        self.row_walks: list[tuple[str, tuple]] = []
         self.em = em
+        em.forget_inner()  # (an earlier nest's inner names are this one's row names)
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self.nest, self.outputs, self.reductions = nest, outputs, reductions
         self.read_back = read_back
@@ -88,8 +91,9 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         self.full: Coords | None = None
         self.row: Coords | None = None
         self.row_keepdim: Coords | None = None
-        #: the index of the loops over a row (a value not read at it is computed before)
-        self.inner = "r"
+        #: the declarations of a row element's coordinates, at the top of each loop over
+        #: the row
+        self.r_header: tuple[stmt.Declare, ...] = ()
         #: whether reductions' results are declared inside the loop over the inner index
         #: (a column walk's): values computed from them stay in it (``value_at``)
         self.results_inside = False
@@ -110,7 +114,7 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         if hit is not None:
             return hit
         if len(self.em.scopes) > 2 and self.em.target is None and not any(
-                self.inner in stmt.scan(c).names for c in coords) and \
+                self.em.is_inner(c) for c in coords) and \
                 not self._reads_inner_results(v):
             # a value of the row read in a loop over it: computed once, before the loop
             # (in the scope around the innermost loop)
@@ -160,9 +164,6 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         except KeyError as exc:
             raise Unsupported(f"{node.op}: argument {exc.args[0]} has no value") from None
 
-    def _know(self, coords: Coords, shape, index: str) -> None:
-        self.ix.remember(self.known, coords, shape, index)
-
     def _store(self, pointer: str, v: Value, coords: Coords, e: Expr) -> None:
         t = v.type
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
@@ -181,7 +182,7 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
 
     # what RowForm asks of a writer (row_form.py): one loop per level of reductions
     def begin_reductions(self, xs: list, header: list, rs: list) -> None:
-        pass  # (coordinates inline, no row buffers)
+        self.r_header = tuple(header)  # (no row buffers)
 
     def reduce_row(self) -> None:
         for level in levels(self.reductions):
@@ -197,7 +198,8 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         self._loop_r(self.em.close())
 
     def _loop_r(self, body: list) -> None:
-        self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body)))
+        self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body),
+                              self.r_header))
 
     def _fold(self, folds: list[tuple[str, str, Value, str, str]]) -> None:
         """One loop over the row folding each (kind, accumulator, source, dtype, extra) of

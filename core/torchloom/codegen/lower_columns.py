@@ -57,16 +57,14 @@ class ColumnLowering:
     def columns(self, plan: Columns) -> list:
         """The nest's statements in the column form ``plan`` (the core's walks,
         :func:`column_nest.walks`, over every column in scalar loops)."""
-        self.inner = "x"  # (a value read at r alone: computed once per r, before the columns)
-        self.results_inside = True  # (but not one computed from a result: the loop's)
+        # a value read at r alone is computed once per r, before the columns (its
+        # coordinates are not the columns'), but not one computed from a result: the loop's
+        self.results_inside = True
         self.em.open()
         column_nest.walks(self, plan, self.nest, self.outputs)
         return self.em.close()
 
     # what column_nest asks of a target: scratch arrays of one value per column
-    def reduced_coords(self, index: str, shape) -> list:
-        return self.row_coords(index, shape)  # (inline, remembered: WalkLowering's)
-
     def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
         self.reduced[value] = (coords, e)
 
@@ -144,7 +142,7 @@ class ColumnLowering:
             dtype = COMPUTE[out.type.dtype]
             nest = ReductionNest.of([node], lambda v: v.type)
             row = self.ix.delinear("r", nest.kept_shape)
-            self._know(row, nest.kept_shape, "r")
+            self.ix.remember(self.known, row, nest.kept_shape, "r")
             coords = column_nest.result_coords(
                 nest, row, not same_shape(out.type.shape, nest.kept_shape))
             acc = self.em.emit(self.renderer.read(name, "r", dtype), dtype, "acc")

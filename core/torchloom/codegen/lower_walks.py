@@ -1,8 +1,9 @@
 """The lowering of a pointwise nest (:mod:`torchloom.codegen.walk_nest`, the loops the cpu
 codegen writes too): the walk's rows whole (one thread), a loop ``x`` over them and in it
-a loop ``j`` over a row, the row's values computed once before it (the lowering's scopes),
-coordinates written inline; rows read across in tiles where the renderer's language writes
-the smaller of two indices. ``f32[64, 300] = tanh(a + b[:, None])``::
+a loop ``j`` over a row, the row's values computed once before it (the lowering's scopes:
+a value whose coordinates do not depend on ``j``), coordinates declared as the cpu declares
+them (``WalkNest.row_coords``); rows read across in tiles where the renderer's language
+writes the smaller of two indices. ``f32[64, 300] = tanh(a + b[:, None])``::
 
     Loop x in [0, 64):
       Declare b_1 = in_b[x]
@@ -14,8 +15,6 @@ A flat walk is one row of every element (``Loop x in [0, 1)``, ``Loop j`` over t
 
 from __future__ import annotations
 
-from typing import Any
-
 from torchloom.codegen import expr, stmt, tiles
 from torchloom.codegen.expr import Code, Op
 from torchloom.codegen.indexing import Coords
@@ -25,7 +24,7 @@ from torchloom.ir import Value
 
 class WalkLowering(WalkNest):
     """The lowering's pointwise nest (mixed into ``lower._Lowering``: ``em`` its scopes,
-    ``outputs`` (pointer, value), ``read_back``, ``renderer``, ``_store``, ``_know``)."""
+    ``outputs`` (pointer, value), ``read_back``, ``renderer``, ``_store``)."""
 
     def pointwise(self) -> list:
         walk = self.planned_walk([v for _, v in self.outputs])
@@ -33,39 +32,13 @@ class WalkLowering(WalkNest):
         var, trips, body = self.walk_rows(self.outputs, walk, RowChunks.of(walk, None, None))
         return [stmt.Loop(var, "0", self.ix.size(trips), tuple(body))]
 
-    # what WalkNest asks of a writer (walk_nest.py): coordinates inline, scopes for loops
+    # what WalkNest asks of a writer (walk_nest.py)
     INDEX = "i64"
-
-    def row_coords(self, index: str, shape) -> list[Code]:
-        coords = list(self.ix.delinear(index, shape))
-        self._know(coords, shape, index)
-        return coords
 
     def walk_index(self, row: str, sizes) -> str:
         # (rows of one element: the row itself, no ``j`` that would keep its reads in the
         # loop over it, where values are hoisted by their coordinates)
         return row if sizes[-1] == 1 else super().walk_index(row, sizes)
-
-    def inner_coords(self, index: str, shape) -> tuple[list, list[Code]]:
-        return [], self.row_coords(index, shape)
-
-    def begin_row(self) -> None:
-        self.em.open()
-
-    def row_statement(self, statement: Any) -> None:
-        self.em.add(statement)
-
-    def end_row(self) -> list:
-        return self.em.close()
-
-    def begin_inner(self, index: str) -> None:
-        self.inner = index
-        self.em.open()
-
-    def end_inner(self, index: str, start: str, end: str, header: list) -> stmt.Loop:
-        loop = stmt.Loop(index, start, end, tuple(self.em.close()), tuple(header))
-        self.em.add(loop)
-        return loop
 
     def store(self, pointer: str, v: Value, coords: Coords) -> None:
         self._store(pointer, v, coords, self.value_at(v, coords))

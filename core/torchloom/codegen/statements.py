@@ -17,6 +17,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from torchloom.codegen import expr
+from torchloom.codegen.expr import Code
+
 #: names writers give coordinates and loop indices: no value is named after one
 _COORDINATE_HINTS = frozenset({"x", "r", "j", "c", "xb", "ks", "xindex", "rindex", "roff"})
 
@@ -34,6 +37,9 @@ class Statements:
         self._count = 0
         #: how many phases were opened (a value bound inside one is valid in it only)
         self.phase_id = 0
+        #: names that depend on the inner index: a loop variable, a coordinate declared
+        #: from it, a value computed from those (:meth:`inner`)
+        self.inner_names: set[str] = set()
 
     # ---- names ---------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -45,6 +51,23 @@ class Statements:
         if hint in _COORDINATE_HINTS or hint[0].isdigit():
             hint = f"v{hint}"
         return f"{hint}_{self._count}" if hint[-1].isdigit() else f"{hint}{self._count}"
+
+    def inner(self, name: str) -> None:
+        """``name`` depends on the inner index (a loop variable, a coordinate of it)."""
+        self.inner_names.add(name)
+
+    def forget_inner(self) -> None:
+        """No name depends on an inner index any more (a new nest, whose coordinates may
+        take the names an earlier nest's inner ones had)."""
+        self.inner_names.clear()
+
+    def is_inner(self, e: Code | str) -> bool:
+        """Whether expression ``e`` reads a name that depends on the inner index."""
+        return not expr.names(e).isdisjoint(self.inner_names)
+
+    def reads_inner(self, statement: Any) -> bool:
+        """Whether ``statement`` mentions a name that depends on the inner index."""
+        return not statement.names.isdisjoint(self.inner_names)
 
     # ---- scopes ----------------------------------------------------------------------------
     def open(self) -> None:

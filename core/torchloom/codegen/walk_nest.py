@@ -16,13 +16,21 @@ them. Rows read across by an input are walked in tiles (:func:`tiles.tile_rows`)
                                                     j1 = min(j0 + 4096, 10000)
                                                     Loop j in [j0, j1): ...
 
+The same for every target: coordinates are declared, once per row (``x0 = x / 8``:
+:meth:`WalkNest.row_coords`) or at the top of each loop over an inner index
+(``j0 = j / 300``: :meth:`WalkNest.inner_coords`, the names then said to depend on it: a
+value read at them stays in the loop), and the reduction forms read them too
+(:mod:`.row_form`, :mod:`.column_nest`); a row's statements are a scope of the writer's
+:class:`~torchloom.codegen.statements.Statements` and the loop over it a phase
+(:meth:`WalkNest.begin_inner`: what is not read at ``j`` goes before it), annotated with
+the target's ``ROW_LOOP`` (the cpu's SIMD pragma).
+
 What the writer gives (each target its own way): ``ix`` and ``known`` (its index math),
-``row_coords``/``inner_coords`` (a walk's coordinates: declared in the row, or in the loop
-over ``j``), ``begin_row``/``row_statement``/``end_row`` (a row's statements),
-``begin_inner``/``end_inner`` (the loop over a row, around what is read at ``j``),
-``store``, ``tensor_type``, ``tile_plan`` (:func:`tiles.across` for its values) and
-``smaller`` with ``INDEX`` (the target's minimum of two indices, its index type); it may
-override ``walk_index`` (the linear index of the walk's element) and ``writes_tiles``.
+``row_values`` and ``row_walks`` (empty, filled by :meth:`WalkNest.row_coords`), ``em``
+(its statements), ``store``, ``tensor_type``, ``tile_plan`` (:func:`tiles.across` for its
+values) and ``smaller`` with ``INDEX`` (the target's minimum of two indices, its index
+type); it may override ``walk_index`` (the linear index of the walk's element),
+``writes_tiles`` and ``ROW_LOOP``.
 The loop ``x`` may run a single trip (a flat walk, one dim, no dims): a target's threads
 or vectors that need many go on ``j`` or on chunks of it.
 """
@@ -36,7 +44,7 @@ import attrs
 
 from torchloom.codegen import expr, stmt, tiles
 from torchloom.codegen.expr import Code, Name
-from torchloom.codegen.indexing import ZERO, Coords, Unsupported, prod
+from torchloom.codegen.indexing import ZERO, Coords, Unsupported, is_zero, prod
 from torchloom.codegen.samples import same
 from torchloom.codegen.walks import Walk
 from torchloom.ir import Value
@@ -81,6 +89,87 @@ class WalkNest:
     target's writer, which gives the methods the docstring names."""
 
     INDEX = "int64_t"
+    #: the annotation of the loop over a row (``j``; the cpu's SIMD pragma): None, none
+    ROW_LOOP: Any = None
+    #: the row coordinates' names -> their index math (``x0`` -> ``x / 8``)
+    row_values: dict[str, Code]
+    #: (index, shape) of each walk whose row coordinates were declared
+    row_walks: list[tuple[str, tuple]]
+
+    # ---- coordinates -------------------------------------------------------------------
+    def declared_coords(self, index: str, shape: Sequence[Any], prefix: str
+                        ) -> tuple[list[stmt.Declare], list[Code]]:
+        """The coordinates of linear index ``index`` over ``shape``, each that is neither 0
+        nor ``index`` itself a name ``{prefix}{k}`` (``k``: its dim): (their declarations,
+        the coordinates), remembered as delinearised from ``index``."""
+        declared, names = [], []
+        for k, c in enumerate(self.ix.delinear(index, shape)):
+            if is_zero(c) or c == Name(index):
+                names.append(c)
+                continue
+            declared.append(stmt.Declare(self.INDEX, f"{prefix}{k}", c))
+            names.append(Name(f"{prefix}{k}"))
+        self.ix.remember(self.known, names, shape, index)
+        return declared, names
+
+    def row_coords(self, index: str, shape: Sequence[Any]) -> list[Code]:
+        """The coordinates of row ``index`` over ``shape`` (``x0 = x / 8 % 4``), declared
+        among the row's statements; also read by :meth:`coordinate_values`."""
+        self.row_walks.append((index, tuple(shape)))
+        declared, names = self.declared_coords(index, shape, "x")
+        for d in declared:
+            self.row_statement(d)
+            self.row_values[d.name] = d.expr
+        return names
+
+    def reduced_coords(self, index: str, shape: Sequence[Any]) -> list[Code]:
+        """The coordinates of reduced element ``index`` over ``shape`` (``r0 = r / 8``),
+        declared among the statements of the loop over it (a column walk's)."""
+        declared, names = self.declared_coords(index, shape, index)
+        for d in declared:
+            self.row_statement(d)
+        return names
+
+    def inner_coords(self, index: str, shape: Sequence[Any]) -> tuple[list[stmt.Declare],
+                                                                       list[Code]]:
+        """The coordinates of inner index ``index`` (``r`` over a row, ``x`` over a column
+        walk's columns, ``j`` over a flat walk), declared in each loop over it: (their
+        declarations, the coordinates); they depend on ``index``."""
+        self.em.inner(index)
+        declared, names = self.declared_coords(index, shape, index)
+        for d in declared:
+            self.em.inner(d.name)
+        return declared, names
+
+    def coordinate_values(self) -> dict[str, Code]:
+        return self.row_values
+
+    # ---- a row and the loop over it ----------------------------------------------------
+    def begin_row(self) -> None:
+        """Open a row's statements (a scope of the writer's statements)."""
+        self.em.open()
+
+    def row_statement(self, statement: Any) -> None:
+        """``statement`` among the row's (before the loop over it)."""
+        self.em.statement(statement, False)
+
+    def end_row(self) -> list:
+        """Close the row: its statements."""
+        return self.em.close()
+
+    def begin_inner(self, index: str) -> None:
+        """Open the loop over a row: a phase over ``index`` (statements that read no name
+        depending on it go before the loop)."""
+        self.em.inner(index)
+        self.em.open_phase()
+
+    def end_inner(self, index: str, start: str, end: str, header: list) -> stmt.Loop:
+        """Close it: the loop of ``index`` over ``[start, end)``, ``header`` (its
+        coordinates' declarations) first in it, among the row's statements."""
+        body = self.em.close_phase()
+        loop = stmt.Loop(index, start, end, tuple(body), tuple(header), self.ROW_LOOP)
+        self.em.statement(loop, False)
+        return loop
 
     def planned_walk(self, outputs: Sequence[Value]) -> Walk:
         """The walk of a nest storing ``outputs``: the schedule's, turned where its rows

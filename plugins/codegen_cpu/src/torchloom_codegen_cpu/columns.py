@@ -42,7 +42,7 @@ step, ~0.8 ms of its 48 (RESULTS.md, session 54).
 from __future__ import annotations
 
 from torchloom.api import columns as column_form
-from torchloom.api import column_nest, expr, indexing, stmt
+from torchloom.api import column_nest, expr, stmt
 
 from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
@@ -176,14 +176,7 @@ class _Block:
         return self.w.inner_coords(index, shape)
 
     def reduced_coords(self, index: str, shape) -> list:
-        rs: list = []
-        for k, c in enumerate(self.ix.delinear(index, shape)):
-            if not indexing.is_zero(c) and c != expr.Name(index):
-                self.em.statement(stmt.Declare("int64_t", f"{index}{k}", c), False)
-                c = expr.Name(f"{index}{k}")
-            rs.append(c)
-        self.ix.remember(self.known, rs, shape, index)
-        return rs
+        return self.w.reduced_coords(index, shape)
 
     def accumulators(self, nodes) -> list[column_nest.Accumulator]:
         em, accs = self.em, []

@@ -26,7 +26,6 @@ class Emitter(writer.Statements):
         """``narrow``: the longest row of :func:`row_loops.narrow_row` (see
         :func:`row_loops.narrow_limit`)."""
         super().__init__()
-        self.inner_names: set[str] = set()
         #: name of a value rounded to bf16/f16 (kept in f32) -> the f32 value it rounds;
         #: a store converts that directly (rounding once instead of twice)
         self.unrounded: dict[str, expr.Code] = {}
@@ -45,10 +44,6 @@ class Emitter(writer.Statements):
         #: the row's coordinates in blocks of lanes (row_blocks.py; None: declared from r)
         self.row_blocks: row_blocks.RowBlocks | None = None
 
-    def inner(self, name: str) -> None:
-        """``name`` depends on the inner index (a loop variable, a coordinate of it)."""
-        self.inner_names.add(name)
-
     def holds_exactly(self, text: str, dtype: str) -> None:
         """C text ``text`` holds values of 16-bit float dtype ``dtype`` exactly (a table
         read: rounding it to ``dtype`` is the value itself)."""
@@ -65,14 +60,6 @@ class Emitter(writer.Statements):
         self.overrun = offsets
 
     # ---- statements --------------------------------------------------------------------
-    def is_inner(self, e: expr.Code | str) -> bool:
-        """Whether expression ``e`` reads a name that depends on the inner index."""
-        return not expr.names(e).isdisjoint(self.inner_names)
-
-    def reads_inner(self, statement) -> bool:
-        """Whether ``statement`` mentions a name that depends on the inner index."""
-        return not statement.names.isdisjoint(self.inner_names)
-
     def emit(self, text: expr.Code | str, dtype: str, hint: str = "t",
              inner: bool | None = None) -> Expr:
         """Bind ``text`` to a const name (reusing an identical statement in scope); a name

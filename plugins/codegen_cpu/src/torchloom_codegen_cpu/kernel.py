@@ -53,7 +53,7 @@ FLAT_CHUNK = 1024
 ROW_BUFFER = 16384
 
 
-class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
+class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
                    row_form.RowForm):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
@@ -232,40 +232,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
                                 self.em.exact.get(e.text))
         self.em.statement(store, self.em.reads_inner(store))
 
-    def row_coords(self, index: str, shape) -> list[expr.Code]:
-        """Emit ``const int64_t x0 = x / 8 % 4;``-style row coordinates; return them."""
-        names: list[expr.Code] = []
-        self.row_walks.append((index, tuple(shape)))
-        for k, c in enumerate(self.ix.delinear(index, shape)):
-            if is_zero(c) or c == expr.Name(index):
-                names.append(c)
-                continue
-            name = f"x{k}"
-            self.em.statement(stmt.Declare("int64_t", name, c), False)
-            self.row_values[name] = c
-            names.append(expr.Name(name))
-        self.ix.remember(self.known, names, shape, index)
-        return names
-
-    def coordinate_values(self) -> dict[str, expr.Code]:
-        return self.row_values
-
-    def inner_coords(self, index: str, shape) -> tuple[list[stmt.Declare], list[expr.Code]]:
-        """The coordinates of inner index ``index`` (``r`` over a row, columns.py's ``x``
-        over a block's columns), declared in each loop over it: (their declarations,
-        their names)."""
-        self.em.inner(index)
-        header, names = [], []  # (declarations, coordinates: names and 0)
-        for k, c in enumerate(self.ix.delinear(index, shape)):
-            if is_zero(c) or c == expr.Name(index):
-                names.append(c)
-                continue
-            self.em.inner(f"{index}{k}")
-            header.append(stmt.Declare("int64_t", f"{index}{k}", c))
-            names.append(expr.Name(f"{index}{k}"))
-        self.ix.remember(self.known, names, shape, index)
-        return header, names
-
     def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
         """Reduction output ``value`` is ``e``, read at ``coords`` (its row)."""
         self.reduced[value] = (coords, e)
@@ -308,24 +274,9 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, walk_nest.WalkNest,
         self.loop = ParallelLoop(var, trips)
         return lines
 
-    # what WalkNest asks of a writer (walk_nest.py): a row's statements, its SIMD loop
+    # what WalkNest asks of a writer (walk_nest.py): its minimum, a row's SIMD loop
     smaller = staticmethod(smaller)
-
-    def begin_row(self) -> None:
-        pass  # (a row's statements are the emitter's lines)
-
-    def row_statement(self, statement) -> None:
-        self.em.statement(statement, False)
-
-    def end_row(self) -> list:
-        return self.em.lines
-
-    def begin_inner(self, index: str) -> None:
-        self.em.inner(index)
-        self.em.begin_phase()
-
-    def end_inner(self, index: str, start: str, end: str, header: list) -> stmt.Loop:
-        return self.em.end_phase(Simd(), index, start, end, header)
+    ROW_LOOP = Simd()
 
     def tile_plan(self, d0: int):
         """The core's tile plan of this walk with innermost dim ``d0`` (tiles.py)."""
