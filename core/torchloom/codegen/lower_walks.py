@@ -15,10 +15,10 @@ A flat walk is one row of every element (``Loop x in [0, 1)``, ``Loop j`` over t
 
 from __future__ import annotations
 
-from torchloom.codegen import expr, stmt, tiles
+from torchloom.codegen import expr, stmt
 from torchloom.codegen.expr import Code, Op
 from torchloom.codegen.indexing import Coords
-from torchloom.codegen.walk_nest import RowChunks, WalkNest
+from torchloom.codegen.walk_nest import WalkNest
 from torchloom.ir import Value
 
 
@@ -27,10 +27,9 @@ class WalkLowering(WalkNest):
     ``outputs`` (pointer, value), ``read_back``, ``renderer``, ``_store``)."""
 
     def pointwise(self) -> list:
-        walk = self.planned_walk([v for _, v in self.outputs])
         # rows whole (one thread); values of a row hoisted before the loop over it
-        var, trips, body = self.walk_rows(self.outputs, walk, RowChunks.of(walk, None, None))
-        return [stmt.Loop(var, "0", self.ix.size(trips), tuple(body))]
+        walked = self.walk_outputs(self.outputs)
+        return [stmt.Loop(walked.var, "0", self.ix.size(walked.trips), tuple(walked.body))]
 
     # what WalkNest asks of a writer (walk_nest.py)
     INDEX = "i64"
@@ -42,11 +41,6 @@ class WalkLowering(WalkNest):
 
     def store(self, pointer: str, v: Value, coords: Coords) -> None:
         self._store(pointer, v, coords, self.value_at(v, coords))
-
-    def tile_plan(self, d0: int) -> tiles.Tiles | None:
-        """The tile plan of this nest's walk with innermost dim ``d0`` (:func:`tiles.across`)."""
-        return tiles.across(self.region, self.registry, lambda v: v.type,
-                            [v for _, v in self.outputs], d0, list(self.read_back))
 
     def writes_tiles(self) -> bool:
         """Tiles where the renderer's language writes the smaller of two indices."""

@@ -25,12 +25,14 @@ value read at them stays in the loop), and the reduction forms read them too
 (:meth:`WalkNest.begin_inner`: what is not read at ``j`` goes before it), annotated with
 the target's ``ROW_LOOP`` (the cpu's SIMD pragma).
 
-What the writer gives (each target its own way): ``ix`` and ``known`` (its index math),
-``row_values`` and ``row_walks`` (empty, filled by :meth:`WalkNest.row_coords`), ``em``
-(its statements), ``store``, ``tensor_type``, ``tile_plan`` (:func:`tiles.across` for its
-values) and ``smaller`` with ``INDEX`` (the target's minimum of two indices, its index
-type); it may override ``walk_index`` (the linear index of the walk's element),
-``writes_tiles`` and ``ROW_LOOP``.
+What the writer gives (each target its own way): ``region``, ``registry``,
+``tensor_type`` and ``read_back`` (the values earlier nests stored), ``ix`` and ``known``
+(its index math), ``row_values`` and ``row_walks`` (empty, filled by
+:meth:`WalkNest.row_coords`), ``em`` (its statements), ``store``, and ``smaller`` with
+``INDEX`` (the target's minimum of two indices, its index type); its choices are data:
+``CHUNK`` and ``FLAT_CHUNK`` (rows cut into chunks: :class:`RowChunks`), ``ROW_LOOP``; it
+may override ``walk_index`` (the linear index of the walk's element) and
+``writes_tiles``.
 The loop ``x`` may run a single trip (a flat walk, one dim, no dims): a target's threads
 or vectors that need many go on ``j`` or on chunks of it.
 """
@@ -84,11 +86,28 @@ class RowChunks:
         return prod([walk.rows, self.count])
 
 
+@attrs.frozen
+class Walked:
+    """A pointwise nest written (:meth:`WalkNest.walk_outputs`): its ``rows`` ((row, chunk)
+    pairs), and the loop over them: its variable ``var`` (``x``; ``xt`` over tiles), its
+    ``trips`` and its ``body`` (a row's statements, or a tile's)."""
+
+    rows: Any
+    var: str
+    trips: Any
+    body: list
+
+
 class WalkNest:
     """A pointwise nest's loops over its walk (see the module docstring); mixed into a
     target's writer, which gives the methods the docstring names."""
 
     INDEX = "int64_t"
+    #: rows cut into chunks of ``CHUNK`` elements where longer than two chunks, a flat
+    #: walk's one row into chunks of ``FLAT_CHUNK`` (a target running rows on threads);
+    #: None: rows whole (:meth:`RowChunks.of`)
+    CHUNK: int | None = None
+    FLAT_CHUNK: int | None = None
     #: the annotation of the loop over a row (``j``; the cpu's SIMD pragma): None, none
     ROW_LOOP: Any = None
     #: the row coordinates' names -> their index math (``x0`` -> ``x / 8``)
@@ -171,11 +190,25 @@ class WalkNest:
         self.em.statement(loop, False)
         return loop
 
+    def walk_outputs(self, outputs: Sequence[tuple[str, Value]]) -> Walked:
+        """The nest storing ``outputs`` (pointer, value): its walk planned
+        (:meth:`planned_walk`), its rows cut into the target's chunks, the loop over them."""
+        walk = self.planned_walk([v for _, v in outputs])
+        chunks = RowChunks.of(walk, self.CHUNK, self.FLAT_CHUNK)
+        return Walked(chunks.trips(walk), *self.walk_rows(outputs, walk, chunks))
+
     def planned_walk(self, outputs: Sequence[Value]) -> Walk:
         """The walk of a nest storing ``outputs``: the schedule's, turned where its rows
         are too short and an input is read across them (:func:`tiles.turned`)."""
         planned = Walk.of(outputs, self.tensor_type)
-        return tiles.turned(planned, lambda: self.tile_plan(planned.order[-1]))
+        return tiles.turned(planned, lambda: self.tile_plan(outputs, planned.order[-1]))
+
+    def tile_plan(self, outputs: Sequence[Value], d0: int) -> tiles.Tiles | None:
+        """The tile plan of a walk of ``outputs`` with innermost dim ``d0``
+        (:func:`tiles.across`; the values earlier nests stored, ``read_back``, read from
+        memory)."""
+        return tiles.across(self.region, self.registry, self.tensor_type, outputs, d0,
+                            list(self.read_back))
 
     def walk_rows(self, outputs: Sequence[tuple[str, Value]], walk: Walk, chunks: RowChunks
                   ) -> tuple[str, Any, list]:
@@ -208,9 +241,11 @@ class WalkNest:
             self.store(pointer, v, self._walked(v, walk.shape, tuple(logical)))
         row_loop = self.end_inner("j", *bounds, header)
         lines = self.end_row()
+
+        def plan() -> tiles.Tiles | None:  # (asked last: it probes the group)
+            return self.tile_plan([v for _, v in outputs], order[-1])
         tiled = None if chunks.cut or walk.flat or not self.writes_tiles() else tiles.tile_rows(
-            sizes, lines, row_loop, lambda: self.tile_plan(order[-1]), self.smaller,
-            self.INDEX)
+            sizes, lines, row_loop, plan, self.smaller, self.INDEX)
         if tiled is not None:
             return "xt", tiled[0], tiled[1]
         return "x", chunks.trips(walk), lines

@@ -27,7 +27,7 @@ from torchloom.api import (Node, TensorType, Value, expr, indexing, row_form, sc
                            walk_nest, writer)
 
 from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_loops, row_nest,
-                                  rows_and_columns, staging, tiles)
+                                  rows_and_columns, staging)
 from torchloom_codegen_cpu.columns import column_body, column_plan
 from torchloom_codegen_cpu.emitter import Emitter, Expr, load_element, store_statement
 from torchloom_codegen_cpu.nest import ParallelLoop
@@ -62,23 +62,23 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
 
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
                  reductions: list[Node] | None = None, names: dict[str, str] | None = None,
-                 stored: dict[Value, str] | None = None,
+                 read_back: dict[Value, str] | None = None,
                  columns: list[tuple[str, Node]] | None = None,
                  staged: dict[str, staging.Staged] | None = None):
         """``outputs`` (C name, value) and ``reductions``: the part of the group this nest
         writes (default: all of it; see function.py for groups written as several nests);
         ``names``: each size symbol's C argument (symbolic sizes are runtime arguments);
-        ``stored``: outputs earlier nests of the function wrote (value -> its C name),
+        ``read_back``: outputs earlier nests of the function wrote (value -> its C name),
         read back from there; ``columns``: column sums this row nest carries (C name of the
         output, sum node: rows_and_columns.py); ``staged``: C pointer -> the tensor a reduction
         nest reads or writes through block buffers (staging.py; :meth:`restaged`)."""
-        self._args = (group, registry, outputs, reductions, names, stored, columns)
+        self._args = (group, registry, outputs, reductions, names, read_back, columns)
         self.staged = staged or {}
         #: C pointer -> what the row form found of it for staging (staging.entry)
         self.stage_found: dict[str, staging.Staged] = {}
         self.group = group
         self.columns = columns or []
-        self.stored = stored or {}
+        self.read_back = read_back or {}
         self.region = group.region
         self.registry = registry
         self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
@@ -163,7 +163,7 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         return e
 
     def _compute(self, v: Value, coords: Coords) -> Expr:
-        name = self.stored.get(v)
+        name = self.read_back.get(v)
         if name is None:
             return super()._compute(v, coords)
         self.loaded.add(v)  # (an output an earlier nest wrote: read from memory again)
@@ -265,22 +265,15 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
 
     def _pointwise_body(self) -> list:
         self.numel = schedule.elementwise_numel([tensor_type(v).shape for v in self.outputs])
-        walk = self.planned_walk(self.outputs)
-        # (flat: one run over every element, the row length no longer bounds the SIMD loop)
-        chunks = walk_nest.RowChunks.of(walk, CHUNK, FLAT_CHUNK)
-        self.rows = chunks.trips(walk)
-        var, trips, lines = self.walk_rows(list(zip(self.out_names, self.outputs)), walk,
-                                           chunks)
-        self.loop = ParallelLoop(var, trips)
-        return lines
+        walked = self.walk_outputs(list(zip(self.out_names, self.outputs)))
+        self.rows = walked.rows
+        self.loop = ParallelLoop(walked.var, walked.trips)
+        return walked.body
 
-    # what WalkNest asks of a writer (walk_nest.py): its minimum, a row's SIMD loop
+    # what WalkNest asks of a writer (walk_nest.py): its minimum, long rows in chunks (a
+    # flat walk's too: the row length no longer bounds the SIMD loop), a row's SIMD loop
     smaller = staticmethod(smaller)
-    ROW_LOOP = Simd()
-
-    def tile_plan(self, d0: int):
-        """The core's tile plan of this walk with innermost dim ``d0`` (tiles.py)."""
-        return tiles.plan(self.region, self.registry, self.outputs, d0, self.stored)
+    CHUNK, FLAT_CHUNK, ROW_LOOP = CHUNK, FLAT_CHUNK, Simd()
 
     def _reduction_body(self) -> list:
         nest = self.reduction_nest = schedule.ReductionNest.of(self.reductions, tensor_type)

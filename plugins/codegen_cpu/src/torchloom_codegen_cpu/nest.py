@@ -80,7 +80,7 @@ class Writer(Protocol):
     reductions: list[Node]
     outputs: list[Value]
     out_names: list[str]
-    stored: dict[Value, str]
+    read_back: dict[Value, str]
     columns: list[tuple[str, Node]]
     known: dict
     loaded: set[Value]

@@ -61,7 +61,7 @@ def row_offsets(w: Any) -> dict[str, str] | None:
             tuple(w.rdims) != tuple(range(len(w.kept), len(w.shape))):
         return None
     named = [(f"in_{v.name}", v) for v in w.region.inputs if isinstance(v.type, TensorType)]
-    named += [*zip(w.out_names, w.outputs), *((name, v) for v, name in w.stored.items())]
+    named += [*zip(w.out_names, w.outputs), *((name, v) for v, name in w.read_back.items())]
     offsets = {}
     for pointer, v in named:
         t = v.type

@@ -25,15 +25,6 @@ elements from 3 planes per pixel).
 
 from __future__ import annotations
 
-from torchloom.api import Tiles, tiles
-
-from torchloom_codegen_cpu.tensors import tensor_type
+from torchloom.api import tiles
 
 TILE, STRIDED, SHORT = tiles.TILE, tiles.STRIDED, tiles.SHORT
-
-
-def plan(region, registry, outputs, d0: int, stored=()) -> Tiles | None:
-    """The core's tile plan of a walk of ``outputs`` whose innermost dim is ``d0``
-    (``stored``: values earlier nests wrote, which it reads back): :func:`tiles.across`."""
-    return tiles.across(region, registry, tensor_type, outputs, d0, stored)
-
