@@ -1,9 +1,11 @@
-"""The one statement emitter (torchloom.codegen.statements.Statements): phases, scopes and
-hoisting, value numbering by text, fresh names."""
+"""The one statement emitter (torchloom.codegen.statements.Statements): phases, scopes,
+names that depend on an inner index, value numbering by text, fresh names; the lowering's
+emitter over it (torchloom.codegen.scopes.Scopes)."""
 
 import pytest
 
-from torchloom.api import stmt
+from torchloom.api import expr, stmt
+from torchloom.codegen.scopes import Scopes
 from torchloom.codegen.statements import Statements
 
 
@@ -56,18 +58,48 @@ def test_capture_takes_statements_out_and_refuses_a_phase():
         em.open_phase()  # phases do not nest
 
 
-def test_scopes_nest_and_hoisting_sends_statements_and_values_out():
+def test_values_are_remembered_where_their_statements_go():
     em = Statements()
-    em.open()
-    em.open()
-    with em.hoisting(len(em.scopes) - 2):
-        em.add(stmt.Raw("hoisted;"))
-        em.remember("k", "v1")
+    em.open()  # a row
+    em.open_phase()  # the loop over it
+    em.remember("row value", "v1", False)  # before the loop: the row's
+    em.remember("element", "v2", True)  # in the loop's body
     em.add(stmt.Raw("inside;"))
-    assert em.lookup("k") == "v1" and em.lookup("missing") is None
-    assert [s.text for s in em.close()] == ["inside;"]
-    assert [s.text for s in em.close()] == ["hoisted;"]
-    assert em.lookup("k") is None  # its scope is closed
+    assert em.lookup("row value") == "v1" and em.lookup("element") == "v2"
+    assert em.lookup("missing") is None
+    assert [s.text for s in em.close_phase()] == ["inside;"]
+    assert em.lookup("row value") == "v1" and em.lookup("element") is None
+    em.close()
+    assert em.lookup("row value") is None  # its scope is closed
+
+
+def test_inner_names_say_what_stays_in_the_loop():
+    em = Statements()
+    em.inner("r")
+    em.inner("r0")
+    assert em.is_inner("in[r0 * 4]") and em.is_inner(expr.Name("r"))
+    assert not em.is_inner("in[x0 * 4]")
+    assert em.reads_inner(stmt.Store(stmt.Element("out", "r"), "1"))
+    assert not em.reads_inner(stmt.Store(stmt.Element("out", "x"), "1"))
+    em.forget_inner()  # a new nest: its names are new
+    assert not em.is_inner("in[r0 * 4]")
+
+
+def test_the_lowerings_emitter_binds_what_reads_no_inner_name_before_the_loop():
+    em = Scopes(renderer=None)  # (emit spells nothing itself)
+    em.open()  # a row
+    em.inner("j")
+    em.open_phase()  # the loop over it
+    b = em.emit("in_b[x0]", "f32", "b")
+    a = em.emit("in_a[x0 * 8 + j]", "f32", "a")
+    total = em.emit(f"{a.text} + {b.text}", "f32", "add")
+    scaled = em.emit(f"{b.text} * 2", "f32", "mul")
+    assert em.emit("in_b[x0]", "f32", "b") == b  # numbered by its text
+    body = em.close_phase()
+    row = em.close()
+    assert [d.name for d in row] == [b.text, scaled.text]
+    assert [d.name for d in body] == [a.text, total.text]
+    assert em.is_inner(total.text) and not em.is_inner(scaled.text)
 
 
 @pytest.mark.parametrize(("hint", "name"), [

@@ -52,7 +52,7 @@ from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.row_form import RowForm
 from torchloom.codegen.scopes import LOW, Scopes
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
-                                      upstream_nodes, var_correction)
+                                      var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
 
 
@@ -94,10 +94,6 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         #: the declarations of a row element's coordinates, at the top of each loop over
         #: the row
         self.r_header: tuple[stmt.Declare, ...] = ()
-        #: whether reductions' results are declared inside the loop over the inner index
-        #: (a column walk's): values computed from them stay in it (``value_at``)
-        self.results_inside = False
-        self._from_results: dict[Value, bool] = {}
         #: the scratch arrays the nest asks for besides its nests' row results: (name,
         #: element count, dtype); a column walk's accumulators, the sums carried
         self.arrays: list[tuple[str, Any, str]] = []
@@ -110,29 +106,12 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
 
     # ---- values ------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
-        hit = self.em.lookup(("value", v, coords))
-        if hit is not None:
-            return hit
-        if len(self.em.scopes) > 2 and self.em.target is None and not any(
-                self.em.is_inner(c) for c in coords) and \
-                not self._reads_inner_results(v):
-            # a value of the row read in a loop over it: computed once, before the loop
-            # (in the scope around the innermost loop)
-            with self.em.hoisting(len(self.em.scopes) - 2):
-                return self.value_at(v, coords)
-        hit = self._compute(v, coords)
-        self.em.remember(("value", v, coords), hit)
+        key = ("value", v, coords)
+        hit = self.em.lookup(key)
+        if hit is None:  # (kept where it was bound: before the loop unless inner)
+            hit = self._compute(v, coords)
+            self.em.remember(key, hit, self.em.in_phase and self.em.is_inner(hit.code))
         return hit
-
-    def _reads_inner_results(self, v: Value) -> bool:
-        """Whether ``v`` is computed from a reduction's result that the loop over the
-        inner index declares (a column walk's, read from its array at the column: one
-        column's coordinates never name the column, yet its results are the loop's)."""
-        if not self.results_inside:
-            return False
-        if v not in self._from_results:
-            self._from_results[v] = bool(upstream_nodes([v]) & set(self.reductions))
-        return self._from_results[v]
 
     def _compute(self, v: Value, coords: Coords) -> Expr:
         pointer = self.read_back.get(v)
@@ -192,10 +171,10 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         return bool(self.carried)
 
     def begin_row_loop(self) -> None:
-        self.em.open()
+        self.em.open_phase()
 
     def end_row_loop(self) -> None:
-        self._loop_r(self.em.close())
+        self._loop_r(self.em.close_phase())
 
     def _loop_r(self, body: list) -> None:
         self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body),
@@ -207,12 +186,12 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         ``Renderer.accumulate``); none without folds."""
         if not folds:
             return
-        self.em.open()
+        self.em.open_phase()
         for kind, acc, src, dtype, extra in folds:
             x = self.em.convert(self.value_at(src, self.full), dtype)
             for s in self.renderer.accumulate(kind, acc, x.text, "r", extra):
                 self.em.add(s)
-        self._loop_r(self.em.close())
+        self._loop_r(self.em.close_phase())
 
     def _var(self, kind: str, dtype: str, init: str | None = None) -> str:
         name = self.em.fresh(kind)

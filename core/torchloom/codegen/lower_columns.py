@@ -57,9 +57,6 @@ class ColumnLowering:
     def columns(self, plan: Columns) -> list:
         """The nest's statements in the column form ``plan`` (the core's walks,
         :func:`column_nest.walks`, over every column in scalar loops)."""
-        # a value read at r alone is computed once per r, before the columns (its
-        # coordinates are not the columns'), but not one computed from a result: the loop's
-        self.results_inside = True
         self.em.open()
         column_nest.walks(self, plan, self.nest, self.outputs)
         return self.em.close()
@@ -88,10 +85,10 @@ class ColumnLowering:
         self.em.add(stmt.Loop("r", first, end, tuple(self.em.close())))
 
     def begin_columns(self) -> None:
-        self.em.open()
+        self.em.open_phase()  # (a value read at r alone: computed once per r, before it)
 
     def end_columns(self, header: list) -> None:
-        self.em.add(self._over_columns(self.em.close(), header))
+        self.em.add(self._over_columns(self.em.close_phase(), header))
 
     def fold(self, acc: column_nest.Accumulator, full: Coords) -> None:
         self._fold_into(acc.array, _X, acc.kind, acc.dtype, acc.node, full)

@@ -34,11 +34,6 @@ class WalkLowering(WalkNest):
     # what WalkNest asks of a writer (walk_nest.py)
     INDEX = "i64"
 
-    def walk_index(self, row: str, sizes) -> str:
-        # (rows of one element: the row itself, no ``j`` that would keep its reads in the
-        # loop over it, where values are hoisted by their coordinates)
-        return row if sizes[-1] == 1 else super().walk_index(row, sizes)
-
     def store(self, pointer: str, v: Value, coords: Coords) -> None:
         self._store(pointer, v, coords, self.value_at(v, coords))
 

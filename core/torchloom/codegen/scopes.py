@@ -1,7 +1,7 @@
 """The lowering's emitter (:class:`Scopes`): what the core's value walk asks of an emitter
 (``emit``, ``convert``, ``cast``) over the statements in nested scopes every writer builds
 on (:class:`torchloom.codegen.statements.Statements`: values numbered by their text in
-scope, statements hoisted before the loops inside a scope)."""
+scope, a statement that reads no inner name put before the loop it was met in)."""
 
 from __future__ import annotations
 
@@ -17,25 +17,31 @@ LOW = ("bf16", "f16")
 
 class Scopes(Statements):
     """The lowering's emitter: statements in nested scopes (:class:`Statements`, a loop's
-    body is one), a value computed in a scope visible in the scopes inside it."""
+    body is one, a loop over an inner index a phase), a value computed in a scope visible
+    in the scopes inside it."""
 
     def __init__(self, renderer: Renderer):
         super().__init__()
         self.renderer = renderer
 
     # ---- what ValueWalk asks of an emitter ---------------------------------------------
-    def emit(self, text: Code | str, dtype: str, hint: str = "v", inner: bool = False
+    def emit(self, text: Code | str, dtype: str, hint: str = "v", inner: bool | None = None
              ) -> Expr:
-        """``text`` bound to a name (one per expression in scope); a name or a literal as
-        it is."""
+        """``text`` bound to a name (one per expression in scope), in the open phase's body
+        where it reads an inner name (or ``inner`` says so), else before its loop; a name
+        or a literal as it is."""
         code = expr.code(text)
         if code.trivial:
             return Expr(code, dtype)
-        name = self.lookup(("text", code.text, dtype))
+        key = ("text", code.text, dtype)
+        name = self.lookup(key)
         if name is None:
+            inner = self.in_phase and (self.is_inner(code) if inner is None else inner)
             name = self.fresh(hint)
-            self.remember(("text", code.text, dtype), name)
-            self.add(stmt.Declare(dtype, name, code))
+            self.remember(key, name, inner)
+            self.statement(stmt.Declare(dtype, name, code), inner)
+            if inner:
+                self.inner(name)
         return Expr(Name(name), dtype)
 
     def convert(self, e: Expr, dtype: str) -> Expr:

@@ -1,20 +1,17 @@
 """The one statement emitter every kernel writer builds on (:class:`Statements`): statements
-(:mod:`torchloom.codegen.stmt`) in nested scopes, values numbered by their text in scope,
-fresh names, and two ways of putting a statement before the loops inside a scope:
-
-- *phases* (the ``cpu`` and ``triton`` writers): :meth:`Statements.open_phase` opens a
-  loop over the inner index; a statement said to be inner goes into the loop's body, any
-  other before the loop (hoisted by construction); :meth:`Statements.close_phase` returns
-  the body for the caller to wrap in its loop;
-- *hoisting* (the core's lowering, :class:`torchloom.codegen.scopes.Scopes`):
-  :meth:`Statements.open` / :meth:`Statements.close` nest scopes (a loop's body is one)
-  and :meth:`Statements.hoisting` sends statements and values to an outer one.
+(:mod:`torchloom.codegen.stmt`) in nested scopes (:meth:`Statements.open` /
+:meth:`Statements.close`: a loop's body is one), values numbered by their text in scope,
+fresh names, and *phases*, the one way a statement goes before the loop it was met in:
+:meth:`Statements.open_phase` opens a loop over an inner index; a statement that is inner
+(it reads a name depending on that index: :meth:`Statements.inner`) goes into the loop's
+body, any other before the loop (hoisted by construction); :meth:`Statements.close_phase`
+returns the body for the caller to wrap in its loop. The ``cpu`` and ``triton`` writers
+and the core's lowering (:class:`torchloom.codegen.scopes.Scopes`) all write so.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from torchloom.codegen import expr
@@ -30,8 +27,6 @@ class Statements:
 
     def __init__(self) -> None:
         self.scopes: list[tuple[list[Any], dict[Any, Any]]] = [([], {})]
-        #: the scope new statements go to (None: the innermost); see :meth:`hoisting`
-        self.target: int | None = None
         #: the index in ``scopes`` of the open phase's body (None: no phase is open)
         self._phase: int | None = None
         self._count = 0
@@ -78,23 +73,9 @@ class Statements:
         """Close the innermost scope: its statements."""
         return self.scopes.pop()[0]
 
-    @contextlib.contextmanager
-    def hoisting(self, level: int) -> Iterator[None]:
-        """Statements and values go to scope ``level`` (before the loops inside it)."""
-        saved, self.target = self.target, level
-        try:
-            yield
-        finally:
-            self.target = saved
-
-    def _targeted(self) -> int:
-        """The scope :meth:`add` and :meth:`remember` go to: the innermost unless
-        hoisting."""
-        return -1 if self.target is None else self.target
-
     def add(self, statement: Any) -> None:
-        """``statement`` at the end of the target scope (the innermost unless hoisting)."""
-        self.scopes[self._targeted()][0].append(statement)
+        """``statement`` at the end of the innermost scope (an open phase's body)."""
+        self.scopes[-1][0].append(statement)
 
     def lookup(self, key: Any) -> Any:
         """The value ``key`` is bound to in any scope open (None: in none)."""
@@ -103,9 +84,10 @@ class Statements:
                 return memo[key]
         return None
 
-    def remember(self, key: Any, value: Any) -> None:
-        """Bind ``key`` to ``value`` in the target scope."""
-        self.scopes[self._targeted()][1][key] = value
+    def remember(self, key: Any, value: Any, inner: bool) -> None:
+        """Bind ``key`` to ``value`` where a statement that is ``inner`` or not goes (the
+        open phase's body, or the scope before its loop): :meth:`statement`."""
+        self.scopes[self._level(inner)][1][key] = value
 
     # ---- phases ----------------------------------------------------------------------------
     @property
