@@ -29,17 +29,17 @@ def test_a_phase_keeps_inner_statements_in_its_body_and_hoists_the_others():
     assert em.close_phase() is None  # no phase open
 
 
-def test_values_are_bound_once_per_scope():
+def test_values_are_bound_once_in_scope():
     em = Statements()
     a, new = _bind(em, "x + 1")
     assert new and _bind(em, "x + 1") == (a, False)
     em.open_phase()
-    inner, new = _bind(em, "x + 1", inner=True)  # the body numbers its own values
-    assert new and inner != a
-    assert _bind(em, "x + 1") == (a, False)  # hoisted: the one before the loop
+    assert _bind(em, "x + 1", inner=True) == (a, False)  # bound before the loop: in scope
+    inner, new = _bind(em, "in[r] + 1", inner=True)  # the body numbers its own values
+    assert new and _bind(em, "in[r] + 1", inner=True) == (inner, False)
     em.close_phase()
     em.open_phase()  # a new phase: its body's values are new again
-    assert _bind(em, "x + 1", inner=True)[1]
+    assert _bind(em, "in[r] + 1", inner=True)[1]
     em.close_phase()
     em.forget_values()  # a nested loop: what was bound before is out of scope
     assert _bind(em, "x + 1")[1]

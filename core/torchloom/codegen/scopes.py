@@ -33,15 +33,11 @@ class Scopes(Statements):
         code = expr.code(text)
         if code.trivial:
             return Expr(code, dtype)
-        key = ("text", code.text, dtype)
-        name = self.lookup(key)
-        if name is None:
-            inner = self.in_phase and (self.is_inner(code) if inner is None else inner)
-            name = self.fresh(hint)
-            self.remember(key, name, inner)
-            self.statement(stmt.Declare(dtype, name, code), inner)
-            if inner:
-                self.inner(name)
+        inner = self.in_phase and (self.is_inner(code) if inner is None else inner)
+        name, new = self.bind(("text", code.text, dtype), hint, inner,
+                              lambda name: stmt.Declare(dtype, name, code))
+        if new and inner:
+            self.inner(name)
         return Expr(Name(name), dtype)
 
     def convert(self, e: Expr, dtype: str) -> Expr:

@@ -117,17 +117,19 @@ class Statements:
         """``line`` in the open phase's body when ``inner``, else before its loop."""
         self.scopes[self._level(inner)][0].append(line)
 
-    def bind(self, text: str, hint: str, inner: bool,
+    def bind(self, text: Any, hint: str, inner: bool,
              line: Callable[[str], Any]) -> tuple[str, bool]:
-        """The name bound to ``text`` in its scope (the open phase's body when ``inner``,
-        the scope before its loop otherwise), binding it with the statement
-        ``line(name)`` when there is none; (name, newly bound)."""
-        memo = self.scopes[self._level(inner)][1]
-        name = memo.get(text)
-        if name is not None:
-            return name, False
+        """The name bound to ``text`` (an expression's text, or a key naming it) in its
+        scope (the open phase's body when ``inner``, the scope before its loop otherwise)
+        or a scope around it, binding it there with the statement ``line(name)`` when there
+        is none; (name, newly bound)."""
+        level = len(self.scopes) + self._level(inner) if self._level(inner) < 0 else \
+            self._level(inner)
+        for _, memo in reversed(self.scopes[:level + 1]):
+            if text in memo:
+                return memo[text], False
         name = self.fresh(hint)
-        memo[text] = name
+        self.scopes[level][1][text] = name
         self.statement(line(name), inner)
         return name, True
 
