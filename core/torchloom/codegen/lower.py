@@ -81,6 +81,8 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
         self.em = em
         em.forget_inner()  # (an earlier nest's inner names are this one's row names)
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
+        #: the values phases closed since computed (ValueWalk.known_value)
+        self.earlier: dict[tuple[Value, Coords], Expr] = {}
         self.nest, self.outputs, self.reductions = nest, outputs, reductions
         self.read_back = read_back
         self.shape = tuple(nest.shape) if nest else ()
@@ -106,11 +108,11 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
 
     # ---- values ------------------------------------------------------------------------
     def value_at(self, v: Value, coords: Coords) -> Expr:
-        key = ("value", v, coords)
-        hit = self.em.lookup(key)
+        key = (v, coords)
+        hit, _ = self.known_value(key)
         if hit is None:  # (kept where it was bound: before the loop unless inner)
             hit = self._compute(v, coords)
-            self.em.remember(key, hit, self.em.in_phase and self.em.is_inner(hit.code))
+            self.keep_value(key, hit)
         return hit
 
     def _compute(self, v: Value, coords: Coords) -> Expr:

@@ -85,8 +85,8 @@ class ValueWalk(OutputPlacement):
 
     The writer has ``em`` (its emitter: ``emit``, ``convert``, ``cast``), ``ix`` (its
     ``IndexMath``), ``known``, ``registry``, ``reduced`` (reduction output -> (coordinates
-    of its row, its Expr)) and ``values`` (the values computed so far, each with the phase
-    it was computed in: :meth:`known_value`); it gives the class attributes ``TARGET`` (for
+    of its row, its Expr)) and ``earlier`` (the values phases closed since computed, each
+    at its key: :meth:`known_value`); it gives the class attributes ``TARGET`` (for
     reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods ``tensor_type``, ``_load``,
     ``_literal`` and ``_render`` (a scalar attribute's :class:`~torchloom.codegen.expr.Literal`;
     a pointwise op's expression, :func:`~torchloom.codegen.expr.fill` of its template over
@@ -103,19 +103,23 @@ class ValueWalk(OutputPlacement):
     GATHERS: ClassVar[bool] = False
 
     def known_value(self, key: tuple[Value, Coords]) -> tuple[Expr | None, Expr | None]:
-        """The value computed at ``key`` (a value, coordinates) that is in scope here, or
-        else the one an earlier phase computed there (out of scope: it depended on that
-        phase's inner index); (None, None) where none was."""
-        hit = self.values.get(key)
-        if hit is None:
-            return None, None
-        e, phase = hit
-        return (e, None) if not e.inner or phase == self.em.phase_id else (None, e)
+        """The value computed at ``key`` (a value, coordinates) that is in scope here (in
+        the emitter's scope or one around it), or else the one an earlier phase computed
+        there (out of scope: it depended on that phase's inner index; ``earlier``);
+        (None, None) where none was."""
+        hit = self.em.lookup(("value", key))
+        if hit is not None:
+            return hit, None
+        return None, self.earlier.get(key)
 
     def keep_value(self, key: tuple[Value, Coords], e: Expr) -> None:
-        """``e`` is the value at ``key``, in scope where it was computed (its phase when it
-        depends on the inner index)."""
-        self.values[key] = (e, self.em.phase_id)
+        """``e`` is the value at ``key``, in scope where it was computed: in the open
+        phase when it depends on the inner index (then also ``earlier``), else before
+        the phase's loop."""
+        inner = self.em.in_phase and (bool(e.inner) or self.em.is_inner(e.code))
+        self.em.remember(("value", key), e, inner)
+        if inner:
+            self.earlier[key] = e
 
     def region_devices(self, region) -> set[str]:
         """The devices of the region's tensors; Unsupported for an op without template, a

@@ -81,7 +81,8 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         self.read_back = read_back or {}
         self.region = group.region
         self.registry = registry
-        self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
+        #: the values phases closed since computed (writer.ValueWalk.known_value)
+        self.earlier: dict[tuple[Value, Coords], Expr] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self.known: dict = {}  # coordinates -> the linear index they came from
         #: the row coordinates' names -> their index math (``x0`` -> ``x / 8``)
@@ -237,26 +238,24 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         self.reduced[value] = (coords, e)
 
     def walk(self, write: Callable[[], None]) -> list:
-        """The statements ``write()`` emits, taken out of the row (a loop over reduced
-        elements: columns.py), and the values it computed at them forgotten (a later loop
-        computes them again; the names it declared are out of scope)."""
-        before = set(self.values)
-        statements = self.em.capture(write)
-        self.em.forget_values()
-        for key in [k for k, (e, _) in self.values.items() if k not in before and not e.inner]:
-            del self.values[key]
-        return statements
+        """The statements ``write()`` emits, in a scope of their own taken out of the row (a
+        loop over reduced elements: columns.py): the values it computed at them are out
+        of scope after it (a later loop computes them again)."""
+        self.em.open()
+        write()
+        return self.em.close()
 
     def aside(self, write: Callable[[], None]) -> None:
-        """``write()`` over the values computed so far and no row buffers, what it computes
-        forgotten after (a loop that reads the row's first element: a later loop may be
-        the row's first, which fills the row buffers the loops after it read)."""
-        values, buffers = self.values, self.buffers
-        self.values, self.buffers = dict(values), {}
+        """``write()`` with no row buffers, the values its phases compute not counted as
+        computed by an earlier loop of the row after it (a loop that reads the row's first
+        element: a later loop may be the row's first, which fills the row buffers the
+        loops after it read)."""
+        earlier, buffers = self.earlier, self.buffers
+        self.earlier, self.buffers = dict(earlier), {}
         try:
             write()
         finally:
-            self.values, self.buffers = values, buffers
+            self.earlier, self.buffers = earlier, buffers
 
     # ---- writing ---------------------------------------------------------------------------
     def body(self) -> list:

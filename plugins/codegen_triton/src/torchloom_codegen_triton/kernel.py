@@ -95,7 +95,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
         #: of symbols no input carries alone (sizes.atomize)
         self.region = atomize(group.region)
         self.registry = registry
-        self.values: dict[tuple[Value, Coords], tuple[Expr, int]] = {}
+        #: the values phases closed since computed (writer.ValueWalk.known_value)
+        self.earlier: dict[tuple[Value, Coords], Expr] = {}
         self.reduced: dict[Value, tuple[Coords, Expr]] = {}
         self._coord_count: dict[str, int] = {}
         self.known: dict = {}  # coordinates -> the linear index they came from
