@@ -107,14 +107,6 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
             self.carried.append((pointer, node, name))
 
     # ---- values ------------------------------------------------------------------------
-    def value_at(self, v: Value, coords: Coords) -> Expr:
-        key = (v, coords)
-        hit, _ = self.known_value(key)
-        if hit is None:  # (kept where it was bound: before the loop unless inner)
-            hit = self._compute(v, coords)
-            self.keep_value(key, hit)
-        return hit
-
     def _compute(self, v: Value, coords: Coords) -> Expr:
         pointer = self.read_back.get(v)
         if pointer is None:

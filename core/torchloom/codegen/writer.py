@@ -112,6 +112,16 @@ class ValueWalk(OutputPlacement):
             return hit, None
         return None, self.earlier.get(key)
 
+    def value_at(self, v: Value, coords: Coords) -> Expr:
+        """Value ``v`` at ``coords``: the one in scope, else computed (:meth:`_compute`)
+        and kept where its statement went (:meth:`keep_value`)."""
+        key = (v, coords)
+        hit, _ = self.known_value(key)
+        if hit is None:
+            hit = self._compute(v, coords)
+            self.keep_value(key, hit)
+        return hit
+
     def keep_value(self, key: tuple[Value, Coords], e: Expr) -> None:
         """``e`` is the value at ``key``, in scope where it was computed: in the open
         phase when it depends on the inner index (then also ``earlier``), else before

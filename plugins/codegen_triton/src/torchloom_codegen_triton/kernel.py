@@ -202,14 +202,7 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
         self.split = None if self.probe else plan_split(self, self.configs)
 
     # ---- values ----------------------------------------------------------------------------
-    def value_at(self, v: Value, coords: Coords) -> Expr:
-        key = (v, coords)
-        known, _ = self.known_value(key)  # (the persistent form opens no phase: all known)
-        if known is None:
-            known = self._compute(v, coords)
-            self.keep_value(key, known)
-        return known
-
+    # (value_at: ValueWalk's; the persistent form opens no phase: every value stays known)
     def _literal(self, node: Node, value, compute: str) -> expr.Literal:
         return literal(value)
 
