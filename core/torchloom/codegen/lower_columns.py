@@ -31,7 +31,7 @@ from torchloom.codegen.indexing import Coords
 from torchloom.codegen.schedule import ReductionNest
 from torchloom.codegen.scopes import LOW
 from torchloom.codegen.writer import COMPUTE, Expr, same_shape
-from torchloom.ir import Node, Value
+from torchloom.ir import Node
 
 #: a column's element in the accumulator arrays
 _X = Name("x")
@@ -62,9 +62,6 @@ class ColumnLowering:
         return self.em.close()
 
     # what column_nest asks of a target: scratch arrays of one value per column
-    def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
-        self.reduced[value] = (coords, e)
-
     def accumulators(self, nodes) -> list[column_nest.Accumulator]:
         accs, start = [], []
         for node in nodes:

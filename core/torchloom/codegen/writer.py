@@ -122,6 +122,10 @@ class ValueWalk(OutputPlacement):
             self.keep_value(key, hit)
         return hit
 
+    def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
+        """Reduction output ``value`` is ``e``, read at ``coords`` (its row)."""
+        self.reduced[value] = (coords, e)
+
     def keep_value(self, key: tuple[Value, Coords], e: Expr) -> None:
         """``e`` is the value at ``key``, in scope where it was computed: in the open
         phase when it depends on the inner index (then also ``earlier``), else before

@@ -233,10 +233,6 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
                                 self.em.exact.get(e.text))
         self.em.statement(store, self.em.reads_inner(store))
 
-    def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
-        """Reduction output ``value`` is ``e``, read at ``coords`` (its row)."""
-        self.reduced[value] = (coords, e)
-
     def walk(self, write: Callable[[], None]) -> list:
         """The statements ``write()`` emits, in a scope of their own taken out of the row (a
         loop over reduced elements: columns.py): the values it computed at them are out
