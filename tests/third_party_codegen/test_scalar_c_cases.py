@@ -9,9 +9,6 @@ capability it lacks (Capabilities.gap), never silently; a pipeline selects it wi
 from __future__ import annotations
 
 import ast
-import os
-import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,41 +18,13 @@ from torchloom.backend import torchloom_backend
 from torchloom.compiler import Compiler
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.testing import pointwise, reductions
-from torchloom.tools import EagerCodegen, load_plugins
+from torchloom.tools import EagerCodegen
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "third_party_codegen"
 CASES = {**reductions.CASES, **pointwise.CASES}
 #: cases scalar_c renders (the others it declines for a capability; see the count test)
 RENDERED = 37
-
-
-@pytest.fixture(scope="module")
-def plugins(tmp_path_factory):
-    """Plugins loaded with the example installed as pip would install it."""
-    site = tmp_path_factory.mktemp("site")
-    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
-    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
-                                   f"Version: {project['version']}\n")
-    eps = "".join(f"{k} = {v}\n" for k, v in project["entry-points"]["torchloom"].items())
-    (info / "entry_points.txt").write_text(f"[torchloom]\n{eps}")
-    paths = [str(site), str(EXAMPLE / "src")]
-    sys.path[:0] = paths
-    cache = os.environ.get("TORCHLOOM_CACHE_DIR")
-    os.environ["TORCHLOOM_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    try:
-        yield load_plugins()
-    finally:
-        for p in paths:
-            sys.path.remove(p)
-        if cache is None:
-            del os.environ["TORCHLOOM_CACHE_DIR"]
-        else:
-            os.environ["TORCHLOOM_CACHE_DIR"] = cache
-        for name in [m for m in sys.modules if m.startswith("torchloom_scalar_c")]:
-            del sys.modules[name]
 
 
 @pytest.fixture(scope="module")
@@ -130,19 +99,12 @@ def test_the_example_imports_torchloom_api_alone():
                 assert not name.startswith("torchloom_codegen"), (path, name)
 
 
-def _scalar_c_compiler(tmp_path) -> Compiler:
-    pipeline = tmp_path / "scalar_c.toml"
-    pipeline.write_text('[pipeline]\nname = "scalar-c"\nextends = "default"\n'
-                        'codegen = ["scalar_c"]\n')
-    return Compiler(str(pipeline), cache_dir=tmp_path, compile_cache=False, strict=True)
-
-
 def _codegens(compiler: Compiler) -> list[str]:
     return [c.codegen for comp in compiler.compilations for c in comp.compiled.choices]
 
 
-def test_a_pipeline_selects_it(plugins, tmp_path):
-    compiler = _scalar_c_compiler(tmp_path)
+def test_a_pipeline_selects_it(plugins, scalar_c_compiler):
+    compiler = scalar_c_compiler
 
     def fn(x, w):
         return torch.softmax(x * w, dim=-1), torch.nn.functional.gelu(x + w)
@@ -158,11 +120,11 @@ def test_a_pipeline_selects_it(plugins, tmp_path):
     assert choices and set(choices) == {"scalar_c"}, choices
 
 
-def test_dynamic_shapes_compile_once_on_it(plugins, scalar_c, tmp_path):
+def test_dynamic_shapes_compile_once_on_it(plugins, scalar_c, scalar_c_compiler):
     """``torch.compile(dynamic=True)``: one graph and one kernel of symbolic sizes serve
     every batch and row length (sizes 2 and up: Dynamo specialises 0 and 1), on
     scalar_c, matching eager: softmax, layer norm, RMSNorm, GELU, argmax, var."""
-    compiler = _scalar_c_compiler(tmp_path)
+    compiler = scalar_c_compiler
 
     def fn(x, w):
         rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
