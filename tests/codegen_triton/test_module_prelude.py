@@ -32,6 +32,12 @@ GROUPS = {
     "row_and_column_sums": (group_text("%a: f32[6, 8]", """
         %r = aten.sum.dim_IntList(%a) {dim = [1]} : f32[6]
         %c = aten.sum.dim_IntList(%a) {dim = [0]} : f32[8]""", "%r: f32[6], %c: f32[8]"), 4096),
+    "floor_division": (group_text("%a: f32[8, 16], %b: f32[8, 16]", """
+        %q = aten.div.Tensor_mode(%a, %b) {rounding_mode = "floor"} : f32[8, 16]""",
+                                  "%q: f32[8, 16]"), 4096),
+    "bf16_trunc_division": (group_text("%a: bf16[8, 16], %b: bf16[8, 16]", """
+        %q = aten.div.Tensor_mode(%a, %b) {rounding_mode = "trunc"} : bf16[8, 16]""",
+                                       "%q: bf16[8, 16]"), 4096),
     "symbolic_var": (group_text("%a: f32[s0, s1]", """
         %v = aten.var.correction(%a) {dim = [1], correction = 1} : f32[s0]""",
                                 "%v: f32[s0]"), 4096),
@@ -41,11 +47,17 @@ GROUPS = {
 
 
 def helpers_of(source: str) -> tuple[set[str], set[str]]:
-    """(helpers the module defines, helpers its functions name), read from its syntax."""
+    """(helpers the module defines, helpers its functions name and the helpers those
+    name), read from its syntax."""
     tree = ast.parse(source)
-    defined = {f.name for f in tree.body if isinstance(f, ast.FunctionDef)} & set(HELPERS)
-    named = {n.id for f in tree.body if isinstance(f, ast.FunctionDef) and f.name not in HELPERS
-             for n in ast.walk(f) if isinstance(n, ast.Name) and n.id in HELPERS}
+    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    defined = set(functions) & set(HELPERS)
+
+    def names(f: ast.FunctionDef) -> set[str]:
+        return {n.id for n in ast.walk(f) if isinstance(n, ast.Name) and n.id in HELPERS}
+    named = set().union(*(names(f) for name, f in functions.items() if name not in HELPERS))
+    for _ in HELPERS:  # (helpers calling helpers: to the fixed point)
+        named |= set().union(*(names(functions[h]) for h in named if h in functions))
     return defined, named
 
 
@@ -84,6 +96,8 @@ def test_between_them_the_groups_call_every_helper(registry, tmp_path):
     assert called["gelu"] == set()
     assert called["maximum_minimum"] == {"_maximum", "_minimum"}
     assert called["bf16_casts"] == {"_round_to_bf16"}
+    assert called["floor_division"] == {"_div_floor", "_low", "_round_to_bf16"}
+    assert called["bf16_trunc_division"] == {"_low", "_round_to_bf16"}
     assert called["split_sum"] == {"_add"}
     assert called["var_unbiased_looped"] == {"_welford_combine"}
     assert called["argmax_argmin_ties_nan_persistent"] == {"_argmax_combine",

@@ -20,7 +20,7 @@ import numpy as np
 _NUMPY = {
     "tanh": np.tanh, "log1p": np.log1p, "expm1": np.expm1, "pow": np.power,
     "rsqrt": lambda x: np.float32(1) / np.sqrt(x) if x.dtype == np.float32 else 1 / np.sqrt(x),
-    "trunc": np.trunc, "nearbyint": np.rint,
+    "trunc": np.trunc, "nearbyint": np.rint, "fmod": np.fmod, "copysign": np.copysign,
 }
 
 

@@ -208,8 +208,8 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
 
     def _render(self, node: Node, spec, named: dict[str, expr.Code], compute: str,
                 ir_dtype: str, given: dict[str, Any]) -> expr.Code:
-        self.em.use(*spec.helpers)
-        return spec.render(named, given)
+        self.em.use(*spec.helpers_for(given, ir_dtype))
+        return spec.render(named, given, ir_dtype)
 
     def record(self, outputs: dict[Value, tuple[Coords, Expr]]) -> None:
         """Reduction results: output -> (the coordinates of its row, its value)."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import expr, op_rows, reductions, writer
+from torchloom.api import InputRef, expr, op_rows, reductions, writer
 
 from torchloom_codegen_triton import lanes
 
@@ -50,12 +50,28 @@ def _constant(value: Any) -> str:
 class Pointwise(op_rows.OpRow):
     template: str | Callable[[Mapping[str, Any]], str]
     args: str = "out"
-    #: the module helpers (``HELPERS``) the template calls
-    helpers: tuple[str, ...] = ()
+    #: the module helpers (``HELPERS``) the template calls (or a function giving them,
+    #: as ``template`` is given its arguments)
+    helpers: tuple[str, ...] | Callable[..., tuple[str, ...]] = ()
+    #: whether ``template`` and ``helpers`` are functions of the attributes and the
+    #: result's IR dtype (else of the attributes)
+    typed: bool = False
 
-    def render(self, named: Mapping[str, expr.Code], attrs_: Mapping[str, Any]) -> expr.Code:
-        """``named``: schema argument name -> its expression (tensor values, literals)."""
-        return expr.fill(self.resolve(self.template, attrs_), named)
+    def _given(self, attrs_: Mapping[str, Any], dtype: str) -> tuple:
+        return (attrs_, dtype) if self.typed else (attrs_,)
+
+    def render(self, named: Mapping[str, expr.Code], attrs_: Mapping[str, Any],
+               dtype: str = "f32") -> expr.Code:
+        """``named``: schema argument name -> its expression (tensor values, literals);
+        ``dtype``: the result's IR dtype."""
+        return expr.fill(self.resolve(self.template, *self._given(attrs_, dtype)), named)
+
+    def helpers_for(self, attrs_: Mapping[str, Any], dtype: str = "f32") -> tuple[str, ...]:
+        """The helpers the rendered template calls, with those they call (``NEEDS``)."""
+        called = list(self.resolve(self.helpers, *self._given(attrs_, dtype)))
+        for name in called:
+            called += [n for n in NEEDS.get(name, ()) if n not in called]
+        return tuple(called)
 
 
 def _pow(a: Mapping[str, Any]) -> str:
@@ -65,9 +81,36 @@ def _pow(a: Mapping[str, Any]) -> str:
     return known.get(exponent, "libdevice.pow({self}, {exponent})")
 
 
-def _div_mode(a: Mapping[str, Any]) -> str:
-    return {None: "{self} / ({other})", "trunc": "libdevice.trunc({self} / ({other}))",
-            "floor": "tl.floor({self} / ({other}))"}[a.get("rounding_mode")]
+#: the ``LOW`` argument of the helpers ``_low`` and ``_div_floor``: bf16 1, f16 2, else 0
+_LOW = {"bf16": 1, "f16": 2}
+
+
+def _div_mode(a: Mapping[str, Any], dtype: str) -> str:
+    """Division with a rounding mode as eager's kernels divide (c10's div_floor_floating,
+    Python's ``a // b``: ``1.0 // 0.1`` is 9, where ``floor(1.0 / 0.1)`` is 10), bf16/f16
+    by a tensor in their own type: the quotient a trunc reads and every step of the floor
+    division rounded to it (``_low``); by a Python number in f32 (eager's kernels divide
+    by a CPU scalar in their accumulate type)."""
+    low = _low_of(a, dtype)
+    quotient = f"_low({{self}} / ({{other}}), {low})" if low else "{self} / ({other})"
+    return {None: "{self} / ({other})", "trunc": f"libdevice.trunc({quotient})",
+            "floor": f"_div_floor({{self}}, {{other}}, {low})"}[a.get("rounding_mode")]
+
+
+def _low_of(a: Mapping[str, Any], dtype: str) -> int:
+    """The ``LOW`` a division of result dtype ``dtype`` rounds its steps with: 0 for f32
+    and f64, and by a Python number (``other`` an attribute, not a tensor's InputRef)."""
+    other = a.get("other")
+    number = isinstance(other, (int, float)) and not isinstance(other, (bool, InputRef))
+    return 0 if number else _LOW.get(dtype, 0)
+
+
+def _div_helpers(a: Mapping[str, Any], dtype: str) -> tuple[str, ...]:
+    """The helpers :func:`_div_mode`'s template calls."""
+    mode = a.get("rounding_mode")
+    if mode == "floor":
+        return ("_div_floor",)
+    return ("_low",) if mode == "trunc" and _low_of(a, dtype) else ()
 
 
 def _gelu(a: Mapping[str, Any]) -> str:
@@ -97,7 +140,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.div.Tensor": Pointwise("{self} / ({other})"),
     "aten.div.Scalar": Pointwise("{self} / ({other})"),
     "aten.true_divide.Tensor": Pointwise("{self} / ({other})"),  # div's alias
-    "aten.div.Tensor_mode": Pointwise(_div_mode),
+    "aten.div.Tensor_mode": Pointwise(_div_mode, helpers=_div_helpers, typed=True),
     "aten.neg.default": _unary("-X"),
     "aten.abs.default": _unary("tl.abs(X)"),
     "aten.exp.default": _unary("tl.exp(X)"),
@@ -205,6 +248,30 @@ def _round_to_bf16(x):
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
 ''',
+    "_low": '''\
+@triton.jit
+def _low(x, LOW: tl.constexpr):
+    # x as eager computes in bfloat16 (LOW = 1) or float16 (LOW = 2): rounded, in float32
+    y = x
+    if LOW == 1:
+        y = _round_to_bf16(x)
+    if LOW == 2:
+        y = x.to(tl.float16).to(tl.float32)
+    return y
+''',
+    "_div_floor": '''\
+@triton.jit
+def _div_floor(a, b, LOW: tl.constexpr):
+    # eager's div_floor_floating (Python's a // b), every step rounded as in eager's type
+    mod = libdevice.fmod(a, b)
+    div = _low(_low(a - mod, LOW) / b, LOW)
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), _low(div - 1.0, LOW), div)
+    floordiv = tl.floor(div)
+    floordiv = tl.where(_low(div - floordiv, LOW) > 0.5, _low(floordiv + 1.0, LOW), floordiv)
+    quotient = _low(a / b, LOW)
+    floordiv = tl.where(div == 0, libdevice.copysign(0.0, quotient), floordiv)
+    return tl.where(b == 0, quotient, floordiv)
+''',
     "_welford_combine": '''\
 @triton.jit
 def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
@@ -237,6 +304,10 @@ def _argmin_combine(va, ia, vb, ib):
     return tl.where(take_a, va, vb), tl.where(take_a, ia, ib)
 ''',
 }
+
+
+#: helper -> the helpers its source calls (a module defining it defines them too)
+NEEDS = {"_div_floor": ("_low",), "_low": ("_round_to_bf16",)}
 
 
 def module_prelude(helpers: Iterable[str]) -> list[str]:
