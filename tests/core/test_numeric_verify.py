@@ -199,6 +199,21 @@ graph @g(%x: f32[s0, 8], %i: i64[s0], %b: b8[3], %n: int) {
     assert torch.equal(x, again)  # seeded
 
 
+def test_inputs_laid_out_as_their_types_even_where_elements_share_memory():
+    """An input whose strides overlap (an expanded one: a stride of 0, or a window
+    sliding by less than its length) is a view of a storage that many of its elements
+    read, not a copy the strides cannot take."""
+    graph = parse_graph("""\
+graph @g(%x: f32[4, 8] strided[0, 1], %w: f32[3, 4] strided[2, 1], %y: f32[2, 3]) {
+  return %x, %w, %y
+}""")
+    for _, (x, w, y) in input_sets(graph):
+        assert x.shape == (4, 8) and x.stride() == (0, 1)
+        assert w.shape == (3, 4) and w.stride() == (2, 1)
+        assert torch.equal(x[0], x[3]) and torch.equal(w[0, 2:], w[1, :2])
+        assert y.stride() == (3, 1)
+
+
 def test_saved_inputs_round_trip(tmp_path):
     values = [torch.randn(3, 4).t(), torch.randn(5).to(torch.bfloat16),
               torch.tensor([True, False]), torch.arange(6).view(2, 3), 7, 0.25, None,
