@@ -63,3 +63,15 @@ def test_the_floor_helper_is_defined_once_and_only_where_used(codegen, registry)
                        "%o: f32[8]")
     assert "_div_floor" not in codegen.generate(next(parse_graph(plain).nodes),
                                                 registry).source
+
+
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+def test_integer_division_with_a_rounding_mode_is_left_to_eager(codegen, registry, mode):
+    """Eager raises ZeroDivisionError for an integer divided by 0, which a kernel cannot:
+    the group is declined, saying so."""
+    from torchloom.api import parse_graph
+    text = group_text("%a: i64[64], %b: i64[64]",
+                      f'%o = aten.div.Tensor_mode(%a, %b) {{rounding_mode = "{mode}"}} '
+                      ": i64[64]", "%o: i64[64]")
+    reason = codegen.supports(next(parse_graph(text).nodes), registry)
+    assert reason is not None and "raises for a zero divisor" in str(reason), reason

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import InputRef, expr, op_rows, reductions, writer
+from torchloom.api import InputRef, Unsupported, expr, op_rows, reductions, writer
 
 from torchloom_codegen_triton import lanes
 
@@ -90,7 +90,11 @@ def _div_mode(a: Mapping[str, Any], dtype: str) -> str:
     Python's ``a // b``: ``1.0 // 0.1`` is 9, where ``floor(1.0 / 0.1)`` is 10), bf16/f16
     by a tensor in their own type: the quotient a trunc reads and every step of the floor
     division rounded to it (``_low``); by a Python number in f32 (eager's kernels divide
-    by a CPU scalar in their accumulate type)."""
+    by a CPU scalar in their accumulate type). Integers: declined, eager raises
+    ZeroDivisionError for a zero divisor, which a kernel cannot."""
+    if dtype not in ("f32", "f64", "bf16", "f16") and a.get("rounding_mode") is not None:
+        raise Unsupported(f"integer division with rounding mode {a['rounding_mode']!r}: eager "
+                          f"raises for a zero divisor, a Triton kernel cannot")
     low = _low_of(a, dtype)
     quotient = f"_low({{self}} / ({{other}}), {low})" if low else "{self} / ({other})"
     return {None: "{self} / ({other})", "trunc": f"libdevice.trunc({quotient})",
@@ -108,7 +112,7 @@ def _low_of(a: Mapping[str, Any], dtype: str) -> int:
 def _div_helpers(a: Mapping[str, Any], dtype: str) -> tuple[str, ...]:
     """The helpers :func:`_div_mode`'s template calls."""
     mode = a.get("rounding_mode")
-    if mode == "floor":
+    if mode == "floor" and dtype in ("f32", "f64", "bf16", "f16"):
         return ("_div_floor",)
     return ("_low",) if mode == "trunc" and _low_of(a, dtype) else ()
 
