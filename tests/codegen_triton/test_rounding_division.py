@@ -66,12 +66,25 @@ def test_the_floor_helper_is_defined_once_and_only_where_used(codegen, registry)
 
 
 @pytest.mark.parametrize("mode", ["floor", "trunc"])
-def test_integer_division_with_a_rounding_mode_is_left_to_eager(codegen, registry, mode):
+def test_integer_division_by_a_tensor_is_left_to_eager(codegen, registry, mode):
     """Eager raises ZeroDivisionError for an integer divided by 0, which a kernel cannot:
-    the group is declined, saying so."""
+    a group dividing by an integer tensor (or by 0) is declined, saying so."""
     from torchloom.api import parse_graph
-    text = group_text("%a: i64[64], %b: i64[64]",
-                      f'%o = aten.div.Tensor_mode(%a, %b) {{rounding_mode = "{mode}"}} '
-                      ": i64[64]", "%o: i64[64]")
-    reason = codegen.supports(next(parse_graph(text).nodes), registry)
-    assert reason is not None and "raises for a zero divisor" in str(reason), reason
+    for params, args in (("%a: i64[64], %b: i64[64]", "%a, %b"), ("%a: i64[64]", "%a")):
+        attrs = f'rounding_mode = "{mode}"' + ("" if "%b" in args else ", other = 0")
+        text = group_text(params, f"%o = aten.div.Tensor_mode({args}) {{{attrs}}} : i64[64]",
+                          "%o: i64[64]")
+        reason = codegen.supports(next(parse_graph(text).nodes), registry)
+        assert reason is not None and "raises for a zero divisor" in str(reason), reason
+
+
+@pytest.mark.parametrize("other", [3, -3, 1, -7])
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+@pytest.mark.parametrize("dtype", ["i64", "i32", "i16", "i8"])
+def test_integers_by_a_number_match_eager(check, dtype, mode, other):
+    a = torch.arange(-60, 60).to({"i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
+                                  "i8": torch.int8}[dtype])
+    text = group_text(f"%a: {dtype}[120]",
+                      f'%o = aten.div.Tensor_mode(%a) {{other = {other}, '
+                      f'rounding_mode = "{mode}"}} : {dtype}[120]', f"%o: {dtype}[120]")
+    check(text, a, exact=True)

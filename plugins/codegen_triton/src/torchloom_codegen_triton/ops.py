@@ -90,11 +90,19 @@ def _div_mode(a: Mapping[str, Any], dtype: str) -> str:
     Python's ``a // b``: ``1.0 // 0.1`` is 9, where ``floor(1.0 / 0.1)`` is 10), bf16/f16
     by a tensor in their own type: the quotient a trunc reads and every step of the floor
     division rounded to it (``_low``); by a Python number in f32 (eager's kernels divide
-    by a CPU scalar in their accumulate type). Integers: declined, eager raises
+    by a CPU scalar in their accumulate type). Integers by a number other than 0 (Triton's
+    ``//`` and ``%`` truncate, as C's); by a tensor, declined: eager raises
     ZeroDivisionError for a zero divisor, which a kernel cannot."""
-    if dtype not in ("f32", "f64", "bf16", "f16") and a.get("rounding_mode") is not None:
-        raise Unsupported(f"integer division with rounding mode {a['rounding_mode']!r}: eager "
-                          f"raises for a zero divisor, a Triton kernel cannot")
+    mode = a.get("rounding_mode")
+    if dtype not in ("f32", "f64", "bf16", "f16") and mode is not None:
+        other = a.get("other")
+        if not _is_number(other) or other == 0:
+            raise Unsupported(f"integer division with rounding mode {mode!r} by "
+                              f"{'a tensor' if not _is_number(other) else 0}: eager raises "
+                              f"for a zero divisor, a Triton kernel cannot")
+        return {"trunc": "{self} // ({other})",
+                "floor": "tl.where((({self} % ({other})) != 0) & (({self} < 0) != "
+                         "({other} < 0)), {self} // ({other}) - 1, {self} // ({other}))"}[mode]
     low = _low_of(a, dtype)
     quotient = f"_low({{self}} / ({{other}}), {low})" if low else "{self} / ({other})"
     return {None: "{self} / ({other})", "trunc": f"libdevice.trunc({quotient})",
@@ -104,9 +112,13 @@ def _div_mode(a: Mapping[str, Any], dtype: str) -> str:
 def _low_of(a: Mapping[str, Any], dtype: str) -> int:
     """The ``LOW`` a division of result dtype ``dtype`` rounds its steps with: 0 for f32
     and f64, and by a Python number (``other`` an attribute, not a tensor's InputRef)."""
-    other = a.get("other")
-    number = isinstance(other, (int, float)) and not isinstance(other, (bool, InputRef))
-    return 0 if number else _LOW.get(dtype, 0)
+    return 0 if _is_number(a.get("other")) else _LOW.get(dtype, 0)
+
+
+def _is_number(other: Any) -> bool:
+    """Whether a division's ``other`` is a Python number (an attribute; not a tensor's
+    InputRef)."""
+    return isinstance(other, (int, float)) and not isinstance(other, (bool, InputRef))
 
 
 def _div_helpers(a: Mapping[str, Any], dtype: str) -> tuple[str, ...]:
