@@ -74,10 +74,10 @@ class Pointwise(op_rows.OpRow):
         return tuple(called)
 
 
-def _pow(a: Mapping[str, Any]) -> str:
+def _pow(a: Mapping[str, Any], dtype: str) -> str:
     exponent = a["exponent"]
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
-             0.5: "tl.sqrt_rn({self})", -1: "1.0 / {self}"}
+             0.5: "tl.sqrt_rn({self})" if dtype != "f64" else "tl.sqrt({self})", -1: "1.0 / {self}"}
     return known.get(exponent, "libdevice.pow({self}, {exponent})")
 
 
@@ -149,10 +149,53 @@ def _unary(expr: str) -> Pointwise:
     return Pointwise(expr.replace("X", "{self}"))
 
 
+def _rounding(expr: str) -> Pointwise:
+    """ceil, floor, round, trunc: of an integer (eager keeps its dtype) the value itself
+    (Triton's float functions take no integers)."""
+    return Pointwise(lambda a, dtype: expr.replace("X", "{self}") if dtype in FLOATS
+                     else "{self}", typed=True)
+
+
+def _sqrt(a: Mapping[str, Any], dtype: str) -> str:
+    """tl.sqrt_rn takes f32 only; f64's sqrt is correctly rounded as it is."""
+    return "tl.sqrt({self})" if dtype == "f64" else "tl.sqrt_rn({self})"
+
+
+def _on_bools(template: Any, bools: str | None) -> Pointwise:
+    """``template`` (of the attributes), or for a bool result eager's bool arithmetic:
+    ``bools`` (add: or, mul: and), None where eager has none the kernel would match (a
+    sum scaled by an ``alpha`` other than 1): declined."""
+    def typed(a: Mapping[str, Any], dtype: str) -> str:
+        if dtype != "b8":
+            return op_rows.OpRow.resolve(template, a)
+        if bools is None or a.get("alpha", 1) != 1:
+            raise Unsupported("bool arithmetic other than a sum or a product")
+        return bools
+    return Pointwise(typed, typed=True)
+
+
+def _addc(product: str) -> Callable[[Mapping[str, Any], str], str]:
+    """addcmul / addcdiv (``product``: ``*`` or ``/``) in eager's orders, ``value * t1 * t2``
+    and ``(value * t1) / t2``, the value left out at 1; of integers the value converted to
+    the integer type first, as eager converts it (0.5 is 0)."""
+    def template(a: Mapping[str, Any], dtype: str) -> str:
+        value = a.get("value", 1)
+        if dtype not in FLOATS and isinstance(value, float):
+            value = int(value)  # (toward zero, as C converts)
+        if dtype == "u8" and value < 0:  # (Triton takes no negative constant with it)
+            raise Unsupported(f"uint8 addcmul/addcdiv by a negative value ({value})")
+        if value == 1:
+            return f"{{self}} + {{tensor1}} {product} {{tensor2}}"
+        scale = "{value}" if dtype in FLOATS else str(value)
+        return f"{{self}} + {scale} * {{tensor1}} {product} {{tensor2}}"
+    return template
+
+
 POINTWISE: dict[str, Pointwise] = {
-    **{op: Pointwise(template) for op, template in op_rows.alpha_rows("({other})").items()},
-    "aten.mul.Tensor": Pointwise("{self} * ({other})"),
-    "aten.mul.Scalar": Pointwise("{self} * ({other})"),
+    **{op: _on_bools(template, "({self}) | ({other})" if ".add." in op else None)
+       for op, template in op_rows.alpha_rows("({other})").items()},
+    "aten.mul.Tensor": _on_bools("{self} * ({other})", "({self}) & ({other})"),
+    "aten.mul.Scalar": _on_bools("{self} * ({other})", "({self}) & ({other})"),
     "aten.div.Tensor": Pointwise("{self} / ({other})"),
     "aten.div.Scalar": Pointwise("{self} / ({other})"),
     "aten.true_divide.Tensor": Pointwise("{self} / ({other})"),  # div's alias
@@ -165,7 +208,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.log.default": _unary("tl.log(X)"),
     "aten.log2.default": _unary("tl.log2(X)"),
     "aten.log1p.default": _unary("libdevice.log1p(X)"),
-    "aten.sqrt.default": _unary("tl.sqrt_rn(X)"),
+    "aten.sqrt.default": Pointwise(_sqrt, typed=True),
     "aten.rsqrt.default": _unary("libdevice.rsqrt(X)"),
     "aten.reciprocal.default": _unary("1.0 / X"),
     "aten.sin.default": _unary("tl.sin(X)"),
@@ -176,20 +219,15 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.silu.default": _unary("X / (1.0 + tl.exp(-X))"),
     "aten.relu.default": _unary("tl.where(X < 0, 0, X)"),  # keeps NaN and -0.0 as eager
     "aten.gelu.default": Pointwise(_gelu),
-    "aten.floor.default": _unary("tl.floor(X)"),
-    "aten.ceil.default": _unary("tl.ceil(X)"),
-    "aten.trunc.default": _unary("libdevice.trunc(X)"),
-    "aten.round.default": _unary("libdevice.nearbyint(X)"),
-    "aten.pow.Tensor_Scalar": Pointwise(_pow),
+    "aten.floor.default": _rounding("tl.floor(X)"),
+    "aten.ceil.default": _rounding("tl.ceil(X)"),
+    "aten.trunc.default": _rounding("libdevice.trunc(X)"),
+    "aten.round.default": _rounding("libdevice.nearbyint(X)"),
+    "aten.pow.Tensor_Scalar": Pointwise(_pow, typed=True),
     "aten.pow.Tensor_Tensor": Pointwise("libdevice.pow({self}, {exponent})"),
     "aten.pow.Scalar": Pointwise("libdevice.pow({self}, {exponent})"),
-    # eager's orders: value * t1 * t2 and (value * t1) / t2, the value left out at 1
-    "aten.addcmul.default": Pointwise(
-        lambda a: "{self} + {tensor1} * {tensor2}" if a.get("value", 1) == 1
-        else "{self} + {value} * {tensor1} * {tensor2}"),
-    "aten.addcdiv.default": Pointwise(
-        lambda a: "{self} + {tensor1} / {tensor2}" if a.get("value", 1) == 1
-        else "{self} + {value} * {tensor1} / {tensor2}"),
+    "aten.addcmul.default": Pointwise(_addc("*"), typed=True),
+    "aten.addcdiv.default": Pointwise(_addc("/"), typed=True),
     "aten.tanh_backward.default": Pointwise("{grad_output} * (1.0 - {output} * {output})"),
     "aten.sigmoid_backward.default": Pointwise(
         "{grad_output} * {output} * (1.0 - {output})"),
@@ -227,6 +265,10 @@ REDUCTIONS = reductions.reduction_table(
 #: per reduction kind: identity element (masked lanes), combine for the looped accumulator
 IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
 INT_IDENTITY = {"sum": "0", "max": "-9223372036854775807 - 1", "min": "9223372036854775807"}
+#: the identities of max and min over a narrower integer or bool (Triton checks a constant
+#: fits its type): (smallest, largest)
+INT_LIMITS = {"i32": ("-2147483648", "2147483647"), "i16": ("-32768", "32767"),
+              "i8": ("-128", "127"), "u8": ("0", "255"), "b8": ("0", "1")}
 #: the generated module's helper a kind combines two values with (``combined``) and a block
 #: with (``reduced_block``: ``tl.reduce`` with the module's own combine functions, not
 #: ``tl.sum``, a library @jit function that the interpreter cannot call unless triton was
