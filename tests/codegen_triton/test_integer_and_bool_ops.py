@@ -81,3 +81,13 @@ def test_integer_max_and_min_rows(check, dtype, op, length):
         %y = aten.sub.Tensor(%a, %r) : {dtype}[24, {length}]""",
                       f"%y: {dtype}[24, {length}], %r: {dtype}[24, 1]")
     check(text, _values(dtype, 24 * length).view(24, length), exact=True)
+
+
+def test_a_uint8_clamp_with_a_negative_bound_is_left_to_eager(check, codegen, registry):
+    from torchloom.api import parse_graph
+    text = group_text("%a: u8[40]", "%o = aten.clamp.default(%a) {max = 2, min = -1} : u8[40]",
+                      "%o: u8[40]")
+    reason = codegen.supports(next(parse_graph(text).nodes), registry)
+    assert reason is not None and "negative bound" in str(reason)
+    check(group_text("%a: u8[40]", "%o = aten.clamp.default(%a) {max = 9, min = 2} : u8[40]",
+                     "%o: u8[40]"), _values("u8"), exact=True)

@@ -174,6 +174,16 @@ def _on_bools(template: Any, bools: str | None) -> Pointwise:
     return Pointwise(typed, typed=True)
 
 
+def _unsigned_bounds(template: Any) -> Callable[[Mapping[str, Any], str], str]:
+    """A clamp row, declined for a uint8 tensor with a negative bound (Triton takes no
+    negative constant with an unsigned value)."""
+    def typed(a: Mapping[str, Any], dtype: str) -> str:
+        if dtype == "u8" and any(_is_number(a.get(k)) and a[k] < 0 for k in ("min", "max")):
+            raise Unsupported("a uint8 clamp with a negative bound")
+        return op_rows.OpRow.resolve(template, a)
+    return typed
+
+
 def _addc(product: str) -> Callable[[Mapping[str, Any], str], str]:
     """addcmul / addcdiv (``product``: ``*`` or ``/``) in eager's orders, ``value * t1 * t2``
     and ``(value * t1) / t2``, the value left out at 1; of integers the value converted to
@@ -239,8 +249,9 @@ POINTWISE: dict[str, Pointwise] = {
             "S_", "(1.0 / (1.0 + tl.exp(-{self})))")),
     "aten.maximum.default": Pointwise("_maximum({self}, {other})", helpers=("_maximum",)),
     "aten.minimum.default": Pointwise("_minimum({self}, {other})", helpers=("_minimum",)),
-    **{op: Pointwise(template) for op, template in op_rows.clamp_rows(
-        lambda cond, a, b: f"tl.where({cond}, {a}, {b})").items()},
+    **{op: Pointwise(_unsigned_bounds(template), typed=True)
+       for op, template in op_rows.clamp_rows(
+           lambda cond, a, b: f"tl.where({cond}, {a}, {b})").items()},
     "aten.where.self": Pointwise("tl.where({condition}, {self}, {other})", args="where"),
     **op_rows.comparisons(lambda sym: Pointwise(f"{{self}} {sym} ({{other}})", args="promote")),
     "aten.isnan.default": Pointwise("{self} != {self}", args="keep"),
