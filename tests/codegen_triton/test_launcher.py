@@ -57,3 +57,17 @@ def test_unexpected_strides_are_fixed_before_the_launch():
     y = torch.randn(10, 10)
     run(y, 2)
     assert log[1][2][0] is y  # the expected layout goes through as it is
+
+
+def test_an_input_read_expanded_is_laid_out_so_when_handed_materialised():
+    """An input the kernel reads at strides that let elements share memory (the graph
+    expanded it: ``strided[0, 1]``), handed as a dense tensor of equal rows: laid out as
+    the kernel reads it (copying into such strides raised before)."""
+    meta = {**META, "inputs": [{"shape": [10, 10], "strides": [0, 1], "dtype": "f32"},
+                               {"scalar": "int"}]}
+    log = []
+    run = Launcher(Recording(log, "jit"), meta, dict(meta["configs"][0]), None, False)
+    x = torch.randn(1, 10).expand(10, 10).contiguous()
+    run(x, 2)
+    passed = log[0][2][0]
+    assert passed.stride() == (0, 1) and torch.equal(passed, x)

@@ -226,8 +226,21 @@ def same_strides(shape, strides, expected) -> bool:
 
 def laid_out_as(a: Any, expected: tuple[int, ...]) -> Any:
     """Tensor ``a`` itself where its strides are ``expected`` (:func:`same_strides`), else
-    a copy with those strides: what a kernel reading fixed strides is handed."""
+    a copy with those strides: what a kernel reading fixed strides is handed. Strides
+    under which elements share memory (an input the graph expanded, ``strided[0, 1]``,
+    handed laid out otherwise) take a storage holding each element where the kernel reads
+    it (the elements sharing a place are equal in such a value: any one of them)."""
     if same_strides(a.shape, a.stride(), expected):
         return a
     import torch
-    return torch.empty_strided(a.shape, expected, dtype=a.dtype, device=a.device).copy_(a)
+    out = torch.empty_strided(a.shape, expected, dtype=a.dtype, device=a.device)
+    if torch._debug_has_internal_overlap(out) == 0:  # (0: no two elements share memory)
+        return out.copy_(a)
+    place = torch.zeros(a.shape, dtype=torch.int64, device=a.device)
+    for d, (n, s) in enumerate(zip(a.shape, expected)):
+        place += (torch.arange(n, device=a.device) * s).view([n if k == d else 1
+                                                             for k in range(a.dim())])
+    storage = torch.empty(int(place.max()) + 1 if a.numel() else 0, dtype=a.dtype,
+                          device=a.device)
+    storage[place.reshape(-1)] = a.reshape(-1)
+    return storage.as_strided(a.shape, expected)

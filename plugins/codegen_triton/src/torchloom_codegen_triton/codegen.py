@@ -38,7 +38,7 @@ import numpy as np
 from filelock import FileLock
 import torch
 from torchloom.api import (FORMS, Capabilities, Kernel, KernelSource, Node, Progress, Reason,
-                           TensorType, Written, default_cache_dir, env_flag)
+                           TensorType, Written, default_cache_dir, env_flag, laid_out_as)
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
@@ -275,13 +275,11 @@ class Launcher:
         self.first_tensor = self.checks[0][0] if self.checks else None
 
     def __call__(self, *args):
-        for i, strides, dims, expected, shape in self.checks:
+        for i, strides, dims, expected, _ in self.checks:
             stride = args[i].stride()
             if stride != strides and tuple(stride[k] for k in dims) != expected:
                 args = list(args)  # rare: a layout the kernel was not written for
-                fixed = torch.empty_strided(shape, strides, dtype=args[i].dtype,
-                                            device=args[i].device)
-                args[i] = fixed.copy_(args[i])
+                args[i] = laid_out_as(args[i], tuple(strides))
         device = args[self.first_tensor].device if self.first_tensor is not None else \
             self.meta["device"]
         outs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)

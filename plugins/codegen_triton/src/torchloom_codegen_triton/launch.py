@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from filelock import FileLock
-from torchloom.api import Progress
+from torchloom.api import Progress, laid_out_as
 
 from torchloom_codegen_triton.plan import (next_pow2, pointwise_configs, reduction_configs,
                                            wider_configs)
@@ -202,8 +202,7 @@ class SymbolicLauncher:
             elif all(s == w or d <= 1 for s, w, d in zip(a.stride(), want, a.shape)):
                 continue
             else:
-                fixed = torch.empty_strided(a.shape, want, dtype=a.dtype,
-                                            device=a.device).copy_(a)
+                fixed = laid_out_as(a, tuple(want))
             args = (*args[:i], fixed, *args[i + 1:])
         return args
 
