@@ -91,3 +91,12 @@ def test_a_uint8_clamp_with_a_negative_bound_is_left_to_eager(check, codegen, re
     assert reason is not None and "negative bound" in str(reason)
     check(group_text("%a: u8[40]", "%o = aten.clamp.default(%a) {max = 9, min = 2} : u8[40]",
                      "%o: u8[40]"), _values("u8"), exact=True)
+
+
+@pytest.mark.parametrize("length", [8, 5000])
+def test_f64_standard_deviations(check, length):
+    text = group_text(f"%a: f64[4, {length}]", """
+        %v = aten.var.correction(%a) {correction = 1, dim = [1]} : f64[4]
+        %s = aten.std.correction(%a) {correction = 0, dim = [1]} : f64[4]""",
+                      "%v: f64[4], %s: f64[4]")
+    check(text, torch.randn(4, length, dtype=torch.float64), rtol=1e-12, atol=1e-12)

@@ -272,6 +272,9 @@ POINTWISE: dict[str, Pointwise] = {
 
 REDUCTIONS = reductions.reduction_table(
     "tl.sqrt_rn({x})", kinds=frozenset({"sum", "max", "min", "var", "argmax", "argmin"}))
+#: the same for f64 results: ``tl.sqrt_rn`` takes f32 only, f64's ``tl.sqrt`` rounds right
+REDUCTIONS_F64 = reductions.reduction_table("tl.sqrt({x})", kinds=frozenset(
+    {"sum", "max", "min", "var", "argmax", "argmin"}))
 
 #: per reduction kind: identity element (masked lanes), combine for the looped accumulator
 IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}

@@ -17,7 +17,7 @@ from torchloom.api import Node, Value, expr, reductions, stmt, writer
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Expr
 from torchloom_codegen_triton.ops import (COMPUTE, FLOATS, IDENTITY, INT_IDENTITY, INT_LIMITS,
-                                          REDUCE_HELPERS, REDUCTIONS, STORAGE,
+                                          REDUCE_HELPERS, REDUCTIONS, REDUCTIONS_F64, STORAGE,
                                           combined, literal, reduced_block)
 from torchloom_codegen_triton.protocol import Writer
 from torchloom_codegen_triton.tensors import tensor_type
@@ -156,4 +156,10 @@ def reduction_outputs(w: Writer, node: Node, fields: dict[str, expr.Code | str]
             e = em.cast(e, tensor_type(value).dtype)
         return e
 
-    return reductions.results(node, REDUCTIONS[node.op], fields, w.row_of(node), result)
+    def spell(value: Value, template: str) -> str:  # (f64: its own square root)
+        if COMPUTE[tensor_type(value).dtype] != "f64":
+            return template
+        return REDUCTIONS_F64[node.op].outputs[node.outputs.index(value)]
+
+    return reductions.results(node, REDUCTIONS[node.op], fields, w.row_of(node), result,
+                              spell)
