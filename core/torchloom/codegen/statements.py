@@ -123,8 +123,7 @@ class Statements:
         scope (the open phase's body when ``inner``, the scope before its loop otherwise)
         or a scope around it, binding it there with the statement ``line(name)`` when there
         is none; (name, newly bound)."""
-        level = len(self.scopes) + self._level(inner) if self._level(inner) < 0 else \
-            self._level(inner)
+        level = self._level(inner) % len(self.scopes)  # (-1: the innermost, as an index)
         for _, memo in reversed(self.scopes[:level + 1]):
             if text in memo:
                 return memo[text], False

@@ -77,7 +77,7 @@ class Pointwise(op_rows.OpRow):
 def _pow(a: Mapping[str, Any], dtype: str) -> str:
     exponent = a["exponent"]
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
-             0.5: "tl.sqrt_rn({self})" if dtype != "f64" else "tl.sqrt({self})", -1: "1.0 / {self}"}
+             0.5: _sqrt(a, dtype), -1: "1.0 / {self}"}
     return known.get(exponent, "libdevice.pow({self}, {exponent})")
 
 
