@@ -100,3 +100,47 @@ def test_f64_standard_deviations(check, length):
         %s = aten.std.correction(%a) {correction = 0, dim = [1]} : f64[4]""",
                       "%v: f64[4], %s: f64[4]")
     check(text, torch.randn(4, length, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+#: one group per template this file and test_rounding_division.py check in the
+#: interpreter: (parameters, body, results)
+BUILT = {
+    "floor_f64": ("%a: f64[64], %b: f64[64]",
+                  '%o = aten.div.Tensor_mode(%a, %b) {rounding_mode = "floor"} : f64[64]'),
+    "floor_bf16": ("%a: bf16[64], %b: bf16[64]",
+                   '%o = aten.div.Tensor_mode(%a, %b) {rounding_mode = "floor"} : bf16[64]'),
+    "floor_f16": ("%a: f16[64], %b: f16[64]",
+                  '%o = aten.div.Tensor_mode(%a, %b) {rounding_mode = "floor"} : f16[64]'),
+    "floor_f16_by_a_number": (
+        "%a: f16[64]", '%o = aten.div.Tensor_mode(%a) {other = 0.1, rounding_mode = "floor"} '
+                       ": f16[64]"),
+    "trunc_bf16": ("%a: bf16[64], %b: bf16[64]",
+                   '%o = aten.div.Tensor_mode(%a, %b) {rounding_mode = "trunc"} : bf16[64]'),
+    "floor_i64_by_a_number": (
+        "%a: i64[64]", '%o = aten.div.Tensor_mode(%a) {other = 3, rounding_mode = "floor"} '
+                       ": i64[64]"),
+    "bool_sum": ("%a: b8[64], %b: b8[64]", "%o = aten.add.Tensor(%a, %b) : b8[64]"),
+    "int_addcmul": ("%a: i32[64], %b: i32[64]",
+                    "%o = aten.addcmul.default(%a, %b, %b) {value = 0.5} : i32[64]"),
+    "ceil_i64": ("%a: i64[64]", "%o = aten.ceil.default(%a) : i64[64]"),
+    "sqrt_f64": ("%a: f64[64]", "%o = aten.sqrt.default(%a) : f64[64]"),
+    "std_f64": ("%a: f64[8, 64]",
+                "%o = aten.std.correction(%a) {correction = 0, dim = [1]} : f64[8]"),
+    "amin_i32": ("%a: i32[8, 21]", "%o = aten.amin.default(%a) {dim = [-1]} : i32[8]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILT))
+def test_the_kernels_build_for_sm90(tmp_path, registry, name):
+    """Triton's front end refuses some constants and argument types only when it builds
+    (the interpreter takes more): each kernel above is built for an H100 ahead of time,
+    here on the CPU, as ``explain --target sm_90`` builds them."""
+    from torchloom.api import parse_graph
+    from torchloom_codegen_triton import TritonCodegen
+    from conftest import on_device
+    params, body = BUILT[name]
+    result = body.split(" = ")[0] + ": " + body.rsplit(": ", 1)[1]
+    group = next(on_device(parse_graph(group_text(params, body, result)), "cuda").nodes)
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False, target="sm_90")
+    usage = codegen.compile_for_target(codegen.generate(group, registry))
+    assert usage["registers"] > 0 and usage["spills"] == 0

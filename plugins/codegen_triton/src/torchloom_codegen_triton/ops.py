@@ -341,7 +341,8 @@ def _div_floor(a, b, LOW: tl.constexpr):
     floordiv = tl.floor(div)
     floordiv = tl.where(_low(div - floordiv, LOW) > 0.5, _low(floordiv + 1.0, LOW), floordiv)
     quotient = _low(a / b, LOW)
-    floordiv = tl.where(div == 0, libdevice.copysign(0.0, quotient), floordiv)
+    floordiv = tl.where(div == 0, libdevice.copysign(tl.cast(0.0, quotient.dtype), quotient),
+                        floordiv)
     return tl.where(b == 0, quotient, floordiv)
 ''',
     "_welford_combine": '''\
