@@ -119,6 +119,13 @@ BUILT = {
     "floor_i64_by_a_number": (
         "%a: i64[64]", '%o = aten.div.Tensor_mode(%a) {other = 3, rounding_mode = "floor"} '
                        ": i64[64]"),
+    "floor_bf16_by_an_int": (
+        "%a: bf16[64]", '%o = aten.div.Tensor_mode(%a) {other = 257, rounding_mode = "floor"} '
+                        ": bf16[64]"),
+    "pow_f64": ("%a: f64[64]",
+                "%o = aten.pow.Tensor_Scalar(%a) {exponent = 0.3333333333333333} : f64[64]"),
+    "pow_f64_tensors": ("%a: f64[64], %b: f64[64]",
+                        "%o = aten.pow.Tensor_Tensor(%a, %b) : f64[64]"),
     "bool_sum": ("%a: b8[64], %b: b8[64]", "%o = aten.add.Tensor(%a, %b) : b8[64]"),
     "int_addcmul": ("%a: i32[64], %b: i32[64]",
                     "%o = aten.addcmul.default(%a, %b, %b) {value = 0.5} : i32[64]"),
@@ -144,3 +151,52 @@ def test_the_kernels_build_for_sm90(tmp_path, registry, name):
     codegen = TritonCodegen(cache_dir=tmp_path, autotune=False, target="sm_90")
     usage = codegen.compile_for_target(codegen.generate(group, registry))
     assert usage["registers"] > 0 and usage["spills"] == 0
+
+
+@pytest.mark.parametrize("body", [
+    "%o = aten.pow.Tensor_Scalar(%a) {exponent = 0.3333333333333333} : f64[40]",
+    "%o = aten.pow.Tensor_Tensor(%a, %a) : f64[40]",
+    "%o = aten.pow.Scalar(%a) {self = 1.0000001} : f64[40]"])
+def test_f64_powers(check, body):
+    check(group_text("%a: f64[40]", body, "%o: f64[40]"), _values("f64"), rtol=1e-12,
+          atol=1e-12)
+
+
+def test_integer_powers_of_tensors_are_left_to_eager(codegen, registry):
+    from torchloom.api import parse_graph
+    text = group_text("%a: i64[40], %b: i64[40]",
+                      "%o = aten.pow.Tensor_Tensor(%a, %b) : i64[40]", "%o: i64[40]")
+    reason = codegen.supports(next(parse_graph(text).nodes), registry)
+    assert reason is not None and "integer pow" in str(reason)
+
+
+def test_floor_division_of_bf16_by_an_int(check):
+    a, _ = torch.randn(512) * 3000, None
+    text = group_text("%a: bf16[512]", '%o = aten.div.Tensor_mode(%a) {other = 257, '
+                      'rounding_mode = "floor"} : bf16[512]', "%o: bf16[512]")
+    check(text, a.to(torch.bfloat16), exact=True)
+
+
+def test_uint8_arithmetic_with_a_negative_number_is_left_to_eager(codegen, registry):
+    from torchloom.api import parse_graph
+    text = group_text("%a: u8[40]", "%o = aten.mul.Scalar(%a) {other = -2} : u8[40]",
+                      "%o: u8[40]")
+    reason = codegen.supports(next(parse_graph(text).nodes), registry)
+    assert reason is not None and "negative number" in str(reason)
+
+
+@pytest.mark.parametrize("length", [7, 5000])
+def test_an_arg_reduction_over_symbolic_rows_builds_and_matches_eager(check, tmp_path,
+                                                                      registry, length):
+    """Over rows of a symbolic length the looped form's index is int64 (from the size
+    argument) where its accumulator starts int32: cast, it builds for sm_90 (Triton
+    refused the loop-carried type change) and matches eager in the interpreter."""
+    from torchloom.api import parse_graph
+    from torchloom_codegen_triton import TritonCodegen
+    from conftest import on_device
+    text = group_text("%a: f32[s0, s1]", """
+        %v, %i = aten.min.dim(%a) {dim = -1} : f32[s0], i64[s0]""", "%v: f32[s0], %i: i64[s0]")
+    check(text, torch.randn(6, length), exact=True)
+    codegen = TritonCodegen(cache_dir=tmp_path, autotune=False, target="sm_90")
+    group = next(on_device(parse_graph(text), "cuda").nodes)
+    assert codegen.compile_for_target(codegen.generate(group, registry))["registers"] > 0

@@ -78,7 +78,19 @@ def _pow(a: Mapping[str, Any], dtype: str) -> str:
     exponent = a["exponent"]
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
              0.5: _sqrt(a, dtype), -1: "1.0 / {self}"}
-    return known.get(exponent, "libdevice.pow({self}, {exponent})")
+    return known.get(exponent) or _libdevice_pow(a, dtype)
+
+
+def _libdevice_pow(a: Mapping[str, Any], dtype: str) -> str:
+    """libdevice's pow: floats of one type (a Python number is a float32 constant to
+    Triton: an f64 base takes it as f64); integers declined (no integer pow there)."""
+    if dtype not in FLOATS:
+        raise Unsupported(f"an integer pow ({dtype}): libdevice has none")
+    if dtype == "f64":  # (a number made an f64 constant whole: tl.cast would round it)
+        base, exponent = ("tl.full([], {%s}, tl.float64)" % k if _is_number(a.get(k))
+                          else "{%s}" % k for k in ("self", "exponent"))
+        return f"libdevice.pow({base}, {exponent})"
+    return "libdevice.pow({self}, {exponent})"
 
 
 #: the ``LOW`` argument of the helpers ``_low`` and ``_div_floor``: bf16 1, f16 2, else 0
@@ -105,8 +117,10 @@ def _div_mode(a: Mapping[str, Any], dtype: str) -> str:
                          "({other} < 0)), {self} // ({other}) - 1, {self} // ({other}))"}[mode]
     low = _low_of(a, dtype)
     quotient = f"_low({{self}} / ({{other}}), {low})" if low else "{self} / ({other})"
+    # (a Python int is an int32 constant to Triton, which libdevice's fmod does not take)
+    divisor = "({other}) * 1.0" if _is_number(a.get("other")) else "{other}"
     return {None: "{self} / ({other})", "trunc": f"libdevice.trunc({quotient})",
-            "floor": f"_div_floor({{self}}, {{other}}, {low})"}[a.get("rounding_mode")]
+            "floor": f"_div_floor({{self}}, {divisor}, {low})"}[a.get("rounding_mode")]
 
 
 def _low_of(a: Mapping[str, Any], dtype: str) -> int:
@@ -164,8 +178,11 @@ def _sqrt(a: Mapping[str, Any], dtype: str) -> str:
 def _on_bools(template: Any, bools: str | None) -> Pointwise:
     """``template`` (of the attributes), or for a bool result eager's bool arithmetic:
     ``bools`` (add: or, mul: and), None where eager has none the kernel would match (a
-    sum scaled by an ``alpha`` other than 1): declined."""
+    sum scaled by an ``alpha`` other than 1): declined; uint8 with a negative number too."""
     def typed(a: Mapping[str, Any], dtype: str) -> str:
+        if dtype == "u8" and any(_is_number(a.get(k)) and a[k] < 0 for k in ("other", "alpha")):
+            raise Unsupported("uint8 arithmetic with a negative number (Triton refuses the "
+                              "constant)")
         if dtype != "b8":
             return op_rows.OpRow.resolve(template, a)
         if bools is None or a.get("alpha", 1) != 1:
@@ -234,8 +251,8 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.trunc.default": _rounding("libdevice.trunc(X)"),
     "aten.round.default": _rounding("libdevice.nearbyint(X)"),
     "aten.pow.Tensor_Scalar": Pointwise(_pow, typed=True),
-    "aten.pow.Tensor_Tensor": Pointwise("libdevice.pow({self}, {exponent})"),
-    "aten.pow.Scalar": Pointwise("libdevice.pow({self}, {exponent})"),
+    "aten.pow.Tensor_Tensor": Pointwise(_libdevice_pow, typed=True),
+    "aten.pow.Scalar": Pointwise(_libdevice_pow, typed=True),
     "aten.addcmul.default": Pointwise(_addc("*"), typed=True),
     "aten.addcdiv.default": Pointwise(_addc("/"), typed=True),
     "aten.tanh_backward.default": Pointwise("{grad_output} * (1.0 - {output} * {output})"),

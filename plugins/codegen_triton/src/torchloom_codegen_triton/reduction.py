@@ -83,8 +83,11 @@ def arg_reduce(w: Writer, kind: str, value: Callable[[], Expr],
     v = em.convert(value(), dtype)
     masked = em.emit(lanes.where("rmask", v.code, lanes.constant(identity)), dtype, "m",
                      rdep=True)
-    index = em.emit(lanes.plus("rindex", lanes.full(["XBLOCK", "RBLOCK"], 0, "tl.int32")),
-                    "i32", "idx", rdep=True)
+    index_code = lanes.plus("rindex", lanes.full(["XBLOCK", "RBLOCK"], 0, "tl.int32"))
+    if not isinstance(w.rnumel, int):  # (rindex is int64 over a symbolic row: the index
+        # the looped accumulator carries must stay int32, as it starts)
+        index_code = expr.Op("({0}).to(tl.int32)", expr.POSTFIX, (index_code,))
+    index = em.emit(index_code, "i32", "idx", rdep=True)
     if w.looped:
         em.statement(stmt.Unpack((acc_v, acc_i), lanes.call(combine, acc_v, acc_i, masked.code,
                                                             index.code)), True)
