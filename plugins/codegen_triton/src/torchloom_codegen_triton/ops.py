@@ -207,6 +207,8 @@ def _addc(product: str) -> Callable[[Mapping[str, Any], str], str]:
     the integer type first, as eager converts it (0.5 is 0)."""
     def template(a: Mapping[str, Any], dtype: str) -> str:
         value = a.get("value", 1)
+        if isinstance(value, InputRef):  # (a value read at run time: the kernel's argument)
+            return f"{{self}} + {{value}} * {{tensor1}} {product} {{tensor2}}"
         if dtype not in FLOATS and isinstance(value, float):
             value = int(value)  # (toward zero, as C converts)
         if dtype == "u8" and value < 0:  # (Triton takes no negative constant with it)
