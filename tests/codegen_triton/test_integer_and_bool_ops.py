@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import group_text
+from conftest import group_text, on_device
 
 TORCH = {"i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
          "u8": torch.uint8, "b8": torch.bool, "f64": torch.float64}
@@ -144,7 +144,6 @@ def test_the_kernels_build_for_sm90(tmp_path, registry, name):
     here on the CPU, as ``explain --target sm_90`` builds them."""
     from torchloom.api import parse_graph
     from torchloom_codegen_triton import TritonCodegen
-    from conftest import on_device
     params, body = BUILT[name]
     result = body.split(" = ")[0] + ": " + body.rsplit(": ", 1)[1]
     group = next(on_device(parse_graph(group_text(params, body, result)), "cuda").nodes)
@@ -193,7 +192,6 @@ def test_an_arg_reduction_over_symbolic_rows_builds_and_matches_eager(check, tmp
     refused the loop-carried type change) and matches eager in the interpreter."""
     from torchloom.api import parse_graph
     from torchloom_codegen_triton import TritonCodegen
-    from conftest import on_device
     text = group_text("%a: f32[s0, s1]", """
         %v, %i = aten.min.dim(%a) {dim = -1} : f32[s0], i64[s0]""", "%v: f32[s0], %i: i64[s0]")
     check(text, torch.randn(6, length), exact=True)
