@@ -35,6 +35,7 @@ from torchloom.codegen.gathers import GATHER_OPS
 from torchloom.codegen.indexing import Coords, Unsupported
 from torchloom.codegen.indexing import same_shape  # noqa: F401 (re-exported: writers' helper)
 from torchloom.codegen.placement import OutputPlacement
+from torchloom.codegen.stmt import Element, Store
 from torchloom.codegen.statements import Statements  # noqa: F401 (re-exported: writers' base)
 from torchloom.ir import DTYPES, InputRef, Node, ScalarType, TensorType, Value
 
@@ -114,13 +115,33 @@ class ValueWalk(OutputPlacement):
 
     def value_at(self, v: Value, coords: Coords) -> Expr:
         """Value ``v`` at ``coords``: the one in scope, else computed (:meth:`_compute`)
-        and kept where its statement went (:meth:`keep_value`)."""
+        and kept where its statement went (:meth:`keep_value`). Where the target keeps
+        ``v`` in a row buffer (:meth:`row_buffer`), a value an earlier loop over the row
+        computed is read from there, and one computed in the loop is stored there."""
         key = (v, coords)
-        hit, _ = self.known_value(key)
-        if hit is None:
+        hit, earlier = self.known_value(key)
+        if hit is not None:
+            return hit
+        buffer = self.row_buffer(v, coords)
+        if buffer is not None and earlier is not None:
+            hit = self.em.emit(Load(buffer.pointer, buffer.offset), earlier.dtype, v.name,
+                               inner=True)
+        else:
             hit = self._compute(v, coords)
-            self.keep_value(key, hit)
+            # a value the loop does not change (its row holds one element, or it is
+            # broadcast along the row) is computed once before the loop: not stored, as
+            # a store in the loop would land after the stores hoisted out of it (the
+            # buffer can be an output's row: out[0] = tanh(x) * 0.5 + ...; out[0] = tanh(x))
+            if buffer is not None and hit.inner:
+                self.em.statement(Store(buffer, hit.code), True)
+        self.keep_value(key, hit)
         return hit
+
+    def row_buffer(self, v: Value, coords: Coords) -> Element | None:
+        """The element of the row buffer the target keeps ``v`` in at ``coords`` (none by
+        default: a target keeping expensive values of a row for the loops after the first
+        says where)."""
+        return None
 
     def set_result(self, value: Value, coords: Coords, e: Expr) -> None:
         """Reduction output ``value`` is ``e``, read at ``coords`` (its row)."""

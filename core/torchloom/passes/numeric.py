@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from torchloom.codegen.base import laid_out_as
 from torchloom.errors import NumericError, TorchloomError
 from torchloom.ir.graph import Graph
 from torchloom.ir.symbols import evaluate, symbols_of
@@ -161,21 +162,8 @@ def _make(t, shape, gen: torch.Generator, high: int, name: str):
         value = torch.randint(0, high, shape, generator=gen).to(dtype)
     strides = t.strides
     if strides is not None and all(isinstance(s, int) for s in strides):
-        value = _laid_out(value, shape, tuple(strides))
+        value = laid_out_as(value, tuple(strides))  # (overlapping: any one element)
     return value.to(t.device)
-
-
-def _laid_out(value: torch.Tensor, shape: tuple[int, ...], strides: tuple[int, ...]
-              ) -> torch.Tensor:
-    """``value`` at ``strides``; where they overlap (an expanded input, a stride of 0), a
-    view of a storage holding ``value``'s elements in order, as many as the view reads."""
-    target = torch.empty_strided(shape, strides, dtype=value.dtype)
-    if torch._debug_has_internal_overlap(target) == 0:  # (0: no element shares memory)
-        return target.copy_(value)
-    needed = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if value.numel() else 0
-    flat = value.reshape(-1)
-    base = flat.repeat(-(-needed // max(1, flat.numel())))[:needed]
-    return base.as_strided(shape, strides)
 
 
 def _has_nan(dtype: torch.dtype) -> bool:

@@ -143,25 +143,9 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         before its nests run (gathers.py)."""
         return index.code
 
-    def value_at(self, v: Value, coords: Coords) -> Expr:
-        key = (v, coords)
-        known, earlier = self.known_value(key)
-        if known is not None:
-            return known
-        buffer = self.buffers.get(v) if coords == self.full else None
-        if buffer is not None and earlier is not None:  # computed by an earlier loop of the row
-            e = self.em.emit(expr.Load(buffer.pointer, buffer.offset), earlier.dtype, v.name,
-                             inner=True)
-        else:
-            e = self._compute(v, coords)
-            # a value the row loop does not change (its row holds one element, or it is
-            # broadcast along the row) is computed once before the loop: no buffer then,
-            # whose write in the loop would land after the stores hoisted out of it (the
-            # buffer can be an output's row: out[0] = tanh(x) * 0.5 + ...; then out[0] = tanh(x))
-            if buffer is not None and e.inner:
-                self.em.statement(stmt.Store(buffer, e.code), True)
-        self.keep_value(key, e)
-        return e
+    def row_buffer(self, v: Value, coords: Coords) -> stmt.Element | None:
+        """``v``'s element in its row buffer (row_buffers.py), at the row's elements."""
+        return self.buffers.get(v) if coords == self.full else None
 
     def _compute(self, v: Value, coords: Coords) -> Expr:
         name = self.read_back.get(v)

@@ -68,9 +68,13 @@ class Pointwise(op_rows.OpRow):
 
     def helpers_for(self, attrs_: Mapping[str, Any], dtype: str = "f32") -> tuple[str, ...]:
         """The helpers the rendered template calls, with those they call (``NEEDS``)."""
-        called = list(self.resolve(self.helpers, *self._given(attrs_, dtype)))
-        for name in called:
-            called += [n for n in NEEDS.get(name, ()) if n not in called]
+        called: dict[str, None] = {}  # (in order, each once)
+        todo = list(self.resolve(self.helpers, *self._given(attrs_, dtype)))
+        while todo:
+            name = todo.pop(0)
+            if name not in called:
+                called[name] = None
+                todo += NEEDS.get(name, ())
         return tuple(called)
 
 
@@ -297,10 +301,10 @@ REDUCTIONS_F64 = reductions.reduction_table("tl.sqrt({x})", kinds=frozenset(
 
 #: per reduction kind: identity element (masked lanes), combine for the looped accumulator
 IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
-INT_IDENTITY = {"sum": "0", "max": "-9223372036854775807 - 1", "min": "9223372036854775807"}
-#: the identities of max and min over a narrower integer or bool (Triton checks a constant
-#: fits its type): (smallest, largest)
-INT_LIMITS = {"i32": ("-2147483648", "2147483647"), "i16": ("-32768", "32767"),
+#: each integer (and bool) compute dtype's (smallest, largest) value: the identities of max
+#: and min over it (Triton checks a constant fits its type); an integer sum's is 0
+INT_LIMITS = {"i64": ("-9223372036854775807 - 1", "9223372036854775807"),
+              "i32": ("-2147483648", "2147483647"), "i16": ("-32768", "32767"),
               "i8": ("-128", "127"), "u8": ("0", "255"), "b8": ("0", "1")}
 #: the generated module's helper a kind combines two values with (``combined``) and a block
 #: with (``reduced_block``: ``tl.reduce`` with the module's own combine functions, not

@@ -16,7 +16,7 @@ from torchloom.api import Node, Value, expr, reductions, stmt, writer
 
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Expr
-from torchloom_codegen_triton.ops import (COMPUTE, FLOATS, IDENTITY, INT_IDENTITY, INT_LIMITS,
+from torchloom_codegen_triton.ops import (COMPUTE, FLOATS, IDENTITY, INT_LIMITS,
                                           REDUCE_HELPERS, REDUCTIONS, REDUCTIONS_F64, STORAGE,
                                           combined, literal, reduced_block)
 from torchloom_codegen_triton.protocol import Writer
@@ -31,9 +31,9 @@ def identity_of(kind: str, dtype: str) -> str:
     """The identity of a ``kind`` reduction over values of compute dtype ``dtype``."""
     if dtype in FLOATS:
         return IDENTITY[kind]
-    if kind in ("max", "min") and dtype in INT_LIMITS:
-        return INT_LIMITS[dtype][0 if kind == "max" else 1]
-    return INT_IDENTITY[kind]
+    if kind == "sum":
+        return "0"
+    return INT_LIMITS.get(dtype, INT_LIMITS["i64"])[0 if kind == "max" else 1]
 
 
 def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
