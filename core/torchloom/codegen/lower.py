@@ -51,6 +51,7 @@ from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.row_form import RowForm
 from torchloom.codegen.scopes import LOW, Scopes
+from torchloom.codegen.spelling import TextSpelling
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
                                       var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
@@ -70,6 +71,7 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
                  carried: tuple[tuple[str, Node], ...] = ()):
         self.region, self.registry = group.region, registry
         self.renderer = renderer
+        self.spelling = TextSpelling(renderer)
         self.TARGET = renderer.name
         self.POINTWISE = renderer.ops
         self.REDUCTIONS = reduction_table(renderer.sqrt)
@@ -118,30 +120,13 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
 
     def _read(self, pointer: str, t: TensorType, coords: Coords, hint: str) -> Expr:
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        return self.em.emit(self.renderer.read(pointer, offset, t.dtype), COMPUTE[t.dtype],
+        return self.em.emit(self.spelling.read(pointer, offset, t.dtype), COMPUTE[t.dtype],
                             hint)
-
-    def _literal(self, node: Node, value: Any, compute: str) -> Literal:
-        try:
-            return Literal(self.renderer.literal(value, compute), value)
-        except TypeError as exc:
-            raise Unsupported(f"{node.op}: {exc}") from None
-
-    def _render(self, node: Node, spec, named: dict[str, Code], compute: str,
-                ir_dtype: str, given: dict[str, Any]) -> Code:
-        template = spec.text(given, compute)
-        if template is None:
-            raise Unsupported(f"{node.op} on {compute} has no {self.TARGET} template")
-        try:
-            return expr.fill(template, named)
-        except KeyError as exc:
-            raise Unsupported(f"{node.op}: argument {exc.args[0]} has no value") from None
 
     def _store(self, pointer: str, v: Value, coords: Coords, e: Expr) -> None:
         t = v.type
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        value = self.renderer.store_value(self.em.convert(e, COMPUTE[t.dtype]).text, t.dtype)
-        self.em.add(stmt.Store(stmt.Element(pointer, offset), value))
+        self.em.add(self.spelling.store(pointer, offset, e, t.dtype, self.em))
 
     # ---- the loops ---------------------------------------------------------------------
     def reduction(self) -> list:

@@ -5,8 +5,8 @@ a load, a view maps coordinates to its input's, a reduction result is read where
 was reduced, and a pointwise op is its template over its inputs at broadcast coordinates.
 The dispatch, the argument conversions of a pointwise op, the value numbering of
 statements and the tables that do not depend on the target are here; a codegen gives its
-templates (rows of :mod:`torchloom.codegen.op_rows`), its literals and its statements'
-spelling.
+templates (rows of :mod:`torchloom.codegen.op_rows`) and its spelling of values
+(:mod:`torchloom.codegen.spelling`).
 
 - :class:`Expr`: a value in the kernel (its expression, a node of
   :mod:`torchloom.codegen.expr`; its compute dtype; whether it depends on the inner
@@ -86,13 +86,11 @@ class ValueWalk(OutputPlacement):
 
     The writer has ``em`` (its emitter: ``emit``, ``convert``, ``cast``), ``ix`` (its
     ``IndexMath``), ``known``, ``registry``, ``reduced`` (reduction output -> (coordinates
-    of its row, its Expr)) and ``earlier`` (the values phases closed since computed, each
-    at its key: :meth:`known_value`); it gives the class attributes ``TARGET`` (for
-    reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods ``tensor_type``, ``_load``,
-    ``_literal`` and ``_render`` (a scalar attribute's :class:`~torchloom.codegen.expr.Literal`;
-    a pointwise op's expression, :func:`~torchloom.codegen.expr.fill` of its template over
-    the operand nodes ``named``, the template chosen from ``given``: the attributes and the
-    arguments that are inputs, as ``InputRef``)."""
+    of its row, its Expr)), ``earlier`` (the values phases closed since computed, each
+    at its key: :meth:`known_value`) and ``spelling`` (how its target writes values: a
+    :class:`~torchloom.codegen.spelling.Spelling`); it gives the class attributes
+    ``TARGET`` (for reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods
+    ``tensor_type`` and ``_load``."""
 
     TARGET: ClassVar[str]
     #: scalar group inputs the kernel takes as arguments -> their compute dtype
@@ -280,21 +278,11 @@ class ValueWalk(OutputPlacement):
         """Input ``k`` of ``node`` (its value ``e``) as an op with result dtype ``result``
         computes on it: in the result's compute dtype, rounded to a bf16/f16 result's type
         first where eager converts it (:func:`_low_precision_operand`) and the target's
-        eager does not keep it (:meth:`keeps_operand`)."""
+        eager does not keep it (the spelling's ``keeps_operand``)."""
         v = node.inputs[k]
-        if _low_precision_operand(v, result) and not self.keeps_operand(node, k):
+        if _low_precision_operand(v, result) and not self.spelling.keeps_operand(node, k):
             return self.em.cast(e, result)
         return self.em.convert(e, COMPUTE[result])
-
-    def scalar_operand(self, node: Node, name: str, value):
-        """The value a Python-number argument ``name`` of ``node`` has for the op (a target
-        hook: eager's kernels convert some to the tensor's type; as given here)."""
-        return value
-
-    def keeps_operand(self, node: Node, k: int) -> bool:
-        """Whether eager on this target computes ``node`` with input ``k`` as it is though
-        the op's type is narrower (a target hook; none here)."""
-        return False
 
     def _pointwise(self, node: Node, v: Value, t: TensorType, coords: Coords):
         spec = self.POINTWISE[node.op]
@@ -327,13 +315,21 @@ class ValueWalk(OutputPlacement):
                 named[name] = wrapped(tensors[int(value)].code)
                 given[name] = value
             elif isinstance(value, (bool, int, float)):
-                named[name] = self._literal(node, self.scalar_operand(node, name, value),
-                                            compute)
-        code = self._render(node, spec, named, compute, t.dtype, given)
+                named[name] = self._literal(node, self.spelling.scalar_operand(
+                    node, name, value), compute)
+        code = self.spelling.op(node, spec, named, compute, t.dtype, given, em)
         e = em.emit(code, "b8" if spec.args == "promote" else out, node.op.split(".")[1])
         if t.dtype in ("f16", "bf16") and spec.args != "keep":
             e = em.cast(e, t.dtype)  # eager rounds every low-precision result
         return e
+
+
+    def _literal(self, node: Node, value: Any, compute: str) -> Literal:
+        """A number argument of ``node`` as the spelling's constant of dtype ``compute``."""
+        try:
+            return self.spelling.literal(value, compute)
+        except TypeError as exc:
+            raise Unsupported(f"{node.op}: {exc}") from None
 
 
 def _low_precision_operand(v: Value, result: str) -> bool:

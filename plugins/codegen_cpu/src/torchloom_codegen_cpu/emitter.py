@@ -33,6 +33,8 @@ class Emitter(writer.Statements):
         #: values it holds exactly: rounding it to that dtype is the value itself
         self.exact: dict[str, str] = {}
         self.narrow_limit = narrow
+        #: the result tables the kernel's ops read: function name -> its C definition
+        self.tables: dict[str, str] = {}
         #: names of floats converted to ints (see convert)
         self.truncated: set[str] = set()
         #: pointer -> C offset of element (x, r), for the tensors whose rows lie end to end
@@ -43,6 +45,10 @@ class Emitter(writer.Statements):
         self.overran = False
         #: the row's coordinates in blocks of lanes (row_blocks.py; None: declared from r)
         self.row_blocks: row_blocks.RowBlocks | None = None
+
+    def use_table(self, function: str, definition: str) -> None:
+        """The kernel's module defines result table ``function`` (``definition``: its C)."""
+        self.tables[function] = definition
 
     def holds_exactly(self, text: str, dtype: str) -> None:
         """C text ``text`` holds values of 16-bit float dtype ``dtype`` exactly (a table

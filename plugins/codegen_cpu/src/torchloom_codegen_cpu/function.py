@@ -180,7 +180,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     header = ["/* torchloom cpu kernel for this group:"]
     header += [" *   " + line for line in _printed(region).splitlines()]
     header += [f" * {forms} */"]
-    definitions = {name: text for w in nests for name, text in w.tables.items()}
+    definitions = {name: text for w in nests for name, text in w.em.tables.items()}
     # a kernel reading tables at indices returns whether one was out of range (gathers.py)
     checks = index_checks(region, nests[0].ix)
     source = [*definitions.values(), *header,

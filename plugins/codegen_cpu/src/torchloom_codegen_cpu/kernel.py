@@ -26,10 +26,10 @@ import attrs
 from torchloom.api import (Node, TensorType, Value, expr, indexing, row_form, schedule, stmt,
                            walk_nest, writer)
 
-from torchloom_codegen_cpu import (op_text, row_blocks, row_buffers, row_loops, row_nest,
+from torchloom_codegen_cpu import (row_blocks, row_buffers, row_loops, row_nest,
                                   rows_and_columns, staging)
 from torchloom_codegen_cpu.columns import column_body, column_plan
-from torchloom_codegen_cpu.emitter import Emitter, Expr, load_element, store_statement
+from torchloom_codegen_cpu.emitter import Emitter, Expr
 from torchloom_codegen_cpu.nest import ParallelLoop
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, POINTWISE, REDUCTIONS, literal
 from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, row_offsets,
@@ -38,6 +38,7 @@ from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lowe
                                              prefetch_next_row)
 from torchloom_codegen_cpu.render import (Pragma, Simd, compare, every, in_block, par, pure,
                                          smaller)
+from torchloom_codegen_cpu.spelling import C as C_SPELLING
 from torchloom_codegen_cpu.tensors import Unsupported, tensor_type
 
 Coords = indexing.Coords
@@ -58,6 +59,7 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS, GATHERS = "C", POINTWISE, REDUCTIONS, True
+    spelling = C_SPELLING
     tensor_type = staticmethod(tensor_type)
 
     def __init__(self, group: Node, registry: Any, outputs: list[tuple[str, Value]] | None = None,
@@ -104,7 +106,6 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         #: value -> the element of its row buffer at ``r`` (row_buffers.py)
         self.buffers: dict[Value, stmt.Element] = {}
         self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
-        self.tables: dict[str, str] = {}  # result tables its ops read: name -> definition
         # planned by body(): the rows of the nest (a pointwise walk's rows and chunks, a
         # reduction's kept elements), its elements, and its parallel loop (over the rows,
         # or tiles.py's tiles, or columns.py's blocks)
@@ -154,12 +155,14 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         self.loaded.add(v)  # (an output an earlier nest wrote: read from memory again)
         t = tensor_type(v)
         offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        return self.em.emit(load_element(name, offset, t.dtype), COMPUTE[t.dtype], v.name)
+        return self.em.emit(self.spelling.read(name, offset, t.dtype), COMPUTE[t.dtype],
+                            v.name)
 
     def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
         self.loaded.add(v)
         pointer, offset = self._element(f"in_{v.name}", coords, t, False)
-        return self.em.emit(load_element(pointer, offset, t.dtype), COMPUTE[t.dtype], v.name)
+        return self.em.emit(self.spelling.read(pointer, offset, t.dtype), COMPUTE[t.dtype],
+                            v.name)
 
     def _element(self, pointer: str, coords: Coords, t: TensorType, output: bool
                  ) -> tuple[str, expr.Code]:
@@ -181,40 +184,13 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
             # its coordinates would all be 0: reads hoisted out of the empty loop
             raise Unsupported(f"{node.op} of an empty tensor (%{v.name}) in a reduction")
 
-    def _literal(self, node: Node, value, compute: str) -> expr.Literal:
-        try:
-            return literal(value, compute)
-        except TypeError as exc:
-            raise Unsupported(f"{node.op}: {exc}") from None
-
-    def _render(self, node: Node, spec, named: dict[str, expr.Code], compute: str,
-                ir_dtype: str, given: dict[str, Any]) -> expr.Code:
-        masks = op_text.lane_masks(node, named, ir_dtype, self.em.is_inner)
-        if masks is not None:  # a truth value of the row with one of the lane
-            symbol, outer, inner = masks
-            return op_text.combined(symbol, self.em.emit(outer, "i32", "m", inner=False).code,
-                                    inner)
-        code, table = op_text.op_text(node, spec, named, compute, ir_dtype, given)
-        if table is not None:  # (its results are rounded to ir_dtype)
-            function, definition = table
-            self.tables[function] = definition
-            self.em.holds_exactly(code.text, ir_dtype)
-        return code
-
-    def scalar_operand(self, node: Node, name: str, value):
-        return op_text.scalar_operand(node, name, value)
-
-    def keeps_operand(self, node: Node, k: int) -> bool:
-        return op_text.keeps_operand(node, k)
-
     def store(self, name: str, v: Value, coords: Coords) -> None:
         t = tensor_type(v)
         if 0 in t.shape:
             return  # an empty output: nothing to write
         e = self.value_at(v, coords)
         pointer, offset = self._element(name, coords, t, True)
-        store = store_statement(pointer, offset, e, t.dtype, self.em.unrounded.get(e.text),
-                                self.em.exact.get(e.text))
+        store = self.spelling.store(pointer, offset, e, t.dtype, self.em)
         self.em.statement(store, self.em.reads_inner(store))
 
     def walk(self, write: Callable[[], None]) -> list:

@@ -39,8 +39,8 @@ from torchloom.api import (Node, TensorType, Value, expr, indexing, print_graph,
 from torchloom_codegen_triton import lanes
 from torchloom_codegen_triton.emitter import Emitter, Expr
 from torchloom_codegen_triton.indexing import Coords, Unsupported
-from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, REDUCTIONS, STORAGE, VIEWS,
-                                          literal, module_prelude)
+from torchloom_codegen_triton.ops import (COMPUTE, POINTWISE, REDUCTIONS, SPELLING, STORAGE,
+                                          VIEWS, module_prelude)
 from torchloom_codegen_triton.looped import lower_looped
 from torchloom_codegen_triton.metadata import kernel_metadata
 from torchloom_codegen_triton.plan import reduction_configs, representative
@@ -74,7 +74,7 @@ def _mask(rdep: bool) -> expr.Code:
 class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
 
-    TARGET, POINTWISE, REDUCTIONS = "Triton", POINTWISE, REDUCTIONS
+    TARGET, POINTWISE, REDUCTIONS, spelling = "Triton", POINTWISE, REDUCTIONS, SPELLING
     #: a float argument is an f32 in Triton
     SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
     tensor_type = staticmethod(tensor_type)
@@ -203,14 +203,6 @@ class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
 
     # ---- values ----------------------------------------------------------------------------
     # (value_at: ValueWalk's; the persistent form opens no phase: every value stays known)
-    def _literal(self, node: Node, value, compute: str) -> expr.Literal:
-        return literal(value)
-
-    def _render(self, node: Node, spec, named: dict[str, expr.Code], compute: str,
-                ir_dtype: str, given: dict[str, Any]) -> expr.Code:
-        self.em.use(*spec.helpers_for(given, ir_dtype))
-        return spec.render(named, given, ir_dtype)
-
     def record(self, outputs: dict[Value, tuple[Coords, Expr]]) -> None:
         """Reduction results: output -> (the coordinates of its row, its value)."""
         self.reduced.update(outputs)

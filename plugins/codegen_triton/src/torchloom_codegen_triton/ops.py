@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
-from torchloom.api import InputRef, Unsupported, expr, op_rows, reductions, writer
+from torchloom.api import InputRef, Node, Unsupported, expr, op_rows, reductions, spelling, writer
 
 from torchloom_codegen_triton import lanes
 
@@ -418,3 +418,24 @@ def module_prelude(helpers: Iterable[str]) -> list[str]:
         if name in wanted:
             lines += [source, ""]
     return lines
+
+
+class TritonSpelling(spelling.Spelling):
+    """Triton as the triton codegen writes values: a number as Triton source (its type
+    Triton's), an op its template rendered (:meth:`Pointwise.render`), the module helpers
+    it calls told to the writer's emitter (``Emitter.use``). Element reads and stores are
+    the writer's own (blocks of lanes, masks)."""
+
+    name = "Triton"
+
+    def literal(self, value: Any, compute: str) -> expr.Literal:
+        return literal(value)
+
+    def op(self, node: Node, spec: Any, named: dict[str, expr.Code], compute: str,
+           ir_dtype: str, given: dict[str, Any], em: Any) -> expr.Code:
+        em.use(*spec.helpers_for(given, ir_dtype))
+        return spec.render(named, given, ir_dtype)
+
+
+#: the triton codegen's spelling (it holds nothing: one for every writer)
+SPELLING = TritonSpelling()
