@@ -27,7 +27,8 @@
   ``expr`` (expressions as nodes: names, literals, ops with their precedence) and
   ``writer`` (what native kernel writers share: the value walk, numbered statements,
   op tables), ``spelling`` (how a target writes values: :class:`~torchloom.codegen.spelling.Spelling`,
-  the value walk's hooks) and ``op_rows`` (pointwise rows every target spells alike: ``OpRow``,
+  the value walk's hooks), ``nest_writer`` (the writer of one nest element by element,
+  the cpu's and the lowering's base: :class:`~torchloom.codegen.nest_writer.NestWriter`) and ``op_rows`` (pointwise rows every target spells alike: ``OpRow``,
   ``alpha_rows``, ``clamp_rows``, ``comparisons``);
 - the codegen contract a renderer implements (docs/writing-a-codegen.md): ``contract``
   (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
@@ -48,8 +49,8 @@ compiler (``Compiler``, workloads, kernel counts) are in :mod:`torchloom.tools`.
 
 from torchloom import errors
 from torchloom.codegen import (column_nest, columns, contract, expr, indexing, lower, nests,
-                               op_rows, reductions, row_form, row_forms, schedule, spelling,
-                               stmt, tiles, walk_nest, writer)
+                               nest_writer, op_rows, reductions, row_form, row_forms, schedule,
+                               spelling, stmt, tiles, walk_nest, writer)
 from torchloom.codegen.contract import (FORMS, REDUCTION_KINDS, Bound, Capabilities,
                                         LaunchSpec, Lowered, OpTemplate, Param, Renderer,
                                         Schedule, size_param)
@@ -110,7 +111,7 @@ __all__ = [
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
     "laid_out_as", "same_strides",
     "columns", "indexing", "nests", "op_rows", "reductions", "row_forms", "schedule", "stmt",
-    "tiles", "walk_nest", "row_form", "column_nest", "writer", "spelling",
+    "tiles", "walk_nest", "row_form", "column_nest", "writer", "spelling", "nest_writer",
     # the codegen contract
     "FORMS", "REDUCTION_KINDS", "Bound", "Capabilities", "LaunchSpec", "Lowered",
     "OpTemplate", "Param", "Renderer", "RendererCodegen", "Schedule", "Unsupported",

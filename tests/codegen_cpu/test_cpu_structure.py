@@ -13,6 +13,7 @@ import pathlib
 import torchloom.codegen.placement
 import torchloom.codegen.schedule
 import torchloom.codegen.statements
+import torchloom.codegen.nest_writer
 import torchloom.codegen.walk_nest
 import torchloom.codegen.writer
 import torchloom_codegen_cpu
@@ -95,7 +96,7 @@ def test_every_attribute_is_declared_in_init():
     trees = [*MODULES.values(), *(ast.parse(pathlib.Path(m.__file__).read_text()) for m in
                                   (torchloom.codegen.writer, torchloom.codegen.statements,
                                    torchloom.codegen.schedule, torchloom.codegen.placement,
-                                   torchloom.codegen.walk_nest))]
+                                   torchloom.codegen.walk_nest, torchloom.codegen.nest_writer))]
     classes = {c.name: c for tree in trees for c in ast.walk(tree)
                if isinstance(c, ast.ClassDef)}
 
@@ -127,8 +128,8 @@ def test_every_attribute_is_declared_in_init():
     promised = {n.target.id if isinstance(n, ast.AnnAssign) else n.name
                 for n in protocol.body if isinstance(n, (ast.AnnAssign, ast.FunctionDef))}
     # (the core's mixins: the value walk with its output placement, the nest plan's fields
-    # as properties, a nest's loops and coordinates)
+    # as properties, a nest's loops and coordinates, the nest writer's reads and stores)
     methods = {f.name for name in ("KernelWriter", "ValueWalk", "OutputPlacement", "PlannedNest",
-                                   "WalkNest")
+                                   "WalkNest", "NestWriter")
                for f in classes[name].body if isinstance(f, ast.FunctionDef)}
     assert promised - declared("KernelWriter") - methods == set()

@@ -58,7 +58,9 @@ def _lowered(scalar_c, text, inputs):
 def test_pointwise_walks_rows_in_the_first_outputs_memory_order(scalar_c, data):
     """Any permuted read against any broadcast operand: the kernel loops over the walk's
     rows and in each over a row (flat: one row of every element, rows whole on one
-    thread), as the cpu codegen's kernels do (``walk_nest``), and matches eager exactly."""
+    thread), as the cpu codegen's kernels do (``walk_nest``), and matches eager exactly.
+    A row of one element may have no loop over it: a store whose offset reads no ``j``
+    goes before that loop, left empty then and dropped."""
     shape = tuple(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=4)))
     perm = tuple(data.draw(st.permutations(range(len(shape)))))
     out_shape = [shape[d] for d in perm]
@@ -67,7 +69,9 @@ def test_pointwise_walks_rows_in_the_first_outputs_memory_order(scalar_c, data):
     group, lowered = _lowered(scalar_c, text, (a, b))
     walk = Walk.of(group.region.outputs, lambda v: v.type)
     loops = _loops(lowered.body)
-    assert [(s.var, s.end) for s in loops] == [("x", str(walk.rows)), ("j", str(walk.inner))]
+    found = [(s.var, s.end) for s in loops]
+    assert found[0] == ("x", str(walk.rows))
+    assert found[1:] == [("j", str(walk.inner))] or (walk.inner == 1 and not found[1:])
     assert walk.rows * walk.inner == a.numel()
 
 

@@ -46,6 +46,7 @@ from torchloom.codegen.expr import Code, Literal, Name, Op
 from torchloom.codegen.indexing import Coords, IndexMath, Unsupported, prod
 from torchloom.codegen.lower_columns import ColumnLowering, carried_output
 from torchloom.codegen.lower_walks import WalkLowering
+from torchloom.codegen.nest_writer import NestWriter
 from torchloom.codegen.reductions import reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
@@ -57,7 +58,7 @@ from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, o
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
 
 
-class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
+class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
     """One nest of a group lowered for one renderer (see the module docstring): it stores
     ``outputs`` (pointer, value), computes ``reductions`` over ``nest`` (None: a pointwise
     walk over its first output) and reads the values of ``read_back`` from the pointer an
@@ -69,32 +70,21 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
                  nest: ReductionNest | None, outputs: list[tuple[str, Value]],
                  reductions: list[Node], read_back: dict[Value, str],
                  carried: tuple[tuple[str, Node], ...] = ()):
-        self.region, self.registry = group.region, registry
+        super().__init__(group, registry, em, IndexMath(
+            renderer.language, {s: size_param(s) for s in _region_symbols(group.region)}),
+            reductions, read_back)
         self.renderer = renderer
         self.spelling = TextSpelling(renderer)
         self.TARGET = renderer.name
         self.POINTWISE = renderer.ops
         self.REDUCTIONS = reduction_table(renderer.sqrt)
-        self.ix = IndexMath(renderer.language,
-                            {s: size_param(s) for s in _region_symbols(self.region)})
-        self.known: dict = {}
-        self.row_values: dict[str, Code] = {}
-        self.row_walks: list[tuple[str, tuple]] = []
-        self.em = em
         em.forget_inner()  # (an earlier nest's inner names are this one's row names)
-        self.reduced: dict[Value, tuple[Coords, Expr]] = {}
-        #: the values phases closed since computed (ValueWalk.known_value)
-        self.earlier: dict[tuple[Value, Coords], Expr] = {}
-        self.nest, self.outputs, self.reductions = nest, outputs, reductions
-        self.read_back = read_back
+        self.nest, self.outputs = nest, outputs
         self.shape = tuple(nest.shape) if nest else ()
         self.rdims = nest.rdims if nest else ()
         self.kept_shape = nest.kept_shape if nest else []
         self.rows = nest.rows if nest else None
         self.numel = nest.numel if nest else None
-        self.full: Coords | None = None
-        self.row: Coords | None = None
-        self.row_keepdim: Coords | None = None
         #: the declarations of a row element's coordinates, at the top of each loop over
         #: the row
         self.r_header: tuple[stmt.Declare, ...] = ()
@@ -107,26 +97,6 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, ValueWalk):
             name = em.fresh("acc_colsum")
             self.arrays.append((name, nest.rnumel, COMPUTE[node.outputs[0].type.dtype]))
             self.carried.append((pointer, node, name))
-
-    # ---- values ------------------------------------------------------------------------
-    def _compute(self, v: Value, coords: Coords) -> Expr:
-        pointer = self.read_back.get(v)
-        if pointer is None:
-            return super()._compute(v, coords)
-        return self._read(pointer, v.type, coords, v.name)  # stored by an earlier nest
-
-    def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
-        return self._read(f"in_{v.name}", t, coords, v.name)
-
-    def _read(self, pointer: str, t: TensorType, coords: Coords, hint: str) -> Expr:
-        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        return self.em.emit(self.spelling.read(pointer, offset, t.dtype), COMPUTE[t.dtype],
-                            hint)
-
-    def _store(self, pointer: str, v: Value, coords: Coords, e: Expr) -> None:
-        t = v.type
-        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        self.em.add(self.spelling.store(pointer, offset, e, t.dtype, self.em))
 
     # ---- the loops ---------------------------------------------------------------------
     def reduction(self) -> list:

@@ -141,7 +141,7 @@ class ColumnLowering:
                 nest, row, not same_shape(out.type.shape, nest.kept_shape))
             acc = self.em.emit(self.renderer.read(name, "r", dtype), dtype, "acc")
             code = expr.fill(self.REDUCTIONS[node.op].outputs[0], {"acc": acc.code})
-            self._store(pointer, out, coords, self.result_value(out, code))
+            self.store(pointer, out, coords, self.result_value(out, code))
         rows = self.ix.size(self.nest.rnumel)
         return [stmt.Loop("r", "0", rows, tuple(start))], [
             stmt.Loop("r", "0", rows, tuple(self.em.close()))]

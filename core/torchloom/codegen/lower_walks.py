@@ -24,7 +24,7 @@ from torchloom.ir import Value
 
 class WalkLowering(WalkNest):
     """The lowering's pointwise nest (mixed into ``lower._Lowering``: ``em`` its scopes,
-    ``outputs`` (pointer, value), ``read_back``, ``renderer``, ``_store``)."""
+    ``outputs`` (pointer, value), ``read_back``, ``renderer``, ``store``: NestWriter's)."""
 
     def pointwise(self) -> list:
         # rows whole (one thread); values of a row hoisted before the loop over it
@@ -33,9 +33,6 @@ class WalkLowering(WalkNest):
 
     # what WalkNest asks of a writer (walk_nest.py)
     INDEX = "i64"
-
-    def store(self, pointer: str, v: Value, coords: Coords) -> None:
-        self._store(pointer, v, coords, self.value_at(v, coords))
 
     def writes_tiles(self) -> bool:
         """Tiles where the renderer's language writes the smaller of two indices."""

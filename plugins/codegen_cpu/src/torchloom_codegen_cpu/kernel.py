@@ -23,8 +23,8 @@ from typing import Any
 
 import attrs
 
-from torchloom.api import (Node, TensorType, Value, expr, indexing, row_form, schedule, stmt,
-                           walk_nest, writer)
+from torchloom.api import (Node, TensorType, Value, expr, indexing, nest_writer, row_form,
+                           schedule, stmt, writer)
 
 from torchloom_codegen_cpu import (row_blocks, row_buffers, row_loops, row_nest,
                                   rows_and_columns, staging)
@@ -54,8 +54,7 @@ FLAT_CHUNK = 1024
 ROW_BUFFER = 16384
 
 
-class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
-                   row_form.RowForm):
+class KernelWriter(nest_writer.NestWriter, schedule.PlannedNest, row_form.RowForm):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS, GATHERS = "C", POINTWISE, REDUCTIONS, True
@@ -80,24 +79,12 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         self.stage_found: dict[str, staging.Staged] = {}
         self.group = group
         self.columns = columns or []
-        self.read_back = read_back or {}
-        self.region = group.region
-        self.registry = registry
-        #: the values phases closed since computed (writer.ValueWalk.known_value)
-        self.earlier: dict[tuple[Value, Coords], Expr] = {}
-        self.reduced: dict[Value, tuple[Coords, Expr]] = {}
-        self.known: dict = {}  # coordinates -> the linear index they came from
-        #: the row coordinates' names -> their index math (``x0`` -> ``x / 8``)
-        self.row_values: dict[str, expr.Code] = {}
-        #: (index, shape) of each walk whose row coordinates were declared (row_nest.py)
-        self.row_walks: list[tuple[str, tuple]] = []
-        self.ix = indexing.IndexMath(indexing.C, names)
-        self._as_dims = indexing.IndexMath(indexing.SYMBOLS, names)
-        self.em = Emitter(row_loops.narrow_limit(self.region))
-        self._check_region()
         if reductions is None:
-            reductions = [n for n in self.region.nodes if n.op in REDUCTIONS]
-        self.reductions = reductions
+            reductions = [n for n in group.region.nodes if n.op in REDUCTIONS]
+        super().__init__(group, registry, Emitter(row_loops.narrow_limit(group.region)),
+                         indexing.IndexMath(indexing.C, names), reductions, read_back or {})
+        self._as_dims = indexing.IndexMath(indexing.SYMBOLS, names)
+        self._check_region()
         if outputs is None:
             outputs = list(zip(output_names(self.region), self.region.outputs))
         self.out_names = [name for name, _ in outputs]
@@ -105,7 +92,6 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         self.kind = "reduction" if self.reductions else "pointwise"
         #: value -> the element of its row buffer at ``r`` (row_buffers.py)
         self.buffers: dict[Value, stmt.Element] = {}
-        self.loaded: set[Value] = set()  # region inputs (and stored outputs) it reads
         # planned by body(): the rows of the nest (a pointwise walk's rows and chunks, a
         # reduction's kept elements), its elements, and its parallel loop (over the rows,
         # or tiles.py's tiles, or columns.py's blocks)
@@ -119,11 +105,6 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         self.reduction_nest = schedule.ReductionNest((), ())
         self.rbound: Any = None
         self.r_header: list[stmt.Declare] = []
-        #: the row form's coordinates of element (x, r), of row x, and of row x with the
-        #: reduced dims kept as 0 (keepdim results)
-        self.full: Coords | None = None
-        self.row: Coords | None = None
-        self.row_keepdim: Coords | None = None
         #: the row's coordinate name per kept dim ("0" for a dim of one)
         self.row_names: Coords = ()
         self.parallel = False  # whether the nest runs on threads (decided by nest())
@@ -148,24 +129,8 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
         """``v``'s element in its row buffer (row_buffers.py), at the row's elements."""
         return self.buffers.get(v) if coords == self.full else None
 
-    def _compute(self, v: Value, coords: Coords) -> Expr:
-        name = self.read_back.get(v)
-        if name is None:
-            return super()._compute(v, coords)
-        self.loaded.add(v)  # (an output an earlier nest wrote: read from memory again)
-        t = tensor_type(v)
-        offset = self.ix.address(coords, t.actual_strides(), t.shape, self.known)
-        return self.em.emit(self.spelling.read(name, offset, t.dtype), COMPUTE[t.dtype],
-                            v.name)
-
-    def _load(self, v: Value, t: TensorType, coords: Coords) -> Expr:
-        self.loaded.add(v)
-        pointer, offset = self._element(f"in_{v.name}", coords, t, False)
-        return self.em.emit(self.spelling.read(pointer, offset, t.dtype), COMPUTE[t.dtype],
-                            v.name)
-
-    def _element(self, pointer: str, coords: Coords, t: TensorType, output: bool
-                 ) -> tuple[str, expr.Code]:
+    def element(self, pointer: str, coords: Coords, t: TensorType, output: bool
+                ) -> tuple[str, expr.Code]:
         """(pointer, offset) of the element at ``coords`` of the tensor at ``pointer``: in
         its block buffer where the nest stages it (staging.py)."""
         if self.kind == "reduction" and self.full is not None:
@@ -177,21 +142,12 @@ class KernelWriter(walk_nest.WalkNest, writer.ValueWalk, schedule.PlannedNest,
             staged = self.staged.get(pointer)
             if staged is not None and staged.coords == tuple(coords):
                 return staged.buffer, staging.offset(self.rnumel)
-        return pointer, self.ix.address(coords, t.actual_strides(), t.shape, self.known)
+        return super().element(pointer, coords, t, output)
 
     def _check_view(self, node: Node, v: Value, t: TensorType, src: Value) -> None:
         if self.kind == "reduction" and (0 in t.shape or 0 in tensor_type(src).shape):
             # its coordinates would all be 0: reads hoisted out of the empty loop
             raise Unsupported(f"{node.op} of an empty tensor (%{v.name}) in a reduction")
-
-    def store(self, name: str, v: Value, coords: Coords) -> None:
-        t = tensor_type(v)
-        if 0 in t.shape:
-            return  # an empty output: nothing to write
-        e = self.value_at(v, coords)
-        pointer, offset = self._element(name, coords, t, True)
-        store = self.spelling.store(pointer, offset, e, t.dtype, self.em)
-        self.em.statement(store, self.em.reads_inner(store))
 
     def walk(self, write: Callable[[], None]) -> list:
         """The statements ``write()`` emits, in a scope of their own taken out of the row (a
