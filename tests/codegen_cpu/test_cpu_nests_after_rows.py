@@ -5,15 +5,16 @@ reduced shape's and the rows'); a value that reads a row result at other rows (a
 permutation; a reshape that only regroups the rows now reads its own row); Whisper's
 layer_norm backward whose input gradient leaves the group transposed.
 The first two are written as the reduction's nest (storing the reduction results, as
-outputs or scratch) and pointwise nests after it (function._after_the_rows); a permuted
-output of the reduced shape's element count is stored in its memory order, where its
-values read their own rows (placement.OutputPlacement.place_output)."""
+outputs or scratch) and pointwise nests after it (``nests.after_the_rows``, tried by
+``nests.written``); a permuted output of the reduced shape's element count is stored in
+its memory order, where its values read their own rows
+(placement.OutputPlacement.place_output)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-import torchloom_codegen_cpu.function as function
+from torchloom.codegen import nests
 
 from conftest import codegens, compiled
 
@@ -83,7 +84,7 @@ def test_a_transposed_output_is_stored_in_its_memory_order(tmp_path, shape):
 
 def test_these_groups_were_on_eager_without_the_plan(tmp_path, monkeypatch):
     """The nests after the rows are what compiles them (not some other form)."""
-    monkeypatch.setattr(function, "_after_the_rows", lambda *args: None)
+    monkeypatch.setattr(nests, "after_the_rows", lambda *args: None)
     assert _check(summed_heads_sliced, [torch.randn(1, 2, 4, 6, 8)], tmp_path) == ["eager"]
     assert _check(row_max_read_permuted, [torch.randn(4, 6, 5)],
                   tmp_path / "b") == ["eager"]
@@ -99,5 +100,5 @@ def test_the_transposed_output_was_on_eager_in_logical_order(tmp_path, monkeypat
     x, g, w = torch.randn(1, 512, 32), torch.randn(1, 512, 32), torch.randn(32)
     # (the nests after the rows and columns take it since session 37: without them)
     assert _check(norm_backward_transposed, [x, g, w], tmp_path / "after") == ["cpu"]
-    monkeypatch.setattr(function, "_after_the_rows", lambda *args: None)
+    monkeypatch.setattr(nests, "after_the_rows", lambda *args: None)
     assert "eager" in _check(norm_backward_transposed, [x, g, w], tmp_path)

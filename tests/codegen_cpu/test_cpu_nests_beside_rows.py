@@ -3,7 +3,7 @@ reduction's rows (ViT's backward: the token gradient ``[2, 65, 192]`` and the cl
 bias gradient summed over its ``[2, 1, 192]`` slice) ran on eager ("output %t5 ... has
 neither the elements of the reduced shape nor those of a row", issue 41): such outputs are
 written by a pointwise nest of their own, the reduction's nest reads them back
-(function.plan_nests)."""
+(``torchloom.codegen.nests.plan``)."""
 
 from __future__ import annotations
 

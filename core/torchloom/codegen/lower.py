@@ -295,20 +295,13 @@ def _lower_nests(group: Node, registry: Any, renderer: Renderer,
 
 def lower(group: Node, registry: Any, schedule: Schedule, renderer: Renderer) -> Lowered:
     """``group`` (whose schedule is ``schedule``) as statements for ``renderer``: the
-    loop nests the core's nest plan gives it (:mod:`torchloom.codegen.nests`), one after
-    the other; :class:`Unsupported` with the reason when the lowering cannot express it."""
+    loop nests the core's nest plan gives it (:mod:`torchloom.codegen.nests`, written by
+    ``nests.written``), one after the other; :class:`Unsupported` with the reason when the
+    lowering cannot express it."""
     region = group.region
-    planned = nests.plan(region, _is_reduction, lambda v: v.type, _fold)
-    try:
-        body, scratch = _lower_nests(group, registry, renderer, planned)
-    except Unsupported as declined:  # the reduction's nest cannot hold every output
-        after = nests.after_the_rows(region, _is_reduction, lambda v: v.type, _fold)
-        if after is None:
-            raise
-        try:
-            body, scratch = _lower_nests(group, registry, renderer, after)
-        except Unsupported:
-            raise declined from None  # (the first plan's reason is the one to read)
+    body, scratch = nests.written(region, _is_reduction, lambda v: v.type, _fold,
+                                  lambda planned: _lower_nests(group, registry, renderer,
+                                                               planned))
     return Lowered(schedule, _launch(region, scratch), tuple(stmt.drop_unused(body)))
 
 

@@ -29,6 +29,9 @@ class rides in the row nest (``fold``: cpu's ``rows_and_columns.foldable``)::
     plan(...) of a layer_norm backward           -> (Nest(row outputs, row sums),
                                                      Nest(column outputs, column sums,
                                                           read_back=...))
+
+and a writer writes the plan with :func:`written`, which tries :func:`after_the_rows`'
+plan where the writer declines the first.
 """
 
 from __future__ import annotations
@@ -199,6 +202,26 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
     if not rest or not own + scratch:
         return None
     return (_nest(own + scratch, classes[0]), *_pointwise_after(rest, written, tensor_type))
+
+
+def written(region: Graph, is_reduction: Callable[[Node], bool],
+            tensor_type: Callable[[Value], TensorType], fold: Fold | None,
+            write: Callable[[tuple[Nest, ...]], Any]) -> Any:
+    """``write(nests)`` of the group's plan (:func:`plan`); where the writer declines it
+    (:class:`~torchloom.codegen.indexing.Unsupported`: the reduction's nest cannot hold
+    every output), of :func:`after_the_rows`' plan, when there is one. Where both are
+    declined, the first plan's reason is the one raised (the one to read)."""
+    first = plan(region, is_reduction, tensor_type, fold)
+    try:
+        return write(first)
+    except indexing.Unsupported as declined:
+        after = after_the_rows(region, is_reduction, tensor_type, fold)
+        if after is None:
+            raise
+        try:
+            return write(after)
+        except indexing.Unsupported:
+            raise declined from None
 
 
 def _after_the_nests(region: Graph, classes: list, is_reduction, tensor_type,

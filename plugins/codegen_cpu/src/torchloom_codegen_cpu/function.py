@@ -20,7 +20,7 @@ from torchloom_codegen_cpu.gathers import index_checks
 from torchloom_codegen_cpu.kernel import SCALAR_DTYPES, KernelWriter, output_names
 from torchloom_codegen_cpu.ops import CTYPE, ITEMSIZE, REDUCTIONS, STORAGE, VIEWS
 from torchloom_codegen_cpu.render import indented, render
-from torchloom_codegen_cpu.tensors import Unsupported, memory_order, tensor_type
+from torchloom_codegen_cpu.tensors import memory_order, tensor_type
 
 
 def size_arguments(region: Graph) -> tuple[dict[str, str], dict[str, int]]:
@@ -104,22 +104,6 @@ def _is_reduction(node: Node) -> bool:
     return node.op in REDUCTIONS
 
 
-def plan_nests(group: Node, registry: Any, names: dict[str, str] | None = None
-               ) -> list[KernelWriter]:
-    """The writers of the group's nests (``torchloom.codegen.nests.plan``; column sums ride in the row nest
-    where rows_and_columns.py takes them)."""
-    return _writers(group, registry, nest_plan.plan(group.region, _is_reduction, tensor_type,
-                                                rows_and_columns.foldable), names)
-
-
-def _after_the_rows(group: Node, registry: Any, names: dict[str, str] | None
-                    ) -> list[KernelWriter] | None:
-    """The writers of ``torchloom.codegen.nests.after_the_rows``'s plan, None where it has none."""
-    planned = nest_plan.after_the_rows(group.region, _is_reduction, tensor_type,
-                                       rows_and_columns.foldable)
-    return None if planned is None else _writers(group, registry, planned, names)
-
-
 #: how the header comment names a nest's parallel loop other than rows
 _FORMS = {"xb": " (columns)", "xs": " (staged)"}
 
@@ -146,17 +130,9 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     region = group.region
     names, scalars = size_arguments(region)
     orders = stride_arguments(region, names)
-    nests = plan_nests(group, registry, names)
-    try:
-        nests, body, teamed = _written(nests)
-    except Unsupported as declined:  # the reduction's nest cannot hold every output
-        after = _after_the_rows(group, registry, names)
-        if after is None:
-            raise
-        try:
-            nests, body, teamed = _written(after)
-        except Unsupported:
-            raise declined from None  # (the first plan's reason is the one to read)
+    nests, body, teamed = nest_plan.written(  # (the plan after the rows where declined)
+        region, _is_reduction, tensor_type, rows_and_columns.foldable,
+        lambda planned: _written(_writers(group, registry, planned, names)))
     digest = structural_hash(region)
     ops = [n.op.split(".")[1] for n in region.nodes if n.op not in VIEWS]
     kernel = "_".join(["fused", *dict.fromkeys(ops)])[:48].rstrip("_") + f"_{digest[:10]}"
