@@ -351,7 +351,9 @@ class Renderer(Protocol):
     square root of ``{x}``, for std). Expression spelling: ``literal``, ``convert``,
     ``round``, ``read``, ``store_value``, ``initial``, ``accumulate``. Output: ``render``
     (a :class:`Lowered` to source) and ``build`` (source to a callable kernel). Optional:
-    ``available() -> str | None``, what this machine lacks to build kernels (a compiler)."""
+    ``available() -> str | None``, what this machine lacks to build kernels (a compiler);
+    ``spelling``, a :class:`~torchloom.codegen.spelling.Spelling` the lowering writes
+    values with instead of the text methods (``spelling.spelling_of``)."""
 
     name: str
     version: str

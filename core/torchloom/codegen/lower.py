@@ -52,7 +52,7 @@ from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.row_form import RowForm
 from torchloom.codegen.scopes import LOW, Scopes
-from torchloom.codegen.spelling import TextSpelling
+from torchloom.codegen.spelling import spelling_of
 from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
                                       var_correction)
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
@@ -74,7 +74,7 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
             renderer.language, {s: size_param(s) for s in _region_symbols(group.region)}),
             reductions, read_back)
         self.renderer = renderer
-        self.spelling = TextSpelling(renderer)
+        self.spelling = spelling_of(renderer)
         self.TARGET = renderer.name
         self.POINTWISE = renderer.ops
         self.REDUCTIONS = reduction_table(renderer.sqrt)

@@ -11,9 +11,10 @@ element at a time (the core's lowering, the cpu codegen), an element read
 (:meth:`Spelling.read`) and an element store (:meth:`Spelling.store`).
 
 :class:`TextSpelling` is the spelling of a :class:`~torchloom.codegen.contract.Renderer`
-(its text methods): what the core's lowering writes with (:mod:`torchloom.codegen.lower`).
-A native codegen gives its own (the cpu's: C with eager's rounding rules and SIMD lane
-masks; Triton's: module helpers)."""
+(its text methods): what the core's lowering writes with (:mod:`torchloom.codegen.lower`),
+unless the renderer gives a ``spelling`` of its own (:func:`spelling_of`: expressions as
+nodes, the emitter at hand). A native codegen gives its own (the cpu's: C with eager's
+rounding rules and SIMD lane masks; Triton's: module helpers)."""
 
 from __future__ import annotations
 
@@ -96,3 +97,17 @@ class TextSpelling(Spelling):
     def store(self, pointer: str, offset: Code, e: Any, ir_dtype: str, em: Any) -> Any:
         value = self.renderer.store_value(em.convert(e, COMPUTE[ir_dtype]).text, ir_dtype)
         return stmt.Store(stmt.Element(pointer, offset), value)
+
+
+def spelling_of(renderer: Renderer) -> Spelling:
+    """The spelling the lowering writes ``renderer``'s values with: its optional
+    ``spelling`` attribute (a :class:`Spelling`, for a renderer that spells some values
+    as expression nodes or needs the emitter: a helper of its own, a value bound to a
+    name first), else :class:`TextSpelling` of its text methods."""
+    own = getattr(renderer, "spelling", None)
+    if own is None:
+        return TextSpelling(renderer)
+    if not isinstance(own, Spelling):
+        raise TypeError(f"renderer {renderer.name}: its spelling is a "
+                        f"{type(own).__name__}, not a torchloom.api.spelling.Spelling")
+    return own
