@@ -11,6 +11,7 @@ converted to before the template applies: ``"out"`` (the compute dtype of the re
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -30,6 +31,18 @@ named_args, promote_dtype = writer.named_args, writer.promote_dtype
 def literal(value: Any) -> expr.Literal:
     """A Python scalar as Triton source (non-finite floats included)."""
     return expr.Literal(_constant(value), value)
+
+
+def f32_exact(value: Any) -> bool:
+    """Whether Python number ``value`` is a float32 as it is (Triton makes a float constant
+    that meets no tensor first a float32: an f64 computation takes any other whole,
+    ``TritonSpelling.literal``)."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return True
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0] == value
+    except OverflowError:  # (beyond float32's range)
+        return False
 
 
 def _constant(value: Any) -> str:
@@ -80,8 +93,11 @@ class Pointwise(op_rows.OpRow):
 
 def _pow(a: Mapping[str, Any], dtype: str) -> str:
     exponent = a["exponent"]
+    # eager's CUDA kernel's own cases (rsqrt for -0.5: -0.0 gives -inf and -inf NaN, where
+    # pow gives inf and 0)
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
-             0.5: _sqrt(a, dtype), -1: "1.0 / {self}"}
+             0.5: _sqrt(a, dtype), -0.5: "libdevice.rsqrt({self})", -1: "1.0 / {self}",
+             -2: "1.0 / ({self} * {self})"}
     return known.get(exponent) or _libdevice_pow(a, dtype)
 
 
@@ -90,9 +106,11 @@ def _libdevice_pow(a: Mapping[str, Any], dtype: str) -> str:
     Triton: an f64 base takes it as f64); integers declined (no integer pow there)."""
     if dtype not in FLOATS:
         raise Unsupported(f"an integer pow ({dtype}): libdevice has none")
-    if dtype == "f64":  # (a number made an f64 constant whole: tl.cast would round it)
-        base, exponent = ("tl.full([], {%s}, tl.float64)" % k if _is_number(a.get(k))
-                          else "{%s}" % k for k in ("self", "exponent"))
+    if dtype == "f64":  # (a number made an f64 constant: both of libdevice's pow f64;
+        # one a float32 does not hold is one already, TritonSpelling.literal)
+        base, exponent = ("tl.full([], {%s}, tl.float64)" % k
+                          if _is_number(a.get(k)) and f32_exact(a[k]) else "{%s}" % k
+                          for k in ("self", "exponent"))
         return f"libdevice.pow({base}, {exponent})"
     return "libdevice.pow({self}, {exponent})"
 
@@ -428,7 +446,11 @@ class TritonSpelling(spelling.Spelling):
 
     name = "Triton"
 
-    def literal(self, value: Any, compute: str) -> expr.Literal:
+    def literal(self, value: Any, compute: str) -> expr.Code:
+        """A number as Triton source; in an f64 computation, a float that a float32 does
+        not hold (Triton's type of a float constant) an f64 constant made whole."""
+        if compute == "f64" and not f32_exact(value):
+            return expr.Op("tl.full([], {0}, tl.float64)", expr.POSTFIX, (literal(value),))
         return literal(value)
 
     def op(self, node: Node, spec: Any, named: dict[str, expr.Code], compute: str,
