@@ -72,17 +72,14 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
                  carried: tuple[tuple[str, Node], ...] = ()):
         super().__init__(group, registry, em, IndexMath(
             renderer.language, {s: size_param(s) for s in _region_symbols(group.region)}),
-            reductions, read_back)
+            reductions, read_back, nest)
         self.renderer = renderer
         self.spelling = spelling_of(renderer)
         self.TARGET = renderer.name
         self.POINTWISE = renderer.ops
         self.REDUCTIONS = reduction_table(renderer.sqrt)
         em.forget_inner()  # (an earlier nest's inner names are this one's row names)
-        self.nest, self.outputs = nest, outputs
-        self.shape = tuple(nest.shape) if nest else ()
-        self.rdims = nest.rdims if nest else ()
-        self.kept_shape = nest.kept_shape if nest else []
+        self.outputs = outputs
         self.rows = nest.rows if nest else None
         self.numel = nest.numel if nest else None
         #: the declarations of a row element's coordinates, at the top of each loop over
@@ -101,8 +98,8 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
     # ---- the loops ---------------------------------------------------------------------
     def reduction(self) -> list:
         self.em.open()
-        self.row_form(self.nest, self.outputs)
-        rows = stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(self.em.close()))
+        self.row_form(self.reduction_nest, self.outputs)
+        rows = stmt.Loop("x", "0", self.ix.size(self.reduction_nest.rows), tuple(self.em.close()))
         if not self.carried:
             return [rows]
         before, after = self.around_the_rows()
@@ -126,7 +123,7 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         self._loop_r(self.em.close_phase())
 
     def _loop_r(self, body: list) -> None:
-        self.em.add(stmt.Loop("r", "0", self.ix.size(self.nest.rnumel), tuple(body),
+        self.em.add(stmt.Loop("r", "0", self.ix.size(self.rnumel), tuple(body),
                               self.r_header))
 
     def _fold(self, folds: list[tuple[str, str, Value, str, str]]) -> None:
@@ -151,7 +148,7 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         """The reductions of one level (none reads another's result: ``schedule.levels``):
         their accumulators, one loop over the row folding them all (a variance's squared
         deviations in a second loop, after its mean), then their results."""
-        n = self.ix.size_code(self.nest.rnumel)
+        n = self.ix.size_code(self.rnumel)
         first, means, accs = [], {}, {}
         for node in level:
             kind, src = self.REDUCTIONS[node.op].kind, node.inputs[0]
@@ -199,7 +196,7 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         """Reduction ``node``'s output ``out``: its template filled with the accumulator
         ``acc`` (and ``mean``, ``value``: see :meth:`results`), the row length and
         ``var``'s degrees of freedom."""
-        n = self.ix.size_code(self.nest.rnumel)
+        n = self.ix.size_code(self.rnumel)
         correction = var_correction(node)
         dof = Op("({0} - {1})", expr.ATOM, (n, Literal(str(correction), correction)))
         template = self.REDUCTIONS[node.op].outputs[node.outputs.index(out)]

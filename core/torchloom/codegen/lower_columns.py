@@ -58,7 +58,7 @@ class ColumnLowering:
         """The nest's statements in the column form ``plan`` (the core's walks,
         :func:`column_nest.walks`, over every column in scalar loops)."""
         self.em.open()
-        column_nest.walks(self, plan, self.nest, self.outputs)
+        column_nest.walks(self, plan, self.reduction_nest, self.outputs)
         return self.em.close()
 
     # what column_nest asks of a target: scratch arrays of one value per column
@@ -68,7 +68,7 @@ class ColumnLowering:
             kind = self.REDUCTIONS[node.op].kind
             dtype = COMPUTE[node.outputs[0].type.dtype]
             name = self.em.fresh(f"acc_{kind}")
-            self.arrays.append((name, self.nest.rows, dtype))
+            self.arrays.append((name, self.reduction_nest.rows, dtype))
             start.append(stmt.Store(stmt.Element(name, _X), self.renderer.store_value(
                 self.renderer.initial(kind, dtype), dtype)))
             accs.append(column_nest.Accumulator(node, kind, dtype, name))
@@ -78,7 +78,7 @@ class ColumnLowering:
     def over_reduced(self, write, rows: tuple[str, str] | None) -> None:
         self.em.open()
         write()
-        first, end = rows or ("0", self.ix.size(self.nest.rnumel))
+        first, end = rows or ("0", self.ix.size(self.rnumel))
         self.em.add(stmt.Loop("r", first, end, tuple(self.em.close())))
 
     def begin_columns(self) -> None:
@@ -100,7 +100,7 @@ class ColumnLowering:
         return self.em.rounded(e, value.type.dtype) if value.type.dtype in LOW else e
 
     def _over_columns(self, body: Any, header: Any = ()) -> stmt.Loop:
-        return stmt.Loop("x", "0", self.ix.size(self.nest.rows), tuple(body), tuple(header))
+        return stmt.Loop("x", "0", self.ix.size(self.reduction_nest.rows), tuple(body), tuple(header))
 
     # ---- column sums carried by a row nest (the row + column form) ---------------------
     def carry(self) -> None:
@@ -142,6 +142,6 @@ class ColumnLowering:
             acc = self.em.emit(self.renderer.read(name, "r", dtype), dtype, "acc")
             code = expr.fill(self.REDUCTIONS[node.op].outputs[0], {"acc": acc.code})
             self.store(pointer, out, coords, self.result_value(out, code))
-        rows = self.ix.size(self.nest.rnumel)
+        rows = self.ix.size(self.rnumel)
         return [stmt.Loop("r", "0", rows, tuple(start))], [
             stmt.Loop("r", "0", rows, tuple(self.em.close()))]

@@ -2,8 +2,9 @@
 element builds it: :class:`NestWriter`, the base of the cpu codegen's ``KernelWriter`` and
 of the core's lowering (``lower._Lowering``).
 
-It is the pointwise nest's loops (:class:`~torchloom.codegen.walk_nest.WalkNest`) and the
-value walk (:class:`~torchloom.codegen.writer.ValueWalk`) over one state, born here: the
+It is the pointwise nest's loops (:class:`~torchloom.codegen.walk_nest.WalkNest`), the
+value walk (:class:`~torchloom.codegen.writer.ValueWalk`) and the reduction nest's fields
+(:class:`~torchloom.codegen.schedule.PlannedNest`) over one state, born here: the
 group's region, the values computed (the emitter's scopes, ``earlier``, ``reduced``), the
 coordinates declared (``known``, ``row_values``, ``row_walks``), the row form's
 coordinates (``full``, ``row``, ``row_keepdim``), the tensors read (``loaded``). A value
@@ -23,19 +24,24 @@ from typing import Any
 
 from torchloom.codegen.expr import Code
 from torchloom.codegen.indexing import Coords, IndexMath
+from torchloom.codegen.schedule import PlannedNest, ReductionNest
 from torchloom.codegen.walk_nest import WalkNest
 from torchloom.codegen.writer import COMPUTE, Expr, Statements, ValueWalk
 from torchloom.ir import Node, TensorType, Value
 
 
-class NestWriter(WalkNest, ValueWalk):
+class NestWriter(WalkNest, ValueWalk, PlannedNest):
     """One nest of ``group`` (see the module docstring): ``em`` its statements, ``ix`` its
-    index math, ``reductions`` the reductions it computes, ``read_back`` the values an
-    earlier nest stored (value -> the pointer it stored them to)."""
+    index math, ``reductions`` the reductions it computes over ``nest`` (P's shape, its
+    reduced dims: read through :class:`~torchloom.codegen.schedule.PlannedNest`; none for
+    a pointwise nest, or one the writer plans later), ``read_back`` the values an earlier
+    nest stored (value -> the pointer it stored them to)."""
 
     def __init__(self, group: Node, registry: Any, em: Statements, ix: IndexMath,
-                 reductions: list[Node], read_back: dict[Value, str]):
+                 reductions: list[Node], read_back: dict[Value, str],
+                 nest: ReductionNest | None = None):
         self.region, self.registry = group.region, registry
+        self.reduction_nest = nest if nest is not None else ReductionNest((), ())
         self.em, self.ix = em, ix
         self.reductions = reductions
         self.read_back = read_back

@@ -54,7 +54,7 @@ FLAT_CHUNK = 1024
 ROW_BUFFER = 16384
 
 
-class KernelWriter(nest_writer.NestWriter, schedule.PlannedNest, row_form.RowForm):
+class KernelWriter(nest_writer.NestWriter, row_form.RowForm):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
     TARGET, POINTWISE, REDUCTIONS, GATHERS = "C", POINTWISE, REDUCTIONS, True
@@ -98,11 +98,9 @@ class KernelWriter(nest_writer.NestWriter, schedule.PlannedNest, row_form.RowFor
         self.rows: Any = None
         self.numel: Any = None
         self.loop = ParallelLoop("x", None)
-        # a reduction nest (schedule.ReductionNest, read through schedule.PlannedNest):
-        # its shape P, the dims it reduces and keeps, a row's length (an int; ``rbound``
-        # as C text when symbolic) and the declarations of its coordinates from ``r``
-        # (``r_header``)
-        self.reduction_nest = schedule.ReductionNest((), ())
+        # a reduction nest (``reduction_nest``, planned by body(), read through
+        # schedule.PlannedNest): a row's length as C text when symbolic (``rbound``) and
+        # the declarations of its coordinates from ``r`` (``r_header``)
         self.rbound: Any = None
         self.r_header: list[stmt.Declare] = []
         #: the row's coordinate name per kept dim ("0" for a dim of one)
