@@ -269,11 +269,8 @@ def _lower_nests(group: Node, registry: Any, renderer: Renderer,
     pointer = {name: f"out{k}" for k, name in enumerate(output_names(region))}
     em, body, scratch = Scopes(renderer), [], []
     for nest in planned:
-        outputs = [(pointer.get(name, name), v) for name, v in (
-            nest.outputs if nest.outputs is not None else zip(output_names(region),
-                                                              region.outputs))]
-        members = set(region.nodes if nest.reductions is None else nest.reductions)
-        reductions = [n for n in region.nodes if n in members and _is_reduction(n)]
+        outputs = [(pointer.get(name, name), v) for name, v in nest.stored(region)]
+        reductions = nest.computed(region, _is_reduction)
         scratch += [(name, prod(v.type.shape), v.type.dtype) for name, v in outputs
                     if nests.is_scratch(name)]
         shape = ReductionNest.of(reductions, lambda v: v.type) if reductions else None

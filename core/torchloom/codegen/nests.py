@@ -64,6 +64,19 @@ class Nest:
     read_back: tuple[tuple[Value, str], ...] = ()
     columns: tuple[tuple[str, Node], ...] = ()
 
+    def stored(self, region: Graph) -> list[tuple[str, Value]]:
+        """(pointer name, value) of each value the nest stores: ``outputs``, or every
+        output of the region under its kernel parameter (``output_names``)."""
+        if self.outputs is not None:
+            return list(self.outputs)
+        return list(zip(output_names(region), region.outputs))
+
+    def computed(self, region: Graph, is_reduction: Callable[[Node], bool]) -> list[Node]:
+        """The reductions the nest computes, in the region's order (``reductions``, or
+        every reduction of the region)."""
+        members = set(region.nodes if self.reductions is None else self.reductions)
+        return [n for n in region.nodes if n in members and is_reduction(n)]
+
 
 #: the column reduction a row nest carries
 _SUM = "aten.sum.dim_IntList"

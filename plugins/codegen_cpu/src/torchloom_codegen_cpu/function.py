@@ -95,9 +95,9 @@ def stride_arguments(region: Graph, names: dict[str, str]) -> dict[int, list[int
 def _writers(group: Node, registry: Any, planned, names: dict[str, str] | None
              ) -> list[KernelWriter]:
     """A writer per nest of a plan (``torchloom.codegen.nests.Nest``)."""
-    return [KernelWriter(group, registry, None if n.outputs is None else list(n.outputs),
-                         None if n.reductions is None else list(n.reductions), names,
-                         dict(n.read_back), list(n.columns) or None) for n in planned]
+    region = group.region
+    return [KernelWriter(group, registry, n.stored(region), n.computed(region, _is_reduction),
+                         names, dict(n.read_back), list(n.columns) or None) for n in planned]
 
 
 def _is_reduction(node: Node) -> bool:
