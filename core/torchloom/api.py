@@ -26,10 +26,11 @@
   ``stmt`` (the structured statement IR writers build and transform before rendering),
   ``expr`` (expressions as nodes: names, literals, ops with their precedence) and
   ``writer`` (what native kernel writers share: the value walk, numbered statements,
-  op tables), ``spelling`` (how a target writes values: :class:`~torchloom.codegen.spelling.Spelling`,
-  the value walk's hooks), ``nest_writer`` (the writer of one nest element by element,
-  the cpu's and the lowering's base: :class:`~torchloom.codegen.nest_writer.NestWriter`) and ``op_rows`` (pointwise rows every target spells alike: ``OpRow``,
-  ``alpha_rows``, ``clamp_rows``, ``comparisons``);
+  op tables), ``spelling`` (how a target writes values, the value walk's hooks:
+  :class:`~torchloom.codegen.spelling.Spelling`), ``nest_writer`` (the writer of one
+  nest element by element, the cpu's and the lowering's base:
+  :class:`~torchloom.codegen.nest_writer.NestWriter`) and ``op_rows`` (pointwise rows
+  every target spells alike: ``OpRow``, ``alpha_rows``, ``clamp_rows``, ``comparisons``);
 - the codegen contract a renderer implements (docs/writing-a-codegen.md): ``contract``
   (:class:`Schedule`, :class:`Capabilities`, :class:`Renderer`, :class:`OpTemplate`,
   :class:`LaunchSpec` and its :class:`Bound`, :class:`Lowered`, :class:`Param`,
@@ -40,7 +41,8 @@
   :func:`~torchloom.codegen.tiles.tile_rows`), and
   ``lower`` (the lowering to statements, :class:`RendererCodegen`),
   :class:`Unsupported`; the empty-row checks
-  every launcher makes (:func:`nonempty_dims`, :func:`check_source`);
+  every launcher makes (:func:`nonempty_dims`, :func:`check_source`); a codegen's check
+  that eager raises for a group (:func:`rejected_by_eager`);
 - ``errors``, the cache directory and environment switches, progress reporting.
 
 Importing it loads no compiler, runtime, explain or report module. Tools built on the
@@ -62,7 +64,7 @@ from torchloom.codegen.walks import Walk
 from torchloom.codegen.gathers import GATHER_OPS, gathered_rows, input_read_bytes
 from torchloom.codegen.lower import RendererCodegen
 from torchloom.codegen.base import (ArtifactStore, Codegen, Kernel, KernelSource, Reason,
-                                    Written, laid_out_as, same_strides)
+                                    Written, laid_out_as, rejected_by_eager, same_strides)
 from torchloom.environment import default_cache_dir, env_flag
 from torchloom.frontend.decompositions import decomposition_table, pad_fill
 from torchloom.frontend.fx import import_fx
@@ -109,7 +111,7 @@ __all__ = [
     "hookimpl",
     # codegens
     "ArtifactStore", "Codegen", "Kernel", "KernelSource", "Reason", "Written", "expr",
-    "laid_out_as", "same_strides",
+    "laid_out_as", "same_strides", "rejected_by_eager",
     "columns", "indexing", "nests", "op_rows", "reductions", "row_forms", "schedule", "stmt",
     "tiles", "walk_nest", "row_form", "column_nest", "writer", "spelling", "nest_writer",
     # the codegen contract

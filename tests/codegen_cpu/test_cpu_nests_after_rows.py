@@ -6,7 +6,7 @@ permutation; a reshape that only regroups the rows now reads its own row); Whisp
 layer_norm backward whose input gradient leaves the group transposed.
 The first two are written as the reduction's nest (storing the reduction results, as
 outputs or scratch) and pointwise nests after it (``nests.after_the_rows``, tried by
-``nests.written``); a permuted output of the reduced shape's element count is stored in
+``nests.write_plan``); a permuted output of the reduced shape's element count is stored in
 its memory order, where its values read their own rows
 (placement.OutputPlacement.place_output)."""
 

@@ -93,3 +93,19 @@ def test_the_kernels_build_for_sm90(tmp_path, registry, body):
     codegen = TritonCodegen(cache_dir=tmp_path, autotune=False, target="sm_90")
     usage = codegen.compile_for_target(codegen.generate(group, registry))
     assert usage["registers"] > 0 and usage["spills"] == 0
+
+
+@pytest.mark.parametrize("exponent", [-1, -2])
+def test_a_negative_power_of_an_integer_is_declined(tmp_path, codegen, registry, exponent):
+    """Eager raises (``Integers to negative integer powers are not allowed``): a CPU group
+    is declined with eager's error (``rejected_by_eager``), a CUDA group, which that check
+    does not run, by the template; it computed ``1.0 / x`` before."""
+    from torchloom.api import parse_graph
+    from torchloom_codegen_triton import TritonCodegen
+    text = group_text("%a: i64[64]", f"%o = aten.pow.Tensor_Scalar(%a) "
+                      f"{{exponent = {exponent}}} : i64[64]", "%o: i64[64]")
+    reason = codegen.supports(next(parse_graph(text).nodes), registry)
+    assert reason is not None and "Integers to negative integer powers" in str(reason)
+    on_gpu = TritonCodegen(cache_dir=tmp_path, autotune=False, target="sm_90")
+    reason = on_gpu.supports(next(on_device(parse_graph(text), "cuda").nodes), registry)
+    assert reason is not None and "integers to negative integer powers" in str(reason)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchloom.api import Unsupported
+
 from conftest import group_text, on_device
 
 TORCH = {"i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
@@ -51,8 +53,12 @@ def test_integer_addcmul_converts_its_value(check, codegen, registry, dtype, op,
                       f"%o: {dtype}[40]")
     if dtype == "u8" and value < 0:  # (a negative constant with uint8: left to eager)
         from torchloom.api import parse_graph
+        # a CPU group: eager's own error (rejected_by_eager); a CUDA one: the template's
         reason = codegen.supports(next(parse_graph(text).nodes), registry)
-        assert reason is not None and "negative value" in str(reason)
+        assert reason is not None and "cannot be converted to type uint8_t" in str(reason)
+        cuda = next(on_device(parse_graph(text), "cuda").nodes)
+        with pytest.raises(Unsupported, match="negative value"):
+            codegen.generate(cuda, registry)
         return
     b = _values(dtype) % 4 if dtype == "u8" else _values(dtype)
     check(text, _values(dtype), b, b, exact=True)

@@ -1,6 +1,7 @@
 """A renderer may give the lowering a ``spelling`` of its own (``torchloom.api.spelling``):
 values spelt as expression nodes with the emitter at hand, where text methods are not
-enough (a helper of the renderer's own, an operand bound to a name first). ``scalar_c``
+enough (a helper of the renderer's own, named with ``em.use`` and rendered from
+``Lowered.needs``; an operand bound to a name first). ``scalar_c``
 with its exp spelt as a helper of its module (in double): the source calls the helper on
 an operand bound to a name and matches eager; what the spelling declines declines the
 group with its reason; a ``spelling`` that is no Spelling is an error naming the renderer."""
@@ -11,9 +12,13 @@ import pytest
 import torch
 
 from torchloom.api import RendererCodegen, Unsupported, expr, parse_graph, spelling, stmt
+from torchloom.errors import PluginError
 from torchloom.testing.renderers import lowered_against_eager
 
-HELPER = "static inline float my_exp(double x) { return (float)exp(x); }\n"
+HELPER = ("#include <math.h>\n"
+          "static inline float my_exp(double x) { return (float)exp(x); }\n")
+#: the renderer's module helpers, by the name its spelling asks for (``em.use``)
+HELPERS = {"my_exp": HELPER}
 
 
 class _HelperExp(spelling.TextSpelling):
@@ -24,6 +29,7 @@ class _HelperExp(spelling.TextSpelling):
         if node.op == "aten.tanh.default":
             raise Unsupported("tanh: this renderer's spelling has none")
         if node.op == "aten.exp.default" and compute == "f32":
+            em.use("my_exp")  # (the module defines it: render reads Lowered.needs)
             arg = em.emit(expr.Op("(double){0}", expr.LOWEST, (named["self"],)), "f64", "arg")
             return expr.Op("my_exp({0})", expr.POSTFIX, (arg.code,))
         return super().op(node, spec, named, compute, ir_dtype, given, em)
@@ -40,9 +46,8 @@ def _renderer(scalar_c, own=None):
             self.spelling = _HelperExp(self) if own is None else own
 
         def render(self, kernel) -> str:
-            source = super().render(kernel)
-            head, sep, rest = source.partition("void kernel(")
-            return head + HELPER + sep + rest
+            helpers = [HELPERS[name] for name in kernel.needs]
+            return "".join(helpers) + super().render(kernel)
     return WithHelper()
 
 
@@ -70,8 +75,10 @@ def test_a_renderer_spelling_writes_its_values(scalar_c, shape):
                                     (a,))  # (within an ulp of eager's exp)
     source = RendererCodegen(renderer).generate(next(parse_graph(
         _graph("aten.exp.default", shape)).nodes), registry).source
+    assert lowered.needs == (("my_exp",) if a.numel() else ())
+    assert (HELPER in source) == bool(a.numel())  # (an empty output computes nothing)
     if a.numel():
-        assert "my_exp(arg" in source and HELPER in source
+        assert "my_exp(arg" in source
         # the operand bound to a name first: a declaration of it, then exp's
         names = [s.name for s in stmt.walk(list(lowered.body)) if isinstance(s, stmt.Declare)]
         assert any(n.startswith("arg") for n in names), names
@@ -86,8 +93,8 @@ def test_what_the_spelling_declines_declines_the_group(scalar_c):
 
 
 def test_a_spelling_that_is_no_spelling_names_the_renderer(scalar_c):
+    """Found when the codegen is made (in the plugin's hook: the loader reports it as the
+    plugin's load error), not once per group."""
     renderer = _renderer(scalar_c, own="not a spelling")
-    _, registry = scalar_c
-    group = next(parse_graph(_graph("aten.exp.default")).nodes)
-    with pytest.raises(TypeError, match="renderer scalar_c_helper: its spelling is a str"):
-        RendererCodegen(renderer).supports(group, registry)
+    with pytest.raises(PluginError, match="renderer scalar_c_helper: its spelling is a str"):
+        RendererCodegen(renderer)

@@ -108,6 +108,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from torchloom.ir.graph import Graph, Node
+from torchloom.ops.registry import eager_rejects
 
 #: a compiled group: called with the group's inputs, returns a tuple of its outputs
 Kernel = Callable[..., tuple]
@@ -244,3 +245,17 @@ def laid_out_as(a: Any, expected: tuple[int, ...]) -> Any:
                           device=a.device)
     storage[place.reshape(-1)] = a.reshape(-1)
     return storage.as_strided(a.shape, expected)
+
+
+def rejected_by_eager(name: str, group: Node, registry: Any) -> Reason | None:
+    """Codegen ``name``'s reason to decline ``group`` where eager's kernel raises for one
+    of its pointwise ops or reductions at these dtypes (``eager_rejects``: a negative
+    integer power of an integer, ``abs`` of a bool): eager runs the group and raises it,
+    where a kernel would compute something. None where eager takes every op."""
+    for node in group.region.nodes:
+        if registry.category(node.op) in ("pointwise", "reduction"):
+            why = eager_rejects(registry.get(node.op), node)
+            if why is not None:
+                return Reason(name, f"{node.op}: eager's kernel rejects these dtypes "
+                                    f"({why}); eager runs the group and raises it")
+    return None

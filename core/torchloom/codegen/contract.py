@@ -335,11 +335,14 @@ class LaunchSpec:
 class Lowered:
     """A group lowered for a renderer: its ``schedule``, the kernel's ``launch`` spec and
     ``body``, statements of :mod:`torchloom.codegen.stmt` whose expressions are the
-    renderer's text (``Declare.ctype`` and ``Var.ctype`` hold compute dtypes: ``f32``)."""
+    renderer's text (``Declare.ctype`` and ``Var.ctype`` hold compute dtypes: ``f32``),
+    and what the source needs besides (``needs``: the names a renderer's own spelling
+    asked for with the emitter's ``use``, a helper of its module say; in order)."""
 
     schedule: Schedule
     launch: LaunchSpec
     body: tuple[Any, ...]
+    needs: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -38,12 +38,13 @@ from __future__ import annotations
 from typing import Any
 
 from torchloom.codegen import columns, expr, nests, stmt
-from torchloom.codegen.base import Kernel, KernelSource, Reason, Written, laid_out_as
+from torchloom.codegen.base import (Kernel, KernelSource, Reason, Written, laid_out_as,
+                                    rejected_by_eager)
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
                                         Schedule, size_param)
 from torchloom.codegen.empty_rows import nonempty_dims
 from torchloom.codegen.expr import Code, Literal, Name, Op
-from torchloom.codegen.indexing import Coords, IndexMath, Unsupported, prod
+from torchloom.codegen.indexing import IndexMath, Unsupported, prod
 from torchloom.codegen.lower_columns import ColumnLowering, carried_output
 from torchloom.codegen.lower_walks import WalkLowering
 from torchloom.codegen.nest_writer import NestWriter
@@ -53,8 +54,7 @@ from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.row_form import RowForm
 from torchloom.codegen.scopes import LOW, Scopes
 from torchloom.codegen.spelling import spelling_of
-from torchloom.codegen.writer import (COMPUTE, SCALAR_DTYPES, Expr, ValueWalk, output_names,
-                                      var_correction)
+from torchloom.codegen.writer import COMPUTE, SCALAR_DTYPES, Expr, output_names, var_correction
 from torchloom.ir import Node, ScalarType, TensorType, Value, symbols
 
 
@@ -261,10 +261,11 @@ def _fold(classes: list, parts: list, depends: Any) -> tuple[int, int] | None:
 
 
 def _lower_nests(group: Node, registry: Any, renderer: Renderer,
-                 planned: tuple[nests.Nest, ...]) -> tuple[list, list[tuple[str, Any, str]]]:
-    """The statements of the planned nests, one after the other, and the scratch arrays
-    they store row results to and accumulate columns in (pointer, element count, dtype).
-    Outputs are the kernel's ``out<k>``."""
+                 planned: tuple[nests.Nest, ...]
+                 ) -> tuple[list, list[tuple[str, Any, str]], tuple[str, ...]]:
+    """The statements of the planned nests, one after the other, the scratch arrays they
+    store row results to and accumulate columns in (pointer, element count, dtype), and
+    what the source needs besides (``Scopes.use``). Outputs are the kernel's ``out<k>``."""
     region = group.region
     pointer = {name: f"out{k}" for k, name in enumerate(output_names(region))}
     em, body, scratch = Scopes(renderer), [], []
@@ -284,19 +285,19 @@ def _lower_nests(group: Node, registry: Any, renderer: Renderer,
                             lambda v: v.type, walk.output_place)
         body += walk.reduction() if plan is None else walk.columns(plan)
         scratch += walk.arrays
-    return body, scratch
+    return body, scratch, tuple(em.needs)
 
 
 def lower(group: Node, registry: Any, schedule: Schedule, renderer: Renderer) -> Lowered:
     """``group`` (whose schedule is ``schedule``) as statements for ``renderer``: the
     loop nests the core's nest plan gives it (:mod:`torchloom.codegen.nests`, written by
-    ``nests.written``), one after the other; :class:`Unsupported` with the reason when the
+    ``nests.write_plan``), one after the other; :class:`Unsupported` with the reason when the
     lowering cannot express it."""
     region = group.region
-    body, scratch = nests.written(region, _is_reduction, lambda v: v.type, _fold,
-                                  lambda planned: _lower_nests(group, registry, renderer,
-                                                               planned))
-    return Lowered(schedule, _launch(region, scratch), tuple(stmt.drop_unused(body)))
+    body, scratch, needs = nests.write_plan(
+        region, _is_reduction, lambda v: v.type, _fold,
+        lambda planned: _lower_nests(group, registry, renderer, planned))
+    return Lowered(schedule, _launch(region, scratch), tuple(stmt.drop_unused(body)), needs)
 
 
 class RendererCodegen:
@@ -307,6 +308,7 @@ class RendererCodegen:
     rendered, and built by ``load``."""
 
     def __init__(self, renderer: Renderer):
+        spelling_of(renderer)  # (a renderer's spelling that is none: a plugin load error)
         self.renderer = renderer
         self.name = renderer.name
         self.version = renderer.version
@@ -326,8 +328,8 @@ class RendererCodegen:
         return self.renderer.capabilities.takes_device(device)
 
     def supports(self, group: Node, registry: Any) -> Reason | None:
-        missing = self.available(group)
-        if missing is not None:
+        missing = self.available(group) or rejected_by_eager(self.name, group, registry)
+        if missing is not None:  # (eager raises there: so must the compiled graph)
             return missing
         try:
             self.generate(group, registry)

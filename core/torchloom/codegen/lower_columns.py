@@ -69,8 +69,7 @@ class ColumnLowering:
             dtype = COMPUTE[node.outputs[0].type.dtype]
             name = self.em.fresh(f"acc_{kind}")
             self.arrays.append((name, self.reduction_nest.rows, dtype))
-            start.append(stmt.Store(stmt.Element(name, _X), self.renderer.store_value(
-                self.renderer.initial(kind, dtype), dtype)))
+            start.append(self._scratch(name, _X, self.renderer.initial(kind, dtype), dtype))
             accs.append(column_nest.Accumulator(node, kind, dtype, name))
         self.em.add(self._over_columns(start))
         return accs
@@ -95,12 +94,13 @@ class ColumnLowering:
         from its array, computed again where it is read (the array keeps the accumulator;
         a bf16/f16 result rounded as eager rounds it)."""
         (value,) = acc.node.outputs
-        read = expr.code(self.renderer.read(acc.array, "x", acc.dtype))
+        read = self.spelling.read(acc.array, _X, acc.dtype)
         e = Expr(self.result_code(acc.node, value, read), COMPUTE[value.type.dtype])
         return self.em.rounded(e, value.type.dtype) if value.type.dtype in LOW else e
 
     def _over_columns(self, body: Any, header: Any = ()) -> stmt.Loop:
-        return stmt.Loop("x", "0", self.ix.size(self.reduction_nest.rows), tuple(body), tuple(header))
+        return stmt.Loop("x", "0", self.ix.size(self.reduction_nest.rows), tuple(body),
+                         tuple(header))
 
     # ---- column sums carried by a row nest (the row + column form) ---------------------
     def carry(self) -> None:
@@ -116,10 +116,15 @@ class ColumnLowering:
         of its accumulator array: read into a variable, accumulated, stored back."""
         value = self.em.convert(self.value_at(node.inputs[0], full), dtype)
         acc = self.em.fresh(kind)
-        self.em.add(stmt.Var(dtype, acc, self.renderer.read(array, at.text, dtype)))
+        self.em.add(stmt.Var(dtype, acc, self.spelling.read(array, at, dtype)))
         for s in self.renderer.accumulate(kind, acc, value.text, "r", ""):
             self.em.add(s)
-        self.em.add(stmt.Store(stmt.Element(array, at), self.renderer.store_value(acc, dtype)))
+        self.em.add(self._scratch(array, at, acc, dtype))
+
+    def _scratch(self, array: str, at: Name, value: str, dtype: str) -> Any:
+        """The statement storing ``value`` (text of compute dtype ``dtype``) to element
+        ``at`` of scratch array ``array``, as the spelling stores."""
+        return self.spelling.store(array, at, Expr(expr.code(value), dtype), dtype, self.em)
 
     def around_the_rows(self) -> tuple[list, list]:
         """The loops before a row nest carrying column sums (their arrays started) and
@@ -128,8 +133,7 @@ class ColumnLowering:
         start = []
         for _, node, name in self.carried:
             dtype = COMPUTE[node.outputs[0].type.dtype]
-            start.append(stmt.Store(stmt.Element(name, _R), self.renderer.store_value(
-                self.renderer.initial("sum", dtype), dtype)))
+            start.append(self._scratch(name, _R, self.renderer.initial("sum", dtype), dtype))
         self.em.open()
         for pointer, node, name in self.carried:
             out = node.outputs[0]
@@ -139,7 +143,7 @@ class ColumnLowering:
             self.ix.remember(self.known, row, nest.kept_shape, "r")
             coords = column_nest.result_coords(
                 nest, row, not same_shape(out.type.shape, nest.kept_shape))
-            acc = self.em.emit(self.renderer.read(name, "r", dtype), dtype, "acc")
+            acc = self.em.emit(self.spelling.read(name, _R, dtype), dtype, "acc")
             code = expr.fill(self.REDUCTIONS[node.op].outputs[0], {"acc": acc.code})
             self.store(pointer, out, coords, self.result_value(out, code))
         rows = self.ix.size(self.rnumel)

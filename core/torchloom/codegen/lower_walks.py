@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from torchloom.codegen import expr, stmt
 from torchloom.codegen.expr import Code, Op
-from torchloom.codegen.indexing import Coords
 from torchloom.codegen.walk_nest import WalkNest
-from torchloom.ir import Value
 
 
 class WalkLowering(WalkNest):

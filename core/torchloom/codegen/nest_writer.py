@@ -15,8 +15,9 @@ a target reading some tensors elsewhere (the cpu's staged blocks of rows) says w
 :meth:`NestWriter.element`.
 
 What a subclass gives: ``spelling``, ``TARGET``, ``POINTWISE``, ``REDUCTIONS`` and
-``tensor_type`` (the value walk's), ``store`` and the data of the walk
-(:mod:`~torchloom.codegen.walk_nest`)."""
+``tensor_type`` (the value walk's) and the data of the walk
+(:mod:`~torchloom.codegen.walk_nest`); this class gives the reads (``read``, ``element``)
+and the stores (``store``) every nest's skeleton asks for."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ class rides in the row nest (``fold``: cpu's ``rows_and_columns.foldable``)::
                                                      Nest(column outputs, column sums,
                                                           read_back=...))
 
-and a writer writes the plan with :func:`written`, which tries :func:`after_the_rows`'
+and a writer writes the plan with :func:`write_plan`, which tries :func:`after_the_rows`'
 plan where the writer declines the first.
 """
 
@@ -217,7 +217,7 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
     return (_nest(own + scratch, classes[0]), *_pointwise_after(rest, written, tensor_type))
 
 
-def written(region: Graph, is_reduction: Callable[[Node], bool],
+def write_plan(region: Graph, is_reduction: Callable[[Node], bool],
             tensor_type: Callable[[Value], TensorType], fold: Fold | None,
             write: Callable[[tuple[Nest, ...]], Any]) -> Any:
     """``write(nests)`` of the group's plan (:func:`plan`); where the writer declines it

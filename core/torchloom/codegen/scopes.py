@@ -23,6 +23,14 @@ class Scopes(Statements):
     def __init__(self, renderer: Renderer):
         super().__init__()
         self.renderer = renderer
+        #: what the kernel's source needs besides its function, as the renderer's spelling
+        #: named it (:meth:`use`; ``Lowered.needs``), in order
+        self.needs: dict[str, None] = {}
+
+    def use(self, *names: str) -> None:
+        """The kernel's source needs ``names`` (a helper of the renderer's module, say:
+        its ``render`` reads them from ``Lowered.needs``)."""
+        self.needs.update(dict.fromkeys(names))
 
     # ---- what ValueWalk asks of an emitter ---------------------------------------------
     def emit(self, text: Code | str, dtype: str, hint: str = "v", inner: bool | None = None

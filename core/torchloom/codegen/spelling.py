@@ -25,6 +25,7 @@ from torchloom.codegen.contract import Renderer
 from torchloom.codegen.expr import Code, Literal
 from torchloom.codegen.indexing import Unsupported
 from torchloom.codegen.writer import COMPUTE
+from torchloom.errors import PluginError
 from torchloom.ir import Node
 
 
@@ -34,9 +35,11 @@ class Spelling:
 
     name = "target"
 
-    def literal(self, value: Any, compute: str) -> Literal:
-        """A Python number as a constant of compute dtype ``compute``; TypeError where the
-        target cannot write it."""
+    def literal(self, value: Any, compute: str) -> Code:
+        """A Python number as a constant of compute dtype ``compute``: a
+        :class:`~torchloom.codegen.expr.Literal` (a number a target may let take the type
+        it is used at), or an expression where the target must type it (Triton's f64
+        constants); TypeError where the target cannot write it."""
         raise NotImplementedError
 
     def op(self, node: Node, spec: Any, named: dict[str, Code], compute: str,
@@ -103,11 +106,12 @@ def spelling_of(renderer: Renderer) -> Spelling:
     """The spelling the lowering writes ``renderer``'s values with: its optional
     ``spelling`` attribute (a :class:`Spelling`, for a renderer that spells some values
     as expression nodes or needs the emitter: a helper of its own, a value bound to a
-    name first), else :class:`TextSpelling` of its text methods."""
+    name first), else :class:`TextSpelling` of its text methods. ``PluginError`` for a
+    ``spelling`` that is no :class:`Spelling`."""
     own = getattr(renderer, "spelling", None)
     if own is None:
         return TextSpelling(renderer)
-    if not isinstance(own, Spelling):
-        raise TypeError(f"renderer {renderer.name}: its spelling is a "
-                        f"{type(own).__name__}, not a torchloom.api.spelling.Spelling")
+    if not isinstance(own, Spelling):  # (RendererCodegen asks at once: a load error)
+        raise PluginError(f"renderer {renderer.name}: its spelling is a "
+                          f"{type(own).__name__}, not a torchloom.api.spelling.Spelling")
     return own

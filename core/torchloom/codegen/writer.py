@@ -323,8 +323,7 @@ class ValueWalk(OutputPlacement):
             e = em.cast(e, t.dtype)  # eager rounds every low-precision result
         return e
 
-
-    def _literal(self, node: Node, value: Any, compute: str) -> Literal:
+    def _literal(self, node: Node, value: Any, compute: str) -> Code:
         """A number argument of ``node`` as the spelling's constant of dtype ``compute``."""
         try:
             return self.spelling.literal(value, compute)

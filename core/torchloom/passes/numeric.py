@@ -162,7 +162,9 @@ def _make(t, shape, gen: torch.Generator, high: int, name: str):
         value = torch.randint(0, high, shape, generator=gen).to(dtype)
     strides = t.strides
     if strides is not None and all(isinstance(s, int) for s in strides):
-        value = laid_out_as(value, tuple(strides))  # (overlapping: any one element)
+        # (overlapping strides: which drawn element a shared place keeps is unspecified;
+        # the input is what the view reads, the same for both graphs)
+        value = laid_out_as(value, tuple(strides))
     return value.to(t.device)
 
 

@@ -62,7 +62,7 @@ from typing import Any
 
 from torchloom.api import (FORMS, GATHER_OPS, ArtifactStore, Capabilities, Graph, Kernel,
                            KernelSource, Node, Reason, TensorType, Written, default_cache_dir,
-                           eager_rejects, indexing, symbols)
+                           indexing, rejected_by_eager, symbols)
 
 from torchloom_codegen_cpu import attention, depthwise, memory, ops, pooling, random_stream
 from torchloom_codegen_cpu.deferred import Building, Deferred, Offered
@@ -172,13 +172,8 @@ class CpuCodegen:
         return None
 
     def supports(self, group: Node, registry: Any) -> Reason | None:
-        for node in group.region.nodes:  # eager raises there: so must the compiled graph
-            if registry.category(node.op) in ("pointwise", "reduction"):
-                why = eager_rejects(registry.get(node.op), node)
-                if why is not None:
-                    return Reason(self.name, f"{node.op}: eager's kernel rejects these dtypes "
-                                             f"({why}); eager runs the group and raises it")
-        declined = CAPABILITIES.reason(self.name, group)
+        declined = rejected_by_eager(self.name, group, registry) or CAPABILITIES.reason(
+            self.name, group)  # (eager raises there: so must the compiled graph)
         if declined is not None:
             return declined
         try:

@@ -130,7 +130,7 @@ def write_function(group: Node, registry: Any) -> tuple[str, dict[str, Any]]:
     region = group.region
     names, scalars = size_arguments(region)
     orders = stride_arguments(region, names)
-    nests, body, teamed = nest_plan.written(  # (the plan after the rows where declined)
+    nests, body, teamed = nest_plan.write_plan(  # (the plan after the rows where declined)
         region, _is_reduction, tensor_type, rows_and_columns.foldable,
         lambda planned: _written(_writers(group, registry, planned, names)))
     digest = structural_hash(region)

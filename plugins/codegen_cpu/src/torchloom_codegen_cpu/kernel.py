@@ -31,7 +31,7 @@ from torchloom_codegen_cpu import (row_blocks, row_buffers, row_loops, row_nest,
 from torchloom_codegen_cpu.columns import column_body, column_plan
 from torchloom_codegen_cpu.emitter import Emitter, Expr
 from torchloom_codegen_cpu.nest import ParallelLoop
-from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, POINTWISE, REDUCTIONS, literal
+from torchloom_codegen_cpu.ops import CTYPE, POINTWISE, REDUCTIONS, literal
 from torchloom_codegen_cpu.overrun import (PARALLEL_FOR, PARALLEL_MIN, chunked, row_offsets,
                                           work)
 from torchloom_codegen_cpu.reduction import (across_rows, check_row_stride, lower_reduction,

@@ -38,7 +38,8 @@ import numpy as np
 from filelock import FileLock
 import torch
 from torchloom.api import (FORMS, Capabilities, Kernel, KernelSource, Node, Progress, Reason,
-                           TensorType, Written, default_cache_dir, env_flag, laid_out_as)
+                           TensorType, Written, default_cache_dir, env_flag, laid_out_as,
+                           rejected_by_eager)
 
 from torchloom_codegen_triton.indexing import Unsupported
 from torchloom_codegen_triton.interp import import_source
@@ -138,7 +139,8 @@ class TritonCodegen:
         devices = _devices(group)
         reason = _triton_missing(self.name) or (
             self._device_reason(devices.pop()) if len(devices) == 1 else None) or \
-            CAPABILITIES.reason(self.name, group)
+            CAPABILITIES.reason(self.name, group) or \
+            rejected_by_eager(self.name, group, registry)  # (eager raises: so must we)
         if reason is not None:
             return reason
         try:

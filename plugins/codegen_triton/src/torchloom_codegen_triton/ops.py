@@ -33,16 +33,17 @@ def literal(value: Any) -> expr.Literal:
     return expr.Literal(_constant(value), value)
 
 
-def f32_exact(value: Any) -> bool:
-    """Whether Python number ``value`` is a float32 as it is (Triton makes a float constant
-    that meets no tensor first a float32: an f64 computation takes any other whole,
-    ``TritonSpelling.literal``)."""
+def f64_constant(value: Any) -> bool:
+    """Whether ``value`` is a float that a float32 does not hold (Triton makes a float
+    constant that meets no tensor first a float32: an f64 computation takes such a float
+    as an f64 constant, ``TritonSpelling.literal``). Ints and bools are Triton's integer
+    constants: no."""
     if not isinstance(value, float) or not math.isfinite(value):
-        return True
-    try:
-        return struct.unpack("f", struct.pack("f", value))[0] == value
-    except OverflowError:  # (beyond float32's range)
         return False
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0] != value
+    except OverflowError:  # (beyond float32's range)
+        return True
 
 
 def _constant(value: Any) -> str:
@@ -93,6 +94,8 @@ class Pointwise(op_rows.OpRow):
 
 def _pow(a: Mapping[str, Any], dtype: str) -> str:
     exponent = a["exponent"]
+    if dtype not in FLOATS and _is_number(exponent) and exponent < 0:
+        raise Unsupported("integers to negative integer powers: eager raises")
     # eager's CUDA kernel's own cases (rsqrt for -0.5: -0.0 gives -inf and -inf NaN, where
     # pow gives inf and 0)
     known = {2: "{self} * {self}", 3: "{self} * {self} * {self}", 1: "{self}",
@@ -109,7 +112,7 @@ def _libdevice_pow(a: Mapping[str, Any], dtype: str) -> str:
     if dtype == "f64":  # (a number made an f64 constant: both of libdevice's pow f64;
         # one a float32 does not hold is one already, TritonSpelling.literal)
         base, exponent = ("tl.full([], {%s}, tl.float64)" % k
-                          if _is_number(a.get(k)) and f32_exact(a[k]) else "{%s}" % k
+                          if _is_number(a.get(k)) and not f64_constant(a[k]) else "{%s}" % k
                           for k in ("self", "exponent"))
         return f"libdevice.pow({base}, {exponent})"
     return "libdevice.pow({self}, {exponent})"
@@ -447,9 +450,10 @@ class TritonSpelling(spelling.Spelling):
     name = "Triton"
 
     def literal(self, value: Any, compute: str) -> expr.Code:
-        """A number as Triton source; in an f64 computation, a float that a float32 does
-        not hold (Triton's type of a float constant) an f64 constant made whole."""
-        if compute == "f64" and not f32_exact(value):
+        """A number as Triton source (a Literal: it takes the type it is used at); in an
+        f64 computation a float that a float32 does not hold is an f64 constant made
+        whole, ``tl.full([], v, tl.float64)`` (an Op: typed)."""
+        if compute == "f64" and f64_constant(value):
             return expr.Op("tl.full([], {0}, tl.float64)", expr.POSTFIX, (literal(value),))
         return literal(value)
 

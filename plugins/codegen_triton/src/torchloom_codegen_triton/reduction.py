@@ -33,7 +33,8 @@ def identity_of(kind: str, dtype: str) -> str:
         return IDENTITY[kind]
     if kind == "sum":
         return "0"
-    return INT_LIMITS.get(dtype, INT_LIMITS["i64"])[0 if kind == "max" else 1]
+    smallest, largest = INT_LIMITS.get(dtype, INT_LIMITS["i64"])
+    return {"max": smallest, "min": largest}[kind]
 
 
 def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str) -> Expr:
