@@ -75,7 +75,6 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
             reductions, read_back, nest)
         self.renderer = renderer
         self.spelling = spelling_of(renderer)
-        self.TARGET = renderer.name
         self.POINTWISE = renderer.ops
         self.REDUCTIONS = reduction_table(renderer.sqrt)
         em.forget_inner()  # (an earlier nest's inner names are this one's row names)

@@ -14,7 +14,7 @@ is read from memory the one way, the target spelling the element
 a target reading some tensors elsewhere (the cpu's staged blocks of rows) says where with
 :meth:`NestWriter.element`.
 
-What a subclass gives: ``spelling``, ``TARGET``, ``POINTWISE``, ``REDUCTIONS`` and
+What a subclass gives: ``spelling``, ``POINTWISE``, ``REDUCTIONS`` and
 ``tensor_type`` (the value walk's) and the data of the walk
 (:mod:`~torchloom.codegen.walk_nest`); this class gives the reads (``read``, ``element``)
 and the stores (``store``) every nest's skeleton asks for."""

@@ -36,6 +36,7 @@ from torchloom.codegen.expr import Code, Name, names
 from torchloom.codegen.indexing import (C, Coords, IndexMath, Unsupported, memory_order, prod,
                                         same_shape)
 from torchloom.codegen.samples import sample_value
+from torchloom.codegen.spelling import Spelling
 from torchloom.codegen.walks import Walk
 from torchloom.codegen.writer import Expr, ValueWalk
 from torchloom.ir import Node, TensorType, Value
@@ -54,12 +55,18 @@ SHORT = 4
 _NOTHING = Expr(Name("_"), "f32")
 
 
+class _Probe(Spelling):
+    """The probe's spelling: it spells no value; its name is what reasons give."""
+
+    name = "schedule"
+
+
 class _Reads(ValueWalk):
     """A value walk that emits nothing: where the outputs at given coordinates read each
     value a kernel reads from memory (a region input, a value in ``stops``, a reduction's
     result), views followed and pointwise ops' inputs broadcast."""
 
-    TARGET = "schedule"
+    spelling = _Probe()
     POINTWISE: dict = {}
     REDUCTIONS: dict = {}
 

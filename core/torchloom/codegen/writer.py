@@ -88,11 +88,10 @@ class ValueWalk(OutputPlacement):
     ``IndexMath``), ``known``, ``registry``, ``reduced`` (reduction output -> (coordinates
     of its row, its Expr)), ``earlier`` (the values phases closed since computed, each
     at its key: :meth:`known_value`) and ``spelling`` (how its target writes values: a
-    :class:`~torchloom.codegen.spelling.Spelling`); it gives the class attributes
-    ``TARGET`` (for reasons), ``POINTWISE``, ``REDUCTIONS`` and the methods
-    ``tensor_type`` and ``_load``."""
+    :class:`~torchloom.codegen.spelling.Spelling`, whose ``name`` reasons give); it gives
+    the class attributes ``POINTWISE``, ``REDUCTIONS`` and the methods ``tensor_type``
+    and ``_load``."""
 
-    TARGET: ClassVar[str]
     #: scalar group inputs the kernel takes as arguments -> their compute dtype
     SCALAR_DTYPES: ClassVar[Mapping[str, str]] = SCALAR_DTYPES
     POINTWISE: ClassVar[Mapping[str, Any]]
@@ -166,7 +165,8 @@ class ValueWalk(OutputPlacement):
             known = n.op in self.POINTWISE or n.op in VIEWS or n.op in self.REDUCTIONS
             if not known and not (self.GATHERS and n.op in GATHER_OPS):
                 category = self.registry.category(n.op)
-                raise Unsupported(f"op {n.op} ({category}) has no {self.TARGET} template")
+                raise Unsupported(f"op {n.op} ({category}) has no {self.spelling.name} "
+                                  f"template")
             for v in n.outputs:
                 devices.add(self.tensor_type(v).device)
         if not region.outputs:
@@ -232,7 +232,7 @@ class ValueWalk(OutputPlacement):
         """``index`` (an i64 value of ``ids``) as a row of a table of ``rows`` rows: a
         target that takes gathers (``GATHERS``) makes the kernel report an index outside
         ``[0, rows)`` as eager raises, and never reads past the table."""
-        raise Unsupported(f"gathers have no {self.TARGET} template")
+        raise Unsupported(f"gathers have no {self.spelling.name} template")
 
     def _run_time_int(self, node: Node, args: Mapping[str, Any], name: str) -> Code:
         """The node reading the int argument ``name`` of ``node`` (``args``: its named

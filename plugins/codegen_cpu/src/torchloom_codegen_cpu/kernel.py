@@ -57,7 +57,7 @@ ROW_BUFFER = 16384
 class KernelWriter(nest_writer.NestWriter, row_form.RowForm):
     """Writes one group's C function. ``generate()`` -> (source, metadata)."""
 
-    TARGET, POINTWISE, REDUCTIONS, GATHERS = "C", POINTWISE, REDUCTIONS, True
+    POINTWISE, REDUCTIONS, GATHERS = POINTWISE, REDUCTIONS, True
     spelling = C_SPELLING
     tensor_type = staticmethod(tensor_type)
 

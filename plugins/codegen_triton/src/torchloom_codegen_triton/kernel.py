@@ -74,7 +74,7 @@ def _mask(rdep: bool) -> expr.Code:
 class KernelWriter(writer.ValueWalk, schedule.PlannedNest, row_form.RowForm):
     """Writes one group's kernel. ``generate()`` -> (source, metadata)."""
 
-    TARGET, POINTWISE, REDUCTIONS, spelling = "Triton", POINTWISE, REDUCTIONS, SPELLING
+    POINTWISE, REDUCTIONS, spelling = POINTWISE, REDUCTIONS, SPELLING
     #: a float argument is an f32 in Triton
     SCALAR_DTYPES = {"float": "f32", "int": "i64", "bool": "b8"}
     tensor_type = staticmethod(tensor_type)
