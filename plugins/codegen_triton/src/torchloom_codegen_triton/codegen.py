@@ -269,7 +269,7 @@ class Launcher:
                 continue
             dims = tuple(k for k, s in enumerate(d["shape"]) if s != 1)
             self.checks.append((i, tuple(d["strides"]), dims,
-                                tuple(d["strides"][k] for k in dims), tuple(d["shape"])))
+                                tuple(d["strides"][k] for k in dims)))
         self.grid_size = meta["grid_size"]
         #: the scalar arguments' positions (their specialisation picks a fast launcher)
         self.scalars = tuple(i for i, d in enumerate(meta["inputs"]) if "scalar" in d)
@@ -277,7 +277,7 @@ class Launcher:
         self.first_tensor = self.checks[0][0] if self.checks else None
 
     def __call__(self, *args):
-        for i, strides, dims, expected, _ in self.checks:
+        for i, strides, dims, expected in self.checks:
             stride = args[i].stride()
             if stride != strides and tuple(stride[k] for k in dims) != expected:
                 args = list(args)  # rare: a layout the kernel was not written for

@@ -205,7 +205,7 @@ def _on_bools(template: Any, bools: str | None) -> Pointwise:
     ``bools`` (add: or, mul: and), None where eager has none the kernel would match (a
     sum scaled by an ``alpha`` other than 1): declined; uint8 with a negative number too."""
     def typed(a: Mapping[str, Any], dtype: str) -> str:
-        if dtype == "u8" and any(_is_number(a.get(k)) and a[k] < 0 for k in ("other", "alpha")):
+        if _negative_with_uint8(a, dtype, ("other", "alpha")):
             raise Unsupported("uint8 arithmetic with a negative number (Triton refuses the "
                               "constant)")
         if dtype != "b8":
@@ -216,11 +216,17 @@ def _on_bools(template: Any, bools: str | None) -> Pointwise:
     return Pointwise(typed, typed=True)
 
 
+def _negative_with_uint8(a: Mapping[str, Any], dtype: str, names: tuple[str, ...]) -> bool:
+    """Whether a uint8 op has a negative Python number among its arguments ``names``
+    (Triton refuses a negative constant with an unsigned value)."""
+    return dtype == "u8" and any(_is_number(a.get(k)) and a[k] < 0 for k in names)
+
+
 def _unsigned_bounds(template: Any) -> Callable[[Mapping[str, Any], str], str]:
     """A clamp row, declined for a uint8 tensor with a negative bound (Triton takes no
     negative constant with an unsigned value)."""
     def typed(a: Mapping[str, Any], dtype: str) -> str:
-        if dtype == "u8" and any(_is_number(a.get(k)) and a[k] < 0 for k in ("min", "max")):
+        if _negative_with_uint8(a, dtype, ("min", "max")):
             raise Unsupported("a uint8 clamp with a negative bound")
         return op_rows.OpRow.resolve(template, a)
     return typed
@@ -314,11 +320,11 @@ POINTWISE: dict[str, Pointwise] = {
     "prims.convert_element_type.default": Pointwise("{a}", args="cast"),
 }
 
-REDUCTIONS = reductions.reduction_table(
-    "tl.sqrt_rn({x})", kinds=frozenset({"sum", "max", "min", "var", "argmax", "argmin"}))
+#: the reduction kinds the writer takes
+_KINDS = frozenset({"sum", "max", "min", "var", "argmax", "argmin"})
+REDUCTIONS = reductions.reduction_table("tl.sqrt_rn({x})", kinds=_KINDS)
 #: the same for f64 results: ``tl.sqrt_rn`` takes f32 only, f64's ``tl.sqrt`` rounds right
-REDUCTIONS_F64 = reductions.reduction_table("tl.sqrt({x})", kinds=frozenset(
-    {"sum", "max", "min", "var", "argmax", "argmin"}))
+REDUCTIONS_F64 = reductions.reduction_table("tl.sqrt({x})", kinds=_KINDS)
 
 #: per reduction kind: identity element (masked lanes), combine for the looped accumulator
 IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
