@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conftest import codegens, compiled
+from torchloom.api import reductions
 from torchloom_codegen_cpu.columns import SPLIT_ROWS
-from torchloom_codegen_cpu.reduction import F32_SUM_COUNT
 
 
 def gelu_tanh_backward_with_bias_grad(a, b, c):
@@ -36,7 +36,7 @@ def test_gradient_and_its_column_sum_in_one_cpu_kernel(tmp_path, shape):
         # one walk over the rows into column accumulators; a long one (sums in double)
         # split into the threads' shares of rows (columns.split_by_rows)
         walk = "for (int64_t r = r0; r < r1; r++) {" if rows >= SPLIT_ROWS and \
-            rows > F32_SUM_COUNT else f"for (int64_t r = 0; r < {rows}; r++) {{"
+            rows > reductions.F32_SUM_COUNT else f"for (int64_t r = 0; r < {rows}; r++) {{"
         assert any(walk in s and "acc_sum" in s for s in sources), sources
 
 

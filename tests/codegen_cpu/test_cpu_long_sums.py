@@ -1,4 +1,5 @@
-"""Long f32 sums through the cpu codegen stay as accurate as eager's (reduction.sum_dtype).
+"""Long f32 sums through the cpu codegen stay as accurate as eager's (the core's
+``reductions.sum_dtype``).
 
 An f32 accumulator adding k values drifts by up to ~k/2 ulp: SIMD lanes summing a row of
 4M values of about 100 were 0.17% off (eager's cascade sum: 4e-8), and a column of 200k
@@ -14,7 +15,10 @@ import pytest
 import torch
 
 from conftest import codegens, compiled
-from torchloom_codegen_cpu.reduction import F32_SUM_COUNT, ROW_LANES, sum_dtype
+from torchloom.api import reductions
+from torchloom_codegen_cpu.reduction import ROW_LANES
+
+F32_SUM_COUNT, sum_dtype = reductions.F32_SUM_COUNT, reductions.sum_dtype
 
 CASES = {
     "full_sum": (lambda a: (a * 1.5).sum(), 4_000_000),

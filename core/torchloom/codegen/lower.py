@@ -17,7 +17,8 @@ read at ``j`` computed once per row, before it; rows an input reads across in ti
 (:mod:`torchloom.codegen.columns`) walks its columns (:mod:`.lower_columns`); any other
 is a loop ``x`` over the rows of its nest (each the row every target writes,
 :mod:`torchloom.codegen.row_form`) holding, per level of reductions (none reading
-another's result: ``schedule.levels``), their accumulators (``Var``) and one loop ``r``
+another's result: ``schedule.levels``), their accumulators (``Var``, of
+``reductions.accumulator``'s dtype: double for a variance, a long sum) and one loop ``r``
 over the row folding each reduction's input into its own (``var``: its mean in that
 loop, its squares in a second), the reductions' results (``Declare``), its outputs of a
 row's shape stored after them and those of the nest's shape stored by a last loop
@@ -48,7 +49,7 @@ from torchloom.codegen.indexing import IndexMath, Unsupported, prod
 from torchloom.codegen.lower_columns import ColumnLowering, carried_output
 from torchloom.codegen.lower_walks import WalkLowering
 from torchloom.codegen.nest_writer import NestWriter
-from torchloom.codegen.reductions import reduction_table
+from torchloom.codegen.reductions import accumulator, reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.row_form import RowForm
@@ -79,20 +80,20 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         self.REDUCTIONS = reduction_table(renderer.sqrt)
         em.forget_inner()  # (an earlier nest's inner names are this one's row names)
         self.outputs = outputs
-        self.rows = nest.rows if nest else None
-        self.numel = nest.numel if nest else None
         #: the declarations of a row element's coordinates, at the top of each loop over
         #: the row
         self.r_header: tuple[stmt.Declare, ...] = ()
         #: the scratch arrays the nest asks for besides its nests' row results: (name,
         #: element count, dtype); a column walk's accumulators, the sums carried
         self.arrays: list[tuple[str, Any, str]] = []
-        #: the column sums a row nest carries: (pointer, sum node, the array of its sums)
-        self.carried: list[tuple[str, Node, str]] = []
+        #: the column sums a row nest carries: (pointer, sum node, the array of its sums,
+        #: their dtype: a sum of the nest's rows)
+        self.carried: list[tuple[str, Node, str, str]] = []
         for pointer, node in carried:
             name = em.fresh("acc_colsum")
-            self.arrays.append((name, nest.rnumel, COMPUTE[node.outputs[0].type.dtype]))
-            self.carried.append((pointer, node, name))
+            dtype = self.accumulator("sum", COMPUTE[node.outputs[0].type.dtype], nest.rows)
+            self.arrays.append((name, nest.rnumel, dtype))
+            self.carried.append((pointer, node, name, dtype))
 
     # ---- the loops ---------------------------------------------------------------------
     def reduction(self) -> list:
@@ -143,52 +144,65 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         self.em.add(stmt.Var(dtype, name, init or self.renderer.initial(kind, dtype)))
         return name
 
+    def accumulator(self, kind: str, dtype: str, count: Any) -> str:
+        """The dtype a reduction of ``kind`` computed in ``dtype`` accumulates ``count``
+        values in (:func:`~torchloom.codegen.reductions.accumulator`: eager's values need
+        double for a variance, a long f32 sum); :class:`Unsupported` where that is double
+        and the renderer renders no f64 (its values would not be eager's)."""
+        acc = accumulator(kind, dtype, count)
+        if acc == "f64" and "f64" not in self.renderer.capabilities.dtypes:
+            what = "a variance" if kind == "var" else f"a sum of {count} f32 values"
+            raise Unsupported(f"{what} accumulates in f64 for eager's values; the renderer "
+                              f"renders no f64")
+        return acc
+
     def _reduce(self, level: list[Node]) -> None:
         """The reductions of one level (none reads another's result: ``schedule.levels``):
-        their accumulators, one loop over the row folding them all (a variance's squared
-        deviations in a second loop, after its mean), then their results."""
+        their accumulators (:meth:`accumulator`'s dtype), one loop over the row folding
+        them all (a variance's squared deviations in a second loop, after its mean), then
+        their results."""
         n = self.ix.size_code(self.rnumel)
         first, means, accs = [], {}, {}
         for node in level:
             kind, src = self.REDUCTIONS[node.op].kind, node.inputs[0]
             src_dtype = COMPUTE[src.type.dtype]
-            dtype = "b8" if kind in ("any", "all") else COMPUTE[node.outputs[0].type.dtype]
+            dtype = "b8" if kind in ("any", "all") else self.accumulator(
+                kind, COMPUTE[node.outputs[0].type.dtype], self.rnumel)
             if kind == "var":
                 total = self._var("sum", dtype)
                 first.append(("sum", total, src, dtype, ""))
-                means[node] = total
+                means[node] = (total, dtype)
             elif kind in ("argmax", "argmin"):
                 value = self._var("best", src_dtype, self.renderer.initial(kind, src_dtype))
                 acc = self._var(kind, "i64", "0")
                 first.append((kind, acc, src, src_dtype, value))
-                accs[node] = (acc, "", value)
+                accs[node] = (acc, "", value, None)  # (results in their dtypes)
             else:
                 acc = self._var(kind, dtype)
                 first.append((kind, acc, src, dtype, ""))
-                accs[node] = (acc, "", "")
+                accs[node] = (acc, "", "", dtype)
         self._fold(first)
         second = []
-        for node, total in means.items():
-            src = node.inputs[0]
-            dtype = COMPUTE[node.outputs[0].type.dtype]
+        for node, (total, dtype) in means.items():
             mean = self.em.emit(f"{total} / {n}", dtype, "mean").text
             acc = self._var("var", dtype, self.renderer.initial("sum", dtype))
-            second.append(("var", acc, src, dtype, mean))
-            accs[node] = (acc, mean, "")
+            second.append(("var", acc, node.inputs[0], dtype, mean))
+            accs[node] = (acc, mean, "", dtype)
         self._fold(second)
         for node in level:
-            acc, mean, value = accs[node]
-            self.results(node, Name(acc), Name(mean), Name(value))
+            acc, mean, value, dtype = accs[node]
+            self.results(node, Name(acc), Name(mean), Name(value), dtype)
 
     def results(self, node: Node, acc: Code, mean: Code = Name(""),
-                value: Code = Name("")) -> None:
+                value: Code = Name(""), dtype: str | None = None) -> None:
         """``node``'s outputs from its accumulator ``acc`` (and ``var``'s ``mean``, an arg
-        reduction's extreme ``value``), recorded for what reads them at their row."""
+        reduction's extreme ``value``), computed in ``dtype`` (the accumulator's; None: each
+        output's own), recorded for what reads them at their row."""
         rank = len(self.shape)
         for out in node.outputs:
             code = self.result_code(node, out, acc, mean, value)
             self.reduced[out] = (self.row_keepdim if len(out.type.shape) == rank and rank
-                                 else self.row, self.result_value(out, code))
+                                 else self.row, self.result_value(out, code, dtype))
 
     def result_code(self, node: Node, out: Value, acc: Code, mean: Code = Name(""),
                     value: Code = Name("")) -> Code:
@@ -201,10 +215,14 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         template = self.REDUCTIONS[node.op].outputs[node.outputs.index(out)]
         return expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
 
-    def result_value(self, out: Value, code: Code) -> Expr:
-        """Reduction output ``out``'s value ``code`` (its template filled) bound in its
-        compute dtype, rounded as eager rounds a bf16/f16 result."""
-        e = self.em.emit(code, COMPUTE[out.type.dtype], out.name)
+    def result_value(self, out: Value, code: Code, dtype: str | None = None) -> Expr:
+        """Reduction output ``out``'s value ``code`` (its template filled, computed in
+        ``dtype``: by default the output's compute dtype) bound in its compute dtype,
+        rounded as eager rounds a bf16/f16 result."""
+        computed = COMPUTE[out.type.dtype]
+        if dtype not in (None, computed):  # (computed in the accumulator's dtype first)
+            code = self.em.convert(self.em.emit(code, dtype, out.name), computed).code
+        e = self.em.emit(code, computed, out.name)
         return self.em.cast(e, out.type.dtype) if out.type.dtype in LOW else e
 
 

@@ -52,7 +52,8 @@ class ColumnLowering:
     """The column form of the core's lowering (mixed into its ``_Lowering``, which has
     ``nest``, ``outputs``, ``em``, ``ix``, ``renderer``, ``REDUCTIONS``, ``arrays``, the
     scratch arrays it asks for: (name, element count, dtype), and ``carried``, the column
-    sums its row nest carries: (pointer, sum node, the array of its sums))."""
+    sums its row nest carries: (pointer, sum node, the array of its sums, their dtype));
+    each accumulates in the lowering's ``accumulator`` dtype (double for a long f32 sum)."""
 
     def columns(self, plan: Columns) -> list:
         """The nest's statements in the column form ``plan`` (the core's walks,
@@ -66,7 +67,8 @@ class ColumnLowering:
         accs, start = [], []
         for node in nodes:
             kind = self.REDUCTIONS[node.op].kind
-            dtype = COMPUTE[node.outputs[0].type.dtype]
+            dtype = self.accumulator(kind, COMPUTE[node.outputs[0].type.dtype],
+                                     self.reduction_nest.rnumel)
             name = self.em.fresh(f"acc_{kind}")
             self.arrays.append((name, self.reduction_nest.rows, dtype))
             start.append(self._scratch(name, _X, self.renderer.initial(kind, dtype), dtype))
@@ -95,7 +97,8 @@ class ColumnLowering:
         a bf16/f16 result rounded as eager rounds it)."""
         (value,) = acc.node.outputs
         read = self.spelling.read(acc.array, _X, acc.dtype)
-        e = Expr(self.result_code(acc.node, value, read), COMPUTE[value.type.dtype])
+        e = self.em.convert(Expr(self.result_code(acc.node, value, read), acc.dtype),
+                            COMPUTE[value.type.dtype])
         return self.em.rounded(e, value.type.dtype) if value.type.dtype in LOW else e
 
     def _over_columns(self, body: Any, header: Any = ()) -> stmt.Loop:
@@ -106,9 +109,8 @@ class ColumnLowering:
     def carry(self) -> None:
         """In the row nest's last loop over the row (``r``, a column): each carried column
         sum's operand at ``(x, r)`` added into its array at ``r``."""
-        for _, node, name in self.carried:
-            self._fold_into(name, _R, "sum", COMPUTE[node.outputs[0].type.dtype], node,
-                            self.full)
+        for _, node, name, dtype in self.carried:
+            self._fold_into(name, _R, "sum", dtype, node, self.full)
 
     def _fold_into(self, array: str, at: Name, kind: str, dtype: str, node: Node,
                    full: Coords) -> None:
@@ -131,13 +133,11 @@ class ColumnLowering:
         after it (each column's sum stored): each column adds its rows in order, as a
         column walk would."""
         start = []
-        for _, node, name in self.carried:
-            dtype = COMPUTE[node.outputs[0].type.dtype]
+        for _, node, name, dtype in self.carried:
             start.append(self._scratch(name, _R, self.renderer.initial("sum", dtype), dtype))
         self.em.open()
-        for pointer, node, name in self.carried:
+        for pointer, node, name, dtype in self.carried:
             out = node.outputs[0]
-            dtype = COMPUTE[out.type.dtype]
             nest = ReductionNest.of([node], lambda v: v.type)
             row = self.ix.delinear("r", nest.kept_shape)
             self.ix.remember(self.known, row, nest.kept_shape, "r")
@@ -145,7 +145,7 @@ class ColumnLowering:
                 nest, row, not same_shape(out.type.shape, nest.kept_shape))
             acc = self.em.emit(self.spelling.read(name, _R, dtype), dtype, "acc")
             code = expr.fill(self.REDUCTIONS[node.op].outputs[0], {"acc": acc.code})
-            self.store(pointer, out, coords, self.result_value(out, code))
+            self.store(pointer, out, coords, self.result_value(out, code, dtype))
         rows = self.ix.size(self.rnumel)
         return [stmt.Loop("r", "0", rows, tuple(start))], [
             stmt.Loop("r", "0", rows, tuple(self.em.close()))]

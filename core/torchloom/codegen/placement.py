@@ -23,13 +23,14 @@ from torchloom.ir import Value
 
 
 class OutputPlacement:
-    """Output placement of a reduction kernel's writer: it has ``shape`` P, ``rdims``,
-    ``kept_shape``, ``rows``, ``numel``, the coordinates ``full``, ``row`` and
-    ``row_keepdim``, ``ix`` (its ``IndexMath``), ``known`` and ``tensor_type``."""
+    """Output placement of a reduction kernel's writer: it has ``reduction_nest`` (and its
+    ``shape`` P, ``rdims``, ``kept_shape``: :class:`~torchloom.codegen.schedule.PlannedNest`),
+    the coordinates ``full``, ``row`` and ``row_keepdim``, ``ix`` (its ``IndexMath``),
+    ``known`` and ``tensor_type``."""
 
     def output_place(self, v: Value) -> str:
-        """Which elements a reduction kernel's output ``v`` holds (the writer has ``shape``
-        P, ``rdims``, ``kept_shape``, ``rows`` and ``numel``): ``"full"`` (P's), ``"keepdim"``
+        """Which elements a reduction kernel's output ``v`` holds (of its nest's shape P, its
+        rows, its elements): ``"full"`` (P's), ``"keepdim"``
         (a row's result, P with the reduced dims 1), ``"row"`` (the kept dims), ``"rows"``
         (another view of the rows), ``"full view"`` (another view of P: element i goes to
         i)."""
@@ -40,9 +41,9 @@ class OutputPlacement:
             return "keepdim"
         if same_shape(shape, self.kept_shape):
             return "row"
-        if same(prod(shape), self.rows):
+        if same(prod(shape), self.reduction_nest.rows):
             return "rows"
-        if same(prod(shape), self.numel):
+        if same(prod(shape), self.reduction_nest.numel):
             return "full view"
         raise Unsupported(f"output %{v.name} of shape {list(shape)} has neither the elements "
                           f"of the reduced shape {list(self.shape)} nor those of a row")

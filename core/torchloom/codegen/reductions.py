@@ -4,6 +4,10 @@ combine (``kind``) and how the combined value becomes the op's outputs.
 The table is the same for every target but for the spelling of a square root (``std``),
 so a codegen builds its own with :func:`reduction_table`, passing that spelling as a
 template over ``{x}``, and leaves out kinds it cannot lower (Triton has no ``prod``).
+
+What a reduction accumulates in is one rule for the cpu codegen and the core's lowering
+(:func:`accumulator`): eager's CPU values need a double accumulator for a variance and for
+a long f32 sum (Triton accumulates in f32, as CUDA's eager and Inductor do).
 """
 
 from __future__ import annotations
@@ -60,6 +64,35 @@ def reduction_table(sqrt: str, *, kinds: frozenset[str] | None = None) -> dict[s
     if kinds is None:
         return table
     return {op: spec for op, spec in table.items() if spec.kind in kinds}
+
+
+#: most values one f32 accumulator of a sum adds; more, or a symbolic count, and the sum
+#: is taken in double. Eager's cascade sum stays within a few ulp at any length; an f32
+#: accumulator adding k values drifts by up to ~k/2 ulp (a sum of 4M values of about 100
+#: through 16 SIMD lanes was 0.17% off, of 16M 1%; 2M values of about 0.1 added one by
+#: one, 2%). A row's sum has one accumulator per SIMD lane (the cpu's rows of up to 2048
+#: stay f32 on AVX-512, 128 values a lane), a column's one per column.
+F32_SUM_COUNT = 128
+
+
+def sum_dtype(dtype: str, count: Any, lanes: int = 1) -> str:
+    """The accumulator of a sum computed in ``dtype`` of ``count`` values (an int, or
+    symbolic) spread over ``lanes`` accumulators: double when an f32 accumulator would add
+    more than :data:`F32_SUM_COUNT` of them."""
+    if dtype == "f32" and not (isinstance(count, int) and count <= F32_SUM_COUNT * lanes):
+        return "f64"
+    return dtype
+
+
+def accumulator(kind: str, dtype: str, count: Any, lanes: int = 1) -> str:
+    """The compute dtype a reduction of ``kind`` whose result is computed in ``dtype``
+    accumulates ``count`` values in, over ``lanes`` accumulators: a variance in double
+    (eager's Welford accumulates in double), a sum (and a mean) in double past
+    :data:`F32_SUM_COUNT` f32 values an accumulator (:func:`sum_dtype`), the others in
+    ``dtype``."""
+    if kind == "var" and dtype in ("f32", "f64"):
+        return "f64"
+    return sum_dtype(dtype, count, lanes) if kind == "sum" else dtype
 
 
 def results(node: Node, spec: Reduction, fields: Mapping[str, Code | str], row: Any,

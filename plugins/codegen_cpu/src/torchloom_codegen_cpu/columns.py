@@ -21,10 +21,10 @@ and at most ``CAP`` columns (the accumulators stay in the L1 cache). On one thre
 read 1 KB of every 8 KB row (GELU's backward fused with its bias gradient, one thread: 1.5
 against 2.1 ms, and 0.8 against 1.7 ms once its erf is inline). Each column still sums its
 rows in order, whatever the blocks (an f32 sum over more than ``F32_SUM_COUNT`` rows in
-double: ``reduction.sum_dtype``). A reduction computed from another's result comes in a
-later walk (softmax over dim 0: the max, then the sum of exp(x - max)), each column's
-result kept in its block's array for the next walks, and full-shape outputs that read a
-result are stored by a last walk. Other groups use the row form.
+double: the core's ``reductions.sum_dtype``). A reduction computed from another's result
+comes in a later walk (softmax over dim 0: the max, then the sum of exp(x - max)), each
+column's result kept in its block's array for the next walks, and full-shape outputs that
+read a result are stored by a last walk. Other groups use the row form.
 
 **Split by rows.** A block of columns reads a slice of every row, whichever thread wrote
 that row: on two threads each read half of each row of a tensor its producer (SDPA's
@@ -42,13 +42,13 @@ step, ~0.8 ms of its 48 (RESULTS.md, session 54).
 from __future__ import annotations
 
 from torchloom.api import columns as column_form
-from torchloom.api import column_nest, expr, stmt
+from torchloom.api import column_nest, expr, reductions, stmt
 
 from torchloom_codegen_cpu.emitter import Expr
 from torchloom_codegen_cpu.nest import ParallelLoop, ThreadBlocks, Writer
 from torchloom_codegen_cpu.render import Simd, smaller
 from torchloom_codegen_cpu.ops import COMPUTE, CTYPE, FLOATS, REDUCTIONS
-from torchloom_codegen_cpu.reduction import accumulate, identity, sum_dtype
+from torchloom_codegen_cpu.reduction import accumulate, identity
 from torchloom_codegen_cpu.rows_and_columns import partials
 from torchloom_codegen_cpu.tensors import tensor_type
 
@@ -109,8 +109,8 @@ def split_by_rows(w: Writer, plan: column_form.Columns) -> bool:
     if len(plan.walks) != 1 or plan.late:
         return False
     return all(REDUCTIONS[node.op].kind == "sum" and not node.outputs[0].uses and
-               sum_dtype(COMPUTE[tensor_type(node.outputs[0]).dtype], w.rnumel, 1) == "f64"
-               for node in w.reductions)
+               reductions.sum_dtype(COMPUTE[tensor_type(node.outputs[0]).dtype],
+                                    w.rnumel, 1) == "f64" for node in w.reductions)
 
 
 def _split_body(w: Writer) -> tuple[ParallelLoop, list]:
@@ -183,8 +183,8 @@ class _Block:
         for node in nodes:
             kind = REDUCTIONS[node.op].kind
             dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
-            if kind == "sum":  # a long f32 sum in double (reduction.sum_dtype)
-                dtype = sum_dtype(dtype, self.w.rnumel, 1)
+            if kind == "sum":  # a long f32 sum in double (reductions.sum_dtype)
+                dtype = reductions.sum_dtype(dtype, self.w.rnumel, 1)
             acc = em.fresh(f"acc_{kind}")
             em.statement(stmt.Array(CTYPE[dtype], acc, str(self.block)), False)
             em.statement(_fill(acc, identity(kind, dtype)), False)

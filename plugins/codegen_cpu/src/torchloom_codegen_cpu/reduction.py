@@ -3,10 +3,10 @@
 Each reduction is one SIMD loop over the row with an OpenMP reduction clause
 (``#pragma omp simd reduction(+:acc)``): lanes accumulate separately and are combined after
 the loop, as eager's vectorized reductions do; an f32 sum whose lanes would each add more
-than :data:`F32_SUM_COUNT` values (a long or symbolic row) accumulates in double instead,
-as accurate as eager's cascade sum (:func:`sum_dtype`). max/min carry a NaN flag beside
-the value (a NaN anywhere in the row is the result, as in eager). ``var`` accumulates in
-double: in one pass over a row of f32 (or narrower) values of at most
+than ``F32_SUM_COUNT`` values (a long or symbolic row) accumulates in double instead, as
+accurate as eager's cascade sum (the core's ``reductions.sum_dtype``). max/min carry a
+NaN flag beside the value (a NaN anywhere in the row is the result, as in eager). ``var``
+accumulates in double: in one pass over a row of f32 (or narrower) values of at most
 :data:`ONE_PASS_ROW` elements (sums of the deviations from the row's first value, see
 :func:`shifted_moments`), else in two (mean, then the sum of squared deviations);
 argmax/argmin walk the row in order (ties to the lowest index, NaN counting as the
@@ -117,24 +117,8 @@ def block_reduce(w: Writer, kind: str, value: Callable[[], Expr], dtype: str,
 
 #: longest row whose var takes one pass (see shifted_moments for the error bound)
 ONE_PASS_ROW = 8192
-#: most values one f32 accumulator of a sum adds; more, or a symbolic count, and the sum
-#: is taken in double. Eager's cascade sum stays within a few ulp at any length; an f32
-#: accumulator adding k values drifts by up to ~k/2 ulp (a sum of 4M values of about 100
-#: through 16 SIMD lanes was 0.17% off, of 16M 1%). A row's sum has one accumulator per
-#: SIMD lane (so rows of up to 2048 stay f32 on AVX-512, 128 values a lane; 256 on AVX2),
-#: a column's one per column (up to 128 rows).
-F32_SUM_COUNT = 128
 #: SIMD lanes of a row's f32 sum (AVX-512)
 ROW_LANES = 16
-
-
-def sum_dtype(dtype: str, count, lanes: int) -> str:
-    """The accumulator of a sum computed in ``dtype`` of ``count`` values (an int, or
-    symbolic) spread over ``lanes`` accumulators: double when an f32 accumulator would add
-    more than :data:`F32_SUM_COUNT` of them."""
-    if dtype == "f32" and not (isinstance(count, int) and count <= F32_SUM_COUNT * lanes):
-        return "f64"
-    return dtype
 
 
 def shifted_moments(w: Writer, value: Callable[[], Expr],
@@ -279,7 +263,7 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
     out_dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
     acc_dtype = out_dtype if out_dtype in ("f32", "f64") else "f64"
 
-    wide = spec.kind == "sum" and sum_dtype(out_dtype, w.rnumel, ROW_LANES) != out_dtype
+    wide = spec.kind == "sum" and reductions.sum_dtype(out_dtype, w.rnumel, ROW_LANES) != out_dtype
     if wide:  # (a mean divides the double sum by a double count)
         acc_dtype = "f64"
     fields: dict[str, expr.Code | str] = {"n": w.count(w.rnumel, acc_dtype)}

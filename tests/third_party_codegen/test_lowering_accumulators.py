@@ -1,0 +1,158 @@
+"""What the core's lowering accumulates a reduction in (``reductions.accumulator``, the
+rule the cpu codegen keeps too): a variance in double, as eager's Welford, and a sum or
+mean past ``F32_SUM_COUNT`` f32 values an accumulator (a long row, a long column, the
+column sums a row nest carries, a symbolic count) in double, so that a renderer's plain
+loop adding values one by one gives eager's values (an f32 accumulator adding 2M values
+of about 0.1 was 2 % off, a variance of values near 100 off by a factor of 10^7). A
+renderer that renders no f64 declines such a reduction, naming why. Each group runs on
+``scalar_c`` and is compared with eager."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchloom.api import DTYPES, FORMS, Reason, RendererCodegen, parse_graph, reductions, stmt
+from torchloom.testing.reductions import group_text, symbolic_sizes
+from torchloom.testing.renderers import lowered_against_eager
+
+#: row lengths around the accumulator's threshold and far past it
+_LENGTHS = [1, 2, 127, 128, 129, 1000, 4096, 70000]
+
+
+def _every_form(cls):
+    class EveryForm(cls):
+        capabilities = attrs.evolve(cls.capabilities, forms=frozenset(FORMS))
+    return EveryForm()
+
+
+def _no_f64(cls):
+    class NoF64(cls):
+        capabilities = attrs.evolve(cls.capabilities, forms=frozenset(FORMS),
+                                    dtypes=cls.capabilities.dtypes - {"f64"})
+    return NoF64()
+
+
+def _accumulators(lowered) -> dict[str, str]:
+    """Each accumulator the kernel declares (a ``Var``, or a scratch array of
+    accumulators) -> its dtype."""
+    found = {s.name: s.ctype for s in stmt.walk(list(lowered.body)) if isinstance(s, stmt.Var)}
+    scratch = [p for p in lowered.launch.params if p.role == "scratch"]
+    found.update({p.name: p.dtype for p in scratch if p.name.startswith("acc_")})
+    return found
+
+
+def _drifting(g: torch.Generator, shape, dtype: str) -> torch.Tensor:
+    """Values near 0.1, all positive: the values an accumulator adding one by one drifts
+    furthest on."""
+    return (0.1 + torch.rand(shape, generator=g) * 1e-3).to(DTYPES[dtype])
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.sampled_from(_LENGTHS), rows=st.integers(1, 3),
+       op=st.sampled_from(["sum", "mean"]), dtype=st.sampled_from(["f32", "bf16"]))
+def test_long_row_sums_match_eager(scalar_c, n, rows, op, dtype):
+    cls, registry = scalar_c
+    name = "aten.sum.dim_IntList" if op == "sum" else "aten.mean.dim"
+    text = group_text(f"%a: {dtype}[{rows}, {n}]", f"""
+        %s = {name}(%a) {{dim = [-1]}} : {dtype}[{rows}]""", f"%s: {dtype}[{rows}]")
+    a = _drifting(torch.Generator().manual_seed(n + rows), (rows, n), dtype)
+    tol = (1e-6, 0) if dtype == "f32" else (1e-2, 0)
+    lowered = lowered_against_eager(cls(), registry, text, (a,), *tol)
+    acc = reductions.accumulator("sum", "f32", n)
+    assert acc == ("f64" if n > reductions.F32_SUM_COUNT else "f32")
+    assert [d for k, d in _accumulators(lowered).items() if k.startswith("sum")] == [acc]
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.sampled_from(_LENGTHS[:-1]), cols=st.integers(1, 5))
+def test_long_column_sums_match_eager(scalar_c, n, cols):
+    """A sum over the first dim walks the columns (the column form), each column's
+    accumulator in a scratch array: of doubles past the threshold."""
+    cls, registry = scalar_c
+    text = group_text(f"%a: f32[{n}, {cols}]", f"""
+        %s = aten.sum.dim_IntList(%a) {{dim = [0]}} : f32[{cols}]""", f"%s: f32[{cols}]")
+    a = _drifting(torch.Generator().manual_seed(n * cols), (n, cols), "f32")
+    lowered = lowered_against_eager(cls(), registry, text, (a,), 1e-6, 0)
+    if n > 1:  # (one row: by rows)
+        assert set(_accumulators(lowered).values()) >= {
+            "f64" if n > reductions.F32_SUM_COUNT else "f32"}
+
+
+@pytest.mark.parametrize("n", [4, 129, 3000])
+def test_column_sums_a_row_nest_carries_match_eager(scalar_c, n):
+    """Row sums and column sums of one tensor: the row nest carries the column sums, each
+    column adding its ``n`` rows into an array of doubles past the threshold."""
+    cls, registry = scalar_c
+    text = group_text(f"%a: f32[{n}, 6]", f"""
+        %s = aten.sum.dim_IntList(%a) {{dim = [1]}} : f32[{n}]
+        %c = aten.sum.dim_IntList(%a) {{dim = [0]}} : f32[6]""", f"%s: f32[{n}], %c: f32[6]")
+    a = _drifting(torch.Generator().manual_seed(n), (n, 6), "f32")
+    lowered = lowered_against_eager(_every_form(cls), registry, text, (a,), 1e-6, 0)
+    carried = {p.name: p.dtype for p in lowered.launch.params
+               if p.role == "scratch" and p.name.startswith("acc_colsum")}
+    assert list(carried.values()) == ["f64" if n > reductions.F32_SUM_COUNT else "f32"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.sampled_from(_LENGTHS[1:]), op=st.sampled_from(["var", "std", "var_mean"]),
+       dtype=st.sampled_from(["f32", "f64", "bf16"]), correction=st.integers(0, 1))
+def test_variances_in_double_match_eager(scalar_c, n, op, dtype, correction):
+    """Values of mean 100 and spread 1e-3: a variance computed in the input's dtype loses
+    every digit; in double, eager's."""
+    cls, registry = scalar_c
+    name = {"var": "aten.var.correction", "std": "aten.std.correction",
+            "var_mean": "aten.var_mean.correction"}[op]
+    out = f"{dtype}[2]"
+    outs = f"%v: {out}, %m: {out}" if op == "var_mean" else f"%v: {out}"
+    lhs = "%v, %m" if op == "var_mean" else "%v"
+    types = f"{out}, {out}" if op == "var_mean" else out
+    text = group_text(f"%a: {dtype}[2, {n}]", f"""
+        {lhs} = {name}(%a) {{dim = [-1], correction = {correction}}} : {types}""", outs)
+    g = torch.Generator().manual_seed(n)
+    a = (100 + torch.rand(2, n, generator=g, dtype=torch.float64) * 1e-3).to(DTYPES[dtype])
+    tol = {"f32": (1e-5, 1e-12), "f64": (1e-9, 1e-15), "bf16": (1.6e-2, 1e-6)}[dtype]
+    if n - correction <= 0:
+        return  # (no degrees of freedom: eager warns and gives inf/NaN; other tests)
+    lowered = lowered_against_eager(cls(), registry, text, (a,), *tol)
+    assert {d for k, d in _accumulators(lowered).items()
+            if k.startswith(("sum", "var"))} == {"f64"}
+
+
+@pytest.mark.parametrize("shape", [(3, 100), (2, 5000)])
+def test_a_symbolic_row_sums_in_double(scalar_c, shape):
+    """A row whose length is known only at the call may be long: its sum takes the
+    double accumulator at every length."""
+    cls, registry = scalar_c
+    text = symbolic_sizes(group_text(f"%a: f32[{shape[0]}, {shape[1]}]", f"""
+        %s = aten.sum.dim_IntList(%a) {{dim = [-1]}} : f32[{shape[0]}]""",
+        f"%s: f32[{shape[0]}]"))
+    a = _drifting(torch.Generator().manual_seed(shape[1]), shape, "f32")
+    lowered = lowered_against_eager(cls(), registry, text, (a,), 1e-6, 0)
+    assert [d for k, d in _accumulators(lowered).items() if k.startswith("sum")] == ["f64"]
+
+
+@pytest.mark.parametrize("body, out, why", [
+    ("%s = aten.sum.dim_IntList(%a) {dim = [-1]} : f32[2]", "%s: f32[2]",
+     "a sum of 4096 f32 values accumulates in f64"),
+    ("%s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[4096]", "%s: f32[4096]", None),
+    ("%s = aten.var.correction(%a) {dim = [-1]} : f32[2]", "%s: f32[2]",
+     "a variance accumulates in f64"),
+    ("%s = aten.amax.default(%a) {dim = [-1]} : f32[2]", "%s: f32[2]", None)])
+def test_a_renderer_without_f64_declines_what_needs_it(scalar_c, body, out, why):
+    """No f64 in a renderer's dtypes: a long sum and a variance are declined with the
+    reason (their values would not be eager's); a short sum and a maximum are rendered."""
+    cls, registry = scalar_c
+    text = group_text("%a: f32[2, 4096]", body, out)
+    group = next(parse_graph(text).nodes)
+    reason = RendererCodegen(_no_f64(cls)).supports(group, registry)
+    if why is None:
+        assert reason is None
+        a = _drifting(torch.Generator().manual_seed(1), (2, 4096), "f32")
+        lowered_against_eager(_no_f64(cls), registry, text, (a,), 1e-6, 0)
+    else:
+        assert reason == Reason("scalar_c", f"{why} for eager's values; the renderer "
+                                            f"renders no f64")
