@@ -44,7 +44,7 @@ from torchloom.codegen.base import (Kernel, KernelSource, Reason, Written, laid_
 from torchloom.codegen.contract import (REDUCTION_KINDS, LaunchSpec, Lowered, Param, Renderer,
                                         Schedule, size_param)
 from torchloom.codegen.empty_rows import nonempty_dims
-from torchloom.codegen.expr import Code, Literal, Name, Op
+from torchloom.codegen.expr import Code, Literal, Name
 from torchloom.codegen.indexing import IndexMath, Unsupported, prod
 from torchloom.codegen.lower_columns import ColumnLowering, carried_output
 from torchloom.codegen.lower_walks import WalkLowering
@@ -210,10 +210,24 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         ``acc`` (and ``mean``, ``value``: see :meth:`results`), the row length and
         ``var``'s degrees of freedom."""
         n = self.ix.size_code(self.rnumel)
-        correction = var_correction(node)
-        dof = Op("({0} - {1})", expr.ATOM, (n, Literal(str(correction), correction)))
         template = self.REDUCTIONS[node.op].outputs[node.outputs.index(out)]
-        return expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
+        return expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value,
+                                        dof=self.degrees_of_freedom(node)))
+
+    def degrees_of_freedom(self, node: Node) -> Code:
+        """A var/std reduction's ``max(0, n - correction)``, as eager's (a correction past
+        the row's length divides by 0: inf, or NaN for a row of one equal value): a
+        literal at a static row length, else the size expression ``Max(n - c, 0)`` in the
+        renderer's language; :class:`Unsupported` for a fractional correction of a row of
+        symbolic length (no size expression)."""
+        correction = var_correction(node)
+        if isinstance(self.rnumel, int):
+            dof = max(0, self.rnumel - correction)
+            return Literal(str(dof), dof)
+        if correction != int(correction):
+            raise Unsupported(f"{node.op} with the fractional correction {correction} over "
+                              f"rows of symbolic length {self.rnumel}")
+        return self.ix.size_code(f"Max({self.rnumel} - {int(correction)}, 0)")
 
     def result_value(self, out: Value, code: Code, dtype: str | None = None) -> Expr:
         """Reduction output ``out``'s value ``code`` (its template filled, computed in

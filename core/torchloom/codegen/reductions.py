@@ -29,8 +29,8 @@ class Reduction:
 
     kind: str
     #: the op's outputs, in order, as expressions over ``{acc}`` (the combined value),
-    #: ``{n}`` (elements per row), ``{mean}``, ``{dof}`` (var: n - correction), ``{value}``
-    #: (argmax/argmin: the extreme value, whose index is ``{acc}``)
+    #: ``{n}`` (elements per row), ``{mean}``, ``{dof}`` (var: ``max(0, n - correction)``,
+    #: as eager's), ``{value}`` (argmax/argmin: the extreme value, whose index is ``{acc}``)
     outputs: tuple[str, ...] = ("{acc}",)
 
 

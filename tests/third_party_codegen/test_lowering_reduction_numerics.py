@@ -1,11 +1,12 @@
-"""What the core's lowering accumulates a reduction in (``reductions.accumulator``, the
+"""A reduction's numerics in the core's lowering. What it accumulates in (``reductions.accumulator``, the
 rule the cpu codegen keeps too): a variance in double, as eager's Welford, and a sum or
 mean past ``F32_SUM_COUNT`` f32 values an accumulator (a long row, a long column, the
 column sums a row nest carries, a symbolic count) in double, so that a renderer's plain
 loop adding values one by one gives eager's values (an f32 accumulator adding 2M values
 of about 0.1 was 2 % off, a variance of values near 100 off by a factor of 10^7). A
-renderer that renders no f64 declines such a reduction, naming why. Each group runs on
-``scalar_c`` and is compared with eager."""
+renderer that renders no f64 declines such a reduction, naming why. A variance's degrees
+of freedom are eager's ``max(0, n - correction)`` (a correction past the row's length gave
+a negative variance). Each group runs on ``scalar_c`` and is compared with eager."""
 
 from __future__ import annotations
 
@@ -97,21 +98,27 @@ def test_column_sums_a_row_nest_carries_match_eager(scalar_c, n):
     assert list(carried.values()) == ["f64" if n > reductions.F32_SUM_COUNT else "f32"]
 
 
+_VARIANCES = {"var": "aten.var.correction", "std": "aten.std.correction",
+              "var_mean": "aten.var_mean.correction"}
+
+
+def _variance(op: str, dtype: str, rows: int, n: int, correction) -> str:
+    out = f"{dtype}[{rows}]"
+    lhs, types, outs = ("%v, %m", f"{out}, {out}", f"%v: {out}, %m: {out}") \
+        if op == "var_mean" else ("%v", out, f"%v: {out}")
+    return group_text(f"%a: {dtype}[{rows}, {n}]", f"""
+        {lhs} = {_VARIANCES[op]}(%a) {{dim = [-1], correction = {correction}}} : {types}""",
+        outs)
+
+
 @settings(max_examples=25, deadline=None)
-@given(n=st.sampled_from(_LENGTHS[1:]), op=st.sampled_from(["var", "std", "var_mean"]),
+@given(n=st.sampled_from(_LENGTHS[1:]), op=st.sampled_from(sorted(_VARIANCES)),
        dtype=st.sampled_from(["f32", "f64", "bf16"]), correction=st.integers(0, 1))
 def test_variances_in_double_match_eager(scalar_c, n, op, dtype, correction):
     """Values of mean 100 and spread 1e-3: a variance computed in the input's dtype loses
     every digit; in double, eager's."""
     cls, registry = scalar_c
-    name = {"var": "aten.var.correction", "std": "aten.std.correction",
-            "var_mean": "aten.var_mean.correction"}[op]
-    out = f"{dtype}[2]"
-    outs = f"%v: {out}, %m: {out}" if op == "var_mean" else f"%v: {out}"
-    lhs = "%v, %m" if op == "var_mean" else "%v"
-    types = f"{out}, {out}" if op == "var_mean" else out
-    text = group_text(f"%a: {dtype}[2, {n}]", f"""
-        {lhs} = {name}(%a) {{dim = [-1], correction = {correction}}} : {types}""", outs)
+    text = _variance(op, dtype, 2, n, correction)
     g = torch.Generator().manual_seed(n)
     a = (100 + torch.rand(2, n, generator=g, dtype=torch.float64) * 1e-3).to(DTYPES[dtype])
     tol = {"f32": (1e-5, 1e-12), "f64": (1e-9, 1e-15), "bf16": (1.6e-2, 1e-6)}[dtype]
@@ -156,3 +163,27 @@ def test_a_renderer_without_f64_declines_what_needs_it(scalar_c, body, out, why)
     else:
         assert reason == Reason("scalar_c", f"{why} for eager's values; the renderer "
                                             f"renders no f64")
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning")
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 6), correction=st.sampled_from([0, 1, 2, 3, 5, 9, 0.5, 2.5]),
+       op=st.sampled_from(sorted(_VARIANCES)), symbolic=st.booleans(),
+       equal=st.booleans())
+def test_degrees_of_freedom_are_eagers_at_any_correction(scalar_c, n, correction, op,
+                                                         symbolic, equal):
+    """``max(0, n - correction)``: a correction at or past the row's length divides by 0
+    (inf; NaN where the row's values are equal), at static and symbolic lengths; a
+    fractional correction at a symbolic length is declined, named."""
+    cls, registry = scalar_c
+    text = _variance(op, "f32", 3, n, correction)
+    if symbolic:
+        text = symbolic_sizes(text)
+    g = torch.Generator().manual_seed(n)
+    a = torch.full((3, n), 2.5) if equal else torch.randn(3, n, generator=g)
+    if symbolic and n > 1 and correction != int(correction):  # (a dim of 1 stays static)
+        group = next(parse_graph(text).nodes)
+        reason = RendererCodegen(cls()).supports(group, registry)
+        assert reason is not None and "fractional correction" in reason.message, reason
+        return
+    lowered_against_eager(cls(), registry, text, (a,), 1e-5, 1e-6)
