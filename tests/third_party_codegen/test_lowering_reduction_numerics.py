@@ -1,12 +1,13 @@
-"""A reduction's numerics in the core's lowering. What it accumulates in (``reductions.accumulator``, the
-rule the cpu codegen keeps too): a variance in double, as eager's Welford, and a sum or
-mean past ``F32_SUM_COUNT`` f32 values an accumulator (a long row, a long column, the
-column sums a row nest carries, a symbolic count) in double, so that a renderer's plain
-loop adding values one by one gives eager's values (an f32 accumulator adding 2M values
-of about 0.1 was 2 % off, a variance of values near 100 off by a factor of 10^7). A
-renderer that renders no f64 declines such a reduction, naming why. A variance's degrees
-of freedom are eager's ``max(0, n - correction)`` (a correction past the row's length gave
-a negative variance). Each group runs on ``scalar_c`` and is compared with eager."""
+"""A reduction's numerics in the core's lowering. What it accumulates in
+(``reductions.accumulator``, whose sum rule the cpu codegen asks too): a variance in
+double, as eager's CPU Welford, and a sum or mean past ``F32_SUM_COUNT`` f32 values an
+accumulator (a long row, a long column, the column sums a row nest carries, a symbolic
+count) in double, so that a renderer's plain loop adding values one by one gives eager's
+values (an f32 accumulator adding 2M values of about 0.1 was 2 % off, a variance of values
+near 100 off by a factor of 10^7). A renderer that renders no f64 keeps a short variance
+in f32 and declines the others, naming why. A variance's degrees of freedom are eager's
+``max(0, n - correction)`` (a correction past the row's length gave a negative
+variance). Each group runs on ``scalar_c`` and is compared with eager."""
 
 from __future__ import annotations
 
@@ -79,8 +80,8 @@ def test_long_column_sums_match_eager(scalar_c, n, cols):
     a = _drifting(torch.Generator().manual_seed(n * cols), (n, cols), "f32")
     lowered = lowered_against_eager(cls(), registry, text, (a,), 1e-6, 0)
     if n > 1:  # (one row: by rows)
-        assert set(_accumulators(lowered).values()) >= {
-            "f64" if n > reductions.F32_SUM_COUNT else "f32"}
+        assert [d for k, d in _accumulators(lowered).items() if k.startswith("acc_sum")] == [
+            "f64" if n > reductions.F32_SUM_COUNT else "f32"]
 
 
 @pytest.mark.parametrize("n", [4, 129, 3000])
@@ -115,54 +116,69 @@ def _variance(op: str, dtype: str, rows: int, n: int, correction) -> str:
 @given(n=st.sampled_from(_LENGTHS[1:]), op=st.sampled_from(sorted(_VARIANCES)),
        dtype=st.sampled_from(["f32", "f64", "bf16"]), correction=st.integers(0, 1))
 def test_variances_in_double_match_eager(scalar_c, n, op, dtype, correction):
-    """Values of mean 100 and spread 1e-3: a variance computed in the input's dtype loses
-    every digit; in double, eager's."""
+    """Values of mean 100 and spread 1e-3 (bf16: 8, which its spacing of 0.5 at 100 keeps):
+    a variance computed in the input's dtype loses every digit; in double, eager's."""
     cls, registry = scalar_c
     text = _variance(op, dtype, 2, n, correction)
     g = torch.Generator().manual_seed(n)
-    a = (100 + torch.rand(2, n, generator=g, dtype=torch.float64) * 1e-3).to(DTYPES[dtype])
+    spread = 8 if dtype == "bf16" else 1e-3
+    a = (100 + torch.rand(2, n, generator=g, dtype=torch.float64) * spread).to(DTYPES[dtype])
+    assert a.var(-1).min() > 0  # (the values differ: there is a variance to get wrong)
     tol = {"f32": (1e-5, 1e-12), "f64": (1e-9, 1e-15), "bf16": (1.6e-2, 1e-6)}[dtype]
-    if n - correction <= 0:
-        return  # (no degrees of freedom: eager warns and gives inf/NaN; other tests)
     lowered = lowered_against_eager(cls(), registry, text, (a,), *tol)
     assert {d for k, d in _accumulators(lowered).items()
             if k.startswith(("sum", "var"))} == {"f64"}
 
 
+@pytest.mark.parametrize("op", ["aten.sum.dim_IntList", "aten.mean.dim"])
 @pytest.mark.parametrize("shape", [(3, 100), (2, 5000)])
-def test_a_symbolic_row_sums_in_double(scalar_c, shape):
-    """A row whose length is known only at the call may be long: its sum takes the
-    double accumulator at every length."""
+def test_a_symbolic_row_sums_in_double(scalar_c, shape, op):
+    """A row whose length is known only at the call may be long: its sum (a mean's) takes
+    the double accumulator at every length."""
     cls, registry = scalar_c
     text = symbolic_sizes(group_text(f"%a: f32[{shape[0]}, {shape[1]}]", f"""
-        %s = aten.sum.dim_IntList(%a) {{dim = [-1]}} : f32[{shape[0]}]""",
-        f"%s: f32[{shape[0]}]"))
+        %s = {op}(%a) {{dim = [-1]}} : f32[{shape[0]}]""", f"%s: f32[{shape[0]}]"))
     a = _drifting(torch.Generator().manual_seed(shape[1]), shape, "f32")
     lowered = lowered_against_eager(cls(), registry, text, (a,), 1e-6, 0)
     assert [d for k, d in _accumulators(lowered).items() if k.startswith("sum")] == ["f64"]
 
 
-@pytest.mark.parametrize("body, out, why", [
-    ("%s = aten.sum.dim_IntList(%a) {dim = [-1]} : f32[2]", "%s: f32[2]",
-     "a sum of 4096 f32 values accumulates in f64"),
-    ("%s = aten.sum.dim_IntList(%a) {dim = [0]} : f32[4096]", "%s: f32[4096]", None),
-    ("%s = aten.var.correction(%a) {dim = [-1]} : f32[2]", "%s: f32[2]",
-     "a variance accumulates in f64"),
-    ("%s = aten.amax.default(%a) {dim = [-1]} : f32[2]", "%s: f32[2]", None)])
-def test_a_renderer_without_f64_declines_what_needs_it(scalar_c, body, out, why):
-    """No f64 in a renderer's dtypes: a long sum and a variance are declined with the
-    reason (their values would not be eager's); a short sum and a maximum are rendered."""
+_SUM = "aten.sum.dim_IntList"
+
+
+@pytest.mark.parametrize("shape, body, out, why", [
+    ([2, 4096], f"%s = {_SUM}(%a) {{dim = [-1]}} : f32[2]", "%s: f32[2]",
+     "a sum of 4096 f32 values"),
+    ([4096, 3], f"%s = {_SUM}(%a) {{dim = [0]}} : f32[3]", "%s: f32[3]",
+     "a sum of 4096 f32 values"),
+    ([4096, 6], f"""%s = {_SUM}(%a) {{dim = [1]}} : f32[4096]
+        %c = {_SUM}(%a) {{dim = [0]}} : f32[6]""", "%s: f32[4096], %c: f32[6]",
+     "a sum of 4096 f32 values"),
+    ([2, "s5"], f"%s = {_SUM}(%a) {{dim = [-1]}} : f32[2]", "%s: f32[2]",
+     "a sum of a symbolic count (s5) of f32 values"),
+    ([2, 4096], "%s = aten.var.correction(%a) {dim = [-1]} : f32[2]", "%s: f32[2]",
+     "a variance of 4096 f32 values"),
+    ([2, 100], "%s = aten.var.correction(%a) {dim = [-1]} : f32[2]", "%s: f32[2]", None),
+    ([2, 100], f"%s = {_SUM}(%a) {{dim = [-1]}} : f32[2]", "%s: f32[2]", None),
+    ([4096, 2], f"%s = {_SUM}(%a) {{dim = [1]}} : f32[4096]", "%s: f32[4096]", None),
+    ([2, 4096], "%s = aten.amax.default(%a) {dim = [-1]} : f32[2]", "%s: f32[2]", None)])
+def test_a_renderer_without_f64_declines_what_needs_it(scalar_c, shape, body, out, why):
+    """No f64 in a renderer's dtypes: a long sum (of a row, of columns, carried by a row
+    nest, of a symbolic count) and a long variance are declined with the reason (their
+    values would not be eager's); short sums, a short variance (in f32) and a maximum are
+    rendered and match eager."""
     cls, registry = scalar_c
-    text = group_text("%a: f32[2, 4096]", body, out)
+    text = group_text(f"%a: f32[{', '.join(map(str, shape))}]", body, out)
     group = next(parse_graph(text).nodes)
     reason = RendererCodegen(_no_f64(cls)).supports(group, registry)
-    if why is None:
-        assert reason is None
-        a = _drifting(torch.Generator().manual_seed(1), (2, 4096), "f32")
-        lowered_against_eager(_no_f64(cls), registry, text, (a,), 1e-6, 0)
-    else:
-        assert reason == Reason("scalar_c", f"{why} for eager's values; the renderer "
-                                            f"renders no f64")
+    if why is not None:
+        assert reason == Reason("scalar_c", f"{why} accumulates in f64 for eager's values; "
+                                            f"the renderer renders no f64")
+        return
+    assert reason is None
+    a = _drifting(torch.Generator().manual_seed(1), shape, "f32") * 1000
+    lowered = lowered_against_eager(_no_f64(cls), registry, text, (a,), 1e-5, 0)
+    assert "f64" not in _accumulators(lowered).values()
 
 
 @pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning")

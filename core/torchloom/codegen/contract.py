@@ -351,7 +351,8 @@ class Renderer(Protocol):
 
     Data: ``name``, ``version``, ``capabilities``; ``ops`` (op name -> :class:`OpTemplate`),
     ``language`` (index arithmetic: :data:`torchloom.codegen.indexing.C`), ``sqrt`` (a
-    square root of ``{x}``, for std). Expression spelling: ``literal``, ``convert``,
+    square root of ``{x}``, for std: an f64 value where the renderer has f64, the
+    accumulator's dtype). Expression spelling: ``literal``, ``convert``,
     ``round``, ``read``, ``store_value``, ``initial``, ``accumulate``. Output: ``render``
     (a :class:`Lowered` to source) and ``build`` (source to a callable kernel). Optional:
     ``available() -> str | None``, what this machine lacks to build kernels (a compiler);
@@ -369,7 +370,8 @@ class Renderer(Protocol):
         """A Python number as a constant of compute dtype ``dtype``."""
 
     def convert(self, text: str, source: str, target: str) -> str:
-        """Value ``text`` of compute dtype ``source`` converted to compute dtype ``target``."""
+        """Value ``text`` of compute dtype ``source`` converted to compute dtype ``target``
+        (``text`` is an operand: a name, a literal or a parenthesised expression)."""
 
     def round(self, text: str, dtype: str) -> str:
         """An f32 value rounded to low-precision IR dtype ``dtype`` (bf16, f16), as f32."""

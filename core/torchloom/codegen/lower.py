@@ -49,7 +49,7 @@ from torchloom.codegen.indexing import IndexMath, Unsupported, prod
 from torchloom.codegen.lower_columns import ColumnLowering, carried_output
 from torchloom.codegen.lower_walks import WalkLowering
 from torchloom.codegen.nest_writer import NestWriter
-from torchloom.codegen.reductions import accumulator, reduction_table
+from torchloom.codegen.reductions import F32_SUM_COUNT, accumulator, reduction_table
 from torchloom.codegen.restride import strides_of
 from torchloom.codegen.schedule import ReductionNest, levels
 from torchloom.codegen.row_form import RowForm
@@ -146,15 +146,20 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
 
     def accumulator(self, kind: str, dtype: str, count: Any) -> str:
         """The dtype a reduction of ``kind`` computed in ``dtype`` accumulates ``count``
-        values in (:func:`~torchloom.codegen.reductions.accumulator`: eager's values need
-        double for a variance, a long f32 sum); :class:`Unsupported` where that is double
-        and the renderer renders no f64 (its values would not be eager's)."""
+        values in (:func:`~torchloom.codegen.reductions.accumulator`: the one accumulator
+        a row adds its values to one by one, on any device, needs double for a long f32
+        sum and for a variance). A renderer without f64 keeps a variance of at most
+        ``F32_SUM_COUNT`` values in ``dtype`` (two passes, its mean a short sum) and
+        declines the others: :class:`Unsupported` (their values would not be eager's)."""
         acc = accumulator(kind, dtype, count)
-        if acc == "f64" and "f64" not in self.renderer.capabilities.dtypes:
-            what = "a variance" if kind == "var" else f"a sum of {count} f32 values"
-            raise Unsupported(f"{what} accumulates in f64 for eager's values; the renderer "
-                              f"renders no f64")
-        return acc
+        if acc != "f64" or "f64" in self.renderer.capabilities.dtypes:
+            return acc
+        if kind == "var" and isinstance(count, int) and count <= F32_SUM_COUNT:
+            return dtype
+        what = f"{count}" if isinstance(count, int) else f"a symbolic count ({count}) of"
+        raise Unsupported(f"{'a variance' if kind == 'var' else 'a sum'} of {what} f32 "
+                          f"values accumulates in f64 for eager's values; the renderer "
+                          f"renders no f64")
 
     def _reduce(self, level: list[Node]) -> None:
         """The reductions of one level (none reads another's result: ``schedule.levels``):

@@ -50,10 +50,11 @@ def carried_output(node: Node) -> bool:
 
 class ColumnLowering:
     """The column form of the core's lowering (mixed into its ``_Lowering``, which has
-    ``nest``, ``outputs``, ``em``, ``ix``, ``renderer``, ``REDUCTIONS``, ``arrays``, the
-    scratch arrays it asks for: (name, element count, dtype), and ``carried``, the column
-    sums its row nest carries: (pointer, sum node, the array of its sums, their dtype));
-    each accumulates in the lowering's ``accumulator`` dtype (double for a long f32 sum)."""
+    ``reduction_nest``, ``outputs``, ``em``, ``ix``, ``renderer``, ``spelling``,
+    ``REDUCTIONS``, ``arrays``, the scratch arrays it asks for: (name, element count,
+    dtype), ``carried``, the column sums its row nest carries: (pointer, sum node, the
+    array of its sums, their dtype), and the reductions' ``accumulator`` dtype (double for
+    a long f32 sum), ``result_code`` and ``result_value``)."""
 
     def columns(self, plan: Columns) -> list:
         """The nest's statements in the column form ``plan`` (the core's walks,

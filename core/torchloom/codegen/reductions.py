@@ -5,9 +5,11 @@ The table is the same for every target but for the spelling of a square root (``
 so a codegen builds its own with :func:`reduction_table`, passing that spelling as a
 template over ``{x}``, and leaves out kinds it cannot lower (Triton has no ``prod``).
 
-What a reduction accumulates in is one rule for the cpu codegen and the core's lowering
-(:func:`accumulator`): eager's CPU values need a double accumulator for a variance and for
-a long f32 sum (Triton accumulates in f32, as CUDA's eager and Inductor do).
+What a reduction accumulates in is one rule (:func:`accumulator`): eager's values need a
+double accumulator for a variance (eager's CPU Welford) and for an f32 sum whose
+accumulators each add more than :data:`F32_SUM_COUNT` values (the core's lowering: one a
+row; the cpu codegen: one per SIMD lane, a column's one). Triton adds a row in blocks of
+lanes combined as a tree, in f32, as CUDA's eager and Inductor do.
 """
 
 from __future__ import annotations
@@ -86,8 +88,8 @@ def sum_dtype(dtype: str, count: Any, lanes: int = 1) -> str:
 
 def accumulator(kind: str, dtype: str, count: Any, lanes: int = 1) -> str:
     """The compute dtype a reduction of ``kind`` whose result is computed in ``dtype``
-    accumulates ``count`` values in, over ``lanes`` accumulators: a variance in double
-    (eager's Welford accumulates in double), a sum (and a mean) in double past
+    accumulates ``count`` values in, over ``lanes`` accumulators: a variance of floats in
+    double (eager's CPU Welford accumulates in double), a sum (and a mean) in double past
     :data:`F32_SUM_COUNT` f32 values an accumulator (:func:`sum_dtype`), the others in
     ``dtype``."""
     if kind == "var" and dtype in ("f32", "f64"):

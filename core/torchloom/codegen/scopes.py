@@ -51,8 +51,9 @@ class Scopes(Statements):
     def convert(self, e: Expr, dtype: str) -> Expr:
         if e.dtype == dtype:
             return e
-        # the renderer's spelling (text): an opaque node
-        return Expr(expr.code(self.renderer.convert(e.text, e.dtype, dtype)), dtype)
+        # the renderer's spelling (text) of an operand (parenthesised unless a name, a
+        # literal or parenthesised already): an opaque node
+        return Expr(expr.code(self.renderer.convert(expr.par(e.code), e.dtype, dtype)), dtype)
 
     def cast(self, e: Expr, ir_dtype: str) -> Expr:
         """An explicit conversion to IR dtype ``ir_dtype``: bf16/f16 round, as f32."""

@@ -263,7 +263,8 @@ def lower_reduction(w: Writer, node: Node) -> dict[Value, tuple[Coords, Expr]]:
     out_dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
     acc_dtype = out_dtype if out_dtype in ("f32", "f64") else "f64"
 
-    wide = spec.kind == "sum" and reductions.sum_dtype(out_dtype, w.rnumel, ROW_LANES) != out_dtype
+    wide = spec.kind == "sum" and reductions.accumulator(
+        "sum", out_dtype, w.rnumel, ROW_LANES) != out_dtype
     if wide:  # (a mean divides the double sum by a double count)
         acc_dtype = "f64"
     fields: dict[str, expr.Code | str] = {"n": w.count(w.rnumel, acc_dtype)}
