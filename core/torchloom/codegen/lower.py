@@ -216,8 +216,8 @@ class _Lowering(ColumnLowering, WalkLowering, RowForm, NestWriter):
         ``var``'s degrees of freedom."""
         n = self.ix.size_code(self.rnumel)
         template = self.REDUCTIONS[node.op].outputs[node.outputs.index(out)]
-        return expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value,
-                                        dof=self.degrees_of_freedom(node)))
+        dof = self.degrees_of_freedom(node) if "{dof}" in template else Name("")
+        return expr.fill(template, dict(acc=acc, n=n, mean=mean, value=value, dof=dof))
 
     def degrees_of_freedom(self, node: Node) -> Code:
         """A var/std reduction's ``max(0, n - correction)``, as eager's (a correction past

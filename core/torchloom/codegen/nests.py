@@ -218,8 +218,8 @@ def after_the_rows(region: Graph, is_reduction: Callable[[Node], bool],
 
 
 def write_plan(region: Graph, is_reduction: Callable[[Node], bool],
-            tensor_type: Callable[[Value], TensorType], fold: Fold | None,
-            write: Callable[[tuple[Nest, ...]], Any]) -> Any:
+               tensor_type: Callable[[Value], TensorType], fold: Fold | None,
+               write: Callable[[tuple[Nest, ...]], Any]) -> Any:
     """``write(nests)`` of the group's plan (:func:`plan`); where the writer declines it
     (:class:`~torchloom.codegen.indexing.Unsupported`: the reduction's nest cannot hold
     every output), of :func:`after_the_rows`' plan, when there is one. Where both are
