@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchloom.api import (DTYPES, FORMS, LaunchSpec, Reason, RendererCodegen, Schedule,
+from torchloom.api import (DTYPES, LaunchSpec, Reason, RendererCodegen, Schedule,
                            lower, parse_graph, size_param)
 from torchloom.runtime.executor import CompiledGraph
 from torchloom.testing import pointwise, reductions
@@ -24,15 +24,9 @@ from torchloom.testing.reductions import (group_text, randn, row_results_for_col
 from torchloom.testing.renderers import lowered_against_eager
 from torchloom.tools import EagerCodegen
 
-def _every_form(scalar_class):
-    class EveryForm(scalar_class):
-        capabilities = attrs.evolve(scalar_class.capabilities, forms=frozenset(FORMS))
-    return EveryForm()
-
-
 def _run(scalar_c, text, inputs, rtol=1.3e-6, atol=1e-5, renderer=None):
     cls, registry = scalar_c
-    return lowered_against_eager(renderer or _every_form(cls), registry, text, inputs,
+    return lowered_against_eager(renderer or cls(), registry, text, inputs,
                                  rtol, atol)
 
 
@@ -216,7 +210,7 @@ def test_shared_cases_at_symbolic_sizes(scalar_c, name):
     text, inputs = SHARED[name]
     symbolic = reductions.symbolic_sizes(text)
     group = next(parse_graph(symbolic).nodes)
-    codegen = RendererCodegen(_every_form(cls))
+    codegen = RendererCodegen(cls())
     reason = codegen.supports(group, registry)
     if reason is not None:
         assert name in SYMBOLIC_DECLINED, reason
@@ -289,7 +283,7 @@ def test_a_symbolic_launch_spec_round_trips_and_binds(scalar_c):
     cls, registry = scalar_c
     group = next(parse_graph(reductions.symbolic_sizes(
         row_results_for_columns((8, 6), _AMAX))).nodes)
-    launch = lower.lower(group, registry, Schedule.of(group), _every_form(cls)).launch
+    launch = lower.lower(group, registry, Schedule.of(group), cls()).launch
     assert LaunchSpec.from_json(json.loads(json.dumps(launch.to_json()))) == launch
     assert launch.sizes == (("s6", 0, 1), ("s8", 0, 0))
     bound = launch.bind((torch.empty(5, 3), torch.empty(5, 3)))
@@ -321,7 +315,7 @@ def test_empty_symbolic_rows_raise_as_eager(scalar_c, name):
     cls, registry = scalar_c
     text, empty = reductions.EMPTY_ROWS[name]
     compiled = CompiledGraph(parse_graph(text), registry,
-                             [RendererCodegen(_every_form(cls)), EagerCodegen()])
+                             [RendererCodegen(cls()), EagerCodegen()])
     assert [c.codegen for c in compiled.choices] == ["scalar_c"]
     eager = CompiledGraph(parse_graph(text), registry, [EagerCodegen()])
     with pytest.raises((IndexError, RuntimeError)) as want:

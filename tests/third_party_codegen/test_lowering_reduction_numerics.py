@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchloom.api import DTYPES, FORMS, Reason, RendererCodegen, parse_graph, reductions, stmt
+from torchloom.api import DTYPES, Reason, RendererCodegen, parse_graph, reductions, stmt
 from torchloom.testing.reductions import group_text, symbolic_sizes
 from torchloom.testing.renderers import lowered_against_eager
 
@@ -25,15 +25,9 @@ from torchloom.testing.renderers import lowered_against_eager
 _LENGTHS = [1, 2, 127, 128, 129, 1000, 4096, 70000]
 
 
-def _every_form(cls):
-    class EveryForm(cls):
-        capabilities = attrs.evolve(cls.capabilities, forms=frozenset(FORMS))
-    return EveryForm()
-
-
 def _no_f64(cls):
     class NoF64(cls):
-        capabilities = attrs.evolve(cls.capabilities, forms=frozenset(FORMS),
+        capabilities = attrs.evolve(cls.capabilities,
                                     dtypes=cls.capabilities.dtypes - {"f64"})
     return NoF64()
 
@@ -93,7 +87,7 @@ def test_column_sums_a_row_nest_carries_match_eager(scalar_c, n):
         %s = aten.sum.dim_IntList(%a) {{dim = [1]}} : f32[{n}]
         %c = aten.sum.dim_IntList(%a) {{dim = [0]}} : f32[6]""", f"%s: f32[{n}], %c: f32[6]")
     a = _drifting(torch.Generator().manual_seed(n), (n, 6), "f32")
-    lowered = lowered_against_eager(_every_form(cls), registry, text, (a,), 1e-6, 0)
+    lowered = lowered_against_eager(cls(), registry, text, (a,), 1e-6, 0)
     carried = {p.name: p.dtype for p in lowered.launch.params
                if p.role == "scratch" and p.name.startswith("acc_colsum")}
     assert list(carried.values()) == ["f64" if n > reductions.F32_SUM_COUNT else "f32"]

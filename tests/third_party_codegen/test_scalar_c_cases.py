@@ -149,19 +149,13 @@ def test_dynamic_shapes_compile_once_on_it(plugins, scalar_c, scalar_c_compiler)
 
 @pytest.mark.parametrize("name", ["column_sum_long", "mean_middle_dim", "softmax_dim0",
                                   "sum_dim0_keepdim", "sum_outer_dims"])
-def test_the_lowering_serves_a_renderer_claiming_column_and_strided_forms(plugins, name):
-    """The core's lowering walks any nest row by row: a renderer that claims every form
-    of one nest renders the cases scalar_c declines for their form, matching eager."""
-    import attrs
-    from torchloom.api import FORMS, RendererCodegen
-    from torchloom_scalar_c.renderer import ScalarC
-
-    class EveryForm(ScalarC):
-        capabilities = attrs.evolve(ScalarC.capabilities, forms=frozenset(FORMS))
-
+def test_scalar_c_renders_column_and_strided_nests(plugins, scalar_c, name):
+    """The core's lowering walks a nest reduced by columns or across interleaved dims as
+    well as by rows: scalar_c claims those forms and renders them, matching eager."""
     text, inputs = CASES[name]
-    codegen = RendererCodegen(EveryForm())
-    compiled = CompiledGraph(parse_graph(text), plugins.registry, [codegen, EagerCodegen()])
+    group = _group(text)
+    assert Schedule.of(group).form in ("column_reduction", "strided_reduction", "several_nests")
+    compiled = CompiledGraph(parse_graph(text), plugins.registry, [scalar_c, EagerCodegen()])
     assert [c.codegen for c in compiled.choices] == ["scalar_c"]
     want = CompiledGraph(parse_graph(text), plugins.registry, [EagerCodegen()])(*inputs())
     for g, w in zip(compiled(*inputs()), want):
