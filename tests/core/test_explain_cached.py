@@ -10,37 +10,14 @@ import pytest
 import torchloom.compiler as compiler_module
 from torchloom.cli import main
 
-WORKLOAD = """
-import torch
-
-def workload():
-    def f(x, y):
-        a = (x + y).exp()
-        b = (x + y).exp()   # the same expression again: cse merges it
-        return (a * b).sum(-1)
-    return f, [torch.randn(4, 8), torch.randn(4, 8)]
-"""
-
-PIPELINE = """
-[pipeline]
-name = "cse-dce"
-codegen = "eager"
-
-[[pass]]
-name = "cse"
-
-[[pass]]
-name = "dce"
-"""
+from test_cli import files as cli_files  # noqa: F401 (fixture)
 
 
 @pytest.fixture
-def files(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCHLOOM_CACHE_DIR", str(tmp_path / "cache"))
+def files(cli_files, monkeypatch):
+    """test_cli's workload and pipeline, with the compile cache on (its default)."""
     monkeypatch.delenv("TORCHLOOM_COMPILE_CACHE", raising=False)
-    (tmp_path / "work.py").write_text(WORKLOAD)
-    (tmp_path / "p.toml").write_text(PIPELINE)
-    return tmp_path
+    return cli_files
 
 
 @pytest.fixture
