@@ -21,7 +21,7 @@ and at most ``CAP`` columns (the accumulators stay in the L1 cache). On one thre
 read 1 KB of every 8 KB row (GELU's backward fused with its bias gradient, one thread: 1.5
 against 2.1 ms, and 0.8 against 1.7 ms once its erf is inline). Each column still sums its
 rows in order, whatever the blocks (an f32 sum over more than ``F32_SUM_COUNT`` rows in
-double: the core's ``reductions.sum_dtype``). A reduction computed from another's result
+double: the core's ``reductions.accumulator``). A reduction computed from another's result
 comes in a later walk (softmax over dim 0: the max, then the sum of exp(x - max)), each
 column's result kept in its block's array for the next walks, and full-shape outputs that
 read a result are stored by a last walk. Other groups use the row form.
@@ -182,9 +182,9 @@ class _Block:
         em, accs = self.em, []
         for node in nodes:
             kind = REDUCTIONS[node.op].kind
-            dtype = COMPUTE[tensor_type(node.outputs[0]).dtype]
-            if kind == "sum":  # a long f32 sum in double (reductions.sum_dtype)
-                dtype = reductions.sum_dtype(dtype, self.w.rnumel, 1)
+            # a long f32 sum in double, as the core's lowering (reductions.accumulator)
+            dtype = reductions.accumulator(kind, COMPUTE[tensor_type(node.outputs[0]).dtype],
+                                           self.w.rnumel)
             acc = em.fresh(f"acc_{kind}")
             em.statement(stmt.Array(CTYPE[dtype], acc, str(self.block)), False)
             em.statement(_fill(acc, identity(kind, dtype)), False)
