@@ -24,6 +24,7 @@ from torchloom.testing.reductions import (group_text, randn, row_results_for_col
 from torchloom.testing.renderers import lowered_against_eager
 from torchloom.tools import EagerCodegen
 
+
 def _run(scalar_c, text, inputs, rtol=1.3e-6, atol=1e-5, renderer=None):
     cls, registry = scalar_c
     return lowered_against_eager(renderer or cls(), registry, text, inputs,
