@@ -18,6 +18,7 @@ import itertools
 import pytest
 import torch
 from torch.testing._internal import common_methods_invocations  # needs expecttest
+from torch.utils._pytree import tree_leaves
 
 pytestmark = pytest.mark.slow  # ~150 s on one core: ./dev test --fast leaves it out
 
@@ -45,14 +46,6 @@ def _name(op) -> str:
 #: (op, dtype) for each checkable op and each of f32, int64 it takes on the CPU
 CASES = [(op, dtype) for op in common_methods_invocations.op_db if _checkable(op)
          for dtype in (torch.float32, torch.int64) if dtype in op.supported_dtypes("cpu")]
-
-
-def _tensors(x) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for y in x for t in _tensors(y)]
-    return []
 
 
 def _first_sample(op, dtype):
@@ -88,7 +81,7 @@ def test_compiled_op_matches_eager(op, dtype):
 
     torch._dynamo.reset()
     got = torch.compile(fn, backend="torchloom")(sample.input, *sample.args, **sample.kwargs)
-    got, want = _tensors(got), _tensors(want)
+    got, want = ([t for t in tree_leaves(x) if isinstance(t, torch.Tensor)] for x in (got, want))
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert (g.shape, g.dtype) == (w.shape, w.dtype)
